@@ -1,0 +1,18 @@
+# Helpers for shell tests. Source it; call `check NAME CMD...` (passes when CMD exits 0),
+# `expect_fail NAME PATTERN CMD...` (passes when CMD exits non-zero, does not crash, and its
+# stderr+stdout match PATTERN). Every check prints one PASS/FAIL line for tests/run.sh.
+ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+GLM=${GLM:-$ROOT/glm}
+check() {
+  local name=$1; shift
+  local out; out=$("$@" 2>&1)
+  if [ $? -eq 0 ]; then echo "PASS $name"; else echo "FAIL $name: command failed: $*"; echo "$out" | tail -15; fi
+}
+expect_fail() {
+  local name=$1 pat=$2; shift 2
+  local out rc; out=$("$@" 2>&1); rc=$?
+  if [ $rc -eq 0 ]; then echo "FAIL $name: expected failure, got exit 0"; echo "$out" | tail -5
+  elif [ $rc -ge 128 ]; then echo "FAIL $name: crashed (exit $rc)"; echo "$out" | tail -5
+  elif ! grep -qE -- "$pat" <<<"$out"; then echo "FAIL $name: error does not match /$pat/"; echo "$out" | tail -5
+  else echo "PASS $name"; fi
+}
