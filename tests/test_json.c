@@ -1,0 +1,336 @@
+/* Unit tests for json.h: every value kind, escapes, numbers, each malformed case with its error
+ * position, the nesting limit, and a generated ~12 MB document. */
+#define JSON_IMPLEMENTATION
+#include "json.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+static int failures;
+
+static void check(const char *name, int ok, const char *why) {
+    if (ok) printf("PASS %s\n", name);
+    else { printf("FAIL %s: %s\n", name, why); failures++; }
+}
+
+static JsonDoc *parse_str(const char *s, char *err, size_t err_len) {
+    return json_parse(s, strlen(s), err, err_len);
+}
+
+static int str_eq(const JsonValue *v, const char *want, size_t want_len) {
+    size_t n;
+    const char *s = json_str(v, &n);
+    return s && n == want_len && memcmp(s, want, n) == 0 && s[n] == 0;
+}
+
+static void test_kinds(void) {
+    char err[256];
+    const char *text = " {\"n\": null, \"t\": true, \"f\": false, \"i\": -42, \"d\": 2.5e-3,\n"
+                       "  \"s\": \"hi\", \"a\": [1, [2, []], {}], \"o\": {\"x\": {\"y\": \"z\"}}} ";
+    JsonDoc *doc = parse_str(text, err, sizeof err);
+    check("kinds_parse", doc != NULL, err);
+    if (!doc) return;
+    const JsonValue *r = json_root(doc);
+    check("kinds_root_object", json_type(r) == JSON_OBJECT && json_len(r) == 8, "root not an 8-member object");
+    check("kinds_null", json_type(json_get(r, "n")) == JSON_NULL && json_get(r, "n") != NULL, "n");
+    check("kinds_bool", json_bool(json_get(r, "t")) == 1 && json_bool(json_get(r, "f")) == 0 &&
+          json_bool(json_get(r, "n")) == -1, "bools");
+    int64_t iv = 0;
+    check("kinds_int", json_is_int(json_get(r, "i"), &iv) && iv == -42 && json_num(json_get(r, "i")) == -42.0, "i");
+    check("kinds_double", json_num(json_get(r, "d")) == 2.5e-3 && !json_is_int(json_get(r, "d"), NULL), "d");
+    check("kinds_string", str_eq(json_get(r, "s"), "hi", 2), "s");
+    check("kinds_num_of_string_is_nan", isnan(json_num(json_get(r, "s"))), "json_num(string) not NaN");
+    check("kinds_str_of_number_is_null", json_str(json_get(r, "i"), NULL) == NULL, "json_str(number) not NULL");
+    const JsonValue *a = json_get(r, "a");
+    check("kinds_array", json_type(a) == JSON_ARRAY && json_len(a) == 3, "a");
+    check("kinds_nested_array", json_len(json_at(a, 1)) == 2 && json_type(json_at(json_at(a, 1), 1)) == JSON_ARRAY &&
+          json_len(json_at(json_at(a, 1), 1)) == 0, "a[1]");
+    check("kinds_empty_object", json_type(json_at(a, 2)) == JSON_OBJECT && json_len(json_at(a, 2)) == 0, "a[2]");
+    check("kinds_at_out_of_range", json_at(a, 3) == NULL && json_at(r, 0) == NULL, "json_at bounds/type");
+    check("kinds_nested_get", str_eq(json_get(json_get(json_get(r, "o"), "x"), "y"), "z", 1), "o.x.y");
+    check("kinds_get_absent", json_get(r, "zz") == NULL && json_get(a, "n") == NULL, "absent key");
+    /* Members come back in document order. */
+    const char *order[] = {"n", "t", "f", "i", "d", "s", "a", "o"};
+    int ok = 1;
+    for (size_t i = 0; i < 8; i++) {
+        size_t kl;
+        const char *k = json_key_at(r, i, &kl);
+        if (!k || kl != strlen(order[i]) || memcmp(k, order[i], kl) || json_value_at(r, i) != json_get(r, order[i])) ok = 0;
+    }
+    check("kinds_member_order", ok && json_key_at(r, 8, NULL) == NULL && json_value_at(r, 8) == NULL, "iteration");
+    json_free(doc);
+
+    /* Scalars at the top level. */
+    doc = parse_str("  \"top\"  ", err, sizeof err);
+    check("top_level_string", doc && str_eq(json_root(doc), "top", 3), err);
+    json_free(doc);
+    doc = parse_str("0", err, sizeof err);
+    check("top_level_zero", doc && json_is_int(json_root(doc), &iv) && iv == 0, err);
+    json_free(doc);
+    doc = parse_str("\xEF\xBB\xBF[true]", err, sizeof err);
+    check("bom_skipped", doc && json_bool(json_at(json_root(doc), 0)) == 1, err);
+    json_free(doc);
+    /* Duplicate keys: the last wins. */
+    doc = parse_str("{\"k\":1,\"k\":2}", err, sizeof err);
+    check("duplicate_key_last_wins", doc && json_num(json_get(json_root(doc), "k")) == 2.0 &&
+          json_len(json_root(doc)) == 2, err);
+    json_free(doc);
+    /* Input need not be NUL-terminated: the parser must stop at len. */
+    char buf[8] = {'[', '1', '2', ']', '9', '9', '9', '9'};
+    doc = json_parse(buf, 4, err, sizeof err);
+    check("not_nul_terminated", doc && json_num(json_at(json_root(doc), 0)) == 12.0, err);
+    json_free(doc);
+    doc = json_parse(buf, 3, err, sizeof err);
+    check("number_stops_at_len", doc == NULL && strstr(err, "unterminated array"), err);
+    json_free(doc);
+}
+
+static void test_escapes(void) {
+    char err[256];
+    JsonDoc *doc = parse_str("[\"a\\\"b\\\\c\\/d\\b\\f\\n\\r\\t\", \"\\u0041\\u00e9\\u20AC\\ud83d\\ude00\", "
+                             "\"x\\u0000y\", \"\xc3\xa9\xe2\x82\xac\xf0\x9f\x98\x80\", \"\"]", err, sizeof err);
+    check("escapes_parse", doc != NULL, err);
+    if (!doc) return;
+    const JsonValue *r = json_root(doc);
+    check("escapes_simple", str_eq(json_at(r, 0), "a\"b\\c/d\b\f\n\r\t", 12), "simple escapes");
+    check("escapes_unicode_and_surrogate_pair",
+          str_eq(json_at(r, 1), "A\xc3\xa9\xe2\x82\xac\xf0\x9f\x98\x80", 10), "\\u escapes -> UTF-8");
+    check("escapes_embedded_nul", str_eq(json_at(r, 2), "x\0y", 3), "\\u0000 kept with explicit length");
+    check("raw_utf8_passthrough", str_eq(json_at(r, 3), "\xc3\xa9\xe2\x82\xac\xf0\x9f\x98\x80", 9), "raw UTF-8");
+    check("empty_string", str_eq(json_at(r, 4), "", 0), "empty");
+    json_free(doc);
+    /* Keys are decoded too, and lookup by a key with an embedded NUL works with json_getn. */
+    doc = parse_str("{\"\\u00e9t\\u00e9\":1, \"a\\u0000b\":2}", err, sizeof err);
+    check("escaped_key_lookup", doc && json_num(json_get(json_root(doc), "\xc3\xa9t\xc3\xa9")) == 1.0 &&
+          json_num(json_getn(json_root(doc), "a\0b", 3)) == 2.0 && json_get(json_root(doc), "a") == NULL, err);
+    json_free(doc);
+}
+
+static void test_numbers(void) {
+    char err[256];
+    JsonDoc *doc = parse_str("[9223372036854775807, -9223372036854775808, 9223372036854775808, "
+                             "9007199254740993, 1e3, 2.0, 1.5, -0, 1E+2, 1e-400, 123456789012345678901234567890, 0.1]",
+                             err, sizeof err);
+    check("numbers_parse", doc != NULL, err);
+    if (!doc) return;
+    const JsonValue *r = json_root(doc);
+    int64_t v = 0;
+    check("int64_max_exact", json_is_int(json_at(r, 0), &v) && v == INT64_MAX, "INT64_MAX");
+    check("int64_min_exact", json_is_int(json_at(r, 1), &v) && v == INT64_MIN, "INT64_MIN");
+    check("past_int64_not_int", !json_is_int(json_at(r, 2), &v) && json_num(json_at(r, 2)) == 9223372036854775808.0,
+          "2^63 is a double, not an exact int");
+    check("above_2p53_kept_exact", json_is_int(json_at(r, 3), &v) && v == 9007199254740993LL, "2^53+1 exact");
+    check("exponent_integral", json_is_int(json_at(r, 4), &v) && v == 1000, "1e3");
+    check("fraction_integral", json_is_int(json_at(r, 5), &v) && v == 2, "2.0");
+    check("fraction_not_int", !json_is_int(json_at(r, 6), &v) && json_num(json_at(r, 6)) == 1.5, "1.5");
+    check("negative_zero", json_is_int(json_at(r, 7), &v) && v == 0 && json_num(json_at(r, 7)) == 0.0, "-0");
+    check("upper_e_plus", json_num(json_at(r, 8)) == 100.0, "1E+2");
+    check("underflow_to_zero", json_num(json_at(r, 9)) == 0.0, "1e-400");
+    check("huge_integer_literal", !json_is_int(json_at(r, 10), &v) && json_num(json_at(r, 10)) > 1.2e29 &&
+          json_num(json_at(r, 10)) < 1.3e29, "30-digit literal");
+    check("decimal_rounding", json_num(json_at(r, 11)) == 0.1, "0.1");
+    json_free(doc);
+}
+
+/* Each malformed input must fail with the given message fragment at the given position. */
+static void test_malformed(void) {
+    static const struct { const char *name, *text, *pos, *msg; } cases[] = {
+        {"bad_empty", "", "line 1 col 1 (byte 0)", "unexpected end of input"},
+        {"bad_ws_only", "  \n ", "line 2 col 2 (byte 4)", "unexpected end of input"},
+        {"bad_trailing_comma_array", "[1,2,]", "line 1 col 6 (byte 5)", "trailing comma"},
+        {"bad_trailing_comma_object", "{\"a\":1,\n }", "line 2 col 2 (byte 9)", "trailing comma"},
+        {"bad_line_comment", "[1, // x\n2]", "line 1 col 5 (byte 4)", "unexpected '/'"},
+        {"bad_block_comment", "/* c */ 1", "line 1 col 1 (byte 0)", "unexpected '/'"},
+        {"bad_escape", "[\"a\\x\"]", "line 1 col 4 (byte 3)", "invalid escape"},
+        {"bad_u_escape_short", "\"\\u12\"", "line 1 col 2 (byte 1)", "bad \\u escape"},
+        {"bad_u_escape_hex", "\"\\u12G4\"", "line 1 col 2 (byte 1)", "bad \\u escape"},
+        {"bad_lone_high_surrogate", "\"ab\\ud83dx\"", "line 1 col 4 (byte 3)", "lone high surrogate"},
+        {"bad_high_then_high", "\"\\ud83d\\ud83d\"", "line 1 col 2 (byte 1)", "lone high surrogate"},
+        {"bad_lone_low_surrogate", "\"\\ude00\"", "line 1 col 2 (byte 1)", "lone low surrogate"},
+        {"bad_utf8_continuation", "\"a\x80\"", "line 1 col 3 (byte 2)", "invalid UTF-8"},
+        {"bad_utf8_overlong", "\"\xc0\xaf\"", "line 1 col 2 (byte 1)", "invalid UTF-8"},
+        {"bad_utf8_overlong3", "\"\xe0\x80\xaf\"", "line 1 col 2 (byte 1)", "invalid UTF-8"},
+        {"bad_utf8_surrogate", "\"\xed\xa0\x80\"", "line 1 col 2 (byte 1)", "invalid UTF-8"},
+        {"bad_utf8_above_max", "\"\xf4\x90\x80\x80\"", "line 1 col 2 (byte 1)", "invalid UTF-8"},
+        {"bad_utf8_truncated", "\"\xe2\x82\"", "line 1 col 2 (byte 1)", "invalid UTF-8"},
+        {"bad_utf8_outside_string", "[\xc3\xa9]", "line 1 col 2 (byte 1)", "byte 0xc3"},
+        {"bad_control_char", "\"a\tb\"", "line 1 col 3 (byte 2)", "control character"},
+        {"bad_unterminated_string", "[\"abc", "line 1 col 2 (byte 1)", "unterminated string"},
+        {"bad_unterminated_array", "[1,\n[2]", "line 1 col 1 (byte 0)", "unterminated array"},
+        {"bad_unterminated_object", "{\"a\":1", "line 1 col 1 (byte 0)", "unterminated object"},
+        {"bad_missing_colon", "{\"a\" 1}", "line 1 col 6 (byte 5)", "expected ':'"},
+        {"bad_nonstring_key", "{a:1}", "line 1 col 2 (byte 1)", "expected string key"},
+        {"bad_missing_comma", "[1 2]", "line 1 col 4 (byte 3)", "expected ',' or ']'"},
+        {"bad_leading_zero", "[01]", "line 1 col 2 (byte 1)", "leading zero"},
+        {"bad_leading_plus", "[+1]", "line 1 col 2 (byte 1)", "unexpected '+'"},
+        {"bad_bare_dot", "[1.]", "line 1 col 4 (byte 3)", "expected digit after decimal point"},
+        {"bad_dot_first", "[.5]", "line 1 col 2 (byte 1)", "unexpected '.'"},
+        {"bad_exponent", "[1e]", "line 1 col 4 (byte 3)", "expected digit in exponent"},
+        {"bad_minus_alone", "[-]", "line 1 col 2 (byte 1)", "invalid number"},
+        {"bad_number_overflow", "[1e400]", "line 1 col 2 (byte 1)", "number out of range"},
+        {"bad_nan", "[NaN]", "line 1 col 2 (byte 1)", "unexpected 'N'"},
+        {"bad_infinity", "[-Infinity]", "line 1 col 2 (byte 1)", "invalid number"},
+        {"bad_literal", "[tru]", "line 1 col 2 (byte 1)", "unexpected 't'"},
+        {"bad_literal_case", "[True]", "line 1 col 2 (byte 1)", "unexpected 'T'"},
+        {"bad_two_values", "{} {}", "line 1 col 4 (byte 3)", "after the JSON value"},
+        {"bad_single_quotes", "['a']", "line 1 col 2 (byte 1)", "unexpected '''"},
+        {"bad_vertical_tab_ws", "[1,\v2]", "line 1 col 4 (byte 3)", "byte 0x0b"},
+        {"bad_position_after_newlines", "{\n  \"a\": [1,\n        2,,]\n}", "line 3 col 11 (byte 23)", "unexpected ','"},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        char err[256] = "";
+        JsonDoc *doc = parse_str(cases[i].text, err, sizeof err);
+        char why[400];
+        snprintf(why, sizeof why, "got %s \"%s\", want \"%s: ...%s...\"", doc ? "success" : "error", err,
+                 cases[i].pos, cases[i].msg);
+        check(cases[i].name, !doc && strncmp(err, cases[i].pos, strlen(cases[i].pos)) == 0 &&
+              strstr(err, cases[i].msg) != NULL && !strchr(err, '\n'), why);
+        json_free(doc);
+    }
+    /* A NUL byte inside the text is just a bad byte, not an end of input. */
+    char err[256];
+    JsonDoc *doc = json_parse("[1,\0 2]", 7, err, sizeof err);
+    check("bad_nul_byte", !doc && strstr(err, "byte 0x00") && strstr(err, "(byte 3)"), err);
+    json_free(doc);
+    /* A tiny error buffer is truncated, never overrun; NULL err is allowed. */
+    char tiny[8];
+    memset(tiny, 'X', sizeof tiny);
+    doc = parse_str("[,]", tiny, 5);
+    check("err_buffer_truncated", !doc && tiny[4] == 0 && tiny[5] == 'X', "err_len not respected");
+    doc = parse_str("[,]", NULL, 0);
+    check("err_buffer_null", !doc, "NULL err buffer");
+}
+
+static char *nested(int depth, int objects) {
+    size_t cap = (size_t)depth * 8 + 16, n = 0;
+    char *s = malloc(cap);
+    for (int i = 0; i < depth; i++) {
+        if (objects) { memcpy(s + n, "{\"k\":", 5); n += 5; } else s[n++] = '[';
+    }
+    s[n++] = '1';
+    for (int i = 0; i < depth; i++) s[n++] = objects ? '}' : ']';
+    s[n] = 0;
+    return s;
+}
+
+static void test_depth(void) {
+    char err[256];
+    char *s = nested(JSON_MAX_DEPTH, 0);
+    JsonDoc *doc = parse_str(s, err, sizeof err);
+    const JsonValue *v = json_root(doc);
+    for (int i = 0; i < JSON_MAX_DEPTH && v; i++) v = json_at(v, 0);
+    check("depth_at_limit_ok", doc && json_num(v) == 1.0, err);
+    json_free(doc);
+    free(s);
+    s = nested(JSON_MAX_DEPTH + 1, 0);
+    doc = parse_str(s, err, sizeof err);
+    char want[64];
+    snprintf(want, sizeof want, "(byte %d): nesting deeper than", JSON_MAX_DEPTH);
+    check("depth_over_limit_refused", !doc && strstr(err, want), err);
+    json_free(doc);
+    free(s);
+    s = nested(100000, 1);   /* would blow the C stack without the limit */
+    doc = parse_str(s, err, sizeof err);
+    check("depth_huge_objects_refused", !doc && strstr(err, "nesting deeper than"), err);
+    json_free(doc);
+    free(s);
+}
+
+/* A tokenizer.json-like document: a big vocab object, a merges array, escapes and non-ASCII. */
+static void test_big(void) {
+    const int nvocab = 200000, nmerges = 150000;
+    size_t cap = 16u << 20, n = 0;
+    char *s = malloc(cap);
+    n += (size_t)sprintf(s + n, "{\"model\": {\"type\": \"BPE\", \"vocab\": {");
+    for (int i = 0; i < nvocab; i++)
+        n += (size_t)sprintf(s + n, "%s\"tok\\u0120%d\\u00e9\xe4\xb8\xad_padding_padding\": %d", i ? ", " : "", i, i);
+    n += (size_t)sprintf(s + n, "}, \"merges\": [");
+    for (int i = 0; i < nmerges; i++)
+        n += (size_t)sprintf(s + n, "%s[\"a%d\", \"b\\n%d\"]", i ? ",\n" : "", i, i);
+    n += (size_t)sprintf(s + n, "], \"scores\": [");
+    for (int i = 0; i < 50000; i++) n += (size_t)sprintf(s + n, "%s%.17g", i ? "," : "", -i * 0.001);
+    n += (size_t)sprintf(s + n, "]}}");
+    char err[256];
+    struct timespec t0, t1;
+    clock_gettime(CLOCK_MONOTONIC, &t0);
+    JsonDoc *doc = json_parse(s, n, err, sizeof err);
+    clock_gettime(CLOCK_MONOTONIC, &t1);
+    double ms = (double)(t1.tv_sec - t0.tv_sec) * 1e3 + (double)(t1.tv_nsec - t0.tv_nsec) / 1e6;
+    printf("info: parsed %.1f MB in %.1f ms\n", (double)n / 1e6, ms);
+    check("big_parse", doc != NULL, err);
+    check("big_size_over_10mb", n > 10u << 20, "generated document too small");
+    if (doc) {
+        const JsonValue *vocab = json_get(json_get(json_root(doc), "model"), "vocab");
+        const JsonValue *merges = json_get(json_get(json_root(doc), "model"), "merges");
+        const JsonValue *scores = json_get(json_get(json_root(doc), "model"), "scores");
+        int ok = json_len(vocab) == (size_t)nvocab;
+        for (int i = 0; ok && i < nvocab; i += 997) {
+            char want[64];
+            int wl = sprintf(want, "tok\xc4\xa0%d\xc3\xa9\xe4\xb8\xad_padding_padding", i);
+            size_t kl;
+            const char *k = json_key_at(vocab, (size_t)i, &kl);
+            int64_t id = -1;
+            if (!k || kl != (size_t)wl || memcmp(k, want, kl) || !json_is_int(json_value_at(vocab, (size_t)i), &id) || id != i) ok = 0;
+        }
+        check("big_vocab_content", ok, "vocab entries differ");
+        ok = json_len(merges) == (size_t)nmerges;
+        for (int i = 0; ok && i < nmerges; i += 1009) {
+            char a[32], b[32];
+            int al = sprintf(a, "a%d", i), bl = sprintf(b, "b\n%d", i);
+            const JsonValue *m = json_at(merges, (size_t)i);
+            if (json_len(m) != 2 || !str_eq(json_at(m, 0), a, (size_t)al) || !str_eq(json_at(m, 1), b, (size_t)bl)) ok = 0;
+        }
+        check("big_merges_content", ok, "merges entries differ");
+        check("big_scores_content", json_len(scores) == 50000 && json_num(json_at(scores, 12345)) == -12345 * 0.001,
+              "scores differ");
+    }
+    json_free(doc);
+    free(s);
+}
+
+static void test_read_file(void) {
+    char dir[] = "/tmp/test_json_XXXXXX", path[256], err[512];
+    if (!mkdtemp(dir)) { check("read_file_tmpdir", 0, "mkdtemp failed"); return; }
+    snprintf(path, sizeof path, "%s/a.json", dir);
+    FILE *f = fopen(path, "wb");
+    const char body[] = "{\"a\": \"x\\u0000\"}";
+    fwrite(body, 1, sizeof body - 1, f);
+    fclose(f);
+    size_t len = 0;
+    char *text = json_read_file(path, &len, err, sizeof err);
+    check("read_file_ok", text && len == sizeof body - 1 && memcmp(text, body, len) == 0 && text[len] == 0, err);
+    JsonDoc *doc = text ? json_parse(text, len, err, sizeof err) : NULL;
+    check("read_file_parse", doc && str_eq(json_get(json_root(doc), "a"), "x\0", 2), err);
+    json_free(doc);
+    free(text);
+    snprintf(path, sizeof path, "%s/empty.json", dir);
+    fclose(fopen(path, "wb"));
+    text = json_read_file(path, &len, err, sizeof err);
+    check("read_file_empty", text && len == 0 && text[0] == 0, err);
+    free(text);
+    remove(path);
+    snprintf(path, sizeof path, "%s/a.json", dir);
+    remove(path);
+    snprintf(path, sizeof path, "%s/missing.json", dir);
+    text = json_read_file(path, &len, err, sizeof err);
+    check("read_file_missing", !text && strstr(err, path) && strstr(err, "No such file"), err);
+    text = json_read_file(dir, &len, err, sizeof err);
+    check("read_file_directory", !text && strstr(err, dir), err);
+    free(text);
+    rmdir(dir);
+}
+
+int main(void) {
+    test_kinds();
+    test_escapes();
+    test_numbers();
+    test_malformed();
+    test_depth();
+    test_big();
+    test_read_file();
+    return failures ? 1 : 0;
+}
