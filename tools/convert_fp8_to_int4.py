@@ -1,0 +1,674 @@
+#!/usr/bin/python3
+"""convert_fp8_to_int4.py: convert a GLM-5.x checkpoint (FP8, BF16, F16 or F32 safetensors) into the
+quantized container that glm.c reads (docs: container.md).
+
+    /usr/bin/python3 tools/convert_fp8_to_int4.py SRC_DIR DST_DIR [options]
+
+Precision per tensor class (container.md section 5; every option takes 8, 4, 2 or 16 = keep f32):
+    --expert-bits B   routed experts of layers < num_hidden_layers          (default 4)
+    --dense-bits B    attention, shared expert, dense MLP of those layers   (default 4)
+    --io-bits B       model.embed_tokens.weight, lm_head.weight             (default 8)
+    --mtp-bits B      every 2-D weight of the MTP layer (index num_hidden_layers) (default 8)
+    --indexer-bits B  self_attn.indexer.* 2-D weights                       (default 8)
+    --group N         int4 group size (default 64); --per-row: int4-row instead of groups
+Always f32: 1-D tensors (norms, k_norm weight/bias, e_score_correction_bias) and the router
+mlp.gate.weight. 8 bits is always int8-row and 2 bits int2-row. An int4 tensor whose rows fit in one
+group is written as int4-row (identical numbers, and the byte arithmetic cannot tell them apart).
+
+Other options:
+    --delete-source   delete a source shard once no unfinished output shard needs it
+    --margin-mb M     free space to keep on DST beyond the estimated output (default 1024)
+    --restart         ignore DST/.convert-state.json from an earlier run (it must otherwise match)
+
+Quantization (bit-exact with the engine's load-time quantizer, all float32): per row or per group
+absmax; s = max(absmax/qmax, 1e-8); q = clamp(rint(w/s), -2^(b-1), qmax), rint = half to even.
+int4: stored q+8, element 2j in the low nibble; int2: stored q+2, element 4j+k in bits 2k..2k+1; an
+odd tail is padded with q = 0 (nibble 8, crumb 2). Output: NAME as U8 (int4/int2) or I8 (int8) 1-D
+byte array plus NAME.qs F32 1-D; __metadata__ colibri.fmt maps names to formats, colibri.group gives g.
+FP8 weights are dequantized exactly: W = e4m3(code) * NAME_scale_inv[o//128][i//128] in float32.
+Fused experts (mlp.experts.gate_up_proj [E,2I,D] gate rows first, mlp.experts.down_proj [E,D,I])
+are split into per-expert tensors. An expert's three payloads are written adjacent, followed by its
+three .qs arrays.
+
+Output shards carry the input shard names. Each is written to NAME.tmp, fsynced and renamed;
+DST/.convert-state.json (atomic) lists finished shards, so a rerun skips them and redoes a partial
+one. config.json, generation_config.json and tokenizer*.json are copied when all shards are done.
+Testing hook: CONVERT_KILL_AFTER_TENSORS=N makes the process SIGKILL itself after writing N tensors.
+"""
+import argparse
+import glob
+import json
+import math
+import os
+import re
+import shutil
+import signal
+import sys
+import time
+
+import numpy as np
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from safetensors_io import SafeFile, ShardWriter, StError, atomic_write_bytes, header_bytes, to_f32  # noqa: E402
+
+STATE_NAME = ".convert-state.json"
+COPY_PATTERNS = ("config.json", "generation_config.json", "tokenizer*.json")
+CHUNK_ELEMS = 8 * 1024 * 1024      # rows per read/quantize step: about 32 MB of float32
+QMAX = {8: 127, 4: 7, 2: 1}
+LAYER_RE = re.compile(r"^model\.layers\.(\d+)\.")
+EXPERT_RE = re.compile(r"^(model\.layers\.\d+\.mlp\.experts)\.(\d+)\.(gate_proj|up_proj|down_proj)\.weight$")
+FUSED_RE = re.compile(r"^(model\.layers\.\d+\.mlp\.experts)\.(gate_up_proj|down_proj)$")
+PROJS = ("gate_proj", "up_proj", "down_proj")
+
+
+class ConvertError(Exception):
+    pass
+
+
+def die(msg):
+    print(f"convert: error: {msg}", file=sys.stderr)
+    sys.exit(1)
+
+
+# ----------------------------------------------------------------------------------------------
+# Quantization: the one place where output bytes are decided.
+
+def quantize_rows(w, bits, group, what):
+    """w: float32 [R, I]. group None = one scale per row. Returns (packed uint8 [R, stride], scales
+    float32 [R, ngroups])."""
+    qmax = QMAX[bits]
+    rows, cols = w.shape
+    g = cols if group is None else group
+    ng = max(1, -(-cols // g)) if cols else 1
+    if cols % g or cols == 0:
+        padded = np.zeros((rows, ng * g), dtype=np.float32)
+        padded[:, :cols] = w
+        wg = padded.reshape(rows, ng, g)
+    else:
+        wg = w.reshape(rows, ng, g)
+    absmax = np.abs(wg).max(axis=2)
+    if not np.isfinite(absmax).all():
+        r = int(np.nonzero(~np.isfinite(absmax))[0][0])
+        raise ConvertError(f"{what}: non-finite value (NaN or Inf) in row {r}")
+    s = np.maximum(absmax / np.float32(qmax), np.float32(1e-8))
+    q = np.rint(wg / s[:, :, None])
+    np.clip(q, -qmax - 1, qmax, out=q)
+    q = q.astype(np.int8).reshape(rows, ng * g)[:, :cols]
+    if bits == 8:
+        packed = q.view(np.uint8)
+    elif bits == 4:
+        u = (q + 8).astype(np.uint8)
+        if cols % 2:
+            u = np.concatenate([u, np.full((rows, 1), 8, np.uint8)], axis=1)
+        packed = u[:, 0::2] | (u[:, 1::2] << 4)
+    else:
+        u = (q + 2).astype(np.uint8)
+        if cols % 4:
+            u = np.concatenate([u, np.full((rows, (-cols) % 4), 2, np.uint8)], axis=1)
+        packed = u[:, 0::4] | (u[:, 1::4] << 2) | (u[:, 2::4] << 4) | (u[:, 3::4] << 6)
+    return np.ascontiguousarray(packed), np.ascontiguousarray(s, dtype=np.float32)
+
+
+def fmt_of(bits, group, cols):
+    """(format name, group or None) for a tensor with `cols` inputs."""
+    if bits == 16:
+        return "f32", None
+    if bits == 8:
+        return "int8-row", None
+    if bits == 2:
+        return "int2-row", None
+    if group is None or cols <= group:
+        return "int4-row", None
+    return "int4-grouped", group
+
+
+def out_entries(name, fmt, group, rows, cols, shape):
+    """Header entries of one output tensor: [(name, dtype, shape)] payload (and .qs)."""
+    if fmt == "f32":
+        return [(name, "F32", shape)], []
+    if fmt == "int8-row":
+        return [(name, "I8", [rows * cols])], [(name + ".qs", "F32", [rows])]
+    if fmt == "int2-row":
+        return [(name, "U8", [rows * -(-cols // 4)])], [(name + ".qs", "F32", [rows])]
+    ng = 1 if fmt == "int4-row" else -(-cols // group)
+    return [(name, "U8", [rows * -(-cols // 2)])], [(name + ".qs", "F32", [rows * ng])]
+
+
+# ----------------------------------------------------------------------------------------------
+# Source access
+
+class Source:
+    """All source shards: headers indexed by tensor name (duplicates refused)."""
+
+    def __init__(self, src_dir, shard_names):
+        self.dir = src_dir
+        self.shards = shard_names
+        self.files = {}
+        self.where = {}     # tensor name -> shard index
+        for i, sn in enumerate(shard_names):
+            p = os.path.join(src_dir, sn)
+            if not os.path.exists(p):
+                continue     # deleted by an earlier --delete-source run
+            f = SafeFile(p)
+            self.files[i] = f
+            for n in f.names():
+                if n in self.where:
+                    raise ConvertError(f"tensor {n} appears in both {shard_names[self.where[n]]} and {sn}")
+                self.where[n] = i
+
+    def info(self, name):
+        return self.files[self.where[name]].info(name)
+
+    def raw(self, name):
+        return self.files[self.where[name]].raw(name)
+
+    def file_of(self, name):
+        return self.shards[self.where[name]]
+
+
+class Matrix:
+    """A 2-D float view of a source tensor (or of expert e of a 3-D fused one), rows [r0, r0+rows)."""
+
+    def __init__(self, src, name, expert=None, r0=0, rows=None):
+        self.src, self.name, self.expert, self.r0 = src, name, expert, r0
+        inf = src.info(name)
+        self.dtype = inf["dtype"]
+        shape = inf["shape"][1:] if expert is not None else inf["shape"]
+        self.full_rows, self.cols = shape
+        self.rows = self.full_rows if rows is None else rows
+        self.scale = None
+        if self.dtype == "F8_E4M3":
+            sc = src.raw(name + "_scale_inv")
+            self.scale = sc[expert] if expert is not None else sc
+        esize = {"F32": 4, "BF16": 2, "F16": 2, "F8_E4M3": 1}[self.dtype]
+        self.row_bytes = self.cols * esize
+
+    def read(self, a, b):
+        """float32 rows [a, b) of this matrix (relative to r0), exactly dequantized."""
+        raw = self.src.raw(self.name)
+        if self.expert is not None:
+            raw = raw[self.expert]
+        block = raw[self.r0 + a:self.r0 + b]
+        w = to_f32(block, self.dtype)
+        if self.scale is not None:
+            rb = np.arange(self.r0 + a, self.r0 + b) // 128
+            mult = np.repeat(np.asarray(self.scale, dtype=np.float32)[rb], 128, axis=1)[:, :self.cols]
+            w = w * mult
+        return np.ascontiguousarray(w, dtype=np.float32)
+
+
+# ----------------------------------------------------------------------------------------------
+# Plan: which output tensors go to which output shard, in which order
+
+class Policy:
+    def __init__(self, args, num_hidden_layers):
+        self.bits = {"expert": args.expert_bits, "dense": args.dense_bits, "io": args.io_bits,
+                     "mtp": args.mtp_bits, "indexer": args.indexer_bits}
+        self.group = None if args.per_row else args.group
+        self.nhl = num_hidden_layers
+
+    def as_dict(self):
+        return {"bits": self.bits, "group": self.group, "num_hidden_layers": self.nhl}
+
+    def bits_for(self, name, ndim):
+        """bits for a source tensor, 16 = keep f32."""
+        if ndim != 2 or name.endswith(".mlp.gate.weight") or name.endswith("e_score_correction_bias"):
+            return 16
+        if name in ("model.embed_tokens.weight", "lm_head.weight"):
+            return self.bits["io"]
+        m = LAYER_RE.match(name)
+        if m and int(m.group(1)) >= self.nhl:
+            return self.bits["mtp"]
+        if ".self_attn.indexer." in name:
+            return self.bits["indexer"]
+        if ".mlp.experts." in name:
+            return self.bits["expert"]
+        return self.bits["dense"]
+
+
+class Unit:
+    """A group of output tensors written contiguously: one tensor, one expert, or a fused layer."""
+
+    def __init__(self, kind, key, sources):
+        self.kind, self.key, self.sources = kind, key, sources   # sources: names of base tensors
+        self.parts = []        # [(out_name, Matrix factory args)] in payload order
+        self.entries = []      # header entries in data order
+        self.fmts = {}
+        self.in_bytes = 0
+
+
+def build_units(src, policy, done_outputs):
+    """Group source tensors into units, validate them, and drop units already written."""
+    units = []
+    experts = {}
+    fused = {}
+    seen_companion = set()
+    for name in sorted(src.where, key=lambda n: (src.where[n], src.info(n)["offset"])):
+        inf = src.info(name)
+        if name.endswith(".qs"):
+            raise ConvertError(f"{src.file_of(name)}: tensor {name}: source is already a quantized container")
+        if name.endswith("_scale_inv"):
+            base = name[:-len("_scale_inv")]
+            if base not in src.where:
+                raise ConvertError(f"{src.file_of(name)}: tensor {name} has no base tensor {base}")
+            continue
+        if inf["dtype"] not in ("F32", "BF16", "F16", "F8_E4M3"):
+            raise ConvertError(f"{src.file_of(name)}: tensor {name}: unsupported dtype {inf['dtype']}")
+        m = EXPERT_RE.match(name)
+        if m:
+            experts.setdefault((m.group(1), int(m.group(2))), {})[m.group(3)] = name
+            continue
+        m = FUSED_RE.match(name)
+        if m:
+            fused.setdefault(m.group(1), {})[m.group(2)] = name
+            continue
+        units.append(Unit("single", name, [name]))
+    for (prefix, e), d in experts.items():
+        units.append(Unit("expert", f"{prefix}.{e}", [d.get(p) for p in PROJS]))
+    for prefix, d in fused.items():
+        units.append(Unit("fused", prefix, [d.get("gate_up_proj"), d.get("down_proj")]))
+    kept = []
+    for u in units:
+        outs = unit_output_names(u, src)
+        if outs and all(o in done_outputs for o in outs):
+            continue
+        finish_unit(u, src, policy)
+        kept.append(u)
+    for u in kept:
+        u.shard = min(src.where[s] for s in u.sources)
+        u.order = min(src.info(s)["offset"] for s in u.sources if src.where[s] == u.shard)
+        u.needs = set(src.where[s] for s in u.sources)
+        u.needs |= set(src.where[s + "_scale_inv"] for s in u.sources if s + "_scale_inv" in src.where)
+    kept.sort(key=lambda u: (u.shard, u.order))
+    return kept, seen_companion
+
+
+def unit_output_names(u, src):
+    """Output payload names a unit would produce (without formats), for the already-done check."""
+    if u.kind == "single":
+        return [u.key]
+    if u.kind == "expert":
+        return [f"{u.key}.{p}.weight" for p, s in zip(PROJS, u.sources) if s is not None]
+    names = []
+    for s in u.sources:
+        if s is None:
+            continue
+        n_exp = src.info(s)["shape"][0]
+        projs = ("gate_proj", "up_proj") if s.endswith("gate_up_proj") else ("down_proj",)
+        names += [f"{u.key}.{e}.{p}.weight" for e in range(n_exp) for p in projs]
+    return names
+
+
+def check_float_source(src, name, want_ndim):
+    inf = src.info(name)
+    where = f"{src.file_of(name)}: tensor {name}"
+    if len(inf["shape"]) != want_ndim:
+        raise ConvertError(f"{where}: expected {want_ndim}-D, shape is {list(inf['shape'])}")
+    comp = name + "_scale_inv"
+    if inf["dtype"] == "F8_E4M3":
+        if comp not in src.where:
+            raise ConvertError(f"{where}: F8_E4M3 without its {comp} companion")
+        ci = src.info(comp)
+        sh = inf["shape"]
+        want = list(sh[:-2]) + [-(-sh[-2] // 128), -(-sh[-1] // 128)]
+        if ci["dtype"] != "F32" or list(ci["shape"]) != want:
+            raise ConvertError(f"{src.file_of(comp)}: tensor {comp}: expected F32 {want}, "
+                               f"found {ci['dtype']} {list(ci['shape'])}")
+    elif comp in src.where:
+        raise ConvertError(f"{where}: {inf['dtype']} tensor has a {comp} companion (only F8_E4M3 may)")
+
+
+def finish_unit(u, src, policy):
+    """Validate a unit and compute its output parts and header entries."""
+    def add(out_name, mat, bits):
+        fmt, group = fmt_of(bits, policy.group, mat.cols)
+        payload, qs = out_entries(out_name, fmt, group, mat.rows, mat.cols, [mat.rows, mat.cols])
+        u.parts.append((out_name, mat, bits, fmt, group))
+        u.payload_entries.extend(payload)
+        u.qs_entries.extend(qs)
+        if fmt != "f32":
+            u.fmts[out_name] = fmt
+        u.in_bytes += mat.rows * mat.row_bytes
+
+    u.payload_entries, u.qs_entries = [], []
+    if u.kind == "single":
+        name = u.key
+        inf = src.info(name)
+        nd = len(inf["shape"])
+        if nd > 2:
+            raise ConvertError(f"{src.file_of(name)}: tensor {name}: unexpected {nd}-D tensor {list(inf['shape'])}")
+        check_float_source(src, name, nd)
+        bits = policy.bits_for(name, nd)
+        if nd == 2:
+            add(name, Matrix(src, name), bits)
+        else:
+            u.parts.append((name, None, 16, "f32", None))
+            u.payload_entries.append((name, "F32", list(inf["shape"])))
+            u.in_bytes += inf["nbytes"]
+    elif u.kind == "expert":
+        missing = [p for p, s in zip(PROJS, u.sources) if s is None]
+        if missing:
+            raise ConvertError(f"expert {u.key}: missing {', '.join(p + '.weight' for p in missing)}")
+        for p, s in zip(PROJS, u.sources):
+            check_float_source(src, s, 2)
+            add(s, Matrix(src, s), policy.bits_for(s, 2))
+        gi, ui, di = (src.info(s)["shape"] for s in u.sources)
+        if gi != ui or di[0] != gi[1] or di[1] != gi[0]:
+            raise ConvertError(f"expert {u.key}: inconsistent shapes gate {list(gi)} up {list(ui)} down {list(di)}")
+    else:
+        gu, dn = u.sources
+        if gu is None or dn is None:
+            raise ConvertError(f"fused experts {u.key}: need both gate_up_proj and down_proj")
+        check_float_source(src, gu, 3)
+        check_float_source(src, dn, 3)
+        e1, two_i, d1 = src.info(gu)["shape"]
+        e2, d2, i2 = src.info(dn)["shape"]
+        if e1 != e2 or d1 != d2 or two_i != 2 * i2:
+            raise ConvertError(f"fused experts {u.key}: inconsistent shapes gate_up_proj {[e1, two_i, d1]} "
+                               f"down_proj {[e2, d2, i2]}")
+        u.parts_by_expert = []
+        for e in range(e1):
+            before = len(u.parts), len(u.payload_entries), len(u.qs_entries)
+            for p in PROJS:
+                out = f"{u.key}.{e}.{p}.weight"
+                if p == "down_proj":
+                    mat = Matrix(src, dn, expert=e)
+                else:
+                    mat = Matrix(src, gu, expert=e, r0=0 if p == "gate_proj" else i2, rows=i2)
+                add(out, mat, policy.bits_for(out, 2))
+            u.parts_by_expert.append(before)
+    # data order: per expert payloads then .qs; a fused unit is a sequence of experts
+    if u.kind == "fused":
+        u.entries = []
+        bounds = u.parts_by_expert + [(len(u.parts), len(u.payload_entries), len(u.qs_entries))]
+        for (p0, a0, q0), (p1, a1, q1) in zip(bounds, bounds[1:]):
+            u.entries += u.payload_entries[a0:a1] + u.qs_entries[q0:q1]
+        u.groups = [(p0, p1) for (p0, _, _), (p1, _, _) in zip(bounds, bounds[1:])]
+    else:
+        u.entries = u.payload_entries + u.qs_entries
+        u.groups = [(0, len(u.parts))]
+
+
+# ----------------------------------------------------------------------------------------------
+# Writing
+
+class Progress:
+    def __init__(self, total_bytes):
+        self.total = max(1, total_bytes)
+        self.done = 0
+        self.t0 = time.time()
+        self.last = 0.0
+        self.tty = sys.stderr.isatty()
+
+    def add(self, n, label, force=False):
+        self.done += n
+        now = time.time()
+        if not force and now - self.last < (0.5 if self.tty else 10.0):
+            return
+        self.last = now
+        dt = max(now - self.t0, 1e-6)
+        rate = self.done / dt
+        eta = (self.total - self.done) / rate if rate > 0 else 0
+        frac = min(1.0, self.done / self.total)
+        bar = "#" * int(frac * 30) + "." * (30 - int(frac * 30))
+        line = (f"[{bar}] {100 * frac:5.1f}% {label} {self.done / 1e6:.0f}/{self.total / 1e6:.0f} MB "
+                f"{rate / 1e6:.0f} MB/s ETA {int(eta) // 60}m{int(eta) % 60:02d}s")
+        print(("\r" + line + "   ") if self.tty else line, end="" if self.tty else "\n", file=sys.stderr, flush=True)
+
+    def end(self):
+        if self.tty:
+            print(file=sys.stderr)
+
+
+class Killer:
+    """CONVERT_KILL_AFTER_TENSORS=N: simulate a crash after N written tensors (tests)."""
+
+    def __init__(self):
+        v = os.environ.get("CONVERT_KILL_AFTER_TENSORS")
+        self.left = int(v) if v else None
+
+    def tick(self):
+        if self.left is not None:
+            self.left -= 1
+            if self.left <= 0:
+                sys.stderr.flush()
+                os.kill(os.getpid(), signal.SIGKILL)
+
+
+def write_part(writer, name, mat, bits, fmt, group, src, progress, label, killer):
+    """Write one part's payload (row chunks); returns its scales (or None)."""
+    if mat is None:       # 1-D / 0-D float tensor kept as f32
+        inf = src.info(name)
+        data = to_f32(src.raw(name), inf["dtype"])
+        if not np.isfinite(data).all():
+            raise ConvertError(f"{src.file_of(name)}: tensor {name}: non-finite value")
+        writer.write(name, np.ascontiguousarray(data, dtype=np.float32))
+        killer.tick()
+        progress.add(inf["nbytes"], label)
+        return None
+    step = max(1, CHUNK_ELEMS // max(1, mat.cols))
+    scales = []
+    for a in range(0, mat.rows, step):
+        b = min(mat.rows, a + step)
+        w = mat.read(a, b)
+        if fmt == "f32":
+            if not np.isfinite(w).all():
+                raise ConvertError(f"{src.file_of(mat.name)}: tensor {mat.name}: non-finite value")
+            writer.write(name, w)
+        else:
+            packed, s = quantize_rows(w, bits, group, f"{src.file_of(mat.name)}: tensor {mat.name}")
+            writer.write(name, packed)
+            scales.append(s.reshape(-1))
+        progress.add((b - a) * mat.row_bytes, label)
+    killer.tick()
+    return np.concatenate(scales) if scales else None
+
+
+def shard_layout(units):
+    """Header entries (data order) and __metadata__ of one output shard."""
+    entries, fmts = [], {}
+    for u in units:
+        entries += u.entries
+        fmts.update(u.fmts)
+    meta = {"format": "pt", "colibri.fmt": json.dumps(fmts, sort_keys=True)}
+    groups = sorted(set(p[4] for u in units for p in u.parts if p[4]))
+    if groups:
+        meta["colibri.group"] = ",".join(str(g) for g in groups)
+    return entries, meta
+
+
+def shard_bytes(units):
+    entries, meta = shard_layout(units)
+    head, sizes = header_bytes(entries, meta)
+    return len(head) + sum(n for _, n in sizes)
+
+
+def write_shard(path, units, src, progress, label, killer):
+    entries, meta = shard_layout(units)
+    writer = ShardWriter(path, entries, meta)
+    try:
+        for u in units:
+            for p0, p1 in u.groups:
+                pending = []
+                for name, mat, bits, fmt, group in u.parts[p0:p1]:
+                    s = write_part(writer, name, mat, bits, fmt, group, src, progress, label, killer)
+                    if s is not None:
+                        pending.append((name + ".qs", s))
+                for qname, s in pending:
+                    writer.write(qname, s)
+                    killer.tick()
+        writer.close()
+    except BaseException:
+        writer.abort()
+        raise
+    return len(entries)
+
+
+# ----------------------------------------------------------------------------------------------
+
+def load_state(path):
+    try:
+        with open(path) as fh:
+            st = json.load(fh)
+        if not isinstance(st, dict) or not isinstance(st.get("finished"), dict):
+            raise ValueError("no 'finished' map")
+        return st
+    except (OSError, ValueError) as e:
+        raise ConvertError(f"{path}: unreadable state file ({e}); use --restart")
+
+
+def save_state(path, state):
+    atomic_write_bytes(path, (json.dumps(state, indent=1, sort_keys=True) + "\n").encode())
+
+
+def free_bytes(d):
+    s = os.statvfs(d)
+    return s.f_bavail * s.f_frsize
+
+
+def parse_args(argv):
+    ap = argparse.ArgumentParser(description="Convert FP8/BF16/F32 GLM safetensors into the glm.c container.")
+    ap.add_argument("src")
+    ap.add_argument("dst")
+    bits = lambda s: int(s) if s in ("2", "4", "8", "16") else ap.error(f"bits must be 2, 4, 8 or 16, not {s}")
+    ap.add_argument("--expert-bits", type=bits, default=4)
+    ap.add_argument("--dense-bits", type=bits, default=4)
+    ap.add_argument("--io-bits", type=bits, default=8)
+    ap.add_argument("--mtp-bits", type=bits, default=8)
+    ap.add_argument("--indexer-bits", type=bits, default=8)
+    ap.add_argument("--group", type=int, default=64)
+    ap.add_argument("--per-row", action="store_true")
+    ap.add_argument("--delete-source", action="store_true")
+    ap.add_argument("--margin-mb", type=float, default=1024)
+    ap.add_argument("--restart", action="store_true")
+    a = ap.parse_args(argv)
+    if a.group < 1:
+        ap.error("--group must be >= 1")
+    return a
+
+
+def main(argv):
+    args = parse_args(argv)
+    src_dir, dst_dir = args.src, args.dst
+    if not os.path.isdir(src_dir):
+        die(f"{src_dir}: not a directory")
+    if os.path.exists(dst_dir) and os.path.samefile(src_dir, dst_dir):
+        die("SRC_DIR and DST_DIR must differ")
+    cfg_path = os.path.join(src_dir, "config.json")
+    try:
+        with open(cfg_path) as fh:
+            cfg = json.load(fh)
+        nhl = cfg["num_hidden_layers"]
+        if not isinstance(nhl, int) or nhl < 0:
+            raise ValueError("num_hidden_layers is not a non-negative integer")
+    except (OSError, ValueError, KeyError, TypeError) as e:
+        die(f"{cfg_path}: {e}")
+    os.makedirs(dst_dir, exist_ok=True)
+    policy = Policy(args, nhl)
+    state_path = os.path.join(dst_dir, STATE_NAME)
+
+    state = None
+    if os.path.exists(state_path) and not args.restart:
+        state = load_state(state_path)
+        if state.get("options") != policy.as_dict():
+            die(f"{state_path}: an earlier run used options {json.dumps(state.get('options'))}, this run "
+                f"{json.dumps(policy.as_dict())}; use the same options, a fresh DST_DIR or --restart")
+    if state is None:
+        state = {"options": policy.as_dict(), "finished": {}}
+
+    shard_names = sorted(os.path.basename(p) for p in glob.glob(os.path.join(src_dir, "*.safetensors")))
+    shard_names = sorted(set(shard_names) | set(state["finished"]))
+    if not shard_names:
+        die(f"{src_dir}: no *.safetensors files")
+
+    # A finished shard counts only if its output is still there with the recorded size.
+    done_outputs = set()
+    for sn, rec in list(state["finished"].items()):
+        out = os.path.join(dst_dir, sn)
+        if rec.get("bytes", 0) == 0:
+            continue
+        if not os.path.exists(out) or os.path.getsize(out) != rec["bytes"]:
+            print(f"convert: {sn}: output missing or wrong size, redoing it", file=sys.stderr)
+            del state["finished"][sn]
+            continue
+        done_outputs.update(SafeFile(out).names())
+    for sn in shard_names:
+        if sn not in state["finished"] and not os.path.exists(os.path.join(src_dir, sn)):
+            die(f"{os.path.join(src_dir, sn)}: source shard is gone but its output is not finished")
+    for stale in glob.glob(os.path.join(dst_dir, "*.tmp")):
+        os.remove(stale)     # a partial shard from a killed run: redone below
+
+    src = Source(src_dir, shard_names)
+    units, _ = build_units(src, policy, done_outputs)
+    todo = [i for i, sn in enumerate(shard_names) if sn not in state["finished"]]
+    by_shard = {i: [u for u in units if u.shard == i] for i in todo}
+    for u in units:
+        if u.shard not in by_shard:
+            raise ConvertError(f"{shard_names[u.shard]}: marked finished but tensor group {u.key} "
+                               f"was not written; use --restart")
+    est = {i: shard_bytes(by_shard[i]) if by_shard[i] else 0 for i in todo}
+    in_total = sum(u.in_bytes for u in units)
+    out_total = sum(est.values())
+    same_fs = os.stat(src_dir).st_dev == os.stat(dst_dir).st_dev
+    need_out = max(est.values(), default=0) if (args.delete_source and same_fs) else out_total
+    margin = int(args.margin_mb * 1e6)
+    free = free_bytes(dst_dir)
+    print(f"convert: {len(todo)} of {len(shard_names)} shards to do, {in_total / 1e6:.1f} MB input, "
+          f"estimated output {out_total / 1e6:.1f} MB; need {(need_out + margin) / 1e6:.1f} MB "
+          f"(output {need_out / 1e6:.1f} + margin {margin / 1e6:.1f}), free {free / 1e6:.1f} MB on {dst_dir}",
+          file=sys.stderr)
+    if free < need_out + margin:
+        die(f"refusing to start: {free / 1e6:.1f} MB free on {dst_dir}, need {(need_out + margin) / 1e6:.1f} MB")
+
+    needed_by = {}
+    for u in units:
+        for f in u.needs:
+            needed_by.setdefault(f, set()).add(u.shard)
+
+    progress = Progress(in_total)
+    killer = Killer()
+    t0 = time.time()
+    for k, i in enumerate(todo):
+        sn = shard_names[i]
+        free = free_bytes(dst_dir)
+        if free < est[i] + margin / 4:
+            die(f"{sn}: only {free / 1e6:.1f} MB free on {dst_dir}, shard needs ~{est[i] / 1e6:.1f} MB; "
+                f"free some space and rerun (finished shards are kept)")
+        label = f"shard {k + 1}/{len(todo)} {sn}"
+        if by_shard[i]:
+            out = os.path.join(dst_dir, sn)
+            n = write_shard(out, by_shard[i], src, progress, label, killer)
+            rec = {"bytes": os.path.getsize(out), "tensors": n}
+        else:
+            rec = {"bytes": 0, "tensors": 0}
+        state["finished"][sn] = rec
+        save_state(state_path, state)
+        progress.add(0, label, force=True)
+        if args.delete_source:
+            for f, users in needed_by.items():
+                users.discard(i)
+            for f in sorted(src.files):
+                fname = shard_names[f]
+                if fname in state["finished"] and not needed_by.get(f):
+                    src.files[f].close()
+                    del src.files[f]
+                    os.remove(os.path.join(src_dir, fname))
+                    print(f"convert: deleted source {fname}", file=sys.stderr)
+    progress.end()
+
+    for pat in COPY_PATTERNS:
+        for p in sorted(glob.glob(os.path.join(src_dir, pat))):
+            with open(p, "rb") as fh:
+                atomic_write_bytes(os.path.join(dst_dir, os.path.basename(p)), fh.read())
+    dt = max(time.time() - t0, 1e-9)
+    print(f"convert: done: {in_total / 1e6:.1f} MB of input in {dt:.1f} s = {in_total / 1e6 / dt:.1f} MB/s; "
+          f"{len(todo)} shard(s) written to {dst_dir}", file=sys.stderr)
+
+
+if __name__ == "__main__":
+    try:
+        main(sys.argv[1:])
+    except (ConvertError, StError) as e:
+        die(str(e))
+    except KeyboardInterrupt:
+        die("interrupted (finished shards are kept; rerun to continue)")
