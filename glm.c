@@ -1,0 +1,1490 @@
+/* glm.c — GLM-5.x (HF model_type "glm_moe_dsa") inference in one C file.
+
+   The model: a 78-layer Mixture-of-Experts transformer with Multi-head Latent Attention (MLA),
+   a DeepSeek-sparse-attention "lightning indexer" that picks which past tokens each query may
+   see, a sigmoid router over 256 routed experts (8 per token) plus one shared expert, and a
+   multi-token-prediction (MTP) layer. The math follows ../shared/docs/glm_moe_dsa.md; section
+   numbers (§) below refer to it.
+
+   The file reads top to bottom in data-flow order:
+     1. Settings     every environment variable, its default and meaning (`./glm --help`)
+     2. Config       config.json → validated model shape
+     3. Weights      tensors from safetensors (st.h), quantized at load or pre-quantized (quant.h)
+     4. Kernels      the one matmul dispatch and the small vector helpers
+     5. Attention    RMSNorm, RoPE, MLA (absorbed decode / explicit prefill), the DSA indexer
+     6. Experts      where a routed expert's weights come from (ExpertStore)
+     7. MoE          router, batch union of chosen experts, SwiGLU, shared expert
+     8. Model        loading and the forward pass over S positions, the MTP head
+     9. Generation   argmax/sampling and the oracle validation modes
+    10. main         settings → mode → effective configuration → stats
+
+   Build: `make` (see Makefile). Run: `./glm --help`. */
+
+#define _GNU_SOURCE
+#include <ctype.h>
+#include <errno.h>
+#include <math.h>
+#include <stdarg.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/resource.h>
+#include <time.h>
+#include <unistd.h>
+#ifdef _OPENMP
+#include <omp.h>
+#endif
+
+#define JSON_IMPLEMENTATION
+#include "json.h"
+#define ST_IMPLEMENTATION
+#include "st.h"
+#define QUANT_IMPLEMENTATION
+#include "quant.h"
+
+extern char **environ;
+
+/* ---------------------------------------------------------------------------------------------
+   Small utilities: fatal errors, timing, allocation that cannot silently fail.
+   --------------------------------------------------------------------------------------------- */
+
+static void die(const char *fmt, ...) {
+    va_list ap;
+    va_start(ap, fmt);
+    fputs("glm: error: ", stderr);
+    vfprintf(stderr, fmt, ap);
+    fputc('\n', stderr);
+    va_end(ap);
+    exit(1);
+}
+
+static double now_seconds(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
+}
+
+static void *xmalloc(size_t n) {
+    void *p = malloc(n ? n : 1);
+    if (!p) die("out of memory allocating %zu bytes", n);
+    return p;
+}
+
+static void *xcalloc(size_t count, size_t size) {
+    void *p = calloc(count ? count : 1, size ? size : 1);
+    if (!p) die("out of memory allocating %zu x %zu bytes", count, size);
+    return p;
+}
+
+static double peak_rss_gb(void) {
+    struct rusage ru;
+    getrusage(RUSAGE_SELF, &ru);
+    return ru.ru_maxrss / 1048576.0; /* ru_maxrss is in KiB on Linux */
+}
+
+/* =============================================================================================
+   1. Settings
+   Every knob is an environment variable (plus three optional positional arguments). One table
+   holds name, default and meaning; it drives --help, parsing and validation, and a variable one
+   letter away from a known name gets a warning, so a typo never silently does nothing.
+   ============================================================================================= */
+
+typedef enum { SET_STR, SET_INT, SET_FLOAT, SET_BOOL } SettingKind;
+
+typedef struct {
+    const char *name;
+    SettingKind kind;
+    const char *default_value;
+    double min, max;   /* for SET_INT / SET_FLOAT */
+    const char *help;
+} SettingSpec;
+
+static const SettingSpec SETTINGS[] = {
+    { "SNAP",     SET_STR,   "",     0, 0, "model directory (config.json + *.safetensors); required" },
+    { "REF",      SET_STR,   "",     0, 0, "oracle reference JSON (prompt_ids, full_ids, tf_pred, mtp_pred) for validation" },
+    { "TF",       SET_BOOL,  "0",    0, 1, "teacher forcing: one forward over REF's full_ids, compare argmax with tf_pred" },
+    { "MTP",      SET_BOOL,  "0",    0, 1, "with TF=1: also run the MTP head and compare with mtp_pred" },
+    { "NGEN",     SET_INT,   "-1",  -1, 1e9, "tokens to generate (-1: as many as REF's full_ids continues the prompt)" },
+    { "ABSORB",   SET_INT,   "-1",  -1, 1, "MLA form: 1 weight-absorbed, 0 explicit K/V, -1 auto by batch size" },
+    { "IDOT",     SET_BOOL,  "1",    0, 1, "integer dot products with int8 activations for quantized weights (0: exact float path)" },
+    { "GROUP",    SET_INT,   "0",    0, 4096, "group size for load-time int4 quantization (0: one scale per row)" },
+    { "THREADS",  SET_INT,   "0",    0, 1024, "worker threads (0: all cores)" },
+    { "INDEXER",  SET_STR,   "auto", 0, 0, "DSA indexer: auto (skip scoring while every key fits top-k) or always (score and select anyway)" },
+    { "BATCH",    SET_INT,   "256",  1, 65536, "largest number of positions one forward processes (longer prompts go in chunks)" },
+    { "CTX",      SET_INT,   "0",    0, 1048576, "KV cache capacity in tokens (0: what the run needs)" },
+    { "LATENT_EPS", SET_FLOAT, "1e-6", 0, 1, "eps of q_a_layernorm / kv_a_layernorm (HF: 1e-6; vLLM uses rms_norm_eps)" },
+    { "MTP_ZERO_POS0", SET_BOOL, "1", 0, 1, "MTP: zero the token embedding at position 0 (vLLM rule)" },
+};
+#define N_SETTINGS (sizeof SETTINGS / sizeof SETTINGS[0])
+
+typedef struct {
+    const char *model_dir, *ref_path, *indexer_mode;
+    int teacher_forcing, mtp, ngen, absorb, idot, group, threads, batch, ctx, mtp_zero_pos0;
+    float latent_eps;
+    int cache_slots, expert_bits, dense_bits;   /* positional arguments */
+} Settings;
+
+static const char *setting_value(const char *name) {
+    const char *v = getenv(name);
+    if (v) return v;
+    for (size_t i = 0; i < N_SETTINGS; i++)
+        if (!strcmp(SETTINGS[i].name, name)) return SETTINGS[i].default_value;
+    die("internal: unknown setting %s", name);
+    return NULL;
+}
+
+static double setting_number(const char *name) {
+    const SettingSpec *spec = NULL;
+    for (size_t i = 0; i < N_SETTINGS; i++) if (!strcmp(SETTINGS[i].name, name)) spec = &SETTINGS[i];
+    const char *v = setting_value(name);
+    char *end;
+    errno = 0;
+    double d = strtod(v, &end);
+    if (end == v || *end || errno) die("%s=%s is not a number", name, v);
+    if (spec->kind != SET_FLOAT && d != floor(d)) die("%s=%s must be a whole number", name, v);
+    if (d < spec->min || d > spec->max) die("%s=%s is out of range [%g, %g]", name, v, spec->min, spec->max);
+    return d;
+}
+
+/* Levenshtein distance ≤ 1 between two short names. */
+static int one_edit_apart(const char *a, const char *b) {
+    size_t la = strlen(a), lb = strlen(b);
+    if (la > lb) { const char *t = a; a = b; b = t; size_t tl = la; la = lb; lb = tl; }
+    if (lb - la > 1) return 0;
+    size_t i = 0;
+    while (i < la && a[i] == b[i]) i++;
+    if (la == lb) return !strcmp(a + i + (i < la), b + i + (i < lb));
+    return !strcmp(a + i, b + i + 1);
+}
+
+static void warn_near_miss_variables(void) {
+    for (char **e = environ; *e; e++) {
+        const char *eq = strchr(*e, '=');
+        if (!eq || eq - *e > 40) continue;
+        char name[48];
+        memcpy(name, *e, (size_t)(eq - *e));
+        name[eq - *e] = 0;
+        int known = 0;
+        for (size_t i = 0; i < N_SETTINGS; i++) if (!strcmp(SETTINGS[i].name, name)) known = 1;
+        if (known) continue;
+        for (size_t i = 0; i < N_SETTINGS; i++)
+            if (strlen(SETTINGS[i].name) >= 3 && one_edit_apart(SETTINGS[i].name, name))
+                fprintf(stderr, "glm: warning: environment variable %s is not a setting; did you mean %s?\n",
+                        name, SETTINGS[i].name);
+    }
+}
+
+static void print_help(void) {
+    printf("usage: [VAR=value ...] ./glm [cache_slots] [expert_bits] [dense_bits]\n\n"
+           "  cache_slots   routed-expert cache slots per layer (default 64)\n"
+           "  expert_bits   load-time precision of routed experts: 16 (f32), 8, 4 or 2 (default 4)\n"
+           "  dense_bits    load-time precision of every other matrix (default 4)\n"
+           "  Pre-quantized tensors (NAME + NAME.qs) are used as they are.\n\n"
+           "environment variables:\n");
+    for (size_t i = 0; i < N_SETTINGS; i++)
+        printf("  %-14s default %-6s %s\n", SETTINGS[i].name,
+               SETTINGS[i].default_value[0] ? SETTINGS[i].default_value : "-", SETTINGS[i].help);
+}
+
+static int parse_bits(const char *arg, const char *what) {
+    char *end;
+    long v = strtol(arg, &end, 10);
+    if (*end || (v != 16 && v != 8 && v != 4 && v != 2))
+        die("%s '%s' must be 16, 8, 4 or 2", what, arg);
+    return (int)v;
+}
+
+static Settings settings_from_env(int argc, char **argv) {
+    Settings s;
+    memset(&s, 0, sizeof s);
+    s.cache_slots = 64; s.expert_bits = 4; s.dense_bits = 4;
+    int npos = 0;
+    for (int i = 1; i < argc; i++) {
+        if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) { print_help(); exit(0); }
+        if (argv[i][0] == '-') die("unknown option %s (see --help)", argv[i]);
+        if (npos == 0) {
+            char *end;
+            long v = strtol(argv[i], &end, 10);
+            if (*end || v < 1 || v > 65536) die("cache_slots '%s' must be a whole number in [1, 65536]", argv[i]);
+            s.cache_slots = (int)v;
+        } else if (npos == 1) s.expert_bits = parse_bits(argv[i], "expert_bits");
+        else if (npos == 2) s.dense_bits = parse_bits(argv[i], "dense_bits");
+        else die("too many arguments (see --help)");
+        npos++;
+    }
+    warn_near_miss_variables();
+    s.model_dir = setting_value("SNAP");
+    s.ref_path = setting_value("REF");
+    s.indexer_mode = setting_value("INDEXER");
+    if (strcmp(s.indexer_mode, "auto") && strcmp(s.indexer_mode, "always"))
+        die("INDEXER=%s: expected auto or always", s.indexer_mode);
+    s.teacher_forcing = (int)setting_number("TF");
+    s.mtp = (int)setting_number("MTP");
+    s.ngen = (int)setting_number("NGEN");
+    s.absorb = (int)setting_number("ABSORB");
+    s.idot = (int)setting_number("IDOT");
+    s.group = (int)setting_number("GROUP");
+    s.threads = (int)setting_number("THREADS");
+    s.batch = (int)setting_number("BATCH");
+    s.ctx = (int)setting_number("CTX");
+    s.latent_eps = (float)setting_number("LATENT_EPS");
+    s.mtp_zero_pos0 = (int)setting_number("MTP_ZERO_POS0");
+    if (s.group && s.group < 2) die("GROUP=%d: a group needs at least 2 inputs", s.group);
+    if (!s.model_dir[0]) die("SNAP is not set: point it at a model directory (see --help)");
+    if (s.mtp && !s.teacher_forcing) die("MTP=1 needs TF=1 (the MTP head is validated in teacher forcing)");
+    return s;
+}
+
+/* =============================================================================================
+   2. Config
+   config.json → Config. Every field the forward pass reads (§1.1), validated; anything we do
+   not implement is refused by name instead of being computed wrongly.
+   ============================================================================================= */
+
+#define MAX_EOS 8
+
+typedef struct {
+    int vocab, hidden, n_layers, n_heads;
+    int q_lora, kv_lora, qk_nope, qk_rope, qk_head, v_head;
+    int inter, moe_inter;
+    int n_experts, experts_per_tok, n_shared, n_group, topk_group, norm_topk_prob;
+    float routed_scale, rms_eps, rope_theta;
+    int index_heads, index_dim, index_topk;
+    int n_mtp;                      /* MTP layers stored after the decoder layers (0 or 1) */
+    unsigned char *layer_dense;     /* [n_layers + n_mtp]: dense MLP instead of MoE */
+    unsigned char *layer_indexer;   /* [n_layers + n_mtp]: full indexer (own weights, own top-k) */
+    int eos[MAX_EOS], n_eos;
+    int fused_experts;              /* filled by the loader: fused 3-D expert tensors on disk */
+} Config;
+
+typedef struct { const JsonValue *root; const char *path; } ConfigReader;
+
+static const JsonValue *config_field(ConfigReader *r, const char *key) { return json_get(r->root, key); }
+
+static int config_int(ConfigReader *r, const char *key, int fallback, int required, int lo, int hi) {
+    const JsonValue *v = config_field(r, key);
+    if (!v || json_type(v) == JSON_NULL) {
+        if (required) die("%s: field \"%s\" is missing", r->path, key);
+        return fallback;
+    }
+    int64_t i;
+    if (!json_is_int(v, &i)) die("%s: field \"%s\" must be an integer", r->path, key);
+    if (i < lo || i > hi) die("%s: field \"%s\" = %lld is out of range [%d, %d]", r->path, key, (long long)i, lo, hi);
+    return (int)i;
+}
+
+static float config_float(ConfigReader *r, const char *key, float fallback, double lo, double hi) {
+    const JsonValue *v = config_field(r, key);
+    if (!v || json_type(v) == JSON_NULL) return fallback;
+    if (json_type(v) != JSON_NUMBER) die("%s: field \"%s\" must be a number", r->path, key);
+    double d = json_num(v);
+    if (!(d >= lo && d <= hi)) die("%s: field \"%s\" = %g is out of range [%g, %g]", r->path, key, d, lo, hi);
+    return (float)d;
+}
+
+static const char *config_string(ConfigReader *r, const char *key) {
+    const JsonValue *v = config_field(r, key);
+    if (!v || json_type(v) == JSON_NULL) return NULL;
+    const char *s = json_str(v, NULL);
+    if (!s) die("%s: field \"%s\" must be a string", r->path, key);
+    return s;
+}
+
+static int config_bool(ConfigReader *r, const char *key, int fallback) {
+    const JsonValue *v = config_field(r, key);
+    if (!v || json_type(v) == JSON_NULL) return fallback;
+    int b = json_bool(v);
+    if (b < 0) die("%s: field \"%s\" must be true or false", r->path, key);
+    return b;
+}
+
+static void config_eos(Config *c, const JsonValue *v, const char *path) {
+    if (!v) return;
+    int64_t id;
+    c->n_eos = 0;
+    if (json_is_int(v, &id)) { c->eos[c->n_eos++] = (int)id; return; }
+    if (json_type(v) != JSON_ARRAY) die("%s: eos_token_id must be an integer or a list", path);
+    for (size_t i = 0; i < json_len(v) && c->n_eos < MAX_EOS; i++) {
+        if (!json_is_int(json_at(v, i), &id)) die("%s: eos_token_id[%zu] must be an integer", path, i);
+        c->eos[c->n_eos++] = (int)id;
+    }
+}
+
+static Config config_load(const char *dir) {
+    char path[4096];
+    snprintf(path, sizeof path, "%s/config.json", dir);
+    char err[512];
+    size_t len;
+    char *text = json_read_file(path, &len, err, sizeof err);
+    if (!text) die("cannot read model config: %s", err);
+    JsonDoc *doc = json_parse(text, len, err, sizeof err);
+    if (!doc) die("%s: %s", path, err);
+    ConfigReader r = { json_root(doc), path };
+    if (json_type(r.root) != JSON_OBJECT) die("%s: not a JSON object", path);
+
+    const char *model_type = config_string(&r, "model_type");
+    if (!model_type) die("%s: field \"model_type\" is missing", path);
+    if (strcmp(model_type, "glm_moe_dsa"))
+        die("%s: model_type \"%s\" is not supported (glm.c runs glm_moe_dsa, i.e. GLM-5.x)", path, model_type);
+
+    Config c;
+    memset(&c, 0, sizeof c);
+    c.vocab = config_int(&r, "vocab_size", 0, 1, 1, 1 << 24);
+    c.hidden = config_int(&r, "hidden_size", 0, 1, 1, 1 << 16);
+    c.n_layers = config_int(&r, "num_hidden_layers", 0, 1, 1, 4096);
+    c.n_heads = config_int(&r, "num_attention_heads", 0, 1, 1, 4096);
+    if (!config_field(&r, "q_lora_rank") || json_type(config_field(&r, "q_lora_rank")) == JSON_NULL)
+        die("%s: q_lora_rank is null or missing: attention without a query latent is not supported", path);
+    c.q_lora = config_int(&r, "q_lora_rank", 0, 1, 1, 1 << 16);
+    c.kv_lora = config_int(&r, "kv_lora_rank", 0, 1, 1, 1 << 16);
+    c.qk_nope = config_int(&r, "qk_nope_head_dim", 0, 1, 0, 4096);
+    c.qk_rope = config_int(&r, "qk_rope_head_dim", 0, 1, 2, 4096);
+    c.qk_head = c.qk_nope + c.qk_rope;   /* HF recomputes it; config's qk_head_dim/head_dim are not trusted */
+    c.v_head = config_int(&r, "v_head_dim", 0, 1, 1, 4096);
+    if (c.qk_rope % 2) die("%s: qk_rope_head_dim = %d must be even (RoPE rotates pairs)", path, c.qk_rope);
+    int64_t qkh;
+    if (config_field(&r, "qk_head_dim") && json_is_int(config_field(&r, "qk_head_dim"), &qkh) && qkh != c.qk_head)
+        die("%s: qk_head_dim = %lld contradicts qk_nope_head_dim + qk_rope_head_dim = %d", path, (long long)qkh, c.qk_head);
+    c.inter = config_int(&r, "intermediate_size", 0, 1, 1, 1 << 20);
+    c.moe_inter = config_int(&r, "moe_intermediate_size", 0, 1, 1, 1 << 20);
+    c.n_experts = config_int(&r, "n_routed_experts", 0, 0, 0, 1 << 16);
+    if (!c.n_experts) c.n_experts = config_int(&r, "num_local_experts", 0, 1, 1, 1 << 16);
+    c.experts_per_tok = config_int(&r, "num_experts_per_tok", 0, 1, 1, c.n_experts);
+    c.n_shared = config_int(&r, "n_shared_experts", 1, 0, 0, 64);
+    c.n_group = config_int(&r, "n_group", 1, 0, 1, c.n_experts);
+    c.topk_group = config_int(&r, "topk_group", 1, 0, 1, c.n_group);
+    if (c.n_experts % c.n_group) die("%s: n_routed_experts %d is not divisible by n_group %d", path, c.n_experts, c.n_group);
+    if (c.experts_per_tok > c.topk_group * (c.n_experts / c.n_group))
+        die("%s: num_experts_per_tok %d exceeds the experts left by topk_group %d", path, c.experts_per_tok, c.topk_group);
+    c.norm_topk_prob = config_bool(&r, "norm_topk_prob", 1);
+    c.routed_scale = config_float(&r, "routed_scaling_factor", 2.5f, 0, 1e6);
+    c.rms_eps = config_float(&r, "rms_norm_eps", 1e-5f, 0, 1);
+    c.index_heads = config_int(&r, "index_n_heads", 32, 0, 1, 4096);
+    c.index_dim = config_int(&r, "index_head_dim", 128, 0, 1, 4096);
+    c.index_topk = config_int(&r, "index_topk", 2048, 0, 1, 1 << 30);
+    if (c.index_dim < c.qk_rope)
+        die("%s: index_head_dim %d is smaller than qk_rope_head_dim %d", path, c.index_dim, c.qk_rope);
+    c.n_mtp = config_int(&r, "num_nextn_predict_layers", 0, 0, 0, 16);
+    if (c.n_mtp > 1) die("%s: num_nextn_predict_layers = %d: only one MTP layer is supported", path, c.n_mtp);
+
+    const char *act = config_string(&r, "hidden_act");
+    if (act && strcmp(act, "silu")) die("%s: hidden_act \"%s\" is not supported (only silu)", path, act);
+    const char *scoring = config_string(&r, "scoring_func");
+    if (scoring && strcmp(scoring, "sigmoid")) die("%s: scoring_func \"%s\" is not supported (only sigmoid)", path, scoring);
+    const char *topk_method = config_string(&r, "topk_method");
+    if (topk_method && strcmp(topk_method, "noaux_tc")) die("%s: topk_method \"%s\" is not supported (only noaux_tc)", path, topk_method);
+    if (config_bool(&r, "attention_bias", 0)) die("%s: attention_bias = true is not supported", path);
+    if (config_bool(&r, "tie_word_embeddings", 0)) die("%s: tie_word_embeddings = true is not supported", path);
+    if (!config_bool(&r, "rope_interleave", 1)) die("%s: rope_interleave = false (NeoX RoPE) is not GLM-5's convention", path);
+    if (!config_bool(&r, "indexer_rope_interleave", 1)) die("%s: indexer_rope_interleave = false is not GLM-5's convention", path);
+
+    /* RoPE: rope_parameters (new) or rope_theta + rope_scaling (legacy). Only plain RoPE exists
+       in GLM-5.x; YaRN and friends would need mscale terms we do not implement. */
+    c.rope_theta = 10000.0f;
+    const JsonValue *rp = config_field(&r, "rope_parameters");
+    const JsonValue *rs = config_field(&r, "rope_scaling");
+    const JsonValue *rope_obj = rp && json_type(rp) == JSON_OBJECT ? rp : rs && json_type(rs) == JSON_OBJECT ? rs : NULL;
+    c.rope_theta = config_float(&r, "rope_theta", c.rope_theta, 1e-3, 1e30);
+    if (rope_obj) {
+        const JsonValue *t = json_get(rope_obj, "rope_theta");
+        if (t) {
+            if (json_type(t) != JSON_NUMBER || !(json_num(t) > 0)) die("%s: rope_parameters.rope_theta must be a positive number", path);
+            c.rope_theta = (float)json_num(t);
+        }
+        const JsonValue *type = json_get(rope_obj, "rope_type");
+        if (!type) type = json_get(rope_obj, "type");
+        const char *ts = type ? json_str(type, NULL) : "default";
+        if (!ts) die("%s: rope_type must be a string", path);
+        if (strcmp(ts, "default"))
+            die("%s: rope_type \"%s\" is not implemented (GLM-5.x uses plain \"default\" RoPE)", path, ts);
+    }
+
+    /* Which layers are dense: mlp_layer_types if given, else first_k_dense_replace. MTP layers
+       are MoE layers with their own indexer. */
+    int nl = c.n_layers + c.n_mtp;
+    c.layer_dense = xcalloc((size_t)nl, 1);
+    c.layer_indexer = xcalloc((size_t)nl, 1);
+    int first_dense = config_int(&r, "first_k_dense_replace", 3, 0, 0, c.n_layers);
+    const JsonValue *mlt = config_field(&r, "mlp_layer_types");
+    if (mlt && json_type(mlt) != JSON_NULL) {
+        if (json_type(mlt) != JSON_ARRAY || (int)json_len(mlt) != c.n_layers)
+            die("%s: mlp_layer_types must be a list of %d strings", path, c.n_layers);
+        for (int l = 0; l < c.n_layers; l++) {
+            const char *t = json_str(json_at(mlt, (size_t)l), NULL);
+            if (t && !strcmp(t, "dense")) c.layer_dense[l] = 1;
+            else if (t && !strcmp(t, "sparse")) c.layer_dense[l] = 0;
+            else die("%s: mlp_layer_types[%d] must be \"dense\" or \"sparse\"", path, l);
+        }
+    } else {
+        for (int l = 0; l < c.n_layers; l++) c.layer_dense[l] = l < first_dense;
+    }
+
+    /* IndexShare schedule (§4.6): indexer_types > index_topk_pattern > the HF formula. */
+    const JsonValue *it = config_field(&r, "indexer_types");
+    const char *pattern = config_string(&r, "index_topk_pattern");
+    if (it && json_type(it) != JSON_NULL) {
+        if (json_type(it) != JSON_ARRAY || (int)json_len(it) != c.n_layers)
+            die("%s: indexer_types must be a list of %d strings", path, c.n_layers);
+        for (int l = 0; l < c.n_layers; l++) {
+            const char *t = json_str(json_at(it, (size_t)l), NULL);
+            if (t && !strcmp(t, "full")) c.layer_indexer[l] = 1;
+            else if (t && !strcmp(t, "shared")) c.layer_indexer[l] = 0;
+            else die("%s: indexer_types[%d] must be \"full\" or \"shared\"", path, l);
+        }
+    } else if (pattern) {
+        if ((int)strlen(pattern) != c.n_layers) die("%s: index_topk_pattern must have %d characters", path, c.n_layers);
+        for (int l = 0; l < c.n_layers; l++) {
+            if (pattern[l] != 'F' && pattern[l] != 'S') die("%s: index_topk_pattern[%d] must be F or S", path, l);
+            c.layer_indexer[l] = pattern[l] == 'F';
+        }
+    } else {
+        int freq = config_int(&r, "index_topk_freq", 1, 0, 1, 1 << 20);
+        int offset = config_int(&r, "index_skip_topk_offset", 2, 0, 0, 1 << 20);
+        for (int l = 0; l < c.n_layers; l++) {
+            int k = l - offset + 1;
+            c.layer_indexer[l] = (k > 0 ? k : 0) % freq == 0;
+        }
+    }
+    if (!c.layer_indexer[0]) die("%s: layer 0 must have a full indexer (a shared layer needs one below it)", path);
+    for (int l = c.n_layers; l < nl; l++) { c.layer_indexer[l] = 1; c.layer_dense[l] = 0; }
+
+    c.eos[0] = -1;
+    config_eos(&c, config_field(&r, "eos_token_id"), path);
+    /* generation_config.json, when present, has the authoritative stop list. */
+    snprintf(path, sizeof path, "%s/generation_config.json", dir);
+    if (access(path, R_OK) == 0) {
+        char *gtext = json_read_file(path, &len, err, sizeof err);
+        if (!gtext) die("%s", err);
+        JsonDoc *gdoc = json_parse(gtext, len, err, sizeof err);
+        if (!gdoc) die("%s: %s", path, err);
+        config_eos(&c, json_get(json_root(gdoc), "eos_token_id"), path);
+        json_free(gdoc);
+        free(gtext);
+    }
+    for (int i = 0; i < c.n_eos; i++)
+        if (c.eos[i] < 0 || c.eos[i] >= c.vocab) die("eos_token_id %d is outside the vocabulary (%d)", c.eos[i], c.vocab);
+    json_free(doc);
+    free(text);
+    return c;
+}
+
+/* =============================================================================================
+   3. Weights
+   Every matrix is a QTensor (quant.h). A tensor NAME with a companion NAME.qs is pre-quantized
+   (container.md §3): its format is inferred from byte counts and checked against the file's
+   optional colibri.fmt stamp. Any other tensor is float on disk (F32/BF16/F16/F8_E4M3) and is
+   quantized here, at load, to the bits the user asked for — in row chunks, so a huge tensor
+   never needs a full f32 copy.
+   ============================================================================================= */
+
+typedef struct {
+    StIndex *index;
+    const char *dir;
+    int group;                 /* GROUP for load-time int4 */
+    JsonDoc **format_stamps;   /* per file: parsed colibri.fmt, or NULL */
+    int nfiles;
+    size_t bytes_loaded;
+} Loader;
+
+static QtFormat format_for_bits(int bits, int group) {
+    switch (bits) {
+    case 16: return QT_F32;
+    case 8: return QT_INT8_ROW;
+    case 4: return group ? QT_INT4_GROUP : QT_INT4_ROW;
+    default: return QT_INT2_ROW;
+    }
+}
+
+static const StTensor *loader_require(Loader *ld, const char *name) {
+    const StTensor *t = st_find(ld->index, name);
+    if (!t) die("%s: tensor %s is missing", ld->dir, name);
+    return t;
+}
+
+/* The colibri.fmt stamp of a file: a JSON object (stored as a string) from tensor name to format. */
+static const JsonValue *loader_format_stamp(Loader *ld, int file) {
+    if (!ld->format_stamps) {
+        int n = 0;
+        for (size_t i = 0; i < st_count(ld->index); i++)
+            if (st_tensor_at(ld->index, i)->file + 1 > n) n = st_tensor_at(ld->index, i)->file + 1;
+        ld->nfiles = n;
+        ld->format_stamps = xcalloc((size_t)n + 1, sizeof(JsonDoc *));
+        for (int f = 0; f < n; f++) {
+            const char *s = st_file_metadata(ld->index, f, "colibri.fmt");
+            if (!s) continue;
+            char err[256];
+            ld->format_stamps[f] = json_parse(s, strlen(s), err, sizeof err);
+            if (!ld->format_stamps[f] || json_type(json_root(ld->format_stamps[f])) != JSON_OBJECT)
+                die("%s: __metadata__ colibri.fmt is not a JSON object: %s", st_file_path(ld->index, f), err);
+        }
+    }
+    return ld->format_stamps[file] ? json_root(ld->format_stamps[file]) : NULL;
+}
+
+/* Reads a pre-quantized tensor (NAME + NAME.qs) as a [rows, cols] QTensor. */
+static void load_prequantized(Loader *ld, const char *name, const StTensor *data, const StTensor *qs,
+                              int64_t rows, int64_t cols, QTensor *out) {
+    const char *file = st_file_path(ld->index, data->file);
+    if (data->dtype != ST_U8 && data->dtype != ST_I8)
+        die("%s: tensor %s: pre-quantized data must be U8 or I8, not %s", file, name, st_dtype_name(data->dtype));
+    if (qs->dtype != ST_F32) die("%s: tensor %s.qs: scales must be F32, not %s", file, name, st_dtype_name(qs->dtype));
+    QtFormat f;
+    int64_t group;
+    if (qt_infer_format(rows, cols, (int64_t)data->nbytes, st_numel(qs), &f, &group))
+        die("%s: tensor %s: %llu bytes and %lld scales fit no quantized format for shape [%lld, %lld]",
+            file, name, (unsigned long long)data->nbytes, (long long)st_numel(qs), (long long)rows, (long long)cols);
+    const JsonValue *stamp = loader_format_stamp(ld, data->file);
+    if (stamp) {
+        const char *declared = json_str(json_get(stamp, name), NULL);
+        if (declared && strcmp(declared, qt_format_name(f)))
+            die("%s: tensor %s: colibri.fmt says %s but its byte counts mean %s", file, name, declared, qt_format_name(f));
+    }
+    if (qt_alloc(out, f, group, rows, cols)) die("out of memory for tensor %s", name);
+    char err[512];
+    if (st_read_raw(ld->index, data, out->data, err, sizeof err)) die("%s", err);
+    if (st_read_raw(ld->index, qs, out->scales, err, sizeof err)) die("%s", err);
+    for (int64_t i = 0; i < st_numel(qs); i++)
+        if (!isfinite(out->scales[i]) || out->scales[i] < 0)
+            die("%s: tensor %s.qs: scale %lld is %g (must be finite and >= 0)", file, name, (long long)i, out->scales[i]);
+    ld->bytes_loaded += data->nbytes + qs->nbytes;
+}
+
+/* Loads rows [row0, row0+rows) of float tensor `t` (viewed as [*, cols]) and quantizes them. */
+static void load_float_rows(Loader *ld, const char *name, const StTensor *t, int64_t row0, int64_t rows,
+                            int64_t cols, int bits, QTensor *out) {
+    if (qt_alloc(out, format_for_bits(bits, ld->group), ld->group, rows, cols)) die("out of memory for tensor %s", name);
+    const int64_t chunk_rows = (int64_t)(1 << 24) / cols + 1;   /* ~64 MB of f32 at a time */
+    float *buf = xmalloc((size_t)((chunk_rows < rows ? chunk_rows : rows) * cols) * sizeof(float));
+    char err[512];
+    for (int64_t r = 0; r < rows; r += chunk_rows) {
+        int64_t n = rows - r < chunk_rows ? rows - r : chunk_rows;
+        if (st_read_f32_rows(ld->index, t, row0 + r, n, buf, err, sizeof err)) die("%s", err);
+        for (int64_t i = 0; i < n * cols; i++)
+            if (!isfinite(buf[i])) die("%s: tensor %s: value at row %lld is not finite", st_file_path(ld->index, t->file), name, (long long)(row0 + r + i / cols));
+        qt_quantize_rows(out, r, n, buf);
+    }
+    free(buf);
+    ld->bytes_loaded += (size_t)(rows * cols) * st_dtype_size(t->dtype);
+}
+
+/* A 2-D weight [rows, cols] by name: pre-quantized if NAME.qs exists, else float → `bits`. */
+static void load_matrix(Loader *ld, const char *name, int64_t rows, int64_t cols, int bits, QTensor *out) {
+    const StTensor *t = loader_require(ld, name);
+    char qs_name[512];
+    snprintf(qs_name, sizeof qs_name, "%s.qs", name);
+    const StTensor *qs = st_find(ld->index, qs_name);
+    if (qs) { load_prequantized(ld, name, t, qs, rows, cols, out); return; }
+    if (t->ndim != 2 || t->shape[0] != rows || t->shape[1] != cols)
+        die("%s: tensor %s has shape %s%lld%s%lld%s, expected [%lld, %lld]", st_file_path(ld->index, t->file), name,
+            "[", (long long)t->shape[0], t->ndim > 1 ? ", " : "", (long long)(t->ndim > 1 ? t->shape[1] : 0), "]",
+            (long long)rows, (long long)cols);
+    if (t->dtype == ST_U8 || t->dtype == ST_I8)
+        die("%s: tensor %s is %s but has no %s companion", st_file_path(ld->index, t->file), name, st_dtype_name(t->dtype), qs_name);
+    load_float_rows(ld, name, t, 0, rows, cols, bits, out);
+}
+
+/* A 1-D float vector (norm weights, biases), kept in f32. */
+static float *load_vector(Loader *ld, const char *name, int64_t n) {
+    const StTensor *t = loader_require(ld, name);
+    if (st_numel(t) != n || t->ndim != 1)
+        die("%s: tensor %s has %lld elements in %d dims, expected a vector of %lld",
+            st_file_path(ld->index, t->file), name, (long long)st_numel(t), t->ndim, (long long)n);
+    if (t->dtype == ST_U8 || t->dtype == ST_I8) die("%s: tensor %s must be float", st_file_path(ld->index, t->file), name);
+    float *v = xmalloc((size_t)n * sizeof(float));
+    char err[512];
+    if (st_read_f32(ld->index, t, v, err, sizeof err)) die("%s", err);
+    for (int64_t i = 0; i < n; i++)
+        if (!isfinite(v[i])) die("%s: tensor %s: element %lld is not finite", st_file_path(ld->index, t->file), name, (long long)i);
+    ld->bytes_loaded += t->nbytes;
+    return v;
+}
+
+/* =============================================================================================
+   4. Kernels
+   All matrix products go through matmul(): y[S][rows] = x[S][cols] · Wᵀ. quant.h holds the
+   kernels (scalar reference, AVX2, AVX-512 VNNI); each output element has one fixed reduction
+   order, so a row's result never depends on the batch size or the thread count.
+   ============================================================================================= */
+
+static int g_integer_dot = 1;   /* IDOT, set once from Settings before any forward */
+
+static void matmul(float *y, const QTensor *w, const float *x, int S) { qt_matmul(w, x, y, S, g_integer_dot); }
+
+/* A view of rows [row0, row0+n) of a row-major QTensor (no copy): per-head slices of kv_b. */
+static QTensor qt_row_view(const QTensor *t, int64_t row0, int64_t n) {
+    QTensor v = *t;
+    v.rows = n;
+    v.data = t->data + row0 * t->row_bytes;
+    if (t->scales) v.scales = t->scales + row0 * qt_groups_per_row(t);
+    v.owns_memory = 0;
+    return v;
+}
+
+static float dot(const float *a, const float *b, int n) { return qt_dot_f32(a, b, n); }
+
+static void vec_add(float *y, const float *x, int n) { for (int i = 0; i < n; i++) y[i] += x[i]; }
+
+/* RMSNorm exactly as §3.2: normalize first, then multiply by the weight; eps inside the sqrt. */
+static void rmsnorm(float *out, const float *x, const float *w, int n, float eps) {
+    float ss = 0.0f;
+    for (int i = 0; i < n; i++) ss += x[i] * x[i];
+    float r = 1.0f / sqrtf(ss / (float)n + eps);
+    for (int i = 0; i < n; i++) out[i] = w[i] * (x[i] * r);
+}
+
+/* LayerNorm with bias (the indexer's k_norm, §4.1): biased variance. */
+static void layernorm(float *out, const float *x, const float *w, const float *b, int n, float eps) {
+    float mean = 0.0f, var = 0.0f;
+    for (int i = 0; i < n; i++) mean += x[i];
+    mean /= (float)n;
+    for (int i = 0; i < n; i++) { float d = x[i] - mean; var += d * d; }
+    var /= (float)n;
+    float r = 1.0f / sqrtf(var + eps);
+    for (int i = 0; i < n; i++) out[i] = (x[i] - mean) * r * w[i] + b[i];
+}
+
+static float silu(float x) { return x / (1.0f + expf(-x)); }
+static float sigmoid(float x) { return 1.0f / (1.0f + expf(-x)); }
+
+static int argmax(const float *v, int n) {
+    int best = 0;
+    for (int i = 1; i < n; i++) if (v[i] > v[best]) best = i;
+    return best;
+}
+
+/* =============================================================================================
+   5. Attention: MLA with a compressed KV cache, RoPE, and the DSA lightning indexer
+   Per token and layer the cache keeps only the normalized KV latent c (kv_lora floats) and the
+   rotated shared key kr (qk_rope floats), plus the indexer key kI on full-indexer layers (§4.6).
+   Decode uses the weight-absorbed form (§3.5), which never expands per-head keys; prefill may
+   expand K/V explicitly, which is cheaper when many queries share the keys.
+   ============================================================================================= */
+
+typedef struct { QTensor gate, up, down; } FfnWeights;   /* SwiGLU: down(silu(gate·m) ⊙ up·m) */
+
+typedef struct {
+    float *input_norm, *post_attn_norm, *q_a_norm, *kv_a_norm;
+    QTensor q_a, q_b, kv_a, kv_b, o;
+    /* DSA indexer (full layers only) */
+    int has_indexer;
+    QTensor index_wq_b, index_wk, index_weights;   /* index_weights stays f32 (weights_proj) */
+    float *index_k_norm_w, *index_k_norm_b;
+    /* feed-forward */
+    int dense;
+    FfnWeights mlp;          /* dense MLP, or the shared expert of a MoE layer */
+    int has_shared;
+    QTensor router;          /* f32 [n_experts, hidden] */
+    float *router_bias;      /* e_score_correction_bias */
+    /* MTP layer only */
+    float *enorm, *hnorm, *shared_head_norm;
+    QTensor eh_proj;
+} Layer;
+
+/* Per-conversation state: the KV cache and scratch sized for BATCH positions. */
+typedef struct {
+    int capacity;            /* tokens the cache holds */
+    int max_batch;
+    float **latent;          /* [layers][capacity][kv_lora] */
+    float **rope_key;        /* [layers][capacity][qk_rope] */
+    float **index_key;       /* [layers][capacity][index_dim], full-indexer layers only */
+    /* scratch, [max_batch][...] */
+    float *x, *xn, *cq, *qr, *q, *kv, *attn, *attn_out, *ffn_out, *tmp;
+    float *router_logits;
+    float *index_q, *index_w, *index_scores;   /* [max_batch][index_heads*index_dim], [..][heads], [..][capacity] */
+    int *selection;          /* [max_batch][index_topk] key positions chosen by the last full layer */
+    int *selection_count;    /* [max_batch]; -1 = every causal key */
+    float *head_scores;      /* [capacity] per thread */
+    float *expanded_kv;      /* explicit prefill: [capacity][n_heads*(qk_nope+v_head)], grown on demand */
+    size_t expanded_kv_cap;
+    float *ffn_h1, *ffn_h2;  /* [max_batch][max(inter, moe_inter)] */
+    float *mtp_in;           /* [max_batch][2*hidden] */
+    int *expert_rows;        /* [max_batch] */
+    float *expert_x, *expert_y;
+    int *chosen;             /* [max_batch][experts_per_tok] */
+    float *chosen_w;
+    int nthreads;
+} Session;
+
+/* Interleaved RoPE (§3.3): pairs (2j, 2j+1); angle is one fp32 product, rounded, then cos/sin. */
+typedef struct { float cos[512], sin[512]; } RopeRow;
+
+static void rope_angles(RopeRow *r, const float *inv_freq, int half, int pos) {
+    for (int j = 0; j < half; j++) {
+        float ang = (float)pos * inv_freq[j];
+        r->cos[j] = cosf(ang);
+        r->sin[j] = sinf(ang);
+    }
+}
+
+static void rope_apply(float *v, const RopeRow *r, int half) {
+    for (int j = 0; j < half; j++) {
+        float a = v[2 * j], b = v[2 * j + 1];
+        v[2 * j] = a * r->cos[j] - b * r->sin[j];
+        v[2 * j + 1] = b * r->cos[j] + a * r->sin[j];
+    }
+}
+
+/* Softmax over n scores in place, max-shifted, fp32. */
+static void softmax(float *s, int n) {
+    float mx = s[0];
+    for (int i = 1; i < n; i++) if (s[i] > mx) mx = s[i];
+    float sum = 0.0f;
+    for (int i = 0; i < n; i++) { s[i] = expf(s[i] - mx); sum += s[i]; }
+    float inv = 1.0f / sum;
+    for (int i = 0; i < n; i++) s[i] *= inv;
+}
+
+typedef struct {
+    const Config *c;
+    const Layer *L;
+    Session *s;
+    int layer_index;
+    const float *inv_freq;
+    float latent_eps;
+    int absorb;              /* resolved for this call */
+    int indexer_always;
+} AttentionCall;
+
+/* DSA top-k for one query (§4.4): value descending, smaller position first on ties. */
+typedef struct { float v; int j; } ScoredKey;
+
+static int scored_key_cmp(const void *a, const void *b) {
+    const ScoredKey *x = a, *y = b;
+    if (x->v > y->v) return -1;
+    if (x->v < y->v) return 1;
+    return x->j - y->j;
+}
+
+static int int_cmp(const void *a, const void *b) { return *(const int *)a - *(const int *)b; }
+
+/* Indexer: writes kI for the S new positions into the cache, then picks each query's keys. */
+static void indexer_select(AttentionCall *ac, const float *xn, const float *qr, int S, int pos0) {
+    const Config *c = ac->c;
+    const Layer *L = ac->L;
+    Session *s = ac->s;
+    const int ih = c->index_heads, id = c->index_dim, half = c->qk_rope / 2, K = c->index_topk;
+    float *kcache = s->index_key[ac->layer_index];
+    /* keys of the new positions */
+    matmul(s->tmp, &L->index_wk, xn, S);
+    for (int r = 0; r < S; r++) {
+        float *k = kcache + (size_t)(pos0 + r) * id;
+        layernorm(k, s->tmp + (size_t)r * id, L->index_k_norm_w, L->index_k_norm_b, id, 1e-6f);
+        RopeRow rr;
+        rope_angles(&rr, ac->inv_freq, half, pos0 + r);
+        rope_apply(k, &rr, half);
+    }
+    int any_selective = 0;
+    for (int r = 0; r < S; r++) if (pos0 + r + 1 > K) any_selective = 1;
+    if (!any_selective && !ac->indexer_always) {
+        for (int r = 0; r < S; r++) s->selection_count[r] = -1;
+        return;
+    }
+    /* queries and head weights */
+    matmul(s->index_q, &L->index_wq_b, qr, S);
+    matmul(s->index_w, &L->index_weights, xn, S);
+    const float score_scale = 1.0f / sqrtf((float)id);       /* index_head_dim^-0.5 */
+    const float head_scale = 1.0f / sqrtf((float)ih);        /* index_n_heads^-0.5 */
+    #pragma omp parallel for schedule(dynamic, 1)
+    for (int r = 0; r < S; r++) {
+        const int i = pos0 + r, ncand = i + 1;
+        float *q = s->index_q + (size_t)r * ih * id;
+        RopeRow rr;
+        rope_angles(&rr, ac->inv_freq, half, i);
+        for (int h = 0; h < ih; h++) rope_apply(q + (size_t)h * id, &rr, half);
+        float *w = s->index_w + (size_t)r * ih;
+        for (int h = 0; h < ih; h++) w[h] *= head_scale;
+        if (ncand <= K && !ac->indexer_always) { s->selection_count[r] = -1; continue; }
+        ScoredKey *sk = (ScoredKey *)(s->index_scores + (size_t)r * s->capacity * 2);
+        for (int j = 0; j < ncand; j++) {
+            const float *k = kcache + (size_t)j * id;
+            float total = 0.0f;
+            for (int h = 0; h < ih; h++) {
+                float t = dot(q + (size_t)h * id, k, id) * score_scale;
+                total += w[h] * (t > 0.0f ? t : 0.0f);
+            }
+            sk[j].v = total;
+            sk[j].j = j;
+        }
+        int keep = ncand < K ? ncand : K;
+        qsort(sk, (size_t)ncand, sizeof *sk, scored_key_cmp);
+        int *sel = s->selection + (size_t)r * K;
+        for (int t = 0; t < keep; t++) sel[t] = sk[t].j;
+        qsort(sel, (size_t)keep, sizeof(int), int_cmp);   /* ascending: sequential cache reads */
+        s->selection_count[r] = keep;
+    }
+}
+
+/* Keys visible to query row r at absolute position i: the selection, or all of 0..i. */
+static int visible_keys(const Session *s, const Config *c, int r, int i, const int **list) {
+    if (s->selection_count[r] < 0) { *list = NULL; return i + 1; }
+    *list = s->selection + (size_t)r * c->index_topk;
+    return s->selection_count[r];
+}
+
+/* MLA over S new positions (rows of xn) starting at pos0; writes [S][hidden] into out. */
+static void attention(AttentionCall *ac, const float *xn, int S, int pos0, float *out) {
+    const Config *c = ac->c;
+    const Layer *L = ac->L;
+    Session *s = ac->s;
+    const int nh = c->n_heads, dn = c->qk_nope, dr = c->qk_rope, dqk = c->qk_head, dv = c->v_head;
+    const int kvl = c->kv_lora, half = dr / 2;
+    float *latent = s->latent[ac->layer_index], *rope_key = s->rope_key[ac->layer_index];
+
+    /* queries: q_a → q_a_layernorm → q_b; rotate each head's last dr dims */
+    matmul(s->cq, &L->q_a, xn, S);
+    for (int r = 0; r < S; r++)
+        rmsnorm(s->qr + (size_t)r * c->q_lora, s->cq + (size_t)r * c->q_lora, L->q_a_norm, c->q_lora, ac->latent_eps);
+    matmul(s->q, &L->q_b, s->qr, S);
+    /* compressed KV of the new positions → cache */
+    matmul(s->kv, &L->kv_a, xn, S);
+    for (int r = 0; r < S; r++) {
+        const int pos = pos0 + r;
+        RopeRow rr;
+        rope_angles(&rr, ac->inv_freq, half, pos);
+        float *kvr = s->kv + (size_t)r * (kvl + dr);
+        rmsnorm(latent + (size_t)pos * kvl, kvr, L->kv_a_norm, kvl, ac->latent_eps);
+        memcpy(rope_key + (size_t)pos * dr, kvr + kvl, (size_t)dr * sizeof(float));
+        rope_apply(rope_key + (size_t)pos * dr, &rr, half);
+        float *qrow = s->q + (size_t)r * nh * dqk;
+        for (int h = 0; h < nh; h++) rope_apply(qrow + (size_t)h * dqk + dn, &rr, half);
+    }
+    /* DSA: full layers compute a fresh selection; shared layers keep the last one (§4.6) */
+    if (L->has_indexer) indexer_select(ac, xn, s->qr, S, pos0);
+
+    const float scale = 1.0f / sqrtf((float)dqk);
+    const int T = pos0 + S;   /* keys that exist after this call */
+    if (!ac->absorb) {
+        /* explicit form: expand K_nope and V for every key once, shared by all S queries */
+        size_t need = (size_t)T * nh * (dn + dv);
+        if (need > s->expanded_kv_cap) {
+            free(s->expanded_kv);
+            s->expanded_kv = xmalloc(need * sizeof(float));
+            s->expanded_kv_cap = need;
+        }
+        matmul(s->expanded_kv, &L->kv_b, latent, T);
+    }
+    #pragma omp parallel
+    {
+#ifdef _OPENMP
+        int tid = omp_get_thread_num();
+#else
+        int tid = 0;
+#endif
+        float *scores = s->head_scores + (size_t)tid * (s->capacity + 2 * kvl + dv);
+        float *qc = scores + s->capacity;          /* [kvl] absorbed query */
+        float *z = qc + kvl;                       /* [kvl] pooled latent */
+        float *wrow = z + kvl;                     /* [dv >= ...] scratch row (unused when absorbed via view) */
+        (void)wrow;
+        #pragma omp for collapse(2) schedule(dynamic, 1)
+        for (int r = 0; r < S; r++) {
+            for (int h = 0; h < nh; h++) {
+                const int i = pos0 + r;
+                const int *keys;
+                const int n = visible_keys(s, c, r, i, &keys);
+                const float *qh = s->q + ((size_t)r * nh + h) * dqk;
+                float *o = s->attn + ((size_t)r * nh + h) * dv;
+                if (ac->absorb) {
+                    /* qc = W_UKᵀ q_nope: accumulate the 192 rows of W_UK[h], each scaled */
+                    QTensor wuk = qt_row_view(&L->kv_b, (int64_t)h * (dn + dv), dn);
+                    memset(qc, 0, (size_t)kvl * sizeof(float));
+                    for (int d = 0; d < dn; d++) {
+                        qt_dequant_row(&wuk, d, z);
+                        const float qd = qh[d];
+                        for (int t = 0; t < kvl; t++) qc[t] += qd * z[t];
+                    }
+                    for (int t = 0; t < n; t++) {
+                        const int j = keys ? keys[t] : t;
+                        scores[t] = (dot(qc, latent + (size_t)j * kvl, kvl) + dot(qh + dn, rope_key + (size_t)j * dr, dr)) * scale;
+                    }
+                    softmax(scores, n);
+                    memset(z, 0, (size_t)kvl * sizeof(float));
+                    for (int t = 0; t < n; t++) {
+                        const int j = keys ? keys[t] : t;
+                        const float p = scores[t];
+                        const float *cj = latent + (size_t)j * kvl;
+                        for (int u = 0; u < kvl; u++) z[u] += p * cj[u];
+                    }
+                    QTensor wuv = qt_row_view(&L->kv_b, (int64_t)h * (dn + dv) + dn, dv);
+                    qt_matmul(&wuv, z, o, 1, 0);
+                } else {
+                    const size_t stride = (size_t)nh * (dn + dv);
+                    for (int t = 0; t < n; t++) {
+                        const int j = keys ? keys[t] : t;
+                        const float *kj = s->expanded_kv + (size_t)j * stride + (size_t)h * (dn + dv);
+                        scores[t] = (dot(qh, kj, dn) + dot(qh + dn, rope_key + (size_t)j * dr, dr)) * scale;
+                    }
+                    softmax(scores, n);
+                    memset(o, 0, (size_t)dv * sizeof(float));
+                    for (int t = 0; t < n; t++) {
+                        const int j = keys ? keys[t] : t;
+                        const float *vj = s->expanded_kv + (size_t)j * stride + (size_t)h * (dn + dv) + dn;
+                        const float p = scores[t];
+                        for (int u = 0; u < dv; u++) o[u] += p * vj[u];
+                    }
+                }
+            }
+        }
+    }
+    matmul(out, &L->o, s->attn, S);
+}
+
+/* =============================================================================================
+   6. Experts
+   Where a routed expert's weights come from. The model asks only expert_acquire(store, layer, e)
+   and gets three QTensors; it never knows whether they were resident, cached or read from disk.
+   This version keeps every expert resident (loaded at start).
+   ============================================================================================= */
+
+typedef struct {
+    int n_layers, n_experts;   /* n_layers includes the MTP layer */
+    FfnWeights *resident;      /* [n_layers][n_experts]; zeroed for dense layers */
+    long long acquires;
+} ExpertStore;
+
+static const FfnWeights *expert_acquire(ExpertStore *store, int layer, int expert) {
+    store->acquires++;
+    return &store->resident[(size_t)layer * store->n_experts + expert];
+}
+
+static void expert_release(ExpertStore *store, int layer, int expert) { (void)store; (void)layer; (void)expert; }
+
+/* =============================================================================================
+   7. MoE: router, batch union of chosen experts, SwiGLU, shared expert (§5)
+   ============================================================================================= */
+
+/* SwiGLU over S rows: out = down(silu(gate·x) ⊙ up·x). h1/h2 hold [S][width]. */
+static void ffn_swiglu(const FfnWeights *w, const float *x, int S, float *out, float *h1, float *h2) {
+    const int width = (int)w->gate.rows;
+    matmul(h1, &w->gate, x, S);
+    matmul(h2, &w->up, x, S);
+    for (size_t i = 0; i < (size_t)S * width; i++) h1[i] = silu(h1[i]) * h2[i];
+    matmul(out, &w->down, h1, S);
+}
+
+/* Router for one token (§5.2): sigmoid scores, bias for choosing only, group-limited top-k,
+   unbiased weights renormalized and scaled. Ties go to the smaller expert index. */
+static void router_select(const Config *c, const float *logits, const float *bias, int *chosen, float *weights) {
+    const int E = c->n_experts, G = c->n_group, per_group = E / G, k = c->experts_per_tok;
+    float score[E], choice[E];
+    for (int e = 0; e < E; e++) { score[e] = sigmoid(logits[e]); choice[e] = score[e] + bias[e]; }
+    if (G > 1) {
+        float gscore[G];
+        for (int g = 0; g < G; g++) {
+            float top1 = -INFINITY, top2 = -INFINITY;
+            for (int e = g * per_group; e < (g + 1) * per_group; e++) {
+                if (choice[e] > top1) { top2 = top1; top1 = choice[e]; }
+                else if (choice[e] > top2) top2 = choice[e];
+            }
+            gscore[g] = per_group > 1 ? top1 + top2 : top1;
+        }
+        unsigned char keep[G];
+        memset(keep, 0, sizeof keep);
+        for (int t = 0; t < c->topk_group; t++) {
+            int best = -1;
+            for (int g = 0; g < G; g++) if (!keep[g] && (best < 0 || gscore[g] > gscore[best])) best = g;
+            keep[best] = 1;
+        }
+        for (int e = 0; e < E; e++) if (!keep[e / per_group]) choice[e] = -INFINITY;
+    }
+    unsigned char taken[E];
+    memset(taken, 0, sizeof taken);
+    float sum = 0.0f;
+    for (int t = 0; t < k; t++) {
+        int best = -1;
+        for (int e = 0; e < E; e++) if (!taken[e] && (best < 0 || choice[e] > choice[best])) best = e;
+        taken[best] = 1;
+        chosen[t] = best;
+        weights[t] = score[best];
+        sum += score[best];
+    }
+    for (int t = 0; t < k; t++) {
+        if (c->norm_topk_prob) weights[t] = weights[t] / (sum + 1e-20f);
+        weights[t] = weights[t] * c->routed_scale;
+    }
+}
+
+/* MoE over S rows of normalized input m. Each distinct expert chosen by any row is acquired once
+   and applied to all rows routed to it (batch union); experts run in ascending id, so each
+   row accumulates its experts in ascending order, then the shared expert (§5.3). */
+static void moe_forward(const Config *c, const Layer *L, int layer_index, ExpertStore *store, Session *s,
+                        const float *m, int S, float *out) {
+    const int H = c->hidden, E = c->n_experts, k = c->experts_per_tok;
+    matmul(s->router_logits, &L->router, m, S);
+    for (int r = 0; r < S; r++)
+        router_select(c, s->router_logits + (size_t)r * E, L->router_bias, s->chosen + (size_t)r * k, s->chosen_w + (size_t)r * k);
+    memset(out, 0, (size_t)S * H * sizeof(float));
+    for (int e = 0; e < E; e++) {
+        int n = 0;
+        for (int r = 0; r < S; r++)
+            for (int t = 0; t < k; t++)
+                if (s->chosen[r * k + t] == e) { s->expert_rows[n] = r; s->tmp[n] = s->chosen_w[r * k + t]; n++; }
+        if (!n) continue;
+        for (int i = 0; i < n; i++) memcpy(s->expert_x + (size_t)i * H, m + (size_t)s->expert_rows[i] * H, (size_t)H * sizeof(float));
+        const FfnWeights *w = expert_acquire(store, layer_index, e);
+        ffn_swiglu(w, s->expert_x, n, s->expert_y, s->ffn_h1, s->ffn_h2);
+        expert_release(store, layer_index, e);
+        for (int i = 0; i < n; i++) {
+            float *o = out + (size_t)s->expert_rows[i] * H;
+            const float *y = s->expert_y + (size_t)i * H;
+            const float wgt = s->tmp[i];
+            for (int d = 0; d < H; d++) o[d] += wgt * y[d];
+        }
+    }
+    if (L->has_shared) {
+        ffn_swiglu(&L->mlp, m, S, s->expert_y, s->ffn_h1, s->ffn_h2);
+        vec_add(out, s->expert_y, S * H);
+    }
+}
+
+/* =============================================================================================
+   8. Model: loading and the forward pass
+   ============================================================================================= */
+
+typedef struct {
+    Config c;
+    Layer *layers;           /* [n_layers + n_mtp]; the MTP layer is last */
+    QTensor embed, lm_head;
+    float *final_norm;
+    ExpertStore experts;
+    float *inv_freq;         /* [qk_rope/2] */
+    StIndex *index;
+} Model;
+
+static void layer_name(char *buf, size_t n, int l, const char *suffix) { snprintf(buf, n, "model.layers.%d.%s", l, suffix); }
+
+static void load_ffn(Loader *ld, int l, const char *prefix, int width, int hidden, int bits, FfnWeights *w) {
+    char name[256], suffix[160];
+    snprintf(suffix, sizeof suffix, "%s.gate_proj.weight", prefix); layer_name(name, sizeof name, l, suffix);
+    load_matrix(ld, name, width, hidden, bits, &w->gate);
+    snprintf(suffix, sizeof suffix, "%s.up_proj.weight", prefix); layer_name(name, sizeof name, l, suffix);
+    load_matrix(ld, name, width, hidden, bits, &w->up);
+    snprintf(suffix, sizeof suffix, "%s.down_proj.weight", prefix); layer_name(name, sizeof name, l, suffix);
+    load_matrix(ld, name, hidden, width, bits, &w->down);
+}
+
+/* Routed experts of one layer: per-expert tensors, or the fused 3-D layout (§2.2). */
+static void load_routed_experts(Loader *ld, Model *m, int l, int bits) {
+    const Config *c = &m->c;
+    const int E = c->n_experts, I = c->moe_inter, H = c->hidden;
+    FfnWeights *dst = &m->experts.resident[(size_t)l * E];
+    char name[256];
+    layer_name(name, sizeof name, l, "mlp.experts.gate_up_proj");
+    const StTensor *fused = st_find(ld->index, name);
+    if (!fused) {
+        for (int e = 0; e < E; e++) {
+            char prefix[64];
+            snprintf(prefix, sizeof prefix, "mlp.experts.%d", e);
+            load_ffn(ld, l, prefix, I, H, bits, &dst[e]);
+        }
+        return;
+    }
+    m->c.fused_experts = 1;
+    char down_name[256];
+    layer_name(down_name, sizeof down_name, l, "mlp.experts.down_proj");
+    const StTensor *down = loader_require(ld, down_name);
+    if (fused->ndim != 3 || fused->shape[0] != E || fused->shape[1] != 2 * I || fused->shape[2] != H)
+        die("%s: tensor %s must have shape [%d, %d, %d]", st_file_path(ld->index, fused->file), name, E, 2 * I, H);
+    if (down->ndim != 3 || down->shape[0] != E || down->shape[1] != H || down->shape[2] != I)
+        die("%s: tensor %s must have shape [%d, %d, %d]", st_file_path(ld->index, down->file), down_name, E, H, I);
+    for (int e = 0; e < E; e++) {
+        load_float_rows(ld, name, fused, (int64_t)e * 2 * I, I, H, bits, &dst[e].gate);      /* gate rows first */
+        load_float_rows(ld, name, fused, (int64_t)e * 2 * I + I, I, H, bits, &dst[e].up);
+        load_float_rows(ld, down_name, down, (int64_t)e * H, H, I, bits, &dst[e].down);
+    }
+}
+
+static void load_layer(Loader *ld, Model *m, int l, const Settings *set) {
+    const Config *c = &m->c;
+    Layer *L = &m->layers[l];
+    const int H = c->hidden, db = set->dense_bits;
+    char name[256];
+#define LNAME(suffix) (layer_name(name, sizeof name, l, suffix), name)
+    L->input_norm = load_vector(ld, LNAME("input_layernorm.weight"), H);
+    L->post_attn_norm = load_vector(ld, LNAME("post_attention_layernorm.weight"), H);
+    load_matrix(ld, LNAME("self_attn.q_a_proj.weight"), c->q_lora, H, db, &L->q_a);
+    L->q_a_norm = load_vector(ld, LNAME("self_attn.q_a_layernorm.weight"), c->q_lora);
+    load_matrix(ld, LNAME("self_attn.q_b_proj.weight"), (int64_t)c->n_heads * c->qk_head, c->q_lora, db, &L->q_b);
+    load_matrix(ld, LNAME("self_attn.kv_a_proj_with_mqa.weight"), c->kv_lora + c->qk_rope, H, db, &L->kv_a);
+    L->kv_a_norm = load_vector(ld, LNAME("self_attn.kv_a_layernorm.weight"), c->kv_lora);
+    load_matrix(ld, LNAME("self_attn.kv_b_proj.weight"), (int64_t)c->n_heads * (c->qk_nope + c->v_head), c->kv_lora, db, &L->kv_b);
+    load_matrix(ld, LNAME("self_attn.o_proj.weight"), H, (int64_t)c->n_heads * c->v_head, db, &L->o);
+    L->has_indexer = c->layer_indexer[l];
+    if (L->has_indexer) {
+        load_matrix(ld, LNAME("self_attn.indexer.wq_b.weight"), (int64_t)c->index_heads * c->index_dim, c->q_lora, db, &L->index_wq_b);
+        load_matrix(ld, LNAME("self_attn.indexer.wk.weight"), c->index_dim, H, db, &L->index_wk);
+        load_matrix(ld, LNAME("self_attn.indexer.weights_proj.weight"), c->index_heads, H, 16, &L->index_weights);
+        L->index_k_norm_w = load_vector(ld, LNAME("self_attn.indexer.k_norm.weight"), c->index_dim);
+        L->index_k_norm_b = load_vector(ld, LNAME("self_attn.indexer.k_norm.bias"), c->index_dim);
+    } else if (st_find(ld->index, LNAME("self_attn.indexer.wk.weight"))) {
+        fprintf(stderr, "glm: note: layer %d is a shared-indexer layer but carries indexer weights; they are not used\n", l);
+    }
+    L->dense = c->layer_dense[l];
+    if (L->dense) {
+        load_ffn(ld, l, "mlp", c->inter, H, db, &L->mlp);
+    } else {
+        load_matrix(ld, LNAME("mlp.gate.weight"), c->n_experts, H, 16, &L->router);
+        L->router_bias = load_vector(ld, LNAME("mlp.gate.e_score_correction_bias"), c->n_experts);
+        L->has_shared = c->n_shared > 0;
+        if (L->has_shared) load_ffn(ld, l, "mlp.shared_experts", c->moe_inter * c->n_shared, H, db, &L->mlp);
+        load_routed_experts(ld, m, l, set->expert_bits);
+    }
+    if (l >= c->n_layers) {   /* the MTP layer's own tensors (§2.3) */
+        L->enorm = load_vector(ld, LNAME("enorm.weight"), H);
+        L->hnorm = load_vector(ld, LNAME("hnorm.weight"), H);
+        L->shared_head_norm = load_vector(ld, LNAME("shared_head.norm.weight"), H);
+        load_matrix(ld, LNAME("eh_proj.weight"), H, 2 * (int64_t)H, db, &L->eh_proj);
+    }
+#undef LNAME
+}
+
+static void model_load(Model *m, const Settings *set) {
+    memset(m, 0, sizeof *m);
+    double t0 = now_seconds();
+    m->c = config_load(set->model_dir);
+    Config *c = &m->c;
+    char err[1024];
+    m->index = st_open_dir(set->model_dir, err, sizeof err);
+    if (!m->index) die("%s", err);
+    Loader ld = { .index = m->index, .dir = set->model_dir, .group = set->group };
+    const int nl = c->n_layers + c->n_mtp;
+    /* An MTP layer is optional on disk: without its tensors the model simply has no MTP head. */
+    if (c->n_mtp) {
+        char name[256];
+        layer_name(name, sizeof name, c->n_layers, "eh_proj.weight");
+        if (!st_find(m->index, name)) {
+            fprintf(stderr, "glm: note: config has an MTP layer but %s is absent; MTP disabled\n", name);
+            c->n_mtp = 0;
+        }
+    }
+    m->layers = xcalloc((size_t)nl, sizeof(Layer));
+    m->experts.n_layers = c->n_layers + c->n_mtp;
+    m->experts.n_experts = c->n_experts;
+    m->experts.resident = xcalloc((size_t)m->experts.n_layers * c->n_experts, sizeof(FfnWeights));
+    load_matrix(&ld, "model.embed_tokens.weight", c->vocab, c->hidden, set->dense_bits, &m->embed);
+    for (int l = 0; l < c->n_layers + c->n_mtp; l++) {
+        load_layer(&ld, m, l, set);
+        if (isatty(2)) fprintf(stderr, "\rglm: loading layer %d/%d", l + 1, c->n_layers + c->n_mtp);
+    }
+    if (isatty(2)) fputc('\n', stderr);
+    m->final_norm = load_vector(&ld, "model.norm.weight", c->hidden);
+    load_matrix(&ld, "lm_head.weight", c->vocab, c->hidden, set->dense_bits, &m->lm_head);
+    const int half = c->qk_rope / 2;
+    if (half > 512) die("qk_rope_head_dim %d is larger than this build supports (1024)", c->qk_rope);
+    m->inv_freq = xmalloc((size_t)half * sizeof(float));
+    for (int j = 0; j < half; j++)
+        m->inv_freq[j] = 1.0f / powf(c->rope_theta, (float)(2 * j) / (float)c->qk_rope);
+    fprintf(stderr, "glm: loaded %.1f MB of tensors in %.2f s\n", ld.bytes_loaded / 1e6, now_seconds() - t0);
+}
+
+static void session_init(Session *s, const Model *m, int capacity, int max_batch) {
+    const Config *c = &m->c;
+    memset(s, 0, sizeof *s);
+    const int nl = c->n_layers + c->n_mtp, H = c->hidden, B = max_batch;
+    s->capacity = capacity;
+    s->max_batch = max_batch;
+    s->latent = xcalloc((size_t)nl, sizeof(float *));
+    s->rope_key = xcalloc((size_t)nl, sizeof(float *));
+    s->index_key = xcalloc((size_t)nl, sizeof(float *));
+    for (int l = 0; l < nl; l++) {
+        s->latent[l] = xcalloc((size_t)capacity * c->kv_lora, sizeof(float));
+        s->rope_key[l] = xcalloc((size_t)capacity * c->qk_rope, sizeof(float));
+        if (c->layer_indexer[l]) s->index_key[l] = xcalloc((size_t)capacity * c->index_dim, sizeof(float));
+    }
+    const size_t q_width = (size_t)c->n_heads * c->qk_head;
+    const int ffn_width = c->inter > c->moe_inter * (c->n_shared > 1 ? c->n_shared : 1) ? c->inter : c->moe_inter * c->n_shared;
+    s->x = xcalloc((size_t)B * H, sizeof(float));
+    s->xn = xcalloc((size_t)B * H, sizeof(float));
+    s->cq = xcalloc((size_t)B * c->q_lora, sizeof(float));
+    s->qr = xcalloc((size_t)B * c->q_lora, sizeof(float));
+    s->q = xcalloc((size_t)B * q_width, sizeof(float));
+    s->kv = xcalloc((size_t)B * (c->kv_lora + c->qk_rope), sizeof(float));
+    s->attn = xcalloc((size_t)B * c->n_heads * c->v_head, sizeof(float));
+    s->attn_out = xcalloc((size_t)B * H, sizeof(float));
+    s->ffn_out = xcalloc((size_t)B * H, sizeof(float));
+    size_t tmp_n = (size_t)B * (c->index_dim > c->experts_per_tok ? c->index_dim : c->experts_per_tok);
+    s->tmp = xcalloc(tmp_n > (size_t)B * c->experts_per_tok ? tmp_n : (size_t)B * c->experts_per_tok, sizeof(float));
+    s->router_logits = xcalloc((size_t)B * c->n_experts, sizeof(float));
+    s->index_q = xcalloc((size_t)B * c->index_heads * c->index_dim, sizeof(float));
+    s->index_w = xcalloc((size_t)B * c->index_heads, sizeof(float));
+    s->index_scores = xcalloc((size_t)B * capacity * 2, sizeof(float));
+    s->selection = xcalloc((size_t)B * c->index_topk, sizeof(int));
+    s->selection_count = xcalloc((size_t)B, sizeof(int));
+#ifdef _OPENMP
+    s->nthreads = omp_get_max_threads();
+#else
+    s->nthreads = 1;
+#endif
+    s->head_scores = xcalloc((size_t)s->nthreads * (capacity + 2 * c->kv_lora + c->v_head), sizeof(float));
+    s->ffn_h1 = xcalloc((size_t)B * ffn_width, sizeof(float));
+    s->ffn_h2 = xcalloc((size_t)B * ffn_width, sizeof(float));
+    s->mtp_in = xcalloc((size_t)B * 2 * H, sizeof(float));
+    s->expert_rows = xcalloc((size_t)B, sizeof(int));
+    s->expert_x = xcalloc((size_t)B * H, sizeof(float));
+    s->expert_y = xcalloc((size_t)B * H, sizeof(float));
+    s->chosen = xcalloc((size_t)B * c->experts_per_tok, sizeof(int));
+    s->chosen_w = xcalloc((size_t)B * c->experts_per_tok, sizeof(float));
+}
+
+typedef struct {
+    int absorb;              /* -1 auto */
+    int indexer_always;
+    float latent_eps;
+    int mtp_zero_pos0;
+} ForwardOptions;
+
+/* One decoder layer over S rows of s->x at positions pos0.. (attention + FFN, residuals). */
+static void layer_forward(Model *m, Session *s, const ForwardOptions *opt, int l, int S, int pos0) {
+    const Config *c = &m->c;
+    const Layer *L = &m->layers[l];
+    const int H = c->hidden;
+    for (int r = 0; r < S; r++) rmsnorm(s->xn + (size_t)r * H, s->x + (size_t)r * H, L->input_norm, H, c->rms_eps);
+    AttentionCall ac = { c, L, s, l, m->inv_freq, opt->latent_eps, 1, opt->indexer_always };
+    /* auto: absorbed for small batches (decode, verification), explicit K/V for prefill */
+    ac.absorb = opt->absorb >= 0 ? opt->absorb : S < 16;
+    attention(&ac, s->xn, S, pos0, s->attn_out);
+    vec_add(s->x, s->attn_out, S * H);
+    for (int r = 0; r < S; r++) rmsnorm(s->xn + (size_t)r * H, s->x + (size_t)r * H, L->post_attn_norm, H, c->rms_eps);
+    if (L->dense) ffn_swiglu(&L->mlp, s->xn, S, s->ffn_out, s->ffn_h1, s->ffn_h2);
+    else moe_forward(c, L, l, &m->experts, s, s->xn, S, s->ffn_out);
+    vec_add(s->x, s->ffn_out, S * H);
+}
+
+static void embed_rows(const Model *m, const int *tokens, int S, float *x) {
+    for (int r = 0; r < S; r++) {
+        if (tokens[r] < 0 || tokens[r] >= m->c.vocab) die("token id %d is outside the vocabulary (%d)", tokens[r], m->c.vocab);
+        qt_dequant_row(&m->embed, tokens[r], x + (size_t)r * m->c.hidden);
+    }
+}
+
+/* The main model over S tokens at positions pos0..pos0+S-1 (S ≤ max_batch). Writes the
+   final-normed hidden states [S][hidden] (the MTP input) and, if logits != NULL, the logits
+   [S][vocab] (only of the last row when last_only). */
+static void model_forward(Model *m, Session *s, const ForwardOptions *opt, const int *tokens, int S, int pos0,
+                          float *hidden_out, float *logits, int last_only) {
+    const Config *c = &m->c;
+    const int H = c->hidden;
+    if (S > s->max_batch) die("internal: batch %d exceeds %d", S, s->max_batch);
+    if (pos0 + S > s->capacity) die("context full: %d tokens do not fit the KV cache of %d (raise CTX)", pos0 + S, s->capacity);
+    embed_rows(m, tokens, S, s->x);
+    for (int l = 0; l < c->n_layers; l++) layer_forward(m, s, opt, l, S, pos0);
+    for (int r = 0; r < S; r++) rmsnorm(hidden_out + (size_t)r * H, s->x + (size_t)r * H, m->final_norm, H, c->rms_eps);
+    if (logits) {
+        if (last_only) matmul(logits, &m->lm_head, hidden_out + (size_t)(S - 1) * H, 1);
+        else matmul(logits, &m->lm_head, hidden_out, S);
+    }
+}
+
+/* The MTP head over S slots (§6.1): slot q takes the token at q+1 and the main model's
+   final-normed hidden state at q, runs decoder layer n_layers at position q, and predicts q+2.
+   Writes the post-shared_head.norm hidden states and the logits [S][vocab]. */
+static void mtp_forward(Model *m, Session *s, const ForwardOptions *opt, const int *next_tokens, const float *main_hidden,
+                        int S, int pos0, float *hidden_out, float *logits) {
+    const Config *c = &m->c;
+    const int H = c->hidden, l = c->n_layers;
+    const Layer *L = &m->layers[l];
+    if (!c->n_mtp) die("this model has no MTP layer");
+    embed_rows(m, next_tokens, S, s->xn);
+    for (int r = 0; r < S; r++) {
+        float *e = s->xn + (size_t)r * H, *cat = s->mtp_in + (size_t)r * 2 * H;
+        if (opt->mtp_zero_pos0 && pos0 + r == 0) memset(e, 0, (size_t)H * sizeof(float));
+        rmsnorm(cat, e, L->enorm, H, c->rms_eps);                                   /* [enorm(e); hnorm(h)] */
+        rmsnorm(cat + H, main_hidden + (size_t)r * H, L->hnorm, H, c->rms_eps);
+    }
+    matmul(s->x, &L->eh_proj, s->mtp_in, S);
+    layer_forward(m, s, opt, l, S, pos0);
+    for (int r = 0; r < S; r++) rmsnorm(hidden_out + (size_t)r * H, s->x + (size_t)r * H, L->shared_head_norm, H, c->rms_eps);
+    matmul(logits, &m->lm_head, hidden_out, S);
+}
+
+/* =============================================================================================
+   9. Generation and validation against the oracle
+   TF=1: one teacher-forced forward over the reference's full_ids (in BATCH-sized chunks),
+   argmax per position vs tf_pred; MTP=1 adds the MTP head vs mtp_pred. Otherwise greedy decode
+   from prompt_ids, compared with the reference continuation.
+   ============================================================================================= */
+
+typedef struct { int *ids; int n; } IdList;
+
+typedef struct { IdList prompt, full, tf_pred, mtp_pred; } Reference;
+
+static IdList json_id_list(const JsonValue *root, const char *key, const char *path, int required) {
+    IdList l = { NULL, 0 };
+    const JsonValue *v = json_get(root, key);
+    if (!v) { if (required) die("%s: field \"%s\" is missing", path, key); return l; }
+    if (json_type(v) != JSON_ARRAY) die("%s: field \"%s\" must be a list of token ids", path, key);
+    l.n = (int)json_len(v);
+    l.ids = xmalloc((size_t)(l.n ? l.n : 1) * sizeof(int));
+    for (int i = 0; i < l.n; i++) {
+        int64_t id;
+        if (!json_is_int(json_at(v, (size_t)i), &id) || id < 0 || id > INT32_MAX) die("%s: %s[%d] is not a token id", path, key, i);
+        l.ids[i] = (int)id;
+    }
+    return l;
+}
+
+static Reference reference_load(const char *path) {
+    char err[512];
+    size_t len;
+    char *text = json_read_file(path, &len, err, sizeof err);
+    if (!text) die("cannot read REF: %s", err);
+    JsonDoc *doc = json_parse(text, len, err, sizeof err);
+    if (!doc) die("%s: %s", path, err);
+    Reference r;
+    r.prompt = json_id_list(json_root(doc), "prompt_ids", path, 1);
+    r.full = json_id_list(json_root(doc), "full_ids", path, 1);
+    r.tf_pred = json_id_list(json_root(doc), "tf_pred", path, 0);
+    r.mtp_pred = json_id_list(json_root(doc), "mtp_pred", path, 0);
+    if (r.prompt.n < 1) die("%s: prompt_ids is empty", path);
+    if (r.full.n < r.prompt.n) die("%s: full_ids is shorter than prompt_ids", path);
+    for (int i = 0; i < r.prompt.n; i++)
+        if (r.full.ids[i] != r.prompt.ids[i]) die("%s: full_ids does not start with prompt_ids (position %d)", path, i);
+    json_free(doc);
+    free(text);
+    return r;
+}
+
+static void print_ids(FILE *f, const char *label, const int *ids, int n) {
+    fprintf(f, "%s:", label);
+    for (int i = 0; i < n; i++) fprintf(f, " %d", ids[i]);
+    fputc('\n', f);
+}
+
+/* Counts matches and lists every mismatch on stderr. */
+static int compare_predictions(const char *what, const int *got, const int *expected, int n) {
+    int ok = 0;
+    for (int i = 0; i < n; i++) {
+        if (got[i] == expected[i]) ok++;
+        else fprintf(stderr, "%s mismatch at position %d: expected %d, got %d\n", what, i, expected[i], got[i]);
+    }
+    return ok;
+}
+
+static int run_teacher_forcing(Model *m, Session *s, const ForwardOptions *opt, const Reference *ref, int with_mtp) {
+    const Config *c = &m->c;
+    const int N = ref->full.n, H = c->hidden, V = c->vocab, B = s->max_batch;
+    float *hidden = xmalloc((size_t)N * H * sizeof(float));
+    float *logits = xmalloc((size_t)B * V * sizeof(float));
+    int *pred = xmalloc((size_t)N * sizeof(int));
+    double t0 = now_seconds();
+    for (int p = 0; p < N; p += B) {
+        int S = N - p < B ? N - p : B;
+        model_forward(m, s, opt, ref->full.ids + p, S, p, hidden + (size_t)p * H, logits, 0);
+        for (int r = 0; r < S; r++) pred[p + r] = argmax(logits + (size_t)r * V, V);
+    }
+    double dt = now_seconds() - t0;
+    print_ids(stdout, "TF pred", pred, N);
+    int failed = 0;
+    if (ref->tf_pred.n) {
+        if (ref->tf_pred.n != N) die("REF: tf_pred has %d entries, full_ids %d", ref->tf_pred.n, N);
+        int ok = compare_predictions("TF", pred, ref->tf_pred.ids, N);
+        printf("PREFILL (teacher-forcing) C vs oracle: %d/%d positions\n", ok, N);
+        failed |= ok != N;
+    }
+    fprintf(stderr, "glm: teacher-forced prefill of %d tokens in %.3f s (%.1f tok/s)\n", N, dt, N / dt);
+    if (with_mtp) {
+        if (!c->n_mtp) die("MTP=1 but the model has no MTP layer");
+        const int M = N - 1;
+        float *mtp_hidden = xmalloc((size_t)B * H * sizeof(float));
+        int *mpred = xmalloc((size_t)(M > 0 ? M : 1) * sizeof(int));
+        for (int p = 0; p < M; p += B) {
+            int S = M - p < B ? M - p : B;
+            mtp_forward(m, s, opt, ref->full.ids + p + 1, hidden + (size_t)p * H, S, p, mtp_hidden, logits);
+            for (int r = 0; r < S; r++) mpred[p + r] = argmax(logits + (size_t)r * V, V);
+        }
+        print_ids(stdout, "MTP pred", mpred, M);
+        if (ref->mtp_pred.n) {
+            if (ref->mtp_pred.n != M) die("REF: mtp_pred has %d entries, expected %d", ref->mtp_pred.n, M);
+            int ok = compare_predictions("MTP", mpred, ref->mtp_pred.ids, M);
+            printf("MTP C vs oracle: %d/%d\n", ok, M);
+            failed |= ok != M;
+        }
+        free(mtp_hidden);
+        free(mpred);
+    }
+    free(hidden); free(logits); free(pred);
+    return failed;
+}
+
+/* Prefill `n` tokens at pos0 in BATCH-sized chunks; leaves the last position's logits. */
+static void prefill(Model *m, Session *s, const ForwardOptions *opt, const int *tokens, int n, int pos0, float *hidden, float *logits) {
+    for (int p = 0; p < n; p += s->max_batch) {
+        int S = n - p < s->max_batch ? n - p : s->max_batch;
+        model_forward(m, s, opt, tokens + p, S, pos0 + p, hidden, logits, 1);
+    }
+}
+
+static int run_greedy(Model *m, Session *s, const ForwardOptions *opt, const Reference *ref, int ngen) {
+    const Config *c = &m->c;
+    const int V = c->vocab, H = c->hidden, P = ref->prompt.n;
+    float *hidden = xmalloc((size_t)s->max_batch * H * sizeof(float));
+    float *logits = xmalloc((size_t)V * sizeof(float));
+    int *out = xmalloc((size_t)(ngen > 0 ? ngen : 1) * sizeof(int));
+    double t0 = now_seconds();
+    prefill(m, s, opt, ref->prompt.ids, P, 0, hidden, logits);
+    double t1 = now_seconds();
+    for (int i = 0; i < ngen; i++) {
+        out[i] = argmax(logits, V);
+        if (i + 1 < ngen) model_forward(m, s, opt, &out[i], 1, P + i, hidden, logits, 1);
+    }
+    double t2 = now_seconds();
+    print_ids(stdout, "Generated", out, ngen);
+    int expected = ref->full.n - P < ngen ? ref->full.n - P : ngen;
+    int ok = compare_predictions("Greedy", out, ref->full.ids + P, expected);
+    printf("Matching tokens: %d/%d\n", ok, expected);
+    fprintf(stderr, "glm: prefill %d tokens %.3f s | decode %d tokens %.3f s (%.2f tok/s) | peak RSS %.2f GB\n",
+            P, t1 - t0, ngen, t2 - t1, ngen > 1 ? (ngen - 1) / (t2 - t1) : 0.0, peak_rss_gb());
+    free(hidden); free(logits); free(out);
+    return ok != expected;
+}
+
+/* =============================================================================================
+   10. main: settings → model → one mode
+   ============================================================================================= */
+
+static void print_configuration(const Settings *set, const Model *m, int capacity) {
+    const Config *c = &m->c;
+    int full = 0;
+    for (int l = 0; l < c->n_layers; l++) full += c->layer_indexer[l];
+    fprintf(stderr, "glm: model %s: %d layers (+%d MTP), hidden %d, %d heads, vocab %d, %d experts top-%d "
+                    "(groups %d/%d), indexer top-%d on %d full layers, rope theta %g%s\n",
+            set->model_dir, c->n_layers, c->n_mtp, c->hidden, c->n_heads, c->vocab, c->n_experts, c->experts_per_tok,
+            c->topk_group, c->n_group, c->index_topk, full, c->rope_theta, c->fused_experts ? ", fused experts" : "");
+    fprintf(stderr, "glm: settings: expert_bits %d, dense_bits %d, GROUP %d, IDOT %d, ABSORB %s, INDEXER %s, "
+                    "BATCH %d, context %d, threads %d\n",
+            set->expert_bits, set->dense_bits, set->group, set->idot,
+            set->absorb < 0 ? "auto" : set->absorb ? "1" : "0", set->indexer_mode, set->batch, capacity,
+#ifdef _OPENMP
+            omp_get_max_threads()
+#else
+            1
+#endif
+    );
+}
+
+int main(int argc, char **argv) {
+    Settings set = settings_from_env(argc, argv);
+#ifdef _OPENMP
+    if (set.threads) omp_set_num_threads(set.threads);
+#endif
+    g_integer_dot = set.idot;
+    Reference ref;
+    int have_ref = set.ref_path[0] != 0;
+    if (!have_ref) die("REF is not set: this build validates against an oracle reference (see --help)");
+    ref = reference_load(set.ref_path);
+    Model model;
+    model_load(&model, &set);
+    int ngen = set.ngen >= 0 ? set.ngen : ref.full.n - ref.prompt.n;
+    int need = (set.teacher_forcing ? ref.full.n : ref.prompt.n + ngen) + 1;
+    int capacity = set.ctx ? set.ctx : need;
+    if (capacity < need) die("CTX=%d is smaller than the %d tokens this run needs", set.ctx, need);
+    int batch = set.batch;
+    Session session;
+    session_init(&session, &model, capacity, batch);
+    print_configuration(&set, &model, capacity);
+    ForwardOptions opt = { set.absorb, !strcmp(set.indexer_mode, "always"), set.latent_eps, set.mtp_zero_pos0 };
+    int failed;
+    if (set.teacher_forcing) failed = run_teacher_forcing(&model, &session, &opt, &ref, set.mtp);
+    else failed = run_greedy(&model, &session, &opt, &ref, ngen);
+    return failed ? 3 : 0;
+}
