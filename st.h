@@ -43,7 +43,9 @@
  * infinities, S.1111.111 is NaN, largest finite 448, subnormals m*2^-9) and multiplied, in fp32, by
  * its block scale: the tensor named NAME "_scale_inv" (x.weight -> x.weight_scale_inv), F32/BF16/F16,
  * shape [ceil(O/128), ceil(I/128)] for a 2-D weight [O, I], [E, ceil(O/128), ceil(I/128)] for a 3-D
- * [E, O, I]:  W[o][i] = fp8(Wq[o][i]) * S[o/128][i/128].
+ * [E, O, I]:  W[o][i] = fp8(Wq[o][i]) * S[o/128][i/128]. The scale is looked up in the whole index,
+ * so it may sit in another shard (the vendor release does that); open both shards together when
+ * working shard by shard. A missing or mis-shaped scale fails the read (not the open), naming both.
  *
  * Validation at open: each of these refuses the whole index with one line naming the file and, when
  * there is one, the tensor: a file shorter than 8 bytes; a header length past the end of the file or
