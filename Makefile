@@ -6,7 +6,7 @@ ARCH    ?= native
 # oracle's separately rounded operations (glm_moe_dsa.md §7.8).
 CFLAGS  ?= -O3 -march=$(ARCH) -fopenmp -std=gnu11 -Wall -Wextra -ffp-contract=off
 LDLIBS  = -lm
-HEADERS = st.h json.h tok.h quant.h tier.h
+HEADERS = $(wildcard *.h)
 
 TEST_BINS = tests/bin/test_st tests/bin/test_json tests/bin/test_quant tests/bin/test_tok
 

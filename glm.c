@@ -110,7 +110,7 @@ static const SettingSpec SETTINGS[] = {
     { "IDOT",     SET_BOOL,  "1",    0, 1, "integer dot products with int8 activations for quantized weights (0: exact float path)" },
     { "GROUP",    SET_INT,   "0",    0, 4096, "group size for load-time int4 quantization (0: one scale per row)" },
     { "THREADS",  SET_INT,   "0",    0, 1024, "worker threads (0: all cores)" },
-    { "INDEXER",  SET_STR,   "auto", 0, 0, "DSA indexer: auto (skip scoring while every key fits top-k) or always (score and select anyway)" },
+    { "INDEXER",  SET_STR,   "auto", 0, 0, "DSA indexer: auto (skip scoring while every key fits top-k), always (score and select anyway), off (diagnostic: every causal key visible, not the model's math)" },
     { "BATCH",    SET_INT,   "256",  1, 65536, "largest number of positions one forward processes (longer prompts go in chunks)" },
     { "CTX",      SET_INT,   "0",    0, 1048576, "KV cache capacity in tokens (0: what the run needs)" },
     { "LATENT_EPS", SET_FLOAT, "1e-6", 0, 1, "eps of q_a_layernorm / kv_a_layernorm (HF: 1e-6; vLLM uses rms_norm_eps)" },
@@ -217,8 +217,8 @@ static Settings settings_from_env(int argc, char **argv) {
     s.model_dir = setting_value("SNAP");
     s.ref_path = setting_value("REF");
     s.indexer_mode = setting_value("INDEXER");
-    if (strcmp(s.indexer_mode, "auto") && strcmp(s.indexer_mode, "always"))
-        die("INDEXER=%s: expected auto or always", s.indexer_mode);
+    if (strcmp(s.indexer_mode, "auto") && strcmp(s.indexer_mode, "always") && strcmp(s.indexer_mode, "off"))
+        die("INDEXER=%s: expected auto, always or off", s.indexer_mode);
     s.teacher_forcing = (int)setting_number("TF");
     s.mtp = (int)setting_number("MTP");
     s.ngen = (int)setting_number("NGEN");
@@ -681,6 +681,8 @@ typedef struct {
     QTensor eh_proj;
 } Layer;
 
+enum { INDEXER_AUTO, INDEXER_ALWAYS, INDEXER_OFF };
+
 /* Per-conversation state: the KV cache and scratch sized for BATCH positions. */
 typedef struct {
     int capacity;            /* tokens the cache holds */
@@ -743,7 +745,7 @@ typedef struct {
     const float *inv_freq;
     float latent_eps;
     int absorb;              /* resolved for this call */
-    int indexer_always;
+    int indexer_mode;        /* INDEXER_AUTO / _ALWAYS / _OFF */
 } AttentionCall;
 
 /* DSA top-k for one query (§4.4): value descending, smaller position first on ties. */
@@ -776,7 +778,7 @@ static void indexer_select(AttentionCall *ac, const float *xn, const float *qr, 
     }
     int any_selective = 0;
     for (int r = 0; r < S; r++) if (pos0 + r + 1 > K) any_selective = 1;
-    if (!any_selective && !ac->indexer_always) {
+    if ((!any_selective && ac->indexer_mode != INDEXER_ALWAYS) || ac->indexer_mode == INDEXER_OFF) {
         for (int r = 0; r < S; r++) s->selection_count[r] = -1;
         return;
     }
@@ -794,7 +796,7 @@ static void indexer_select(AttentionCall *ac, const float *xn, const float *qr, 
         for (int h = 0; h < ih; h++) rope_apply(q + (size_t)h * id, &rr, half);
         float *w = s->index_w + (size_t)r * ih;
         for (int h = 0; h < ih; h++) w[h] *= head_scale;
-        if (ncand <= K && !ac->indexer_always) { s->selection_count[r] = -1; continue; }
+        if (ncand <= K && ac->indexer_mode != INDEXER_ALWAYS) { s->selection_count[r] = -1; continue; }
         ScoredKey *sk = (ScoredKey *)(s->index_scores + (size_t)r * s->capacity * 2);
         for (int j = 0; j < ncand; j++) {
             const float *k = kcache + (size_t)j * id;
@@ -1228,7 +1230,7 @@ static void session_init(Session *s, const Model *m, int capacity, int max_batch
 
 typedef struct {
     int absorb;              /* -1 auto */
-    int indexer_always;
+    int indexer_mode;
     float latent_eps;
     int mtp_zero_pos0;
 } ForwardOptions;
@@ -1239,7 +1241,7 @@ static void layer_forward(Model *m, Session *s, const ForwardOptions *opt, int l
     const Layer *L = &m->layers[l];
     const int H = c->hidden;
     for (int r = 0; r < S; r++) rmsnorm(s->xn + (size_t)r * H, s->x + (size_t)r * H, L->input_norm, H, c->rms_eps);
-    AttentionCall ac = { c, L, s, l, m->inv_freq, opt->latent_eps, 1, opt->indexer_always };
+    AttentionCall ac = { c, L, s, l, m->inv_freq, opt->latent_eps, 1, opt->indexer_mode };
     /* auto: absorbed for small batches (decode, verification), explicit K/V for prefill */
     ac.absorb = opt->absorb >= 0 ? opt->absorb : S < 16;
     attention(&ac, s->xn, S, pos0, s->attn_out);
@@ -1482,7 +1484,8 @@ int main(int argc, char **argv) {
     Session session;
     session_init(&session, &model, capacity, batch);
     print_configuration(&set, &model, capacity);
-    ForwardOptions opt = { set.absorb, !strcmp(set.indexer_mode, "always"), set.latent_eps, set.mtp_zero_pos0 };
+    ForwardOptions opt = { set.absorb, !strcmp(set.indexer_mode, "always") ? INDEXER_ALWAYS : !strcmp(set.indexer_mode, "off") ? INDEXER_OFF : INDEXER_AUTO,
+                           set.latent_eps, set.mtp_zero_pos0 };
     int failed;
     if (set.teacher_forcing) failed = run_teacher_forcing(&model, &session, &opt, &ref, set.mtp);
     else failed = run_greedy(&model, &session, &opt, &ref, ngen);
