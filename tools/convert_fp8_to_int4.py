@@ -242,11 +242,11 @@ def build_units(src, policy, done_outputs):
     units = []
     experts = {}
     fused = {}
-    seen_companion = set()
-    for name in sorted(src.where, key=lambda n: (src.where[n], src.info(n)["offset"])):
-        inf = src.info(name)
+    for name in src.where:
         if name.endswith(".qs"):
             raise ConvertError(f"{src.file_of(name)}: tensor {name}: source is already a quantized container")
+    for name in sorted(src.where, key=lambda n: (src.where[n], src.info(n)["offset"])):
+        inf = src.info(name)
         if name.endswith("_scale_inv"):
             base = name[:-len("_scale_inv")]
             if base not in src.where:
@@ -280,7 +280,7 @@ def build_units(src, policy, done_outputs):
         u.needs = set(src.where[s] for s in u.sources)
         u.needs |= set(src.where[s + "_scale_inv"] for s in u.sources if s + "_scale_inv" in src.where)
     kept.sort(key=lambda u: (u.shard, u.order))
-    return kept, seen_companion
+    return kept
 
 
 def unit_output_names(u, src):
@@ -599,7 +599,7 @@ def main(argv):
         os.remove(stale)     # a partial shard from a killed run: redone below
 
     src = Source(src_dir, shard_names)
-    units, _ = build_units(src, policy, done_outputs)
+    units = build_units(src, policy, done_outputs)
     todo = [i for i, sn in enumerate(shard_names) if sn not in state["finished"]]
     by_shard = {i: [u for u in units if u.shard == i] for i in todo}
     for u in units:
