@@ -24,13 +24,37 @@
      int     qt_infer_format(int64_t rows, int64_t cols, int64_t data_bytes, int64_t n_scales,
                              QtFormat *f, int64_t *group);
      void    qt_matmul(const QTensor *w, const float *x, float *y, int S, int idot);
+     void    qt_matmul_with(const QTensor *w, const float *x, float *y, int S, int idot, QtKernel k);
      void    qt_free(QTensor *t);
 
-   qt_matmul computes y[s][r] = Σ_i W[r][i]·x[s][i] for s < S. Every output element is computed by
-   one thread with one fixed reduction order, so a row's result never depends on S or on the
-   thread count. idot = 0: exact float path (dequantized weight × f32 activation). idot = 1:
-   activations quantized to int8 (absmax/127 per row, per group for grouped weights) and integer
-   dot products; f32 tensors always take the float path.
+     Kernel choice (integer path only; the float path is the same code everywhere):
+     int      qt_kernel_parse(const char *name, QtKernel *k);   "auto|scalar|avx2|vnni"; -1 if unknown
+     int      qt_kernel_supported(QtKernel k);                  1 if this CPU can run it
+     int      qt_set_kernel(QtKernel k);     process-wide choice; -1 (and no change) if unsupported
+     QtKernel qt_get_kernel(void);           the kernel qt_matmul uses (never QT_KERNEL_AUTO)
+     const char *qt_kernel_name(QtKernel k);
+
+   qt_matmul computes y[s*rows + r] = Σ_i W[r][i]·x[s*cols + i] for s < S, with the kernel from
+   qt_set_kernel (default: the best this CPU supports). qt_matmul_with takes the kernel per call
+   (QT_KERNEL_AUTO = the process-wide one); an unsupported request falls back to the best supported
+   kernel below it. Weights stay in the canonical row-major packing of the container (measured: one
+   sequential stream per thread plus software prefetch reads at ~0.9 of a plain read, so no
+   load-time relayout is needed; see bench/README.md).
+
+   Determinism: every output element is computed by one thread with one fixed reduction order, so a
+   row's result never depends on S, on the thread count, or on the kernel. idot = 0: exact float
+   path (dequantized weight × f32 activation, qt_dot_f32's 16-lane order). idot = 1: activations
+   quantized to int8 (absmax/127 per row, per group for grouped weights; codes in [-127, 127]),
+   exact int32 dot products per group, combined in group order as
+       acc = 0; for g in groups: acc += ws[g] * (xs[g] * (float)isum[g])
+   (the scalar reference qt_dot_int_row is the spec; the AVX2 and AVX-512 VNNI kernels equal it bit
+   for bit). f32 tensors always take the float path. An int32 group sum must not overflow:
+   cols ≤ 130000 for int8 weights (all GLM-5.2 shapes are far below).
+
+   Threads: qt_matmul opens one OpenMP parallel region per call (rows split in contiguous ranges,
+   one per thread); libgomp's default spin-wait keeps the wake-up cost at ~1 µs (bench/README.md).
+   It may be called from several threads at once (per-thread scratch), not from inside a parallel
+   region that expects it to share work.
 
    Define QUANT_IMPLEMENTATION in exactly one translation unit before including. */
 #ifndef QUANT_H
@@ -40,6 +64,7 @@
 #include <stdint.h>
 
 typedef enum { QT_F32 = 0, QT_INT8_ROW, QT_INT4_ROW, QT_INT4_GROUP, QT_INT2_ROW } QtFormat;
+typedef enum { QT_KERNEL_AUTO = 0, QT_KERNEL_SCALAR, QT_KERNEL_AVX2, QT_KERNEL_VNNI } QtKernel;
 
 typedef struct {
     QtFormat format;
@@ -62,14 +87,37 @@ void qt_quantize_rows(QTensor *t, int64_t row0, int64_t nrows, const float *w);
 void qt_dequant_row(const QTensor *t, int64_t row, float *out);
 int qt_infer_format(int64_t rows, int64_t cols, int64_t data_bytes, int64_t n_scales, QtFormat *f, int64_t *group);
 void qt_matmul(const QTensor *w, const float *x, float *y, int S, int idot);
+void qt_matmul_with(const QTensor *w, const float *x, float *y, int S, int idot, QtKernel k);
 float qt_dot_f32(const float *a, const float *b, int64_t n);
+
+const char *qt_kernel_name(QtKernel k);
+int qt_kernel_parse(const char *name, QtKernel *k);
+int qt_kernel_supported(QtKernel k);
+int qt_set_kernel(QtKernel k);
+QtKernel qt_get_kernel(void);
+/* Bytes the integer kernels prefetch ahead of the row they read (default 1024; 0 = none).
+   For benchmarks; results never depend on it. */
+void qt_set_prefetch(int bytes);
 
 #endif /* QUANT_H */
 
 #ifdef QUANT_IMPLEMENTATION
 #include <math.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#ifdef _OPENMP
+#include <omp.h>
+#endif
+#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
+#define QT_X86 1
+#include <immintrin.h>
+/* SIMD kernels carry their own target so that a portable build (-march=x86-64-v3 or lower) still
+   contains them; the run-time check picks one the CPU has. */
+#define QT_AVX2 __attribute__((target("avx2")))
+#define QT_VNNI __attribute__((target("avx2,avx512f,avx512bw,avx512vl,avx512vnni")))
+#define QT_INLINE static inline __attribute__((always_inline))
+#endif
 
 const char *qt_format_name(QtFormat f) {
     switch (f) {
@@ -171,27 +219,46 @@ void qt_quantize_rows(QTensor *t, int64_t row0, int64_t nrows, const float *w) {
                         t->scales ? t->scales + (row0 + r) * gpr : NULL);
 }
 
-/* Integer codes of one row, unpacked to int8. */
+/* Integer codes of one row, unpacked to int8 (byte-wise loops: the compiler vectorizes them). */
 static void qt_unpack_codes(const QTensor *t, int64_t row, int8_t *q) {
     const uint8_t *p = t->data + row * t->row_bytes;
+    const int64_t n = t->cols;
     switch (t->format) {
-    case QT_INT8_ROW: memcpy(q, p, (size_t)t->cols); break;
-    case QT_INT4_ROW: case QT_INT4_GROUP:
-        for (int64_t i = 0; i < t->cols; i++) q[i] = (int8_t)(((p[i >> 1] >> ((i & 1) * 4)) & 0xF) - 8);
+    case QT_INT8_ROW: memcpy(q, p, (size_t)n); break;
+    case QT_INT4_ROW: case QT_INT4_GROUP: {
+        int64_t j = 0;
+        for (; 2 * j + 1 < n; j++) { q[2 * j] = (int8_t)((p[j] & 0xF) - 8); q[2 * j + 1] = (int8_t)((p[j] >> 4) - 8); }
+        if (2 * j < n) q[2 * j] = (int8_t)((p[j] & 0xF) - 8);
         break;
-    case QT_INT2_ROW:
-        for (int64_t i = 0; i < t->cols; i++) q[i] = (int8_t)(((p[i >> 2] >> ((i & 3) * 2)) & 0x3) - 2);
+    }
+    case QT_INT2_ROW: {
+        int64_t j = 0;
+        for (; 4 * j + 3 < n; j++)
+            for (int k = 0; k < 4; k++) q[4 * j + k] = (int8_t)(((p[j] >> (2 * k)) & 3) - 2);
+        for (int k = 0; 4 * j + k < n; k++) q[4 * j + k] = (int8_t)(((p[j] >> (2 * k)) & 3) - 2);
         break;
+    }
     case QT_F32: break;
+    }
+}
+
+/* Dequantize into out[cols] from unpacked codes q; out[i] = (float)q[i] * s[group of i]. */
+static void qt_dequant_codes(const QTensor *t, int64_t row, const int8_t *q, float *out) {
+    const float *s = t->scales + row * qt_groups_per_row(t);
+    for (int64_t g0 = 0, gi = 0; g0 < t->cols; g0 += t->group, gi++) {
+        int64_t g1 = g0 + t->group < t->cols ? g0 + t->group : t->cols;
+        const float sg = s[gi];
+        for (int64_t i = g0; i < g1; i++) out[i] = (float)q[i] * sg;
     }
 }
 
 void qt_dequant_row(const QTensor *t, int64_t row, float *out) {
     if (t->format == QT_F32) { memcpy(out, t->data + row * t->row_bytes, (size_t)t->cols * 4); return; }
-    int8_t q[t->cols];
+    int8_t *q = malloc((size_t)t->cols);
+    if (!q) { fprintf(stderr, "quant: out of memory dequantizing a row of %lld values\n", (long long)t->cols); exit(1); }
     qt_unpack_codes(t, row, q);
-    const float *s = t->scales + row * qt_groups_per_row(t);
-    for (int64_t i = 0; i < t->cols; i++) out[i] = (float)q[i] * s[i / t->group];
+    qt_dequant_codes(t, row, q, out);
+    free(q);
 }
 
 int qt_infer_format(int64_t rows, int64_t cols, int64_t data_bytes, int64_t n_scales, QtFormat *f, int64_t *group) {
@@ -222,7 +289,8 @@ float qt_dot_f32(const float *a, const float *b, int64_t n) {
     return (acc[0] + acc[2]) + (acc[1] + acc[3]);
 }
 
-/* Symmetric int8 quantization of activations, one scale per `group` inputs. */
+/* Symmetric int8 quantization of activations, one scale per `group` inputs. Codes stay in
+   [-127, 127]: the SIMD kernels rely on it (the int8 sign trick negates them). */
 static void qt_quantize_activation(const float *x, int64_t n, int64_t group, int8_t *q, float *scales) {
     for (int64_t g0 = 0, gi = 0; g0 < n; g0 += group, gi++) {
         int64_t g1 = g0 + group < n ? g0 + group : n;
@@ -238,7 +306,8 @@ static void qt_quantize_activation(const float *x, int64_t n, int64_t group, int
     }
 }
 
-/* Scalar reference of the integer path: exact int32 sums per group, combined in group order. */
+/* Scalar reference of the integer path (the spec): exact int32 sums per group, combined in
+   group order. The SIMD kernels below must equal it bit for bit. */
 static float qt_dot_int_row(const QTensor *w, int64_t row, const int8_t *xq, const float *xs, int8_t *wq) {
     qt_unpack_codes(w, row, wq);
     const float *ws = w->scales + row * qt_groups_per_row(w);
@@ -252,37 +321,500 @@ static float qt_dot_int_row(const QTensor *w, int64_t row, const int8_t *xq, con
     return acc;
 }
 
-void qt_matmul(const QTensor *w, const float *x, float *y, int S, int idot) {
-    const int64_t R = w->rows, C = w->cols;
-    if (w->format == QT_F32 || !idot) {
-        #pragma omp parallel
-        {
-            float *rowbuf = w->format == QT_F32 ? NULL : malloc((size_t)C * sizeof(float));
-            #pragma omp for schedule(static)
-            for (int64_t r = 0; r < R; r++) {
-                const float *wr;
-                if (w->format == QT_F32) wr = (const float *)(w->data + r * w->row_bytes);
-                else { qt_dequant_row(w, r, rowbuf); wr = rowbuf; }
-                for (int s = 0; s < S; s++) y[(int64_t)s * R + r] = qt_dot_f32(wr, x + (int64_t)s * C, C);
-            }
-            free(rowbuf);
-        }
-        return;
+/* ---- Kernel selection ---------------------------------------------------------------------- */
+
+const char *qt_kernel_name(QtKernel k) {
+    switch (k) {
+    case QT_KERNEL_AUTO: return "auto";
+    case QT_KERNEL_SCALAR: return "scalar";
+    case QT_KERNEL_AVX2: return "avx2";
+    case QT_KERNEL_VNNI: return "vnni";
     }
-    const int64_t G = qt_groups_per_row(w);
-    int8_t *xq = malloc((size_t)(S * C));
-    float *xs = malloc((size_t)(S * G) * sizeof(float));
-    for (int s = 0; s < S; s++) qt_quantize_activation(x + (int64_t)s * C, C, w->group, xq + (int64_t)s * C, xs + (int64_t)s * G);
+    return "?";
+}
+
+int qt_kernel_parse(const char *name, QtKernel *k) {
+    static const QtKernel all[] = { QT_KERNEL_AUTO, QT_KERNEL_SCALAR, QT_KERNEL_AVX2, QT_KERNEL_VNNI };
+    for (size_t i = 0; name && i < sizeof all / sizeof all[0]; i++)
+        if (!strcmp(name, qt_kernel_name(all[i]))) { *k = all[i]; return 0; }
+    return -1;
+}
+
+int qt_kernel_supported(QtKernel k) {
+    switch (k) {
+    case QT_KERNEL_AUTO: case QT_KERNEL_SCALAR: return 1;
+#ifdef QT_X86
+    case QT_KERNEL_AVX2:
+        __builtin_cpu_init();
+        return __builtin_cpu_supports("avx2") ? 1 : 0;
+    case QT_KERNEL_VNNI:
+        __builtin_cpu_init();
+        return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("avx512f") &&
+               __builtin_cpu_supports("avx512bw") && __builtin_cpu_supports("avx512vl") &&
+               __builtin_cpu_supports("avx512vnni") ? 1 : 0;
+#else
+    case QT_KERNEL_AVX2: case QT_KERNEL_VNNI: return 0;
+#endif
+    }
+    return 0;
+}
+
+/* The best supported kernel not above k (AUTO = the best of all). */
+static QtKernel qt_kernel_resolve(QtKernel k) {
+    if (k == QT_KERNEL_AUTO) k = QT_KERNEL_VNNI;
+    while (k > QT_KERNEL_SCALAR && !qt_kernel_supported(k)) k = (QtKernel)(k - 1);
+    return k;
+}
+
+static QtKernel qt_active_kernel = QT_KERNEL_AUTO;   /* resolved on first use */
+static int qt_prefetch_bytes = 1024;
+
+int qt_set_kernel(QtKernel k) {
+    if (!qt_kernel_supported(k)) return -1;
+    qt_active_kernel = qt_kernel_resolve(k);
+    return 0;
+}
+
+QtKernel qt_get_kernel(void) {
+    if (qt_active_kernel == QT_KERNEL_AUTO) qt_active_kernel = qt_kernel_resolve(QT_KERNEL_AUTO);
+    return qt_active_kernel;
+}
+
+void qt_set_prefetch(int bytes) { qt_prefetch_bytes = bytes < 0 ? 0 : bytes; }
+
+/* ---- Quantized activations as the kernels read them ----------------------------------------
+
+   The scalar reference reads the codes in natural order. The SIMD kernels read the weights 64
+   bytes (one "chunk") at a time and split each byte into its 2 or 4 codes with shifts and masks,
+   so the activation codes are reordered once per call to match: for int4, chunk c covers inputs
+   128c..128c+127 and stores the even ones then the odd ones; for int2, chunk c covers 256 inputs
+   and stores the four planes (input 4j+k in plane k) one after the other. Every int32 lane of a
+   chunk's dot product then covers 4 (int8), 8 (int4) or 16 (int2) consecutive inputs, so a lane
+   never straddles a group boundary when the group is a multiple of 8. The weights are unsigned
+   (q+8 / q+2) in the SIMD code; off[g] = 8·Σx or 2·Σx over group g removes the bias exactly. */
+typedef struct {
+    int8_t *raw;        /* S rows of cols codes, natural order (the scalar kernel reads these) */
+    int8_t *q;          /* S rows of qstride codes, reordered and zero-padded (SIMD kernels) */
+    int64_t qstride;
+    float *scale;       /* S rows of gstride activation scales, zero-padded */
+    int32_t *off;       /* S rows of gstride bias corrections */
+    int64_t gstride;
+} QtActs;
+
+static int64_t qt_chunk_inputs(QtFormat f) { return f == QT_INT8_ROW ? 64 : f == QT_INT2_ROW ? 256 : 128; }
+static int64_t qt_round_up(int64_t a, int64_t m) { return (a + m - 1) / m * m; }
+
+static void qt_prepare_acts_row(const QTensor *w, const float *x, const QtActs *a, int s, int simd) {
+    const int64_t C = w->cols, G = qt_groups_per_row(w);
+    int8_t *raw = a->raw + (int64_t)s * C;
+    float *xs = a->scale + (int64_t)s * a->gstride;
+    memset(xs, 0, (size_t)a->gstride * sizeof(float));
+    qt_quantize_activation(x + (int64_t)s * C, C, w->group, raw, xs);
+    if (!simd) return;
+    int8_t *q = a->q + (int64_t)s * a->qstride;
+    int32_t *off = a->off + (int64_t)s * a->gstride;
+    const int64_t Q = a->qstride;
+    switch (w->format) {
+    case QT_INT8_ROW:
+        memcpy(q, raw, (size_t)C);
+        memset(q + C, 0, (size_t)(Q - C));
+        break;
+    case QT_INT4_ROW: case QT_INT4_GROUP:
+        for (int64_t c = 0; c < Q; c += 128)
+            for (int64_t j = 0; j < 64; j++) {
+                int64_t i = c + 2 * j;
+                q[c + j] = i < C ? raw[i] : 0;
+                q[c + 64 + j] = i + 1 < C ? raw[i + 1] : 0;
+            }
+        break;
+    case QT_INT2_ROW:
+        for (int64_t c = 0; c < Q; c += 256)
+            for (int k = 0; k < 4; k++)
+                for (int64_t j = 0; j < 64; j++) {
+                    int64_t i = c + 4 * j + k;
+                    q[c + 64 * k + j] = i < C ? raw[i] : 0;
+                }
+        break;
+    case QT_F32: break;
+    }
+    const int bias = w->format == QT_INT4_ROW || w->format == QT_INT4_GROUP ? 8 : w->format == QT_INT2_ROW ? 2 : 0;
+    memset(off, 0, (size_t)a->gstride * sizeof(int32_t));
+    for (int64_t g0 = 0, gi = 0; gi < G; g0 += w->group, gi++) {
+        int64_t g1 = g0 + w->group < C ? g0 + w->group : C;
+        int32_t sum = 0;
+        for (int64_t i = g0; i < g1; i++) sum += raw[i];
+        off[gi] = bias * sum;
+    }
+}
+
+/* Per-thread scratch for the quantized activations, grown on demand and kept (no malloc per call
+   once the largest shape has been seen). */
+static _Thread_local uint8_t *qt_scratch;
+static _Thread_local size_t qt_scratch_size;
+
+static void *qt_scratch_get(size_t n) {
+    if (n > qt_scratch_size) {
+        free(qt_scratch);
+        qt_scratch_size = (n + 4095) / 4096 * 4096;
+        qt_scratch = aligned_alloc(64, qt_scratch_size);
+        if (!qt_scratch) {
+            fprintf(stderr, "quant: out of memory allocating %zu bytes of activation scratch\n", n);
+            exit(1);
+        }
+    }
+    return qt_scratch;
+}
+
+/* Whether the SIMD kernels handle this tensor's grouping: groups a multiple of 8 inputs, and
+   either a power of two up to 128 inputs (several groups per 64-byte chunk) or a multiple of 128. */
+static int qt_simd_shape_ok(const QTensor *w) {
+    if (w->format != QT_INT4_GROUP || qt_groups_per_row(w) == 1) return 1;
+    int64_t g = w->group;
+    if (g % 8) return 0;
+    int64_t lanes = g / 8;
+    return lanes == 1 || lanes == 2 || lanes == 4 || lanes == 8 || lanes % 16 == 0;
+}
+
+/* ---- Row kernels: rows [r0, r1) of w against all S activation rows ------------------------ */
+
+typedef void (*QtRowsFn)(const QTensor *w, const QtActs *a, int S, int64_t r0, int64_t r1, float *y);
+
+static void qt_rows_scalar(const QTensor *w, const QtActs *a, int S, int64_t r0, int64_t r1, float *y) {
+    int8_t *wq = malloc((size_t)w->cols);
+    if (!wq) { fprintf(stderr, "quant: out of memory unpacking a row of %lld values\n", (long long)w->cols); exit(1); }
+    for (int64_t r = r0; r < r1; r++)
+        for (int s = 0; s < S; s++)
+            y[(int64_t)s * w->rows + r] = qt_dot_int_row(w, r, a->raw + (int64_t)s * w->cols,
+                                                         a->scale + (int64_t)s * a->gstride, wq);
+    free(wq);
+}
+
+#ifdef QT_X86
+
+/* ---------------- AVX-512 VNNI: vpdpbusd (u8 × s8, 4 products summed into each int32 lane) --- */
+
+QT_VNNI QT_INLINE __m512i qt_vnni_i8(__m512i acc, __m512i wb, const int8_t *xp) {
+    /* vpdpbusd wants one unsigned operand: |w| is 0..128 as u8, and x takes w's sign. x is never
+       -128 (the activation quantizer clamps to ±127), so negating it cannot overflow. */
+    __m512i x = _mm512_load_si512((const void *)xp);
+    __mmask64 neg = _mm512_movepi8_mask(wb);
+    x = _mm512_mask_sub_epi8(x, neg, _mm512_setzero_si512(), x);
+    return _mm512_dpbusd_epi32(acc, _mm512_abs_epi8(wb), x);
+}
+
+QT_VNNI QT_INLINE __m512i qt_vnni_i4(__m512i acc, __m512i wb, const int8_t *xp) {
+    const __m512i m4 = _mm512_set1_epi8(0x0F);
+    acc = _mm512_dpbusd_epi32(acc, _mm512_and_si512(wb, m4), _mm512_load_si512((const void *)xp));
+    return _mm512_dpbusd_epi32(acc, _mm512_and_si512(_mm512_srli_epi16(wb, 4), m4),
+                               _mm512_load_si512((const void *)(xp + 64)));
+}
+
+QT_VNNI QT_INLINE __m512i qt_vnni_i2(__m512i acc, __m512i wb, const int8_t *xp) {
+    const __m512i m2 = _mm512_set1_epi8(0x03);
+    acc = _mm512_dpbusd_epi32(acc, _mm512_and_si512(wb, m2), _mm512_load_si512((const void *)xp));
+    acc = _mm512_dpbusd_epi32(acc, _mm512_and_si512(_mm512_srli_epi16(wb, 2), m2), _mm512_load_si512((const void *)(xp + 64)));
+    acc = _mm512_dpbusd_epi32(acc, _mm512_and_si512(_mm512_srli_epi16(wb, 4), m2), _mm512_load_si512((const void *)(xp + 128)));
+    return _mm512_dpbusd_epi32(acc, _mm512_and_si512(_mm512_srli_epi16(wb, 6), m2), _mm512_load_si512((const void *)(xp + 192)));
+}
+
+QT_VNNI QT_INLINE __m512i qt_vnni_chunk(QtFormat f, __m512i acc, __m512i wb, const int8_t *xp) {
+    return f == QT_INT8_ROW ? qt_vnni_i8(acc, wb, xp) : f == QT_INT2_ROW ? qt_vnni_i2(acc, wb, xp) : qt_vnni_i4(acc, wb, xp);
+}
+
+/* Exact int32 dot of a whole row (one group). Four accumulators hide vpdpbusd's latency; integer
+   sums do not care about the order. */
+QT_VNNI QT_INLINE int32_t qt_vnni_row_isum(QtFormat f, const uint8_t *wr, int64_t nch, __mmask64 tail,
+                                           const int8_t *xq, int pf) {
+    const int64_t xc = qt_chunk_inputs(f);
+    __m512i a0 = _mm512_setzero_si512(), a1 = a0, a2 = a0, a3 = a0;
+    int64_t c = 0;
+    for (; c + 4 < nch; c += 4) {
+        _mm_prefetch((const char *)(wr + 64 * c + pf), _MM_HINT_T0);
+        _mm_prefetch((const char *)(wr + 64 * c + pf + 64), _MM_HINT_T0);
+        _mm_prefetch((const char *)(wr + 64 * c + pf + 128), _MM_HINT_T0);
+        _mm_prefetch((const char *)(wr + 64 * c + pf + 192), _MM_HINT_T0);
+        a0 = qt_vnni_chunk(f, a0, _mm512_loadu_si512((const void *)(wr + 64 * c)), xq + xc * c);
+        a1 = qt_vnni_chunk(f, a1, _mm512_loadu_si512((const void *)(wr + 64 * c + 64)), xq + xc * (c + 1));
+        a2 = qt_vnni_chunk(f, a2, _mm512_loadu_si512((const void *)(wr + 64 * c + 128)), xq + xc * (c + 2));
+        a3 = qt_vnni_chunk(f, a3, _mm512_loadu_si512((const void *)(wr + 64 * c + 192)), xq + xc * (c + 3));
+    }
+    for (; c + 1 < nch; c++)
+        a0 = qt_vnni_chunk(f, a0, _mm512_loadu_si512((const void *)(wr + 64 * c)), xq + xc * c);
+    a1 = qt_vnni_chunk(f, a1, _mm512_maskz_loadu_epi8(tail, wr + 64 * c), xq + xc * c);
+    return _mm512_reduce_add_epi32(_mm512_add_epi32(_mm512_add_epi32(a0, a1), _mm512_add_epi32(a2, a3)));
+}
+
+/* Lane j of the result: a[2j] + a[2j+1] over the concatenation a|b. Halves the lanes per group
+   while keeping the groups in order. */
+QT_VNNI QT_INLINE __m512i qt_vnni_pairsum(__m512i a, __m512i b) {
+    const __m512i even = _mm512_set_epi32(30, 28, 26, 24, 22, 20, 18, 16, 14, 12, 10, 8, 6, 4, 2, 0);
+    const __m512i odd = _mm512_set_epi32(31, 29, 27, 25, 23, 21, 19, 17, 15, 13, 11, 9, 7, 5, 3, 1);
+    return _mm512_add_epi32(_mm512_permutex2var_epi32(a, even, b), _mm512_permutex2var_epi32(a, odd, b));
+}
+
+/* Grouped int4 row with `lanes` (1, 2, 4 or 8) int32 lanes per group: 16 groups come from
+   `lanes` chunks, reduced by a pairsum tree into one vector of 16 group sums, then scaled and
+   added to acc in group order, exactly as the scalar reference does. */
+QT_VNNI QT_INLINE float qt_vnni_i4_grouped(const uint8_t *wr, int64_t nch, __mmask64 tail, const int8_t *xq,
+                                           const float *xs, const int32_t *off, const float *ws, int64_t G,
+                                           const int lanes, int pf) {
+    float acc = 0.0f;
+    for (int64_t g0 = 0; g0 < G; g0 += 16) {
+        __m512i v[8];
+        const int64_t c0 = g0 / 16 * lanes;
+        _mm_prefetch((const char *)(wr + 64 * c0 + pf), _MM_HINT_T0);
+        if (lanes >= 2) _mm_prefetch((const char *)(wr + 64 * c0 + pf + 64), _MM_HINT_T0);
+        if (lanes >= 4) { _mm_prefetch((const char *)(wr + 64 * c0 + pf + 128), _MM_HINT_T0);
+                          _mm_prefetch((const char *)(wr + 64 * c0 + pf + 192), _MM_HINT_T0); }
+        if (lanes >= 8) for (int k = 4; k < 8; k++) _mm_prefetch((const char *)(wr + 64 * (c0 + k) + pf), _MM_HINT_T0);
+        for (int k = 0; k < lanes; k++) {
+            const int64_t c = c0 + k;
+            __m512i wb = c + 1 < nch ? _mm512_loadu_si512((const void *)(wr + 64 * c))
+                       : c + 1 == nch ? _mm512_maskz_loadu_epi8(tail, wr + 64 * c) : _mm512_setzero_si512();
+            v[k] = qt_vnni_i4(_mm512_setzero_si512(), wb, xq + 128 * c);
+        }
+        for (int n = lanes; n > 1; n /= 2)
+            for (int i = 0; i < n / 2; i++) v[i] = qt_vnni_pairsum(v[2 * i], v[2 * i + 1]);
+        __m512i isum = _mm512_sub_epi32(v[0], _mm512_loadu_si512((const void *)(off + g0)));
+        const int ng = G - g0 < 16 ? (int)(G - g0) : 16;
+        __m512 t = _mm512_mul_ps(_mm512_loadu_ps(xs + g0), _mm512_cvtepi32_ps(isum));
+        __m512 p = _mm512_mul_ps(_mm512_maskz_loadu_ps((__mmask16)((1u << ng) - 1), ws + g0), t);
+        float pg[16];
+        _mm512_storeu_ps(pg, p);
+        for (int i = 0; i < ng; i++) acc += pg[i];
+    }
+    return acc;
+}
+
+/* Grouped int4 row whose groups span whole chunks (group a multiple of 128 inputs). */
+QT_VNNI QT_INLINE float qt_vnni_i4_wide_groups(const uint8_t *wr, int64_t nch, __mmask64 tail, const int8_t *xq,
+                                               const float *xs, const int32_t *off, const float *ws, int64_t G,
+                                               int64_t chunks_per_group, int pf) {
+    float acc = 0.0f;
+    for (int64_t g = 0; g < G; g++) {
+        __m512i v = _mm512_setzero_si512();
+        for (int64_t c = g * chunks_per_group; c < (g + 1) * chunks_per_group && c < nch; c++) {
+            _mm_prefetch((const char *)(wr + 64 * c + pf), _MM_HINT_T0);
+            __m512i wb = c + 1 < nch ? _mm512_loadu_si512((const void *)(wr + 64 * c)) : _mm512_maskz_loadu_epi8(tail, wr + 64 * c);
+            v = qt_vnni_i4(v, wb, xq + 128 * c);
+        }
+        int32_t isum = _mm512_reduce_add_epi32(v) - off[g];
+        acc += ws[g] * (xs[g] * (float)isum);
+    }
+    return acc;
+}
+
+QT_VNNI static void qt_rows_vnni(const QTensor *w, const QtActs *a, int S, int64_t r0, int64_t r1, float *y) {
+    const int64_t rb = w->row_bytes, nch = (rb + 63) / 64, G = qt_groups_per_row(w);
+    const int64_t last = rb - (nch - 1) * 64;
+    const __mmask64 tail = last == 64 ? ~(__mmask64)0 : (((__mmask64)1 << last) - 1);
+    const int lanes = (int)(w->group / 8);
+    const int pf = qt_prefetch_bytes;
+    for (int64_t r = r0; r < r1; r++) {
+        const uint8_t *wr = w->data + r * rb;
+        const float *ws = w->scales + r * G;
+        for (int s = 0; s < S; s++) {
+            const int8_t *xq = a->q + (int64_t)s * a->qstride;
+            const float *xs = a->scale + (int64_t)s * a->gstride;
+            const int32_t *off = a->off + (int64_t)s * a->gstride;
+            float acc = 0.0f;
+            if (G == 1) {
+                int32_t isum = qt_vnni_row_isum(w->format, wr, nch, tail, xq, pf) - off[0];
+                acc += ws[0] * (xs[0] * (float)isum);
+            } else switch (lanes) {
+                case 1: acc = qt_vnni_i4_grouped(wr, nch, tail, xq, xs, off, ws, G, 1, pf); break;
+                case 2: acc = qt_vnni_i4_grouped(wr, nch, tail, xq, xs, off, ws, G, 2, pf); break;
+                case 4: acc = qt_vnni_i4_grouped(wr, nch, tail, xq, xs, off, ws, G, 4, pf); break;
+                case 8: acc = qt_vnni_i4_grouped(wr, nch, tail, xq, xs, off, ws, G, 8, pf); break;
+                default: acc = qt_vnni_i4_wide_groups(wr, nch, tail, xq, xs, off, ws, G, lanes / 16, pf); break;
+            }
+            y[(int64_t)s * w->rows + r] = acc;
+        }
+    }
+}
+
+/* ---------------- AVX2: vpmaddubsw (u8 × s8 pairs → s16) + vpmaddwd (→ s32) ------------------
+   Works on 32-byte halves of the 64-byte chunks (the activation order is the same). No pair sum
+   can saturate: |w| ≤ 128 and |x| ≤ 127 give at most 2·128·127 = 32512 for int8; the int4 and
+   int2 paths add two or four planes of at most 2·15·127 and 2·3·127. */
+
+QT_AVX2 QT_INLINE __m256i qt_avx2_madd(__m256i p16) { return _mm256_madd_epi16(p16, _mm256_set1_epi16(1)); }
+
+/* Dot of half h (0 or 1) of a chunk; xp points at the chunk's activation codes. */
+QT_AVX2 QT_INLINE __m256i qt_avx2_half(QtFormat f, __m256i wb, const int8_t *xp, int h) {
+    if (f == QT_INT8_ROW) {
+        __m256i x = _mm256_load_si256((const __m256i *)(xp + 32 * h));
+        return qt_avx2_madd(_mm256_maddubs_epi16(_mm256_abs_epi8(wb), _mm256_sign_epi8(x, wb)));
+    }
+    if (f == QT_INT2_ROW) {
+        const __m256i m2 = _mm256_set1_epi8(0x03);
+        __m256i p = _mm256_maddubs_epi16(_mm256_and_si256(wb, m2), _mm256_load_si256((const __m256i *)(xp + 32 * h)));
+        p = _mm256_add_epi16(p, _mm256_maddubs_epi16(_mm256_and_si256(_mm256_srli_epi16(wb, 2), m2), _mm256_load_si256((const __m256i *)(xp + 64 + 32 * h))));
+        p = _mm256_add_epi16(p, _mm256_maddubs_epi16(_mm256_and_si256(_mm256_srli_epi16(wb, 4), m2), _mm256_load_si256((const __m256i *)(xp + 128 + 32 * h))));
+        p = _mm256_add_epi16(p, _mm256_maddubs_epi16(_mm256_and_si256(_mm256_srli_epi16(wb, 6), m2), _mm256_load_si256((const __m256i *)(xp + 192 + 32 * h))));
+        return qt_avx2_madd(p);
+    }
+    const __m256i m4 = _mm256_set1_epi8(0x0F);
+    __m256i p = _mm256_maddubs_epi16(_mm256_and_si256(wb, m4), _mm256_load_si256((const __m256i *)(xp + 32 * h)));
+    p = _mm256_add_epi16(p, _mm256_maddubs_epi16(_mm256_and_si256(_mm256_srli_epi16(wb, 4), m4), _mm256_load_si256((const __m256i *)(xp + 64 + 32 * h))));
+    return qt_avx2_madd(p);
+}
+
+QT_AVX2 QT_INLINE int32_t qt_avx2_hsum(__m256i v) {
+    __m128i s = _mm_add_epi32(_mm256_castsi256_si128(v), _mm256_extracti128_si256(v, 1));
+    s = _mm_add_epi32(s, _mm_shuffle_epi32(s, 0x4E));
+    s = _mm_add_epi32(s, _mm_shuffle_epi32(s, 0xB1));
+    return _mm_cvtsi128_si32(s);
+}
+
+/* Lane j: a[2j] + a[2j+1] over a|b (hadd pairs within 128-bit lanes; the permute restores order). */
+QT_AVX2 QT_INLINE __m256i qt_avx2_pairsum(__m256i a, __m256i b) {
+    return _mm256_permute4x64_epi64(_mm256_hadd_epi32(a, b), 0xD8);
+}
+
+/* The 32-byte half hc (0 .. 2·nch-1) of a row: the last chunk comes from a zero-padded copy. */
+QT_AVX2 QT_INLINE __m256i qt_avx2_load_half(const uint8_t *wr, const uint8_t *tailbuf, int64_t nch, int64_t hc) {
+    if (hc >= 2 * nch) return _mm256_setzero_si256();
+    const uint8_t *p = hc / 2 + 1 < nch ? wr + 32 * hc : tailbuf + 32 * (hc & 1);
+    return _mm256_loadu_si256((const __m256i *)p);
+}
+
+QT_AVX2 static void qt_rows_avx2(const QTensor *w, const QtActs *a, int S, int64_t r0, int64_t r1, float *y) {
+    const QtFormat f = w->format;
+    const int64_t rb = w->row_bytes, nch = (rb + 63) / 64, G = qt_groups_per_row(w);
+    const int64_t xc = qt_chunk_inputs(f);
+    const int lanes = (int)(w->group / 8);
+    const int pf = qt_prefetch_bytes;
+    _Alignas(64) uint8_t tailbuf[64];
+    for (int64_t r = r0; r < r1; r++) {
+        const uint8_t *wr = w->data + r * rb;
+        const float *ws = w->scales + r * G;
+        memset(tailbuf, 0, 64);
+        memcpy(tailbuf, wr + 64 * (nch - 1), (size_t)(rb - 64 * (nch - 1)));
+        for (int s = 0; s < S; s++) {
+            const int8_t *xq = a->q + (int64_t)s * a->qstride;
+            const float *xs = a->scale + (int64_t)s * a->gstride;
+            const int32_t *off = a->off + (int64_t)s * a->gstride;
+            float acc = 0.0f;
+            if (G == 1) {
+                __m256i a0 = _mm256_setzero_si256(), a1 = a0;
+                for (int64_t c = 0; c < nch; c++) {
+                    _mm_prefetch((const char *)(wr + 64 * c + pf), _MM_HINT_T0);
+                    a0 = _mm256_add_epi32(a0, qt_avx2_half(f, qt_avx2_load_half(wr, tailbuf, nch, 2 * c), xq + xc * c, 0));
+                    a1 = _mm256_add_epi32(a1, qt_avx2_half(f, qt_avx2_load_half(wr, tailbuf, nch, 2 * c + 1), xq + xc * c, 1));
+                }
+                int32_t isum = qt_avx2_hsum(_mm256_add_epi32(a0, a1)) - off[0];
+                acc += ws[0] * (xs[0] * (float)isum);
+            } else if (lanes <= 8) {
+                /* 8 groups per step from `lanes` halves, pairsum tree, then group order. */
+                for (int64_t g0 = 0; g0 < G; g0 += 8) {
+                    __m256i v[8];
+                    const int64_t h0 = g0 / 8 * lanes;
+                    _mm_prefetch((const char *)(wr + 32 * h0 + pf), _MM_HINT_T0);
+                    for (int k = 0; k < lanes; k++) {
+                        int64_t hc = h0 + k;
+                        v[k] = qt_avx2_half(f, qt_avx2_load_half(wr, tailbuf, nch, hc), xq + 128 * (hc / 2), (int)(hc & 1));
+                    }
+                    for (int n = lanes; n > 1; n /= 2)
+                        for (int i = 0; i < n / 2; i++) v[i] = qt_avx2_pairsum(v[2 * i], v[2 * i + 1]);
+                    __m256i isum = _mm256_sub_epi32(v[0], _mm256_loadu_si256((const __m256i *)(off + g0)));
+                    const int ng = G - g0 < 8 ? (int)(G - g0) : 8;
+                    float wsg[8] = { 0 };
+                    memcpy(wsg, ws + g0, (size_t)ng * sizeof(float));
+                    __m256 t = _mm256_mul_ps(_mm256_loadu_ps(xs + g0), _mm256_cvtepi32_ps(isum));
+                    __m256 p = _mm256_mul_ps(_mm256_loadu_ps(wsg), t);
+                    float pg[8];
+                    _mm256_storeu_ps(pg, p);
+                    for (int i = 0; i < ng; i++) acc += pg[i];
+                }
+            } else {
+                const int64_t hpg = lanes / 8;   /* halves per group */
+                for (int64_t g = 0; g < G; g++) {
+                    __m256i v = _mm256_setzero_si256();
+                    for (int64_t hc = g * hpg; hc < (g + 1) * hpg && hc < 2 * nch; hc++) {
+                        if ((hc & 1) == 0) _mm_prefetch((const char *)(wr + 32 * hc + pf), _MM_HINT_T0);
+                        v = _mm256_add_epi32(v, qt_avx2_half(f, qt_avx2_load_half(wr, tailbuf, nch, hc), xq + 128 * (hc / 2), (int)(hc & 1)));
+                    }
+                    int32_t isum = qt_avx2_hsum(v) - off[g];
+                    acc += ws[g] * (xs[g] * (float)isum);
+                }
+            }
+            y[(int64_t)s * w->rows + r] = acc;
+        }
+    }
+}
+#endif /* QT_X86 */
+
+/* ---- Dispatch ------------------------------------------------------------------------------ */
+
+/* Exact float path: each row dequantized once (into a per-thread buffer), then qt_dot_f32 with
+   each of the S activation rows. */
+static void qt_matmul_float(const QTensor *w, const float *x, float *y, int S) {
+    const int64_t R = w->rows, C = w->cols;
     #pragma omp parallel
     {
-        int8_t *wq = malloc((size_t)C);
+        float *rowbuf = NULL;
+        int8_t *codes = NULL;
+        if (w->format != QT_F32) {
+            rowbuf = malloc((size_t)C * sizeof(float));
+            codes = malloc((size_t)C);
+            if (!rowbuf || !codes) { fprintf(stderr, "quant: out of memory for a row of %lld values\n", (long long)C); exit(1); }
+        }
         #pragma omp for schedule(static)
-        for (int64_t r = 0; r < R; r++)
-            for (int s = 0; s < S; s++)
-                y[(int64_t)s * R + r] = qt_dot_int_row(w, r, xq + (int64_t)s * C, xs + (int64_t)s * G, wq);
-        free(wq);
+        for (int64_t r = 0; r < R; r++) {
+            const float *wr;
+            if (w->format == QT_F32) wr = (const float *)(w->data + r * w->row_bytes);
+            else { qt_unpack_codes(w, r, codes); qt_dequant_codes(w, r, codes, rowbuf); wr = rowbuf; }
+            for (int s = 0; s < S; s++) y[(int64_t)s * R + r] = qt_dot_f32(wr, x + (int64_t)s * C, C);
+        }
+        free(rowbuf);
+        free(codes);
     }
-    free(xq); free(xs);
+}
+
+void qt_matmul_with(const QTensor *w, const float *x, float *y, int S, int idot, QtKernel kernel) {
+    const int64_t R = w->rows, C = w->cols;
+    if (S <= 0 || R <= 0 || C <= 0) return;
+    if (w->format == QT_F32 || !idot) { qt_matmul_float(w, x, y, S); return; }
+    QtKernel k = kernel == QT_KERNEL_AUTO ? qt_get_kernel() : qt_kernel_resolve(kernel);
+    if (!qt_simd_shape_ok(w)) k = QT_KERNEL_SCALAR;
+    QtRowsFn rows = qt_rows_scalar;
+#ifdef QT_X86
+    if (k == QT_KERNEL_VNNI) rows = qt_rows_vnni;
+    else if (k == QT_KERNEL_AVX2) rows = qt_rows_avx2;
+#endif
+    const int simd = rows != qt_rows_scalar;
+
+    QtActs a;
+    const int64_t G = qt_groups_per_row(w);
+    const int64_t nch = (w->row_bytes + 63) / 64;
+    a.qstride = simd ? qt_round_up(nch, 16) * qt_chunk_inputs(w->format) : 0;
+    a.gstride = qt_round_up(G, 16);
+    size_t raw_bytes = (size_t)qt_round_up((int64_t)S * C, 64);
+    size_t q_bytes = (size_t)((int64_t)S * a.qstride);
+    size_t g_bytes = (size_t)((int64_t)S * a.gstride * 4);
+    uint8_t *buf = qt_scratch_get(raw_bytes + q_bytes + 2 * g_bytes);
+    a.raw = (int8_t *)buf;
+    a.q = (int8_t *)(buf + raw_bytes);
+    a.scale = (float *)(buf + raw_bytes + q_bytes);
+    a.off = (int32_t *)(buf + raw_bytes + q_bytes + g_bytes);
+
+    #pragma omp parallel
+    {
+        #pragma omp for schedule(static)
+        for (int s = 0; s < S; s++) qt_prepare_acts_row(w, x, &a, s, simd);
+        int t = 0, nt = 1;
+#ifdef _OPENMP
+        t = omp_get_thread_num(); nt = omp_get_num_threads();
+#endif
+        /* One contiguous range of rows per thread: a single sequential stream each. */
+        int64_t r0 = R * t / nt, r1 = R * (t + 1) / nt;
+        if (r1 > r0) rows(w, &a, S, r0, r1, y);
+    }
+}
+
+void qt_matmul(const QTensor *w, const float *x, float *y, int S, int idot) {
+    qt_matmul_with(w, x, y, S, idot, QT_KERNEL_AUTO);
 }
 
 #endif /* QUANT_IMPLEMENTATION */
