@@ -115,6 +115,13 @@ static const SettingSpec SETTINGS[] = {
     { "CTX",      SET_INT,   "0",    0, 1048576, "KV cache capacity in tokens (0: what the run needs)" },
     { "LATENT_EPS", SET_FLOAT, "1e-6", 0, 1, "eps of q_a_layernorm / kv_a_layernorm (HF: 1e-6; vLLM uses rms_norm_eps)" },
     { "MTP_ZERO_POS0", SET_BOOL, "1", 0, 1, "MTP: zero the token embedding at position 0 (vLLM rule)" },
+    { "RAM_GB",   SET_FLOAT, "0",    0, 1e6, "RAM budget for the whole process in GB (0: MemAvailable minus a reserve); sizes the expert cache" },
+    { "DIRECT",   SET_BOOL,  "0",    0, 1, "read experts with O_DIRECT into huge-page slabs (bypasses the page cache)" },
+    { "DROP",     SET_BOOL,  "0",    0, 1, "buffered reads, then evict the pages read from the page cache" },
+    { "MMAP",     SET_BOOL,  "0",    0, 1, "map the model files and use experts in place" },
+    { "REPLAY",   SET_BOOL,  "0",    0, 1, "decode REF's full_ids one token at a time as fixed input (decode benchmark)" },
+    { "STATS",    SET_STR,   "",     0, 0, "write per-(layer, expert) routing counts to this file at exit" },
+    { "PROFILE",  SET_BOOL,  "0",    0, 1, "print where the time went (attention, experts, disk wait, lm_head)" },
 };
 #define N_SETTINGS (sizeof SETTINGS / sizeof SETTINGS[0])
 
@@ -123,6 +130,10 @@ typedef struct {
     int teacher_forcing, mtp, ngen, absorb, idot, group, threads, batch, ctx, mtp_zero_pos0;
     float latent_eps;
     int cache_slots, expert_bits, dense_bits;   /* positional arguments */
+    int cache_slots_given;
+    double ram_gb;
+    int direct, drop, mmap_mode, replay, profile;
+    const char *stats_path;
 } Settings;
 
 static const char *setting_value(const char *name) {
@@ -177,7 +188,7 @@ static void warn_near_miss_variables(void) {
 
 static void print_help(void) {
     printf("usage: [VAR=value ...] ./glm [cache_slots] [expert_bits] [dense_bits]\n\n"
-           "  cache_slots   routed-expert cache slots per layer (default 64)\n"
+           "  cache_slots   routed-expert cache slots per layer (default: as many as RAM_GB allows)\n"
            "  expert_bits   load-time precision of routed experts: 16 (f32), 8, 4 or 2 (default 4)\n"
            "  dense_bits    load-time precision of every other matrix (default 4)\n"
            "  Pre-quantized tensors (NAME + NAME.qs) are used as they are.\n\n"
@@ -208,6 +219,7 @@ static Settings settings_from_env(int argc, char **argv) {
             long v = strtol(argv[i], &end, 10);
             if (*end || v < 1 || v > 65536) die("cache_slots '%s' must be a whole number in [1, 65536]", argv[i]);
             s.cache_slots = (int)v;
+            s.cache_slots_given = 1;
         } else if (npos == 1) s.expert_bits = parse_bits(argv[i], "expert_bits");
         else if (npos == 2) s.dense_bits = parse_bits(argv[i], "dense_bits");
         else die("too many arguments (see --help)");
@@ -230,6 +242,14 @@ static Settings settings_from_env(int argc, char **argv) {
     s.ctx = (int)setting_number("CTX");
     s.latent_eps = (float)setting_number("LATENT_EPS");
     s.mtp_zero_pos0 = (int)setting_number("MTP_ZERO_POS0");
+    s.ram_gb = setting_number("RAM_GB");
+    s.direct = (int)setting_number("DIRECT");
+    s.drop = (int)setting_number("DROP");
+    s.mmap_mode = (int)setting_number("MMAP");
+    s.replay = (int)setting_number("REPLAY");
+    s.profile = (int)setting_number("PROFILE");
+    s.stats_path = setting_value("STATS");
+    if (s.replay && s.teacher_forcing) die("REPLAY=1 and TF=1 are different modes: set one");
     if (s.group && s.group < 2) die("GROUP=%d: a group needs at least 2 inputs", s.group);
     if (!s.model_dir[0]) die("SNAP is not set: point it at a model directory (see --help)");
     if (s.mtp && !s.teacher_forcing) die("MTP=1 needs TF=1 (the MTP head is validated in teacher forcing)");
@@ -484,7 +504,8 @@ typedef struct {
     int group;                 /* GROUP for load-time int4 */
     JsonDoc **format_stamps;   /* per file: parsed colibri.fmt, or NULL */
     int nfiles;
-    size_t bytes_loaded;
+    size_t bytes_loaded;       /* read from disk */
+    double resident_bytes;     /* kept in RAM */
 } Loader;
 
 static QtFormat format_for_bits(int bits, int group) {
@@ -544,6 +565,7 @@ static void load_prequantized(Loader *ld, const char *name, const StTensor *data
     char err[512];
     if (st_read_raw(ld->index, data, out->data, err, sizeof err)) die("%s", err);
     if (st_read_raw(ld->index, qs, out->scales, err, sizeof err)) die("%s", err);
+    ld->resident_bytes += (double)data->nbytes + (double)qs->nbytes;
     for (int64_t i = 0; i < st_numel(qs); i++)
         if (!isfinite(out->scales[i]) || out->scales[i] < 0)
             die("%s: tensor %s.qs: scale %lld is %g (must be finite and >= 0)", file, name, (long long)i, out->scales[i]);
@@ -566,6 +588,7 @@ static void load_float_rows(Loader *ld, const char *name, const StTensor *t, int
     }
     free(buf);
     ld->bytes_loaded += (size_t)(rows * cols) * st_dtype_size(t->dtype);
+    ld->resident_bytes += (double)(rows * out->row_bytes) + (out->scales ? (double)(rows * qt_groups_per_row(out)) * 4 : 0);
 }
 
 /* A 2-D weight [rows, cols] by name: pre-quantized if NAME.qs exists, else float → `bits`. */
@@ -597,6 +620,7 @@ static float *load_vector(Loader *ld, const char *name, int64_t n) {
     for (int64_t i = 0; i < n; i++)
         if (!isfinite(v[i])) die("%s: tensor %s: element %lld is not finite", st_file_path(ld->index, t->file), name, (long long)i);
     ld->bytes_loaded += t->nbytes;
+    ld->resident_bytes += (double)n * sizeof(float);
     return v;
 }
 
@@ -704,8 +728,10 @@ typedef struct {
     int *expert_rows;        /* [max_batch] */
     float *expert_x, *expert_y;
     int *chosen;             /* [max_batch][experts_per_tok] */
+    int *union_experts;      /* [n_experts] distinct experts of one MoE step, ascending */
     float *chosen_w;
     int nthreads;
+    double bytes;            /* what session_init allocated */
 } Session;
 
 /* Interleaved RoPE (§3.3): pairs (2j, 2j+1); angle is one fp32 product, rounded, then cos/sin. */
@@ -932,24 +958,487 @@ static void attention(AttentionCall *ac, const float *xn, int S, int pos0, float
 }
 
 /* =============================================================================================
-   6. Experts
-   Where a routed expert's weights come from. The model asks only expert_acquire(store, layer, e)
-   and gets three QTensors; it never knows whether they were resident, cached or read from disk.
-   This version keeps every expert resident (loaded at start).
+   6. Experts: streamed from disk through a per-layer LRU cache
+   Routed experts are never loaded at start. Each MoE layer owns `slots` expert slots, allocated
+   and faulted in once. A miss reads the expert's three weight payloads with ONE read into its
+   slot's slab (container.md §4 keeps them adjacent) and the three scale arrays with one small
+   read; the QTensors are views into the slab, no copy. A background I/O thread loads the misses
+   of a layer in ascending expert order while the compute threads work through the experts that
+   are already in RAM, so disk and CPU overlap. Float experts (unconverted checkpoints) are read
+   and quantized into the slot on each miss — correct, but slow: convert big models first.
+
+   I/O modes: buffered pread (default: the OS page cache is a free second level), DIRECT=1
+   (O_DIRECT into 2 MiB huge-page-backed slabs, bypassing the page cache), DROP=1 (pread, then
+   evict the pages read), MMAP=1 (the views point into a read-only file mapping; evicting an
+   expert drops its pages from this process).
    ============================================================================================= */
 
+#include <fcntl.h>
+#include <pthread.h>
+#include <sys/mman.h>
+#define TIER_IMPLEMENTATION
+#include "tier.h"
+
+enum { IO_PREAD, IO_DIRECT, IO_DROP, IO_MMAP };
+static const char *const IO_MODE_NAMES[] = { "pread", "direct", "pread+drop", "mmap" };
+#define DIRECT_ALIGN 4096
+
+/* Where one expert's bytes are on disk. */
 typedef struct {
-    int n_layers, n_experts;   /* n_layers includes the MTP layer */
-    FfnWeights *resident;      /* [n_layers][n_experts]; zeroed for dense layers */
-    long long acquires;
+    const StTensor *data[3];      /* gate, up, down weights (for fused floats: the 3-D tensor) */
+    const StTensor *scales[3];    /* NAME.qs of pre-quantized experts; NULL for float */
+    int64_t fused_row0[3];        /* first row inside a fused 3-D tensor */
+    int64_t rows[3], cols[3];
+    QtFormat format[3];
+    int64_t group[3];
+    int data_adjacent, scales_adjacent;   /* one read for all three payloads / scales */
+} ExpertSource;
+
+typedef struct {
+    uint8_t *slab;                /* weight bytes (raw span, or quantized float source) */
+    float *scale_buf;
+    uint64_t mapped_off, mapped_len;   /* MMAP: the span mapped for this expert */
+    int mapped_file;
+    FfnWeights w;                 /* views into slab / scale_buf / the mapping */
+    int expert;                   /* expert held (-1 none) */
+    int ready;                    /* its bytes are in RAM (set by the I/O thread, under lock) */
+    int failed;                   /* a load error is pending report */
+    char error[512];
+} ExpertSlot;
+
+typedef struct {
+    TierLru lru;
+    ExpertSlot *slots;
+    unsigned char *busy;          /* slot in use by the current MoE step or queued for loading */
+} LayerCache;
+
+typedef struct { int layer, slot; } LoadJob;
+
+typedef struct {
+    const Config *c;
+    StIndex *index;
+    int n_layers, n_experts;      /* n_layers includes the MTP layer */
+    int io_mode, expert_bits, group;
+    int prequantized;             /* experts come with .qs scales */
+    ExpertSource *sources;        /* [n_layers][n_experts]; unused for dense layers */
+    LayerCache *caches;           /* [n_layers] */
+    int slots_per_layer;
+    size_t slab_bytes, scale_bytes;
+    int *direct_fds;              /* per file, O_DIRECT */
+    uint8_t **maps; uint64_t *map_len;
+    float *staging;               /* float sources: one tensor in f32 */
+    /* the I/O thread */
+    pthread_t io_thread;
+    int io_started, io_stop;
+    pthread_mutex_t lock;
+    pthread_cond_t work, done;
+    LoadJob *queue; int queue_head, queue_tail, queue_cap;
+    /* statistics */
+    long long hits, misses;
+    double bytes_read, read_seconds, wait_seconds, compute_seconds;
+    long long *route_counts;      /* [n_layers][n_experts] times chosen */
 } ExpertStore;
 
-static const FfnWeights *expert_acquire(ExpertStore *store, int layer, int expert) {
-    store->acquires++;
-    return &store->resident[(size_t)layer * store->n_experts + expert];
+static int io_mode_from_settings(int direct, int drop, int mmap_mode) {
+    if (direct + drop + mmap_mode > 1) die("DIRECT, DROP and MMAP are exclusive: set at most one");
+    return direct ? IO_DIRECT : drop ? IO_DROP : mmap_mode ? IO_MMAP : IO_PREAD;
 }
 
-static void expert_release(ExpertStore *store, int layer, int expert) { (void)store; (void)layer; (void)expert; }
+static void expert_tensor_name(char *buf, size_t n, int layer, int expert, int which) {
+    static const char *const proj[3] = { "gate_proj", "up_proj", "down_proj" };
+    snprintf(buf, n, "model.layers.%d.mlp.experts.%d.%s.weight", layer, expert, proj[which]);
+}
+
+/* Finds and checks every expert's tensors (names, shapes, formats, stamps); reads no payload. */
+static void expert_sources_init(ExpertStore *st, Loader *ld) {
+    const Config *c = st->c;
+    const int E = c->n_experts, I = c->moe_inter, H = c->hidden;
+    st->sources = xcalloc((size_t)st->n_layers * E, sizeof(ExpertSource));
+    int seen_quantized = 0, seen_float = 0;
+    for (int l = 0; l < st->n_layers; l++) {
+        if (c->layer_dense[l]) continue;
+        char fused_name[256], down_name[256];
+        snprintf(fused_name, sizeof fused_name, "model.layers.%d.mlp.experts.gate_up_proj", l);
+        snprintf(down_name, sizeof down_name, "model.layers.%d.mlp.experts.down_proj", l);
+        const StTensor *fused = st_find(ld->index, fused_name);
+        const StTensor *fused_down = fused ? loader_require(ld, down_name) : NULL;
+        if (fused) {
+            if (fused->ndim != 3 || fused->shape[0] != E || fused->shape[1] != 2 * I || fused->shape[2] != H)
+                die("%s: tensor %s must have shape [%d, %d, %d]", st_file_path(ld->index, fused->file), fused_name, E, 2 * I, H);
+            if (fused_down->ndim != 3 || fused_down->shape[0] != E || fused_down->shape[1] != H || fused_down->shape[2] != I)
+                die("%s: tensor %s must have shape [%d, %d, %d]", st_file_path(ld->index, fused_down->file), down_name, E, H, I);
+            if (fused->dtype == ST_U8 || fused->dtype == ST_I8) die("%s: fused expert tensors must be float", fused_name);
+            st->c = c;
+        }
+        for (int e = 0; e < E; e++) {
+            ExpertSource *src = &st->sources[(size_t)l * E + e];
+            const int64_t rows[3] = { I, I, H }, cols[3] = { H, H, I };
+            for (int k = 0; k < 3; k++) {
+                src->rows[k] = rows[k];
+                src->cols[k] = cols[k];
+                if (fused) {
+                    src->data[k] = k < 2 ? fused : fused_down;
+                    src->fused_row0[k] = k == 0 ? (int64_t)e * 2 * I : k == 1 ? (int64_t)e * 2 * I + I : (int64_t)e * H;
+                    src->format[k] = format_for_bits(st->expert_bits, st->group);
+                    src->group[k] = st->group;
+                    seen_float = 1;
+                    continue;
+                }
+                char name[256], qs_name[300];
+                expert_tensor_name(name, sizeof name, l, e, k);
+                src->data[k] = loader_require(ld, name);
+                snprintf(qs_name, sizeof qs_name, "%s.qs", name);
+                src->scales[k] = st_find(ld->index, qs_name);
+                const StTensor *t = src->data[k];
+                const char *file = st_file_path(ld->index, t->file);
+                if (src->scales[k]) {
+                    const StTensor *qs = src->scales[k];
+                    if (t->dtype != ST_U8 && t->dtype != ST_I8) die("%s: tensor %s: pre-quantized data must be U8 or I8", file, name);
+                    if (qs->dtype != ST_F32) die("%s: tensor %s: scales must be F32", file, qs_name);
+                    if (qt_infer_format(rows[k], cols[k], (int64_t)t->nbytes, st_numel(qs), &src->format[k], &src->group[k]))
+                        die("%s: tensor %s: %llu bytes and %lld scales fit no quantized format for shape [%lld, %lld]", file, name,
+                            (unsigned long long)t->nbytes, (long long)st_numel(qs), (long long)rows[k], (long long)cols[k]);
+                    const JsonValue *stamp = loader_format_stamp(ld, t->file);
+                    const char *declared = stamp ? json_str(json_get(stamp, name), NULL) : NULL;
+                    if (declared && strcmp(declared, qt_format_name(src->format[k])))
+                        die("%s: tensor %s: colibri.fmt says %s but its byte counts mean %s", file, name, declared, qt_format_name(src->format[k]));
+                    seen_quantized = 1;
+                } else {
+                    if (t->ndim != 2 || t->shape[0] != rows[k] || t->shape[1] != cols[k])
+                        die("%s: tensor %s must have shape [%lld, %lld]", file, name, (long long)rows[k], (long long)cols[k]);
+                    if (t->dtype == ST_U8 || t->dtype == ST_I8) die("%s: tensor %s is %s but has no %s", file, name, st_dtype_name(t->dtype), qs_name);
+                    src->format[k] = format_for_bits(st->expert_bits, st->group);
+                    src->group[k] = st->group;
+                    seen_float = 1;
+                }
+            }
+            if (!fused) {
+                const StTensor **d = src->data, **q = src->scales;
+                src->data_adjacent = d[0]->file == d[1]->file && d[1]->file == d[2]->file &&
+                                     d[0]->offset + d[0]->nbytes == d[1]->offset && d[1]->offset + d[1]->nbytes == d[2]->offset;
+                src->scales_adjacent = q[0] && q[1] && q[2] && q[0]->file == q[1]->file && q[1]->file == q[2]->file &&
+                                       q[0]->offset + q[0]->nbytes == q[1]->offset && q[1]->offset + q[1]->nbytes == q[2]->offset;
+            }
+        }
+    }
+    if (seen_quantized && seen_float) die("%s: some routed experts are pre-quantized and some are float; convert the whole model", ld->dir);
+    st->prequantized = seen_quantized;
+    if (!st->prequantized && (st->io_mode == IO_DIRECT || st->io_mode == IO_MMAP))
+        die("%s=1 needs pre-quantized experts (NAME + NAME.qs); this model's experts are float: convert it with "
+            "tools/convert_fp8_to_int4.py", st->io_mode == IO_DIRECT ? "DIRECT" : "MMAP");
+}
+
+/* Bytes of one expert slot: the largest expert's payload span (+ O_DIRECT alignment slack), or
+   its three quantized tensors when the source is float. */
+static void expert_slot_sizes(ExpertStore *st, size_t *slab, size_t *scales) {
+    const int E = st->c->n_experts;
+    size_t max_slab = 0, max_scales = 0;
+    for (int l = 0; l < st->n_layers; l++) {
+        if (st->c->layer_dense[l]) continue;
+        for (int e = 0; e < E; e++) {
+            const ExpertSource *src = &st->sources[(size_t)l * E + e];
+            size_t data = 0, sc = 0;
+            for (int k = 0; k < 3; k++) {
+                if (src->scales[k]) { data += src->data[k]->nbytes; sc += src->scales[k]->nbytes; }
+                else {
+                    QtFormat f = src->format[k];
+                    int64_t g = f == QT_INT4_GROUP ? src->group[k] : src->cols[k];
+                    data += (size_t)(src->rows[k] * qt_row_bytes(f, src->cols[k])) + 64;
+                    if (f != QT_F32) sc += (size_t)(src->rows[k] * ((src->cols[k] + g - 1) / g)) * sizeof(float);
+                }
+            }
+            if (data > max_slab) max_slab = data;
+            if (sc > max_scales) max_scales = sc;
+        }
+    }
+    *slab = st->io_mode == IO_MMAP ? 0 : max_slab + 2 * DIRECT_ALIGN;
+    *scales = max_scales;
+}
+
+static int pread_all(int fd, void *dst, size_t n, uint64_t off, size_t *got) {
+    size_t done = 0;
+    while (done < n) {
+        ssize_t r = pread(fd, (char *)dst + done, n - done, (off_t)(off + done));
+        if (r < 0) { if (errno == EINTR) continue; return -1; }
+        if (r == 0) break;
+        done += (size_t)r;
+    }
+    *got = done;
+    return 0;
+}
+
+/* Reads file bytes [off, off+n) into buf in the store's I/O mode; returns where they start. */
+static uint8_t *expert_read_span(ExpertStore *st, int file, uint64_t off, uint64_t n, uint8_t *buf, size_t cap,
+                                 char *err, size_t err_len) {
+    const char *path = st_file_path(st->index, file);
+    size_t got = 0;
+    if (st->io_mode == IO_DIRECT) {
+        uint64_t start = off / DIRECT_ALIGN * DIRECT_ALIGN;
+        uint64_t end = (off + n + DIRECT_ALIGN - 1) / DIRECT_ALIGN * DIRECT_ALIGN;
+        if (end - start > cap) { snprintf(err, err_len, "%s: expert span of %llu bytes exceeds its slot", path, (unsigned long long)n); return NULL; }
+        if (pread_all(st->direct_fds[file], buf, (size_t)(end - start), start, &got) || got < off + n - start) {
+            snprintf(err, err_len, "%s: O_DIRECT read of %llu bytes at %llu failed: %s", path, (unsigned long long)(end - start),
+                     (unsigned long long)start, got < off + n - start ? "file is shorter than its header says" : strerror(errno));
+            return NULL;
+        }
+        return buf + (off - start);
+    }
+    if (n > cap) { snprintf(err, err_len, "%s: expert span of %llu bytes exceeds its slot", path, (unsigned long long)n); return NULL; }
+    int fd = st_file_fd(st->index, file);
+    if (pread_all(fd, buf, (size_t)n, off, &got) || got != n) {
+        snprintf(err, err_len, "%s: read of %llu bytes at %llu failed: %s", path, (unsigned long long)n, (unsigned long long)off,
+                 got != n ? "file is shorter than its header says" : strerror(errno));
+        return NULL;
+    }
+    if (st->io_mode == IO_DROP) posix_fadvise(fd, (off_t)off, (off_t)n, POSIX_FADV_DONTNEED);
+    return buf;
+}
+
+static QTensor expert_view(QtFormat f, int64_t group, int64_t rows, int64_t cols, uint8_t *data, float *scales) {
+    QTensor t;
+    memset(&t, 0, sizeof t);
+    t.format = f; t.rows = rows; t.cols = cols;
+    t.group = f == QT_INT4_GROUP ? group : cols;
+    t.row_bytes = qt_row_bytes(f, cols);
+    t.data = data; t.scales = scales;
+    return t;
+}
+
+/* Brings expert `e` of `layer` into `slot`. Runs on the I/O thread (or inline). */
+static int expert_load(ExpertStore *st, int layer, int e, ExpertSlot *slot) {
+    const ExpertSource *src = &st->sources[(size_t)layer * st->c->n_experts + e];
+    QTensor *w[3] = { &slot->w.gate, &slot->w.up, &slot->w.down };
+    char *err = slot->error;
+    const size_t err_len = sizeof slot->error;
+    double t0 = now_seconds();
+    double bytes = 0;
+    if (!st->prequantized) {
+        /* float source: read f32 rows, quantize into the slot's own memory */
+        uint8_t *p = slot->slab;
+        float *sp = slot->scale_buf;
+        for (int k = 0; k < 3; k++) {
+            QtFormat f = src->format[k];
+            *w[k] = expert_view(f, src->group[k], src->rows[k], src->cols[k], p, f == QT_F32 ? NULL : sp);
+            if (st_read_f32_rows(st->index, src->data[k], src->fused_row0[k], src->rows[k], st->staging, err, err_len)) return -1;
+            for (int64_t i = 0; i < src->rows[k] * src->cols[k]; i++)
+                if (!isfinite(st->staging[i])) { snprintf(err, err_len, "layer %d expert %d: a weight is not finite", layer, e); return -1; }
+            qt_quantize_rows(w[k], 0, src->rows[k], st->staging);
+            p += (size_t)(src->rows[k] * w[k]->row_bytes + 63) / 64 * 64;
+            if (f != QT_F32) sp += src->rows[k] * qt_groups_per_row(w[k]);
+            bytes += (double)src->rows[k] * src->cols[k] * st_dtype_size(src->data[k]->dtype);
+        }
+    } else if (st->io_mode == IO_MMAP) {
+        for (int k = 0; k < 3; k++) {
+            const StTensor *d = src->data[k], *q = src->scales[k];
+            *w[k] = expert_view(src->format[k], src->group[k], src->rows[k], src->cols[k],
+                                st->maps[d->file] + d->offset, (float *)(st->maps[q->file] + q->offset));
+            bytes += d->nbytes + q->nbytes;
+        }
+        const StTensor *first = src->data[0];
+        slot->mapped_file = first->file;
+        slot->mapped_off = first->offset;
+        slot->mapped_len = src->data_adjacent ? src->data[2]->offset + src->data[2]->nbytes - first->offset : first->nbytes;
+        /* fault the span in now, on the I/O thread, rather than during the matmul */
+        uint64_t page = 4096, a = slot->mapped_off / page * page;
+        madvise(st->maps[first->file] + a, slot->mapped_off + slot->mapped_len - a, MADV_WILLNEED);
+        volatile uint8_t sink = 0;
+        for (int k = 0; k < 3; k++)
+            for (uint64_t i = 0; i < src->data[k]->nbytes; i += page) sink ^= st->maps[src->data[k]->file][src->data[k]->offset + i];
+        (void)sink;
+    } else {
+        uint8_t *base[3];
+        float *sbase[3];
+        if (src->data_adjacent) {
+            const StTensor *d0 = src->data[0];
+            uint64_t span = src->data[2]->offset + src->data[2]->nbytes - d0->offset;
+            uint8_t *p = expert_read_span(st, d0->file, d0->offset, span, slot->slab, st->slab_bytes, err, err_len);
+            if (!p) return -1;
+            for (int k = 0; k < 3; k++) base[k] = p + (src->data[k]->offset - d0->offset);
+            bytes += span;
+        } else {
+            /* a conversion that did not keep them adjacent: three reads */
+            size_t used = 0;
+            for (int k = 0; k < 3; k++) {
+                const StTensor *d = src->data[k];
+                base[k] = expert_read_span(st, d->file, d->offset, d->nbytes, slot->slab + used, st->slab_bytes - used, err, err_len);
+                if (!base[k]) return -1;
+                used += (size_t)((d->nbytes + 2 * DIRECT_ALIGN) / DIRECT_ALIGN * DIRECT_ALIGN);
+                bytes += d->nbytes;
+            }
+        }
+        /* scales: small, always buffered */
+        size_t used = 0;
+        for (int k = 0; k < 3; k++) {
+            const StTensor *q = src->scales[k];
+            if (k > 0 && src->scales_adjacent) { sbase[k] = sbase[0] + (q->offset - src->scales[0]->offset) / sizeof(float); continue; }
+            uint64_t n = src->scales_adjacent ? src->scales[2]->offset + src->scales[2]->nbytes - q->offset : q->nbytes;
+            size_t got;
+            if (pread_all(st_file_fd(st->index, q->file), (uint8_t *)slot->scale_buf + used, (size_t)n, q->offset, &got) || got != n) {
+                snprintf(err, err_len, "%s: reading scales of layer %d expert %d failed", st_file_path(st->index, q->file), layer, e);
+                return -1;
+            }
+            sbase[k] = (float *)((uint8_t *)slot->scale_buf + used);
+            used += (size_t)n;
+            bytes += n;
+        }
+        for (int k = 0; k < 3; k++) {
+            *w[k] = expert_view(src->format[k], src->group[k], src->rows[k], src->cols[k], base[k], sbase[k]);
+            int64_t ns = st_numel(src->scales[k]);
+            for (int64_t i = 0; i < ns; i++)
+                if (!isfinite(sbase[k][i]) || sbase[k][i] < 0) {
+                    snprintf(err, err_len, "%s: tensor %s.qs: scale %lld is %g (must be finite and >= 0)",
+                             st_file_path(st->index, src->scales[k]->file), src->data[k]->name, (long long)i, sbase[k][i]);
+                    return -1;
+                }
+        }
+    }
+    pthread_mutex_lock(&st->lock);
+    st->bytes_read += bytes;
+    st->read_seconds += now_seconds() - t0;
+    pthread_mutex_unlock(&st->lock);
+    return 0;
+}
+
+static void *expert_io_thread(void *arg) {
+    ExpertStore *st = arg;
+    pthread_mutex_lock(&st->lock);
+    for (;;) {
+        while (st->queue_head == st->queue_tail && !st->io_stop) pthread_cond_wait(&st->work, &st->lock);
+        if (st->io_stop) break;
+        LoadJob job = st->queue[st->queue_head % st->queue_cap];
+        pthread_mutex_unlock(&st->lock);
+        ExpertSlot *slot = &st->caches[job.layer].slots[job.slot];
+        slot->failed = expert_load(st, job.layer, slot->expert, slot) != 0;
+        pthread_mutex_lock(&st->lock);
+        slot->ready = 1;
+        st->queue_head++;
+        pthread_cond_broadcast(&st->done);
+    }
+    pthread_mutex_unlock(&st->lock);
+    return NULL;
+}
+
+/* Allocates the slots (once, faulted in) and starts the I/O thread. */
+static void expert_store_start(ExpertStore *st, int slots_per_layer) {
+    const int E = st->c->n_experts;
+    st->slots_per_layer = slots_per_layer;
+    st->caches = xcalloc((size_t)st->n_layers, sizeof(LayerCache));
+    int moe_layers = 0;
+    for (int l = 0; l < st->n_layers; l++) moe_layers += !st->c->layer_dense[l];
+    /* one huge-page-backed arena for every slab: 2 MiB pages make O_DIRECT requests 4x larger
+       and fresh-page faults (expensive on these VMs) happen here, once */
+    size_t slab_stride = (st->slab_bytes + 4095) / 4096 * 4096;
+    size_t arena_bytes = slab_stride * (size_t)slots_per_layer * (size_t)moe_layers;
+    uint8_t *arena = NULL;
+    if (arena_bytes) {
+        arena = mmap(NULL, arena_bytes + (2u << 20), PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+        if (arena == MAP_FAILED) die("cannot allocate %.2f GB of expert slots", arena_bytes / 1e9);
+        arena = (uint8_t *)(((uintptr_t)arena + (2u << 20) - 1) & ~(uintptr_t)((2u << 20) - 1));
+        madvise(arena, arena_bytes, MADV_HUGEPAGE);
+        memset(arena, 0, arena_bytes);
+    }
+    size_t used = 0;
+    for (int l = 0; l < st->n_layers; l++) {
+        if (st->c->layer_dense[l]) continue;
+        LayerCache *lc = &st->caches[l];
+        if (tier_lru_init(&lc->lru, slots_per_layer, E)) die("out of memory for the expert cache");
+        lc->slots = xcalloc((size_t)slots_per_layer, sizeof(ExpertSlot));
+        lc->busy = xcalloc((size_t)slots_per_layer, 1);
+        for (int s = 0; s < slots_per_layer; s++) {
+            lc->slots[s].slab = arena ? arena + used : NULL;
+            used += slab_stride;
+            lc->slots[s].scale_buf = st->scale_bytes ? xcalloc(st->scale_bytes / sizeof(float) + 16, sizeof(float)) : NULL;
+            lc->slots[s].expert = -1;
+        }
+    }
+    if (!st->prequantized) {
+        size_t most = (size_t)st->c->moe_inter * st->c->hidden;
+        st->staging = xmalloc(most * sizeof(float));
+    }
+    st->queue_cap = E + 1;
+    st->queue = xcalloc((size_t)st->queue_cap, sizeof(LoadJob));
+    pthread_mutex_init(&st->lock, NULL);
+    pthread_cond_init(&st->work, NULL);
+    pthread_cond_init(&st->done, NULL);
+    if (pthread_create(&st->io_thread, NULL, expert_io_thread, st)) die("cannot start the expert I/O thread");
+    st->io_started = 1;
+}
+
+static void expert_store_stop(ExpertStore *st) {
+    if (!st->io_started) return;
+    pthread_mutex_lock(&st->lock);
+    st->io_stop = 1;
+    pthread_cond_broadcast(&st->work);
+    pthread_mutex_unlock(&st->lock);
+    pthread_join(st->io_thread, NULL);
+    st->io_started = 0;
+}
+
+/* Puts `expert` into a free slot of `layer` and queues its load; -1 when every slot is busy. */
+static int expert_schedule_load(ExpertStore *st, int layer, int expert) {
+    LayerCache *lc = &st->caches[layer];
+    int slot = tier_lru_victim(&lc->lru, lc->busy);
+    if (slot < 0) return -1;
+    ExpertSlot *sl = &lc->slots[slot];
+    if (st->io_mode == IO_MMAP && sl->expert >= 0 && sl->mapped_len) {
+        uint64_t a = sl->mapped_off / 4096 * 4096;   /* drop the evicted expert's pages from our RSS */
+        madvise(st->maps[sl->mapped_file] + a, sl->mapped_off + sl->mapped_len - a, MADV_DONTNEED);
+    }
+    tier_lru_assign(&lc->lru, slot, expert);
+    lc->busy[slot] = 1;
+    pthread_mutex_lock(&st->lock);
+    sl->expert = expert;
+    sl->ready = 0;
+    sl->failed = 0;
+    st->queue[st->queue_tail % st->queue_cap] = (LoadJob){ layer, slot };
+    st->queue_tail++;
+    pthread_cond_signal(&st->work);
+    pthread_mutex_unlock(&st->lock);
+    st->misses++;
+    return slot;
+}
+
+/* Before a MoE step: pin the chosen experts that are cached and queue loads of the missing ones
+   (ascending, as many as free slots allow; the rest load on demand in expert_acquire). */
+static void expert_prefetch(ExpertStore *st, int layer, const int *experts, int n) {
+    LayerCache *lc = &st->caches[layer];
+    for (int i = 0; i < n; i++) {
+        st->route_counts[(size_t)layer * st->n_experts + experts[i]]++;
+        int slot = lc->lru.expert_slot[experts[i]];
+        if (slot >= 0) { lc->busy[slot] = 1; st->hits++; }
+    }
+    for (int i = 0; i < n; i++)
+        if (lc->lru.expert_slot[experts[i]] < 0 && expert_schedule_load(st, layer, experts[i]) < 0) break;
+}
+
+static const FfnWeights *expert_acquire(ExpertStore *st, int layer, int expert) {
+    LayerCache *lc = &st->caches[layer];
+    int slot = lc->lru.expert_slot[expert];
+    if (slot < 0) {
+        slot = expert_schedule_load(st, layer, expert);
+        if (slot < 0) die("internal: no free expert slot in layer %d", layer);
+    } else {
+        tier_lru_lookup(&lc->lru, expert);
+    }
+    lc->busy[slot] = 1;
+    ExpertSlot *sl = &lc->slots[slot];
+    pthread_mutex_lock(&st->lock);
+    if (!sl->ready) {
+        double t0 = now_seconds();
+        while (!sl->ready) pthread_cond_wait(&st->done, &st->lock);
+        st->wait_seconds += now_seconds() - t0;
+    }
+    pthread_mutex_unlock(&st->lock);
+    if (sl->failed) die("loading layer %d expert %d: %s", layer, expert, sl->error);
+    return &sl->w;
+}
+
+static void expert_release(ExpertStore *st, int layer, int expert) {
+    LayerCache *lc = &st->caches[layer];
+    int slot = lc->lru.expert_slot[expert];
+    if (slot >= 0) lc->busy[slot] = 0;
+}
+
 
 /* =============================================================================================
    7. MoE: router, batch union of chosen experts, SwiGLU, shared expert (§5)
@@ -1015,16 +1504,26 @@ static void moe_forward(const Config *c, const Layer *L, int layer_index, Expert
     matmul(s->router_logits, &L->router, m, S);
     for (int r = 0; r < S; r++)
         router_select(c, s->router_logits + (size_t)r * E, L->router_bias, s->chosen + (size_t)r * k, s->chosen_w + (size_t)r * k);
-    memset(out, 0, (size_t)S * H * sizeof(float));
+    /* the batch union, ascending: each distinct expert is fetched once for all its rows */
+    int n_union = 0;
     for (int e = 0; e < E; e++) {
+        int used = 0;
+        for (int i = 0; i < S * k && !used; i++) used = s->chosen[i] == e;
+        if (used) s->union_experts[n_union++] = e;
+    }
+    expert_prefetch(store, layer_index, s->union_experts, n_union);
+    memset(out, 0, (size_t)S * H * sizeof(float));
+    for (int u = 0; u < n_union; u++) {
+        const int e = s->union_experts[u];
         int n = 0;
         for (int r = 0; r < S; r++)
             for (int t = 0; t < k; t++)
                 if (s->chosen[r * k + t] == e) { s->expert_rows[n] = r; s->tmp[n] = s->chosen_w[r * k + t]; n++; }
-        if (!n) continue;
         for (int i = 0; i < n; i++) memcpy(s->expert_x + (size_t)i * H, m + (size_t)s->expert_rows[i] * H, (size_t)H * sizeof(float));
         const FfnWeights *w = expert_acquire(store, layer_index, e);
+        double t0 = now_seconds();
         ffn_swiglu(w, s->expert_x, n, s->expert_y, s->ffn_h1, s->ffn_h2);
+        store->compute_seconds += now_seconds() - t0;
         expert_release(store, layer_index, e);
         for (int i = 0; i < n; i++) {
             float *o = out + (size_t)s->expert_rows[i] * H;
@@ -1051,6 +1550,7 @@ typedef struct {
     ExpertStore experts;
     float *inv_freq;         /* [qk_rope/2] */
     StIndex *index;
+    double resident_bytes;   /* dense weights held in RAM */
 } Model;
 
 static void layer_name(char *buf, size_t n, int l, const char *suffix) { snprintf(buf, n, "model.layers.%d.%s", l, suffix); }
@@ -1063,37 +1563,6 @@ static void load_ffn(Loader *ld, int l, const char *prefix, int width, int hidde
     load_matrix(ld, name, width, hidden, bits, &w->up);
     snprintf(suffix, sizeof suffix, "%s.down_proj.weight", prefix); layer_name(name, sizeof name, l, suffix);
     load_matrix(ld, name, hidden, width, bits, &w->down);
-}
-
-/* Routed experts of one layer: per-expert tensors, or the fused 3-D layout (§2.2). */
-static void load_routed_experts(Loader *ld, Model *m, int l, int bits) {
-    const Config *c = &m->c;
-    const int E = c->n_experts, I = c->moe_inter, H = c->hidden;
-    FfnWeights *dst = &m->experts.resident[(size_t)l * E];
-    char name[256];
-    layer_name(name, sizeof name, l, "mlp.experts.gate_up_proj");
-    const StTensor *fused = st_find(ld->index, name);
-    if (!fused) {
-        for (int e = 0; e < E; e++) {
-            char prefix[64];
-            snprintf(prefix, sizeof prefix, "mlp.experts.%d", e);
-            load_ffn(ld, l, prefix, I, H, bits, &dst[e]);
-        }
-        return;
-    }
-    m->c.fused_experts = 1;
-    char down_name[256];
-    layer_name(down_name, sizeof down_name, l, "mlp.experts.down_proj");
-    const StTensor *down = loader_require(ld, down_name);
-    if (fused->ndim != 3 || fused->shape[0] != E || fused->shape[1] != 2 * I || fused->shape[2] != H)
-        die("%s: tensor %s must have shape [%d, %d, %d]", st_file_path(ld->index, fused->file), name, E, 2 * I, H);
-    if (down->ndim != 3 || down->shape[0] != E || down->shape[1] != H || down->shape[2] != I)
-        die("%s: tensor %s must have shape [%d, %d, %d]", st_file_path(ld->index, down->file), down_name, E, H, I);
-    for (int e = 0; e < E; e++) {
-        load_float_rows(ld, name, fused, (int64_t)e * 2 * I, I, H, bits, &dst[e].gate);      /* gate rows first */
-        load_float_rows(ld, name, fused, (int64_t)e * 2 * I + I, I, H, bits, &dst[e].up);
-        load_float_rows(ld, down_name, down, (int64_t)e * H, H, I, bits, &dst[e].down);
-    }
 }
 
 static void load_layer(Loader *ld, Model *m, int l, const Settings *set) {
@@ -1129,7 +1598,6 @@ static void load_layer(Loader *ld, Model *m, int l, const Settings *set) {
         L->router_bias = load_vector(ld, LNAME("mlp.gate.e_score_correction_bias"), c->n_experts);
         L->has_shared = c->n_shared > 0;
         if (L->has_shared) load_ffn(ld, l, "mlp.shared_experts", c->moe_inter * c->n_shared, H, db, &L->mlp);
-        load_routed_experts(ld, m, l, set->expert_bits);
     }
     if (l >= c->n_layers) {   /* the MTP layer's own tensors (§2.3) */
         L->enorm = load_vector(ld, LNAME("enorm.weight"), H);
@@ -1160,9 +1628,17 @@ static void model_load(Model *m, const Settings *set) {
         }
     }
     m->layers = xcalloc((size_t)nl, sizeof(Layer));
-    m->experts.n_layers = c->n_layers + c->n_mtp;
-    m->experts.n_experts = c->n_experts;
-    m->experts.resident = xcalloc((size_t)m->experts.n_layers * c->n_experts, sizeof(FfnWeights));
+    ExpertStore *st = &m->experts;
+    st->c = c;
+    st->index = m->index;
+    st->n_layers = c->n_layers + c->n_mtp;
+    st->n_experts = c->n_experts;
+    st->io_mode = io_mode_from_settings(set->direct, set->drop, set->mmap_mode);
+    st->expert_bits = set->expert_bits;
+    st->group = set->group;
+    st->route_counts = xcalloc((size_t)st->n_layers * c->n_experts, sizeof(long long));
+    expert_sources_init(st, &ld);
+    expert_slot_sizes(st, &st->slab_bytes, &st->scale_bytes);
     load_matrix(&ld, "model.embed_tokens.weight", c->vocab, c->hidden, set->dense_bits, &m->embed);
     for (int l = 0; l < c->n_layers + c->n_mtp; l++) {
         load_layer(&ld, m, l, set);
@@ -1176,7 +1652,35 @@ static void model_load(Model *m, const Settings *set) {
     m->inv_freq = xmalloc((size_t)half * sizeof(float));
     for (int j = 0; j < half; j++)
         m->inv_freq[j] = 1.0f / powf(c->rope_theta, (float)(2 * j) / (float)c->qk_rope);
-    fprintf(stderr, "glm: loaded %.1f MB of tensors in %.2f s\n", ld.bytes_loaded / 1e6, now_seconds() - t0);
+    m->resident_bytes = ld.resident_bytes;
+    if (st->io_mode == IO_DIRECT || st->io_mode == IO_MMAP) {
+        int nfiles = st_file_count(m->index);
+        st->direct_fds = xcalloc((size_t)nfiles, sizeof(int));
+        st->maps = xcalloc((size_t)nfiles, sizeof(uint8_t *));
+        st->map_len = xcalloc((size_t)nfiles, sizeof(uint64_t));
+        for (int f = 0; f < nfiles; f++) {
+            const char *path = st_file_path(m->index, f);
+            if (st->io_mode == IO_DIRECT) {
+                st->direct_fds[f] = open(path, O_RDONLY | O_DIRECT);
+                if (st->direct_fds[f] < 0) die("%s: cannot open with O_DIRECT: %s (try DIRECT=0)", path, strerror(errno));
+            } else {
+                off_t size = lseek(st_file_fd(m->index, f), 0, SEEK_END);
+                void *map = mmap(NULL, (size_t)size, PROT_READ, MAP_SHARED, st_file_fd(m->index, f), 0);
+                if (map == MAP_FAILED) die("%s: mmap failed: %s", path, strerror(errno));
+                madvise(map, (size_t)size, MADV_RANDOM);
+                st->maps[f] = map;
+                st->map_len[f] = (uint64_t)size;
+            }
+        }
+    }
+    fprintf(stderr, "glm: loaded %.1f MB of resident tensors in %.2f s (routed experts stream on demand)\n",
+            ld.bytes_loaded / 1e6, now_seconds() - t0);
+}
+
+/* Every session allocation goes through here, so the RAM budget knows what the session holds. */
+static void *session_calloc(Session *s, size_t count, size_t size) {
+    s->bytes += (double)count * size;
+    return xcalloc(count, size);
 }
 
 static void session_init(Session *s, const Model *m, int capacity, int max_batch) {
@@ -1185,47 +1689,48 @@ static void session_init(Session *s, const Model *m, int capacity, int max_batch
     const int nl = c->n_layers + c->n_mtp, H = c->hidden, B = max_batch;
     s->capacity = capacity;
     s->max_batch = max_batch;
-    s->latent = xcalloc((size_t)nl, sizeof(float *));
-    s->rope_key = xcalloc((size_t)nl, sizeof(float *));
-    s->index_key = xcalloc((size_t)nl, sizeof(float *));
+    s->latent = session_calloc(s, (size_t)nl, sizeof(float *));
+    s->rope_key = session_calloc(s, (size_t)nl, sizeof(float *));
+    s->index_key = session_calloc(s, (size_t)nl, sizeof(float *));
     for (int l = 0; l < nl; l++) {
-        s->latent[l] = xcalloc((size_t)capacity * c->kv_lora, sizeof(float));
-        s->rope_key[l] = xcalloc((size_t)capacity * c->qk_rope, sizeof(float));
-        if (c->layer_indexer[l]) s->index_key[l] = xcalloc((size_t)capacity * c->index_dim, sizeof(float));
+        s->latent[l] = session_calloc(s, (size_t)capacity * c->kv_lora, sizeof(float));
+        s->rope_key[l] = session_calloc(s, (size_t)capacity * c->qk_rope, sizeof(float));
+        if (c->layer_indexer[l]) s->index_key[l] = session_calloc(s, (size_t)capacity * c->index_dim, sizeof(float));
     }
     const size_t q_width = (size_t)c->n_heads * c->qk_head;
     const int ffn_width = c->inter > c->moe_inter * (c->n_shared > 1 ? c->n_shared : 1) ? c->inter : c->moe_inter * c->n_shared;
-    s->x = xcalloc((size_t)B * H, sizeof(float));
-    s->xn = xcalloc((size_t)B * H, sizeof(float));
-    s->cq = xcalloc((size_t)B * c->q_lora, sizeof(float));
-    s->qr = xcalloc((size_t)B * c->q_lora, sizeof(float));
-    s->q = xcalloc((size_t)B * q_width, sizeof(float));
-    s->kv = xcalloc((size_t)B * (c->kv_lora + c->qk_rope), sizeof(float));
-    s->attn = xcalloc((size_t)B * c->n_heads * c->v_head, sizeof(float));
-    s->attn_out = xcalloc((size_t)B * H, sizeof(float));
-    s->ffn_out = xcalloc((size_t)B * H, sizeof(float));
+    s->x = session_calloc(s, (size_t)B * H, sizeof(float));
+    s->xn = session_calloc(s, (size_t)B * H, sizeof(float));
+    s->cq = session_calloc(s, (size_t)B * c->q_lora, sizeof(float));
+    s->qr = session_calloc(s, (size_t)B * c->q_lora, sizeof(float));
+    s->q = session_calloc(s, (size_t)B * q_width, sizeof(float));
+    s->kv = session_calloc(s, (size_t)B * (c->kv_lora + c->qk_rope), sizeof(float));
+    s->attn = session_calloc(s, (size_t)B * c->n_heads * c->v_head, sizeof(float));
+    s->attn_out = session_calloc(s, (size_t)B * H, sizeof(float));
+    s->ffn_out = session_calloc(s, (size_t)B * H, sizeof(float));
     size_t tmp_n = (size_t)B * (c->index_dim > c->experts_per_tok ? c->index_dim : c->experts_per_tok);
-    s->tmp = xcalloc(tmp_n > (size_t)B * c->experts_per_tok ? tmp_n : (size_t)B * c->experts_per_tok, sizeof(float));
-    s->router_logits = xcalloc((size_t)B * c->n_experts, sizeof(float));
-    s->index_q = xcalloc((size_t)B * c->index_heads * c->index_dim, sizeof(float));
-    s->index_w = xcalloc((size_t)B * c->index_heads, sizeof(float));
-    s->index_scores = xcalloc((size_t)B * capacity * 2, sizeof(float));
-    s->selection = xcalloc((size_t)B * c->index_topk, sizeof(int));
-    s->selection_count = xcalloc((size_t)B, sizeof(int));
+    s->tmp = session_calloc(s, tmp_n > (size_t)B * c->experts_per_tok ? tmp_n : (size_t)B * c->experts_per_tok, sizeof(float));
+    s->router_logits = session_calloc(s, (size_t)B * c->n_experts, sizeof(float));
+    s->index_q = session_calloc(s, (size_t)B * c->index_heads * c->index_dim, sizeof(float));
+    s->index_w = session_calloc(s, (size_t)B * c->index_heads, sizeof(float));
+    s->index_scores = session_calloc(s, (size_t)B * capacity * 2, sizeof(float));
+    s->selection = session_calloc(s, (size_t)B * c->index_topk, sizeof(int));
+    s->selection_count = session_calloc(s, (size_t)B, sizeof(int));
 #ifdef _OPENMP
     s->nthreads = omp_get_max_threads();
 #else
     s->nthreads = 1;
 #endif
-    s->head_scores = xcalloc((size_t)s->nthreads * (capacity + 2 * c->kv_lora + c->v_head), sizeof(float));
-    s->ffn_h1 = xcalloc((size_t)B * ffn_width, sizeof(float));
-    s->ffn_h2 = xcalloc((size_t)B * ffn_width, sizeof(float));
-    s->mtp_in = xcalloc((size_t)B * 2 * H, sizeof(float));
-    s->expert_rows = xcalloc((size_t)B, sizeof(int));
-    s->expert_x = xcalloc((size_t)B * H, sizeof(float));
-    s->expert_y = xcalloc((size_t)B * H, sizeof(float));
-    s->chosen = xcalloc((size_t)B * c->experts_per_tok, sizeof(int));
-    s->chosen_w = xcalloc((size_t)B * c->experts_per_tok, sizeof(float));
+    s->head_scores = session_calloc(s, (size_t)s->nthreads * (capacity + 2 * c->kv_lora + c->v_head), sizeof(float));
+    s->ffn_h1 = session_calloc(s, (size_t)B * ffn_width, sizeof(float));
+    s->ffn_h2 = session_calloc(s, (size_t)B * ffn_width, sizeof(float));
+    s->mtp_in = session_calloc(s, (size_t)B * 2 * H, sizeof(float));
+    s->expert_rows = session_calloc(s, (size_t)B, sizeof(int));
+    s->expert_x = session_calloc(s, (size_t)B * H, sizeof(float));
+    s->expert_y = session_calloc(s, (size_t)B * H, sizeof(float));
+    s->chosen = session_calloc(s, (size_t)B * c->experts_per_tok, sizeof(int));
+    s->chosen_w = session_calloc(s, (size_t)B * c->experts_per_tok, sizeof(float));
+    s->union_experts = session_calloc(s, (size_t)c->n_experts, sizeof(int));
 }
 
 typedef struct {
@@ -1464,6 +1969,97 @@ static void print_configuration(const Settings *set, const Model *m, int capacit
     );
 }
 
+/* MemAvailable from /proc/meminfo, in bytes (0 if unknown). */
+static double mem_available_bytes(void) {
+    FILE *f = fopen("/proc/meminfo", "r");
+    if (!f) return 0;
+    char line[256];
+    double kb = 0;
+    while (fgets(line, sizeof line, f))
+        if (sscanf(line, "MemAvailable: %lf kB", &kb) == 1) break;
+    fclose(f);
+    return kb * 1024.0;
+}
+
+/* Sizes the expert cache from the RAM budget (tier.h), prints the accounting, starts the store. */
+static void plan_expert_cache(Model *m, const Session *s, const Settings *set) {
+    ExpertStore *st = &m->experts;
+    const Config *c = &m->c;
+    double avail = mem_available_bytes();
+    double budget = set->ram_gb > 0 ? set->ram_gb * 1e9 : avail - fmax(1e9, 0.1 * avail);
+    if (set->ram_gb <= 0 && avail <= 0) die("cannot read MemAvailable from /proc/meminfo: set RAM_GB");
+    int moe_layers = 0;
+    for (int l = 0; l < st->n_layers; l++) moe_layers += !c->layer_dense[l];
+    /* process overhead beyond what we allocate: code, libc/OpenMP arenas, thread stacks */
+    const double overhead = 64e6;
+    TierBudget b = {
+        .budget_bytes = budget,
+        .fixed_bytes = m->resident_bytes + s->bytes + overhead,
+        .reserve_bytes = fmin(fmax(0.25e9, 0.05 * budget), 2e9),
+        .slot_bytes = (double)st->slab_bytes + (double)st->scale_bytes,
+        .moe_layers = moe_layers,
+        .n_experts = c->n_experts,
+        .requested_slots = set->cache_slots_given ? set->cache_slots : 0,
+    };
+    TierPlan p = tier_plan(&b);
+    fprintf(stderr, "glm: RAM budget %.2f GB%s: dense weights %.2f GB + KV cache and scratch %.2f GB + overhead %.2f GB + "
+                    "page-cache reserve %.2f GB + expert cache %.2f GB (%d slots x %d MoE layers x %.1f MB)\n",
+            budget / 1e9, set->ram_gb > 0 ? " (RAM_GB)" : " (MemAvailable minus reserve)", m->resident_bytes / 1e9, s->bytes / 1e9,
+            overhead / 1e9, b.reserve_bytes / 1e9, p.cache_bytes / 1e9, p.slots_per_layer, moe_layers, b.slot_bytes / 1e6);
+    if (moe_layers && p.slots_per_layer < 1)
+        die("RAM budget %.2f GB is too small: dense weights %.2f GB + KV/scratch %.2f GB + reserve %.2f GB + one expert slot per "
+            "MoE layer %.2f GB = %.2f GB (raise RAM_GB, lower CTX/BATCH, or use fewer dense bits)",
+            budget / 1e9, m->resident_bytes / 1e9, s->bytes / 1e9, b.reserve_bytes / 1e9, b.slot_bytes * moe_layers / 1e9,
+            (b.fixed_bytes + b.reserve_bytes + b.slot_bytes * moe_layers) / 1e9);
+    if (set->cache_slots_given && p.slots_per_layer != set->cache_slots && moe_layers)
+        fprintf(stderr, "glm: expert cache lowered from the requested %d to %d slots per layer to fit the budget\n",
+                set->cache_slots, p.slots_per_layer);
+    else if (!set->cache_slots_given && moe_layers)
+        fprintf(stderr, "glm: expert cache: %d of %d experts per layer fit the budget\n", p.slots_per_layer, c->n_experts);
+    if (moe_layers) expert_store_start(st, p.slots_per_layer);
+}
+
+/* One line of expert-streaming statistics. */
+static void print_expert_stats(const ExpertStore *st, double seconds) {
+    long long total = st->hits + st->misses;
+    fprintf(stderr, "glm: experts: %lld hits, %lld misses (hit %.1f%%), read %.1f MB in %.3f s (%.2f GB/s while reading), "
+                    "waited on disk %.3f s, expert compute %.3f s, run %.3f s, mode %s\n",
+            st->hits, st->misses, total ? 100.0 * st->hits / total : 0.0, st->bytes_read / 1e6, st->read_seconds,
+            st->read_seconds > 0 ? st->bytes_read / st->read_seconds / 1e9 : 0.0, st->wait_seconds, st->compute_seconds,
+            seconds, IO_MODE_NAMES[st->io_mode]);
+}
+
+/* Writes routing counts atomically (temp file + fsync + rename): a kill never leaves half a file. */
+static void write_route_stats(const ExpertStore *st, const char *path) {
+    char tmp[4096];
+    snprintf(tmp, sizeof tmp, "%s.tmp.%d", path, (int)getpid());
+    FILE *f = fopen(tmp, "w");
+    if (!f) die("STATS=%s: cannot write %s: %s", path, tmp, strerror(errno));
+    fprintf(f, "# layer expert count\n");
+    for (int l = 0; l < st->n_layers; l++)
+        for (int e = 0; e < st->n_experts; e++)
+            if (st->route_counts[(size_t)l * st->n_experts + e])
+                fprintf(f, "%d %d %lld\n", l, e, st->route_counts[(size_t)l * st->n_experts + e]);
+    if (fflush(f) || fsync(fileno(f)) || fclose(f)) die("STATS=%s: write failed: %s", path, strerror(errno));
+    if (rename(tmp, path)) die("STATS=%s: rename failed: %s", path, strerror(errno));
+}
+
+/* REPLAY: decode full_ids one token at a time as fixed input — the decode benchmark. */
+static void run_replay(Model *m, Session *s, const ForwardOptions *opt, const Reference *ref) {
+    const int V = m->c.vocab, H = m->c.hidden, N = ref->full.n;
+    float *hidden = xmalloc((size_t)H * sizeof(float));
+    float *logits = xmalloc((size_t)V * sizeof(float));
+    ExpertStore *st = &m->experts;
+    long long h0 = st->hits, m0 = st->misses;
+    double t0 = now_seconds();
+    for (int i = 0; i < N; i++) model_forward(m, s, opt, &ref->full.ids[i], 1, i, hidden, logits, 1);
+    double dt = now_seconds() - t0;
+    long long hits = st->hits - h0, total = hits + st->misses - m0;
+    printf("REPLAY decode: %d tokens in %.3fs | %.3f tok/s | expert hit %.1f%%\n", N, dt, N / dt,
+           total ? 100.0 * hits / total : 0.0);
+    free(hidden); free(logits);
+}
+
 int main(int argc, char **argv) {
     Settings set = settings_from_env(argc, argv);
 #ifdef _OPENMP
@@ -1477,17 +2073,23 @@ int main(int argc, char **argv) {
     Model model;
     model_load(&model, &set);
     int ngen = set.ngen >= 0 ? set.ngen : ref.full.n - ref.prompt.n;
-    int need = (set.teacher_forcing ? ref.full.n : ref.prompt.n + ngen) + 1;
+    int need = (set.teacher_forcing || set.replay ? ref.full.n : ref.prompt.n + ngen) + 1;
     int capacity = set.ctx ? set.ctx : need;
     if (capacity < need) die("CTX=%d is smaller than the %d tokens this run needs", set.ctx, need);
-    int batch = set.batch;
     Session session;
-    session_init(&session, &model, capacity, batch);
+    session_init(&session, &model, capacity, set.batch);
     print_configuration(&set, &model, capacity);
+    plan_expert_cache(&model, &session, &set);
     ForwardOptions opt = { set.absorb, !strcmp(set.indexer_mode, "always") ? INDEXER_ALWAYS : !strcmp(set.indexer_mode, "off") ? INDEXER_OFF : INDEXER_AUTO,
                            set.latent_eps, set.mtp_zero_pos0 };
-    int failed;
-    if (set.teacher_forcing) failed = run_teacher_forcing(&model, &session, &opt, &ref, set.mtp);
+    double t0 = now_seconds();
+    int failed = 0;
+    if (set.replay) run_replay(&model, &session, &opt, &ref);
+    else if (set.teacher_forcing) failed = run_teacher_forcing(&model, &session, &opt, &ref, set.mtp);
     else failed = run_greedy(&model, &session, &opt, &ref, ngen);
+    print_expert_stats(&model.experts, now_seconds() - t0);
+    fprintf(stderr, "glm: peak RSS %.2f GB\n", peak_rss_gb());
+    if (set.stats_path[0]) write_route_stats(&model.experts, set.stats_path);
+    expert_store_stop(&model.experts);
     return failed ? 3 : 0;
 }
