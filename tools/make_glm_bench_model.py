@@ -41,6 +41,7 @@ H, NH, RQ, RKV, DN, DR, DV = 6144, 64, 2048, 512, 192, 64, 256
 INTER, MOE_INTER, TOPK = 12288, 2048, 8
 IDX_HEADS, IDX_DIM, IDX_TOPK = 32, 128, 2048
 GROUP = 64
+CHUNK = 8 << 20
 # Raw random bytes give codes with mean -0.5 (q in -8..7 or -128..127), and that common offset adds
 # the same value to every output row: the residual stream then drifts along one direction and every
 # position predicts the same token. Remapping the one unpaired code to q = 0 makes codes symmetric.
@@ -283,8 +284,10 @@ def main():
                 for (name, dt, shape), _, _ in u.payloads:
                     n = shape[0]
                     lut = INT8_SYM if dt == "I8" else INT4_SYM
-                    for off in range(0, n, 64 << 20):      # 64 MB pieces keep memory flat
-                        bg.put(w, name, gen.payload(min(64 << 20, n - off), lut))
+                    # 8 MB pieces: below glibc's mmap threshold, so freed buffers are reused instead of
+                    # faulting in fresh pages (expensive on these VMs) for every piece.
+                    for off in range(0, n, CHUNK):
+                        bg.put(w, name, gen.payload(min(CHUNK, n - off), lut))
                 for _, (qname, _, shape), base in u.payloads:
                     bg.put(w, qname, gen.scales(shape[0], base))
                 written += u.nbytes()
