@@ -1003,6 +1003,7 @@ typedef struct {
     int expert;                   /* expert held (-1 none) */
     int ready;                    /* its bytes are in RAM (set by the I/O thread, under lock) */
     int failed;                   /* a load error is pending report */
+    long long loaded_in_step;     /* the MoE step that queued its load (a miss, not a hit) */
     char error[512];
 } ExpertSlot;
 
@@ -1010,6 +1011,7 @@ typedef struct {
     TierLru lru;
     ExpertSlot *slots;
     unsigned char *busy;          /* slot in use by the current MoE step or queued for loading */
+    unsigned char *avoid;         /* scratch of expert_prefetch */
 } LayerCache;
 
 typedef struct { int layer, slot; } LoadJob;
@@ -1034,7 +1036,7 @@ typedef struct {
     pthread_cond_t work, done;
     LoadJob *queue; int queue_head, queue_tail, queue_cap;
     /* statistics */
-    long long hits, misses;
+    long long hits, misses, step;
     double bytes_read, read_seconds, wait_seconds, compute_seconds;
     long long *route_counts;      /* [n_layers][n_experts] times chosen */
 } ExpertStore;
@@ -1344,6 +1346,7 @@ static void expert_store_start(ExpertStore *st, int slots_per_layer) {
         if (tier_lru_init(&lc->lru, slots_per_layer, E)) die("out of memory for the expert cache");
         lc->slots = xcalloc((size_t)slots_per_layer, sizeof(ExpertSlot));
         lc->busy = xcalloc((size_t)slots_per_layer, 1);
+        lc->avoid = xcalloc((size_t)slots_per_layer, 1);
         for (int s = 0; s < slots_per_layer; s++) {
             lc->slots[s].slab = arena ? arena + used : NULL;
             used += slab_stride;
@@ -1374,10 +1377,11 @@ static void expert_store_stop(ExpertStore *st) {
     st->io_started = 0;
 }
 
-/* Puts `expert` into a free slot of `layer` and queues its load; -1 when every slot is busy. */
-static int expert_schedule_load(ExpertStore *st, int layer, int expert) {
+/* Puts `expert` into a slot of `layer` that `avoid` does not mark and queues its load; -1 when
+   there is none. */
+static int expert_schedule_load(ExpertStore *st, int layer, int expert, const unsigned char *avoid) {
     LayerCache *lc = &st->caches[layer];
-    int slot = tier_lru_victim(&lc->lru, lc->busy);
+    int slot = tier_lru_victim(&lc->lru, avoid);
     if (slot < 0) return -1;
     ExpertSlot *sl = &lc->slots[slot];
     if (st->io_mode == IO_MMAP && sl->expert >= 0 && sl->mapped_len) {
@@ -1390,6 +1394,7 @@ static int expert_schedule_load(ExpertStore *st, int layer, int expert) {
     sl->expert = expert;
     sl->ready = 0;
     sl->failed = 0;
+    sl->loaded_in_step = st->step;
     st->queue[st->queue_tail % st->queue_cap] = (LoadJob){ layer, slot };
     st->queue_tail++;
     pthread_cond_signal(&st->work);
@@ -1398,27 +1403,42 @@ static int expert_schedule_load(ExpertStore *st, int layer, int expert) {
     return slot;
 }
 
-/* Before a MoE step: pin the chosen experts that are cached and queue loads of the missing ones
-   (ascending, as many as free slots allow; the rest load on demand in expert_acquire). */
+/* Before a MoE step over `experts` (ascending): pin cached ones and queue loads of missing ones
+   so the disk works while the CPU computes. Two rules keep every later expert_acquire able to
+   find a slot: at most slots-1 cached experts are pinned, and a prefetch never evicts an expert
+   of this step. Whatever does not fit loads on demand in expert_acquire. */
 static void expert_prefetch(ExpertStore *st, int layer, const int *experts, int n) {
     LayerCache *lc = &st->caches[layer];
+    const int nslots = lc->lru.n_slots;
+    st->step++;
+    int pinned = 0;
     for (int i = 0; i < n; i++) {
         st->route_counts[(size_t)layer * st->n_experts + experts[i]]++;
         int slot = lc->lru.expert_slot[experts[i]];
-        if (slot >= 0) { lc->busy[slot] = 1; st->hits++; }
+        if (slot >= 0 && pinned < nslots - 1) { lc->busy[slot] = 1; pinned++; }
     }
-    for (int i = 0; i < n; i++)
-        if (lc->lru.expert_slot[experts[i]] < 0 && expert_schedule_load(st, layer, experts[i]) < 0) break;
+    for (int s = 0; s < nslots; s++) lc->avoid[s] = lc->busy[s];
+    for (int i = 0; i < n; i++) {
+        int slot = lc->lru.expert_slot[experts[i]];
+        if (slot >= 0) lc->avoid[slot] = 1;
+    }
+    for (int i = 0; i < n; i++) {
+        if (lc->lru.expert_slot[experts[i]] >= 0) continue;
+        int slot = expert_schedule_load(st, layer, experts[i], lc->avoid);
+        if (slot < 0) break;
+        lc->avoid[slot] = 1;
+    }
 }
 
 static const FfnWeights *expert_acquire(ExpertStore *st, int layer, int expert) {
     LayerCache *lc = &st->caches[layer];
     int slot = lc->lru.expert_slot[expert];
     if (slot < 0) {
-        slot = expert_schedule_load(st, layer, expert);
+        slot = expert_schedule_load(st, layer, expert, lc->busy);
         if (slot < 0) die("internal: no free expert slot in layer %d", layer);
     } else {
         tier_lru_lookup(&lc->lru, expert);
+        if (lc->slots[slot].loaded_in_step != st->step) st->hits++;
     }
     lc->busy[slot] = 1;
     ExpertSlot *sl = &lc->slots[slot];
