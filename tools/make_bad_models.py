@@ -416,6 +416,70 @@ def case_q_no_qs(fix, out):
     write_prequant(fix, out, with_qs=False)
 
 
+# -- pre-quantized routed experts (the streaming expert store reads these lazily) --
+
+def is_routed_expert(name):
+    parts = name.split(".")
+    return len(parts) == 8 and parts[3:5] == ["mlp", "experts"] and parts[5].isdigit()
+
+
+def write_prequant_experts(fix, out, corrupt=None):
+    """oracle_dense with EVERY routed expert tensor as int8-row + .qs, each expert's three payloads
+    adjacent and its three scale arrays right after (container.md §4). corrupt(name, codes, scales)
+    may return replacements for one tensor."""
+    copy_model(os.path.join(fix, DENSE), out)
+    path = only_shard(out)
+    st = StFile(path)
+    tensors, pending_scales = [], []
+    for name, dtype, shape, raw in st.tensors():
+        if not is_routed_expert(name):
+            tensors.append((name, dtype, shape, raw))
+            continue
+        codes, scales = quantize_int8_rows(f32_values(raw), shape[0], shape[1])
+        if corrupt:
+            codes, scales = corrupt(name, codes, scales)
+        if codes is None:                                        # keep this one float
+            tensors.append((name, dtype, shape, raw))
+        else:
+            tensors.append((name, "I8", [len(codes)], codes))
+            pending_scales.append((name + ".qs", "F32", [len(scales)], f32_bytes(scales)))
+        if name.endswith("down_proj.weight"):                    # gate, up, down done: the scales follow
+            tensors.extend(pending_scales)
+            pending_scales = []
+    write_tensors(path, tensors, st.header.get("__metadata__"))
+
+
+EXPERT = "model.layers.2.mlp.experts.5.up_proj.weight"
+
+
+def case_qe_valid(fix, out):
+    write_prequant_experts(fix, out)
+
+
+def case_qe_mixed(fix, out):
+    write_prequant_experts(fix, out, lambda n, c, s: (None, None) if n == EXPERT else (c, s))
+
+
+def case_qe_nan_scale(fix, out):
+    def corrupt(name, codes, scales):
+        if name == EXPERT:
+            scales[3] = float("nan")
+        return codes, scales
+    write_prequant_experts(fix, out, corrupt)
+
+
+def case_qe_negative_scale(fix, out):
+    def corrupt(name, codes, scales):
+        if name == EXPERT:
+            scales[4] = -scales[4]
+        return codes, scales
+    write_prequant_experts(fix, out, corrupt)
+
+
+def case_qe_bytes_fit_no_format(fix, out):
+    write_prequant_experts(fix, out, lambda n, c, s: (c[:-7], s) if n == EXPERT else (c, s))
+
+
 def quantize_from_fixture(fix):
     st = StFile(only_shard(os.path.join(fix, DENSE)))
     shape = st.header[QNAME]["shape"]
@@ -546,6 +610,12 @@ CASES = [
     ("q_nan_scale", "scale of row 7 NaN", case_q_nan_scale),
     ("q_qs_f16", ".qs stored as F16", case_q_qs_f16),
     ("q_no_qs", "I8 codes without a .qs companion", case_q_no_qs),
+    # pre-quantized routed experts
+    ("qe_valid", "VALID: every routed expert int8-row + .qs, payloads and scales adjacent", case_qe_valid),
+    ("qe_mixed", "every routed expert pre-quantized except %s (float)" % EXPERT, case_qe_mixed),
+    ("qe_nan_scale", "pre-quantized experts, NaN scale in row 3 of %s" % EXPERT, case_qe_nan_scale),
+    ("qe_negative_scale", "pre-quantized experts, negative scale in row 4 of %s" % EXPERT, case_qe_negative_scale),
+    ("qe_bytes_fit_no_format", "pre-quantized experts, %s 7 bytes short" % EXPERT, case_qe_bytes_fit_no_format),
     # config.json
     ("cfg_model_type", "model_type llama", config_case(set_fields(model_type="llama"))),
     ("cfg_no_hidden", "hidden_size removed", config_case(delete_field("hidden_size"))),
