@@ -33,6 +33,7 @@
      int      qt_set_kernel(QtKernel k);     process-wide choice; -1 (and no change) if unsupported
      QtKernel qt_get_kernel(void);           the kernel qt_matmul uses (never QT_KERNEL_AUTO)
      const char *qt_kernel_name(QtKernel k);
+     void     qt_set_threads(int n);         0 = omp_get_max_threads()
 
    qt_matmul computes y[s*rows + r] = Σ_i W[r][i]·x[s*cols + i] for s < S, with the kernel from
    qt_set_kernel (default: the best this CPU supports). qt_matmul_with takes the kernel per call
@@ -51,10 +52,12 @@
    for bit). f32 tensors always take the float path. An int32 group sum must not overflow:
    cols ≤ 130000 for int8 weights (all GLM-5.2 shapes are far below).
 
-   Threads: qt_matmul opens one OpenMP parallel region per call (rows split in contiguous ranges,
-   one per thread); libgomp's default spin-wait keeps the wake-up cost at ~1 µs (bench/README.md).
-   It may be called from several threads at once (per-thread scratch), not from inside a parallel
-   region that expects it to share work.
+   Threads: qt_matmul cuts the rows into chunks (~64 KB of weights) that a persistent pool of
+   threads claims from one atomic counter; the caller computes too and waits only for claimed
+   chunks (robust when another process holds a core; bench/README.md has the measurements).
+   Thread count: qt_set_threads(n), default omp_get_max_threads() (OMP_NUM_THREADS). Calls from
+   several threads at once, or from inside an OpenMP parallel region, are safe: such a call runs
+   on its caller's thread alone.
 
    Define QUANT_IMPLEMENTATION in exactly one translation unit before including. */
 #ifndef QUANT_H
@@ -98,6 +101,10 @@ QtKernel qt_get_kernel(void);
 /* Bytes the integer kernels prefetch ahead of the row they read (default 1024; 0 = none).
    For benchmarks; results never depend on it. */
 void qt_set_prefetch(int bytes);
+/* Threads for qt_matmul (0 = omp_get_max_threads(), i.e. OMP_NUM_THREADS). */
+void qt_set_threads(int n);
+/* Benchmark switch: 1 = plain OpenMP fork/join per matmul instead of the pool (bench/README.md). */
+void qt_set_openmp(int on);
 
 #endif /* QUANT_H */
 
@@ -745,72 +752,264 @@ QT_AVX2 static void qt_rows_avx2(const QTensor *w, const QtActs *a, int S, int64
 }
 #endif /* QT_X86 */
 
+/* ---- Thread pool ---------------------------------------------------------------------------
+
+   Why not `#pragma omp parallel` per matmul: its join waits until every thread of the team has
+   arrived, so on a 2-vCPU machine where another process holds one core, each small matmul waits a
+   scheduler time slice (ms) for the descheduled thread, and an expert FFN crawls (bench/README.md).
+   Here the work is cut into chunks of rows that threads claim from one atomic counter; the caller
+   works too and waits only for chunks someone has claimed, never for a thread that has not shown
+   up. Workers spin ~200 µs after a job (decode issues matmuls back to back), then sleep on a
+   condition variable. Which thread computes a row never changes its value. */
+#include <stdatomic.h>
+#include <threads.h>
+#include <time.h>
+
+#define QT_MAX_THREADS 64
+
+typedef void (*QtChunkFn)(void *arg, int64_t chunk);
+
+static struct {
+    /* packed job word: sequence (24 bits) | number of chunks (20) | next chunk to claim (20) */
+    _Atomic uint64_t word;
+    atomic_int done;             /* chunks finished in the current job */
+    atomic_int workers_wanted;   /* workers (besides the caller) that may join the current job */
+    atomic_int sleepers;
+    atomic_flag busy;            /* one job at a time; a concurrent caller computes alone */
+    QtChunkFn fn;
+    void *arg;
+    int nworkers;
+    thrd_t th[QT_MAX_THREADS];
+    mtx_t mutex;
+    cnd_t wake;
+    int init_state;              /* 0 not started, 1 running, -1 could not start threads */
+} qt_pool = { .busy = ATOMIC_FLAG_INIT };
+static int qt_threads_wanted;    /* 0: omp_get_max_threads() */
+static int qt_use_omp;           /* benchmark switch: the plain OpenMP fork/join instead */
+
+#define QT_SEQ(w) ((w) >> 40)
+#define QT_NCHUNKS(w) (((w) >> 20) & 0xFFFFF)
+#define QT_NEXT(w) ((w) & 0xFFFFF)
+#define QT_MAX_CHUNKS 0xFFFFF
+
+static double qt_now(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+static inline void qt_pause(void) {
+#ifdef QT_X86
+    _mm_pause();
+#endif
+}
+
+/* Claim and run chunks of the job with sequence `seq` until none are left. */
+static void qt_pool_work(uint64_t seq) {
+    uint64_t w = atomic_load_explicit(&qt_pool.word, memory_order_acquire);
+    for (;;) {
+        if (QT_SEQ(w) != seq || QT_NEXT(w) >= QT_NCHUNKS(w)) return;
+        if (!atomic_compare_exchange_weak_explicit(&qt_pool.word, &w, w + 1, memory_order_acq_rel, memory_order_acquire))
+            continue;
+        /* The chunk is ours: the job cannot finish (nor fn/arg change) before we report it done. */
+        qt_pool.fn(qt_pool.arg, (int64_t)QT_NEXT(w));
+        atomic_fetch_add_explicit(&qt_pool.done, 1, memory_order_release);
+        w = atomic_load_explicit(&qt_pool.word, memory_order_acquire);
+    }
+}
+
+static int qt_pool_worker(void *p) {
+    const int index = (int)(intptr_t)p;
+    uint64_t seen = QT_SEQ(atomic_load(&qt_pool.word));
+    for (;;) {
+        uint64_t seq = seen;
+        double t0 = qt_now();
+        for (int spins = 0; seq == seen; spins++) {
+            seq = QT_SEQ(atomic_load_explicit(&qt_pool.word, memory_order_acquire));
+            if (seq != seen) break;
+            qt_pause();
+            if ((spins & 255) == 255 && qt_now() - t0 > 200e-6) {
+                mtx_lock(&qt_pool.mutex);
+                atomic_fetch_add(&qt_pool.sleepers, 1);
+                while ((seq = QT_SEQ(atomic_load(&qt_pool.word))) == seen) cnd_wait(&qt_pool.wake, &qt_pool.mutex);
+                atomic_fetch_sub(&qt_pool.sleepers, 1);
+                mtx_unlock(&qt_pool.mutex);
+            }
+        }
+        seen = seq;
+        if (index < atomic_load(&qt_pool.workers_wanted)) qt_pool_work(seq);
+    }
+    return 0;
+}
+
+static int qt_pool_start(int nworkers) {
+    if (qt_pool.init_state == 0) {
+        if (mtx_init(&qt_pool.mutex, mtx_plain) != thrd_success || cnd_init(&qt_pool.wake) != thrd_success) {
+            qt_pool.init_state = -1;
+            return -1;
+        }
+        qt_pool.init_state = 1;
+    }
+    if (qt_pool.init_state < 0) return -1;
+    while (qt_pool.nworkers < nworkers && qt_pool.nworkers < QT_MAX_THREADS) {
+        if (thrd_create(&qt_pool.th[qt_pool.nworkers], qt_pool_worker, (void *)(intptr_t)qt_pool.nworkers) != thrd_success) break;
+        qt_pool.nworkers++;
+    }
+    return 0;
+}
+
+static int qt_thread_count(void) {
+    int n = qt_threads_wanted;
+#ifdef _OPENMP
+    if (n <= 0) n = omp_get_max_threads();
+#endif
+    if (n <= 0) n = 1;
+    return n > QT_MAX_THREADS + 1 ? QT_MAX_THREADS + 1 : n;
+}
+
+/* Run fn(arg, c) for c < nchunks on up to qt_thread_count() threads; returns when all are done. */
+static void qt_parallel_chunks(QtChunkFn fn, void *arg, int64_t nchunks) {
+    if (nchunks <= 0) return;
+    int threads = qt_thread_count();
+    if (nchunks < threads) threads = (int)nchunks;
+    int nested = 0;
+#ifdef _OPENMP
+    nested = omp_in_parallel();
+#endif
+    if (qt_use_omp && !nested) {
+        #pragma omp parallel for schedule(static) num_threads(threads)
+        for (int64_t c = 0; c < nchunks; c++) fn(arg, c);
+        return;
+    }
+    if (threads <= 1 || nested || nchunks > QT_MAX_CHUNKS || atomic_flag_test_and_set(&qt_pool.busy)) {
+        for (int64_t c = 0; c < nchunks; c++) fn(arg, c);
+        return;
+    }
+    if (qt_pool_start(threads - 1) < 0 || qt_pool.nworkers == 0) {
+        atomic_flag_clear(&qt_pool.busy);
+        for (int64_t c = 0; c < nchunks; c++) fn(arg, c);
+        return;
+    }
+    qt_pool.fn = fn;
+    qt_pool.arg = arg;
+    atomic_store(&qt_pool.done, 0);
+    atomic_store(&qt_pool.workers_wanted, threads - 1);
+    uint64_t seq = (QT_SEQ(atomic_load(&qt_pool.word)) + 1) & 0xFFFFFF;
+    atomic_store(&qt_pool.word, seq << 40 | (uint64_t)nchunks << 20);
+    if (atomic_load(&qt_pool.sleepers) > 0) {
+        mtx_lock(&qt_pool.mutex);
+        cnd_broadcast(&qt_pool.wake);
+        mtx_unlock(&qt_pool.mutex);
+    }
+    qt_pool_work(seq);
+    for (int spins = 0; atomic_load_explicit(&qt_pool.done, memory_order_acquire) < nchunks; spins++) {
+        qt_pause();
+        if (spins > 100000) thrd_yield();   /* a descheduled worker holds a chunk: let it run */
+    }
+    atomic_flag_clear(&qt_pool.busy);
+}
+
+void qt_set_threads(int n) { qt_threads_wanted = n < 0 ? 0 : n; }
+void qt_set_openmp(int on) { qt_use_omp = on; }
+
 /* ---- Dispatch ------------------------------------------------------------------------------ */
 
-/* Exact float path: each row dequantized once (into a per-thread buffer), then qt_dot_f32 with
+/* Weight bytes per chunk of work: small enough that a thread descheduled mid-chunk holds up
+   little, large enough that each thread still reads long sequential runs. */
+#define QT_CHUNK_BYTES 65536
+
+typedef struct {
+    const QTensor *w;
+    const float *x;
+    float *y;
+    int S;
+    int64_t rows_per_chunk;
+    QtActs acts;
+    QtRowsFn rows;
+    int simd;
+} QtMatmulJob;
+
+static int64_t qt_rows_per_chunk(const QTensor *w, int S) {
+    int64_t bytes = w->row_bytes * (S < 8 ? 1 : S / 8);   /* with many activation rows, less weight per chunk */
+    int64_t r = QT_CHUNK_BYTES / (bytes > 0 ? bytes : 1);
+    if (r < 1) r = 1;
+    while ((w->rows + r - 1) / r > QT_MAX_CHUNKS) r *= 2;
+    return r;
+}
+
+/* Exact float path: each row dequantized once (into per-thread scratch), then qt_dot_f32 with
    each of the S activation rows. */
-static void qt_matmul_float(const QTensor *w, const float *x, float *y, int S) {
+static _Thread_local float *qt_rowbuf;
+static _Thread_local int8_t *qt_codebuf;
+static _Thread_local int64_t qt_rowbuf_n;
+
+static void qt_float_chunk(void *p, int64_t c) {
+    const QtMatmulJob *j = p;
+    const QTensor *w = j->w;
     const int64_t R = w->rows, C = w->cols;
-    #pragma omp parallel
-    {
-        float *rowbuf = NULL;
-        int8_t *codes = NULL;
-        if (w->format != QT_F32) {
-            rowbuf = malloc((size_t)C * sizeof(float));
-            codes = malloc((size_t)C);
-            if (!rowbuf || !codes) { fprintf(stderr, "quant: out of memory for a row of %lld values\n", (long long)C); exit(1); }
-        }
-        #pragma omp for schedule(static)
-        for (int64_t r = 0; r < R; r++) {
-            const float *wr;
-            if (w->format == QT_F32) wr = (const float *)(w->data + r * w->row_bytes);
-            else { qt_unpack_codes(w, r, codes); qt_dequant_codes(w, r, codes, rowbuf); wr = rowbuf; }
-            for (int s = 0; s < S; s++) y[(int64_t)s * R + r] = qt_dot_f32(wr, x + (int64_t)s * C, C);
-        }
-        free(rowbuf);
-        free(codes);
+    if (w->format != QT_F32 && qt_rowbuf_n < C) {
+        free(qt_rowbuf); free(qt_codebuf);
+        qt_rowbuf = malloc((size_t)C * sizeof(float));
+        qt_codebuf = malloc((size_t)C);
+        if (!qt_rowbuf || !qt_codebuf) { fprintf(stderr, "quant: out of memory for a row of %lld values\n", (long long)C); exit(1); }
+        qt_rowbuf_n = C;
     }
+    int64_t r0 = c * j->rows_per_chunk, r1 = r0 + j->rows_per_chunk < R ? r0 + j->rows_per_chunk : R;
+    for (int64_t r = r0; r < r1; r++) {
+        const float *wr;
+        if (w->format == QT_F32) wr = (const float *)(w->data + r * w->row_bytes);
+        else { qt_unpack_codes(w, r, qt_codebuf); qt_dequant_codes(w, r, qt_codebuf, qt_rowbuf); wr = qt_rowbuf; }
+        for (int s = 0; s < j->S; s++) j->y[(int64_t)s * R + r] = qt_dot_f32(wr, j->x + (int64_t)s * C, C);
+    }
+}
+
+static void qt_acts_chunk(void *p, int64_t s) {
+    const QtMatmulJob *j = p;
+    qt_prepare_acts_row(j->w, j->x, &j->acts, (int)s, j->simd);
+}
+
+static void qt_int_chunk(void *p, int64_t c) {
+    const QtMatmulJob *j = p;
+    int64_t r0 = c * j->rows_per_chunk, r1 = r0 + j->rows_per_chunk < j->w->rows ? r0 + j->rows_per_chunk : j->w->rows;
+    j->rows(j->w, &j->acts, j->S, r0, r1, j->y);
 }
 
 void qt_matmul_with(const QTensor *w, const float *x, float *y, int S, int idot, QtKernel kernel) {
     const int64_t R = w->rows, C = w->cols;
     if (S <= 0 || R <= 0 || C <= 0) return;
-    if (w->format == QT_F32 || !idot) { qt_matmul_float(w, x, y, S); return; }
+    QtMatmulJob j;
+    memset(&j, 0, sizeof j);
+    j.w = w; j.x = x; j.y = y; j.S = S;
+    j.rows_per_chunk = qt_rows_per_chunk(w, S);
+    const int64_t nchunks = (R + j.rows_per_chunk - 1) / j.rows_per_chunk;
+    if (w->format == QT_F32 || !idot) { qt_parallel_chunks(qt_float_chunk, &j, nchunks); return; }
+
     QtKernel k = kernel == QT_KERNEL_AUTO ? qt_get_kernel() : qt_kernel_resolve(kernel);
     if (!qt_simd_shape_ok(w)) k = QT_KERNEL_SCALAR;
-    QtRowsFn rows = qt_rows_scalar;
+    j.rows = qt_rows_scalar;
 #ifdef QT_X86
-    if (k == QT_KERNEL_VNNI) rows = qt_rows_vnni;
-    else if (k == QT_KERNEL_AVX2) rows = qt_rows_avx2;
+    if (k == QT_KERNEL_VNNI) j.rows = qt_rows_vnni;
+    else if (k == QT_KERNEL_AVX2) j.rows = qt_rows_avx2;
 #endif
-    const int simd = rows != qt_rows_scalar;
+    j.simd = j.rows != qt_rows_scalar;
 
-    QtActs a;
+    QtActs *a = &j.acts;
     const int64_t G = qt_groups_per_row(w);
     const int64_t nch = (w->row_bytes + 63) / 64;
-    a.qstride = simd ? qt_round_up(nch, 16) * qt_chunk_inputs(w->format) : 0;
-    a.gstride = qt_round_up(G, 16);
+    a->qstride = j.simd ? qt_round_up(nch, 16) * qt_chunk_inputs(w->format) : 0;
+    a->gstride = qt_round_up(G, 16);
     size_t raw_bytes = (size_t)qt_round_up((int64_t)S * C, 64);
-    size_t q_bytes = (size_t)((int64_t)S * a.qstride);
-    size_t g_bytes = (size_t)((int64_t)S * a.gstride * 4);
+    size_t q_bytes = (size_t)((int64_t)S * a->qstride);
+    size_t g_bytes = (size_t)((int64_t)S * a->gstride * 4);
     uint8_t *buf = qt_scratch_get(raw_bytes + q_bytes + 2 * g_bytes);
-    a.raw = (int8_t *)buf;
-    a.q = (int8_t *)(buf + raw_bytes);
-    a.scale = (float *)(buf + raw_bytes + q_bytes);
-    a.off = (int32_t *)(buf + raw_bytes + q_bytes + g_bytes);
+    a->raw = (int8_t *)buf;
+    a->q = (int8_t *)(buf + raw_bytes);
+    a->scale = (float *)(buf + raw_bytes + q_bytes);
+    a->off = (int32_t *)(buf + raw_bytes + q_bytes + g_bytes);
 
-    #pragma omp parallel
-    {
-        #pragma omp for schedule(static)
-        for (int s = 0; s < S; s++) qt_prepare_acts_row(w, x, &a, s, simd);
-        int t = 0, nt = 1;
-#ifdef _OPENMP
-        t = omp_get_thread_num(); nt = omp_get_num_threads();
-#endif
-        /* One contiguous range of rows per thread: a single sequential stream each. */
-        int64_t r0 = R * t / nt, r1 = R * (t + 1) / nt;
-        if (r1 > r0) rows(w, &a, S, r0, r1, y);
-    }
+    if (S == 1) qt_acts_chunk(&j, 0);
+    else qt_parallel_chunks(qt_acts_chunk, &j, S);
+    qt_parallel_chunks(qt_int_chunk, &j, nchunks);
 }
 
 void qt_matmul(const QTensor *w, const float *x, float *y, int S, int idot) {

@@ -8,6 +8,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <threads.h>
 #ifdef _OPENMP
 #include <omp.h>
 #endif
@@ -393,6 +394,64 @@ static void test_kernel_api(void) {
     qt_free(&t);
 }
 
+/* The pool: concurrent callers and callers inside an OpenMP region get the same results. */
+typedef struct { const QTensor *t; const float *x; const float *want; int S, ok; } CallerArgs;
+
+static int caller_thread(void *p) {
+    CallerArgs *c = p;
+    float *y = malloc(sizeof(float) * c->S * c->t->rows);
+    for (int it = 0; it < 40; it++) {
+        qt_matmul(c->t, c->x, y, c->S, 1);
+        if (first_diff(c->want, y, (size_t)(c->S * c->t->rows)) >= 0) c->ok = 0;
+    }
+    free(y);
+    return 0;
+}
+
+static void test_pool_concurrency(void) {
+    QTensor t[2];
+    float *x[2], *want[2];
+    const int S = 2;
+    for (int i = 0; i < 2; i++) {
+        qt_alloc(&t[i], i ? QT_INT4_GROUP : QT_INT8_ROW, 32, 700 + 300 * i, 513);
+        fill_weights(&t[i], 1);
+        x[i] = malloc(sizeof(float) * S * 513);
+        want[i] = malloc(sizeof(float) * S * t[i].rows);
+        fill_acts(x[i], S, 513, 0);
+        set_threads(1);
+        qt_matmul(&t[i], x[i], want[i], S, 1);
+    }
+    set_threads(2);
+    CallerArgs args[2];
+    thrd_t th[2];
+    for (int i = 0; i < 2; i++) {
+        args[i] = (CallerArgs){ &t[i], x[i], want[i], S, 1 };
+        thrd_create(&th[i], caller_thread, &args[i]);
+    }
+    for (int i = 0; i < 2; i++) thrd_join(th[i], NULL);
+    report(args[0].ok && args[1].ok, "two threads calling qt_matmul at once get the single-thread results", "differs");
+    int ok = 1;
+    #pragma omp parallel num_threads(2) reduction(&& : ok)
+    {
+        float *y = malloc(sizeof(float) * S * t[1].rows);
+        for (int it = 0; it < 10; it++) {
+            qt_matmul(&t[1], x[1], y, S, 1);
+            ok = ok && first_diff(want[1], y, (size_t)(S * t[1].rows)) < 0;
+        }
+        free(y);
+    }
+    report(ok, "qt_matmul inside an OpenMP parallel region gets the single-thread results", "differs");
+    /* many back-to-back small calls through the pool (job hand-over races) */
+    ok = 1;
+    float y[2 * 1000];
+    for (int it = 0; it < 2000 && ok; it++) {
+        qt_matmul(&t[it & 1], x[it & 1], y, S, 1);
+        ok = first_diff(want[it & 1], y, (size_t)(S * t[it & 1].rows)) < 0;
+    }
+    report(ok, "2000 back-to-back pooled calls all exact", "differs");
+    for (int i = 0; i < 2; i++) { free(x[i]); free(want[i]); qt_free(&t[i]); }
+}
+
 int main(void) {
     if (qt_kernel_supported(QT_KERNEL_AVX2)) simd_kernels[n_simd++] = QT_KERNEL_AVX2;
     else printf("SKIP avx2 kernel: this CPU lacks AVX2\n");
@@ -406,5 +465,6 @@ int main(void) {
     test_int_close_to_float();
     test_float_path();
     test_kernels_exact();
+    test_pool_concurrency();
     return failures ? 1 : 0;
 }

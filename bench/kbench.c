@@ -1,0 +1,422 @@
+/* kbench — matmul kernel throughput against the machine's plain read bandwidth.
+
+   Weights live in one large arena (> 1 GB, far beyond the caches) that the measured kernels cycle
+   through, so every byte comes from DRAM. Each kernel figure is paired, in the same run and
+   interleaved with it, with a plain read (a vectorized sum) of exactly the same bytes split across
+   the threads the same way; the ratio kernel/read is the figure to quote (absolute GB/s move a lot
+   on shared machines). Medians over REPS interleaved repetitions.
+
+   Usage: ./bench/kbench [--quick] [--threading]
+     --quick      fewer repetitions and shapes (smoke test)
+     --threading  only the thread wake-up comparison
+   Last line: "bench: int4-ffn-2t ratio=R" (the int4 expert FFN, S=1, 2 threads, vs the plain read;
+   the lower of the per-row and group-64 variants). */
+#define QUANT_IMPLEMENTATION
+#include "quant.h"
+
+#include <math.h>
+#include <omp.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <time.h>
+
+static int REPS = 7;
+
+static double now(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return ts.tv_sec + ts.tv_nsec * 1e-9;
+}
+
+static int cmp_double(const void *a, const void *b) {
+    double x = *(const double *)a, y = *(const double *)b;
+    return x < y ? -1 : x > y;
+}
+static double median(double *v, int n) { qsort(v, (size_t)n, sizeof *v, cmp_double); return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]); }
+
+/* ---- The arena ----------------------------------------------------------------------------- */
+
+static uint8_t *arena;
+static size_t arena_size;
+
+static void arena_init(size_t bytes) {
+    arena_size = bytes;
+    arena = aligned_alloc(2 << 20, bytes);
+    if (!arena) { fprintf(stderr, "kbench: cannot allocate %zu MB\n", bytes >> 20); exit(1); }
+    madvise(arena, bytes, MADV_HUGEPAGE);   /* fewer first-touch faults; what the engine's slabs do */
+    #pragma omp parallel
+    {
+        uint64_t st = 0x9E3779B97F4A7C15ull ^ (uint64_t)(omp_get_thread_num() + 1) * 0x100000001B3ull;
+        #pragma omp for schedule(static)
+        for (size_t i = 0; i < bytes / 8; i++) {
+            st ^= st << 13; st ^= st >> 7; st ^= st << 17;
+            ((uint64_t *)arena)[i] = st;
+        }
+    }
+}
+
+/* A byte range read by the plain-read baseline. */
+typedef struct { const uint8_t *p; size_t n; } Range;
+
+/* Sum of 64-bit words over this thread's share of each range (the same contiguous split the
+   kernels use for rows): one sequential stream per thread, the ideal the kernels aim at. */
+static uint64_t plain_read(const Range *r, int nr) {
+    uint64_t total = 0;
+    #pragma omp parallel reduction(+ : total)
+    {
+        const int t = omp_get_thread_num(), nt = omp_get_num_threads();
+        uint64_t acc[8] = { 0 };
+        for (int k = 0; k < nr; k++) {
+            size_t words = r[k].n / 64;
+            size_t w0 = words * t / nt, w1 = words * (t + 1) / nt;
+            const uint64_t *p = (const uint64_t *)r[k].p;
+            for (size_t i = w0; i < w1; i++)
+                for (int j = 0; j < 8; j++) acc[j] += p[8 * i + j];
+        }
+        for (int j = 0; j < 8; j++) total += acc[j];
+    }
+    return total;
+}
+
+static volatile uint64_t sink;
+
+/* ---- Tensors carved from the arena --------------------------------------------------------- */
+
+static float *scale_pool;
+static size_t scale_pool_n, scale_pool_used;
+
+static QTensor carve(QtFormat f, int64_t group, int64_t rows, int64_t cols, size_t *offset) {
+    QTensor t;
+    memset(&t, 0, sizeof t);
+    t.format = f; t.rows = rows; t.cols = cols;
+    t.group = f == QT_INT4_GROUP ? group : cols;
+    t.row_bytes = qt_row_bytes(f, cols);
+    size_t bytes = (size_t)(rows * t.row_bytes);
+    if (*offset + bytes > arena_size) { fprintf(stderr, "kbench: arena too small\n"); exit(1); }
+    t.data = arena + *offset;
+    *offset += (bytes + 63) / 64 * 64;
+    size_t ns = (size_t)(rows * qt_groups_per_row(&t));
+    if (scale_pool_used + ns > scale_pool_n) { fprintf(stderr, "kbench: scale pool too small\n"); exit(1); }
+    t.scales = scale_pool + scale_pool_used;
+    scale_pool_used += (ns + 15) / 16 * 16;
+    return t;
+}
+
+static size_t tensor_bytes(const QTensor *t) { return (size_t)(t->rows * t->row_bytes) + (size_t)(t->rows * qt_groups_per_row(t)) * 4; }
+
+/* ---- Expert FFN (S = 1 decode) -------------------------------------------------------------- */
+
+#define HID 6144
+#define FFN 2048
+#define MAXE 64
+
+typedef struct { QTensor gate, up, down; } Expert;
+
+static void expert_ffn(const Expert *e, const float *x, float *g, float *u, float *y, QtKernel k) {
+    qt_matmul_with(&e->gate, x, g, 1, 1, k);
+    qt_matmul_with(&e->up, x, u, 1, 1, k);
+    for (int i = 0; i < FFN; i++) g[i] = g[i] / (1.0f + expf(-g[i])) * u[i];
+    qt_matmul_with(&e->down, g, y, 1, 1, k);
+}
+
+/* Experts in consecutive arena slabs (gate, up, down data adjacent, as on disk); the scales of
+   all experts in one pool. */
+static int make_experts(Expert *ex, QtFormat f, int64_t group) {
+    size_t off = 0;
+    scale_pool_used = 0;
+    int n = 0;
+    for (; n < MAXE; n++) {
+        size_t need = 3 * (size_t)FFN * qt_row_bytes(f, HID) + 192;
+        if (off + need > arena_size) break;
+        ex[n].gate = carve(f, group, FFN, HID, &off);
+        ex[n].up = carve(f, group, FFN, HID, &off);
+        ex[n].down = carve(f, group, HID, FFN, &off);
+    }
+    return n;
+}
+
+static void add_ranges(Range *r, int *nr, const QTensor *t) {
+    r[(*nr)++] = (Range){ t->data, (size_t)(t->rows * t->row_bytes) };
+    r[(*nr)++] = (Range){ (const uint8_t *)t->scales, (size_t)(t->rows * qt_groups_per_row(t)) * 4 };
+}
+
+typedef struct { double kernel_gbs, read_gbs, ratio; } Pair;
+
+static Expert ffn_ex[MAXE];
+static Range ffn_ranges[MAXE * 6];
+static int ffn_ne, ffn_nr;
+static size_t ffn_bytes;
+
+static void ffn_setup(QtFormat f, int64_t group) {
+    ffn_ne = make_experts(ffn_ex, f, group);
+    ffn_nr = 0; ffn_bytes = 0;
+    for (int e = 0; e < ffn_ne; e++) {
+        add_ranges(ffn_ranges, &ffn_nr, &ffn_ex[e].gate); add_ranges(ffn_ranges, &ffn_nr, &ffn_ex[e].up); add_ranges(ffn_ranges, &ffn_nr, &ffn_ex[e].down);
+        ffn_bytes += tensor_bytes(&ffn_ex[e].gate) + tensor_bytes(&ffn_ex[e].up) + tensor_bytes(&ffn_ex[e].down);
+    }
+}
+
+/* One pass of the FFN over every expert, then one plain read of the same bytes. */
+static Pair ffn_rep(int threads, QtKernel k) {
+    static float x[HID], g[FFN], u[FFN], y[HID];
+    for (int i = 0; i < HID; i++) x[i] = sinf((float)i * 0.37f);
+    omp_set_num_threads(threads);
+    expert_ffn(&ffn_ex[0], x, g, u, y, k);   /* warm-up: scratch allocation, thread start */
+    double t0 = now();
+    for (int e = 0; e < ffn_ne; e++) expert_ffn(&ffn_ex[e], x, g, u, y, k);
+    double t1 = now();
+    sink += plain_read(ffn_ranges, ffn_nr);
+    double t2 = now();
+    Pair p = { ffn_bytes / (t1 - t0) * 1e-9, ffn_bytes / (t2 - t1) * 1e-9, 0 };
+    p.ratio = p.kernel_gbs / p.read_gbs;
+    return p;
+}
+
+static Pair bench_ffn(QtFormat f, int64_t group, int threads, QtKernel k) {
+    ffn_setup(f, group);
+    double kt[32], rt[32], ratio[32];
+    for (int rep = 0; rep < REPS; rep++) {
+        Pair p = ffn_rep(threads, k);
+        kt[rep] = p.kernel_gbs; rt[rep] = p.read_gbs; ratio[rep] = p.ratio;
+    }
+    return (Pair){ median(kt, REPS), median(rt, REPS), median(ratio, REPS) };
+}
+
+/* Prefetch distance scan: the distances interleaved within each repetition. */
+static void bench_prefetch_scan(void) {
+    const int dist[] = { 0, 512, 1024, 2048, 4096 };
+    const int nd = 5;
+    printf("\nprefetch distance scan, int4 expert FFN (vnni/best kernel), ratio to the plain read, median of %d:\n", REPS);
+    const struct { QtFormat f; int64_t g; const char *name; } fm[] = { { QT_INT4_ROW, 0, "int4-row" }, { QT_INT4_GROUP, 64, "int4-g64" } };
+    for (int fi = 0; fi < 2; fi++) {
+        ffn_setup(fm[fi].f, fm[fi].g);
+        for (int th = 1; th <= 2; th++) {
+            double r[8][32];
+            for (int rep = 0; rep < REPS; rep++)
+                for (int d = 0; d < nd; d++) { qt_set_prefetch(dist[d]); r[d][rep] = ffn_rep(th, QT_KERNEL_AUTO).ratio; }
+            printf("  %-9s %dt", fm[fi].name, th);
+            for (int d = 0; d < nd; d++) printf("  pf %4d: %.3f", dist[d], median(r[d], REPS));
+            printf("\n");
+            fflush(stdout);
+        }
+    }
+    qt_set_prefetch(1024);
+}
+
+/* ---- Dense shapes: copies of one tensor cycling through the arena --------------------------- */
+
+static Pair bench_dense(QtFormat f, int64_t group, int64_t rows, int64_t cols, int threads, QtKernel k, int *copies_out) {
+    static QTensor copies[256];
+    static Range ranges[512];
+    size_t off = 0;
+    scale_pool_used = 0;
+    int n = 0, nr = 0;
+    size_t bytes = 0;
+    while (n < 256 && off + (size_t)(rows * qt_row_bytes(f, cols)) + 64 <= arena_size && (n < 2 || bytes < (768u << 20))) {
+        copies[n] = carve(f, group, rows, cols, &off);
+        add_ranges(ranges, &nr, &copies[n]);
+        bytes += tensor_bytes(&copies[n]);
+        n++;
+    }
+    *copies_out = n;
+    omp_set_num_threads(threads);
+    float *x = malloc(sizeof(float) * cols), *y = malloc(sizeof(float) * rows);
+    for (int64_t i = 0; i < cols; i++) x[i] = cosf((float)i * 0.11f);
+    double kt[32], rt[32], ratio[32];
+    qt_matmul_with(&copies[0], x, y, 1, 1, k);
+    for (int rep = 0; rep < REPS; rep++) {
+        double t0 = now();
+        for (int c = 0; c < n; c++) qt_matmul_with(&copies[c], x, y, 1, 1, k);
+        double t1 = now();
+        sink += plain_read(ranges, nr);
+        double t2 = now();
+        kt[rep] = bytes / (t1 - t0) * 1e-9; rt[rep] = bytes / (t2 - t1) * 1e-9; ratio[rep] = kt[rep] / rt[rep];
+    }
+    free(x); free(y);
+    return (Pair){ median(kt, REPS), median(rt, REPS), median(ratio, REPS) };
+}
+
+/* ---- Cache-resident compute rate ------------------------------------------------------------ */
+
+static double bench_l2(QtFormat f, int64_t group, int64_t rows, int64_t cols, int S, int threads, QtKernel k) {
+    QTensor t;
+    if (qt_alloc(&t, f, group, rows, cols)) { fprintf(stderr, "kbench: out of memory\n"); exit(1); }
+    for (int64_t i = 0; i < rows * t.row_bytes; i++) t.data[i] = (uint8_t)(i * 2654435761u >> 13);
+    for (int64_t i = 0; i < rows * qt_groups_per_row(&t); i++) t.scales[i] = 0.01f;
+    float *x = malloc(sizeof(float) * cols * S), *y = malloc(sizeof(float) * rows * S);
+    for (int64_t i = 0; i < cols * S; i++) x[i] = sinf((float)i);
+    omp_set_num_threads(threads);
+    double v[32];
+    for (int rep = 0; rep < REPS; rep++) {
+        int calls = 0;
+        double t0 = now(), t1;
+        do { qt_matmul_with(&t, x, y, S, 1, k); calls++; t1 = now(); } while (t1 - t0 < 0.03);
+        v[rep] = 2.0 * rows * cols * S * calls / (t1 - t0) * 1e-9;
+    }
+    free(x); free(y);
+    qt_free(&t);
+    return median(v, REPS);
+}
+
+/* ---- Thread wake-up: the pool vs OpenMP fork/join vs a persistent OpenMP team -------------- */
+
+static void bench_threading(void) {
+    const int64_t rows = 512, cols = 2048;   /* 0.5 MB int4: a small matmul, cache-resident */
+    QTensor t;
+    qt_alloc(&t, QT_INT4_GROUP, 64, rows, cols);
+    for (int64_t i = 0; i < rows * t.row_bytes; i++) t.data[i] = (uint8_t)(i * 2654435761u >> 11);
+    for (int64_t i = 0; i < rows * qt_groups_per_row(&t); i++) t.scales[i] = 0.01f;
+    float x[2048], y[512];
+    for (int i = 0; i < 2048; i++) x[i] = sinf((float)i);
+    const QtKernel k = qt_get_kernel();
+    const int calls = 2000;
+    printf("\nthread wake-up, %lldx%lld int4-g64 matmul (0.5 MB, cache-resident), %s kernel, us per call (median of %d):\n",
+           (long long)rows, (long long)cols, qt_kernel_name(k), REPS);
+    printf("  OMP_WAIT_POLICY=%s GOMP_SPINCOUNT=%s\n", getenv("OMP_WAIT_POLICY") ? getenv("OMP_WAIT_POLICY") : "(default)",
+           getenv("GOMP_SPINCOUNT") ? getenv("GOMP_SPINCOUNT") : "(default)");
+    printf("  thr  %-28s %-28s %s\n", "back to back: pool / omp", "after 2 ms serial: pool / omp", "omp persistent team + barrier");
+    for (int threads = 1; threads <= 2; threads++) {
+        omp_set_num_threads(threads);
+        double v[2][32], z[2][32], w[32];
+        for (int rep = 0; rep < REPS; rep++) {
+            for (int mode = 0; mode < 2; mode++) {
+                qt_set_openmp(mode);
+                double t0 = now();
+                for (int c = 0; c < calls; c++) qt_matmul_with(&t, x, y, 1, 1, k);
+                v[mode][rep] = (now() - t0) / calls * 1e6;
+                double acc = 0, t2 = 0;
+                for (int c = 0; c < 30; c++) {
+                    double s0 = now();
+                    while (now() - s0 < 0.002) acc += 1;
+                    double t1 = now();
+                    qt_matmul_with(&t, x, y, 1, 1, k);
+                    t2 += now() - t1;
+                }
+                sink += (uint64_t)acc;
+                z[mode][rep] = t2 / 30 * 1e6;
+            }
+            qt_set_openmp(0);
+            /* A persistent OpenMP team: activations prepared once, the threads stay in one region
+               and meet at a barrier after each matmul (the floor for any fork/join scheme). */
+            QtActs a;
+            const int64_t G = qt_groups_per_row(&t), nch = (t.row_bytes + 63) / 64;
+            a.qstride = qt_round_up(nch, 16) * 128; a.gstride = qt_round_up(G, 16);
+            uint8_t *buf = aligned_alloc(64, (size_t)(cols + a.qstride + 8 * a.gstride + 64) / 64 * 64 + 64);
+            a.raw = (int8_t *)buf; a.q = (int8_t *)buf + cols; a.scale = (float *)(buf + cols + a.qstride);
+            a.off = (int32_t *)(a.scale + a.gstride);
+            qt_prepare_acts_row(&t, x, &a, 0, 1);
+            QtRowsFn fn = k == QT_KERNEL_VNNI ? qt_rows_vnni : k == QT_KERNEL_AVX2 ? qt_rows_avx2 : qt_rows_scalar;
+            double t0 = now();
+            #pragma omp parallel
+            {
+                int th = omp_get_thread_num(), nt = omp_get_num_threads();
+                for (int c = 0; c < calls; c++) {
+                    fn(&t, &a, 1, rows * th / nt, rows * (th + 1) / nt, y);
+                    #pragma omp barrier
+                }
+            }
+            w[rep] = (now() - t0) / calls * 1e6;
+            free(buf);
+        }
+        printf("  %dt   %8.2f / %-17.2f %8.2f / %-17.2f %8.2f\n", threads, median(v[0], REPS), median(v[1], REPS),
+               median(z[0], REPS), median(z[1], REPS), median(w, REPS));
+    }
+    qt_free(&t);
+}
+
+int main(int argc, char **argv) {
+    int quick = 0, threading_only = 0, ffn_only = 0, pfscan = 0, prefetch = 1024;
+    for (int i = 1; i < argc; i++) {
+        if (!strcmp(argv[i], "--quick")) quick = 1;
+        else if (!strcmp(argv[i], "--threading")) threading_only = 1;
+        else if (!strcmp(argv[i], "--ffn")) ffn_only = 1;
+        else if (!strcmp(argv[i], "--pfscan")) pfscan = 1;
+        else if (!strcmp(argv[i], "--prefetch") && i + 1 < argc) prefetch = atoi(argv[++i]);
+        else { fprintf(stderr, "kbench: unknown argument %s (use --quick, --ffn, --threading, --prefetch BYTES)\n", argv[i]); return 2; }
+    }
+    qt_set_prefetch(prefetch);
+    if (quick) REPS = 3;
+    const QtKernel best = qt_get_kernel();
+    printf("kbench: best kernel %s (avx2 %s, vnni %s), prefetch %d bytes, up to %d threads\n", qt_kernel_name(best),
+           qt_kernel_supported(QT_KERNEL_AVX2) ? "yes" : "no", qt_kernel_supported(QT_KERNEL_VNNI) ? "yes" : "no",
+           prefetch, omp_get_max_threads());
+    if (threading_only) { REPS = 5; bench_threading(); return 0; }
+
+    scale_pool_n = (size_t)MAXE * (2 * FFN * (HID / 32) + HID * (FFN / 32)) + 4096;
+    if (scale_pool_n < (1u << 26)) scale_pool_n = 1u << 26;   /* 256 MB of scales covers every dense case */
+    scale_pool = malloc(scale_pool_n * sizeof(float));
+    if (!scale_pool) { fprintf(stderr, "kbench: out of memory\n"); return 1; }
+    for (size_t i = 0; i < scale_pool_n; i++) scale_pool[i] = 0.001f + (float)(i % 97) * 1e-4f;
+    const size_t ebytes = 3 * (size_t)FFN * HID / 2;   /* one int4 expert's codes */
+    double t0 = now();
+    arena_init((size_t)MAXE * (ebytes + 256));
+    printf("arena: %.2f GB of weight codes, filled in %.1f s; medians of %d interleaved repetitions\n\n",
+           arena_size / 1e9, now() - t0, REPS);
+
+    if (pfscan) { bench_prefetch_scan(); return 0; }
+    /* Expert FFN: gate/up [2048 x 6144], SwiGLU, down [6144 x 2048], S = 1, 64 experts cycling. */
+    printf("expert FFN (gate+up+down, S=1, %d experts cycling, codes+scales counted):\n", MAXE);
+    printf("  %-14s %-7s %3s  %8s  %8s  %6s\n", "format", "kernel", "thr", "kern GB/s", "read GB/s", "ratio");
+    double ffn_ratio_2t = 1e9;
+    const struct { QtFormat f; int64_t g; const char *name; } ffn_fmts[] = {
+        { QT_INT4_ROW, 0, "int4-row" }, { QT_INT4_GROUP, 64, "int4-g64" } };
+    QtKernel kernels[3]; int nk = 0;
+    if (qt_kernel_supported(QT_KERNEL_VNNI)) kernels[nk++] = QT_KERNEL_VNNI;
+    if (qt_kernel_supported(QT_KERNEL_AVX2)) kernels[nk++] = QT_KERNEL_AVX2;
+    if (!nk) kernels[nk++] = QT_KERNEL_SCALAR;
+    for (size_t fi = 0; fi < 2; fi++)
+        for (int ki = 0; ki < (quick ? 1 : nk); ki++)
+            for (int th = 1; th <= 2; th++) {
+                Pair p = bench_ffn(ffn_fmts[fi].f, ffn_fmts[fi].g, th, kernels[ki]);
+                printf("  %-14s %-7s %3d  %8.1f  %8.1f  %6.3f\n", ffn_fmts[fi].name, qt_kernel_name(kernels[ki]), th, p.kernel_gbs, p.read_gbs, p.ratio);
+                fflush(stdout);
+                if (th == 2 && ki == 0 && p.ratio < ffn_ratio_2t) ffn_ratio_2t = p.ratio;
+                if (ki == 0) {   /* the same with OpenMP fork/join per matmul instead of the pool */
+                    qt_set_openmp(1);
+                    p = bench_ffn(ffn_fmts[fi].f, ffn_fmts[fi].g, th, kernels[ki]);
+                    qt_set_openmp(0);
+                    printf("  %-14s %-7s %3d  %8.1f  %8.1f  %6.3f   (OpenMP fork/join instead of the pool)\n", ffn_fmts[fi].name, qt_kernel_name(kernels[ki]), th, p.kernel_gbs, p.read_gbs, p.ratio);
+                    fflush(stdout);
+                }
+            }
+
+    if (ffn_only) { printf("\nbench: int4-ffn-2t ratio=%.3f\n", ffn_ratio_2t); return 0; }
+    /* Dense shapes, best kernel, per format and thread count. */
+    printf("\ndense shapes, %s kernel, S=1, copies cycling through >= 768 MB:\n", qt_kernel_name(best));
+    printf("  %-22s %-10s %3s %6s  %8s  %8s  %6s\n", "shape", "format", "thr", "copies", "kern GB/s", "read GB/s", "ratio");
+    const struct { const char *name; int64_t rows, cols; } shapes[] = {
+        { "q_b 16384x2048", 16384, 2048 }, { "o_proj 6144x16384", 6144, 16384 }, { "kv_b 28672x512", 28672, 512 } };
+    const struct { QtFormat f; int64_t g; const char *name; } dense_fmts[] = {
+        { QT_INT8_ROW, 0, "int8-row" }, { QT_INT4_ROW, 0, "int4-row" }, { QT_INT4_GROUP, 64, "int4-g64" }, { QT_INT2_ROW, 0, "int2-row" } };
+    for (size_t si = 0; si < 3; si++)
+        for (size_t fi = 0; fi < 4; fi++) {
+            if (quick && fi != 2) continue;
+            for (int th = 1; th <= 2; th++) {
+                int copies = 0;
+                Pair p = bench_dense(dense_fmts[fi].f, dense_fmts[fi].g, shapes[si].rows, shapes[si].cols, th, best, &copies);
+                printf("  %-22s %-10s %3d %6d  %8.1f  %8.1f  %6.3f\n", shapes[si].name, dense_fmts[fi].name, th, copies, p.kernel_gbs, p.read_gbs, p.ratio);
+                fflush(stdout);
+            }
+        }
+
+    /* Cache-resident compute rate: 256 x 2048 (int8 512 KB, int4 256 KB), S = 1 and S = 8. */
+    printf("\ncache-resident (256x2048 weights, L2), GOP/s (2 ops per multiply-add):\n");
+    printf("  %-10s %-7s %3s  %8s  %8s\n", "format", "kernel", "thr", "S=1", "S=8");
+    const QtKernel all[] = { QT_KERNEL_SCALAR, QT_KERNEL_AVX2, QT_KERNEL_VNNI };
+    for (size_t fi = 0; fi < 4; fi++)
+        for (size_t ki = 0; ki < 3; ki++) {
+            if (!qt_kernel_supported(all[ki]) || (quick && all[ki] != best)) continue;
+            for (int th = 1; th <= 2; th++) {
+                double a = bench_l2(dense_fmts[fi].f, dense_fmts[fi].g, 256, 2048, 1, th, all[ki]);
+                double b = bench_l2(dense_fmts[fi].f, dense_fmts[fi].g, 256, 2048, 8, th, all[ki]);
+                printf("  %-10s %-7s %3d  %8.1f  %8.1f\n", dense_fmts[fi].name, qt_kernel_name(all[ki]), th, a, b);
+                fflush(stdout);
+            }
+        }
+
+    if (!quick) bench_threading();
+    printf("\nbench: int4-ffn-2t ratio=%.3f\n", ffn_ratio_2t);
+    return 0;
+}
