@@ -154,7 +154,7 @@ static double setting_number(const char *name) {
     double d = strtod(v, &end);
     if (end == v || *end || errno) die("%s=%s is not a number", name, v);
     if (spec->kind != SET_FLOAT && d != floor(d)) die("%s=%s must be a whole number", name, v);
-    if (d < spec->min || d > spec->max) die("%s=%s is out of range [%g, %g]", name, v, spec->min, spec->max);
+    if (!(d >= spec->min && d <= spec->max)) die("%s=%s is out of range [%g, %g]", name, v, spec->min, spec->max);
     return d;
 }
 
@@ -323,10 +323,16 @@ static void config_eos(Config *c, const JsonValue *v, const char *path) {
     if (!v) return;
     int64_t id;
     c->n_eos = 0;
-    if (json_is_int(v, &id)) { c->eos[c->n_eos++] = (int)id; return; }
+    if (json_is_int(v, &id)) {
+        if (id < 0 || id >= c->vocab) die("%s: eos_token_id %lld is outside the vocabulary (%d)", path, (long long)id, c->vocab);
+        c->eos[c->n_eos++] = (int)id;
+        return;
+    }
     if (json_type(v) != JSON_ARRAY) die("%s: eos_token_id must be an integer or a list", path);
-    for (size_t i = 0; i < json_len(v) && c->n_eos < MAX_EOS; i++) {
+    if (json_len(v) > MAX_EOS) die("%s: eos_token_id lists %zu ids; at most %d are supported", path, json_len(v), MAX_EOS);
+    for (size_t i = 0; i < json_len(v); i++) {
         if (!json_is_int(json_at(v, i), &id)) die("%s: eos_token_id[%zu] must be an integer", path, i);
+        if (id < 0 || id >= c->vocab) die("%s: eos_token_id[%zu] = %lld is outside the vocabulary (%d)", path, i, (long long)id, c->vocab);
         c->eos[c->n_eos++] = (int)id;
     }
 }
@@ -404,6 +410,8 @@ static Config config_load(const char *dir) {
     c.rope_theta = 10000.0f;
     const JsonValue *rp = config_field(&r, "rope_parameters");
     const JsonValue *rs = config_field(&r, "rope_scaling");
+    if (rp && json_type(rp) != JSON_OBJECT && json_type(rp) != JSON_NULL) die("%s: rope_parameters must be an object", path);
+    if (rs && json_type(rs) != JSON_OBJECT && json_type(rs) != JSON_NULL) die("%s: rope_scaling must be an object or null", path);
     const JsonValue *rope_obj = rp && json_type(rp) == JSON_OBJECT ? rp : rs && json_type(rs) == JSON_OBJECT ? rs : NULL;
     c.rope_theta = config_float(&r, "rope_theta", c.rope_theta, 1e-3, 1e30);
     if (rope_obj) {
@@ -598,12 +606,15 @@ static void load_matrix(Loader *ld, const char *name, int64_t rows, int64_t cols
     snprintf(qs_name, sizeof qs_name, "%s.qs", name);
     const StTensor *qs = st_find(ld->index, qs_name);
     if (qs) { load_prequantized(ld, name, t, qs, rows, cols, out); return; }
-    if (t->ndim != 2 || t->shape[0] != rows || t->shape[1] != cols)
-        die("%s: tensor %s has shape %s%lld%s%lld%s, expected [%lld, %lld]", st_file_path(ld->index, t->file), name,
-            "[", (long long)t->shape[0], t->ndim > 1 ? ", " : "", (long long)(t->ndim > 1 ? t->shape[1] : 0), "]",
-            (long long)rows, (long long)cols);
     if (t->dtype == ST_U8 || t->dtype == ST_I8)
         die("%s: tensor %s is %s but has no %s companion", st_file_path(ld->index, t->file), name, st_dtype_name(t->dtype), qs_name);
+    if (t->ndim != 2 || t->shape[0] != rows || t->shape[1] != cols) {
+        char shape[128] = "[";
+        for (int d = 0; d < t->ndim; d++)
+            snprintf(shape + strlen(shape), sizeof shape - strlen(shape), "%s%lld", d ? ", " : "", (long long)t->shape[d]);
+        die("%s: tensor %s has shape %s], expected [%lld, %lld]", st_file_path(ld->index, t->file), name, shape,
+            (long long)rows, (long long)cols);
+    }
     load_float_rows(ld, name, t, 0, rows, cols, bits, out);
 }
 
@@ -1223,7 +1234,11 @@ static int expert_load(ExpertStore *st, int layer, int e, ExpertSlot *slot) {
             *w[k] = expert_view(f, src->group[k], src->rows[k], src->cols[k], p, f == QT_F32 ? NULL : sp);
             if (st_read_f32_rows(st->index, src->data[k], src->fused_row0[k], src->rows[k], st->staging, err, err_len)) return -1;
             for (int64_t i = 0; i < src->rows[k] * src->cols[k]; i++)
-                if (!isfinite(st->staging[i])) { snprintf(err, err_len, "layer %d expert %d: a weight is not finite", layer, e); return -1; }
+                if (!isfinite(st->staging[i])) {
+                    snprintf(err, err_len, "%s: tensor %s: value at row %lld is not finite", st_file_path(st->index, src->data[k]->file),
+                             src->data[k]->name, (long long)(src->fused_row0[k] + i / src->cols[k]));
+                    return -1;
+                }
             qt_quantize_rows(w[k], 0, src->rows[k], st->staging);
             p += (size_t)(src->rows[k] * w[k]->row_bytes + 63) / 64 * 64;
             if (f != QT_F32) sp += src->rows[k] * qt_groups_per_row(w[k]);
@@ -1283,16 +1298,19 @@ static int expert_load(ExpertStore *st, int layer, int e, ExpertSlot *slot) {
             used += (size_t)n;
             bytes += n;
         }
-        for (int k = 0; k < 3; k++) {
+        for (int k = 0; k < 3; k++)
             *w[k] = expert_view(src->format[k], src->group[k], src->rows[k], src->cols[k], base[k], sbase[k]);
-            int64_t ns = st_numel(src->scales[k]);
-            for (int64_t i = 0; i < ns; i++)
-                if (!isfinite(sbase[k][i]) || sbase[k][i] < 0) {
-                    snprintf(err, err_len, "%s: tensor %s.qs: scale %lld is %g (must be finite and >= 0)",
-                             st_file_path(st->index, src->scales[k]->file), src->data[k]->name, (long long)i, sbase[k][i]);
-                    return -1;
-                }
-        }
+    }
+    /* a corrupt scale would silently poison every output: refuse it by name */
+    for (int k = 0; k < 3 && st->prequantized; k++) {
+        const float *sc = w[k]->scales;
+        int64_t ns = st_numel(src->scales[k]);
+        for (int64_t i = 0; i < ns; i++)
+            if (!isfinite(sc[i]) || sc[i] < 0) {
+                snprintf(err, err_len, "%s: tensor %s.qs: scale %lld is %g (must be finite and >= 0)",
+                         st_file_path(st->index, src->scales[k]->file), src->data[k]->name, (long long)i, sc[i]);
+                return -1;
+            }
     }
     pthread_mutex_lock(&st->lock);
     st->bytes_read += bytes;
@@ -2031,9 +2049,9 @@ static void plan_expert_cache(Model *m, const Session *s, const Settings *set) {
             "MoE layer %.2f GB = %.2f GB (raise RAM_GB, lower CTX/BATCH, or use fewer dense bits)",
             budget / 1e9, m->resident_bytes / 1e9, s->bytes / 1e9, b.reserve_bytes / 1e9, b.slot_bytes * moe_layers / 1e9,
             (b.fixed_bytes + b.reserve_bytes + b.slot_bytes * moe_layers) / 1e9);
-    if (set->cache_slots_given && p.slots_per_layer != set->cache_slots && moe_layers)
-        fprintf(stderr, "glm: expert cache lowered from the requested %d to %d slots per layer to fit the budget\n",
-                set->cache_slots, p.slots_per_layer);
+    if (set->cache_slots_given && p.slots_per_layer < set->cache_slots && moe_layers)
+        fprintf(stderr, "glm: expert cache lowered from the requested %d to %d slots per layer (%s)\n", set->cache_slots,
+                p.slots_per_layer, p.slots_per_layer == c->n_experts ? "every expert of a layer fits" : "to fit the budget");
     else if (!set->cache_slots_given && moe_layers)
         fprintf(stderr, "glm: expert cache: %d of %d experts per layer fit the budget\n", p.slots_per_layer, c->n_experts);
     if (moe_layers) expert_store_start(st, p.slots_per_layer);
@@ -2092,6 +2110,12 @@ int main(int argc, char **argv) {
     ref = reference_load(set.ref_path);
     Model model;
     model_load(&model, &set);
+    const IdList *lists[] = { &ref.prompt, &ref.full, &ref.tf_pred, &ref.mtp_pred };
+    const char *list_names[] = { "prompt_ids", "full_ids", "tf_pred", "mtp_pred" };
+    for (int k = 0; k < 4; k++)
+        for (int i = 0; i < lists[k]->n; i++)
+            if (lists[k]->ids[i] >= model.c.vocab)
+                die("%s: %s[%d] = %d is outside the model's vocabulary (%d)", set.ref_path, list_names[k], i, lists[k]->ids[i], model.c.vocab);
     int ngen = set.ngen >= 0 ? set.ngen : ref.full.n - ref.prompt.n;
     int need = (set.teacher_forcing || set.replay ? ref.full.n : ref.prompt.n + ngen) + 1;
     int capacity = set.ctx ? set.ctx : need;
