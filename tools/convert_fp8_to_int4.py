@@ -91,7 +91,8 @@ def quantize_rows(w, bits, group, what):
         r = int(np.nonzero(~np.isfinite(absmax))[0][0])
         raise ConvertError(f"{what}: non-finite value (NaN or Inf) in row {r}")
     s = np.maximum(absmax / np.float32(qmax), np.float32(1e-8))
-    q = np.rint(wg / s[:, :, None])
+    q = wg / s[:, :, None]
+    np.rint(q, out=q)
     np.clip(q, -qmax - 1, qmax, out=q)
     q = q.astype(np.int8).reshape(rows, ng * g)[:, :cols]
     if bits == 8:
@@ -190,11 +191,15 @@ class Matrix:
             raw = raw[self.expert]
         block = raw[self.r0 + a:self.r0 + b]
         w = to_f32(block, self.dtype)
+        w = np.ascontiguousarray(w, dtype=np.float32)
         if self.scale is not None:
             rb = np.arange(self.r0 + a, self.r0 + b) // 128
-            mult = np.repeat(np.asarray(self.scale, dtype=np.float32)[rb], 128, axis=1)[:, :self.cols]
-            w = w * mult
-        return np.ascontiguousarray(w, dtype=np.float32)
+            s = np.asarray(self.scale, dtype=np.float32)[rb]            # [rows, ceil(cols/128)]
+            if self.cols % 128 == 0:      # same float32 products, without a full-size multiplier
+                w.reshape(b - a, self.cols // 128, 128)[...] *= s[:, :, None]
+            else:
+                w *= np.repeat(s, 128, axis=1)[:, :self.cols]
+        return w
 
 
 # ----------------------------------------------------------------------------------------------
