@@ -119,32 +119,13 @@ static int tok__range_lookup(const TokUniRange *r, size_t n, uint32_t cp) {
     return 0;
 }
 
-/* Classes of the first 256 code points, so Latin text never reaches the binary search:
- * low 3 bits category, bit 3 White_Space. Filled on first use from the generated tables. */
-static unsigned char tok__latin1_class[256];
-static int tok__latin1_ready;
-
-static void tok__latin1_init(void) {
-    for (uint32_t c = 0; c < 256; c++)
-        tok__latin1_class[c] = (unsigned char)(
-            tok__range_lookup(tok_cat_ranges, sizeof tok_cat_ranges / sizeof *tok_cat_ranges, c) |
-            (tok__range_lookup(tok_space_ranges, sizeof tok_space_ranges / sizeof *tok_space_ranges, c) << 3));
-    tok__latin1_ready = 1;
-}
-
 int tok_uni_category(uint32_t cp) {
-    if (cp < 256) {
-        if (!tok__latin1_ready) tok__latin1_init();
-        return tok__latin1_class[cp] & 7;
-    }
+    if (cp < 256) return tok_latin1_class[cp] & 7;
     return tok__range_lookup(tok_cat_ranges, sizeof tok_cat_ranges / sizeof *tok_cat_ranges, cp);
 }
 
 int tok_uni_is_space(uint32_t cp) {
-    if (cp < 256) {
-        if (!tok__latin1_ready) tok__latin1_init();
-        return tok__latin1_class[cp] >> 3;
-    }
+    if (cp < 256) return tok_latin1_class[cp] >> 3;
     return tok__range_lookup(tok_space_ranges, sizeof tok_space_ranges / sizeof *tok_space_ranges, cp);
 }
 

@@ -312,6 +312,37 @@ static void test_nfc(void) {
     CHECK("nfc_cases", bad == 0, "%d cases wrong", bad);
 }
 
+/* Every NormalizationTest.txt line (Debian unicode-data, same UCD as the tables): NFC(c1) == c2. */
+static void test_nfc_conformance(void) {
+    const char *path = "/usr/share/unicode/NormalizationTest.txt.bz2";
+    FILE *probe = fopen(path, "rb");
+    if (!probe) { printf("SKIP nfc_conformance: %s not installed\n", path); return; }
+    fclose(probe);
+    FILE *f = popen("bzcat /usr/share/unicode/NormalizationTest.txt.bz2 2>/dev/null", "r");
+    if (!f) { printf("SKIP nfc_conformance: cannot run bzcat\n"); return; }
+    char line[2048];
+    int n = 0, bad = 0;
+    while (fgets(line, sizeof line, f)) {
+        if (line[0] == '#' || line[0] == '@' || line[0] == '\n') continue;
+        uint32_t in[64], want[64];
+        size_t ni = 0, nw = 0;
+        char *p = line;
+        while (*p && *p != ';' && ni < 64) { while (*p == ' ') p++; if (*p == ';') break; in[ni++] = (uint32_t)strtoul(p, &p, 16); }
+        if (*p == ';') p++;
+        while (*p && *p != ';' && nw < 64) { while (*p == ' ') p++; if (*p == ';') break; want[nw++] = (uint32_t)strtoul(p, &p, 16); }
+        size_t m; int oom;
+        uint32_t *r = tok__nfc(in, ni, &m, &oom);
+        const uint32_t *got = r ? r : in;
+        if (!r) m = ni;
+        n++;
+        if (m != nw || memcmp(got, want, m * sizeof *got) != 0) { if (bad++ < 3) printf("  NFC differs: %s", line); }
+        free(r);
+    }
+    pclose(f);
+    if (n == 0) { printf("SKIP nfc_conformance: bzcat produced nothing\n"); return; }
+    CHECK("nfc_conformance", bad == 0, "%d of %d NormalizationTest lines differ", bad, n);
+}
+
 static void test_stream(const Tokenizer *t) {
     char out[256];
     TokStream s;
@@ -403,6 +434,7 @@ int main(void) {
     test_byte_symbols();
     test_utf8();
     test_nfc();
+    test_nfc_conformance();
     char err[512];
     Tokenizer *tiny = tok_load(TINY, err, sizeof err);
     CHECK("tiny_fixture_loads", tiny != NULL, "%s", err);

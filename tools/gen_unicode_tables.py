@@ -5,6 +5,7 @@ Usage: tools/gen_unicode_tables.py [UCD_DIR] [OUTPUT]
        (defaults: /usr/share/unicode from Debian's `unicode-data` package, ./tok_unicode.h)
 
 Tables written (all sorted, searched by binary search in tok.h):
+  tok_latin1_class  category group and White_Space bit of U+0000..U+00FF (a direct table).
   tok_cat_ranges   general-category group of every assigned code point: L, N, P, S, M
                    (everything else -- C*, Z*, unassigned -- is "other"); adjacent code points of
                    the same group are merged into one range.
@@ -155,6 +156,14 @@ def emit_triples(name, rows, comment):
     w("};")
 
 
+# Direct table for U+0000..U+00FF so Latin text never reaches a binary search:
+# low 3 bits category group, bit 3 White_Space.
+latin1 = [category.get(c, 0) | (8 if c in white_space else 0) for c in range(256)]
+w("/* U+0000..U+00FF: category group in bits 0-2, White_Space in bit 3 */")
+w("static const uint8_t tok_latin1_class[256] = {")
+for i in range(0, 256, 32):
+    w("  " + ",".join(str(v) for v in latin1[i:i + 32]) + ",")
+w("};")
 emit_ranges("tok_cat_ranges", cat_runs)
 emit_ranges("tok_space_ranges", space_runs)
 emit_ranges("tok_ccc_ranges", ccc_runs)
