@@ -49,6 +49,7 @@
  *   int tok_pretokenize(const Tokenizer *t, const char *text, size_t len,
  *                       void (*fn)(void *ctx, const char *piece, size_t len), void *ctx);
  *       Normalizer + pre-tokenizer only (no added tokens, no BPE): calls fn for each piece.
+ *   const char *tok_pretokenizer_name(const Tokenizer *t);   e.g. "glm/llama3", for messages
  *   Unicode helpers (tables generated from the UCD, version TOK_UNICODE_VERSION):
  *       int tok_uni_category(uint32_t cp);   TOK_CAT_L/N/P/S/M or TOK_CAT_OTHER
  *       int tok_uni_is_space(uint32_t cp);   White_Space
@@ -56,6 +57,15 @@
  *           decodes one character; status 0 valid, 1 invalid (cp = U+FFFD, returns the length of
  *           the maximal invalid subpart), 2 truncated (s ends inside a possible character).
  *       uint32_t tok_byte_symbol(unsigned char b);   GPT-2 byte -> symbol code point
+ *
+ * Supported tokenizer.json features: model BPE (merges as "a b" or ["a","b"], ignore_merges,
+ * byte-level symbols; continuing_subword_prefix / end_of_word_suffix / dropout refused);
+ * normalizer null, NFC, or a Sequence of those; pre_tokenizer Split(Isolated) with a known regex
+ * and ByteLevel(add_prefix_space=false); decoder ByteLevel; added tokens with lstrip, rstrip and
+ * single_word. Added tokens are matched on the raw text whatever their "normalized" flag (exact
+ * for GLM, Llama-3, Qwen3, DeepSeek-V3, whose normalizers are empty or leave ASCII alone).
+ * Where HF's regex engine and the JS port disagree we follow HF: \s is Unicode White_Space
+ * (U+0085 yes, U+FEFF no) and (?i) contractions fold U+017F to s. Texts up to 4 GB.
  */
 #ifndef TOK_H
 #define TOK_H
