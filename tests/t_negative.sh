@@ -67,7 +67,8 @@ expect_error "st: name repeated across two shards names both files" \
 expect_error "st: missing tensor is named" 'tensor model\.layers\.1\.self_attn\.o_proj\.weight is missing' on st_missing_tensor
 expect_error "st: matrix with the wrong shape is named" 'layers\.2\.self_attn\.o_proj\.weight.*shape.*\[96, 64\].*\[64, 96\]' on st_wrong_shape
 expect_error "st: norm vector stored 2-D is named" 'layers\.1\.post_attention_layernorm\.weight.*vector' on st_wrong_vector
-# Regression guard, found as a glm.c bug by this test (fixed since): since experts are streamed (ExpertStore), a non-finite value in a float routed expert is
+# Regression guard (a glm.c bug this test found, fixed since):
+# since experts are streamed (ExpertStore), a non-finite value in a float routed expert is
 # reported as "loading layer 2 expert 5: layer 2 expert 5: a weight is not finite": neither the
 # file nor the tensor (nor the row) is named. Same for the fused BF16 case below.
 expect_error "st: NaN inside a weight names tensor and row" 'layers\.2\.mlp\.experts\.5\.up_proj\.weight.*row 7.*finite' on st_nan_matrix
@@ -104,7 +105,8 @@ expect_error "qe: some experts pre-quantized, one float" 'qe_mixed.*pre-quantize
 expect_error "qe: expert byte count that fits no format names the tensor" "qe_bytes_fit_no_format/model\.safetensors.*$E.*fit no" on qe_bytes_fit_no_format
 expect_error "qe: NaN expert scale names .qs and row (pread)" "qe_nan_scale/model\.safetensors.*$E\.qs.*scale 3" on qe_nan_scale
 expect_error "qe: negative expert scale names .qs and row (pread)" "qe_negative_scale/model\.safetensors.*$E\.qs.*scale 4" on qe_negative_scale
-# Regression guard, found as a glm.c bug by this test (fixed since): with MMAP=1 expert_load uses the mapped .qs in place and never checks the scales: a NaN
+# Regression guard (a glm.c bug this test found, fixed since):
+# with MMAP=1 expert_load uses the mapped .qs in place and never checks the scales: a NaN
 # scale is accepted (exit 0, the NaN vanishes in activation quantization) and a negative one
 # silently changes a prediction (exit 3).
 expect_error "qe: NaN expert scale is refused with MMAP=1" "$E\.qs.*scale 3" on qe_nan_scale MMAP=1
@@ -119,7 +121,8 @@ expect_error "q: colibri.fmt that is not a JSON object names the file" 'q_stamp_
 expect_error "q: negative scale names .qs and row" "$Q\.qs.*scale 5" on q_negative_scale
 expect_error "q: NaN scale names .qs and row" "$Q\.qs.*scale 7.*nan" on q_nan_scale
 expect_error "q: .qs stored as F16 is refused by name" "$Q\.qs.*F32.*F16" on q_qs_f16
-# Regression guard, found as a glm.c bug by this test (fixed since): an I8 tensor without its .qs is reported as "has shape [61440], expected [64, 96]" —
+# Regression guard (a glm.c bug this test found, fixed since):
+# an I8 tensor without its .qs is reported as "has shape [61440], expected [64, 96]" —
 # load_matrix prints a second dimension (0) for a 1-D tensor, and the real cause (no .qs
 # companion) is never reached because the shape check runs first.
 expect_error "q: I8 codes without a .qs companion" "$Q.*(\.qs|\[6144\])" on q_no_qs
@@ -151,11 +154,13 @@ p = sys.argv[1] + '/config.json'; c = json.load(open(p)); exec(sys.argv[2]); jso
 }
 cfg_edit cfg_eos_wrap 'c["eos_token_id"] = 2**32 + 5'
 rm -f "$T/cfg_eos_wrap/generation_config.json"
-# Regression guard, found as a glm.c bug by this test (fixed since): config_eos casts the int64 id to int without a range check; 2^32+5 becomes 5 and is
+# Regression guard (a glm.c bug this test found, fixed since):
+# config_eos casts the int64 id to int without a range check; 2^32+5 becomes 5 and is
 # accepted as a stop token.
 expect_error "cfg: eos_token_id 2^32+5 is refused, not wrapped to 5" "eos_token_id" on cfg_eos_wrap
 cfg_edit cfg_rope_not_object 'c["rope_parameters"] = "default"'
-# Regression guard, found as a glm.c bug by this test (fixed since): a rope_parameters that is not an object is silently ignored (theta falls back to
+# Regression guard (a glm.c bug this test found, fixed since):
+# a rope_parameters that is not an object is silently ignored (theta falls back to
 # 10000, wrong for GLM-5); the run then only reports prediction mismatches (exit 3).
 expect_error "cfg: rope_parameters that is not an object" "$C.*rope_parameters" on cfg_rope_not_object
 
@@ -175,7 +180,8 @@ expect_error "set: GROUP=1" 'GROUP=1' good GROUP=1 64 16 16
 expect_error "set: BATCH=0" 'BATCH=0' good BATCH=0 64 16 16
 expect_error "set: CTX too small for the run" 'CTX=5' good CTX=5 64 16 16
 expect_error "set: MTP=1 without TF=1" 'MTP=1.*TF' good TF=0 MTP=1 64 16 16
-# Regression guard, found as a glm.c bug by this test (fixed since): setting_number's range test (d < min || d > max) is false for NaN, so LATENT_EPS=nan
+# Regression guard (a glm.c bug this test found, fixed since):
+# setting_number's range test (d < min || d > max) is false for NaN, so LATENT_EPS=nan
 # is accepted and every prediction becomes token 0 (exit 3, no error naming LATENT_EPS).
 expect_error "set: LATENT_EPS=nan is refused" 'LATENT_EPS' good LATENT_EPS=nan 64 16 16
 expect_error "set: SNAP not set" 'SNAP' env REF="$DREF" TF=1 "$GLM" 64 16 16
@@ -188,7 +194,8 @@ expect_error "ref: full_ids not starting with prompt_ids" 'not_prefix\.json.*ful
 expect_error "ref: prompt_ids missing" 'no_prompt\.json.*prompt_ids' good REF="$R/no_prompt.json" 64 16 16
 expect_error "ref: negative token id" 'negative_id\.json.*full_ids\[10\]' good REF="$R/negative_id.json" 64 16 16
 expect_error "ref: tf_pred of the wrong length" 'tf_pred' good REF="$R/tf_pred_short.json" 64 16 16
-# Regression guard, found as a glm.c bug by this test (fixed since): a REF token id >= vocab is only caught when it is embedded ("token id 9999 is outside
+# Regression guard (a glm.c bug this test found, fixed since):
+# a REF token id >= vocab is only caught when it is embedded ("token id 9999 is outside
 # the vocabulary (512)": neither the REF file nor the list is named), and in greedy mode an
 # out-of-vocabulary id in the continuation is never checked at all (exit 3, "Greedy mismatch").
 expect_error "ref: full_ids id >= vocab (TF) names the list" 'full_ids' good REF="$R/full_id_over_vocab.json" 64 16 16
