@@ -703,7 +703,7 @@ typedef struct {
     QTensor q_a, q_b, kv_a, kv_b, o;
     /* DSA indexer (full layers only) */
     int has_indexer;
-    QTensor index_wq_b, index_wk, index_weights;   /* index_weights stays f32 (weights_proj) */
+    QTensor index_wq_b, index_wk, index_weights;   /* index_weights = weights_proj */
     float *index_k_norm_w, *index_k_norm_b;
     /* feed-forward */
     int dense;
@@ -1622,7 +1622,7 @@ static void load_layer(Loader *ld, Model *m, int l, const Settings *set) {
     if (L->has_indexer) {
         load_matrix(ld, LNAME("self_attn.indexer.wq_b.weight"), (int64_t)c->index_heads * c->index_dim, c->q_lora, db, &L->index_wq_b);
         load_matrix(ld, LNAME("self_attn.indexer.wk.weight"), c->index_dim, H, db, &L->index_wk);
-        load_matrix(ld, LNAME("self_attn.indexer.weights_proj.weight"), c->index_heads, H, 16, &L->index_weights);
+        load_matrix(ld, LNAME("self_attn.indexer.weights_proj.weight"), c->index_heads, H, db, &L->index_weights);
         L->index_k_norm_w = load_vector(ld, LNAME("self_attn.indexer.k_norm.weight"), c->index_dim);
         L->index_k_norm_b = load_vector(ld, LNAME("self_attn.indexer.k_norm.bias"), c->index_dim);
     } else if (st_find(ld->index, LNAME("self_attn.indexer.wk.weight"))) {
@@ -2033,7 +2033,7 @@ static void plan_expert_cache(Model *m, const Session *s, const Settings *set) {
     TierBudget b = {
         .budget_bytes = budget,
         .fixed_bytes = m->resident_bytes + s->bytes + overhead,
-        .reserve_bytes = fmin(fmax(0.25e9, 0.05 * budget), 2e9),
+        .reserve_bytes = fmin(fmax(0.02e9, 0.05 * budget), 2e9),
         .slot_bytes = (double)st->slab_bytes + (double)st->scale_bytes,
         .moe_layers = moe_layers,
         .n_experts = c->n_experts,

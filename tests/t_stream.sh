@@ -1,0 +1,60 @@
+#!/usr/bin/env bash
+# Routed experts streamed from disk: the oracle must still match exactly with 1 slot, 2 slots and
+# every expert cached; a container written by tools/convert_fp8_to_int4.py must predict exactly
+# what load-time quantization of the same floats predicts, in every I/O mode and cache size; the
+# process stays under RAM_GB; a budget that cannot hold the model is refused with the numbers.
+source "$(dirname "$0")/lib.sh"
+F="$ROOT/tests/fixtures"
+T=$(mktemp -d /tmp/t_stream.XXXXXX); trap 'rm -rf "$T"' EXIT
+same() { if [ -n "$2" ] && [ "$2" = "$3" ]; then echo "PASS $1"; else echo "FAIL $1"; echo "  want: $2"; echo "  got:  $3"; fi; }
+for fx in oracle_dense oracle_sparse oracle_fused_bf16; do
+  R="$F/$fx/reference.json"
+  for slots in 1 2 64; do
+    out=$(SNAP="$F/$fx" REF="$R" TF=1 MTP=1 "$GLM" $slots 16 16 2>/dev/null)
+    n=$(grep -cE '^(PREFILL|MTP C).* ([0-9]+)/\1( positions)?$' <<<"$(sed -E 's/: ([0-9]+)\/([0-9]+)/ \1\/\2/' <<<"$out")")
+    tf=$(grep -E '^PREFILL' <<<"$out"); mtp=$(grep -E '^MTP C' <<<"$out")
+    if [[ "$tf" =~ ([0-9]+)/([0-9]+) ]] && [ "${BASH_REMATCH[1]}" = "${BASH_REMATCH[2]}" ] && [[ "$mtp" =~ ([0-9]+)/([0-9]+) ]] && [ "${BASH_REMATCH[1]}" = "${BASH_REMATCH[2]}" ]; then
+      echo "PASS $fx streamed, $slots slot(s)/layer: $tf; $mtp"; else echo "FAIL $fx streamed, $slots slot(s): $tf | $mtp"; fi
+    g=$(SNAP="$F/$fx" REF="$R" "$GLM" $slots 16 16 2>/dev/null | grep '^Matching')
+    if [[ "$g" =~ ([0-9]+)/([0-9]+) ]] && [ "${BASH_REMATCH[1]}" = "${BASH_REMATCH[2]}" ]; then echo "PASS $fx greedy streamed, $slots slot(s): $g"
+    else echo "FAIL $fx greedy streamed, $slots slot(s): $g"; fi
+  done
+done
+
+# A pre-quantized container (one read per expert) vs load-time quantization of the same floats.
+PY=/usr/bin/python3
+if ! $PY -c 'import numpy' 2>/dev/null; then echo "FAIL container tests need /usr/bin/python3 with numpy (apt-get install python3-numpy)"; exit 1; fi
+R="$F/oracle_sparse/reference.json"
+$PY "$ROOT/tools/convert_fp8_to_int4.py" "$F/oracle_sparse" "$T/c8" --expert-bits 8 --dense-bits 8 --io-bits 8 --mtp-bits 8 --indexer-bits 8 >/dev/null 2>&1 \
+  && echo "PASS convert oracle_sparse to an int8 container" || echo "FAIL convert oracle_sparse to an int8 container"
+want=$(SNAP="$F/oracle_sparse" REF="$R" TF=1 MTP=1 "$GLM" 64 8 8 2>/dev/null | grep pred)
+want_gen=$(SNAP="$F/oracle_sparse" REF="$R" "$GLM" 64 8 8 2>/dev/null | grep '^Generated')
+for mode in PREAD=1 DIRECT=1 DROP=1 MMAP=1; do
+  for slots in 1 2 64; do
+    got=$(env ${mode/PREAD=1/} SNAP="$T/c8" REF="$R" TF=1 MTP=1 "$GLM" $slots 8 8 2>/dev/null | grep pred)
+    same "container int8, ${mode%=1} I/O, $slots slot(s): TF and MTP predictions equal load-time quantization" "$want" "$got"
+  done
+  got=$(env ${mode/PREAD=1/} SNAP="$T/c8" REF="$R" "$GLM" 2 8 8 2>/dev/null | grep '^Generated')
+  same "container int8, ${mode%=1} I/O: greedy tokens equal load-time quantization" "$want_gen" "$got"
+done
+$PY "$ROOT/tools/convert_fp8_to_int4.py" "$F/oracle_fused_bf16" "$T/c4" --expert-bits 4 --dense-bits 4 --io-bits 4 --mtp-bits 4 --indexer-bits 4 --group 32 >/dev/null 2>&1 \
+  && echo "PASS convert oracle_fused_bf16 (fused, BF16) to an int4 group-32 container" || echo "FAIL convert oracle_fused_bf16 to int4 group-32"
+R="$F/oracle_fused_bf16/reference.json"
+want=$(SNAP="$F/oracle_fused_bf16" REF="$R" TF=1 MTP=1 GROUP=32 "$GLM" 64 4 4 2>/dev/null | grep pred)
+for mode in PREAD=1 DIRECT=1; do
+  got=$(env ${mode/PREAD=1/} SNAP="$T/c4" REF="$R" TF=1 MTP=1 "$GLM" 2 4 4 2>/dev/null | grep pred)
+  same "container int4 group 32 from fused BF16, ${mode%=1} I/O: predictions equal load-time quantization" "$want" "$got"
+done
+
+# Memory honesty: a budget is a ceiling for the whole process, and one too small is refused.
+out=$(RAM_GB=0.2 SNAP="$F/oracle_sparse" REF="$F/oracle_sparse/reference.json" "$GLM" 2>&1)
+rss=$(sed -nE 's/^glm: peak RSS ([0-9.]+) GB/\1/p' <<<"$out")
+if [ -n "$rss" ] && awk -v r="$rss" 'BEGIN { exit !(r < 0.2) }'; then echo "PASS peak RSS $rss GB stays under RAM_GB=0.2"; else echo "FAIL peak RSS '$rss' vs RAM_GB=0.2"; fi
+expect_fail "a budget below the model's needs is refused with the numbers" 'RAM budget 0\.05 GB is too small: dense weights' \
+  env RAM_GB=0.05 SNAP="$F/oracle_sparse" REF="$F/oracle_sparse/reference.json" "$GLM" 64 16 16
+# REPLAY is the decode benchmark on any model; STATS writes routing counts atomically.
+out=$(REPLAY=1 STATS="$T/routes.txt" SNAP="$T/c8" REF="$F/oracle_sparse/reference.json" "$GLM" 4 8 8 2>&1)
+if grep -qE '^REPLAY decode: 36 tokens in [0-9.]+s \| [0-9.]+ tok/s \| expert hit [0-9.]+%' <<<"$out"; then echo "PASS REPLAY line"; else echo "FAIL REPLAY line"; echo "$out" | tail -3; fi
+# 36 tokens x 4 MoE layers (3 + MTP? no: replay runs the main model only: 3 MoE layers) x top-4 routes
+total=$(awk '!/^#/ { s += $3 } END { print s }' "$T/routes.txt" 2>/dev/null)
+if [ "$total" = "$((36 * 3 * 4))" ] && ! ls "$T"/routes.txt.tmp.* >/dev/null 2>&1; then echo "PASS STATS counts every routing decision ($total)"; else echo "FAIL STATS total '$total', expected $((36*3*4))"; fi
