@@ -46,10 +46,14 @@
    row's result never depends on S, on the thread count, or on the kernel. idot = 0: exact float
    path (dequantized weight × f32 activation, qt_dot_f32's 16-lane order). idot = 1: activations
    quantized to int8 (absmax/127 per row, per group for grouped weights; codes in [-127, 127]),
-   exact int32 dot products per group, combined in group order as
-       acc = 0; for g in groups: acc += ws[g] * (xs[g] * (float)isum[g])
-   (the scalar reference qt_dot_int_row is the spec; the AVX2 and AVX-512 VNNI kernels equal it bit
-   for bit). f32 tensors always take the float path. An int32 group sum must not overflow:
+   exact int32 dot products per group, combined in a fixed order (qt_dot_int_row, the scalar
+   reference, is the spec; the AVX2 and AVX-512 VNNI kernels equal it bit for bit):
+       p[g] = ws[g] * (xs[g] * (float)isum[g])
+       lane[k] = Σ p[g] over g ≡ k (mod 16), in increasing g          (16 lanes, start at +0)
+       y = qt_lanes_sum(lane): the same 16→1 tree as qt_dot_f32
+   For the per-row formats (one group) this is y = 0.0f + p[0]. Sixteen lanes instead of one
+   running sum let the SIMD kernels add 16 groups with one vector add (a single chain of ~100
+   dependent float adds per row was the bottleneck of the grouped kernel). f32 tensors always take the float path. An int32 group sum must not overflow:
    cols ≤ 130000 for int8 weights (all GLM-5.2 shapes are far below).
 
    Threads: qt_matmul cuts the rows into chunks (~64 KB of weights) that a persistent pool of
@@ -301,8 +305,14 @@ float qt_dot_f32(const float *a, const float *b, int64_t n) {
 static void qt_quantize_activation(const float *x, int64_t n, int64_t group, int8_t *q, float *scales) {
     for (int64_t g0 = 0, gi = 0; g0 < n; g0 += group, gi++) {
         int64_t g1 = g0 + group < n ? g0 + group : n;
+        /* 16 running maxima (vectorizes; max is exact, so the result equals a plain loop's) */
+        float m[16] = { 0 };
+        int64_t i = g0;
+        for (; i + 16 <= g1; i += 16)
+            for (int k = 0; k < 16; k++) { float a = fabsf(x[i + k]); m[k] = a > m[k] ? a : m[k]; }
+        for (int k = 0; i < g1; i++, k++) { float a = fabsf(x[i]); m[k] = a > m[k] ? a : m[k]; }
         float absmax = 0.0f;
-        for (int64_t i = g0; i < g1; i++) { float a = fabsf(x[i]); if (a > absmax) absmax = a; }
+        for (int k = 0; k < 16; k++) if (m[k] > absmax) absmax = m[k];
         float s = absmax / 127.0f;
         if (!(s >= 1e-8f)) s = 1e-8f;
         scales[gi] = s;
@@ -313,19 +323,27 @@ static void qt_quantize_activation(const float *x, int64_t n, int64_t group, int
     }
 }
 
-/* Scalar reference of the integer path (the spec): exact int32 sums per group, combined in
-   group order. The SIMD kernels below must equal it bit for bit. */
+/* The fixed 16 → 1 combination of lane sums (the same tree as qt_dot_f32's). */
+static inline float qt_lanes_sum(float *a) {
+    for (int k = 0; k < 8; k++) a[k] += a[k + 8];
+    for (int k = 0; k < 4; k++) a[k] += a[k + 4];
+    return (a[0] + a[2]) + (a[1] + a[3]);
+}
+
+/* Scalar reference of the integer path (the spec): exact int32 sums per group, scaled, added
+   into lane g mod 16 in group order, lanes combined by qt_lanes_sum. The SIMD kernels below must
+   equal it bit for bit. */
 static float qt_dot_int_row(const QTensor *w, int64_t row, const int8_t *xq, const float *xs, int8_t *wq) {
     qt_unpack_codes(w, row, wq);
     const float *ws = w->scales + row * qt_groups_per_row(w);
-    float acc = 0.0f;
+    float lane[16] = { 0 };
     for (int64_t g0 = 0, gi = 0; g0 < w->cols; g0 += w->group, gi++) {
         int64_t g1 = g0 + w->group < w->cols ? g0 + w->group : w->cols;
         int32_t isum = 0;
         for (int64_t i = g0; i < g1; i++) isum += (int32_t)wq[i] * (int32_t)xq[i];
-        acc += ws[gi] * (xs[gi] * (float)isum);
+        lane[gi & 15] += ws[gi] * (xs[gi] * (float)isum);
     }
-    return acc;
+    return qt_lanes_sum(lane);
 }
 
 /* ---- Kernel selection ---------------------------------------------------------------------- */
@@ -426,22 +444,31 @@ static void qt_prepare_acts_row(const QTensor *w, const float *x, const QtActs *
         memcpy(q, raw, (size_t)C);
         memset(q + C, 0, (size_t)(Q - C));
         break;
-    case QT_INT4_ROW: case QT_INT4_GROUP:
-        for (int64_t c = 0; c < Q; c += 128)
+    case QT_INT4_ROW: case QT_INT4_GROUP: {
+        int64_t c = 0;
+        for (; c + 128 <= C; c += 128)
+            for (int64_t j = 0; j < 64; j++) { q[c + j] = raw[c + 2 * j]; q[c + 64 + j] = raw[c + 2 * j + 1]; }
+        for (; c < Q; c += 128)
             for (int64_t j = 0; j < 64; j++) {
                 int64_t i = c + 2 * j;
                 q[c + j] = i < C ? raw[i] : 0;
                 q[c + 64 + j] = i + 1 < C ? raw[i + 1] : 0;
             }
         break;
-    case QT_INT2_ROW:
-        for (int64_t c = 0; c < Q; c += 256)
+    }
+    case QT_INT2_ROW: {
+        int64_t c = 0;
+        for (; c + 256 <= C; c += 256)
+            for (int64_t j = 0; j < 64; j++)
+                for (int k = 0; k < 4; k++) q[c + 64 * k + j] = raw[c + 4 * j + k];
+        for (; c < Q; c += 256)
             for (int k = 0; k < 4; k++)
                 for (int64_t j = 0; j < 64; j++) {
                     int64_t i = c + 4 * j + k;
                     q[c + 64 * k + j] = i < C ? raw[i] : 0;
                 }
         break;
+    }
     case QT_F32: break;
     }
     const int bias = w->format == QT_INT4_ROW || w->format == QT_INT4_GROUP ? 8 : w->format == QT_INT2_ROW ? 2 : 0;
@@ -551,12 +578,33 @@ QT_VNNI QT_INLINE int32_t qt_vnni_row_isum(QtFormat f, const uint8_t *wr, int64_
     return _mm512_reduce_add_epi32(_mm512_add_epi32(_mm512_add_epi32(a0, a1), _mm512_add_epi32(a2, a3)));
 }
 
-/* Lane j of the result: a[2j] + a[2j+1] over the concatenation a|b. Halves the lanes per group
-   while keeping the groups in order. */
-QT_VNNI QT_INLINE __m512i qt_vnni_pairsum(__m512i a, __m512i b) {
-    const __m512i even = _mm512_set_epi32(30, 28, 26, 24, 22, 20, 18, 16, 14, 12, 10, 8, 6, 4, 2, 0);
-    const __m512i odd = _mm512_set_epi32(31, 29, 27, 25, 23, 21, 19, 17, 15, 13, 11, 9, 7, 5, 3, 1);
-    return _mm512_add_epi32(_mm512_permutex2var_epi32(a, even, b), _mm512_permutex2var_epi32(a, odd, b));
+/* Pair sums through int16: packs puts a's and b's lanes 4j..4j+3 side by side in 128-bit lane j,
+   madd adds neighbours. 2 instructions instead of 3, and the lane order gets shuffled (undone by
+   one permute at the end). Exact while every input lane fits in int16: a chunk lane holds 8
+   products u·x with u ≤ 15, |x| ≤ 127, so |lane| ≤ 15240, and one packsum level ≤ 30480. */
+QT_VNNI QT_INLINE __m512i qt_vnni_packsum(__m512i a, __m512i b) {
+    return _mm512_madd_epi16(_mm512_packs_epi32(a, b), _mm512_set1_epi16(1));
+}
+
+/* The 16 group sums, in group order, of `lanes` chunk vectors whose groups span `lanes`
+   consecutive int32 lanes (chunk c holds groups 16/lanes·c ...). */
+QT_VNNI QT_INLINE __m512i qt_vnni_group_sums(__m512i *v, const int lanes) {
+    if (lanes == 1) return v[0];
+    if (lanes == 2) {   /* → [g0 g1 g8 g9 | g2 g3 g10 g11 | g4 g5 g12 g13 | g6 g7 g14 g15] */
+        __m512i r = qt_vnni_packsum(v[0], v[1]);
+        return _mm512_permutexvar_epi32(_mm512_setr_epi32(0, 1, 4, 5, 8, 9, 12, 13, 2, 3, 6, 7, 10, 11, 14, 15), r);
+    }
+    if (lanes == 4) {   /* two levels → [g0 g4 g8 g12 | g1 g5 g9 g13 | ...], a 4x4 transpose */
+        __m512i r = qt_vnni_packsum(qt_vnni_packsum(v[0], v[1]), qt_vnni_packsum(v[2], v[3]));
+        return _mm512_permutexvar_epi32(_mm512_setr_epi32(0, 4, 8, 12, 1, 5, 9, 13, 2, 6, 10, 14, 3, 7, 11, 15), r);
+    }
+    /* lanes == 8: two levels leave group g of each half at lanes t and t+4 (even g = 2t) or 8+t and
+       12+t (odd g = 2t+1); the third level (values up to 60960, past int16) adds them as int32. */
+    __m512i a = qt_vnni_packsum(qt_vnni_packsum(v[0], v[1]), qt_vnni_packsum(v[2], v[3]));
+    __m512i b = qt_vnni_packsum(qt_vnni_packsum(v[4], v[5]), qt_vnni_packsum(v[6], v[7]));
+    const __m512i first = _mm512_setr_epi32(0, 8, 1, 9, 2, 10, 3, 11, 16, 24, 17, 25, 18, 26, 19, 27);
+    const __m512i second = _mm512_add_epi32(first, _mm512_set1_epi32(4));
+    return _mm512_add_epi32(_mm512_permutex2var_epi32(a, first, b), _mm512_permutex2var_epi32(a, second, b));
 }
 
 /* Grouped int4 row with `lanes` (1, 2, 4 or 8) int32 lanes per group: 16 groups come from
@@ -565,7 +613,7 @@ QT_VNNI QT_INLINE __m512i qt_vnni_pairsum(__m512i a, __m512i b) {
 QT_VNNI QT_INLINE float qt_vnni_i4_grouped(const uint8_t *wr, int64_t nch, __mmask64 tail, const int8_t *xq,
                                            const float *xs, const int32_t *off, const float *ws, int64_t G,
                                            const int lanes, int pf) {
-    float acc = 0.0f;
+    __m512 lanes_acc = _mm512_setzero_ps();
     for (int64_t g0 = 0; g0 < G; g0 += 16) {
         __m512i v[8];
         const int64_t c0 = g0 / 16 * lanes;
@@ -580,24 +628,24 @@ QT_VNNI QT_INLINE float qt_vnni_i4_grouped(const uint8_t *wr, int64_t nch, __mma
                        : c + 1 == nch ? _mm512_maskz_loadu_epi8(tail, wr + 64 * c) : _mm512_setzero_si512();
             v[k] = qt_vnni_i4(_mm512_setzero_si512(), wb, xq + 128 * c);
         }
-        for (int n = lanes; n > 1; n /= 2)
-            for (int i = 0; i < n / 2; i++) v[i] = qt_vnni_pairsum(v[2 * i], v[2 * i + 1]);
-        __m512i isum = _mm512_sub_epi32(v[0], _mm512_loadu_si512((const void *)(off + g0)));
+        __m512i sums = qt_vnni_group_sums(v, lanes);
+        __m512i isum = _mm512_sub_epi32(sums, _mm512_loadu_si512((const void *)(off + g0)));
         const int ng = G - g0 < 16 ? (int)(G - g0) : 16;
         __m512 t = _mm512_mul_ps(_mm512_loadu_ps(xs + g0), _mm512_cvtepi32_ps(isum));
-        __m512 p = _mm512_mul_ps(_mm512_maskz_loadu_ps((__mmask16)((1u << ng) - 1), ws + g0), t);
-        float pg[16];
-        _mm512_storeu_ps(pg, p);
-        for (int i = 0; i < ng; i++) acc += pg[i];
+        const __mmask16 valid = (__mmask16)((1u << ng) - 1);
+        __m512 p = _mm512_mul_ps(_mm512_maskz_loadu_ps(valid, ws + g0), t);
+        lanes_acc = _mm512_mask_add_ps(lanes_acc, valid, lanes_acc, p);   /* group g0+i → lane i */
     }
-    return acc;
+    float lane[16];
+    _mm512_storeu_ps(lane, lanes_acc);
+    return qt_lanes_sum(lane);
 }
 
 /* Grouped int4 row whose groups span whole chunks (group a multiple of 128 inputs). */
 QT_VNNI QT_INLINE float qt_vnni_i4_wide_groups(const uint8_t *wr, int64_t nch, __mmask64 tail, const int8_t *xq,
                                                const float *xs, const int32_t *off, const float *ws, int64_t G,
                                                int64_t chunks_per_group, int pf) {
-    float acc = 0.0f;
+    float lane[16] = { 0 };
     for (int64_t g = 0; g < G; g++) {
         __m512i v = _mm512_setzero_si512();
         for (int64_t c = g * chunks_per_group; c < (g + 1) * chunks_per_group && c < nch; c++) {
@@ -606,9 +654,9 @@ QT_VNNI QT_INLINE float qt_vnni_i4_wide_groups(const uint8_t *wr, int64_t nch, _
             v = qt_vnni_i4(v, wb, xq + 128 * c);
         }
         int32_t isum = _mm512_reduce_add_epi32(v) - off[g];
-        acc += ws[g] * (xs[g] * (float)isum);
+        lane[g & 15] += ws[g] * (xs[g] * (float)isum);
     }
-    return acc;
+    return qt_lanes_sum(lane);
 }
 
 QT_VNNI static void qt_rows_vnni(const QTensor *w, const QtActs *a, int S, int64_t r0, int64_t r1, float *y) {
@@ -713,7 +761,9 @@ QT_AVX2 static void qt_rows_avx2(const QTensor *w, const QtActs *a, int S, int64
                 int32_t isum = qt_avx2_hsum(_mm256_add_epi32(a0, a1)) - off[0];
                 acc += ws[0] * (xs[0] * (float)isum);
             } else if (lanes <= 8) {
-                /* 8 groups per step from `lanes` halves, pairsum tree, then group order. */
+                /* 8 groups per step from `lanes` halves, pairsum tree; group g0+i goes to lane
+                   (g0 & 8) + i, i.e. to the low or the high half of the 16 lanes. */
+                __m256 lanes_lo = _mm256_setzero_ps(), lanes_hi = lanes_lo;
                 for (int64_t g0 = 0; g0 < G; g0 += 8) {
                     __m256i v[8];
                     const int64_t h0 = g0 / 8 * lanes;
@@ -729,13 +779,18 @@ QT_AVX2 static void qt_rows_avx2(const QTensor *w, const QtActs *a, int S, int64
                     float wsg[8] = { 0 };
                     memcpy(wsg, ws + g0, (size_t)ng * sizeof(float));
                     __m256 t = _mm256_mul_ps(_mm256_loadu_ps(xs + g0), _mm256_cvtepi32_ps(isum));
+                    /* lanes past the last group add 0·(0·0) = +0, which leaves a lane (never -0) unchanged */
                     __m256 p = _mm256_mul_ps(_mm256_loadu_ps(wsg), t);
-                    float pg[8];
-                    _mm256_storeu_ps(pg, p);
-                    for (int i = 0; i < ng; i++) acc += pg[i];
+                    if (g0 & 8) lanes_hi = _mm256_add_ps(lanes_hi, p);
+                    else lanes_lo = _mm256_add_ps(lanes_lo, p);
                 }
+                float lane[16];
+                _mm256_storeu_ps(lane, lanes_lo);
+                _mm256_storeu_ps(lane + 8, lanes_hi);
+                acc = qt_lanes_sum(lane);
             } else {
                 const int64_t hpg = lanes / 8;   /* halves per group */
+                float lane[16] = { 0 };
                 for (int64_t g = 0; g < G; g++) {
                     __m256i v = _mm256_setzero_si256();
                     for (int64_t hc = g * hpg; hc < (g + 1) * hpg && hc < 2 * nch; hc++) {
@@ -743,8 +798,9 @@ QT_AVX2 static void qt_rows_avx2(const QTensor *w, const QtActs *a, int S, int64
                         v = _mm256_add_epi32(v, qt_avx2_half(f, qt_avx2_load_half(wr, tailbuf, nch, hc), xq + 128 * (hc / 2), (int)(hc & 1)));
                     }
                     int32_t isum = qt_avx2_hsum(v) - off[g];
-                    acc += ws[g] * (xs[g] * (float)isum);
+                    lane[g & 15] += ws[g] * (xs[g] * (float)isum);
                 }
+                acc = qt_lanes_sum(lane);
             }
             y[(int64_t)s * w->rows + r] = acc;
         }
@@ -916,7 +972,8 @@ void qt_set_openmp(int on) { qt_use_omp = on; }
 
 /* Weight bytes per chunk of work: small enough that a thread descheduled mid-chunk holds up
    little, large enough that each thread still reads long sequential runs. */
-#define QT_CHUNK_BYTES 65536
+static int64_t qt_chunk_bytes = 65536;
+void qt_set_chunk_bytes(int64_t n) { qt_chunk_bytes = n > 0 ? n : 65536; }
 
 typedef struct {
     const QTensor *w;
@@ -931,7 +988,7 @@ typedef struct {
 
 static int64_t qt_rows_per_chunk(const QTensor *w, int S) {
     int64_t bytes = w->row_bytes * (S < 8 ? 1 : S / 8);   /* with many activation rows, less weight per chunk */
-    int64_t r = QT_CHUNK_BYTES / (bytes > 0 ? bytes : 1);
+    int64_t r = qt_chunk_bytes / (bytes > 0 ? bytes : 1);
     if (r < 1) r = 1;
     while ((w->rows + r - 1) / r > QT_MAX_CHUNKS) r *= 2;
     return r;
