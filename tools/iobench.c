@@ -2,7 +2,7 @@
    Not part of glm; build with  cc -O2 -o tools/iobench tools/iobench.c
 
    usage: tools/iobench [--size BYTES] [--seconds S | --count N] [--threads 1,2]
-                        [--modes direct4k,directhuge,buffered,buffered-cold] [--seed N] FILE...
+                        [--modes direct4k,directhuge,buffered,buffered-cold,evict] [--seed N] FILE...
 
    Each read fetches --size bytes (default 18874368: the three int4 payloads of one GLM-5.2 expert,
    gate + up + down = 3 x 2048 x 6144 / 2) starting at a random expert: where a FILE is a safetensors
@@ -11,6 +11,7 @@
      direct4k       O_DIRECT into an ordinary 4 KiB-page buffer (MADV_NOHUGEPAGE), faulted in first
      directhuge     O_DIRECT into a 2 MiB-aligned buffer with MADV_HUGEPAGE, faulted in first
      buffered       pread through the page cache, whatever it holds now
+     evict          only evict the files (verified with mincore) and report what stays cached
      buffered-cold  the files are first evicted (fdatasync + POSIX_FADV_DONTNEED; eviction checked with
                     mincore on an mmap and reported), then pread
    One line per mode and thread count:
@@ -216,6 +217,12 @@ static double evict(Job *job) {
 }
 
 static void run_mode(Job *job, const char *mode, int threads) {
+    if (!strcmp(mode, "evict")) {   /* only evict (for benchmarks of other programs) and report */
+        double left = evict(job);
+        printf("iobench: mode=evict resident_after=%.4f%s\n", left, left > 0.01 ? " (eviction incomplete)" : "");
+        fflush(stdout);
+        return;
+    }
     job->direct = !strncmp(mode, "direct", 6);
     job->huge = !strcmp(mode, "directhuge");
     char extra[96] = "";
@@ -287,7 +294,8 @@ int main(int argc, char **argv) {
     char mbuf[256];
     snprintf(mbuf, sizeof mbuf, "%s", modes);
     for (char *save = NULL, *m = strtok_r(mbuf, ",", &save); m; m = strtok_r(NULL, ",", &save)) {
-        if (strcmp(m, "direct4k") && strcmp(m, "directhuge") && strcmp(m, "buffered") && strcmp(m, "buffered-cold"))
+        if (strcmp(m, "direct4k") && strcmp(m, "directhuge") && strcmp(m, "buffered") && strcmp(m, "buffered-cold") &&
+            strcmp(m, "evict"))
             die("unknown mode %s", m);
         char tbuf[64];
         snprintf(tbuf, sizeof tbuf, "%s", threads);
