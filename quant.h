@@ -56,12 +56,12 @@
    dependent float adds per row was the bottleneck of the grouped kernel). f32 tensors always take the float path. An int32 group sum must not overflow:
    cols ≤ 130000 for int8 weights (all GLM-5.2 shapes are far below).
 
-   Threads: qt_matmul cuts the rows into chunks (~64 KB of weights) that a persistent pool of
-   threads claims from one atomic counter; the caller computes too and waits only for claimed
-   chunks (robust when another process holds a core; bench/README.md has the measurements).
+   Threads: one OpenMP parallel region per call (the engine's team). Each thread streams its own
+   contiguous range of rows and steals chunks (~64 KB of weights) from the others' ranges when it
+   runs out, so a thread descheduled by another process does not hold up the rest of the work.
    Thread count: qt_set_threads(n), default omp_get_max_threads() (OMP_NUM_THREADS). Calls from
-   several threads at once, or from inside an OpenMP parallel region, are safe: such a call runs
-   on its caller's thread alone.
+   several threads at once are safe (per-thread scratch); a call from inside a parallel region
+   runs on its caller's thread alone.
 
    Define QUANT_IMPLEMENTATION in exactly one translation unit before including. */
 #ifndef QUANT_H
@@ -107,8 +107,8 @@ QtKernel qt_get_kernel(void);
 void qt_set_prefetch(int bytes);
 /* Threads for qt_matmul (0 = omp_get_max_threads(), i.e. OMP_NUM_THREADS). */
 void qt_set_threads(int n);
-/* Benchmark switch: 1 = plain OpenMP fork/join per matmul instead of the pool (bench/README.md). */
-void qt_set_openmp(int on);
+/* Benchmark switch: 0 = plain static split of the rows, without work stealing (bench/README.md). */
+void qt_set_stealing(int on);
 
 #endif /* QUANT_H */
 
@@ -813,111 +813,31 @@ QT_AVX2 static void qt_rows_avx2(const QTensor *w, const QtActs *a, int S, int64
 }
 #endif /* QT_X86 */
 
-/* ---- Thread pool ---------------------------------------------------------------------------
+/* ---- Threads -------------------------------------------------------------------------------
 
-   Why not `#pragma omp parallel` per matmul: its join waits until every thread of the team has
-   arrived, so on a 2-vCPU machine where another process holds one core, each small matmul waits a
-   scheduler time slice (ms) for the descheduled thread, and an expert FFN crawls (bench/README.md).
-   Here the work is cut into chunks of rows that threads claim from one atomic counter; the caller
-   works too and waits only for chunks someone has claimed, never for a thread that has not shown
-   up. Workers spin ~200 µs after a job (decode issues matmuls back to back), then sleep on a
-   condition variable. Which thread computes a row never changes its value. */
+   One OpenMP parallel region per matmul, on the same team as the engine's own OpenMP code (a
+   second, private pool of spinning threads would fight that team for the 2 cores; measured in
+   bench/README.md). Inside the region each thread starts on its own contiguous range of row
+   chunks (one sequential stream per thread, as a static schedule), claiming chunks from the front
+   of its range; a thread that runs out takes chunks from the back of the others' ranges. So when
+   another process takes a core for a while, the thread still running finishes the work instead
+   of leaving half of it to the descheduled one. Claims on a thread's own range touch only its own
+   cache line. Which thread computes a row never changes its value. */
 #include <stdatomic.h>
-#include <threads.h>
-#include <time.h>
 
-#define QT_MAX_THREADS 64
+#define QT_MAX_THREADS 256
+#define QT_MAX_CHUNKS 0x7FFFFFFF
 
 typedef void (*QtChunkFn)(void *arg, int64_t chunk);
 
-static struct {
-    /* packed job word: sequence (24 bits) | number of chunks (20) | next chunk to claim (20) */
-    _Atomic uint64_t word;
-    atomic_int done;             /* chunks finished in the current job */
-    atomic_int workers_wanted;   /* workers (besides the caller) that may join the current job */
-    atomic_int sleepers;
-    atomic_flag busy;            /* one job at a time; a concurrent caller computes alone */
-    QtChunkFn fn;
-    void *arg;
-    int nworkers;
-    thrd_t th[QT_MAX_THREADS];
-    mtx_t mutex;
-    cnd_t wake;
-    int init_state;              /* 0 not started, 1 running, -1 could not start threads */
-} qt_pool = { .busy = ATOMIC_FLAG_INIT };
+/* front (high 32 bits) and back (low 32 bits) of the chunks [front, back) still unclaimed */
+typedef struct { _Alignas(64) _Atomic uint64_t word; } QtRange;
+
 static int qt_threads_wanted;    /* 0: omp_get_max_threads() */
-static int qt_use_omp;           /* benchmark switch: the plain OpenMP fork/join instead */
+static int qt_no_steal;          /* benchmark switch: plain static schedule */
 
-#define QT_SEQ(w) ((w) >> 40)
-#define QT_NCHUNKS(w) (((w) >> 20) & 0xFFFFF)
-#define QT_NEXT(w) ((w) & 0xFFFFF)
-#define QT_MAX_CHUNKS 0xFFFFF
-
-static double qt_now(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
-}
-
-static inline void qt_pause(void) {
-#ifdef QT_X86
-    _mm_pause();
-#endif
-}
-
-/* Claim and run chunks of the job with sequence `seq` until none are left. */
-static void qt_pool_work(uint64_t seq) {
-    uint64_t w = atomic_load_explicit(&qt_pool.word, memory_order_acquire);
-    for (;;) {
-        if (QT_SEQ(w) != seq || QT_NEXT(w) >= QT_NCHUNKS(w)) return;
-        if (!atomic_compare_exchange_weak_explicit(&qt_pool.word, &w, w + 1, memory_order_acq_rel, memory_order_acquire))
-            continue;
-        /* The chunk is ours: the job cannot finish (nor fn/arg change) before we report it done. */
-        qt_pool.fn(qt_pool.arg, (int64_t)QT_NEXT(w));
-        atomic_fetch_add_explicit(&qt_pool.done, 1, memory_order_release);
-        w = atomic_load_explicit(&qt_pool.word, memory_order_acquire);
-    }
-}
-
-static int qt_pool_worker(void *p) {
-    const int index = (int)(intptr_t)p;
-    uint64_t seen = QT_SEQ(atomic_load(&qt_pool.word));
-    for (;;) {
-        uint64_t seq = seen;
-        double t0 = qt_now();
-        for (int spins = 0; seq == seen; spins++) {
-            seq = QT_SEQ(atomic_load_explicit(&qt_pool.word, memory_order_acquire));
-            if (seq != seen) break;
-            qt_pause();
-            if ((spins & 255) == 255 && qt_now() - t0 > 200e-6) {
-                mtx_lock(&qt_pool.mutex);
-                atomic_fetch_add(&qt_pool.sleepers, 1);
-                while ((seq = QT_SEQ(atomic_load(&qt_pool.word))) == seen) cnd_wait(&qt_pool.wake, &qt_pool.mutex);
-                atomic_fetch_sub(&qt_pool.sleepers, 1);
-                mtx_unlock(&qt_pool.mutex);
-            }
-        }
-        seen = seq;
-        if (index < atomic_load(&qt_pool.workers_wanted)) qt_pool_work(seq);
-    }
-    return 0;
-}
-
-static int qt_pool_start(int nworkers) {
-    if (qt_pool.init_state == 0) {
-        if (mtx_init(&qt_pool.mutex, mtx_plain) != thrd_success || cnd_init(&qt_pool.wake) != thrd_success) {
-            qt_pool.init_state = -1;
-            return -1;
-        }
-        qt_pool.init_state = 1;
-    }
-    if (qt_pool.init_state < 0) return -1;
-    while (qt_pool.nworkers < nworkers && qt_pool.nworkers < QT_MAX_THREADS) {
-        if (thrd_create(&qt_pool.th[qt_pool.nworkers], qt_pool_worker, (void *)(intptr_t)qt_pool.nworkers) != thrd_success) break;
-        qt_pool.nworkers++;
-    }
-    return 0;
-}
+void qt_set_threads(int n) { qt_threads_wanted = n < 0 ? 0 : n; }
+void qt_set_stealing(int on) { qt_no_steal = !on; }
 
 static int qt_thread_count(void) {
     int n = qt_threads_wanted;
@@ -925,10 +845,22 @@ static int qt_thread_count(void) {
     if (n <= 0) n = omp_get_max_threads();
 #endif
     if (n <= 0) n = 1;
-    return n > QT_MAX_THREADS + 1 ? QT_MAX_THREADS + 1 : n;
+    return n > QT_MAX_THREADS ? QT_MAX_THREADS : n;
 }
 
-/* Run fn(arg, c) for c < nchunks on up to qt_thread_count() threads; returns when all are done. */
+/* Claim one chunk of range r: from the front (owner) or the back (anyone else); -1 if empty. */
+static int64_t qt_claim(QtRange *r, int from_front) {
+    uint64_t w = atomic_load_explicit(&r->word, memory_order_relaxed);
+    for (;;) {
+        uint32_t front = (uint32_t)(w >> 32), back = (uint32_t)w;
+        if (front >= back) return -1;
+        uint64_t nw = from_front ? w + ((uint64_t)1 << 32) : w - 1;
+        if (atomic_compare_exchange_weak_explicit(&r->word, &w, nw, memory_order_relaxed, memory_order_relaxed))
+            return from_front ? (int64_t)front : (int64_t)back - 1;
+    }
+}
+
+/* Run fn(arg, c) for every c < nchunks, on up to qt_thread_count() threads. */
 static void qt_parallel_chunks(QtChunkFn fn, void *arg, int64_t nchunks) {
     if (nchunks <= 0) return;
     int threads = qt_thread_count();
@@ -937,41 +869,36 @@ static void qt_parallel_chunks(QtChunkFn fn, void *arg, int64_t nchunks) {
 #ifdef _OPENMP
     nested = omp_in_parallel();
 #endif
-    if (qt_use_omp && !nested) {
-        #pragma omp parallel for schedule(static) num_threads(threads)
+    if (threads <= 1 || nested || nchunks > QT_MAX_CHUNKS) {
         for (int64_t c = 0; c < nchunks; c++) fn(arg, c);
         return;
     }
-    if (threads <= 1 || nested || nchunks > QT_MAX_CHUNKS || atomic_flag_test_and_set(&qt_pool.busy)) {
-        for (int64_t c = 0; c < nchunks; c++) fn(arg, c);
+    if (qt_no_steal) {
+        #pragma omp parallel num_threads(threads)
+        {
+            int t = 0, nt = 1;
+#ifdef _OPENMP
+            t = omp_get_thread_num(); nt = omp_get_num_threads();
+#endif
+            for (int64_t c = nchunks * t / nt; c < nchunks * (t + 1) / nt; c++) fn(arg, c);
+        }
         return;
     }
-    if (qt_pool_start(threads - 1) < 0 || qt_pool.nworkers == 0) {
-        atomic_flag_clear(&qt_pool.busy);
-        for (int64_t c = 0; c < nchunks; c++) fn(arg, c);
-        return;
+    QtRange ranges[QT_MAX_THREADS];
+    for (int t = 0; t < threads; t++)
+        atomic_init(&ranges[t].word, (uint64_t)(nchunks * t / threads) << 32 | (uint64_t)(nchunks * (t + 1) / threads));
+    #pragma omp parallel num_threads(threads)
+    {
+        int t = 0;
+#ifdef _OPENMP
+        t = omp_get_thread_num();
+#endif
+        int64_t c;
+        while ((c = qt_claim(&ranges[t], 1)) >= 0) fn(arg, c);
+        for (int k = 1; k < threads; k++)
+            while ((c = qt_claim(&ranges[(t + k) % threads], 0)) >= 0) fn(arg, c);
     }
-    qt_pool.fn = fn;
-    qt_pool.arg = arg;
-    atomic_store(&qt_pool.done, 0);
-    atomic_store(&qt_pool.workers_wanted, threads - 1);
-    uint64_t seq = (QT_SEQ(atomic_load(&qt_pool.word)) + 1) & 0xFFFFFF;
-    atomic_store(&qt_pool.word, seq << 40 | (uint64_t)nchunks << 20);
-    if (atomic_load(&qt_pool.sleepers) > 0) {
-        mtx_lock(&qt_pool.mutex);
-        cnd_broadcast(&qt_pool.wake);
-        mtx_unlock(&qt_pool.mutex);
-    }
-    qt_pool_work(seq);
-    for (int spins = 0; atomic_load_explicit(&qt_pool.done, memory_order_acquire) < nchunks; spins++) {
-        qt_pause();
-        if (spins > 100000) thrd_yield();   /* a descheduled worker holds a chunk: let it run */
-    }
-    atomic_flag_clear(&qt_pool.busy);
 }
-
-void qt_set_threads(int n) { qt_threads_wanted = n < 0 ? 0 : n; }
-void qt_set_openmp(int on) { qt_use_omp = on; }
 
 /* ---- Dispatch ------------------------------------------------------------------------------ */
 

@@ -260,7 +260,7 @@ static double bench_l2(QtFormat f, int64_t group, int64_t rows, int64_t cols, in
     return median(v, REPS);
 }
 
-/* ---- Thread wake-up: the pool vs OpenMP fork/join vs a persistent OpenMP team -------------- */
+/* ---- Thread wake-up: fork/join per matmul (stealing / static) vs a persistent OpenMP team ---- */
 
 static void bench_threading(void) {
     const int64_t rows = 512, cols = 2048;   /* 0.5 MB int4: a small matmul, cache-resident */
@@ -276,13 +276,13 @@ static void bench_threading(void) {
            (long long)rows, (long long)cols, qt_kernel_name(k), REPS);
     printf("  OMP_WAIT_POLICY=%s GOMP_SPINCOUNT=%s\n", getenv("OMP_WAIT_POLICY") ? getenv("OMP_WAIT_POLICY") : "(default)",
            getenv("GOMP_SPINCOUNT") ? getenv("GOMP_SPINCOUNT") : "(default)");
-    printf("  thr  %-28s %-28s %s\n", "back to back: pool / omp", "after 2 ms serial: pool / omp", "omp persistent team + barrier");
+    printf("  thr  %-28s %-28s %s\n", "back to back: steal / static", "after 2 ms serial: steal / static", "omp persistent team + barrier");
     for (int threads = 1; threads <= 2; threads++) {
         omp_set_num_threads(threads);
         double v[2][32], z[2][32], w[32];
         for (int rep = 0; rep < REPS; rep++) {
             for (int mode = 0; mode < 2; mode++) {
-                qt_set_openmp(mode);
+                qt_set_stealing(!mode);
                 double t0 = now();
                 for (int c = 0; c < calls; c++) qt_matmul_with(&t, x, y, 1, 1, k);
                 v[mode][rep] = (now() - t0) / calls * 1e6;
@@ -297,7 +297,7 @@ static void bench_threading(void) {
                 sink += (uint64_t)acc;
                 z[mode][rep] = t2 / 30 * 1e6;
             }
-            qt_set_openmp(0);
+            qt_set_stealing(1);
             /* A persistent OpenMP team: activations prepared once, the threads stay in one region
                and meet at a barrier after each matmul (the floor for any fork/join scheme). */
             QtActs a;
@@ -373,11 +373,11 @@ int main(int argc, char **argv) {
                 printf("  %-14s %-7s %3d  %8.1f  %8.1f  %6.3f\n", ffn_fmts[fi].name, qt_kernel_name(kernels[ki]), th, p.kernel_gbs, p.read_gbs, p.ratio);
                 fflush(stdout);
                 if (th == 2 && ki == 0 && p.ratio < ffn_ratio_2t) ffn_ratio_2t = p.ratio;
-                if (ki == 0) {   /* the same with OpenMP fork/join per matmul instead of the pool */
-                    qt_set_openmp(1);
+                if (ki == 0) {   /* the same with a plain static split (no work stealing) */
+                    qt_set_stealing(0);
                     p = bench_ffn(ffn_fmts[fi].f, ffn_fmts[fi].g, th, kernels[ki]);
-                    qt_set_openmp(0);
-                    printf("  %-14s %-7s %3d  %8.1f  %8.1f  %6.3f   (OpenMP fork/join instead of the pool)\n", ffn_fmts[fi].name, qt_kernel_name(kernels[ki]), th, p.kernel_gbs, p.read_gbs, p.ratio);
+                    qt_set_stealing(1);
+                    printf("  %-14s %-7s %3d  %8.1f  %8.1f  %6.3f   (static split, no stealing)\n", ffn_fmts[fi].name, qt_kernel_name(kernels[ki]), th, p.kernel_gbs, p.read_gbs, p.ratio);
                     fflush(stdout);
                 }
             }
