@@ -583,6 +583,31 @@ QT_VNNI QT_INLINE int32_t qt_vnni_row_isum(QtFormat f, const uint8_t *wr, int64_
     return _mm512_reduce_add_epi32(_mm512_add_epi32(_mm512_add_epi32(a0, a1), _mm512_add_epi32(a2, a3)));
 }
 
+/* Integer sums of one row against ns (2..4) activation rows: each weight chunk is loaded and
+   unpacked once and serves every activation row (two accumulators per row hide the latency). */
+QT_VNNI QT_INLINE void qt_vnni_row_isums(QtFormat f, const uint8_t *wr, int64_t nch, __mmask64 tail, const QtActs *a,
+                                         int s0, const int ns, int pf, int32_t *out) {
+    const int64_t xc = qt_chunk_inputs(f), qs = a->qstride;
+    const int8_t *xq = a->q + (int64_t)s0 * qs;
+    __m512i acc[4][2];
+    for (int j = 0; j < ns; j++) acc[j][0] = acc[j][1] = _mm512_setzero_si512();
+    int64_t c = 0;
+    for (; c + 2 < nch; c += 2) {
+        _mm_prefetch((const char *)(wr + 64 * c + pf), QT_PREFETCH_HINT);
+        _mm_prefetch((const char *)(wr + 64 * c + pf + 64), QT_PREFETCH_HINT);
+        __m512i w0 = _mm512_loadu_si512((const void *)(wr + 64 * c)), w1 = _mm512_loadu_si512((const void *)(wr + 64 * c + 64));
+        for (int j = 0; j < ns; j++) {
+            acc[j][0] = qt_vnni_chunk(f, acc[j][0], w0, xq + j * qs + xc * c);
+            acc[j][1] = qt_vnni_chunk(f, acc[j][1], w1, xq + j * qs + xc * (c + 1));
+        }
+    }
+    for (; c < nch; c++) {
+        __m512i w0 = c + 1 < nch ? _mm512_loadu_si512((const void *)(wr + 64 * c)) : _mm512_maskz_loadu_epi8(tail, wr + 64 * c);
+        for (int j = 0; j < ns; j++) acc[j][0] = qt_vnni_chunk(f, acc[j][0], w0, xq + j * qs + xc * c);
+    }
+    for (int j = 0; j < ns; j++) out[j] = _mm512_reduce_add_epi32(_mm512_add_epi32(acc[j][0], acc[j][1]));
+}
+
 /* Pair sums through int16: packs puts a's and b's lanes 4j..4j+3 side by side in 128-bit lane j,
    madd adds neighbours. 2 instructions instead of 3, and the lane order gets shuffled (undone by
    one permute at the end). Exact while every input lane fits in int16: a chunk lane holds 8
@@ -665,6 +690,7 @@ QT_VNNI QT_INLINE float qt_vnni_i4_wide_groups(const uint8_t *wr, int64_t nch, _
 }
 
 QT_VNNI static void qt_rows_vnni(const QTensor *w, const QtActs *a, int S, int64_t r0, int64_t r1, float *y) {
+    const QtFormat f = w->format;
     const int64_t rb = w->row_bytes, nch = (rb + 63) / 64, G = qt_groups_per_row(w);
     const int64_t last = rb - (nch - 1) * 64;
     const __mmask64 tail = last == 64 ? ~(__mmask64)0 : (((__mmask64)1 << last) - 1);
@@ -673,20 +699,38 @@ QT_VNNI static void qt_rows_vnni(const QTensor *w, const QtActs *a, int S, int64
     for (int64_t r = r0; r < r1; r++) {
         const uint8_t *wr = w->data + r * rb;
         const float *ws = w->scales + r * G;
+        if (G == 1) {
+            /* one group: S = 1 has its own 4-accumulator loop; batches go up to 4 rows at a time */
+            for (int s0 = 0; s0 < S;) {
+                int32_t isum[4];
+                int ns = S - s0 < 4 ? S - s0 : 4;
+                switch (ns) {
+                case 1: isum[0] = qt_vnni_row_isum(f, wr, nch, tail, a->q + (int64_t)s0 * a->qstride, pf); break;
+                case 2: qt_vnni_row_isums(f, wr, nch, tail, a, s0, 2, pf, isum); break;
+                case 3: qt_vnni_row_isums(f, wr, nch, tail, a, s0, 3, pf, isum); break;
+                default: qt_vnni_row_isums(f, wr, nch, tail, a, s0, 4, pf, isum); break;
+                }
+                for (int j = 0; j < ns; j++, s0++) {
+                    float acc = 0.0f;
+                    acc += ws[0] * (a->scale[(int64_t)s0 * a->gstride] * (float)(isum[j] - a->off[(int64_t)s0 * a->gstride]));
+                    y[(int64_t)s0 * w->rows + r] = acc;
+                }
+            }
+            continue;
+        }
+        /* grouped: one activation row at a time (a shared unpack did not pay: 16 live chunk vectors
+           for two rows spill; the row is in L1 for the second pass anyway) */
         for (int s = 0; s < S; s++) {
             const int8_t *xq = a->q + (int64_t)s * a->qstride;
             const float *xs = a->scale + (int64_t)s * a->gstride;
             const int32_t *off = a->off + (int64_t)s * a->gstride;
-            float acc = 0.0f;
-            if (G == 1) {
-                int32_t isum = qt_vnni_row_isum(w->format, wr, nch, tail, xq, pf) - off[0];
-                acc += ws[0] * (xs[0] * (float)isum);
-            } else switch (lanes) {
-                case 1: acc = qt_vnni_i4_grouped(wr, nch, tail, xq, xs, off, ws, G, 1, pf); break;
-                case 2: acc = qt_vnni_i4_grouped(wr, nch, tail, xq, xs, off, ws, G, 2, pf); break;
-                case 4: acc = qt_vnni_i4_grouped(wr, nch, tail, xq, xs, off, ws, G, 4, pf); break;
-                case 8: acc = qt_vnni_i4_grouped(wr, nch, tail, xq, xs, off, ws, G, 8, pf); break;
-                default: acc = qt_vnni_i4_wide_groups(wr, nch, tail, xq, xs, off, ws, G, lanes / 16, pf); break;
+            float acc;
+            switch (lanes) {
+            case 1: acc = qt_vnni_i4_grouped(wr, nch, tail, xq, xs, off, ws, G, 1, pf); break;
+            case 2: acc = qt_vnni_i4_grouped(wr, nch, tail, xq, xs, off, ws, G, 2, pf); break;
+            case 4: acc = qt_vnni_i4_grouped(wr, nch, tail, xq, xs, off, ws, G, 4, pf); break;
+            case 8: acc = qt_vnni_i4_grouped(wr, nch, tail, xq, xs, off, ws, G, 8, pf); break;
+            default: acc = qt_vnni_i4_wide_groups(wr, nch, tail, xq, xs, off, ws, G, lanes / 16, pf); break;
             }
             y[(int64_t)s * w->rows + r] = acc;
         }

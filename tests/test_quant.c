@@ -203,7 +203,7 @@ static void set_threads(int n) {
 
 /* One shape: all kernels against the scalar reference, and the invariances. Returns 0 on failure. */
 static int check_shape(QtFormat f, int64_t group, int64_t R, int64_t C, int wmode, int xmode, const char *label) {
-    const int S = 3;
+    const int S = 3 + (int)(C % 4);   /* 3..6: every mix of the kernels' 4-row and 2-row batches and a remainder */
     QTensor t;
     if (qt_alloc(&t, f, group, R, C)) { report(0, label, "qt_alloc failed"); return 0; }
     fill_weights(&t, wmode);
@@ -237,7 +237,7 @@ static int check_shape(QtFormat f, int64_t group, int64_t R, int64_t C, int wmod
     }
     set_threads(2);
     char name[200];
-    snprintf(name, sizeof name, "int kernels == scalar, batch == single, 1t == 2t: %s %s group %lld, %lldx%lld", label, qt_format_name(f), (long long)t.group, (long long)R, (long long)C);
+    snprintf(name, sizeof name, "int kernels == scalar, batch == single, 1t == 2t: %s %s group %lld, %lldx%lld, S=%d", label, qt_format_name(f), (long long)t.group, (long long)R, (long long)C, S);
     report(ok, name, why);
     free(x); free(ref); free(got); free(one);
     qt_free(&t);
