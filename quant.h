@@ -771,16 +771,63 @@ QT_AVX2 QT_INLINE int32_t qt_avx2_hsum(__m256i v) {
     return _mm_cvtsi128_si32(s);
 }
 
-/* Lane j: a[2j] + a[2j+1] over a|b (hadd pairs within 128-bit lanes; the permute restores order). */
-QT_AVX2 QT_INLINE __m256i qt_avx2_pairsum(__m256i a, __m256i b) {
-    return _mm256_permute4x64_epi64(_mm256_hadd_epi32(a, b), 0xD8);
-}
-
 /* The 32-byte half hc (0 .. 2·nch-1) of a row: the last chunk comes from a zero-padded copy. */
 QT_AVX2 QT_INLINE __m256i qt_avx2_load_half(const uint8_t *wr, const uint8_t *tailbuf, int64_t nch, int64_t hc) {
     if (hc >= 2 * nch) return _mm256_setzero_si256();
     const uint8_t *p = hc / 2 + 1 < nch ? wr + 32 * hc : tailbuf + 32 * (hc & 1);
     return _mm256_loadu_si256((const __m256i *)p);
+}
+
+/* AVX2 version of qt_vnni_packsum: 8 lanes, the same int16 range argument. */
+QT_AVX2 QT_INLINE __m256i qt_avx2_packsum(__m256i a, __m256i b) {
+    return _mm256_madd_epi16(_mm256_packs_epi32(a, b), _mm256_set1_epi16(1));
+}
+
+/* The 8 group sums, in group order, of `lanes` half-chunk vectors (groups span `lanes` lanes). */
+QT_AVX2 QT_INLINE __m256i qt_avx2_group_sums(__m256i *v, const int lanes) {
+    if (lanes == 1) return v[0];
+    if (lanes == 2)   /* → [g0 g1 g4 g5 | g2 g3 g6 g7] */
+        return _mm256_permutevar8x32_epi32(qt_avx2_packsum(v[0], v[1]), _mm256_setr_epi32(0, 1, 4, 5, 2, 3, 6, 7));
+    if (lanes == 4)   /* → [g0 g2 g4 g6 | g1 g3 g5 g7] */
+        return _mm256_permutevar8x32_epi32(qt_avx2_packsum(qt_avx2_packsum(v[0], v[1]), qt_avx2_packsum(v[2], v[3])),
+                                           _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7));
+    /* lanes == 8: two levels leave [g0 g1 g2 g3 | g0 g1 g2 g3] (and g4..g7 in b): add the halves */
+    __m256i a = qt_avx2_packsum(qt_avx2_packsum(v[0], v[1]), qt_avx2_packsum(v[2], v[3]));
+    __m256i b = qt_avx2_packsum(qt_avx2_packsum(v[4], v[5]), qt_avx2_packsum(v[6], v[7]));
+    return _mm256_add_epi32(_mm256_permute2x128_si256(a, b, 0x20), _mm256_permute2x128_si256(a, b, 0x31));
+}
+
+/* Grouped int4 row, `lanes` (1, 2, 4 or 8) int32 lanes per group: 8 groups per step from `lanes`
+   32-byte halves; group g goes to lane g mod 16 (the low or the high 8 of the 16 lanes). */
+QT_AVX2 QT_INLINE float qt_avx2_i4_grouped(const uint8_t *wr, const uint8_t *tailbuf, int64_t nch, const int8_t *xq,
+                                           const float *xs, const int32_t *off, const float *ws, int64_t G,
+                                           const int lanes, int pf) {
+    __m256 lanes_lo = _mm256_setzero_ps(), lanes_hi = lanes_lo;
+    for (int64_t g0 = 0; g0 < G; g0 += 8) {
+        __m256i v[8];
+        const int64_t h0 = g0 / 8 * lanes;
+        for (int k = 0; k < lanes; k += 2) _mm_prefetch((const char *)(wr + 32 * (h0 + k) + pf), QT_PREFETCH_HINT);
+        for (int k = 0; k < lanes; k++) {
+            const int64_t hc = h0 + k;
+            v[k] = qt_avx2_half(QT_INT4_GROUP, qt_avx2_load_half(wr, tailbuf, nch, hc), xq + 128 * (hc / 2), (int)(hc & 1));
+        }
+        __m256i isum = _mm256_sub_epi32(qt_avx2_group_sums(v, lanes), _mm256_loadu_si256((const __m256i *)(off + g0)));
+        __m256 wsv;
+        if (G - g0 >= 8) wsv = _mm256_loadu_ps(ws + g0);
+        else {   /* lanes past the last group add 0·(0·0) = +0, which leaves a lane (never -0) unchanged */
+            float wsg[8] = { 0 };
+            for (int i = 0; i < G - g0; i++) wsg[i] = ws[g0 + i];
+            wsv = _mm256_loadu_ps(wsg);
+        }
+        __m256 t = _mm256_mul_ps(_mm256_loadu_ps(xs + g0), _mm256_cvtepi32_ps(isum));
+        __m256 p = _mm256_mul_ps(wsv, t);
+        if (g0 & 8) lanes_hi = _mm256_add_ps(lanes_hi, p);
+        else lanes_lo = _mm256_add_ps(lanes_lo, p);
+    }
+    float lane[16];
+    _mm256_storeu_ps(lane, lanes_lo);
+    _mm256_storeu_ps(lane + 8, lanes_hi);
+    return qt_lanes_sum(lane);
 }
 
 QT_AVX2 static void qt_rows_avx2(const QTensor *w, const QtActs *a, int S, int64_t r0, int64_t r1, float *y) {
@@ -810,33 +857,12 @@ QT_AVX2 static void qt_rows_avx2(const QTensor *w, const QtActs *a, int S, int64
                 int32_t isum = qt_avx2_hsum(_mm256_add_epi32(a0, a1)) - off[0];
                 acc += ws[0] * (xs[0] * (float)isum);
             } else if (lanes <= 8) {
-                /* 8 groups per step from `lanes` halves, pairsum tree; group g0+i goes to lane
-                   (g0 & 8) + i, i.e. to the low or the high half of the 16 lanes. */
-                __m256 lanes_lo = _mm256_setzero_ps(), lanes_hi = lanes_lo;
-                for (int64_t g0 = 0; g0 < G; g0 += 8) {
-                    __m256i v[8];
-                    const int64_t h0 = g0 / 8 * lanes;
-                    _mm_prefetch((const char *)(wr + 32 * h0 + pf), QT_PREFETCH_HINT);
-                    for (int k = 0; k < lanes; k++) {
-                        int64_t hc = h0 + k;
-                        v[k] = qt_avx2_half(f, qt_avx2_load_half(wr, tailbuf, nch, hc), xq + 128 * (hc / 2), (int)(hc & 1));
-                    }
-                    for (int n = lanes; n > 1; n /= 2)
-                        for (int i = 0; i < n / 2; i++) v[i] = qt_avx2_pairsum(v[2 * i], v[2 * i + 1]);
-                    __m256i isum = _mm256_sub_epi32(v[0], _mm256_loadu_si256((const __m256i *)(off + g0)));
-                    const int ng = G - g0 < 8 ? (int)(G - g0) : 8;
-                    float wsg[8] = { 0 };
-                    memcpy(wsg, ws + g0, (size_t)ng * sizeof(float));
-                    __m256 t = _mm256_mul_ps(_mm256_loadu_ps(xs + g0), _mm256_cvtepi32_ps(isum));
-                    /* lanes past the last group add 0·(0·0) = +0, which leaves a lane (never -0) unchanged */
-                    __m256 p = _mm256_mul_ps(_mm256_loadu_ps(wsg), t);
-                    if (g0 & 8) lanes_hi = _mm256_add_ps(lanes_hi, p);
-                    else lanes_lo = _mm256_add_ps(lanes_lo, p);
+                switch (lanes) {
+                case 1: acc = qt_avx2_i4_grouped(wr, tailbuf, nch, xq, xs, off, ws, G, 1, pf); break;
+                case 2: acc = qt_avx2_i4_grouped(wr, tailbuf, nch, xq, xs, off, ws, G, 2, pf); break;
+                case 4: acc = qt_avx2_i4_grouped(wr, tailbuf, nch, xq, xs, off, ws, G, 4, pf); break;
+                default: acc = qt_avx2_i4_grouped(wr, tailbuf, nch, xq, xs, off, ws, G, 8, pf); break;
                 }
-                float lane[16];
-                _mm256_storeu_ps(lane, lanes_lo);
-                _mm256_storeu_ps(lane + 8, lanes_hi);
-                acc = qt_lanes_sum(lane);
             } else {
                 const int64_t hpg = lanes / 8;   /* halves per group */
                 float lane[16] = { 0 };
