@@ -15,8 +15,9 @@
      6. Experts      where a routed expert's weights come from (ExpertStore)
      7. MoE          router, batch union of chosen experts, SwiGLU, shared expert
      8. Model        loading and the forward pass over S positions, the MTP head
-     9. Generation   argmax/sampling and the oracle validation modes
-    10. main         settings → mode → effective configuration → stats
+     9. Generation   greedy decoding and the oracle validation modes
+    10. Text         tokenizer glue, chat template, sampling, prompt mode, terminal chat
+    11. main         settings → mode → effective configuration → stats
 
    Build: `make` (see Makefile). Run: `./glm --help`. */
 
@@ -24,6 +25,7 @@
 #include <ctype.h>
 #include <errno.h>
 #include <math.h>
+#include <signal.h>
 #include <stdarg.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -105,14 +107,14 @@ static const SettingSpec SETTINGS[] = {
     { "REF",      SET_STR,   "",     0, 0, "oracle reference JSON (prompt_ids, full_ids, tf_pred, mtp_pred) for validation" },
     { "TF",       SET_BOOL,  "0",    0, 1, "teacher forcing: one forward over REF's full_ids, compare argmax with tf_pred" },
     { "MTP",      SET_BOOL,  "0",    0, 1, "with TF=1: also run the MTP head and compare with mtp_pred" },
-    { "NGEN",     SET_INT,   "-1",  -1, 1e9, "tokens to generate (-1: as many as REF's full_ids continues the prompt)" },
+    { "NGEN",     SET_INT,   "-1",  -1, 1e9, "tokens to generate per answer (-1: until EOS or a full context; with REF: as many as full_ids continues the prompt)" },
     { "ABSORB",   SET_INT,   "-1",  -1, 1, "MLA form: 1 weight-absorbed, 0 explicit K/V, -1 auto by batch size" },
     { "IDOT",     SET_BOOL,  "1",    0, 1, "integer dot products with int8 activations for quantized weights (0: exact float path)" },
     { "GROUP",    SET_INT,   "0",    0, 4096, "group size for load-time int4 quantization (0: one scale per row)" },
     { "THREADS",  SET_INT,   "0",    0, 1024, "worker threads (0: all cores)" },
     { "INDEXER",  SET_STR,   "auto", 0, 0, "DSA indexer: auto (skip scoring while every key fits top-k), always (score and select anyway), off (diagnostic: every causal key visible, not the model's math)" },
     { "BATCH",    SET_INT,   "256",  1, 65536, "largest number of positions one forward processes (longer prompts go in chunks)" },
-    { "CTX",      SET_INT,   "0",    0, 1048576, "KV cache capacity in tokens (0: what the run needs)" },
+    { "CTX",      SET_INT,   "0",    0, 1048576, "KV cache capacity in tokens (0: what the run needs; 4096 for chat and for PROMPT with NGEN=-1)" },
     { "LATENT_EPS", SET_FLOAT, "1e-6", 0, 1, "eps of q_a_layernorm / kv_a_layernorm (HF: 1e-6; vLLM uses rms_norm_eps)" },
     { "MTP_ZERO_POS0", SET_BOOL, "1", 0, 1, "MTP: zero the token embedding at position 0 (vLLM rule)" },
     { "RAM_GB",   SET_FLOAT, "0",    0, 1e6, "RAM budget for the whole process in GB (0: MemAvailable minus a reserve); sizes the expert cache" },
@@ -122,8 +124,24 @@ static const SettingSpec SETTINGS[] = {
     { "REPLAY",   SET_BOOL,  "0",    0, 1, "decode REF's full_ids one token at a time as fixed input (decode benchmark)" },
     { "STATS",    SET_STR,   "",     0, 0, "write per-(layer, expert) routing counts to this file at exit" },
     { "PROFILE",  SET_BOOL,  "0",    0, 1, "print where the time went (attention, experts, disk wait, lm_head)" },
+    /* text modes (section 10): need tokenizer.json in SNAP */
+    { "PROMPT",   SET_STR,   "",     0, 0, "answer this user message: the reply streams to stdout, one stats line to stderr" },
+    { "CHAT",     SET_INT,   "-1",  -1, 1, "terminal chat: 1 on, 0 off, -1 on when stdin is a terminal and no PROMPT, REF or TOKENIZE is set" },
+    { "SYSTEM",   SET_STR,   "",     0, 0, "system prompt placed before the first user message" },
+    { "MESSAGES", SET_STR,   "",     0, 0, "JSON file: earlier conversation, a list of {role: system|user|assistant, content[, reasoning_content]}" },
+    { "CHAT_TEMPLATE", SET_BOOL, "1", 0, 1, "apply the GLM-5 chat template (0: send PROMPT / each chat line as raw text)" },
+    { "THINK",    SET_BOOL,  "1",    0, 1, "thinking on: the answer starts with reasoning (<think>); 0 skips it (</think>)" },
+    { "TEMP",     SET_FLOAT, "0.7",  0, 100, "sampling temperature (0: greedy, always the most likely token)" },
+    { "NUCLEUS",  SET_FLOAT, "0.9",  0, 1, "top-p: sample among the most likely tokens whose probabilities sum to at least this" },
+    { "SEED",     SET_INT,   "0",    0, 9007199254740991.0, "random seed for sampling (0: from the clock; the seed used is printed)" },
+    { "SPECIAL",  SET_BOOL,  "0",    0, 1, "recognise special tokens such as <|user|> written in the text (0: text is only text)" },
+    { "TOKENIZE", SET_STR,   "",     0, 0, "file of JSON strings, one per line: print each one's token ids on a line, then exit (no weights needed)" },
+    { "TEMPLATE_ONLY", SET_BOOL, "0", 0, 1, "print the rendered prompt (as a JSON string, then its ids) and exit (no weights needed)" },
 };
 #define N_SETTINGS (sizeof SETTINGS / sizeof SETTINGS[0])
+
+/* What one run does. VALIDATE compares with an oracle reference (REF): TF=1, greedy, REPLAY=1. */
+typedef enum { MODE_VALIDATE, MODE_TOKENIZE, MODE_TEMPLATE, MODE_PROMPT, MODE_CHAT } RunMode;
 
 typedef struct {
     const char *model_dir, *ref_path, *indexer_mode;
@@ -134,6 +152,12 @@ typedef struct {
     double ram_gb;
     int direct, drop, mmap_mode, replay, profile;
     const char *stats_path;
+    /* text modes */
+    RunMode mode;
+    const char *prompt, *system_prompt, *messages_path, *tokenize_path;
+    int prompt_given, chat_template, think, special;
+    float temperature, top_p;
+    uint64_t seed;           /* 0: from the clock */
 } Settings;
 
 static const char *setting_value(const char *name) {
@@ -188,6 +212,11 @@ static void warn_near_miss_variables(void) {
 
 static void print_help(void) {
     printf("usage: [VAR=value ...] ./glm [cache_slots] [expert_bits] [dense_bits]\n\n"
+           "modes:\n"
+           "  PROMPT=\"text\" ./glm   one answer, streamed to stdout (CHAT_TEMPLATE=0: raw text, no template)\n"
+           "  CHAT=1 ./glm          terminal chat (the default when stdin is a terminal); :help lists its commands\n"
+           "  TOKENIZE=file ./glm   token ids of each JSON-string line of file (only tokenizer.json is read)\n"
+           "  REF=file ./glm        validation against an oracle reference: greedy, TF=1 [MTP=1] or REPLAY=1\n\n"
            "  cache_slots   routed-expert cache slots per layer (default: as many as RAM_GB allows)\n"
            "  expert_bits   load-time precision of routed experts: 16 (f32), 8, 4 or 2 (default 4)\n"
            "  dense_bits    load-time precision of every other matrix (default 4)\n"
@@ -249,10 +278,48 @@ static Settings settings_from_env(int argc, char **argv) {
     s.replay = (int)setting_number("REPLAY");
     s.profile = (int)setting_number("PROFILE");
     s.stats_path = setting_value("STATS");
+    s.prompt_given = getenv("PROMPT") != NULL;
+    s.prompt = setting_value("PROMPT");
+    s.system_prompt = setting_value("SYSTEM");
+    s.messages_path = setting_value("MESSAGES");
+    s.tokenize_path = setting_value("TOKENIZE");
+    s.chat_template = (int)setting_number("CHAT_TEMPLATE");
+    s.think = (int)setting_number("THINK");
+    s.temperature = (float)setting_number("TEMP");
+    s.top_p = (float)setting_number("NUCLEUS");
+    s.seed = (uint64_t)setting_number("SEED");
+    s.special = (int)setting_number("SPECIAL");
+    int chat = (int)setting_number("CHAT"), template_only = (int)setting_number("TEMPLATE_ONLY");
     if (s.replay && s.teacher_forcing) die("REPLAY=1 and TF=1 are different modes: set one");
     if (s.group && s.group < 2) die("GROUP=%d: a group needs at least 2 inputs", s.group);
     if (!s.model_dir[0]) die("SNAP is not set: point it at a model directory (see --help)");
     if (s.mtp && !s.teacher_forcing) die("MTP=1 needs TF=1 (the MTP head is validated in teacher forcing)");
+
+    /* Which mode: the settings that name one must not contradict each other. */
+    const int has_ref = s.ref_path[0] != 0, has_tokenize = s.tokenize_path[0] != 0, has_messages = s.messages_path[0] != 0;
+    if ((s.teacher_forcing || s.replay) && !has_ref)
+        die("%s=1 needs REF, an oracle reference JSON (see --help)", s.teacher_forcing ? "TF" : "REPLAY");
+    if (has_tokenize) {
+        if (has_ref || s.prompt_given || chat == 1 || template_only)
+            die("TOKENIZE=%s is a mode of its own: unset REF, PROMPT, CHAT and TEMPLATE_ONLY", s.tokenize_path);
+        s.mode = MODE_TOKENIZE;
+    } else if (has_ref) {
+        if (s.prompt_given || chat == 1 || has_messages || template_only)
+            die("REF=%s selects validation against an oracle: unset PROMPT, CHAT, MESSAGES and TEMPLATE_ONLY", s.ref_path);
+        s.mode = MODE_VALIDATE;
+    } else if (template_only) {
+        if (!s.prompt_given && !has_messages) die("TEMPLATE_ONLY=1 needs PROMPT or MESSAGES to render");
+        s.mode = MODE_TEMPLATE;
+    } else if (chat == 1 || (chat == -1 && !s.prompt_given && isatty(0))) {
+        if (s.prompt_given) die("PROMPT and CHAT=1 are different modes: set one");
+        s.mode = MODE_CHAT;
+    } else if (s.prompt_given || has_messages) {
+        s.mode = MODE_PROMPT;
+    } else {
+        die("nothing to do: set PROMPT=\"...\", CHAT=1, TOKENIZE=file or REF=file (see --help)");
+    }
+    if (!s.chat_template && (has_messages || s.system_prompt[0]))
+        die("%s needs the chat template: unset CHAT_TEMPLATE=0", has_messages ? "MESSAGES" : "SYSTEM");
     return s;
 }
 
@@ -275,6 +342,7 @@ typedef struct {
     unsigned char *layer_dense;     /* [n_layers + n_mtp]: dense MLP instead of MoE */
     unsigned char *layer_indexer;   /* [n_layers + n_mtp]: full indexer (own weights, own top-k) */
     int eos[MAX_EOS], n_eos;
+    int max_positions;              /* max_position_embeddings (0: not given) */
     int fused_experts;              /* filled by the loader: fused 3-D expert tensors on disk */
 } Config;
 
@@ -391,6 +459,7 @@ static Config config_load(const char *dir) {
     c.index_topk = config_int(&r, "index_topk", 2048, 0, 1, 1 << 30);
     if (c.index_dim < c.qk_rope)
         die("%s: index_head_dim %d is smaller than qk_rope_head_dim %d", path, c.index_dim, c.qk_rope);
+    c.max_positions = config_int(&r, "max_position_embeddings", 0, 0, 0, INT32_MAX);
     c.n_mtp = config_int(&r, "num_nextn_predict_layers", 0, 0, 0, 16);
     if (c.n_mtp > 1) die("%s: num_nextn_predict_layers = %d: only one MTP layer is supported", path, c.n_mtp);
 
@@ -1646,6 +1715,17 @@ static void load_layer(Loader *ld, Model *m, int l, const Settings *set) {
 #undef LNAME
 }
 
+/* "glm: loading [########............] 31/79 layers", redrawn in place on a terminal. */
+static void print_load_progress(int done, int total) {
+    enum { BAR = 32 };
+    char bar[BAR + 1];
+    const int filled = (int)((long long)done * BAR / total);
+    for (int i = 0; i < BAR; i++) bar[i] = i < filled ? '#' : '.';
+    bar[BAR] = 0;
+    fprintf(stderr, "\rglm: loading [%s] %d/%d layers", bar, done, total);
+    fflush(stderr);
+}
+
 static void model_load(Model *m, const Settings *set) {
     memset(m, 0, sizeof *m);
     double t0 = now_seconds();
@@ -1678,11 +1758,12 @@ static void model_load(Model *m, const Settings *set) {
     expert_sources_init(st, &ld);
     expert_slot_sizes(st, &st->slab_bytes, &st->scale_bytes);
     load_matrix(&ld, "model.embed_tokens.weight", c->vocab, c->hidden, set->dense_bits, &m->embed);
-    for (int l = 0; l < c->n_layers + c->n_mtp; l++) {
+    const int show_progress = isatty(2);
+    for (int l = 0; l < nl; l++) {
         load_layer(&ld, m, l, set);
-        if (isatty(2)) fprintf(stderr, "\rglm: loading layer %d/%d", l + 1, c->n_layers + c->n_mtp);
+        if (show_progress) print_load_progress(l + 1, nl);
     }
-    if (isatty(2)) fputc('\n', stderr);
+    if (show_progress) fputc('\n', stderr);
     m->final_norm = load_vector(&ld, "model.norm.weight", c->hidden);
     load_matrix(&ld, "lm_head.weight", c->vocab, c->hidden, set->dense_bits, &m->lm_head);
     const int half = c->qk_rope / 2;
@@ -1951,12 +2032,17 @@ static int run_teacher_forcing(Model *m, Session *s, const ForwardOptions *opt, 
     return failed;
 }
 
-/* Prefill `n` tokens at pos0 in BATCH-sized chunks; leaves the last position's logits. */
-static void prefill(Model *m, Session *s, const ForwardOptions *opt, const int *tokens, int n, int pos0, float *hidden, float *logits) {
-    for (int p = 0; p < n; p += s->max_batch) {
+/* Prefill `n` tokens at pos0 in BATCH-sized chunks; leaves the last position's logits. When
+   *interrupt (may be NULL) becomes non-zero it stops between chunks; returns the tokens done. */
+static int prefill(Model *m, Session *s, const ForwardOptions *opt, const int *tokens, int n, int pos0, float *hidden,
+                   float *logits, const volatile sig_atomic_t *interrupt) {
+    int p = 0;
+    while (p < n && !(interrupt && *interrupt)) {
         int S = n - p < s->max_batch ? n - p : s->max_batch;
         model_forward(m, s, opt, tokens + p, S, pos0 + p, hidden, logits, 1);
+        p += S;
     }
+    return p;
 }
 
 static int run_greedy(Model *m, Session *s, const ForwardOptions *opt, const Reference *ref, int ngen) {
@@ -1966,7 +2052,7 @@ static int run_greedy(Model *m, Session *s, const ForwardOptions *opt, const Ref
     float *logits = xmalloc((size_t)V * sizeof(float));
     int *out = xmalloc((size_t)(ngen > 0 ? ngen : 1) * sizeof(int));
     double t0 = now_seconds();
-    prefill(m, s, opt, ref->prompt.ids, P, 0, hidden, logits);
+    prefill(m, s, opt, ref->prompt.ids, P, 0, hidden, logits, NULL);
     double t1 = now_seconds();
     for (int i = 0; i < ngen; i++) {
         out[i] = argmax(logits, V);
@@ -1984,7 +2070,954 @@ static int run_greedy(Model *m, Session *s, const ForwardOptions *opt, const Ref
 }
 
 /* =============================================================================================
-   10. main: settings → model → one mode
+   10. Text: tokenizer glue, chat template, prompt mode, terminal chat
+   Everything a person reads or types. Text becomes ids through tok.h (SNAP/tokenizer.json). The
+   GLM-5 chat template (tokenizer.md §3.4) is rendered straight into ids: role tags are looked up
+   by name and message contents are encoded as text, so a message cannot smuggle in a role tag
+   unless SPECIAL=1 (the ids equal HF's tokenization of the rendered string whenever the contents
+   hold no tag). Generation samples exactly over the whole vocabulary, streams text that never
+   splits a UTF-8 character, and stops at an EOS id of generation_config.json / config.json
+   (not printed), at NGEN, when the KV cache is full, or at Ctrl-C.
+
+   Chat history lives in the KV cache: a turn prefills only its own tokens
+   (<|user|>text<|assistant|><think>) after what is already there, and a reply stays in the cache
+   exactly as it was generated, reasoning included. That is the conversation rendered with
+   clear_thinking=false (GLM-5.1's "preserved thinking"; GLM-5.3's default). The default template
+   would drop earlier reasoning, which means rewriting the cache and prefilling the last answer
+   again on every turn. The stop token that ended a reply (usually <|user|>) is not in the cache;
+   the next turn writes <|user|> itself, so the cache always holds a valid rendering. A reply cut
+   by NGEN or Ctrl-C is in the cache up to its last printed token, and :more goes on from there.
+   :reset empties the cache (and reseeds the sampler, so a conversation can be replayed).
+   ============================================================================================= */
+
+#define TOK_IMPLEMENTATION
+#include "tok.h"
+#include <sys/ioctl.h>
+#include <termios.h>
+
+/* ---- tokenizer glue -------------------------------------------------------------------------- */
+
+typedef struct {
+    Tokenizer *tok;
+    const char *path;               /* SNAP/tokenizer.json, for messages */
+    TokSpecialMode text_mode;       /* how message text is encoded: SPECIAL=1 recognises every added token */
+    /* template tags, -1 when the tokenizer lacks one */
+    int gmask, sop, system, user, assistant, think, end_think;
+} TextCodec;
+
+typedef struct { int *ids; int n, cap; } TokenList;
+
+static TextCodec codec_load(const char *model_dir, int special) {
+    static char path[4096];
+    snprintf(path, sizeof path, "%s/tokenizer.json", model_dir);
+    char err[1024];
+    TextCodec tc;
+    memset(&tc, 0, sizeof tc);
+    tc.path = path;
+    tc.tok = tok_load(path, err, sizeof err);
+    if (!tc.tok) die("cannot load the tokenizer (text modes need tokenizer.json in SNAP): %s", err);
+    tc.text_mode = special ? TOK_SPECIAL_ALL : TOK_SPECIAL_NONE;
+    tc.gmask = tok_id(tc.tok, "[gMASK]");
+    tc.sop = tok_id(tc.tok, "<sop>");
+    tc.system = tok_id(tc.tok, "<|system|>");
+    tc.user = tok_id(tc.tok, "<|user|>");
+    tc.assistant = tok_id(tc.tok, "<|assistant|>");
+    tc.think = tok_id(tc.tok, "<think>");
+    tc.end_think = tok_id(tc.tok, "</think>");
+    return tc;
+}
+
+/* The template needs every tag; a tokenizer without them is not GLM-5's. */
+static void codec_require_template(const TextCodec *tc) {
+    const char *names[] = { "[gMASK]", "<sop>", "<|system|>", "<|user|>", "<|assistant|>", "<think>", "</think>" };
+    const int ids[] = { tc->gmask, tc->sop, tc->system, tc->user, tc->assistant, tc->think, tc->end_think };
+    for (int i = 0; i < 7; i++)
+        if (ids[i] < 0)
+            die("%s has no %s token, so the GLM-5 chat template cannot be rendered (CHAT_TEMPLATE=0 sends raw text)",
+                tc->path, names[i]);
+}
+
+static void tokens_push(TokenList *l, int id) {
+    if (l->n == l->cap) {
+        l->cap = l->cap ? 2 * l->cap : 64;
+        int *grown = realloc(l->ids, (size_t)l->cap * sizeof(int));
+        if (!grown) die("out of memory for %d token ids", l->cap);
+        l->ids = grown;
+    }
+    l->ids[l->n++] = id;
+}
+
+static void tokens_push_text(TokenList *l, const TextCodec *tc, const char *text, size_t len) {
+    int32_t *ids;
+    size_t n;
+    if (tok_encode(tc->tok, text, len, tc->text_mode, &ids, &n)) die("out of memory while tokenizing %zu bytes", len);
+    for (size_t i = 0; i < n; i++) tokens_push(l, ids[i]);
+    free(ids);
+}
+
+/* ---- the GLM-5 chat template (tokenizer.md §3.4, without tools) ----------------------------- */
+
+typedef enum { ROLE_SYSTEM, ROLE_USER, ROLE_ASSISTANT } ChatRole;
+
+typedef struct {
+    ChatRole role;
+    const char *content;
+    size_t content_len;
+    const char *reasoning;          /* reasoning_content; NULL: not given (then cut out of content) */
+    size_t reasoning_len;
+} ChatMessage;
+
+/* Python's str.isspace, which the template's strip() uses: White_Space plus U+001C..U+001F. */
+static int is_template_space(uint32_t cp) { return tok_uni_is_space(cp) || (cp >= 0x1C && cp <= 0x1F); }
+
+/* str.strip(): narrows [*s, *s + *n) to drop leading and trailing whitespace characters. */
+static void text_strip(const char **s, size_t *n) {
+    uint32_t cp;
+    int status;
+    while (*n) {
+        size_t k = tok_utf8_next((const unsigned char *)*s, *n, &cp, &status);
+        if (status || !is_template_space(cp)) break;
+        *s += k;
+        *n -= k;
+    }
+    while (*n) {
+        size_t start = *n - 1;   /* back to the first byte of the last character */
+        while (start > 0 && *n - start < 4 && ((unsigned char)(*s)[start] & 0xC0) == 0x80) start--;
+        size_t k = tok_utf8_next((const unsigned char *)*s + start, *n - start, &cp, &status);
+        if (status || start + k != *n || !is_template_space(cp)) break;
+        *n = start;
+    }
+}
+
+/* Last occurrence of needle in [s, s+n), or NULL. */
+static const char *find_last(const char *s, size_t n, const char *needle) {
+    const size_t k = strlen(needle);
+    const char *found = NULL, *p = s;
+    while ((p = memmem(p, n - (size_t)(p - s), needle, k))) { found = p; p += 1; }
+    return found;
+}
+
+/* Appends the messages in the GLM-5 layout. at_start adds [gMASK]<sop>. Nothing separates turns.
+   An assistant turn after the last user message keeps its reasoning (<think>…</think>); earlier
+   ones become </think> + answer, as the template renders them. Without reasoning_content the
+   reasoning is cut out of the content: before the first </think>, after the last <think> there,
+   and the answer is what follows the last </think>. */
+static void chat_render(const TextCodec *tc, const ChatMessage *msgs, int n, int at_start, TokenList *out) {
+    codec_require_template(tc);
+    if (at_start) { tokens_push(out, tc->gmask); tokens_push(out, tc->sop); }
+    int last_user = -1;
+    for (int i = 0; i < n; i++) if (msgs[i].role == ROLE_USER) last_user = i;
+    for (int i = 0; i < n; i++) {
+        const ChatMessage *m = &msgs[i];
+        if (m->role == ROLE_SYSTEM || m->role == ROLE_USER) {
+            tokens_push(out, m->role == ROLE_SYSTEM ? tc->system : tc->user);
+            tokens_push_text(out, tc, m->content, m->content_len);
+            continue;
+        }
+        const char *content = m->content, *reasoning = m->reasoning;
+        size_t content_len = m->content_len, reasoning_len = m->reasoning_len;
+        if (!reasoning) {
+            reasoning = "";
+            reasoning_len = 0;
+            const char *first_end = memmem(content, content_len, "</think>", 8);
+            if (first_end) {
+                const char *open = find_last(content, (size_t)(first_end - content), "<think>");
+                reasoning = open ? open + 7 : content;
+                reasoning_len = (size_t)(first_end - reasoning);
+                const char *last_end = find_last(content, content_len, "</think>");
+                content_len -= (size_t)(last_end + 8 - content);
+                content = last_end + 8;
+            }
+        }
+        tokens_push(out, tc->assistant);
+        if (i > last_user && reasoning_len > 0) {
+            text_strip(&reasoning, &reasoning_len);
+            tokens_push(out, tc->think);
+            tokens_push_text(out, tc, reasoning, reasoning_len);
+        }
+        tokens_push(out, tc->end_think);
+        text_strip(&content, &content_len);
+        if (content_len) tokens_push_text(out, tc, content, content_len);
+    }
+}
+
+/* The generation prompt: <|assistant|><think> (thinking on) or <|assistant|></think>. */
+static void chat_generation_prompt(const TextCodec *tc, int think, TokenList *out) {
+    tokens_push(out, tc->assistant);
+    tokens_push(out, think ? tc->think : tc->end_think);
+}
+
+/* MESSAGES=file: a JSON list of messages (or an object with a "messages" list, as in an
+   OpenAI-style request). The strings point into *doc, which the caller keeps. */
+static ChatMessage *messages_load(const char *path, int *count, JsonDoc **doc) {
+    char err[512];
+    size_t len;
+    char *text = json_read_file(path, &len, err, sizeof err);
+    if (!text) die("MESSAGES: %s", err);
+    *doc = json_parse(text, len, err, sizeof err);
+    free(text);
+    if (!*doc) die("MESSAGES: %s: %s", path, err);
+    const JsonValue *list = json_root(*doc);
+    if (json_type(list) == JSON_OBJECT) list = json_get(list, "messages");
+    if (json_type(list) != JSON_ARRAY) die("MESSAGES: %s: expected a list of messages (or {\"messages\": [...]})", path);
+    const int n = (int)json_len(list);
+    ChatMessage *msgs = xcalloc((size_t)n, sizeof *msgs);
+    for (int i = 0; i < n; i++) {
+        const JsonValue *m = json_at(list, (size_t)i);
+        const char *role = json_str(json_get(m, "role"), NULL);
+        if (!role) die("MESSAGES: %s: message %d has no \"role\" string", path, i);
+        if (!strcmp(role, "system")) msgs[i].role = ROLE_SYSTEM;
+        else if (!strcmp(role, "user")) msgs[i].role = ROLE_USER;
+        else if (!strcmp(role, "assistant")) msgs[i].role = ROLE_ASSISTANT;
+        else die("MESSAGES: %s: message %d has role \"%s\" (supported: system, user, assistant)", path, i, role);
+        const JsonValue *content = json_get(m, "content");
+        if (json_type(content) == JSON_NULL && msgs[i].role == ROLE_ASSISTANT) msgs[i].content = "";
+        else if (!(msgs[i].content = json_str(content, &msgs[i].content_len)))
+            die("MESSAGES: %s: message %d: \"content\" must be a string", path, i);
+        const JsonValue *reasoning = json_get(m, "reasoning_content");
+        if (reasoning && json_type(reasoning) != JSON_NULL && !(msgs[i].reasoning = json_str(reasoning, &msgs[i].reasoning_len)))
+            die("MESSAGES: %s: message %d: \"reasoning_content\" must be a string", path, i);
+        if (json_get(m, "tool_calls")) die("MESSAGES: %s: message %d has tool_calls, which are not supported", path, i);
+    }
+    *count = n;
+    return msgs;
+}
+
+/* The opening of a conversation: SYSTEM, then the MESSAGES history, then `user_text` if not
+   NULL. Returned messages point into *doc (json_free it) and user_text. */
+static ChatMessage *conversation_opening(const Settings *set, const char *user_text, size_t user_len, int *count,
+                                         JsonDoc **doc) {
+    int n_history = 0;
+    ChatMessage *history = NULL;
+    *doc = NULL;
+    if (set->messages_path[0]) history = messages_load(set->messages_path, &n_history, doc);
+    ChatMessage *msgs = xcalloc((size_t)n_history + 2, sizeof *msgs);
+    int n = 0;
+    if (set->system_prompt[0]) msgs[n++] = (ChatMessage){ ROLE_SYSTEM, set->system_prompt, strlen(set->system_prompt), NULL, 0 };
+    for (int i = 0; i < n_history; i++) msgs[n++] = history[i];
+    if (user_text) msgs[n++] = (ChatMessage){ ROLE_USER, user_text, user_len, NULL, 0 };
+    free(history);
+    *count = n;
+    return msgs;
+}
+
+/* The ids of PROMPT mode (and of TEMPLATE_ONLY): the template with a generation prompt, or the
+   raw text with CHAT_TEMPLATE=0. */
+static void build_prompt(const Settings *set, const TextCodec *tc, TokenList *out) {
+    if (!set->chat_template) { tokens_push_text(out, tc, set->prompt, strlen(set->prompt)); return; }
+    JsonDoc *doc;
+    int n;
+    ChatMessage *msgs = conversation_opening(set, set->prompt_given ? set->prompt : NULL, strlen(set->prompt), &n, &doc);
+    chat_render(tc, msgs, n, 1, out);
+    chat_generation_prompt(tc, set->think, out);
+    free(msgs);
+    if (doc) json_free(doc);
+}
+
+/* ---- sampling -------------------------------------------------------------------------------- */
+
+/* Exact over the full vocabulary: probabilities are computed in double (a sum of 150k terms loses
+   nothing that matters), the nucleus is the smallest prefix of the tokens sorted by probability
+   (ties: smaller id first) whose mass reaches top_p, renormalized, and one uniform draw from a
+   seeded splitmix64 stream picks the token. Same seed and settings, same tokens. */
+typedef struct { double p; int id; } TokenProb;
+
+typedef struct {
+    float temperature, top_p;
+    uint64_t seed, state;
+    int vocab;
+    double *weights;                /* [vocab] exp((logit - max) / T) */
+    TokenProb *candidates;          /* [vocab] the tokens that may be in the nucleus, sorted */
+} Sampler;
+
+static uint64_t splitmix64_next(uint64_t *state) {
+    uint64_t z = (*state += 0x9E3779B97F4A7C15ull);
+    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+    return z ^ (z >> 31);
+}
+
+static double sampler_uniform(Sampler *sp) { return (double)(splitmix64_next(&sp->state) >> 11) * 0x1.0p-53; }
+
+static void sampler_init(Sampler *sp, int vocab, float temperature, float top_p, uint64_t seed) {
+    sp->temperature = temperature;
+    sp->top_p = top_p;
+    sp->vocab = vocab;
+    sp->seed = sp->state = seed;
+    sp->weights = xmalloc((size_t)vocab * sizeof(double));
+    sp->candidates = xmalloc((size_t)vocab * sizeof(TokenProb));
+}
+
+static int token_prob_cmp(const void *a, const void *b) {
+    const TokenProb *x = a, *y = b;
+    if (x->p > y->p) return -1;
+    if (x->p < y->p) return 1;
+    return x->id - y->id;
+}
+
+/* Sorts the candidates (weight >= floor) and returns how many of them form the nucleus, or 0 when
+   they do not reach top_p of the total (floor too high, which rounding can cause). *mass: their sum. */
+static int nucleus_prefix(Sampler *sp, double total, double floor, double *mass) {
+    int n = 0;
+    for (int i = 0; i < sp->vocab; i++)
+        if (sp->weights[i] >= floor) sp->candidates[n++] = (TokenProb){ sp->weights[i], i };
+    qsort(sp->candidates, (size_t)n, sizeof(TokenProb), token_prob_cmp);
+    const double need = (double)sp->top_p * total;
+    double acc = 0.0;
+    for (int k = 0; k < n; k++) {
+        acc += sp->candidates[k].p;
+        if (acc >= need) { *mass = acc; return k + 1; }
+    }
+    return 0;
+}
+
+static int sampler_sample(Sampler *sp, const float *logits) {
+    const int V = sp->vocab;
+    if (sp->temperature <= 0.0f) return argmax(logits, V);
+    double *w = sp->weights;
+    const double mx = logits[argmax(logits, V)];
+    double total = 0.0;
+    for (int i = 0; i < V; i++) { w[i] = exp(((double)logits[i] - mx) / sp->temperature); total += w[i]; }
+    const double u = sampler_uniform(sp);
+    if (sp->top_p >= 1.0f) {   /* the whole distribution, walked in id order */
+        double target = u * total, acc = 0.0;
+        for (int i = 0; i < V; i++) { acc += w[i]; if (target < acc) return i; }
+        return argmax(logits, V);
+    }
+    /* A token below (1 - top_p) / (V - 1) of the mass can never be in the nucleus: all such
+       tokens together hold less than 1 - top_p. Sorting only the rest is exact and much faster. */
+    double mass = 0.0;
+    int k = nucleus_prefix(sp, total, (1.0 - sp->top_p) / (V > 1 ? V - 1 : 1) * total, &mass);
+    if (!k) k = nucleus_prefix(sp, total, -1.0, &mass);
+    if (!k) return argmax(logits, V);   /* rounding kept even the full sum below top_p of itself */
+    double target = u * mass, acc = 0.0;
+    for (int i = 0; i < k; i++) { acc += sp->candidates[i].p; if (target < acc) return sp->candidates[i].id; }
+    return sp->candidates[k - 1].id;
+}
+
+/* ---- generation: one conversation over the KV cache ------------------------------------------ */
+
+/* Ctrl-C: the handler only counts; generation checks the count between tokens (and prefill
+   between chunks). A second Ctrl-C before generation noticed the first leaves at once. */
+static volatile sig_atomic_t g_interrupts;
+static struct termios g_saved_termios;
+static volatile sig_atomic_t g_termios_saved;
+
+static void restore_terminal(void) {
+    if (g_termios_saved) tcsetattr(STDIN_FILENO, TCSANOW, &g_saved_termios);
+}
+
+static void on_sigint(int sig) {
+    (void)sig;
+    if (++g_interrupts >= 2) {
+        restore_terminal();   /* tcsetattr and write are async-signal-safe */
+        if (write(STDERR_FILENO, "\nglm: interrupted\n", 18) < 0) { /* nothing more to do */ }
+        _exit(130);
+    }
+}
+
+static void install_sigint_handler(void) {
+    struct sigaction sa;
+    memset(&sa, 0, sizeof sa);
+    sa.sa_handler = on_sigint;
+    sigemptyset(&sa.sa_mask);
+    sa.sa_flags = 0;   /* no SA_RESTART: a Ctrl-C at a plain (non-terminal) read ends the read */
+    sigaction(SIGINT, &sa, NULL);
+}
+
+typedef enum { STOP_NONE, STOP_EOS, STOP_LIMIT, STOP_INTERRUPT, STOP_CONTEXT } StopReason;
+static const char *const STOP_NAMES[] = { "-", "eos", "NGEN", "interrupted (Ctrl-C)", "context full" };
+
+#define ANSI_DIM "\033[2m"
+#define ANSI_RESET "\033[0m"
+
+typedef struct {
+    int prompt_tokens, generated, forwards;
+    double prefill_seconds, decode_seconds;
+    long long hits0, misses0;      /* expert counters at the start of the turn */
+    StopReason stop;
+} TurnStats;
+
+typedef struct {
+    Model *model;
+    Session *session;
+    const ForwardOptions *opt;
+    const TextCodec *codec;
+    Sampler sampler;
+    float *hidden, *logits;        /* [max_batch][hidden], [vocab] */
+    int pos;                       /* tokens in the KV cache */
+    int can_continue;              /* logits predict position pos: the last reply was cut (NGEN, Ctrl-C) */
+    int in_thinking;               /* the reply is between <think> and </think> */
+    int out_tty;                   /* stdout is a terminal: dim the reasoning, show control bytes as ^X */
+    TokStream stream;
+    char *text;                    /* [text_cap] one token's text */
+    size_t text_cap;
+    /* totals for :stats */
+    int turns;
+    long long total_generated, total_forwards;
+    double total_decode_seconds;
+} Dialog;
+
+static void dialog_init(Dialog *d, Model *m, Session *s, const ForwardOptions *opt, const TextCodec *tc, const Settings *set) {
+    memset(d, 0, sizeof *d);
+    d->model = m;
+    d->session = s;
+    d->opt = opt;
+    d->codec = tc;
+    sampler_init(&d->sampler, m->c.vocab, set->temperature, set->top_p, set->seed);
+    d->hidden = xmalloc((size_t)s->max_batch * m->c.hidden * sizeof(float));
+    d->logits = xmalloc((size_t)m->c.vocab * sizeof(float));
+    d->out_tty = isatty(STDOUT_FILENO);
+    d->text_cap = tok_stream_out_cap(tc->tok);
+    d->text = xmalloc(d->text_cap);
+    tok_stream_init(&d->stream);
+}
+
+/* Model text to stdout. On a terminal, control bytes (ESC, CR, BEL, C1 controls) are shown as
+   ^X / U+FFFD instead of being obeyed: a model must not be able to drive the terminal. */
+static void emit_text(const Dialog *d, const char *s, size_t n) {
+    if (!d->out_tty) { fwrite(s, 1, n, stdout); return; }
+    for (size_t i = 0; i < n; i++) {
+        unsigned char b = (unsigned char)s[i];
+        if ((b < 0x20 && b != '\n' && b != '\t') || b == 0x7F) {
+            putchar('^');
+            putchar(b == 0x7F ? '?' : b + 0x40);
+        } else if (b == 0xC2 && i + 1 < n && (unsigned char)s[i + 1] >= 0x80 && (unsigned char)s[i + 1] <= 0x9F) {
+            fputs("\xEF\xBF\xBD", stdout);
+            i++;
+        } else {
+            putchar(b);
+        }
+    }
+}
+
+static void dialog_show_token(Dialog *d, int id) {
+    const TextCodec *tc = d->codec;
+    if (id == tc->think && d->out_tty && !d->in_thinking) fputs(ANSI_DIM, stdout);
+    size_t n = tok_stream_feed(tc->tok, &d->stream, id, d->text, d->text_cap);
+    emit_text(d, d->text, n < d->text_cap ? n : d->text_cap);
+    if (id == tc->think) d->in_thinking = 1;
+    if (id == tc->end_think && tc->end_think >= 0) {
+        if (d->out_tty && d->in_thinking) fputs(ANSI_RESET, stdout);
+        d->in_thinking = 0;
+    }
+    fflush(stdout);
+}
+
+/* End of the reply as text: an incomplete UTF-8 tail becomes U+FFFD, as a whole decode would. */
+static void dialog_flush_text(Dialog *d) {
+    size_t n = tok_stream_flush(&d->stream, d->text, d->text_cap);
+    emit_text(d, d->text, n < d->text_cap ? n : d->text_cap);
+    fflush(stdout);
+}
+
+static int is_eos(const Config *c, int id) {
+    for (int i = 0; i < c->n_eos; i++) if (c->eos[i] == id) return 1;
+    return 0;
+}
+
+static void turn_begin(const Dialog *d, TurnStats *ts) {
+    memset(ts, 0, sizeof *ts);
+    ts->hits0 = d->model->experts.hits;
+    ts->misses0 = d->model->experts.misses;
+}
+
+/* Prefills `ids` at the end of the cache. Returns 0, or -1 when Ctrl-C stopped it: then the
+   cache is rolled back to where the turn began (later entries are simply overwritten). */
+static int dialog_prefill(Dialog *d, const TokenList *ids, TurnStats *ts) {
+    double t0 = now_seconds();
+    int done = prefill(d->model, d->session, d->opt, ids->ids, ids->n, d->pos, d->hidden, d->logits, &g_interrupts);
+    ts->prefill_seconds = now_seconds() - t0;
+    ts->prompt_tokens = ids->n;
+    d->can_continue = 0;   /* the logits now belong to this turn */
+    if (done < ids->n) return -1;
+    d->pos += ids->n;
+    return 0;
+}
+
+/* Samples, prints and feeds back up to `limit` tokens (-1: no limit). keep_last: also feed the
+   last token when the limit is reached, so that :more can go on (prompt mode skips that step). */
+static void dialog_generate(Dialog *d, int limit, int keep_last, TurnStats *ts) {
+    const Config *c = &d->model->c;
+    const double t0 = now_seconds();
+    StopReason stop = STOP_NONE;
+    if (d->out_tty && d->in_thinking) fputs(ANSI_DIM, stdout);
+    int n = 0;
+    while (stop == STOP_NONE) {
+        if (g_interrupts) { stop = STOP_INTERRUPT; break; }
+        if (limit >= 0 && n >= limit) { stop = STOP_LIMIT; break; }
+        int id = sampler_sample(&d->sampler, d->logits);
+        if (is_eos(c, id)) { stop = STOP_EOS; break; }
+        if (d->pos >= d->session->capacity) { stop = STOP_CONTEXT; break; }
+        dialog_show_token(d, id);
+        n++;
+        if (!keep_last && limit >= 0 && n >= limit) { stop = STOP_LIMIT; break; }
+        model_forward(d->model, d->session, d->opt, &id, 1, d->pos, d->hidden, d->logits, 1);
+        d->pos++;
+        ts->forwards++;
+    }
+    if (d->out_tty && d->in_thinking) fputs(ANSI_RESET, stdout);
+    fflush(stdout);
+    ts->generated += n;
+    ts->decode_seconds += now_seconds() - t0;
+    ts->stop = stop;
+    d->can_continue = keep_last && (stop == STOP_LIMIT || stop == STOP_INTERRUPT);
+    d->turns++;
+    d->total_generated += n;
+    d->total_forwards += ts->forwards;
+    d->total_decode_seconds += ts->decode_seconds;
+}
+
+static void print_hit_rate(char *buf, size_t n, long long hits, long long misses) {
+    if (hits + misses) snprintf(buf, n, "%.1f%%", 100.0 * hits / (hits + misses));
+    else snprintf(buf, n, "-");
+}
+
+/* The stats line after a prompt-mode answer and after each chat turn. */
+static void print_turn_stats(const Dialog *d, const TurnStats *ts) {
+    const ExpertStore *st = &d->model->experts;
+    char hit[32];
+    print_hit_rate(hit, sizeof hit, st->hits - ts->hits0, st->misses - ts->misses0);
+    char speed[32] = "-";
+    if (ts->forwards && ts->decode_seconds > 0) snprintf(speed, sizeof speed, "%.2f", ts->forwards / ts->decode_seconds);
+    fprintf(stderr, "glm: [%d prompt tokens, prefill %.3f s | %d tokens, decode %s tok/s | expert hit %s | "
+                    "peak RSS %.2f GB | context %d/%d | stop: %s]\n",
+            ts->prompt_tokens, ts->prefill_seconds, ts->generated, speed, hit, peak_rss_gb(), d->pos,
+            d->session->capacity, STOP_NAMES[ts->stop]);
+}
+
+/* ---- terminal input: a small line editor --------------------------------------------------- */
+
+/* While a line is edited the terminal is raw (no echo, no signals: Ctrl-C arrives as a byte);
+   while a reply is generated it only stops echoing, and Ctrl-C raises SIGINT. Keys typed during
+   a reply stay queued for the next prompt. The original mode comes back at exit. */
+static void terminal_mode(int editing) {
+    if (!g_termios_saved) return;
+    struct termios t = g_saved_termios;
+    t.c_lflag &= ~(tcflag_t)(ECHO | ICANON);
+    if (editing) {
+        t.c_iflag &= ~(tcflag_t)(ICRNL | IXON | BRKINT | INPCK | ISTRIP);
+        t.c_lflag &= ~(tcflag_t)(ISIG | IEXTEN);
+    }
+    t.c_cc[VMIN] = 1;
+    t.c_cc[VTIME] = 0;
+    tcsetattr(STDIN_FILENO, TCSANOW, &t);   /* TCSANOW, not TCSAFLUSH: keep typed-ahead keys */
+}
+
+typedef enum { LINE_OK, LINE_EOF, LINE_QUIT } LineStatus;
+
+typedef struct {
+    int tty;                       /* stdin is a terminal: raw-mode editing; else plain reads */
+    int fd;                        /* where the line is drawn: stdout, or stderr when stdout is a file */
+    char **history;                /* this session's lines, oldest first */
+    int n_history;
+    char *buf;                     /* the line being edited (NUL-terminated) */
+    size_t len, cap, cursor;       /* cursor: a byte offset at a character boundary */
+} LineEditor;
+
+static void line_reserve(LineEditor *ed, size_t need) {
+    if (need + 1 <= ed->cap) return;
+    while (ed->cap < need + 1) ed->cap = ed->cap ? 2 * ed->cap : 256;
+    char *grown = realloc(ed->buf, ed->cap);
+    if (!grown) die("out of memory for the input line");
+    ed->buf = grown;
+}
+
+static void line_set(LineEditor *ed, const char *s) {
+    ed->len = strlen(s);
+    line_reserve(ed, ed->len);
+    memcpy(ed->buf, s, ed->len + 1);
+    ed->cursor = ed->len;
+}
+
+static int is_continuation(char c) { return ((unsigned char)c & 0xC0) == 0x80; }
+static size_t char_before(const LineEditor *ed, size_t i) { do i--; while (i > 0 && is_continuation(ed->buf[i])); return i; }
+static size_t char_after(const LineEditor *ed, size_t i) { do i++; while (i < ed->len && is_continuation(ed->buf[i])); return i; }
+
+/* Terminal columns of buf[a, b): one per character (wide CJK characters are counted as one). */
+static int line_columns(const LineEditor *ed, size_t a, size_t b) {
+    int cols = 0;
+    for (size_t i = a; i < b; i++) cols += !is_continuation(ed->buf[i]);
+    return cols;
+}
+
+static int terminal_width(int fd) {
+    struct winsize ws;
+    if (ioctl(fd, TIOCGWINSZ, &ws) == 0 && ws.ws_col > 0) return ws.ws_col;
+    return 80;
+}
+
+static void write_all(int fd, const char *s, size_t n) {
+    while (n) {
+        ssize_t k = write(fd, s, n);
+        if (k < 0 && errno == EINTR) continue;
+        if (k <= 0) return;
+        s += k;
+        n -= (size_t)k;
+    }
+}
+
+/* Redraws the prompt and the line on one row; a line wider than the terminal scrolls sideways so
+   the cursor stays visible. */
+static void line_refresh(const LineEditor *ed, const char *prompt) {
+    const int prompt_cols = (int)strlen(prompt);
+    const int room = terminal_width(ed->fd) - prompt_cols - 1;
+    size_t start = 0, end = ed->len;
+    while (start < ed->cursor && line_columns(ed, start, ed->cursor) > room) start = char_after(ed, start);
+    while (end > ed->cursor && line_columns(ed, start, end) > room) end = char_before(ed, end);
+    size_t cap = ed->len + strlen(prompt) + 32, n = 0;
+    char *out = xmalloc(cap);
+    n += (size_t)snprintf(out + n, cap - n, "\r%s", prompt);
+    memcpy(out + n, ed->buf + start, end - start);
+    n += end - start;
+    n += (size_t)snprintf(out + n, cap - n, "\033[K\r");
+    const int cursor_col = prompt_cols + line_columns(ed, start, ed->cursor);
+    if (cursor_col > 0) n += (size_t)snprintf(out + n, cap - n, "\033[%dC", cursor_col);
+    write_all(ed->fd, out, n);
+    free(out);
+}
+
+static int read_byte(unsigned char *c) {
+    for (;;) {
+        ssize_t k = read(STDIN_FILENO, c, 1);
+        if (k == 1) return 1;
+        if (k < 0 && errno == EINTR) continue;
+        return 0;
+    }
+}
+
+enum { KEY_NONE = 0x100, KEY_LEFT, KEY_RIGHT, KEY_UP, KEY_DOWN, KEY_HOME, KEY_END, KEY_DELETE };
+
+/* After ESC: decodes CSI / SS3 sequences of the keys we handle; anything else is swallowed. */
+static int read_escape(void) {
+    unsigned char c, kind;
+    if (!read_byte(&kind)) return KEY_NONE;
+    if (kind != '[' && kind != 'O') return KEY_NONE;
+    int number = 0;
+    for (;;) {
+        if (!read_byte(&c)) return KEY_NONE;
+        if (c >= '0' && c <= '9') { number = number * 10 + (c - '0'); continue; }
+        if (c == ';') continue;
+        break;
+    }
+    switch (c) {
+    case 'A': return KEY_UP;
+    case 'B': return KEY_DOWN;
+    case 'C': return KEY_RIGHT;
+    case 'D': return KEY_LEFT;
+    case 'H': return KEY_HOME;
+    case 'F': return KEY_END;
+    case '~': return number == 1 || number == 7 ? KEY_HOME : number == 4 || number == 8 ? KEY_END : number == 3 ? KEY_DELETE : KEY_NONE;
+    default: return KEY_NONE;
+    }
+}
+
+static void line_delete(LineEditor *ed, size_t from, size_t to) {
+    memmove(ed->buf + from, ed->buf + to, ed->len - to + 1);
+    ed->len -= to - from;
+    if (ed->cursor > to) ed->cursor -= to - from;
+    else if (ed->cursor > from) ed->cursor = from;
+}
+
+static void line_insert(LineEditor *ed, const char *s, size_t n) {
+    line_reserve(ed, ed->len + n);
+    memmove(ed->buf + ed->cursor + n, ed->buf + ed->cursor, ed->len - ed->cursor + 1);
+    memcpy(ed->buf + ed->cursor, s, n);
+    ed->len += n;
+    ed->cursor += n;
+}
+
+static void history_add(LineEditor *ed, const char *line) {
+    if (!line[0] || (ed->n_history && !strcmp(ed->history[ed->n_history - 1], line))) return;
+    char **grown = realloc(ed->history, (size_t)(ed->n_history + 1) * sizeof(char *));
+    if (!grown) die("out of memory for the input history");
+    ed->history = grown;
+    ed->history[ed->n_history++] = strdup(line);
+}
+
+/* Raw-mode editing: left/right, Home/End, Backspace/Delete, Ctrl-A/E/B/F/U/K/W/L, up/down for
+   this session's history. Ctrl-D on an empty line is end of input; Ctrl-C clears the line, or
+   quits when it is already empty. */
+static LineStatus line_edit(LineEditor *ed, const char *prompt) {
+    line_set(ed, "");
+    int browsing = ed->n_history;   /* index into history; n_history = the new line */
+    char *draft = NULL;             /* the new line while browsing older ones */
+    terminal_mode(1);
+    line_refresh(ed, prompt);
+    LineStatus status = LINE_OK;
+    for (;;) {
+        unsigned char c;
+        if (!read_byte(&c)) { status = LINE_EOF; break; }
+        int key = c;
+        if (c == 27) key = read_escape();
+        if (key == '\r' || key == '\n') break;
+        switch (key) {
+        case 3:    /* Ctrl-C */
+            if (!ed->len) { status = LINE_QUIT; goto done; }
+            line_set(ed, "");
+            break;
+        case 4:    /* Ctrl-D */
+            if (!ed->len) { status = LINE_EOF; goto done; }
+            if (ed->cursor < ed->len) line_delete(ed, ed->cursor, char_after(ed, ed->cursor));
+            break;
+        case KEY_DELETE:
+            if (ed->cursor < ed->len) line_delete(ed, ed->cursor, char_after(ed, ed->cursor));
+            break;
+        case 127: case 8:   /* Backspace: one whole UTF-8 character */
+            if (ed->cursor > 0) line_delete(ed, char_before(ed, ed->cursor), ed->cursor);
+            break;
+        case 1: case KEY_HOME: ed->cursor = 0; break;
+        case 5: case KEY_END: ed->cursor = ed->len; break;
+        case 2: case KEY_LEFT: if (ed->cursor > 0) ed->cursor = char_before(ed, ed->cursor); break;
+        case 6: case KEY_RIGHT: if (ed->cursor < ed->len) ed->cursor = char_after(ed, ed->cursor); break;
+        case 21: line_delete(ed, 0, ed->cursor); break;          /* Ctrl-U */
+        case 11: line_delete(ed, ed->cursor, ed->len); break;    /* Ctrl-K */
+        case 23: {                                               /* Ctrl-W: the word before the cursor */
+            size_t i = ed->cursor;
+            while (i > 0 && ed->buf[i - 1] == ' ') i--;
+            while (i > 0 && ed->buf[i - 1] != ' ') i--;
+            line_delete(ed, i, ed->cursor);
+            break;
+        }
+        case 12: write_all(ed->fd, "\033[H\033[2J", 7); break;           /* Ctrl-L */
+        case 16: case KEY_UP: case 14: case KEY_DOWN: {          /* history: Ctrl-P / Ctrl-N too */
+            int step = key == 16 || key == KEY_UP ? -1 : 1;
+            int to = browsing + step;
+            if (to < 0 || to > ed->n_history) break;
+            if (browsing == ed->n_history) { free(draft); draft = strdup(ed->buf); }
+            browsing = to;
+            line_set(ed, browsing == ed->n_history ? (draft ? draft : "") : ed->history[browsing]);
+            break;
+        }
+        case '\t': line_insert(ed, " ", 1); break;
+        default:
+            if (key >= 0x20 && key < 0x80 && key != 127) {
+                char ch = (char)key;
+                line_insert(ed, &ch, 1);
+            } else if (key >= 0xC2 && key <= 0xF4) {   /* a UTF-8 character: read it whole */
+                char utf8[4] = { (char)key };
+                size_t need = key >= 0xF0 ? 4 : key >= 0xE0 ? 3 : 2, got = 1;
+                while (got < need && read_byte(&c) && (c & 0xC0) == 0x80) utf8[got++] = (char)c;
+                if (got == need) line_insert(ed, utf8, need);
+            }
+            break;   /* other control bytes are ignored */
+        }
+        line_refresh(ed, prompt);
+    }
+done:
+    free(draft);
+    write_all(ed->fd, "\r\n", 2);
+    terminal_mode(0);
+    if (status == LINE_OK) history_add(ed, ed->buf);
+    return status;
+}
+
+/* One line of input into ed->buf (without the newline). */
+static LineStatus line_read(LineEditor *ed, const char *prompt) {
+    if (ed->tty) return line_edit(ed, prompt);
+    ssize_t n = getline(&ed->buf, &ed->cap, stdin);
+    if (n < 0) return errno == EINTR ? LINE_QUIT : LINE_EOF;
+    while (n > 0 && (ed->buf[n - 1] == '\n' || ed->buf[n - 1] == '\r')) ed->buf[--n] = 0;
+    ed->len = ed->cursor = (size_t)n;
+    return LINE_OK;
+}
+
+/* ---- the modes --------------------------------------------------------------------------------- */
+
+/* TOKENIZE=file: each line is one JSON string; prints its ids on one line. Blank lines stay blank. */
+static int run_tokenize(const Settings *set) {
+    TextCodec tc = codec_load(set->model_dir, set->special);
+    FILE *f = fopen(set->tokenize_path, "r");
+    if (!f) die("TOKENIZE=%s: cannot open: %s", set->tokenize_path, strerror(errno));
+    char *line = NULL;
+    size_t cap = 0;
+    ssize_t n;
+    for (int lineno = 1; (n = getline(&line, &cap, f)) >= 0; lineno++) {
+        while (n > 0 && (line[n - 1] == '\n' || line[n - 1] == '\r')) line[--n] = 0;
+        if (n == 0) { putchar('\n'); continue; }
+        char err[256];
+        JsonDoc *doc = json_parse(line, (size_t)n, err, sizeof err);
+        if (!doc) die("TOKENIZE=%s: line %d: %s", set->tokenize_path, lineno, err);
+        size_t len;
+        const char *text = json_str(json_root(doc), &len);
+        if (!text) die("TOKENIZE=%s: line %d is not a JSON string (write each text as \"...\")", set->tokenize_path, lineno);
+        TokenList ids = { 0 };
+        tokens_push_text(&ids, &tc, text, len);
+        for (int i = 0; i < ids.n; i++) printf(i ? " %d" : "%d", ids.ids[i]);
+        putchar('\n');
+        free(ids.ids);
+        json_free(doc);
+    }
+    free(line);
+    fclose(f);
+    tok_free(tc.tok);
+    return 0;
+}
+
+/* Prints s as a JSON string (UTF-8 kept, only what JSON requires escaped). */
+static void print_json_string(const char *s, size_t n) {
+    putchar('"');
+    for (size_t i = 0; i < n; i++) {
+        unsigned char b = (unsigned char)s[i];
+        if (b == '"' || b == '\\') { putchar('\\'); putchar(b); }
+        else if (b == '\n') fputs("\\n", stdout);
+        else if (b == '\t') fputs("\\t", stdout);
+        else if (b == '\r') fputs("\\r", stdout);
+        else if (b < 0x20) printf("\\u%04x", b);
+        else putchar(b);
+    }
+    putchar('"');
+}
+
+/* TEMPLATE_ONLY=1: the prompt PROMPT mode would send, as text (a JSON string) and as ids. */
+static int run_template_only(const Settings *set) {
+    TextCodec tc = codec_load(set->model_dir, set->special);
+    TokenList ids = { 0 };
+    build_prompt(set, &tc, &ids);
+    char *text;
+    size_t len;
+    if (tok_decode(tc.tok, ids.ids, (size_t)ids.n, 0, &text, &len)) die("out of memory decoding the prompt");
+    print_json_string(text, len);
+    putchar('\n');
+    for (int i = 0; i < ids.n; i++) printf(i ? " %d" : "%d", ids.ids[i]);
+    putchar('\n');
+    free(text);
+    free(ids.ids);
+    tok_free(tc.tok);
+    return 0;
+}
+
+/* PROMPT mode: one answer to stdout, the stats line to stderr. Exit 130 after a Ctrl-C. */
+static int run_prompt(const Settings *set, Dialog *d, const TokenList *prompt) {
+    TurnStats ts;
+    turn_begin(d, &ts);
+    d->in_thinking = set->chat_template && set->think;
+    install_sigint_handler();
+    if (dialog_prefill(d, prompt, &ts) == 0) dialog_generate(d, set->ngen, 0, &ts);
+    else ts.stop = STOP_INTERRUPT;
+    dialog_flush_text(d);
+    if (d->out_tty) putchar('\n');
+    fflush(stdout);
+    print_turn_stats(d, &ts);
+    return ts.stop == STOP_INTERRUPT ? 130 : 0;
+}
+
+static void chat_print_help(void) {
+    fprintf(stderr, "glm: commands: :more (continue a reply cut by NGEN or Ctrl-C), :reset (new conversation), "
+                    ":think on|off, :stats, :quit (or Ctrl-D). A line starting with \"::\" is sent with one ':' removed.\n");
+}
+
+static void chat_print_totals(const Dialog *d, const Settings *set, int think) {
+    const ExpertStore *st = &d->model->experts;
+    char hit[32];
+    print_hit_rate(hit, sizeof hit, st->hits, st->misses);
+    fprintf(stderr, "glm: context %d/%d tokens | %d replies, %lld tokens, decode %.2f tok/s | expert hit %s since start | "
+                    "peak RSS %.2f GB | TEMP %g, NUCLEUS %g, SEED %llu | thinking %s\n",
+            d->pos, d->session->capacity, d->turns, d->total_generated,
+            d->total_decode_seconds > 0 ? d->total_forwards / d->total_decode_seconds : 0.0, hit, peak_rss_gb(),
+            set->temperature, set->top_p, (unsigned long long)set->seed, think ? "on" : "off");
+}
+
+/* CHAT mode. Each turn prefills only its own tokens; see the section comment for how the cache
+   and the template stay consistent. */
+static int run_chat(const Settings *set, Dialog *d) {
+    LineEditor ed;
+    memset(&ed, 0, sizeof ed);
+    ed.tty = isatty(STDIN_FILENO);
+    ed.fd = isatty(STDOUT_FILENO) || !isatty(STDERR_FILENO) ? STDOUT_FILENO : STDERR_FILENO;
+    if (ed.tty && tcgetattr(STDIN_FILENO, &g_saved_termios) == 0) {
+        g_termios_saved = 1;
+        atexit(restore_terminal);
+    }
+    install_sigint_handler();
+    const char *prompt = ed.tty ? "> " : "";
+    int think = set->think;
+    fprintf(stderr, "glm: chat: type a message and press Enter; :help lists the commands. Ctrl-C stops a reply; "
+                    "Ctrl-D (or Ctrl-C on an empty line) quits.\n");
+    for (;;) {
+        fflush(stdout);
+        LineStatus status = line_read(&ed, prompt);
+        if (status != LINE_OK) break;
+        const char *line = ed.buf;
+        TurnStats ts;
+        turn_begin(d, &ts);
+        g_interrupts = 0;
+        if (line[0] == ':' && line[1] != ':') {
+            if (!strcmp(line, ":quit") || !strcmp(line, ":q") || !strcmp(line, ":exit")) break;
+            if (!strcmp(line, ":help")) chat_print_help();
+            else if (!strcmp(line, ":stats")) chat_print_totals(d, set, think);
+            else if (!strcmp(line, ":think on")) { think = 1; fprintf(stderr, "glm: thinking on for the next turns\n"); }
+            else if (!strcmp(line, ":think off")) { think = 0; fprintf(stderr, "glm: thinking off for the next turns\n"); }
+            else if (!strcmp(line, ":think")) fprintf(stderr, "glm: thinking is %s (:think on|off)\n", think ? "on" : "off");
+            else if (!strcmp(line, ":reset")) {
+                d->pos = 0;
+                d->can_continue = 0;
+                d->in_thinking = 0;
+                d->sampler.state = d->sampler.seed;
+                tok_stream_init(&d->stream);
+                fprintf(stderr, "glm: conversation cleared\n");
+            } else if (!strcmp(line, ":more")) {
+                if (!d->can_continue) {
+                    fprintf(stderr, "glm: nothing to continue: %s\n",
+                            d->pos ? "the last reply ended (EOS, a full context, or a cancelled turn)" : "no reply yet");
+                    continue;
+                }
+                dialog_generate(d, set->ngen, 1, &ts);
+                putchar('\n');
+                fflush(stdout);
+                print_turn_stats(d, &ts);
+            } else {
+                fprintf(stderr, "glm: unknown command %s (:help lists them)\n", line);
+            }
+            continue;
+        }
+        if (line[0] == ':') line++;   /* "::text" sends ":text" */
+        if (!line[0]) continue;
+        /* this turn's tokens: the conversation's opening on the first turn, then the user message */
+        TokenList ids = { 0 };
+        if (!set->chat_template) {
+            tokens_push_text(&ids, d->codec, line, strlen(line));
+        } else {
+            int n;
+            JsonDoc *doc = NULL;
+            ChatMessage *msgs;
+            ChatMessage user = { ROLE_USER, line, strlen(line), NULL, 0 };
+            if (d->pos == 0) msgs = conversation_opening(set, line, strlen(line), &n, &doc);
+            else { msgs = &user; n = 1; }
+            chat_render(d->codec, msgs, n, d->pos == 0, &ids);
+            chat_generation_prompt(d->codec, think, &ids);
+            if (msgs != &user) free(msgs);
+            if (doc) json_free(doc);
+        }
+        if (d->pos + ids.n >= d->session->capacity) {
+            fprintf(stderr, "glm: context full: %d tokens used, this turn needs %d more and room to answer, CTX=%d "
+                            "(:reset starts over; a larger CTX keeps more)\n", d->pos, ids.n, d->session->capacity);
+            free(ids.ids);
+            continue;
+        }
+        tok_stream_init(&d->stream);   /* an unfinished character of a cut reply is dropped */
+        d->in_thinking = set->chat_template && think;
+        if (dialog_prefill(d, &ids, &ts) == 0) {
+            dialog_generate(d, set->ngen, 1, &ts);
+            if (ts.stop == STOP_EOS) dialog_flush_text(d);
+            putchar('\n');
+            fflush(stdout);
+            print_turn_stats(d, &ts);
+            if (ts.stop == STOP_CONTEXT) fprintf(stderr, "glm: the context is full (CTX=%d): :reset to start over\n", d->session->capacity);
+        } else {
+            fprintf(stderr, "glm: turn cancelled during prefill; the conversation is as it was before it\n");
+        }
+        free(ids.ids);
+    }
+    fflush(stdout);
+    for (int i = 0; i < ed.n_history; i++) free(ed.history[i]);
+    free(ed.history);
+    free(ed.buf);
+    return 0;
+}
+
+/* =============================================================================================
+   11. main: settings → model → one mode
    ============================================================================================= */
 
 static void print_configuration(const Settings *set, const Model *m, int capacity) {
@@ -2098,42 +3131,103 @@ static void run_replay(Model *m, Session *s, const ForwardOptions *opt, const Re
     free(hidden); free(logits);
 }
 
+/* The KV cache, the expert cache and the forward options: what every mode that runs the model needs. */
+static ForwardOptions engine_start(const Settings *set, Model *model, Session *session, int capacity) {
+    session_init(session, model, capacity, set->batch);
+    print_configuration(set, model, capacity);
+    plan_expert_cache(model, session, set);
+    ForwardOptions opt = { set->absorb,
+                           !strcmp(set->indexer_mode, "always") ? INDEXER_ALWAYS : !strcmp(set->indexer_mode, "off") ? INDEXER_OFF : INDEXER_AUTO,
+                           set->latent_eps, set->mtp_zero_pos0 };
+    return opt;
+}
+
+static void engine_stop(const Settings *set, Model *model) {
+    if (set->stats_path[0]) write_route_stats(&model->experts, set->stats_path);
+    expert_store_stop(&model->experts);
+}
+
+/* REF=file: teacher forcing, greedy decoding or REPLAY against the oracle's ids. */
+static int run_validation(const Settings *set) {
+    Reference ref = reference_load(set->ref_path);
+    Model model;
+    model_load(&model, set);
+    const IdList *lists[] = { &ref.prompt, &ref.full, &ref.tf_pred, &ref.mtp_pred };
+    const char *list_names[] = { "prompt_ids", "full_ids", "tf_pred", "mtp_pred" };
+    for (int k = 0; k < 4; k++)
+        for (int i = 0; i < lists[k]->n; i++)
+            if (lists[k]->ids[i] >= model.c.vocab)
+                die("%s: %s[%d] = %d is outside the model's vocabulary (%d)", set->ref_path, list_names[k], i, lists[k]->ids[i], model.c.vocab);
+    int ngen = set->ngen >= 0 ? set->ngen : ref.full.n - ref.prompt.n;
+    int need = (set->teacher_forcing || set->replay ? ref.full.n : ref.prompt.n + ngen) + 1;
+    int capacity = set->ctx ? set->ctx : need;
+    if (capacity < need) die("CTX=%d is smaller than the %d tokens this run needs", set->ctx, need);
+    Session session;
+    ForwardOptions opt = engine_start(set, &model, &session, capacity);
+    double t0 = now_seconds();
+    int failed = 0;
+    if (set->replay) run_replay(&model, &session, &opt, &ref);
+    else if (set->teacher_forcing) failed = run_teacher_forcing(&model, &session, &opt, &ref, set->mtp);
+    else failed = run_greedy(&model, &session, &opt, &ref, ngen);
+    print_expert_stats(&model.experts, now_seconds() - t0);
+    fprintf(stderr, "glm: peak RSS %.2f GB\n", peak_rss_gb());
+    engine_stop(set, &model);
+    return failed ? 3 : 0;
+}
+
+/* PROMPT and CHAT: the tokenizer first (a missing tokenizer.json fails before a long load). */
+static int run_text(Settings set) {
+    TextCodec tc = codec_load(set.model_dir, set.special);
+    TokenList prompt = { 0 };
+    if (set.mode == MODE_PROMPT) {
+        build_prompt(&set, &tc, &prompt);
+        if (!prompt.n) die("PROMPT is empty and CHAT_TEMPLATE=0: there is no token to continue from");
+    }
+    if (!set.seed) {   /* from the clock, printed so that the run can be repeated with SEED */
+        uint64_t mix = (uint64_t)time(NULL) * 0x9E3779B97F4A7C15ull ^ (uint64_t)getpid() ^ (uint64_t)(now_seconds() * 1e9);
+        set.seed = (splitmix64_next(&mix) >> 11) | 1;
+    }
+    /* a tokenizer with ids the model has no rows for belongs to another model: say so before the load */
+    Config config = config_load(set.model_dir);
+    if (tok_vocab_size(tc.tok) > config.vocab)
+        die("%s has ids up to %d but the model's vocab_size is %d: tokenizer and model do not match",
+            tc.path, tok_vocab_size(tc.tok) - 1, config.vocab);
+    free(config.layer_dense);
+    free(config.layer_indexer);
+    Model model;
+    model_load(&model, &set);
+    if (!model.c.n_eos)
+        fprintf(stderr, "glm: warning: no eos_token_id in config.json or generation_config.json: answers stop only at NGEN or a full context\n");
+    /* KV cache: the prompt plus NGEN, or a default window for open-ended answers and chat */
+    const int default_window = model.c.max_positions > 0 && model.c.max_positions < 4096 ? model.c.max_positions : 4096;
+    int capacity = set.ctx;
+    if (!capacity) capacity = set.mode == MODE_PROMPT && set.ngen >= 0 ? prompt.n + set.ngen + 1 : prompt.n + default_window;
+    if (set.mode == MODE_PROMPT && prompt.n >= capacity)
+        die("the prompt has %d tokens and CTX=%d leaves no room for an answer", prompt.n, capacity);
+    Session session;
+    ForwardOptions opt = engine_start(&set, &model, &session, capacity);
+    if (set.temperature > 0)
+        fprintf(stderr, "glm: sampling: TEMP %g, NUCLEUS %g, SEED %llu\n", set.temperature, set.top_p, (unsigned long long)set.seed);
+    else
+        fprintf(stderr, "glm: sampling: greedy (TEMP=0)\n");
+    Dialog dialog;
+    dialog_init(&dialog, &model, &session, &opt, &tc, &set);
+    int rc = set.mode == MODE_PROMPT ? run_prompt(&set, &dialog, &prompt) : run_chat(&set, &dialog);
+    engine_stop(&set, &model);
+    free(prompt.ids);
+    return rc;
+}
+
 int main(int argc, char **argv) {
     Settings set = settings_from_env(argc, argv);
 #ifdef _OPENMP
     if (set.threads) omp_set_num_threads(set.threads);
 #endif
     g_integer_dot = set.idot;
-    Reference ref;
-    int have_ref = set.ref_path[0] != 0;
-    if (!have_ref) die("REF is not set: this build validates against an oracle reference (see --help)");
-    ref = reference_load(set.ref_path);
-    Model model;
-    model_load(&model, &set);
-    const IdList *lists[] = { &ref.prompt, &ref.full, &ref.tf_pred, &ref.mtp_pred };
-    const char *list_names[] = { "prompt_ids", "full_ids", "tf_pred", "mtp_pred" };
-    for (int k = 0; k < 4; k++)
-        for (int i = 0; i < lists[k]->n; i++)
-            if (lists[k]->ids[i] >= model.c.vocab)
-                die("%s: %s[%d] = %d is outside the model's vocabulary (%d)", set.ref_path, list_names[k], i, lists[k]->ids[i], model.c.vocab);
-    int ngen = set.ngen >= 0 ? set.ngen : ref.full.n - ref.prompt.n;
-    int need = (set.teacher_forcing || set.replay ? ref.full.n : ref.prompt.n + ngen) + 1;
-    int capacity = set.ctx ? set.ctx : need;
-    if (capacity < need) die("CTX=%d is smaller than the %d tokens this run needs", set.ctx, need);
-    Session session;
-    session_init(&session, &model, capacity, set.batch);
-    print_configuration(&set, &model, capacity);
-    plan_expert_cache(&model, &session, &set);
-    ForwardOptions opt = { set.absorb, !strcmp(set.indexer_mode, "always") ? INDEXER_ALWAYS : !strcmp(set.indexer_mode, "off") ? INDEXER_OFF : INDEXER_AUTO,
-                           set.latent_eps, set.mtp_zero_pos0 };
-    double t0 = now_seconds();
-    int failed = 0;
-    if (set.replay) run_replay(&model, &session, &opt, &ref);
-    else if (set.teacher_forcing) failed = run_teacher_forcing(&model, &session, &opt, &ref, set.mtp);
-    else failed = run_greedy(&model, &session, &opt, &ref, ngen);
-    print_expert_stats(&model.experts, now_seconds() - t0);
-    fprintf(stderr, "glm: peak RSS %.2f GB\n", peak_rss_gb());
-    if (set.stats_path[0]) write_route_stats(&model.experts, set.stats_path);
-    expert_store_stop(&model.experts);
-    return failed ? 3 : 0;
+    switch (set.mode) {
+    case MODE_TOKENIZE: return run_tokenize(&set);
+    case MODE_TEMPLATE: return run_template_only(&set);
+    case MODE_VALIDATE: return run_validation(&set);
+    default: return run_text(set);
+    }
 }
