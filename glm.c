@@ -2099,7 +2099,7 @@ static int run_greedy(Model *m, Session *s, const ForwardOptions *opt, const Ref
 
 typedef struct {
     Tokenizer *tok;
-    const char *path;               /* SNAP/tokenizer.json, for messages */
+    char path[4096];                /* SNAP/tokenizer.json, for messages */
     TokSpecialMode text_mode;       /* how message text is encoded: SPECIAL=1 recognises every added token */
     /* template tags, -1 when the tokenizer lacks one */
     int gmask, sop, system, user, assistant, think, end_think;
@@ -2108,13 +2108,11 @@ typedef struct {
 typedef struct { int *ids; int n, cap; } TokenList;
 
 static TextCodec codec_load(const char *model_dir, int special) {
-    static char path[4096];
-    snprintf(path, sizeof path, "%s/tokenizer.json", model_dir);
-    char err[1024];
     TextCodec tc;
     memset(&tc, 0, sizeof tc);
-    tc.path = path;
-    tc.tok = tok_load(path, err, sizeof err);
+    snprintf(tc.path, sizeof tc.path, "%s/tokenizer.json", model_dir);
+    char err[1024];
+    tc.tok = tok_load(tc.path, err, sizeof err);
     if (!tc.tok) die("cannot load the tokenizer (text modes need tokenizer.json in SNAP): %s", err);
     tc.text_mode = special ? TOK_SPECIAL_ALL : TOK_SPECIAL_NONE;
     tc.gmask = tok_id(tc.tok, "[gMASK]");
@@ -2453,7 +2451,7 @@ typedef struct {
     char *text;                    /* [text_cap] one token's text */
     size_t text_cap;
     /* totals for :stats */
-    int turns;
+    int replies;
     long long total_generated, total_forwards;
     double total_decode_seconds;
 } Dialog;
@@ -2562,7 +2560,7 @@ static void dialog_generate(Dialog *d, int limit, int keep_last, TurnStats *ts) 
     ts->decode_seconds += now_seconds() - t0;
     ts->stop = stop;
     d->can_continue = keep_last && (stop == STOP_LIMIT || stop == STOP_INTERRUPT);
-    d->turns++;
+    d->replies++;
     d->total_generated += n;
     d->total_forwards += ts->forwards;
     d->total_decode_seconds += ts->decode_seconds;
@@ -2630,14 +2628,55 @@ static void line_set(LineEditor *ed, const char *s) {
     ed->cursor = ed->len;
 }
 
-static int is_continuation(char c) { return ((unsigned char)c & 0xC0) == 0x80; }
-static size_t char_before(const LineEditor *ed, size_t i) { do i--; while (i > 0 && is_continuation(ed->buf[i])); return i; }
-static size_t char_after(const LineEditor *ed, size_t i) { do i++; while (i < ed->len && is_continuation(ed->buf[i])); return i; }
 
-/* Terminal columns of buf[a, b): one per character (wide CJK characters are counted as one). */
+/* Terminal columns of one character: 0 for combining marks, 2 for East Asian wide and fullwidth
+   characters and emoji, else 1 (a compact stand-in for wcwidth, which depends on the locale). */
+static int char_columns(uint32_t cp) {
+    static const uint32_t wide[][2] = {
+        { 0x1100, 0x115F }, { 0x2E80, 0x303E }, { 0x3041, 0x33FF }, { 0x3400, 0x4DBF }, { 0x4E00, 0x9FFF },
+        { 0xA000, 0xA4CF }, { 0xAC00, 0xD7A3 }, { 0xF900, 0xFAFF }, { 0xFE30, 0xFE4F }, { 0xFF00, 0xFF60 },
+        { 0xFFE0, 0xFFE6 }, { 0x1F300, 0x1F64F }, { 0x1F900, 0x1F9FF }, { 0x20000, 0x3FFFD },
+    };
+    if (cp >= 0x300 && tok_uni_category(cp) == TOK_CAT_M) return 0;
+    for (size_t i = 0; i < sizeof wide / sizeof wide[0]; i++)
+        if (cp >= wide[i][0] && cp <= wide[i][1]) return 2;
+    return 1;
+}
+
+static int is_continuation(char c) { return ((unsigned char)c & 0xC0) == 0x80; }
+
+/* A combining mark (no columns of its own) starts at byte i: it moves and deletes with its base. */
+static int combining_at(const LineEditor *ed, size_t i) {
+    uint32_t cp;
+    int status;
+    tok_utf8_next((const unsigned char *)ed->buf + i, ed->len - i, &cp, &status);
+    return char_columns(cp) == 0;
+}
+
+/* The start of the character (with its combining marks) before / after byte offset i. */
+static size_t char_before(const LineEditor *ed, size_t i) {
+    do {
+        do i--; while (i > 0 && is_continuation(ed->buf[i]));
+    } while (i > 0 && combining_at(ed, i));
+    return i;
+}
+
+static size_t char_after(const LineEditor *ed, size_t i) {
+    do {
+        do i++; while (i < ed->len && is_continuation(ed->buf[i]));
+    } while (i < ed->len && combining_at(ed, i));
+    return i;
+}
+
+/* Terminal columns of buf[a, b). */
 static int line_columns(const LineEditor *ed, size_t a, size_t b) {
     int cols = 0;
-    for (size_t i = a; i < b; i++) cols += !is_continuation(ed->buf[i]);
+    for (size_t i = a; i < b;) {
+        uint32_t cp;
+        int status;
+        i += tok_utf8_next((const unsigned char *)ed->buf + i, b - i, &cp, &status);
+        cols += char_columns(cp);
+    }
     return cols;
 }
 
@@ -2913,7 +2952,7 @@ static void chat_print_totals(const Dialog *d, const Settings *set, int think) {
     print_hit_rate(hit, sizeof hit, st->hits, st->misses);
     fprintf(stderr, "glm: context %d/%d tokens | %d replies, %lld tokens, decode %.2f tok/s | expert hit %s since start | "
                     "peak RSS %.2f GB | TEMP %g, NUCLEUS %g, SEED %llu | thinking %s\n",
-            d->pos, d->session->capacity, d->turns, d->total_generated,
+            d->pos, d->session->capacity, d->replies, d->total_generated,
             d->total_decode_seconds > 0 ? d->total_forwards / d->total_decode_seconds : 0.0, hit, peak_rss_gb(),
             set->temperature, set->top_p, (unsigned long long)set->seed, think ? "on" : "off");
 }

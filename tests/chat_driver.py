@@ -166,6 +166,16 @@ def session_a():
         g.command(b":reset\r", rb"conversation cleared")
         again, _ = g.turn(b"\x1b[A\x1b[A\r")        # up twice: past ":reset" to "Hello"
         check("chat: up-arrow history recalls an earlier line", again == first, "%r vs %r" % (again, first))
+        # the cursor is placed by columns: a CJK character takes two, a combining accent none
+        g.send(b"\xe4\xbd\xa0e\xcc\x81")                   # "你" + "e" + U+0301
+        g.wait_for("the edited line", lambda: g.out.endswith(b"\r> \xe4\xbd\xa0e\xcc\x81\x1b[K\r\x1b[5C"))
+        g.send(b"\x02\x02")                                   # Ctrl-B twice: before the "你"
+        g.wait_for("the cursor after the prompt", lambda: g.out.endswith(b"\x1b[K\r\x1b[2C"))
+        g.send(b"\x15")                                        # Ctrl-U: nothing left of the cursor to kill
+        g.wait_for("the line kept", lambda: g.out.endswith(b"\r> \xe4\xbd\xa0e\xcc\x81\x1b[K\r\x1b[2C"))
+        g.send(b"\x0b")                                        # Ctrl-K: kill to the end
+        g.wait_for("an empty line", g.at_prompt)
+        check("chat: line editor places the cursor by terminal columns (wide, combining) and Ctrl-B/U/K work", True)
         g.command(b":think off\r", rb"thinking off")
         g.command(b":reset\r", rb"conversation cleared")
         nothink, st = g.turn(b"Hello\r")
