@@ -209,7 +209,8 @@ def interrupted_turn(g, keys):
     """Sends a line, waits until the reply is streaming, presses Ctrl-C; returns the stats match."""
     mark, nstats = len(g.out), len(STATS.findall(g.err))
     g.send(keys)
-    g.wait_for("the answer to start", lambda: len(g.out) > mark + len(keys) + 80)
+    # answer bytes come after the Enter's "\r\n", i.e. after glm left raw mode: a Ctrl-C now is SIGINT
+    g.wait_for("the answer to start", lambda: b"\r\n" in g.out[mark:] and len(g.out) > g.out.index(b"\r\n", mark) + 80)
     g.send(b"\x03")                                     # Ctrl-C from the terminal: SIGINT
     g.wait_for("the interrupted turn's stats", lambda: len(STATS.findall(g.err)) > nstats and g.at_prompt())
     return list(STATS.finditer(g.err))[-1]
