@@ -6,8 +6,10 @@
    the threads the same way; the ratio kernel/read is the figure to quote (absolute GB/s move a lot
    on shared machines). Medians over REPS interleaved repetitions.
 
-   Usage: ./bench/kbench [--quick] [--threading]
+   Usage: ./bench/kbench [--quick] [--ffn | --l2 | --pfscan | --threading] [--prefetch BYTES]
      --quick      fewer repetitions and shapes (smoke test)
+     --ffn        only the expert FFN table      --l2   only the cache-resident GOP/s table
+     --pfscan     only the prefetch distance scan
      --threading  only the thread wake-up comparison
    Last line: "bench: int4-ffn-2t ratio=R" (the int4 expert FFN, S=1, 2 threads, vs the plain read;
    the lower of the per-row and group-64 variants). */
@@ -326,15 +328,36 @@ static void bench_threading(void) {
     qt_free(&t);
 }
 
+static void bench_l2_table(int quick, QtKernel best) {
+    /* Cache-resident compute rate: 256 x 2048 (int8 512 KB, int4 256 KB), S = 1 and S = 8. */
+    printf("\ncache-resident (256x2048 weights, L2), GOP/s (2 ops per multiply-add):\n");
+    printf("  %-10s %-7s %3s  %8s  %8s\n", "format", "kernel", "thr", "S=1", "S=8");
+    const struct { QtFormat f; int64_t g; const char *name; } l2_fmts[] = {
+        { QT_INT8_ROW, 0, "int8-row" }, { QT_INT4_ROW, 0, "int4-row" }, { QT_INT4_GROUP, 64, "int4-g64" }, { QT_INT2_ROW, 0, "int2-row" } };
+    const QtKernel all[] = { QT_KERNEL_SCALAR, QT_KERNEL_AVX2, QT_KERNEL_VNNI };
+    for (size_t fi = 0; fi < 4; fi++)
+        for (size_t ki = 0; ki < 3; ki++) {
+            if (!qt_kernel_supported(all[ki]) || (quick && all[ki] != best)) continue;
+            for (int th = 1; th <= 2; th++) {
+                double a = bench_l2(l2_fmts[fi].f, l2_fmts[fi].g, 256, 2048, 1, th, all[ki]);
+                double b = bench_l2(l2_fmts[fi].f, l2_fmts[fi].g, 256, 2048, 8, th, all[ki]);
+                printf("  %-10s %-7s %3d  %8.1f  %8.1f\n", l2_fmts[fi].name, qt_kernel_name(all[ki]), th, a, b);
+                fflush(stdout);
+            }
+        }
+
+}
+
 int main(int argc, char **argv) {
-    int quick = 0, threading_only = 0, ffn_only = 0, pfscan = 0, prefetch = 1024;
+    int quick = 0, threading_only = 0, ffn_only = 0, pfscan = 0, l2_only = 0, prefetch = 1024;
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--quick")) quick = 1;
         else if (!strcmp(argv[i], "--threading")) threading_only = 1;
         else if (!strcmp(argv[i], "--ffn")) ffn_only = 1;
         else if (!strcmp(argv[i], "--pfscan")) pfscan = 1;
+        else if (!strcmp(argv[i], "--l2")) l2_only = 1;
         else if (!strcmp(argv[i], "--prefetch") && i + 1 < argc) prefetch = atoi(argv[++i]);
-        else { fprintf(stderr, "kbench: unknown argument %s (use --quick, --ffn, --threading, --prefetch BYTES)\n", argv[i]); return 2; }
+        else { fprintf(stderr, "kbench: unknown argument %s (use --quick, --ffn, --l2, --pfscan, --threading, --prefetch BYTES)\n", argv[i]); return 2; }
     }
     qt_set_prefetch(prefetch);
     if (quick) REPS = 3;
@@ -343,6 +366,7 @@ int main(int argc, char **argv) {
            qt_kernel_supported(QT_KERNEL_AVX2) ? "yes" : "no", qt_kernel_supported(QT_KERNEL_VNNI) ? "yes" : "no",
            prefetch, omp_get_max_threads());
     if (threading_only) { REPS = 5; bench_threading(); return 0; }
+    if (l2_only) { bench_l2_table(quick, best); return 0; }
 
     scale_pool_n = (size_t)MAXE * (2 * FFN * (HID / 32) + HID * (FFN / 32)) + 4096;
     if (scale_pool_n < (1u << 26)) scale_pool_n = 1u << 26;   /* 256 MB of scales covers every dense case */
@@ -401,20 +425,7 @@ int main(int argc, char **argv) {
             }
         }
 
-    /* Cache-resident compute rate: 256 x 2048 (int8 512 KB, int4 256 KB), S = 1 and S = 8. */
-    printf("\ncache-resident (256x2048 weights, L2), GOP/s (2 ops per multiply-add):\n");
-    printf("  %-10s %-7s %3s  %8s  %8s\n", "format", "kernel", "thr", "S=1", "S=8");
-    const QtKernel all[] = { QT_KERNEL_SCALAR, QT_KERNEL_AVX2, QT_KERNEL_VNNI };
-    for (size_t fi = 0; fi < 4; fi++)
-        for (size_t ki = 0; ki < 3; ki++) {
-            if (!qt_kernel_supported(all[ki]) || (quick && all[ki] != best)) continue;
-            for (int th = 1; th <= 2; th++) {
-                double a = bench_l2(dense_fmts[fi].f, dense_fmts[fi].g, 256, 2048, 1, th, all[ki]);
-                double b = bench_l2(dense_fmts[fi].f, dense_fmts[fi].g, 256, 2048, 8, th, all[ki]);
-                printf("  %-10s %-7s %3d  %8.1f  %8.1f\n", dense_fmts[fi].name, qt_kernel_name(all[ki]), th, a, b);
-                fflush(stdout);
-            }
-        }
+    bench_l2_table(quick, best);
 
     if (!quick) bench_threading();
     printf("\nbench: int4-ffn-2t ratio=%.3f\n", ffn_ratio_2t);
