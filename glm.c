@@ -812,6 +812,7 @@ typedef struct {
     float *chosen_w;
     int nthreads;
     double bytes;            /* what session_init allocated */
+    struct { double attention, indexer, dense_mlp, moe, lm_head; long long forwards, positions; } profile;   /* seconds */
 } Session;
 
 /* Interleaved RoPE (§3.3): pairs (2j, 2j+1); angle is one fp32 product, rounded, then cos/sin. */
@@ -857,11 +858,27 @@ typedef struct {
 /* DSA top-k for one query (§4.4): value descending, smaller position first on ties. */
 typedef struct { float v; int j; } ScoredKey;
 
-static int scored_key_cmp(const void *a, const void *b) {
-    const ScoredKey *x = a, *y = b;
-    if (x->v > y->v) return -1;
-    if (x->v < y->v) return 1;
-    return x->j - y->j;
+/* Strict total order of the selection: higher score first, then the smaller position. */
+static int scored_key_before(ScoredKey a, ScoredKey b) { return a.v > b.v || (a.v == b.v && a.j < b.j); }
+
+/* Moves the `keep` best keys (in that order) to the front of sk[0..n), in expected O(n): a
+   quickselect. The order is total, so the chosen set is unique whatever the pivots. */
+static void select_top_keys(ScoredKey *sk, int n, int keep) {
+    int lo = 0, hi = n - 1;
+    uint64_t rng = 0x9E3779B97F4A7C15ull;
+    while (lo < hi) {
+        rng ^= rng << 13; rng ^= rng >> 7; rng ^= rng << 17;
+        ScoredKey pivot = sk[lo + (int)(rng % (uint64_t)(hi - lo + 1))];
+        int i = lo, j = hi;
+        while (i <= j) {
+            while (scored_key_before(sk[i], pivot)) i++;
+            while (scored_key_before(pivot, sk[j])) j--;
+            if (i <= j) { ScoredKey t = sk[i]; sk[i] = sk[j]; sk[j] = t; i++; j--; }
+        }
+        if (keep - 1 <= j) hi = j;
+        else if (keep - 1 >= i) lo = i;
+        else break;
+    }
 }
 
 static int int_cmp(const void *a, const void *b) { return *(const int *)a - *(const int *)b; }
@@ -915,7 +932,7 @@ static void indexer_select(AttentionCall *ac, const float *xn, const float *qr, 
             sk[j].j = j;
         }
         int keep = ncand < K ? ncand : K;
-        qsort(sk, (size_t)ncand, sizeof *sk, scored_key_cmp);
+        select_top_keys(sk, ncand, keep);
         int *sel = s->selection + (size_t)r * K;
         for (int t = 0; t < keep; t++) sel[t] = sk[t].j;
         qsort(sel, (size_t)keep, sizeof(int), int_cmp);   /* ascending: sequential cache reads */
@@ -958,7 +975,11 @@ static void attention(AttentionCall *ac, const float *xn, int S, int pos0, float
         for (int h = 0; h < nh; h++) rope_apply(qrow + (size_t)h * dqk + dn, &rr, half);
     }
     /* DSA: full layers compute a fresh selection; shared layers keep the last one (§4.6) */
-    if (L->has_indexer) indexer_select(ac, xn, s->qr, S, pos0);
+    if (L->has_indexer) {
+        double t0 = now_seconds();
+        indexer_select(ac, xn, s->qr, S, pos0);
+        s->profile.indexer += now_seconds() - t0;
+    }
 
     const float scale = 1.0f / sqrtf((float)dqk);
     const int T = pos0 + S;   /* keys that exist after this call */
@@ -1868,11 +1889,15 @@ static void layer_forward(Model *m, Session *s, const ForwardOptions *opt, int l
     AttentionCall ac = { c, L, s, l, m->inv_freq, opt->latent_eps, 1, opt->indexer_mode };
     /* auto: absorbed for small batches (decode, verification), explicit K/V for prefill */
     ac.absorb = opt->absorb >= 0 ? opt->absorb : S < 16;
+    double t0 = now_seconds();
     attention(&ac, s->xn, S, pos0, s->attn_out);
+    double t1 = now_seconds();
+    s->profile.attention += t1 - t0;
     vec_add(s->x, s->attn_out, S * H);
     for (int r = 0; r < S; r++) rmsnorm(s->xn + (size_t)r * H, s->x + (size_t)r * H, L->post_attn_norm, H, c->rms_eps);
     if (L->dense) ffn_swiglu(&L->mlp, s->xn, S, s->ffn_out, s->ffn_h1, s->ffn_h2);
     else moe_forward(c, L, l, &m->experts, s, s->xn, S, s->ffn_out);
+    *(L->dense ? &s->profile.dense_mlp : &s->profile.moe) += now_seconds() - t1;
     vec_add(s->x, s->ffn_out, S * H);
 }
 
@@ -1896,9 +1921,13 @@ static void model_forward(Model *m, Session *s, const ForwardOptions *opt, const
     for (int l = 0; l < c->n_layers; l++) layer_forward(m, s, opt, l, S, pos0);
     for (int r = 0; r < S; r++) rmsnorm(hidden_out + (size_t)r * H, s->x + (size_t)r * H, m->final_norm, H, c->rms_eps);
     if (logits) {
+        double t0 = now_seconds();
         if (last_only) matmul(logits, &m->lm_head, hidden_out + (size_t)(S - 1) * H, 1);
         else matmul(logits, &m->lm_head, hidden_out, S);
+        s->profile.lm_head += now_seconds() - t0;
     }
+    s->profile.forwards++;
+    s->profile.positions += S;
 }
 
 /* The MTP head over S slots (§6.1): slot q takes the token at q+1 and the main model's
@@ -3130,6 +3159,15 @@ static void plan_expert_cache(Model *m, const Session *s, const Settings *set) {
 }
 
 /* One line of expert-streaming statistics. */
+/* PROFILE=1: where the time of the forward passes went. */
+static void print_profile(const Session *s, const ExpertStore *st) {
+    const double moe_other = s->profile.moe - st->wait_seconds - st->compute_seconds;
+    fprintf(stderr, "PROFILE: %lld forwards, %lld positions | attention %.3f s (indexer %.3f s) | dense MLP %.3f s | "
+                    "MoE %.3f s = routed experts %.3f s + disk wait %.3f s + router/shared/combine %.3f s | lm_head %.3f s\n",
+            s->profile.forwards, s->profile.positions, s->profile.attention, s->profile.indexer, s->profile.dense_mlp,
+            s->profile.moe, st->compute_seconds, st->wait_seconds, moe_other, s->profile.lm_head);
+}
+
 static void print_expert_stats(const ExpertStore *st, double seconds) {
     long long total = st->hits + st->misses;
     fprintf(stderr, "glm: experts: %lld hits, %lld misses (hit %.1f%%), read %.1f MB in %.3f s (%.2f GB/s while reading), "
@@ -3181,7 +3219,8 @@ static ForwardOptions engine_start(const Settings *set, Model *model, Session *s
     return opt;
 }
 
-static void engine_stop(const Settings *set, Model *model) {
+static void engine_stop(const Settings *set, Model *model, const Session *session) {
+    if (set->profile) print_profile(session, &model->experts);
     if (set->stats_path[0]) write_route_stats(&model->experts, set->stats_path);
     expert_store_stop(&model->experts);
 }
@@ -3210,7 +3249,7 @@ static int run_validation(const Settings *set) {
     else failed = run_greedy(&model, &session, &opt, &ref, ngen);
     print_expert_stats(&model.experts, now_seconds() - t0);
     fprintf(stderr, "glm: peak RSS %.2f GB\n", peak_rss_gb());
-    engine_stop(set, &model);
+    engine_stop(set, &model, &session);
     return failed ? 3 : 0;
 }
 
@@ -3252,7 +3291,7 @@ static int run_text(Settings set) {
     Dialog dialog;
     dialog_init(&dialog, &model, &session, &opt, &tc, &set);
     int rc = set.mode == MODE_PROMPT ? run_prompt(&set, &dialog, &prompt) : run_chat(&set, &dialog);
-    engine_stop(&set, &model);
+    engine_stop(&set, &model, &session);
     free(prompt.ids);
     return rc;
 }
