@@ -1035,7 +1035,7 @@ static void attention(AttentionCall *ac, const float *xn, int S, int pos0, float
                         for (int u = 0; u < kvl; u++) z[u] += p * cj[u];
                     }
                     QTensor wuv = qt_row_view(&L->kv_b, (int64_t)h * (dn + dv) + dn, dv);
-                    qt_matmul(&wuv, z, o, 1, 0);
+                    qt_matmul(&wuv, z, o, 1, g_integer_dot);   /* nested: runs on this thread */
                 } else {
                     const size_t stride = (size_t)nh * (dn + dv);
                     for (int t = 0; t < n; t++) {
