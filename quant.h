@@ -998,27 +998,99 @@ static int64_t qt_rows_per_chunk(const QTensor *w, int S) {
 
 /* Exact float path: each row dequantized once (into per-thread scratch), then qt_dot_f32 with
    each of the S activation rows. */
-static _Thread_local float *qt_rowbuf;
-static _Thread_local int8_t *qt_codebuf;
+static _Thread_local float *qt_rowbuf;   /* 4 dequantized rows */
 static _Thread_local int64_t qt_rowbuf_n;
+
+/* Four dot products at once, each with exactly qt_dot_f32's operations and order (the same 16
+   lanes, the same tail and the same final tree), so each result equals qt_dot_f32(a[j], b, n) bit
+   for bit; four independent chains instead of one hide the float add latency. */
+static void qt_dot_f32_4(const float *const *a, const float *b, int64_t n, float *out) {
+    const float *restrict a0 = a[0], *restrict a1 = a[1], *restrict a2 = a[2], *restrict a3 = a[3];
+    float c0[16] = { 0 }, c1[16] = { 0 }, c2[16] = { 0 }, c3[16] = { 0 };
+    int64_t i = 0;
+    for (; i + 16 <= n; i += 16)
+        for (int k = 0; k < 16; k++) {
+            const float bk = b[i + k];
+            c0[k] += a0[i + k] * bk; c1[k] += a1[i + k] * bk;
+            c2[k] += a2[i + k] * bk; c3[k] += a3[i + k] * bk;
+        }
+    float *c[4] = { c0, c1, c2, c3 };
+    for (int j = 0; j < 4; j++) {
+        float *cj = c[j];
+        for (int64_t ii = i, k = 0; ii < n; ii++, k++) cj[k] += a[j][ii] * b[ii];
+        for (int k = 0; k < 8; k++) cj[k] += cj[k + 8];
+        for (int k = 0; k < 4; k++) cj[k] += cj[k + 4];
+        out[j] = (cj[0] + cj[2]) + (cj[1] + cj[3]);
+    }
+}
+
+/* out[i] = (float)q[i] · s[group of i], straight from the packed codes (the same values as
+   qt_unpack_codes + qt_dequant_codes, without the int8 detour). */
+static void qt_dequant_fast(const QTensor *t, int64_t row, float *out) {
+    const uint8_t *p = t->data + row * t->row_bytes;
+    const float *sc = t->scales + row * qt_groups_per_row(t);
+    const int64_t n = t->cols, g = t->group;
+    for (int64_t g0 = 0, gi = 0; g0 < n; g0 += g, gi++) {
+        const int64_t g1 = g0 + g < n ? g0 + g : n;
+        const float s = sc[gi];
+        int64_t i = g0;
+        switch (t->format) {
+        case QT_INT8_ROW:
+            for (; i < g1; i++) out[i] = (float)(int8_t)p[i] * s;
+            break;
+        case QT_INT4_ROW: case QT_INT4_GROUP: {
+            if (i & 1) { out[i] = (float)((p[i >> 1] >> 4) - 8) * s; i++; }
+            const uint8_t *pb = p + (i >> 1);
+            float *o = out + i;
+            const int64_t nb = (g1 - i) / 2;
+            for (int64_t b = 0; b < nb; b++) {
+                o[2 * b] = (float)((pb[b] & 0xF) - 8) * s;
+                o[2 * b + 1] = (float)((pb[b] >> 4) - 8) * s;
+            }
+            i += 2 * nb;
+            if (i < g1) out[i] = (float)((p[i >> 1] & 0xF) - 8) * s;
+            break;
+        }
+        case QT_INT2_ROW: {   /* per-row format: one group, i = 0 */
+            const int64_t nb = g1 / 4;
+            for (int64_t b = 0; b < nb; b++)
+                for (int k = 0; k < 4; k++) out[4 * b + k] = (float)(((p[b] >> (2 * k)) & 3) - 2) * s;
+            for (i = 4 * nb; i < g1; i++) out[i] = (float)(((p[i >> 2] >> (2 * (i & 3))) & 3) - 2) * s;
+            break;
+        }
+        case QT_F32: break;
+        }
+    }
+}
 
 static void qt_float_chunk(void *p, int64_t c) {
     const QtMatmulJob *j = p;
     const QTensor *w = j->w;
     const int64_t R = w->rows, C = w->cols;
     if (w->format != QT_F32 && qt_rowbuf_n < C) {
-        free(qt_rowbuf); free(qt_codebuf);
-        qt_rowbuf = malloc((size_t)C * sizeof(float));
-        qt_codebuf = malloc((size_t)C);
-        if (!qt_rowbuf || !qt_codebuf) { fprintf(stderr, "quant: out of memory for a row of %lld values\n", (long long)C); exit(1); }
+        free(qt_rowbuf);
+        qt_rowbuf = aligned_alloc(64, (size_t)qt_round_up(C, 16) * 4 * sizeof(float));
+        if (!qt_rowbuf) { fprintf(stderr, "quant: out of memory for a row of %lld values\n", (long long)C); exit(1); }
         qt_rowbuf_n = C;
     }
+    const int64_t stride = qt_round_up(C, 16);
     int64_t r0 = c * j->rows_per_chunk, r1 = r0 + j->rows_per_chunk < R ? r0 + j->rows_per_chunk : R;
-    for (int64_t r = r0; r < r1; r++) {
-        const float *wr;
-        if (w->format == QT_F32) wr = (const float *)(w->data + r * w->row_bytes);
-        else { qt_unpack_codes(w, r, qt_codebuf); qt_dequant_codes(w, r, qt_codebuf, qt_rowbuf); wr = qt_rowbuf; }
-        for (int s = 0; s < j->S; s++) j->y[(int64_t)s * R + r] = qt_dot_f32(wr, j->x + (int64_t)s * C, C);
+    for (int64_t r = r0; r < r1; r += 4) {
+        const int nr = r1 - r < 4 ? (int)(r1 - r) : 4;
+        const float *rows[4];
+        for (int k = 0; k < 4; k++) {
+            int64_t rr = r + (k < nr ? k : 0);   /* a short block repeats its first row */
+            if (w->format == QT_F32) rows[k] = (const float *)(w->data + rr * w->row_bytes);
+            else {
+                if (k < nr) qt_dequant_fast(w, rr, qt_rowbuf + k * stride);
+                rows[k] = qt_rowbuf + (k < nr ? k : 0) * stride;
+            }
+        }
+        for (int s = 0; s < j->S; s++) {
+            float out[4];
+            qt_dot_f32_4(rows, j->x + (int64_t)s * C, C, out);
+            for (int k = 0; k < nr; k++) j->y[(int64_t)s * R + r + k] = out[k];
+        }
     }
 }
 

@@ -323,12 +323,13 @@ static void test_int_close_to_float(void) {
 
 /* The float path: equals dequant + qt_dot_f32 exactly, independent of S and thread count. */
 static void test_float_path(void) {
-    const QtFormat fmts[] = { QT_F32, QT_INT8_ROW, QT_INT4_ROW, QT_INT4_GROUP, QT_INT2_ROW };
+    const QtFormat fmts[] = { QT_F32, QT_INT8_ROW, QT_INT4_ROW, QT_INT4_GROUP, QT_INT4_GROUP, QT_INT2_ROW };
+    const int64_t fgroups[] = { 0, 0, 0, 32, 7, 0 };   /* group 7: groups starting on odd inputs */
     const int64_t R = 11, C = 301;
     const int S = 4;
     for (size_t k = 0; k < sizeof fmts / sizeof fmts[0]; k++) {
         QTensor t;
-        qt_alloc(&t, fmts[k], 32, R, C);
+        qt_alloc(&t, fmts[k], fgroups[k], R, C);
         float *w = malloc(sizeof(float) * R * C);
         for (int64_t i = 0; i < R * C; i++) w[i] = rng_float();
         qt_quantize_rows(&t, 0, R, w);
@@ -347,7 +348,7 @@ static void test_float_path(void) {
         set_threads(2);
         if (fmts[k] == QT_F32) { qt_matmul(&t, x, y, S, 1); ok &= first_diff(want, y, (size_t)(S * R)) < 0; }
         char name[96];
-        snprintf(name, sizeof name, "float path == dequant + qt_dot_f32, batch and threads: %s", qt_format_name(fmts[k]));
+        snprintf(name, sizeof name, "float path == dequant + qt_dot_f32, batch and threads: %s group %lld", qt_format_name(fmts[k]), (long long)t.group);
         report(ok, name, "differs");
         free(w); free(x); free(y); free(y1); free(want); free(row);
         qt_free(&t);
