@@ -124,6 +124,7 @@ static const SettingSpec SETTINGS[] = {
     { "REPLAY",   SET_BOOL,  "0",    0, 1, "decode REF's full_ids one token at a time as fixed input (decode benchmark)" },
     { "STATS",    SET_STR,   "",     0, 0, "write per-(layer, expert) routing counts to this file at exit" },
     { "PROFILE",  SET_BOOL,  "0",    0, 1, "print where the time went (attention, experts, disk wait, lm_head)" },
+    { "KERNEL",   SET_STR,   "auto", 0, 0, "integer kernels: auto (best this CPU has), vnni, avx2 or scalar (all give identical results)" },
     /* text modes (section 10): need tokenizer.json in SNAP */
     { "PROMPT",   SET_STR,   "",     0, 0, "answer this user message: the reply streams to stdout, one stats line to stderr" },
     { "CHAT",     SET_INT,   "-1",  -1, 1, "terminal chat: 1 on, 0 off, -1 on when stdin is a terminal and no PROMPT, REF or TOKENIZE is set" },
@@ -151,6 +152,7 @@ typedef struct {
     int cache_slots_given;
     double ram_gb;
     int direct, drop, mmap_mode, replay, profile;
+    QtKernel kernel;
     const char *stats_path;
     /* text modes */
     RunMode mode;
@@ -277,6 +279,8 @@ static Settings settings_from_env(int argc, char **argv) {
     s.mmap_mode = (int)setting_number("MMAP");
     s.replay = (int)setting_number("REPLAY");
     s.profile = (int)setting_number("PROFILE");
+    if (qt_kernel_parse(setting_value("KERNEL"), &s.kernel)) die("KERNEL=%s: expected auto, vnni, avx2 or scalar", setting_value("KERNEL"));
+    if (s.kernel != QT_KERNEL_AUTO && !qt_kernel_supported(s.kernel)) die("KERNEL=%s: this CPU cannot run it", setting_value("KERNEL"));
     s.stats_path = setting_value("STATS");
     s.prompt_given = getenv("PROMPT") != NULL;
     s.prompt = setting_value("PROMPT");
@@ -2015,20 +2019,30 @@ static int compare_predictions(const char *what, const int *got, const int *expe
     return ok;
 }
 
+/* 64-bit FNV-1a over raw bytes: tests compare whole logit tensors bit for bit through it. */
+static uint64_t fnv1a(uint64_t h, const void *data, size_t n) {
+    const unsigned char *p = data;
+    for (size_t i = 0; i < n; i++) { h ^= p[i]; h *= 0x100000001b3ull; }
+    return h;
+}
+
 static int run_teacher_forcing(Model *m, Session *s, const ForwardOptions *opt, const Reference *ref, int with_mtp) {
     const Config *c = &m->c;
     const int N = ref->full.n, H = c->hidden, V = c->vocab, B = s->max_batch;
     float *hidden = xmalloc((size_t)N * H * sizeof(float));
     float *logits = xmalloc((size_t)B * V * sizeof(float));
     int *pred = xmalloc((size_t)N * sizeof(int));
+    uint64_t logits_hash = 0xcbf29ce484222325ull;
     double t0 = now_seconds();
     for (int p = 0; p < N; p += B) {
         int S = N - p < B ? N - p : B;
         model_forward(m, s, opt, ref->full.ids + p, S, p, hidden + (size_t)p * H, logits, 0);
         for (int r = 0; r < S; r++) pred[p + r] = argmax(logits + (size_t)r * V, V);
+        logits_hash = fnv1a(logits_hash, logits, (size_t)S * V * sizeof(float));
     }
     double dt = now_seconds() - t0;
     print_ids(stdout, "TF pred", pred, N);
+    printf("TF logits hash: %016llx\n", (unsigned long long)logits_hash);   /* bitwise identity checks */
     int failed = 0;
     if (ref->tf_pred.n) {
         if (ref->tf_pred.n != N) die("REF: tf_pred has %d entries, full_ids %d", ref->tf_pred.n, N);
@@ -3096,9 +3110,9 @@ static void print_configuration(const Settings *set, const Model *m, int capacit
                     "(groups %d/%d), indexer top-%d on %d full layers, rope theta %g%s\n",
             set->model_dir, c->n_layers, c->n_mtp, c->hidden, c->n_heads, c->vocab, c->n_experts, c->experts_per_tok,
             c->topk_group, c->n_group, c->index_topk, full, c->rope_theta, c->fused_experts ? ", fused experts" : "");
-    fprintf(stderr, "glm: settings: expert_bits %d, dense_bits %d, GROUP %d, IDOT %d, ABSORB %s, INDEXER %s, "
+    fprintf(stderr, "glm: settings: expert_bits %d, dense_bits %d, GROUP %d, IDOT %d (%s kernels), ABSORB %s, INDEXER %s, "
                     "BATCH %d, context %d, threads %d\n",
-            set->expert_bits, set->dense_bits, set->group, set->idot,
+            set->expert_bits, set->dense_bits, set->group, set->idot, qt_kernel_name(qt_get_kernel()),
             set->absorb < 0 ? "auto" : set->absorb ? "1" : "0", set->indexer_mode, set->batch, capacity,
 #ifdef _OPENMP
             omp_get_max_threads()
@@ -3302,6 +3316,7 @@ int main(int argc, char **argv) {
     if (set.threads) omp_set_num_threads(set.threads);
 #endif
     g_integer_dot = set.idot;
+    if (set.kernel != QT_KERNEL_AUTO) qt_set_kernel(set.kernel);
     switch (set.mode) {
     case MODE_TOKENIZE: return run_tokenize(&set);
     case MODE_TEMPLATE: return run_template_only(&set);
