@@ -58,7 +58,8 @@
 
    Threads: one OpenMP parallel region per call (the engine's team). Each thread streams its own
    contiguous range of rows and steals chunks (~64 KB of weights) from the others' ranges when it
-   runs out, so a thread descheduled by another process does not hold up the rest of the work.
+   runs out, so a thread descheduled by another process does not hold up the rest of the work;
+   after a call that still waited > 1 ms for such a thread, calls run single-threaded for a while.
    Thread count: qt_set_threads(n), default omp_get_max_threads() (OMP_NUM_THREADS). Calls from
    several threads at once are safe (per-thread scratch); a call from inside a parallel region
    runs on its caller's thread alone.
@@ -107,8 +108,11 @@ QtKernel qt_get_kernel(void);
 void qt_set_prefetch(int bytes);
 /* Threads for qt_matmul (0 = omp_get_max_threads(), i.e. OMP_NUM_THREADS). */
 void qt_set_threads(int n);
-/* Benchmark switch: 0 = plain static split of the rows, without work stealing (bench/README.md). */
+/* Benchmark switches: 0 = plain static split of the rows, without work stealing; 0 = no stall
+   guard (by default a matmul whose threads waited > 1 ms for a descheduled thread makes the
+   next ones run on the calling thread alone for 20 ms .. 0.5 s; bench/README.md). */
 void qt_set_stealing(int on);
+void qt_set_stall_guard(int on);
 
 #endif /* QUANT_H */
 
@@ -117,6 +121,7 @@ void qt_set_stealing(int on);
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #ifdef _OPENMP
 #include <omp.h>
 #endif
@@ -930,6 +935,36 @@ static int64_t qt_claim(QtRange *r, int from_front) {
     }
 }
 
+/* Stall guard. A parallel region ends when its last thread arrives; when another process holds a
+   core, that thread may be descheduled and each matmul then waits a scheduler slice (~4-10 ms,
+   measured: 0.1 GOP/s instead of 150 for a small matmul, and an expert FFN at 0.06 of the plain
+   read). The caller measures how long it waited for the others (before its share: libgomp's fork
+   waits for the threads to be back from the previous region; after it: the join); a
+   wait over 1 ms means a descheduled thread (a late wake-up costs tens of µs), and the next
+   matmuls run on the caller alone for a while: 20 ms, doubling on each stall in a row up to 0.5 s,
+   back to 20 ms after a parallel call without a stall. Results never depend on it. */
+static _Atomic int64_t qt_solo_until_ns, qt_solo_backoff_ns;
+static int qt_stall_guard = 1;
+void qt_set_stall_guard(int on) { qt_stall_guard = on; }
+
+static int64_t qt_now_ns(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
+}
+
+static void qt_note_wait(int64_t waited_ns, int64_t now) {
+    const int64_t lo = 20000000, hi = 500000000;
+    int64_t b = atomic_load_explicit(&qt_solo_backoff_ns, memory_order_relaxed);
+    if (waited_ns > 1000000) {
+        b = b < lo ? lo : b * 2 > hi ? hi : b * 2;
+        atomic_store_explicit(&qt_solo_backoff_ns, b, memory_order_relaxed);
+        atomic_store_explicit(&qt_solo_until_ns, now + b, memory_order_relaxed);
+    } else if (b > lo) {
+        atomic_store_explicit(&qt_solo_backoff_ns, lo, memory_order_relaxed);
+    }
+}
+
 /* Run fn(arg, c) for every c < nchunks, on up to qt_thread_count() threads. */
 static void qt_parallel_chunks(QtChunkFn fn, void *arg, int64_t nchunks) {
     if (nchunks <= 0) return;
@@ -939,10 +974,16 @@ static void qt_parallel_chunks(QtChunkFn fn, void *arg, int64_t nchunks) {
 #ifdef _OPENMP
     nested = omp_in_parallel();
 #endif
-    if (threads <= 1 || nested || nchunks > QT_MAX_CHUNKS) {
+    int solo = 0;
+    if (threads > 1 && qt_stall_guard)
+        solo = qt_now_ns() < atomic_load_explicit(&qt_solo_until_ns, memory_order_relaxed);
+    if (threads <= 1 || nested || solo || nchunks > QT_MAX_CHUNKS) {
         for (int64_t c = 0; c < nchunks; c++) fn(arg, c);
         return;
     }
+    /* libgomp's caller can wait at both ends: at the start until the other threads are back in
+       the pool from the previous region, at the end until they finish */
+    int64_t caller_start = 0, caller_done = 0, before = qt_stall_guard ? qt_now_ns() : 0;
     if (qt_no_steal) {
         #pragma omp parallel num_threads(threads)
         {
@@ -950,23 +991,31 @@ static void qt_parallel_chunks(QtChunkFn fn, void *arg, int64_t nchunks) {
 #ifdef _OPENMP
             t = omp_get_thread_num(); nt = omp_get_num_threads();
 #endif
+            if (t == 0 && qt_stall_guard) caller_start = qt_now_ns();
             for (int64_t c = nchunks * t / nt; c < nchunks * (t + 1) / nt; c++) fn(arg, c);
+            if (t == 0 && qt_stall_guard) caller_done = qt_now_ns();
         }
-        return;
-    }
-    QtRange ranges[QT_MAX_THREADS];
-    for (int t = 0; t < threads; t++)
-        atomic_init(&ranges[t].word, (uint64_t)(nchunks * t / threads) << 32 | (uint64_t)(nchunks * (t + 1) / threads));
-    #pragma omp parallel num_threads(threads)
-    {
-        int t = 0;
+    } else {
+        QtRange ranges[QT_MAX_THREADS];
+        for (int t = 0; t < threads; t++)
+            atomic_init(&ranges[t].word, (uint64_t)(nchunks * t / threads) << 32 | (uint64_t)(nchunks * (t + 1) / threads));
+        #pragma omp parallel num_threads(threads)
+        {
+            int t = 0;
 #ifdef _OPENMP
-        t = omp_get_thread_num();
+            t = omp_get_thread_num();
 #endif
-        int64_t c;
-        while ((c = qt_claim(&ranges[t], 1)) >= 0) fn(arg, c);
-        for (int k = 1; k < threads; k++)
-            while ((c = qt_claim(&ranges[(t + k) % threads], 0)) >= 0) fn(arg, c);
+            if (t == 0 && qt_stall_guard) caller_start = qt_now_ns();
+            int64_t c;
+            while ((c = qt_claim(&ranges[t], 1)) >= 0) fn(arg, c);
+            for (int k = 1; k < threads; k++)
+                while ((c = qt_claim(&ranges[(t + k) % threads], 0)) >= 0) fn(arg, c);
+            if (t == 0 && qt_stall_guard) caller_done = qt_now_ns();
+        }
+    }
+    if (qt_stall_guard) {
+        int64_t now = qt_now_ns();
+        qt_note_wait((caller_start - before) + (now - caller_done), now);
     }
 }
 
