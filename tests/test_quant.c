@@ -159,7 +159,7 @@ static int n_simd;
 
 static void fill_weights(QTensor *t, int mode) {
     /* mode 0: quantized random floats; 1: raw random bytes (every code, incl. int8 -128, int4 -8,
-       int2 -2); 2: all bytes 0x80 / 0x00 (the most negative code); 3: all 0xFF; 4: zero rows mixed in. */
+       int2 -2); 2: every code the most negative one; 3: every code the most positive one; 4: zero rows mixed in. */
     const int64_t R = t->rows, C = t->cols, G = qt_groups_per_row(t);
     if (mode == 0 || mode == 4) {
         float *w = malloc(sizeof(float) * C);
@@ -170,9 +170,10 @@ static void fill_weights(QTensor *t, int mode) {
         free(w);
         return;
     }
-    uint8_t fill = t->format == QT_INT8_ROW ? 0x80 : 0x00;
+    const int i8 = t->format == QT_INT8_ROW;
+    const uint8_t lowest = i8 ? 0x80 : 0x00, highest = i8 ? 0x7F : 0xFF;   /* int8 -128 / 127; int4 -8 / 7; int2 -2 / 1 */
     for (int64_t i = 0; i < R * t->row_bytes; i++)
-        t->data[i] = mode == 1 ? (uint8_t)rng_next() : mode == 2 ? fill : 0xFF;
+        t->data[i] = mode == 1 ? (uint8_t)rng_next() : mode == 2 ? lowest : highest;
     for (int64_t i = 0; i < R * G; i++) t->scales[i] = 0.001f + 0.01f * (float)(rng_next() % 1000) / 1000.0f;
 }
 
