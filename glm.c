@@ -1097,6 +1097,7 @@ typedef struct {
     QtFormat format[3];
     int64_t group[3];
     int data_adjacent, scales_adjacent;   /* one read for all three payloads / scales */
+    int whole_adjacent;                   /* payloads then scales back to back: one read for all */
 } ExpertSource;
 
 typedef struct {
@@ -1225,6 +1226,8 @@ static void expert_sources_init(ExpertStore *st, Loader *ld) {
                                      d[0]->offset + d[0]->nbytes == d[1]->offset && d[1]->offset + d[1]->nbytes == d[2]->offset;
                 src->scales_adjacent = q[0] && q[1] && q[2] && q[0]->file == q[1]->file && q[1]->file == q[2]->file &&
                                        q[0]->offset + q[0]->nbytes == q[1]->offset && q[1]->offset + q[1]->nbytes == q[2]->offset;
+                src->whole_adjacent = src->data_adjacent && src->scales_adjacent && q[0]->file == d[0]->file &&
+                                      q[0]->offset == d[2]->offset + d[2]->nbytes;
             }
         }
     }
@@ -1246,7 +1249,7 @@ static void expert_slot_sizes(ExpertStore *st, size_t *slab, size_t *scales) {
             const ExpertSource *src = &st->sources[(size_t)l * E + e];
             size_t data = 0, sc = 0;
             for (int k = 0; k < 3; k++) {
-                if (src->scales[k]) { data += src->data[k]->nbytes; sc += src->scales[k]->nbytes; }
+                if (src->scales[k]) { data += src->data[k]->nbytes + src->scales[k]->nbytes; sc += src->scales[k]->nbytes; }
                 else {
                     QtFormat f = src->format[k];
                     int64_t g = f == QT_INT4_GROUP ? src->group[k] : src->cols[k];
@@ -1258,7 +1261,8 @@ static void expert_slot_sizes(ExpertStore *st, size_t *slab, size_t *scales) {
             if (sc > max_scales) max_scales = sc;
         }
     }
-    *slab = st->io_mode == IO_MMAP ? 0 : max_slab + 2 * DIRECT_ALIGN;
+    /* room for O_DIRECT alignment slack around each of up to four reads */
+    *slab = st->io_mode == IO_MMAP ? 0 : max_slab + 8 * DIRECT_ALIGN;
     *scales = max_scales;
 }
 
@@ -1359,7 +1363,22 @@ static int expert_load(ExpertStore *st, int layer, int e, ExpertSlot *slot) {
     } else {
         uint8_t *base[3];
         float *sbase[3];
-        if (src->data_adjacent) {
+        if (src->whole_adjacent) {
+            /* the converter's layout: gate, up, down payloads, then their scales: ONE read */
+            const StTensor *d0 = src->data[0], *q2 = src->scales[2];
+            uint64_t span = q2->offset + q2->nbytes - d0->offset;
+            uint8_t *p = expert_read_span(st, d0->file, d0->offset, span, slot->slab, st->slab_bytes, err, err_len);
+            if (!p) return -1;
+            for (int k = 0; k < 3; k++) {
+                base[k] = p + (src->data[k]->offset - d0->offset);
+                sbase[k] = (float *)(p + (src->scales[k]->offset - d0->offset));
+            }
+            if ((uintptr_t)sbase[0] % sizeof(float)) {   /* odd offsets: give the scales an aligned home */
+                memcpy(slot->scale_buf, sbase[0], (size_t)(q2->offset + q2->nbytes - src->scales[0]->offset));
+                for (int k = 2; k >= 0; k--) sbase[k] = slot->scale_buf + (src->scales[k]->offset - src->scales[0]->offset) / sizeof(float);
+            }
+            bytes += span;
+        } else if (src->data_adjacent) {
             const StTensor *d0 = src->data[0];
             uint64_t span = src->data[2]->offset + src->data[2]->nbytes - d0->offset;
             uint8_t *p = expert_read_span(st, d0->file, d0->offset, span, slot->slab, st->slab_bytes, err, err_len);
@@ -1377,9 +1396,9 @@ static int expert_load(ExpertStore *st, int layer, int e, ExpertSlot *slot) {
                 bytes += d->nbytes;
             }
         }
-        /* scales: small, always buffered */
+        /* scales of a conversion that did not put them right after the payloads: buffered */
         size_t used = 0;
-        for (int k = 0; k < 3; k++) {
+        for (int k = 0; k < 3 && !src->whole_adjacent; k++) {
             const StTensor *q = src->scales[k];
             if (k > 0 && src->scales_adjacent) { sbase[k] = sbase[0] + (q->offset - src->scales[0]->offset) / sizeof(float); continue; }
             uint64_t n = src->scales_adjacent ? src->scales[2]->offset + src->scales[2]->nbytes - q->offset : q->nbytes;

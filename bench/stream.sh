@@ -20,7 +20,7 @@ case $MODE in
   pread)  IOMODE=buffered-cold; ENVMODE="" ;;
   *) echo "MODE must be direct or pread"; exit 1 ;;
 esac
-field() { sed -nE "s/.*$1.*/\\1/p" <<<"$2" | head -1; }
+field() { sed -nE "s|.*$1.*|\\1|p" <<<"$2" | head -1; }
 echo "bench: model $MODEL, RAM_GB=$RAM, mode $MODE, $(nproc) cores, $(date -u +%FT%TZ)"
 
 run_decode() {   # $1 = cold|warm
@@ -41,7 +41,7 @@ for phase in cold warm; do
   wait=$(field 'waited on disk ([0-9.]+) s.*' "$stats"); comp=$(field 'expert compute ([0-9.]+) s.*' "$stats")
   awk -v n="$n" -v t="$secs" -v mb="$mb" -v rs="$rsecs" -v io="$io_rate" -v w="$wait" -v c="$comp" -v ph="$phase" 'BEGIN {
     reading = rs > 0 ? mb / 1000 / rs : 0; overall = t > 0 ? mb / 1000 / t : 0;
-    printf "%s: expert reads %.2f GB/s while reading = %.2f of iobench %s GB/s; %.2f GB/s over the whole decode = %.2f of iobench\n", ph, reading, io > 0 ? reading / io : 0, io, overall, io > 0 ? overall / io : 0;
+    printf "%s: expert reads %.2f GB/s while reading = %.2f of iobench %s GB/s; %.2f GB/s over the whole decode = %.2f of iobench\n", ph, reading, (io > 0 ? reading / io : 0), io, overall, (io > 0 ? overall / io : 0);
     per_tok = t / n; moe_layer = (w + c) / n / 3; rest = per_tok - 3 * moe_layer;
     printf "%s: EXTRAPOLATION to GLM-5.2 (75 MoE + 3 dense layers, same hit rate and disk): %.2f s/token (%.3f tok/s) = 75 x %.3f s per MoE layer + 78/4 x %.3f s of the rest\n", ph, 75 * moe_layer + 78 / 4 * rest, 1 / (75 * moe_layer + 78 / 4 * rest), moe_layer, rest;
   }'
