@@ -391,6 +391,21 @@ static int config_bool(ConfigReader *r, const char *key, int fallback) {
     return b;
 }
 
+/* A per-layer list of two words (mlp_layer_types, indexer_types) → flags[l] = (word == yes).
+   Returns 0 when the key is absent. */
+static int config_layer_flags(ConfigReader *r, const char *key, const char *yes, const char *no, unsigned char *flags, int n) {
+    const JsonValue *v = config_field(r, key);
+    if (!v || json_type(v) == JSON_NULL) return 0;
+    if (json_type(v) != JSON_ARRAY || (int)json_len(v) != n) die("%s: %s must be a list of %d strings", r->path, key, n);
+    for (int l = 0; l < n; l++) {
+        const char *t = json_str(json_at(v, (size_t)l), NULL);
+        if (t && !strcmp(t, yes)) flags[l] = 1;
+        else if (t && !strcmp(t, no)) flags[l] = 0;
+        else die("%s: %s[%d] must be \"%s\" or \"%s\"", r->path, key, l, yes, no);
+    }
+    return 1;
+}
+
 static void config_eos(Config *c, const JsonValue *v, const char *path) {
     if (!v) return;
     int64_t id;
@@ -507,32 +522,13 @@ static Config config_load(const char *dir) {
     c.layer_dense = xcalloc((size_t)nl, 1);
     c.layer_indexer = xcalloc((size_t)nl, 1);
     int first_dense = config_int(&r, "first_k_dense_replace", 3, 0, 0, c.n_layers);
-    const JsonValue *mlt = config_field(&r, "mlp_layer_types");
-    if (mlt && json_type(mlt) != JSON_NULL) {
-        if (json_type(mlt) != JSON_ARRAY || (int)json_len(mlt) != c.n_layers)
-            die("%s: mlp_layer_types must be a list of %d strings", path, c.n_layers);
-        for (int l = 0; l < c.n_layers; l++) {
-            const char *t = json_str(json_at(mlt, (size_t)l), NULL);
-            if (t && !strcmp(t, "dense")) c.layer_dense[l] = 1;
-            else if (t && !strcmp(t, "sparse")) c.layer_dense[l] = 0;
-            else die("%s: mlp_layer_types[%d] must be \"dense\" or \"sparse\"", path, l);
-        }
-    } else {
+    if (!config_layer_flags(&r, "mlp_layer_types", "dense", "sparse", c.layer_dense, c.n_layers))
         for (int l = 0; l < c.n_layers; l++) c.layer_dense[l] = l < first_dense;
-    }
 
     /* IndexShare schedule (§4.6): indexer_types > index_topk_pattern > the HF formula. */
-    const JsonValue *it = config_field(&r, "indexer_types");
     const char *pattern = config_string(&r, "index_topk_pattern");
-    if (it && json_type(it) != JSON_NULL) {
-        if (json_type(it) != JSON_ARRAY || (int)json_len(it) != c.n_layers)
-            die("%s: indexer_types must be a list of %d strings", path, c.n_layers);
-        for (int l = 0; l < c.n_layers; l++) {
-            const char *t = json_str(json_at(it, (size_t)l), NULL);
-            if (t && !strcmp(t, "full")) c.layer_indexer[l] = 1;
-            else if (t && !strcmp(t, "shared")) c.layer_indexer[l] = 0;
-            else die("%s: indexer_types[%d] must be \"full\" or \"shared\"", path, l);
-        }
+    if (config_layer_flags(&r, "indexer_types", "full", "shared", c.layer_indexer, c.n_layers)) {
+        /* the explicit list wins */
     } else if (pattern) {
         if ((int)strlen(pattern) != c.n_layers) die("%s: index_topk_pattern must have %d characters", path, c.n_layers);
         for (int l = 0; l < c.n_layers; l++) {
