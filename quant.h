@@ -59,7 +59,7 @@
    Threads: one OpenMP parallel region per call (the engine's team). Each thread streams its own
    contiguous range of rows and steals chunks (~64 KB of weights) from the others' ranges when it
    runs out, so a thread descheduled by another process does not hold up the rest of the work;
-   after a call that still waited > 1 ms for such a thread, calls run single-threaded for a while.
+   after a call that still waited > 2 ms for such a thread, calls run single-threaded for a while.
    Thread count: qt_set_threads(n), default omp_get_max_threads() (OMP_NUM_THREADS). Calls from
    several threads at once are safe (per-thread scratch); a call from inside a parallel region
    runs on its caller's thread alone.
@@ -109,8 +109,8 @@ void qt_set_prefetch(int bytes);
 /* Threads for qt_matmul (0 = omp_get_max_threads(), i.e. OMP_NUM_THREADS). */
 void qt_set_threads(int n);
 /* Benchmark switches: 0 = plain static split of the rows, without work stealing; 0 = no stall
-   guard (by default a matmul whose threads waited > 1 ms for a descheduled thread makes the
-   next ones run on the calling thread alone for 20 ms .. 0.5 s; bench/README.md). */
+   guard (by default a matmul whose threads waited > 2 ms for a descheduled thread makes the
+   next ones run on the calling thread alone for 10 .. 100 ms; bench/README.md). */
 void qt_set_stealing(int on);
 void qt_set_stall_guard(int on);
 
@@ -940,9 +940,9 @@ static int64_t qt_claim(QtRange *r, int from_front) {
    measured: 0.1 GOP/s instead of 150 for a small matmul, and an expert FFN at 0.06 of the plain
    read). The caller measures how long it waited for the others (before its share: libgomp's fork
    waits for the threads to be back from the previous region; after it: the join); a
-   wait over 1 ms means a descheduled thread (a late wake-up costs tens of µs), and the next
-   matmuls run on the caller alone for a while: 20 ms, doubling on each stall in a row up to 0.5 s,
-   back to 20 ms after a parallel call without a stall. Results never depend on it. */
+   wait over 2 ms means a descheduled thread (a late wake-up costs tens of µs), and the next
+   matmuls run on the caller alone for a while: 10 ms, doubling on each stall in a row up to
+   100 ms, back to 10 ms after a parallel call without a stall. Results never depend on it. */
 static _Atomic int64_t qt_solo_until_ns, qt_solo_backoff_ns;
 static int qt_stall_guard = 1;
 void qt_set_stall_guard(int on) { qt_stall_guard = on; }
@@ -954,9 +954,9 @@ static int64_t qt_now_ns(void) {
 }
 
 static void qt_note_wait(int64_t waited_ns, int64_t now) {
-    const int64_t lo = 20000000, hi = 500000000;
+    const int64_t lo = 10000000, hi = 100000000;
     int64_t b = atomic_load_explicit(&qt_solo_backoff_ns, memory_order_relaxed);
-    if (waited_ns > 1000000) {
+    if (waited_ns > 2000000) {
         b = b < lo ? lo : b * 2 > hi ? hi : b * 2;
         atomic_store_explicit(&qt_solo_backoff_ns, b, memory_order_relaxed);
         atomic_store_explicit(&qt_solo_until_ns, now + b, memory_order_relaxed);
