@@ -39,8 +39,8 @@
    qt_set_kernel (default: the best this CPU supports). qt_matmul_with takes the kernel per call
    (QT_KERNEL_AUTO = the process-wide one); an unsupported request falls back to the best supported
    kernel below it. Weights stay in the canonical row-major packing of the container (measured: one
-   sequential stream per thread plus software prefetch reads at ~0.9 of a plain read, so no
-   load-time relayout is needed; see bench/README.md).
+   sequential stream per thread plus prefetch: the int4 expert FFN at 0.93-0.97 of a plain read
+   with 2 threads on a quiet machine, so no load-time relayout; see bench/README.md).
 
    Determinism: every output element is computed by one thread with one fixed reduction order, so a
    row's result never depends on S, on the thread count, or on the kernel. idot = 0: exact float
@@ -53,8 +53,9 @@
        y = qt_lanes_sum(lane): the same 16→1 tree as qt_dot_f32
    For the per-row formats (one group) this is y = 0.0f + p[0]. Sixteen lanes instead of one
    running sum let the SIMD kernels add 16 groups with one vector add (a single chain of ~100
-   dependent float adds per row was the bottleneck of the grouped kernel). f32 tensors always take the float path. An int32 group sum must not overflow:
-   cols ≤ 130000 for int8 weights (all GLM-5.2 shapes are far below).
+   dependent float adds per row was the bottleneck of the grouped kernel). f32 tensors always take
+   the float path. An int32 group sum must not overflow: cols ≤ 130000 for int8 weights (all
+   GLM-5.2 shapes are far below).
 
    Threads: one OpenMP parallel region per call (the engine's team). Each thread streams its own
    contiguous range of rows and steals chunks (~64 KB of weights) from the others' ranges when it
