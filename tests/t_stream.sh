@@ -29,21 +29,21 @@ $PY "$ROOT/tools/convert_fp8_to_int4.py" "$F/oracle_sparse" "$T/c8" --expert-bit
   && echo "PASS convert oracle_sparse to an int8 container" || echo "FAIL convert oracle_sparse to an int8 container"
 want=$(SNAP="$F/oracle_sparse" REF="$R" TF=1 MTP=1 "$GLM" 64 8 8 2>/dev/null | grep pred)
 want_gen=$(SNAP="$F/oracle_sparse" REF="$R" "$GLM" 64 8 8 2>/dev/null | grep '^Generated')
-for mode in PREAD=1 DIRECT=1 DROP=1 MMAP=1; do
+for mode in DIRECT=0 DIRECT=1 DROP=1 MMAP=1 DIRECT=-1; do
   for slots in 1 2 64; do
-    got=$(env ${mode/PREAD=1/} SNAP="$T/c8" REF="$R" TF=1 MTP=1 "$GLM" $slots 8 8 2>/dev/null | grep pred)
-    same "container int8, ${mode%=1} I/O, $slots slot(s): TF and MTP predictions equal load-time quantization" "$want" "$got"
+    got=$(env $mode SNAP="$T/c8" REF="$R" TF=1 MTP=1 "$GLM" $slots 8 8 2>/dev/null | grep pred)
+    same "container int8, $mode I/O, $slots slot(s): TF and MTP predictions equal load-time quantization" "$want" "$got"
   done
-  got=$(env ${mode/PREAD=1/} SNAP="$T/c8" REF="$R" "$GLM" 2 8 8 2>/dev/null | grep '^Generated')
-  same "container int8, ${mode%=1} I/O: greedy tokens equal load-time quantization" "$want_gen" "$got"
+  got=$(env $mode SNAP="$T/c8" REF="$R" "$GLM" 2 8 8 2>/dev/null | grep '^Generated')
+  same "container int8, $mode I/O: greedy tokens equal load-time quantization" "$want_gen" "$got"
 done
 $PY "$ROOT/tools/convert_fp8_to_int4.py" "$F/oracle_fused_bf16" "$T/c4" --expert-bits 4 --dense-bits 4 --io-bits 4 --mtp-bits 4 --indexer-bits 4 --group 32 >/dev/null 2>&1 \
   && echo "PASS convert oracle_fused_bf16 (fused, BF16) to an int4 group-32 container" || echo "FAIL convert oracle_fused_bf16 to int4 group-32"
 R="$F/oracle_fused_bf16/reference.json"
 want=$(SNAP="$F/oracle_fused_bf16" REF="$R" TF=1 MTP=1 GROUP=32 "$GLM" 64 4 4 2>/dev/null | grep pred)
-for mode in PREAD=1 DIRECT=1; do
-  got=$(env ${mode/PREAD=1/} SNAP="$T/c4" REF="$R" TF=1 MTP=1 "$GLM" 2 4 4 2>/dev/null | grep pred)
-  same "container int4 group 32 from fused BF16, ${mode%=1} I/O: predictions equal load-time quantization" "$want" "$got"
+for mode in DIRECT=0 DIRECT=1; do
+  got=$(env $mode SNAP="$T/c4" REF="$R" TF=1 MTP=1 "$GLM" 2 4 4 2>/dev/null | grep pred)
+  same "container int4 group 32 from fused BF16, $mode I/O: predictions equal load-time quantization" "$want" "$got"
 done
 
 # Memory honesty: a budget is a ceiling for the whole process, and one too small is refused.
