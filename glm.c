@@ -1250,7 +1250,13 @@ static void expert_slot_sizes(ExpertStore *st, size_t *slab, size_t *scales) {
             const ExpertSource *src = &st->sources[(size_t)l * E + e];
             size_t data = 0, sc = 0;
             for (int k = 0; k < 3; k++) {
-                if (src->scales[k]) { data += src->data[k]->nbytes + src->scales[k]->nbytes; sc += src->scales[k]->nbytes; }
+                if (src->scales[k]) {
+                    data += src->data[k]->nbytes + src->scales[k]->nbytes;
+                    /* scales read in place need no buffer of their own (see expert_load) */
+                    int in_place = src->whole_adjacent && src->scales[0]->offset % sizeof(float) == 0 &&
+                                   src->data[0]->offset % sizeof(float) == 0;
+                    if (!in_place) sc += src->scales[k]->nbytes;
+                }
                 else {
                     QtFormat f = src->format[k];
                     int64_t g = f == QT_INT4_GROUP ? src->group[k] : src->cols[k];
