@@ -1475,7 +1475,11 @@ static void expert_store_start(ExpertStore *st, int slots_per_layer) {
         if (arena == MAP_FAILED) die("cannot allocate %.2f GB of expert slots", arena_bytes / 1e9);
         arena = (uint8_t *)(((uintptr_t)arena + (2u << 20) - 1) & ~(uintptr_t)((2u << 20) - 1));
         madvise(arena, arena_bytes, MADV_HUGEPAGE);
+        /* fault every page in now rather than during the first tokens: fresh pages cost ~1 GB/s
+           here (the hypervisor backs them on first touch; a second thread does not help) */
+        double t0 = now_seconds();
         memset(arena, 0, arena_bytes);
+        fprintf(stderr, "glm: expert slots: %.2f GB faulted in in %.2f s\n", arena_bytes / 1e9, now_seconds() - t0);
     }
     size_t used = 0;
     for (int l = 0; l < st->n_layers; l++) {
