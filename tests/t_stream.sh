@@ -58,3 +58,28 @@ if grep -qE '^REPLAY decode: 36 tokens in [0-9.]+s \| [0-9.]+ tok/s \| expert hi
 # 36 tokens x 4 MoE layers (3 + MTP? no: replay runs the main model only: 3 MoE layers) x top-4 routes
 total=$(awk '!/^#/ { s += $3 } END { print s }' "$T/routes.txt" 2>/dev/null)
 if [ "$total" = "$((36 * 3 * 4))" ] && ! ls "$T"/routes.txt.tmp.* >/dev/null 2>&1; then echo "PASS STATS counts every routing decision ($total)"; else echo "FAIL STATS total '$total', expected $((36*3*4))"; fi
+
+# Corrupt containers: refused by name at load, or at the expert's first use, never read as garbage.
+C8="$T/c8"; R="$F/oracle_sparse/reference.json"
+edit_header() {   # edit_header SRC_DIR DST_DIR PYTHON-EXPR-ON-h (h = header dict of the main shard)
+  rm -rf "$2"; cp -r "$1" "$2"
+  $PY - "$2/model-00001-of-00001.safetensors" "$3" <<'PYEOF'
+import json, struct, sys
+path, expr = sys.argv[1], sys.argv[2]
+raw = open(path, 'rb').read()
+n = struct.unpack('<Q', raw[:8])[0]
+h = json.loads(raw[8:8 + n]); data = raw[8 + n:]
+exec(expr)
+hb = json.dumps(h).encode(); hb += b' ' * (-len(hb) % 8)
+open(path, 'wb').write(struct.pack('<Q', len(hb)) + hb + data)
+PYEOF
+}
+E=model.layers.2.mlp.experts.3.up_proj.weight
+cp -r "$C8" "$T/trunc"; truncate -s -1000 "$T/trunc/model-00001-of-00001.safetensors"
+expect_fail "truncated container: refused at load, naming the file" 'trunc/model-00001-of-00001\.safetensors' \
+  env SNAP="$T/trunc" REF="$R" TF=1 "$GLM" 64 8 8
+edit_header "$C8" "$T/short_qs" "h['$E.qs']['shape'] = [h['$E.qs']['shape'][0] - 1]; h['$E.qs']['data_offsets'][1] -= 4"
+expect_fail "expert .qs of the wrong length: refused by name" "$E.*fit no quantized format" env SNAP="$T/short_qs" REF="$R" TF=1 "$GLM" 64 8 8
+edit_header "$C8" "$T/bad_stamp" "m = json.loads(h['__metadata__']['colibri.fmt']); m['$E'] = 'int2-row'; h['__metadata__']['colibri.fmt'] = json.dumps(m)"
+expect_fail "expert stamp that contradicts the bytes: refused by name" "$E: colibri.fmt says int2-row but its byte counts mean int8-row" \
+  env SNAP="$T/bad_stamp" REF="$R" TF=1 "$GLM" 64 8 8
