@@ -986,7 +986,7 @@ static void attention(AttentionCall *ac, const float *xn, int S, int pos0, float
     if (!ac->absorb) {
         /* explicit form: expand K_nope and V for every key once, shared by all S queries */
         size_t need = (size_t)T * nh * (dn + dv);
-        if (need > s->expanded_kv_cap) {
+        if (need > s->expanded_kv_cap) {   /* only when ABSORB=0 is forced past the reservation */
             free(s->expanded_kv);
             s->expanded_kv = xmalloc(need * sizeof(float));
             s->expanded_kv_cap = need;
@@ -1913,6 +1913,12 @@ static void session_init(Session *s, const Model *m, int capacity, int max_batch
     s->chosen = session_calloc(s, (size_t)B * c->experts_per_tok, sizeof(int));
     s->chosen_w = session_calloc(s, (size_t)B * c->experts_per_tok, sizeof(float));
     s->union_experts = session_calloc(s, (size_t)c->n_experts, sizeof(int));
+    /* explicit-form K/V of up to 64 MB (or the whole context, if smaller), inside the budget */
+    const size_t kv_width = (size_t)c->n_heads * (c->qk_nope + c->v_head);
+    size_t explicit_keys = ((size_t)64 << 20) / (kv_width * sizeof(float));
+    if (explicit_keys > (size_t)capacity) explicit_keys = (size_t)capacity;
+    s->expanded_kv_cap = explicit_keys * kv_width;
+    s->expanded_kv = session_calloc(s, s->expanded_kv_cap, sizeof(float));
 }
 
 typedef struct {
@@ -1929,8 +1935,11 @@ static void layer_forward(Model *m, Session *s, const ForwardOptions *opt, int l
     const int H = c->hidden;
     for (int r = 0; r < S; r++) rmsnorm(s->xn + (size_t)r * H, s->x + (size_t)r * H, L->input_norm, H, c->rms_eps);
     AttentionCall ac = { c, L, s, l, m->inv_freq, opt->latent_eps, 1, opt->indexer_mode };
-    /* auto: absorbed for small batches (decode, verification), explicit K/V for prefill */
-    ac.absorb = opt->absorb >= 0 ? opt->absorb : S < 16;
+    /* auto: the explicit form only for the first chunk of a prefill (it expands K/V of every key
+       and pays off when most keys are new queries too) and only within the expanded-K/V buffer
+       the session reserved; decode, verification and later chunks use the absorbed form */
+    const size_t expanded = (size_t)(pos0 + S) * c->n_heads * (c->qk_nope + c->v_head);
+    ac.absorb = opt->absorb >= 0 ? opt->absorb : !(S >= 16 && pos0 == 0 && expanded <= s->expanded_kv_cap);
     double t0 = now_seconds();
     attention(&ac, s->xn, S, pos0, s->attn_out);
     double t1 = now_seconds();
