@@ -17,7 +17,7 @@ cc -O2 -o tools/iobench tools/iobench.c || exit 1
 FILES=("$MODEL"/*.safetensors)
 case $MODE in
   direct) IOMODE=directhuge; ENVMODE="DIRECT=1" ;;
-  pread)  IOMODE=buffered-cold; ENVMODE="" ;;
+  pread)  IOMODE=buffered-cold; ENVMODE="DIRECT=0" ;;
   *) echo "MODE must be direct or pread"; exit 1 ;;
 esac
 field() { sed -nE "s|.*$1.*|\\1|p" <<<"$2" | head -1; }

@@ -12,7 +12,8 @@
      directhuge     O_DIRECT into a 2 MiB-aligned buffer with MADV_HUGEPAGE, faulted in first
      buffered       pread through the page cache, whatever it holds now
      evict          only evict the files (verified with mincore) and report what stays cached
-     buffered-cold  the files are first evicted (fdatasync + POSIX_FADV_DONTNEED; eviction checked with
+     buffered-cold  (each expert offset read at most once, so the page cache never serves a read)
+                    the files are first evicted (fdatasync + POSIX_FADV_DONTNEED; eviction checked with
                     mincore on an mmap and reported), then pread
    One line per mode and thread count:
      iobench: mode=M threads=T size=B GB/s=X reads=N seconds=S [thp=...] [resident_before=...]
@@ -49,6 +50,11 @@ typedef struct {
     double seconds;
     long count;
     uint64_t seed;
+    /* buffered-cold: every expert offset at most once, in a shuffled order, so that no read is
+       served by the page cache from an earlier read of the same run */
+    int unique;
+    int *order_file; uint64_t *order_off; long norder;
+    _Atomic long next;
 } Job;
 
 typedef struct {
@@ -170,7 +176,12 @@ static void *worker_main(void *arg) {
         else if (now_s() >= end) break;
         int f;
         uint64_t off;
-        pick(job, &rng, &f, &off);
+        if (job->unique) {
+            long k = atomic_fetch_add(&job->next, 1);
+            if (k >= job->norder) break;
+            f = job->order_file[k];
+            off = job->order_off[k];
+        } else pick(job, &rng, &f, &off);
         uint64_t want = job->direct ? len : job->read_size;
         if (off + want > job->files[f].size) want = job->direct ? ((job->files[f].size - off) & ~(PAGE - 1)) : job->files[f].size - off;
         uint64_t got = 0;
@@ -226,6 +237,34 @@ static void run_mode(Job *job, const char *mode, int threads) {
     job->direct = !strncmp(mode, "direct", 6);
     job->huge = !strcmp(mode, "directhuge");
     char extra[96] = "";
+    job->unique = !strcmp(mode, "buffered-cold");
+    if (job->unique) {   /* a shuffled list of distinct offsets (expert starts, or read-size slots) */
+        long n = 0;
+        for (int i = 0; i < job->nfiles; i++)
+            n += job->files[i].nstarts ? (long)job->files[i].nstarts : (long)(job->files[i].size / job->read_size);
+        free(job->order_file); free(job->order_off);
+        job->order_file = calloc((size_t)n + 1, sizeof(int));
+        job->order_off = calloc((size_t)n + 1, sizeof(uint64_t));
+        if (!job->order_file || !job->order_off) die("out of memory%s", "");
+        long k = 0;
+        for (int i = 0; i < job->nfiles; i++) {
+            File *f = &job->files[i];
+            long m = f->nstarts ? (long)f->nstarts : (long)(f->size / job->read_size);
+            for (long j = 0; j < m; j++, k++) {
+                job->order_file[k] = i;
+                job->order_off[k] = f->nstarts ? f->starts[j] & ~(PAGE - 1) : (uint64_t)j * job->read_size;
+                if (job->order_off[k] + job->read_size > f->size) { k--; continue; }
+            }
+        }
+        uint64_t rng = job->seed * 0x9E3779B97F4A7C15ULL + 12345;
+        for (long i = k - 1; i > 0; i--) {
+            long j = (long)(xorshift(&rng) % (uint64_t)(i + 1));
+            int tf = job->order_file[i]; job->order_file[i] = job->order_file[j]; job->order_file[j] = tf;
+            uint64_t to = job->order_off[i]; job->order_off[i] = job->order_off[j]; job->order_off[j] = to;
+        }
+        job->norder = k;
+        atomic_store(&job->next, 0);
+    }
     if (!strcmp(mode, "buffered-cold")) {
         double left = evict(job);
         snprintf(extra, sizeof extra, " resident_before=%.4f%s", left, left > 0.01 ? " (eviction incomplete)" : "");
