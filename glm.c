@@ -44,6 +44,8 @@
 #include "st.h"
 #define QUANT_IMPLEMENTATION
 #include "quant.h"
+#define TIER_IMPLEMENTATION
+#include "tier.h"
 
 extern char **environ;
 
@@ -124,6 +126,7 @@ static const SettingSpec SETTINGS[] = {
     { "REPLAY",   SET_BOOL,  "0",    0, 1, "decode REF's full_ids one token at a time as fixed input (decode benchmark)" },
     { "STATS",    SET_STR,   "",     0, 0, "write per-(layer, expert) routing counts to this file at exit" },
     { "PROFILE",  SET_BOOL,  "0",    0, 1, "print where the time went (attention, experts, disk wait, lm_head)" },
+    { "CACHE_POLICY", SET_STR, "lfu", 0, 0, "which cached expert a miss evicts: lfu (the one the router chose least often, recent use breaks ties) or lru" },
     { "KERNEL",   SET_STR,   "auto", 0, 0, "integer kernels: auto (best this CPU has), vnni, avx2 or scalar (all give identical results)" },
     /* text modes (section 10): need tokenizer.json in SNAP */
     { "PROMPT",   SET_STR,   "",     0, 0, "answer this user message: the reply streams to stdout, one stats line to stderr" },
@@ -153,6 +156,7 @@ typedef struct {
     double ram_gb;
     int direct, drop, mmap_mode, replay, profile;
     QtKernel kernel;
+    int cache_policy;
     const char *stats_path;
     /* text modes */
     RunMode mode;
@@ -279,6 +283,10 @@ static Settings settings_from_env(int argc, char **argv) {
     s.mmap_mode = (int)setting_number("MMAP");
     s.replay = (int)setting_number("REPLAY");
     s.profile = (int)setting_number("PROFILE");
+    const char *policy = setting_value("CACHE_POLICY");
+    if (!strcmp(policy, "lfu")) s.cache_policy = TIER_LFU;
+    else if (!strcmp(policy, "lru")) s.cache_policy = TIER_LRU;
+    else die("CACHE_POLICY=%s: expected lfu or lru", policy);
     if (qt_kernel_parse(setting_value("KERNEL"), &s.kernel)) die("KERNEL=%s: expected auto, vnni, avx2 or scalar", setting_value("KERNEL"));
     if (s.kernel != QT_KERNEL_AUTO && !qt_kernel_supported(s.kernel)) die("KERNEL=%s: this CPU cannot run it", setting_value("KERNEL"));
     s.stats_path = setting_value("STATS");
@@ -1077,8 +1085,6 @@ static void attention(AttentionCall *ac, const float *xn, int S, int pos0, float
 #include <fcntl.h>
 #include <pthread.h>
 #include <sys/mman.h>
-#define TIER_IMPLEMENTATION
-#include "tier.h"
 
 enum { IO_PREAD, IO_DIRECT, IO_DROP, IO_MMAP };
 static const char *const IO_MODE_NAMES[] = { "pread", "direct", "pread+drop", "mmap" };
@@ -1124,6 +1130,7 @@ typedef struct {
     int n_layers, n_experts;      /* n_layers includes the MTP layer */
     int io_mode, expert_bits, group;
     int direct_forced;            /* DIRECT=1: no quiet fallback to pread */
+    TierPolicy policy;            /* CACHE_POLICY */
     int prequantized;             /* experts come with .qs scales */
     ExpertSource *sources;        /* [n_layers][n_experts]; unused for dense layers */
     LayerCache *caches;           /* [n_layers] */
@@ -1486,6 +1493,7 @@ static void expert_store_start(ExpertStore *st, int slots_per_layer) {
         if (st->c->layer_dense[l]) continue;
         LayerCache *lc = &st->caches[l];
         if (tier_lru_init(&lc->lru, slots_per_layer, E)) die("out of memory for the expert cache");
+        lc->lru.policy = st->policy;
         lc->slots = xcalloc((size_t)slots_per_layer, sizeof(ExpertSlot));
         lc->busy = xcalloc((size_t)slots_per_layer, 1);
         lc->avoid = xcalloc((size_t)slots_per_layer, 1);
@@ -1556,6 +1564,7 @@ static void expert_prefetch(ExpertStore *st, int layer, const int *experts, int 
     int pinned = 0;
     for (int i = 0; i < n; i++) {
         st->route_counts[(size_t)layer * st->n_experts + experts[i]]++;
+        tier_note_request(&lc->lru, experts[i]);
         int slot = lc->lru.expert_slot[experts[i]];
         if (slot >= 0 && pinned < nslots - 1) { lc->busy[slot] = 1; pinned++; }
     }
@@ -1808,6 +1817,7 @@ static void model_load(Model *m, const Settings *set) {
     st->n_experts = c->n_experts;
     st->io_mode = io_mode_from_settings(set->direct, set->drop, set->mmap_mode);
     st->direct_forced = set->direct == 1;
+    st->policy = (TierPolicy)set->cache_policy;
     st->expert_bits = set->expert_bits;
     st->group = set->group;
     st->route_counts = xcalloc((size_t)st->n_layers * c->n_experts, sizeof(long long));

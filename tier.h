@@ -8,24 +8,35 @@
      int  tier_lru_init(TierLru *c, int n_slots, int n_experts);    0 ok, -1 out of memory
      void tier_lru_free(TierLru *c);
      int  tier_lru_lookup(TierLru *c, int expert);     slot holding `expert` (marked used) or -1
+     void tier_note_request(TierLru *c, int expert);   count a router choice (hit or miss), for LFU
      int  tier_lru_victim(const TierLru *c, const unsigned char *busy);
-                                                       an empty slot first, else the least recently
-                                                       used slot whose busy[slot] is 0; -1 if none
+                                                       an empty slot first, else (policy LRU) the
+                                                       least recently used slot whose busy[slot] is
+                                                       0, or (policy LFU) the one whose expert the
+                                                       router chose least often, ties to the least
+                                                       recently used; -1 if none
      void tier_lru_assign(TierLru *c, int slot, int expert);   slot now holds expert (marked used)
      TierPlan tier_plan(const TierBudget *b);          expert slots per layer for a RAM budget
 
-   LRU ties cannot happen: every use takes a fresh tick of a 64-bit clock. */
+   LRU ties cannot happen: every use takes a fresh tick of a 64-bit clock. LFU counts every
+   request of an expert, cached or not, and halves all counts once they add up to 16 requests per
+   expert, so the cache follows a drifting distribution. */
 #ifndef TIER_H
 #define TIER_H
 
 #include <stdint.h>
 
+typedef enum { TIER_LRU = 0, TIER_LFU = 1 } TierPolicy;
+
 typedef struct {
     int n_slots, n_experts;
+    TierPolicy policy;
     int *slot_expert;          /* [n_slots]: expert held, -1 when empty */
     uint64_t *slot_last_use;   /* [n_slots] */
     int *expert_slot;          /* [n_experts]: slot holding the expert, -1 when not cached */
     uint64_t clock;
+    uint32_t *requests;        /* [n_experts]: decayed request counts (LFU) */
+    uint64_t requests_since_decay;
 } TierLru;
 
 typedef struct {
@@ -47,6 +58,7 @@ typedef struct {
 int tier_lru_init(TierLru *c, int n_slots, int n_experts);
 void tier_lru_free(TierLru *c);
 int tier_lru_lookup(TierLru *c, int expert);
+void tier_note_request(TierLru *c, int expert);
 int tier_lru_victim(const TierLru *c, const unsigned char *busy);
 void tier_lru_assign(TierLru *c, int slot, int expert);
 TierPlan tier_plan(const TierBudget *b);
@@ -63,15 +75,18 @@ int tier_lru_init(TierLru *c, int n_slots, int n_experts) {
     c->slot_expert = malloc(sizeof(int) * (size_t)(n_slots > 0 ? n_slots : 1));
     c->slot_last_use = calloc((size_t)(n_slots > 0 ? n_slots : 1), sizeof(uint64_t));
     c->expert_slot = malloc(sizeof(int) * (size_t)(n_experts > 0 ? n_experts : 1));
-    if (!c->slot_expert || !c->slot_last_use || !c->expert_slot) { tier_lru_free(c); return -1; }
+    c->requests = calloc((size_t)(n_experts > 0 ? n_experts : 1), sizeof(uint32_t));
+    c->requests_since_decay = 0;
+    c->policy = TIER_LRU;
+    if (!c->slot_expert || !c->slot_last_use || !c->expert_slot || !c->requests) { tier_lru_free(c); return -1; }
     for (int i = 0; i < n_slots; i++) c->slot_expert[i] = -1;
     for (int i = 0; i < n_experts; i++) c->expert_slot[i] = -1;
     return 0;
 }
 
 void tier_lru_free(TierLru *c) {
-    free(c->slot_expert); free(c->slot_last_use); free(c->expert_slot);
-    c->slot_expert = NULL; c->slot_last_use = NULL; c->expert_slot = NULL;
+    free(c->slot_expert); free(c->slot_last_use); free(c->expert_slot); free(c->requests);
+    c->slot_expert = NULL; c->slot_last_use = NULL; c->expert_slot = NULL; c->requests = NULL;
 }
 
 int tier_lru_lookup(TierLru *c, int expert) {
@@ -81,12 +96,26 @@ int tier_lru_lookup(TierLru *c, int expert) {
     return slot;
 }
 
+void tier_note_request(TierLru *c, int expert) {
+    if (expert < 0 || expert >= c->n_experts) return;
+    c->requests[expert]++;
+    if (++c->requests_since_decay >= 16u * (uint64_t)c->n_experts) {
+        for (int e = 0; e < c->n_experts; e++) c->requests[e] /= 2;
+        c->requests_since_decay = 0;
+    }
+}
+
 int tier_lru_victim(const TierLru *c, const unsigned char *busy) {
     int best = -1;
     for (int s = 0; s < c->n_slots; s++) {
         if (busy && busy[s]) continue;
         if (c->slot_expert[s] < 0) return s;
-        if (best < 0 || c->slot_last_use[s] < c->slot_last_use[best]) best = s;
+        if (best < 0) { best = s; continue; }
+        if (c->policy == TIER_LFU) {
+            uint32_t rs = c->requests[c->slot_expert[s]], rb = c->requests[c->slot_expert[best]];
+            if (rs != rb) { if (rs < rb) best = s; continue; }
+        }
+        if (c->slot_last_use[s] < c->slot_last_use[best]) best = s;
     }
     return best;
 }

@@ -46,6 +46,12 @@ for mode in DIRECT=0 DIRECT=1; do
   same "container int4 group 32 from fused BF16, $mode I/O: predictions equal load-time quantization" "$want" "$got"
 done
 
+# The eviction policy changes what is read, never what is computed.
+a=$(CACHE_POLICY=lru SNAP="$T/c8" REF="$F/oracle_sparse/reference.json" "$GLM" 2 8 8 2>/dev/null | grep '^Generated')
+b=$(CACHE_POLICY=lfu SNAP="$T/c8" REF="$F/oracle_sparse/reference.json" "$GLM" 2 8 8 2>/dev/null | grep '^Generated')
+same "CACHE_POLICY=lru and lfu generate identical tokens" "$a" "$b"
+expect_fail "an unknown CACHE_POLICY is refused by name" 'CACHE_POLICY=fifo' env CACHE_POLICY=fifo SNAP="$T/c8" REF="$F/oracle_sparse/reference.json" "$GLM" 2 8 8
+
 # Memory honesty: a budget is a ceiling for the whole process, and one too small is refused.
 out=$(RAM_GB=0.2 SNAP="$F/oracle_sparse" REF="$F/oracle_sparse/reference.json" "$GLM" 2>&1)
 rss=$(sed -nE 's/^glm: peak RSS ([0-9.]+) GB/\1/p' <<<"$out")

@@ -30,6 +30,27 @@ int main(void) {
     CHECK("out-of-range expert misses", tier_lru_lookup(&c, 99) == -1 && tier_lru_lookup(&c, -1) == -1);
     tier_lru_free(&c);
 
+    /* LFU: the expert the router asks for least often goes first, whatever its recency */
+    CHECK("lfu init", tier_lru_init(&c, 2, 8) == 0);
+    c.policy = TIER_LFU;
+    for (int i = 0; i < 5; i++) tier_note_request(&c, 1);
+    tier_note_request(&c, 2);
+    tier_lru_assign(&c, tier_lru_victim(&c, NULL), 1);
+    tier_lru_assign(&c, tier_lru_victim(&c, NULL), 2);
+    tier_lru_lookup(&c, 1);
+    tier_lru_lookup(&c, 2);                       /* 2 is more recent, but rarer */
+    CHECK("lfu evicts the rarely chosen expert", c.slot_expert[tier_lru_victim(&c, NULL)] == 2);
+    for (int i = 0; i < 9; i++) tier_note_request(&c, 2);
+    CHECK("lfu follows the counts", c.slot_expert[tier_lru_victim(&c, NULL)] == 1);
+    tier_note_request(&c, 1);                     /* 6 vs 10 requests */
+    for (int i = 0; i < 4; i++) tier_note_request(&c, 1);   /* 10 vs 10: a tie goes to the least recent (1) */
+    CHECK("lfu ties go to the least recently used", c.slot_expert[tier_lru_victim(&c, NULL)] == 1);
+    for (int i = 0; i < 16 * 8; i++) tier_note_request(&c, 3);   /* decay halves every count */
+    CHECK("lfu counts decay", c.requests[1] <= 5 && c.requests[2] <= 5);
+    tier_note_request(&c, -1);
+    tier_note_request(&c, 8);                     /* out of range: ignored, no crash */
+    tier_lru_free(&c);
+
     TierBudget b = { .budget_bytes = 100, .fixed_bytes = 40, .reserve_bytes = 10, .slot_bytes = 5,
                      .moe_layers = 2, .n_experts = 256, .requested_slots = 0 };
     TierPlan p = tier_plan(&b);
