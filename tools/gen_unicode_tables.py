@@ -129,31 +129,21 @@ w("typedef struct { uint32_t first, last; uint8_t value; } TokUniRange;")
 w("typedef struct { uint32_t a, b, c; } TokUniTriple;")
 
 
-def emit_ranges(name, runs):
-    w(f"static const TokUniRange {name}[{len(runs)}] = {{")
-    row = []
-    for lo, hi, v in runs:
-        row.append(f"{{0x{lo:X},0x{hi:X},{v}}}")
-        if len(row) == 6:
-            w("  " + ",".join(row) + ",")
-            row = []
-    if row:
-        w("  " + ",".join(row) + ",")
+def emit_rows(ctype, name, cells):
+    """A C array of `ctype` from preformatted cells, six to a line."""
+    w(f"static const {ctype} {name}[{len(cells)}] = {{")
+    for i in range(0, len(cells), 6):
+        w("  " + ",".join(cells[i:i + 6]) + ",")
     w("};")
+
+
+def emit_ranges(name, runs):
+    emit_rows("TokUniRange", name, [f"{{0x{lo:X},0x{hi:X},{v}}}" for lo, hi, v in runs])
 
 
 def emit_triples(name, rows, comment):
     w(f"/* {comment} */")
-    w(f"static const TokUniTriple {name}[{len(rows)}] = {{")
-    row = []
-    for a, b, c in rows:
-        row.append(f"{{0x{a:X},0x{b:X},0x{c:X}}}")
-        if len(row) == 6:
-            w("  " + ",".join(row) + ",")
-            row = []
-    if row:
-        w("  " + ",".join(row) + ",")
-    w("};")
+    emit_rows("TokUniTriple", name, [f"{{0x{a:X},0x{b:X},0x{c:X}}}" for a, b, c in rows])
 
 
 # Direct table for U+0000..U+00FF so Latin text never reaches a binary search:
