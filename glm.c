@@ -2533,6 +2533,7 @@ typedef struct {
     int prompt_tokens, generated, forwards;
     double prefill_seconds, decode_seconds;
     long long hits0, misses0;      /* expert counters at the start of the turn */
+    double bytes0, read_seconds0, wait_seconds0;
     StopReason stop;
 } TurnStats;
 
@@ -2618,6 +2619,9 @@ static void turn_begin(const Dialog *d, TurnStats *ts) {
     memset(ts, 0, sizeof *ts);
     ts->hits0 = d->model->experts.hits;
     ts->misses0 = d->model->experts.misses;
+    ts->bytes0 = d->model->experts.bytes_read;
+    ts->read_seconds0 = d->model->experts.read_seconds;
+    ts->wait_seconds0 = d->model->experts.wait_seconds;
 }
 
 /* Prefills `ids` at the end of the cache. Returns 0, or -1 when Ctrl-C stopped it: then the
@@ -2678,10 +2682,11 @@ static void print_turn_stats(const Dialog *d, const TurnStats *ts) {
     print_hit_rate(hit, sizeof hit, st->hits - ts->hits0, st->misses - ts->misses0);
     char speed[32] = "-";
     if (ts->forwards && ts->decode_seconds > 0) snprintf(speed, sizeof speed, "%.2f", ts->forwards / ts->decode_seconds);
-    fprintf(stderr, "glm: [%d prompt tokens, prefill %.3f s | %d tokens, decode %s tok/s | expert hit %s | "
-                    "peak RSS %.2f GB | context %d/%d | stop: %s]\n",
-            ts->prompt_tokens, ts->prefill_seconds, ts->generated, speed, hit, peak_rss_gb(), d->pos,
-            d->session->capacity, STOP_NAMES[ts->stop]);
+    const double mb = (st->bytes_read - ts->bytes0) / 1e6, rs = st->read_seconds - ts->read_seconds0;
+    fprintf(stderr, "glm: [%d prompt tokens, prefill %.3f s | %d tokens, decode %s tok/s | expert hit %s, read %.0f MB "
+                    "(%.2f GB/s), waited on disk %.2f s | peak RSS %.2f GB | context %d/%d | stop: %s]\n",
+            ts->prompt_tokens, ts->prefill_seconds, ts->generated, speed, hit, mb, rs > 0 ? mb / 1e3 / rs : 0.0,
+            st->wait_seconds - ts->wait_seconds0, peak_rss_gb(), d->pos, d->session->capacity, STOP_NAMES[ts->stop]);
 }
 
 /* ---- terminal input: a small line editor --------------------------------------------------- */

@@ -23,7 +23,7 @@ import fcntl, os, re, select, signal, struct, sys, termios, time
 GLM, SNAP, SNAP_WITHOUT_EOS = sys.argv[1], sys.argv[2], sys.argv[3]
 PROMPT_TAIL = b"\r> \x1b[K\r\x1b[2C"          # glm's redraw of an empty input line
 STATS = re.compile(rb"glm: \[(\d+) prompt tokens, prefill [0-9.]+ s \| (\d+) tokens, decode \S+ tok/s \| "
-                   rb"expert hit \S+ \| peak RSS [0-9.]+ GB \| context (\d+)/(\d+) \| stop: ([^\]]+)\]\n")
+                   rb"expert hit \S+, read \d+ MB \([0-9.]+ GB/s\), waited on disk [0-9.]+ s \| peak RSS [0-9.]+ GB \| context (\d+)/(\d+) \| stop: ([^\]]+)\]\n")
 ANSI = re.compile(rb"\x1b\[[0-9;]*[A-Za-z]")
 failures = 0
 
