@@ -24,14 +24,19 @@
 #define _GNU_SOURCE
 #include <ctype.h>
 #include <errno.h>
+#include <fcntl.h>
 #include <math.h>
+#include <pthread.h>
 #include <signal.h>
 #include <stdarg.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/ioctl.h>
+#include <sys/mman.h>
 #include <sys/resource.h>
+#include <termios.h>
 #include <time.h>
 #include <unistd.h>
 #ifdef _OPENMP
@@ -46,6 +51,8 @@
 #include "quant.h"
 #define TIER_IMPLEMENTATION
 #include "tier.h"
+#define TOK_IMPLEMENTATION
+#include "tok.h"
 
 extern char **environ;
 
@@ -1082,9 +1089,6 @@ static void attention(AttentionCall *ac, const float *xn, int S, int pos0, float
    expert drops its pages from this process).
    ============================================================================================= */
 
-#include <fcntl.h>
-#include <pthread.h>
-#include <sys/mman.h>
 
 enum { IO_PREAD, IO_DIRECT, IO_DROP, IO_MMAP };
 static const char *const IO_MODE_NAMES[] = { "pread", "direct", "pread+drop", "mmap" };
@@ -2189,11 +2193,6 @@ static int run_greedy(Model *m, Session *s, const ForwardOptions *opt, const Ref
    by NGEN or Ctrl-C is in the cache up to its last printed token, and :more goes on from there.
    :reset empties the cache (and reseeds the sampler, so a conversation can be replayed).
    ============================================================================================= */
-
-#define TOK_IMPLEMENTATION
-#include "tok.h"
-#include <sys/ioctl.h>
-#include <termios.h>
 
 /* ---- tokenizer glue -------------------------------------------------------------------------- */
 
