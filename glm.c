@@ -122,7 +122,7 @@ static const SettingSpec SETTINGS[] = {
     { "GROUP",    SET_INT,   "0",    0, 4096, "group size for load-time int4 quantization (0: one scale per row)" },
     { "THREADS",  SET_INT,   "0",    0, 1024, "worker threads (0: all cores)" },
     { "INDEXER",  SET_STR,   "auto", 0, 0, "DSA indexer: auto (skip scoring while every key fits top-k), always (score and select anyway), off (diagnostic: every causal key visible, not the model's math)" },
-    { "BATCH",    SET_INT,   "256",  1, 65536, "largest number of positions one forward processes (longer prompts go in chunks)" },
+    { "BATCH",    SET_INT,   "1024", 1, 65536, "largest number of positions one forward processes (longer prompts go in chunks; each chunk reads the experts it needs once, so bigger chunks prefill faster but take ~0.5 MB per position on GLM-5.2)" },
     { "CTX",      SET_INT,   "0",    0, 1048576, "KV cache capacity in tokens (0: what the run needs; 4096 for chat and for PROMPT with NGEN=-1)" },
     { "LATENT_EPS", SET_FLOAT, "1e-6", 0, 1, "eps of q_a_layernorm / kv_a_layernorm (HF: 1e-6; vLLM uses rms_norm_eps)" },
     { "MTP_ZERO_POS0", SET_BOOL, "1", 0, 1, "MTP: zero the token embedding at position 0 (vLLM rule)" },
@@ -827,6 +827,7 @@ typedef struct {
     float *chosen_w;
     int nthreads;
     double bytes;            /* what session_init allocated */
+    int progress;            /* show prefill progress on stderr (a terminal) */
     struct { double attention, indexer, dense_mlp, moe, lm_head; long long forwards, positions; } profile;   /* seconds */
 } Session;
 
@@ -1976,7 +1977,13 @@ static void model_forward(Model *m, Session *s, const ForwardOptions *opt, const
     if (S > s->max_batch) die("internal: batch %d exceeds %d", S, s->max_batch);
     if (pos0 + S > s->capacity) die("context full: %d tokens do not fit the KV cache of %d (raise CTX)", pos0 + S, s->capacity);
     embed_rows(m, tokens, S, s->x);
-    for (int l = 0; l < c->n_layers; l++) layer_forward(m, s, opt, l, S, pos0);
+    /* a long prefill of a big model reads nearly every expert of every layer: show where it is */
+    const int show = s->progress && S >= 32;
+    for (int l = 0; l < c->n_layers; l++) {
+        if (show) fprintf(stderr, "\rglm: prefill of %d tokens at position %d: layer %d/%d ", S, pos0, l + 1, c->n_layers);
+        layer_forward(m, s, opt, l, S, pos0);
+    }
+    if (show) fputs("\r\033[K", stderr);
     for (int r = 0; r < S; r++) rmsnorm(hidden_out + (size_t)r * H, s->x + (size_t)r * H, m->final_norm, H, c->rms_eps);
     if (logits) {
         double t0 = now_seconds();
@@ -3282,6 +3289,7 @@ static void run_replay(Model *m, Session *s, const ForwardOptions *opt, const Re
 /* The KV cache, the expert cache and the forward options: what every mode that runs the model needs. */
 static ForwardOptions engine_start(const Settings *set, Model *model, Session *session, int capacity) {
     session_init(session, model, capacity, set->batch);
+    session->progress = isatty(STDERR_FILENO);
     print_configuration(set, model, capacity);
     plan_expert_cache(model, session, set);
     ForwardOptions opt = { set->absorb,
