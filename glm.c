@@ -1016,11 +1016,9 @@ static void attention(AttentionCall *ac, const float *xn, int S, int pos0, float
 #else
         int tid = 0;
 #endif
-        float *scores = s->head_scores + (size_t)tid * (s->capacity + 2 * kvl + dv);
+        float *scores = s->head_scores + (size_t)tid * (s->capacity + 2 * kvl);
         float *qc = scores + s->capacity;          /* [kvl] absorbed query */
         float *z = qc + kvl;                       /* [kvl] pooled latent */
-        float *wrow = z + kvl;                     /* [dv >= ...] scratch row (unused when absorbed via view) */
-        (void)wrow;
         #pragma omp for collapse(2) schedule(dynamic, 1)
         for (int r = 0; r < S; r++) {
             for (int h = 0; h < nh; h++) {
@@ -1918,7 +1916,7 @@ static void session_init(Session *s, const Model *m, int capacity, int max_batch
 #else
     s->nthreads = 1;
 #endif
-    s->head_scores = session_calloc(s, (size_t)s->nthreads * (capacity + 2 * c->kv_lora + c->v_head), sizeof(float));
+    s->head_scores = session_calloc(s, (size_t)s->nthreads * (capacity + 2 * c->kv_lora), sizeof(float));
     s->ffn_h1 = session_calloc(s, (size_t)B * ffn_width, sizeof(float));
     s->ffn_h2 = session_calloc(s, (size_t)B * ffn_width, sizeof(float));
     s->mtp_in = session_calloc(s, (size_t)B * 2 * H, sizeof(float));
