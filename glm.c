@@ -3181,6 +3181,18 @@ static void print_configuration(const Settings *set, const Model *m, int capacit
             getenv("OMP_WAIT_POLICY") ? getenv("OMP_WAIT_POLICY") : "default");
 }
 
+/* VmRSS from /proc/self/status, in bytes (0 if unknown). */
+static double current_rss_bytes(void) {
+    FILE *f = fopen("/proc/self/status", "r");
+    if (!f) return 0;
+    char line[256];
+    double kb = 0;
+    while (fgets(line, sizeof line, f))
+        if (sscanf(line, "VmRSS: %lf kB", &kb) == 1) break;
+    fclose(f);
+    return kb * 1024.0;
+}
+
 /* MemAvailable from /proc/meminfo, in bytes (0 if unknown). */
 static double mem_available_bytes(void) {
     FILE *f = fopen("/proc/meminfo", "r");
@@ -3202,8 +3214,10 @@ static void plan_expert_cache(Model *m, const Session *s, const Settings *set) {
     if (set->ram_gb <= 0 && avail <= 0) die("cannot read MemAvailable from /proc/meminfo: set RAM_GB");
     int moe_layers = 0;
     for (int l = 0; l < st->n_layers; l++) moe_layers += !c->layer_dense[l];
-    /* process overhead beyond what we allocate: code, libc/OpenMP arenas, thread stacks */
-    const double overhead = 64e6;
+    /* what the process holds besides dense weights and the session: code, libc/OpenMP arenas,
+       thread stacks, the tokenizer. Measured now (the session's pages are not touched yet), with
+       a floor and some headroom for what comes later (stacks of the I/O thread, stdio). */
+    const double overhead = fmax(64e6, current_rss_bytes() - m->resident_bytes + 32e6);
     TierBudget b = {
         .budget_bytes = budget,
         .fixed_bytes = m->resident_bytes + s->bytes + overhead,
