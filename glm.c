@@ -1139,6 +1139,7 @@ typedef struct {
     LayerCache *caches;           /* [n_layers] */
     int slots_per_layer;
     size_t slab_bytes, scale_bytes;
+    size_t mapped_expert_bytes;   /* MMAP: what one cached expert holds in RSS */
     int *direct_fds;              /* per file, O_DIRECT */
     uint8_t **maps; uint64_t *map_len;
     float *staging;               /* float sources: one tensor in f32 */
@@ -1279,6 +1280,8 @@ static void expert_slot_sizes(ExpertStore *st, size_t *slab, size_t *scales) {
         }
     }
     /* room for O_DIRECT alignment slack around each of up to four reads */
+    /* MMAP needs no slab, but an expert's mapped pages count in RSS until it is evicted */
+    st->mapped_expert_bytes = max_slab;
     *slab = st->io_mode == IO_MMAP ? 0 : max_slab + 8 * DIRECT_ALIGN;
     *scales = max_scales;
 }
@@ -3222,7 +3225,7 @@ static void plan_expert_cache(Model *m, const Session *s, const Settings *set) {
         .budget_bytes = budget,
         .fixed_bytes = m->resident_bytes + s->bytes + overhead,
         .reserve_bytes = fmin(fmax(0.02e9, 0.05 * budget), 2e9),
-        .slot_bytes = (double)st->slab_bytes + (double)st->scale_bytes,
+        .slot_bytes = st->io_mode == IO_MMAP ? (double)st->mapped_expert_bytes : (double)st->slab_bytes + (double)st->scale_bytes,
         .moe_layers = moe_layers,
         .n_experts = c->n_experts,
         .requested_slots = set->cache_slots_given ? set->cache_slots : 0,
