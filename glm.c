@@ -3223,7 +3223,9 @@ static void plan_expert_cache(Model *m, const Session *s, const Settings *set) {
     const double overhead = fmax(64e6, current_rss_bytes() - m->resident_bytes + 32e6);
     TierBudget b = {
         .budget_bytes = budget,
-        .fixed_bytes = m->resident_bytes + s->bytes + overhead,
+        /* float experts are read through an f32 staging buffer of one matrix */
+        .fixed_bytes = m->resident_bytes + s->bytes + overhead +
+                       (st->prequantized ? 0.0 : (double)c->moe_inter * c->hidden * sizeof(float)),
         .reserve_bytes = fmin(fmax(0.02e9, 0.05 * budget), 2e9),
         .slot_bytes = st->io_mode == IO_MMAP ? (double)st->mapped_expert_bytes : (double)st->slab_bytes + (double)st->scale_bytes,
         .moe_layers = moe_layers,
