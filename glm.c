@@ -1016,9 +1016,10 @@ static void attention(AttentionCall *ac, const float *xn, int S, int pos0, float
 #else
         int tid = 0;
 #endif
-        float *scores = s->head_scores + (size_t)tid * (s->capacity + 2 * kvl);
+        float *scores = s->head_scores + (size_t)tid * (s->capacity + 2 * kvl + (size_t)dn * kvl);
         float *qc = scores + s->capacity;          /* [kvl] absorbed query */
         float *z = qc + kvl;                       /* [kvl] pooled latent */
+        float *wuk = z + kvl;                      /* [dn][kvl] this head's W_UK, dequantized */
         #pragma omp for collapse(2) schedule(dynamic, 1)
         for (int r = 0; r < S; r++) {
             for (int h = 0; h < nh; h++) {
@@ -1029,12 +1030,11 @@ static void attention(AttentionCall *ac, const float *xn, int S, int pos0, float
                 float *o = s->attn + ((size_t)r * nh + h) * dv;
                 if (ac->absorb) {
                     /* qc = W_UKᵀ q_nope: accumulate the 192 rows of W_UK[h], each scaled */
-                    QTensor wuk = qt_row_view(&L->kv_b, (int64_t)h * (dn + dv), dn);
+                    qt_dequant_rows(&L->kv_b, (int64_t)h * (dn + dv), dn, wuk);
                     memset(qc, 0, (size_t)kvl * sizeof(float));
                     for (int d = 0; d < dn; d++) {
-                        qt_dequant_row(&wuk, d, z);
-                        const float qd = qh[d];
-                        for (int t = 0; t < kvl; t++) qc[t] += qd * z[t];
+                        const float qd = qh[d], *wrow = wuk + (size_t)d * kvl;
+                        for (int t = 0; t < kvl; t++) qc[t] += qd * wrow[t];
                     }
                     for (int t = 0; t < n; t++) {
                         const int j = keys ? keys[t] : t;
@@ -1919,7 +1919,7 @@ static void session_init(Session *s, const Model *m, int capacity, int max_batch
 #else
     s->nthreads = 1;
 #endif
-    s->head_scores = session_calloc(s, (size_t)s->nthreads * (capacity + 2 * c->kv_lora), sizeof(float));
+    s->head_scores = session_calloc(s, (size_t)s->nthreads * (capacity + 2 * c->kv_lora + (size_t)c->qk_nope * c->kv_lora), sizeof(float));
     s->ffn_h1 = session_calloc(s, (size_t)B * ffn_width, sizeof(float));
     s->ffn_h2 = session_calloc(s, (size_t)B * ffn_width, sizeof(float));
     s->mtp_in = session_calloc(s, (size_t)B * 2 * H, sizeof(float));

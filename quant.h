@@ -21,6 +21,7 @@
      void    qt_quantize_row(QtFormat f, int64_t group, const float *w, int64_t cols,
                              uint8_t *codes, float *scales);
      void    qt_dequant_row(const QTensor *t, int64_t row, float *out);
+     void    qt_dequant_rows(const QTensor *t, int64_t row0, int64_t n, float *out);   out[n][cols]
      int     qt_infer_format(int64_t rows, int64_t cols, int64_t data_bytes, int64_t n_scales,
                              QtFormat *f, int64_t *group);
      void    qt_matmul(const QTensor *w, const float *x, float *y, int S, int idot);
@@ -94,6 +95,7 @@ void qt_free(QTensor *t);
 void qt_quantize_row(QtFormat f, int64_t group, const float *w, int64_t cols, uint8_t *codes, float *scales);
 void qt_quantize_rows(QTensor *t, int64_t row0, int64_t nrows, const float *w);
 void qt_dequant_row(const QTensor *t, int64_t row, float *out);
+void qt_dequant_rows(const QTensor *t, int64_t row0, int64_t n, float *out);
 int qt_infer_format(int64_t rows, int64_t cols, int64_t data_bytes, int64_t n_scales, QtFormat *f, int64_t *group);
 void qt_matmul(const QTensor *w, const float *x, float *y, int S, int idot);
 void qt_matmul_with(const QTensor *w, const float *x, float *y, int S, int idot, QtKernel k);
@@ -274,14 +276,18 @@ static void qt_dequant_codes(const QTensor *t, int64_t row, const int8_t *q, flo
     }
 }
 
-void qt_dequant_row(const QTensor *t, int64_t row, float *out) {
-    if (t->format == QT_F32) { memcpy(out, t->data + row * t->row_bytes, (size_t)t->cols * 4); return; }
+void qt_dequant_rows(const QTensor *t, int64_t row0, int64_t n, float *out) {
+    if (t->format == QT_F32) { memcpy(out, t->data + row0 * t->row_bytes, (size_t)(n * t->cols) * 4); return; }
     int8_t *q = malloc((size_t)t->cols);
     if (!q) { fprintf(stderr, "quant: out of memory dequantizing a row of %lld values\n", (long long)t->cols); exit(1); }
-    qt_unpack_codes(t, row, q);
-    qt_dequant_codes(t, row, q, out);
+    for (int64_t r = 0; r < n; r++) {
+        qt_unpack_codes(t, row0 + r, q);
+        qt_dequant_codes(t, row0 + r, q, out + r * t->cols);
+    }
     free(q);
 }
+
+void qt_dequant_row(const QTensor *t, int64_t row, float *out) { qt_dequant_rows(t, row, 1, out); }
 
 int qt_infer_format(int64_t rows, int64_t cols, int64_t data_bytes, int64_t n_scales, QtFormat *f, int64_t *group) {
     if (rows <= 0 || cols <= 0) return -1;

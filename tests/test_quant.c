@@ -115,6 +115,17 @@ static void test_round_trip(void) {
         }
         snprintf(name, sizeof name, "round trip %s group %lld error <= s/2", qt_format_name(fmts[k]), (long long)t.group);
         report(ok, name, why);
+        /* several rows at once equal the rows one by one, bit for bit */
+        float *rows = malloc(sizeof(float) * (R - 2) * C);
+        qt_dequant_rows(&t, 2, R - 2, rows);
+        long diff = -1;
+        for (int64_t r = 2; r < R && diff < 0; r++) {
+            qt_dequant_row(&t, r, row);
+            diff = first_diff(row, rows + (r - 2) * C, (size_t)C);
+        }
+        snprintf(name, sizeof name, "qt_dequant_rows %s group %lld equals qt_dequant_row", qt_format_name(fmts[k]), (long long)t.group);
+        report(diff < 0, name, "a value differs");
+        free(rows);
         qt_free(&t);
     }
     free(w); free(row);
