@@ -3247,6 +3247,14 @@ static void plan_expert_cache(Model *m, const Session *s, const Settings *set) {
                 p.slots_per_layer, p.slots_per_layer == c->n_experts ? "every expert of a layer fits" : "to fit the budget");
     else if (!set->cache_slots_given && moe_layers)
         fprintf(stderr, "glm: expert cache: %d of %d experts per layer fit the budget\n", p.slots_per_layer, c->n_experts);
+    else if (moe_layers) {
+        TierBudget unlimited = b;
+        unlimited.requested_slots = 0;
+        int most = tier_plan(&unlimited).slots_per_layer;
+        if (most > p.slots_per_layer)
+            fprintf(stderr, "glm: expert cache: %d slots per layer as requested (the budget would allow %d; omit "
+                            "cache_slots to use them)\n", p.slots_per_layer, most);
+    }
     if (moe_layers)
         fprintf(stderr, "glm: expert I/O: %s, %s experts\n", IO_MODE_NAMES[st->io_mode],
                 st->prequantized ? "pre-quantized" : "float (quantized on every load: convert the model for speed)");
