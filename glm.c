@@ -635,32 +635,51 @@ static const JsonValue *loader_format_stamp(Loader *ld, int file) {
     return ld->format_stamps[file] ? json_root(ld->format_stamps[file]) : NULL;
 }
 
-/* Reads a pre-quantized tensor (NAME + NAME.qs) as a [rows, cols] QTensor. */
-static void load_prequantized(Loader *ld, const char *name, const StTensor *data, const StTensor *qs,
-                              int64_t rows, int64_t cols, QTensor *out) {
+/* Index of the first value that is not finite (or negative, for scales), or -1. A corrupt weight
+   or scale would silently poison every output, so the loaders refuse it by name. */
+static int64_t first_nonfinite(const float *v, int64_t n) {
+    for (int64_t i = 0; i < n; i++) if (!isfinite(v[i])) return i;
+    return -1;
+}
+
+static int64_t first_bad_scale(const float *v, int64_t n) {
+    for (int64_t i = 0; i < n; i++) if (!isfinite(v[i]) || v[i] < 0) return i;
+    return -1;
+}
+
+/* The format of a pre-quantized tensor (NAME + NAME.qs) of logical shape [rows, cols], from its byte
+   counts, checked against dtypes and the file's colibri.fmt stamp. Used for resident tensors and
+   routed experts alike. */
+static void prequantized_format(Loader *ld, const char *name, const StTensor *data, const StTensor *qs,
+                                int64_t rows, int64_t cols, QtFormat *f, int64_t *group) {
     const char *file = st_file_path(ld->index, data->file);
     if (data->dtype != ST_U8 && data->dtype != ST_I8)
         die("%s: tensor %s: pre-quantized data must be U8 or I8, not %s", file, name, st_dtype_name(data->dtype));
     if (qs->dtype != ST_F32) die("%s: tensor %s.qs: scales must be F32, not %s", file, name, st_dtype_name(qs->dtype));
-    QtFormat f;
-    int64_t group;
-    if (qt_infer_format(rows, cols, (int64_t)data->nbytes, st_numel(qs), &f, &group))
+    if (qt_infer_format(rows, cols, (int64_t)data->nbytes, st_numel(qs), f, group))
         die("%s: tensor %s: %llu bytes and %lld scales fit no quantized format for shape [%lld, %lld]",
             file, name, (unsigned long long)data->nbytes, (long long)st_numel(qs), (long long)rows, (long long)cols);
     const JsonValue *stamp = loader_format_stamp(ld, data->file);
-    if (stamp) {
-        const char *declared = json_str(json_get(stamp, name), NULL);
-        if (declared && strcmp(declared, qt_format_name(f)))
-            die("%s: tensor %s: colibri.fmt says %s but its byte counts mean %s", file, name, declared, qt_format_name(f));
-    }
+    const char *declared = stamp ? json_str(json_get(stamp, name), NULL) : NULL;
+    if (declared && strcmp(declared, qt_format_name(*f)))
+        die("%s: tensor %s: colibri.fmt says %s but its byte counts mean %s", file, name, declared, qt_format_name(*f));
+}
+
+/* Reads a pre-quantized tensor (NAME + NAME.qs) as a [rows, cols] QTensor. */
+static void load_prequantized(Loader *ld, const char *name, const StTensor *data, const StTensor *qs,
+                              int64_t rows, int64_t cols, QTensor *out) {
+    QtFormat f;
+    int64_t group;
+    prequantized_format(ld, name, data, qs, rows, cols, &f, &group);
     if (qt_alloc(out, f, group, rows, cols)) die("out of memory for tensor %s", name);
     char err[512];
     if (st_read_raw(ld->index, data, out->data, err, sizeof err)) die("%s", err);
     if (st_read_raw(ld->index, qs, out->scales, err, sizeof err)) die("%s", err);
     ld->resident_bytes += (double)data->nbytes + (double)qs->nbytes;
-    for (int64_t i = 0; i < st_numel(qs); i++)
-        if (!isfinite(out->scales[i]) || out->scales[i] < 0)
-            die("%s: tensor %s.qs: scale %lld is %g (must be finite and >= 0)", file, name, (long long)i, out->scales[i]);
+    int64_t bad = first_bad_scale(out->scales, st_numel(qs));
+    if (bad >= 0)
+        die("%s: tensor %s.qs: scale %lld is %g (must be finite and >= 0)", st_file_path(ld->index, qs->file), name,
+            (long long)bad, out->scales[bad]);
     ld->bytes_loaded += data->nbytes + qs->nbytes;
 }
 
@@ -674,8 +693,8 @@ static void load_float_rows(Loader *ld, const char *name, const StTensor *t, int
     for (int64_t r = 0; r < rows; r += chunk_rows) {
         int64_t n = rows - r < chunk_rows ? rows - r : chunk_rows;
         if (st_read_f32_rows(ld->index, t, row0 + r, n, buf, err, sizeof err)) die("%s", err);
-        for (int64_t i = 0; i < n * cols; i++)
-            if (!isfinite(buf[i])) die("%s: tensor %s: value at row %lld is not finite", st_file_path(ld->index, t->file), name, (long long)(row0 + r + i / cols));
+        int64_t bad = first_nonfinite(buf, n * cols);
+        if (bad >= 0) die("%s: tensor %s: value at row %lld is not finite", st_file_path(ld->index, t->file), name, (long long)(row0 + r + bad / cols));
         qt_quantize_rows(out, r, n, buf);
     }
     free(buf);
@@ -712,8 +731,8 @@ static float *load_vector(Loader *ld, const char *name, int64_t n) {
     float *v = xmalloc((size_t)n * sizeof(float));
     char err[512];
     if (st_read_f32(ld->index, t, v, err, sizeof err)) die("%s", err);
-    for (int64_t i = 0; i < n; i++)
-        if (!isfinite(v[i])) die("%s: tensor %s: element %lld is not finite", st_file_path(ld->index, t->file), name, (long long)i);
+    int64_t bad = first_nonfinite(v, n);
+    if (bad >= 0) die("%s: tensor %s: element %lld is not finite", st_file_path(ld->index, t->file), name, (long long)bad);
     ld->bytes_loaded += t->nbytes;
     ld->resident_bytes += (double)n * sizeof(float);
     return v;
@@ -1211,16 +1230,7 @@ static void expert_sources_init(ExpertStore *st, Loader *ld) {
                 const StTensor *t = src->data[k];
                 const char *file = st_file_path(ld->index, t->file);
                 if (src->scales[k]) {
-                    const StTensor *qs = src->scales[k];
-                    if (t->dtype != ST_U8 && t->dtype != ST_I8) die("%s: tensor %s: pre-quantized data must be U8 or I8", file, name);
-                    if (qs->dtype != ST_F32) die("%s: tensor %s: scales must be F32", file, qs_name);
-                    if (qt_infer_format(rows[k], cols[k], (int64_t)t->nbytes, st_numel(qs), &src->format[k], &src->group[k]))
-                        die("%s: tensor %s: %llu bytes and %lld scales fit no quantized format for shape [%lld, %lld]", file, name,
-                            (unsigned long long)t->nbytes, (long long)st_numel(qs), (long long)rows[k], (long long)cols[k]);
-                    const JsonValue *stamp = loader_format_stamp(ld, t->file);
-                    const char *declared = stamp ? json_str(json_get(stamp, name), NULL) : NULL;
-                    if (declared && strcmp(declared, qt_format_name(src->format[k])))
-                        die("%s: tensor %s: colibri.fmt says %s but its byte counts mean %s", file, name, declared, qt_format_name(src->format[k]));
+                    prequantized_format(ld, name, t, src->scales[k], rows[k], cols[k], &src->format[k], &src->group[k]);
                     seen_quantized = 1;
                 } else {
                     if (t->ndim != 2 || t->shape[0] != rows[k] || t->shape[1] != cols[k])
@@ -1351,12 +1361,12 @@ static int expert_load(ExpertStore *st, int layer, int e, ExpertSlot *slot) {
             QtFormat f = src->format[k];
             *w[k] = expert_view(f, src->group[k], src->rows[k], src->cols[k], p, f == QT_F32 ? NULL : sp);
             if (st_read_f32_rows(st->index, src->data[k], src->fused_row0[k], src->rows[k], st->staging, err, err_len)) return -1;
-            for (int64_t i = 0; i < src->rows[k] * src->cols[k]; i++)
-                if (!isfinite(st->staging[i])) {
-                    snprintf(err, err_len, "%s: tensor %s: value at row %lld is not finite", st_file_path(st->index, src->data[k]->file),
-                             src->data[k]->name, (long long)(src->fused_row0[k] + i / src->cols[k]));
-                    return -1;
-                }
+            int64_t bad = first_nonfinite(st->staging, src->rows[k] * src->cols[k]);
+            if (bad >= 0) {
+                snprintf(err, err_len, "%s: tensor %s: value at row %lld is not finite", st_file_path(st->index, src->data[k]->file),
+                         src->data[k]->name, (long long)(src->fused_row0[k] + bad / src->cols[k]));
+                return -1;
+            }
             qt_quantize_rows(w[k], 0, src->rows[k], st->staging);
             p += (size_t)(src->rows[k] * w[k]->row_bytes + 63) / 64 * 64;
             if (f != QT_F32) sp += src->rows[k] * qt_groups_per_row(w[k]);
@@ -1434,16 +1444,13 @@ static int expert_load(ExpertStore *st, int layer, int e, ExpertSlot *slot) {
         for (int k = 0; k < 3; k++)
             *w[k] = expert_view(src->format[k], src->group[k], src->rows[k], src->cols[k], base[k], sbase[k]);
     }
-    /* a corrupt scale would silently poison every output: refuse it by name */
     for (int k = 0; k < 3 && st->prequantized; k++) {
-        const float *sc = w[k]->scales;
-        int64_t ns = st_numel(src->scales[k]);
-        for (int64_t i = 0; i < ns; i++)
-            if (!isfinite(sc[i]) || sc[i] < 0) {
-                snprintf(err, err_len, "%s: tensor %s.qs: scale %lld is %g (must be finite and >= 0)",
-                         st_file_path(st->index, src->scales[k]->file), src->data[k]->name, (long long)i, sc[i]);
-                return -1;
-            }
+        int64_t bad = first_bad_scale(w[k]->scales, st_numel(src->scales[k]));
+        if (bad >= 0) {
+            snprintf(err, err_len, "%s: tensor %s.qs: scale %lld is %g (must be finite and >= 0)",
+                     st_file_path(st->index, src->scales[k]->file), src->data[k]->name, (long long)bad, w[k]->scales[bad]);
+            return -1;
+        }
     }
     pthread_mutex_lock(&st->lock);
     st->bytes_read += bytes;
@@ -3184,29 +3191,21 @@ static void print_configuration(const Settings *set, const Model *m, int capacit
             getenv("OMP_WAIT_POLICY") ? getenv("OMP_WAIT_POLICY") : "default");
 }
 
-/* VmRSS from /proc/self/status, in bytes (0 if unknown). */
-static double current_rss_bytes(void) {
-    FILE *f = fopen("/proc/self/status", "r");
+/* A "Key:  N kB" line of a /proc file, in bytes (0 if unknown). */
+static double proc_kb_field(const char *path, const char *key) {
+    FILE *f = fopen(path, "r");
     if (!f) return 0;
     char line[256];
+    size_t klen = strlen(key);
     double kb = 0;
     while (fgets(line, sizeof line, f))
-        if (sscanf(line, "VmRSS: %lf kB", &kb) == 1) break;
+        if (!strncmp(line, key, klen) && line[klen] == ':' && sscanf(line + klen + 1, "%lf", &kb) == 1) break;
     fclose(f);
     return kb * 1024.0;
 }
 
-/* MemAvailable from /proc/meminfo, in bytes (0 if unknown). */
-static double mem_available_bytes(void) {
-    FILE *f = fopen("/proc/meminfo", "r");
-    if (!f) return 0;
-    char line[256];
-    double kb = 0;
-    while (fgets(line, sizeof line, f))
-        if (sscanf(line, "MemAvailable: %lf kB", &kb) == 1) break;
-    fclose(f);
-    return kb * 1024.0;
-}
+static double mem_available_bytes(void) { return proc_kb_field("/proc/meminfo", "MemAvailable"); }
+static double current_rss_bytes(void) { return proc_kb_field("/proc/self/status", "VmRSS"); }
 
 /* Sizes the expert cache from the RAM budget (tier.h), prints the accounting, starts the store. */
 static void plan_expert_cache(Model *m, const Session *s, const Settings *set) {
