@@ -88,6 +88,84 @@ static void *xcalloc(size_t count, size_t size) {
     return p;
 }
 
+/* Every file glm writes (STATS, usage history, sessions) goes through these three calls, so a
+   kill -9 at any moment leaves either the old file or the new one, never a torn one, and no
+   litter: the data is written to an unnamed file (O_TMPFILE) in the target's directory, fsync'd,
+   given a temporary name and renamed over the target in one step; the directory is fsync'd too.
+   Where O_TMPFILE is unsupported, a named temporary file "PATH.tmp.PID" is used instead.
+     AtomicFile af; FILE *f = atomic_begin(&af, path, err, n); ...fprintf(f...);
+     atomic_commit(&af, err, n) → 0, or -1 with err filled (the target is then untouched). */
+typedef struct {
+    FILE *f;
+    char path[4096], tmp[4200];
+    int anonymous;              /* O_TMPFILE: the data has no name until commit */
+} AtomicFile;
+
+static void atomic_dir_of(const char *path, char *dir, size_t n) {
+    const char *slash = strrchr(path, '/');
+    if (!slash) snprintf(dir, n, ".");
+    else if (slash == path) snprintf(dir, n, "/");
+    else snprintf(dir, n, "%.*s", (int)(slash - path), path);
+}
+
+static FILE *atomic_begin(AtomicFile *af, const char *path, char *err, size_t err_len) {
+    memset(af, 0, sizeof *af);
+    if (strlen(path) >= sizeof af->path) { snprintf(err, err_len, "%s: path too long", path); return NULL; }
+    snprintf(af->path, sizeof af->path, "%s", path);
+    char dir[4096];
+    atomic_dir_of(path, dir, sizeof dir);
+    int fd = open(dir, O_TMPFILE | O_WRONLY | O_CLOEXEC, 0644);
+    if (fd >= 0) af->anonymous = 1;
+    else {
+        snprintf(af->tmp, sizeof af->tmp, "%s.tmp.%d", path, (int)getpid());
+        fd = open(af->tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+        if (fd < 0) { snprintf(err, err_len, "cannot write %s: %s", af->tmp, strerror(errno)); return NULL; }
+    }
+    af->f = fdopen(fd, "w");
+    if (!af->f) { close(fd); snprintf(err, err_len, "cannot write %s: %s", path, strerror(errno)); return NULL; }
+    return af->f;
+}
+
+static void atomic_abort(AtomicFile *af) {
+    if (af->f) fclose(af->f);
+    af->f = NULL;
+    if (!af->anonymous && af->tmp[0]) unlink(af->tmp);
+}
+
+static int atomic_commit(AtomicFile *af, char *err, size_t err_len) {
+    int fd = fileno(af->f);
+    if (fflush(af->f) || fsync(fd)) {
+        snprintf(err, err_len, "writing %s failed: %s", af->path, strerror(errno));
+        atomic_abort(af);
+        return -1;
+    }
+    if (af->anonymous) {   /* give the data a name next to the target, then rename it over */
+        char proc[64];
+        snprintf(proc, sizeof proc, "/proc/self/fd/%d", fd);
+        snprintf(af->tmp, sizeof af->tmp, "%s.tmp.%d", af->path, (int)getpid());
+        unlink(af->tmp);
+        if (linkat(AT_FDCWD, proc, AT_FDCWD, af->tmp, AT_SYMLINK_FOLLOW)) {
+            snprintf(err, err_len, "writing %s failed: cannot link its data: %s", af->path, strerror(errno));
+            af->tmp[0] = 0;
+            atomic_abort(af);
+            return -1;
+        }
+        af->anonymous = 0;
+    }
+    if (fclose(af->f)) { af->f = NULL; snprintf(err, err_len, "writing %s failed: %s", af->path, strerror(errno)); atomic_abort(af); return -1; }
+    af->f = NULL;
+    if (rename(af->tmp, af->path)) {
+        snprintf(err, err_len, "cannot rename %s to %s: %s", af->tmp, af->path, strerror(errno));
+        atomic_abort(af);
+        return -1;
+    }
+    char dir[4096];
+    atomic_dir_of(af->path, dir, sizeof dir);
+    int dfd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    if (dfd >= 0) { fsync(dfd); close(dfd); }   /* the rename itself survives a power cut */
+    return 0;
+}
+
 static double peak_rss_gb(void) {
     struct rusage ru;
     getrusage(RUSAGE_SELF, &ru);
@@ -3279,19 +3357,18 @@ static void print_expert_stats(const ExpertStore *st, double seconds) {
             seconds, IO_MODE_NAMES[st->io_mode]);
 }
 
-/* Writes routing counts atomically (temp file + fsync + rename): a kill never leaves half a file. */
+/* Writes routing counts atomically: a kill never leaves half a file. */
 static void write_route_stats(const ExpertStore *st, const char *path) {
-    char tmp[4096];
-    snprintf(tmp, sizeof tmp, "%s.tmp.%d", path, (int)getpid());
-    FILE *f = fopen(tmp, "w");
-    if (!f) die("STATS=%s: cannot write %s: %s", path, tmp, strerror(errno));
+    AtomicFile af;
+    char err[4400];
+    FILE *f = atomic_begin(&af, path, err, sizeof err);
+    if (!f) die("STATS=%s: %s", path, err);
     fprintf(f, "# layer expert count\n");
     for (int l = 0; l < st->n_layers; l++)
         for (int e = 0; e < st->n_experts; e++)
             if (st->route_counts[(size_t)l * st->n_experts + e])
                 fprintf(f, "%d %d %lld\n", l, e, st->route_counts[(size_t)l * st->n_experts + e]);
-    if (fflush(f) || fsync(fileno(f)) || fclose(f)) die("STATS=%s: write failed: %s", path, strerror(errno));
-    if (rename(tmp, path)) die("STATS=%s: rename failed: %s", path, strerror(errno));
+    if (atomic_commit(&af, err, sizeof err)) die("STATS=%s: %s", path, err);
 }
 
 /* REPLAY: decode full_ids one token at a time as fixed input — the decode benchmark. */
@@ -3414,6 +3491,7 @@ static void openmp_passive_wait(char **argv) {
 #endif
 }
 
+#ifndef GLM_NO_MAIN   /* tests and fuzz targets include glm.c with GLM_NO_MAIN to call its functions */
 int main(int argc, char **argv) {
     openmp_passive_wait(argv);
     Settings set = settings_from_env(argc, argv);
@@ -3429,3 +3507,4 @@ int main(int argc, char **argv) {
     default: return run_text(set);
     }
 }
+#endif /* GLM_NO_MAIN */
