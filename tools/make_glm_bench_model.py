@@ -3,12 +3,13 @@
 the glm.c container format (container.md), for disk/expert-streaming benchmarks.
 
     /usr/bin/python3 tools/make_glm_bench_model.py DST [--layers-dense 1] [--layers-moe 3] [--seed S]
-                                                    [--shard-gb 3] [--experts 256] [--vocab 154880]
+                                                    [--shard-gb 3] [--experts 256] [--vocab 154880] [--mtp 1]
 
 Dimensions (glm_moe_dsa.md section 1): hidden 6144, 64 heads, q_lora 2048, kv_lora 512, qk_nope 192,
 qk_rope 64, v 256, dense intermediate 12288, 256 experts x moe_intermediate 2048, top-8, 1 shared
 expert, n_group 1, indexer 32 heads x 128, index_topk 2048, vocab 154880, rope theta 8e6.
-num_hidden_layers = dense + moe; num_nextn_predict_layers 0 (no MTP layer); indexer_types follows
+num_hidden_layers = dense + moe; --mtp 1 (default) appends the MTP layer (a MoE layer with a full
+indexer, enorm/hnorm/shared_head.norm and an int8 eh_proj), num_nextn_predict_layers 1; indexer_types follows
 GLM-5.2's rule (freq 4, offset 3: layers 0-2 full, then one full layer in four), and only full layers
 carry indexer weights. --experts / --vocab shrink the model for quick tries (then it is no longer
 GLM-5.2-shaped in those two numbers).
@@ -120,7 +121,9 @@ def build_units(a, rng):
     u = Unit()
     u.matrix("model.embed_tokens.weight", a.vocab, H, "int8-row", base=1.0 / RMS_INT8)
     units.append(u)
-    for L in range(n_layers):
+    # the MTP layer (index n_layers, glm_moe_dsa.md section 2.3) is a MoE layer with its own full indexer
+    for L in range(n_layers + a.mtp):
+        mtp = L == n_layers
         p = f"model.layers.{L}."
         u = Unit()
         u.vector(p + "input_layernorm.weight", np.ones(H))
@@ -132,12 +135,17 @@ def build_units(a, rng):
         u.matrix(p + "self_attn.kv_a_proj_with_mqa.weight", RKV + DR, H)
         u.matrix(p + "self_attn.kv_b_proj.weight", NH * (DN + DV), RKV)
         u.matrix(p + "self_attn.o_proj.weight", H, NH * DV)
-        if itypes[L] == "full":
+        if mtp or itypes[L] == "full":
             u.vector(p + "self_attn.indexer.k_norm.weight", np.ones(IDX_DIM))
             u.vector(p + "self_attn.indexer.k_norm.bias", np.zeros(IDX_DIM))
             u.matrix(p + "self_attn.indexer.wq_b.weight", IDX_HEADS * IDX_DIM, RQ, "int8-row")
             u.matrix(p + "self_attn.indexer.wk.weight", IDX_DIM, H, "int8-row")
             u.matrix(p + "self_attn.indexer.weights_proj.weight", IDX_HEADS, H, "int8-row")
+        if mtp:   # MTP weights stay at 8 bits (eh_proj's two column halves differ in scale)
+            u.vector(p + "enorm.weight", np.ones(H))
+            u.vector(p + "hnorm.weight", np.ones(H))
+            u.vector(p + "shared_head.norm.weight", np.ones(H))
+            u.matrix(p + "eh_proj.weight", H, 2 * H, "int8-row")
         if L < a.layers_dense:
             u.matrix(p + "mlp.gate_proj.weight", INTER, H)
             u.matrix(p + "mlp.up_proj.weight", INTER, H)
@@ -188,7 +196,7 @@ def config(a, itypes):
         "norm_topk_prob": True, "routed_scaling_factor": 2.5, "moe_router_dtype": "float32",
         "index_n_heads": IDX_HEADS, "index_head_dim": IDX_DIM, "index_topk": IDX_TOPK,
         "index_topk_freq": 4, "index_skip_topk_offset": 3, "indexer_types": itypes,
-        "num_nextn_predict_layers": 0, "tie_word_embeddings": False,
+        "num_nextn_predict_layers": a.mtp, "tie_word_embeddings": False,
         "eos_token_id": eos_ids(a.vocab), "pad_token_id": eos_ids(a.vocab)[0], "dtype": "bfloat16",
     }
 
@@ -235,6 +243,7 @@ def main():
     ap.add_argument("--shard-gb", type=float, default=3.0)
     ap.add_argument("--experts", type=int, default=256)
     ap.add_argument("--vocab", type=int, default=154880)
+    ap.add_argument("--mtp", type=int, default=1, choices=(0, 1), help="append GLM-5.2's MTP layer (default 1)")
     a = ap.parse_args()
     if a.layers_dense < 0 or a.layers_moe < 0 or a.layers_dense + a.layers_moe < 1:
         ap.error("need at least one layer")
@@ -261,7 +270,7 @@ def main():
         sys.exit(f"make_glm_bench_model: error: {a.dst}: {st.f_bavail * st.f_frsize / 1e9:.1f} GB free, "
                  f"need {total / 1e9:.1f} GB + 1 GB")
     print(f"make_glm_bench_model: {len(itypes)} layers ({a.layers_dense} dense, {a.layers_moe} MoE x "
-          f"{a.experts} experts), {total / 1e9:.2f} GB in {len(shards)} shard(s) -> {a.dst}", file=sys.stderr)
+          f"{a.experts} experts{' + MTP' if a.mtp else ''}), {total / 1e9:.2f} GB in {len(shards)} shard(s) -> {a.dst}", file=sys.stderr)
 
     gen = Gen(a.seed)
     bg = BackgroundWriter()
