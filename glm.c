@@ -36,6 +36,11 @@
 #include <sys/ioctl.h>
 #include <sys/mman.h>
 #include <sys/resource.h>
+#include <sys/stat.h>
+#include <sys/statvfs.h>
+#include <sys/wait.h>
+#include <sched.h>
+#include <dirent.h>
 #include <termios.h>
 #include <time.h>
 #include <unistd.h>
@@ -172,6 +177,22 @@ static double peak_rss_gb(void) {
     return ru.ru_maxrss / 1048576.0; /* ru_maxrss is in KiB on Linux */
 }
 
+/* A "Key:  N kB" line of a /proc file, in bytes (0 if unknown). */
+static double proc_kb_field(const char *path, const char *key) {
+    FILE *f = fopen(path, "r");
+    if (!f) return 0;
+    char line[256];
+    size_t klen = strlen(key);
+    double kb = 0;
+    while (fgets(line, sizeof line, f))
+        if (!strncmp(line, key, klen) && line[klen] == ':' && sscanf(line + klen + 1, "%lf", &kb) == 1) break;
+    fclose(f);
+    return kb * 1024.0;
+}
+
+static double mem_available_bytes(void) { return proc_kb_field("/proc/meminfo", "MemAvailable"); }
+static double current_rss_bytes(void) { return proc_kb_field("/proc/self/status", "VmRSS"); }
+
 /* =============================================================================================
    1. Settings
    Every knob is an environment variable (plus three optional positional arguments). One table
@@ -213,6 +234,9 @@ static const SettingSpec SETTINGS[] = {
     { "PROFILE",  SET_BOOL,  "0",    0, 1, "print where the time went (attention, experts, disk wait, lm_head)" },
     { "CACHE_POLICY", SET_STR, "lfu", 0, 0, "which cached expert a miss evicts: lfu (the one the router chose least often, recent use breaks ties) or lru" },
     { "KERNEL",   SET_STR,   "auto", 0, 0, "integer kernels: auto (best this CPU has), vnni, avx2 or scalar (all give identical results)" },
+    { "USAGE",    SET_STR,   "",     0, 0, "routing history that seeds the expert cache and is updated every 256 tokens and at exit: a file, off, or empty for $XDG_CACHE_HOME/glm (else ~/.cache/glm)/usage-<model fingerprint>.bin" },
+    { "PLAN",     SET_STR,   "0",    0, 0, "1: print the RAM plan (same accounting as a run), disk needed and projected speeds from config.json and the safetensors headers alone (a folder of files cut after their headers will do), then exit; json: the same as JSON" },
+    { "DOCTOR",   SET_BOOL,  "0",    0, 1, "check this machine for SNAP (kernels, cores, RAM, huge pages, O_DIRECT, a short disk read probe, free disk), one line per finding; exit 0 ready, 1 warnings, 2 cannot run" },
     /* text modes (section 10): need tokenizer.json in SNAP */
     { "PROMPT",   SET_STR,   "",     0, 0, "answer this user message: the reply streams to stdout, one stats line to stderr" },
     { "CHAT",     SET_INT,   "-1",  -1, 1, "terminal chat: 1 on, 0 off, -1 on when stdin is a terminal and no PROMPT, REF or TOKENIZE is set" },
@@ -230,7 +254,7 @@ static const SettingSpec SETTINGS[] = {
 #define N_SETTINGS (sizeof SETTINGS / sizeof SETTINGS[0])
 
 /* What one run does. VALIDATE compares with an oracle reference (REF): TF=1, greedy, REPLAY=1. */
-typedef enum { MODE_VALIDATE, MODE_TOKENIZE, MODE_TEMPLATE, MODE_PROMPT, MODE_CHAT } RunMode;
+typedef enum { MODE_VALIDATE, MODE_TOKENIZE, MODE_TEMPLATE, MODE_PROMPT, MODE_CHAT, MODE_PLAN, MODE_DOCTOR } RunMode;
 
 typedef struct {
     const char *model_dir, *ref_path, *indexer_mode;
@@ -243,6 +267,9 @@ typedef struct {
     QtKernel kernel;
     int cache_policy;
     const char *stats_path;
+    const char *usage;       /* USAGE: a file, "off", or "" for the default file under cache_dir */
+    const char *cache_dir;   /* $XDG_CACHE_HOME, else $HOME/.cache; "" when neither is set */
+    int plan_json;           /* PLAN=json */
     /* text modes */
     RunMode mode;
     const char *prompt, *system_prompt, *messages_path, *tokenize_path;
@@ -307,7 +334,9 @@ static void print_help(void) {
            "  PROMPT=\"text\" ./glm   one answer, streamed to stdout (CHAT_TEMPLATE=0: raw text, no template)\n"
            "  CHAT=1 ./glm          terminal chat (the default when stdin is a terminal); :help lists its commands\n"
            "  TOKENIZE=file ./glm   token ids of each JSON-string line of file (only tokenizer.json is read)\n"
-           "  REF=file ./glm        validation against an oracle reference: greedy, TF=1 [MTP=1] or REPLAY=1\n\n"
+           "  REF=file ./glm        validation against an oracle reference: greedy, TF=1 [MTP=1] or REPLAY=1\n"
+           "  PLAN=1 ./glm          RAM plan, disk and projected speed from the headers alone (PLAN=json for scripts)\n"
+           "  DOCTOR=1 ./glm        is this machine ready for SNAP? one line per finding, exit 0/1/2\n\n"
            "  cache_slots   routed-expert cache slots per layer (default: as many as RAM_GB allows)\n"
            "  expert_bits   load-time precision of routed experts: 16 (f32), 8, 4 or 2 (default 4)\n"
            "  dense_bits    load-time precision of every other matrix (default 4)\n"
@@ -375,6 +404,16 @@ static Settings settings_from_env(int argc, char **argv) {
     if (qt_kernel_parse(setting_value("KERNEL"), &s.kernel)) die("KERNEL=%s: expected auto, vnni, avx2 or scalar", setting_value("KERNEL"));
     if (s.kernel != QT_KERNEL_AUTO && !qt_kernel_supported(s.kernel)) die("KERNEL=%s: this CPU cannot run it", setting_value("KERNEL"));
     s.stats_path = setting_value("STATS");
+    s.usage = setting_value("USAGE");
+    static char cache_dir[4096];
+    const char *xdg = getenv("XDG_CACHE_HOME"), *home = getenv("HOME");
+    if (xdg && xdg[0] == '/') snprintf(cache_dir, sizeof cache_dir, "%s", xdg);   /* the spec: relative paths are ignored */
+    else if (home && home[0]) snprintf(cache_dir, sizeof cache_dir, "%s/.cache", home);
+    s.cache_dir = cache_dir;
+    const char *plan = setting_value("PLAN");
+    if (strcmp(plan, "0") && strcmp(plan, "1") && strcmp(plan, "json")) die("PLAN=%s: expected 1, json or 0", plan);
+    s.plan_json = !strcmp(plan, "json");
+    const int doctor = (int)setting_number("DOCTOR");
     s.prompt_given = getenv("PROMPT") != NULL;
     s.prompt = setting_value("PROMPT");
     s.system_prompt = setting_value("SYSTEM");
@@ -389,7 +428,11 @@ static Settings settings_from_env(int argc, char **argv) {
     int chat = (int)setting_number("CHAT"), template_only = (int)setting_number("TEMPLATE_ONLY");
     if (s.replay && s.teacher_forcing) die("REPLAY=1 and TF=1 are different modes: set one");
     if (s.group && s.group < 2) die("GROUP=%d: a group needs at least 2 inputs", s.group);
+    /* PLAN and DOCTOR describe a run instead of doing one: the other modes' settings are theirs to read */
+    if (doctor && strcmp(plan, "0")) die("PLAN and DOCTOR are different modes: set one");
+    if (doctor) { s.mode = MODE_DOCTOR; return s; }
     if (!s.model_dir[0]) die("SNAP is not set: point it at a model directory (see --help)");
+    if (strcmp(plan, "0")) { s.mode = MODE_PLAN; return s; }
     if (s.mtp && !s.teacher_forcing) die("MTP=1 needs TF=1 (the MTP head is validated in teacher forcing)");
 
     /* Which mode: the settings that name one must not contradict each other. */
@@ -676,6 +719,7 @@ typedef struct {
     int nfiles;
     size_t bytes_loaded;       /* read from disk */
     double resident_bytes;     /* kept in RAM */
+    int dry;                   /* check headers and count resident_bytes only: no allocation, no read (RAM plan) */
 } Loader;
 
 static QtFormat format_for_bits(int bits, int group) {
@@ -749,11 +793,12 @@ static void load_prequantized(Loader *ld, const char *name, const StTensor *data
     QtFormat f;
     int64_t group;
     prequantized_format(ld, name, data, qs, rows, cols, &f, &group);
+    ld->resident_bytes += (double)data->nbytes + (double)qs->nbytes;
+    if (ld->dry) return;
     if (qt_alloc(out, f, group, rows, cols)) die("out of memory for tensor %s", name);
     char err[512];
     if (st_read_raw(ld->index, data, out->data, err, sizeof err)) die("%s", err);
     if (st_read_raw(ld->index, qs, out->scales, err, sizeof err)) die("%s", err);
-    ld->resident_bytes += (double)data->nbytes + (double)qs->nbytes;
     int64_t bad = first_bad_scale(out->scales, st_numel(qs));
     if (bad >= 0)
         die("%s: tensor %s.qs: scale %lld is %g (must be finite and >= 0)", st_file_path(ld->index, qs->file), name,
@@ -764,7 +809,11 @@ static void load_prequantized(Loader *ld, const char *name, const StTensor *data
 /* Loads rows [row0, row0+rows) of float tensor `t` (viewed as [*, cols]) and quantizes them. */
 static void load_float_rows(Loader *ld, const char *name, const StTensor *t, int64_t row0, int64_t rows,
                             int64_t cols, int bits, QTensor *out) {
-    if (qt_alloc(out, format_for_bits(bits, ld->group), ld->group, rows, cols)) die("out of memory for tensor %s", name);
+    const QtFormat f = format_for_bits(bits, ld->group);
+    const int64_t groups = f == QT_F32 ? 0 : f == QT_INT4_GROUP ? (cols + ld->group - 1) / ld->group : 1;   /* scales per row */
+    ld->resident_bytes += (double)(rows * qt_row_bytes(f, cols)) + (double)(rows * groups) * sizeof(float);
+    if (ld->dry) return;
+    if (qt_alloc(out, f, ld->group, rows, cols)) die("out of memory for tensor %s", name);
     const int64_t chunk_rows = (int64_t)(1 << 24) / cols + 1;   /* ~64 MB of f32 at a time */
     float *buf = xmalloc((size_t)((chunk_rows < rows ? chunk_rows : rows) * cols) * sizeof(float));
     char err[512];
@@ -777,7 +826,6 @@ static void load_float_rows(Loader *ld, const char *name, const StTensor *t, int
     }
     free(buf);
     ld->bytes_loaded += (size_t)(rows * cols) * st_dtype_size(t->dtype);
-    ld->resident_bytes += (double)(rows * out->row_bytes) + (out->scales ? (double)(rows * qt_groups_per_row(out)) * 4 : 0);
 }
 
 /* A 2-D weight [rows, cols] by name: pre-quantized if NAME.qs exists, else float → `bits`. */
@@ -806,13 +854,14 @@ static float *load_vector(Loader *ld, const char *name, int64_t n) {
         die("%s: tensor %s has %lld elements in %d dims, expected a vector of %lld",
             st_file_path(ld->index, t->file), name, (long long)st_numel(t), t->ndim, (long long)n);
     if (t->dtype == ST_U8 || t->dtype == ST_I8) die("%s: tensor %s must be float", st_file_path(ld->index, t->file), name);
+    ld->resident_bytes += (double)n * sizeof(float);
+    if (ld->dry) return NULL;
     float *v = xmalloc((size_t)n * sizeof(float));
     char err[512];
     if (st_read_f32(ld->index, t, v, err, sizeof err)) die("%s", err);
     int64_t bad = first_nonfinite(v, n);
     if (bad >= 0) die("%s: tensor %s: element %lld is not finite", st_file_path(ld->index, t->file), name, (long long)bad);
     ld->bytes_loaded += t->nbytes;
-    ld->resident_bytes += (double)n * sizeof(float);
     return v;
 }
 
@@ -924,6 +973,7 @@ typedef struct {
     float *chosen_w;
     int nthreads;
     double bytes;            /* what session_init allocated */
+    int size_only;           /* session_init counts bytes and allocates nothing (the RAM plan) */
     int progress;            /* show prefill progress on stderr (a terminal) */
     struct { double attention, indexer, dense_mlp, moe, lm_head; long long forwards, positions; } profile;   /* seconds */
 } Session;
@@ -1170,17 +1220,22 @@ static void attention(AttentionCall *ac, const float *xn, int S, int pos0, float
 }
 
 /* =============================================================================================
-   6. Experts: streamed from disk through a per-layer LRU cache
-   Routed experts are never loaded at start. Each MoE layer owns `slots` expert slots, allocated
-   and faulted in once. A miss reads the expert's three weight payloads with ONE read into its
+   6. Experts: streamed from disk through a per-layer cache (LFU by default, tier.h)
+   Routed experts are never loaded at start. Each MoE layer owns `slots` expert slots in one
+   huge-page-backed arena. Nothing waits for empty slots: a helper thread at idle priority faults
+   the arena in while a CPU is free, and a slot it has not reached yet is faulted by its first
+   read. A usage history (USAGE) seeds the LFU counts with what earlier runs routed, and the I/O
+   thread reads the historically hottest experts into the slots whenever no demanded read is
+   waiting (history prefetch: lower priority, cancelled by any demand for its slot). A miss reads the expert's three weight payloads with ONE read into its
    slot's slab (container.md §4 keeps them adjacent) and the three scale arrays with one small
    read; the QTensors are views into the slab, no copy. A background I/O thread loads the misses
    of a layer in ascending expert order while the compute threads work through the experts that
    are already in RAM, so disk and CPU overlap. Float experts (unconverted checkpoints) are read
    and quantized into the slot on each miss — correct, but slow: convert big models first.
 
-   I/O modes: buffered pread (default: the OS page cache is a free second level), DIRECT=1
-   (O_DIRECT into 2 MiB huge-page-backed slabs, bypassing the page cache), DROP=1 (pread, then
+   I/O modes: O_DIRECT into the 2 MiB huge-page-backed slabs, bypassing the page cache (the
+   default for pre-quantized experts where the filesystem allows it), buffered pread (DIRECT=0:
+   the OS page cache is a second level), DROP=1 (pread, then
    evict the pages read), MMAP=1 (the views point into a read-only file mapping; evicting an
    expert drops its pages from this process).
    ============================================================================================= */
@@ -1210,13 +1265,16 @@ typedef struct {
     FfnWeights w;                 /* views into slab / scale_buf / the mapping */
     int expert;                   /* expert held (-1 none) */
     int ready;                    /* its bytes are in RAM (set by the I/O thread, under lock) */
+    int loading;                  /* the I/O thread is reading into it now (under lock) */
+    int prefetch_rank;            /* >= 0: a history prefetch of `expert` waits (lower rank first); -1 none (under lock) */
+    int prefetched;               /* loaded by a history prefetch and not used yet (statistics) */
     int failed;                   /* a load error is pending report */
     long long loaded_in_step;     /* the MoE step that queued its load (a miss, not a hit) */
     char error[512];
 } ExpertSlot;
 
 typedef struct {
-    TierLru lru;
+    TierCache cache;
     ExpertSlot *slots;
     unsigned char *busy;          /* slot in use by the current MoE step or queued for loading */
     unsigned char *avoid;         /* scratch of expert_prefetch */
@@ -1240,14 +1298,26 @@ typedef struct {
     int *direct_fds;              /* per file, O_DIRECT */
     uint8_t **maps; uint64_t *map_len;
     float *staging;               /* float sources: one tensor in f32 */
-    /* the I/O thread */
+    /* the I/O thread: demanded loads (queue) first, history prefetches (slots with a prefetch_rank) when idle */
     pthread_t io_thread;
     int io_started, io_stop;
     pthread_mutex_t lock;
     pthread_cond_t work, done;
     LoadJob *queue; int queue_head, queue_tail, queue_cap;
+    int prefetch_pending;         /* slots with a prefetch_rank >= 0 (under lock) */
+    int io_yield;                 /* I/O thread only: the read in progress is a prefetch; serve demands between chunks */
+    double io_nested_seconds;     /* I/O thread only: time spent on demands served inside a prefetch */
+    /* the slot arena, faulted in by an idle-priority helper */
+    uint8_t *arena; size_t arena_bytes, slab_stride;
+    pthread_t populate_thread;
+    int populate_started, populate_stop;   /* populate_stop: atomic */
+    /* usage history (USAGE) */
+    char usage_path[4096];        /* "" when off */
+    uint64_t fingerprint;         /* of config + expert tensor layout */
+    uint64_t usage_tokens;        /* positions counted by this history, this run included */
+    int usage_since_save;         /* positions since the last save */
     /* statistics */
-    long long hits, misses, step;
+    long long hits, misses, step, prefetched, prefetch_used;
     double bytes_read, read_seconds, wait_seconds, compute_seconds;
     long long *route_counts;      /* [n_layers][n_experts] times chosen */
 } ExpertStore;
@@ -1386,6 +1456,35 @@ static int pread_all(int fd, void *dst, size_t n, uint64_t off, size_t *got) {
     return 0;
 }
 
+static int io_serve_demands(ExpertStore *st);
+
+/* pread_all for the I/O thread: a history prefetch reads in 4 MiB pieces and serves the demanded
+   loads queued meanwhile between pieces, so a demand waits for at most one piece, never for a
+   whole prefetched expert. */
+static int expert_pread(ExpertStore *st, int fd, uint8_t *dst, size_t n, uint64_t off, size_t *got) {
+    if (!st->io_yield) return pread_all(fd, dst, n, off, got);
+    const size_t piece = (size_t)4 << 20;   /* a multiple of DIRECT_ALIGN: every piece stays aligned */
+    size_t done = 0;
+    while (done < n) {
+        size_t want = n - done < piece ? n - done : piece, g;
+        if (pread_all(fd, dst + done, want, off + done, &g)) { *got = done; return -1; }
+        done += g;
+        if (g < want) break;
+        double t0 = now_seconds();
+        st->io_yield = 0;   /* the demands themselves read straight through */
+        pthread_mutex_lock(&st->lock);
+        int served = 0;
+        while (!st->io_stop && io_serve_demands(st)) served = 1;
+        int stop = st->io_stop;
+        pthread_mutex_unlock(&st->lock);
+        st->io_yield = 1;
+        if (served) st->io_nested_seconds += now_seconds() - t0;
+        if (stop) { errno = ECANCELED; *got = done; return -1; }
+    }
+    *got = done;
+    return 0;
+}
+
 /* Reads file bytes [off, off+n) into buf in the store's I/O mode; returns where they start. */
 static uint8_t *expert_read_span(ExpertStore *st, int file, uint64_t off, uint64_t n, uint8_t *buf, size_t cap,
                                  char *err, size_t err_len) {
@@ -1395,7 +1494,7 @@ static uint8_t *expert_read_span(ExpertStore *st, int file, uint64_t off, uint64
         uint64_t start = off / DIRECT_ALIGN * DIRECT_ALIGN;
         uint64_t end = (off + n + DIRECT_ALIGN - 1) / DIRECT_ALIGN * DIRECT_ALIGN;
         if (end - start > cap) { snprintf(err, err_len, "%s: expert span of %llu bytes exceeds its slot", path, (unsigned long long)n); return NULL; }
-        if (pread_all(st->direct_fds[file], buf, (size_t)(end - start), start, &got) || got < off + n - start) {
+        if (expert_pread(st, st->direct_fds[file], buf, (size_t)(end - start), start, &got) || got < off + n - start) {
             snprintf(err, err_len, "%s: O_DIRECT read of %llu bytes at %llu failed: %s", path, (unsigned long long)(end - start),
                      (unsigned long long)start, got < off + n - start ? "file is shorter than its header says" : strerror(errno));
             return NULL;
@@ -1404,7 +1503,7 @@ static uint8_t *expert_read_span(ExpertStore *st, int file, uint64_t off, uint64
     }
     if (n > cap) { snprintf(err, err_len, "%s: expert span of %llu bytes exceeds its slot", path, (unsigned long long)n); return NULL; }
     int fd = st_file_fd(st->index, file);
-    if (pread_all(fd, buf, (size_t)n, off, &got) || got != n) {
+    if (expert_pread(st, fd, buf, (size_t)n, off, &got) || got != n) {
         snprintf(err, err_len, "%s: read of %llu bytes at %llu failed: %s", path, (unsigned long long)n, (unsigned long long)off,
                  got != n ? "file is shorter than its header says" : strerror(errno));
         return NULL;
@@ -1429,7 +1528,7 @@ static int expert_load(ExpertStore *st, int layer, int e, ExpertSlot *slot) {
     QTensor *w[3] = { &slot->w.gate, &slot->w.up, &slot->w.down };
     char *err = slot->error;
     const size_t err_len = sizeof slot->error;
-    double t0 = now_seconds();
+    double t0 = now_seconds(), nested0 = st->io_nested_seconds;   /* demands served inside a prefetch count on their own */
     double bytes = 0;
     if (!st->prequantized) {
         /* float source: read f32 rows, quantize into the slot's own memory */
@@ -1532,67 +1631,289 @@ static int expert_load(ExpertStore *st, int layer, int e, ExpertSlot *slot) {
     }
     pthread_mutex_lock(&st->lock);
     st->bytes_read += bytes;
-    st->read_seconds += now_seconds() - t0;
+    st->read_seconds += now_seconds() - t0 - (st->io_nested_seconds - nested0);
     pthread_mutex_unlock(&st->lock);
     return 0;
+}
+
+/* Loads `slot` of `layer` on the I/O thread; called and returns with the lock held. */
+static void io_load_slot(ExpertStore *st, int layer, ExpertSlot *slot, int prefetch) {
+    slot->loading = 1;
+    const int expert = slot->expert;   /* fixed while loading: a loading slot is never a victim */
+    pthread_mutex_unlock(&st->lock);
+    st->io_yield = prefetch;
+    int failed = expert_load(st, layer, expert, slot) != 0;
+    st->io_yield = 0;
+    pthread_mutex_lock(&st->lock);
+    slot->loading = 0;
+    slot->failed = failed;
+    slot->ready = 1;
+    if (prefetch && !failed) { slot->prefetched = 1; st->prefetched++; }
+    pthread_cond_broadcast(&st->done);
+}
+
+/* Runs the oldest demanded load, if any; lock held. Returns 1 if it ran one. */
+static int io_serve_demands(ExpertStore *st) {
+    if (st->queue_head == st->queue_tail) return 0;
+    LoadJob job = st->queue[st->queue_head % st->queue_cap];
+    st->queue_head++;
+    io_load_slot(st, job.layer, &st->caches[job.layer].slots[job.slot], 0);
+    return 1;
+}
+
+/* The waiting history prefetch with the lowest rank (then layer), or NULL; lock held. */
+static ExpertSlot *io_next_prefetch(ExpertStore *st, int *layer) {
+    ExpertSlot *best = NULL;
+    for (int l = 0; l < st->n_layers && st->prefetch_pending; l++) {
+        if (st->c->layer_dense[l]) continue;
+        for (int s = 0; s < st->slots_per_layer; s++) {
+            ExpertSlot *sl = &st->caches[l].slots[s];
+            if (sl->prefetch_rank >= 0 && (!best || sl->prefetch_rank < best->prefetch_rank)) { best = sl; *layer = l; }
+        }
+    }
+    return best;
 }
 
 static void *expert_io_thread(void *arg) {
     ExpertStore *st = arg;
     pthread_mutex_lock(&st->lock);
     for (;;) {
-        while (st->queue_head == st->queue_tail && !st->io_stop) pthread_cond_wait(&st->work, &st->lock);
+        if (io_serve_demands(st)) continue;   /* demands always first */
         if (st->io_stop) break;
-        LoadJob job = st->queue[st->queue_head % st->queue_cap];
-        pthread_mutex_unlock(&st->lock);
-        ExpertSlot *slot = &st->caches[job.layer].slots[job.slot];
-        slot->failed = expert_load(st, job.layer, slot->expert, slot) != 0;
-        pthread_mutex_lock(&st->lock);
-        slot->ready = 1;
-        st->queue_head++;
-        pthread_cond_broadcast(&st->done);
+        int layer = -1;
+        ExpertSlot *slot = st->prefetch_pending ? io_next_prefetch(st, &layer) : NULL;
+        if (slot) {
+            slot->prefetch_rank = -1;
+            st->prefetch_pending--;
+            io_load_slot(st, layer, slot, 1);
+            continue;
+        }
+        pthread_cond_wait(&st->work, &st->lock);
     }
     pthread_mutex_unlock(&st->lock);
     return NULL;
 }
 
-/* Allocates the slots (once, faulted in) and starts the I/O thread. */
-static void expert_store_start(ExpertStore *st, int slots_per_layer) {
+#ifndef MADV_POPULATE_WRITE
+#define MADV_POPULATE_WRITE 23   /* Linux 5.14 */
+#endif
+
+/* Faults the slot arena in, 2 MiB at a time, in the order the cache fills it (slot 0 of every
+   layer first), at SCHED_IDLE priority: it runs only on a CPU nothing else wants, so the first
+   token never waits for it. MADV_POPULATE_WRITE maps the pages without writing to them, so it is
+   harmless next to a read into the same slot. Where the kernel lacks it, a slot is faulted by
+   its first read instead (slower reads for the first use of each slot, nothing else). */
+static void *slot_populate_thread(void *arg) {
+    ExpertStore *st = arg;
+    struct sched_param idle = { 0 };
+    pthread_setschedparam(pthread_self(), SCHED_IDLE, &idle);
+    const size_t piece = (size_t)2 << 20;
+    const size_t per_layer = st->slab_stride * (size_t)st->slots_per_layer;
+    const size_t moe_layers = per_layer ? st->arena_bytes / per_layer : 0;
+    for (int s = 0; s < st->slots_per_layer; s++)
+        for (size_t k = 0; k < moe_layers; k++) {
+            uint8_t *slab = st->arena + k * per_layer + (size_t)s * st->slab_stride;
+            for (size_t off = 0; off < st->slab_stride; off += piece) {
+                if (__atomic_load_n(&st->populate_stop, __ATOMIC_RELAXED)) return NULL;
+                size_t n = st->slab_stride - off < piece ? st->slab_stride - off : piece;
+                if (madvise(slab + off, n, MADV_POPULATE_WRITE)) return NULL;
+            }
+        }
+    return NULL;
+}
+
+/* The model's identity for what glm remembers about it: the config's shape and the layout of
+   every routed expert's tensors (name, file name, offset, size, dtype). Moving the model folder
+   keeps it; converting the model again with other bits or another layout changes it. */
+static uint64_t expert_layout_fingerprint(const ExpertStore *st) {
+    const Config *c = st->c;
+    const int E = c->n_experts;
+    const int32_t shape[] = { st->n_layers, E, c->hidden, c->moe_inter, c->experts_per_tok, st->expert_bits, st->group };
+    uint64_t h = tier_hash(TIER_HASH_SEED, shape, sizeof shape);
+    h = tier_hash(h, c->layer_dense, (size_t)st->n_layers);
+    for (int l = 0; l < st->n_layers; l++) {
+        if (c->layer_dense[l]) continue;
+        for (int e = 0; e < E; e++) {
+            const ExpertSource *src = &st->sources[(size_t)l * E + e];
+            for (int k = 0; k < 6; k++) {
+                const StTensor *t = k < 3 ? src->data[k] : src->scales[k - 3];
+                if (!t) continue;
+                const char *path = st_file_path(st->index, t->file), *base = strrchr(path, '/');
+                base = base ? base + 1 : path;
+                const uint64_t where[4] = { t->offset, t->nbytes, (uint64_t)t->dtype, (uint64_t)(k < 3 ? src->fused_row0[k] : 0) };
+                h = tier_hash(h, t->name, strlen(t->name) + 1);
+                h = tier_hash(h, base, strlen(base) + 1);
+                h = tier_hash(h, where, sizeof where);
+            }
+        }
+    }
+    return h;
+}
+
+/* USAGE: "off", a file, or "" for the default file of this model in the user's cache directory. */
+static void expert_usage_path(ExpertStore *st, const char *setting, const char *cache_dir) {
+    st->usage_path[0] = 0;
+    if (!strcmp(setting, "off")) return;
+    if (setting[0]) { snprintf(st->usage_path, sizeof st->usage_path, "%s", setting); return; }
+    if (!cache_dir[0]) return;   /* no HOME and no XDG_CACHE_HOME: nowhere to keep it */
+    char dir[4000];
+    snprintf(dir, sizeof dir, "%s/glm", cache_dir);
+    mkdir(cache_dir, 0700);
+    if (mkdir(dir, 0700) && errno != EEXIST) {
+        fprintf(stderr, "glm: note: cannot create %s (%s); no usage history this run (USAGE=off hides this)\n", dir, strerror(errno));
+        return;
+    }
+    snprintf(st->usage_path, sizeof st->usage_path, "%s/usage-%016llx.bin", dir, (unsigned long long)st->fingerprint);
+}
+
+/* Reads the usage history into the LFU counts. Anything but a well-formed history of this very
+   model is ignored with one line (never trusted): the file is read with a size bound, its magic,
+   version, shape, fingerprint and checksum are checked (tier.h). Returns 1 when it was used. */
+static int expert_usage_load(ExpertStore *st) {
+    const int E = st->n_experts;
+    const size_t want = tier_usage_size(st->n_layers, E);
+    int fd = open(st->usage_path, O_RDONLY | O_NONBLOCK | O_CLOEXEC);   /* O_NONBLOCK: a FIFO cannot hang us */
+    if (fd < 0) {
+        if (errno != ENOENT) fprintf(stderr, "glm: note: usage history %s ignored: %s\n", st->usage_path, strerror(errno));
+        return 0;
+    }
+    struct stat sb;
+    uint8_t *buf = NULL;
+    size_t got = 0;
+    char why[256] = "";
+    if (fstat(fd, &sb) || !S_ISREG(sb.st_mode)) snprintf(why, sizeof why, "not a regular file");
+    else if ((uint64_t)sb.st_size != want) snprintf(why, sizeof why, "%lld bytes, a history of this model has %zu", (long long)sb.st_size, want);
+    else {
+        buf = xmalloc(want);
+        if (pread_all(fd, buf, want, 0, &got) || got != want) snprintf(why, sizeof why, "cannot read it: %s", got != want ? "short read" : strerror(errno));
+    }
+    close(fd);
+    uint32_t *counts = NULL;
+    uint64_t tokens = 0;
+    if (!why[0]) {
+        counts = xmalloc((size_t)st->n_layers * E * sizeof(uint32_t));
+        tier_usage_decode(buf, want, st->fingerprint, st->n_layers, E, counts, &tokens, why, sizeof why);
+    }
+    free(buf);
+    if (why[0]) {
+        fprintf(stderr, "glm: note: usage history %s ignored: %s\n", st->usage_path, why);
+        free(counts);
+        return 0;
+    }
+    for (int l = 0; l < st->n_layers; l++)
+        if (!st->c->layer_dense[l]) memcpy(st->caches[l].cache.requests, counts + (size_t)l * E, (size_t)E * sizeof(uint32_t));
+    free(counts);
+    st->usage_tokens = tokens;
+    fprintf(stderr, "glm: usage history %s: routing of %llu earlier tokens seeds the expert cache\n", st->usage_path,
+            (unsigned long long)tokens);
+    return 1;
+}
+
+/* Writes the LFU counts as the usage history (atomically: a kill leaves the old or the new file). */
+static void expert_usage_save(ExpertStore *st) {
+    if (!st->usage_path[0] || !st->io_started) return;
+    const int E = st->n_experts;
+    uint32_t *counts = xcalloc((size_t)st->n_layers * E, sizeof(uint32_t));
+    for (int l = 0; l < st->n_layers; l++)
+        if (!st->c->layer_dense[l]) memcpy(counts + (size_t)l * E, st->caches[l].cache.requests, (size_t)E * sizeof(uint32_t));
+    const size_t n = tier_usage_size(st->n_layers, E);
+    uint8_t *buf = xmalloc(n);
+    tier_usage_encode(buf, st->fingerprint, st->n_layers, E, st->usage_tokens, counts);
+    AtomicFile af;
+    char err[8800];
+    FILE *f = atomic_begin(&af, st->usage_path, err, sizeof err);
+    if (f && fwrite(buf, 1, n, f) != n) { snprintf(err, sizeof err, "writing %s failed", st->usage_path); atomic_abort(&af); f = NULL; }
+    if (!f || atomic_commit(&af, err, sizeof err)) {
+        fprintf(stderr, "glm: warning: usage history not saved: %s (USAGE=off turns it off)\n", err);
+        st->usage_path[0] = 0;   /* say it once */
+    }
+    free(buf);
+    free(counts);
+    st->usage_since_save = 0;
+}
+
+/* After a forward over `positions` tokens: the history is saved every USAGE_SAVE_EVERY tokens,
+   so a crash or a kill loses at most that much of what this run learned. */
+#define USAGE_SAVE_EVERY 256
+static void expert_usage_tick(ExpertStore *st, int positions) {
+    if (!st->usage_path[0]) return;
+    st->usage_tokens += (uint64_t)positions;
+    st->usage_since_save += positions;
+    if (st->usage_since_save >= USAGE_SAVE_EVERY) expert_usage_save(st);
+}
+
+/* The engine has nothing to compute (before the first token; between chat turns): queue history
+   prefetches of each layer's most requested experts that are not in RAM, into the slots of
+   experts requested less. The I/O thread runs them only while no demanded read waits. */
+static void expert_store_idle(ExpertStore *st) {
+    if (!st->io_started || st->io_mode == IO_MMAP) return;   /* MMAP: the page cache is the cache */
+    const int spl = st->slots_per_layer;
+    int *hot = xmalloc((size_t)spl * sizeof(int));
+    pthread_mutex_lock(&st->lock);
+    for (int l = 0; l < st->n_layers; l++) {
+        if (st->c->layer_dense[l]) continue;
+        LayerCache *lc = &st->caches[l];
+        TierCache *tc = &lc->cache;
+        const int n = tier_hottest(tc->requests, st->n_experts, hot, spl);
+        for (int s = 0; s < spl; s++) lc->avoid[s] = lc->busy[s] || lc->slots[s].loading;
+        for (int i = 0; i < n; i++) if (tc->expert_slot[hot[i]] >= 0) lc->avoid[tc->expert_slot[hot[i]]] = 1;
+        for (int i = 0; i < n; i++) {
+            if (tc->expert_slot[hot[i]] >= 0) continue;   /* in RAM or on its way */
+            int s = tier_cache_victim(tc, lc->avoid);
+            if (s < 0) break;
+            const int old = tc->slot_expert[s];
+            if (old >= 0 && tc->requests[old] >= tc->requests[hot[i]]) break;   /* the rest are cached or hotter */
+            tier_cache_assign(tc, s, hot[i]);
+            ExpertSlot *sl = &lc->slots[s];
+            sl->expert = hot[i];
+            sl->ready = 0;
+            sl->failed = 0;
+            sl->prefetched = 0;
+            sl->loaded_in_step = -1;
+            if (sl->prefetch_rank < 0) st->prefetch_pending++;
+            sl->prefetch_rank = i;
+            lc->avoid[s] = 1;
+        }
+    }
+    if (st->prefetch_pending) pthread_cond_signal(&st->work);
+    pthread_mutex_unlock(&st->lock);
+    free(hot);
+}
+
+/* Reserves the slots (faulted in later, see slot_populate_thread), starts the I/O thread, and
+   seeds the cache from the usage history (USAGE: "off", a file, or "" for the default file in
+   cache_dir). */
+static void expert_store_start(ExpertStore *st, int slots_per_layer, const char *usage, const char *cache_dir) {
     const int E = st->c->n_experts;
     st->slots_per_layer = slots_per_layer;
     st->caches = xcalloc((size_t)st->n_layers, sizeof(LayerCache));
     int moe_layers = 0;
     for (int l = 0; l < st->n_layers; l++) moe_layers += !st->c->layer_dense[l];
-    /* one huge-page-backed arena for every slab: 2 MiB pages make O_DIRECT requests 4x larger
-       and fresh-page faults (expensive on these VMs) happen here, once */
-    size_t slab_stride = (st->slab_bytes + 4095) / 4096 * 4096;
-    size_t arena_bytes = slab_stride * (size_t)slots_per_layer * (size_t)moe_layers;
-    uint8_t *arena = NULL;
-    if (arena_bytes) {
-        arena = mmap(NULL, arena_bytes + (2u << 20), PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-        if (arena == MAP_FAILED) die("cannot allocate %.2f GB of expert slots", arena_bytes / 1e9);
-        arena = (uint8_t *)(((uintptr_t)arena + (2u << 20) - 1) & ~(uintptr_t)((2u << 20) - 1));
-        madvise(arena, arena_bytes, MADV_HUGEPAGE);
-        /* fault every page in now rather than during the first tokens: fresh pages cost ~1 GB/s
-           here (the hypervisor backs them on first touch; a second thread does not help) */
-        double t0 = now_seconds();
-        memset(arena, 0, arena_bytes);
-        fprintf(stderr, "glm: expert slots: %.2f GB faulted in in %.2f s\n", arena_bytes / 1e9, now_seconds() - t0);
+    /* one arena for every slab, 2 MiB-aligned and huge-page-backed: 2 MiB pages make O_DIRECT
+       requests 4x larger (limits.md: ~3x the read rate) and fault 512x fewer times */
+    st->slab_stride = (st->slab_bytes + 4095) / 4096 * 4096;
+    st->arena_bytes = st->slab_stride * (size_t)slots_per_layer * (size_t)moe_layers;
+    if (st->arena_bytes) {
+        uint8_t *map = mmap(NULL, st->arena_bytes + (2u << 20), PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+        if (map == MAP_FAILED) die("cannot allocate %.2f GB of expert slots", st->arena_bytes / 1e9);
+        st->arena = (uint8_t *)(((uintptr_t)map + (2u << 20) - 1) & ~(uintptr_t)((2u << 20) - 1));
+        madvise(st->arena, st->arena_bytes, MADV_HUGEPAGE);
     }
     size_t used = 0;
     for (int l = 0; l < st->n_layers; l++) {
         if (st->c->layer_dense[l]) continue;
         LayerCache *lc = &st->caches[l];
-        if (tier_lru_init(&lc->lru, slots_per_layer, E)) die("out of memory for the expert cache");
-        lc->lru.policy = st->policy;
+        if (tier_cache_init(&lc->cache, slots_per_layer, E)) die("out of memory for the expert cache");
+        lc->cache.policy = st->policy;
         lc->slots = xcalloc((size_t)slots_per_layer, sizeof(ExpertSlot));
         lc->busy = xcalloc((size_t)slots_per_layer, 1);
         lc->avoid = xcalloc((size_t)slots_per_layer, 1);
         for (int s = 0; s < slots_per_layer; s++) {
-            lc->slots[s].slab = arena ? arena + used : NULL;
-            used += slab_stride;
+            lc->slots[s].slab = st->arena ? st->arena + used : NULL;
+            used += st->slab_stride;
             lc->slots[s].scale_buf = st->scale_bytes ? xcalloc(st->scale_bytes / sizeof(float) + 16, sizeof(float)) : NULL;
             lc->slots[s].expert = -1;
+            lc->slots[s].prefetch_rank = -1;
         }
     }
     if (!st->prequantized) {
@@ -1606,10 +1927,20 @@ static void expert_store_start(ExpertStore *st, int slots_per_layer) {
     pthread_cond_init(&st->done, NULL);
     if (pthread_create(&st->io_thread, NULL, expert_io_thread, st)) die("cannot start the expert I/O thread");
     st->io_started = 1;
+    if (st->arena_bytes && !pthread_create(&st->populate_thread, NULL, slot_populate_thread, st)) st->populate_started = 1;
+    st->fingerprint = expert_layout_fingerprint(st);
+    expert_usage_path(st, usage, cache_dir);
+    if (st->usage_path[0] && expert_usage_load(st)) expert_store_idle(st);
 }
 
 static void expert_store_stop(ExpertStore *st) {
+    if (st->populate_started) {
+        __atomic_store_n(&st->populate_stop, 1, __ATOMIC_RELAXED);
+        pthread_join(st->populate_thread, NULL);
+        st->populate_started = 0;
+    }
     if (!st->io_started) return;
+    expert_usage_save(st);
     pthread_mutex_lock(&st->lock);
     st->io_stop = 1;
     pthread_cond_broadcast(&st->work);
@@ -1620,21 +1951,31 @@ static void expert_store_stop(ExpertStore *st) {
 
 /* Puts `expert` into a slot of `layer` that `avoid` does not mark and queues its load; -1 when
    there is none. */
-static int expert_schedule_load(ExpertStore *st, int layer, int expert, const unsigned char *avoid) {
+static int expert_schedule_load(ExpertStore *st, int layer, int expert, unsigned char *avoid) {
     LayerCache *lc = &st->caches[layer];
-    int slot = tier_lru_victim(&lc->lru, avoid);
-    if (slot < 0) return -1;
+    pthread_mutex_lock(&st->lock);
+    int slot = tier_cache_victim(&lc->cache, avoid);
+    while (slot >= 0 && lc->slots[slot].loading) {   /* a history prefetch is reading into it: take another */
+        const unsigned char was = avoid[slot];
+        avoid[slot] = 1;
+        int other = tier_cache_victim(&lc->cache, avoid);
+        avoid[slot] = was;
+        if (other >= 0) { slot = other; break; }
+        pthread_cond_wait(&st->done, &st->lock);   /* the only candidate: wait for that read to end */
+    }
+    if (slot < 0) { pthread_mutex_unlock(&st->lock); return -1; }
     ExpertSlot *sl = &lc->slots[slot];
     if (st->io_mode == IO_MMAP && sl->expert >= 0 && sl->mapped_len) {
         uint64_t a = sl->mapped_off / 4096 * 4096;   /* drop the evicted expert's pages from our RSS */
         madvise(st->maps[sl->mapped_file] + a, sl->mapped_off + sl->mapped_len - a, MADV_DONTNEED);
     }
-    tier_lru_assign(&lc->lru, slot, expert);
+    tier_cache_assign(&lc->cache, slot, expert);
     lc->busy[slot] = 1;
-    pthread_mutex_lock(&st->lock);
     sl->expert = expert;
     sl->ready = 0;
     sl->failed = 0;
+    sl->prefetched = 0;
+    if (sl->prefetch_rank >= 0) { sl->prefetch_rank = -1; st->prefetch_pending--; }   /* a waiting prefetch is cancelled */
     sl->loaded_in_step = st->step;
     st->queue[st->queue_tail % st->queue_cap] = (LoadJob){ layer, slot };
     st->queue_tail++;
@@ -1644,28 +1985,49 @@ static int expert_schedule_load(ExpertStore *st, int layer, int expert, const un
     return slot;
 }
 
+/* The router chose the expert that `slot` holds or waits for: if it is not in RAM yet it counts as
+   a miss, and a history prefetch still waiting for it becomes a demanded load (served first). */
+static void expert_demand_slot(ExpertStore *st, int layer, int slot) {
+    ExpertSlot *sl = &st->caches[layer].slots[slot];
+    if (sl->loaded_in_step == st->step) return;   /* queued by this step: counted already */
+    pthread_mutex_lock(&st->lock);
+    if (!sl->ready) {
+        if (sl->prefetch_rank >= 0) {
+            sl->prefetch_rank = -1;
+            st->prefetch_pending--;
+            st->queue[st->queue_tail % st->queue_cap] = (LoadJob){ layer, slot };
+            st->queue_tail++;
+            pthread_cond_signal(&st->work);
+        }
+        sl->loaded_in_step = st->step;
+        st->misses++;
+    }
+    pthread_mutex_unlock(&st->lock);
+}
+
 /* Before a MoE step over `experts` (ascending): pin cached ones and queue loads of missing ones
    so the disk works while the CPU computes. Two rules keep every later expert_acquire able to
    find a slot: at most slots-1 cached experts are pinned, and a prefetch never evicts an expert
    of this step. Whatever does not fit loads on demand in expert_acquire. */
 static void expert_prefetch(ExpertStore *st, int layer, const int *experts, int n) {
     LayerCache *lc = &st->caches[layer];
-    const int nslots = lc->lru.n_slots;
+    const int nslots = lc->cache.n_slots;
     st->step++;
     int pinned = 0;
     for (int i = 0; i < n; i++) {
         st->route_counts[(size_t)layer * st->n_experts + experts[i]]++;
-        tier_note_request(&lc->lru, experts[i]);
-        int slot = lc->lru.expert_slot[experts[i]];
+        tier_note_request(&lc->cache, experts[i]);
+        int slot = lc->cache.expert_slot[experts[i]];
+        if (slot >= 0) expert_demand_slot(st, layer, slot);
         if (slot >= 0 && pinned < nslots - 1) { lc->busy[slot] = 1; pinned++; }
     }
     for (int s = 0; s < nslots; s++) lc->avoid[s] = lc->busy[s];
     for (int i = 0; i < n; i++) {
-        int slot = lc->lru.expert_slot[experts[i]];
+        int slot = lc->cache.expert_slot[experts[i]];
         if (slot >= 0) lc->avoid[slot] = 1;
     }
     for (int i = 0; i < n; i++) {
-        if (lc->lru.expert_slot[experts[i]] >= 0) continue;
+        if (lc->cache.expert_slot[experts[i]] >= 0) continue;
         int slot = expert_schedule_load(st, layer, experts[i], lc->avoid);
         if (slot < 0) break;
         lc->avoid[slot] = 1;
@@ -1674,13 +2036,17 @@ static void expert_prefetch(ExpertStore *st, int layer, const int *experts, int 
 
 static const FfnWeights *expert_acquire(ExpertStore *st, int layer, int expert) {
     LayerCache *lc = &st->caches[layer];
-    int slot = lc->lru.expert_slot[expert];
+    int slot = lc->cache.expert_slot[expert];
     if (slot < 0) {
         slot = expert_schedule_load(st, layer, expert, lc->busy);
         if (slot < 0) die("internal: no free expert slot in layer %d", layer);
     } else {
-        tier_lru_lookup(&lc->lru, expert);
-        if (lc->slots[slot].loaded_in_step != st->step) st->hits++;
+        tier_cache_lookup(&lc->cache, expert);
+        expert_demand_slot(st, layer, slot);
+        if (lc->slots[slot].loaded_in_step != st->step) {   /* in RAM when the router chose it */
+            st->hits++;
+            if (lc->slots[slot].prefetched) { st->prefetch_used++; lc->slots[slot].prefetched = 0; }
+        }
     }
     lc->busy[slot] = 1;
     ExpertSlot *sl = &lc->slots[slot];
@@ -1697,7 +2063,7 @@ static const FfnWeights *expert_acquire(ExpertStore *st, int layer, int expert) 
 
 static void expert_release(ExpertStore *st, int layer, int expert) {
     LayerCache *lc = &st->caches[layer];
-    int slot = lc->lru.expert_slot[expert];
+    int slot = lc->cache.expert_slot[expert];
     if (slot >= 0) lc->busy[slot] = 0;
 }
 
@@ -1804,6 +2170,16 @@ static void moe_forward(const Config *c, const Layer *L, int layer_index, Expert
    8. Model: loading and the forward pass
    ============================================================================================= */
 
+/* How the RAM budget splits (ram_plan). Bytes; every term is printed, and they add up to the budget. */
+typedef struct {
+    double budget, avail;            /* avail: MemAvailable when the plan was made (0: unknown) */
+    int from_ram_gb;                 /* the budget is RAM_GB (else MemAvailable minus a reserve) */
+    double dense, session, overhead, reserve, cache, unused;
+    double slot_bytes;               /* one expert slot */
+    int moe_layers, n_experts, slots, slots_allowed;   /* slots per layer; allowed: what the budget holds */
+    int capacity, batch;             /* the context and batch the session was sized for */
+} RamPlan;
+
 typedef struct {
     Config c;
     Layer *layers;           /* [n_layers + n_mtp]; the MTP layer is last */
@@ -1813,6 +2189,7 @@ typedef struct {
     float *inv_freq;         /* [qk_rope/2] */
     StIndex *index;
     double resident_bytes;   /* dense weights held in RAM */
+    RamPlan ram;             /* how the RAM budget is split (ram_plan) */
 } Model;
 
 static void layer_name(char *buf, size_t n, int l, const char *suffix) { snprintf(buf, n, "model.layers.%d.%s", l, suffix); }
@@ -1849,7 +2226,7 @@ static void load_layer(Loader *ld, Model *m, int l, const Settings *set) {
         load_matrix(ld, LNAME("self_attn.indexer.weights_proj.weight"), c->index_heads, H, db, &L->index_weights);
         L->index_k_norm_w = load_vector(ld, LNAME("self_attn.indexer.k_norm.weight"), c->index_dim);
         L->index_k_norm_b = load_vector(ld, LNAME("self_attn.indexer.k_norm.bias"), c->index_dim);
-    } else if (st_find(ld->index, LNAME("self_attn.indexer.wk.weight"))) {
+    } else if (!ld->dry && st_find(ld->index, LNAME("self_attn.indexer.wk.weight"))) {
         fprintf(stderr, "glm: note: layer %d is a shared-indexer layer but carries indexer weights; they are not used\n", l);
     }
     L->dense = c->layer_dense[l];
@@ -1881,15 +2258,16 @@ static void print_load_progress(int done, int total) {
     fflush(stderr);
 }
 
-static void model_load(Model *m, const Settings *set) {
+/* The model's config, tensor index and expert sources: every header checked, no tensor data
+   read. `ld` is then ready for model_load_weights. */
+static void model_open(Model *m, const Settings *set, Loader *ld) {
     memset(m, 0, sizeof *m);
-    double t0 = now_seconds();
     m->c = config_load(set->model_dir);
     Config *c = &m->c;
     char err[1024];
     m->index = st_open_dir(set->model_dir, err, sizeof err);
     if (!m->index) die("%s", err);
-    Loader ld = { .index = m->index, .dir = set->model_dir, .group = set->group };
+    *ld = (Loader){ .index = m->index, .dir = set->model_dir, .group = set->group };
     const int nl = c->n_layers + c->n_mtp;
     /* An MTP layer is optional on disk: without its tensors the model simply has no MTP head. */
     if (c->n_mtp) {
@@ -1912,23 +2290,34 @@ static void model_load(Model *m, const Settings *set) {
     st->expert_bits = set->expert_bits;
     st->group = set->group;
     st->route_counts = xcalloc((size_t)st->n_layers * c->n_experts, sizeof(long long));
-    expert_sources_init(st, &ld);
+    expert_sources_init(st, ld);
     expert_slot_sizes(st, &st->slab_bytes, &st->scale_bytes);
-    load_matrix(&ld, "model.embed_tokens.weight", c->vocab, c->hidden, set->dense_bits, &m->embed);
-    const int show_progress = isatty(2);
+}
+
+/* Every resident tensor (everything but the routed experts), in file order of the model. A dry
+   loader only checks the headers and counts the bytes the real load will keep: the RAM plan
+   comes from the very code that loads. */
+static void model_load_weights(Model *m, Loader *ld, const Settings *set) {
+    const Config *c = &m->c;
+    const int nl = c->n_layers + c->n_mtp;
+    double t0 = now_seconds();
+    load_matrix(ld, "model.embed_tokens.weight", c->vocab, c->hidden, set->dense_bits, &m->embed);
+    const int show_progress = !ld->dry && isatty(2);
     for (int l = 0; l < nl; l++) {
-        load_layer(&ld, m, l, set);
+        load_layer(ld, m, l, set);
         if (show_progress) print_load_progress(l + 1, nl);
     }
     if (show_progress) fputc('\n', stderr);
-    m->final_norm = load_vector(&ld, "model.norm.weight", c->hidden);
-    load_matrix(&ld, "lm_head.weight", c->vocab, c->hidden, set->dense_bits, &m->lm_head);
+    m->final_norm = load_vector(ld, "model.norm.weight", c->hidden);
+    load_matrix(ld, "lm_head.weight", c->vocab, c->hidden, set->dense_bits, &m->lm_head);
+    if (ld->dry) return;
+    ExpertStore *st = &m->experts;
     const int half = c->qk_rope / 2;
     if (half > 512) die("qk_rope_head_dim %d is larger than this build supports (1024)", c->qk_rope);
     m->inv_freq = xmalloc((size_t)half * sizeof(float));
     for (int j = 0; j < half; j++)
         m->inv_freq[j] = 1.0f / powf(c->rope_theta, (float)(2 * j) / (float)c->qk_rope);
-    m->resident_bytes = ld.resident_bytes;
+    m->resident_bytes = ld->resident_bytes;
     if (st->io_mode == IO_DIRECT || st->io_mode == IO_MMAP) {
         int nfiles = st_file_count(m->index);
         st->direct_fds = xcalloc((size_t)nfiles, sizeof(int));
@@ -1957,18 +2346,20 @@ static void model_load(Model *m, const Settings *set) {
         }
     }
     fprintf(stderr, "glm: loaded %.1f MB of resident tensors in %.2f s (routed experts stream on demand)\n",
-            ld.bytes_loaded / 1e6, now_seconds() - t0);
+            ld->bytes_loaded / 1e6, now_seconds() - t0);
 }
 
 /* Every session allocation goes through here, so the RAM budget knows what the session holds. */
 static void *session_calloc(Session *s, size_t count, size_t size) {
     s->bytes += (double)count * size;
-    return xcalloc(count, size);
+    return s->size_only ? NULL : xcalloc(count, size);
 }
 
-static void session_init(Session *s, const Model *m, int capacity, int max_batch) {
+/* size_only: count what the session would allocate (s->bytes) without allocating it. */
+static void session_init(Session *s, const Model *m, int capacity, int max_batch, int size_only) {
     const Config *c = &m->c;
     memset(s, 0, sizeof *s);
+    s->size_only = size_only;
     const int nl = c->n_layers + c->n_mtp, H = c->hidden, B = max_batch;
     s->capacity = capacity;
     s->max_batch = max_batch;
@@ -1976,9 +2367,13 @@ static void session_init(Session *s, const Model *m, int capacity, int max_batch
     s->rope_key = session_calloc(s, (size_t)nl, sizeof(float *));
     s->index_key = session_calloc(s, (size_t)nl, sizeof(float *));
     for (int l = 0; l < nl; l++) {
-        s->latent[l] = session_calloc(s, (size_t)capacity * c->kv_lora, sizeof(float));
-        s->rope_key[l] = session_calloc(s, (size_t)capacity * c->qk_rope, sizeof(float));
-        if (c->layer_indexer[l]) s->index_key[l] = session_calloc(s, (size_t)capacity * c->index_dim, sizeof(float));
+        float *latent = session_calloc(s, (size_t)capacity * c->kv_lora, sizeof(float));
+        float *rope_key = session_calloc(s, (size_t)capacity * c->qk_rope, sizeof(float));
+        float *index_key = c->layer_indexer[l] ? session_calloc(s, (size_t)capacity * c->index_dim, sizeof(float)) : NULL;
+        if (size_only) continue;
+        s->latent[l] = latent;
+        s->rope_key[l] = rope_key;
+        s->index_key[l] = index_key;
     }
     const size_t q_width = (size_t)c->n_heads * c->qk_head;
     const int ffn_width = c->inter > c->moe_inter * (c->n_shared > 1 ? c->n_shared : 1) ? c->inter : c->moe_inter * c->n_shared;
@@ -2014,6 +2409,130 @@ static void session_init(Session *s, const Model *m, int capacity, int max_batch
     s->chosen = session_calloc(s, (size_t)B * c->experts_per_tok, sizeof(int));
     s->chosen_w = session_calloc(s, (size_t)B * c->experts_per_tok, sizeof(float));
     s->union_experts = session_calloc(s, (size_t)c->n_experts, sizeof(int));
+}
+
+/* ---------------------------------------------------------------------------------------------
+   The RAM plan: how the budget (RAM_GB, or MemAvailable minus a reserve) splits between the dense
+   weights, the KV cache and scratch, the process's own overhead, a page-cache reserve and the
+   expert cache. It comes from config.json, the safetensors headers and the settings alone, through
+   the code that loads (a dry Loader, a size-only Session), so PLAN=1 on a folder of headers prints
+   what a real run prints, and a budget that is too small is refused before any weight is read.
+   --------------------------------------------------------------------------------------------- */
+
+/* What the process holds besides weights, session and slots, as an estimate from the model's
+   shape (a fixed formula, so a plan made on any machine agrees with the run): code, libraries and
+   OpenMP threads (measured under 32 MB here; 64 MB allowed), the tensor index and the expert
+   sources and counters, and the tokenizer when the folder has one (tok.h holds ~4x its JSON:
+   29 MB for DeepSeek-V3's 7.8 MB tokenizer.json). */
+static double ram_overhead_estimate(const Model *m, const char *model_dir) {
+    const ExpertStore *st = &m->experts;
+    double bytes = 64e6;
+    bytes += (double)st_count(m->index) * (sizeof(StTensor) + 96);   /* tensor, its name, hash slot */
+    bytes += (double)st->n_layers * st->n_experts * (sizeof(ExpertSource) + sizeof(long long) + 3 * sizeof(uint32_t) + sizeof(int));
+    char path[4200];
+    snprintf(path, sizeof path, "%s/tokenizer.json", model_dir);
+    struct stat sb;
+    if (stat(path, &sb) == 0 && S_ISREG(sb.st_mode)) bytes += 4.0 * (double)sb.st_size;
+    return bytes;
+}
+
+/* The plan for a session of `capacity` tokens. Runs the dry loader over `ld` (model_open's). */
+static RamPlan ram_plan(Model *m, Loader *ld, const Settings *set, int capacity) {
+    const Config *c = &m->c;
+    const ExpertStore *st = &m->experts;
+    RamPlan p;
+    memset(&p, 0, sizeof p);
+    ld->dry = 1;
+    ld->resident_bytes = 0;
+    model_load_weights(m, ld, set);
+    ld->dry = 0;
+    p.dense = ld->resident_bytes;
+    ld->resident_bytes = 0;
+    Session sized;
+    session_init(&sized, m, capacity, set->batch, 1);
+    p.capacity = capacity;
+    p.batch = set->batch;
+    for (int l = 0; l < st->n_layers; l++) p.moe_layers += !c->layer_dense[l];
+    /* float experts are read through an f32 staging buffer of one matrix */
+    p.session = sized.bytes + (p.moe_layers && !st->prequantized ? (double)c->moe_inter * c->hidden * sizeof(float) : 0.0);
+    p.overhead = ram_overhead_estimate(m, set->model_dir);
+    p.avail = mem_available_bytes();
+    p.from_ram_gb = set->ram_gb > 0;
+    if (!p.from_ram_gb && p.avail <= 0) die("cannot read MemAvailable from /proc/meminfo: set RAM_GB");
+    p.budget = p.from_ram_gb ? set->ram_gb * 1e9 : p.avail - fmax(1e9, 0.1 * p.avail);
+    p.reserve = fmin(fmax(0.02e9, 0.05 * p.budget), 2e9);
+    p.slot_bytes = st->io_mode == IO_MMAP ? (double)st->mapped_expert_bytes : (double)st->slab_bytes + (double)st->scale_bytes;
+    p.n_experts = c->n_experts;
+    TierBudget b = {
+        .budget_bytes = p.budget,
+        .fixed_bytes = p.dense + p.session + p.overhead,
+        .reserve_bytes = p.reserve,
+        .slot_bytes = p.slot_bytes,
+        .moe_layers = p.moe_layers,
+        .n_experts = c->n_experts,
+        .requested_slots = set->cache_slots_given ? set->cache_slots : 0,
+    };
+    TierPlan tp = tier_plan(&b);
+    p.slots = p.moe_layers ? tp.slots_per_layer : 0;
+    p.cache = tp.cache_bytes;
+    p.unused = tp.free_bytes;
+    b.requested_slots = 0;
+    p.slots_allowed = p.moe_layers ? tier_plan(&b).slots_per_layer : 0;
+    return p;
+}
+
+/* 1 when the model fits the budget (with at least one expert slot per MoE layer). */
+static int ram_plan_fits(const RamPlan *p) { return p->moe_layers ? p->slots >= 1 : p->unused >= 0; }
+
+/* The accounting line (the terms add up to the budget) and what the cache became; on a budget
+   that does not fit, the line that says by how much (the same terms, summed). */
+static void ram_plan_print(const RamPlan *p, const Settings *set) {
+    const double G = 1e9;
+    if (!ram_plan_fits(p)) {
+        const double one_slot = p->slot_bytes * p->moe_layers;
+        fprintf(stderr, "glm: error: RAM budget %.2f GB is too small: dense weights %.2f GB + KV cache and scratch %.2f GB + "
+                        "overhead %.2f GB + page-cache reserve %.2f GB",
+                p->budget / G, p->dense / G, p->session / G, p->overhead / G, p->reserve / G);
+        if (p->moe_layers) fprintf(stderr, " + one expert slot per MoE layer %.2f GB", one_slot / G);
+        fprintf(stderr, " = %.2f GB (raise RAM_GB, lower CTX/BATCH, or use fewer dense bits)\n",
+                (p->dense + p->session + p->overhead + p->reserve + (p->moe_layers ? one_slot : 0)) / G);
+        return;
+    }
+    fprintf(stderr, "glm: RAM budget %.2f GB%s: dense weights %.2f GB + KV cache and scratch %.2f GB + overhead %.2f GB + "
+                    "page-cache reserve %.2f GB + expert cache %.2f GB (%d slots x %d MoE layers x %.1f MB) + unused %.2f GB\n",
+            p->budget / G, p->from_ram_gb ? " (RAM_GB)" : " (MemAvailable minus reserve)", p->dense / G, p->session / G,
+            p->overhead / G, p->reserve / G, p->cache / G, p->slots, p->moe_layers, p->slot_bytes / 1e6, p->unused / G);
+    if (!p->moe_layers) return;
+    if (set->cache_slots_given && p->slots < set->cache_slots)
+        fprintf(stderr, "glm: expert cache lowered from the requested %d to %d slots per layer (%s)\n", set->cache_slots,
+                p->slots, p->slots == p->n_experts ? "every expert of a layer fits" : "to fit the budget");
+    else if (!set->cache_slots_given)
+        fprintf(stderr, "glm: expert cache: %d of %d experts per layer fit the budget\n", p->slots, p->n_experts);
+    else if (p->slots_allowed > p->slots)
+        fprintf(stderr, "glm: expert cache: %d slots per layer as requested (the budget would allow %d; omit "
+                        "cache_slots to use them)\n", p->slots, p->slots_allowed);
+}
+
+/* The KV cache of chat and of open-ended answers when CTX is not set: 4096 tokens, or fewer when
+   the model allows fewer. */
+static int default_context(const Config *c) { return c->max_positions > 0 && c->max_positions < 4096 ? c->max_positions : 4096; }
+
+/* Opens the model, plans the RAM for a context of `capacity` tokens (a budget that cannot hold
+   it is refused here, before any weight is read), then loads the resident weights. */
+static void model_load(Model *m, const Settings *set, int capacity) {
+    Loader ld;
+    model_open(m, set, &ld);
+    m->ram = ram_plan(m, &ld, set, capacity);
+    ram_plan_print(&m->ram, set);
+    if (!ram_plan_fits(&m->ram)) exit(1);
+    model_load_weights(m, &ld, set);
+    if (ld.resident_bytes != m->ram.dense)
+        fprintf(stderr, "glm: warning: internal: the dense weights take %.0f bytes, the RAM plan counted %.0f\n",
+                ld.resident_bytes, m->ram.dense);
+    const double overhead = current_rss_bytes() - m->resident_bytes;
+    if (overhead > m->ram.overhead)
+        fprintf(stderr, "glm: warning: the process holds %.2f GB besides its weights, above the plan's overhead estimate "
+                        "%.2f GB: the budget may be exceeded by the difference\n", overhead / 1e9, m->ram.overhead / 1e9);
 }
 
 typedef struct {
@@ -2079,6 +2598,7 @@ static void model_forward(Model *m, Session *s, const ForwardOptions *opt, const
     }
     s->profile.forwards++;
     s->profile.positions += S;
+    expert_usage_tick(&m->experts, S);
 }
 
 /* The MTP head over S slots (§6.1): slot q takes the token at q+1 and the main model's
@@ -3165,6 +3685,7 @@ static int run_chat(const Settings *set, Dialog *d) {
                     "Ctrl-D (or Ctrl-C on an empty line) quits.\n");
     for (;;) {
         fflush(stdout);
+        expert_store_idle(&d->model->experts);   /* the disk is free while the user types: bring in the hot experts */
         LineStatus status = line_read(&ed, prompt);
         if (status != LINE_OK) break;
         const char *line = ed.buf;
@@ -3269,73 +3790,14 @@ static void print_configuration(const Settings *set, const Model *m, int capacit
             getenv("OMP_WAIT_POLICY") ? getenv("OMP_WAIT_POLICY") : "default");
 }
 
-/* A "Key:  N kB" line of a /proc file, in bytes (0 if unknown). */
-static double proc_kb_field(const char *path, const char *key) {
-    FILE *f = fopen(path, "r");
-    if (!f) return 0;
-    char line[256];
-    size_t klen = strlen(key);
-    double kb = 0;
-    while (fgets(line, sizeof line, f))
-        if (!strncmp(line, key, klen) && line[klen] == ':' && sscanf(line + klen + 1, "%lf", &kb) == 1) break;
-    fclose(f);
-    return kb * 1024.0;
-}
 
-static double mem_available_bytes(void) { return proc_kb_field("/proc/meminfo", "MemAvailable"); }
-static double current_rss_bytes(void) { return proc_kb_field("/proc/self/status", "VmRSS"); }
-
-/* Sizes the expert cache from the RAM budget (tier.h), prints the accounting, starts the store. */
-static void plan_expert_cache(Model *m, const Session *s, const Settings *set) {
+/* Starts the expert store with the slots the RAM plan gave (model_load printed the accounting). */
+static void expert_cache_start(Model *m, const Settings *set) {
     ExpertStore *st = &m->experts;
-    const Config *c = &m->c;
-    double avail = mem_available_bytes();
-    double budget = set->ram_gb > 0 ? set->ram_gb * 1e9 : avail - fmax(1e9, 0.1 * avail);
-    if (set->ram_gb <= 0 && avail <= 0) die("cannot read MemAvailable from /proc/meminfo: set RAM_GB");
-    int moe_layers = 0;
-    for (int l = 0; l < st->n_layers; l++) moe_layers += !c->layer_dense[l];
-    /* what the process holds besides dense weights and the session: code, libc/OpenMP arenas,
-       thread stacks, the tokenizer. Measured now (the session's pages are not touched yet), with
-       a floor and some headroom for what comes later (stacks of the I/O thread, stdio). */
-    const double overhead = fmax(64e6, current_rss_bytes() - m->resident_bytes + 32e6);
-    TierBudget b = {
-        .budget_bytes = budget,
-        /* float experts are read through an f32 staging buffer of one matrix */
-        .fixed_bytes = m->resident_bytes + s->bytes + overhead +
-                       (st->prequantized ? 0.0 : (double)c->moe_inter * c->hidden * sizeof(float)),
-        .reserve_bytes = fmin(fmax(0.02e9, 0.05 * budget), 2e9),
-        .slot_bytes = st->io_mode == IO_MMAP ? (double)st->mapped_expert_bytes : (double)st->slab_bytes + (double)st->scale_bytes,
-        .moe_layers = moe_layers,
-        .n_experts = c->n_experts,
-        .requested_slots = set->cache_slots_given ? set->cache_slots : 0,
-    };
-    TierPlan p = tier_plan(&b);
-    fprintf(stderr, "glm: RAM budget %.2f GB%s: dense weights %.2f GB + KV cache and scratch %.2f GB + overhead %.2f GB + "
-                    "page-cache reserve %.2f GB + expert cache %.2f GB (%d slots x %d MoE layers x %.1f MB)\n",
-            budget / 1e9, set->ram_gb > 0 ? " (RAM_GB)" : " (MemAvailable minus reserve)", m->resident_bytes / 1e9, s->bytes / 1e9,
-            overhead / 1e9, b.reserve_bytes / 1e9, p.cache_bytes / 1e9, p.slots_per_layer, moe_layers, b.slot_bytes / 1e6);
-    if (moe_layers && p.slots_per_layer < 1)
-        die("RAM budget %.2f GB is too small: dense weights %.2f GB + KV/scratch %.2f GB + reserve %.2f GB + one expert slot per "
-            "MoE layer %.2f GB = %.2f GB (raise RAM_GB, lower CTX/BATCH, or use fewer dense bits)",
-            budget / 1e9, m->resident_bytes / 1e9, s->bytes / 1e9, b.reserve_bytes / 1e9, b.slot_bytes * moe_layers / 1e9,
-            (b.fixed_bytes + b.reserve_bytes + b.slot_bytes * moe_layers) / 1e9);
-    if (set->cache_slots_given && p.slots_per_layer < set->cache_slots && moe_layers)
-        fprintf(stderr, "glm: expert cache lowered from the requested %d to %d slots per layer (%s)\n", set->cache_slots,
-                p.slots_per_layer, p.slots_per_layer == c->n_experts ? "every expert of a layer fits" : "to fit the budget");
-    else if (!set->cache_slots_given && moe_layers)
-        fprintf(stderr, "glm: expert cache: %d of %d experts per layer fit the budget\n", p.slots_per_layer, c->n_experts);
-    else if (moe_layers) {
-        TierBudget unlimited = b;
-        unlimited.requested_slots = 0;
-        int most = tier_plan(&unlimited).slots_per_layer;
-        if (most > p.slots_per_layer)
-            fprintf(stderr, "glm: expert cache: %d slots per layer as requested (the budget would allow %d; omit "
-                            "cache_slots to use them)\n", p.slots_per_layer, most);
-    }
-    if (moe_layers)
-        fprintf(stderr, "glm: expert I/O: %s, %s experts\n", IO_MODE_NAMES[st->io_mode],
-                st->prequantized ? "pre-quantized" : "float (quantized on every load: convert the model for speed)");
-    if (moe_layers) expert_store_start(st, p.slots_per_layer);
+    if (!m->ram.moe_layers) return;
+    fprintf(stderr, "glm: expert I/O: %s, %s experts\n", IO_MODE_NAMES[st->io_mode],
+            st->prequantized ? "pre-quantized" : "float (quantized on every load: convert the model for speed)");
+    expert_store_start(st, m->ram.slots, set->usage, set->cache_dir);
 }
 
 /* One line of expert-streaming statistics. */
@@ -3389,10 +3851,13 @@ static void run_replay(Model *m, Session *s, const ForwardOptions *opt, const Re
 
 /* The KV cache, the expert cache and the forward options: what every mode that runs the model needs. */
 static ForwardOptions engine_start(const Settings *set, Model *model, Session *session, int capacity) {
-    session_init(session, model, capacity, set->batch);
+    session_init(session, model, capacity, set->batch, 0);
+    if (capacity != model->ram.capacity || session->bytes > model->ram.session)
+        fprintf(stderr, "glm: warning: internal: the session takes %.0f bytes for %d tokens, the RAM plan counted %.0f for %d\n",
+                session->bytes, capacity, model->ram.session, model->ram.capacity);
     session->progress = isatty(STDERR_FILENO);
     print_configuration(set, model, capacity);
-    plan_expert_cache(model, session, set);
+    expert_cache_start(model, set);
     ForwardOptions opt = { set->absorb,
                            !strcmp(set->indexer_mode, "always") ? INDEXER_ALWAYS : !strcmp(set->indexer_mode, "off") ? INDEXER_OFF : INDEXER_AUTO,
                            set->latent_eps, set->mtp_zero_pos0 };
@@ -3408,18 +3873,18 @@ static void engine_stop(const Settings *set, Model *model, const Session *sessio
 /* REF=file: teacher forcing, greedy decoding or REPLAY against the oracle's ids. */
 static int run_validation(const Settings *set) {
     Reference ref = reference_load(set->ref_path);
+    int ngen = set->ngen >= 0 ? set->ngen : ref.full.n - ref.prompt.n;
+    int need = (set->teacher_forcing || set->replay ? ref.full.n : ref.prompt.n + ngen) + 1;
+    int capacity = set->ctx ? set->ctx : need;
+    if (capacity < need) die("CTX=%d is smaller than the %d tokens this run needs", set->ctx, need);
     Model model;
-    model_load(&model, set);
+    model_load(&model, set, capacity);
     const IdList *lists[] = { &ref.prompt, &ref.full, &ref.tf_pred, &ref.mtp_pred };
     const char *list_names[] = { "prompt_ids", "full_ids", "tf_pred", "mtp_pred" };
     for (int k = 0; k < 4; k++)
         for (int i = 0; i < lists[k]->n; i++)
             if (lists[k]->ids[i] >= model.c.vocab)
                 die("%s: %s[%d] = %d is outside the model's vocabulary (%d)", set->ref_path, list_names[k], i, lists[k]->ids[i], model.c.vocab);
-    int ngen = set->ngen >= 0 ? set->ngen : ref.full.n - ref.prompt.n;
-    int need = (set->teacher_forcing || set->replay ? ref.full.n : ref.prompt.n + ngen) + 1;
-    int capacity = set->ctx ? set->ctx : need;
-    if (capacity < need) die("CTX=%d is smaller than the %d tokens this run needs", set->ctx, need);
     Session session;
     ForwardOptions opt = engine_start(set, &model, &session, capacity);
     double t0 = now_seconds();
@@ -3450,18 +3915,17 @@ static int run_text(Settings set) {
     if (tok_vocab_size(tc.tok) > config.vocab)
         die("%s has ids up to %d but the model's vocab_size is %d: tokenizer and model do not match",
             tc.path, tok_vocab_size(tc.tok) - 1, config.vocab);
+    /* KV cache: the prompt plus NGEN, or a default window for open-ended answers and chat */
+    int capacity = set.ctx;
+    if (!capacity) capacity = set.mode == MODE_PROMPT && set.ngen >= 0 ? prompt.n + set.ngen + 1 : prompt.n + default_context(&config);
+    if (set.mode == MODE_PROMPT && prompt.n >= capacity)
+        die("the prompt has %d tokens and CTX=%d leaves no room for an answer", prompt.n, capacity);
     free(config.layer_dense);
     free(config.layer_indexer);
     Model model;
-    model_load(&model, &set);
+    model_load(&model, &set, capacity);
     if (!model.c.n_eos)
         fprintf(stderr, "glm: warning: no eos_token_id in config.json or generation_config.json: answers stop only at NGEN or a full context\n");
-    /* KV cache: the prompt plus NGEN, or a default window for open-ended answers and chat */
-    const int default_window = model.c.max_positions > 0 && model.c.max_positions < 4096 ? model.c.max_positions : 4096;
-    int capacity = set.ctx;
-    if (!capacity) capacity = set.mode == MODE_PROMPT && set.ngen >= 0 ? prompt.n + set.ngen + 1 : prompt.n + default_window;
-    if (set.mode == MODE_PROMPT && prompt.n >= capacity)
-        die("the prompt has %d tokens and CTX=%d leaves no room for an answer", prompt.n, capacity);
     Session session;
     ForwardOptions opt = engine_start(&set, &model, &session, capacity);
     if (set.temperature > 0)
