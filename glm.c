@@ -1314,6 +1314,7 @@ typedef struct {
     /* usage history (USAGE) */
     char usage_path[4096];        /* "" when off */
     uint64_t fingerprint;         /* of config + expert tensor layout */
+    uint32_t *usage_history;      /* [n_layers][n_experts] the counts read at start (NULL: none) */
     uint64_t usage_tokens;        /* positions counted by this history, this run included */
     int usage_since_save;         /* positions since the last save */
     /* statistics */
@@ -1694,6 +1695,38 @@ static void *expert_io_thread(void *arg) {
     return NULL;
 }
 
+/* Opens what the I/O mode reads through: an O_DIRECT descriptor per file (DIRECT=-1 falls back to
+   buffered pread where the filesystem refuses O_DIRECT), or a read-only mapping per file (MMAP). */
+static void expert_store_open_files(ExpertStore *st) {
+    if (st->io_mode == IO_DIRECT || st->io_mode == IO_MMAP) {
+        int nfiles = st_file_count(st->index);
+        st->direct_fds = xcalloc((size_t)nfiles, sizeof(int));
+        st->maps = xcalloc((size_t)nfiles, sizeof(uint8_t *));
+        st->map_len = xcalloc((size_t)nfiles, sizeof(uint64_t));
+        for (int f = 0; f < nfiles; f++) {
+            const char *path = st_file_path(st->index, f);
+            if (st->io_mode == IO_DIRECT) {
+                st->direct_fds[f] = open(path, O_RDONLY | O_DIRECT);
+                if (st->direct_fds[f] < 0 && !st->direct_forced) {   /* e.g. tmpfs: auto mode falls back */
+                    fprintf(stderr, "glm: note: %s cannot be opened with O_DIRECT (%s); experts are read with buffered pread\n",
+                            path, strerror(errno));
+                    for (int g = 0; g < f; g++) close(st->direct_fds[g]);
+                    st->io_mode = IO_PREAD;
+                    break;
+                }
+                if (st->direct_fds[f] < 0) die("%s: cannot open with O_DIRECT: %s (DIRECT=0 reads with buffered pread)", path, strerror(errno));
+            } else {
+                off_t size = lseek(st_file_fd(st->index, f), 0, SEEK_END);
+                void *map = mmap(NULL, (size_t)size, PROT_READ, MAP_SHARED, st_file_fd(st->index, f), 0);
+                if (map == MAP_FAILED) die("%s: mmap failed: %s", path, strerror(errno));
+                madvise(map, (size_t)size, MADV_RANDOM);
+                st->maps[f] = map;
+                st->map_len[f] = (uint64_t)size;
+            }
+        }
+    }
+}
+
 #ifndef MADV_POPULATE_WRITE
 #define MADV_POPULATE_WRITE 23   /* Linux 5.14 */
 #endif
@@ -1801,21 +1834,38 @@ static int expert_usage_load(ExpertStore *st) {
         return 0;
     }
     for (int l = 0; l < st->n_layers; l++)
-        if (!st->c->layer_dense[l]) memcpy(st->caches[l].cache.requests, counts + (size_t)l * E, (size_t)E * sizeof(uint32_t));
-    free(counts);
+        if (!st->c->layer_dense[l]) tier_seed_requests(&st->caches[l].cache, counts + (size_t)l * E);
+    st->usage_history = counts;
     st->usage_tokens = tokens;
-    fprintf(stderr, "glm: usage history %s: routing of %llu earlier tokens seeds the expert cache\n", st->usage_path,
+    fprintf(stderr, "glm: usage history %s: the routing of %llu earlier tokens seeds the expert cache\n", st->usage_path,
             (unsigned long long)tokens);
     return 1;
 }
 
-/* Writes the LFU counts as the usage history (atomically: a kill leaves the old or the new file). */
+/* Writes the usage history (atomically: a kill leaves the old file or the new one): per layer,
+   the counts read at start, halved once for every 16 requests per expert this run made (the LFU's
+   decay), plus this run's router choices. */
 static void expert_usage_save(ExpertStore *st) {
     if (!st->usage_path[0] || !st->io_started) return;
     const int E = st->n_experts;
     uint32_t *counts = xcalloc((size_t)st->n_layers * E, sizeof(uint32_t));
-    for (int l = 0; l < st->n_layers; l++)
-        if (!st->c->layer_dense[l]) memcpy(counts + (size_t)l * E, st->caches[l].cache.requests, (size_t)E * sizeof(uint32_t));
+    for (int l = 0; l < st->n_layers; l++) {
+        if (st->c->layer_dense[l]) continue;
+        const long long *run = st->route_counts + (size_t)l * E;
+        const uint32_t *old = st->usage_history ? st->usage_history + (size_t)l * E : NULL;
+        uint64_t requests = 0, sum = 0;
+        for (int e = 0; e < E; e++) requests += (uint64_t)run[e];
+        const uint64_t halvings = requests / (16 * (uint64_t)E);
+        uint64_t *merged = xmalloc((size_t)E * sizeof(uint64_t));
+        for (int e = 0; e < E; e++) {
+            merged[e] = (old && halvings < 32 ? old[e] >> halvings : 0) + (uint64_t)run[e];
+            sum += merged[e];
+        }
+        int shift = 0;
+        while ((sum >> shift) > ((uint64_t)1 << 30)) shift++;   /* keep the counts far from overflow */
+        for (int e = 0; e < E; e++) counts[(size_t)l * E + e] = (uint32_t)(merged[e] >> shift);
+        free(merged);
+    }
     const size_t n = tier_usage_size(st->n_layers, E);
     uint8_t *buf = xmalloc(n);
     tier_usage_encode(buf, st->fingerprint, st->n_layers, E, st->usage_tokens, counts);
@@ -1880,9 +1930,9 @@ static void expert_store_idle(ExpertStore *st) {
     free(hot);
 }
 
-/* Reserves the slots (faulted in later, see slot_populate_thread), starts the I/O thread, and
-   seeds the cache from the usage history (USAGE: "off", a file, or "" for the default file in
-   cache_dir). */
+/* Reserves the slots (faulted in later: expert_store_populate), starts the I/O thread, and seeds
+   the cache from the usage history (USAGE: "off", a file, or "" for the default file in
+   cache_dir): its hottest experts are read while the resident weights load. */
 static void expert_store_start(ExpertStore *st, int slots_per_layer, const char *usage, const char *cache_dir) {
     const int E = st->c->n_experts;
     st->slots_per_layer = slots_per_layer;
@@ -1927,10 +1977,16 @@ static void expert_store_start(ExpertStore *st, int slots_per_layer, const char 
     pthread_cond_init(&st->done, NULL);
     if (pthread_create(&st->io_thread, NULL, expert_io_thread, st)) die("cannot start the expert I/O thread");
     st->io_started = 1;
-    if (st->arena_bytes && !pthread_create(&st->populate_thread, NULL, slot_populate_thread, st)) st->populate_started = 1;
     st->fingerprint = expert_layout_fingerprint(st);
     expert_usage_path(st, usage, cache_dir);
     if (st->usage_path[0] && expert_usage_load(st)) expert_store_idle(st);
+}
+
+/* Starts faulting the slot arena in (slot_populate_thread). Called once the resident weights are
+   loaded: both fault fresh memory, and the load comes first. */
+static void expert_store_populate(ExpertStore *st) {
+    if (st->arena_bytes && !st->populate_started && !pthread_create(&st->populate_thread, NULL, slot_populate_thread, st))
+        st->populate_started = 1;
 }
 
 static void expert_store_stop(ExpertStore *st) {
@@ -2265,7 +2321,8 @@ static void model_open(Model *m, const Settings *set, Loader *ld) {
     m->c = config_load(set->model_dir);
     Config *c = &m->c;
     char err[1024];
-    m->index = st_open_dir(set->model_dir, err, sizeof err);
+    /* PLAN reads no tensor data, so it works on files cut right after their headers */
+    m->index = set->mode == MODE_PLAN ? st_open_dir_headers(set->model_dir, err, sizeof err) : st_open_dir(set->model_dir, err, sizeof err);
     if (!m->index) die("%s", err);
     *ld = (Loader){ .index = m->index, .dir = set->model_dir, .group = set->group };
     const int nl = c->n_layers + c->n_mtp;
@@ -2311,40 +2368,12 @@ static void model_load_weights(Model *m, Loader *ld, const Settings *set) {
     m->final_norm = load_vector(ld, "model.norm.weight", c->hidden);
     load_matrix(ld, "lm_head.weight", c->vocab, c->hidden, set->dense_bits, &m->lm_head);
     if (ld->dry) return;
-    ExpertStore *st = &m->experts;
     const int half = c->qk_rope / 2;
     if (half > 512) die("qk_rope_head_dim %d is larger than this build supports (1024)", c->qk_rope);
     m->inv_freq = xmalloc((size_t)half * sizeof(float));
     for (int j = 0; j < half; j++)
         m->inv_freq[j] = 1.0f / powf(c->rope_theta, (float)(2 * j) / (float)c->qk_rope);
     m->resident_bytes = ld->resident_bytes;
-    if (st->io_mode == IO_DIRECT || st->io_mode == IO_MMAP) {
-        int nfiles = st_file_count(m->index);
-        st->direct_fds = xcalloc((size_t)nfiles, sizeof(int));
-        st->maps = xcalloc((size_t)nfiles, sizeof(uint8_t *));
-        st->map_len = xcalloc((size_t)nfiles, sizeof(uint64_t));
-        for (int f = 0; f < nfiles; f++) {
-            const char *path = st_file_path(m->index, f);
-            if (st->io_mode == IO_DIRECT) {
-                st->direct_fds[f] = open(path, O_RDONLY | O_DIRECT);
-                if (st->direct_fds[f] < 0 && !st->direct_forced) {   /* e.g. tmpfs: auto mode falls back */
-                    fprintf(stderr, "glm: note: %s cannot be opened with O_DIRECT (%s); experts are read with buffered pread\n",
-                            path, strerror(errno));
-                    for (int g = 0; g < f; g++) close(st->direct_fds[g]);
-                    st->io_mode = IO_PREAD;
-                    break;
-                }
-                if (st->direct_fds[f] < 0) die("%s: cannot open with O_DIRECT: %s (DIRECT=0 reads with buffered pread)", path, strerror(errno));
-            } else {
-                off_t size = lseek(st_file_fd(m->index, f), 0, SEEK_END);
-                void *map = mmap(NULL, (size_t)size, PROT_READ, MAP_SHARED, st_file_fd(m->index, f), 0);
-                if (map == MAP_FAILED) die("%s: mmap failed: %s", path, strerror(errno));
-                madvise(map, (size_t)size, MADV_RANDOM);
-                st->maps[f] = map;
-                st->map_len[f] = (uint64_t)size;
-            }
-        }
-    }
     fprintf(stderr, "glm: loaded %.1f MB of resident tensors in %.2f s (routed experts stream on demand)\n",
             ld->bytes_loaded / 1e6, now_seconds() - t0);
 }
@@ -2486,31 +2515,40 @@ static int ram_plan_fits(const RamPlan *p) { return p->moe_layers ? p->slots >= 
 
 /* The accounting line (the terms add up to the budget) and what the cache became; on a budget
    that does not fit, the line that says by how much (the same terms, summed). */
-static void ram_plan_print(const RamPlan *p, const Settings *set) {
+static void ram_plan_print(FILE *out, const RamPlan *p, const Settings *set) {
     const double G = 1e9;
     if (!ram_plan_fits(p)) {
         const double one_slot = p->slot_bytes * p->moe_layers;
-        fprintf(stderr, "glm: error: RAM budget %.2f GB is too small: dense weights %.2f GB + KV cache and scratch %.2f GB + "
+        fprintf(out, "glm: error: RAM budget %.2f GB is too small: dense weights %.2f GB + KV cache and scratch %.2f GB + "
                         "overhead %.2f GB + page-cache reserve %.2f GB",
                 p->budget / G, p->dense / G, p->session / G, p->overhead / G, p->reserve / G);
-        if (p->moe_layers) fprintf(stderr, " + one expert slot per MoE layer %.2f GB", one_slot / G);
-        fprintf(stderr, " = %.2f GB (raise RAM_GB, lower CTX/BATCH, or use fewer dense bits)\n",
+        if (p->moe_layers) fprintf(out, " + one expert slot per MoE layer %.2f GB", one_slot / G);
+        fprintf(out, " = %.2f GB (raise RAM_GB, lower CTX/BATCH, or use fewer dense bits)\n",
                 (p->dense + p->session + p->overhead + p->reserve + (p->moe_layers ? one_slot : 0)) / G);
         return;
     }
-    fprintf(stderr, "glm: RAM budget %.2f GB%s: dense weights %.2f GB + KV cache and scratch %.2f GB + overhead %.2f GB + "
+    fprintf(out, "glm: RAM budget %.2f GB%s: dense weights %.2f GB + KV cache and scratch %.2f GB + overhead %.2f GB + "
                     "page-cache reserve %.2f GB + expert cache %.2f GB (%d slots x %d MoE layers x %.1f MB) + unused %.2f GB\n",
             p->budget / G, p->from_ram_gb ? " (RAM_GB)" : " (MemAvailable minus reserve)", p->dense / G, p->session / G,
             p->overhead / G, p->reserve / G, p->cache / G, p->slots, p->moe_layers, p->slot_bytes / 1e6, p->unused / G);
     if (!p->moe_layers) return;
     if (set->cache_slots_given && p->slots < set->cache_slots)
-        fprintf(stderr, "glm: expert cache lowered from the requested %d to %d slots per layer (%s)\n", set->cache_slots,
+        fprintf(out, "glm: expert cache lowered from the requested %d to %d slots per layer (%s)\n", set->cache_slots,
                 p->slots, p->slots == p->n_experts ? "every expert of a layer fits" : "to fit the budget");
     else if (!set->cache_slots_given)
-        fprintf(stderr, "glm: expert cache: %d of %d experts per layer fit the budget\n", p->slots, p->n_experts);
+        fprintf(out, "glm: expert cache: %d of %d experts per layer fit the budget\n", p->slots, p->n_experts);
     else if (p->slots_allowed > p->slots)
-        fprintf(stderr, "glm: expert cache: %d slots per layer as requested (the budget would allow %d; omit "
+        fprintf(out, "glm: expert cache: %d slots per layer as requested (the budget would allow %d; omit "
                         "cache_slots to use them)\n", p->slots, p->slots_allowed);
+}
+
+/* Starts the expert store with the slots the RAM plan gave (model_load printed the accounting). */
+static void expert_cache_start(Model *m, const Settings *set) {
+    ExpertStore *st = &m->experts;
+    if (!m->ram.moe_layers) return;
+    fprintf(stderr, "glm: expert I/O: %s, %s experts\n", IO_MODE_NAMES[st->io_mode],
+            st->prequantized ? "pre-quantized" : "float (quantized on every load: convert the model for speed)");
+    expert_store_start(st, m->ram.slots, set->usage, set->cache_dir);
 }
 
 /* The KV cache of chat and of open-ended answers when CTX is not set: 4096 tokens, or fewer when
@@ -2523,8 +2561,10 @@ static void model_load(Model *m, const Settings *set, int capacity) {
     Loader ld;
     model_open(m, set, &ld);
     m->ram = ram_plan(m, &ld, set, capacity);
-    ram_plan_print(&m->ram, set);
+    ram_plan_print(stderr, &m->ram, set);
     if (!ram_plan_fits(&m->ram)) exit(1);
+    expert_store_open_files(&m->experts);
+    expert_cache_start(m, set);   /* history prefetches read experts while the resident weights load */
     model_load_weights(m, &ld, set);
     if (ld.resident_bytes != m->ram.dense)
         fprintf(stderr, "glm: warning: internal: the dense weights take %.0f bytes, the RAM plan counted %.0f\n",
@@ -3603,19 +3643,19 @@ static int run_tokenize(const Settings *set) {
     return 0;
 }
 
-/* Prints s as a JSON string (UTF-8 kept, only what JSON requires escaped). */
-static void print_json_string(const char *s, size_t n) {
-    putchar('"');
+/* Prints s as a JSON string to f (UTF-8 kept, only what JSON requires escaped). */
+static void print_json_string(FILE *f, const char *s, size_t n) {
+    fputc('"', f);
     for (size_t i = 0; i < n; i++) {
         unsigned char b = (unsigned char)s[i];
-        if (b == '"' || b == '\\') { putchar('\\'); putchar(b); }
-        else if (b == '\n') fputs("\\n", stdout);
-        else if (b == '\t') fputs("\\t", stdout);
-        else if (b == '\r') fputs("\\r", stdout);
-        else if (b < 0x20) printf("\\u%04x", b);
-        else putchar(b);
+        if (b == '"' || b == '\\') { fputc('\\', f); fputc(b, f); }
+        else if (b == '\n') fputs("\\n", f);
+        else if (b == '\t') fputs("\\t", f);
+        else if (b == '\r') fputs("\\r", f);
+        else if (b < 0x20) fprintf(f, "\\u%04x", b);
+        else fputc(b, f);
     }
-    putchar('"');
+    fputc('"', f);
 }
 
 /* TEMPLATE_ONLY=1: the prompt PROMPT mode would send, as text (a JSON string) and as ids. */
@@ -3626,7 +3666,7 @@ static int run_template_only(const Settings *set) {
     char *text;
     size_t len;
     if (tok_decode(tc.tok, ids.ids, (size_t)ids.n, 0, &text, &len)) die("out of memory decoding the prompt");
-    print_json_string(text, len);
+    print_json_string(stdout, text, len);
     putchar('\n');
     for (int i = 0; i < ids.n; i++) printf(i ? " %d" : "%d", ids.ids[i]);
     putchar('\n');
@@ -3791,15 +3831,6 @@ static void print_configuration(const Settings *set, const Model *m, int capacit
 }
 
 
-/* Starts the expert store with the slots the RAM plan gave (model_load printed the accounting). */
-static void expert_cache_start(Model *m, const Settings *set) {
-    ExpertStore *st = &m->experts;
-    if (!m->ram.moe_layers) return;
-    fprintf(stderr, "glm: expert I/O: %s, %s experts\n", IO_MODE_NAMES[st->io_mode],
-            st->prequantized ? "pre-quantized" : "float (quantized on every load: convert the model for speed)");
-    expert_store_start(st, m->ram.slots, set->usage, set->cache_dir);
-}
-
 /* One line of expert-streaming statistics. */
 /* PROFILE=1: where the time of the forward passes went. */
 static void print_profile(const Session *s, const ExpertStore *st) {
@@ -3817,6 +3848,9 @@ static void print_expert_stats(const ExpertStore *st, double seconds) {
             st->hits, st->misses, total ? 100.0 * st->hits / total : 0.0, st->bytes_read / 1e6, st->read_seconds,
             st->read_seconds > 0 ? st->bytes_read / st->read_seconds / 1e9 : 0.0, st->wait_seconds, st->compute_seconds,
             seconds, IO_MODE_NAMES[st->io_mode]);
+    if (st->prefetched)
+        fprintf(stderr, "glm: usage history: %lld hot experts read ahead while the disk was idle, %lld of them hit\n",
+                st->prefetched, st->prefetch_used);
 }
 
 /* Writes routing counts atomically: a kill never leaves half a file. */
@@ -3857,7 +3891,7 @@ static ForwardOptions engine_start(const Settings *set, Model *model, Session *s
                 session->bytes, capacity, model->ram.session, model->ram.capacity);
     session->progress = isatty(STDERR_FILENO);
     print_configuration(set, model, capacity);
-    expert_cache_start(model, set);
+    expert_store_populate(&model->experts);
     ForwardOptions opt = { set->absorb,
                            !strcmp(set->indexer_mode, "always") ? INDEXER_ALWAYS : !strcmp(set->indexer_mode, "off") ? INDEXER_OFF : INDEXER_AUTO,
                            set->latent_eps, set->mtp_zero_pos0 };
@@ -3940,6 +3974,454 @@ static int run_text(Settings set) {
     return rc;
 }
 
+/* ---------------------------------------------------------------------------------------------
+   PLAN and DOCTOR: before a 370 GB download, will this machine run the model, with what cache,
+   at what speed? DOCTOR measures the machine (and saves its disk and kernel rates in the cache
+   directory); PLAN reads only config.json and the headers, prints the RAM plan a run would make,
+   the disk the model takes, and a projection of decode and prefill speed from DOCTOR's rates.
+   --------------------------------------------------------------------------------------------- */
+
+/* The rates DOCTOR measured, as kept in CACHE_DIR/glm/doctor.json. */
+typedef struct {
+    double disk_gbps;          /* random 19 MiB reads of the model's files (0: not measured) */
+    double decode_gbps;        /* GB/s of int4 weights through qt_matmul at 1 token */
+    double prefill_gbps;       /* the same at 64 tokens, counting each weight byte once per token */
+    int threads;
+    char cpu[128], kernel[16], disk_mode[16], disk_dir[1024], when[32];
+} MachineRates;
+
+static void cpu_model_name(char *buf, size_t n) {
+    snprintf(buf, n, "unknown CPU");
+    FILE *f = fopen("/proc/cpuinfo", "r");
+    if (!f) return;
+    char line[512];
+    while (fgets(line, sizeof line, f)) {
+        if (strncmp(line, "model name", 10)) continue;
+        const char *colon = strchr(line, ':');
+        if (!colon) continue;
+        colon += 1 + (colon[1] == ' ');
+        snprintf(buf, n, "%.*s", (int)strcspn(colon, "\n"), colon);
+        break;
+    }
+    fclose(f);
+}
+
+static void machine_rates_path(const Settings *set, char *path, size_t n) {
+    if (set->cache_dir[0]) snprintf(path, n, "%s/glm/doctor.json", set->cache_dir);
+    else path[0] = 0;
+}
+
+/* Saves the rates atomically (they are a cache: a failure is a note, not an error). */
+static void machine_rates_save(const Settings *set, const MachineRates *r) {
+    char path[4200], err[8800];
+    machine_rates_path(set, path, sizeof path);
+    if (!path[0]) return;
+    char dir[4200];
+    snprintf(dir, sizeof dir, "%s/glm", set->cache_dir);
+    mkdir(set->cache_dir, 0700);
+    mkdir(dir, 0700);
+    AtomicFile af;
+    FILE *f = atomic_begin(&af, path, err, sizeof err);
+    if (f) {
+        fprintf(f, "{\"version\": 1, \"cpu\": ");
+        print_json_string(f, r->cpu, strlen(r->cpu));
+        fprintf(f, ", \"kernel\": \"%s\", \"threads\": %d, \"decode_gbps\": %.4g, \"prefill_gbps\": %.4g, \"disk_gbps\": %.4g, "
+                   "\"disk_mode\": \"%s\", \"when\": \"%s\", \"disk_dir\": ", r->kernel, r->threads, r->decode_gbps, r->prefill_gbps,
+                r->disk_gbps, r->disk_mode, r->when);
+        print_json_string(f, r->disk_dir, strlen(r->disk_dir));
+        fprintf(f, "}\n");
+    }
+    if (!f || atomic_commit(&af, err, sizeof err)) fprintf(stderr, "glm: note: DOCTOR's rates not saved: %s\n", err);
+}
+
+/* Reads DOCTOR's rates; 0 (with a reason) when there are none for this CPU. */
+static int machine_rates_load(const Settings *set, MachineRates *r, char *why, size_t why_len) {
+    char path[4200], err[512];
+    machine_rates_path(set, path, sizeof path);
+    memset(r, 0, sizeof *r);
+    struct stat sb;
+    if (!path[0] || stat(path, &sb)) { snprintf(why, why_len, "no rates measured yet"); return 0; }
+    if (!S_ISREG(sb.st_mode) || sb.st_size > 65536) { snprintf(why, why_len, "%s is not a rates file", path); return 0; }
+    size_t len;
+    char *text = json_read_file(path, &len, err, sizeof err);
+    JsonDoc *doc = text ? json_parse(text, len, err, sizeof err) : NULL;
+    const JsonValue *root = doc ? json_root(doc) : NULL;
+    int ok = 0;
+    char cpu[128];
+    cpu_model_name(cpu, sizeof cpu);
+    if (!root || json_type(root) != JSON_OBJECT || json_num(json_get(root, "version")) != 1) snprintf(why, why_len, "%s is unreadable", path);
+    else if (!json_str(json_get(root, "cpu"), NULL) || strcmp(json_str(json_get(root, "cpu"), NULL), cpu))
+        snprintf(why, why_len, "the rates in %s were measured on another CPU", path);
+    else {
+        r->decode_gbps = json_num(json_get(root, "decode_gbps"));
+        r->prefill_gbps = json_num(json_get(root, "prefill_gbps"));
+        r->disk_gbps = json_num(json_get(root, "disk_gbps"));
+        r->threads = (int)json_num(json_get(root, "threads"));
+        const char *k = json_str(json_get(root, "kernel"), NULL), *m = json_str(json_get(root, "disk_mode"), NULL);
+        const char *w = json_str(json_get(root, "when"), NULL), *d = json_str(json_get(root, "disk_dir"), NULL);
+        snprintf(r->cpu, sizeof r->cpu, "%s", cpu);
+        snprintf(r->kernel, sizeof r->kernel, "%s", k ? k : "?");
+        snprintf(r->disk_mode, sizeof r->disk_mode, "%s", m ? m : "?");
+        snprintf(r->when, sizeof r->when, "%s", w ? w : "?");
+        snprintf(r->disk_dir, sizeof r->disk_dir, "%s", d ? d : "?");
+        ok = r->decode_gbps > 0 && r->prefill_gbps > 0 && r->disk_gbps > 0 && isfinite(r->decode_gbps) &&
+             isfinite(r->prefill_gbps) && isfinite(r->disk_gbps);
+        if (!ok) snprintf(why, why_len, "%s has no disk rate (DOCTOR had no model files to read)", path);
+    }
+    json_free(doc);
+    free(text);
+    return ok;
+}
+
+/* Kernel rates: GB/s of int4 weights through the matmul this run would use, at 1 token (decode:
+   memory-bound, so the matrix is larger than any cache) and at 64 tokens (prefill), ~0.3 s. */
+static void measure_kernel_rates(MachineRates *r, int idot) {
+    QTensor w;
+    const int64_t rows = 8192, cols = 8192;   /* 32 MB of int4 */
+    if (qt_alloc(&w, QT_INT4_ROW, 0, rows, cols)) die("out of memory for the kernel probe");
+    uint64_t seed = 0x9E3779B97F4A7C15ull;
+    for (int64_t i = 0; i < rows * w.row_bytes; i++) { seed = seed * 6364136223846793005ull + 1442695040888963407ull; w.data[i] = (uint8_t)(seed >> 56); }
+    for (int64_t i = 0; i < rows; i++) w.scales[i] = 1e-3f;
+    const int S = 64;
+    float *x = xmalloc((size_t)S * cols * sizeof(float)), *y = xmalloc((size_t)S * rows * sizeof(float));
+    for (int64_t i = 0; i < S * cols; i++) x[i] = (float)((i * 7919) % 2001 - 1000) * 1e-3f;
+    const double bytes = (double)rows * w.row_bytes;
+    for (int pass = 0; pass < 2; pass++) {
+        const int s = pass ? S : 1;
+        qt_matmul(&w, x, y, s, idot);   /* warm-up */
+        int reps = 0;
+        double t0 = now_seconds(), dt;
+        do { qt_matmul(&w, x, y, s, idot); reps++; dt = now_seconds() - t0; } while (dt < 0.15);
+        *(pass ? &r->prefill_gbps : &r->decode_gbps) = bytes * s * reps / dt / 1e9;
+    }
+    free(x); free(y); qt_free(&w);
+    snprintf(r->kernel, sizeof r->kernel, "%s", qt_kernel_name(qt_get_kernel()));
+#ifdef _OPENMP
+    r->threads = omp_get_max_threads();
+#else
+    r->threads = 1;
+#endif
+}
+
+/* The *.safetensors of dir with their sizes; returns how many (at most `max`). */
+static int list_shards(const char *dir, char paths[][4200], off_t *sizes, int max) {
+    DIR *d = opendir(dir);
+    if (!d) return 0;
+    int n = 0;
+    struct dirent *de;
+    while ((de = readdir(d)) && n < max) {
+        size_t len = strlen(de->d_name);
+        if (len < 12 || strcmp(de->d_name + len - 12, ".safetensors")) continue;
+        snprintf(paths[n], 4200, "%s/%s", dir, de->d_name);
+        struct stat sb;
+        if (stat(paths[n], &sb) || !S_ISREG(sb.st_mode)) continue;
+        sizes[n++] = sb.st_size;
+    }
+    closedir(d);
+    return n;
+}
+
+/* A short random read probe of the model's files, as experts are read: 19 MiB at a time, O_DIRECT
+   into a 2 MiB-page buffer (buffered pread after evicting the range where O_DIRECT fails), at
+   most 8 reads or ~1.5 s. Returns GB/s, 0 when the files are too small to probe. */
+static double disk_probe(const char *dir, int *reads_out, double *seconds_out, const char **mode_out) {
+    enum { MAX_SHARDS = 64 };
+    static char paths[MAX_SHARDS][4200];
+    off_t sizes[MAX_SHARDS];
+    const size_t chunk = (size_t)19 << 20;
+    int n = list_shards(dir, paths, sizes, MAX_SHARDS), usable = 0;
+    for (int i = 0; i < n; i++) usable += sizes[i] >= (off_t)(2 * chunk);
+    *reads_out = 0; *seconds_out = 0; *mode_out = "direct";
+    if (!usable) return 0;
+    const size_t huge = (size_t)2 << 20;
+    uint8_t *map = mmap(NULL, chunk + 2 * huge, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (map == MAP_FAILED) return 0;
+    uint8_t *buf = (uint8_t *)(((uintptr_t)map + huge - 1) & ~(uintptr_t)(huge - 1));
+    madvise(buf, chunk + huge, MADV_HUGEPAGE);
+    memset(buf, 1, chunk + huge);   /* fault it in before the clock starts */
+    uint64_t seed = (uint64_t)now_seconds() * 0x9E3779B97F4A7C15ull | 1;
+    double bytes = 0, t0 = now_seconds();
+    int reads = 0;
+    while (reads < 8 && now_seconds() - t0 < 1.5) {
+        seed ^= seed << 13; seed ^= seed >> 7; seed ^= seed << 17;
+        int f = (int)(seed % (uint64_t)n);
+        if (sizes[f] < (off_t)(2 * chunk)) continue;
+        off_t off = (off_t)((seed >> 20) % (uint64_t)(sizes[f] - (off_t)chunk)) / 4096 * 4096;
+        int fd = open(paths[f], O_RDONLY | O_DIRECT | O_CLOEXEC);
+        if (fd < 0) {
+            fd = open(paths[f], O_RDONLY | O_CLOEXEC);
+            if (fd < 0) break;
+            posix_fadvise(fd, off, (off_t)chunk, POSIX_FADV_DONTNEED);
+            *mode_out = "buffered";
+        }
+        size_t got = 0;
+        int rc = pread_all(fd, buf, chunk, (uint64_t)off, &got);
+        close(fd);
+        if (rc || got != chunk) break;
+        bytes += (double)chunk;
+        reads++;
+    }
+    *seconds_out = now_seconds() - t0;
+    *reads_out = reads;
+    munmap(map, chunk + 2 * huge);
+    return reads ? bytes / *seconds_out / 1e9 : 0;
+}
+
+/* A projection, not a measurement: speeds from DOCTOR's rates and the plan's shapes. Decode: per
+   token, every MoE layer reads its top-k experts that miss the cache (hit rate taken as slots /
+   experts, i.e. uniform routing, a floor: real routing is skewed) from disk, then the kernels
+   stream the dense weights (not the embedding) and the k experts; disk and compute are added
+   (no overlap assumed). Prefill: a BATCH-token chunk reads each distinct expert it needs once
+   and computes at the 64-token kernel rate. Attention is left out (it grows with the context). */
+typedef struct { double decode_tok_s, prefill_tok_s, hit, decode_disk_gb, decode_weights_gb; } Projection;
+
+static Projection project_speed(Model *m, Loader *ld, const Settings *set, const RamPlan *p, const MachineRates *r) {
+    const Config *c = &m->c;
+    const ExpertStore *st = &m->experts;
+    Projection pr;
+    memset(&pr, 0, sizeof pr);
+    int moe_main = 0;   /* decode runs the main layers; the MTP layer only drafts */
+    for (int l = 0; l < c->n_layers; l++) moe_main += !c->layer_dense[l];
+    double disk_per_expert = 0, ram_per_expert = 0;
+    long long n = 0;
+    for (int l = 0; l < c->n_layers; l++) {
+        if (c->layer_dense[l]) continue;
+        for (int e = 0; e < c->n_experts; e++, n++) {
+            const ExpertSource *src = &st->sources[(size_t)l * c->n_experts + e];
+            for (int k = 0; k < 3; k++) {
+                const double on_disk = (double)src->rows[k] * src->cols[k] * st_dtype_size(src->data[k]->dtype);
+                disk_per_expert += src->scales[k] ? (double)src->data[k]->nbytes + src->scales[k]->nbytes : on_disk;
+                ram_per_expert += src->scales[k] ? (double)src->data[k]->nbytes + src->scales[k]->nbytes
+                                                 : (double)src->rows[k] * qt_row_bytes(src->format[k], src->cols[k]);
+            }
+        }
+    }
+    if (n) { disk_per_expert /= (double)n; ram_per_expert /= (double)n; }
+    /* dense bytes a token streams: all resident weights but the embedding (one row) and the MTP layer */
+    Loader dry = *ld;
+    dry.dry = 1;
+    dry.resident_bytes = 0;
+    QTensor unused;
+    load_matrix(&dry, "model.embed_tokens.weight", c->vocab, c->hidden, set->dense_bits, &unused);
+    for (int l = c->n_layers; l < c->n_layers + c->n_mtp; l++) load_layer(&dry, m, l, set);
+    const double dense_per_token = p->dense - dry.resident_bytes;
+    const int k = c->experts_per_tok, E = c->n_experts;
+    pr.hit = p->slots >= E ? 1.0 : (double)p->slots / E;
+    const double routed = (double)moe_main * k * ram_per_expert;
+    pr.decode_disk_gb = moe_main * k * (1 - pr.hit) * disk_per_expert / 1e9;
+    pr.decode_weights_gb = (dense_per_token + routed) / 1e9;
+    pr.decode_tok_s = 1.0 / (pr.decode_disk_gb / r->disk_gbps + pr.decode_weights_gb / r->decode_gbps);
+    const int B = set->batch;
+    const double distinct = E * (1.0 - pow(1.0 - (double)k / E, B));   /* experts a B-token chunk touches, per layer */
+    const double chunk_disk = moe_main * distinct * (1 - pr.hit) * disk_per_expert / 1e9;
+    const double chunk_compute = (double)B * pr.decode_weights_gb / r->prefill_gbps;
+    pr.prefill_tok_s = B / (chunk_disk / r->disk_gbps + chunk_compute);
+    return pr;
+}
+
+/* PLAN=1 / PLAN=json. Exit 0 when the model fits the budget, 2 when it does not. */
+static int run_plan(const Settings *set) {
+    Model m;
+    Loader ld;
+    model_open(&m, set, &ld);
+    const Config *c = &m.c;
+    const int capacity = set->ctx ? set->ctx : default_context(c);
+    m.ram = ram_plan(&m, &ld, set, capacity);
+    const RamPlan *p = &m.ram;
+    /* the disk: each file up to the end of its last tensor (what a full download takes) */
+    const int nfiles = st_file_count(m.index);
+    double *file_end = xcalloc((size_t)nfiles, sizeof(double)), disk = 0;
+    for (size_t i = 0; i < st_count(m.index); i++) {
+        const StTensor *t = st_tensor_at(m.index, i);
+        if ((double)(t->offset + t->nbytes) > file_end[t->file]) file_end[t->file] = (double)(t->offset + t->nbytes);
+    }
+    for (int f = 0; f < nfiles; f++) disk += file_end[f];
+    free(file_end);
+    struct statvfs vfs;
+    const double disk_free = statvfs(set->model_dir, &vfs) ? -1 : (double)vfs.f_bavail * vfs.f_frsize;
+    MachineRates rates;
+    char why[512] = "";
+    const int have_rates = machine_rates_load(set, &rates, why, sizeof why);
+    Projection pr;
+    memset(&pr, 0, sizeof pr);
+    if (have_rates && ram_plan_fits(p)) pr = project_speed(&m, &ld, set, p, &rates);
+    const int fits = ram_plan_fits(p);
+    if (set->plan_json) {
+        printf("{\"model\": ");
+        print_json_string(stdout, set->model_dir, strlen(set->model_dir));
+        printf(", \"layers\": %d, \"mtp_layers\": %d, \"moe_layers\": %d, \"experts\": %d, \"experts_per_token\": %d, "
+               "\"prequantized\": %s, \"context\": %d, \"batch\": %d, \"fits\": %s, \"budget_from\": \"%s\", \"budget_bytes\": %.0f, "
+               "\"dense_bytes\": %.0f, \"kv_scratch_bytes\": %.0f, \"overhead_bytes\": %.0f, \"reserve_bytes\": %.0f, "
+               "\"expert_cache_bytes\": %.0f, \"unused_bytes\": %.0f, \"slots_per_layer\": %d, \"slot_bytes\": %.0f, "
+               "\"disk_bytes\": %.0f, \"disk_free_bytes\": %.0f, \"projection\": ",
+               c->n_layers, c->n_mtp, p->moe_layers, c->n_experts, c->experts_per_tok, m.experts.prequantized ? "true" : "false",
+               capacity, set->batch, fits ? "true" : "false", p->from_ram_gb ? "RAM_GB" : "MemAvailable", p->budget, p->dense,
+               p->session, p->overhead, p->reserve, p->cache, p->unused, p->slots, p->slot_bytes, disk, disk_free);
+        if (pr.decode_tok_s > 0)
+            printf("{\"decode_tok_s\": %.4g, \"prefill_tok_s\": %.4g, \"hit_rate\": %.4g, \"disk_gbps\": %.4g, \"disk_mode\": \"%s\", "
+                   "\"decode_kernel_gbps\": %.4g, \"prefill_kernel_gbps\": %.4g, \"kernel\": \"%s\", \"threads\": %d, \"measured\": \"%s\"}}\n",
+                   pr.decode_tok_s, pr.prefill_tok_s, pr.hit, rates.disk_gbps, rates.disk_mode, rates.decode_gbps, rates.prefill_gbps,
+                   rates.kernel, rates.threads, rates.when);
+        else {
+            printf("null, \"projection_missing\": ");
+            const char *reason = fits ? why : "the model does not fit the budget";
+            print_json_string(stdout, reason, strlen(reason));
+            printf("}\n");
+        }
+        return fits ? 0 : 2;
+    }
+    printf("glm: plan for %s: %d layers (+%d MTP), %d routed experts top-%d per MoE layer, %s experts; context %d tokens, "
+           "BATCH %d\n", set->model_dir, c->n_layers, c->n_mtp, c->n_experts, c->experts_per_tok,
+           m.experts.prequantized ? "pre-quantized" : "float", capacity, set->batch);
+    ram_plan_print(stdout, p, set);
+    printf("glm: disk: the model takes %.1f GB in %d files", disk / 1e9, nfiles);
+    if (disk_free >= 0) printf("; %.1f GB free on that filesystem", disk_free / 1e9);
+    printf("\n");
+    if (pr.decode_tok_s > 0)
+        printf("glm: projection (not a measurement): decode %.2f tok/s (%.2f GB from disk + %.2f GB through the kernels per token, "
+               "hit rate %.1f%% if routing were uniform), prefill %.1f tok/s in %d-token chunks; from DOCTOR's rates of %s on this CPU "
+               "(disk %.2f GB/s %s in %s, kernels %.1f GB/s at 1 token and %.1f GB/s at 64 tokens, %s, %d threads); attention is "
+               "left out\n", pr.decode_tok_s, pr.decode_disk_gb, pr.decode_weights_gb, 100 * pr.hit, pr.prefill_tok_s, set->batch,
+               rates.when, rates.disk_gbps, rates.disk_mode, rates.disk_dir, rates.decode_gbps, rates.prefill_gbps, rates.kernel,
+               rates.threads);
+    else if (fits)
+        printf("glm: projection: none (%s): run DOCTOR=1 SNAP=<a model folder on the disk that will hold the model> once; "
+               "it measures the disk and kernel rates PLAN projects from\n", why);
+    return fits ? 0 : 2;
+}
+
+/* One DOCTOR finding: "DOCTOR ok|warn|FAIL topic: what was found; what to do". */
+static void doctor_say(int *worst, int level, const char *topic, const char *fmt, ...) {
+    static const char *const LEVEL[] = { "ok  ", "warn", "FAIL" };
+    if (level > *worst) *worst = level;
+    printf("DOCTOR %s %s: ", LEVEL[level], topic);
+    va_list ap;
+    va_start(ap, fmt);
+    vprintf(fmt, ap);
+    va_end(ap);
+    putchar('\n');
+    fflush(stdout);
+}
+
+/* The model's checks in a child process, so that a model glm cannot open (which dies with a named
+   error) becomes one FAIL line instead of ending DOCTOR. Returns the worst level. */
+static int doctor_model(const Settings *set) {
+    fflush(stdout);
+    fflush(stderr);
+    pid_t pid = fork();
+    if (pid == 0) {
+        Model m;
+        Loader ld;
+        model_open(&m, set, &ld);
+        const Config *c = &m.c;
+        const int capacity = set->ctx ? set->ctx : default_context(c);
+        m.ram = ram_plan(&m, &ld, set, capacity);
+        const RamPlan *p = &m.ram;
+        int worst = 0;
+        doctor_say(&worst, 0, "model", "%s: %d layers (+%d MTP), %d experts top-%d; experts %s", set->model_dir, c->n_layers,
+                   c->n_mtp, c->n_experts, c->experts_per_tok, m.experts.prequantized ? "pre-quantized" : "float (quantized "
+                   "on every read: convert the model with tools/convert_fp8_to_int4.py)");
+        const double total = proc_kb_field("/proc/meminfo", "MemTotal");
+        if (ram_plan_fits(p))
+            doctor_say(&worst, 0, "RAM", "%.1f GB total, %.1f GB available; a %d-token context leaves %d of %d experts per layer "
+                       "in a %.1f GB cache (%s %.1f GB)", total / 1e9, p->avail / 1e9, capacity, p->slots, c->n_experts, p->cache / 1e9,
+                       p->from_ram_gb ? "RAM_GB" : "budget", p->budget / 1e9);
+        else
+            doctor_say(&worst, 2, "RAM", "%.1f GB total, %.1f GB available: a budget of %.1f GB cannot hold the dense weights "
+                       "(%.1f GB), KV cache and scratch (%.1f GB) and one expert slot per layer; free memory, or lower CTX/BATCH "
+                       "or the dense bits (PLAN=1 shows the terms)", total / 1e9, p->avail / 1e9, p->budget / 1e9, p->dense / 1e9,
+                       p->session / 1e9);
+        if (p->from_ram_gb && p->budget > total && total > 0)
+            doctor_say(&worst, 1, "RAM", "RAM_GB=%g is more than the machine has (%.1f GB): lower it", set->ram_gb, total / 1e9);
+        fflush(stdout);
+        _exit(10 + worst);
+    }
+    int status = 0;
+    if (pid < 0 || waitpid(pid, &status, 0) < 0) {
+        int worst = 0;
+        doctor_say(&worst, 2, "model", "cannot check %s (fork failed)", set->model_dir);
+        return 2;
+    }
+    if (WIFEXITED(status) && WEXITSTATUS(status) >= 10 && WEXITSTATUS(status) <= 12) return WEXITSTATUS(status) - 10;
+    int worst = 0;
+    doctor_say(&worst, 2, "model", "%s cannot be loaded (the error above says why)", set->model_dir);
+    return 2;
+}
+
+/* DOCTOR=1: is this machine ready for SNAP? Exit 0 ready, 1 warnings, 2 cannot run. */
+static int run_doctor(const Settings *set) {
+    int worst = 0;
+    char cpu[128];
+    cpu_model_name(cpu, sizeof cpu);
+    const int vnni = qt_kernel_supported(QT_KERNEL_VNNI), avx2 = qt_kernel_supported(QT_KERNEL_AVX2);
+    doctor_say(&worst, vnni || avx2 ? 0 : 1, "CPU", "%s; integer kernels: %s%sscalar (glm uses %s)%s", cpu, vnni ? "vnni, " : "",
+               avx2 ? "avx2, " : "", qt_kernel_name(qt_get_kernel()),
+               vnni || avx2 ? "" : "; without AVX2 every matmul runs the scalar kernel, several times slower: use an AVX2 machine");
+    const long cores = sysconf(_SC_NPROCESSORS_ONLN);
+    doctor_say(&worst, cores >= 2 ? 0 : 1, "cores", "%ld online%s", cores,
+               cores >= 2 ? "" : ": disk reads and compute cannot overlap on one core; use a machine with two or more");
+    char thp[256] = "";
+    FILE *f = fopen("/sys/kernel/mm/transparent_hugepage/enabled", "r");
+    if (f) { if (!fgets(thp, sizeof thp, f)) thp[0] = 0; fclose(f); }
+    const char *sel = strchr(thp, '['), *end = sel ? strchr(sel, ']') : NULL;
+    char mode[32] = "unknown";
+    if (sel && end && end - sel < 32) snprintf(mode, sizeof mode, "%.*s", (int)(end - sel - 1), sel + 1);
+    if (!strcmp(mode, "always") || !strcmp(mode, "madvise"))
+        doctor_say(&worst, 0, "huge pages", "transparent huge pages \"%s\": expert slots get 2 MiB pages (O_DIRECT reads ~3x faster)", mode);
+    else
+        doctor_say(&worst, 1, "huge pages", "transparent huge pages \"%s\": O_DIRECT reads into 4 KiB pages are ~3x slower; "
+                   "as root: echo madvise > /sys/kernel/mm/transparent_hugepage/enabled", mode);
+    MachineRates r;
+    memset(&r, 0, sizeof r);
+    snprintf(r.cpu, sizeof r.cpu, "%s", cpu);
+    measure_kernel_rates(&r, set->idot);
+    doctor_say(&worst, 0, "kernels", "%.1f GB/s of int4 weights at 1 token (decode), %.1f GB/s at 64 tokens (prefill), %s, "
+               "%d threads", r.decode_gbps, r.prefill_gbps, r.kernel, r.threads);
+    if (!set->model_dir[0]) {
+        doctor_say(&worst, 1, "model", "SNAP is not set: the model, O_DIRECT and disk checks are skipped; run DOCTOR=1 SNAP=<model folder>");
+    } else {
+        int level = doctor_model(set);
+        if (level > worst) worst = level;
+        static char paths[1][4200];
+        off_t size;
+        int n = list_shards(set->model_dir, paths, &size, 1);
+        if (n) {
+            int fd = open(paths[0], O_RDONLY | O_DIRECT | O_CLOEXEC);
+            if (fd >= 0) {
+                close(fd);
+                doctor_say(&worst, 0, "O_DIRECT", "works on %s: expert reads bypass the page cache (DIRECT=-1 uses it)", set->model_dir);
+            } else
+                doctor_say(&worst, 1, "O_DIRECT", "not available on %s (%s): experts are read with buffered pread, ~2.6x slower "
+                           "here and doubly cached; keep the model on a filesystem that supports it (ext4, xfs; not tmpfs)",
+                           set->model_dir, strerror(errno));
+        }
+        int reads;
+        double seconds;
+        const char *how;
+        r.disk_gbps = disk_probe(set->model_dir, &reads, &seconds, &how);
+        snprintf(r.disk_mode, sizeof r.disk_mode, "%s", how);
+        if (!realpath(set->model_dir, r.disk_dir)) snprintf(r.disk_dir, sizeof r.disk_dir, "%s", set->model_dir);
+        if (reads)
+            doctor_say(&worst, r.disk_gbps >= 1.0 ? 0 : 1, "disk", "%.2f GB/s in %d random 19 MB %s reads of the model's files "
+                       "(%.2f s)%s", r.disk_gbps, reads, how, seconds,
+                       r.disk_gbps >= 1.0 ? "" : ": decode is disk-bound, so expect it slow; an NVMe drive reads 3-7 GB/s");
+        else
+            doctor_say(&worst, 1, "disk", "no read probe: the model's files are too small to read 19 MB from (a header-only "
+                       "copy?); run DOCTOR=1 on the full model to measure the disk");
+        struct statvfs vfs;
+        if (!statvfs(set->model_dir, &vfs)) {
+            double free_bytes = (double)vfs.f_bavail * vfs.f_frsize;
+            doctor_say(&worst, free_bytes >= 1e9 ? 0 : 1, "free disk", "%.1f GB free where the model is%s", free_bytes / 1e9,
+                       free_bytes >= 1e9 ? "" : ": converting or downloading needs room for a shard plus the output");
+        }
+    }
+    time_t now = time(NULL);
+    strftime(r.when, sizeof r.when, "%Y-%m-%d %H:%M", localtime(&now));
+    if (r.disk_gbps > 0) machine_rates_save(set, &r);
+    printf("DOCTOR: %s (exit %d)\n", worst == 0 ? "ready" : worst == 1 ? "ready, with warnings" : "cannot run", worst);
+    return worst;
+}
+
 /* OpenMP workers that spin at barriers take the CPU that the expert I/O thread and the main
    thread need on a 2-core machine: measured on the bench model, REPLAY decode ran at 0.98 tok/s
    with libgomp's default spinning and 5.8 tok/s with OMP_WAIT_POLICY=passive. libgomp reads the
@@ -3968,6 +4450,8 @@ int main(int argc, char **argv) {
     case MODE_TOKENIZE: return run_tokenize(&set);
     case MODE_TEMPLATE: return run_template_only(&set);
     case MODE_VALIDATE: return run_validation(&set);
+    case MODE_PLAN: return run_plan(&set);
+    case MODE_DOCTOR: return run_doctor(&set);
     default: return run_text(set);
     }
 }

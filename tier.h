@@ -18,6 +18,11 @@
                                                        router chose least often, ties to the least
                                                        recently used; -1 if none
      void tier_cache_assign(TierCache *c, int slot, int expert);   slot now holds expert (marked used)
+     void tier_seed_requests(TierCache *c, const uint32_t *counts);
+                                                       LFU counts from a usage history, halved until
+                                                       they sum to at most 2 per expert: a prior that
+                                                       this run's requests outweigh within tens of
+                                                       tokens, so a new workload is not locked out
      int  tier_hottest(const uint32_t *counts, int n, int *out, int k);
                                                        up to k ids with a count > 0, most counted
                                                        first (ties: lower id first); returns how many
@@ -86,6 +91,7 @@ void tier_note_request(TierCache *c, int expert);
 int tier_cache_victim(const TierCache *c, const unsigned char *busy);
 void tier_cache_assign(TierCache *c, int slot, int expert);
 int tier_hottest(const uint32_t *counts, int n, int *out, int k);
+void tier_seed_requests(TierCache *c, const uint32_t *counts);
 TierPlan tier_plan(const TierBudget *b);
 size_t tier_usage_size(int n_layers, int n_experts);
 void tier_usage_encode(uint8_t *out, uint64_t fingerprint, int n_layers, int n_experts, uint64_t tokens,
@@ -196,6 +202,18 @@ int tier_hottest(const uint32_t *counts, int n, int *out, int k) {
         out[i] = e;
     }
     return m;
+}
+
+void tier_seed_requests(TierCache *c, const uint32_t *counts) {
+    int shift = 0;
+    for (;;) {
+        uint64_t sum = 0;
+        for (int e = 0; e < c->n_experts; e++) sum += counts[e] >> shift;
+        if (sum <= 2 * (uint64_t)c->n_experts || shift >= 31) break;
+        shift++;
+    }
+    for (int e = 0; e < c->n_experts; e++) c->requests[e] = counts[e] >> shift;
+    c->requests_since_decay = 0;
 }
 
 uint64_t tier_hash(uint64_t h, const void *data, size_t n) {

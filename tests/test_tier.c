@@ -82,6 +82,20 @@ int main(void) {
     CHECK("hottest: only experts with a count", n == 6 && top[3] == 3 && top[4] == 7 && top[5] == 5);
     CHECK("hottest: k = 0 gives none", tier_hottest(counts, 8, top, 0) == 0);
 
+    /* a history seeds the LFU counts as a prior: halved until they sum to at most 2 per expert */
+    TierCache seeded;
+    tier_cache_init(&seeded, 2, 8);
+    uint32_t hist8[8] = { 400, 100, 0, 33, 7, 0, 0, 1 };
+    tier_seed_requests(&seeded, hist8);
+    uint32_t sum8 = 0;
+    for (int e = 0; e < 8; e++) sum8 += seeded.requests[e];
+    CHECK("seeded counts sum to at most 2 per expert", sum8 <= 16 && seeded.requests[0] == 400 >> 5);
+    CHECK("seeding keeps the order of the hot experts", seeded.requests[0] > seeded.requests[1] && seeded.requests[1] >= seeded.requests[3]);
+    uint32_t small8[8] = { 3, 2, 1, 0, 0, 0, 0, 0 };
+    tier_seed_requests(&seeded, small8);
+    CHECK("a small history is taken as it is", seeded.requests[0] == 3 && seeded.requests[1] == 2 && seeded.requests[2] == 1);
+    tier_cache_free(&seeded);
+
     /* usage history: round trip, then every kind of damage is refused with a reason */
     enum { L = 3, E = 5 };
     uint32_t hist[L * E], back[L * E];
