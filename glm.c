@@ -2494,20 +2494,17 @@ static void session_init(Session *s, const Model *m, int capacity, int max_batch
    what a real run prints, and a budget that is too small is refused before any weight is read.
    --------------------------------------------------------------------------------------------- */
 
-/* What the process holds besides weights, session and slots, as an estimate from the model's
-   shape (a fixed formula, so a plan made on any machine agrees with the run): code, libraries and
-   OpenMP threads (measured under 32 MB here; 64 MB allowed), the tensor index and the expert
-   sources and counters, and the tokenizer when the folder has one (tok.h holds ~4x its JSON:
-   29 MB for DeepSeek-V3's 7.8 MB tokenizer.json). */
-static double ram_overhead_estimate(const Model *m, const char *model_dir) {
+/* What the process holds besides weights, session and slots, as an estimate from the config and
+   the headers alone (so that a plan made from a folder of headers agrees with the run): code,
+   libraries and OpenMP threads (measured under 32 MB here; 64 MB allowed), the tensor index, the
+   expert sources and counters, and a tokenizer for the vocabulary (tok.h held 29 MB for
+   DeepSeek-V3's 128k ids, ~230 bytes an id; 320 allowed). */
+static double ram_overhead_estimate(const Model *m) {
     const ExpertStore *st = &m->experts;
     double bytes = 64e6;
     bytes += (double)st_count(m->index) * (sizeof(StTensor) + 96);   /* tensor, its name, hash slot */
     bytes += (double)st->n_layers * st->n_experts * (sizeof(ExpertSource) + sizeof(long long) + 3 * sizeof(uint32_t) + sizeof(int));
-    char path[4200];
-    snprintf(path, sizeof path, "%s/tokenizer.json", model_dir);
-    struct stat sb;
-    if (stat(path, &sb) == 0 && S_ISREG(sb.st_mode)) bytes += 4.0 * (double)sb.st_size;
+    bytes += 320.0 * m->c.vocab;
     return bytes;
 }
 
@@ -2530,7 +2527,7 @@ static RamPlan ram_plan(Model *m, Loader *ld, const Settings *set, int capacity)
     for (int l = 0; l < st->n_layers; l++) p.moe_layers += !c->layer_dense[l];
     /* float experts are read through an f32 staging buffer of one matrix */
     p.session = sized.bytes + (p.moe_layers && !st->prequantized ? (double)c->moe_inter * c->hidden * sizeof(float) : 0.0);
-    p.overhead = ram_overhead_estimate(m, set->model_dir);
+    p.overhead = ram_overhead_estimate(m);
     p.avail = mem_available_bytes();
     p.from_ram_gb = set->ram_gb > 0;
     if (!p.from_ram_gb && p.avail <= 0) die("cannot read MemAvailable from /proc/meminfo: set RAM_GB");
@@ -4420,14 +4417,15 @@ static int run_doctor(const Settings *set) {
     MachineRates r;
     memset(&r, 0, sizeof r);
     snprintf(r.cpu, sizeof r.cpu, "%s", cpu);
+    /* the model's checks fork: before the kernel probe starts OpenMP's threads */
+    const int model_level = set->model_dir[0] ? doctor_model(set) : 0;
+    if (model_level > worst) worst = model_level;
     measure_kernel_rates(&r, set->idot);
     doctor_say(&worst, 0, "kernels", "%.1f GB/s of int4 weights at 1 token (decode), %.1f GB/s at 64 tokens (prefill), %s, "
                "%d threads", r.decode_gbps, r.prefill_gbps, r.kernel, r.threads);
     if (!set->model_dir[0]) {
         doctor_say(&worst, 1, "model", "SNAP is not set: the model, O_DIRECT and disk checks are skipped; run DOCTOR=1 SNAP=<model folder>");
     } else {
-        int level = doctor_model(set);
-        if (level > worst) worst = level;
         static char paths[1][4200];
         off_t size;
         int n = list_shards(set->model_dir, paths, &size, 1);
