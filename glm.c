@@ -1223,10 +1223,11 @@ static void attention(AttentionCall *ac, const float *xn, int S, int pos0, float
    6. Experts: streamed from disk through a per-layer cache (LFU by default, tier.h)
    Routed experts are never loaded at start. Each MoE layer owns `slots` expert slots in one
    huge-page-backed arena. Nothing waits for empty slots: a helper thread at idle priority faults
-   the arena in while a CPU is free, and a slot it has not reached yet is faulted by its first
-   read. A usage history (USAGE) seeds the LFU counts with what earlier runs routed, and the I/O
-   thread reads the historically hottest experts into the slots whenever no demanded read is
-   waiting (history prefetch: lower priority, cancelled by any demand for its slot). A miss reads the expert's three weight payloads with ONE read into its
+   the arena in while a CPU is free, and until it is done the cache grows into faulted-in slots
+   (expert_pick_slot). A usage history (USAGE) seeds the LFU counts with what earlier runs routed,
+   and the I/O thread reads the historically hottest experts into the slots while the engine is
+   idle (as the dense weights load, between chat turns), never ahead of a demanded read (history
+   prefetch: lower priority, cancelled or promoted by a demand for its slot). A miss reads the expert's three weight payloads with ONE read into its
    slot's slab (container.md §4 keeps them adjacent) and the three scale arrays with one small
    read; the QTensors are views into the slab, no copy. A background I/O thread loads the misses
    of a layer in ascending expert order while the compute threads work through the experts that
