@@ -1343,12 +1343,12 @@ static void expert_tensor_name(char *buf, size_t n, int layer, int expert, int w
 }
 
 /* Finds and checks every expert's tensors (names, shapes, formats, stamps); reads no payload. */
-static void expert_sources_init(ExpertStore *st, Loader *ld) {
-    const Config *c = st->c;
+static void expert_sources_init(ExpertStore *store, Loader *ld) {
+    const Config *c = store->c;
     const int E = c->n_experts, I = c->moe_inter, H = c->hidden;
-    st->sources = xcalloc((size_t)st->n_layers * E, sizeof(ExpertSource));
+    store->sources = xcalloc((size_t)store->n_layers * E, sizeof(ExpertSource));
     int seen_quantized = 0, seen_float = 0;
-    for (int l = 0; l < st->n_layers; l++) {
+    for (int l = 0; l < store->n_layers; l++) {
         if (c->layer_dense[l]) continue;
         char fused_name[256], down_name[256];
         snprintf(fused_name, sizeof fused_name, "model.layers.%d.mlp.experts.gate_up_proj", l);
@@ -1361,10 +1361,10 @@ static void expert_sources_init(ExpertStore *st, Loader *ld) {
             if (fused_down->ndim != 3 || fused_down->shape[0] != E || fused_down->shape[1] != H || fused_down->shape[2] != I)
                 die("%s: tensor %s must have shape [%d, %d, %d]", st_file_path(ld->index, fused_down->file), down_name, E, H, I);
             if (fused->dtype == ST_U8 || fused->dtype == ST_I8) die("%s: fused expert tensors must be float", fused_name);
-            st->c = c;
+            store->c = c;
         }
         for (int e = 0; e < E; e++) {
-            ExpertSource *src = &st->sources[(size_t)l * E + e];
+            ExpertSource *src = &store->sources[(size_t)l * E + e];
             const int64_t rows[3] = { I, I, H }, cols[3] = { H, H, I };
             for (int k = 0; k < 3; k++) {
                 src->rows[k] = rows[k];
@@ -1372,8 +1372,8 @@ static void expert_sources_init(ExpertStore *st, Loader *ld) {
                 if (fused) {
                     src->data[k] = k < 2 ? fused : fused_down;
                     src->fused_row0[k] = k == 0 ? (int64_t)e * 2 * I : k == 1 ? (int64_t)e * 2 * I + I : (int64_t)e * H;
-                    src->format[k] = format_for_bits(st->expert_bits, st->group);
-                    src->group[k] = st->group;
+                    src->format[k] = format_for_bits(store->expert_bits, store->group);
+                    src->group[k] = store->group;
                     seen_float = 1;
                     continue;
                 }
@@ -1391,8 +1391,8 @@ static void expert_sources_init(ExpertStore *st, Loader *ld) {
                     if (t->ndim != 2 || t->shape[0] != rows[k] || t->shape[1] != cols[k])
                         die("%s: tensor %s must have shape [%lld, %lld]", file, name, (long long)rows[k], (long long)cols[k]);
                     if (t->dtype == ST_U8 || t->dtype == ST_I8) die("%s: tensor %s is %s but has no %s", file, name, st_dtype_name(t->dtype), qs_name);
-                    src->format[k] = format_for_bits(st->expert_bits, st->group);
-                    src->group[k] = st->group;
+                    src->format[k] = format_for_bits(store->expert_bits, store->group);
+                    src->group[k] = store->group;
                     seen_float = 1;
                 }
             }
@@ -1408,22 +1408,22 @@ static void expert_sources_init(ExpertStore *st, Loader *ld) {
         }
     }
     if (seen_quantized && seen_float) die("%s: some routed experts are pre-quantized and some are float; convert the whole model", ld->dir);
-    st->prequantized = seen_quantized;
-    if (!st->prequantized && st->io_mode == IO_DIRECT && !st->direct_forced) st->io_mode = IO_PREAD;
-    if (!st->prequantized && (st->io_mode == IO_DIRECT || st->io_mode == IO_MMAP))
+    store->prequantized = seen_quantized;
+    if (!store->prequantized && store->io_mode == IO_DIRECT && !store->direct_forced) store->io_mode = IO_PREAD;
+    if (!store->prequantized && (store->io_mode == IO_DIRECT || store->io_mode == IO_MMAP))
         die("%s=1 needs pre-quantized experts (NAME + NAME.qs); this model's experts are float: convert it with "
-            "tools/convert_fp8_to_int4.py", st->io_mode == IO_DIRECT ? "DIRECT" : "MMAP");
+            "tools/convert_fp8_to_int4.py", store->io_mode == IO_DIRECT ? "DIRECT" : "MMAP");
 }
 
 /* Bytes of one expert slot: the largest expert's payload span (+ O_DIRECT alignment slack), or
    its three quantized tensors when the source is float. */
-static void expert_slot_sizes(ExpertStore *st, size_t *slab, size_t *scales) {
-    const int E = st->c->n_experts;
+static void expert_slot_sizes(ExpertStore *store, size_t *slab, size_t *scales) {
+    const int E = store->c->n_experts;
     size_t max_slab = 0, max_scales = 0;
-    for (int l = 0; l < st->n_layers; l++) {
-        if (st->c->layer_dense[l]) continue;
+    for (int l = 0; l < store->n_layers; l++) {
+        if (store->c->layer_dense[l]) continue;
         for (int e = 0; e < E; e++) {
-            const ExpertSource *src = &st->sources[(size_t)l * E + e];
+            const ExpertSource *src = &store->sources[(size_t)l * E + e];
             size_t data = 0, sc = 0;
             for (int k = 0; k < 3; k++) {
                 if (src->scales[k]) {
@@ -1446,8 +1446,8 @@ static void expert_slot_sizes(ExpertStore *st, size_t *slab, size_t *scales) {
     }
     /* room for O_DIRECT alignment slack around each of up to four reads */
     /* MMAP needs no slab, but an expert's mapped pages count in RSS until it is evicted */
-    st->mapped_expert_bytes = max_slab;
-    *slab = st->io_mode == IO_MMAP ? 0 : max_slab + 8 * DIRECT_ALIGN;
+    store->mapped_expert_bytes = max_slab;
+    *slab = store->io_mode == IO_MMAP ? 0 : max_slab + 8 * DIRECT_ALIGN;
     *scales = max_scales;
 }
 
@@ -1463,13 +1463,13 @@ static int pread_all(int fd, void *dst, size_t n, uint64_t off, size_t *got) {
     return 0;
 }
 
-static int io_serve_demands(ExpertStore *st);
+static int io_serve_demands(ExpertStore *store);
 
 /* pread_all for the I/O thread: a history prefetch reads in 4 MiB pieces and serves the demanded
    loads queued meanwhile between pieces, so a demand waits for at most one piece, never for a
    whole prefetched expert. */
-static int expert_pread(ExpertStore *st, int fd, uint8_t *dst, size_t n, uint64_t off, size_t *got) {
-    if (!st->io_yield) return pread_all(fd, dst, n, off, got);
+static int expert_pread(ExpertStore *store, int fd, uint8_t *dst, size_t n, uint64_t off, size_t *got) {
+    if (!store->io_yield) return pread_all(fd, dst, n, off, got);
     const size_t piece = (size_t)4 << 20;   /* a multiple of DIRECT_ALIGN: every piece stays aligned */
     size_t done = 0;
     while (done < n) {
@@ -1478,14 +1478,14 @@ static int expert_pread(ExpertStore *st, int fd, uint8_t *dst, size_t n, uint64_
         done += g;
         if (g < want) break;
         double t0 = now_seconds();
-        st->io_yield = 0;   /* the demands themselves read straight through */
-        pthread_mutex_lock(&st->lock);
+        store->io_yield = 0;   /* the demands themselves read straight through */
+        pthread_mutex_lock(&store->lock);
         int served = 0;
-        while (!st->io_stop && io_serve_demands(st)) served = 1;
-        int stop = st->io_stop;
-        pthread_mutex_unlock(&st->lock);
-        st->io_yield = 1;
-        if (served) st->io_nested_seconds += now_seconds() - t0;
+        while (!store->io_stop && io_serve_demands(store)) served = 1;
+        int stop = store->io_stop;
+        pthread_mutex_unlock(&store->lock);
+        store->io_yield = 1;
+        if (served) store->io_nested_seconds += now_seconds() - t0;
         if (stop) { errno = ECANCELED; *got = done; return -1; }
     }
     *got = done;
@@ -1493,15 +1493,15 @@ static int expert_pread(ExpertStore *st, int fd, uint8_t *dst, size_t n, uint64_
 }
 
 /* Reads file bytes [off, off+n) into buf in the store's I/O mode; returns where they start. */
-static uint8_t *expert_read_span(ExpertStore *st, int file, uint64_t off, uint64_t n, uint8_t *buf, size_t cap,
+static uint8_t *expert_read_span(ExpertStore *store, int file, uint64_t off, uint64_t n, uint8_t *buf, size_t cap,
                                  char *err, size_t err_len) {
-    const char *path = st_file_path(st->index, file);
+    const char *path = st_file_path(store->index, file);
     size_t got = 0;
-    if (st->io_mode == IO_DIRECT) {
+    if (store->io_mode == IO_DIRECT) {
         uint64_t start = off / DIRECT_ALIGN * DIRECT_ALIGN;
         uint64_t end = (off + n + DIRECT_ALIGN - 1) / DIRECT_ALIGN * DIRECT_ALIGN;
         if (end - start > cap) { snprintf(err, err_len, "%s: expert span of %llu bytes exceeds its slot", path, (unsigned long long)n); return NULL; }
-        if (expert_pread(st, st->direct_fds[file], buf, (size_t)(end - start), start, &got) || got < off + n - start) {
+        if (expert_pread(store, store->direct_fds[file], buf, (size_t)(end - start), start, &got) || got < off + n - start) {
             snprintf(err, err_len, "%s: O_DIRECT read of %llu bytes at %llu failed: %s", path, (unsigned long long)(end - start),
                      (unsigned long long)start, got < off + n - start ? "file is shorter than its header says" : strerror(errno));
             return NULL;
@@ -1509,13 +1509,13 @@ static uint8_t *expert_read_span(ExpertStore *st, int file, uint64_t off, uint64
         return buf + (off - start);
     }
     if (n > cap) { snprintf(err, err_len, "%s: expert span of %llu bytes exceeds its slot", path, (unsigned long long)n); return NULL; }
-    int fd = st_file_fd(st->index, file);
-    if (expert_pread(st, fd, buf, (size_t)n, off, &got) || got != n) {
+    int fd = st_file_fd(store->index, file);
+    if (expert_pread(store, fd, buf, (size_t)n, off, &got) || got != n) {
         snprintf(err, err_len, "%s: read of %llu bytes at %llu failed: %s", path, (unsigned long long)n, (unsigned long long)off,
                  got != n ? "file is shorter than its header says" : strerror(errno));
         return NULL;
     }
-    if (st->io_mode == IO_DROP) posix_fadvise(fd, (off_t)off, (off_t)n, POSIX_FADV_DONTNEED);
+    if (store->io_mode == IO_DROP) posix_fadvise(fd, (off_t)off, (off_t)n, POSIX_FADV_DONTNEED);
     return buf;
 }
 
@@ -1530,37 +1530,37 @@ static QTensor expert_view(QtFormat f, int64_t group, int64_t rows, int64_t cols
 }
 
 /* Brings expert `e` of `layer` into `slot`. Runs on the I/O thread (or inline). */
-static int expert_load(ExpertStore *st, int layer, int e, ExpertSlot *slot) {
-    const ExpertSource *src = &st->sources[(size_t)layer * st->c->n_experts + e];
+static int expert_load(ExpertStore *store, int layer, int e, ExpertSlot *slot) {
+    const ExpertSource *src = &store->sources[(size_t)layer * store->c->n_experts + e];
     QTensor *w[3] = { &slot->w.gate, &slot->w.up, &slot->w.down };
     char *err = slot->error;
     const size_t err_len = sizeof slot->error;
-    double t0 = now_seconds(), nested0 = st->io_nested_seconds;   /* demands served inside a prefetch count on their own */
+    double t0 = now_seconds(), nested0 = store->io_nested_seconds;   /* demands served inside a prefetch count on their own */
     double bytes = 0;
-    if (!st->prequantized) {
+    if (!store->prequantized) {
         /* float source: read f32 rows, quantize into the slot's own memory */
         uint8_t *p = slot->slab;
         float *sp = slot->scale_buf;
         for (int k = 0; k < 3; k++) {
             QtFormat f = src->format[k];
             *w[k] = expert_view(f, src->group[k], src->rows[k], src->cols[k], p, f == QT_F32 ? NULL : sp);
-            if (st_read_f32_rows(st->index, src->data[k], src->fused_row0[k], src->rows[k], st->staging, err, err_len)) return -1;
-            int64_t bad = first_nonfinite(st->staging, src->rows[k] * src->cols[k]);
+            if (st_read_f32_rows(store->index, src->data[k], src->fused_row0[k], src->rows[k], store->staging, err, err_len)) return -1;
+            int64_t bad = first_nonfinite(store->staging, src->rows[k] * src->cols[k]);
             if (bad >= 0) {
-                snprintf(err, err_len, "%s: tensor %s: value at row %lld is not finite", st_file_path(st->index, src->data[k]->file),
+                snprintf(err, err_len, "%s: tensor %s: value at row %lld is not finite", st_file_path(store->index, src->data[k]->file),
                          src->data[k]->name, (long long)(src->fused_row0[k] + bad / src->cols[k]));
                 return -1;
             }
-            qt_quantize_rows(w[k], 0, src->rows[k], st->staging);
+            qt_quantize_rows(w[k], 0, src->rows[k], store->staging);
             p += (size_t)(src->rows[k] * w[k]->row_bytes + 63) / 64 * 64;
             if (f != QT_F32) sp += src->rows[k] * qt_groups_per_row(w[k]);
             bytes += (double)src->rows[k] * src->cols[k] * st_dtype_size(src->data[k]->dtype);
         }
-    } else if (st->io_mode == IO_MMAP) {
+    } else if (store->io_mode == IO_MMAP) {
         for (int k = 0; k < 3; k++) {
             const StTensor *d = src->data[k], *q = src->scales[k];
             *w[k] = expert_view(src->format[k], src->group[k], src->rows[k], src->cols[k],
-                                st->maps[d->file] + d->offset, (float *)(st->maps[q->file] + q->offset));
+                                store->maps[d->file] + d->offset, (float *)(store->maps[q->file] + q->offset));
             bytes += d->nbytes + q->nbytes;
         }
         const StTensor *first = src->data[0];
@@ -1569,10 +1569,10 @@ static int expert_load(ExpertStore *st, int layer, int e, ExpertSlot *slot) {
         slot->mapped_len = src->data_adjacent ? src->data[2]->offset + src->data[2]->nbytes - first->offset : first->nbytes;
         /* fault the span in now, on the I/O thread, rather than during the matmul */
         uint64_t page = 4096, a = slot->mapped_off / page * page;
-        madvise(st->maps[first->file] + a, slot->mapped_off + slot->mapped_len - a, MADV_WILLNEED);
+        madvise(store->maps[first->file] + a, slot->mapped_off + slot->mapped_len - a, MADV_WILLNEED);
         volatile uint8_t sink = 0;
         for (int k = 0; k < 3; k++)
-            for (uint64_t i = 0; i < src->data[k]->nbytes; i += page) sink ^= st->maps[src->data[k]->file][src->data[k]->offset + i];
+            for (uint64_t i = 0; i < src->data[k]->nbytes; i += page) sink ^= store->maps[src->data[k]->file][src->data[k]->offset + i];
         (void)sink;
     } else {
         uint8_t *base[3];
@@ -1581,7 +1581,7 @@ static int expert_load(ExpertStore *st, int layer, int e, ExpertSlot *slot) {
             /* the converter's layout: gate, up, down payloads, then their scales: ONE read */
             const StTensor *d0 = src->data[0], *q2 = src->scales[2];
             uint64_t span = q2->offset + q2->nbytes - d0->offset;
-            uint8_t *p = expert_read_span(st, d0->file, d0->offset, span, slot->slab, st->slab_bytes, err, err_len);
+            uint8_t *p = expert_read_span(store, d0->file, d0->offset, span, slot->slab, store->slab_bytes, err, err_len);
             if (!p) return -1;
             for (int k = 0; k < 3; k++) {
                 base[k] = p + (src->data[k]->offset - d0->offset);
@@ -1595,7 +1595,7 @@ static int expert_load(ExpertStore *st, int layer, int e, ExpertSlot *slot) {
         } else if (src->data_adjacent) {
             const StTensor *d0 = src->data[0];
             uint64_t span = src->data[2]->offset + src->data[2]->nbytes - d0->offset;
-            uint8_t *p = expert_read_span(st, d0->file, d0->offset, span, slot->slab, st->slab_bytes, err, err_len);
+            uint8_t *p = expert_read_span(store, d0->file, d0->offset, span, slot->slab, store->slab_bytes, err, err_len);
             if (!p) return -1;
             for (int k = 0; k < 3; k++) base[k] = p + (src->data[k]->offset - d0->offset);
             bytes += span;
@@ -1604,7 +1604,7 @@ static int expert_load(ExpertStore *st, int layer, int e, ExpertSlot *slot) {
             size_t used = 0;
             for (int k = 0; k < 3; k++) {
                 const StTensor *d = src->data[k];
-                base[k] = expert_read_span(st, d->file, d->offset, d->nbytes, slot->slab + used, st->slab_bytes - used, err, err_len);
+                base[k] = expert_read_span(store, d->file, d->offset, d->nbytes, slot->slab + used, store->slab_bytes - used, err, err_len);
                 if (!base[k]) return -1;
                 used += (size_t)((d->nbytes + 2 * DIRECT_ALIGN) / DIRECT_ALIGN * DIRECT_ALIGN);
                 bytes += d->nbytes;
@@ -1617,8 +1617,8 @@ static int expert_load(ExpertStore *st, int layer, int e, ExpertSlot *slot) {
             if (k > 0 && src->scales_adjacent) { sbase[k] = sbase[0] + (q->offset - src->scales[0]->offset) / sizeof(float); continue; }
             uint64_t n = src->scales_adjacent ? src->scales[2]->offset + src->scales[2]->nbytes - q->offset : q->nbytes;
             size_t got;
-            if (pread_all(st_file_fd(st->index, q->file), (uint8_t *)slot->scale_buf + used, (size_t)n, q->offset, &got) || got != n) {
-                snprintf(err, err_len, "%s: reading scales of layer %d expert %d failed", st_file_path(st->index, q->file), layer, e);
+            if (pread_all(st_file_fd(store->index, q->file), (uint8_t *)slot->scale_buf + used, (size_t)n, q->offset, &got) || got != n) {
+                snprintf(err, err_len, "%s: reading scales of layer %d expert %d failed", st_file_path(store->index, q->file), layer, e);
                 return -1;
             }
             sbase[k] = (float *)((uint8_t *)slot->scale_buf + used);
@@ -1628,54 +1628,54 @@ static int expert_load(ExpertStore *st, int layer, int e, ExpertSlot *slot) {
         for (int k = 0; k < 3; k++)
             *w[k] = expert_view(src->format[k], src->group[k], src->rows[k], src->cols[k], base[k], sbase[k]);
     }
-    for (int k = 0; k < 3 && st->prequantized; k++) {
+    for (int k = 0; k < 3 && store->prequantized; k++) {
         int64_t bad = first_bad_scale(w[k]->scales, st_numel(src->scales[k]));
         if (bad >= 0) {
             snprintf(err, err_len, "%s: tensor %s.qs: scale %lld is %g (must be finite and >= 0)",
-                     st_file_path(st->index, src->scales[k]->file), src->data[k]->name, (long long)bad, w[k]->scales[bad]);
+                     st_file_path(store->index, src->scales[k]->file), src->data[k]->name, (long long)bad, w[k]->scales[bad]);
             return -1;
         }
     }
-    pthread_mutex_lock(&st->lock);
-    st->bytes_read += bytes;
-    st->read_seconds += now_seconds() - t0 - (st->io_nested_seconds - nested0);
-    pthread_mutex_unlock(&st->lock);
+    pthread_mutex_lock(&store->lock);
+    store->bytes_read += bytes;
+    store->read_seconds += now_seconds() - t0 - (store->io_nested_seconds - nested0);
+    pthread_mutex_unlock(&store->lock);
     return 0;
 }
 
 /* Loads `slot` of `layer` on the I/O thread; called and returns with the lock held. */
-static void io_load_slot(ExpertStore *st, int layer, ExpertSlot *slot, int prefetch) {
+static void io_load_slot(ExpertStore *store, int layer, ExpertSlot *slot, int prefetch) {
     slot->loading = 1;
     const int expert = slot->expert;   /* fixed while loading: a loading slot is never a victim */
-    pthread_mutex_unlock(&st->lock);
-    st->io_yield = prefetch;
-    int failed = expert_load(st, layer, expert, slot) != 0;
-    st->io_yield = 0;
-    pthread_mutex_lock(&st->lock);
+    pthread_mutex_unlock(&store->lock);
+    store->io_yield = prefetch;
+    int failed = expert_load(store, layer, expert, slot) != 0;
+    store->io_yield = 0;
+    pthread_mutex_lock(&store->lock);
     slot->loading = 0;
     slot->failed = failed;
     slot->ready = 1;
     slot->faulted = 1;
-    if (prefetch && !failed) { slot->prefetched = 1; st->prefetched++; }
-    pthread_cond_broadcast(&st->done);
+    if (prefetch && !failed) { slot->prefetched = 1; store->prefetched++; }
+    pthread_cond_broadcast(&store->done);
 }
 
 /* Runs the oldest demanded load, if any; lock held. Returns 1 if it ran one. */
-static int io_serve_demands(ExpertStore *st) {
-    if (st->queue_head == st->queue_tail) return 0;
-    LoadJob job = st->queue[st->queue_head % st->queue_cap];
-    st->queue_head++;
-    io_load_slot(st, job.layer, &st->caches[job.layer].slots[job.slot], 0);
+static int io_serve_demands(ExpertStore *store) {
+    if (store->queue_head == store->queue_tail) return 0;
+    LoadJob job = store->queue[store->queue_head % store->queue_cap];
+    store->queue_head++;
+    io_load_slot(store, job.layer, &store->caches[job.layer].slots[job.slot], 0);
     return 1;
 }
 
 /* The waiting history prefetch with the lowest rank (then layer), or NULL; lock held. */
-static ExpertSlot *io_next_prefetch(ExpertStore *st, int *layer) {
+static ExpertSlot *io_next_prefetch(ExpertStore *store, int *layer) {
     ExpertSlot *best = NULL;
-    for (int l = 0; l < st->n_layers && st->prefetch_pending; l++) {
-        if (st->c->layer_dense[l]) continue;
-        for (int s = 0; s < st->slots_per_layer; s++) {
-            ExpertSlot *sl = &st->caches[l].slots[s];
+    for (int l = 0; l < store->n_layers && store->prefetch_pending; l++) {
+        if (store->c->layer_dense[l]) continue;
+        for (int s = 0; s < store->slots_per_layer; s++) {
+            ExpertSlot *sl = &store->caches[l].slots[s];
             if (sl->prefetch_rank >= 0 && (!best || sl->prefetch_rank < best->prefetch_rank)) { best = sl; *layer = l; }
         }
     }
@@ -1683,52 +1683,52 @@ static ExpertSlot *io_next_prefetch(ExpertStore *st, int *layer) {
 }
 
 static void *expert_io_thread(void *arg) {
-    ExpertStore *st = arg;
-    pthread_mutex_lock(&st->lock);
+    ExpertStore *store = arg;
+    pthread_mutex_lock(&store->lock);
     for (;;) {
-        if (io_serve_demands(st)) continue;   /* demands always first */
-        if (st->io_stop) break;
+        if (io_serve_demands(store)) continue;   /* demands always first */
+        if (store->io_stop) break;
         int layer = -1;
-        ExpertSlot *slot = st->prefetch_pending && st->prefetch_open ? io_next_prefetch(st, &layer) : NULL;
+        ExpertSlot *slot = store->prefetch_pending && store->prefetch_open ? io_next_prefetch(store, &layer) : NULL;
         if (slot) {
             slot->prefetch_rank = -1;
-            st->prefetch_pending--;
-            io_load_slot(st, layer, slot, 1);
+            store->prefetch_pending--;
+            io_load_slot(store, layer, slot, 1);
             continue;
         }
-        pthread_cond_wait(&st->work, &st->lock);
+        pthread_cond_wait(&store->work, &store->lock);
     }
-    pthread_mutex_unlock(&st->lock);
+    pthread_mutex_unlock(&store->lock);
     return NULL;
 }
 
 /* Opens what the I/O mode reads through: an O_DIRECT descriptor per file (DIRECT=-1 falls back to
    buffered pread where the filesystem refuses O_DIRECT), or a read-only mapping per file (MMAP). */
-static void expert_store_open_files(ExpertStore *st) {
-    if (st->io_mode == IO_DIRECT || st->io_mode == IO_MMAP) {
-        int nfiles = st_file_count(st->index);
-        st->direct_fds = xcalloc((size_t)nfiles, sizeof(int));
-        st->maps = xcalloc((size_t)nfiles, sizeof(uint8_t *));
-        st->map_len = xcalloc((size_t)nfiles, sizeof(uint64_t));
+static void expert_store_open_files(ExpertStore *store) {
+    if (store->io_mode == IO_DIRECT || store->io_mode == IO_MMAP) {
+        int nfiles = st_file_count(store->index);
+        store->direct_fds = xcalloc((size_t)nfiles, sizeof(int));
+        store->maps = xcalloc((size_t)nfiles, sizeof(uint8_t *));
+        store->map_len = xcalloc((size_t)nfiles, sizeof(uint64_t));
         for (int f = 0; f < nfiles; f++) {
-            const char *path = st_file_path(st->index, f);
-            if (st->io_mode == IO_DIRECT) {
-                st->direct_fds[f] = open(path, O_RDONLY | O_DIRECT);
-                if (st->direct_fds[f] < 0 && !st->direct_forced) {   /* e.g. tmpfs: auto mode falls back */
+            const char *path = st_file_path(store->index, f);
+            if (store->io_mode == IO_DIRECT) {
+                store->direct_fds[f] = open(path, O_RDONLY | O_DIRECT);
+                if (store->direct_fds[f] < 0 && !store->direct_forced) {   /* e.g. tmpfs: auto mode falls back */
                     fprintf(stderr, "glm: note: %s cannot be opened with O_DIRECT (%s); experts are read with buffered pread\n",
                             path, strerror(errno));
-                    for (int g = 0; g < f; g++) close(st->direct_fds[g]);
-                    st->io_mode = IO_PREAD;
+                    for (int g = 0; g < f; g++) close(store->direct_fds[g]);
+                    store->io_mode = IO_PREAD;
                     break;
                 }
-                if (st->direct_fds[f] < 0) die("%s: cannot open with O_DIRECT: %s (DIRECT=0 reads with buffered pread)", path, strerror(errno));
+                if (store->direct_fds[f] < 0) die("%s: cannot open with O_DIRECT: %s (DIRECT=0 reads with buffered pread)", path, strerror(errno));
             } else {
-                off_t size = lseek(st_file_fd(st->index, f), 0, SEEK_END);
-                void *map = mmap(NULL, (size_t)size, PROT_READ, MAP_SHARED, st_file_fd(st->index, f), 0);
+                off_t size = lseek(st_file_fd(store->index, f), 0, SEEK_END);
+                void *map = mmap(NULL, (size_t)size, PROT_READ, MAP_SHARED, st_file_fd(store->index, f), 0);
                 if (map == MAP_FAILED) die("%s: mmap failed: %s", path, strerror(errno));
                 madvise(map, (size_t)size, MADV_RANDOM);
-                st->maps[f] = map;
-                st->map_len[f] = (uint64_t)size;
+                store->maps[f] = map;
+                store->map_len[f] = (uint64_t)size;
             }
         }
     }
@@ -1744,46 +1744,46 @@ static void expert_store_open_files(ExpertStore *st) {
    harmless next to a read into the same slot (so is mlock, the fallback on older kernels). Where
    neither works, a slot is faulted by its first read instead, ~5x slower than a read here. */
 static void *slot_populate_thread(void *arg) {
-    ExpertStore *st = arg;
+    ExpertStore *store = arg;
     struct sched_param idle = { 0 };
     pthread_setschedparam(pthread_self(), SCHED_IDLE, &idle);
     const size_t piece = (size_t)2 << 20;
-    const size_t per_layer = st->slab_stride * (size_t)st->slots_per_layer;
-    const size_t moe_layers = per_layer ? st->arena_bytes / per_layer : 0;
-    for (int s = 0; s < st->slots_per_layer; s++) {
+    const size_t per_layer = store->slab_stride * (size_t)store->slots_per_layer;
+    const size_t moe_layers = per_layer ? store->arena_bytes / per_layer : 0;
+    for (int s = 0; s < store->slots_per_layer; s++) {
         for (size_t k = 0; k < moe_layers; k++) {
-            uint8_t *slab = st->arena + k * per_layer + (size_t)s * st->slab_stride;
-            for (size_t off = 0; off < st->slab_stride; off += piece) {
-                size_t n = st->slab_stride - off < piece ? st->slab_stride - off : piece;
-                if (__atomic_load_n(&st->populate_stop, __ATOMIC_RELAXED)) goto done;
+            uint8_t *slab = store->arena + k * per_layer + (size_t)s * store->slab_stride;
+            for (size_t off = 0; off < store->slab_stride; off += piece) {
+                size_t n = store->slab_stride - off < piece ? store->slab_stride - off : piece;
+                if (__atomic_load_n(&store->populate_stop, __ATOMIC_RELAXED)) goto done;
                 /* before Linux 5.14: mlock faults the pages in just as well, and munlock lets them be */
                 if (madvise(slab + off, n, MADV_POPULATE_WRITE) && (mlock(slab + off, n) || munlock(slab + off, n))) goto done;
             }
         }
-        __atomic_store_n(&st->populated_slots, s + 1, __ATOMIC_RELEASE);
+        __atomic_store_n(&store->populated_slots, s + 1, __ATOMIC_RELEASE);
     }
 done:
-    __atomic_store_n(&st->populate_running, 0, __ATOMIC_RELEASE);
+    __atomic_store_n(&store->populate_running, 0, __ATOMIC_RELEASE);
     return NULL;
 }
 
 /* The model's identity for what glm remembers about it: the config's shape and the layout of
    every routed expert's tensors (name, file name, offset, size, dtype). Moving the model folder
    keeps it; converting the model again with other bits or another layout changes it. */
-static uint64_t expert_layout_fingerprint(const ExpertStore *st) {
-    const Config *c = st->c;
+static uint64_t expert_layout_fingerprint(const ExpertStore *store) {
+    const Config *c = store->c;
     const int E = c->n_experts;
-    const int32_t shape[] = { st->n_layers, E, c->hidden, c->moe_inter, c->experts_per_tok, st->expert_bits, st->group };
+    const int32_t shape[] = { store->n_layers, E, c->hidden, c->moe_inter, c->experts_per_tok, store->expert_bits, store->group };
     uint64_t h = tier_hash(TIER_HASH_SEED, shape, sizeof shape);
-    h = tier_hash(h, c->layer_dense, (size_t)st->n_layers);
-    for (int l = 0; l < st->n_layers; l++) {
+    h = tier_hash(h, c->layer_dense, (size_t)store->n_layers);
+    for (int l = 0; l < store->n_layers; l++) {
         if (c->layer_dense[l]) continue;
         for (int e = 0; e < E; e++) {
-            const ExpertSource *src = &st->sources[(size_t)l * E + e];
+            const ExpertSource *src = &store->sources[(size_t)l * E + e];
             for (int k = 0; k < 6; k++) {
                 const StTensor *t = k < 3 ? src->data[k] : src->scales[k - 3];
                 if (!t) continue;
-                const char *path = st_file_path(st->index, t->file), *base = strrchr(path, '/');
+                const char *path = st_file_path(store->index, t->file), *base = strrchr(path, '/');
                 base = base ? base + 1 : path;
                 const uint64_t where[4] = { t->offset, t->nbytes, (uint64_t)t->dtype, (uint64_t)(k < 3 ? src->fused_row0[k] : 0) };
                 h = tier_hash(h, t->name, strlen(t->name) + 1);
@@ -1796,10 +1796,10 @@ static uint64_t expert_layout_fingerprint(const ExpertStore *st) {
 }
 
 /* USAGE: "off", a file, or "" for the default file of this model in the user's cache directory. */
-static void expert_usage_path(ExpertStore *st, const char *setting, const char *cache_dir) {
-    st->usage_path[0] = 0;
+static void expert_usage_path(ExpertStore *store, const char *setting, const char *cache_dir) {
+    store->usage_path[0] = 0;
     if (!strcmp(setting, "off")) return;
-    if (setting[0]) { snprintf(st->usage_path, sizeof st->usage_path, "%s", setting); return; }
+    if (setting[0]) { snprintf(store->usage_path, sizeof store->usage_path, "%s", setting); return; }
     if (!cache_dir[0]) return;   /* no HOME and no XDG_CACHE_HOME: nowhere to keep it */
     char dir[4000];
     snprintf(dir, sizeof dir, "%s/glm", cache_dir);
@@ -1808,18 +1808,18 @@ static void expert_usage_path(ExpertStore *st, const char *setting, const char *
         fprintf(stderr, "glm: note: cannot create %s (%s); no usage history this run (USAGE=off hides this)\n", dir, strerror(errno));
         return;
     }
-    snprintf(st->usage_path, sizeof st->usage_path, "%s/usage-%016llx.bin", dir, (unsigned long long)st->fingerprint);
+    snprintf(store->usage_path, sizeof store->usage_path, "%s/usage-%016llx.bin", dir, (unsigned long long)store->fingerprint);
 }
 
 /* Reads the usage history into the LFU counts. Anything but a well-formed history of this very
    model is ignored with one line (never trusted): the file is read with a size bound, its magic,
    version, shape, fingerprint and checksum are checked (tier.h). Returns 1 when it was used. */
-static int expert_usage_load(ExpertStore *st) {
-    const int E = st->n_experts;
-    const size_t want = tier_usage_size(st->n_layers, E);
-    int fd = open(st->usage_path, O_RDONLY | O_NONBLOCK | O_CLOEXEC);   /* O_NONBLOCK: a FIFO cannot hang us */
+static int expert_usage_load(ExpertStore *store) {
+    const int E = store->n_experts;
+    const size_t want = tier_usage_size(store->n_layers, E);
+    int fd = open(store->usage_path, O_RDONLY | O_NONBLOCK | O_CLOEXEC);   /* O_NONBLOCK: a FIFO cannot hang us */
     if (fd < 0) {
-        if (errno != ENOENT) fprintf(stderr, "glm: note: usage history %s ignored: %s\n", st->usage_path, strerror(errno));
+        if (errno != ENOENT) fprintf(stderr, "glm: note: usage history %s ignored: %s\n", store->usage_path, strerror(errno));
         return 0;
     }
     struct stat sb;
@@ -1836,20 +1836,20 @@ static int expert_usage_load(ExpertStore *st) {
     uint32_t *counts = NULL;
     uint64_t tokens = 0;
     if (!why[0]) {
-        counts = xmalloc((size_t)st->n_layers * E * sizeof(uint32_t));
-        tier_usage_decode(buf, want, st->fingerprint, st->n_layers, E, counts, &tokens, why, sizeof why);
+        counts = xmalloc((size_t)store->n_layers * E * sizeof(uint32_t));
+        tier_usage_decode(buf, want, store->fingerprint, store->n_layers, E, counts, &tokens, why, sizeof why);
     }
     free(buf);
     if (why[0]) {
-        fprintf(stderr, "glm: note: usage history %s ignored: %s\n", st->usage_path, why);
+        fprintf(stderr, "glm: note: usage history %s ignored: %s\n", store->usage_path, why);
         free(counts);
         return 0;
     }
-    for (int l = 0; l < st->n_layers; l++)
-        if (!st->c->layer_dense[l]) tier_seed_requests(&st->caches[l].cache, counts + (size_t)l * E);
-    st->usage_history = counts;
-    st->usage_tokens = tokens;
-    fprintf(stderr, "glm: usage history %s: the routing of %llu earlier tokens seeds the expert cache\n", st->usage_path,
+    for (int l = 0; l < store->n_layers; l++)
+        if (!store->c->layer_dense[l]) tier_seed_requests(&store->caches[l].cache, counts + (size_t)l * E);
+    store->usage_history = counts;
+    store->usage_tokens = tokens;
+    fprintf(stderr, "glm: usage history %s: the routing of %llu earlier tokens seeds the expert cache\n", store->usage_path,
             (unsigned long long)tokens);
     return 1;
 }
@@ -1857,14 +1857,14 @@ static int expert_usage_load(ExpertStore *st) {
 /* Writes the usage history (atomically: a kill leaves the old file or the new one): per layer,
    the counts read at start, halved once for every 16 requests per expert this run made (the LFU's
    decay), plus this run's router choices. */
-static void expert_usage_save(ExpertStore *st) {
-    if (!st->usage_path[0] || !st->io_started) return;
-    const int E = st->n_experts;
-    uint32_t *counts = xcalloc((size_t)st->n_layers * E, sizeof(uint32_t));
-    for (int l = 0; l < st->n_layers; l++) {
-        if (st->c->layer_dense[l]) continue;
-        const long long *run = st->route_counts + (size_t)l * E;
-        const uint32_t *old = st->usage_history ? st->usage_history + (size_t)l * E : NULL;
+static void expert_usage_save(ExpertStore *store) {
+    if (!store->usage_path[0] || !store->io_started) return;
+    const int E = store->n_experts;
+    uint32_t *counts = xcalloc((size_t)store->n_layers * E, sizeof(uint32_t));
+    for (int l = 0; l < store->n_layers; l++) {
+        if (store->c->layer_dense[l]) continue;
+        const long long *run = store->route_counts + (size_t)l * E;
+        const uint32_t *old = store->usage_history ? store->usage_history + (size_t)l * E : NULL;
         uint64_t requests = 0, sum = 0;
         for (int e = 0; e < E; e++) requests += (uint64_t)run[e];
         const uint64_t halvings = requests / (16 * (uint64_t)E);
@@ -1878,30 +1878,30 @@ static void expert_usage_save(ExpertStore *st) {
         for (int e = 0; e < E; e++) counts[(size_t)l * E + e] = (uint32_t)(merged[e] >> shift);
         free(merged);
     }
-    const size_t n = tier_usage_size(st->n_layers, E);
+    const size_t n = tier_usage_size(store->n_layers, E);
     uint8_t *buf = xmalloc(n);
-    tier_usage_encode(buf, st->fingerprint, st->n_layers, E, st->usage_tokens, counts);
+    tier_usage_encode(buf, store->fingerprint, store->n_layers, E, store->usage_tokens, counts);
     AtomicFile af;
     char err[8800];
-    FILE *f = atomic_begin(&af, st->usage_path, err, sizeof err);
-    if (f && fwrite(buf, 1, n, f) != n) { snprintf(err, sizeof err, "writing %s failed", st->usage_path); atomic_abort(&af); f = NULL; }
+    FILE *f = atomic_begin(&af, store->usage_path, err, sizeof err);
+    if (f && fwrite(buf, 1, n, f) != n) { snprintf(err, sizeof err, "writing %s failed", store->usage_path); atomic_abort(&af); f = NULL; }
     if (!f || atomic_commit(&af, err, sizeof err)) {
         fprintf(stderr, "glm: warning: usage history not saved: %s (USAGE=off turns it off)\n", err);
-        st->usage_path[0] = 0;   /* say it once */
+        store->usage_path[0] = 0;   /* say it once */
     }
     free(buf);
     free(counts);
-    st->usage_since_save = 0;
+    store->usage_since_save = 0;
 }
 
 /* After a forward over `positions` tokens: the history is saved every USAGE_SAVE_EVERY tokens,
    so a crash or a kill loses at most that much of what this run learned. */
 #define USAGE_SAVE_EVERY 256
-static void expert_usage_tick(ExpertStore *st, int positions) {
-    if (!st->usage_path[0]) return;
-    st->usage_tokens += (uint64_t)positions;
-    st->usage_since_save += positions;
-    if (st->usage_since_save >= USAGE_SAVE_EVERY) expert_usage_save(st);
+static void expert_usage_tick(ExpertStore *store, int positions) {
+    if (!store->usage_path[0]) return;
+    store->usage_tokens += (uint64_t)positions;
+    store->usage_since_save += positions;
+    if (store->usage_since_save >= USAGE_SAVE_EVERY) expert_usage_save(store);
 }
 
 /* The engine has nothing to compute (before the first token; between chat turns): queue history
@@ -1911,16 +1911,16 @@ static void expert_usage_tick(ExpertStore *st, int positions) {
    next idle time: while the engine computes, a prefetch would share the disk and the page
    faults with the reads it waits for (on the bench fixture, 16-token runs with history ran at half
    the tok/s when prefetches went on during decode). */
-static void expert_store_idle(ExpertStore *st) {
-    if (!st->io_started || st->io_mode == IO_MMAP) return;   /* MMAP: the page cache is the cache */
-    const int spl = st->slots_per_layer;
+static void expert_store_idle(ExpertStore *store) {
+    if (!store->io_started || store->io_mode == IO_MMAP) return;   /* MMAP: the page cache is the cache */
+    const int spl = store->slots_per_layer;
     int *hot = xmalloc((size_t)spl * sizeof(int));
-    pthread_mutex_lock(&st->lock);
-    for (int l = 0; l < st->n_layers; l++) {
-        if (st->c->layer_dense[l]) continue;
-        LayerCache *lc = &st->caches[l];
+    pthread_mutex_lock(&store->lock);
+    for (int l = 0; l < store->n_layers; l++) {
+        if (store->c->layer_dense[l]) continue;
+        LayerCache *lc = &store->caches[l];
         TierCache *tc = &lc->cache;
-        const int n = tier_hottest(tc->requests, st->n_experts, hot, spl);
+        const int n = tier_hottest(tc->requests, store->n_experts, hot, spl);
         for (int s = 0; s < spl; s++) lc->avoid[s] = lc->busy[s] || lc->slots[s].loading;
         for (int i = 0; i < n; i++) if (tc->expert_slot[hot[i]] >= 0) lc->avoid[tc->expert_slot[hot[i]]] = 1;
         for (int i = 0; i < n; i++) {
@@ -1936,93 +1936,93 @@ static void expert_store_idle(ExpertStore *st) {
             sl->failed = 0;
             sl->prefetched = 0;
             sl->loaded_in_step = -1;
-            if (sl->prefetch_rank < 0) st->prefetch_pending++;
+            if (sl->prefetch_rank < 0) store->prefetch_pending++;
             sl->prefetch_rank = i;
             lc->avoid[s] = 1;
         }
     }
-    st->prefetch_open = 1;
-    if (st->prefetch_pending) pthread_cond_signal(&st->work);
-    pthread_mutex_unlock(&st->lock);
+    store->prefetch_open = 1;
+    if (store->prefetch_pending) pthread_cond_signal(&store->work);
+    pthread_mutex_unlock(&store->lock);
     free(hot);
 }
 
 /* Reserves the slots (faulted in later: expert_store_populate), starts the I/O thread, and seeds
    the cache from the usage history (USAGE: "off", a file, or "" for the default file in
    cache_dir): its hottest experts are read while the resident weights load. */
-static void expert_store_start(ExpertStore *st, int slots_per_layer, const char *usage, const char *cache_dir) {
-    const int E = st->c->n_experts;
-    st->slots_per_layer = slots_per_layer;
-    st->caches = xcalloc((size_t)st->n_layers, sizeof(LayerCache));
+static void expert_store_start(ExpertStore *store, int slots_per_layer, const char *usage, const char *cache_dir) {
+    const int E = store->c->n_experts;
+    store->slots_per_layer = slots_per_layer;
+    store->caches = xcalloc((size_t)store->n_layers, sizeof(LayerCache));
     int moe_layers = 0;
-    for (int l = 0; l < st->n_layers; l++) moe_layers += !st->c->layer_dense[l];
+    for (int l = 0; l < store->n_layers; l++) moe_layers += !store->c->layer_dense[l];
     /* one arena for every slab, 2 MiB-aligned and huge-page-backed: 2 MiB pages make O_DIRECT
        requests 4x larger (limits.md: ~3x the read rate) and fault 512x fewer times */
-    st->slab_stride = (st->slab_bytes + 4095) / 4096 * 4096;
-    st->arena_bytes = st->slab_stride * (size_t)slots_per_layer * (size_t)moe_layers;
-    if (st->arena_bytes) {
-        uint8_t *map = mmap(NULL, st->arena_bytes + (2u << 20), PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-        if (map == MAP_FAILED) die("cannot allocate %.2f GB of expert slots", st->arena_bytes / 1e9);
-        st->arena = (uint8_t *)(((uintptr_t)map + (2u << 20) - 1) & ~(uintptr_t)((2u << 20) - 1));
-        madvise(st->arena, st->arena_bytes, MADV_HUGEPAGE);
+    store->slab_stride = (store->slab_bytes + 4095) / 4096 * 4096;
+    store->arena_bytes = store->slab_stride * (size_t)slots_per_layer * (size_t)moe_layers;
+    if (store->arena_bytes) {
+        uint8_t *map = mmap(NULL, store->arena_bytes + (2u << 20), PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+        if (map == MAP_FAILED) die("cannot allocate %.2f GB of expert slots", store->arena_bytes / 1e9);
+        store->arena = (uint8_t *)(((uintptr_t)map + (2u << 20) - 1) & ~(uintptr_t)((2u << 20) - 1));
+        madvise(store->arena, store->arena_bytes, MADV_HUGEPAGE);
     }
     size_t used = 0;
-    for (int l = 0; l < st->n_layers; l++) {
-        if (st->c->layer_dense[l]) continue;
-        LayerCache *lc = &st->caches[l];
+    for (int l = 0; l < store->n_layers; l++) {
+        if (store->c->layer_dense[l]) continue;
+        LayerCache *lc = &store->caches[l];
         if (tier_cache_init(&lc->cache, slots_per_layer, E)) die("out of memory for the expert cache");
-        lc->cache.policy = st->policy;
+        lc->cache.policy = store->policy;
         lc->slots = xcalloc((size_t)slots_per_layer, sizeof(ExpertSlot));
         lc->busy = xcalloc((size_t)slots_per_layer, 1);
         lc->avoid = xcalloc((size_t)slots_per_layer, 1);
         lc->scratch = xcalloc((size_t)slots_per_layer, 1);
         for (int s = 0; s < slots_per_layer; s++) {
-            lc->slots[s].slab = st->arena ? st->arena + used : NULL;
-            used += st->slab_stride;
-            lc->slots[s].scale_buf = st->scale_bytes ? xcalloc(st->scale_bytes / sizeof(float) + 16, sizeof(float)) : NULL;
+            lc->slots[s].slab = store->arena ? store->arena + used : NULL;
+            used += store->slab_stride;
+            lc->slots[s].scale_buf = store->scale_bytes ? xcalloc(store->scale_bytes / sizeof(float) + 16, sizeof(float)) : NULL;
             lc->slots[s].expert = -1;
             lc->slots[s].prefetch_rank = -1;
         }
     }
-    if (!st->prequantized) {
-        size_t most = (size_t)st->c->moe_inter * st->c->hidden;
-        st->staging = xmalloc(most * sizeof(float));
+    if (!store->prequantized) {
+        size_t most = (size_t)store->c->moe_inter * store->c->hidden;
+        store->staging = xmalloc(most * sizeof(float));
     }
-    st->queue_cap = E + 1;
-    st->queue = xcalloc((size_t)st->queue_cap, sizeof(LoadJob));
-    pthread_mutex_init(&st->lock, NULL);
-    pthread_cond_init(&st->work, NULL);
-    pthread_cond_init(&st->done, NULL);
-    if (pthread_create(&st->io_thread, NULL, expert_io_thread, st)) die("cannot start the expert I/O thread");
-    st->io_started = 1;
-    st->fingerprint = expert_layout_fingerprint(st);
-    expert_usage_path(st, usage, cache_dir);
-    if (st->usage_path[0] && expert_usage_load(st)) expert_store_idle(st);
+    store->queue_cap = E + 1;
+    store->queue = xcalloc((size_t)store->queue_cap, sizeof(LoadJob));
+    pthread_mutex_init(&store->lock, NULL);
+    pthread_cond_init(&store->work, NULL);
+    pthread_cond_init(&store->done, NULL);
+    if (pthread_create(&store->io_thread, NULL, expert_io_thread, store)) die("cannot start the expert I/O thread");
+    store->io_started = 1;
+    store->fingerprint = expert_layout_fingerprint(store);
+    expert_usage_path(store, usage, cache_dir);
+    if (store->usage_path[0] && expert_usage_load(store)) expert_store_idle(store);
 }
 
 /* Starts faulting the slot arena in (slot_populate_thread). Called once the resident weights are
    loaded: both fault fresh memory, and the load comes first. */
-static void expert_store_populate(ExpertStore *st) {
-    if (!st->arena_bytes || st->populate_started) return;
-    __atomic_store_n(&st->populate_running, 1, __ATOMIC_RELEASE);
-    if (!pthread_create(&st->populate_thread, NULL, slot_populate_thread, st)) st->populate_started = 1;
-    else __atomic_store_n(&st->populate_running, 0, __ATOMIC_RELEASE);
+static void expert_store_populate(ExpertStore *store) {
+    if (!store->arena_bytes || store->populate_started) return;
+    __atomic_store_n(&store->populate_running, 1, __ATOMIC_RELEASE);
+    if (!pthread_create(&store->populate_thread, NULL, slot_populate_thread, store)) store->populate_started = 1;
+    else __atomic_store_n(&store->populate_running, 0, __ATOMIC_RELEASE);
 }
 
-static void expert_store_stop(ExpertStore *st) {
-    if (st->populate_started) {
-        __atomic_store_n(&st->populate_stop, 1, __ATOMIC_RELAXED);
-        pthread_join(st->populate_thread, NULL);
-        st->populate_started = 0;
+static void expert_store_stop(ExpertStore *store) {
+    if (store->populate_started) {
+        __atomic_store_n(&store->populate_stop, 1, __ATOMIC_RELAXED);
+        pthread_join(store->populate_thread, NULL);
+        store->populate_started = 0;
     }
-    if (!st->io_started) return;
-    expert_usage_save(st);
-    pthread_mutex_lock(&st->lock);
-    st->io_stop = 1;
-    pthread_cond_broadcast(&st->work);
-    pthread_mutex_unlock(&st->lock);
-    pthread_join(st->io_thread, NULL);
-    st->io_started = 0;
+    if (!store->io_started) return;
+    expert_usage_save(store);
+    pthread_mutex_lock(&store->lock);
+    store->io_stop = 1;
+    pthread_cond_broadcast(&store->work);
+    pthread_mutex_unlock(&store->lock);
+    pthread_join(store->io_thread, NULL);
+    store->io_started = 0;
 }
 
 /* The slot a demanded expert goes to: the cache policy's victim among the slots `avoid` does not
@@ -2034,11 +2034,11 @@ static void expert_store_stop(ExpertStore *st) {
    that one waits for expert_acquire, which evicts the experts this step is done with). Without
    this, the first prompt of a big budget would fault a slot per distinct expert it touches: on
    the bench fixture a 16-token prompt took 18.8 s at RAM_GB=10 against 3.7 s at RAM_GB=4. */
-static int expert_pick_slot(ExpertStore *st, LayerCache *lc, const unsigned char *avoid, int fresh_ok) {
+static int expert_pick_slot(ExpertStore *store, LayerCache *lc, const unsigned char *avoid, int fresh_ok) {
     int slot = tier_cache_victim(&lc->cache, avoid);
-    const int warm = __atomic_load_n(&st->populated_slots, __ATOMIC_ACQUIRE);
-    const int floor = warm > st->c->experts_per_tok ? warm : st->c->experts_per_tok;
-    if (slot < floor || lc->slots[slot].faulted || !__atomic_load_n(&st->populate_running, __ATOMIC_ACQUIRE)) return slot;
+    const int warm = __atomic_load_n(&store->populated_slots, __ATOMIC_ACQUIRE);
+    const int floor = warm > store->c->experts_per_tok ? warm : store->c->experts_per_tok;
+    if (slot < floor || lc->slots[slot].faulted || !__atomic_load_n(&store->populate_running, __ATOMIC_ACQUIRE)) return slot;
     const int n = lc->cache.n_slots;
     memcpy(lc->scratch, avoid, (size_t)n);
     for (int s = floor; s < n; s++) if (!lc->slots[s].faulted) lc->scratch[s] = 1;
@@ -2048,24 +2048,24 @@ static int expert_pick_slot(ExpertStore *st, LayerCache *lc, const unsigned char
 
 /* Puts `expert` into a slot of `layer` that `avoid` does not mark and queues its load; -1 when
    there is none (fresh_ok: see expert_pick_slot). */
-static int expert_schedule_load(ExpertStore *st, int layer, int expert, unsigned char *avoid, int fresh_ok) {
-    LayerCache *lc = &st->caches[layer];
-    pthread_mutex_lock(&st->lock);
-    int slot = expert_pick_slot(st, lc, avoid, fresh_ok);
+static int expert_schedule_load(ExpertStore *store, int layer, int expert, unsigned char *avoid, int fresh_ok) {
+    LayerCache *lc = &store->caches[layer];
+    pthread_mutex_lock(&store->lock);
+    int slot = expert_pick_slot(store, lc, avoid, fresh_ok);
     while (slot >= 0 && lc->slots[slot].loading) {   /* a history prefetch is reading into it: take another */
         const unsigned char was = avoid[slot];
         avoid[slot] = 1;
-        int other = expert_pick_slot(st, lc, avoid, fresh_ok);
+        int other = expert_pick_slot(store, lc, avoid, fresh_ok);
         avoid[slot] = was;
         if (other >= 0) { slot = other; break; }
         if (!fresh_ok) { slot = -1; break; }   /* a read ahead does not wait */
-        pthread_cond_wait(&st->done, &st->lock);   /* the only candidate: wait for that read to end */
+        pthread_cond_wait(&store->done, &store->lock);   /* the only candidate: wait for that read to end */
     }
-    if (slot < 0) { pthread_mutex_unlock(&st->lock); return -1; }
+    if (slot < 0) { pthread_mutex_unlock(&store->lock); return -1; }
     ExpertSlot *sl = &lc->slots[slot];
-    if (st->io_mode == IO_MMAP && sl->expert >= 0 && sl->mapped_len) {
+    if (store->io_mode == IO_MMAP && sl->expert >= 0 && sl->mapped_len) {
         uint64_t a = sl->mapped_off / 4096 * 4096;   /* drop the evicted expert's pages from our RSS */
-        madvise(st->maps[sl->mapped_file] + a, sl->mapped_off + sl->mapped_len - a, MADV_DONTNEED);
+        madvise(store->maps[sl->mapped_file] + a, sl->mapped_off + sl->mapped_len - a, MADV_DONTNEED);
     }
     tier_cache_assign(&lc->cache, slot, expert);
     lc->busy[slot] = 1;
@@ -2073,55 +2073,55 @@ static int expert_schedule_load(ExpertStore *st, int layer, int expert, unsigned
     sl->ready = 0;
     sl->failed = 0;
     sl->prefetched = 0;
-    if (sl->prefetch_rank >= 0) { sl->prefetch_rank = -1; st->prefetch_pending--; }   /* a waiting prefetch is cancelled */
-    sl->loaded_in_step = st->step;
-    st->queue[st->queue_tail % st->queue_cap] = (LoadJob){ layer, slot };
-    st->queue_tail++;
-    pthread_cond_signal(&st->work);
-    pthread_mutex_unlock(&st->lock);
-    st->misses++;
+    if (sl->prefetch_rank >= 0) { sl->prefetch_rank = -1; store->prefetch_pending--; }   /* a waiting prefetch is cancelled */
+    sl->loaded_in_step = store->step;
+    store->queue[store->queue_tail % store->queue_cap] = (LoadJob){ layer, slot };
+    store->queue_tail++;
+    pthread_cond_signal(&store->work);
+    pthread_mutex_unlock(&store->lock);
+    store->misses++;
     return slot;
 }
 
 /* The router chose the expert that `slot` holds or waits for: if it is not in RAM yet it counts as
    a miss, and a history prefetch still waiting for it becomes a demanded load (served first). */
-static void expert_demand_slot(ExpertStore *st, int layer, int slot) {
-    ExpertSlot *sl = &st->caches[layer].slots[slot];
-    if (sl->loaded_in_step == st->step) return;   /* queued by this step: counted already */
-    pthread_mutex_lock(&st->lock);
+static void expert_demand_slot(ExpertStore *store, int layer, int slot) {
+    ExpertSlot *sl = &store->caches[layer].slots[slot];
+    if (sl->loaded_in_step == store->step) return;   /* queued by this step: counted already */
+    pthread_mutex_lock(&store->lock);
     if (!sl->ready) {
         if (sl->prefetch_rank >= 0) {
             sl->prefetch_rank = -1;
-            st->prefetch_pending--;
-            st->queue[st->queue_tail % st->queue_cap] = (LoadJob){ layer, slot };
-            st->queue_tail++;
-            pthread_cond_signal(&st->work);
+            store->prefetch_pending--;
+            store->queue[store->queue_tail % store->queue_cap] = (LoadJob){ layer, slot };
+            store->queue_tail++;
+            pthread_cond_signal(&store->work);
         }
-        sl->loaded_in_step = st->step;
-        st->misses++;
+        sl->loaded_in_step = store->step;
+        store->misses++;
     }
-    pthread_mutex_unlock(&st->lock);
+    pthread_mutex_unlock(&store->lock);
 }
 
 /* Before a MoE step over `experts` (ascending): pin cached ones and queue loads of missing ones
    so the disk works while the CPU computes. Two rules keep every later expert_acquire able to
    find a slot: at most slots-1 cached experts are pinned, and a prefetch never evicts an expert
    of this step. Whatever does not fit loads on demand in expert_acquire. */
-static void expert_prefetch(ExpertStore *st, int layer, const int *experts, int n) {
-    LayerCache *lc = &st->caches[layer];
+static void expert_prefetch(ExpertStore *store, int layer, const int *experts, int n) {
+    LayerCache *lc = &store->caches[layer];
     const int nslots = lc->cache.n_slots;
-    st->step++;
-    if (st->prefetch_open) {   /* the engine is at work: history prefetches wait for the next idle time */
-        pthread_mutex_lock(&st->lock);
-        st->prefetch_open = 0;
-        pthread_mutex_unlock(&st->lock);
+    store->step++;
+    if (store->prefetch_open) {   /* the engine is at work: history prefetches wait for the next idle time */
+        pthread_mutex_lock(&store->lock);
+        store->prefetch_open = 0;
+        pthread_mutex_unlock(&store->lock);
     }
     int pinned = 0;
     for (int i = 0; i < n; i++) {
-        st->route_counts[(size_t)layer * st->n_experts + experts[i]]++;
+        store->route_counts[(size_t)layer * store->n_experts + experts[i]]++;
         tier_note_request(&lc->cache, experts[i]);
         int slot = lc->cache.expert_slot[experts[i]];
-        if (slot >= 0) expert_demand_slot(st, layer, slot);
+        if (slot >= 0) expert_demand_slot(store, layer, slot);
         if (slot >= 0 && pinned < nslots - 1) { lc->busy[slot] = 1; pinned++; }
     }
     for (int s = 0; s < nslots; s++) lc->avoid[s] = lc->busy[s];
@@ -2131,41 +2131,41 @@ static void expert_prefetch(ExpertStore *st, int layer, const int *experts, int 
     }
     for (int i = 0; i < n; i++) {
         if (lc->cache.expert_slot[experts[i]] >= 0) continue;
-        int slot = expert_schedule_load(st, layer, experts[i], lc->avoid, 0);
+        int slot = expert_schedule_load(store, layer, experts[i], lc->avoid, 0);
         if (slot < 0) break;
         lc->avoid[slot] = 1;
     }
 }
 
-static const FfnWeights *expert_acquire(ExpertStore *st, int layer, int expert) {
-    LayerCache *lc = &st->caches[layer];
+static const FfnWeights *expert_acquire(ExpertStore *store, int layer, int expert) {
+    LayerCache *lc = &store->caches[layer];
     int slot = lc->cache.expert_slot[expert];
     if (slot < 0) {
-        slot = expert_schedule_load(st, layer, expert, lc->busy, 1);
+        slot = expert_schedule_load(store, layer, expert, lc->busy, 1);
         if (slot < 0) die("internal: no free expert slot in layer %d", layer);
     } else {
         tier_cache_lookup(&lc->cache, expert);
-        expert_demand_slot(st, layer, slot);
-        if (lc->slots[slot].loaded_in_step != st->step) {   /* in RAM when the router chose it */
-            st->hits++;
-            if (lc->slots[slot].prefetched) { st->prefetch_used++; lc->slots[slot].prefetched = 0; }
+        expert_demand_slot(store, layer, slot);
+        if (lc->slots[slot].loaded_in_step != store->step) {   /* in RAM when the router chose it */
+            store->hits++;
+            if (lc->slots[slot].prefetched) { store->prefetch_used++; lc->slots[slot].prefetched = 0; }
         }
     }
     lc->busy[slot] = 1;
     ExpertSlot *sl = &lc->slots[slot];
-    pthread_mutex_lock(&st->lock);
+    pthread_mutex_lock(&store->lock);
     if (!sl->ready) {
         double t0 = now_seconds();
-        while (!sl->ready) pthread_cond_wait(&st->done, &st->lock);
-        st->wait_seconds += now_seconds() - t0;
+        while (!sl->ready) pthread_cond_wait(&store->done, &store->lock);
+        store->wait_seconds += now_seconds() - t0;
     }
-    pthread_mutex_unlock(&st->lock);
+    pthread_mutex_unlock(&store->lock);
     if (sl->failed) die("loading layer %d expert %d: %s", layer, expert, sl->error);
     return &sl->w;
 }
 
-static void expert_release(ExpertStore *st, int layer, int expert) {
-    LayerCache *lc = &st->caches[layer];
+static void expert_release(ExpertStore *store, int layer, int expert) {
+    LayerCache *lc = &store->caches[layer];
     int slot = lc->cache.expert_slot[expert];
     if (slot >= 0) lc->busy[slot] = 0;
 }
@@ -2383,19 +2383,19 @@ static void model_open(Model *m, const Settings *set, Loader *ld) {
         }
     }
     m->layers = xcalloc((size_t)nl, sizeof(Layer));
-    ExpertStore *st = &m->experts;
-    st->c = c;
-    st->index = m->index;
-    st->n_layers = c->n_layers + c->n_mtp;
-    st->n_experts = c->n_experts;
-    st->io_mode = io_mode_from_settings(set->direct, set->drop, set->mmap_mode);
-    st->direct_forced = set->direct == 1;
-    st->policy = (TierPolicy)set->cache_policy;
-    st->expert_bits = set->expert_bits;
-    st->group = set->group;
-    st->route_counts = xcalloc((size_t)st->n_layers * c->n_experts, sizeof(long long));
-    expert_sources_init(st, ld);
-    expert_slot_sizes(st, &st->slab_bytes, &st->scale_bytes);
+    ExpertStore *store = &m->experts;
+    store->c = c;
+    store->index = m->index;
+    store->n_layers = c->n_layers + c->n_mtp;
+    store->n_experts = c->n_experts;
+    store->io_mode = io_mode_from_settings(set->direct, set->drop, set->mmap_mode);
+    store->direct_forced = set->direct == 1;
+    store->policy = (TierPolicy)set->cache_policy;
+    store->expert_bits = set->expert_bits;
+    store->group = set->group;
+    store->route_counts = xcalloc((size_t)store->n_layers * c->n_experts, sizeof(long long));
+    expert_sources_init(store, ld);
+    expert_slot_sizes(store, &store->slab_bytes, &store->scale_bytes);
 }
 
 /* Every resident tensor (everything but the routed experts), in file order of the model. A dry
@@ -2501,10 +2501,10 @@ static void session_init(Session *s, const Model *m, int capacity, int max_batch
    expert sources and counters, and a tokenizer for the vocabulary (tok.h held 29 MB for
    DeepSeek-V3's 128k ids, ~230 bytes an id; 320 allowed). */
 static double ram_overhead_estimate(const Model *m) {
-    const ExpertStore *st = &m->experts;
+    const ExpertStore *store = &m->experts;
     double bytes = 64e6;
     bytes += (double)st_count(m->index) * (sizeof(StTensor) + 96);   /* tensor, its name, hash slot */
-    bytes += (double)st->n_layers * st->n_experts * (sizeof(ExpertSource) + sizeof(long long) + 3 * sizeof(uint32_t) + sizeof(int));
+    bytes += (double)store->n_layers * store->n_experts * (sizeof(ExpertSource) + sizeof(long long) + 3 * sizeof(uint32_t) + sizeof(int));
     bytes += 320.0 * m->c.vocab;
     return bytes;
 }
@@ -2512,7 +2512,7 @@ static double ram_overhead_estimate(const Model *m) {
 /* The plan for a session of `capacity` tokens. Runs the dry loader over `ld` (model_open's). */
 static RamPlan ram_plan(Model *m, Loader *ld, const Settings *set, int capacity) {
     const Config *c = &m->c;
-    const ExpertStore *st = &m->experts;
+    const ExpertStore *store = &m->experts;
     RamPlan p;
     memset(&p, 0, sizeof p);
     ld->dry = 1;
@@ -2525,16 +2525,16 @@ static RamPlan ram_plan(Model *m, Loader *ld, const Settings *set, int capacity)
     session_init(&sized, m, capacity, set->batch, 1);
     p.capacity = capacity;
     p.batch = set->batch;
-    for (int l = 0; l < st->n_layers; l++) p.moe_layers += !c->layer_dense[l];
+    for (int l = 0; l < store->n_layers; l++) p.moe_layers += !c->layer_dense[l];
     /* float experts are read through an f32 staging buffer of one matrix */
-    p.session = sized.bytes + (p.moe_layers && !st->prequantized ? (double)c->moe_inter * c->hidden * sizeof(float) : 0.0);
+    p.session = sized.bytes + (p.moe_layers && !store->prequantized ? (double)c->moe_inter * c->hidden * sizeof(float) : 0.0);
     p.overhead = ram_overhead_estimate(m);
     p.avail = mem_available_bytes();
     p.from_ram_gb = set->ram_gb > 0;
     if (!p.from_ram_gb && p.avail <= 0) die("cannot read MemAvailable from /proc/meminfo: set RAM_GB");
     p.budget = p.from_ram_gb ? set->ram_gb * 1e9 : p.avail - fmax(1e9, 0.1 * p.avail);
     p.reserve = fmin(fmax(0.02e9, 0.05 * p.budget), 2e9);
-    p.slot_bytes = st->io_mode == IO_MMAP ? (double)st->mapped_expert_bytes : (double)st->slab_bytes + (double)st->scale_bytes;
+    p.slot_bytes = store->io_mode == IO_MMAP ? (double)store->mapped_expert_bytes : (double)store->slab_bytes + (double)store->scale_bytes;
     p.n_experts = c->n_experts;
     TierBudget b = {
         .budget_bytes = p.budget,
@@ -2588,11 +2588,11 @@ static void ram_plan_print(FILE *out, const RamPlan *p, const Settings *set) {
 
 /* Starts the expert store with the slots the RAM plan gave (model_load printed the accounting). */
 static void expert_cache_start(Model *m, const Settings *set) {
-    ExpertStore *st = &m->experts;
+    ExpertStore *store = &m->experts;
     if (!m->ram.moe_layers) return;
-    fprintf(stderr, "glm: expert I/O: %s, %s experts\n", IO_MODE_NAMES[st->io_mode],
-            st->prequantized ? "pre-quantized" : "float (quantized on every load: convert the model for speed)");
-    expert_store_start(st, m->ram.slots, set->usage, set->cache_dir);
+    fprintf(stderr, "glm: expert I/O: %s, %s experts\n", IO_MODE_NAMES[store->io_mode],
+            store->prequantized ? "pre-quantized" : "float (quantized on every load: convert the model for speed)");
+    expert_store_start(store, m->ram.slots, set->usage, set->cache_dir);
 }
 
 /* The KV cache of chat and of open-ended answers when CTX is not set: 4096 tokens, or fewer when
@@ -3366,16 +3366,16 @@ static void print_hit_rate(char *buf, size_t n, long long hits, long long misses
 
 /* The stats line after a prompt-mode answer and after each chat turn. */
 static void print_turn_stats(const Dialog *d, const TurnStats *ts) {
-    const ExpertStore *st = &d->model->experts;
+    const ExpertStore *store = &d->model->experts;
     char hit[32];
-    print_hit_rate(hit, sizeof hit, st->hits - ts->hits0, st->misses - ts->misses0);
+    print_hit_rate(hit, sizeof hit, store->hits - ts->hits0, store->misses - ts->misses0);
     char speed[32] = "-";
     if (ts->forwards && ts->decode_seconds > 0) snprintf(speed, sizeof speed, "%.2f", ts->forwards / ts->decode_seconds);
-    const double mb = (st->bytes_read - ts->bytes0) / 1e6, rs = st->read_seconds - ts->read_seconds0;
+    const double mb = (store->bytes_read - ts->bytes0) / 1e6, rs = store->read_seconds - ts->read_seconds0;
     fprintf(stderr, "glm: [%d prompt tokens, prefill %.3f s | %d tokens, decode %s tok/s | expert hit %s, read %.0f MB "
                     "(%.2f GB/s), waited on disk %.2f s | peak RSS %.2f GB | context %d/%d | stop: %s]\n",
             ts->prompt_tokens, ts->prefill_seconds, ts->generated, speed, hit, mb, rs > 0 ? mb / 1e3 / rs : 0.0,
-            st->wait_seconds - ts->wait_seconds0, peak_rss_gb(), d->pos, d->session->capacity, STOP_NAMES[ts->stop]);
+            store->wait_seconds - ts->wait_seconds0, peak_rss_gb(), d->pos, d->session->capacity, STOP_NAMES[ts->stop]);
 }
 
 /* ---- terminal input: a small line editor --------------------------------------------------- */
@@ -3741,9 +3741,9 @@ static void chat_print_help(void) {
 }
 
 static void chat_print_totals(const Dialog *d, const Settings *set, int think) {
-    const ExpertStore *st = &d->model->experts;
+    const ExpertStore *store = &d->model->experts;
     char hit[32];
-    print_hit_rate(hit, sizeof hit, st->hits, st->misses);
+    print_hit_rate(hit, sizeof hit, store->hits, store->misses);
     fprintf(stderr, "glm: context %d/%d tokens | %d replies, %lld tokens, decode %.2f tok/s | expert hit %s since start | "
                     "peak RSS %.2f GB | TEMP %g, NUCLEUS %g, SEED %llu | thinking %s\n",
             d->pos, d->session->capacity, d->replies, d->total_generated,
@@ -3877,37 +3877,37 @@ static void print_configuration(const Settings *set, const Model *m, int capacit
 
 /* One line of expert-streaming statistics. */
 /* PROFILE=1: where the time of the forward passes went. */
-static void print_profile(const Session *s, const ExpertStore *st) {
-    const double moe_other = s->profile.moe - st->wait_seconds - st->compute_seconds;
+static void print_profile(const Session *s, const ExpertStore *store) {
+    const double moe_other = s->profile.moe - store->wait_seconds - store->compute_seconds;
     fprintf(stderr, "PROFILE: %lld forwards, %lld positions | attention %.3f s (indexer %.3f s) | dense MLP %.3f s | "
                     "MoE %.3f s = routed experts %.3f s + disk wait %.3f s + router/shared/combine %.3f s | lm_head %.3f s\n",
             s->profile.forwards, s->profile.positions, s->profile.attention, s->profile.indexer, s->profile.dense_mlp,
-            s->profile.moe, st->compute_seconds, st->wait_seconds, moe_other, s->profile.lm_head);
+            s->profile.moe, store->compute_seconds, store->wait_seconds, moe_other, s->profile.lm_head);
 }
 
-static void print_expert_stats(const ExpertStore *st, double seconds) {
-    long long total = st->hits + st->misses;
+static void print_expert_stats(const ExpertStore *store, double seconds) {
+    long long total = store->hits + store->misses;
     fprintf(stderr, "glm: experts: %lld hits, %lld misses (hit %.1f%%), read %.1f MB in %.3f s (%.2f GB/s while reading), "
                     "waited on disk %.3f s, expert compute %.3f s, run %.3f s, mode %s\n",
-            st->hits, st->misses, total ? 100.0 * st->hits / total : 0.0, st->bytes_read / 1e6, st->read_seconds,
-            st->read_seconds > 0 ? st->bytes_read / st->read_seconds / 1e9 : 0.0, st->wait_seconds, st->compute_seconds,
-            seconds, IO_MODE_NAMES[st->io_mode]);
-    if (st->prefetched)
+            store->hits, store->misses, total ? 100.0 * store->hits / total : 0.0, store->bytes_read / 1e6, store->read_seconds,
+            store->read_seconds > 0 ? store->bytes_read / store->read_seconds / 1e9 : 0.0, store->wait_seconds, store->compute_seconds,
+            seconds, IO_MODE_NAMES[store->io_mode]);
+    if (store->prefetched)
         fprintf(stderr, "glm: usage history: %lld hot experts read ahead while the disk was idle, %lld of them hit\n",
-                st->prefetched, st->prefetch_used);
+                store->prefetched, store->prefetch_used);
 }
 
 /* Writes routing counts atomically: a kill never leaves half a file. */
-static void write_route_stats(const ExpertStore *st, const char *path) {
+static void write_route_stats(const ExpertStore *store, const char *path) {
     AtomicFile af;
     char err[4400];
     FILE *f = atomic_begin(&af, path, err, sizeof err);
     if (!f) die("STATS=%s: %s", path, err);
     fprintf(f, "# layer expert count\n");
-    for (int l = 0; l < st->n_layers; l++)
-        for (int e = 0; e < st->n_experts; e++)
-            if (st->route_counts[(size_t)l * st->n_experts + e])
-                fprintf(f, "%d %d %lld\n", l, e, st->route_counts[(size_t)l * st->n_experts + e]);
+    for (int l = 0; l < store->n_layers; l++)
+        for (int e = 0; e < store->n_experts; e++)
+            if (store->route_counts[(size_t)l * store->n_experts + e])
+                fprintf(f, "%d %d %lld\n", l, e, store->route_counts[(size_t)l * store->n_experts + e]);
     if (atomic_commit(&af, err, sizeof err)) die("STATS=%s: %s", path, err);
 }
 
@@ -3916,12 +3916,12 @@ static void run_replay(Model *m, Session *s, const ForwardOptions *opt, const Re
     const int V = m->c.vocab, H = m->c.hidden, N = ref->full.n;
     float *hidden = xmalloc((size_t)H * sizeof(float));
     float *logits = xmalloc((size_t)V * sizeof(float));
-    ExpertStore *st = &m->experts;
-    long long h0 = st->hits, m0 = st->misses;
+    ExpertStore *store = &m->experts;
+    long long h0 = store->hits, m0 = store->misses;
     double t0 = now_seconds();
     for (int i = 0; i < N; i++) model_forward(m, s, opt, &ref->full.ids[i], 1, i, hidden, logits, 1);
     double dt = now_seconds() - t0;
-    long long hits = st->hits - h0, total = hits + st->misses - m0;
+    long long hits = store->hits - h0, total = hits + store->misses - m0;
     printf("REPLAY decode: %d tokens in %.3fs | %.3f tok/s | expert hit %.1f%%\n", N, dt, N / dt,
            total ? 100.0 * hits / total : 0.0);
     free(hidden); free(logits);
@@ -4221,7 +4221,7 @@ typedef struct { double decode_tok_s, prefill_tok_s, hit, decode_disk_gb, decode
 
 static Projection project_speed(Model *m, Loader *ld, const Settings *set, const RamPlan *p, const MachineRates *r) {
     const Config *c = &m->c;
-    const ExpertStore *st = &m->experts;
+    const ExpertStore *store = &m->experts;
     Projection pr;
     memset(&pr, 0, sizeof pr);
     int moe_main = 0;   /* decode runs the main layers; the MTP layer only drafts */
@@ -4231,7 +4231,7 @@ static Projection project_speed(Model *m, Loader *ld, const Settings *set, const
     for (int l = 0; l < c->n_layers; l++) {
         if (c->layer_dense[l]) continue;
         for (int e = 0; e < c->n_experts; e++, n++) {
-            const ExpertSource *src = &st->sources[(size_t)l * c->n_experts + e];
+            const ExpertSource *src = &store->sources[(size_t)l * c->n_experts + e];
             for (int k = 0; k < 3; k++) {
                 const double on_disk = (double)src->rows[k] * src->cols[k] * st_dtype_size(src->data[k]->dtype);
                 disk_per_expert += src->scales[k] ? (double)src->data[k]->nbytes + src->scales[k]->nbytes : on_disk;
