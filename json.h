@@ -22,6 +22,8 @@
  *     const char *json_str(const JsonValue *v, size_t *len);   NULL unless a string
  *     double json_num(const JsonValue *v);                       NaN unless a number
  *     int json_is_int(const JsonValue *v, int64_t *out);         1 if a number that is an exact integer
+ *     int json_int_literal(const JsonValue *v, int64_t *out);    1 if written as an integer (no fraction,
+ *                                                                no exponent) that fits int64
  *     int json_bool(const JsonValue *v);                         0/1, or -1 unless a bool
  *     char *json_read_file(const char *path, size_t *len, char *err, size_t err_len);
  *         Whole file, malloc'ed and NUL-terminated (free() it); NULL + "path: reason" on error.
@@ -72,6 +74,7 @@ const JsonValue *json_value_at(const JsonValue *obj, size_t i);
 const char *json_str(const JsonValue *v, size_t *len);
 double json_num(const JsonValue *v);
 int json_is_int(const JsonValue *v, int64_t *out);
+int json_int_literal(const JsonValue *v, int64_t *out);
 int json_bool(const JsonValue *v);
 char *json_read_file(const char *path, size_t *len, char *err, size_t err_len);
 
@@ -563,6 +566,14 @@ int json_is_int(const JsonValue *v, int64_t *out) {
     /* Beyond 2^53 a double no longer pins down one integer, so such a value is not "exact". */
     if (d == floor(d) && fabs(d) <= 9007199254740992.0) { if (out) *out = (int64_t)d; return 1; }
     return 0;
+}
+
+/* Python's json.loads makes 2 an int and 2.0 or 2e0 a float; re-serializing as Python does needs to
+ * know which was written. */
+int json_int_literal(const JsonValue *v, int64_t *out) {
+    if (!v || v->type != JSON_NUMBER || !v->exact_int) return 0;
+    if (out) *out = v->u.num.i;
+    return 1;
 }
 
 int json_bool(const JsonValue *v) { return v && v->type == JSON_BOOL ? v->u.boolean : -1; }

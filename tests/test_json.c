@@ -133,6 +133,13 @@ static void test_numbers(void) {
     check("huge_integer_literal", !json_is_int(json_at(r, 10), &v) && json_num(json_at(r, 10)) > 1.2e29 &&
           json_num(json_at(r, 10)) < 1.3e29, "30-digit literal");
     check("decimal_rounding", json_num(json_at(r, 11)) == 0.1, "0.1");
+    /* json_int_literal: only what was written as an integer that fits int64 */
+    check("int_literal_written_integer", json_int_literal(json_at(r, 3), &v) && v == 9007199254740993LL &&
+          json_int_literal(json_at(r, 7), &v) && v == 0, "2^53+1 and -0 are integer literals");
+    check("int_literal_not_fraction_or_exponent", !json_int_literal(json_at(r, 4), NULL) &&
+          !json_int_literal(json_at(r, 5), NULL) && !json_int_literal(json_at(r, 8), NULL), "1e3, 2.0, 1E+2 are not");
+    check("int_literal_not_past_int64", !json_int_literal(json_at(r, 2), NULL) && !json_int_literal(json_at(r, 10), NULL) &&
+          !json_int_literal(r, NULL), "2^63, a 30-digit literal and an array are not");
     json_free(doc);
 }
 
