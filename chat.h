@@ -461,18 +461,12 @@ static int chat__keyref_cmp(const void *a, const void *b) {
     return x->index < y->index ? -1 : (x->index > y->index);
 }
 
-/* For each member of an object, the index of the member whose value a Python dict would keep at
-   this position (the last one with the key), or SIZE_MAX where a later duplicate is dropped.
-   Sorting keeps hostile objects with many keys O(n log n). NULL: no memory. */
-static size_t *chat__dict_order(const JsonValue *obj) {
-    const size_t n = json_len(obj);
+/* For keys in order (refs[i].index == i), the index of the entry whose value a Python dict keeps
+   at position i (the last one with that key), or SIZE_MAX where a later duplicate is dropped.
+   Sorting keeps hostile inputs with many keys O(n log n). Reorders refs; NULL: no memory. */
+static size_t *chat__dict_pick(ChatKeyRef *refs, size_t n) {
     size_t *pick = malloc((n ? n : 1) * sizeof *pick);
-    ChatKeyRef *refs = malloc((n ? n : 1) * sizeof *refs);
-    if (!pick || !refs) { free(pick); free(refs); return NULL; }
-    for (size_t i = 0; i < n; i++) {
-        refs[i].key = json_key_at(obj, i, &refs[i].len);
-        refs[i].index = i;
-    }
+    if (!pick) return NULL;
     qsort(refs, n, sizeof *refs, chat__keyref_cmp);
     for (size_t i = 0; i < n;) {
         size_t j = i;
@@ -481,6 +475,19 @@ static size_t *chat__dict_order(const JsonValue *obj) {
         for (size_t k = i + 1; k <= j; k++) pick[refs[k].index] = SIZE_MAX;
         i = j + 1;
     }
+    return pick;
+}
+
+/* chat__dict_pick for the members of a JSON object. */
+static size_t *chat__dict_order(const JsonValue *obj) {
+    const size_t n = json_len(obj);
+    ChatKeyRef *refs = malloc((n ? n : 1) * sizeof *refs);
+    if (!refs) return NULL;
+    for (size_t i = 0; i < n; i++) {
+        refs[i].key = json_key_at(obj, i, &refs[i].len);
+        refs[i].index = i;
+    }
+    size_t *pick = chat__dict_pick(refs, n);
     free(refs);
     return pick;
 }
@@ -1178,18 +1185,13 @@ static int chat__read_call(ChatText in, ChatText *name, ChatPair **pairs, size_t
         if (!vend) return -1;
         ChatText value = chat__strip((ChatText){ rest.s, (size_t)(vend - rest.s) });
         rest.n -= (size_t)(vend + 12 - rest.s); rest.s = vend + 12;
-        size_t i = 0;   /* a repeated key keeps its first position and takes the last value */
-        while (i < *n_pairs && ((*pairs)[i].key.n != key.n || memcmp((*pairs)[i].key.s, key.s, key.n))) i++;
-        if (i == *n_pairs) {
-            if (*n_pairs == cap) {
-                cap = cap ? 2 * cap : 8;
-                ChatPair *g = realloc(*pairs, cap * sizeof *g);
-                if (!g) return -2;
-                *pairs = g;
-            }
-            (*pairs)[(*n_pairs)++].key = key;
+        if (*n_pairs == cap) {   /* every pair, duplicates included: the caller orders them as a dict */
+            cap = cap ? 2 * cap : 8;
+            ChatPair *g = realloc(*pairs, cap * sizeof *g);
+            if (!g) return -2;
+            *pairs = g;
         }
-        (*pairs)[i].value = value;
+        (*pairs)[(*n_pairs)++] = (ChatPair){ key, value };
     }
 }
 
@@ -1212,13 +1214,22 @@ static int chat__finish_call(ChatOutParser *p, ChatOutFn fn, void *ctx) {
         p->call.n = 0;
         return rc;
     }
+    /* a repeated key keeps its first position and takes the last value (vLLM fills a Python dict) */
+    ChatKeyRef *refs = malloc((n_pairs ? n_pairs : 1) * sizeof *refs);
+    for (size_t i = 0; refs && i < n_pairs; i++) refs[i] = (ChatKeyRef){ pairs[i].key.s, pairs[i].key.n, i };
+    size_t *pick = refs ? chat__dict_pick(refs, n_pairs) : NULL;
+    free(refs);
+    if (!pick) { free(pairs); return -1; }
     ChatBuf args = { 0 };
+    int first = 1;
     chat__put(&args, "{", 1);
     for (size_t i = 0; i < n_pairs; i++) {
-        if (i) chat__put(&args, ", ", 2);
+        if (pick[i] == SIZE_MAX) continue;
+        if (!first) chat__put(&args, ", ", 2);
+        first = 0;
         chat__py_string(&args, pairs[i].key.s, pairs[i].key.n);
         chat__put(&args, ": ", 2);
-        ChatText v = pairs[i].value;
+        ChatText v = pairs[pick[i]].value;
         JsonDoc *doc = NULL;
         /* Python's json.loads refuses a byte order mark, which json.h would skip */
         if (!chat__is_string_param(p->tools, name, pairs[i].key) && !(v.n >= 3 && !memcmp(v.s, "\xEF\xBB\xBF", 3)))
@@ -1228,6 +1239,7 @@ static int chat__finish_call(ChatOutParser *p, ChatOutFn fn, void *ctx) {
         json_free(doc);
     }
     chat__put(&args, "}", 1);
+    free(pick);
     free(pairs);
     rc = -1;
     if (!args.oom) {

@@ -692,6 +692,23 @@ static void test_output_parser(void) {
         check(name, splits_ok, why);
         chat_output_free(&whole);
     }
+    /* a call with many arguments, each key twice: first position, last value, in one pass */
+    ChatBuf big = { 0 };
+    chat__puts(&big, "<tool_call>f");
+    for (int r = 0; r < 2; r++)
+        for (int i = 0; i < 50000; i++) {
+            char kv[96];
+            snprintf(kv, sizeof kv, "<arg_key>k%d</arg_key><arg_value>%d</arg_value>", i, r ? -i : i);
+            chat__puts(&big, kv);
+        }
+    chat__puts(&big, "</tool_call>");
+    ChatOutput bo = { 0 };
+    int brc = chat_out_parse(big.p, big.n, 0, NULL, &bo);
+    check("output: 100,000 arguments with repeated keys", brc == 0 && bo.n_calls == 1 &&
+          !strncmp(bo.calls[0].arguments, "{\"k0\": 0, \"k1\": -1, ", 20) &&
+          strstr(bo.calls[0].arguments, "\"k49999\": -49999}") != NULL, "wrong arguments");
+    chat_output_free(&bo);
+    free(big.p);
     /* without a tool list, "123" is JSON */
     ChatOutput o = { 0 };
     const char *s = "<tool_call>get_weather<arg_key>city</arg_key><arg_value>123</arg_value></tool_call>";
