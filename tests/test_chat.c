@@ -733,7 +733,49 @@ static void test_output_stop(void) {
     chat_out_free(p);
 }
 
-int main(void) {
+/* test_chat --render CASES.jsonl glm-5.0|glm-5.2: one JSON string per case line, for
+   tools/chat_xcheck.py, which compares them with a real chat_template.jinja rendered by Jinja2. A case:
+   {"req": messages or request, "thinking": bool, "keep": bool, "gen": bool, "effort": string}. */
+static int render_cases(const char *path, const char *format) {
+    FILE *f = fopen(path, "r");
+    if (!f) { perror(path); return 2; }
+    char *line = NULL;
+    size_t cap = 0;
+    ssize_t n;
+    while ((n = getline(&line, &cap, f)) > 0) {
+        char err[512];
+        JsonDoc *d = json_parse(line, (size_t)n, err, sizeof err);
+        ChatConv c;
+        chat_conv_init(&c);
+        if (!d || chat_conv_parse(&c, json_get(json_root(d), "req"), err, sizeof err)) {
+            printf("ERROR %s\n", err);
+        } else {
+            const JsonValue *r = json_root(d);
+            ChatOptions o = chat_options(strcmp(format, "glm-5.2") ? CHAT_GLM50 : CHAT_GLM52);
+            o.thinking = json_bool(json_get(r, "thinking")) != 0;
+            o.keep_reasoning = json_bool(json_get(r, "keep")) == 1;
+            o.generation_prompt = json_bool(json_get(r, "gen")) != 0;
+            o.reasoning_effort = json_str(json_get(r, "effort"), NULL);
+            ChatPieces p = { 0 };
+            size_t len = 0;
+            char *s = chat_render(&c, &o, &p) ? NULL : chat_pieces_string(&p, &len);
+            ChatBuf b = { 0 };
+            chat__py_string(&b, s ? s : "", len);
+            printf("%s\n", b.p);
+            free(b.p);
+            free(s);
+            chat_pieces_free(&p);
+        }
+        chat_conv_free(&c);
+        json_free(d);
+    }
+    free(line);
+    fclose(f);
+    return 0;
+}
+
+int main(int argc, char **argv) {
+    if (argc == 4 && !strcmp(argv[1], "--render")) return render_cases(argv[2], argv[3]);
     test_glm50_literals();
     test_glm52_literals();
     test_reasoning_rules();
