@@ -81,8 +81,9 @@
  *         each tool's parameter schema; the ChatConv must outlive the parser.
  *     int chat_out_feed(ChatOutParser *p, const char *s, size_t n, ChatOutFn fn, void *ctx);
  *     int chat_out_finish(ChatOutParser *p, ChatOutFn fn, void *ctx);
- *         fn receives events (reasoning text, content text, or a whole tool call) in order; a
- *         non-zero return from fn stops and is returned. -1: no memory. Chunk boundaries may fall
+ *         fn receives events (reasoning text, content text, or a whole tool call) in order; the
+ *         event's strings are not NUL-terminated and live only during the call. A non-zero return
+ *         from fn stops and is returned (the parser is then spent). -1: no memory. Chunk boundaries may fall
  *         anywhere (inside a tag, inside a UTF-8 character): the concatenated reasoning, the
  *         concatenated content and the tool calls equal those of one feed of the whole text.
  *     void chat_out_free(ChatOutParser *p);
@@ -112,6 +113,15 @@
  *   - Numbers keep Python's forms: an integer literal stays an integer, anything else is a float
  *     written as Python's repr (2.0, 1e+16, 1e-05). An integer literal beyond int64 becomes a float
  *     (Python would keep every digit). Duplicate keys: first position, last value (a Python dict).
+ *   - A null assistant content renders as "" (what vLLM and SGLang pass; the GLM-4.7/5.0 template
+ *     itself would print "None").
+ *   - Sources. The GLM-5.0 form is GLM-4.7's template, checked with tools/chat_xcheck.py: 15,000
+ *     random conversations rendered by Jinja2 are byte-identical. GLM-5.2's template text was not
+ *     at hand verbatim: its form follows tokenizer.md §3.6 and lines quoted from the shipped file
+ *     (the effort line; the assistant block "... and reasoning_content is defined" -> <think> +
+ *     reasoning + </think>, else <think></think>), with the reasoning cut and the tools block as in
+ *     GLM-5.3's template and colibri's GLM-5.2 renderer. Run tools/chat_xcheck.py on the real
+ *     GLM-5.2 chat_template.jinja once a model folder has it.
  */
 #ifndef CHAT_H
 #define CHAT_H
