@@ -83,9 +83,9 @@
  *     int chat_out_finish(ChatOutParser *p, ChatOutFn fn, void *ctx);
  *         fn receives events (reasoning text, content text, or a whole tool call) in order; the
  *         event's strings are not NUL-terminated and live only during the call. A non-zero return
- *         from fn stops and is returned (the parser is then spent). -1: no memory. Chunk boundaries may fall
- *         anywhere (inside a tag, inside a UTF-8 character): the concatenated reasoning, the
- *         concatenated content and the tool calls equal those of one feed of the whole text.
+ *         from fn stops and is returned (the parser is then spent). -1: no memory. Chunk
+ *         boundaries may fall anywhere (inside a tag, inside a UTF-8 character): the concatenated
+ *         reasoning, the concatenated content and the tool calls equal those of one whole feed.
  *     void chat_out_free(ChatOutParser *p);
  *     int chat_out_parse(const char *s, size_t n, int in_reasoning, const ChatConv *tools, ChatOutput *o);
  *     int chat_output_add(void *output, const ChatOutEvent *ev);   a ChatOutFn filling a ChatOutput
