@@ -422,16 +422,22 @@ def finish_unit(u, src, policy):
 # Writing
 
 class Progress:
-    def __init__(self, total_bytes):
+    """A progress line on stderr: redrawn in place on a terminal, else one line every 10 s
+    (none with tty_only: a caller printing its own line per shard)."""
+
+    def __init__(self, total_bytes, tty_only=False):
         self.total = max(1, total_bytes)
         self.done = 0
         self.t0 = time.time()
         self.last = 0.0
         self.tty = sys.stderr.isatty()
+        self.silent = tty_only and not self.tty
 
     def add(self, n, label, force=False):
         self.done += n
         now = time.time()
+        if self.silent:
+            return
         if not force and now - self.last < (0.5 if self.tty else 10.0):
             return
         self.last = now
@@ -555,10 +561,8 @@ def free_bytes(d):
     return s.f_bavail * s.f_frsize
 
 
-def parse_args(argv):
-    ap = argparse.ArgumentParser(description="Convert FP8/BF16/F32 GLM safetensors into the glm.c container.")
-    ap.add_argument("src")
-    ap.add_argument("dst")
+def add_conversion_args(ap):
+    """Options that decide the output, plus --margin-mb and --restart (shared with fetch_convert.py)."""
     bits = lambda s: int(s) if s in ("2", "4", "8", "16") else ap.error(f"bits must be 2, 4, 8 or 16, not {s}")
     ap.add_argument("--expert-bits", type=bits, default=4)
     ap.add_argument("--dense-bits", type=bits, default=4)
@@ -567,12 +571,23 @@ def parse_args(argv):
     ap.add_argument("--indexer-bits", type=bits, default=8)
     ap.add_argument("--group", type=int, default=64)
     ap.add_argument("--per-row", action="store_true")
-    ap.add_argument("--delete-source", action="store_true")
     ap.add_argument("--margin-mb", type=float, default=1024)
     ap.add_argument("--restart", action="store_true")
-    a = ap.parse_args(argv)
+
+
+def check_conversion_args(ap, a):
     if a.group < 1:
         ap.error("--group must be >= 1")
+
+
+def parse_args(argv):
+    ap = argparse.ArgumentParser(description="Convert FP8/BF16/F32 GLM safetensors into the glm.c container.")
+    ap.add_argument("src")
+    ap.add_argument("dst")
+    add_conversion_args(ap)
+    ap.add_argument("--delete-source", action="store_true")
+    a = ap.parse_args(argv)
+    check_conversion_args(ap, a)
     return a
 
 
@@ -686,8 +701,8 @@ class Conversion:
         progress.add(0, label, force=True)
         return rec
 
-    def done_with(self, i):
-        """After output shard i: the source shards nothing unfinished reads any more."""
+    def done_with(self, i=None):
+        """After output shard i (or before the first): the source shards nothing unfinished reads."""
         for users in self.needed_by.values():
             users.discard(i)
         return [f for f in sorted(self.src.files)
