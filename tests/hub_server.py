@@ -12,7 +12,7 @@ Serves the top-level files of DIR as repository ORG/NAME at revision "main" (or 
 Errors as the hub words them: 404 with X-Error-Code RepoNotFound / RevisionNotFound / EntryNotFound;
 401 (no token) or 403 (another token) with X-Error-Code GatedRepo when --token is set.
 
-Options (faults apply to data downloads only: GETs whose range runs to the end of the file):
+Options (faults apply to data downloads only: GETs without a Range or with an open one, bytes=N-):
     --token T          require "Authorization: Bearer T" on this server
     --redirect         LFS files: 302 to a second "CDN" server on another port, which serves the bytes
                        and refuses (400) any request carrying an Authorization header
@@ -217,7 +217,8 @@ def make_handler(repo, state, role, cdn_base):
                 status = 206
                 headers = headers + [("Content-Range", f"bytes {a}-{b}/{size}")]
             body = bytearray(data[a:b + 1])
-            download = b == size - 1 and self.command == "GET"   # runs to the end: a data download
+            # a data download: no Range, or one open to the end (header reads ask for a bounded range)
+            download = self.command == "GET" and (not rng or rng.strip().endswith("-"))
             if download and self.server_faults_corrupt(fn) and a <= size // 2 <= b:
                 body[size // 2 - a] ^= 0x5A
             self.send_response(status)

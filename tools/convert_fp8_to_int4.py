@@ -35,7 +35,7 @@ DST/.convert-state.json (atomic) lists finished shards, so a rerun skips them an
 one. config.json, generation_config.json, tokenizer*.json (tokenizer.json, tokenizer_config.json) and
 chat_template.jinja (GLM-5.2 ships its template there) are copied when all shards are done.
 
-Library use (tools/fetch_convert.py): Conversion(src_dir, dst_dir, args, shard_names, headers) plans
+Library use (tools/fetch_convert.py): Conversion(src_dir, dst_dir, args, shard_names, header_for) plans
 the job from the shards' headers (a shard may be a header-only file until its data is needed),
 convert_shard(i) writes one output shard, done_with(i) names the sources nothing unfinished needs,
 copy_extras() copies the small files.
@@ -599,7 +599,9 @@ class Conversion:
     """One conversion job: options, state file and plan (from the source shards' headers). main()
     runs it over a folder of shards; tools/fetch_convert.py runs it while it downloads them."""
 
-    def __init__(self, src_dir, dst_dir, args, shard_names=None, headers=None):
+    def __init__(self, src_dir, dst_dir, args, shard_names=None, header_for=None):
+        """shard_names: the source shards (default: SRC_DIR's *.safetensors and those the state file
+        lists). header_for(name): a header-only SafeFile for an unfinished shard not in SRC_DIR yet."""
         if not os.path.isdir(src_dir):
             raise ConvertError(f"{src_dir}: not a directory")
         if os.path.exists(dst_dir) and os.path.samefile(src_dir, dst_dir):
@@ -653,10 +655,13 @@ class Conversion:
                 del state["finished"][sn]
                 continue
             done_outputs.update(SafeFile(out).names())
+        headers = {}
         for sn in shard_names:
-            if (sn not in state["finished"] and not os.path.exists(os.path.join(src_dir, sn))
-                    and not (headers and sn in headers)):
+            if sn in state["finished"] or os.path.exists(os.path.join(src_dir, sn)):
+                continue
+            if header_for is None:
                 raise ConvertError(f"{os.path.join(src_dir, sn)}: source shard is gone but its output is not finished")
+            headers[sn] = header_for(sn)
         for stale in glob.glob(os.path.join(dst_dir, "*.tmp")):
             os.remove(stale)     # a partial shard from a killed run: redone below
 

@@ -434,7 +434,7 @@ class Fetcher:
                     out.truncate()
                     while have < size:
                         try:
-                            b = resp.read(min(CHUNK, size - have))
+                            b = resp.read1(min(CHUNK, size - have))    # what has arrived, up to CHUNK
                         except (socket.timeout, ConnectionError, http.client.HTTPException) as e:
                             raise Retryable(f"{e or type(e).__name__} after {have} of {size} bytes")
                         if not b:
@@ -607,19 +607,18 @@ def run(args):
         if f not in absent:
             small(f)
 
-    headers = {sn: fetcher.header(sn) for sn in shards if not fetcher.have(sn)}
-    if weight_map is not None:         # the index and the headers must agree on every tensor
-        seen = set()
-        for sn in shards:
-            for n in (headers.get(sn) or SafeFile(os.path.join(ddir, sn))).names():
-                if weight_map.get(n) != sn:
-                    raise FetchError(f"{sn}: tensor {n} is not listed for this file in {INDEX}")
-                seen.add(n)
-        missing = [n for n in weight_map if n not in seen]
-        if missing:
-            raise FetchError(f"{INDEX}: tensor {missing[0]} is in no shard's header ({len(missing)} missing)")
+    def header_for(sn):     # the converter asks for the shards it still has to convert
+        hf = fetcher.header(sn)
+        if weight_map is not None:
+            listed = {n for n, f in weight_map.items() if f == sn}
+            extra, missing = sorted(set(hf.names()) - listed), sorted(listed - set(hf.names()))
+            if extra or missing:
+                raise FetchError(f"{sn}: its header and {INDEX} disagree: " +
+                                 (f"tensor {extra[0]} is not listed for it" if extra else
+                                  f"tensor {missing[0]} is listed for it but not in it"))
+        return hf
 
-    conv = Conversion(ddir, dst, args, shards, headers)
+    conv = Conversion(ddir, dst, args, shards, header_for)
     sizes = {i: files[sn][0] for i, sn in enumerate(shards)}
 
     def release(f):      # nothing unfinished reads shard f: delete its data and header copy
