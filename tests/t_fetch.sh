@@ -132,6 +132,31 @@ cut_resume() {
     || { echo "expected a cut at 30000, then Range bytes=30000-; got:"; echo "$d"; return 1; }
 }
 check "dropped connection: continued with Range in the same run" cut_resume
+check "header-only copy: a header longer than the first read takes a second Range read" \
+  $PY - $BASE $REPO $S1 $T/fp8 $T/hdr $LOG <<'EOF'
+import json, os, sys
+import fetch_convert as fc
+from safetensors_io import SafeFile
+base, repo, name, src, tmp, log = sys.argv[1:]
+os.makedirs(tmp)
+fc.HEADER_PROBE = 16                     # far shorter than the header: the second read must happen
+class Opts:
+    timeout, retries, retry_wait = 10, 1, 0.01
+hub = fc.Hub(base, repo, None, None, Opts)
+fetcher = fc.Fetcher(hub, "main", fc.list_files(hub, "main"), tmp)
+stub = fetcher.header(name)
+full = SafeFile(os.path.join(src, name))
+n = full.data_start
+assert open(os.path.join(tmp, name + ".header"), "rb").read() == open(os.path.join(src, name), "rb").read(n)
+assert stub.names() == full.names() and all(stub.info(t) == full.info(t) for t in full.names())
+try:
+    stub.raw(full.names()[0])
+    raise SystemExit("raw() on a header-only copy did not refuse")
+except fc.StError as e:
+    assert "header-only" in str(e)
+reads = [json.loads(l)["range"] for l in open(log) if json.loads(l)["file"] == name]
+assert reads[-2:] == ["bytes=0-15", f"bytes=16-{n - 1}"], reads
+EOF
 serve norange --no-range --cut $S2:30000
 norange() {
   local out; out=$($FETCH $REPO $T/out_c --base-url $BASE $QUICK 2>&1) || { echo "$out"; return 1; }

@@ -88,7 +88,8 @@ def hms(s):
 
 
 def say(msg):
-    print(f"fetch: {msg}", file=sys.stderr, flush=True)
+    clear = "\r\033[K" if sys.stderr.isatty() else ""      # over an in-place progress line
+    print(f"{clear}fetch: {msg}", file=sys.stderr, flush=True)
 
 
 # ----------------------------------------------------------------------------------------------
@@ -564,6 +565,99 @@ def clear_download_dir(ddir):
         say(f"{ddir}: left in place (it holds other files)")
 
 
+def fetch_metadata(fetcher, args):
+    """The small files (checked again each run: a few MB at most) and the shard list: the index's
+    shards, or without an index every *.safetensors the repository lists. Returns (shards, weight_map)."""
+    files, ddir = fetcher.files, fetcher.dir
+
+    def small(fn):
+        size, kind, want = files[fn]
+        if not (fetcher.have(fn) and hash_file(os.path.join(ddir, fn), kind, size).hexdigest() == want):
+            fetcher.download(fn)
+
+    for f in REQUIRED:
+        if f not in files:
+            raise FetchError(f"{args.repo} at {fetcher.commit}: no {f}")
+    for f in SMALL_FILES:
+        if f in files:
+            small(f)
+    if INDEX not in files:
+        shards = sorted(f for f in files if SHARD_RE.match(f))
+        if not shards:
+            raise FetchError(f"{args.repo} at {fetcher.commit}: no {INDEX} and no *.safetensors files")
+        say(f"no {INDEX}: using the {len(shards)} *.safetensors file(s) the repository lists")
+        return shards, None
+    small(INDEX)
+    with open(os.path.join(ddir, INDEX), "rb") as fh:
+        weight_map = parse_index(fh.read(MAX_JSON + 1), INDEX)
+    shards = sorted(set(weight_map.values()))
+    for sn in shards:
+        if sn not in files:
+            raise FetchError(f"{INDEX}: names {sn}, which the repository does not list")
+    return shards, weight_map
+
+
+def check_room(conv, sizes, ddir, dst):
+    """Refuse to start unless the remaining output, the most shards on disk at once and the margin
+    fit (less the shard bytes already downloaded); print the numbers either way."""
+    here = sum(os.path.getsize(os.path.join(ddir, n)) for n in os.listdir(ddir)
+               if n.endswith(".safetensors") or n.endswith(".safetensors.part"))
+    peak = peak_source_bytes(conv, sizes)
+    shards_more = max(0, peak - here)
+    same_fs = os.stat(ddir).st_dev == os.stat(dst).st_dev
+    need = conv.out_total + (shards_more if same_fs else 0) + conv.margin
+    free = free_bytes(dst)
+    to_get = sum(sizes[f] for f in set().union(*(conv.needs(i) for i in conv.todo)) if not conv.src.has_data(f))
+    parts = (f"output {human(conv.out_total)} + shards {human(shards_more if same_fs else 0)} + margin "
+             f"{human(conv.margin)}")
+    say(f"{len(sizes)} shards, {human(sum(sizes.values()))}; to do: {len(conv.todo)} shards, {human(to_get)} to "
+        f"download; most shards on disk at once {human(peak)}")
+    say(f"need {human(need)} on {dst} ({parts}), free {human(free)}")
+    if free < need:
+        raise FetchError(f"refusing to start: {human(free)} free on {dst}, need {human(need)} ({parts})")
+    if not same_fs and free_bytes(ddir) < shards_more:
+        raise FetchError(f"refusing to start: {human(free_bytes(ddir))} free on {ddir}, need "
+                         f"{human(shards_more)} for the shards on disk at once")
+
+
+def download_for(conv, fetcher, shards, sizes, i, tag):
+    """Download every shard output shard i reads that is not here yet; returns the log words."""
+    ddir, tty = fetcher.dir, sys.stderr.isatty()
+    moved, secs, notes = 0, 0.0, []
+    for f in conv.needs(i):
+        if conv.src.has_data(f):
+            continue
+        fn = shards[f]
+        part = os.path.join(ddir, fn + ".part")
+        need = sizes[f] - (os.path.getsize(part) if os.path.exists(part) else 0) + conv.est[i] + conv.margin / 4
+        if free_bytes(ddir) < need:
+            raise FetchError(f"{fn}: only {human(free_bytes(ddir))} free on {ddir}, need {human(need)} to "
+                             f"download it and write {shards[i]}; free some space and rerun")
+        t1 = time.time()
+        seen = {"bytes": 0, "shown": 0.0}
+
+        def line(n, have, size):           # the in-place line on a terminal
+            seen["bytes"] += n
+            now = time.time()
+            if tty and now - seen["shown"] >= 0.5:
+                seen["shown"] = now
+                rate = seen["bytes"] / max(now - t1, 1e-6)
+                print(f"\r{tag} download{' ' + fn if f != i else ''} {human(have)}/{human(size)} "
+                      f"{rate / 1e6:.1f} MB/s ETA {hms((size - have) / max(rate, 1))}   ",
+                      end="", file=sys.stderr, flush=True)
+        n, resumed_at = fetcher.download(fn, line)
+        if tty:
+            print("\r\033[K", end="", file=sys.stderr)
+        conv.src.attach(f)
+        moved += n
+        secs += time.time() - t1
+        notes.append((f"{fn} " if f != i else "") + human(sizes[f]) +
+                     (f" (resumed at {human(resumed_at)})" if resumed_at else ""))
+    if not notes:
+        return "nothing to download"
+    return f"downloaded {' + '.join(notes)} in {secs:.1f} s ({moved / max(secs, 1e-6) / 1e6:.1f} MB/s)"
+
+
 def run(args):
     t_start = time.time()
     dst = args.dst
@@ -574,38 +668,10 @@ def run(args):
     token, token_from = find_token()
     hub = Hub(args.base_url, args.repo, token, token_from, args)
     say(f"{args.repo} from {hub.base}" + (f", token from {token_from}" if token else ", no token"))
-
     commit, resumed = pin_commit(hub, args, ddir)
     say(f"{'resuming' if resumed else 'revision ' + args.revision + ':'} commit {commit}")
-    files = list_files(hub, commit)
-    fetcher = Fetcher(hub, commit, files, ddir)
-
-    def small(fn):       # re-checked each run: a few MB at most
-        size, kind, want = files[fn]
-        if not (fetcher.have(fn) and hash_file(os.path.join(ddir, fn), kind, size).hexdigest() == want):
-            fetcher.download(fn)
-
-    if INDEX in files:
-        small(INDEX)
-        with open(os.path.join(ddir, INDEX), "rb") as fh:
-            weight_map = parse_index(fh.read(MAX_JSON + 1), INDEX)
-        shards = sorted(set(weight_map.values()))
-    else:
-        weight_map = None
-        shards = sorted(f for f in files if SHARD_RE.match(f))
-        if not shards:
-            raise FetchError(f"{args.repo} at {commit}: no {INDEX} and no *.safetensors files")
-        say(f"no {INDEX}: using the {len(shards)} *.safetensors file(s) the repository lists")
-    for sn in shards:
-        if sn not in files:
-            raise FetchError(f"{INDEX}: names {sn}, which the repository does not list")
-    absent = [f for f in SMALL_FILES if f not in files]
-    for f in REQUIRED:
-        if f in absent:
-            raise FetchError(f"{args.repo} at {commit}: no {f}")
-    for f in SMALL_FILES:
-        if f not in absent:
-            small(f)
+    fetcher = Fetcher(hub, commit, list_files(hub, commit), ddir)
+    shards, weight_map = fetch_metadata(fetcher, args)
 
     def header_for(sn):     # the converter asks for the shards it still has to convert
         hf = fetcher.header(sn)
@@ -619,7 +685,7 @@ def run(args):
         return hf
 
     conv = Conversion(ddir, dst, args, shards, header_for)
-    sizes = {i: files[sn][0] for i, sn in enumerate(shards)}
+    sizes = {i: fetcher.files[sn][0] for i, sn in enumerate(shards)}
 
     def release(f):      # nothing unfinished reads shard f: delete its data and header copy
         p = conv.drop_source(f)
@@ -628,81 +694,22 @@ def run(args):
                 os.remove(q)
     for f in conv.done_with():           # shards an earlier run downloaded and finished with
         release(f)
+    check_room(conv, sizes, ddir, dst)
 
-    # Room: the remaining output, plus the most shards on disk at once, less what is already here.
-    here = sum(os.path.getsize(os.path.join(ddir, n)) for n in os.listdir(ddir)
-               if n.endswith(".safetensors") or n.endswith(".safetensors.part"))
-    peak = peak_source_bytes(conv, sizes)
-    out = conv.out_total
-    same_fs = os.stat(ddir).st_dev == os.stat(dst).st_dev
-    need_dst = out + (peak - here if same_fs else 0) + conv.margin
-    free_dst = free_bytes(dst)
-    to_get = sum(sizes[f] for f in set().union(*(conv.needs(i) for i in conv.todo)) if not conv.src.has_data(f))
-    say(f"{len(shards)} shards, {human(sum(sizes.values()))}; to do: {len(conv.todo)} shards, {human(to_get)} "
-        f"to download; output {human(out)} still to write; largest set of shards on disk at once "
-        f"{human(peak)}")
-    say(f"need {human(need_dst)} on {dst} (output {human(out)} + shards {human(peak - here if same_fs else 0)} "
-        f"+ margin {human(conv.margin)}), free {human(free_dst)}")
-    if free_dst < need_dst:
-        raise FetchError(f"refusing to start: {human(free_dst)} free on {dst}, need {human(need_dst)} "
-                         f"(output {human(out)} + shards {human(peak - here if same_fs else 0)} + margin "
-                         f"{human(conv.margin)})")
-    if not same_fs:
-        free_dl = free_bytes(ddir)
-        if free_dl < peak - here:
-            raise FetchError(f"refusing to start: {human(free_dl)} free on {ddir}, need {human(peak - here)} "
-                             f"for the shards on disk at once")
-
-    tty = sys.stderr.isatty()
-    total_src = sum(sizes[i] for i in conv.todo)
-    done_src = 0
+    total = sum(sizes[i] for i in conv.todo)
+    done = 0
     t0 = time.time()
     for k, i in enumerate(conv.todo):
-        sn = shards[i]
-        tag = f"[{k + 1}/{len(conv.todo)}] {sn}"
-        got, t_dl, notes = 0, 0.0, []
-        for f in conv.needs(i):
-            if conv.src.has_data(f):
-                continue
-            fn = shards[f]
-            part = os.path.join(ddir, fn + ".part")
-            need = sizes[f] - (os.path.getsize(part) if os.path.exists(part) else 0) + conv.est[i] + conv.margin / 4
-            if free_bytes(ddir) < need:
-                raise FetchError(f"{fn}: only {human(free_bytes(ddir))} free on {ddir}, need {human(need)} to "
-                                 f"download it and write {sn}; free some space and rerun")
-            t1 = time.time()
-            shown = [0.0]
-
-            def line(n, have, size, fn=fn, t1=t1):
-                now = time.time()
-                if tty and now - shown[0] >= 0.5:
-                    shown[0] = now
-                    rate = have / max(now - t1, 1e-6)
-                    print(f"\r{tag} download {fn} {human(have)}/{human(size)} {rate / 1e6:.1f} MB/s "
-                          f"ETA {hms((size - have) / max(rate, 1))}   ", end="", file=sys.stderr, flush=True)
-            moved, resumed_at = fetcher.download(fn, line)
-            if tty:
-                print("\r\033[K", end="", file=sys.stderr)
-            conv.src.attach(f)
-            dt = time.time() - t1
-            got += moved
-            t_dl += dt
-            notes.append((f"{fn} " if fn != sn else "") + human(sizes[f]) +
-                         (f" (resumed at {human(resumed_at)})" if resumed_at else ""))
+        tag = f"[{k + 1}/{len(conv.todo)}] {shards[i]}"
+        dl = download_for(conv, fetcher, shards, sizes, i, tag)
         t1 = time.time()
         conv.convert_shard(i, Progress(conv.in_bytes[i], tty_only=True), f"{tag} convert")
         t_cv = time.time() - t1
-        if tty:
-            print("\r\033[K", end="", file=sys.stderr)
         for f in conv.done_with(i):
             release(f)
-        done_src += sizes[i]
-        el = time.time() - t0
-        eta = (total_src - done_src) / max(done_src / max(el, 1e-6), 1e-6)
-        dl = (f"downloaded {' + '.join(notes)} in {t_dl:.1f} s ({got / max(t_dl, 1e-6) / 1e6:.1f} MB/s)"
-              if notes else "nothing to download")
-        say(f"{tag}: {dl}, converted in {t_cv:.1f} s; {100 * done_src / max(total_src, 1):.1f}% done, "
-            f"ETA {hms(eta)}")
+        done += sizes[i]
+        eta = (total - done) * (time.time() - t0) / max(done, 1)
+        say(f"{tag}: {dl}, converted in {t_cv:.1f} s; {100 * done / max(total, 1):.1f}% done, ETA {hms(eta)}")
 
     copied, absent = conv.copy_extras()
     say(f"copied {', '.join(copied)}" + (f"; absent from the repository: {', '.join(absent)}" if absent else ""))
