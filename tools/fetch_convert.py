@@ -201,6 +201,8 @@ class Hub:
         """GET url (following up to 10 redirects). Returns (response, headers of the first reply)."""
         first = None
         for _ in range(10):
+            if urllib.parse.urlsplit(url).scheme not in ("http", "https"):
+                raise FetchError(f"{what}: refusing to follow a redirect to {url[:200]!r} (not http or https)")
             h = {"User-Agent": "glm.c-fetch/1", "Accept-Encoding": "identity"}
             h.update(headers or {})
             if self.token and self._origin(url) == self.origin:
