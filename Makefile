@@ -8,7 +8,7 @@ CFLAGS  ?= -O3 -march=$(ARCH) -fopenmp -std=gnu11 -Wall -Wextra -ffp-contract=of
 LDLIBS  = -lm
 HEADERS = $(wildcard *.h)
 
-TEST_BINS = tests/bin/test_st tests/bin/test_json tests/bin/test_quant tests/bin/test_tok tests/bin/test_tier
+TEST_BINS = tests/bin/test_st tests/bin/test_json tests/bin/test_quant tests/bin/test_tok tests/bin/test_tier tests/bin/test_http
 
 .PHONY: all test asan bench clean
 all: glm
