@@ -51,7 +51,9 @@
  *     int http_sse_end(HttpResponse *res);                  "data: [DONE]\n\n", then the stream ends
  *     int http_client_gone(HttpResponse *res);
  *         1 when the client disconnected or a write failed, or the server is stopping: the caller
- *         should stop generating (one poll() call; cheap enough to ask between tokens).
+ *         should stop generating (one poll() call; cheap enough to ask between tokens). Ending
+ *         the response afterwards (http_sse_end, an error) is still right: on a stop the client
+ *         gets a proper end, and when the client is gone the write just fails.
  *
  * Helpers
  *     int http_auth_ok(const HttpRequest *req, const char *key);
