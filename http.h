@@ -953,6 +953,11 @@ static void http__begin_request(HttpServer *s, HttpConn *c) {
         c->in_len -= c->consumed;
         c->consumed = 0;
     }
+    /* One big request must not pin megabytes to a connection for its whole keep-alive life. */
+    if (c->in_cap > (64u << 10) && c->in_len <= (16u << 10)) {
+        char *n = realloc(c->in, 16u << 10);
+        if (n) { c->in = n; c->in_cap = 16u << 10; }
+    }
     http_parser_init(&c->parser, &s->cfg.limits);
     memset(&c->req, 0, sizeof c->req);
     c->continue_sent = 0;
