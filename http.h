@@ -33,7 +33,7 @@
  *     int http_server_port(const HttpServer *s);            the bound port (useful with port 0)
  *     const HttpAddr *http_server_addr(const HttpServer *s);
  *     int http_server_run(HttpServer *s);
- *         Serves until SIGINT/SIGTERM (handlers installed for the duration; a second signal kills
+ *         Serves until SIGINT/SIGTERM (handlers installed for the duration; a second SIGINT kills
  *         as usual) or http_server_stop. The handle callback runs on the caller's thread. Returns
  *         0 after a clean stop, -1 if the I/O thread could not start.
  *     void http_server_stop(HttpServer *s);                 any thread; async-signal-safe
@@ -1252,11 +1252,14 @@ int http_server_run(HttpServer *s) {
     struct sigaction sa, old_int, old_term;
     memset(&sa, 0, sizeof sa);
     sa.sa_handler = http__on_signal;
-    sa.sa_flags = SA_RESTART | SA_RESETHAND;       /* a second signal terminates as usual */
     sigemptyset(&sa.sa_mask);
     http__signal_server = s;
-    sigaction(SIGINT, &sa, &old_int);
+    /* SIGTERM always stops cleanly: service managers and timeout(1) may send it twice (to the
+     * process and to its group). A second Ctrl-C (SIGINT) kills at once, as a person expects. */
+    sa.sa_flags = SA_RESTART;
     sigaction(SIGTERM, &sa, &old_term);
+    sa.sa_flags = SA_RESTART | SA_RESETHAND;
+    sigaction(SIGINT, &sa, &old_int);
     pthread_t io;
     if (pthread_create(&io, NULL, http__io_main, s)) {
         sigaction(SIGINT, &old_int, NULL);

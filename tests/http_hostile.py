@@ -308,6 +308,17 @@ def check_disconnect(log):
         time.sleep(0.05)
     check("client_disconnect_stops_stream", gone is not None and gone < 20, f"log says {gone}")
     check("disconnected_stream_not_finished", f"[{marker[:40]}" not in log_text(log), "the stream ran to its end")
+    # Nothing is written while the worker "thinks": the hangup itself must be noticed (poll), well
+    # before the 5 s of work end.
+    s = connect()
+    s.sendall(request("POST", "/v1/chat/completions", chat_body("thinking", x_work_ms=5000)))
+    time.sleep(0.3)
+    s.close()
+    t0 = time.time()
+    while time.time() - t0 < 6 and "gone before answering" not in log_text(log):
+        time.sleep(0.02)
+    dt = time.time() - t0
+    check("client_disconnect_seen_without_writing", dt < 1.0, f"noticed after {dt:.2f} s")
     s, r, (st, _, b) = one(request("POST", "/v1/chat/completions", chat_body("after")))
     check("server_answers_after_disconnect", st == 200 and b"echo: after" in b, f"{st}")
     s.close()

@@ -30,7 +30,7 @@ start() {
   PID=$!; PIDS+=("$PID")
   PORT=
   for _ in $(seq 200); do
-    PORT=$(awk '/^port/ {print $2}' "$T/$name.out")
+    PORT=$(awk '/^port/ {print $2}' "$T/$name.out" 2>/dev/null)   # the file may not exist yet
     [ -n "$PORT" ] && return 0
     kill -0 "$PID" 2>/dev/null || break
     sleep 0.05
