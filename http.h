@@ -59,7 +59,7 @@
  *     int http_auth_ok(const HttpRequest *req, const char *key);
  *         1 if key is NULL/empty, or "Authorization: Bearer KEY" or "x-api-key: KEY" carries it.
  *     int http_const_eq(const char *a, size_t a_len, const char *b, size_t b_len);
- *         Equality in time that depends only on b_len (b: the secret).
+ *         Equality whose time does not depend on where the bytes differ (b: the secret).
  *     const char *http_status_text(int status);
  *
  * Threads and scheduling. http_server_run starts one I/O thread that accepts connections, reads
@@ -141,7 +141,7 @@ typedef struct HttpResponse HttpResponse;
 
 typedef struct {
     const char *listen;          /* "[host:]port" */
-    int queue;                   /* requests that may wait for the worker; more get 429 */
+    int queue;                   /* requests that may wait for the worker (0: none); more get 429 */
     int max_conns;               /* open connections; more get 503. 0: max(64, queue + 16) */
     int timeout_ms;              /* request arrival / write stall limit. 0: 30000 */
     int retry_after_s;           /* Retry-After on 429. 0: 1 */
