@@ -8,7 +8,8 @@ CFLAGS  ?= -O3 -march=$(ARCH) -fopenmp -std=gnu11 -Wall -Wextra -ffp-contract=of
 LDLIBS  = -lm
 HEADERS = $(wildcard *.h)
 
-TEST_BINS = tests/bin/test_st tests/bin/test_json tests/bin/test_quant tests/bin/test_tok tests/bin/test_tier tests/bin/test_chat
+# every tests/test_NAME.c is a unit-test binary tests/bin/test_NAME
+TEST_BINS = $(patsubst tests/%.c,tests/bin/%,$(wildcard tests/test_*.c))
 
 .PHONY: all test asan bench clean
 all: glm
@@ -20,13 +21,16 @@ tests/bin/%: tests/%.c $(HEADERS)
 	@mkdir -p tests/bin
 	$(CC) $(CFLAGS) -I. -o $@ $< $(LDLIBS)
 
-test: glm $(TEST_BINS)
+# Programs the shell tests drive (not run directly by tests/run.sh).
+TEST_TOOLS = tests/bin/http_echo
+
+test: glm $(TEST_BINS) $(TEST_TOOLS)
 	bash tests/run.sh
 
 # The whole suite once more under AddressSanitizer + UBSan (a separate build directory).
 asan:
 	$(MAKE) clean-bins
-	$(MAKE) CFLAGS="-O1 -g -march=$(ARCH) -fopenmp -std=gnu11 -Wall -Wextra -ffp-contract=off -fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=undefined" glm $(TEST_BINS)
+	$(MAKE) CFLAGS="-O1 -g -march=$(ARCH) -fopenmp -std=gnu11 -Wall -Wextra -ffp-contract=off -fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=undefined" glm $(TEST_BINS) $(TEST_TOOLS)
 	ASAN_OPTIONS=detect_leaks=0 bash tests/run.sh
 	$(MAKE) clean-bins
 
@@ -35,7 +39,7 @@ bench/kbench: bench/kbench.c quant.h
 	$(CC) $(CFLAGS) -I. -o $@ $< $(LDLIBS)
 
 clean-bins:
-	rm -f glm $(TEST_BINS) bench/kbench
+	rm -f glm $(TEST_BINS) $(TEST_TOOLS) bench/kbench
 
 clean: clean-bins
 	rm -rf tests/bin
