@@ -7,6 +7,8 @@ ARCH    ?= native
 CFLAGS  ?= -O3 -march=$(ARCH) -fopenmp -std=gnu11 -Wall -Wextra -ffp-contract=off
 LDLIBS  = -lm
 HEADERS = $(wildcard *.h)
+# --version names the commit it was built from
+GLM_COMMIT := $(shell git rev-parse --short HEAD 2>/dev/null || echo unknown)
 
 TEST_BINS = tests/bin/test_st tests/bin/test_json tests/bin/test_quant tests/bin/test_tok tests/bin/test_tier
 
@@ -14,7 +16,7 @@ TEST_BINS = tests/bin/test_st tests/bin/test_json tests/bin/test_quant tests/bin
 all: glm
 
 glm: glm.c $(HEADERS)
-	$(CC) $(CFLAGS) -o $@ glm.c $(LDLIBS)
+	$(CC) $(CFLAGS) -DGLM_COMMIT='"$(GLM_COMMIT)"' -o $@ glm.c $(LDLIBS)
 
 tests/bin/%: tests/%.c $(HEADERS)
 	@mkdir -p tests/bin

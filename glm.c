@@ -195,7 +195,7 @@ static const SettingSpec SETTINGS[] = {
     { "TF",       SET_BOOL,  "0",    0, 1, "teacher forcing: one forward over REF's full_ids, compare argmax with tf_pred" },
     { "MTP",      SET_BOOL,  "0",    0, 1, "with TF=1: also run the MTP head and compare with mtp_pred" },
     { "NGEN",     SET_INT,   "-1",  -1, 1e9, "tokens to generate per answer (-1: until EOS or a full context; with REF: as many as full_ids continues the prompt)" },
-    { "ABSORB",   SET_INT,   "-1",  -1, 1, "MLA form: 1 or -1 weight-absorbed (the default, for every batch size), 0 explicit K/V of every key (a cross-check; memory grows with the context)" },
+    { "ABSORB",   SET_INT,   "1",    0, 1, "MLA form: 1 weight-absorbed (for every batch size), 0 explicit K/V of every key (a cross-check; memory grows with the context)" },
     { "IDOT",     SET_BOOL,  "1",    0, 1, "integer dot products with int8 activations for quantized weights (0: exact float path)" },
     { "GROUP",    SET_INT,   "0",    0, 4096, "group size for load-time int4 quantization (0: one scale per row)" },
     { "THREADS",  SET_INT,   "0",    0, 1024, "worker threads (0: all cores)" },
@@ -220,7 +220,8 @@ static const SettingSpec SETTINGS[] = {
     { "MESSAGES", SET_STR,   "",     0, 0, "JSON file: earlier conversation, a list of {role: system|user|assistant, content[, reasoning_content]}" },
     { "CHAT_TEMPLATE", SET_BOOL, "1", 0, 1, "apply the GLM-5 chat template (0: send PROMPT / each chat line as raw text)" },
     { "THINK",    SET_BOOL,  "1",    0, 1, "thinking on: the answer starts with reasoning (<think>); 0 skips it (</think>)" },
-    { "TEMP",     SET_FLOAT, "0.7",  0, 100, "sampling temperature (0: greedy, always the most likely token)" },
+    { "TEMPERATURE", SET_FLOAT, "0.7", 0, 100, "sampling temperature (0: greedy, always the most likely token)" },
+    { "TEMP",     SET_FLOAT, "",     0, 100, "alias of TEMPERATURE, honoured only when it is a number (TEMP is often the temp directory: then it is ignored with a note)" },
     { "NUCLEUS",  SET_FLOAT, "0.9",  0, 1, "top-p: sample among the most likely tokens whose probabilities sum to at least this" },
     { "SEED",     SET_INT,   "0",    0, 9007199254740991.0, "random seed for sampling (0: from the clock; the seed used is printed)" },
     { "SPECIAL",  SET_BOOL,  "0",    0, 1, "recognise special tokens such as <|user|> written in the text (0: text is only text)" },
@@ -260,17 +261,44 @@ static const char *setting_value(const char *name) {
     return NULL;
 }
 
-static double setting_number(const char *name) {
-    const SettingSpec *spec = NULL;
-    for (size_t i = 0; i < N_SETTINGS; i++) if (!strcmp(SETTINGS[i].name, name)) spec = &SETTINGS[i];
-    const char *v = setting_value(name);
+static const SettingSpec *setting_spec(const char *name) {
+    for (size_t i = 0; i < N_SETTINGS; i++) if (!strcmp(SETTINGS[i].name, name)) return &SETTINGS[i];
+    die("internal: unknown setting %s", name);
+    return NULL;
+}
+
+static int parses_as_number(const char *v) {
     char *end;
     errno = 0;
-    double d = strtod(v, &end);
-    if (end == v || *end || errno) die("%s=%s is not a number", name, v);
+    strtod(v, &end);
+    return end != v && !*end && !errno;
+}
+
+/* `value` checked against the kind and range of setting `spec`; errors name `name=value`. */
+static double setting_number_of(const SettingSpec *spec, const char *name, const char *v) {
+    if (!parses_as_number(v)) die("%s=%s is not a number", name, v);
+    double d = strtod(v, NULL);
     if (spec->kind != SET_FLOAT && d != floor(d)) die("%s=%s must be a whole number", name, v);
     if (!(d >= spec->min && d <= spec->max)) die("%s=%s is out of range [%g, %g]", name, v, spec->min, spec->max);
     return d;
+}
+
+static double setting_number(const char *name) { return setting_number_of(setting_spec(name), name, setting_value(name)); }
+
+/* TEMPERATURE, or TEMP when it is a number. Many systems export TEMP as the temp directory
+   (TEMP=/tmp), so a TEMP that is not a number is that variable and is left alone. */
+static double temperature_from_env(void) {
+    const char *temp = getenv("TEMP");
+    if (getenv("TEMPERATURE")) {
+        if (temp && parses_as_number(temp) && strcmp(temp, getenv("TEMPERATURE")))
+            fprintf(stderr, "glm: note: TEMP=%s is ignored: TEMPERATURE=%s is set\n", temp, getenv("TEMPERATURE"));
+        return setting_number("TEMPERATURE");
+    }
+    if (temp && parses_as_number(temp)) return setting_number_of(setting_spec("TEMPERATURE"), "TEMP", temp);
+    if (temp)
+        fprintf(stderr, "glm: note: TEMP=%s is not a number, so it is taken as the temp-directory variable and ignored; "
+                        "set TEMPERATURE\n", temp);
+    return setting_number("TEMPERATURE");
 }
 
 /* Levenshtein distance ≤ 1 between two short names. */
@@ -284,6 +312,12 @@ static int one_edit_apart(const char *a, const char *b) {
     return !strcmp(a + i, b + i + 1);
 }
 
+/* Names other programs use for one of our settings. */
+static const char *const SETTING_SYNONYMS[][2] = {
+    { "TOP_P", "NUCLEUS" }, { "TOPP", "NUCLEUS" }, { "MAX_TOKENS", "NGEN" }, { "N_PREDICT", "NGEN" },
+    { "SYSTEM_PROMPT", "SYSTEM" }, { "MODEL_DIR", "SNAP" }, { "CTX_SIZE", "CTX" }, { "THREAD", "THREADS" },
+};
+
 static void warn_near_miss_variables(void) {
     for (char **e = environ; *e; e++) {
         const char *eq = strchr(*e, '=');
@@ -294,15 +328,19 @@ static void warn_near_miss_variables(void) {
         int known = 0;
         for (size_t i = 0; i < N_SETTINGS; i++) if (!strcmp(SETTINGS[i].name, name)) known = 1;
         if (known) continue;
-        for (size_t i = 0; i < N_SETTINGS; i++)
-            if (strlen(SETTINGS[i].name) >= 3 && one_edit_apart(SETTINGS[i].name, name))
-                fprintf(stderr, "glm: warning: environment variable %s is not a setting; did you mean %s?\n",
-                        name, SETTINGS[i].name);
+        const char *hint = NULL;
+        for (size_t i = 0; i < sizeof SETTING_SYNONYMS / sizeof SETTING_SYNONYMS[0] && !hint; i++)
+            if (!strcasecmp(SETTING_SYNONYMS[i][0], name)) hint = SETTING_SYNONYMS[i][1];
+        for (size_t i = 0; i < N_SETTINGS && !hint; i++)   /* prompt=..., Snap=...: settings are upper case */
+            if (!strcasecmp(SETTINGS[i].name, name)) hint = SETTINGS[i].name;
+        for (size_t i = 0; i < N_SETTINGS && !hint; i++)
+            if (strlen(SETTINGS[i].name) >= 3 && one_edit_apart(SETTINGS[i].name, name)) hint = SETTINGS[i].name;
+        if (hint) fprintf(stderr, "glm: warning: environment variable %s is not a setting; did you mean %s?\n", name, hint);
     }
 }
 
 static void print_help(void) {
-    printf("usage: [VAR=value ...] ./glm [cache_slots] [expert_bits] [dense_bits]\n\n"
+    printf("usage: [VAR=value ...] ./glm [cache_slots] [expert_bits] [dense_bits]    (or --help, --version)\n\n"
            "modes:\n"
            "  PROMPT=\"text\" ./glm   one answer, streamed to stdout (CHAT_TEMPLATE=0: raw text, no template)\n"
            "  CHAT=1 ./glm          terminal chat (the default when stdin is a terminal); :help lists its commands\n"
@@ -312,10 +350,26 @@ static void print_help(void) {
            "  expert_bits   load-time precision of routed experts: 16 (f32), 8, 4 or 2 (default 4)\n"
            "  dense_bits    load-time precision of every other matrix (default 4)\n"
            "  Pre-quantized tensors (NAME + NAME.qs) are used as they are.\n\n"
+           "  Sampling temperature: TEMPERATURE=0.7 (0: greedy). TEMP is accepted too when it is a number;\n"
+           "  a TEMP that is not one (TEMP=/tmp, the temp directory) is ignored.\n\n"
            "environment variables:\n");
     for (size_t i = 0; i < N_SETTINGS; i++)
         printf("  %-14s default %-6s %s\n", SETTINGS[i].name,
                SETTINGS[i].default_value[0] ? SETTINGS[i].default_value : "-", SETTINGS[i].help);
+}
+
+#ifndef GLM_COMMIT
+#define GLM_COMMIT "unknown"   /* the Makefile passes the git commit */
+#endif
+#define GLM_VERSION "0.2"
+
+/* --version: what was built, and which integer kernels this CPU can run. */
+static void print_version(void) {
+    printf("glm.c %s (commit %s)\nkernels this CPU runs:", GLM_VERSION, GLM_COMMIT);
+    static const QtKernel kernels[] = { QT_KERNEL_VNNI, QT_KERNEL_AVX2, QT_KERNEL_SCALAR };
+    for (size_t i = 0; i < sizeof kernels / sizeof kernels[0]; i++)
+        if (qt_kernel_supported(kernels[i])) printf(" %s", qt_kernel_name(kernels[i]));
+    printf(" (KERNEL=auto picks %s)\n", qt_kernel_name(qt_get_kernel()));
 }
 
 static int parse_bits(const char *arg, const char *what) {
@@ -330,10 +384,15 @@ static Settings settings_from_env(int argc, char **argv) {
     Settings s;
     memset(&s, 0, sizeof s);
     s.cache_slots = 64; s.expert_bits = 4; s.dense_bits = 4;
-    int npos = 0;
+    int npos = 0, given = 0;
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) { print_help(); exit(0); }
+        if (!strcmp(argv[i], "--version")) { print_version(); exit(0); }
         if (argv[i][0] == '-') die("unknown option %s (see --help)", argv[i]);
+        given++;
+    }
+    if (given > 3) die("too many arguments: %d given, at most 3 (cache_slots expert_bits dense_bits)", given);
+    for (int i = 1; i < argc; i++) {
         if (npos == 0) {
             char *end;
             long v = strtol(argv[i], &end, 10);
@@ -341,8 +400,7 @@ static Settings settings_from_env(int argc, char **argv) {
             s.cache_slots = (int)v;
             s.cache_slots_given = 1;
         } else if (npos == 1) s.expert_bits = parse_bits(argv[i], "expert_bits");
-        else if (npos == 2) s.dense_bits = parse_bits(argv[i], "dense_bits");
-        else die("too many arguments (see --help)");
+        else s.dense_bits = parse_bits(argv[i], "dense_bits");
         npos++;
     }
     warn_near_miss_variables();
@@ -382,7 +440,6 @@ static Settings settings_from_env(int argc, char **argv) {
     s.tokenize_path = setting_value("TOKENIZE");
     s.chat_template = (int)setting_number("CHAT_TEMPLATE");
     s.think = (int)setting_number("THINK");
-    s.temperature = (float)setting_number("TEMP");
     s.top_p = (float)setting_number("NUCLEUS");
     s.seed = (uint64_t)setting_number("SEED");
     s.special = (int)setting_number("SPECIAL");
@@ -415,6 +472,8 @@ static Settings settings_from_env(int argc, char **argv) {
     } else {
         die("nothing to do: set PROMPT=\"...\", CHAT=1, TOKENIZE=file or REF=file (see --help)");
     }
+    /* only the modes that sample read the temperature (and may note an unrelated TEMP) */
+    s.temperature = s.mode == MODE_PROMPT || s.mode == MODE_CHAT ? (float)temperature_from_env() : 0.0f;
     if (!s.chat_template && (has_messages || s.system_prompt[0]))
         die("%s needs the chat template: unset CHAT_TEMPLATE=0", has_messages ? "MESSAGES" : "SYSTEM");
     return s;
