@@ -15,8 +15,8 @@
      6. Experts      where a routed expert's weights come from (ExpertStore)
      7. MoE          router, batch union of chosen experts, SwiGLU, shared expert
      8. Model        loading and the forward pass over S positions, the MTP head
-     9. Generation   greedy decoding and the oracle validation modes
-    10. Text         tokenizer glue, chat template, sampling, prompt mode, terminal chat
+     9. Generation   sampling, the Generator (the one decode loop every mode drives), oracle validation
+    10. Text         tokenizer glue, chat template, prompt mode, terminal chat
     11. main         settings → mode → effective configuration → stats
 
    Build: `make` (see Makefile). Run: `./glm --help`. */
@@ -2114,9 +2114,12 @@ static void embed_rows(const Model *m, const int *tokens, int S, float *x) {
 
 /* The main model over S tokens at positions pos0..pos0+S-1 (S ≤ max_batch). Writes the
    final-normed hidden states [S][hidden] (the MTP input) and, if logits != NULL, the logits
-   [S][vocab] (only of the last row when last_only). */
-static void model_forward(Model *m, Session *s, const ForwardOptions *opt, const int *tokens, int S, int pos0,
-                          float *hidden_out, float *logits, int last_only) {
+   [S][vocab] (only of the last row when last_only). A chunk of a long prefill takes many seconds
+   on a big model, so when *interrupt (may be NULL) becomes non-zero it stops between layers and
+   returns -1 with nothing written: the K/V rows it wrote are past the caller's position and are
+   simply overwritten later. Returns 0 when done. */
+static int model_forward(Model *m, Session *s, const ForwardOptions *opt, const int *tokens, int S, int pos0,
+                         float *hidden_out, float *logits, int last_only, const volatile sig_atomic_t *interrupt) {
     const Config *c = &m->c;
     const int H = c->hidden;
     if (S > s->max_batch) die("internal: batch %d exceeds %d", S, s->max_batch);
@@ -2125,6 +2128,10 @@ static void model_forward(Model *m, Session *s, const ForwardOptions *opt, const
     /* a long prefill of a big model reads nearly every expert of every layer: show where it is */
     const int show = s->progress && S >= 32;
     for (int l = 0; l < c->n_layers; l++) {
+        if (interrupt && *interrupt) {
+            if (show) fputs("\r\033[K", stderr);
+            return -1;
+        }
         if (show) fprintf(stderr, "\rglm: prefill of %d tokens at position %d: layer %d/%d ", S, pos0, l + 1, c->n_layers);
         layer_forward(m, s, opt, l, S, pos0);
     }
@@ -2138,6 +2145,7 @@ static void model_forward(Model *m, Session *s, const ForwardOptions *opt, const
     }
     s->profile.forwards++;
     s->profile.positions += S;
+    return 0;
 }
 
 /* The MTP head over S slots (§6.1): slot q takes the token at q+1 and the main model's
@@ -2163,22 +2171,310 @@ static void mtp_forward(Model *m, Session *s, const ForwardOptions *opt, const i
 }
 
 /* =============================================================================================
-   9. Generation and validation against the oracle
-   TF=1: one teacher-forced forward over the reference's full_ids (in BATCH-sized chunks),
-   argmax per position vs tf_pred; MTP=1 adds the MTP head vs mtp_pred. Otherwise greedy decode
-   from prompt_ids, compared with the reference continuation.
+   9. Generation
+   What turns forward passes into a sequence of tokens: token lists, sampling, and the Generator,
+   the one decode loop that every mode drives (the validation modes below, prompt and chat in
+   section 10; next speculation, saved sessions and a server). Then validation against the
+   oracle: TF=1 teacher-forces REF's full_ids (argmax per position vs tf_pred; MTP=1 adds the
+   MTP head vs mtp_pred), greedy decoding continues prompt_ids and is compared with full_ids,
+   REPLAY=1 decodes full_ids one token at a time as fixed input (the decode benchmark).
    ============================================================================================= */
 
-typedef struct { int *ids; int n; } IdList;
+/* A growable list of token ids. */
+typedef struct { int *ids; int n, cap; } TokenList;
 
-typedef struct { IdList prompt, full, tf_pred, mtp_pred; } Reference;
+static void tokens_push(TokenList *l, int id) {
+    if (l->n == l->cap) {
+        l->cap = l->cap ? 2 * l->cap : 64;
+        int *grown = realloc(l->ids, (size_t)l->cap * sizeof(int));
+        if (!grown) die("out of memory for %d token ids", l->cap);
+        l->ids = grown;
+    }
+    l->ids[l->n++] = id;
+}
 
-static IdList json_id_list(const JsonValue *root, const char *key, const char *path, int required) {
-    IdList l = { NULL, 0 };
+/* ---- sampling -------------------------------------------------------------------------------- */
+
+/* Exact over the full vocabulary: probabilities are computed in double (a sum of 150k terms loses
+   nothing that matters), the nucleus is the smallest prefix of the tokens sorted by probability
+   (ties: smaller id first) whose mass reaches top_p, renormalized, and one uniform draw from a
+   seeded splitmix64 stream picks the token. Same seed and settings, same tokens. */
+typedef struct { double p; int id; } TokenProb;
+
+typedef struct {
+    float temperature, top_p;
+    uint64_t seed, state;
+    int vocab;
+    double *weights;                /* [vocab] exp((logit - max) / T) */
+    TokenProb *candidates;          /* [vocab] the tokens that may be in the nucleus, sorted */
+} Sampler;
+
+static uint64_t splitmix64_next(uint64_t *state) {
+    uint64_t z = (*state += 0x9E3779B97F4A7C15ull);
+    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+    return z ^ (z >> 31);
+}
+
+static double sampler_uniform(Sampler *sp) { return (double)(splitmix64_next(&sp->state) >> 11) * 0x1.0p-53; }
+
+static void sampler_init(Sampler *sp, int vocab, float temperature, float top_p, uint64_t seed) {
+    sp->temperature = temperature;
+    sp->top_p = top_p;
+    sp->vocab = vocab;
+    sp->seed = sp->state = seed;
+    sp->weights = xmalloc((size_t)vocab * sizeof(double));
+    sp->candidates = xmalloc((size_t)vocab * sizeof(TokenProb));
+}
+
+static int token_prob_cmp(const void *a, const void *b) {
+    const TokenProb *x = a, *y = b;
+    if (x->p > y->p) return -1;
+    if (x->p < y->p) return 1;
+    return x->id - y->id;
+}
+
+/* Sorts the candidates (weight >= floor) and returns how many of them form the nucleus, or 0 when
+   they do not reach top_p of the total (floor too high, which rounding can cause). *mass: their sum. */
+static int nucleus_prefix(Sampler *sp, double total, double floor, double *mass) {
+    int n = 0;
+    for (int i = 0; i < sp->vocab; i++)
+        if (sp->weights[i] >= floor) sp->candidates[n++] = (TokenProb){ sp->weights[i], i };
+    qsort(sp->candidates, (size_t)n, sizeof(TokenProb), token_prob_cmp);
+    const double need = (double)sp->top_p * total;
+    double acc = 0.0;
+    for (int k = 0; k < n; k++) {
+        acc += sp->candidates[k].p;
+        if (acc >= need) { *mass = acc; return k + 1; }
+    }
+    return 0;
+}
+
+static int sampler_sample(Sampler *sp, const float *logits) {
+    const int V = sp->vocab;
+    if (sp->temperature <= 0.0f) return argmax(logits, V);
+    double *w = sp->weights;
+    const double mx = logits[argmax(logits, V)];
+    double total = 0.0;
+    for (int i = 0; i < V; i++) { w[i] = exp(((double)logits[i] - mx) / sp->temperature); total += w[i]; }
+    const double u = sampler_uniform(sp);
+    if (sp->top_p >= 1.0f) {   /* the whole distribution, walked in id order */
+        double target = u * total, acc = 0.0;
+        for (int i = 0; i < V; i++) { acc += w[i]; if (target < acc) return i; }
+        return argmax(logits, V);
+    }
+    /* A token below (1 - top_p) / (V - 1) of the mass can never be in the nucleus: all such
+       tokens together hold less than 1 - top_p. Sorting only the rest is exact and much faster. */
+    double mass = 0.0;
+    int k = nucleus_prefix(sp, total, (1.0 - sp->top_p) / (V > 1 ? V - 1 : 1) * total, &mass);
+    if (!k) k = nucleus_prefix(sp, total, -1.0, &mass);
+    if (!k) return argmax(logits, V);   /* rounding kept even the full sum below top_p of itself */
+    double target = u * mass, acc = 0.0;
+    for (int i = 0; i < k; i++) { acc += sp->candidates[i].p; if (target < acc) return sp->candidates[i].id; }
+    return sp->candidates[k - 1].id;
+}
+
+/* Back to the start of the seed's stream (chat's :reset, so a conversation can be replayed). */
+static void sampler_restart(Sampler *sp) { sp->state = sp->seed; }
+
+static void sampler_free(Sampler *sp) {
+    free(sp->weights);
+    free(sp->candidates);
+    sp->weights = NULL;
+    sp->candidates = NULL;
+}
+
+/* ---- the generator ---------------------------------------------------------------------------- */
+
+/* A Generator owns one conversation's decode state over a Session (whose KV cache it fills):
+   the token history, the position, the sampler, the stop rules, and where tokens go. Invariants:
+   - history[0, pos) are exactly the tokens whose K/V rows are in the cache. Rows past pos may
+     hold anything (an interrupted prefill, rejected drafts): attention at position i reads keys
+     0..i only, so they are overwritten before anything reads them. Hence a rollback is O(1).
+   - The logits predict position pos, and last_hidden is the final-normed hidden state of
+     position pos-1 (the MTP head's input), whenever logits_pos == pos. A rollback or an
+     interrupted prefill leaves them stale; the next step then first re-runs the token at pos-1
+     (which rewrites its K/V row bit for bit: a row never depends on the batch it ran in). That
+     is the one rule: nothing else ever has to restore the logits.
+   - generator_step samples from the logits, applies the stop rules, hands the token to on_token
+     and runs the forward for it. It returns a RUN of ids (today always one), so a speculative
+     step (draft k tokens, verify them in one forward of k+1 rows, keep the accepted prefix and
+     the logits after it, roll back the rest) fits behind the same call.
+   - Interruption is a flag the caller owns (*interrupt != 0), read before each step, between
+     prefill chunks and between the layers of a chunk. Nothing here reads a global or prints.
+   A run of steps (generator_begin) ends at an EOS id (neither reported nor cached), after
+   max_tokens, when the cache is full, or at the interrupt; the reason is in `stop`. Stop strings
+   need the text, so they will come as a matcher the caller hands in next to on_token. Sessions
+   save history[0, pos) with the KV rows; a server keeps one Generator per conversation and sets
+   its sampler, stop rules, callback and interrupt per request. */
+
+typedef enum { STOP_NONE, STOP_EOS, STOP_LIMIT, STOP_INTERRUPT, STOP_CONTEXT } StopReason;
+static const char *const STOP_NAMES[] = { "-", "eos", "NGEN", "interrupted (Ctrl-C)", "context full" };
+
+typedef struct { float temperature, top_p; uint64_t seed; } SamplerSettings;
+
+typedef struct {
+    const int *eos;
+    int n_eos;                /* ids that end a run: neither reported nor cached */
+    int max_tokens;           /* tokens per run of steps (-1: no limit) */
+    int resumable;            /* at max_tokens, still run the last token's forward so that a later
+                                 run can go on from it (chat's :more); otherwise the last token is
+                                 reported but not cached, which saves one forward */
+} StopRules;
+
+typedef void (*TokenCallback)(void *user, int id);
+/* Teacher forcing: the logits [S][vocab] and final-normed hidden states [S][hidden] of every
+   position of each prefill chunk (positions pos0 .. pos0+S-1). */
+typedef void (*LogitsSink)(void *user, int pos0, int S, const float *logits, const float *hidden);
+
+typedef struct {
+    Model *model;
+    Session *session;
+    const ForwardOptions *opt;
+    Sampler sampler;
+    StopRules stop_rules;                       /* default: the model's EOS ids, no limit */
+    TokenCallback on_token;                     /* each reported token (may be NULL) */
+    void *on_token_user;
+    LogitsSink on_logits;                       /* may be NULL: then only the last position's logits */
+    void *on_logits_user;
+    const volatile sig_atomic_t *interrupt;     /* may be NULL */
+    int *history;                               /* [capacity] */
+    int pos;
+    float *logits;                              /* [vocab], predicting position logits_pos */
+    int logits_pos;                             /* -1: none yet */
+    float *hidden;                              /* [max_batch][hidden] of the last forward */
+    const float *last_hidden;                   /* its row of position logits_pos - 1 */
+    float *chunk_logits;                        /* [max_batch][vocab], with on_logits only */
+    int generated;                              /* tokens reported in this run of steps */
+    StopReason stop;                            /* why the run ended; STOP_NONE while it goes on */
+    long long forwards;                         /* forward passes run, all kinds */
+} Generator;
+
+static Generator *generator_create(Model *m, Session *s, const ForwardOptions *opt, SamplerSettings sampling) {
+    Generator *g = xcalloc(1, sizeof *g);
+    g->model = m;
+    g->session = s;
+    g->opt = opt;
+    sampler_init(&g->sampler, m->c.vocab, sampling.temperature, sampling.top_p, sampling.seed);
+    g->stop_rules = (StopRules){ m->c.eos, m->c.n_eos, -1, 0 };
+    g->history = xmalloc((size_t)s->capacity * sizeof(int));
+    g->logits = xmalloc((size_t)m->c.vocab * sizeof(float));
+    g->logits_pos = -1;
+    g->hidden = xmalloc((size_t)s->max_batch * m->c.hidden * sizeof(float));
+    return g;
+}
+
+static void generator_free(Generator *g) {
+    if (!g) return;
+    sampler_free(&g->sampler);
+    free(g->history);
+    free(g->logits);
+    free(g->hidden);
+    free(g->chunk_logits);
+    free(g);
+}
+
+/* Runs tokens[0, S) at positions pos.. and commits them (history, pos, logits, last_hidden).
+   with_sink: every row's logits go to on_logits. -1 when interrupted (nothing committed). */
+static int generator_forward(Generator *g, const int *tokens, int S, int with_sink, const volatile sig_atomic_t *interrupt) {
+    const int V = g->model->c.vocab, H = g->model->c.hidden;
+    const int all_rows = with_sink && g->on_logits;
+    if (all_rows && !g->chunk_logits) g->chunk_logits = xmalloc((size_t)g->session->max_batch * V * sizeof(float));
+    float *logits = all_rows ? g->chunk_logits : g->logits;
+    if (model_forward(g->model, g->session, g->opt, tokens, S, g->pos, g->hidden, logits, !all_rows, interrupt)) return -1;
+    g->forwards++;
+    if (all_rows) memcpy(g->logits, g->chunk_logits + (size_t)(S - 1) * V, (size_t)V * sizeof(float));
+    memcpy(g->history + g->pos, tokens, (size_t)S * sizeof(int));
+    g->pos += S;
+    g->logits_pos = g->pos;
+    g->last_hidden = g->hidden + (size_t)(S - 1) * H;
+    if (all_rows) g->on_logits(g->on_logits_user, g->pos - S, S, g->chunk_logits, g->hidden);
+    return 0;
+}
+
+/* The one rule that keeps "the logits predict position pos": when they are stale, re-run the
+   token at pos-1. */
+static void generator_refresh_logits(Generator *g) {
+    if (g->logits_pos == g->pos) return;
+    if (g->pos == 0) die("internal: a generator step needs at least one prefilled token");
+    const int last = g->history[g->pos - 1];
+    g->pos--;
+    generator_forward(g, &last, 1, 0, NULL);
+}
+
+/* Appends tokens[0, n) at pos in BATCH-sized chunks. Returns the tokens done: n, or fewer when
+   the interrupt stopped it, and then pos is back where it was (the chunks done are dropped). */
+static int generator_prefill(Generator *g, const int *tokens, int n) {
+    const int start = g->pos, B = g->session->max_batch;
+    int done = 0;
+    while (done < n) {
+        if (g->interrupt && *g->interrupt) break;
+        const int S = n - done < B ? n - done : B;
+        if (generator_forward(g, tokens + done, S, 1, g->interrupt)) break;
+        done += S;
+    }
+    if (done < n) g->pos = start;
+    return done;
+}
+
+/* Drops the history past pos (the K/V rows there are overwritten later). */
+static void generator_rollback(Generator *g, int pos) {
+    if (pos < 0 || pos > g->pos) die("internal: rollback to %d from position %d", pos, g->pos);
+    g->pos = pos;
+}
+
+/* Makes the history equal tokens[0, n): keeps the longest common prefix, rolls back to it and
+   prefills the rest. At least one token is always run, so the logits belong to this history.
+   Returns n, or fewer when interrupted (then the history is the kept prefix); *reused (may be
+   NULL) gets the length of the prefix that was kept. (For sessions and the server; the CLI modes
+   only append, tests/test_generator.c checks it.) */
+__attribute__((unused)) static int generator_reuse_prefix(Generator *g, const int *tokens, int n, int *reused) {
+    int keep = 0;
+    while (keep < g->pos && keep < n && g->history[keep] == tokens[keep]) keep++;
+    if (keep == n && n > 0) keep = n - 1;
+    generator_rollback(g, keep);
+    if (reused) *reused = keep;
+    const int done = generator_prefill(g, tokens + keep, n - keep);
+    return done == n - keep ? n : keep;
+}
+
+/* Starts a run of steps: the token count restarts and the stop reason clears. */
+static void generator_begin(Generator *g) {
+    g->generated = 0;
+    g->stop = STOP_NONE;
+}
+
+/* One step: the next id(s) into ids[0, max), reported to on_token and (unless the run ends there
+   and is not resumable) run through the model. Returns how many; 0 when the run has stopped,
+   and g->stop says why. */
+static int generator_step(Generator *g, int *ids, int max) {
+    const StopRules *r = &g->stop_rules;
+    if (g->stop != STOP_NONE || max < 1) return 0;
+    if (g->interrupt && *g->interrupt) { g->stop = STOP_INTERRUPT; return 0; }
+    if (r->max_tokens >= 0 && g->generated >= r->max_tokens) { g->stop = STOP_LIMIT; return 0; }
+    generator_refresh_logits(g);
+    const int id = sampler_sample(&g->sampler, g->logits);
+    for (int i = 0; i < r->n_eos; i++)
+        if (r->eos[i] == id) { g->stop = STOP_EOS; return 0; }
+    if (g->pos >= g->session->capacity) { g->stop = STOP_CONTEXT; return 0; }
+    ids[0] = id;
+    g->generated++;
+    if (g->on_token) g->on_token(g->on_token_user, id);
+    if (!r->resumable && r->max_tokens >= 0 && g->generated >= r->max_tokens) { g->stop = STOP_LIMIT; return 1; }
+    generator_forward(g, &id, 1, 0, NULL);
+    return 1;
+}
+
+/* ---- validation against the oracle ------------------------------------------------------------ */
+
+typedef struct { TokenList prompt, full, tf_pred, mtp_pred; } Reference;
+
+static TokenList json_id_list(const JsonValue *root, const char *key, const char *path, int required) {
+    TokenList l = { NULL, 0, 0 };
     const JsonValue *v = json_get(root, key);
     if (!v) { if (required) die("%s: field \"%s\" is missing", path, key); return l; }
     if (json_type(v) != JSON_ARRAY) die("%s: field \"%s\" must be a list of token ids", path, key);
-    l.n = (int)json_len(v);
+    l.n = l.cap = (int)json_len(v);
     l.ids = xmalloc((size_t)(l.n ? l.n : 1) * sizeof(int));
     for (int i = 0; i < l.n; i++) {
         int64_t id;
@@ -2232,90 +2528,115 @@ static uint64_t fnv1a(uint64_t h, const void *data, size_t n) {
     return h;
 }
 
+/* Teacher forcing goes through the generator's logits sink: per chunk, the argmax of every
+   position, a hash of the whole logits tensor, and (MTP=1) the MTP head over the same chunk:
+   slot q takes the token at q+1 and the main model's hidden state at q, and predicts q+2. */
+typedef struct {
+    Model *model;
+    Session *session;
+    const ForwardOptions *opt;
+    const Reference *ref;
+    int *pred, *mtp_pred;           /* [full.n], [full.n - 1] */
+    uint64_t logits_hash;
+    int with_mtp;
+    float *mtp_hidden, *mtp_logits; /* [max_batch][hidden], [max_batch][vocab] */
+    double mtp_seconds;
+} TeacherForcing;
+
+static void teacher_forcing_chunk(void *user, int pos0, int S, const float *logits, const float *hidden) {
+    TeacherForcing *tf = user;
+    const int V = tf->model->c.vocab, slots = tf->ref->full.n - 1;
+    for (int r = 0; r < S; r++) tf->pred[pos0 + r] = argmax(logits + (size_t)r * V, V);
+    tf->logits_hash = fnv1a(tf->logits_hash, logits, (size_t)S * V * sizeof(float));
+    const int n = slots - pos0 < S ? slots - pos0 : S;
+    if (!tf->with_mtp || n <= 0) return;
+    double t0 = now_seconds();
+    mtp_forward(tf->model, tf->session, tf->opt, tf->ref->full.ids + pos0 + 1, hidden, n, pos0, tf->mtp_hidden, tf->mtp_logits);
+    for (int r = 0; r < n; r++) tf->mtp_pred[pos0 + r] = argmax(tf->mtp_logits + (size_t)r * V, V);
+    tf->mtp_seconds += now_seconds() - t0;
+}
+
 static int run_teacher_forcing(Model *m, Session *s, const ForwardOptions *opt, const Reference *ref, int with_mtp) {
     const Config *c = &m->c;
-    const int N = ref->full.n, H = c->hidden, V = c->vocab, B = s->max_batch;
-    float *hidden = xmalloc((size_t)N * H * sizeof(float));
-    float *logits = xmalloc((size_t)B * V * sizeof(float));
-    int *pred = xmalloc((size_t)N * sizeof(int));
-    uint64_t logits_hash = 0xcbf29ce484222325ull;
-    double t0 = now_seconds();
-    for (int p = 0; p < N; p += B) {
-        int S = N - p < B ? N - p : B;
-        model_forward(m, s, opt, ref->full.ids + p, S, p, hidden + (size_t)p * H, logits, 0);
-        for (int r = 0; r < S; r++) pred[p + r] = argmax(logits + (size_t)r * V, V);
-        logits_hash = fnv1a(logits_hash, logits, (size_t)S * V * sizeof(float));
+    const int N = ref->full.n, M = N - 1, H = c->hidden, V = c->vocab, B = s->max_batch;
+    if (with_mtp && !c->n_mtp) die("MTP=1 but the model has no MTP layer");
+    TeacherForcing tf = { m, s, opt, ref, xmalloc((size_t)N * sizeof(int)), xmalloc((size_t)(M > 0 ? M : 1) * sizeof(int)),
+                          0xcbf29ce484222325ull, with_mtp, NULL, NULL, 0.0 };
+    if (with_mtp) {
+        tf.mtp_hidden = xmalloc((size_t)B * H * sizeof(float));
+        tf.mtp_logits = xmalloc((size_t)B * V * sizeof(float));
     }
-    double dt = now_seconds() - t0;
-    print_ids(stdout, "TF pred", pred, N);
-    printf("TF logits hash: %016llx\n", (unsigned long long)logits_hash);   /* bitwise identity checks */
+    Generator *g = generator_create(m, s, opt, (SamplerSettings){ 0.0f, 1.0f, 1 });
+    g->on_logits = teacher_forcing_chunk;
+    g->on_logits_user = &tf;
+    double t0 = now_seconds();
+    generator_prefill(g, ref->full.ids, N);
+    double dt = now_seconds() - t0 - tf.mtp_seconds;
+    generator_free(g);
+    print_ids(stdout, "TF pred", tf.pred, N);
+    printf("TF logits hash: %016llx\n", (unsigned long long)tf.logits_hash);   /* bitwise identity checks */
     int failed = 0;
     if (ref->tf_pred.n) {
         if (ref->tf_pred.n != N) die("REF: tf_pred has %d entries, full_ids %d", ref->tf_pred.n, N);
-        int ok = compare_predictions("TF", pred, ref->tf_pred.ids, N);
+        int ok = compare_predictions("TF", tf.pred, ref->tf_pred.ids, N);
         printf("PREFILL (teacher-forcing) C vs oracle: %d/%d positions\n", ok, N);
         failed |= ok != N;
     }
     fprintf(stderr, "glm: teacher-forced prefill of %d tokens in %.3f s (%.1f tok/s)\n", N, dt, N / dt);
     if (with_mtp) {
-        if (!c->n_mtp) die("MTP=1 but the model has no MTP layer");
-        const int M = N - 1;
-        float *mtp_hidden = xmalloc((size_t)B * H * sizeof(float));
-        int *mpred = xmalloc((size_t)(M > 0 ? M : 1) * sizeof(int));
-        for (int p = 0; p < M; p += B) {
-            int S = M - p < B ? M - p : B;
-            mtp_forward(m, s, opt, ref->full.ids + p + 1, hidden + (size_t)p * H, S, p, mtp_hidden, logits);
-            for (int r = 0; r < S; r++) mpred[p + r] = argmax(logits + (size_t)r * V, V);
-        }
-        print_ids(stdout, "MTP pred", mpred, M);
+        print_ids(stdout, "MTP pred", tf.mtp_pred, M);
         if (ref->mtp_pred.n) {
             if (ref->mtp_pred.n != M) die("REF: mtp_pred has %d entries, expected %d", ref->mtp_pred.n, M);
-            int ok = compare_predictions("MTP", mpred, ref->mtp_pred.ids, M);
+            int ok = compare_predictions("MTP", tf.mtp_pred, ref->mtp_pred.ids, M);
             printf("MTP C vs oracle: %d/%d\n", ok, M);
             failed |= ok != M;
         }
-        free(mtp_hidden);
-        free(mpred);
     }
-    free(hidden); free(logits); free(pred);
+    free(tf.pred); free(tf.mtp_pred); free(tf.mtp_hidden); free(tf.mtp_logits);
     return failed;
 }
 
-/* Prefill `n` tokens at pos0 in BATCH-sized chunks; leaves the last position's logits. When
-   *interrupt (may be NULL) becomes non-zero it stops between chunks; returns the tokens done. */
-static int prefill(Model *m, Session *s, const ForwardOptions *opt, const int *tokens, int n, int pos0, float *hidden,
-                   float *logits, const volatile sig_atomic_t *interrupt) {
-    int p = 0;
-    while (p < n && !(interrupt && *interrupt)) {
-        int S = n - p < s->max_batch ? n - p : s->max_batch;
-        model_forward(m, s, opt, tokens + p, S, pos0 + p, hidden, logits, 1);
-        p += S;
-    }
-    return p;
-}
+static void collect_token(void *user, int id) { tokens_push(user, id); }
 
+/* Greedy decoding from prompt_ids, NGEN tokens (EOS does not stop it: the oracle's continuation
+   does not stop either), compared with the reference continuation. */
 static int run_greedy(Model *m, Session *s, const ForwardOptions *opt, const Reference *ref, int ngen) {
-    const Config *c = &m->c;
-    const int V = c->vocab, H = c->hidden, P = ref->prompt.n;
-    float *hidden = xmalloc((size_t)s->max_batch * H * sizeof(float));
-    float *logits = xmalloc((size_t)V * sizeof(float));
-    int *out = xmalloc((size_t)(ngen > 0 ? ngen : 1) * sizeof(int));
+    const int P = ref->prompt.n;
+    Generator *g = generator_create(m, s, opt, (SamplerSettings){ 0.0f, 1.0f, 1 });
+    g->stop_rules = (StopRules){ NULL, 0, ngen, 0 };
+    TokenList out = { 0 };
+    g->on_token = collect_token;
+    g->on_token_user = &out;
     double t0 = now_seconds();
-    prefill(m, s, opt, ref->prompt.ids, P, 0, hidden, logits, NULL);
+    generator_prefill(g, ref->prompt.ids, P);
     double t1 = now_seconds();
-    for (int i = 0; i < ngen; i++) {
-        out[i] = argmax(logits, V);
-        if (i + 1 < ngen) model_forward(m, s, opt, &out[i], 1, P + i, hidden, logits, 1);
-    }
+    int id;
+    while (generator_step(g, &id, 1) > 0) {}
     double t2 = now_seconds();
-    print_ids(stdout, "Generated", out, ngen);
-    int expected = ref->full.n - P < ngen ? ref->full.n - P : ngen;
-    int ok = compare_predictions("Greedy", out, ref->full.ids + P, expected);
+    generator_free(g);
+    print_ids(stdout, "Generated", out.ids, out.n);
+    int expected = ref->full.n - P < out.n ? ref->full.n - P : out.n;
+    int ok = compare_predictions("Greedy", out.ids, ref->full.ids + P, expected);
     printf("Matching tokens: %d/%d\n", ok, expected);
     fprintf(stderr, "glm: prefill %d tokens %.3f s | decode %d tokens %.3f s (%.2f tok/s) | peak RSS %.2f GB\n",
-            P, t1 - t0, ngen, t2 - t1, ngen > 1 ? (ngen - 1) / (t2 - t1) : 0.0, peak_rss_gb());
-    free(hidden); free(logits); free(out);
+            P, t1 - t0, out.n, t2 - t1, out.n > 1 ? (out.n - 1) / (t2 - t1) : 0.0, peak_rss_gb());
+    free(out.ids);
     return ok != expected;
+}
+
+/* REPLAY: full_ids fed one token at a time as fixed input — the decode benchmark. */
+static void run_replay(Model *m, Session *s, const ForwardOptions *opt, const Reference *ref) {
+    const int N = ref->full.n;
+    Generator *g = generator_create(m, s, opt, (SamplerSettings){ 0.0f, 1.0f, 1 });
+    ExpertStore *st = &m->experts;
+    long long h0 = st->hits, m0 = st->misses;
+    double t0 = now_seconds();
+    for (int i = 0; i < N; i++) generator_prefill(g, &ref->full.ids[i], 1);
+    double dt = now_seconds() - t0;
+    generator_free(g);
+    long long hits = st->hits - h0, total = hits + st->misses - m0;
+    printf("REPLAY decode: %d tokens in %.3fs | %.3f tok/s | expert hit %.1f%%\n", N, dt, N / dt,
+           total ? 100.0 * hits / total : 0.0);
 }
 
 /* =============================================================================================
@@ -2324,9 +2645,10 @@ static int run_greedy(Model *m, Session *s, const ForwardOptions *opt, const Ref
    GLM-5 chat template (tokenizer.md §3.4) is rendered straight into ids: role tags are looked up
    by name and message contents are encoded as text, so a message cannot smuggle in a role tag
    unless SPECIAL=1 (the ids equal HF's tokenization of the rendered string whenever the contents
-   hold no tag). Generation samples exactly over the whole vocabulary, streams text that never
-   splits a UTF-8 character, and stops at an EOS id of generation_config.json / config.json
-   (not printed), at NGEN, when the KV cache is full, or at Ctrl-C.
+   hold no tag). Replies come from the Generator (section 9), which samples exactly over the
+   whole vocabulary and stops at an EOS id of generation_config.json / config.json (not
+   printed), at NGEN, when the KV cache is full, or at Ctrl-C; here they are streamed as text
+   that never splits a UTF-8 character.
 
    Chat history lives in the KV cache: a turn prefills only its own tokens
    (<|user|>text<|assistant|><think>) after what is already there, and a reply stays in the cache
@@ -2348,8 +2670,6 @@ typedef struct {
     /* template tags, -1 when the tokenizer lacks one */
     int gmask, sop, system, user, assistant, think, end_think;
 } TextCodec;
-
-typedef struct { int *ids; int n, cap; } TokenList;
 
 static TextCodec codec_load(const char *model_dir, int special) {
     TextCodec tc;
@@ -2377,16 +2697,6 @@ static void codec_require_template(const TextCodec *tc) {
         if (ids[i] < 0)
             die("%s has no %s token, so the GLM-5 chat template cannot be rendered (CHAT_TEMPLATE=0 sends raw text)",
                 tc->path, names[i]);
-}
-
-static void tokens_push(TokenList *l, int id) {
-    if (l->n == l->cap) {
-        l->cap = l->cap ? 2 * l->cap : 64;
-        int *grown = realloc(l->ids, (size_t)l->cap * sizeof(int));
-        if (!grown) die("out of memory for %d token ids", l->cap);
-        l->ids = grown;
-    }
-    l->ids[l->n++] = id;
 }
 
 static void tokens_push_text(TokenList *l, const TextCodec *tc, const char *text, size_t len) {
@@ -2556,91 +2866,11 @@ static void build_prompt(const Settings *set, const TextCodec *tc, TokenList *ou
     if (doc) json_free(doc);
 }
 
-/* ---- sampling -------------------------------------------------------------------------------- */
+/* ---- a conversation as text: the Generator's tokens on the terminal -------------------------- */
 
-/* Exact over the full vocabulary: probabilities are computed in double (a sum of 150k terms loses
-   nothing that matters), the nucleus is the smallest prefix of the tokens sorted by probability
-   (ties: smaller id first) whose mass reaches top_p, renormalized, and one uniform draw from a
-   seeded splitmix64 stream picks the token. Same seed and settings, same tokens. */
-typedef struct { double p; int id; } TokenProb;
-
-typedef struct {
-    float temperature, top_p;
-    uint64_t seed, state;
-    int vocab;
-    double *weights;                /* [vocab] exp((logit - max) / T) */
-    TokenProb *candidates;          /* [vocab] the tokens that may be in the nucleus, sorted */
-} Sampler;
-
-static uint64_t splitmix64_next(uint64_t *state) {
-    uint64_t z = (*state += 0x9E3779B97F4A7C15ull);
-    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
-    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
-    return z ^ (z >> 31);
-}
-
-static double sampler_uniform(Sampler *sp) { return (double)(splitmix64_next(&sp->state) >> 11) * 0x1.0p-53; }
-
-static void sampler_init(Sampler *sp, int vocab, float temperature, float top_p, uint64_t seed) {
-    sp->temperature = temperature;
-    sp->top_p = top_p;
-    sp->vocab = vocab;
-    sp->seed = sp->state = seed;
-    sp->weights = xmalloc((size_t)vocab * sizeof(double));
-    sp->candidates = xmalloc((size_t)vocab * sizeof(TokenProb));
-}
-
-static int token_prob_cmp(const void *a, const void *b) {
-    const TokenProb *x = a, *y = b;
-    if (x->p > y->p) return -1;
-    if (x->p < y->p) return 1;
-    return x->id - y->id;
-}
-
-/* Sorts the candidates (weight >= floor) and returns how many of them form the nucleus, or 0 when
-   they do not reach top_p of the total (floor too high, which rounding can cause). *mass: their sum. */
-static int nucleus_prefix(Sampler *sp, double total, double floor, double *mass) {
-    int n = 0;
-    for (int i = 0; i < sp->vocab; i++)
-        if (sp->weights[i] >= floor) sp->candidates[n++] = (TokenProb){ sp->weights[i], i };
-    qsort(sp->candidates, (size_t)n, sizeof(TokenProb), token_prob_cmp);
-    const double need = (double)sp->top_p * total;
-    double acc = 0.0;
-    for (int k = 0; k < n; k++) {
-        acc += sp->candidates[k].p;
-        if (acc >= need) { *mass = acc; return k + 1; }
-    }
-    return 0;
-}
-
-static int sampler_sample(Sampler *sp, const float *logits) {
-    const int V = sp->vocab;
-    if (sp->temperature <= 0.0f) return argmax(logits, V);
-    double *w = sp->weights;
-    const double mx = logits[argmax(logits, V)];
-    double total = 0.0;
-    for (int i = 0; i < V; i++) { w[i] = exp(((double)logits[i] - mx) / sp->temperature); total += w[i]; }
-    const double u = sampler_uniform(sp);
-    if (sp->top_p >= 1.0f) {   /* the whole distribution, walked in id order */
-        double target = u * total, acc = 0.0;
-        for (int i = 0; i < V; i++) { acc += w[i]; if (target < acc) return i; }
-        return argmax(logits, V);
-    }
-    /* A token below (1 - top_p) / (V - 1) of the mass can never be in the nucleus: all such
-       tokens together hold less than 1 - top_p. Sorting only the rest is exact and much faster. */
-    double mass = 0.0;
-    int k = nucleus_prefix(sp, total, (1.0 - sp->top_p) / (V > 1 ? V - 1 : 1) * total, &mass);
-    if (!k) k = nucleus_prefix(sp, total, -1.0, &mass);
-    if (!k) return argmax(logits, V);   /* rounding kept even the full sum below top_p of itself */
-    double target = u * mass, acc = 0.0;
-    for (int i = 0; i < k; i++) { acc += sp->candidates[i].p; if (target < acc) return sp->candidates[i].id; }
-    return sp->candidates[k - 1].id;
-}
-
-/* ---- generation: one conversation over the KV cache ------------------------------------------ */
-
-/* Ctrl-C: the handler only counts; generation checks the count between tokens (and prefill
-   between chunks). A second Ctrl-C before generation noticed the first leaves at once. */
+/* Ctrl-C: the handler only counts; the generator reads the count (handed to it as its interrupt
+   flag) between tokens, prefill chunks and layers. A second Ctrl-C before it noticed the first
+   leaves at once. */
 static volatile sig_atomic_t g_interrupts;
 static struct termios g_saved_termios;
 static volatile sig_atomic_t g_termios_saved;
@@ -2667,9 +2897,6 @@ static void install_sigint_handler(void) {
     sigaction(SIGINT, &sa, NULL);
 }
 
-typedef enum { STOP_NONE, STOP_EOS, STOP_LIMIT, STOP_INTERRUPT, STOP_CONTEXT } StopReason;
-static const char *const STOP_NAMES[] = { "-", "eos", "NGEN", "interrupted (Ctrl-C)", "context full" };
-
 #define ANSI_DIM "\033[2m"
 #define ANSI_RESET "\033[0m"
 
@@ -2682,14 +2909,9 @@ typedef struct {
 } TurnStats;
 
 typedef struct {
-    Model *model;
-    Session *session;
-    const ForwardOptions *opt;
+    Generator *gen;
     const TextCodec *codec;
-    Sampler sampler;
-    float *hidden, *logits;        /* [max_batch][hidden], [vocab] */
-    int pos;                       /* tokens in the KV cache */
-    int can_continue;              /* logits predict position pos: the last reply was cut (NGEN, Ctrl-C) */
+    int can_continue;              /* the last reply was cut (NGEN, Ctrl-C): :more may go on */
     int in_thinking;               /* the reply is between <think> and </think> */
     int out_tty;                   /* stdout is a terminal: dim the reasoning, show control bytes as ^X */
     TokStream stream;
@@ -2701,19 +2923,25 @@ typedef struct {
     double total_decode_seconds;
 } Dialog;
 
-static void dialog_init(Dialog *d, Model *m, Session *s, const ForwardOptions *opt, const TextCodec *tc, const Settings *set) {
+static void dialog_show_token(void *user, int id);
+
+/* The dialog prints what `gen` generates and hands it the Ctrl-C counter as its interrupt. */
+static void dialog_init(Dialog *d, Generator *gen, const TextCodec *tc) {
     memset(d, 0, sizeof *d);
-    d->model = m;
-    d->session = s;
-    d->opt = opt;
+    d->gen = gen;
     d->codec = tc;
-    sampler_init(&d->sampler, m->c.vocab, set->temperature, set->top_p, set->seed);
-    d->hidden = xmalloc((size_t)s->max_batch * m->c.hidden * sizeof(float));
-    d->logits = xmalloc((size_t)m->c.vocab * sizeof(float));
     d->out_tty = isatty(STDOUT_FILENO);
     d->text_cap = tok_stream_out_cap(tc->tok);
     d->text = xmalloc(d->text_cap);
     tok_stream_init(&d->stream);
+    gen->on_token = dialog_show_token;
+    gen->on_token_user = d;
+    gen->interrupt = &g_interrupts;
+}
+
+static void dialog_free(Dialog *d) {
+    free(d->text);
+    d->text = NULL;
 }
 
 /* Model text to stdout. On a terminal, control bytes (ESC, CR, BEL, C1 controls) are shown as
@@ -2734,7 +2962,8 @@ static void emit_text(const Dialog *d, const char *s, size_t n) {
     }
 }
 
-static void dialog_show_token(Dialog *d, int id) {
+static void dialog_show_token(void *user, int id) {
+    Dialog *d = user;
     const TextCodec *tc = d->codec;
     if (id == tc->think && d->out_tty && !d->in_thinking) fputs(ANSI_DIM, stdout);
     size_t n = tok_stream_feed(tc->tok, &d->stream, id, d->text, d->text_cap);
@@ -2754,62 +2983,50 @@ static void dialog_flush_text(Dialog *d) {
     fflush(stdout);
 }
 
-static int is_eos(const Config *c, int id) {
-    for (int i = 0; i < c->n_eos; i++) if (c->eos[i] == id) return 1;
-    return 0;
-}
-
 static void turn_begin(const Dialog *d, TurnStats *ts) {
+    const ExpertStore *st = &d->gen->model->experts;
     memset(ts, 0, sizeof *ts);
-    ts->hits0 = d->model->experts.hits;
-    ts->misses0 = d->model->experts.misses;
-    ts->bytes0 = d->model->experts.bytes_read;
-    ts->read_seconds0 = d->model->experts.read_seconds;
-    ts->wait_seconds0 = d->model->experts.wait_seconds;
+    ts->hits0 = st->hits;
+    ts->misses0 = st->misses;
+    ts->bytes0 = st->bytes_read;
+    ts->read_seconds0 = st->read_seconds;
+    ts->wait_seconds0 = st->wait_seconds;
 }
 
-/* Prefills `ids` at the end of the cache. Returns 0, or -1 when Ctrl-C stopped it: then the
-   cache is rolled back to where the turn began (later entries are simply overwritten). */
+/* Prefills `ids` at the end of the cache. Returns 0, or -1 when Ctrl-C stopped it (said on
+   stderr): then the cache is as it was before. */
 static int dialog_prefill(Dialog *d, const TokenList *ids, TurnStats *ts) {
     double t0 = now_seconds();
-    int done = prefill(d->model, d->session, d->opt, ids->ids, ids->n, d->pos, d->hidden, d->logits, &g_interrupts);
+    int done = generator_prefill(d->gen, ids->ids, ids->n);
     ts->prefill_seconds = now_seconds() - t0;
     ts->prompt_tokens = ids->n;
     d->can_continue = 0;   /* the logits now belong to this turn */
-    if (done < ids->n) return -1;
-    d->pos += ids->n;
-    return 0;
+    if (done == ids->n) return 0;
+    fprintf(stderr, "glm: prefill interrupted after %d of %d tokens\n", done, ids->n);
+    return -1;
 }
 
-/* Samples, prints and feeds back up to `limit` tokens (-1: no limit). keep_last: also feed the
-   last token when the limit is reached, so that :more can go on (prompt mode skips that step). */
-static void dialog_generate(Dialog *d, int limit, int keep_last, TurnStats *ts) {
-    const Config *c = &d->model->c;
+/* Generates, prints and caches up to `limit` tokens (-1: no limit). resumable: also run the last
+   token's forward when the limit is reached, so that :more can go on (prompt mode skips that). */
+static void dialog_generate(Dialog *d, int limit, int resumable, TurnStats *ts) {
+    Generator *g = d->gen;
+    g->stop_rules.max_tokens = limit;
+    g->stop_rules.resumable = resumable;
+    generator_begin(g);
     const double t0 = now_seconds();
-    StopReason stop = STOP_NONE;
+    const long long forwards0 = g->forwards;
     if (d->out_tty && d->in_thinking) fputs(ANSI_DIM, stdout);
-    int n = 0;
-    while (stop == STOP_NONE) {
-        if (g_interrupts) { stop = STOP_INTERRUPT; break; }
-        if (limit >= 0 && n >= limit) { stop = STOP_LIMIT; break; }
-        int id = sampler_sample(&d->sampler, d->logits);
-        if (is_eos(c, id)) { stop = STOP_EOS; break; }
-        if (d->pos >= d->session->capacity) { stop = STOP_CONTEXT; break; }
-        dialog_show_token(d, id);
-        n++;
-        if (!keep_last && limit >= 0 && n >= limit) { stop = STOP_LIMIT; break; }
-        model_forward(d->model, d->session, d->opt, &id, 1, d->pos, d->hidden, d->logits, 1);
-        d->pos++;
-        ts->forwards++;
-    }
+    int id;
+    while (generator_step(g, &id, 1) > 0) {}
     if (d->out_tty && d->in_thinking) fputs(ANSI_RESET, stdout);
     fflush(stdout);
-    ts->generated += n;
+    ts->generated += g->generated;
+    ts->forwards += (int)(g->forwards - forwards0);
     ts->decode_seconds += now_seconds() - t0;
-    ts->stop = stop;
-    d->can_continue = keep_last && (stop == STOP_LIMIT || stop == STOP_INTERRUPT);
+    ts->stop = g->stop;
+    d->can_continue = resumable && (g->stop == STOP_LIMIT || g->stop == STOP_INTERRUPT);
     d->replies++;
-    d->total_generated += n;
+    d->total_generated += g->generated;
     d->total_forwards += ts->forwards;
     d->total_decode_seconds += ts->decode_seconds;
 }
@@ -2821,7 +3038,7 @@ static void print_hit_rate(char *buf, size_t n, long long hits, long long misses
 
 /* The stats line after a prompt-mode answer and after each chat turn. */
 static void print_turn_stats(const Dialog *d, const TurnStats *ts) {
-    const ExpertStore *st = &d->model->experts;
+    const ExpertStore *st = &d->gen->model->experts;
     char hit[32];
     print_hit_rate(hit, sizeof hit, st->hits - ts->hits0, st->misses - ts->misses0);
     char speed[32] = "-";
@@ -2830,7 +3047,7 @@ static void print_turn_stats(const Dialog *d, const TurnStats *ts) {
     fprintf(stderr, "glm: [%d prompt tokens, prefill %.3f s | %d tokens, decode %s tok/s | expert hit %s, read %.0f MB "
                     "(%.2f GB/s), waited on disk %.2f s | peak RSS %.2f GB | context %d/%d | stop: %s]\n",
             ts->prompt_tokens, ts->prefill_seconds, ts->generated, speed, hit, mb, rs > 0 ? mb / 1e3 / rs : 0.0,
-            st->wait_seconds - ts->wait_seconds0, peak_rss_gb(), d->pos, d->session->capacity, STOP_NAMES[ts->stop]);
+            st->wait_seconds - ts->wait_seconds0, peak_rss_gb(), d->gen->pos, d->gen->session->capacity, STOP_NAMES[ts->stop]);
 }
 
 /* ---- terminal input: a small line editor --------------------------------------------------- */
@@ -3196,12 +3413,13 @@ static void chat_print_help(void) {
 }
 
 static void chat_print_totals(const Dialog *d, const Settings *set, int think) {
-    const ExpertStore *st = &d->model->experts;
+    const Generator *g = d->gen;
+    const ExpertStore *st = &g->model->experts;
     char hit[32];
     print_hit_rate(hit, sizeof hit, st->hits, st->misses);
     fprintf(stderr, "glm: context %d/%d tokens | %d replies, %lld tokens, decode %.2f tok/s | expert hit %s since start | "
                     "peak RSS %.2f GB | TEMP %g, NUCLEUS %g, SEED %llu | thinking %s\n",
-            d->pos, d->session->capacity, d->replies, d->total_generated,
+            g->pos, g->session->capacity, d->replies, d->total_generated,
             d->total_decode_seconds > 0 ? d->total_forwards / d->total_decode_seconds : 0.0, hit, peak_rss_gb(),
             set->temperature, set->top_p, (unsigned long long)set->seed, think ? "on" : "off");
 }
@@ -3209,6 +3427,7 @@ static void chat_print_totals(const Dialog *d, const Settings *set, int think) {
 /* CHAT mode. Each turn prefills only its own tokens; see the section comment for how the cache
    and the template stay consistent. */
 static int run_chat(const Settings *set, Dialog *d) {
+    Generator *g = d->gen;
     LineEditor ed;
     memset(&ed, 0, sizeof ed);
     ed.tty = isatty(STDIN_FILENO);
@@ -3238,16 +3457,16 @@ static int run_chat(const Settings *set, Dialog *d) {
             else if (!strcmp(line, ":think off")) { think = 0; fprintf(stderr, "glm: thinking off for the next turns\n"); }
             else if (!strcmp(line, ":think")) fprintf(stderr, "glm: thinking is %s (:think on|off)\n", think ? "on" : "off");
             else if (!strcmp(line, ":reset")) {
-                d->pos = 0;
+                generator_rollback(g, 0);
+                sampler_restart(&g->sampler);
                 d->can_continue = 0;
                 d->in_thinking = 0;
-                d->sampler.state = d->sampler.seed;
                 tok_stream_init(&d->stream);
                 fprintf(stderr, "glm: conversation cleared\n");
             } else if (!strcmp(line, ":more")) {
                 if (!d->can_continue) {
                     fprintf(stderr, "glm: nothing to continue: %s\n",
-                            d->pos ? "the last reply ended (EOS, a full context, or a cancelled turn)" : "no reply yet");
+                            g->pos ? "the last reply ended (EOS, a full context, or a cancelled turn)" : "no reply yet");
                     continue;
                 }
                 dialog_generate(d, set->ngen, 1, &ts);
@@ -3270,16 +3489,16 @@ static int run_chat(const Settings *set, Dialog *d) {
             JsonDoc *doc = NULL;
             ChatMessage *msgs;
             ChatMessage user = { ROLE_USER, line, strlen(line), NULL, 0 };
-            if (d->pos == 0) msgs = conversation_opening(set, line, strlen(line), &n, &doc);
+            if (g->pos == 0) msgs = conversation_opening(set, line, strlen(line), &n, &doc);
             else { msgs = &user; n = 1; }
-            chat_render(d->codec, msgs, n, d->pos == 0, &ids);
+            chat_render(d->codec, msgs, n, g->pos == 0, &ids);
             chat_generation_prompt(d->codec, think, &ids);
             if (msgs != &user) free(msgs);
             if (doc) json_free(doc);
         }
-        if (d->pos + ids.n >= d->session->capacity) {
+        if (g->pos + ids.n >= g->session->capacity) {
             fprintf(stderr, "glm: context full: %d tokens used, this turn needs %d more and room to answer, CTX=%d "
-                            "(:reset starts over; a larger CTX keeps more)\n", d->pos, ids.n, d->session->capacity);
+                            "(:reset starts over; a larger CTX keeps more)\n", g->pos, ids.n, g->session->capacity);
             free(ids.ids);
             continue;
         }
@@ -3291,7 +3510,7 @@ static int run_chat(const Settings *set, Dialog *d) {
             putchar('\n');
             fflush(stdout);
             print_turn_stats(d, &ts);
-            if (ts.stop == STOP_CONTEXT) fprintf(stderr, "glm: the context is full (CTX=%d): :reset to start over\n", d->session->capacity);
+            if (ts.stop == STOP_CONTEXT) fprintf(stderr, "glm: the context is full (CTX=%d): :reset to start over\n", g->session->capacity);
         } else {
             fprintf(stderr, "glm: turn cancelled during prefill; the conversation is as it was before it\n");
         }
@@ -3430,22 +3649,6 @@ static void write_route_stats(const ExpertStore *st, const char *path) {
     if (atomic_commit(&af, err, sizeof err)) die("STATS=%s: %s", path, err);
 }
 
-/* REPLAY: decode full_ids one token at a time as fixed input — the decode benchmark. */
-static void run_replay(Model *m, Session *s, const ForwardOptions *opt, const Reference *ref) {
-    const int V = m->c.vocab, H = m->c.hidden, N = ref->full.n;
-    float *hidden = xmalloc((size_t)H * sizeof(float));
-    float *logits = xmalloc((size_t)V * sizeof(float));
-    ExpertStore *st = &m->experts;
-    long long h0 = st->hits, m0 = st->misses;
-    double t0 = now_seconds();
-    for (int i = 0; i < N; i++) model_forward(m, s, opt, &ref->full.ids[i], 1, i, hidden, logits, 1);
-    double dt = now_seconds() - t0;
-    long long hits = st->hits - h0, total = hits + st->misses - m0;
-    printf("REPLAY decode: %d tokens in %.3fs | %.3f tok/s | expert hit %.1f%%\n", N, dt, N / dt,
-           total ? 100.0 * hits / total : 0.0);
-    free(hidden); free(logits);
-}
-
 /* The KV cache, the expert cache and the forward options: what every mode that runs the model needs. */
 static ForwardOptions engine_start(const Settings *set, Model *model, Session *session, int capacity) {
     session_init(session, model, capacity, set->batch);
@@ -3469,7 +3672,7 @@ static int run_validation(const Settings *set) {
     Reference ref = reference_load(set->ref_path);
     Model model;
     model_load(&model, set);
-    const IdList *lists[] = { &ref.prompt, &ref.full, &ref.tf_pred, &ref.mtp_pred };
+    const TokenList *lists[] = { &ref.prompt, &ref.full, &ref.tf_pred, &ref.mtp_pred };
     const char *list_names[] = { "prompt_ids", "full_ids", "tf_pred", "mtp_pred" };
     for (int k = 0; k < 4; k++)
         for (int i = 0; i < lists[k]->n; i++)
@@ -3527,9 +3730,12 @@ static int run_text(Settings set) {
         fprintf(stderr, "glm: sampling: TEMP %g, NUCLEUS %g, SEED %llu\n", set.temperature, set.top_p, (unsigned long long)set.seed);
     else
         fprintf(stderr, "glm: sampling: greedy (TEMP=0)\n");
+    Generator *gen = generator_create(&model, &session, &opt, (SamplerSettings){ set.temperature, set.top_p, set.seed });
     Dialog dialog;
-    dialog_init(&dialog, &model, &session, &opt, &tc, &set);
+    dialog_init(&dialog, gen, &tc);
     int rc = set.mode == MODE_PROMPT ? run_prompt(&set, &dialog, &prompt) : run_chat(&set, &dialog);
+    dialog_free(&dialog);
+    generator_free(gen);
     engine_stop(&set, &model, &session);
     free(prompt.ids);
     return rc;
