@@ -10,7 +10,8 @@ HEADERS = $(wildcard *.h)
 # --version names the commit it was built from
 GLM_COMMIT := $(shell git rev-parse --short HEAD 2>/dev/null || echo unknown)
 
-TEST_BINS = tests/bin/test_st tests/bin/test_json tests/bin/test_quant tests/bin/test_tok tests/bin/test_tier
+TEST_BINS = tests/bin/test_st tests/bin/test_json tests/bin/test_quant tests/bin/test_tok tests/bin/test_tier \
+            tests/bin/test_generator
 
 .PHONY: all test asan bench clean
 all: glm
@@ -21,6 +22,9 @@ glm: glm.c $(HEADERS)
 tests/bin/%: tests/%.c $(HEADERS)
 	@mkdir -p tests/bin
 	$(CC) $(CFLAGS) -I. -o $@ $< $(LDLIBS)
+
+# tests that include glm.c itself (GLM_NO_MAIN)
+tests/bin/test_generator: glm.c
 
 test: glm $(TEST_BINS)
 	bash tests/run.sh

@@ -51,3 +51,17 @@ has "lowercase snap hints SNAP" 'variable snap is not a setting; did you mean SN
 same "TEMPERATURE is a setting: no warning" "" "$(hint TEMPERATURE=0.5)"
 expect_fail "ABSORB=-1 (the old 'auto') is refused by name" 'ABSORB=-1 is out of range \[0, 1\]' \
   env SNAP=$F/oracle_dense REF=$F/oracle_dense/reference.json TF=1 ABSORB=-1 "$GLM" 64 16 16
+
+# ---- Ctrl-C during a long prefill acts between layers, not at the end of the chunk --------------
+# ~9,000 tokens in ONE chunk (BATCH 16384) take over a second on the tiny model; SIGINT a moment
+# after the prefill started must stop it within the chunk, roll it back and say so.
+long=$(printf 'hello world %.0s' $(seq 1500))
+env SNAP=$M PROMPT="$long" CHAT_TEMPLATE=0 TEMPERATURE=0 NGEN=4 BATCH=16384 THREADS=1 "$GLM" 64 16 16 >/dev/null 2>"$T/int_err" </dev/null &
+pid=$!
+for _ in $(seq 200); do grep -q '^glm: sampling:' "$T/int_err" 2>/dev/null && break; sleep 0.05; done
+sleep 0.2
+kill -INT $pid 2>/dev/null
+wait $pid; rc=$?
+if grep -qE '^glm: prefill interrupted after 0 of [0-9]+ tokens$' "$T/int_err" && [ $rc = 130 ] && grep -q 'stop: interrupted' "$T/int_err"; then
+  echo "PASS Ctrl-C within a long prefill chunk stops it, rolls it back and says 'prefill interrupted after 0 of N tokens' (exit 130)"
+else echo "FAIL Ctrl-C during prefill (exit $rc):"; tail -3 "$T/int_err"; fi
