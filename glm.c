@@ -214,7 +214,7 @@ static const SettingSpec SETTINGS[] = {
     { "CACHE_POLICY", SET_STR, "lfu", 0, 0, "which cached expert a miss evicts: lfu (the one the router chose least often, recent use breaks ties) or lru" },
     { "KERNEL",   SET_STR,   "auto", 0, 0, "integer kernels: auto (best this CPU has), vnni, avx2 or scalar (all give identical results)" },
     /* text modes (section 10): need tokenizer.json in SNAP */
-    { "PROMPT",   SET_STR,   "",     0, 0, "answer this user message: the reply streams to stdout, one stats line to stderr" },
+    { "PROMPT",   SET_STR,   "",     0, 0, "answer this user message: the reply streams to stdout, one stats line to stderr (PROMPT=-: read it from stdin, at most 16 MB)" },
     { "CHAT",     SET_INT,   "-1",  -1, 1, "terminal chat: 1 on, 0 off, -1 on when stdin is a terminal and no PROMPT, REF or TOKENIZE is set" },
     { "SYSTEM",   SET_STR,   "",     0, 0, "system prompt placed before the first user message" },
     { "MESSAGES", SET_STR,   "",     0, 0, "JSON file: earlier conversation, a list of {role: system|user|assistant, content[, reasoning_content]}" },
@@ -248,6 +248,8 @@ typedef struct {
     RunMode mode;
     const char *prompt, *system_prompt, *messages_path, *tokenize_path;
     int prompt_given, chat_template, think, special;
+    int prompt_from_stdin;   /* PROMPT=-, or no mode with stdin not a terminal: read_stdin_prompt */
+    char *stdin_prompt;      /* what it read (owned) */
     float temperature, top_p;
     uint64_t seed;           /* 0: from the clock */
 } Settings;
@@ -343,6 +345,7 @@ static void print_help(void) {
     printf("usage: [VAR=value ...] ./glm [cache_slots] [expert_bits] [dense_bits]    (or --help, --version)\n\n"
            "modes:\n"
            "  PROMPT=\"text\" ./glm   one answer, streamed to stdout (CHAT_TEMPLATE=0: raw text, no template)\n"
+           "  echo text | ./glm     the same with the prompt from stdin (no mode set, stdin not a terminal; or PROMPT=-)\n"
            "  CHAT=1 ./glm          terminal chat (the default when stdin is a terminal); :help lists its commands\n"
            "  TOKENIZE=file ./glm   token ids of each JSON-string line of file (only tokenizer.json is read)\n"
            "  REF=file ./glm        validation against an oracle reference: greedy, TF=1 [MTP=1] or REPLAY=1\n\n"
@@ -469,14 +472,52 @@ static Settings settings_from_env(int argc, char **argv) {
         s.mode = MODE_CHAT;
     } else if (s.prompt_given || has_messages) {
         s.mode = MODE_PROMPT;
+    } else if (!isatty(0)) {   /* echo "question" | ./glm */
+        s.mode = MODE_PROMPT;
+        s.prompt_given = s.prompt_from_stdin = 1;
     } else {
         die("nothing to do: set PROMPT=\"...\", CHAT=1, TOKENIZE=file or REF=file (see --help)");
     }
+    if (s.prompt_given && !strcmp(s.prompt, "-")) s.prompt_from_stdin = 1;
     /* only the modes that sample read the temperature (and may note an unrelated TEMP) */
     s.temperature = s.mode == MODE_PROMPT || s.mode == MODE_CHAT ? (float)temperature_from_env() : 0.0f;
     if (!s.chat_template && (has_messages || s.system_prompt[0]))
         die("%s needs the chat template: unset CHAT_TEMPLATE=0", has_messages ? "MESSAGES" : "SYSTEM");
     return s;
+}
+
+/* The prompt from stdin (PROMPT=-, or piped in with no mode set), read whole, at most 16 MB.
+   Trailing newlines are dropped, so `echo hi | ./glm` asks what PROMPT=hi asks. */
+#define STDIN_PROMPT_MAX (16u << 20)
+
+static void read_stdin_prompt(Settings *s) {
+    size_t cap = 1 << 16, n = 0;
+    char *buf = xmalloc(cap + 1);
+    for (;;) {
+        if (n == cap) {
+            if (cap >= STDIN_PROMPT_MAX) { free(buf); die("the prompt on stdin is longer than %u MB (the limit)", STDIN_PROMPT_MAX >> 20); }
+            cap *= 2;
+            char *grown = realloc(buf, cap + 1);
+            if (!grown) die("out of memory reading the prompt from stdin");
+            buf = grown;
+        }
+        ssize_t k = read(STDIN_FILENO, buf + n, cap - n);
+        if (k < 0 && errno == EINTR) continue;
+        if (k < 0) die("reading the prompt from stdin: %s", strerror(errno));
+        if (k == 0) break;
+        n += (size_t)k;
+    }
+    if (memchr(buf, 0, n)) die("the prompt on stdin contains a NUL byte at offset %zu", (size_t)((char *)memchr(buf, 0, n) - buf));
+    while (n > 0 && (buf[n - 1] == '\n' || buf[n - 1] == '\r')) n--;
+    buf[n] = 0;
+    if (!n) {
+        const int explicit_dash = getenv("PROMPT") != NULL;
+        free(buf);
+        if (explicit_dash) die("PROMPT=-: stdin is empty");
+        die("nothing to do: set PROMPT=\"...\", CHAT=1, TOKENIZE=file or REF=file, or pipe a prompt in (see --help); "
+            "stdin is not a terminal and was empty");
+    }
+    s->prompt = s->stdin_prompt = buf;
 }
 
 /* =============================================================================================
@@ -3765,11 +3806,15 @@ int main(int argc, char **argv) {
 #endif
     g_integer_dot = set.idot;
     if (set.kernel != QT_KERNEL_AUTO) qt_set_kernel(set.kernel);
+    if (set.prompt_from_stdin) read_stdin_prompt(&set);
+    int rc;
     switch (set.mode) {
-    case MODE_TOKENIZE: return run_tokenize(&set);
-    case MODE_TEMPLATE: return run_template_only(&set);
-    case MODE_VALIDATE: return run_validation(&set);
-    default: return run_text(set);
+    case MODE_TOKENIZE: rc = run_tokenize(&set); break;
+    case MODE_TEMPLATE: rc = run_template_only(&set); break;
+    case MODE_VALIDATE: rc = run_validation(&set); break;
+    default: rc = run_text(set); break;
     }
+    free(set.stdin_prompt);
+    return rc;
 }
 #endif /* GLM_NO_MAIN */

@@ -65,3 +65,19 @@ wait $pid; rc=$?
 if grep -qE '^glm: prefill interrupted after 0 of [0-9]+ tokens$' "$T/int_err" && [ $rc = 130 ] && grep -q 'stop: interrupted' "$T/int_err"; then
   echo "PASS Ctrl-C within a long prefill chunk stops it, rolls it back and says 'prefill interrupted after 0 of N tokens' (exit 130)"
 else echo "FAIL Ctrl-C during prefill (exit $rc):"; tail -3 "$T/int_err"; fi
+
+# ---- a prompt on stdin -------------------------------------------------------------------------
+want=$(env SNAP=$M PROMPT=Hello TEMPERATURE=0 NGEN=12 "$GLM" 64 16 16 2>/dev/null </dev/null | od -An -c)
+got=$(echo Hello | env SNAP=$M TEMPERATURE=0 NGEN=12 "$GLM" 64 16 16 2>/dev/null | od -An -c)
+if [ -n "$want" ] && [ "$want" = "$got" ]; then echo "PASS echo Hello | ./glm answers as PROMPT=Hello does (no mode, stdin not a terminal)"
+else echo "FAIL stdin prompt: '$got' vs '$want'"; fi
+same "PROMPT=- reads the prompt from stdin" "$want" "$(printf 'Hello' | env SNAP=$M PROMPT=- TEMPERATURE=0 NGEN=12 "$GLM" 64 16 16 2>/dev/null | od -An -c)"
+same "TEMPLATE_ONLY with PROMPT=- renders the stdin text" "$(env SNAP=$M PROMPT=Hello TEMPLATE_ONLY=1 "$GLM" 2>&1 </dev/null)" \
+  "$(printf 'Hello\r\n\n' | env SNAP=$M PROMPT=- TEMPLATE_ONLY=1 "$GLM" 2>&1)"
+expect_fail "empty stdin and no mode: nothing to do, says stdin was empty" 'nothing to do: set PROMPT=.*stdin is not a terminal and was empty' \
+  env SNAP=$M "$GLM" </dev/null
+expect_fail "PROMPT=- with an empty stdin is refused by name" 'PROMPT=-: stdin is empty' env SNAP=$M PROMPT=- "$GLM" </dev/null
+expect_fail "a prompt over 16 MB on stdin is refused" 'prompt on stdin is longer than 16 MB' \
+  bash -c "head -c 17000000 /dev/zero | tr '\\0' a | env SNAP=$M TEMPLATE_ONLY=1 PROMPT=- '$GLM'"
+expect_fail "a NUL byte in the stdin prompt is refused with its offset" 'NUL byte at offset 1' \
+  bash -c "printf 'a\\0b' | env SNAP=$M '$GLM'"
