@@ -11,7 +11,7 @@ HEADERS = $(wildcard *.h)
 GLM_COMMIT := $(shell git rev-parse --short HEAD 2>/dev/null || echo unknown)
 
 TEST_BINS = tests/bin/test_st tests/bin/test_json tests/bin/test_quant tests/bin/test_tok tests/bin/test_tier \
-            tests/bin/test_generator
+            tests/bin/test_generator tests/bin/test_lined
 
 .PHONY: all test asan bench clean
 all: glm

@@ -33,10 +33,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/ioctl.h>
 #include <sys/mman.h>
 #include <sys/resource.h>
-#include <termios.h>
 #include <time.h>
 #include <unistd.h>
 #ifdef _OPENMP
@@ -53,6 +51,8 @@
 #include "tier.h"
 #define TOK_IMPLEMENTATION
 #include "tok.h"
+#define LINED_IMPLEMENTATION
+#include "lined.h"
 
 extern char **environ;
 
@@ -2913,17 +2913,11 @@ static void build_prompt(const Settings *set, const TextCodec *tc, TokenList *ou
    flag) between tokens, prefill chunks and layers. A second Ctrl-C before it noticed the first
    leaves at once. */
 static volatile sig_atomic_t g_interrupts;
-static struct termios g_saved_termios;
-static volatile sig_atomic_t g_termios_saved;
-
-static void restore_terminal(void) {
-    if (g_termios_saved) tcsetattr(STDIN_FILENO, TCSANOW, &g_saved_termios);
-}
 
 static void on_sigint(int sig) {
     (void)sig;
     if (++g_interrupts >= 2) {
-        restore_terminal();   /* tcsetattr and write are async-signal-safe */
+        lined_terminal_restore();   /* tcsetattr and write are async-signal-safe */
         if (write(STDERR_FILENO, "\nglm: interrupted\n", 18) < 0) { /* nothing more to do */ }
         _exit(130);
     }
@@ -3091,281 +3085,44 @@ static void print_turn_stats(const Dialog *d, const TurnStats *ts) {
             st->wait_seconds - ts->wait_seconds0, peak_rss_gb(), d->gen->pos, d->gen->session->capacity, STOP_NAMES[ts->stop]);
 }
 
-/* ---- terminal input: a small line editor --------------------------------------------------- */
+/* ---- terminal input: lined.h ------------------------------------------------------------------ */
 
-/* While a line is edited the terminal is raw (no echo, no signals: Ctrl-C arrives as a byte);
-   while a reply is generated it only stops echoing, and Ctrl-C raises SIGINT. Keys typed during
-   a reply stay queued for the next prompt. The original mode comes back at exit. */
-static void terminal_mode(int editing) {
-    if (!g_termios_saved) return;
-    struct termios t = g_saved_termios;
-    t.c_lflag &= ~(tcflag_t)(ECHO | ICANON);
-    if (editing) {
-        t.c_iflag &= ~(tcflag_t)(ICRNL | IXON | BRKINT | INPCK | ISTRIP);
-        t.c_lflag &= ~(tcflag_t)(ISIG | IEXTEN);
-    }
-    t.c_cc[VMIN] = 1;
-    t.c_cc[VTIME] = 0;
-    tcsetattr(STDIN_FILENO, TCSANOW, &t);   /* TCSANOW, not TCSAFLUSH: keep typed-ahead keys */
-}
-
-typedef enum { LINE_OK, LINE_EOF, LINE_QUIT } LineStatus;
-
+/* Chat input: the line editor when stdin is a terminal, else one plain line per message. While a
+   line is edited the terminal is raw (Ctrl-C arrives as a key); while a reply is generated it
+   only stops echoing, and Ctrl-C raises SIGINT. Keys typed during a reply stay queued for the
+   next prompt. The original mode comes back at exit (and in the SIGINT handler). */
 typedef struct {
-    int tty;                       /* stdin is a terminal: raw-mode editing; else plain reads */
-    int fd;                        /* where the line is drawn: stdout, or stderr when stdout is a file */
-    char **history;                /* this session's lines, oldest first */
-    int n_history;
-    char *buf;                     /* the line being edited (NUL-terminated) */
-    size_t len, cap, cursor;       /* cursor: a byte offset at a character boundary */
-} LineEditor;
+    int tty;                  /* stdin is a terminal */
+    LineEditor editor;
+    char *line;               /* a plain line (not a terminal) */
+    size_t cap;
+} ChatInput;
 
-static void line_reserve(LineEditor *ed, size_t need) {
-    if (need + 1 <= ed->cap) return;
-    while (ed->cap < need + 1) ed->cap = ed->cap ? 2 * ed->cap : 256;
-    char *grown = realloc(ed->buf, ed->cap);
-    if (!grown) die("out of memory for the input line");
-    ed->buf = grown;
+static void chat_input_open(ChatInput *in) {
+    memset(in, 0, sizeof *in);
+    in->tty = isatty(STDIN_FILENO);
+    /* the line is drawn where the replies go, or on stderr when stdout is a file */
+    lined_init(&in->editor, STDIN_FILENO, isatty(STDOUT_FILENO) || !isatty(STDERR_FILENO) ? STDOUT_FILENO : STDERR_FILENO);
+    if (in->tty && lined_terminal_save(STDIN_FILENO) == 0) atexit(lined_terminal_restore);
 }
 
-static void line_set(LineEditor *ed, const char *s) {
-    ed->len = strlen(s);
-    line_reserve(ed, ed->len);
-    memcpy(ed->buf, s, ed->len + 1);
-    ed->cursor = ed->len;
+static void chat_input_close(ChatInput *in) {
+    lined_free(&in->editor);
+    free(in->line);
 }
 
-
-/* Terminal columns of one character: 0 for combining marks, 2 for East Asian wide and fullwidth
-   characters and emoji, else 1 (a compact stand-in for wcwidth, which depends on the locale). */
-static int char_columns(uint32_t cp) {
-    static const uint32_t wide[][2] = {
-        { 0x1100, 0x115F }, { 0x2E80, 0x303E }, { 0x3041, 0x33FF }, { 0x3400, 0x4DBF }, { 0x4E00, 0x9FFF },
-        { 0xA000, 0xA4CF }, { 0xAC00, 0xD7A3 }, { 0xF900, 0xFAFF }, { 0xFE30, 0xFE4F }, { 0xFF00, 0xFF60 },
-        { 0xFFE0, 0xFFE6 }, { 0x1F300, 0x1F64F }, { 0x1F900, 0x1F9FF }, { 0x20000, 0x3FFFD },
-    };
-    if (cp >= 0x300 && tok_uni_category(cp) == TOK_CAT_M) return 0;
-    for (size_t i = 0; i < sizeof wide / sizeof wide[0]; i++)
-        if (cp >= wide[i][0] && cp <= wide[i][1]) return 2;
-    return 1;
-}
-
-static int is_continuation(char c) { return ((unsigned char)c & 0xC0) == 0x80; }
-
-/* A combining mark (no columns of its own) starts at byte i: it moves and deletes with its base. */
-static int combining_at(const LineEditor *ed, size_t i) {
-    uint32_t cp;
-    int status;
-    tok_utf8_next((const unsigned char *)ed->buf + i, ed->len - i, &cp, &status);
-    return char_columns(cp) == 0;
-}
-
-/* The start of the character (with its combining marks) before / after byte offset i. */
-static size_t char_before(const LineEditor *ed, size_t i) {
-    do {
-        do i--; while (i > 0 && is_continuation(ed->buf[i]));
-    } while (i > 0 && combining_at(ed, i));
-    return i;
-}
-
-static size_t char_after(const LineEditor *ed, size_t i) {
-    do {
-        do i++; while (i < ed->len && is_continuation(ed->buf[i]));
-    } while (i < ed->len && combining_at(ed, i));
-    return i;
-}
-
-/* Terminal columns of buf[a, b). */
-static int line_columns(const LineEditor *ed, size_t a, size_t b) {
-    int cols = 0;
-    for (size_t i = a; i < b;) {
-        uint32_t cp;
-        int status;
-        i += tok_utf8_next((const unsigned char *)ed->buf + i, b - i, &cp, &status);
-        cols += char_columns(cp);
+/* One line of input (without the newline) into *line. */
+static LinedStatus chat_input_read(ChatInput *in, const char *prompt, const char **line) {
+    if (in->tty) {
+        LinedStatus st = lined_read(&in->editor, prompt);
+        *line = in->editor.buf;
+        return st;
     }
-    return cols;
-}
-
-static int terminal_width(int fd) {
-    struct winsize ws;
-    if (ioctl(fd, TIOCGWINSZ, &ws) == 0 && ws.ws_col > 0) return ws.ws_col;
-    return 80;
-}
-
-static void write_all(int fd, const char *s, size_t n) {
-    while (n) {
-        ssize_t k = write(fd, s, n);
-        if (k < 0 && errno == EINTR) continue;
-        if (k <= 0) return;
-        s += k;
-        n -= (size_t)k;
-    }
-}
-
-/* Redraws the prompt and the line on one row; a line wider than the terminal scrolls sideways so
-   the cursor stays visible. */
-static void line_refresh(const LineEditor *ed, const char *prompt) {
-    const int prompt_cols = (int)strlen(prompt);
-    const int room = terminal_width(ed->fd) - prompt_cols - 1;
-    size_t start = 0, end = ed->len;
-    while (start < ed->cursor && line_columns(ed, start, ed->cursor) > room) start = char_after(ed, start);
-    while (end > ed->cursor && line_columns(ed, start, end) > room) end = char_before(ed, end);
-    size_t cap = ed->len + strlen(prompt) + 32, n = 0;
-    char *out = xmalloc(cap);
-    n += (size_t)snprintf(out + n, cap - n, "\r%s", prompt);
-    memcpy(out + n, ed->buf + start, end - start);
-    n += end - start;
-    n += (size_t)snprintf(out + n, cap - n, "\033[K\r");
-    const int cursor_col = prompt_cols + line_columns(ed, start, ed->cursor);
-    if (cursor_col > 0) n += (size_t)snprintf(out + n, cap - n, "\033[%dC", cursor_col);
-    write_all(ed->fd, out, n);
-    free(out);
-}
-
-static int read_byte(unsigned char *c) {
-    for (;;) {
-        ssize_t k = read(STDIN_FILENO, c, 1);
-        if (k == 1) return 1;
-        if (k < 0 && errno == EINTR) continue;
-        return 0;
-    }
-}
-
-enum { KEY_NONE = 0x100, KEY_LEFT, KEY_RIGHT, KEY_UP, KEY_DOWN, KEY_HOME, KEY_END, KEY_DELETE };
-
-/* After ESC: decodes CSI / SS3 sequences of the keys we handle; anything else is swallowed. */
-static int read_escape(void) {
-    unsigned char c, kind;
-    if (!read_byte(&kind)) return KEY_NONE;
-    if (kind != '[' && kind != 'O') return KEY_NONE;
-    int number = 0;
-    for (;;) {
-        if (!read_byte(&c)) return KEY_NONE;
-        if (c >= '0' && c <= '9') { number = number * 10 + (c - '0'); continue; }
-        if (c == ';') continue;
-        break;
-    }
-    switch (c) {
-    case 'A': return KEY_UP;
-    case 'B': return KEY_DOWN;
-    case 'C': return KEY_RIGHT;
-    case 'D': return KEY_LEFT;
-    case 'H': return KEY_HOME;
-    case 'F': return KEY_END;
-    case '~': return number == 1 || number == 7 ? KEY_HOME : number == 4 || number == 8 ? KEY_END : number == 3 ? KEY_DELETE : KEY_NONE;
-    default: return KEY_NONE;
-    }
-}
-
-static void line_delete(LineEditor *ed, size_t from, size_t to) {
-    memmove(ed->buf + from, ed->buf + to, ed->len - to + 1);
-    ed->len -= to - from;
-    if (ed->cursor > to) ed->cursor -= to - from;
-    else if (ed->cursor > from) ed->cursor = from;
-}
-
-static void line_insert(LineEditor *ed, const char *s, size_t n) {
-    line_reserve(ed, ed->len + n);
-    memmove(ed->buf + ed->cursor + n, ed->buf + ed->cursor, ed->len - ed->cursor + 1);
-    memcpy(ed->buf + ed->cursor, s, n);
-    ed->len += n;
-    ed->cursor += n;
-}
-
-static void history_add(LineEditor *ed, const char *line) {
-    if (!line[0] || (ed->n_history && !strcmp(ed->history[ed->n_history - 1], line))) return;
-    char **grown = realloc(ed->history, (size_t)(ed->n_history + 1) * sizeof(char *));
-    if (!grown) die("out of memory for the input history");
-    ed->history = grown;
-    ed->history[ed->n_history++] = strdup(line);
-}
-
-/* Raw-mode editing: left/right, Home/End, Backspace/Delete, Ctrl-A/E/B/F/U/K/W/L, up/down for
-   this session's history. Ctrl-D on an empty line is end of input; Ctrl-C clears the line, or
-   quits when it is already empty. */
-static LineStatus line_edit(LineEditor *ed, const char *prompt) {
-    line_set(ed, "");
-    int browsing = ed->n_history;   /* index into history; n_history = the new line */
-    char *draft = NULL;             /* the new line while browsing older ones */
-    terminal_mode(1);
-    line_refresh(ed, prompt);
-    LineStatus status = LINE_OK;
-    for (;;) {
-        unsigned char c;
-        if (!read_byte(&c)) { status = LINE_EOF; break; }
-        int key = c;
-        if (c == 27) key = read_escape();
-        if (key == '\r' || key == '\n') break;
-        switch (key) {
-        case 3:    /* Ctrl-C */
-            if (!ed->len) { status = LINE_QUIT; goto done; }
-            line_set(ed, "");
-            break;
-        case 4:    /* Ctrl-D */
-            if (!ed->len) { status = LINE_EOF; goto done; }
-            if (ed->cursor < ed->len) line_delete(ed, ed->cursor, char_after(ed, ed->cursor));
-            break;
-        case KEY_DELETE:
-            if (ed->cursor < ed->len) line_delete(ed, ed->cursor, char_after(ed, ed->cursor));
-            break;
-        case 127: case 8:   /* Backspace: one whole UTF-8 character */
-            if (ed->cursor > 0) line_delete(ed, char_before(ed, ed->cursor), ed->cursor);
-            break;
-        case 1: case KEY_HOME: ed->cursor = 0; break;
-        case 5: case KEY_END: ed->cursor = ed->len; break;
-        case 2: case KEY_LEFT: if (ed->cursor > 0) ed->cursor = char_before(ed, ed->cursor); break;
-        case 6: case KEY_RIGHT: if (ed->cursor < ed->len) ed->cursor = char_after(ed, ed->cursor); break;
-        case 21: line_delete(ed, 0, ed->cursor); break;          /* Ctrl-U */
-        case 11: line_delete(ed, ed->cursor, ed->len); break;    /* Ctrl-K */
-        case 23: {                                               /* Ctrl-W: the word before the cursor */
-            size_t i = ed->cursor;
-            while (i > 0 && ed->buf[i - 1] == ' ') i--;
-            while (i > 0 && ed->buf[i - 1] != ' ') i--;
-            line_delete(ed, i, ed->cursor);
-            break;
-        }
-        case 12: write_all(ed->fd, "\033[H\033[2J", 7); break;           /* Ctrl-L */
-        case 16: case KEY_UP: case 14: case KEY_DOWN: {          /* history: Ctrl-P / Ctrl-N too */
-            int step = key == 16 || key == KEY_UP ? -1 : 1;
-            int to = browsing + step;
-            if (to < 0 || to > ed->n_history) break;
-            if (browsing == ed->n_history) { free(draft); draft = strdup(ed->buf); }
-            browsing = to;
-            line_set(ed, browsing == ed->n_history ? (draft ? draft : "") : ed->history[browsing]);
-            break;
-        }
-        case '\t': line_insert(ed, " ", 1); break;
-        default:
-            if (key >= 0x20 && key < 0x80 && key != 127) {
-                char ch = (char)key;
-                line_insert(ed, &ch, 1);
-            } else if (key >= 0xC2 && key <= 0xF4) {   /* a UTF-8 character: read it whole */
-                char utf8[4] = { (char)key };
-                size_t need = key >= 0xF0 ? 4 : key >= 0xE0 ? 3 : 2, got = 1;
-                while (got < need && read_byte(&c) && (c & 0xC0) == 0x80) utf8[got++] = (char)c;
-                if (got == need) line_insert(ed, utf8, need);
-            }
-            break;   /* other control bytes are ignored */
-        }
-        line_refresh(ed, prompt);
-    }
-done:
-    free(draft);
-    write_all(ed->fd, "\r\n", 2);
-    terminal_mode(0);
-    if (status == LINE_OK) history_add(ed, ed->buf);
-    return status;
-}
-
-/* One line of input into ed->buf (without the newline). */
-static LineStatus line_read(LineEditor *ed, const char *prompt) {
-    if (ed->tty) return line_edit(ed, prompt);
-    ssize_t n = getline(&ed->buf, &ed->cap, stdin);
-    if (n < 0) return errno == EINTR ? LINE_QUIT : LINE_EOF;
-    while (n > 0 && (ed->buf[n - 1] == '\n' || ed->buf[n - 1] == '\r')) ed->buf[--n] = 0;
-    ed->len = ed->cursor = (size_t)n;
-    return LINE_OK;
+    ssize_t n = getline(&in->line, &in->cap, stdin);
+    if (n < 0) return errno == EINTR ? LINED_QUIT : LINED_EOF;
+    while (n > 0 && (in->line[n - 1] == '\n' || in->line[n - 1] == '\r')) in->line[--n] = 0;
+    *line = in->line;
+    return LINED_OK;
 }
 
 /* ---- the modes --------------------------------------------------------------------------------- */
@@ -3469,24 +3226,17 @@ static void chat_print_totals(const Dialog *d, const Settings *set, int think) {
    and the template stay consistent. */
 static int run_chat(const Settings *set, Dialog *d) {
     Generator *g = d->gen;
-    LineEditor ed;
-    memset(&ed, 0, sizeof ed);
-    ed.tty = isatty(STDIN_FILENO);
-    ed.fd = isatty(STDOUT_FILENO) || !isatty(STDERR_FILENO) ? STDOUT_FILENO : STDERR_FILENO;
-    if (ed.tty && tcgetattr(STDIN_FILENO, &g_saved_termios) == 0) {
-        g_termios_saved = 1;
-        atexit(restore_terminal);
-    }
+    ChatInput input;
+    chat_input_open(&input);
     install_sigint_handler();
-    const char *prompt = ed.tty ? "> " : "";
+    const char *prompt = input.tty ? "> " : "";
     int think = set->think;
     fprintf(stderr, "glm: chat: type a message and press Enter; :help lists the commands. Ctrl-C stops a reply; "
                     "Ctrl-D (or Ctrl-C on an empty line) quits.\n");
     for (;;) {
         fflush(stdout);
-        LineStatus status = line_read(&ed, prompt);
-        if (status != LINE_OK) break;
-        const char *line = ed.buf;
+        const char *line;
+        if (chat_input_read(&input, prompt, &line) != LINED_OK) break;
         TurnStats ts;
         turn_begin(d, &ts);
         g_interrupts = 0;
@@ -3558,9 +3308,7 @@ static int run_chat(const Settings *set, Dialog *d) {
         free(ids.ids);
     }
     fflush(stdout);
-    for (int i = 0; i < ed.n_history; i++) free(ed.history[i]);
-    free(ed.history);
-    free(ed.buf);
+    chat_input_close(&input);
     return 0;
 }
 
