@@ -60,12 +60,47 @@ extern char **environ;
    Small utilities: fatal errors, timing, allocation that cannot silently fail.
    --------------------------------------------------------------------------------------------- */
 
+/* Text from outside (model output, file contents, the environment) on its way to a terminal:
+   control bytes (ESC, CR, BEL, backspace, ...) are shown as ^X and C1 controls (U+0080..U+009F,
+   which some terminals obey as ESC sequences) as U+FFFD, so only glm itself drives the terminal.
+   Newlines and tabs pass. */
+static void put_terminal_safe(FILE *f, const char *s, size_t n) {
+    for (size_t i = 0; i < n; i++) {
+        unsigned char b = (unsigned char)s[i];
+        if ((b < 0x20 && b != '\n' && b != '\t') || b == 0x7F) {
+            fputc('^', f);
+            fputc(b == 0x7F ? '?' : b + 0x40, f);
+        } else if (b == 0xC2 && i + 1 < n && (unsigned char)s[i + 1] >= 0x80 && (unsigned char)s[i + 1] <= 0x9F) {
+            fputs("\xEF\xBF\xBD", f);
+            i++;
+        } else {
+            fputc(b, f);
+        }
+    }
+}
+
+/* "glm: <message>" on stderr, made terminal-safe when stderr is a terminal (messages quote file
+   contents, environment values and user input). */
+static void vsay(const char *prefix, const char *fmt, va_list ap) {
+    char msg[8192];
+    vsnprintf(msg, sizeof msg, fmt, ap);
+    fputs(prefix, stderr);
+    if (isatty(STDERR_FILENO)) put_terminal_safe(stderr, msg, strlen(msg));
+    else fputs(msg, stderr);
+    fputc('\n', stderr);
+}
+
+static void say(const char *fmt, ...) {
+    va_list ap;
+    va_start(ap, fmt);
+    vsay("glm: ", fmt, ap);
+    va_end(ap);
+}
+
 static void die(const char *fmt, ...) {
     va_list ap;
     va_start(ap, fmt);
-    fputs("glm: error: ", stderr);
-    vfprintf(stderr, fmt, ap);
-    fputc('\n', stderr);
+    vsay("glm: error: ", fmt, ap);
     va_end(ap);
     exit(1);
 }
@@ -293,13 +328,12 @@ static double temperature_from_env(void) {
     const char *temp = getenv("TEMP");
     if (getenv("TEMPERATURE")) {
         if (temp && parses_as_number(temp) && strcmp(temp, getenv("TEMPERATURE")))
-            fprintf(stderr, "glm: note: TEMP=%s is ignored: TEMPERATURE=%s is set\n", temp, getenv("TEMPERATURE"));
+            say("note: TEMP=%s is ignored: TEMPERATURE=%s is set", temp, getenv("TEMPERATURE"));
         return setting_number("TEMPERATURE");
     }
     if (temp && parses_as_number(temp)) return setting_number_of(setting_spec("TEMPERATURE"), "TEMP", temp);
     if (temp)
-        fprintf(stderr, "glm: note: TEMP=%s is not a number, so it is taken as the temp-directory variable and ignored; "
-                        "set TEMPERATURE\n", temp);
+        say("note: TEMP=%s is not a number, so it is taken as the temp-directory variable and ignored; set TEMPERATURE", temp);
     return setting_number("TEMPERATURE");
 }
 
@@ -337,7 +371,7 @@ static void warn_near_miss_variables(void) {
             if (!strcasecmp(SETTINGS[i].name, name)) hint = SETTINGS[i].name;
         for (size_t i = 0; i < N_SETTINGS && !hint; i++)
             if (strlen(SETTINGS[i].name) >= 3 && one_edit_apart(SETTINGS[i].name, name)) hint = SETTINGS[i].name;
-        if (hint) fprintf(stderr, "glm: warning: environment variable %s is not a setting; did you mean %s?\n", name, hint);
+        if (hint) say("warning: environment variable %s is not a setting; did you mean %s?", name, hint);
     }
 }
 
@@ -2982,19 +3016,8 @@ static void dialog_free(Dialog *d) {
 /* Model text to stdout. On a terminal, control bytes (ESC, CR, BEL, C1 controls) are shown as
    ^X / U+FFFD instead of being obeyed: a model must not be able to drive the terminal. */
 static void emit_text(const Dialog *d, const char *s, size_t n) {
-    if (!d->out_tty) { fwrite(s, 1, n, stdout); return; }
-    for (size_t i = 0; i < n; i++) {
-        unsigned char b = (unsigned char)s[i];
-        if ((b < 0x20 && b != '\n' && b != '\t') || b == 0x7F) {
-            putchar('^');
-            putchar(b == 0x7F ? '?' : b + 0x40);
-        } else if (b == 0xC2 && i + 1 < n && (unsigned char)s[i + 1] >= 0x80 && (unsigned char)s[i + 1] <= 0x9F) {
-            fputs("\xEF\xBF\xBD", stdout);
-            i++;
-        } else {
-            putchar(b);
-        }
-    }
+    if (d->out_tty) put_terminal_safe(stdout, s, n);
+    else fwrite(s, 1, n, stdout);
 }
 
 static void dialog_show_token(void *user, int id) {
@@ -3157,7 +3180,7 @@ static int run_tokenize(const Settings *set) {
     return 0;
 }
 
-/* Prints s as a JSON string (UTF-8 kept, only what JSON requires escaped). */
+/* Prints s as a JSON string (UTF-8 kept; escaped: what JSON requires, and DEL and C1 controls). */
 static void print_json_string(const char *s, size_t n) {
     putchar('"');
     for (size_t i = 0; i < n; i++) {
@@ -3166,7 +3189,9 @@ static void print_json_string(const char *s, size_t n) {
         else if (b == '\n') fputs("\\n", stdout);
         else if (b == '\t') fputs("\\t", stdout);
         else if (b == '\r') fputs("\\r", stdout);
-        else if (b < 0x20) printf("\\u%04x", b);
+        else if (b < 0x20 || b == 0x7F) printf("\\u%04x", b);
+        else if (b == 0xC2 && i + 1 < n && (unsigned char)s[i + 1] <= 0x9F && (unsigned char)s[i + 1] >= 0x80)
+            printf("\\u%04x", (unsigned char)s[++i]);   /* C1 controls: escaped, as a terminal might obey them */
         else putchar(b);
     }
     putchar('"');
@@ -3265,7 +3290,7 @@ static int run_chat(const Settings *set, Dialog *d) {
                 fflush(stdout);
                 print_turn_stats(d, &ts);
             } else {
-                fprintf(stderr, "glm: unknown command %s (:help lists them)\n", line);
+                say("unknown command %s (:help lists them)", line);
             }
             continue;
         }
