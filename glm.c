@@ -23,6 +23,7 @@
 
 #define _GNU_SOURCE
 #include <ctype.h>
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <math.h>
@@ -143,8 +144,31 @@ static void atomic_dir_of(const char *path, char *dir, size_t n) {
     else snprintf(dir, n, "%.*s", (int)(slash - path), path);
 }
 
+/* A kill -9 between giving the data its temporary name and the rename (two system calls) leaves
+   PATH.tmp.PID behind: the next write of PATH removes those of processes that no longer exist. */
+static void atomic_sweep(const char *path) {
+    char dir[4096];
+    atomic_dir_of(path, dir, sizeof dir);
+    const char *base = strrchr(path, '/');
+    base = base ? base + 1 : path;
+    const size_t base_len = strlen(base);
+    DIR *d = opendir(dir);
+    if (!d) return;
+    for (struct dirent *e; (e = readdir(d));) {
+        if (strncmp(e->d_name, base, base_len) || strncmp(e->d_name + base_len, ".tmp.", 5)) continue;
+        char *end;
+        long pid = strtol(e->d_name + base_len + 5, &end, 10);
+        if (*end || pid <= 0 || kill((pid_t)pid, 0) == 0 || errno != ESRCH) continue;
+        char stale[8300];
+        snprintf(stale, sizeof stale, "%s/%s", dir, e->d_name);
+        unlink(stale);
+    }
+    closedir(d);
+}
+
 static FILE *atomic_begin(AtomicFile *af, const char *path, char *err, size_t err_len) {
     memset(af, 0, sizeof *af);
+    atomic_sweep(path);
     if (strlen(path) >= sizeof af->path) { snprintf(err, err_len, "%s: path too long", path); return NULL; }
     snprintf(af->path, sizeof af->path, "%s", path);
     char dir[4096];
