@@ -871,6 +871,12 @@ static const JsonValue *loader_format_stamp(Loader *ld, int file) {
     return ld->format_stamps[file] ? json_root(ld->format_stamps[file]) : NULL;
 }
 
+static void loader_free(Loader *ld) {
+    for (int f = 0; ld->format_stamps && f < ld->nfiles; f++) json_free(ld->format_stamps[f]);
+    free(ld->format_stamps);
+    ld->format_stamps = NULL;
+}
+
 /* Index of the first value that is not finite (or negative, for scales), or -1. A corrupt weight
    or scale would silently poison every output, so the loaders refuse it by name. */
 static int64_t first_nonfinite(const float *v, int64_t n) {
@@ -1061,6 +1067,7 @@ enum { INDEXER_AUTO, INDEXER_ALWAYS, INDEXER_OFF };
 typedef struct {
     int capacity;            /* tokens the cache holds */
     int max_batch;
+    int n_layers;            /* layers with a cache (the MTP layer included) */
     float **latent;          /* [layers][capacity][kv_lora] */
     float **rope_key;        /* [layers][capacity][qk_rope] */
     float **index_key;       /* [layers][capacity][index_dim], full-indexer layers only */
@@ -1395,8 +1402,11 @@ typedef struct {
     int slots_per_layer;
     size_t slab_bytes, scale_bytes;
     size_t mapped_expert_bytes;   /* MMAP: what one cached expert holds in RSS */
-    int *direct_fds;              /* per file, O_DIRECT */
-    uint8_t **maps; uint64_t *map_len;
+    int n_files;                  /* of the index: the length of direct_fds, maps, map_len */
+    int *direct_fds;              /* per file, O_DIRECT (NULL unless DIRECT) */
+    uint8_t **maps; uint64_t *map_len;   /* per file (NULL unless MMAP) */
+    uint8_t *arena;               /* the slots' slabs: one mapping of arena_bytes */
+    size_t arena_bytes;
     float *staging;               /* float sources: one tensor in f32 */
     /* the I/O thread */
     pthread_t io_thread;
@@ -1729,6 +1739,8 @@ static void expert_store_start(ExpertStore *st, int slots_per_layer) {
     if (arena_bytes) {
         arena = mmap(NULL, arena_bytes + (2u << 20), PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
         if (arena == MAP_FAILED) die("cannot allocate %.2f GB of expert slots", arena_bytes / 1e9);
+        st->arena = arena;
+        st->arena_bytes = arena_bytes + (2u << 20);
         arena = (uint8_t *)(((uintptr_t)arena + (2u << 20) - 1) & ~(uintptr_t)((2u << 20) - 1));
         madvise(arena, arena_bytes, MADV_HUGEPAGE);
         /* fault every page in now rather than during the first tokens: fresh pages cost ~1 GB/s
@@ -1774,6 +1786,35 @@ static void expert_store_stop(ExpertStore *st) {
     pthread_mutex_unlock(&st->lock);
     pthread_join(st->io_thread, NULL);
     st->io_started = 0;
+    pthread_mutex_destroy(&st->lock);
+    pthread_cond_destroy(&st->work);
+    pthread_cond_destroy(&st->done);
+}
+
+/* Stops the I/O thread and releases the slots, the mappings and the O_DIRECT descriptors. */
+static void expert_store_free(ExpertStore *st) {
+    expert_store_stop(st);
+    for (int l = 0; st->caches && l < st->n_layers; l++) {
+        LayerCache *lc = &st->caches[l];
+        if (!lc->slots) continue;
+        for (int s = 0; s < st->slots_per_layer; s++) free(lc->slots[s].scale_buf);
+        tier_lru_free(&lc->lru);
+        free(lc->slots);
+        free(lc->busy);
+        free(lc->avoid);
+    }
+    free(st->caches);
+    if (st->arena) munmap(st->arena, st->arena_bytes);
+    for (int f = 0; st->direct_fds && f < st->n_files; f++) if (st->direct_fds[f] >= 0) close(st->direct_fds[f]);
+    for (int f = 0; st->maps && f < st->n_files; f++) if (st->maps[f]) munmap(st->maps[f], st->map_len[f]);
+    free(st->direct_fds);
+    free(st->maps);
+    free(st->map_len);
+    free(st->sources);
+    free(st->queue);
+    free(st->route_counts);
+    free(st->staging);
+    memset(st, 0, sizeof *st);
 }
 
 /* Puts `expert` into a slot of `layer` that `avoid` does not mark and queues its load; -1 when
@@ -1971,6 +2012,7 @@ typedef struct {
     float *inv_freq;         /* [qk_rope/2] */
     StIndex *index;
     double resident_bytes;   /* dense weights held in RAM */
+    int n_layers_loaded;     /* entries of layers[] (model_free) */
 } Model;
 
 static void layer_name(char *buf, size_t n, int l, const char *suffix) { snprintf(buf, n, "model.layers.%d.%s", l, suffix); }
@@ -2059,6 +2101,7 @@ static void model_load(Model *m, const Settings *set) {
         }
     }
     m->layers = xcalloc((size_t)nl, sizeof(Layer));
+    m->n_layers_loaded = nl;
     ExpertStore *st = &m->experts;
     st->c = c;
     st->index = m->index;
@@ -2087,12 +2130,17 @@ static void model_load(Model *m, const Settings *set) {
     for (int j = 0; j < half; j++)
         m->inv_freq[j] = 1.0f / powf(c->rope_theta, (float)(2 * j) / (float)c->qk_rope);
     m->resident_bytes = ld.resident_bytes;
+    st->n_files = st_file_count(m->index);
+    if (st->io_mode == IO_DIRECT) {
+        st->direct_fds = xmalloc((size_t)st->n_files * sizeof(int));
+        for (int f = 0; f < st->n_files; f++) st->direct_fds[f] = -1;
+    }
+    if (st->io_mode == IO_MMAP) {
+        st->maps = xcalloc((size_t)st->n_files, sizeof(uint8_t *));
+        st->map_len = xcalloc((size_t)st->n_files, sizeof(uint64_t));
+    }
     if (st->io_mode == IO_DIRECT || st->io_mode == IO_MMAP) {
-        int nfiles = st_file_count(m->index);
-        st->direct_fds = xcalloc((size_t)nfiles, sizeof(int));
-        st->maps = xcalloc((size_t)nfiles, sizeof(uint8_t *));
-        st->map_len = xcalloc((size_t)nfiles, sizeof(uint64_t));
-        for (int f = 0; f < nfiles; f++) {
+        for (int f = 0; f < st->n_files; f++) {
             const char *path = st_file_path(m->index, f);
             if (st->io_mode == IO_DIRECT) {
                 st->direct_fds[f] = open(path, O_RDONLY | O_DIRECT);
@@ -2100,6 +2148,8 @@ static void model_load(Model *m, const Settings *set) {
                     fprintf(stderr, "glm: note: %s cannot be opened with O_DIRECT (%s); experts are read with buffered pread\n",
                             path, strerror(errno));
                     for (int g = 0; g < f; g++) close(st->direct_fds[g]);
+                    free(st->direct_fds);
+                    st->direct_fds = NULL;
                     st->io_mode = IO_PREAD;
                     break;
                 }
@@ -2114,8 +2164,37 @@ static void model_load(Model *m, const Settings *set) {
             }
         }
     }
+    loader_free(&ld);
     fprintf(stderr, "glm: loaded %.1f MB of resident tensors in %.2f s (routed experts stream on demand)\n",
             ld.bytes_loaded / 1e6, now_seconds() - t0);
+}
+
+static void layer_free(Layer *L) {
+    float *vectors[] = { L->input_norm, L->post_attn_norm, L->q_a_norm, L->kv_a_norm, L->index_k_norm_w, L->index_k_norm_b,
+                         L->router_bias, L->enorm, L->hnorm, L->shared_head_norm };
+    for (size_t i = 0; i < sizeof vectors / sizeof vectors[0]; i++) free(vectors[i]);
+    QTensor *matrices[] = { &L->q_a, &L->q_b, &L->kv_a, &L->kv_b, &L->o, &L->index_wq_b, &L->index_wk, &L->index_weights,
+                            &L->mlp.gate, &L->mlp.up, &L->mlp.down, &L->router, &L->eh_proj };
+    for (size_t i = 0; i < sizeof matrices / sizeof matrices[0]; i++) qt_free(matrices[i]);
+}
+
+static void config_free(Config *c) {
+    free(c->layer_dense);
+    free(c->layer_indexer);
+    c->layer_dense = c->layer_indexer = NULL;
+}
+
+static void model_free(Model *m) {
+    expert_store_free(&m->experts);
+    for (int l = 0; m->layers && l < m->n_layers_loaded; l++) layer_free(&m->layers[l]);
+    free(m->layers);
+    qt_free(&m->embed);
+    qt_free(&m->lm_head);
+    free(m->final_norm);
+    free(m->inv_freq);
+    if (m->index) st_close(m->index);
+    config_free(&m->c);
+    memset(m, 0, sizeof *m);
 }
 
 /* Every session allocation goes through here, so the RAM budget knows what the session holds. */
@@ -2130,6 +2209,7 @@ static void session_init(Session *s, const Model *m, int capacity, int max_batch
     const int nl = c->n_layers + c->n_mtp, H = c->hidden, B = max_batch;
     s->capacity = capacity;
     s->max_batch = max_batch;
+    s->n_layers = nl;
     s->latent = session_calloc(s, (size_t)nl, sizeof(float *));
     s->rope_key = session_calloc(s, (size_t)nl, sizeof(float *));
     s->index_key = session_calloc(s, (size_t)nl, sizeof(float *));
@@ -2172,6 +2252,20 @@ static void session_init(Session *s, const Model *m, int capacity, int max_batch
     s->chosen = session_calloc(s, (size_t)B * c->experts_per_tok, sizeof(int));
     s->chosen_w = session_calloc(s, (size_t)B * c->experts_per_tok, sizeof(float));
     s->union_experts = session_calloc(s, (size_t)c->n_experts, sizeof(int));
+}
+
+static void session_free(Session *s) {
+    for (int l = 0; l < s->n_layers; l++) {
+        free(s->latent[l]);
+        free(s->rope_key[l]);
+        free(s->index_key[l]);
+    }
+    void *buffers[] = { s->latent, s->rope_key, s->index_key, s->x, s->xn, s->cq, s->qr, s->q, s->kv, s->attn, s->attn_out,
+                        s->ffn_out, s->tmp, s->router_logits, s->index_q, s->index_w, s->index_scores, s->selection,
+                        s->selection_count, s->head_scores, s->expanded_kv, s->ffn_h1, s->ffn_h2, s->mtp_in, s->expert_rows,
+                        s->expert_x, s->expert_y, s->chosen, s->union_experts, s->chosen_w };
+    for (size_t i = 0; i < sizeof buffers / sizeof buffers[0]; i++) free(buffers[i]);
+    memset(s, 0, sizeof *s);
 }
 
 typedef struct {
@@ -2604,6 +2698,13 @@ static Reference reference_load(const char *path) {
     return r;
 }
 
+static void reference_free(Reference *r) {
+    free(r->prompt.ids);
+    free(r->full.ids);
+    free(r->tf_pred.ids);
+    free(r->mtp_pred.ids);
+}
+
 static void print_ids(FILE *f, const char *label, const int *ids, int n) {
     fprintf(f, "%s:", label);
     for (int i = 0; i < n; i++) fprintf(f, " %d", ids[i]);
@@ -2786,6 +2887,11 @@ static TextCodec codec_load(const char *model_dir, int special) {
     tc.think = tok_id(tc.tok, "<think>");
     tc.end_think = tok_id(tc.tok, "</think>");
     return tc;
+}
+
+static void codec_free(TextCodec *tc) {
+    tok_free(tc->tok);
+    tc->tok = NULL;
 }
 
 /* The template needs every tag; a tokenizer without them is not GLM-5's. */
@@ -3200,7 +3306,7 @@ static int run_tokenize(const Settings *set) {
     }
     free(line);
     fclose(f);
-    tok_free(tc.tok);
+    codec_free(&tc);
     return 0;
 }
 
@@ -3235,7 +3341,7 @@ static int run_template_only(const Settings *set) {
     putchar('\n');
     free(text);
     free(ids.ids);
-    tok_free(tc.tok);
+    codec_free(&tc);
     return 0;
 }
 
@@ -3499,10 +3605,12 @@ static ForwardOptions engine_start(const Settings *set, Model *model, Session *s
     return opt;
 }
 
-static void engine_stop(const Settings *set, Model *model, const Session *session) {
+/* The end of a run that loaded a model: its statistics, then everything is released. */
+static void engine_stop(const Settings *set, Model *model, Session *session) {
     if (set->profile) print_profile(session, &model->experts);
     if (set->stats_path[0]) write_route_stats(&model->experts, set->stats_path);
-    expert_store_stop(&model->experts);
+    session_free(session);
+    model_free(model);
 }
 
 /* REF=file: teacher forcing, greedy decoding or REPLAY against the oracle's ids. */
@@ -3530,6 +3638,7 @@ static int run_validation(const Settings *set) {
     print_expert_stats(&model.experts, now_seconds() - t0);
     fprintf(stderr, "glm: peak RSS %.2f GB\n", peak_rss_gb());
     engine_stop(set, &model, &session);
+    reference_free(&ref);
     return failed ? 3 : 0;
 }
 
@@ -3550,8 +3659,7 @@ static int run_text(Settings set) {
     if (tok_vocab_size(tc.tok) > config.vocab)
         die("%s has ids up to %d but the model's vocab_size is %d: tokenizer and model do not match",
             tc.path, tok_vocab_size(tc.tok) - 1, config.vocab);
-    free(config.layer_dense);
-    free(config.layer_indexer);
+    config_free(&config);
     Model model;
     model_load(&model, &set);
     if (!model.c.n_eos)
@@ -3576,6 +3684,7 @@ static int run_text(Settings set) {
     generator_free(gen);
     engine_stop(&set, &model, &session);
     free(prompt.ids);
+    codec_free(&tc);
     return rc;
 }
 

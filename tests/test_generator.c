@@ -175,7 +175,10 @@ int main(void) {
     free(filler); free(other); free(sunk); free(step_logits);
     generator_free(a);
     generator_free(b);
-    expert_store_stop(&model.experts);
+    session_free(&small);
+    session_free(&big);
+    model_free(&model);
+    reference_free(&ref);
     printf("%s\n", failures ? "some generator tests failed" : "all generator tests passed");
     return failures != 0;
 }
