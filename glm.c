@@ -598,7 +598,6 @@ typedef struct {
     unsigned char *layer_indexer;   /* [n_layers + n_mtp]: full indexer (own weights, own top-k) */
     int eos[MAX_EOS], n_eos;
     int max_positions;              /* max_position_embeddings (0: not given) */
-    int fused_experts;              /* filled by the loader: fused 3-D expert tensors on disk */
 } Config;
 
 typedef struct { const JsonValue *root; const char *path; } ConfigReader;
@@ -1063,6 +1062,14 @@ typedef struct {
 
 enum { INDEXER_AUTO, INDEXER_ALWAYS, INDEXER_OFF };
 
+/* How the forward pass computes (from Settings, once; every layer reads it from here). */
+typedef struct {
+    int absorb;              /* 1: weight-absorbed MLA (ABSORB=1), 0: explicit K/V */
+    int indexer_mode;        /* INDEXER_AUTO / _ALWAYS / _OFF */
+    float latent_eps;        /* eps of q_a_layernorm / kv_a_layernorm (LATENT_EPS) */
+    int mtp_zero_pos0;       /* MTP: zero the token embedding at position 0 */
+} ForwardOptions;
+
 /* Per-conversation state: the KV cache and scratch sized for BATCH positions. */
 typedef struct {
     int capacity;            /* tokens the cache holds */
@@ -1128,9 +1135,7 @@ typedef struct {
     Session *s;
     int layer_index;
     const float *inv_freq;
-    float latent_eps;
-    int absorb;              /* resolved for this call */
-    int indexer_mode;        /* INDEXER_AUTO / _ALWAYS / _OFF */
+    const ForwardOptions *opt;
 } AttentionCall;
 
 /* DSA top-k for one query (§4.4): value descending, smaller position first on ties. */
@@ -1179,7 +1184,7 @@ static void indexer_select(AttentionCall *ac, const float *xn, const float *qr, 
     }
     int any_selective = 0;
     for (int r = 0; r < S; r++) if (pos0 + r + 1 > K) any_selective = 1;
-    if ((!any_selective && ac->indexer_mode != INDEXER_ALWAYS) || ac->indexer_mode == INDEXER_OFF) {
+    if ((!any_selective && ac->opt->indexer_mode != INDEXER_ALWAYS) || ac->opt->indexer_mode == INDEXER_OFF) {
         for (int r = 0; r < S; r++) s->selection_count[r] = -1;
         return;
     }
@@ -1197,7 +1202,7 @@ static void indexer_select(AttentionCall *ac, const float *xn, const float *qr, 
         for (int h = 0; h < ih; h++) rope_apply(q + (size_t)h * id, &rr, half);
         float *w = s->index_w + (size_t)r * ih;
         for (int h = 0; h < ih; h++) w[h] *= head_scale;
-        if (ncand <= K && ac->indexer_mode != INDEXER_ALWAYS) { s->selection_count[r] = -1; continue; }
+        if (ncand <= K && ac->opt->indexer_mode != INDEXER_ALWAYS) { s->selection_count[r] = -1; continue; }
         ScoredKey *sk = (ScoredKey *)(s->index_scores + (size_t)r * s->capacity * 2);
         for (int j = 0; j < ncand; j++) {
             const float *k = kcache + (size_t)j * id;
@@ -1237,7 +1242,7 @@ static void attention(AttentionCall *ac, const float *xn, int S, int pos0, float
     /* queries: q_a → q_a_layernorm → q_b; rotate each head's last dr dims */
     matmul(s->cq, &L->q_a, xn, S);
     for (int r = 0; r < S; r++)
-        rmsnorm(s->qr + (size_t)r * c->q_lora, s->cq + (size_t)r * c->q_lora, L->q_a_norm, c->q_lora, ac->latent_eps);
+        rmsnorm(s->qr + (size_t)r * c->q_lora, s->cq + (size_t)r * c->q_lora, L->q_a_norm, c->q_lora, ac->opt->latent_eps);
     matmul(s->q, &L->q_b, s->qr, S);
     /* compressed KV of the new positions → cache */
     matmul(s->kv, &L->kv_a, xn, S);
@@ -1246,7 +1251,7 @@ static void attention(AttentionCall *ac, const float *xn, int S, int pos0, float
         RopeRow rr;
         rope_angles(&rr, ac->inv_freq, half, pos);
         float *kvr = s->kv + (size_t)r * (kvl + dr);
-        rmsnorm(latent + (size_t)pos * kvl, kvr, L->kv_a_norm, kvl, ac->latent_eps);
+        rmsnorm(latent + (size_t)pos * kvl, kvr, L->kv_a_norm, kvl, ac->opt->latent_eps);
         memcpy(rope_key + (size_t)pos * dr, kvr + kvl, (size_t)dr * sizeof(float));
         rope_apply(rope_key + (size_t)pos * dr, &rr, half);
         float *qrow = s->q + (size_t)r * nh * dqk;
@@ -1261,7 +1266,7 @@ static void attention(AttentionCall *ac, const float *xn, int S, int pos0, float
 
     const float scale = 1.0f / sqrtf((float)dqk);
     const int T = pos0 + S;   /* keys that exist after this call */
-    if (!ac->absorb) {
+    if (!ac->opt->absorb) {
         /* explicit form: expand K_nope and V for every key once, shared by all S queries */
         size_t need = (size_t)T * nh * (dn + dv);
         if (need > s->expanded_kv_cap) {   /* ABSORB=0 only: grows with the context */
@@ -1290,7 +1295,7 @@ static void attention(AttentionCall *ac, const float *xn, int S, int pos0, float
                 const int n = visible_keys(s, c, r, i, &keys);
                 const float *qh = s->q + ((size_t)r * nh + h) * dqk;
                 float *o = s->attn + ((size_t)r * nh + h) * dv;
-                if (ac->absorb) {
+                if (ac->opt->absorb) {
                     /* qc = W_UKᵀ q_nope: accumulate the 192 rows of W_UK[h], each scaled */
                     qt_dequant_rows(&L->kv_b, (int64_t)h * (dn + dv), dn, wuk);
                     memset(qc, 0, (size_t)kvl * sizeof(float));
@@ -1335,19 +1340,21 @@ static void attention(AttentionCall *ac, const float *xn, int S, int pos0, float
 }
 
 /* =============================================================================================
-   6. Experts: streamed from disk through a per-layer LRU cache
+   6. Experts: streamed from disk through a per-layer cache (LFU by default, CACHE_POLICY)
    Routed experts are never loaded at start. Each MoE layer owns `slots` expert slots, allocated
-   and faulted in once. A miss reads the expert's three weight payloads with ONE read into its
-   slot's slab (container.md §4 keeps them adjacent) and the three scale arrays with one small
-   read; the QTensors are views into the slab, no copy. A background I/O thread loads the misses
+   and faulted in once. A miss reads the expert with ONE read into its slot's slab (container.md
+   §4 keeps the three weight payloads and then their scales adjacent; other layouts take up to
+   six reads); the QTensors are views into the slab, no copy. Which expert a miss evicts is
+   tier.h's decision. A background I/O thread loads the misses
    of a layer in ascending expert order while the compute threads work through the experts that
    are already in RAM, so disk and CPU overlap. Float experts (unconverted checkpoints) are read
    and quantized into the slot on each miss — correct, but slow: convert big models first.
 
-   I/O modes: buffered pread (default: the OS page cache is a free second level), DIRECT=1
-   (O_DIRECT into 2 MiB huge-page-backed slabs, bypassing the page cache), DROP=1 (pread, then
-   evict the pages read), MMAP=1 (the views point into a read-only file mapping; evicting an
-   expert drops its pages from this process).
+   I/O modes: O_DIRECT into 2 MiB huge-page-backed slabs, bypassing the page cache (the default
+   for pre-quantized experts where the filesystem allows it; DIRECT=1 insists), buffered pread
+   (DIRECT=0; the default for float experts: the OS page cache is a second level), DROP=1
+   (pread, then evict the pages read), MMAP=1 (the views point into a read-only file mapping;
+   evicting an expert drops its pages from this process).
    ============================================================================================= */
 
 
@@ -1397,6 +1404,7 @@ typedef struct {
     int direct_forced;            /* DIRECT=1: no quiet fallback to pread */
     TierPolicy policy;            /* CACHE_POLICY */
     int prequantized;             /* experts come with .qs scales */
+    int fused_layers;             /* layers whose experts are fused 3-D tensors on disk */
     ExpertSource *sources;        /* [n_layers][n_experts]; unused for dense layers */
     LayerCache *caches;           /* [n_layers] */
     int slots_per_layer;
@@ -1420,7 +1428,8 @@ typedef struct {
     long long *route_counts;      /* [n_layers][n_experts] times chosen */
 } ExpertStore;
 
-/* DIRECT=-1 (auto) starts as IO_DIRECT and is settled by expert_store_open_files. O_DIRECT is the
+/* DIRECT=-1 (auto) starts as IO_DIRECT and is settled later: expert_sources_init falls back to
+   pread for float experts, model_load where a file cannot be opened with O_DIRECT. O_DIRECT is the
    default because cold decode is disk-bound and it reads ~2.7x faster here than buffered pread
    (README, "I/O modes"); the page cache can hold only a sliver of a 370 GB model anyway. */
 static int io_mode_from_settings(int direct, int drop, int mmap_mode) {
@@ -1452,7 +1461,7 @@ static void expert_sources_init(ExpertStore *st, Loader *ld) {
             if (fused_down->ndim != 3 || fused_down->shape[0] != E || fused_down->shape[1] != H || fused_down->shape[2] != I)
                 die("%s: tensor %s must have shape [%d, %d, %d]", st_file_path(ld->index, fused_down->file), down_name, E, H, I);
             if (fused->dtype == ST_U8 || fused->dtype == ST_I8) die("%s: fused expert tensors must be float", fused_name);
-            st->c = c;
+            st->fused_layers++;
         }
         for (int e = 0; e < E; e++) {
             ExpertSource *src = &st->sources[(size_t)l * E + e];
@@ -2268,24 +2277,16 @@ static void session_free(Session *s) {
     memset(s, 0, sizeof *s);
 }
 
-typedef struct {
-    int absorb;              /* -1 auto */
-    int indexer_mode;
-    float latent_eps;
-    int mtp_zero_pos0;
-} ForwardOptions;
-
 /* One decoder layer over S rows of s->x at positions pos0.. (attention + FFN, residuals). */
 static void layer_forward(Model *m, Session *s, const ForwardOptions *opt, int l, int S, int pos0) {
     const Config *c = &m->c;
     const Layer *L = &m->layers[l];
     const int H = c->hidden;
     for (int r = 0; r < S; r++) rmsnorm(s->xn + (size_t)r * H, s->x + (size_t)r * H, L->input_norm, H, c->rms_eps);
-    AttentionCall ac = { c, L, s, l, m->inv_freq, opt->latent_eps, 1, opt->indexer_mode };
-    /* auto = absorbed, always: then a row's result never depends on how many rows share the
-       forward (decode, any prefill chunk). The explicit form was no faster for prefill here
-       (bench model, 256-token chunk: attention 2.31 s explicit vs 2.44 s absorbed). */
-    ac.absorb = opt->absorb != 0;
+    /* absorbed by default, for every batch: then a row's result never depends on how many rows
+       share the forward (decode, any prefill chunk). The explicit form was no faster for prefill
+       here (bench model, 256-token chunk: attention 2.31 s explicit vs 2.44 s absorbed). */
+    AttentionCall ac = { c, L, s, l, m->inv_freq, opt };
     double t0 = now_seconds();
     attention(&ac, s->xn, S, pos0, s->attn_out);
     double t1 = now_seconds();
@@ -2536,7 +2537,7 @@ typedef struct {
     float *logits;                              /* [vocab], predicting position logits_pos */
     int logits_pos;                             /* -1: none yet */
     float *hidden;                              /* [max_batch][hidden] of the last forward */
-    const float *last_hidden;                   /* its row of position logits_pos - 1 */
+    const float *last_hidden;                   /* its row of position logits_pos - 1 (the MTP drafter's input) */
     float *chunk_logits;                        /* [max_batch][vocab], with on_logits only */
     int generated;                              /* tokens reported in this run of steps */
     StopReason stop;                            /* why the run ended; STOP_NONE while it goes on */
@@ -3267,9 +3268,9 @@ static void chat_input_close(ChatInput *in) {
 /* One line of input (without the newline) into *line. */
 static LinedStatus chat_input_read(ChatInput *in, const char *prompt, const char **line) {
     if (in->tty) {
-        LinedStatus st = lined_read(&in->editor, prompt);
+        LinedStatus status = lined_read(&in->editor, prompt);
         *line = in->editor.buf;
-        return st;
+        return status;
     }
     ssize_t n = getline(&in->line, &in->cap, stdin);
     if (n < 0) return errno == EINTR ? LINED_QUIT : LINED_EOF;
@@ -3478,7 +3479,7 @@ static void print_configuration(const Settings *set, const Model *m, int capacit
     fprintf(stderr, "glm: model %s: %d layers (+%d MTP), hidden %d, %d heads, vocab %d, %d experts top-%d "
                     "(groups %d/%d), indexer top-%d on %d full layers, rope theta %g%s\n",
             set->model_dir, c->n_layers, c->n_mtp, c->hidden, c->n_heads, c->vocab, c->n_experts, c->experts_per_tok,
-            c->topk_group, c->n_group, c->index_topk, full, c->rope_theta, c->fused_experts ? ", fused experts" : "");
+            c->topk_group, c->n_group, c->index_topk, full, c->rope_theta, m->experts.fused_layers ? ", fused experts" : "");
     fprintf(stderr, "glm: settings: expert_bits %d, dense_bits %d, GROUP %d, IDOT %d (%s kernels), ABSORB %s, INDEXER %s, "
                     "BATCH %d, context %d, threads %d (OMP_WAIT_POLICY %s)\n",
             set->expert_bits, set->dense_bits, set->group, set->idot, qt_kernel_name(qt_get_kernel()),
