@@ -2568,6 +2568,14 @@ static void generator_free(Generator *g) {
     free(g);
 }
 
+/* New sampling settings (a server's per-request temperature, top-p and seed); the stream restarts
+   from the seed. */
+__attribute__((unused)) static void generator_set_sampling(Generator *g, SamplerSettings sampling) {
+    g->sampler.temperature = sampling.temperature;
+    g->sampler.top_p = sampling.top_p;
+    g->sampler.seed = g->sampler.state = sampling.seed;
+}
+
 /* Runs tokens[0, S) at positions pos.. and commits them (history, pos, logits, last_hidden).
    with_sink: every row's logits go to on_logits. -1 when interrupted (nothing committed). */
 static int generator_forward(Generator *g, const int *tokens, int S, int with_sink, const volatile sig_atomic_t *interrupt) {
