@@ -15,14 +15,15 @@
      6. Experts      where a routed expert's weights come from (ExpertStore)
      7. MoE          router, batch union of chosen experts, SwiGLU, shared expert
      8. Model        loading and the forward pass over S positions, the MTP head
-     9. Generation   greedy decoding and the oracle validation modes
-    10. Text         tokenizer glue, chat template, sampling, prompt mode, terminal chat
+     9. Generation   sampling, the Generator (the one decode loop every mode drives), oracle validation
+    10. Text         tokenizer glue, chat template, prompt mode, terminal chat
     11. main         settings → mode → effective configuration → stats
 
    Build: `make` (see Makefile). Run: `./glm --help`. */
 
 #define _GNU_SOURCE
 #include <ctype.h>
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <math.h>
@@ -33,10 +34,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/ioctl.h>
 #include <sys/mman.h>
 #include <sys/resource.h>
-#include <termios.h>
 #include <time.h>
 #include <unistd.h>
 #ifdef _OPENMP
@@ -53,6 +52,8 @@
 #include "tier.h"
 #define TOK_IMPLEMENTATION
 #include "tok.h"
+#define LINED_IMPLEMENTATION
+#include "lined.h"
 
 extern char **environ;
 
@@ -60,12 +61,47 @@ extern char **environ;
    Small utilities: fatal errors, timing, allocation that cannot silently fail.
    --------------------------------------------------------------------------------------------- */
 
+/* Text from outside (model output, file contents, the environment) on its way to a terminal:
+   control bytes (ESC, CR, BEL, backspace, ...) are shown as ^X and C1 controls (U+0080..U+009F,
+   which some terminals obey as ESC sequences) as U+FFFD, so only glm itself drives the terminal.
+   Newlines and tabs pass. */
+static void put_terminal_safe(FILE *f, const char *s, size_t n) {
+    for (size_t i = 0; i < n; i++) {
+        unsigned char b = (unsigned char)s[i];
+        if ((b < 0x20 && b != '\n' && b != '\t') || b == 0x7F) {
+            fputc('^', f);
+            fputc(b == 0x7F ? '?' : b + 0x40, f);
+        } else if (b == 0xC2 && i + 1 < n && (unsigned char)s[i + 1] >= 0x80 && (unsigned char)s[i + 1] <= 0x9F) {
+            fputs("\xEF\xBF\xBD", f);
+            i++;
+        } else {
+            fputc(b, f);
+        }
+    }
+}
+
+/* "glm: <message>" on stderr, made terminal-safe when stderr is a terminal (messages quote file
+   contents, environment values and user input). */
+static void vsay(const char *prefix, const char *fmt, va_list ap) {
+    char msg[8192];
+    vsnprintf(msg, sizeof msg, fmt, ap);
+    fputs(prefix, stderr);
+    if (isatty(STDERR_FILENO)) put_terminal_safe(stderr, msg, strlen(msg));
+    else fputs(msg, stderr);
+    fputc('\n', stderr);
+}
+
+static void say(const char *fmt, ...) {
+    va_list ap;
+    va_start(ap, fmt);
+    vsay("glm: ", fmt, ap);
+    va_end(ap);
+}
+
 static void die(const char *fmt, ...) {
     va_list ap;
     va_start(ap, fmt);
-    fputs("glm: error: ", stderr);
-    vfprintf(stderr, fmt, ap);
-    fputc('\n', stderr);
+    vsay("glm: error: ", fmt, ap);
     va_end(ap);
     exit(1);
 }
@@ -108,8 +144,31 @@ static void atomic_dir_of(const char *path, char *dir, size_t n) {
     else snprintf(dir, n, "%.*s", (int)(slash - path), path);
 }
 
+/* A kill -9 between giving the data its temporary name and the rename (two system calls) leaves
+   PATH.tmp.PID behind: the next write of PATH removes those of processes that no longer exist. */
+static void atomic_sweep(const char *path) {
+    char dir[4096];
+    atomic_dir_of(path, dir, sizeof dir);
+    const char *base = strrchr(path, '/');
+    base = base ? base + 1 : path;
+    const size_t base_len = strlen(base);
+    DIR *d = opendir(dir);
+    if (!d) return;
+    for (struct dirent *e; (e = readdir(d));) {
+        if (strncmp(e->d_name, base, base_len) || strncmp(e->d_name + base_len, ".tmp.", 5)) continue;
+        char *end;
+        long pid = strtol(e->d_name + base_len + 5, &end, 10);
+        if (*end || pid <= 0 || kill((pid_t)pid, 0) == 0 || errno != ESRCH) continue;
+        char stale[8300];
+        snprintf(stale, sizeof stale, "%s/%s", dir, e->d_name);
+        unlink(stale);
+    }
+    closedir(d);
+}
+
 static FILE *atomic_begin(AtomicFile *af, const char *path, char *err, size_t err_len) {
     memset(af, 0, sizeof *af);
+    atomic_sweep(path);
     if (strlen(path) >= sizeof af->path) { snprintf(err, err_len, "%s: path too long", path); return NULL; }
     snprintf(af->path, sizeof af->path, "%s", path);
     char dir[4096];
@@ -195,7 +254,7 @@ static const SettingSpec SETTINGS[] = {
     { "TF",       SET_BOOL,  "0",    0, 1, "teacher forcing: one forward over REF's full_ids, compare argmax with tf_pred" },
     { "MTP",      SET_BOOL,  "0",    0, 1, "with TF=1: also run the MTP head and compare with mtp_pred" },
     { "NGEN",     SET_INT,   "-1",  -1, 1e9, "tokens to generate per answer (-1: until EOS or a full context; with REF: as many as full_ids continues the prompt)" },
-    { "ABSORB",   SET_INT,   "-1",  -1, 1, "MLA form: 1 or -1 weight-absorbed (the default, for every batch size), 0 explicit K/V of every key (a cross-check; memory grows with the context)" },
+    { "ABSORB",   SET_INT,   "1",    0, 1, "MLA form: 1 weight-absorbed (for every batch size), 0 explicit K/V of every key (a cross-check; memory grows with the context)" },
     { "IDOT",     SET_BOOL,  "1",    0, 1, "integer dot products with int8 activations for quantized weights (0: exact float path)" },
     { "GROUP",    SET_INT,   "0",    0, 4096, "group size for load-time int4 quantization (0: one scale per row)" },
     { "THREADS",  SET_INT,   "0",    0, 1024, "worker threads (0: all cores)" },
@@ -214,13 +273,14 @@ static const SettingSpec SETTINGS[] = {
     { "CACHE_POLICY", SET_STR, "lfu", 0, 0, "which cached expert a miss evicts: lfu (the one the router chose least often, recent use breaks ties) or lru" },
     { "KERNEL",   SET_STR,   "auto", 0, 0, "integer kernels: auto (best this CPU has), vnni, avx2 or scalar (all give identical results)" },
     /* text modes (section 10): need tokenizer.json in SNAP */
-    { "PROMPT",   SET_STR,   "",     0, 0, "answer this user message: the reply streams to stdout, one stats line to stderr" },
+    { "PROMPT",   SET_STR,   "",     0, 0, "answer this user message: the reply streams to stdout, one stats line to stderr (PROMPT=-: read it from stdin, at most 16 MB)" },
     { "CHAT",     SET_INT,   "-1",  -1, 1, "terminal chat: 1 on, 0 off, -1 on when stdin is a terminal and no PROMPT, REF or TOKENIZE is set" },
     { "SYSTEM",   SET_STR,   "",     0, 0, "system prompt placed before the first user message" },
     { "MESSAGES", SET_STR,   "",     0, 0, "JSON file: earlier conversation, a list of {role: system|user|assistant, content[, reasoning_content]}" },
     { "CHAT_TEMPLATE", SET_BOOL, "1", 0, 1, "apply the GLM-5 chat template (0: send PROMPT / each chat line as raw text)" },
     { "THINK",    SET_BOOL,  "1",    0, 1, "thinking on: the answer starts with reasoning (<think>); 0 skips it (</think>)" },
-    { "TEMP",     SET_FLOAT, "0.7",  0, 100, "sampling temperature (0: greedy, always the most likely token)" },
+    { "TEMPERATURE", SET_FLOAT, "0.7", 0, 100, "sampling temperature (0: greedy, always the most likely token)" },
+    { "TEMP",     SET_FLOAT, "",     0, 100, "alias of TEMPERATURE, honoured only when it is a number (TEMP is often the temp directory: then it is ignored with a note)" },
     { "NUCLEUS",  SET_FLOAT, "0.9",  0, 1, "top-p: sample among the most likely tokens whose probabilities sum to at least this" },
     { "SEED",     SET_INT,   "0",    0, 9007199254740991.0, "random seed for sampling (0: from the clock; the seed used is printed)" },
     { "SPECIAL",  SET_BOOL,  "0",    0, 1, "recognise special tokens such as <|user|> written in the text (0: text is only text)" },
@@ -247,6 +307,8 @@ typedef struct {
     RunMode mode;
     const char *prompt, *system_prompt, *messages_path, *tokenize_path;
     int prompt_given, chat_template, think, special;
+    int prompt_from_stdin;   /* PROMPT=-, or no mode with stdin not a terminal: read_stdin_prompt */
+    char *stdin_prompt;      /* what it read (owned) */
     float temperature, top_p;
     uint64_t seed;           /* 0: from the clock */
 } Settings;
@@ -260,17 +322,43 @@ static const char *setting_value(const char *name) {
     return NULL;
 }
 
-static double setting_number(const char *name) {
-    const SettingSpec *spec = NULL;
-    for (size_t i = 0; i < N_SETTINGS; i++) if (!strcmp(SETTINGS[i].name, name)) spec = &SETTINGS[i];
-    const char *v = setting_value(name);
+static const SettingSpec *setting_spec(const char *name) {
+    for (size_t i = 0; i < N_SETTINGS; i++) if (!strcmp(SETTINGS[i].name, name)) return &SETTINGS[i];
+    die("internal: unknown setting %s", name);
+    return NULL;
+}
+
+static int parses_as_number(const char *v) {
     char *end;
     errno = 0;
-    double d = strtod(v, &end);
-    if (end == v || *end || errno) die("%s=%s is not a number", name, v);
+    strtod(v, &end);
+    return end != v && !*end && !errno;
+}
+
+/* `value` checked against the kind and range of setting `spec`; errors name `name=value`. */
+static double setting_number_of(const SettingSpec *spec, const char *name, const char *v) {
+    if (!parses_as_number(v)) die("%s=%s is not a number", name, v);
+    double d = strtod(v, NULL);
     if (spec->kind != SET_FLOAT && d != floor(d)) die("%s=%s must be a whole number", name, v);
     if (!(d >= spec->min && d <= spec->max)) die("%s=%s is out of range [%g, %g]", name, v, spec->min, spec->max);
     return d;
+}
+
+static double setting_number(const char *name) { return setting_number_of(setting_spec(name), name, setting_value(name)); }
+
+/* TEMPERATURE, or TEMP when it is a number. Many systems export TEMP as the temp directory
+   (TEMP=/tmp), so a TEMP that is not a number is that variable and is left alone. */
+static double temperature_from_env(void) {
+    const char *temp = getenv("TEMP");
+    if (getenv("TEMPERATURE")) {
+        if (temp && parses_as_number(temp) && strcmp(temp, getenv("TEMPERATURE")))
+            say("note: TEMP=%s is ignored: TEMPERATURE=%s is set", temp, getenv("TEMPERATURE"));
+        return setting_number("TEMPERATURE");
+    }
+    if (temp && parses_as_number(temp)) return setting_number_of(setting_spec("TEMPERATURE"), "TEMP", temp);
+    if (temp)
+        say("note: TEMP=%s is not a number, so it is taken as the temp-directory variable and ignored; set TEMPERATURE", temp);
+    return setting_number("TEMPERATURE");
 }
 
 /* Levenshtein distance ≤ 1 between two short names. */
@@ -284,6 +372,12 @@ static int one_edit_apart(const char *a, const char *b) {
     return !strcmp(a + i, b + i + 1);
 }
 
+/* Names other programs use for one of our settings. */
+static const char *const SETTING_SYNONYMS[][2] = {
+    { "TOP_P", "NUCLEUS" }, { "TOPP", "NUCLEUS" }, { "MAX_TOKENS", "NGEN" }, { "N_PREDICT", "NGEN" },
+    { "SYSTEM_PROMPT", "SYSTEM" }, { "MODEL_DIR", "SNAP" }, { "CTX_SIZE", "CTX" }, { "THREAD", "THREADS" },
+};
+
 static void warn_near_miss_variables(void) {
     for (char **e = environ; *e; e++) {
         const char *eq = strchr(*e, '=');
@@ -294,17 +388,22 @@ static void warn_near_miss_variables(void) {
         int known = 0;
         for (size_t i = 0; i < N_SETTINGS; i++) if (!strcmp(SETTINGS[i].name, name)) known = 1;
         if (known) continue;
-        for (size_t i = 0; i < N_SETTINGS; i++)
-            if (strlen(SETTINGS[i].name) >= 3 && one_edit_apart(SETTINGS[i].name, name))
-                fprintf(stderr, "glm: warning: environment variable %s is not a setting; did you mean %s?\n",
-                        name, SETTINGS[i].name);
+        const char *hint = NULL;
+        for (size_t i = 0; i < sizeof SETTING_SYNONYMS / sizeof SETTING_SYNONYMS[0] && !hint; i++)
+            if (!strcasecmp(SETTING_SYNONYMS[i][0], name)) hint = SETTING_SYNONYMS[i][1];
+        for (size_t i = 0; i < N_SETTINGS && !hint; i++)   /* prompt=..., Snap=...: settings are upper case */
+            if (!strcasecmp(SETTINGS[i].name, name)) hint = SETTINGS[i].name;
+        for (size_t i = 0; i < N_SETTINGS && !hint; i++)
+            if (strlen(SETTINGS[i].name) >= 3 && one_edit_apart(SETTINGS[i].name, name)) hint = SETTINGS[i].name;
+        if (hint) say("warning: environment variable %s is not a setting; did you mean %s?", name, hint);
     }
 }
 
 static void print_help(void) {
-    printf("usage: [VAR=value ...] ./glm [cache_slots] [expert_bits] [dense_bits]\n\n"
+    printf("usage: [VAR=value ...] ./glm [cache_slots] [expert_bits] [dense_bits]    (or --help, --version)\n\n"
            "modes:\n"
            "  PROMPT=\"text\" ./glm   one answer, streamed to stdout (CHAT_TEMPLATE=0: raw text, no template)\n"
+           "  echo text | ./glm     the same with the prompt from stdin (no mode set, stdin not a terminal; or PROMPT=-)\n"
            "  CHAT=1 ./glm          terminal chat (the default when stdin is a terminal); :help lists its commands\n"
            "  TOKENIZE=file ./glm   token ids of each JSON-string line of file (only tokenizer.json is read)\n"
            "  REF=file ./glm        validation against an oracle reference: greedy, TF=1 [MTP=1] or REPLAY=1\n\n"
@@ -312,10 +411,26 @@ static void print_help(void) {
            "  expert_bits   load-time precision of routed experts: 16 (f32), 8, 4 or 2 (default 4)\n"
            "  dense_bits    load-time precision of every other matrix (default 4)\n"
            "  Pre-quantized tensors (NAME + NAME.qs) are used as they are.\n\n"
+           "  Sampling temperature: TEMPERATURE=0.7 (0: greedy). TEMP is accepted too when it is a number;\n"
+           "  a TEMP that is not one (TEMP=/tmp, the temp directory) is ignored.\n\n"
            "environment variables:\n");
     for (size_t i = 0; i < N_SETTINGS; i++)
         printf("  %-14s default %-6s %s\n", SETTINGS[i].name,
                SETTINGS[i].default_value[0] ? SETTINGS[i].default_value : "-", SETTINGS[i].help);
+}
+
+#ifndef GLM_COMMIT
+#define GLM_COMMIT "unknown"   /* the Makefile passes the git commit */
+#endif
+#define GLM_VERSION "0.2"
+
+/* --version: what was built, and which integer kernels this CPU can run. */
+static void print_version(void) {
+    printf("glm.c %s (commit %s)\nkernels this CPU runs:", GLM_VERSION, GLM_COMMIT);
+    static const QtKernel kernels[] = { QT_KERNEL_VNNI, QT_KERNEL_AVX2, QT_KERNEL_SCALAR };
+    for (size_t i = 0; i < sizeof kernels / sizeof kernels[0]; i++)
+        if (qt_kernel_supported(kernels[i])) printf(" %s", qt_kernel_name(kernels[i]));
+    printf(" (KERNEL=auto picks %s)\n", qt_kernel_name(qt_get_kernel()));
 }
 
 static int parse_bits(const char *arg, const char *what) {
@@ -330,10 +445,15 @@ static Settings settings_from_env(int argc, char **argv) {
     Settings s;
     memset(&s, 0, sizeof s);
     s.cache_slots = 64; s.expert_bits = 4; s.dense_bits = 4;
-    int npos = 0;
+    int npos = 0, given = 0;
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) { print_help(); exit(0); }
+        if (!strcmp(argv[i], "--version")) { print_version(); exit(0); }
         if (argv[i][0] == '-') die("unknown option %s (see --help)", argv[i]);
+        given++;
+    }
+    if (given > 3) die("too many arguments: %d given, at most 3 (cache_slots expert_bits dense_bits)", given);
+    for (int i = 1; i < argc; i++) {
         if (npos == 0) {
             char *end;
             long v = strtol(argv[i], &end, 10);
@@ -341,8 +461,7 @@ static Settings settings_from_env(int argc, char **argv) {
             s.cache_slots = (int)v;
             s.cache_slots_given = 1;
         } else if (npos == 1) s.expert_bits = parse_bits(argv[i], "expert_bits");
-        else if (npos == 2) s.dense_bits = parse_bits(argv[i], "dense_bits");
-        else die("too many arguments (see --help)");
+        else s.dense_bits = parse_bits(argv[i], "dense_bits");
         npos++;
     }
     warn_near_miss_variables();
@@ -382,7 +501,6 @@ static Settings settings_from_env(int argc, char **argv) {
     s.tokenize_path = setting_value("TOKENIZE");
     s.chat_template = (int)setting_number("CHAT_TEMPLATE");
     s.think = (int)setting_number("THINK");
-    s.temperature = (float)setting_number("TEMP");
     s.top_p = (float)setting_number("NUCLEUS");
     s.seed = (uint64_t)setting_number("SEED");
     s.special = (int)setting_number("SPECIAL");
@@ -412,12 +530,52 @@ static Settings settings_from_env(int argc, char **argv) {
         s.mode = MODE_CHAT;
     } else if (s.prompt_given || has_messages) {
         s.mode = MODE_PROMPT;
+    } else if (!isatty(0)) {   /* echo "question" | ./glm */
+        s.mode = MODE_PROMPT;
+        s.prompt_given = s.prompt_from_stdin = 1;
     } else {
         die("nothing to do: set PROMPT=\"...\", CHAT=1, TOKENIZE=file or REF=file (see --help)");
     }
+    if (s.prompt_given && !strcmp(s.prompt, "-")) s.prompt_from_stdin = 1;
+    /* only the modes that sample read the temperature (and may note an unrelated TEMP) */
+    s.temperature = s.mode == MODE_PROMPT || s.mode == MODE_CHAT ? (float)temperature_from_env() : 0.0f;
     if (!s.chat_template && (has_messages || s.system_prompt[0]))
         die("%s needs the chat template: unset CHAT_TEMPLATE=0", has_messages ? "MESSAGES" : "SYSTEM");
     return s;
+}
+
+/* The prompt from stdin (PROMPT=-, or piped in with no mode set), read whole, at most 16 MB.
+   Trailing newlines are dropped, so `echo hi | ./glm` asks what PROMPT=hi asks. */
+#define STDIN_PROMPT_MAX (16u << 20)
+
+static void read_stdin_prompt(Settings *s) {
+    size_t cap = 1 << 16, n = 0;
+    char *buf = xmalloc(cap + 1);
+    for (;;) {
+        if (n == cap) {
+            if (cap >= STDIN_PROMPT_MAX) { free(buf); die("the prompt on stdin is longer than %u MB (the limit)", STDIN_PROMPT_MAX >> 20); }
+            cap *= 2;
+            char *grown = realloc(buf, cap + 1);
+            if (!grown) die("out of memory reading the prompt from stdin");
+            buf = grown;
+        }
+        ssize_t k = read(STDIN_FILENO, buf + n, cap - n);
+        if (k < 0 && errno == EINTR) continue;
+        if (k < 0) die("reading the prompt from stdin: %s", strerror(errno));
+        if (k == 0) break;
+        n += (size_t)k;
+    }
+    if (memchr(buf, 0, n)) die("the prompt on stdin contains a NUL byte at offset %zu", (size_t)((char *)memchr(buf, 0, n) - buf));
+    while (n > 0 && (buf[n - 1] == '\n' || buf[n - 1] == '\r')) n--;
+    buf[n] = 0;
+    if (!n) {
+        const int explicit_dash = getenv("PROMPT") != NULL;
+        free(buf);
+        if (explicit_dash) die("PROMPT=-: stdin is empty");
+        die("nothing to do: set PROMPT=\"...\", CHAT=1, TOKENIZE=file or REF=file, or pipe a prompt in (see --help); "
+            "stdin is not a terminal and was empty");
+    }
+    s->prompt = s->stdin_prompt = buf;
 }
 
 /* =============================================================================================
@@ -440,7 +598,6 @@ typedef struct {
     unsigned char *layer_indexer;   /* [n_layers + n_mtp]: full indexer (own weights, own top-k) */
     int eos[MAX_EOS], n_eos;
     int max_positions;              /* max_position_embeddings (0: not given) */
-    int fused_experts;              /* filled by the loader: fused 3-D expert tensors on disk */
 } Config;
 
 typedef struct { const JsonValue *root; const char *path; } ConfigReader;
@@ -713,6 +870,12 @@ static const JsonValue *loader_format_stamp(Loader *ld, int file) {
     return ld->format_stamps[file] ? json_root(ld->format_stamps[file]) : NULL;
 }
 
+static void loader_free(Loader *ld) {
+    for (int f = 0; ld->format_stamps && f < ld->nfiles; f++) json_free(ld->format_stamps[f]);
+    free(ld->format_stamps);
+    ld->format_stamps = NULL;
+}
+
 /* Index of the first value that is not finite (or negative, for scales), or -1. A corrupt weight
    or scale would silently poison every output, so the loaders refuse it by name. */
 static int64_t first_nonfinite(const float *v, int64_t n) {
@@ -899,10 +1062,19 @@ typedef struct {
 
 enum { INDEXER_AUTO, INDEXER_ALWAYS, INDEXER_OFF };
 
+/* How the forward pass computes (from Settings, once; every layer reads it from here). */
+typedef struct {
+    int absorb;              /* 1: weight-absorbed MLA (ABSORB=1), 0: explicit K/V */
+    int indexer_mode;        /* INDEXER_AUTO / _ALWAYS / _OFF */
+    float latent_eps;        /* eps of q_a_layernorm / kv_a_layernorm (LATENT_EPS) */
+    int mtp_zero_pos0;       /* MTP: zero the token embedding at position 0 */
+} ForwardOptions;
+
 /* Per-conversation state: the KV cache and scratch sized for BATCH positions. */
 typedef struct {
     int capacity;            /* tokens the cache holds */
     int max_batch;
+    int n_layers;            /* layers with a cache (the MTP layer included) */
     float **latent;          /* [layers][capacity][kv_lora] */
     float **rope_key;        /* [layers][capacity][qk_rope] */
     float **index_key;       /* [layers][capacity][index_dim], full-indexer layers only */
@@ -963,9 +1135,7 @@ typedef struct {
     Session *s;
     int layer_index;
     const float *inv_freq;
-    float latent_eps;
-    int absorb;              /* resolved for this call */
-    int indexer_mode;        /* INDEXER_AUTO / _ALWAYS / _OFF */
+    const ForwardOptions *opt;
 } AttentionCall;
 
 /* DSA top-k for one query (§4.4): value descending, smaller position first on ties. */
@@ -1014,7 +1184,7 @@ static void indexer_select(AttentionCall *ac, const float *xn, const float *qr, 
     }
     int any_selective = 0;
     for (int r = 0; r < S; r++) if (pos0 + r + 1 > K) any_selective = 1;
-    if ((!any_selective && ac->indexer_mode != INDEXER_ALWAYS) || ac->indexer_mode == INDEXER_OFF) {
+    if ((!any_selective && ac->opt->indexer_mode != INDEXER_ALWAYS) || ac->opt->indexer_mode == INDEXER_OFF) {
         for (int r = 0; r < S; r++) s->selection_count[r] = -1;
         return;
     }
@@ -1032,7 +1202,7 @@ static void indexer_select(AttentionCall *ac, const float *xn, const float *qr, 
         for (int h = 0; h < ih; h++) rope_apply(q + (size_t)h * id, &rr, half);
         float *w = s->index_w + (size_t)r * ih;
         for (int h = 0; h < ih; h++) w[h] *= head_scale;
-        if (ncand <= K && ac->indexer_mode != INDEXER_ALWAYS) { s->selection_count[r] = -1; continue; }
+        if (ncand <= K && ac->opt->indexer_mode != INDEXER_ALWAYS) { s->selection_count[r] = -1; continue; }
         ScoredKey *sk = (ScoredKey *)(s->index_scores + (size_t)r * s->capacity * 2);
         for (int j = 0; j < ncand; j++) {
             const float *k = kcache + (size_t)j * id;
@@ -1072,7 +1242,7 @@ static void attention(AttentionCall *ac, const float *xn, int S, int pos0, float
     /* queries: q_a → q_a_layernorm → q_b; rotate each head's last dr dims */
     matmul(s->cq, &L->q_a, xn, S);
     for (int r = 0; r < S; r++)
-        rmsnorm(s->qr + (size_t)r * c->q_lora, s->cq + (size_t)r * c->q_lora, L->q_a_norm, c->q_lora, ac->latent_eps);
+        rmsnorm(s->qr + (size_t)r * c->q_lora, s->cq + (size_t)r * c->q_lora, L->q_a_norm, c->q_lora, ac->opt->latent_eps);
     matmul(s->q, &L->q_b, s->qr, S);
     /* compressed KV of the new positions → cache */
     matmul(s->kv, &L->kv_a, xn, S);
@@ -1081,7 +1251,7 @@ static void attention(AttentionCall *ac, const float *xn, int S, int pos0, float
         RopeRow rr;
         rope_angles(&rr, ac->inv_freq, half, pos);
         float *kvr = s->kv + (size_t)r * (kvl + dr);
-        rmsnorm(latent + (size_t)pos * kvl, kvr, L->kv_a_norm, kvl, ac->latent_eps);
+        rmsnorm(latent + (size_t)pos * kvl, kvr, L->kv_a_norm, kvl, ac->opt->latent_eps);
         memcpy(rope_key + (size_t)pos * dr, kvr + kvl, (size_t)dr * sizeof(float));
         rope_apply(rope_key + (size_t)pos * dr, &rr, half);
         float *qrow = s->q + (size_t)r * nh * dqk;
@@ -1096,7 +1266,7 @@ static void attention(AttentionCall *ac, const float *xn, int S, int pos0, float
 
     const float scale = 1.0f / sqrtf((float)dqk);
     const int T = pos0 + S;   /* keys that exist after this call */
-    if (!ac->absorb) {
+    if (!ac->opt->absorb) {
         /* explicit form: expand K_nope and V for every key once, shared by all S queries */
         size_t need = (size_t)T * nh * (dn + dv);
         if (need > s->expanded_kv_cap) {   /* ABSORB=0 only: grows with the context */
@@ -1125,7 +1295,7 @@ static void attention(AttentionCall *ac, const float *xn, int S, int pos0, float
                 const int n = visible_keys(s, c, r, i, &keys);
                 const float *qh = s->q + ((size_t)r * nh + h) * dqk;
                 float *o = s->attn + ((size_t)r * nh + h) * dv;
-                if (ac->absorb) {
+                if (ac->opt->absorb) {
                     /* qc = W_UKᵀ q_nope: accumulate the 192 rows of W_UK[h], each scaled */
                     qt_dequant_rows(&L->kv_b, (int64_t)h * (dn + dv), dn, wuk);
                     memset(qc, 0, (size_t)kvl * sizeof(float));
@@ -1170,19 +1340,21 @@ static void attention(AttentionCall *ac, const float *xn, int S, int pos0, float
 }
 
 /* =============================================================================================
-   6. Experts: streamed from disk through a per-layer LRU cache
+   6. Experts: streamed from disk through a per-layer cache (LFU by default, CACHE_POLICY)
    Routed experts are never loaded at start. Each MoE layer owns `slots` expert slots, allocated
-   and faulted in once. A miss reads the expert's three weight payloads with ONE read into its
-   slot's slab (container.md §4 keeps them adjacent) and the three scale arrays with one small
-   read; the QTensors are views into the slab, no copy. A background I/O thread loads the misses
+   and faulted in once. A miss reads the expert with ONE read into its slot's slab (container.md
+   §4 keeps the three weight payloads and then their scales adjacent; other layouts take up to
+   six reads); the QTensors are views into the slab, no copy. Which expert a miss evicts is
+   tier.h's decision. A background I/O thread loads the misses
    of a layer in ascending expert order while the compute threads work through the experts that
    are already in RAM, so disk and CPU overlap. Float experts (unconverted checkpoints) are read
    and quantized into the slot on each miss — correct, but slow: convert big models first.
 
-   I/O modes: buffered pread (default: the OS page cache is a free second level), DIRECT=1
-   (O_DIRECT into 2 MiB huge-page-backed slabs, bypassing the page cache), DROP=1 (pread, then
-   evict the pages read), MMAP=1 (the views point into a read-only file mapping; evicting an
-   expert drops its pages from this process).
+   I/O modes: O_DIRECT into 2 MiB huge-page-backed slabs, bypassing the page cache (the default
+   for pre-quantized experts where the filesystem allows it; DIRECT=1 insists), buffered pread
+   (DIRECT=0; the default for float experts: the OS page cache is a second level), DROP=1
+   (pread, then evict the pages read), MMAP=1 (the views point into a read-only file mapping;
+   evicting an expert drops its pages from this process).
    ============================================================================================= */
 
 
@@ -1232,13 +1404,17 @@ typedef struct {
     int direct_forced;            /* DIRECT=1: no quiet fallback to pread */
     TierPolicy policy;            /* CACHE_POLICY */
     int prequantized;             /* experts come with .qs scales */
+    int fused_layers;             /* layers whose experts are fused 3-D tensors on disk */
     ExpertSource *sources;        /* [n_layers][n_experts]; unused for dense layers */
     LayerCache *caches;           /* [n_layers] */
     int slots_per_layer;
     size_t slab_bytes, scale_bytes;
     size_t mapped_expert_bytes;   /* MMAP: what one cached expert holds in RSS */
-    int *direct_fds;              /* per file, O_DIRECT */
-    uint8_t **maps; uint64_t *map_len;
+    int n_files;                  /* of the index: the length of direct_fds, maps, map_len */
+    int *direct_fds;              /* per file, O_DIRECT (NULL unless DIRECT) */
+    uint8_t **maps; uint64_t *map_len;   /* per file (NULL unless MMAP) */
+    uint8_t *arena;               /* the slots' slabs: one mapping of arena_bytes */
+    size_t arena_bytes;
     float *staging;               /* float sources: one tensor in f32 */
     /* the I/O thread */
     pthread_t io_thread;
@@ -1252,7 +1428,8 @@ typedef struct {
     long long *route_counts;      /* [n_layers][n_experts] times chosen */
 } ExpertStore;
 
-/* DIRECT=-1 (auto) starts as IO_DIRECT and is settled by expert_store_open_files. O_DIRECT is the
+/* DIRECT=-1 (auto) starts as IO_DIRECT and is settled later: expert_sources_init falls back to
+   pread for float experts, model_load where a file cannot be opened with O_DIRECT. O_DIRECT is the
    default because cold decode is disk-bound and it reads ~2.7x faster here than buffered pread
    (README, "I/O modes"); the page cache can hold only a sliver of a 370 GB model anyway. */
 static int io_mode_from_settings(int direct, int drop, int mmap_mode) {
@@ -1266,12 +1443,12 @@ static void expert_tensor_name(char *buf, size_t n, int layer, int expert, int w
 }
 
 /* Finds and checks every expert's tensors (names, shapes, formats, stamps); reads no payload. */
-static void expert_sources_init(ExpertStore *st, Loader *ld) {
-    const Config *c = st->c;
+static void expert_sources_init(ExpertStore *store, Loader *ld) {
+    const Config *c = store->c;
     const int E = c->n_experts, I = c->moe_inter, H = c->hidden;
-    st->sources = xcalloc((size_t)st->n_layers * E, sizeof(ExpertSource));
+    store->sources = xcalloc((size_t)store->n_layers * E, sizeof(ExpertSource));
     int seen_quantized = 0, seen_float = 0;
-    for (int l = 0; l < st->n_layers; l++) {
+    for (int l = 0; l < store->n_layers; l++) {
         if (c->layer_dense[l]) continue;
         char fused_name[256], down_name[256];
         snprintf(fused_name, sizeof fused_name, "model.layers.%d.mlp.experts.gate_up_proj", l);
@@ -1284,10 +1461,10 @@ static void expert_sources_init(ExpertStore *st, Loader *ld) {
             if (fused_down->ndim != 3 || fused_down->shape[0] != E || fused_down->shape[1] != H || fused_down->shape[2] != I)
                 die("%s: tensor %s must have shape [%d, %d, %d]", st_file_path(ld->index, fused_down->file), down_name, E, H, I);
             if (fused->dtype == ST_U8 || fused->dtype == ST_I8) die("%s: fused expert tensors must be float", fused_name);
-            st->c = c;
+            store->fused_layers++;
         }
         for (int e = 0; e < E; e++) {
-            ExpertSource *src = &st->sources[(size_t)l * E + e];
+            ExpertSource *src = &store->sources[(size_t)l * E + e];
             const int64_t rows[3] = { I, I, H }, cols[3] = { H, H, I };
             for (int k = 0; k < 3; k++) {
                 src->rows[k] = rows[k];
@@ -1295,8 +1472,8 @@ static void expert_sources_init(ExpertStore *st, Loader *ld) {
                 if (fused) {
                     src->data[k] = k < 2 ? fused : fused_down;
                     src->fused_row0[k] = k == 0 ? (int64_t)e * 2 * I : k == 1 ? (int64_t)e * 2 * I + I : (int64_t)e * H;
-                    src->format[k] = format_for_bits(st->expert_bits, st->group);
-                    src->group[k] = st->group;
+                    src->format[k] = format_for_bits(store->expert_bits, store->group);
+                    src->group[k] = store->group;
                     seen_float = 1;
                     continue;
                 }
@@ -1314,8 +1491,8 @@ static void expert_sources_init(ExpertStore *st, Loader *ld) {
                     if (t->ndim != 2 || t->shape[0] != rows[k] || t->shape[1] != cols[k])
                         die("%s: tensor %s must have shape [%lld, %lld]", file, name, (long long)rows[k], (long long)cols[k]);
                     if (t->dtype == ST_U8 || t->dtype == ST_I8) die("%s: tensor %s is %s but has no %s", file, name, st_dtype_name(t->dtype), qs_name);
-                    src->format[k] = format_for_bits(st->expert_bits, st->group);
-                    src->group[k] = st->group;
+                    src->format[k] = format_for_bits(store->expert_bits, store->group);
+                    src->group[k] = store->group;
                     seen_float = 1;
                 }
             }
@@ -1331,22 +1508,22 @@ static void expert_sources_init(ExpertStore *st, Loader *ld) {
         }
     }
     if (seen_quantized && seen_float) die("%s: some routed experts are pre-quantized and some are float; convert the whole model", ld->dir);
-    st->prequantized = seen_quantized;
-    if (!st->prequantized && st->io_mode == IO_DIRECT && !st->direct_forced) st->io_mode = IO_PREAD;
-    if (!st->prequantized && (st->io_mode == IO_DIRECT || st->io_mode == IO_MMAP))
+    store->prequantized = seen_quantized;
+    if (!store->prequantized && store->io_mode == IO_DIRECT && !store->direct_forced) store->io_mode = IO_PREAD;
+    if (!store->prequantized && (store->io_mode == IO_DIRECT || store->io_mode == IO_MMAP))
         die("%s=1 needs pre-quantized experts (NAME + NAME.qs); this model's experts are float: convert it with "
-            "tools/convert_fp8_to_int4.py", st->io_mode == IO_DIRECT ? "DIRECT" : "MMAP");
+            "tools/convert_fp8_to_int4.py", store->io_mode == IO_DIRECT ? "DIRECT" : "MMAP");
 }
 
 /* Bytes of one expert slot: the largest expert's payload span (+ O_DIRECT alignment slack), or
    its three quantized tensors when the source is float. */
-static void expert_slot_sizes(ExpertStore *st, size_t *slab, size_t *scales) {
-    const int E = st->c->n_experts;
+static void expert_slot_sizes(ExpertStore *store, size_t *slab, size_t *scales) {
+    const int E = store->c->n_experts;
     size_t max_slab = 0, max_scales = 0;
-    for (int l = 0; l < st->n_layers; l++) {
-        if (st->c->layer_dense[l]) continue;
+    for (int l = 0; l < store->n_layers; l++) {
+        if (store->c->layer_dense[l]) continue;
         for (int e = 0; e < E; e++) {
-            const ExpertSource *src = &st->sources[(size_t)l * E + e];
+            const ExpertSource *src = &store->sources[(size_t)l * E + e];
             size_t data = 0, sc = 0;
             for (int k = 0; k < 3; k++) {
                 if (src->scales[k]) {
@@ -1369,8 +1546,8 @@ static void expert_slot_sizes(ExpertStore *st, size_t *slab, size_t *scales) {
     }
     /* room for O_DIRECT alignment slack around each of up to four reads */
     /* MMAP needs no slab, but an expert's mapped pages count in RSS until it is evicted */
-    st->mapped_expert_bytes = max_slab;
-    *slab = st->io_mode == IO_MMAP ? 0 : max_slab + 8 * DIRECT_ALIGN;
+    store->mapped_expert_bytes = max_slab;
+    *slab = store->io_mode == IO_MMAP ? 0 : max_slab + 8 * DIRECT_ALIGN;
     *scales = max_scales;
 }
 
@@ -1387,15 +1564,15 @@ static int pread_all(int fd, void *dst, size_t n, uint64_t off, size_t *got) {
 }
 
 /* Reads file bytes [off, off+n) into buf in the store's I/O mode; returns where they start. */
-static uint8_t *expert_read_span(ExpertStore *st, int file, uint64_t off, uint64_t n, uint8_t *buf, size_t cap,
+static uint8_t *expert_read_span(ExpertStore *store, int file, uint64_t off, uint64_t n, uint8_t *buf, size_t cap,
                                  char *err, size_t err_len) {
-    const char *path = st_file_path(st->index, file);
+    const char *path = st_file_path(store->index, file);
     size_t got = 0;
-    if (st->io_mode == IO_DIRECT) {
+    if (store->io_mode == IO_DIRECT) {
         uint64_t start = off / DIRECT_ALIGN * DIRECT_ALIGN;
         uint64_t end = (off + n + DIRECT_ALIGN - 1) / DIRECT_ALIGN * DIRECT_ALIGN;
         if (end - start > cap) { snprintf(err, err_len, "%s: expert span of %llu bytes exceeds its slot", path, (unsigned long long)n); return NULL; }
-        if (pread_all(st->direct_fds[file], buf, (size_t)(end - start), start, &got) || got < off + n - start) {
+        if (pread_all(store->direct_fds[file], buf, (size_t)(end - start), start, &got) || got < off + n - start) {
             snprintf(err, err_len, "%s: O_DIRECT read of %llu bytes at %llu failed: %s", path, (unsigned long long)(end - start),
                      (unsigned long long)start, got < off + n - start ? "file is shorter than its header says" : strerror(errno));
             return NULL;
@@ -1403,13 +1580,13 @@ static uint8_t *expert_read_span(ExpertStore *st, int file, uint64_t off, uint64
         return buf + (off - start);
     }
     if (n > cap) { snprintf(err, err_len, "%s: expert span of %llu bytes exceeds its slot", path, (unsigned long long)n); return NULL; }
-    int fd = st_file_fd(st->index, file);
+    int fd = st_file_fd(store->index, file);
     if (pread_all(fd, buf, (size_t)n, off, &got) || got != n) {
         snprintf(err, err_len, "%s: read of %llu bytes at %llu failed: %s", path, (unsigned long long)n, (unsigned long long)off,
                  got != n ? "file is shorter than its header says" : strerror(errno));
         return NULL;
     }
-    if (st->io_mode == IO_DROP) posix_fadvise(fd, (off_t)off, (off_t)n, POSIX_FADV_DONTNEED);
+    if (store->io_mode == IO_DROP) posix_fadvise(fd, (off_t)off, (off_t)n, POSIX_FADV_DONTNEED);
     return buf;
 }
 
@@ -1424,37 +1601,37 @@ static QTensor expert_view(QtFormat f, int64_t group, int64_t rows, int64_t cols
 }
 
 /* Brings expert `e` of `layer` into `slot`. Runs on the I/O thread (or inline). */
-static int expert_load(ExpertStore *st, int layer, int e, ExpertSlot *slot) {
-    const ExpertSource *src = &st->sources[(size_t)layer * st->c->n_experts + e];
+static int expert_load(ExpertStore *store, int layer, int e, ExpertSlot *slot) {
+    const ExpertSource *src = &store->sources[(size_t)layer * store->c->n_experts + e];
     QTensor *w[3] = { &slot->w.gate, &slot->w.up, &slot->w.down };
     char *err = slot->error;
     const size_t err_len = sizeof slot->error;
     double t0 = now_seconds();
     double bytes = 0;
-    if (!st->prequantized) {
+    if (!store->prequantized) {
         /* float source: read f32 rows, quantize into the slot's own memory */
         uint8_t *p = slot->slab;
         float *sp = slot->scale_buf;
         for (int k = 0; k < 3; k++) {
             QtFormat f = src->format[k];
             *w[k] = expert_view(f, src->group[k], src->rows[k], src->cols[k], p, f == QT_F32 ? NULL : sp);
-            if (st_read_f32_rows(st->index, src->data[k], src->fused_row0[k], src->rows[k], st->staging, err, err_len)) return -1;
-            int64_t bad = first_nonfinite(st->staging, src->rows[k] * src->cols[k]);
+            if (st_read_f32_rows(store->index, src->data[k], src->fused_row0[k], src->rows[k], store->staging, err, err_len)) return -1;
+            int64_t bad = first_nonfinite(store->staging, src->rows[k] * src->cols[k]);
             if (bad >= 0) {
-                snprintf(err, err_len, "%s: tensor %s: value at row %lld is not finite", st_file_path(st->index, src->data[k]->file),
+                snprintf(err, err_len, "%s: tensor %s: value at row %lld is not finite", st_file_path(store->index, src->data[k]->file),
                          src->data[k]->name, (long long)(src->fused_row0[k] + bad / src->cols[k]));
                 return -1;
             }
-            qt_quantize_rows(w[k], 0, src->rows[k], st->staging);
+            qt_quantize_rows(w[k], 0, src->rows[k], store->staging);
             p += (size_t)(src->rows[k] * w[k]->row_bytes + 63) / 64 * 64;
             if (f != QT_F32) sp += src->rows[k] * qt_groups_per_row(w[k]);
             bytes += (double)src->rows[k] * src->cols[k] * st_dtype_size(src->data[k]->dtype);
         }
-    } else if (st->io_mode == IO_MMAP) {
+    } else if (store->io_mode == IO_MMAP) {
         for (int k = 0; k < 3; k++) {
             const StTensor *d = src->data[k], *q = src->scales[k];
             *w[k] = expert_view(src->format[k], src->group[k], src->rows[k], src->cols[k],
-                                st->maps[d->file] + d->offset, (float *)(st->maps[q->file] + q->offset));
+                                store->maps[d->file] + d->offset, (float *)(store->maps[q->file] + q->offset));
             bytes += d->nbytes + q->nbytes;
         }
         const StTensor *first = src->data[0];
@@ -1463,10 +1640,10 @@ static int expert_load(ExpertStore *st, int layer, int e, ExpertSlot *slot) {
         slot->mapped_len = src->data_adjacent ? src->data[2]->offset + src->data[2]->nbytes - first->offset : first->nbytes;
         /* fault the span in now, on the I/O thread, rather than during the matmul */
         uint64_t page = 4096, a = slot->mapped_off / page * page;
-        madvise(st->maps[first->file] + a, slot->mapped_off + slot->mapped_len - a, MADV_WILLNEED);
+        madvise(store->maps[first->file] + a, slot->mapped_off + slot->mapped_len - a, MADV_WILLNEED);
         volatile uint8_t sink = 0;
         for (int k = 0; k < 3; k++)
-            for (uint64_t i = 0; i < src->data[k]->nbytes; i += page) sink ^= st->maps[src->data[k]->file][src->data[k]->offset + i];
+            for (uint64_t i = 0; i < src->data[k]->nbytes; i += page) sink ^= store->maps[src->data[k]->file][src->data[k]->offset + i];
         (void)sink;
     } else {
         uint8_t *base[3];
@@ -1475,7 +1652,7 @@ static int expert_load(ExpertStore *st, int layer, int e, ExpertSlot *slot) {
             /* the converter's layout: gate, up, down payloads, then their scales: ONE read */
             const StTensor *d0 = src->data[0], *q2 = src->scales[2];
             uint64_t span = q2->offset + q2->nbytes - d0->offset;
-            uint8_t *p = expert_read_span(st, d0->file, d0->offset, span, slot->slab, st->slab_bytes, err, err_len);
+            uint8_t *p = expert_read_span(store, d0->file, d0->offset, span, slot->slab, store->slab_bytes, err, err_len);
             if (!p) return -1;
             for (int k = 0; k < 3; k++) {
                 base[k] = p + (src->data[k]->offset - d0->offset);
@@ -1489,7 +1666,7 @@ static int expert_load(ExpertStore *st, int layer, int e, ExpertSlot *slot) {
         } else if (src->data_adjacent) {
             const StTensor *d0 = src->data[0];
             uint64_t span = src->data[2]->offset + src->data[2]->nbytes - d0->offset;
-            uint8_t *p = expert_read_span(st, d0->file, d0->offset, span, slot->slab, st->slab_bytes, err, err_len);
+            uint8_t *p = expert_read_span(store, d0->file, d0->offset, span, slot->slab, store->slab_bytes, err, err_len);
             if (!p) return -1;
             for (int k = 0; k < 3; k++) base[k] = p + (src->data[k]->offset - d0->offset);
             bytes += span;
@@ -1498,7 +1675,7 @@ static int expert_load(ExpertStore *st, int layer, int e, ExpertSlot *slot) {
             size_t used = 0;
             for (int k = 0; k < 3; k++) {
                 const StTensor *d = src->data[k];
-                base[k] = expert_read_span(st, d->file, d->offset, d->nbytes, slot->slab + used, st->slab_bytes - used, err, err_len);
+                base[k] = expert_read_span(store, d->file, d->offset, d->nbytes, slot->slab + used, store->slab_bytes - used, err, err_len);
                 if (!base[k]) return -1;
                 used += (size_t)((d->nbytes + 2 * DIRECT_ALIGN) / DIRECT_ALIGN * DIRECT_ALIGN);
                 bytes += d->nbytes;
@@ -1511,8 +1688,8 @@ static int expert_load(ExpertStore *st, int layer, int e, ExpertSlot *slot) {
             if (k > 0 && src->scales_adjacent) { sbase[k] = sbase[0] + (q->offset - src->scales[0]->offset) / sizeof(float); continue; }
             uint64_t n = src->scales_adjacent ? src->scales[2]->offset + src->scales[2]->nbytes - q->offset : q->nbytes;
             size_t got;
-            if (pread_all(st_file_fd(st->index, q->file), (uint8_t *)slot->scale_buf + used, (size_t)n, q->offset, &got) || got != n) {
-                snprintf(err, err_len, "%s: reading scales of layer %d expert %d failed", st_file_path(st->index, q->file), layer, e);
+            if (pread_all(st_file_fd(store->index, q->file), (uint8_t *)slot->scale_buf + used, (size_t)n, q->offset, &got) || got != n) {
+                snprintf(err, err_len, "%s: reading scales of layer %d expert %d failed", st_file_path(store->index, q->file), layer, e);
                 return -1;
             }
             sbase[k] = (float *)((uint8_t *)slot->scale_buf + used);
@@ -1522,55 +1699,57 @@ static int expert_load(ExpertStore *st, int layer, int e, ExpertSlot *slot) {
         for (int k = 0; k < 3; k++)
             *w[k] = expert_view(src->format[k], src->group[k], src->rows[k], src->cols[k], base[k], sbase[k]);
     }
-    for (int k = 0; k < 3 && st->prequantized; k++) {
+    for (int k = 0; k < 3 && store->prequantized; k++) {
         int64_t bad = first_bad_scale(w[k]->scales, st_numel(src->scales[k]));
         if (bad >= 0) {
             snprintf(err, err_len, "%s: tensor %s.qs: scale %lld is %g (must be finite and >= 0)",
-                     st_file_path(st->index, src->scales[k]->file), src->data[k]->name, (long long)bad, w[k]->scales[bad]);
+                     st_file_path(store->index, src->scales[k]->file), src->data[k]->name, (long long)bad, w[k]->scales[bad]);
             return -1;
         }
     }
-    pthread_mutex_lock(&st->lock);
-    st->bytes_read += bytes;
-    st->read_seconds += now_seconds() - t0;
-    pthread_mutex_unlock(&st->lock);
+    pthread_mutex_lock(&store->lock);
+    store->bytes_read += bytes;
+    store->read_seconds += now_seconds() - t0;
+    pthread_mutex_unlock(&store->lock);
     return 0;
 }
 
 static void *expert_io_thread(void *arg) {
-    ExpertStore *st = arg;
-    pthread_mutex_lock(&st->lock);
+    ExpertStore *store = arg;
+    pthread_mutex_lock(&store->lock);
     for (;;) {
-        while (st->queue_head == st->queue_tail && !st->io_stop) pthread_cond_wait(&st->work, &st->lock);
-        if (st->io_stop) break;
-        LoadJob job = st->queue[st->queue_head % st->queue_cap];
-        pthread_mutex_unlock(&st->lock);
-        ExpertSlot *slot = &st->caches[job.layer].slots[job.slot];
-        slot->failed = expert_load(st, job.layer, slot->expert, slot) != 0;
-        pthread_mutex_lock(&st->lock);
+        while (store->queue_head == store->queue_tail && !store->io_stop) pthread_cond_wait(&store->work, &store->lock);
+        if (store->io_stop) break;
+        LoadJob job = store->queue[store->queue_head % store->queue_cap];
+        pthread_mutex_unlock(&store->lock);
+        ExpertSlot *slot = &store->caches[job.layer].slots[job.slot];
+        slot->failed = expert_load(store, job.layer, slot->expert, slot) != 0;
+        pthread_mutex_lock(&store->lock);
         slot->ready = 1;
-        st->queue_head++;
-        pthread_cond_broadcast(&st->done);
+        store->queue_head++;
+        pthread_cond_broadcast(&store->done);
     }
-    pthread_mutex_unlock(&st->lock);
+    pthread_mutex_unlock(&store->lock);
     return NULL;
 }
 
 /* Allocates the slots (once, faulted in) and starts the I/O thread. */
-static void expert_store_start(ExpertStore *st, int slots_per_layer) {
-    const int E = st->c->n_experts;
-    st->slots_per_layer = slots_per_layer;
-    st->caches = xcalloc((size_t)st->n_layers, sizeof(LayerCache));
+static void expert_store_start(ExpertStore *store, int slots_per_layer) {
+    const int E = store->c->n_experts;
+    store->slots_per_layer = slots_per_layer;
+    store->caches = xcalloc((size_t)store->n_layers, sizeof(LayerCache));
     int moe_layers = 0;
-    for (int l = 0; l < st->n_layers; l++) moe_layers += !st->c->layer_dense[l];
+    for (int l = 0; l < store->n_layers; l++) moe_layers += !store->c->layer_dense[l];
     /* one huge-page-backed arena for every slab: 2 MiB pages make O_DIRECT requests 4x larger
        and fresh-page faults (expensive on these VMs) happen here, once */
-    size_t slab_stride = (st->slab_bytes + 4095) / 4096 * 4096;
+    size_t slab_stride = (store->slab_bytes + 4095) / 4096 * 4096;
     size_t arena_bytes = slab_stride * (size_t)slots_per_layer * (size_t)moe_layers;
     uint8_t *arena = NULL;
     if (arena_bytes) {
         arena = mmap(NULL, arena_bytes + (2u << 20), PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
         if (arena == MAP_FAILED) die("cannot allocate %.2f GB of expert slots", arena_bytes / 1e9);
+        store->arena = arena;
+        store->arena_bytes = arena_bytes + (2u << 20);
         arena = (uint8_t *)(((uintptr_t)arena + (2u << 20) - 1) & ~(uintptr_t)((2u << 20) - 1));
         madvise(arena, arena_bytes, MADV_HUGEPAGE);
         /* fault every page in now rather than during the first tokens: fresh pages cost ~1 GB/s
@@ -1580,67 +1759,96 @@ static void expert_store_start(ExpertStore *st, int slots_per_layer) {
         fprintf(stderr, "glm: expert slots: %.2f GB faulted in in %.2f s\n", arena_bytes / 1e9, now_seconds() - t0);
     }
     size_t used = 0;
-    for (int l = 0; l < st->n_layers; l++) {
-        if (st->c->layer_dense[l]) continue;
-        LayerCache *lc = &st->caches[l];
+    for (int l = 0; l < store->n_layers; l++) {
+        if (store->c->layer_dense[l]) continue;
+        LayerCache *lc = &store->caches[l];
         if (tier_lru_init(&lc->lru, slots_per_layer, E)) die("out of memory for the expert cache");
-        lc->lru.policy = st->policy;
+        lc->lru.policy = store->policy;
         lc->slots = xcalloc((size_t)slots_per_layer, sizeof(ExpertSlot));
         lc->busy = xcalloc((size_t)slots_per_layer, 1);
         lc->avoid = xcalloc((size_t)slots_per_layer, 1);
         for (int s = 0; s < slots_per_layer; s++) {
             lc->slots[s].slab = arena ? arena + used : NULL;
             used += slab_stride;
-            lc->slots[s].scale_buf = st->scale_bytes ? xcalloc(st->scale_bytes / sizeof(float) + 16, sizeof(float)) : NULL;
+            lc->slots[s].scale_buf = store->scale_bytes ? xcalloc(store->scale_bytes / sizeof(float) + 16, sizeof(float)) : NULL;
             lc->slots[s].expert = -1;
         }
     }
-    if (!st->prequantized) {
-        size_t most = (size_t)st->c->moe_inter * st->c->hidden;
-        st->staging = xmalloc(most * sizeof(float));
+    if (!store->prequantized) {
+        size_t most = (size_t)store->c->moe_inter * store->c->hidden;
+        store->staging = xmalloc(most * sizeof(float));
     }
-    st->queue_cap = E + 1;
-    st->queue = xcalloc((size_t)st->queue_cap, sizeof(LoadJob));
-    pthread_mutex_init(&st->lock, NULL);
-    pthread_cond_init(&st->work, NULL);
-    pthread_cond_init(&st->done, NULL);
-    if (pthread_create(&st->io_thread, NULL, expert_io_thread, st)) die("cannot start the expert I/O thread");
-    st->io_started = 1;
+    store->queue_cap = E + 1;
+    store->queue = xcalloc((size_t)store->queue_cap, sizeof(LoadJob));
+    pthread_mutex_init(&store->lock, NULL);
+    pthread_cond_init(&store->work, NULL);
+    pthread_cond_init(&store->done, NULL);
+    if (pthread_create(&store->io_thread, NULL, expert_io_thread, store)) die("cannot start the expert I/O thread");
+    store->io_started = 1;
 }
 
-static void expert_store_stop(ExpertStore *st) {
-    if (!st->io_started) return;
-    pthread_mutex_lock(&st->lock);
-    st->io_stop = 1;
-    pthread_cond_broadcast(&st->work);
-    pthread_mutex_unlock(&st->lock);
-    pthread_join(st->io_thread, NULL);
-    st->io_started = 0;
+static void expert_store_stop(ExpertStore *store) {
+    if (!store->io_started) return;
+    pthread_mutex_lock(&store->lock);
+    store->io_stop = 1;
+    pthread_cond_broadcast(&store->work);
+    pthread_mutex_unlock(&store->lock);
+    pthread_join(store->io_thread, NULL);
+    store->io_started = 0;
+    pthread_mutex_destroy(&store->lock);
+    pthread_cond_destroy(&store->work);
+    pthread_cond_destroy(&store->done);
+}
+
+/* Stops the I/O thread and releases the slots, the mappings and the O_DIRECT descriptors. */
+static void expert_store_free(ExpertStore *store) {
+    expert_store_stop(store);
+    for (int l = 0; store->caches && l < store->n_layers; l++) {
+        LayerCache *lc = &store->caches[l];
+        if (!lc->slots) continue;
+        for (int s = 0; s < store->slots_per_layer; s++) free(lc->slots[s].scale_buf);
+        tier_lru_free(&lc->lru);
+        free(lc->slots);
+        free(lc->busy);
+        free(lc->avoid);
+    }
+    free(store->caches);
+    if (store->arena) munmap(store->arena, store->arena_bytes);
+    for (int f = 0; store->direct_fds && f < store->n_files; f++) if (store->direct_fds[f] >= 0) close(store->direct_fds[f]);
+    for (int f = 0; store->maps && f < store->n_files; f++) if (store->maps[f]) munmap(store->maps[f], store->map_len[f]);
+    free(store->direct_fds);
+    free(store->maps);
+    free(store->map_len);
+    free(store->sources);
+    free(store->queue);
+    free(store->route_counts);
+    free(store->staging);
+    memset(store, 0, sizeof *store);
 }
 
 /* Puts `expert` into a slot of `layer` that `avoid` does not mark and queues its load; -1 when
    there is none. */
-static int expert_schedule_load(ExpertStore *st, int layer, int expert, const unsigned char *avoid) {
-    LayerCache *lc = &st->caches[layer];
+static int expert_schedule_load(ExpertStore *store, int layer, int expert, const unsigned char *avoid) {
+    LayerCache *lc = &store->caches[layer];
     int slot = tier_lru_victim(&lc->lru, avoid);
     if (slot < 0) return -1;
     ExpertSlot *sl = &lc->slots[slot];
-    if (st->io_mode == IO_MMAP && sl->expert >= 0 && sl->mapped_len) {
+    if (store->io_mode == IO_MMAP && sl->expert >= 0 && sl->mapped_len) {
         uint64_t a = sl->mapped_off / 4096 * 4096;   /* drop the evicted expert's pages from our RSS */
-        madvise(st->maps[sl->mapped_file] + a, sl->mapped_off + sl->mapped_len - a, MADV_DONTNEED);
+        madvise(store->maps[sl->mapped_file] + a, sl->mapped_off + sl->mapped_len - a, MADV_DONTNEED);
     }
     tier_lru_assign(&lc->lru, slot, expert);
     lc->busy[slot] = 1;
-    pthread_mutex_lock(&st->lock);
+    pthread_mutex_lock(&store->lock);
     sl->expert = expert;
     sl->ready = 0;
     sl->failed = 0;
-    sl->loaded_in_step = st->step;
-    st->queue[st->queue_tail % st->queue_cap] = (LoadJob){ layer, slot };
-    st->queue_tail++;
-    pthread_cond_signal(&st->work);
-    pthread_mutex_unlock(&st->lock);
-    st->misses++;
+    sl->loaded_in_step = store->step;
+    store->queue[store->queue_tail % store->queue_cap] = (LoadJob){ layer, slot };
+    store->queue_tail++;
+    pthread_cond_signal(&store->work);
+    pthread_mutex_unlock(&store->lock);
+    store->misses++;
     return slot;
 }
 
@@ -1648,13 +1856,13 @@ static int expert_schedule_load(ExpertStore *st, int layer, int expert, const un
    so the disk works while the CPU computes. Two rules keep every later expert_acquire able to
    find a slot: at most slots-1 cached experts are pinned, and a prefetch never evicts an expert
    of this step. Whatever does not fit loads on demand in expert_acquire. */
-static void expert_prefetch(ExpertStore *st, int layer, const int *experts, int n) {
-    LayerCache *lc = &st->caches[layer];
+static void expert_prefetch(ExpertStore *store, int layer, const int *experts, int n) {
+    LayerCache *lc = &store->caches[layer];
     const int nslots = lc->lru.n_slots;
-    st->step++;
+    store->step++;
     int pinned = 0;
     for (int i = 0; i < n; i++) {
-        st->route_counts[(size_t)layer * st->n_experts + experts[i]]++;
+        store->route_counts[(size_t)layer * store->n_experts + experts[i]]++;
         tier_note_request(&lc->lru, experts[i]);
         int slot = lc->lru.expert_slot[experts[i]];
         if (slot >= 0 && pinned < nslots - 1) { lc->busy[slot] = 1; pinned++; }
@@ -1666,37 +1874,37 @@ static void expert_prefetch(ExpertStore *st, int layer, const int *experts, int 
     }
     for (int i = 0; i < n; i++) {
         if (lc->lru.expert_slot[experts[i]] >= 0) continue;
-        int slot = expert_schedule_load(st, layer, experts[i], lc->avoid);
+        int slot = expert_schedule_load(store, layer, experts[i], lc->avoid);
         if (slot < 0) break;
         lc->avoid[slot] = 1;
     }
 }
 
-static const FfnWeights *expert_acquire(ExpertStore *st, int layer, int expert) {
-    LayerCache *lc = &st->caches[layer];
+static const FfnWeights *expert_acquire(ExpertStore *store, int layer, int expert) {
+    LayerCache *lc = &store->caches[layer];
     int slot = lc->lru.expert_slot[expert];
     if (slot < 0) {
-        slot = expert_schedule_load(st, layer, expert, lc->busy);
+        slot = expert_schedule_load(store, layer, expert, lc->busy);
         if (slot < 0) die("internal: no free expert slot in layer %d", layer);
     } else {
         tier_lru_lookup(&lc->lru, expert);
-        if (lc->slots[slot].loaded_in_step != st->step) st->hits++;
+        if (lc->slots[slot].loaded_in_step != store->step) store->hits++;
     }
     lc->busy[slot] = 1;
     ExpertSlot *sl = &lc->slots[slot];
-    pthread_mutex_lock(&st->lock);
+    pthread_mutex_lock(&store->lock);
     if (!sl->ready) {
         double t0 = now_seconds();
-        while (!sl->ready) pthread_cond_wait(&st->done, &st->lock);
-        st->wait_seconds += now_seconds() - t0;
+        while (!sl->ready) pthread_cond_wait(&store->done, &store->lock);
+        store->wait_seconds += now_seconds() - t0;
     }
-    pthread_mutex_unlock(&st->lock);
+    pthread_mutex_unlock(&store->lock);
     if (sl->failed) die("loading layer %d expert %d: %s", layer, expert, sl->error);
     return &sl->w;
 }
 
-static void expert_release(ExpertStore *st, int layer, int expert) {
-    LayerCache *lc = &st->caches[layer];
+static void expert_release(ExpertStore *store, int layer, int expert) {
+    LayerCache *lc = &store->caches[layer];
     int slot = lc->lru.expert_slot[expert];
     if (slot >= 0) lc->busy[slot] = 0;
 }
@@ -1813,6 +2021,7 @@ typedef struct {
     float *inv_freq;         /* [qk_rope/2] */
     StIndex *index;
     double resident_bytes;   /* dense weights held in RAM */
+    int n_layers_loaded;     /* entries of layers[] (model_free) */
 } Model;
 
 static void layer_name(char *buf, size_t n, int l, const char *suffix) { snprintf(buf, n, "model.layers.%d.%s", l, suffix); }
@@ -1901,19 +2110,20 @@ static void model_load(Model *m, const Settings *set) {
         }
     }
     m->layers = xcalloc((size_t)nl, sizeof(Layer));
-    ExpertStore *st = &m->experts;
-    st->c = c;
-    st->index = m->index;
-    st->n_layers = c->n_layers + c->n_mtp;
-    st->n_experts = c->n_experts;
-    st->io_mode = io_mode_from_settings(set->direct, set->drop, set->mmap_mode);
-    st->direct_forced = set->direct == 1;
-    st->policy = (TierPolicy)set->cache_policy;
-    st->expert_bits = set->expert_bits;
-    st->group = set->group;
-    st->route_counts = xcalloc((size_t)st->n_layers * c->n_experts, sizeof(long long));
-    expert_sources_init(st, &ld);
-    expert_slot_sizes(st, &st->slab_bytes, &st->scale_bytes);
+    m->n_layers_loaded = nl;
+    ExpertStore *store = &m->experts;
+    store->c = c;
+    store->index = m->index;
+    store->n_layers = c->n_layers + c->n_mtp;
+    store->n_experts = c->n_experts;
+    store->io_mode = io_mode_from_settings(set->direct, set->drop, set->mmap_mode);
+    store->direct_forced = set->direct == 1;
+    store->policy = (TierPolicy)set->cache_policy;
+    store->expert_bits = set->expert_bits;
+    store->group = set->group;
+    store->route_counts = xcalloc((size_t)store->n_layers * c->n_experts, sizeof(long long));
+    expert_sources_init(store, &ld);
+    expert_slot_sizes(store, &store->slab_bytes, &store->scale_bytes);
     load_matrix(&ld, "model.embed_tokens.weight", c->vocab, c->hidden, set->dense_bits, &m->embed);
     const int show_progress = isatty(2);
     for (int l = 0; l < nl; l++) {
@@ -1929,35 +2139,71 @@ static void model_load(Model *m, const Settings *set) {
     for (int j = 0; j < half; j++)
         m->inv_freq[j] = 1.0f / powf(c->rope_theta, (float)(2 * j) / (float)c->qk_rope);
     m->resident_bytes = ld.resident_bytes;
-    if (st->io_mode == IO_DIRECT || st->io_mode == IO_MMAP) {
-        int nfiles = st_file_count(m->index);
-        st->direct_fds = xcalloc((size_t)nfiles, sizeof(int));
-        st->maps = xcalloc((size_t)nfiles, sizeof(uint8_t *));
-        st->map_len = xcalloc((size_t)nfiles, sizeof(uint64_t));
-        for (int f = 0; f < nfiles; f++) {
+    store->n_files = st_file_count(m->index);
+    if (store->io_mode == IO_DIRECT) {
+        store->direct_fds = xmalloc((size_t)store->n_files * sizeof(int));
+        for (int f = 0; f < store->n_files; f++) store->direct_fds[f] = -1;
+    }
+    if (store->io_mode == IO_MMAP) {
+        store->maps = xcalloc((size_t)store->n_files, sizeof(uint8_t *));
+        store->map_len = xcalloc((size_t)store->n_files, sizeof(uint64_t));
+    }
+    if (store->io_mode == IO_DIRECT || store->io_mode == IO_MMAP) {
+        for (int f = 0; f < store->n_files; f++) {
             const char *path = st_file_path(m->index, f);
-            if (st->io_mode == IO_DIRECT) {
-                st->direct_fds[f] = open(path, O_RDONLY | O_DIRECT);
-                if (st->direct_fds[f] < 0 && !st->direct_forced) {   /* e.g. tmpfs: auto mode falls back */
+            if (store->io_mode == IO_DIRECT) {
+                store->direct_fds[f] = open(path, O_RDONLY | O_DIRECT);
+                if (store->direct_fds[f] < 0 && !store->direct_forced) {   /* e.g. tmpfs: auto mode falls back */
                     fprintf(stderr, "glm: note: %s cannot be opened with O_DIRECT (%s); experts are read with buffered pread\n",
                             path, strerror(errno));
-                    for (int g = 0; g < f; g++) close(st->direct_fds[g]);
-                    st->io_mode = IO_PREAD;
+                    for (int g = 0; g < f; g++) close(store->direct_fds[g]);
+                    free(store->direct_fds);
+                    store->direct_fds = NULL;
+                    store->io_mode = IO_PREAD;
                     break;
                 }
-                if (st->direct_fds[f] < 0) die("%s: cannot open with O_DIRECT: %s (DIRECT=0 reads with buffered pread)", path, strerror(errno));
+                if (store->direct_fds[f] < 0) die("%s: cannot open with O_DIRECT: %s (DIRECT=0 reads with buffered pread)", path, strerror(errno));
             } else {
                 off_t size = lseek(st_file_fd(m->index, f), 0, SEEK_END);
                 void *map = mmap(NULL, (size_t)size, PROT_READ, MAP_SHARED, st_file_fd(m->index, f), 0);
                 if (map == MAP_FAILED) die("%s: mmap failed: %s", path, strerror(errno));
                 madvise(map, (size_t)size, MADV_RANDOM);
-                st->maps[f] = map;
-                st->map_len[f] = (uint64_t)size;
+                store->maps[f] = map;
+                store->map_len[f] = (uint64_t)size;
             }
         }
     }
+    loader_free(&ld);
     fprintf(stderr, "glm: loaded %.1f MB of resident tensors in %.2f s (routed experts stream on demand)\n",
             ld.bytes_loaded / 1e6, now_seconds() - t0);
+}
+
+static void layer_free(Layer *L) {
+    float *vectors[] = { L->input_norm, L->post_attn_norm, L->q_a_norm, L->kv_a_norm, L->index_k_norm_w, L->index_k_norm_b,
+                         L->router_bias, L->enorm, L->hnorm, L->shared_head_norm };
+    for (size_t i = 0; i < sizeof vectors / sizeof vectors[0]; i++) free(vectors[i]);
+    QTensor *matrices[] = { &L->q_a, &L->q_b, &L->kv_a, &L->kv_b, &L->o, &L->index_wq_b, &L->index_wk, &L->index_weights,
+                            &L->mlp.gate, &L->mlp.up, &L->mlp.down, &L->router, &L->eh_proj };
+    for (size_t i = 0; i < sizeof matrices / sizeof matrices[0]; i++) qt_free(matrices[i]);
+}
+
+static void config_free(Config *c) {
+    free(c->layer_dense);
+    free(c->layer_indexer);
+    c->layer_dense = c->layer_indexer = NULL;
+}
+
+static void model_free(Model *m) {
+    expert_store_free(&m->experts);
+    for (int l = 0; m->layers && l < m->n_layers_loaded; l++) layer_free(&m->layers[l]);
+    free(m->layers);
+    qt_free(&m->embed);
+    qt_free(&m->lm_head);
+    free(m->final_norm);
+    free(m->inv_freq);
+    if (m->index) st_close(m->index);
+    config_free(&m->c);
+    memset(m, 0, sizeof *m);
 }
 
 /* Every session allocation goes through here, so the RAM budget knows what the session holds. */
@@ -1972,6 +2218,7 @@ static void session_init(Session *s, const Model *m, int capacity, int max_batch
     const int nl = c->n_layers + c->n_mtp, H = c->hidden, B = max_batch;
     s->capacity = capacity;
     s->max_batch = max_batch;
+    s->n_layers = nl;
     s->latent = session_calloc(s, (size_t)nl, sizeof(float *));
     s->rope_key = session_calloc(s, (size_t)nl, sizeof(float *));
     s->index_key = session_calloc(s, (size_t)nl, sizeof(float *));
@@ -2016,12 +2263,19 @@ static void session_init(Session *s, const Model *m, int capacity, int max_batch
     s->union_experts = session_calloc(s, (size_t)c->n_experts, sizeof(int));
 }
 
-typedef struct {
-    int absorb;              /* -1 auto */
-    int indexer_mode;
-    float latent_eps;
-    int mtp_zero_pos0;
-} ForwardOptions;
+static void session_free(Session *s) {
+    for (int l = 0; l < s->n_layers; l++) {
+        free(s->latent[l]);
+        free(s->rope_key[l]);
+        free(s->index_key[l]);
+    }
+    void *buffers[] = { s->latent, s->rope_key, s->index_key, s->x, s->xn, s->cq, s->qr, s->q, s->kv, s->attn, s->attn_out,
+                        s->ffn_out, s->tmp, s->router_logits, s->index_q, s->index_w, s->index_scores, s->selection,
+                        s->selection_count, s->head_scores, s->expanded_kv, s->ffn_h1, s->ffn_h2, s->mtp_in, s->expert_rows,
+                        s->expert_x, s->expert_y, s->chosen, s->union_experts, s->chosen_w };
+    for (size_t i = 0; i < sizeof buffers / sizeof buffers[0]; i++) free(buffers[i]);
+    memset(s, 0, sizeof *s);
+}
 
 /* One decoder layer over S rows of s->x at positions pos0.. (attention + FFN, residuals). */
 static void layer_forward(Model *m, Session *s, const ForwardOptions *opt, int l, int S, int pos0) {
@@ -2029,11 +2283,10 @@ static void layer_forward(Model *m, Session *s, const ForwardOptions *opt, int l
     const Layer *L = &m->layers[l];
     const int H = c->hidden;
     for (int r = 0; r < S; r++) rmsnorm(s->xn + (size_t)r * H, s->x + (size_t)r * H, L->input_norm, H, c->rms_eps);
-    AttentionCall ac = { c, L, s, l, m->inv_freq, opt->latent_eps, 1, opt->indexer_mode };
-    /* auto = absorbed, always: then a row's result never depends on how many rows share the
-       forward (decode, any prefill chunk). The explicit form was no faster for prefill here
-       (bench model, 256-token chunk: attention 2.31 s explicit vs 2.44 s absorbed). */
-    ac.absorb = opt->absorb != 0;
+    /* absorbed by default, for every batch: then a row's result never depends on how many rows
+       share the forward (decode, any prefill chunk). The explicit form was no faster for prefill
+       here (bench model, 256-token chunk: attention 2.31 s explicit vs 2.44 s absorbed). */
+    AttentionCall ac = { c, L, s, l, m->inv_freq, opt };
     double t0 = now_seconds();
     attention(&ac, s->xn, S, pos0, s->attn_out);
     double t1 = now_seconds();
@@ -2055,9 +2308,12 @@ static void embed_rows(const Model *m, const int *tokens, int S, float *x) {
 
 /* The main model over S tokens at positions pos0..pos0+S-1 (S ≤ max_batch). Writes the
    final-normed hidden states [S][hidden] (the MTP input) and, if logits != NULL, the logits
-   [S][vocab] (only of the last row when last_only). */
-static void model_forward(Model *m, Session *s, const ForwardOptions *opt, const int *tokens, int S, int pos0,
-                          float *hidden_out, float *logits, int last_only) {
+   [S][vocab] (only of the last row when last_only). A chunk of a long prefill takes many seconds
+   on a big model, so when *interrupt (may be NULL) becomes non-zero it stops between layers and
+   returns -1 with nothing written: the K/V rows it wrote are past the caller's position and are
+   simply overwritten later. Returns 0 when done. */
+static int model_forward(Model *m, Session *s, const ForwardOptions *opt, const int *tokens, int S, int pos0,
+                         float *hidden_out, float *logits, int last_only, const volatile sig_atomic_t *interrupt) {
     const Config *c = &m->c;
     const int H = c->hidden;
     if (S > s->max_batch) die("internal: batch %d exceeds %d", S, s->max_batch);
@@ -2066,6 +2322,10 @@ static void model_forward(Model *m, Session *s, const ForwardOptions *opt, const
     /* a long prefill of a big model reads nearly every expert of every layer: show where it is */
     const int show = s->progress && S >= 32;
     for (int l = 0; l < c->n_layers; l++) {
+        if (interrupt && *interrupt) {
+            if (show) fputs("\r\033[K", stderr);
+            return -1;
+        }
         if (show) fprintf(stderr, "\rglm: prefill of %d tokens at position %d: layer %d/%d ", S, pos0, l + 1, c->n_layers);
         layer_forward(m, s, opt, l, S, pos0);
     }
@@ -2079,6 +2339,7 @@ static void model_forward(Model *m, Session *s, const ForwardOptions *opt, const
     }
     s->profile.forwards++;
     s->profile.positions += S;
+    return 0;
 }
 
 /* The MTP head over S slots (§6.1): slot q takes the token at q+1 and the main model's
@@ -2104,22 +2365,318 @@ static void mtp_forward(Model *m, Session *s, const ForwardOptions *opt, const i
 }
 
 /* =============================================================================================
-   9. Generation and validation against the oracle
-   TF=1: one teacher-forced forward over the reference's full_ids (in BATCH-sized chunks),
-   argmax per position vs tf_pred; MTP=1 adds the MTP head vs mtp_pred. Otherwise greedy decode
-   from prompt_ids, compared with the reference continuation.
+   9. Generation
+   What turns forward passes into a sequence of tokens: token lists, sampling, and the Generator,
+   the one decode loop that every mode drives (the validation modes below, prompt and chat in
+   section 10; next speculation, saved sessions and a server). Then validation against the
+   oracle: TF=1 teacher-forces REF's full_ids (argmax per position vs tf_pred; MTP=1 adds the
+   MTP head vs mtp_pred), greedy decoding continues prompt_ids and is compared with full_ids,
+   REPLAY=1 decodes full_ids one token at a time as fixed input (the decode benchmark).
    ============================================================================================= */
 
-typedef struct { int *ids; int n; } IdList;
+/* A growable list of token ids. */
+typedef struct { int *ids; int n, cap; } TokenList;
 
-typedef struct { IdList prompt, full, tf_pred, mtp_pred; } Reference;
+static void tokens_push(TokenList *l, int id) {
+    if (l->n == l->cap) {
+        l->cap = l->cap ? 2 * l->cap : 64;
+        int *grown = realloc(l->ids, (size_t)l->cap * sizeof(int));
+        if (!grown) die("out of memory for %d token ids", l->cap);
+        l->ids = grown;
+    }
+    l->ids[l->n++] = id;
+}
 
-static IdList json_id_list(const JsonValue *root, const char *key, const char *path, int required) {
-    IdList l = { NULL, 0 };
+/* ---- sampling -------------------------------------------------------------------------------- */
+
+/* Exact over the full vocabulary: probabilities are computed in double (a sum of 150k terms loses
+   nothing that matters), the nucleus is the smallest prefix of the tokens sorted by probability
+   (ties: smaller id first) whose mass reaches top_p, renormalized, and one uniform draw from a
+   seeded splitmix64 stream picks the token. Same seed and settings, same tokens. */
+typedef struct { double p; int id; } TokenProb;
+
+typedef struct {
+    float temperature, top_p;
+    uint64_t seed, state;
+    int vocab;
+    double *weights;                /* [vocab] exp((logit - max) / T) */
+    TokenProb *candidates;          /* [vocab] the tokens that may be in the nucleus, sorted */
+} Sampler;
+
+static uint64_t splitmix64_next(uint64_t *state) {
+    uint64_t z = (*state += 0x9E3779B97F4A7C15ull);
+    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+    return z ^ (z >> 31);
+}
+
+static double sampler_uniform(Sampler *sp) { return (double)(splitmix64_next(&sp->state) >> 11) * 0x1.0p-53; }
+
+static void sampler_init(Sampler *sp, int vocab, float temperature, float top_p, uint64_t seed) {
+    sp->temperature = temperature;
+    sp->top_p = top_p;
+    sp->vocab = vocab;
+    sp->seed = sp->state = seed;
+    sp->weights = xmalloc((size_t)vocab * sizeof(double));
+    sp->candidates = xmalloc((size_t)vocab * sizeof(TokenProb));
+}
+
+static int token_prob_cmp(const void *a, const void *b) {
+    const TokenProb *x = a, *y = b;
+    if (x->p > y->p) return -1;
+    if (x->p < y->p) return 1;
+    return x->id - y->id;
+}
+
+/* Sorts the candidates (weight >= floor) and returns how many of them form the nucleus, or 0 when
+   they do not reach top_p of the total (floor too high, which rounding can cause). *mass: their sum. */
+static int nucleus_prefix(Sampler *sp, double total, double floor, double *mass) {
+    int n = 0;
+    for (int i = 0; i < sp->vocab; i++)
+        if (sp->weights[i] >= floor) sp->candidates[n++] = (TokenProb){ sp->weights[i], i };
+    qsort(sp->candidates, (size_t)n, sizeof(TokenProb), token_prob_cmp);
+    const double need = (double)sp->top_p * total;
+    double acc = 0.0;
+    for (int k = 0; k < n; k++) {
+        acc += sp->candidates[k].p;
+        if (acc >= need) { *mass = acc; return k + 1; }
+    }
+    return 0;
+}
+
+static int sampler_sample(Sampler *sp, const float *logits) {
+    const int V = sp->vocab;
+    if (sp->temperature <= 0.0f) return argmax(logits, V);
+    double *w = sp->weights;
+    const double mx = logits[argmax(logits, V)];
+    double total = 0.0;
+    for (int i = 0; i < V; i++) { w[i] = exp(((double)logits[i] - mx) / sp->temperature); total += w[i]; }
+    const double u = sampler_uniform(sp);
+    if (sp->top_p >= 1.0f) {   /* the whole distribution, walked in id order */
+        double target = u * total, acc = 0.0;
+        for (int i = 0; i < V; i++) { acc += w[i]; if (target < acc) return i; }
+        return argmax(logits, V);
+    }
+    /* A token below (1 - top_p) / (V - 1) of the mass can never be in the nucleus: all such
+       tokens together hold less than 1 - top_p. Sorting only the rest is exact and much faster. */
+    double mass = 0.0;
+    int k = nucleus_prefix(sp, total, (1.0 - sp->top_p) / (V > 1 ? V - 1 : 1) * total, &mass);
+    if (!k) k = nucleus_prefix(sp, total, -1.0, &mass);
+    if (!k) return argmax(logits, V);   /* rounding kept even the full sum below top_p of itself */
+    double target = u * mass, acc = 0.0;
+    for (int i = 0; i < k; i++) { acc += sp->candidates[i].p; if (target < acc) return sp->candidates[i].id; }
+    return sp->candidates[k - 1].id;
+}
+
+/* Back to the start of the seed's stream (chat's :reset, so a conversation can be replayed). */
+static void sampler_restart(Sampler *sp) { sp->state = sp->seed; }
+
+static void sampler_free(Sampler *sp) {
+    free(sp->weights);
+    free(sp->candidates);
+    sp->weights = NULL;
+    sp->candidates = NULL;
+}
+
+/* ---- the generator ---------------------------------------------------------------------------- */
+
+/* A Generator owns one conversation's decode state over a Session (whose KV cache it fills):
+   the token history, the position, the sampler, the stop rules, and where tokens go. Invariants:
+   - history[0, pos) are exactly the tokens whose K/V rows are in the cache. Rows past pos may
+     hold anything (an interrupted prefill, rejected drafts): attention at position i reads keys
+     0..i only, so they are overwritten before anything reads them. Hence a rollback is O(1).
+   - The logits predict position pos, and last_hidden is the final-normed hidden state of
+     position pos-1 (the MTP head's input), whenever logits_pos == pos. A rollback or an
+     interrupted prefill leaves them stale; the next step then first re-runs the token at pos-1
+     (which rewrites its K/V row bit for bit: a row never depends on the batch it ran in). That
+     is the one rule: nothing else ever has to restore the logits.
+   - generator_step samples from the logits, applies the stop rules, hands the token to on_token
+     and runs the forward for it. It returns a RUN of ids (today always one), so a speculative
+     step (draft k tokens, verify them in one forward of k+1 rows, keep the accepted prefix and
+     the logits after it, roll back the rest) fits behind the same call.
+   - Interruption is a flag the caller owns (*interrupt != 0), read before each step, between
+     prefill chunks and between the layers of a chunk. Nothing here reads a global or prints.
+   A run of steps (generator_begin) ends at an EOS id (neither reported nor cached), after
+   max_tokens, when the cache is full, or at the interrupt; the reason is in `stop`. Stop strings
+   need the text, so they will come as a matcher the caller hands in next to on_token. Sessions
+   save history[0, pos) with the KV rows; a server keeps one Generator per conversation and sets
+   its sampler, stop rules, callback and interrupt per request. */
+
+typedef enum { STOP_NONE, STOP_EOS, STOP_LIMIT, STOP_INTERRUPT, STOP_CONTEXT } StopReason;
+static const char *const STOP_NAMES[] = { "-", "eos", "NGEN", "interrupted (Ctrl-C)", "context full" };
+
+typedef struct { float temperature, top_p; uint64_t seed; } SamplerSettings;
+
+typedef struct {
+    const int *eos;
+    int n_eos;                /* ids that end a run: neither reported nor cached */
+    int max_tokens;           /* tokens per run of steps (-1: no limit) */
+    int resumable;            /* at max_tokens, still run the last token's forward so that a later
+                                 run can go on from it (chat's :more); otherwise the last token is
+                                 reported but not cached, which saves one forward */
+} StopRules;
+
+typedef void (*TokenCallback)(void *user, int id);
+/* Teacher forcing: the logits [S][vocab] and final-normed hidden states [S][hidden] of every
+   position of each prefill chunk (positions pos0 .. pos0+S-1). */
+typedef void (*LogitsSink)(void *user, int pos0, int S, const float *logits, const float *hidden);
+
+typedef struct {
+    Model *model;
+    Session *session;
+    const ForwardOptions *opt;
+    Sampler sampler;
+    StopRules stop_rules;                       /* default: the model's EOS ids, no limit */
+    TokenCallback on_token;                     /* each reported token (may be NULL) */
+    void *on_token_user;
+    LogitsSink on_logits;                       /* may be NULL: then only the last position's logits */
+    void *on_logits_user;
+    const volatile sig_atomic_t *interrupt;     /* may be NULL */
+    int *history;                               /* [capacity] */
+    int pos;
+    float *logits;                              /* [vocab], predicting position logits_pos */
+    int logits_pos;                             /* -1: none yet */
+    float *hidden;                              /* [max_batch][hidden] of the last forward */
+    const float *last_hidden;                   /* its row of position logits_pos - 1 (the MTP drafter's input) */
+    float *chunk_logits;                        /* [max_batch][vocab], with on_logits only */
+    int generated;                              /* tokens reported in this run of steps */
+    StopReason stop;                            /* why the run ended; STOP_NONE while it goes on */
+    long long forwards;                         /* forward passes run, all kinds */
+} Generator;
+
+static Generator *generator_create(Model *m, Session *s, const ForwardOptions *opt, SamplerSettings sampling) {
+    Generator *g = xcalloc(1, sizeof *g);
+    g->model = m;
+    g->session = s;
+    g->opt = opt;
+    sampler_init(&g->sampler, m->c.vocab, sampling.temperature, sampling.top_p, sampling.seed);
+    g->stop_rules = (StopRules){ m->c.eos, m->c.n_eos, -1, 0 };
+    g->history = xmalloc((size_t)s->capacity * sizeof(int));
+    g->logits = xmalloc((size_t)m->c.vocab * sizeof(float));
+    g->logits_pos = -1;
+    g->hidden = xmalloc((size_t)s->max_batch * m->c.hidden * sizeof(float));
+    return g;
+}
+
+static void generator_free(Generator *g) {
+    if (!g) return;
+    sampler_free(&g->sampler);
+    free(g->history);
+    free(g->logits);
+    free(g->hidden);
+    free(g->chunk_logits);
+    free(g);
+}
+
+/* New sampling settings (a server's per-request temperature, top-p and seed); the stream restarts
+   from the seed. */
+__attribute__((unused)) static void generator_set_sampling(Generator *g, SamplerSettings sampling) {
+    g->sampler.temperature = sampling.temperature;
+    g->sampler.top_p = sampling.top_p;
+    g->sampler.seed = g->sampler.state = sampling.seed;
+}
+
+/* Runs tokens[0, S) at positions pos.. and commits them (history, pos, logits, last_hidden).
+   with_sink: every row's logits go to on_logits. -1 when interrupted (nothing committed). */
+static int generator_forward(Generator *g, const int *tokens, int S, int with_sink, const volatile sig_atomic_t *interrupt) {
+    const int V = g->model->c.vocab, H = g->model->c.hidden;
+    const int all_rows = with_sink && g->on_logits;
+    if (all_rows && !g->chunk_logits) g->chunk_logits = xmalloc((size_t)g->session->max_batch * V * sizeof(float));
+    float *logits = all_rows ? g->chunk_logits : g->logits;
+    if (model_forward(g->model, g->session, g->opt, tokens, S, g->pos, g->hidden, logits, !all_rows, interrupt)) return -1;
+    g->forwards++;
+    if (all_rows) memcpy(g->logits, g->chunk_logits + (size_t)(S - 1) * V, (size_t)V * sizeof(float));
+    memcpy(g->history + g->pos, tokens, (size_t)S * sizeof(int));
+    g->pos += S;
+    g->logits_pos = g->pos;
+    g->last_hidden = g->hidden + (size_t)(S - 1) * H;
+    if (all_rows) g->on_logits(g->on_logits_user, g->pos - S, S, g->chunk_logits, g->hidden);
+    return 0;
+}
+
+/* The one rule that keeps "the logits predict position pos": when they are stale, re-run the
+   token at pos-1. */
+static void generator_refresh_logits(Generator *g) {
+    if (g->logits_pos == g->pos) return;
+    if (g->pos == 0) die("internal: a generator step needs at least one prefilled token");
+    const int last = g->history[g->pos - 1];
+    g->pos--;
+    generator_forward(g, &last, 1, 0, NULL);
+}
+
+/* Appends tokens[0, n) at pos in BATCH-sized chunks. Returns the tokens done: n, or fewer when
+   the interrupt stopped it, and then pos is back where it was (the chunks done are dropped). */
+static int generator_prefill(Generator *g, const int *tokens, int n) {
+    const int start = g->pos, B = g->session->max_batch;
+    int done = 0;
+    while (done < n) {
+        if (g->interrupt && *g->interrupt) break;
+        const int S = n - done < B ? n - done : B;
+        if (generator_forward(g, tokens + done, S, 1, g->interrupt)) break;
+        done += S;
+    }
+    if (done < n) g->pos = start;
+    return done;
+}
+
+/* Drops the history past pos (the K/V rows there are overwritten later). */
+static void generator_rollback(Generator *g, int pos) {
+    if (pos < 0 || pos > g->pos) die("internal: rollback to %d from position %d", pos, g->pos);
+    g->pos = pos;
+}
+
+/* Makes the history equal tokens[0, n): keeps the longest common prefix, rolls back to it and
+   prefills the rest. At least one token is always run, so the logits belong to this history.
+   Returns n, or fewer when interrupted (then the history is the kept prefix); *reused (may be
+   NULL) gets the length of the prefix that was kept. (For sessions and the server; the CLI modes
+   only append, tests/test_generator.c checks it.) */
+__attribute__((unused)) static int generator_reuse_prefix(Generator *g, const int *tokens, int n, int *reused) {
+    int keep = 0;
+    while (keep < g->pos && keep < n && g->history[keep] == tokens[keep]) keep++;
+    if (keep == n && n > 0) keep = n - 1;
+    generator_rollback(g, keep);
+    if (reused) *reused = keep;
+    const int done = generator_prefill(g, tokens + keep, n - keep);
+    return done == n - keep ? n : keep;
+}
+
+/* Starts a run of steps: the token count restarts and the stop reason clears. */
+static void generator_begin(Generator *g) {
+    g->generated = 0;
+    g->stop = STOP_NONE;
+}
+
+/* One step: the next id(s) into ids[0, max), reported to on_token and (unless the run ends there
+   and is not resumable) run through the model. Returns how many; 0 when the run has stopped,
+   and g->stop says why. */
+static int generator_step(Generator *g, int *ids, int max) {
+    const StopRules *r = &g->stop_rules;
+    if (g->stop != STOP_NONE || max < 1) return 0;
+    if (g->interrupt && *g->interrupt) { g->stop = STOP_INTERRUPT; return 0; }
+    if (r->max_tokens >= 0 && g->generated >= r->max_tokens) { g->stop = STOP_LIMIT; return 0; }
+    generator_refresh_logits(g);
+    const int id = sampler_sample(&g->sampler, g->logits);
+    for (int i = 0; i < r->n_eos; i++)
+        if (r->eos[i] == id) { g->stop = STOP_EOS; return 0; }
+    if (g->pos >= g->session->capacity) { g->stop = STOP_CONTEXT; return 0; }
+    ids[0] = id;
+    g->generated++;
+    if (g->on_token) g->on_token(g->on_token_user, id);
+    if (!r->resumable && r->max_tokens >= 0 && g->generated >= r->max_tokens) { g->stop = STOP_LIMIT; return 1; }
+    generator_forward(g, &id, 1, 0, NULL);
+    return 1;
+}
+
+/* ---- validation against the oracle ------------------------------------------------------------ */
+
+typedef struct { TokenList prompt, full, tf_pred, mtp_pred; } Reference;
+
+static TokenList json_id_list(const JsonValue *root, const char *key, const char *path, int required) {
+    TokenList l = { NULL, 0, 0 };
     const JsonValue *v = json_get(root, key);
     if (!v) { if (required) die("%s: field \"%s\" is missing", path, key); return l; }
     if (json_type(v) != JSON_ARRAY) die("%s: field \"%s\" must be a list of token ids", path, key);
-    l.n = (int)json_len(v);
+    l.n = l.cap = (int)json_len(v);
     l.ids = xmalloc((size_t)(l.n ? l.n : 1) * sizeof(int));
     for (int i = 0; i < l.n; i++) {
         int64_t id;
@@ -2150,6 +2707,13 @@ static Reference reference_load(const char *path) {
     return r;
 }
 
+static void reference_free(Reference *r) {
+    free(r->prompt.ids);
+    free(r->full.ids);
+    free(r->tf_pred.ids);
+    free(r->mtp_pred.ids);
+}
+
 static void print_ids(FILE *f, const char *label, const int *ids, int n) {
     fprintf(f, "%s:", label);
     for (int i = 0; i < n; i++) fprintf(f, " %d", ids[i]);
@@ -2173,90 +2737,115 @@ static uint64_t fnv1a(uint64_t h, const void *data, size_t n) {
     return h;
 }
 
+/* Teacher forcing goes through the generator's logits sink: per chunk, the argmax of every
+   position, a hash of the whole logits tensor, and (MTP=1) the MTP head over the same chunk:
+   slot q takes the token at q+1 and the main model's hidden state at q, and predicts q+2. */
+typedef struct {
+    Model *model;
+    Session *session;
+    const ForwardOptions *opt;
+    const Reference *ref;
+    int *pred, *mtp_pred;           /* [full.n], [full.n - 1] */
+    uint64_t logits_hash;
+    int with_mtp;
+    float *mtp_hidden, *mtp_logits; /* [max_batch][hidden], [max_batch][vocab] */
+    double mtp_seconds;
+} TeacherForcing;
+
+static void teacher_forcing_chunk(void *user, int pos0, int S, const float *logits, const float *hidden) {
+    TeacherForcing *tf = user;
+    const int V = tf->model->c.vocab, slots = tf->ref->full.n - 1;
+    for (int r = 0; r < S; r++) tf->pred[pos0 + r] = argmax(logits + (size_t)r * V, V);
+    tf->logits_hash = fnv1a(tf->logits_hash, logits, (size_t)S * V * sizeof(float));
+    const int n = slots - pos0 < S ? slots - pos0 : S;
+    if (!tf->with_mtp || n <= 0) return;
+    double t0 = now_seconds();
+    mtp_forward(tf->model, tf->session, tf->opt, tf->ref->full.ids + pos0 + 1, hidden, n, pos0, tf->mtp_hidden, tf->mtp_logits);
+    for (int r = 0; r < n; r++) tf->mtp_pred[pos0 + r] = argmax(tf->mtp_logits + (size_t)r * V, V);
+    tf->mtp_seconds += now_seconds() - t0;
+}
+
 static int run_teacher_forcing(Model *m, Session *s, const ForwardOptions *opt, const Reference *ref, int with_mtp) {
     const Config *c = &m->c;
-    const int N = ref->full.n, H = c->hidden, V = c->vocab, B = s->max_batch;
-    float *hidden = xmalloc((size_t)N * H * sizeof(float));
-    float *logits = xmalloc((size_t)B * V * sizeof(float));
-    int *pred = xmalloc((size_t)N * sizeof(int));
-    uint64_t logits_hash = 0xcbf29ce484222325ull;
-    double t0 = now_seconds();
-    for (int p = 0; p < N; p += B) {
-        int S = N - p < B ? N - p : B;
-        model_forward(m, s, opt, ref->full.ids + p, S, p, hidden + (size_t)p * H, logits, 0);
-        for (int r = 0; r < S; r++) pred[p + r] = argmax(logits + (size_t)r * V, V);
-        logits_hash = fnv1a(logits_hash, logits, (size_t)S * V * sizeof(float));
+    const int N = ref->full.n, M = N - 1, H = c->hidden, V = c->vocab, B = s->max_batch;
+    if (with_mtp && !c->n_mtp) die("MTP=1 but the model has no MTP layer");
+    TeacherForcing tf = { m, s, opt, ref, xmalloc((size_t)N * sizeof(int)), xmalloc((size_t)(M > 0 ? M : 1) * sizeof(int)),
+                          0xcbf29ce484222325ull, with_mtp, NULL, NULL, 0.0 };
+    if (with_mtp) {
+        tf.mtp_hidden = xmalloc((size_t)B * H * sizeof(float));
+        tf.mtp_logits = xmalloc((size_t)B * V * sizeof(float));
     }
-    double dt = now_seconds() - t0;
-    print_ids(stdout, "TF pred", pred, N);
-    printf("TF logits hash: %016llx\n", (unsigned long long)logits_hash);   /* bitwise identity checks */
+    Generator *g = generator_create(m, s, opt, (SamplerSettings){ 0.0f, 1.0f, 1 });
+    g->on_logits = teacher_forcing_chunk;
+    g->on_logits_user = &tf;
+    double t0 = now_seconds();
+    generator_prefill(g, ref->full.ids, N);
+    double dt = now_seconds() - t0 - tf.mtp_seconds;
+    generator_free(g);
+    print_ids(stdout, "TF pred", tf.pred, N);
+    printf("TF logits hash: %016llx\n", (unsigned long long)tf.logits_hash);   /* bitwise identity checks */
     int failed = 0;
     if (ref->tf_pred.n) {
         if (ref->tf_pred.n != N) die("REF: tf_pred has %d entries, full_ids %d", ref->tf_pred.n, N);
-        int ok = compare_predictions("TF", pred, ref->tf_pred.ids, N);
+        int ok = compare_predictions("TF", tf.pred, ref->tf_pred.ids, N);
         printf("PREFILL (teacher-forcing) C vs oracle: %d/%d positions\n", ok, N);
         failed |= ok != N;
     }
     fprintf(stderr, "glm: teacher-forced prefill of %d tokens in %.3f s (%.1f tok/s)\n", N, dt, N / dt);
     if (with_mtp) {
-        if (!c->n_mtp) die("MTP=1 but the model has no MTP layer");
-        const int M = N - 1;
-        float *mtp_hidden = xmalloc((size_t)B * H * sizeof(float));
-        int *mpred = xmalloc((size_t)(M > 0 ? M : 1) * sizeof(int));
-        for (int p = 0; p < M; p += B) {
-            int S = M - p < B ? M - p : B;
-            mtp_forward(m, s, opt, ref->full.ids + p + 1, hidden + (size_t)p * H, S, p, mtp_hidden, logits);
-            for (int r = 0; r < S; r++) mpred[p + r] = argmax(logits + (size_t)r * V, V);
-        }
-        print_ids(stdout, "MTP pred", mpred, M);
+        print_ids(stdout, "MTP pred", tf.mtp_pred, M);
         if (ref->mtp_pred.n) {
             if (ref->mtp_pred.n != M) die("REF: mtp_pred has %d entries, expected %d", ref->mtp_pred.n, M);
-            int ok = compare_predictions("MTP", mpred, ref->mtp_pred.ids, M);
+            int ok = compare_predictions("MTP", tf.mtp_pred, ref->mtp_pred.ids, M);
             printf("MTP C vs oracle: %d/%d\n", ok, M);
             failed |= ok != M;
         }
-        free(mtp_hidden);
-        free(mpred);
     }
-    free(hidden); free(logits); free(pred);
+    free(tf.pred); free(tf.mtp_pred); free(tf.mtp_hidden); free(tf.mtp_logits);
     return failed;
 }
 
-/* Prefill `n` tokens at pos0 in BATCH-sized chunks; leaves the last position's logits. When
-   *interrupt (may be NULL) becomes non-zero it stops between chunks; returns the tokens done. */
-static int prefill(Model *m, Session *s, const ForwardOptions *opt, const int *tokens, int n, int pos0, float *hidden,
-                   float *logits, const volatile sig_atomic_t *interrupt) {
-    int p = 0;
-    while (p < n && !(interrupt && *interrupt)) {
-        int S = n - p < s->max_batch ? n - p : s->max_batch;
-        model_forward(m, s, opt, tokens + p, S, pos0 + p, hidden, logits, 1);
-        p += S;
-    }
-    return p;
-}
+static void collect_token(void *user, int id) { tokens_push(user, id); }
 
+/* Greedy decoding from prompt_ids, NGEN tokens (EOS does not stop it: the oracle's continuation
+   does not stop either), compared with the reference continuation. */
 static int run_greedy(Model *m, Session *s, const ForwardOptions *opt, const Reference *ref, int ngen) {
-    const Config *c = &m->c;
-    const int V = c->vocab, H = c->hidden, P = ref->prompt.n;
-    float *hidden = xmalloc((size_t)s->max_batch * H * sizeof(float));
-    float *logits = xmalloc((size_t)V * sizeof(float));
-    int *out = xmalloc((size_t)(ngen > 0 ? ngen : 1) * sizeof(int));
+    const int P = ref->prompt.n;
+    Generator *g = generator_create(m, s, opt, (SamplerSettings){ 0.0f, 1.0f, 1 });
+    g->stop_rules = (StopRules){ NULL, 0, ngen, 0 };
+    TokenList out = { 0 };
+    g->on_token = collect_token;
+    g->on_token_user = &out;
     double t0 = now_seconds();
-    prefill(m, s, opt, ref->prompt.ids, P, 0, hidden, logits, NULL);
+    generator_prefill(g, ref->prompt.ids, P);
     double t1 = now_seconds();
-    for (int i = 0; i < ngen; i++) {
-        out[i] = argmax(logits, V);
-        if (i + 1 < ngen) model_forward(m, s, opt, &out[i], 1, P + i, hidden, logits, 1);
-    }
+    int id;
+    while (generator_step(g, &id, 1) > 0) {}
     double t2 = now_seconds();
-    print_ids(stdout, "Generated", out, ngen);
-    int expected = ref->full.n - P < ngen ? ref->full.n - P : ngen;
-    int ok = compare_predictions("Greedy", out, ref->full.ids + P, expected);
+    generator_free(g);
+    print_ids(stdout, "Generated", out.ids, out.n);
+    int expected = ref->full.n - P < out.n ? ref->full.n - P : out.n;
+    int ok = compare_predictions("Greedy", out.ids, ref->full.ids + P, expected);
     printf("Matching tokens: %d/%d\n", ok, expected);
     fprintf(stderr, "glm: prefill %d tokens %.3f s | decode %d tokens %.3f s (%.2f tok/s) | peak RSS %.2f GB\n",
-            P, t1 - t0, ngen, t2 - t1, ngen > 1 ? (ngen - 1) / (t2 - t1) : 0.0, peak_rss_gb());
-    free(hidden); free(logits); free(out);
+            P, t1 - t0, out.n, t2 - t1, out.n > 1 ? (out.n - 1) / (t2 - t1) : 0.0, peak_rss_gb());
+    free(out.ids);
     return ok != expected;
+}
+
+/* REPLAY: full_ids fed one token at a time as fixed input — the decode benchmark. */
+static void run_replay(Model *m, Session *s, const ForwardOptions *opt, const Reference *ref) {
+    const int N = ref->full.n;
+    Generator *g = generator_create(m, s, opt, (SamplerSettings){ 0.0f, 1.0f, 1 });
+    ExpertStore *store = &m->experts;
+    long long h0 = store->hits, m0 = store->misses;
+    double t0 = now_seconds();
+    for (int i = 0; i < N; i++) generator_prefill(g, &ref->full.ids[i], 1);
+    double dt = now_seconds() - t0;
+    generator_free(g);
+    long long hits = store->hits - h0, total = hits + store->misses - m0;
+    printf("REPLAY decode: %d tokens in %.3fs | %.3f tok/s | expert hit %.1f%%\n", N, dt, N / dt,
+           total ? 100.0 * hits / total : 0.0);
 }
 
 /* =============================================================================================
@@ -2265,9 +2854,10 @@ static int run_greedy(Model *m, Session *s, const ForwardOptions *opt, const Ref
    GLM-5 chat template (tokenizer.md §3.4) is rendered straight into ids: role tags are looked up
    by name and message contents are encoded as text, so a message cannot smuggle in a role tag
    unless SPECIAL=1 (the ids equal HF's tokenization of the rendered string whenever the contents
-   hold no tag). Generation samples exactly over the whole vocabulary, streams text that never
-   splits a UTF-8 character, and stops at an EOS id of generation_config.json / config.json
-   (not printed), at NGEN, when the KV cache is full, or at Ctrl-C.
+   hold no tag). Replies come from the Generator (section 9), which samples exactly over the
+   whole vocabulary and stops at an EOS id of generation_config.json / config.json (not
+   printed), at NGEN, when the KV cache is full, or at Ctrl-C; here they are streamed as text
+   that never splits a UTF-8 character.
 
    Chat history lives in the KV cache: a turn prefills only its own tokens
    (<|user|>text<|assistant|><think>) after what is already there, and a reply stays in the cache
@@ -2290,8 +2880,6 @@ typedef struct {
     int gmask, sop, system, user, assistant, think, end_think;
 } TextCodec;
 
-typedef struct { int *ids; int n, cap; } TokenList;
-
 static TextCodec codec_load(const char *model_dir, int special) {
     TextCodec tc;
     memset(&tc, 0, sizeof tc);
@@ -2310,6 +2898,11 @@ static TextCodec codec_load(const char *model_dir, int special) {
     return tc;
 }
 
+static void codec_free(TextCodec *tc) {
+    tok_free(tc->tok);
+    tc->tok = NULL;
+}
+
 /* The template needs every tag; a tokenizer without them is not GLM-5's. */
 static void codec_require_template(const TextCodec *tc) {
     const char *names[] = { "[gMASK]", "<sop>", "<|system|>", "<|user|>", "<|assistant|>", "<think>", "</think>" };
@@ -2318,16 +2911,6 @@ static void codec_require_template(const TextCodec *tc) {
         if (ids[i] < 0)
             die("%s has no %s token, so the GLM-5 chat template cannot be rendered (CHAT_TEMPLATE=0 sends raw text)",
                 tc->path, names[i]);
-}
-
-static void tokens_push(TokenList *l, int id) {
-    if (l->n == l->cap) {
-        l->cap = l->cap ? 2 * l->cap : 64;
-        int *grown = realloc(l->ids, (size_t)l->cap * sizeof(int));
-        if (!grown) die("out of memory for %d token ids", l->cap);
-        l->ids = grown;
-    }
-    l->ids[l->n++] = id;
 }
 
 static void tokens_push_text(TokenList *l, const TextCodec *tc, const char *text, size_t len) {
@@ -2497,103 +3080,17 @@ static void build_prompt(const Settings *set, const TextCodec *tc, TokenList *ou
     if (doc) json_free(doc);
 }
 
-/* ---- sampling -------------------------------------------------------------------------------- */
+/* ---- a conversation as text: the Generator's tokens on the terminal -------------------------- */
 
-/* Exact over the full vocabulary: probabilities are computed in double (a sum of 150k terms loses
-   nothing that matters), the nucleus is the smallest prefix of the tokens sorted by probability
-   (ties: smaller id first) whose mass reaches top_p, renormalized, and one uniform draw from a
-   seeded splitmix64 stream picks the token. Same seed and settings, same tokens. */
-typedef struct { double p; int id; } TokenProb;
-
-typedef struct {
-    float temperature, top_p;
-    uint64_t seed, state;
-    int vocab;
-    double *weights;                /* [vocab] exp((logit - max) / T) */
-    TokenProb *candidates;          /* [vocab] the tokens that may be in the nucleus, sorted */
-} Sampler;
-
-static uint64_t splitmix64_next(uint64_t *state) {
-    uint64_t z = (*state += 0x9E3779B97F4A7C15ull);
-    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
-    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
-    return z ^ (z >> 31);
-}
-
-static double sampler_uniform(Sampler *sp) { return (double)(splitmix64_next(&sp->state) >> 11) * 0x1.0p-53; }
-
-static void sampler_init(Sampler *sp, int vocab, float temperature, float top_p, uint64_t seed) {
-    sp->temperature = temperature;
-    sp->top_p = top_p;
-    sp->vocab = vocab;
-    sp->seed = sp->state = seed;
-    sp->weights = xmalloc((size_t)vocab * sizeof(double));
-    sp->candidates = xmalloc((size_t)vocab * sizeof(TokenProb));
-}
-
-static int token_prob_cmp(const void *a, const void *b) {
-    const TokenProb *x = a, *y = b;
-    if (x->p > y->p) return -1;
-    if (x->p < y->p) return 1;
-    return x->id - y->id;
-}
-
-/* Sorts the candidates (weight >= floor) and returns how many of them form the nucleus, or 0 when
-   they do not reach top_p of the total (floor too high, which rounding can cause). *mass: their sum. */
-static int nucleus_prefix(Sampler *sp, double total, double floor, double *mass) {
-    int n = 0;
-    for (int i = 0; i < sp->vocab; i++)
-        if (sp->weights[i] >= floor) sp->candidates[n++] = (TokenProb){ sp->weights[i], i };
-    qsort(sp->candidates, (size_t)n, sizeof(TokenProb), token_prob_cmp);
-    const double need = (double)sp->top_p * total;
-    double acc = 0.0;
-    for (int k = 0; k < n; k++) {
-        acc += sp->candidates[k].p;
-        if (acc >= need) { *mass = acc; return k + 1; }
-    }
-    return 0;
-}
-
-static int sampler_sample(Sampler *sp, const float *logits) {
-    const int V = sp->vocab;
-    if (sp->temperature <= 0.0f) return argmax(logits, V);
-    double *w = sp->weights;
-    const double mx = logits[argmax(logits, V)];
-    double total = 0.0;
-    for (int i = 0; i < V; i++) { w[i] = exp(((double)logits[i] - mx) / sp->temperature); total += w[i]; }
-    const double u = sampler_uniform(sp);
-    if (sp->top_p >= 1.0f) {   /* the whole distribution, walked in id order */
-        double target = u * total, acc = 0.0;
-        for (int i = 0; i < V; i++) { acc += w[i]; if (target < acc) return i; }
-        return argmax(logits, V);
-    }
-    /* A token below (1 - top_p) / (V - 1) of the mass can never be in the nucleus: all such
-       tokens together hold less than 1 - top_p. Sorting only the rest is exact and much faster. */
-    double mass = 0.0;
-    int k = nucleus_prefix(sp, total, (1.0 - sp->top_p) / (V > 1 ? V - 1 : 1) * total, &mass);
-    if (!k) k = nucleus_prefix(sp, total, -1.0, &mass);
-    if (!k) return argmax(logits, V);   /* rounding kept even the full sum below top_p of itself */
-    double target = u * mass, acc = 0.0;
-    for (int i = 0; i < k; i++) { acc += sp->candidates[i].p; if (target < acc) return sp->candidates[i].id; }
-    return sp->candidates[k - 1].id;
-}
-
-/* ---- generation: one conversation over the KV cache ------------------------------------------ */
-
-/* Ctrl-C: the handler only counts; generation checks the count between tokens (and prefill
-   between chunks). A second Ctrl-C before generation noticed the first leaves at once. */
+/* Ctrl-C: the handler only counts; the generator reads the count (handed to it as its interrupt
+   flag) between tokens, prefill chunks and layers. A second Ctrl-C before it noticed the first
+   leaves at once. */
 static volatile sig_atomic_t g_interrupts;
-static struct termios g_saved_termios;
-static volatile sig_atomic_t g_termios_saved;
-
-static void restore_terminal(void) {
-    if (g_termios_saved) tcsetattr(STDIN_FILENO, TCSANOW, &g_saved_termios);
-}
 
 static void on_sigint(int sig) {
     (void)sig;
     if (++g_interrupts >= 2) {
-        restore_terminal();   /* tcsetattr and write are async-signal-safe */
+        lined_terminal_restore();   /* tcsetattr and write are async-signal-safe */
         if (write(STDERR_FILENO, "\nglm: interrupted\n", 18) < 0) { /* nothing more to do */ }
         _exit(130);
     }
@@ -2608,9 +3105,6 @@ static void install_sigint_handler(void) {
     sigaction(SIGINT, &sa, NULL);
 }
 
-typedef enum { STOP_NONE, STOP_EOS, STOP_LIMIT, STOP_INTERRUPT, STOP_CONTEXT } StopReason;
-static const char *const STOP_NAMES[] = { "-", "eos", "NGEN", "interrupted (Ctrl-C)", "context full" };
-
 #define ANSI_DIM "\033[2m"
 #define ANSI_RESET "\033[0m"
 
@@ -2623,14 +3117,9 @@ typedef struct {
 } TurnStats;
 
 typedef struct {
-    Model *model;
-    Session *session;
-    const ForwardOptions *opt;
+    Generator *gen;
     const TextCodec *codec;
-    Sampler sampler;
-    float *hidden, *logits;        /* [max_batch][hidden], [vocab] */
-    int pos;                       /* tokens in the KV cache */
-    int can_continue;              /* logits predict position pos: the last reply was cut (NGEN, Ctrl-C) */
+    int can_continue;              /* the last reply was cut (NGEN, Ctrl-C): :more may go on */
     int in_thinking;               /* the reply is between <think> and </think> */
     int out_tty;                   /* stdout is a terminal: dim the reasoning, show control bytes as ^X */
     TokStream stream;
@@ -2642,40 +3131,36 @@ typedef struct {
     double total_decode_seconds;
 } Dialog;
 
-static void dialog_init(Dialog *d, Model *m, Session *s, const ForwardOptions *opt, const TextCodec *tc, const Settings *set) {
+static void dialog_show_token(void *user, int id);
+
+/* The dialog prints what `gen` generates and hands it the Ctrl-C counter as its interrupt. */
+static void dialog_init(Dialog *d, Generator *gen, const TextCodec *tc) {
     memset(d, 0, sizeof *d);
-    d->model = m;
-    d->session = s;
-    d->opt = opt;
+    d->gen = gen;
     d->codec = tc;
-    sampler_init(&d->sampler, m->c.vocab, set->temperature, set->top_p, set->seed);
-    d->hidden = xmalloc((size_t)s->max_batch * m->c.hidden * sizeof(float));
-    d->logits = xmalloc((size_t)m->c.vocab * sizeof(float));
     d->out_tty = isatty(STDOUT_FILENO);
     d->text_cap = tok_stream_out_cap(tc->tok);
     d->text = xmalloc(d->text_cap);
     tok_stream_init(&d->stream);
+    gen->on_token = dialog_show_token;
+    gen->on_token_user = d;
+    gen->interrupt = &g_interrupts;
+}
+
+static void dialog_free(Dialog *d) {
+    free(d->text);
+    d->text = NULL;
 }
 
 /* Model text to stdout. On a terminal, control bytes (ESC, CR, BEL, C1 controls) are shown as
    ^X / U+FFFD instead of being obeyed: a model must not be able to drive the terminal. */
 static void emit_text(const Dialog *d, const char *s, size_t n) {
-    if (!d->out_tty) { fwrite(s, 1, n, stdout); return; }
-    for (size_t i = 0; i < n; i++) {
-        unsigned char b = (unsigned char)s[i];
-        if ((b < 0x20 && b != '\n' && b != '\t') || b == 0x7F) {
-            putchar('^');
-            putchar(b == 0x7F ? '?' : b + 0x40);
-        } else if (b == 0xC2 && i + 1 < n && (unsigned char)s[i + 1] >= 0x80 && (unsigned char)s[i + 1] <= 0x9F) {
-            fputs("\xEF\xBF\xBD", stdout);
-            i++;
-        } else {
-            putchar(b);
-        }
-    }
+    if (d->out_tty) put_terminal_safe(stdout, s, n);
+    else fwrite(s, 1, n, stdout);
 }
 
-static void dialog_show_token(Dialog *d, int id) {
+static void dialog_show_token(void *user, int id) {
+    Dialog *d = user;
     const TextCodec *tc = d->codec;
     if (id == tc->think && d->out_tty && !d->in_thinking) fputs(ANSI_DIM, stdout);
     size_t n = tok_stream_feed(tc->tok, &d->stream, id, d->text, d->text_cap);
@@ -2695,62 +3180,50 @@ static void dialog_flush_text(Dialog *d) {
     fflush(stdout);
 }
 
-static int is_eos(const Config *c, int id) {
-    for (int i = 0; i < c->n_eos; i++) if (c->eos[i] == id) return 1;
-    return 0;
-}
-
 static void turn_begin(const Dialog *d, TurnStats *ts) {
+    const ExpertStore *store = &d->gen->model->experts;
     memset(ts, 0, sizeof *ts);
-    ts->hits0 = d->model->experts.hits;
-    ts->misses0 = d->model->experts.misses;
-    ts->bytes0 = d->model->experts.bytes_read;
-    ts->read_seconds0 = d->model->experts.read_seconds;
-    ts->wait_seconds0 = d->model->experts.wait_seconds;
+    ts->hits0 = store->hits;
+    ts->misses0 = store->misses;
+    ts->bytes0 = store->bytes_read;
+    ts->read_seconds0 = store->read_seconds;
+    ts->wait_seconds0 = store->wait_seconds;
 }
 
-/* Prefills `ids` at the end of the cache. Returns 0, or -1 when Ctrl-C stopped it: then the
-   cache is rolled back to where the turn began (later entries are simply overwritten). */
+/* Prefills `ids` at the end of the cache. Returns 0, or -1 when Ctrl-C stopped it (said on
+   stderr): then the cache is as it was before. */
 static int dialog_prefill(Dialog *d, const TokenList *ids, TurnStats *ts) {
     double t0 = now_seconds();
-    int done = prefill(d->model, d->session, d->opt, ids->ids, ids->n, d->pos, d->hidden, d->logits, &g_interrupts);
+    int done = generator_prefill(d->gen, ids->ids, ids->n);
     ts->prefill_seconds = now_seconds() - t0;
     ts->prompt_tokens = ids->n;
     d->can_continue = 0;   /* the logits now belong to this turn */
-    if (done < ids->n) return -1;
-    d->pos += ids->n;
-    return 0;
+    if (done == ids->n) return 0;
+    fprintf(stderr, "glm: prefill interrupted after %d of %d tokens\n", done, ids->n);
+    return -1;
 }
 
-/* Samples, prints and feeds back up to `limit` tokens (-1: no limit). keep_last: also feed the
-   last token when the limit is reached, so that :more can go on (prompt mode skips that step). */
-static void dialog_generate(Dialog *d, int limit, int keep_last, TurnStats *ts) {
-    const Config *c = &d->model->c;
+/* Generates, prints and caches up to `limit` tokens (-1: no limit). resumable: also run the last
+   token's forward when the limit is reached, so that :more can go on (prompt mode skips that). */
+static void dialog_generate(Dialog *d, int limit, int resumable, TurnStats *ts) {
+    Generator *g = d->gen;
+    g->stop_rules.max_tokens = limit;
+    g->stop_rules.resumable = resumable;
+    generator_begin(g);
     const double t0 = now_seconds();
-    StopReason stop = STOP_NONE;
+    const long long forwards0 = g->forwards;
     if (d->out_tty && d->in_thinking) fputs(ANSI_DIM, stdout);
-    int n = 0;
-    while (stop == STOP_NONE) {
-        if (g_interrupts) { stop = STOP_INTERRUPT; break; }
-        if (limit >= 0 && n >= limit) { stop = STOP_LIMIT; break; }
-        int id = sampler_sample(&d->sampler, d->logits);
-        if (is_eos(c, id)) { stop = STOP_EOS; break; }
-        if (d->pos >= d->session->capacity) { stop = STOP_CONTEXT; break; }
-        dialog_show_token(d, id);
-        n++;
-        if (!keep_last && limit >= 0 && n >= limit) { stop = STOP_LIMIT; break; }
-        model_forward(d->model, d->session, d->opt, &id, 1, d->pos, d->hidden, d->logits, 1);
-        d->pos++;
-        ts->forwards++;
-    }
+    int id;
+    while (generator_step(g, &id, 1) > 0) {}
     if (d->out_tty && d->in_thinking) fputs(ANSI_RESET, stdout);
     fflush(stdout);
-    ts->generated += n;
+    ts->generated += g->generated;
+    ts->forwards += (int)(g->forwards - forwards0);
     ts->decode_seconds += now_seconds() - t0;
-    ts->stop = stop;
-    d->can_continue = keep_last && (stop == STOP_LIMIT || stop == STOP_INTERRUPT);
+    ts->stop = g->stop;
+    d->can_continue = resumable && (g->stop == STOP_LIMIT || g->stop == STOP_INTERRUPT);
     d->replies++;
-    d->total_generated += n;
+    d->total_generated += g->generated;
     d->total_forwards += ts->forwards;
     d->total_decode_seconds += ts->decode_seconds;
 }
@@ -2762,293 +3235,56 @@ static void print_hit_rate(char *buf, size_t n, long long hits, long long misses
 
 /* The stats line after a prompt-mode answer and after each chat turn. */
 static void print_turn_stats(const Dialog *d, const TurnStats *ts) {
-    const ExpertStore *st = &d->model->experts;
+    const ExpertStore *store = &d->gen->model->experts;
     char hit[32];
-    print_hit_rate(hit, sizeof hit, st->hits - ts->hits0, st->misses - ts->misses0);
+    print_hit_rate(hit, sizeof hit, store->hits - ts->hits0, store->misses - ts->misses0);
     char speed[32] = "-";
     if (ts->forwards && ts->decode_seconds > 0) snprintf(speed, sizeof speed, "%.2f", ts->forwards / ts->decode_seconds);
-    const double mb = (st->bytes_read - ts->bytes0) / 1e6, rs = st->read_seconds - ts->read_seconds0;
+    const double mb = (store->bytes_read - ts->bytes0) / 1e6, rs = store->read_seconds - ts->read_seconds0;
     fprintf(stderr, "glm: [%d prompt tokens, prefill %.3f s | %d tokens, decode %s tok/s | expert hit %s, read %.0f MB "
                     "(%.2f GB/s), waited on disk %.2f s | peak RSS %.2f GB | context %d/%d | stop: %s]\n",
             ts->prompt_tokens, ts->prefill_seconds, ts->generated, speed, hit, mb, rs > 0 ? mb / 1e3 / rs : 0.0,
-            st->wait_seconds - ts->wait_seconds0, peak_rss_gb(), d->pos, d->session->capacity, STOP_NAMES[ts->stop]);
+            store->wait_seconds - ts->wait_seconds0, peak_rss_gb(), d->gen->pos, d->gen->session->capacity, STOP_NAMES[ts->stop]);
 }
 
-/* ---- terminal input: a small line editor --------------------------------------------------- */
+/* ---- terminal input: lined.h ------------------------------------------------------------------ */
 
-/* While a line is edited the terminal is raw (no echo, no signals: Ctrl-C arrives as a byte);
-   while a reply is generated it only stops echoing, and Ctrl-C raises SIGINT. Keys typed during
-   a reply stay queued for the next prompt. The original mode comes back at exit. */
-static void terminal_mode(int editing) {
-    if (!g_termios_saved) return;
-    struct termios t = g_saved_termios;
-    t.c_lflag &= ~(tcflag_t)(ECHO | ICANON);
-    if (editing) {
-        t.c_iflag &= ~(tcflag_t)(ICRNL | IXON | BRKINT | INPCK | ISTRIP);
-        t.c_lflag &= ~(tcflag_t)(ISIG | IEXTEN);
-    }
-    t.c_cc[VMIN] = 1;
-    t.c_cc[VTIME] = 0;
-    tcsetattr(STDIN_FILENO, TCSANOW, &t);   /* TCSANOW, not TCSAFLUSH: keep typed-ahead keys */
-}
-
-typedef enum { LINE_OK, LINE_EOF, LINE_QUIT } LineStatus;
-
+/* Chat input: the line editor when stdin is a terminal, else one plain line per message. While a
+   line is edited the terminal is raw (Ctrl-C arrives as a key); while a reply is generated it
+   only stops echoing, and Ctrl-C raises SIGINT. Keys typed during a reply stay queued for the
+   next prompt. The original mode comes back at exit (and in the SIGINT handler). */
 typedef struct {
-    int tty;                       /* stdin is a terminal: raw-mode editing; else plain reads */
-    int fd;                        /* where the line is drawn: stdout, or stderr when stdout is a file */
-    char **history;                /* this session's lines, oldest first */
-    int n_history;
-    char *buf;                     /* the line being edited (NUL-terminated) */
-    size_t len, cap, cursor;       /* cursor: a byte offset at a character boundary */
-} LineEditor;
+    int tty;                  /* stdin is a terminal */
+    LineEditor editor;
+    char *line;               /* a plain line (not a terminal) */
+    size_t cap;
+} ChatInput;
 
-static void line_reserve(LineEditor *ed, size_t need) {
-    if (need + 1 <= ed->cap) return;
-    while (ed->cap < need + 1) ed->cap = ed->cap ? 2 * ed->cap : 256;
-    char *grown = realloc(ed->buf, ed->cap);
-    if (!grown) die("out of memory for the input line");
-    ed->buf = grown;
+static void chat_input_open(ChatInput *in) {
+    memset(in, 0, sizeof *in);
+    in->tty = isatty(STDIN_FILENO);
+    /* the line is drawn where the replies go, or on stderr when stdout is a file */
+    lined_init(&in->editor, STDIN_FILENO, isatty(STDOUT_FILENO) || !isatty(STDERR_FILENO) ? STDOUT_FILENO : STDERR_FILENO);
+    if (in->tty && lined_terminal_save(STDIN_FILENO) == 0) atexit(lined_terminal_restore);
 }
 
-static void line_set(LineEditor *ed, const char *s) {
-    ed->len = strlen(s);
-    line_reserve(ed, ed->len);
-    memcpy(ed->buf, s, ed->len + 1);
-    ed->cursor = ed->len;
+static void chat_input_close(ChatInput *in) {
+    lined_free(&in->editor);
+    free(in->line);
 }
 
-
-/* Terminal columns of one character: 0 for combining marks, 2 for East Asian wide and fullwidth
-   characters and emoji, else 1 (a compact stand-in for wcwidth, which depends on the locale). */
-static int char_columns(uint32_t cp) {
-    static const uint32_t wide[][2] = {
-        { 0x1100, 0x115F }, { 0x2E80, 0x303E }, { 0x3041, 0x33FF }, { 0x3400, 0x4DBF }, { 0x4E00, 0x9FFF },
-        { 0xA000, 0xA4CF }, { 0xAC00, 0xD7A3 }, { 0xF900, 0xFAFF }, { 0xFE30, 0xFE4F }, { 0xFF00, 0xFF60 },
-        { 0xFFE0, 0xFFE6 }, { 0x1F300, 0x1F64F }, { 0x1F900, 0x1F9FF }, { 0x20000, 0x3FFFD },
-    };
-    if (cp >= 0x300 && tok_uni_category(cp) == TOK_CAT_M) return 0;
-    for (size_t i = 0; i < sizeof wide / sizeof wide[0]; i++)
-        if (cp >= wide[i][0] && cp <= wide[i][1]) return 2;
-    return 1;
-}
-
-static int is_continuation(char c) { return ((unsigned char)c & 0xC0) == 0x80; }
-
-/* A combining mark (no columns of its own) starts at byte i: it moves and deletes with its base. */
-static int combining_at(const LineEditor *ed, size_t i) {
-    uint32_t cp;
-    int status;
-    tok_utf8_next((const unsigned char *)ed->buf + i, ed->len - i, &cp, &status);
-    return char_columns(cp) == 0;
-}
-
-/* The start of the character (with its combining marks) before / after byte offset i. */
-static size_t char_before(const LineEditor *ed, size_t i) {
-    do {
-        do i--; while (i > 0 && is_continuation(ed->buf[i]));
-    } while (i > 0 && combining_at(ed, i));
-    return i;
-}
-
-static size_t char_after(const LineEditor *ed, size_t i) {
-    do {
-        do i++; while (i < ed->len && is_continuation(ed->buf[i]));
-    } while (i < ed->len && combining_at(ed, i));
-    return i;
-}
-
-/* Terminal columns of buf[a, b). */
-static int line_columns(const LineEditor *ed, size_t a, size_t b) {
-    int cols = 0;
-    for (size_t i = a; i < b;) {
-        uint32_t cp;
-        int status;
-        i += tok_utf8_next((const unsigned char *)ed->buf + i, b - i, &cp, &status);
-        cols += char_columns(cp);
+/* One line of input (without the newline) into *line. */
+static LinedStatus chat_input_read(ChatInput *in, const char *prompt, const char **line) {
+    if (in->tty) {
+        LinedStatus status = lined_read(&in->editor, prompt);
+        *line = in->editor.buf;
+        return status;
     }
-    return cols;
-}
-
-static int terminal_width(int fd) {
-    struct winsize ws;
-    if (ioctl(fd, TIOCGWINSZ, &ws) == 0 && ws.ws_col > 0) return ws.ws_col;
-    return 80;
-}
-
-static void write_all(int fd, const char *s, size_t n) {
-    while (n) {
-        ssize_t k = write(fd, s, n);
-        if (k < 0 && errno == EINTR) continue;
-        if (k <= 0) return;
-        s += k;
-        n -= (size_t)k;
-    }
-}
-
-/* Redraws the prompt and the line on one row; a line wider than the terminal scrolls sideways so
-   the cursor stays visible. */
-static void line_refresh(const LineEditor *ed, const char *prompt) {
-    const int prompt_cols = (int)strlen(prompt);
-    const int room = terminal_width(ed->fd) - prompt_cols - 1;
-    size_t start = 0, end = ed->len;
-    while (start < ed->cursor && line_columns(ed, start, ed->cursor) > room) start = char_after(ed, start);
-    while (end > ed->cursor && line_columns(ed, start, end) > room) end = char_before(ed, end);
-    size_t cap = ed->len + strlen(prompt) + 32, n = 0;
-    char *out = xmalloc(cap);
-    n += (size_t)snprintf(out + n, cap - n, "\r%s", prompt);
-    memcpy(out + n, ed->buf + start, end - start);
-    n += end - start;
-    n += (size_t)snprintf(out + n, cap - n, "\033[K\r");
-    const int cursor_col = prompt_cols + line_columns(ed, start, ed->cursor);
-    if (cursor_col > 0) n += (size_t)snprintf(out + n, cap - n, "\033[%dC", cursor_col);
-    write_all(ed->fd, out, n);
-    free(out);
-}
-
-static int read_byte(unsigned char *c) {
-    for (;;) {
-        ssize_t k = read(STDIN_FILENO, c, 1);
-        if (k == 1) return 1;
-        if (k < 0 && errno == EINTR) continue;
-        return 0;
-    }
-}
-
-enum { KEY_NONE = 0x100, KEY_LEFT, KEY_RIGHT, KEY_UP, KEY_DOWN, KEY_HOME, KEY_END, KEY_DELETE };
-
-/* After ESC: decodes CSI / SS3 sequences of the keys we handle; anything else is swallowed. */
-static int read_escape(void) {
-    unsigned char c, kind;
-    if (!read_byte(&kind)) return KEY_NONE;
-    if (kind != '[' && kind != 'O') return KEY_NONE;
-    int number = 0;
-    for (;;) {
-        if (!read_byte(&c)) return KEY_NONE;
-        if (c >= '0' && c <= '9') { number = number * 10 + (c - '0'); continue; }
-        if (c == ';') continue;
-        break;
-    }
-    switch (c) {
-    case 'A': return KEY_UP;
-    case 'B': return KEY_DOWN;
-    case 'C': return KEY_RIGHT;
-    case 'D': return KEY_LEFT;
-    case 'H': return KEY_HOME;
-    case 'F': return KEY_END;
-    case '~': return number == 1 || number == 7 ? KEY_HOME : number == 4 || number == 8 ? KEY_END : number == 3 ? KEY_DELETE : KEY_NONE;
-    default: return KEY_NONE;
-    }
-}
-
-static void line_delete(LineEditor *ed, size_t from, size_t to) {
-    memmove(ed->buf + from, ed->buf + to, ed->len - to + 1);
-    ed->len -= to - from;
-    if (ed->cursor > to) ed->cursor -= to - from;
-    else if (ed->cursor > from) ed->cursor = from;
-}
-
-static void line_insert(LineEditor *ed, const char *s, size_t n) {
-    line_reserve(ed, ed->len + n);
-    memmove(ed->buf + ed->cursor + n, ed->buf + ed->cursor, ed->len - ed->cursor + 1);
-    memcpy(ed->buf + ed->cursor, s, n);
-    ed->len += n;
-    ed->cursor += n;
-}
-
-static void history_add(LineEditor *ed, const char *line) {
-    if (!line[0] || (ed->n_history && !strcmp(ed->history[ed->n_history - 1], line))) return;
-    char **grown = realloc(ed->history, (size_t)(ed->n_history + 1) * sizeof(char *));
-    if (!grown) die("out of memory for the input history");
-    ed->history = grown;
-    ed->history[ed->n_history++] = strdup(line);
-}
-
-/* Raw-mode editing: left/right, Home/End, Backspace/Delete, Ctrl-A/E/B/F/U/K/W/L, up/down for
-   this session's history. Ctrl-D on an empty line is end of input; Ctrl-C clears the line, or
-   quits when it is already empty. */
-static LineStatus line_edit(LineEditor *ed, const char *prompt) {
-    line_set(ed, "");
-    int browsing = ed->n_history;   /* index into history; n_history = the new line */
-    char *draft = NULL;             /* the new line while browsing older ones */
-    terminal_mode(1);
-    line_refresh(ed, prompt);
-    LineStatus status = LINE_OK;
-    for (;;) {
-        unsigned char c;
-        if (!read_byte(&c)) { status = LINE_EOF; break; }
-        int key = c;
-        if (c == 27) key = read_escape();
-        if (key == '\r' || key == '\n') break;
-        switch (key) {
-        case 3:    /* Ctrl-C */
-            if (!ed->len) { status = LINE_QUIT; goto done; }
-            line_set(ed, "");
-            break;
-        case 4:    /* Ctrl-D */
-            if (!ed->len) { status = LINE_EOF; goto done; }
-            if (ed->cursor < ed->len) line_delete(ed, ed->cursor, char_after(ed, ed->cursor));
-            break;
-        case KEY_DELETE:
-            if (ed->cursor < ed->len) line_delete(ed, ed->cursor, char_after(ed, ed->cursor));
-            break;
-        case 127: case 8:   /* Backspace: one whole UTF-8 character */
-            if (ed->cursor > 0) line_delete(ed, char_before(ed, ed->cursor), ed->cursor);
-            break;
-        case 1: case KEY_HOME: ed->cursor = 0; break;
-        case 5: case KEY_END: ed->cursor = ed->len; break;
-        case 2: case KEY_LEFT: if (ed->cursor > 0) ed->cursor = char_before(ed, ed->cursor); break;
-        case 6: case KEY_RIGHT: if (ed->cursor < ed->len) ed->cursor = char_after(ed, ed->cursor); break;
-        case 21: line_delete(ed, 0, ed->cursor); break;          /* Ctrl-U */
-        case 11: line_delete(ed, ed->cursor, ed->len); break;    /* Ctrl-K */
-        case 23: {                                               /* Ctrl-W: the word before the cursor */
-            size_t i = ed->cursor;
-            while (i > 0 && ed->buf[i - 1] == ' ') i--;
-            while (i > 0 && ed->buf[i - 1] != ' ') i--;
-            line_delete(ed, i, ed->cursor);
-            break;
-        }
-        case 12: write_all(ed->fd, "\033[H\033[2J", 7); break;           /* Ctrl-L */
-        case 16: case KEY_UP: case 14: case KEY_DOWN: {          /* history: Ctrl-P / Ctrl-N too */
-            int step = key == 16 || key == KEY_UP ? -1 : 1;
-            int to = browsing + step;
-            if (to < 0 || to > ed->n_history) break;
-            if (browsing == ed->n_history) { free(draft); draft = strdup(ed->buf); }
-            browsing = to;
-            line_set(ed, browsing == ed->n_history ? (draft ? draft : "") : ed->history[browsing]);
-            break;
-        }
-        case '\t': line_insert(ed, " ", 1); break;
-        default:
-            if (key >= 0x20 && key < 0x80 && key != 127) {
-                char ch = (char)key;
-                line_insert(ed, &ch, 1);
-            } else if (key >= 0xC2 && key <= 0xF4) {   /* a UTF-8 character: read it whole */
-                char utf8[4] = { (char)key };
-                size_t need = key >= 0xF0 ? 4 : key >= 0xE0 ? 3 : 2, got = 1;
-                while (got < need && read_byte(&c) && (c & 0xC0) == 0x80) utf8[got++] = (char)c;
-                if (got == need) line_insert(ed, utf8, need);
-            }
-            break;   /* other control bytes are ignored */
-        }
-        line_refresh(ed, prompt);
-    }
-done:
-    free(draft);
-    write_all(ed->fd, "\r\n", 2);
-    terminal_mode(0);
-    if (status == LINE_OK) history_add(ed, ed->buf);
-    return status;
-}
-
-/* One line of input into ed->buf (without the newline). */
-static LineStatus line_read(LineEditor *ed, const char *prompt) {
-    if (ed->tty) return line_edit(ed, prompt);
-    ssize_t n = getline(&ed->buf, &ed->cap, stdin);
-    if (n < 0) return errno == EINTR ? LINE_QUIT : LINE_EOF;
-    while (n > 0 && (ed->buf[n - 1] == '\n' || ed->buf[n - 1] == '\r')) ed->buf[--n] = 0;
-    ed->len = ed->cursor = (size_t)n;
-    return LINE_OK;
+    ssize_t n = getline(&in->line, &in->cap, stdin);
+    if (n < 0) return errno == EINTR ? LINED_QUIT : LINED_EOF;
+    while (n > 0 && (in->line[n - 1] == '\n' || in->line[n - 1] == '\r')) in->line[--n] = 0;
+    *line = in->line;
+    return LINED_OK;
 }
 
 /* ---- the modes --------------------------------------------------------------------------------- */
@@ -3079,11 +3315,11 @@ static int run_tokenize(const Settings *set) {
     }
     free(line);
     fclose(f);
-    tok_free(tc.tok);
+    codec_free(&tc);
     return 0;
 }
 
-/* Prints s as a JSON string (UTF-8 kept, only what JSON requires escaped). */
+/* Prints s as a JSON string (UTF-8 kept; escaped: what JSON requires, and DEL and C1 controls). */
 static void print_json_string(const char *s, size_t n) {
     putchar('"');
     for (size_t i = 0; i < n; i++) {
@@ -3092,7 +3328,9 @@ static void print_json_string(const char *s, size_t n) {
         else if (b == '\n') fputs("\\n", stdout);
         else if (b == '\t') fputs("\\t", stdout);
         else if (b == '\r') fputs("\\r", stdout);
-        else if (b < 0x20) printf("\\u%04x", b);
+        else if (b < 0x20 || b == 0x7F) printf("\\u%04x", b);
+        else if (b == 0xC2 && i + 1 < n && (unsigned char)s[i + 1] <= 0x9F && (unsigned char)s[i + 1] >= 0x80)
+            printf("\\u%04x", (unsigned char)s[++i]);   /* C1 controls: escaped, as a terminal might obey them */
         else putchar(b);
     }
     putchar('"');
@@ -3112,7 +3350,7 @@ static int run_template_only(const Settings *set) {
     putchar('\n');
     free(text);
     free(ids.ids);
-    tok_free(tc.tok);
+    codec_free(&tc);
     return 0;
 }
 
@@ -3137,12 +3375,13 @@ static void chat_print_help(void) {
 }
 
 static void chat_print_totals(const Dialog *d, const Settings *set, int think) {
-    const ExpertStore *st = &d->model->experts;
+    const Generator *g = d->gen;
+    const ExpertStore *store = &g->model->experts;
     char hit[32];
-    print_hit_rate(hit, sizeof hit, st->hits, st->misses);
+    print_hit_rate(hit, sizeof hit, store->hits, store->misses);
     fprintf(stderr, "glm: context %d/%d tokens | %d replies, %lld tokens, decode %.2f tok/s | expert hit %s since start | "
                     "peak RSS %.2f GB | TEMP %g, NUCLEUS %g, SEED %llu | thinking %s\n",
-            d->pos, d->session->capacity, d->replies, d->total_generated,
+            g->pos, g->session->capacity, d->replies, d->total_generated,
             d->total_decode_seconds > 0 ? d->total_forwards / d->total_decode_seconds : 0.0, hit, peak_rss_gb(),
             set->temperature, set->top_p, (unsigned long long)set->seed, think ? "on" : "off");
 }
@@ -3150,24 +3389,18 @@ static void chat_print_totals(const Dialog *d, const Settings *set, int think) {
 /* CHAT mode. Each turn prefills only its own tokens; see the section comment for how the cache
    and the template stay consistent. */
 static int run_chat(const Settings *set, Dialog *d) {
-    LineEditor ed;
-    memset(&ed, 0, sizeof ed);
-    ed.tty = isatty(STDIN_FILENO);
-    ed.fd = isatty(STDOUT_FILENO) || !isatty(STDERR_FILENO) ? STDOUT_FILENO : STDERR_FILENO;
-    if (ed.tty && tcgetattr(STDIN_FILENO, &g_saved_termios) == 0) {
-        g_termios_saved = 1;
-        atexit(restore_terminal);
-    }
+    Generator *g = d->gen;
+    ChatInput input;
+    chat_input_open(&input);
     install_sigint_handler();
-    const char *prompt = ed.tty ? "> " : "";
+    const char *prompt = input.tty ? "> " : "";
     int think = set->think;
     fprintf(stderr, "glm: chat: type a message and press Enter; :help lists the commands. Ctrl-C stops a reply; "
                     "Ctrl-D (or Ctrl-C on an empty line) quits.\n");
     for (;;) {
         fflush(stdout);
-        LineStatus status = line_read(&ed, prompt);
-        if (status != LINE_OK) break;
-        const char *line = ed.buf;
+        const char *line;
+        if (chat_input_read(&input, prompt, &line) != LINED_OK) break;
         TurnStats ts;
         turn_begin(d, &ts);
         g_interrupts = 0;
@@ -3179,16 +3412,16 @@ static int run_chat(const Settings *set, Dialog *d) {
             else if (!strcmp(line, ":think off")) { think = 0; fprintf(stderr, "glm: thinking off for the next turns\n"); }
             else if (!strcmp(line, ":think")) fprintf(stderr, "glm: thinking is %s (:think on|off)\n", think ? "on" : "off");
             else if (!strcmp(line, ":reset")) {
-                d->pos = 0;
+                generator_rollback(g, 0);
+                sampler_restart(&g->sampler);
                 d->can_continue = 0;
                 d->in_thinking = 0;
-                d->sampler.state = d->sampler.seed;
                 tok_stream_init(&d->stream);
                 fprintf(stderr, "glm: conversation cleared\n");
             } else if (!strcmp(line, ":more")) {
                 if (!d->can_continue) {
                     fprintf(stderr, "glm: nothing to continue: %s\n",
-                            d->pos ? "the last reply ended (EOS, a full context, or a cancelled turn)" : "no reply yet");
+                            g->pos ? "the last reply ended (EOS, a full context, or a cancelled turn)" : "no reply yet");
                     continue;
                 }
                 dialog_generate(d, set->ngen, 1, &ts);
@@ -3196,7 +3429,7 @@ static int run_chat(const Settings *set, Dialog *d) {
                 fflush(stdout);
                 print_turn_stats(d, &ts);
             } else {
-                fprintf(stderr, "glm: unknown command %s (:help lists them)\n", line);
+                say("unknown command %s (:help lists them)", line);
             }
             continue;
         }
@@ -3211,16 +3444,16 @@ static int run_chat(const Settings *set, Dialog *d) {
             JsonDoc *doc = NULL;
             ChatMessage *msgs;
             ChatMessage user = { ROLE_USER, line, strlen(line), NULL, 0 };
-            if (d->pos == 0) msgs = conversation_opening(set, line, strlen(line), &n, &doc);
+            if (g->pos == 0) msgs = conversation_opening(set, line, strlen(line), &n, &doc);
             else { msgs = &user; n = 1; }
-            chat_render(d->codec, msgs, n, d->pos == 0, &ids);
+            chat_render(d->codec, msgs, n, g->pos == 0, &ids);
             chat_generation_prompt(d->codec, think, &ids);
             if (msgs != &user) free(msgs);
             if (doc) json_free(doc);
         }
-        if (d->pos + ids.n >= d->session->capacity) {
+        if (g->pos + ids.n >= g->session->capacity) {
             fprintf(stderr, "glm: context full: %d tokens used, this turn needs %d more and room to answer, CTX=%d "
-                            "(:reset starts over; a larger CTX keeps more)\n", d->pos, ids.n, d->session->capacity);
+                            "(:reset starts over; a larger CTX keeps more)\n", g->pos, ids.n, g->session->capacity);
             free(ids.ids);
             continue;
         }
@@ -3232,16 +3465,14 @@ static int run_chat(const Settings *set, Dialog *d) {
             putchar('\n');
             fflush(stdout);
             print_turn_stats(d, &ts);
-            if (ts.stop == STOP_CONTEXT) fprintf(stderr, "glm: the context is full (CTX=%d): :reset to start over\n", d->session->capacity);
+            if (ts.stop == STOP_CONTEXT) fprintf(stderr, "glm: the context is full (CTX=%d): :reset to start over\n", g->session->capacity);
         } else {
             fprintf(stderr, "glm: turn cancelled during prefill; the conversation is as it was before it\n");
         }
         free(ids.ids);
     }
     fflush(stdout);
-    for (int i = 0; i < ed.n_history; i++) free(ed.history[i]);
-    free(ed.history);
-    free(ed.buf);
+    chat_input_close(&input);
     return 0;
 }
 
@@ -3256,7 +3487,7 @@ static void print_configuration(const Settings *set, const Model *m, int capacit
     fprintf(stderr, "glm: model %s: %d layers (+%d MTP), hidden %d, %d heads, vocab %d, %d experts top-%d "
                     "(groups %d/%d), indexer top-%d on %d full layers, rope theta %g%s\n",
             set->model_dir, c->n_layers, c->n_mtp, c->hidden, c->n_heads, c->vocab, c->n_experts, c->experts_per_tok,
-            c->topk_group, c->n_group, c->index_topk, full, c->rope_theta, c->fused_experts ? ", fused experts" : "");
+            c->topk_group, c->n_group, c->index_topk, full, c->rope_theta, m->experts.fused_layers ? ", fused experts" : "");
     fprintf(stderr, "glm: settings: expert_bits %d, dense_bits %d, GROUP %d, IDOT %d (%s kernels), ABSORB %s, INDEXER %s, "
                     "BATCH %d, context %d, threads %d (OMP_WAIT_POLICY %s)\n",
             set->expert_bits, set->dense_bits, set->group, set->idot, qt_kernel_name(qt_get_kernel()),
@@ -3287,13 +3518,13 @@ static double current_rss_bytes(void) { return proc_kb_field("/proc/self/status"
 
 /* Sizes the expert cache from the RAM budget (tier.h), prints the accounting, starts the store. */
 static void plan_expert_cache(Model *m, const Session *s, const Settings *set) {
-    ExpertStore *st = &m->experts;
+    ExpertStore *store = &m->experts;
     const Config *c = &m->c;
     double avail = mem_available_bytes();
     double budget = set->ram_gb > 0 ? set->ram_gb * 1e9 : avail - fmax(1e9, 0.1 * avail);
     if (set->ram_gb <= 0 && avail <= 0) die("cannot read MemAvailable from /proc/meminfo: set RAM_GB");
     int moe_layers = 0;
-    for (int l = 0; l < st->n_layers; l++) moe_layers += !c->layer_dense[l];
+    for (int l = 0; l < store->n_layers; l++) moe_layers += !c->layer_dense[l];
     /* what the process holds besides dense weights and the session: code, libc/OpenMP arenas,
        thread stacks, the tokenizer. Measured now (the session's pages are not touched yet), with
        a floor and some headroom for what comes later (stacks of the I/O thread, stdio). */
@@ -3302,9 +3533,9 @@ static void plan_expert_cache(Model *m, const Session *s, const Settings *set) {
         .budget_bytes = budget,
         /* float experts are read through an f32 staging buffer of one matrix */
         .fixed_bytes = m->resident_bytes + s->bytes + overhead +
-                       (st->prequantized ? 0.0 : (double)c->moe_inter * c->hidden * sizeof(float)),
+                       (store->prequantized ? 0.0 : (double)c->moe_inter * c->hidden * sizeof(float)),
         .reserve_bytes = fmin(fmax(0.02e9, 0.05 * budget), 2e9),
-        .slot_bytes = st->io_mode == IO_MMAP ? (double)st->mapped_expert_bytes : (double)st->slab_bytes + (double)st->scale_bytes,
+        .slot_bytes = store->io_mode == IO_MMAP ? (double)store->mapped_expert_bytes : (double)store->slab_bytes + (double)store->scale_bytes,
         .moe_layers = moe_layers,
         .n_experts = c->n_experts,
         .requested_slots = set->cache_slots_given ? set->cache_slots : 0,
@@ -3333,58 +3564,42 @@ static void plan_expert_cache(Model *m, const Session *s, const Settings *set) {
                             "cache_slots to use them)\n", p.slots_per_layer, most);
     }
     if (moe_layers)
-        fprintf(stderr, "glm: expert I/O: %s, %s experts\n", IO_MODE_NAMES[st->io_mode],
-                st->prequantized ? "pre-quantized" : "float (quantized on every load: convert the model for speed)");
-    if (moe_layers) expert_store_start(st, p.slots_per_layer);
+        fprintf(stderr, "glm: expert I/O: %s, %s experts\n", IO_MODE_NAMES[store->io_mode],
+                store->prequantized ? "pre-quantized" : "float (quantized on every load: convert the model for speed)");
+    if (moe_layers) expert_store_start(store, p.slots_per_layer);
 }
 
 /* One line of expert-streaming statistics. */
 /* PROFILE=1: where the time of the forward passes went. */
-static void print_profile(const Session *s, const ExpertStore *st) {
-    const double moe_other = s->profile.moe - st->wait_seconds - st->compute_seconds;
+static void print_profile(const Session *s, const ExpertStore *store) {
+    const double moe_other = s->profile.moe - store->wait_seconds - store->compute_seconds;
     fprintf(stderr, "PROFILE: %lld forwards, %lld positions | attention %.3f s (indexer %.3f s) | dense MLP %.3f s | "
                     "MoE %.3f s = routed experts %.3f s + disk wait %.3f s + router/shared/combine %.3f s | lm_head %.3f s\n",
             s->profile.forwards, s->profile.positions, s->profile.attention, s->profile.indexer, s->profile.dense_mlp,
-            s->profile.moe, st->compute_seconds, st->wait_seconds, moe_other, s->profile.lm_head);
+            s->profile.moe, store->compute_seconds, store->wait_seconds, moe_other, s->profile.lm_head);
 }
 
-static void print_expert_stats(const ExpertStore *st, double seconds) {
-    long long total = st->hits + st->misses;
+static void print_expert_stats(const ExpertStore *store, double seconds) {
+    long long total = store->hits + store->misses;
     fprintf(stderr, "glm: experts: %lld hits, %lld misses (hit %.1f%%), read %.1f MB in %.3f s (%.2f GB/s while reading), "
                     "waited on disk %.3f s, expert compute %.3f s, run %.3f s, mode %s\n",
-            st->hits, st->misses, total ? 100.0 * st->hits / total : 0.0, st->bytes_read / 1e6, st->read_seconds,
-            st->read_seconds > 0 ? st->bytes_read / st->read_seconds / 1e9 : 0.0, st->wait_seconds, st->compute_seconds,
-            seconds, IO_MODE_NAMES[st->io_mode]);
+            store->hits, store->misses, total ? 100.0 * store->hits / total : 0.0, store->bytes_read / 1e6, store->read_seconds,
+            store->read_seconds > 0 ? store->bytes_read / store->read_seconds / 1e9 : 0.0, store->wait_seconds, store->compute_seconds,
+            seconds, IO_MODE_NAMES[store->io_mode]);
 }
 
 /* Writes routing counts atomically: a kill never leaves half a file. */
-static void write_route_stats(const ExpertStore *st, const char *path) {
+static void write_route_stats(const ExpertStore *store, const char *path) {
     AtomicFile af;
     char err[4400];
     FILE *f = atomic_begin(&af, path, err, sizeof err);
     if (!f) die("STATS=%s: %s", path, err);
     fprintf(f, "# layer expert count\n");
-    for (int l = 0; l < st->n_layers; l++)
-        for (int e = 0; e < st->n_experts; e++)
-            if (st->route_counts[(size_t)l * st->n_experts + e])
-                fprintf(f, "%d %d %lld\n", l, e, st->route_counts[(size_t)l * st->n_experts + e]);
+    for (int l = 0; l < store->n_layers; l++)
+        for (int e = 0; e < store->n_experts; e++)
+            if (store->route_counts[(size_t)l * store->n_experts + e])
+                fprintf(f, "%d %d %lld\n", l, e, store->route_counts[(size_t)l * store->n_experts + e]);
     if (atomic_commit(&af, err, sizeof err)) die("STATS=%s: %s", path, err);
-}
-
-/* REPLAY: decode full_ids one token at a time as fixed input — the decode benchmark. */
-static void run_replay(Model *m, Session *s, const ForwardOptions *opt, const Reference *ref) {
-    const int V = m->c.vocab, H = m->c.hidden, N = ref->full.n;
-    float *hidden = xmalloc((size_t)H * sizeof(float));
-    float *logits = xmalloc((size_t)V * sizeof(float));
-    ExpertStore *st = &m->experts;
-    long long h0 = st->hits, m0 = st->misses;
-    double t0 = now_seconds();
-    for (int i = 0; i < N; i++) model_forward(m, s, opt, &ref->full.ids[i], 1, i, hidden, logits, 1);
-    double dt = now_seconds() - t0;
-    long long hits = st->hits - h0, total = hits + st->misses - m0;
-    printf("REPLAY decode: %d tokens in %.3fs | %.3f tok/s | expert hit %.1f%%\n", N, dt, N / dt,
-           total ? 100.0 * hits / total : 0.0);
-    free(hidden); free(logits);
 }
 
 /* The KV cache, the expert cache and the forward options: what every mode that runs the model needs. */
@@ -3399,10 +3614,12 @@ static ForwardOptions engine_start(const Settings *set, Model *model, Session *s
     return opt;
 }
 
-static void engine_stop(const Settings *set, Model *model, const Session *session) {
+/* The end of a run that loaded a model: its statistics, then everything is released. */
+static void engine_stop(const Settings *set, Model *model, Session *session) {
     if (set->profile) print_profile(session, &model->experts);
     if (set->stats_path[0]) write_route_stats(&model->experts, set->stats_path);
-    expert_store_stop(&model->experts);
+    session_free(session);
+    model_free(model);
 }
 
 /* REF=file: teacher forcing, greedy decoding or REPLAY against the oracle's ids. */
@@ -3410,7 +3627,7 @@ static int run_validation(const Settings *set) {
     Reference ref = reference_load(set->ref_path);
     Model model;
     model_load(&model, set);
-    const IdList *lists[] = { &ref.prompt, &ref.full, &ref.tf_pred, &ref.mtp_pred };
+    const TokenList *lists[] = { &ref.prompt, &ref.full, &ref.tf_pred, &ref.mtp_pred };
     const char *list_names[] = { "prompt_ids", "full_ids", "tf_pred", "mtp_pred" };
     for (int k = 0; k < 4; k++)
         for (int i = 0; i < lists[k]->n; i++)
@@ -3430,6 +3647,7 @@ static int run_validation(const Settings *set) {
     print_expert_stats(&model.experts, now_seconds() - t0);
     fprintf(stderr, "glm: peak RSS %.2f GB\n", peak_rss_gb());
     engine_stop(set, &model, &session);
+    reference_free(&ref);
     return failed ? 3 : 0;
 }
 
@@ -3450,8 +3668,7 @@ static int run_text(Settings set) {
     if (tok_vocab_size(tc.tok) > config.vocab)
         die("%s has ids up to %d but the model's vocab_size is %d: tokenizer and model do not match",
             tc.path, tok_vocab_size(tc.tok) - 1, config.vocab);
-    free(config.layer_dense);
-    free(config.layer_indexer);
+    config_free(&config);
     Model model;
     model_load(&model, &set);
     if (!model.c.n_eos)
@@ -3468,11 +3685,15 @@ static int run_text(Settings set) {
         fprintf(stderr, "glm: sampling: TEMP %g, NUCLEUS %g, SEED %llu\n", set.temperature, set.top_p, (unsigned long long)set.seed);
     else
         fprintf(stderr, "glm: sampling: greedy (TEMP=0)\n");
+    Generator *gen = generator_create(&model, &session, &opt, (SamplerSettings){ set.temperature, set.top_p, set.seed });
     Dialog dialog;
-    dialog_init(&dialog, &model, &session, &opt, &tc, &set);
+    dialog_init(&dialog, gen, &tc);
     int rc = set.mode == MODE_PROMPT ? run_prompt(&set, &dialog, &prompt) : run_chat(&set, &dialog);
+    dialog_free(&dialog);
+    generator_free(gen);
     engine_stop(&set, &model, &session);
     free(prompt.ids);
+    codec_free(&tc);
     return rc;
 }
 
@@ -3500,11 +3721,15 @@ int main(int argc, char **argv) {
 #endif
     g_integer_dot = set.idot;
     if (set.kernel != QT_KERNEL_AUTO) qt_set_kernel(set.kernel);
+    if (set.prompt_from_stdin) read_stdin_prompt(&set);
+    int rc;
     switch (set.mode) {
-    case MODE_TOKENIZE: return run_tokenize(&set);
-    case MODE_TEMPLATE: return run_template_only(&set);
-    case MODE_VALIDATE: return run_validation(&set);
-    default: return run_text(set);
+    case MODE_TOKENIZE: rc = run_tokenize(&set); break;
+    case MODE_TEMPLATE: rc = run_template_only(&set); break;
+    case MODE_VALIDATE: rc = run_validation(&set); break;
+    default: rc = run_text(set); break;
     }
+    free(set.stdin_prompt);
+    return rc;
 }
 #endif /* GLM_NO_MAIN */

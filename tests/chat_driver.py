@@ -176,6 +176,15 @@ def session_a():
         g.send(b"\x0b")                                        # Ctrl-K: kill to the end
         g.wait_for("an empty line", g.at_prompt)
         check("chat: line editor places the cursor by terminal columns (wide, combining) and Ctrl-B/U/K work", True)
+        # a pasted 4,000-character line is echoed at once (it took 25 s when every key redrew
+        # the line measured from its start) and scrolls: the window ends with the paste's end
+        mark = len(g.out)
+        g.send(b"0123456789" * 400)
+        g.wait_for("the pasted line echoed", lambda: g.out.endswith(b"0123456789\x1b[K\r\x1b[299C"), timeout=10)
+        check("chat: a 4,000-character paste is echoed, scrolled to its end, in few redraws",
+              g.out.count(b"\r> ", mark) < 50, "%d redraws" % g.out.count(b"\r> ", mark))
+        g.send(b"\x15")                                        # Ctrl-U: the line is gone
+        g.wait_for("an empty line", g.at_prompt)
         g.command(b":think off\r", rb"thinking off")
         g.command(b":reset\r", rb"conversation cleared")
         nothink, st = g.turn(b"Hello\r")
