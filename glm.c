@@ -2879,11 +2879,13 @@ static void run_replay(Model *m, Session *s, const ForwardOptions *opt, const Re
    the templates' default would drop earlier reasoning, which means rewriting the cache and
    prefilling the last answer again on every turn. With GLM-5.2 and thinking on, the cache starts
    [gMASK]<sop><|system|>Reasoning Effort: Max. The stop token that ended a reply (usually
-   <|user|>) is not in the cache; the next turn writes <|user|> itself, so the cache always holds
-   a valid rendering. Two limits: :think switches only the generation prompt of later turns (the
-   GLM-5.2 effort line written by the first turn stays; :reset renders a new opening), and a
-   reply cut by NGEN or Ctrl-C is in the cache up to its last printed token (:more goes on from
-   there). :reset empties the cache (and reseeds the sampler, so a conversation can be replayed).
+   <|user|>) is not in the cache; the next turn writes <|user|> itself, so the cache holds a valid
+   rendering (the template would also strip() whitespace around an answer; the cache keeps the
+   model's). Limits: :think switches only the generation prompt of later turns (the GLM-5.2 effort
+   line is written, or not, by the first turn; :reset renders a new opening); a reply cut by NGEN or
+   Ctrl-C is in the cache up to its last printed token (:more goes on from there); a tool call the
+   model ends with <|observation|> is followed by the next user turn, as there is no tool to run.
+   :reset empties the cache (and reseeds the sampler, so a conversation can be replayed).
    ============================================================================================= */
 
 /* ---- tokenizer glue -------------------------------------------------------------------------- */
