@@ -316,6 +316,9 @@ static void print_help(void) {
     for (size_t i = 0; i < N_SETTINGS; i++)
         printf("  %-14s default %-6s %s\n", SETTINGS[i].name,
                SETTINGS[i].default_value[0] ? SETTINGS[i].default_value : "-", SETTINGS[i].help);
+    printf("\nOpenMP: unless OMP_WAIT_POLICY or GOMP_SPINCOUNT is set, glm re-executes itself once with\n"
+           "OMP_WAIT_POLICY=passive (spinning workers starve the expert I/O thread); either one set keeps\n"
+           "libgomp's own waiting.\n");
 }
 
 static int parse_bits(const char *arg, const char *what) {
