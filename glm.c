@@ -25,6 +25,7 @@
 #include <ctype.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <float.h>
 #include <math.h>
 #include <pthread.h>
 #include <signal.h>
@@ -36,6 +37,7 @@
 #include <sys/ioctl.h>
 #include <sys/mman.h>
 #include <sys/resource.h>
+#include <sys/stat.h>
 #include <termios.h>
 #include <time.h>
 #include <unistd.h>
@@ -462,13 +464,17 @@ static int config_int(ConfigReader *r, const char *key, int fallback, int requir
     return (int)i;
 }
 
+/* A float field: in [lo, hi] as written, and finite once converted to float (a bound above
+   FLT_MAX would otherwise let 1e39 through as infinity). */
 static float config_float(ConfigReader *r, const char *key, float fallback, double lo, double hi) {
     const JsonValue *v = config_field(r, key);
     if (!v || json_type(v) == JSON_NULL) return fallback;
     if (json_type(v) != JSON_NUMBER) die("%s: field \"%s\" must be a number", r->path, key);
     double d = json_num(v);
-    if (!(d >= lo && d <= hi)) die("%s: field \"%s\" = %g is out of range [%g, %g]", r->path, key, d, lo, hi);
-    return (float)d;
+    float f = (float)d;
+    if (!(d >= lo && d <= hi) || !isfinite(f))
+        die("%s: field \"%s\" = %g is out of range [%g, %g]", r->path, key, d, lo, fmin(hi, FLT_MAX));
+    return f;
 }
 
 static const char *config_string(ConfigReader *r, const char *key) {
@@ -520,12 +526,15 @@ static void config_eos(Config *c, const JsonValue *v, const char *path) {
     }
 }
 
+/* config.json and generation_config.json are a few KB; anything past this is not one. */
+#define CONFIG_JSON_MAX ((size_t)8 << 20)
+
 static Config config_load(const char *dir) {
     char path[4096];
     snprintf(path, sizeof path, "%s/config.json", dir);
     char err[512];
     size_t len;
-    char *text = json_read_file(path, &len, err, sizeof err);
+    char *text = json_read_file_max(path, CONFIG_JSON_MAX, &len, err, sizeof err);
     if (!text) die("cannot read model config: %s", err);
     JsonDoc *doc = json_parse(text, len, err, sizeof err);
     if (!doc) die("%s: %s", path, err);
@@ -599,11 +608,11 @@ static Config config_load(const char *dir) {
     const JsonValue *rope_obj = rp && json_type(rp) == JSON_OBJECT ? rp : rs && json_type(rs) == JSON_OBJECT ? rs : NULL;
     c.rope_theta = config_float(&r, "rope_theta", c.rope_theta, 1e-3, 1e30);
     if (rope_obj) {
-        const JsonValue *t = json_get(rope_obj, "rope_theta");
-        if (t) {
-            if (json_type(t) != JSON_NUMBER || !(json_num(t) > 0)) die("%s: rope_parameters.rope_theta must be a positive number", path);
-            c.rope_theta = (float)json_num(t);
-        }
+        /* the same checks as the top-level field, with the object's name in the message */
+        char rope_path[4200];
+        snprintf(rope_path, sizeof rope_path, "%s: %s", path, rope_obj == rp ? "rope_parameters" : "rope_scaling");
+        ConfigReader rope = { rope_obj, rope_path };
+        c.rope_theta = config_float(&rope, "rope_theta", c.rope_theta, 1e-3, 1e30);
         const JsonValue *type = json_get(rope_obj, "rope_type");
         if (!type) type = json_get(rope_obj, "type");
         const char *ts = type ? json_str(type, NULL) : "default";
@@ -647,7 +656,7 @@ static Config config_load(const char *dir) {
     /* generation_config.json, when present, has the authoritative stop list. */
     snprintf(path, sizeof path, "%s/generation_config.json", dir);
     if (access(path, R_OK) == 0) {
-        char *gtext = json_read_file(path, &len, err, sizeof err);
+        char *gtext = json_read_file_max(path, CONFIG_JSON_MAX, &len, err, sizeof err);
         if (!gtext) die("%s", err);
         JsonDoc *gdoc = json_parse(gtext, len, err, sizeof err);
         if (!gdoc) die("%s: %s", path, err);
@@ -1426,6 +1435,36 @@ static QTensor expert_view(QtFormat f, int64_t group, int64_t rows, int64_t cols
     return t;
 }
 
+/* MMAP=1: a mapped file that shrank since it was opened would turn the next read of the lost pages
+   into SIGBUS. Checked before an expert is used; the SIGBUS handler below covers the rest (a file
+   cut after this check, or under an expert already cached). */
+static int mapped_span_ok(ExpertStore *st, const StTensor *t, char *err, size_t err_len) {
+    struct stat sb;
+    uint64_t end = t->offset + t->nbytes;
+    if (fstat(st_file_fd(st->index, t->file), &sb) == 0 && (uint64_t)sb.st_size >= end) return 1;
+    snprintf(err, err_len, "%s was truncated while running: tensor %s ends at byte %llu, the file now has %llu",
+             st_file_path(st->index, t->file), t->name, (unsigned long long)end, (unsigned long long)sb.st_size);
+    return 0;
+}
+
+static const ExpertStore *g_mapped_store;   /* MMAP=1: the mappings on_sigbus looks up */
+
+static void on_sigbus(int sig, siginfo_t *info, void *context) {
+    (void)context;
+    const ExpertStore *st = g_mapped_store;
+    const uint8_t *addr = info->si_addr;
+    for (int f = 0; st && f < st_file_count(st->index); f++) {
+        if (!st->maps[f] || addr < st->maps[f] || addr >= st->maps[f] + st->map_len[f]) continue;
+        /* only async-signal-safe calls here: write and _exit */
+        const char *path = st_file_path(st->index, f), *head = "glm: error: ",
+                   *tail = " was truncated while running (MMAP=1 read a page past its end)\n";
+        if (write(2, head, strlen(head)) < 0 || write(2, path, strlen(path)) < 0 || write(2, tail, strlen(tail)) < 0) {}
+        _exit(1);
+    }
+    signal(sig, SIG_DFL);   /* not a mapped model file: a real fault, report it as one */
+    raise(sig);
+}
+
 /* Brings expert `e` of `layer` into `slot`. Runs on the I/O thread (or inline). */
 static int expert_load(ExpertStore *st, int layer, int e, ExpertSlot *slot) {
     const ExpertSource *src = &st->sources[(size_t)layer * st->c->n_experts + e];
@@ -1454,10 +1493,19 @@ static int expert_load(ExpertStore *st, int layer, int e, ExpertSlot *slot) {
             bytes += (double)src->rows[k] * src->cols[k] * st_dtype_size(src->data[k]->dtype);
         }
     } else if (st->io_mode == IO_MMAP) {
+        for (int k = 0; k < 3; k++)
+            if (!mapped_span_ok(st, src->data[k], err, err_len) || !mapped_span_ok(st, src->scales[k], err, err_len)) return -1;
+        size_t scales_used = 0;
         for (int k = 0; k < 3; k++) {
             const StTensor *d = src->data[k], *q = src->scales[k];
-            *w[k] = expert_view(src->format[k], src->group[k], src->rows[k], src->cols[k],
-                                st->maps[d->file] + d->offset, (float *)(st->maps[q->file] + q->offset));
+            const uint8_t *mapped_scales = st->maps[q->file] + q->offset;
+            float *scales = (float *)mapped_scales;
+            if ((uintptr_t)mapped_scales % sizeof(float)) {   /* data starting at an odd offset: an aligned copy */
+                scales = (float *)((uint8_t *)slot->scale_buf + scales_used);
+                memcpy(scales, mapped_scales, (size_t)q->nbytes);
+                scales_used += (size_t)q->nbytes;
+            }
+            *w[k] = expert_view(src->format[k], src->group[k], src->rows[k], src->cols[k], st->maps[d->file] + d->offset, scales);
             bytes += d->nbytes + q->nbytes;
         }
         const StTensor *first = src->data[0];
@@ -1893,8 +1941,8 @@ static void model_load(Model *m, const Settings *set) {
     m->index = st_open_dir(set->model_dir, err, sizeof err);
     if (!m->index) die("%s", err);
     Loader ld = { .index = m->index, .dir = set->model_dir, .group = set->group };
-    const int nl = c->n_layers + c->n_mtp;
-    /* An MTP layer is optional on disk: without its tensors the model simply has no MTP head. */
+    /* An MTP layer is optional on disk: without its tensors the model simply has no MTP head
+       (decided before anything counts the layers to load). */
     if (c->n_mtp) {
         char name[256];
         layer_name(name, sizeof name, c->n_layers, "eh_proj.weight");
@@ -1903,6 +1951,7 @@ static void model_load(Model *m, const Settings *set) {
             c->n_mtp = 0;
         }
     }
+    const int nl = c->n_layers + c->n_mtp;
     m->layers = xcalloc((size_t)nl, sizeof(Layer));
     ExpertStore *st = &m->experts;
     st->c = c;
@@ -1951,12 +2000,24 @@ static void model_load(Model *m, const Settings *set) {
                 if (st->direct_fds[f] < 0) die("%s: cannot open with O_DIRECT: %s (DIRECT=0 reads with buffered pread)", path, strerror(errno));
             } else {
                 off_t size = lseek(st_file_fd(m->index, f), 0, SEEK_END);
+                if (size < 0 || (uint64_t)size < st_file_size(m->index, f))
+                    die("%s was truncated while running: %lld bytes now, %llu when its header was read", path,
+                        (long long)size, (unsigned long long)st_file_size(m->index, f));
                 void *map = mmap(NULL, (size_t)size, PROT_READ, MAP_SHARED, st_file_fd(m->index, f), 0);
                 if (map == MAP_FAILED) die("%s: mmap failed: %s", path, strerror(errno));
                 madvise(map, (size_t)size, MADV_RANDOM);
                 st->maps[f] = map;
                 st->map_len[f] = (uint64_t)size;
             }
+        }
+        if (st->io_mode == IO_MMAP) {
+            g_mapped_store = st;
+            struct sigaction sa;
+            memset(&sa, 0, sizeof sa);
+            sa.sa_sigaction = on_sigbus;
+            sa.sa_flags = SA_SIGINFO;
+            sigemptyset(&sa.sa_mask);
+            sigaction(SIGBUS, &sa, NULL);
         }
     }
     fprintf(stderr, "glm: loaded %.1f MB of resident tensors in %.2f s (routed experts stream on demand)\n",

@@ -73,6 +73,11 @@
 #include <stddef.h>
 #include <stdint.h>
 
+/* tokenizer.json is refused above this size (GLM-5's is ~20 MB). */
+#ifndef TOK_JSON_MAX
+#define TOK_JSON_MAX ((size_t)64 << 20)
+#endif
+
 typedef struct Tokenizer Tokenizer;
 typedef enum { TOK_SPECIAL_ALL, TOK_SPECIAL_NONSPECIAL_ONLY, TOK_SPECIAL_NONE } TokSpecialMode;
 typedef struct { unsigned char pending[4]; int npending; } TokStream;
@@ -669,7 +674,7 @@ static int tok__ensure_ids(Tokenizer *t, int64_t id, const char *path, char *err
 Tokenizer *tok_load(const char *path, char *err, size_t err_len) {
     size_t text_len = 0;
     char jerr[256];
-    char *text = json_read_file(path, &text_len, jerr, sizeof jerr);
+    char *text = json_read_file_max(path, TOK_JSON_MAX, &text_len, jerr, sizeof jerr);
     if (!text) { tok__err(err, err_len, "%s", jerr); return NULL; }
     JsonDoc *doc = json_parse(text, text_len, jerr, sizeof jerr);
     free(text);
