@@ -2374,6 +2374,23 @@ static TextCodec codec_load(const char *model_dir, int special) {
     return tc;
 }
 
+/* The tokenizer must belong to the model: every id it produces needs a row of the embedding, and
+   it must cover nearly every row. Checkpoints pad vocab_size above the tokenizer's ids (GLM-5:
+   154,880 rows for ~154,856 ids; DeepSeek-V3 ~465 spare rows), so up to VOCAB_PADDING_MAX rows
+   without a token are accepted; a tokenizer covering less is another model's (the 512-id test
+   tokenizer on a 154,880-row model printed nothing for 8 tokens). Ids without text that are
+   generated anyway are shown as <|id N|> (dialog_show_token). */
+#define VOCAB_PADDING_MAX 1024
+
+static void codec_check_vocab(const TextCodec *tc, int vocab) {
+    const int n = tok_vocab_size(tc->tok);
+    if (n > vocab)
+        die("%s has ids up to %d but the model's vocab_size is %d: tokenizer and model do not match", tc->path, n - 1, vocab);
+    if (n < vocab - VOCAB_PADDING_MAX)
+        die("%s has ids up to %d but the model's vocab_size is %d (at most %d rows may be padding): tokenizer and model do not match",
+            tc->path, n - 1, vocab, VOCAB_PADDING_MAX);
+}
+
 /* The template needs every tag; a tokenizer without them is not GLM-5's. */
 static void codec_require_template(const TextCodec *tc) {
     const char *names[] = { "[gMASK]", "<sop>", "<|system|>", "<|user|>", "<|assistant|>", "<think>", "</think>" };
@@ -2741,6 +2758,14 @@ static void emit_text(const Dialog *d, const char *s, size_t n) {
 
 static void dialog_show_token(Dialog *d, int id) {
     const TextCodec *tc = d->codec;
+    if (!tok_piece(tc->tok, id, NULL)) {   /* a row without a token (vocab padding): shown, never dropped */
+        size_t n = tok_stream_flush(&d->stream, d->text, d->text_cap);
+        emit_text(d, d->text, n < d->text_cap ? n : d->text_cap);
+        char mark[32];
+        emit_text(d, mark, (size_t)snprintf(mark, sizeof mark, "<|id %d|>", id));
+        fflush(stdout);
+        return;
+    }
     if (id == tc->think && d->out_tty && !d->in_thinking) fputs(ANSI_DIM, stdout);
     size_t n = tok_stream_feed(tc->tok, &d->stream, id, d->text, d->text_cap);
     emit_text(d, d->text, n < d->text_cap ? n : d->text_cap);
@@ -3122,6 +3147,9 @@ static int run_tokenize(const Settings *set) {
     TextCodec tc = codec_load(set->model_dir, set->special);
     FILE *f = fopen(set->tokenize_path, "r");
     if (!f) die("TOKENIZE=%s: cannot open: %s", set->tokenize_path, strerror(errno));
+    struct stat sb;   /* a device such as /dev/zero is one endless line */
+    if (fstat(fileno(f), &sb) == 0 && !S_ISREG(sb.st_mode) && !S_ISFIFO(sb.st_mode))
+        die("TOKENIZE=%s: not a file or a pipe", set->tokenize_path);
     char *line = NULL;
     size_t cap = 0;
     ssize_t n;
@@ -3511,9 +3539,7 @@ static int run_text(Settings set) {
     }
     /* a tokenizer with ids the model has no rows for belongs to another model: say so before the load */
     Config config = config_load(set.model_dir);
-    if (tok_vocab_size(tc.tok) > config.vocab)
-        die("%s has ids up to %d but the model's vocab_size is %d: tokenizer and model do not match",
-            tc.path, tok_vocab_size(tc.tok) - 1, config.vocab);
+    codec_check_vocab(&tc, config.vocab);
     free(config.layer_dense);
     free(config.layer_indexer);
     Model model;

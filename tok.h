@@ -17,7 +17,7 @@
  *
  * API
  *   Tokenizer *tok_load(const char *tokenizer_json_path, char *err, size_t err_len);
- *       NULL on error with one line "path: reason" in err.
+ *       NULL on error with one line "path: reason" in err (a file above TOK_JSON_MAX, 64 MiB, is one).
  *   void tok_free(Tokenizer *t);
  *   int tok_encode(const Tokenizer *t, const char *text, size_t len, TokSpecialMode mode,
  *                  int32_t **ids, size_t *n);

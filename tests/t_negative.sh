@@ -272,6 +272,7 @@ expect_error "set: SNAP not set" 'SNAP' env REF="$DREF" TF=1 "$GLM" 64 16 16
 expect_error "set: SNAP is not a model directory" '/nonexistent/model/config\.json' env SNAP=/nonexistent/model REF="$DREF" TF=1 "$GLM" 64 16 16
 expect_error "set: REF not set" 'REF' env SNAP=$F/oracle_dense TF=1 "$GLM" 64 16 16
 expect_error "set: REF file missing" 'REF.*/nonexistent/ref\.json' good REF=/nonexistent/ref.json 64 16 16
+expect_error "set: REF=/dev/zero is refused at once" 'REF: /dev/zero: is a character device' good REF=/dev/zero 64 16 16
 R="$T/refs"
 expect_error "ref: malformed JSON names file and position" 'refs/malformed\.json.*line [0-9]+ col [0-9]+' good REF="$R/malformed.json" 64 16 16
 expect_error "ref: full_ids not starting with prompt_ids" 'not_prefix\.json.*full_ids.*prompt_ids' good REF="$R/not_prefix.json" 64 16 16
