@@ -98,6 +98,10 @@ char *json_read_file_max(const char *path, size_t max_bytes, size_t *len, char *
 #include <sys/stat.h>
 #include <unistd.h>
 
+#ifndef O_CLOEXEC   /* hidden by a strict _POSIX_C_SOURCE in the including file */
+#define O_CLOEXEC 0
+#endif
+
 typedef struct { const char *s; size_t len; } JsonKey;
 
 struct JsonValue {
@@ -624,11 +628,11 @@ char *json_read_file_max(const char *path, size_t max_bytes, size_t *len, char *
         if (err) snprintf(err, err_len, "%s: cannot stat: %s", path, strerror(e));
         return NULL;
     }
-    const char *kind = S_ISDIR(st.st_mode) ? "a directory" : S_ISCHR(st.st_mode) ? "a character device"
-                     : S_ISBLK(st.st_mode) ? "a block device" : S_ISSOCK(st.st_mode) ? "a socket" : NULL;
-    if (kind || (!S_ISREG(st.st_mode) && !S_ISFIFO(st.st_mode))) {
+    if (!S_ISREG(st.st_mode) && !S_ISFIFO(st.st_mode)) {
+        const char *kind = S_ISDIR(st.st_mode) ? "a directory" : S_ISCHR(st.st_mode) ? "a character device"
+                         : S_ISBLK(st.st_mode) ? "a block device" : "neither a regular file nor a pipe";
         close(fd);
-        if (err) snprintf(err, err_len, "%s: is %s, not a file", path, kind ? kind : "not a regular file");
+        if (err) snprintf(err, err_len, "%s: is %s, not a file", path, kind);
         return NULL;
     }
     if (S_ISREG(st.st_mode) && (uint64_t)st.st_size > (uint64_t)max_bytes) {

@@ -198,7 +198,7 @@ static int st__pread_full(int fd, void *dst, uint64_t n, uint64_t off) {
 
 static const char *st__file_kind(mode_t m) {
     return S_ISDIR(m) ? "a directory" : S_ISFIFO(m) ? "a FIFO" : S_ISCHR(m) ? "a character device"
-         : S_ISBLK(m) ? "a block device" : S_ISSOCK(m) ? "a socket" : S_ISREG(m) ? "a regular file" : "not a regular file";
+         : S_ISBLK(m) ? "a block device" : S_ISREG(m) ? "a regular file" : "not a regular file";
 }
 
 /* Parses and validates one file's header; appends its tensors to ix (sorted by offset). */
