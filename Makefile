@@ -37,11 +37,11 @@ tests/bin/%: tests/%.c $(HEADERS) $(wildcard tests/*.h)
 tools/iobench: tools/iobench.c
 	$(CC) $(CFLAGS) -pthread -o $@ $< $(LDLIBS)
 
-tests/bin/fuzz_replay_%: tests/fuzz/fuzz_%.c tests/fuzz/replay.c glm.c $(HEADERS)
+tests/bin/fuzz_replay_%: tests/fuzz/fuzz_%.c tests/fuzz/replay.c $(wildcard tests/fuzz/fuzz_*.c) glm.c $(HEADERS)
 	@mkdir -p tests/bin
 	$(CC) $(CFLAGS) -I. -o $@ $< tests/fuzz/replay.c $(LDLIBS)
 
-tests/bin/fuzz_%: tests/fuzz/fuzz_%.c glm.c $(HEADERS)
+tests/bin/fuzz_%: tests/fuzz/fuzz_%.c $(wildcard tests/fuzz/fuzz_*.c) glm.c $(HEADERS)
 	@mkdir -p tests/bin
 	$(CLANG) $(FUZZ_CFLAGS) -I. -o $@ $< $(LDLIBS)
 

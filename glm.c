@@ -62,13 +62,16 @@ extern char **environ;
    Small utilities: fatal errors, timing, allocation that cannot silently fail.
    --------------------------------------------------------------------------------------------- */
 
+/* One line always: control characters that came from a file (a model_type with a newline)
+   become '?', so the message cannot fake or hide lines. */
 static void die(const char *fmt, ...) {
+    char msg[4096];
     va_list ap;
     va_start(ap, fmt);
-    fputs("glm: error: ", stderr);
-    vfprintf(stderr, fmt, ap);
-    fputc('\n', stderr);
+    vsnprintf(msg, sizeof msg, fmt, ap);
     va_end(ap);
+    for (char *p = msg; *p; p++) if ((unsigned char)*p < 0x20 || *p == 0x7f) *p = '?';
+    fprintf(stderr, "glm: error: %s\n", msg);
     exit(1);
 }
 
@@ -2178,19 +2181,62 @@ typedef struct { int *ids; int n; } IdList;
 
 typedef struct { IdList prompt, full, tf_pred, mtp_pred; } Reference;
 
-static IdList json_id_list(const JsonValue *root, const char *key, const char *path, int required) {
-    IdList l = { NULL, 0 };
+/* One list of token ids from REF: 0, or -1 with err naming the file and the list. */
+static int json_id_list(const JsonValue *root, const char *key, const char *path, int required, IdList *l,
+                        char *err, size_t err_len) {
+    l->ids = NULL;
+    l->n = 0;
     const JsonValue *v = json_get(root, key);
-    if (!v) { if (required) die("%s: field \"%s\" is missing", path, key); return l; }
-    if (json_type(v) != JSON_ARRAY) die("%s: field \"%s\" must be a list of token ids", path, key);
-    l.n = (int)json_len(v);
-    l.ids = xmalloc((size_t)(l.n ? l.n : 1) * sizeof(int));
-    for (int i = 0; i < l.n; i++) {
-        int64_t id;
-        if (!json_is_int(json_at(v, (size_t)i), &id) || id < 0 || id > INT32_MAX) die("%s: %s[%d] is not a token id", path, key, i);
-        l.ids[i] = (int)id;
+    if (!v) {
+        if (required) { snprintf(err, err_len, "%s: field \"%s\" is missing", path, key); return -1; }
+        return 0;
     }
-    return l;
+    if (json_type(v) != JSON_ARRAY || json_len(v) > INT32_MAX) {
+        snprintf(err, err_len, "%s: field \"%s\" must be a list of token ids", path, key);
+        return -1;
+    }
+    l->n = (int)json_len(v);
+    l->ids = xmalloc((size_t)(l->n ? l->n : 1) * sizeof(int));
+    for (int i = 0; i < l->n; i++) {
+        int64_t id;
+        if (!json_is_int(json_at(v, (size_t)i), &id) || id < 0 || id > INT32_MAX) {
+            snprintf(err, err_len, "%s: %s[%d] is not a token id", path, key, i);
+            return -1;
+        }
+        l->ids[i] = (int)id;
+    }
+    return 0;
+}
+
+static void reference_free(Reference *r) {
+    free(r->prompt.ids); free(r->full.ids); free(r->tf_pred.ids); free(r->mtp_pred.ids);
+    memset(r, 0, sizeof *r);
+}
+
+/* REF's text → Reference: 0, or -1 with one line in err naming `path` (fuzzed: tests/fuzz/fuzz_ref.c). */
+static int reference_parse(const char *text, size_t len, const char *path, Reference *r, char *err, size_t err_len) {
+    memset(r, 0, sizeof *r);
+    char jerr[256];
+    JsonDoc *doc = json_parse(text, len, jerr, sizeof jerr);
+    if (!doc) { snprintf(err, err_len, "%s: %s", path, jerr); return -1; }
+    const JsonValue *root = json_root(doc);
+    int rc = -1;
+    if (json_id_list(root, "prompt_ids", path, 1, &r->prompt, err, err_len) ||
+        json_id_list(root, "full_ids", path, 1, &r->full, err, err_len) ||
+        json_id_list(root, "tf_pred", path, 0, &r->tf_pred, err, err_len) ||
+        json_id_list(root, "mtp_pred", path, 0, &r->mtp_pred, err, err_len)) goto done;
+    if (r->prompt.n < 1) { snprintf(err, err_len, "%s: prompt_ids is empty", path); goto done; }
+    if (r->full.n < r->prompt.n) { snprintf(err, err_len, "%s: full_ids is shorter than prompt_ids", path); goto done; }
+    for (int i = 0; i < r->prompt.n; i++)
+        if (r->full.ids[i] != r->prompt.ids[i]) {
+            snprintf(err, err_len, "%s: full_ids does not start with prompt_ids (position %d)", path, i);
+            goto done;
+        }
+    rc = 0;
+done:
+    json_free(doc);
+    if (rc) reference_free(r);
+    return rc;
 }
 
 static Reference reference_load(const char *path) {
@@ -2198,18 +2244,8 @@ static Reference reference_load(const char *path) {
     size_t len;
     char *text = json_read_file(path, &len, err, sizeof err);
     if (!text) die("cannot read REF: %s", err);
-    JsonDoc *doc = json_parse(text, len, err, sizeof err);
-    if (!doc) die("%s: %s", path, err);
     Reference r;
-    r.prompt = json_id_list(json_root(doc), "prompt_ids", path, 1);
-    r.full = json_id_list(json_root(doc), "full_ids", path, 1);
-    r.tf_pred = json_id_list(json_root(doc), "tf_pred", path, 0);
-    r.mtp_pred = json_id_list(json_root(doc), "mtp_pred", path, 0);
-    if (r.prompt.n < 1) die("%s: prompt_ids is empty", path);
-    if (r.full.n < r.prompt.n) die("%s: full_ids is shorter than prompt_ids", path);
-    for (int i = 0; i < r.prompt.n; i++)
-        if (r.full.ids[i] != r.prompt.ids[i]) die("%s: full_ids does not start with prompt_ids (position %d)", path, i);
-    json_free(doc);
+    if (reference_parse(text, len, path, &r, err, sizeof err)) die("%s", err);
     free(text);
     return r;
 }

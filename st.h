@@ -145,12 +145,14 @@ static const size_t st__dtype_sizes[ST_DTYPE_COUNT] = {4, 2, 2, 1, 1, 1, 4, 8, 8
 size_t st_dtype_size(StDtype d) { return (unsigned)d < ST_DTYPE_COUNT ? st__dtype_sizes[d] : 0; }
 const char *st_dtype_name(StDtype d) { return (unsigned)d < ST_DTYPE_COUNT ? st__dtype_names[d] : "?"; }
 
+/* One line always: control characters quoted from a header (a \n in a metadata key) become '?'. */
 static void st__err(char *err, size_t err_len, const char *fmt, ...) {
     if (!err || !err_len) return;
     va_list ap;
     va_start(ap, fmt);
     vsnprintf(err, err_len, fmt, ap);
     va_end(ap);
+    for (char *p = err; *p; p++) if ((unsigned char)*p < 0x20 || *p == 0x7f) *p = '?';
 }
 
 int64_t st_numel(const StTensor *t) {

@@ -242,6 +242,11 @@ rm -f "$T/cfg_eos_wrap/generation_config.json"
 # config_eos casts the int64 id to int without a range check; 2^32+5 becomes 5 and is
 # accepted as a stop token.
 expect_error "cfg: eos_token_id 2^32+5 is refused, not wrapped to 5" "eos_token_id" on cfg_eos_wrap
+cfg_edit cfg_model_type_newline 'c["model_type"] = "llama\nglm: error: forged second line"'
+# Regression guard (fuzz_tokjson found it in tok.h; glm.c and st.h had the same gap): an error quoting
+# text from a file printed its newlines, so one error could look like two (or forge one).
+one_error_line() { local out; out=$(on cfg_model_type_newline 2>&1); [ "$(grep -c '^glm: error: ' <<<"$out")" = 1 ] && ! grep -q '^glm: error: forged' <<<"$out" || { echo "$out"; return 1; }; }
+check "cfg: a newline inside a config string stays inside the one error line" one_error_line
 cfg_edit cfg_rope_not_object 'c["rope_parameters"] = "default"'
 # Regression guard (a glm.c bug this test found, fixed since):
 # a rope_parameters that is not an object is silently ignored (theta falls back to
