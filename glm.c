@@ -1197,7 +1197,8 @@ static void attention(AttentionCall *ac, const float *xn, int S, int pos0, float
    I/O modes: buffered pread (default: the OS page cache is a free second level), DIRECT=1
    (O_DIRECT into 2 MiB huge-page-backed slabs, bypassing the page cache), DROP=1 (pread, then
    evict the pages read), MMAP=1 (the views point into a read-only file mapping; evicting an
-   expert drops its pages from this process).
+   expert drops its pages from this process; scales at an odd file offset are copied to an aligned
+   buffer; a file cut short while mapped is reported by name, not by SIGBUS).
    ============================================================================================= */
 
 
@@ -1442,7 +1443,7 @@ static QTensor expert_view(QtFormat f, int64_t group, int64_t rows, int64_t cols
    into SIGBUS. Checked before an expert is used; the SIGBUS handler below covers the rest (a file
    cut after this check, or under an expert already cached). */
 static int mapped_span_ok(ExpertStore *st, const StTensor *t, char *err, size_t err_len) {
-    struct stat sb;
+    struct stat sb = { 0 };
     uint64_t end = t->offset + t->nbytes;
     if (fstat(st_file_fd(st->index, t->file), &sb) == 0 && (uint64_t)sb.st_size >= end) return 1;
     snprintf(err, err_len, "%s was truncated while running: tensor %s ends at byte %llu, the file now has %llu",
