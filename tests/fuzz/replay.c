@@ -54,7 +54,7 @@ int main(int argc, char **argv) {
             sprintf(names[n++], "%s/%s", argv[i], de->d_name);
         }
         closedir(d);
-        qsort(names, n, sizeof *names, cmp_names);
+        if (n) qsort(names, n, sizeof *names, cmp_names);
         for (size_t k = 0; k < n; k++) { bad |= replay_file(names[k]) != 0; count++; free(names[k]); }
         free(names);
     }
