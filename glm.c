@@ -14,17 +14,19 @@
      5. Attention    RMSNorm, RoPE, MLA (absorbed decode / explicit prefill), the DSA indexer
      6. Experts      where a routed expert's weights come from (ExpertStore)
      7. MoE          router, batch union of chosen experts, SwiGLU, shared expert
-     8. Model        loading and the forward pass over S positions, the MTP head
-     9. Generation   greedy decoding and the oracle validation modes
-    10. Text         tokenizer glue, chat template, sampling, prompt mode, terminal chat
-    11. main         settings → mode → effective configuration → stats
+     8. Model        the RAM plan, loading and the forward pass over S positions, the MTP head
+     9. Generation   sampling, the Generator (the one decode loop every mode drives), oracle validation
+    10. Text         tokenizer glue, chat template, prompt mode, terminal chat
+    11. main         settings → mode → effective configuration → stats; PLAN and DOCTOR
 
    Build: `make` (see Makefile). Run: `./glm --help`. */
 
 #define _GNU_SOURCE
 #include <ctype.h>
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <float.h>
 #include <math.h>
 #include <pthread.h>
 #include <signal.h>
@@ -33,15 +35,12 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/ioctl.h>
 #include <sys/mman.h>
 #include <sys/resource.h>
 #include <sys/stat.h>
 #include <sys/statvfs.h>
 #include <sys/wait.h>
 #include <sched.h>
-#include <dirent.h>
-#include <termios.h>
 #include <time.h>
 #include <unistd.h>
 #ifdef _OPENMP
@@ -58,6 +57,10 @@
 #include "tier.h"
 #define TOK_IMPLEMENTATION
 #include "tok.h"
+#define LINED_IMPLEMENTATION
+#include "lined.h"
+#define CHAT_IMPLEMENTATION
+#include "chat.h"
 
 extern char **environ;
 
@@ -65,12 +68,52 @@ extern char **environ;
    Small utilities: fatal errors, timing, allocation that cannot silently fail.
    --------------------------------------------------------------------------------------------- */
 
+/* Text from outside (model output, file contents, the environment) on its way to a terminal:
+   control bytes (ESC, CR, BEL, backspace, ...) are shown as ^X and C1 controls (U+0080..U+009F,
+   which some terminals obey as ESC sequences) as U+FFFD, so only glm itself drives the terminal.
+   Newlines and tabs pass, unless one_line (messages: one line each, a quoted newline shows as ^J). */
+static void put_terminal_safe(FILE *f, const char *s, size_t n, int one_line) {
+    for (size_t i = 0; i < n; i++) {
+        unsigned char b = (unsigned char)s[i];
+        if ((b < 0x20 && (one_line || (b != '\n' && b != '\t'))) || b == 0x7F) {
+            fputc('^', f);
+            fputc(b == 0x7F ? '?' : b + 0x40, f);
+        } else if (b == 0xC2 && i + 1 < n && (unsigned char)s[i + 1] >= 0x80 && (unsigned char)s[i + 1] <= 0x9F) {
+            fputs("\xEF\xBF\xBD", f);
+            i++;
+        } else {
+            fputc(b, f);
+        }
+    }
+}
+
+/* "glm: <message>" on stderr, made terminal-safe when stderr is a terminal (messages quote file
+   contents, environment values and user input). */
+static void vsay(const char *prefix, const char *fmt, va_list ap) {
+    char msg[8192];
+    vsnprintf(msg, sizeof msg, fmt, ap);
+    /* one line always, so a message quoting a file (a model_type with a newline) can neither fake
+       nor hide lines: control characters show as ^X on a terminal and become '?' in a log */
+    fputs(prefix, stderr);
+    if (isatty(STDERR_FILENO)) put_terminal_safe(stderr, msg, strlen(msg), 1);
+    else {
+        for (char *p = msg; *p; p++) if ((unsigned char)*p < 0x20 || *p == 0x7f) *p = '?';
+        fputs(msg, stderr);
+    }
+    fputc('\n', stderr);
+}
+
+static void say(const char *fmt, ...) {
+    va_list ap;
+    va_start(ap, fmt);
+    vsay("glm: ", fmt, ap);
+    va_end(ap);
+}
+
 static void die(const char *fmt, ...) {
     va_list ap;
     va_start(ap, fmt);
-    fputs("glm: error: ", stderr);
-    vfprintf(stderr, fmt, ap);
-    fputc('\n', stderr);
+    vsay("glm: error: ", fmt, ap);
     va_end(ap);
     exit(1);
 }
@@ -113,8 +156,31 @@ static void atomic_dir_of(const char *path, char *dir, size_t n) {
     else snprintf(dir, n, "%.*s", (int)(slash - path), path);
 }
 
+/* A kill -9 between giving the data its temporary name and the rename (two system calls) leaves
+   PATH.tmp.PID behind: the next write of PATH removes those of processes that no longer exist. */
+static void atomic_sweep(const char *path) {
+    char dir[4096];
+    atomic_dir_of(path, dir, sizeof dir);
+    const char *base = strrchr(path, '/');
+    base = base ? base + 1 : path;
+    const size_t base_len = strlen(base);
+    DIR *d = opendir(dir);
+    if (!d) return;
+    for (struct dirent *e; (e = readdir(d));) {
+        if (strncmp(e->d_name, base, base_len) || strncmp(e->d_name + base_len, ".tmp.", 5)) continue;
+        char *end;
+        long pid = strtol(e->d_name + base_len + 5, &end, 10);
+        if (*end || pid <= 0 || kill((pid_t)pid, 0) == 0 || errno != ESRCH) continue;
+        char stale[8300];
+        snprintf(stale, sizeof stale, "%s/%s", dir, e->d_name);
+        unlink(stale);
+    }
+    closedir(d);
+}
+
 static FILE *atomic_begin(AtomicFile *af, const char *path, char *err, size_t err_len) {
     memset(af, 0, sizeof *af);
+    atomic_sweep(path);
     if (strlen(path) >= sizeof af->path) { snprintf(err, err_len, "%s: path too long", path); return NULL; }
     snprintf(af->path, sizeof af->path, "%s", path);
     char dir[4096];
@@ -216,7 +282,7 @@ static const SettingSpec SETTINGS[] = {
     { "TF",       SET_BOOL,  "0",    0, 1, "teacher forcing: one forward over REF's full_ids, compare argmax with tf_pred" },
     { "MTP",      SET_BOOL,  "0",    0, 1, "with TF=1: also run the MTP head and compare with mtp_pred" },
     { "NGEN",     SET_INT,   "-1",  -1, 1e9, "tokens to generate per answer (-1: until EOS or a full context; with REF: as many as full_ids continues the prompt)" },
-    { "ABSORB",   SET_INT,   "-1",  -1, 1, "MLA form: 1 or -1 weight-absorbed (the default, for every batch size), 0 explicit K/V of every key (a cross-check; memory grows with the context)" },
+    { "ABSORB",   SET_INT,   "1",    0, 1, "MLA form: 1 weight-absorbed (for every batch size), 0 explicit K/V of every key (a cross-check; memory grows with the context)" },
     { "IDOT",     SET_BOOL,  "1",    0, 1, "integer dot products with int8 activations for quantized weights (0: exact float path)" },
     { "GROUP",    SET_INT,   "0",    0, 4096, "group size for load-time int4 quantization (0: one scale per row)" },
     { "THREADS",  SET_INT,   "0",    0, 1024, "worker threads (0: all cores)" },
@@ -238,13 +304,16 @@ static const SettingSpec SETTINGS[] = {
     { "PLAN",     SET_STR,   "0",    0, 0, "1: print the RAM plan (same accounting as a run), disk needed and projected speeds from config.json and the safetensors headers alone (a folder of files cut after their headers will do), then exit; json: the same as JSON" },
     { "DOCTOR",   SET_BOOL,  "0",    0, 1, "check this machine for SNAP (kernels, cores, RAM, huge pages, O_DIRECT, a short disk read probe, free disk), one line per finding; exit 0 ready, 1 warnings, 2 cannot run" },
     /* text modes (section 10): need tokenizer.json in SNAP */
-    { "PROMPT",   SET_STR,   "",     0, 0, "answer this user message: the reply streams to stdout, one stats line to stderr" },
+    { "PROMPT",   SET_STR,   "",     0, 0, "answer this user message: the reply streams to stdout, one stats line to stderr (PROMPT=-: read it from stdin, at most 16 MB)" },
     { "CHAT",     SET_INT,   "-1",  -1, 1, "terminal chat: 1 on, 0 off, -1 on when stdin is a terminal and no PROMPT, REF or TOKENIZE is set" },
     { "SYSTEM",   SET_STR,   "",     0, 0, "system prompt placed before the first user message" },
-    { "MESSAGES", SET_STR,   "",     0, 0, "JSON file: earlier conversation, a list of {role: system|user|assistant, content[, reasoning_content]}" },
+    { "MESSAGES", SET_STR,   "",     0, 0, "JSON file: earlier conversation, OpenAI-style: a list of {role: system|user|assistant|tool, content[, reasoning_content, tool_calls]}, or {\"messages\": [...], \"tools\": [...]}" },
     { "CHAT_TEMPLATE", SET_BOOL, "1", 0, 1, "apply the GLM-5 chat template (0: send PROMPT / each chat line as raw text)" },
-    { "THINK",    SET_BOOL,  "1",    0, 1, "thinking on: the answer starts with reasoning (<think>); 0 skips it (</think>)" },
-    { "TEMP",     SET_FLOAT, "0.7",  0, 100, "sampling temperature (0: greedy, always the most likely token)" },
+    { "CHAT_FORMAT", SET_STR, "auto", 0, 0, "chat template form: auto (from SNAP's chat_template.jinja or tokenizer_config.json; none there: glm-5.2), glm-5.2, or glm-5.0 (also GLM-5.1)" },
+    { "THINK",    SET_BOOL,  "1",    0, 1, "thinking on: the answer starts with reasoning (<think>); 0 skips it (GLM-5.2: <think></think>, GLM-5.0: </think>)" },
+    { "REASONING_EFFORT", SET_STR, "max", 0, 0, "GLM-5.2 with thinking on: max or high (the prompt's <|system|>Reasoning Effort line)" },
+    { "TEMPERATURE", SET_FLOAT, "0.7", 0, 100, "sampling temperature (0: greedy, always the most likely token)" },
+    { "TEMP",     SET_FLOAT, "",     0, 100, "alias of TEMPERATURE, honoured only when it is a number (TEMP is often the temp directory: then it is ignored with a note)" },
     { "NUCLEUS",  SET_FLOAT, "0.9",  0, 1, "top-p: sample among the most likely tokens whose probabilities sum to at least this" },
     { "SEED",     SET_INT,   "0",    0, 9007199254740991.0, "random seed for sampling (0: from the clock; the seed used is printed)" },
     { "SPECIAL",  SET_BOOL,  "0",    0, 1, "recognise special tokens such as <|user|> written in the text (0: text is only text)" },
@@ -273,7 +342,10 @@ typedef struct {
     /* text modes */
     RunMode mode;
     const char *prompt, *system_prompt, *messages_path, *tokenize_path;
+    const char *chat_format, *reasoning_effort;   /* CHAT_FORMAT (checked by chat.h when used), REASONING_EFFORT */
     int prompt_given, chat_template, think, special;
+    int prompt_from_stdin;   /* PROMPT=-, or no mode with stdin not a terminal: read_stdin_prompt */
+    char *stdin_prompt;      /* what it read (owned) */
     float temperature, top_p;
     uint64_t seed;           /* 0: from the clock */
 } Settings;
@@ -287,17 +359,43 @@ static const char *setting_value(const char *name) {
     return NULL;
 }
 
-static double setting_number(const char *name) {
-    const SettingSpec *spec = NULL;
-    for (size_t i = 0; i < N_SETTINGS; i++) if (!strcmp(SETTINGS[i].name, name)) spec = &SETTINGS[i];
-    const char *v = setting_value(name);
+static const SettingSpec *setting_spec(const char *name) {
+    for (size_t i = 0; i < N_SETTINGS; i++) if (!strcmp(SETTINGS[i].name, name)) return &SETTINGS[i];
+    die("internal: unknown setting %s", name);
+    return NULL;
+}
+
+static int parses_as_number(const char *v) {
     char *end;
     errno = 0;
-    double d = strtod(v, &end);
-    if (end == v || *end || errno) die("%s=%s is not a number", name, v);
+    strtod(v, &end);
+    return end != v && !*end && !errno;
+}
+
+/* `value` checked against the kind and range of setting `spec`; errors name `name=value`. */
+static double setting_number_of(const SettingSpec *spec, const char *name, const char *v) {
+    if (!parses_as_number(v)) die("%s=%s is not a number", name, v);
+    double d = strtod(v, NULL);
     if (spec->kind != SET_FLOAT && d != floor(d)) die("%s=%s must be a whole number", name, v);
     if (!(d >= spec->min && d <= spec->max)) die("%s=%s is out of range [%g, %g]", name, v, spec->min, spec->max);
     return d;
+}
+
+static double setting_number(const char *name) { return setting_number_of(setting_spec(name), name, setting_value(name)); }
+
+/* TEMPERATURE, or TEMP when it is a number. Many systems export TEMP as the temp directory
+   (TEMP=/tmp), so a TEMP that is not a number is that variable and is left alone. */
+static double temperature_from_env(void) {
+    const char *temp = getenv("TEMP");
+    if (getenv("TEMPERATURE")) {
+        if (temp && parses_as_number(temp) && strcmp(temp, getenv("TEMPERATURE")))
+            say("note: TEMP=%s is ignored: TEMPERATURE=%s is set", temp, getenv("TEMPERATURE"));
+        return setting_number("TEMPERATURE");
+    }
+    if (temp && parses_as_number(temp)) return setting_number_of(setting_spec("TEMPERATURE"), "TEMP", temp);
+    if (temp)
+        say("note: TEMP=%s is not a number, so it is taken as the temp-directory variable and ignored; set TEMPERATURE", temp);
+    return setting_number("TEMPERATURE");
 }
 
 /* Levenshtein distance ≤ 1 between two short names. */
@@ -311,6 +409,12 @@ static int one_edit_apart(const char *a, const char *b) {
     return !strcmp(a + i, b + i + 1);
 }
 
+/* Names other programs use for one of our settings. */
+static const char *const SETTING_SYNONYMS[][2] = {
+    { "TOP_P", "NUCLEUS" }, { "TOPP", "NUCLEUS" }, { "MAX_TOKENS", "NGEN" }, { "N_PREDICT", "NGEN" },
+    { "SYSTEM_PROMPT", "SYSTEM" }, { "MODEL_DIR", "SNAP" }, { "CTX_SIZE", "CTX" }, { "THREAD", "THREADS" },
+};
+
 static void warn_near_miss_variables(void) {
     for (char **e = environ; *e; e++) {
         const char *eq = strchr(*e, '=');
@@ -321,17 +425,22 @@ static void warn_near_miss_variables(void) {
         int known = 0;
         for (size_t i = 0; i < N_SETTINGS; i++) if (!strcmp(SETTINGS[i].name, name)) known = 1;
         if (known) continue;
-        for (size_t i = 0; i < N_SETTINGS; i++)
-            if (strlen(SETTINGS[i].name) >= 3 && one_edit_apart(SETTINGS[i].name, name))
-                fprintf(stderr, "glm: warning: environment variable %s is not a setting; did you mean %s?\n",
-                        name, SETTINGS[i].name);
+        const char *hint = NULL;
+        for (size_t i = 0; i < sizeof SETTING_SYNONYMS / sizeof SETTING_SYNONYMS[0] && !hint; i++)
+            if (!strcasecmp(SETTING_SYNONYMS[i][0], name)) hint = SETTING_SYNONYMS[i][1];
+        for (size_t i = 0; i < N_SETTINGS && !hint; i++)   /* prompt=..., Snap=...: settings are upper case */
+            if (!strcasecmp(SETTINGS[i].name, name)) hint = SETTINGS[i].name;
+        for (size_t i = 0; i < N_SETTINGS && !hint; i++)
+            if (strlen(SETTINGS[i].name) >= 3 && one_edit_apart(SETTINGS[i].name, name)) hint = SETTINGS[i].name;
+        if (hint) say("warning: environment variable %s is not a setting; did you mean %s?", name, hint);
     }
 }
 
 static void print_help(void) {
-    printf("usage: [VAR=value ...] ./glm [cache_slots] [expert_bits] [dense_bits]\n\n"
+    printf("usage: [VAR=value ...] ./glm [cache_slots] [expert_bits] [dense_bits]    (or --help, --version)\n\n"
            "modes:\n"
            "  PROMPT=\"text\" ./glm   one answer, streamed to stdout (CHAT_TEMPLATE=0: raw text, no template)\n"
+           "  echo text | ./glm     the same with the prompt from stdin (no mode set, stdin not a terminal; or PROMPT=-)\n"
            "  CHAT=1 ./glm          terminal chat (the default when stdin is a terminal); :help lists its commands\n"
            "  TOKENIZE=file ./glm   token ids of each JSON-string line of file (only tokenizer.json is read)\n"
            "  REF=file ./glm        validation against an oracle reference: greedy, TF=1 [MTP=1] or REPLAY=1\n"
@@ -341,10 +450,29 @@ static void print_help(void) {
            "  expert_bits   load-time precision of routed experts: 16 (f32), 8, 4 or 2 (default 4)\n"
            "  dense_bits    load-time precision of every other matrix (default 4)\n"
            "  Pre-quantized tensors (NAME + NAME.qs) are used as they are.\n\n"
+           "  Sampling temperature: TEMPERATURE=0.7 (0: greedy). TEMP is accepted too when it is a number;\n"
+           "  a TEMP that is not one (TEMP=/tmp, the temp directory) is ignored.\n\n"
            "environment variables:\n");
     for (size_t i = 0; i < N_SETTINGS; i++)
         printf("  %-14s default %-6s %s\n", SETTINGS[i].name,
                SETTINGS[i].default_value[0] ? SETTINGS[i].default_value : "-", SETTINGS[i].help);
+    printf("\nOpenMP: unless OMP_WAIT_POLICY or GOMP_SPINCOUNT is set, glm re-executes itself once with\n"
+           "OMP_WAIT_POLICY=passive (spinning workers starve the expert I/O thread); either one set keeps\n"
+           "libgomp's own waiting.\n");
+}
+
+#ifndef GLM_COMMIT
+#define GLM_COMMIT "unknown"   /* the Makefile passes the git commit */
+#endif
+#define GLM_VERSION "0.2"
+
+/* --version: what was built, and which integer kernels this CPU can run. */
+static void print_version(void) {
+    printf("glm.c %s (commit %s)\nkernels this CPU runs:", GLM_VERSION, GLM_COMMIT);
+    static const QtKernel kernels[] = { QT_KERNEL_VNNI, QT_KERNEL_AVX2, QT_KERNEL_SCALAR };
+    for (size_t i = 0; i < sizeof kernels / sizeof kernels[0]; i++)
+        if (qt_kernel_supported(kernels[i])) printf(" %s", qt_kernel_name(kernels[i]));
+    printf(" (KERNEL=auto picks %s)\n", qt_kernel_name(qt_get_kernel()));
 }
 
 static int parse_bits(const char *arg, const char *what) {
@@ -359,10 +487,15 @@ static Settings settings_from_env(int argc, char **argv) {
     Settings s;
     memset(&s, 0, sizeof s);
     s.cache_slots = 64; s.expert_bits = 4; s.dense_bits = 4;
-    int npos = 0;
+    int npos = 0, given = 0;
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) { print_help(); exit(0); }
+        if (!strcmp(argv[i], "--version")) { print_version(); exit(0); }
         if (argv[i][0] == '-') die("unknown option %s (see --help)", argv[i]);
+        given++;
+    }
+    if (given > 3) die("too many arguments: %d given, at most 3 (cache_slots expert_bits dense_bits)", given);
+    for (int i = 1; i < argc; i++) {
         if (npos == 0) {
             char *end;
             long v = strtol(argv[i], &end, 10);
@@ -370,8 +503,7 @@ static Settings settings_from_env(int argc, char **argv) {
             s.cache_slots = (int)v;
             s.cache_slots_given = 1;
         } else if (npos == 1) s.expert_bits = parse_bits(argv[i], "expert_bits");
-        else if (npos == 2) s.dense_bits = parse_bits(argv[i], "dense_bits");
-        else die("too many arguments (see --help)");
+        else s.dense_bits = parse_bits(argv[i], "dense_bits");
         npos++;
     }
     warn_near_miss_variables();
@@ -421,7 +553,9 @@ static Settings settings_from_env(int argc, char **argv) {
     s.tokenize_path = setting_value("TOKENIZE");
     s.chat_template = (int)setting_number("CHAT_TEMPLATE");
     s.think = (int)setting_number("THINK");
-    s.temperature = (float)setting_number("TEMP");
+    s.chat_format = setting_value("CHAT_FORMAT");
+    s.reasoning_effort = setting_value("REASONING_EFFORT");
+    if (!chat_effort_valid(s.reasoning_effort)) die("REASONING_EFFORT=%s: expected max or high", s.reasoning_effort);
     s.top_p = (float)setting_number("NUCLEUS");
     s.seed = (uint64_t)setting_number("SEED");
     s.special = (int)setting_number("SPECIAL");
@@ -455,12 +589,52 @@ static Settings settings_from_env(int argc, char **argv) {
         s.mode = MODE_CHAT;
     } else if (s.prompt_given || has_messages) {
         s.mode = MODE_PROMPT;
+    } else if (!isatty(0)) {   /* echo "question" | ./glm */
+        s.mode = MODE_PROMPT;
+        s.prompt_given = s.prompt_from_stdin = 1;
     } else {
         die("nothing to do: set PROMPT=\"...\", CHAT=1, TOKENIZE=file or REF=file (see --help)");
     }
+    if (s.prompt_given && !strcmp(s.prompt, "-")) s.prompt_from_stdin = 1;
+    /* only the modes that sample read the temperature (and may note an unrelated TEMP) */
+    s.temperature = s.mode == MODE_PROMPT || s.mode == MODE_CHAT ? (float)temperature_from_env() : 0.0f;
     if (!s.chat_template && (has_messages || s.system_prompt[0]))
         die("%s needs the chat template: unset CHAT_TEMPLATE=0", has_messages ? "MESSAGES" : "SYSTEM");
     return s;
+}
+
+/* The prompt from stdin (PROMPT=-, or piped in with no mode set), read whole, at most 16 MB.
+   Trailing newlines are dropped, so `echo hi | ./glm` asks what PROMPT=hi asks. */
+#define STDIN_PROMPT_MAX (16u << 20)
+
+static void read_stdin_prompt(Settings *s) {
+    size_t cap = 1 << 16, n = 0;
+    char *buf = xmalloc(cap + 1);
+    for (;;) {
+        if (n == cap) {
+            if (cap >= STDIN_PROMPT_MAX) { free(buf); die("the prompt on stdin is longer than %u MB (the limit)", STDIN_PROMPT_MAX >> 20); }
+            cap *= 2;
+            char *grown = realloc(buf, cap + 1);
+            if (!grown) die("out of memory reading the prompt from stdin");
+            buf = grown;
+        }
+        ssize_t k = read(STDIN_FILENO, buf + n, cap - n);
+        if (k < 0 && errno == EINTR) continue;
+        if (k < 0) die("reading the prompt from stdin: %s", strerror(errno));
+        if (k == 0) break;
+        n += (size_t)k;
+    }
+    if (memchr(buf, 0, n)) die("the prompt on stdin contains a NUL byte at offset %zu", (size_t)((char *)memchr(buf, 0, n) - buf));
+    while (n > 0 && (buf[n - 1] == '\n' || buf[n - 1] == '\r')) n--;
+    buf[n] = 0;
+    if (!n) {
+        const int explicit_dash = getenv("PROMPT") != NULL;
+        free(buf);
+        if (explicit_dash) die("PROMPT=-: stdin is empty");
+        die("nothing to do: set PROMPT=\"...\", CHAT=1, TOKENIZE=file or REF=file, or pipe a prompt in (see --help); "
+            "stdin is not a terminal and was empty");
+    }
+    s->prompt = s->stdin_prompt = buf;
 }
 
 /* =============================================================================================
@@ -483,7 +657,6 @@ typedef struct {
     unsigned char *layer_indexer;   /* [n_layers + n_mtp]: full indexer (own weights, own top-k) */
     int eos[MAX_EOS], n_eos;
     int max_positions;              /* max_position_embeddings (0: not given) */
-    int fused_experts;              /* filled by the loader: fused 3-D expert tensors on disk */
 } Config;
 
 typedef struct { const JsonValue *root; const char *path; } ConfigReader;
@@ -502,13 +675,17 @@ static int config_int(ConfigReader *r, const char *key, int fallback, int requir
     return (int)i;
 }
 
+/* A float field: in [lo, hi] as written, and finite once converted to float (a bound above
+   FLT_MAX would otherwise let 1e39 through as infinity). */
 static float config_float(ConfigReader *r, const char *key, float fallback, double lo, double hi) {
     const JsonValue *v = config_field(r, key);
     if (!v || json_type(v) == JSON_NULL) return fallback;
     if (json_type(v) != JSON_NUMBER) die("%s: field \"%s\" must be a number", r->path, key);
     double d = json_num(v);
-    if (!(d >= lo && d <= hi)) die("%s: field \"%s\" = %g is out of range [%g, %g]", r->path, key, d, lo, hi);
-    return (float)d;
+    float f = (float)d;
+    if (!(d >= lo && d <= hi) || !isfinite(f))
+        die("%s: field \"%s\" = %g is out of range [%g, %g]", r->path, key, d, lo, fmin(hi, FLT_MAX));
+    return f;
 }
 
 static const char *config_string(ConfigReader *r, const char *key) {
@@ -560,12 +737,15 @@ static void config_eos(Config *c, const JsonValue *v, const char *path) {
     }
 }
 
+/* config.json and generation_config.json are a few KB; anything past this is not one. */
+#define CONFIG_JSON_MAX ((size_t)8 << 20)
+
 static Config config_load(const char *dir) {
     char path[4096];
     snprintf(path, sizeof path, "%s/config.json", dir);
     char err[512];
     size_t len;
-    char *text = json_read_file(path, &len, err, sizeof err);
+    char *text = json_read_file_max(path, CONFIG_JSON_MAX, &len, err, sizeof err);
     if (!text) die("cannot read model config: %s", err);
     JsonDoc *doc = json_parse(text, len, err, sizeof err);
     if (!doc) die("%s: %s", path, err);
@@ -639,11 +819,11 @@ static Config config_load(const char *dir) {
     const JsonValue *rope_obj = rp && json_type(rp) == JSON_OBJECT ? rp : rs && json_type(rs) == JSON_OBJECT ? rs : NULL;
     c.rope_theta = config_float(&r, "rope_theta", c.rope_theta, 1e-3, 1e30);
     if (rope_obj) {
-        const JsonValue *t = json_get(rope_obj, "rope_theta");
-        if (t) {
-            if (json_type(t) != JSON_NUMBER || !(json_num(t) > 0)) die("%s: rope_parameters.rope_theta must be a positive number", path);
-            c.rope_theta = (float)json_num(t);
-        }
+        /* the same checks as the top-level field, with the object's name in the message */
+        char rope_path[4200];
+        snprintf(rope_path, sizeof rope_path, "%s: %s", path, rope_obj == rp ? "rope_parameters" : "rope_scaling");
+        ConfigReader rope = { rope_obj, rope_path };
+        c.rope_theta = config_float(&rope, "rope_theta", c.rope_theta, 1e-3, 1e30);
         const JsonValue *type = json_get(rope_obj, "rope_type");
         if (!type) type = json_get(rope_obj, "type");
         const char *ts = type ? json_str(type, NULL) : "default";
@@ -687,7 +867,7 @@ static Config config_load(const char *dir) {
     /* generation_config.json, when present, has the authoritative stop list. */
     snprintf(path, sizeof path, "%s/generation_config.json", dir);
     if (access(path, R_OK) == 0) {
-        char *gtext = json_read_file(path, &len, err, sizeof err);
+        char *gtext = json_read_file_max(path, CONFIG_JSON_MAX, &len, err, sizeof err);
         if (!gtext) die("%s", err);
         JsonDoc *gdoc = json_parse(gtext, len, err, sizeof err);
         if (!gdoc) die("%s: %s", path, err);
@@ -755,6 +935,12 @@ static const JsonValue *loader_format_stamp(Loader *ld, int file) {
         }
     }
     return ld->format_stamps[file] ? json_root(ld->format_stamps[file]) : NULL;
+}
+
+static void loader_free(Loader *ld) {
+    for (int f = 0; ld->format_stamps && f < ld->nfiles; f++) json_free(ld->format_stamps[f]);
+    free(ld->format_stamps);
+    ld->format_stamps = NULL;
 }
 
 /* Index of the first value that is not finite (or negative, for scales), or -1. A corrupt weight
@@ -948,10 +1134,19 @@ typedef struct {
 
 enum { INDEXER_AUTO, INDEXER_ALWAYS, INDEXER_OFF };
 
+/* How the forward pass computes (from Settings, once; every layer reads it from here). */
+typedef struct {
+    int absorb;              /* 1: weight-absorbed MLA (ABSORB=1), 0: explicit K/V */
+    int indexer_mode;        /* INDEXER_AUTO / _ALWAYS / _OFF */
+    float latent_eps;        /* eps of q_a_layernorm / kv_a_layernorm (LATENT_EPS) */
+    int mtp_zero_pos0;       /* MTP: zero the token embedding at position 0 */
+} ForwardOptions;
+
 /* Per-conversation state: the KV cache and scratch sized for BATCH positions. */
 typedef struct {
     int capacity;            /* tokens the cache holds */
     int max_batch;
+    int n_layers;            /* layers with a cache (the MTP layer included) */
     float **latent;          /* [layers][capacity][kv_lora] */
     float **rope_key;        /* [layers][capacity][qk_rope] */
     float **index_key;       /* [layers][capacity][index_dim], full-indexer layers only */
@@ -1013,9 +1208,7 @@ typedef struct {
     Session *s;
     int layer_index;
     const float *inv_freq;
-    float latent_eps;
-    int absorb;              /* resolved for this call */
-    int indexer_mode;        /* INDEXER_AUTO / _ALWAYS / _OFF */
+    const ForwardOptions *opt;
 } AttentionCall;
 
 /* DSA top-k for one query (§4.4): value descending, smaller position first on ties. */
@@ -1064,7 +1257,7 @@ static void indexer_select(AttentionCall *ac, const float *xn, const float *qr, 
     }
     int any_selective = 0;
     for (int r = 0; r < S; r++) if (pos0 + r + 1 > K) any_selective = 1;
-    if ((!any_selective && ac->indexer_mode != INDEXER_ALWAYS) || ac->indexer_mode == INDEXER_OFF) {
+    if ((!any_selective && ac->opt->indexer_mode != INDEXER_ALWAYS) || ac->opt->indexer_mode == INDEXER_OFF) {
         for (int r = 0; r < S; r++) s->selection_count[r] = -1;
         return;
     }
@@ -1082,7 +1275,7 @@ static void indexer_select(AttentionCall *ac, const float *xn, const float *qr, 
         for (int h = 0; h < ih; h++) rope_apply(q + (size_t)h * id, &rr, half);
         float *w = s->index_w + (size_t)r * ih;
         for (int h = 0; h < ih; h++) w[h] *= head_scale;
-        if (ncand <= K && ac->indexer_mode != INDEXER_ALWAYS) { s->selection_count[r] = -1; continue; }
+        if (ncand <= K && ac->opt->indexer_mode != INDEXER_ALWAYS) { s->selection_count[r] = -1; continue; }
         ScoredKey *sk = (ScoredKey *)(s->index_scores + (size_t)r * s->capacity * 2);
         for (int j = 0; j < ncand; j++) {
             const float *k = kcache + (size_t)j * id;
@@ -1122,7 +1315,7 @@ static void attention(AttentionCall *ac, const float *xn, int S, int pos0, float
     /* queries: q_a → q_a_layernorm → q_b; rotate each head's last dr dims */
     matmul(s->cq, &L->q_a, xn, S);
     for (int r = 0; r < S; r++)
-        rmsnorm(s->qr + (size_t)r * c->q_lora, s->cq + (size_t)r * c->q_lora, L->q_a_norm, c->q_lora, ac->latent_eps);
+        rmsnorm(s->qr + (size_t)r * c->q_lora, s->cq + (size_t)r * c->q_lora, L->q_a_norm, c->q_lora, ac->opt->latent_eps);
     matmul(s->q, &L->q_b, s->qr, S);
     /* compressed KV of the new positions → cache */
     matmul(s->kv, &L->kv_a, xn, S);
@@ -1131,7 +1324,7 @@ static void attention(AttentionCall *ac, const float *xn, int S, int pos0, float
         RopeRow rr;
         rope_angles(&rr, ac->inv_freq, half, pos);
         float *kvr = s->kv + (size_t)r * (kvl + dr);
-        rmsnorm(latent + (size_t)pos * kvl, kvr, L->kv_a_norm, kvl, ac->latent_eps);
+        rmsnorm(latent + (size_t)pos * kvl, kvr, L->kv_a_norm, kvl, ac->opt->latent_eps);
         memcpy(rope_key + (size_t)pos * dr, kvr + kvl, (size_t)dr * sizeof(float));
         rope_apply(rope_key + (size_t)pos * dr, &rr, half);
         float *qrow = s->q + (size_t)r * nh * dqk;
@@ -1146,7 +1339,7 @@ static void attention(AttentionCall *ac, const float *xn, int S, int pos0, float
 
     const float scale = 1.0f / sqrtf((float)dqk);
     const int T = pos0 + S;   /* keys that exist after this call */
-    if (!ac->absorb) {
+    if (!ac->opt->absorb) {
         /* explicit form: expand K_nope and V for every key once, shared by all S queries */
         size_t need = (size_t)T * nh * (dn + dv);
         if (need > s->expanded_kv_cap) {   /* ABSORB=0 only: grows with the context */
@@ -1175,7 +1368,7 @@ static void attention(AttentionCall *ac, const float *xn, int S, int pos0, float
                 const int n = visible_keys(s, c, r, i, &keys);
                 const float *qh = s->q + ((size_t)r * nh + h) * dqk;
                 float *o = s->attn + ((size_t)r * nh + h) * dv;
-                if (ac->absorb) {
+                if (ac->opt->absorb) {
                     /* qc = W_UKᵀ q_nope: accumulate the 192 rows of W_UK[h], each scaled */
                     qt_dequant_rows(&L->kv_b, (int64_t)h * (dn + dv), dn, wuk);
                     memset(qc, 0, (size_t)kvl * sizeof(float));
@@ -1220,25 +1413,27 @@ static void attention(AttentionCall *ac, const float *xn, int S, int pos0, float
 }
 
 /* =============================================================================================
-   6. Experts: streamed from disk through a per-layer cache (LFU by default, tier.h)
+   6. Experts: streamed from disk through a per-layer cache (LFU by default, CACHE_POLICY)
    Routed experts are never loaded at start. Each MoE layer owns `slots` expert slots in one
    huge-page-backed arena. Nothing waits for empty slots: a helper thread at idle priority faults
    the arena in while a CPU is free, and until it is done the cache grows into faulted-in slots
    (expert_pick_slot). A usage history (USAGE) seeds the LFU counts with what earlier runs routed,
    and the I/O thread reads the historically hottest experts into the slots while the engine is
    idle (as the dense weights load, between chat turns), never ahead of a demanded read (history
-   prefetch: lower priority, cancelled or promoted by a demand for its slot). A miss reads the expert's three weight payloads with ONE read into its
-   slot's slab (container.md §4 keeps them adjacent) and the three scale arrays with one small
-   read; the QTensors are views into the slab, no copy. A background I/O thread loads the misses
-   of a layer in ascending expert order while the compute threads work through the experts that
-   are already in RAM, so disk and CPU overlap. Float experts (unconverted checkpoints) are read
+   prefetch: lower priority, cancelled or promoted by a demand for its slot). A miss reads the
+   expert with ONE read into its slot's slab (container.md §4 keeps the three weight payloads and
+   then their scales adjacent; other layouts take up to six reads); the QTensors are views into
+   the slab, no copy. Which expert a miss evicts is tier.h's decision. A background I/O thread
+   loads the misses of a layer in ascending expert order while the compute threads work through
+   the experts that are already in RAM, so disk and CPU overlap. Float experts (unconverted checkpoints) are read
    and quantized into the slot on each miss — correct, but slow: convert big models first.
 
-   I/O modes: O_DIRECT into the 2 MiB huge-page-backed slabs, bypassing the page cache (the
-   default for pre-quantized experts where the filesystem allows it), buffered pread (DIRECT=0:
-   the OS page cache is a second level), DROP=1 (pread, then
-   evict the pages read), MMAP=1 (the views point into a read-only file mapping; evicting an
-   expert drops its pages from this process).
+   I/O modes: O_DIRECT into 2 MiB huge-page-backed slabs, bypassing the page cache (the default
+   for pre-quantized experts where the filesystem allows it; DIRECT=1 insists), buffered pread
+   (DIRECT=0; the default for float experts: the OS page cache is a second level), DROP=1
+   (pread, then evict the pages read), MMAP=1 (the views point into a read-only file mapping;
+   evicting an expert drops its pages from this process; scales at an odd file offset are copied
+   to an aligned buffer; a file cut short while mapped is reported by name, not by SIGBUS).
    ============================================================================================= */
 
 
@@ -1293,13 +1488,17 @@ typedef struct {
     int direct_forced;            /* DIRECT=1: no quiet fallback to pread */
     TierPolicy policy;            /* CACHE_POLICY */
     int prequantized;             /* experts come with .qs scales */
+    int fused_layers;             /* layers whose experts are fused 3-D tensors on disk */
     ExpertSource *sources;        /* [n_layers][n_experts]; unused for dense layers */
     LayerCache *caches;           /* [n_layers] */
     int slots_per_layer;
     size_t slab_bytes, scale_bytes;
     size_t mapped_expert_bytes;   /* MMAP: what one cached expert holds in RSS */
-    int *direct_fds;              /* per file, O_DIRECT */
-    uint8_t **maps; uint64_t *map_len;
+    int n_files;                  /* of the index: the length of direct_fds, maps, map_len */
+    int *direct_fds;              /* per file, O_DIRECT (NULL unless DIRECT) */
+    uint8_t **maps; uint64_t *map_len;   /* per file (NULL unless MMAP) */
+    uint8_t *arena_map;           /* the mapping the arena lies in (for munmap) */
+    size_t arena_map_bytes;
     float *staging;               /* float sources: one tensor in f32 */
     /* the I/O thread: demanded loads (queue) first, history prefetches (slots with a prefetch_rank) when idle */
     pthread_t io_thread;
@@ -1311,7 +1510,7 @@ typedef struct {
     int prefetch_open;            /* history prefetches may run: the engine is idle (under lock) */
     int io_yield;                 /* I/O thread only: the read in progress is a prefetch; serve demands between chunks */
     double io_nested_seconds;     /* I/O thread only: time spent on demands served inside a prefetch */
-    /* the slot arena, faulted in by an idle-priority helper */
+    /* the slot arena (2 MiB-aligned inside arena_map), faulted in by an idle-priority helper */
     uint8_t *arena; size_t arena_bytes, slab_stride;
     pthread_t populate_thread;
     int populate_started, populate_stop;   /* populate_stop: atomic */
@@ -1329,7 +1528,8 @@ typedef struct {
     long long *route_counts;      /* [n_layers][n_experts] times chosen */
 } ExpertStore;
 
-/* DIRECT=-1 (auto) starts as IO_DIRECT and is settled by expert_store_open_files. O_DIRECT is the
+/* DIRECT=-1 (auto) starts as IO_DIRECT and is settled later: expert_sources_init falls back to
+   pread for float experts, model_load where a file cannot be opened with O_DIRECT. O_DIRECT is the
    default because cold decode is disk-bound and it reads ~2.7x faster here than buffered pread
    (README, "I/O modes"); the page cache can hold only a sliver of a 370 GB model anyway. */
 static int io_mode_from_settings(int direct, int drop, int mmap_mode) {
@@ -1361,7 +1561,7 @@ static void expert_sources_init(ExpertStore *store, Loader *ld) {
             if (fused_down->ndim != 3 || fused_down->shape[0] != E || fused_down->shape[1] != H || fused_down->shape[2] != I)
                 die("%s: tensor %s must have shape [%d, %d, %d]", st_file_path(ld->index, fused_down->file), down_name, E, H, I);
             if (fused->dtype == ST_U8 || fused->dtype == ST_I8) die("%s: fused expert tensors must be float", fused_name);
-            store->c = c;
+            store->fused_layers++;
         }
         for (int e = 0; e < E; e++) {
             ExpertSource *src = &store->sources[(size_t)l * E + e];
@@ -1529,6 +1729,36 @@ static QTensor expert_view(QtFormat f, int64_t group, int64_t rows, int64_t cols
     return t;
 }
 
+/* MMAP=1: a mapped file that shrank since it was opened would turn the next read of the lost pages
+   into SIGBUS. Checked before an expert is used; the SIGBUS handler below covers the rest (a file
+   cut after this check, or under an expert already cached). */
+static int mapped_span_ok(ExpertStore *store, const StTensor *t, char *err, size_t err_len) {
+    struct stat sb = { 0 };
+    uint64_t end = t->offset + t->nbytes;
+    if (fstat(st_file_fd(store->index, t->file), &sb) == 0 && (uint64_t)sb.st_size >= end) return 1;
+    snprintf(err, err_len, "%s was truncated while running: tensor %s ends at byte %llu, the file now has %llu",
+             st_file_path(store->index, t->file), t->name, (unsigned long long)end, (unsigned long long)sb.st_size);
+    return 0;
+}
+
+static const ExpertStore *g_mapped_store;   /* MMAP=1: the mappings on_sigbus looks up */
+
+static void on_sigbus(int sig, siginfo_t *info, void *context) {
+    (void)context;
+    const ExpertStore *store = g_mapped_store;
+    const uint8_t *addr = info->si_addr;
+    for (int f = 0; store && f < st_file_count(store->index); f++) {
+        if (!store->maps[f] || addr < store->maps[f] || addr >= store->maps[f] + store->map_len[f]) continue;
+        /* only async-signal-safe calls here: write and _exit */
+        const char *path = st_file_path(store->index, f), *head = "glm: error: ",
+                   *tail = " was truncated while running (MMAP=1 read a page past its end)\n";
+        if (write(2, head, strlen(head)) < 0 || write(2, path, strlen(path)) < 0 || write(2, tail, strlen(tail)) < 0) {}
+        _exit(1);
+    }
+    signal(sig, SIG_DFL);   /* not a mapped model file: a real fault, report it as one */
+    raise(sig);
+}
+
 /* Brings expert `e` of `layer` into `slot`. Runs on the I/O thread (or inline). */
 static int expert_load(ExpertStore *store, int layer, int e, ExpertSlot *slot) {
     const ExpertSource *src = &store->sources[(size_t)layer * store->c->n_experts + e];
@@ -1557,10 +1787,19 @@ static int expert_load(ExpertStore *store, int layer, int e, ExpertSlot *slot) {
             bytes += (double)src->rows[k] * src->cols[k] * st_dtype_size(src->data[k]->dtype);
         }
     } else if (store->io_mode == IO_MMAP) {
+        for (int k = 0; k < 3; k++)
+            if (!mapped_span_ok(store, src->data[k], err, err_len) || !mapped_span_ok(store, src->scales[k], err, err_len)) return -1;
+        size_t scales_used = 0;
         for (int k = 0; k < 3; k++) {
             const StTensor *d = src->data[k], *q = src->scales[k];
-            *w[k] = expert_view(src->format[k], src->group[k], src->rows[k], src->cols[k],
-                                store->maps[d->file] + d->offset, (float *)(store->maps[q->file] + q->offset));
+            const uint8_t *mapped_scales = store->maps[q->file] + q->offset;
+            float *scales = (float *)mapped_scales;
+            if ((uintptr_t)mapped_scales % sizeof(float)) {   /* data starting at an odd offset: an aligned copy */
+                scales = (float *)((uint8_t *)slot->scale_buf + scales_used);
+                memcpy(scales, mapped_scales, (size_t)q->nbytes);
+                scales_used += (size_t)q->nbytes;
+            }
+            *w[k] = expert_view(src->format[k], src->group[k], src->rows[k], src->cols[k], store->maps[d->file] + d->offset, scales);
             bytes += d->nbytes + q->nbytes;
         }
         const StTensor *first = src->data[0];
@@ -1703,34 +1942,53 @@ static void *expert_io_thread(void *arg) {
 }
 
 /* Opens what the I/O mode reads through: an O_DIRECT descriptor per file (DIRECT=-1 falls back to
-   buffered pread where the filesystem refuses O_DIRECT), or a read-only mapping per file (MMAP). */
+   buffered pread where the filesystem refuses O_DIRECT), or a read-only mapping per file (MMAP,
+   with a SIGBUS handler that names a file cut short while mapped). */
 static void expert_store_open_files(ExpertStore *store) {
-    if (store->io_mode == IO_DIRECT || store->io_mode == IO_MMAP) {
-        int nfiles = st_file_count(store->index);
-        store->direct_fds = xcalloc((size_t)nfiles, sizeof(int));
-        store->maps = xcalloc((size_t)nfiles, sizeof(uint8_t *));
-        store->map_len = xcalloc((size_t)nfiles, sizeof(uint64_t));
-        for (int f = 0; f < nfiles; f++) {
-            const char *path = st_file_path(store->index, f);
-            if (store->io_mode == IO_DIRECT) {
-                store->direct_fds[f] = open(path, O_RDONLY | O_DIRECT);
-                if (store->direct_fds[f] < 0 && !store->direct_forced) {   /* e.g. tmpfs: auto mode falls back */
-                    fprintf(stderr, "glm: note: %s cannot be opened with O_DIRECT (%s); experts are read with buffered pread\n",
-                            path, strerror(errno));
-                    for (int g = 0; g < f; g++) close(store->direct_fds[g]);
-                    store->io_mode = IO_PREAD;
-                    break;
-                }
-                if (store->direct_fds[f] < 0) die("%s: cannot open with O_DIRECT: %s (DIRECT=0 reads with buffered pread)", path, strerror(errno));
-            } else {
-                off_t size = lseek(st_file_fd(store->index, f), 0, SEEK_END);
-                void *map = mmap(NULL, (size_t)size, PROT_READ, MAP_SHARED, st_file_fd(store->index, f), 0);
-                if (map == MAP_FAILED) die("%s: mmap failed: %s", path, strerror(errno));
-                madvise(map, (size_t)size, MADV_RANDOM);
-                store->maps[f] = map;
-                store->map_len[f] = (uint64_t)size;
+    store->n_files = st_file_count(store->index);
+    if (store->io_mode == IO_DIRECT) {
+        store->direct_fds = xmalloc((size_t)store->n_files * sizeof(int));
+        for (int f = 0; f < store->n_files; f++) store->direct_fds[f] = -1;
+    }
+    if (store->io_mode == IO_MMAP) {
+        store->maps = xcalloc((size_t)store->n_files, sizeof(uint8_t *));
+        store->map_len = xcalloc((size_t)store->n_files, sizeof(uint64_t));
+    }
+    if (store->io_mode != IO_DIRECT && store->io_mode != IO_MMAP) return;
+    for (int f = 0; f < store->n_files; f++) {
+        const char *path = st_file_path(store->index, f);
+        if (store->io_mode == IO_DIRECT) {
+            store->direct_fds[f] = open(path, O_RDONLY | O_DIRECT);
+            if (store->direct_fds[f] < 0 && !store->direct_forced) {   /* e.g. tmpfs: auto mode falls back */
+                fprintf(stderr, "glm: note: %s cannot be opened with O_DIRECT (%s); experts are read with buffered pread\n",
+                        path, strerror(errno));
+                for (int g = 0; g < f; g++) close(store->direct_fds[g]);
+                free(store->direct_fds);
+                store->direct_fds = NULL;
+                store->io_mode = IO_PREAD;
+                break;
             }
+            if (store->direct_fds[f] < 0) die("%s: cannot open with O_DIRECT: %s (DIRECT=0 reads with buffered pread)", path, strerror(errno));
+        } else {
+            off_t size = lseek(st_file_fd(store->index, f), 0, SEEK_END);
+            if (size < 0 || (uint64_t)size < st_file_size(store->index, f))
+                die("%s was truncated while running: %lld bytes now, %llu when its header was read", path,
+                    (long long)size, (unsigned long long)st_file_size(store->index, f));
+            void *map = mmap(NULL, (size_t)size, PROT_READ, MAP_SHARED, st_file_fd(store->index, f), 0);
+            if (map == MAP_FAILED) die("%s: mmap failed: %s", path, strerror(errno));
+            madvise(map, (size_t)size, MADV_RANDOM);
+            store->maps[f] = map;
+            store->map_len[f] = (uint64_t)size;
         }
+    }
+    if (store->io_mode == IO_MMAP) {
+        g_mapped_store = store;
+        struct sigaction sa;
+        memset(&sa, 0, sizeof sa);
+        sa.sa_sigaction = on_sigbus;
+        sa.sa_flags = SA_SIGINFO;
+        sigemptyset(&sa.sa_mask);
+        sigaction(SIGBUS, &sa, NULL);
     }
 }
 
@@ -1805,7 +2063,7 @@ static void expert_usage_path(ExpertStore *store, const char *setting, const cha
     snprintf(dir, sizeof dir, "%s/glm", cache_dir);
     mkdir(cache_dir, 0700);
     if (mkdir(dir, 0700) && errno != EEXIST) {
-        fprintf(stderr, "glm: note: cannot create %s (%s); no usage history this run (USAGE=off hides this)\n", dir, strerror(errno));
+        say("note: cannot create %s (%s); no usage history this run (USAGE=off hides this)", dir, strerror(errno));
         return;
     }
     snprintf(store->usage_path, sizeof store->usage_path, "%s/usage-%016llx.bin", dir, (unsigned long long)store->fingerprint);
@@ -1819,7 +2077,7 @@ static int expert_usage_load(ExpertStore *store) {
     const size_t want = tier_usage_size(store->n_layers, E);
     int fd = open(store->usage_path, O_RDONLY | O_NONBLOCK | O_CLOEXEC);   /* O_NONBLOCK: a FIFO cannot hang us */
     if (fd < 0) {
-        if (errno != ENOENT) fprintf(stderr, "glm: note: usage history %s ignored: %s\n", store->usage_path, strerror(errno));
+        if (errno != ENOENT) say("note: usage history %s ignored: %s", store->usage_path, strerror(errno));
         return 0;
     }
     struct stat sb;
@@ -1841,7 +2099,7 @@ static int expert_usage_load(ExpertStore *store) {
     }
     free(buf);
     if (why[0]) {
-        fprintf(stderr, "glm: note: usage history %s ignored: %s\n", store->usage_path, why);
+        say("note: usage history %s ignored: %s", store->usage_path, why);
         free(counts);
         return 0;
     }
@@ -1849,8 +2107,7 @@ static int expert_usage_load(ExpertStore *store) {
         if (!store->c->layer_dense[l]) tier_seed_requests(&store->caches[l].cache, counts + (size_t)l * E);
     store->usage_history = counts;
     store->usage_tokens = tokens;
-    fprintf(stderr, "glm: usage history %s: the routing of %llu earlier tokens seeds the expert cache\n", store->usage_path,
-            (unsigned long long)tokens);
+    say("usage history %s: the routing of %llu earlier tokens seeds the expert cache", store->usage_path, (unsigned long long)tokens);
     return 1;
 }
 
@@ -1886,7 +2143,7 @@ static void expert_usage_save(ExpertStore *store) {
     FILE *f = atomic_begin(&af, store->usage_path, err, sizeof err);
     if (f && fwrite(buf, 1, n, f) != n) { snprintf(err, sizeof err, "writing %s failed", store->usage_path); atomic_abort(&af); f = NULL; }
     if (!f || atomic_commit(&af, err, sizeof err)) {
-        fprintf(stderr, "glm: warning: usage history not saved: %s (USAGE=off turns it off)\n", err);
+        say("warning: usage history not saved: %s (USAGE=off turns it off)", err);
         store->usage_path[0] = 0;   /* say it once */
     }
     free(buf);
@@ -1963,6 +2220,8 @@ static void expert_store_start(ExpertStore *store, int slots_per_layer, const ch
     if (store->arena_bytes) {
         uint8_t *map = mmap(NULL, store->arena_bytes + (2u << 20), PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
         if (map == MAP_FAILED) die("cannot allocate %.2f GB of expert slots", store->arena_bytes / 1e9);
+        store->arena_map = map;
+        store->arena_map_bytes = store->arena_bytes + (2u << 20);
         store->arena = (uint8_t *)(((uintptr_t)map + (2u << 20) - 1) & ~(uintptr_t)((2u << 20) - 1));
         madvise(store->arena, store->arena_bytes, MADV_HUGEPAGE);
     }
@@ -2009,6 +2268,8 @@ static void expert_store_populate(ExpertStore *store) {
     else __atomic_store_n(&store->populate_running, 0, __ATOMIC_RELEASE);
 }
 
+/* Stops the slot helper and the I/O thread (a history prefetch in progress ends at its next
+   4 MiB piece) and saves the usage history. */
 static void expert_store_stop(ExpertStore *store) {
     if (store->populate_started) {
         __atomic_store_n(&store->populate_stop, 1, __ATOMIC_RELAXED);
@@ -2023,6 +2284,38 @@ static void expert_store_stop(ExpertStore *store) {
     pthread_mutex_unlock(&store->lock);
     pthread_join(store->io_thread, NULL);
     store->io_started = 0;
+    pthread_mutex_destroy(&store->lock);
+    pthread_cond_destroy(&store->work);
+    pthread_cond_destroy(&store->done);
+}
+
+/* Stops the threads and releases the slots, the history, the mappings and the O_DIRECT descriptors. */
+static void expert_store_free(ExpertStore *store) {
+    expert_store_stop(store);
+    for (int l = 0; store->caches && l < store->n_layers; l++) {
+        LayerCache *lc = &store->caches[l];
+        if (!lc->slots) continue;
+        for (int s = 0; s < store->slots_per_layer; s++) free(lc->slots[s].scale_buf);
+        tier_cache_free(&lc->cache);
+        free(lc->slots);
+        free(lc->busy);
+        free(lc->avoid);
+        free(lc->scratch);
+    }
+    free(store->caches);
+    if (store->arena_map) munmap(store->arena_map, store->arena_map_bytes);
+    if (g_mapped_store == store) g_mapped_store = NULL;
+    for (int f = 0; store->direct_fds && f < store->n_files; f++) if (store->direct_fds[f] >= 0) close(store->direct_fds[f]);
+    for (int f = 0; store->maps && f < store->n_files; f++) if (store->maps[f]) munmap(store->maps[f], store->map_len[f]);
+    free(store->direct_fds);
+    free(store->maps);
+    free(store->map_len);
+    free(store->sources);
+    free(store->queue);
+    free(store->route_counts);
+    free(store->staging);
+    free(store->usage_history);
+    memset(store, 0, sizeof *store);
 }
 
 /* The slot a demanded expert goes to: the cache policy's victim among the slots `avoid` does not
@@ -2293,6 +2586,7 @@ typedef struct {
     StIndex *index;
     double resident_bytes;   /* dense weights held in RAM */
     RamPlan ram;             /* how the RAM budget is split (ram_plan) */
+    int n_layers_loaded;     /* entries of layers[] (model_free) */
 } Model;
 
 static void layer_name(char *buf, size_t n, int l, const char *suffix) { snprintf(buf, n, "model.layers.%d.%s", l, suffix); }
@@ -2372,8 +2666,8 @@ static void model_open(Model *m, const Settings *set, Loader *ld) {
     m->index = set->mode == MODE_PLAN ? st_open_dir_headers(set->model_dir, err, sizeof err) : st_open_dir(set->model_dir, err, sizeof err);
     if (!m->index) die("%s", err);
     *ld = (Loader){ .index = m->index, .dir = set->model_dir, .group = set->group };
-    const int nl = c->n_layers + c->n_mtp;
-    /* An MTP layer is optional on disk: without its tensors the model simply has no MTP head. */
+    /* An MTP layer is optional on disk: without its tensors the model simply has no MTP head
+       (decided before anything counts the layers to load). */
     if (c->n_mtp) {
         char name[256];
         layer_name(name, sizeof name, c->n_layers, "eh_proj.weight");
@@ -2382,7 +2676,9 @@ static void model_open(Model *m, const Settings *set, Loader *ld) {
             c->n_mtp = 0;
         }
     }
+    const int nl = c->n_layers + c->n_mtp;
     m->layers = xcalloc((size_t)nl, sizeof(Layer));
+    m->n_layers_loaded = nl;
     ExpertStore *store = &m->experts;
     store->c = c;
     store->index = m->index;
@@ -2425,6 +2721,34 @@ static void model_load_weights(Model *m, Loader *ld, const Settings *set) {
             ld->bytes_loaded / 1e6, now_seconds() - t0);
 }
 
+static void layer_free(Layer *L) {
+    float *vectors[] = { L->input_norm, L->post_attn_norm, L->q_a_norm, L->kv_a_norm, L->index_k_norm_w, L->index_k_norm_b,
+                         L->router_bias, L->enorm, L->hnorm, L->shared_head_norm };
+    for (size_t i = 0; i < sizeof vectors / sizeof vectors[0]; i++) free(vectors[i]);
+    QTensor *matrices[] = { &L->q_a, &L->q_b, &L->kv_a, &L->kv_b, &L->o, &L->index_wq_b, &L->index_wk, &L->index_weights,
+                            &L->mlp.gate, &L->mlp.up, &L->mlp.down, &L->router, &L->eh_proj };
+    for (size_t i = 0; i < sizeof matrices / sizeof matrices[0]; i++) qt_free(matrices[i]);
+}
+
+static void config_free(Config *c) {
+    free(c->layer_dense);
+    free(c->layer_indexer);
+    c->layer_dense = c->layer_indexer = NULL;
+}
+
+static void model_free(Model *m) {
+    expert_store_free(&m->experts);
+    for (int l = 0; m->layers && l < m->n_layers_loaded; l++) layer_free(&m->layers[l]);
+    free(m->layers);
+    qt_free(&m->embed);
+    qt_free(&m->lm_head);
+    free(m->final_norm);
+    free(m->inv_freq);
+    if (m->index) st_close(m->index);
+    config_free(&m->c);
+    memset(m, 0, sizeof *m);
+}
+
 /* Every session allocation goes through here, so the RAM budget knows what the session holds. */
 static void *session_calloc(Session *s, size_t count, size_t size) {
     s->bytes += (double)count * size;
@@ -2439,6 +2763,7 @@ static void session_init(Session *s, const Model *m, int capacity, int max_batch
     const int nl = c->n_layers + c->n_mtp, H = c->hidden, B = max_batch;
     s->capacity = capacity;
     s->max_batch = max_batch;
+    s->n_layers = nl;
     s->latent = session_calloc(s, (size_t)nl, sizeof(float *));
     s->rope_key = session_calloc(s, (size_t)nl, sizeof(float *));
     s->index_key = session_calloc(s, (size_t)nl, sizeof(float *));
@@ -2485,6 +2810,20 @@ static void session_init(Session *s, const Model *m, int capacity, int max_batch
     s->chosen = session_calloc(s, (size_t)B * c->experts_per_tok, sizeof(int));
     s->chosen_w = session_calloc(s, (size_t)B * c->experts_per_tok, sizeof(float));
     s->union_experts = session_calloc(s, (size_t)c->n_experts, sizeof(int));
+}
+
+static void session_free(Session *s) {
+    for (int l = 0; l < s->n_layers; l++) {
+        free(s->latent[l]);
+        free(s->rope_key[l]);
+        free(s->index_key[l]);
+    }
+    void *buffers[] = { s->latent, s->rope_key, s->index_key, s->x, s->xn, s->cq, s->qr, s->q, s->kv, s->attn, s->attn_out,
+                        s->ffn_out, s->tmp, s->router_logits, s->index_q, s->index_w, s->index_scores, s->selection,
+                        s->selection_count, s->head_scores, s->expanded_kv, s->ffn_h1, s->ffn_h2, s->mtp_in, s->expert_rows,
+                        s->expert_x, s->expert_y, s->chosen, s->union_experts, s->chosen_w };
+    for (size_t i = 0; i < sizeof buffers / sizeof buffers[0]; i++) free(buffers[i]);
+    memset(s, 0, sizeof *s);
 }
 
 /* ---------------------------------------------------------------------------------------------
@@ -2613,18 +2952,12 @@ static void model_load(Model *m, const Settings *set, int capacity) {
     if (ld.resident_bytes != m->ram.dense)
         fprintf(stderr, "glm: warning: internal: the dense weights take %.0f bytes, the RAM plan counted %.0f\n",
                 ld.resident_bytes, m->ram.dense);
+    loader_free(&ld);
     const double overhead = current_rss_bytes() - m->resident_bytes;
     if (overhead > m->ram.overhead)
         fprintf(stderr, "glm: warning: the process holds %.2f GB besides its weights, above the plan's overhead estimate "
                         "%.2f GB: the budget may be exceeded by the difference\n", overhead / 1e9, m->ram.overhead / 1e9);
 }
-
-typedef struct {
-    int absorb;              /* -1 auto */
-    int indexer_mode;
-    float latent_eps;
-    int mtp_zero_pos0;
-} ForwardOptions;
 
 /* One decoder layer over S rows of s->x at positions pos0.. (attention + FFN, residuals). */
 static void layer_forward(Model *m, Session *s, const ForwardOptions *opt, int l, int S, int pos0) {
@@ -2632,11 +2965,10 @@ static void layer_forward(Model *m, Session *s, const ForwardOptions *opt, int l
     const Layer *L = &m->layers[l];
     const int H = c->hidden;
     for (int r = 0; r < S; r++) rmsnorm(s->xn + (size_t)r * H, s->x + (size_t)r * H, L->input_norm, H, c->rms_eps);
-    AttentionCall ac = { c, L, s, l, m->inv_freq, opt->latent_eps, 1, opt->indexer_mode };
-    /* auto = absorbed, always: then a row's result never depends on how many rows share the
-       forward (decode, any prefill chunk). The explicit form was no faster for prefill here
-       (bench model, 256-token chunk: attention 2.31 s explicit vs 2.44 s absorbed). */
-    ac.absorb = opt->absorb != 0;
+    /* absorbed by default, for every batch: then a row's result never depends on how many rows
+       share the forward (decode, any prefill chunk). The explicit form was no faster for prefill
+       here (bench model, 256-token chunk: attention 2.31 s explicit vs 2.44 s absorbed). */
+    AttentionCall ac = { c, L, s, l, m->inv_freq, opt };
     double t0 = now_seconds();
     attention(&ac, s->xn, S, pos0, s->attn_out);
     double t1 = now_seconds();
@@ -2658,9 +2990,12 @@ static void embed_rows(const Model *m, const int *tokens, int S, float *x) {
 
 /* The main model over S tokens at positions pos0..pos0+S-1 (S ≤ max_batch). Writes the
    final-normed hidden states [S][hidden] (the MTP input) and, if logits != NULL, the logits
-   [S][vocab] (only of the last row when last_only). */
-static void model_forward(Model *m, Session *s, const ForwardOptions *opt, const int *tokens, int S, int pos0,
-                          float *hidden_out, float *logits, int last_only) {
+   [S][vocab] (only of the last row when last_only). A chunk of a long prefill takes many seconds
+   on a big model, so when *interrupt (may be NULL) becomes non-zero it stops between layers and
+   returns -1 with nothing written: the K/V rows it wrote are past the caller's position and are
+   simply overwritten later. Returns 0 when done. */
+static int model_forward(Model *m, Session *s, const ForwardOptions *opt, const int *tokens, int S, int pos0,
+                         float *hidden_out, float *logits, int last_only, const volatile sig_atomic_t *interrupt) {
     const Config *c = &m->c;
     const int H = c->hidden;
     if (S > s->max_batch) die("internal: batch %d exceeds %d", S, s->max_batch);
@@ -2669,6 +3004,10 @@ static void model_forward(Model *m, Session *s, const ForwardOptions *opt, const
     /* a long prefill of a big model reads nearly every expert of every layer: show where it is */
     const int show = s->progress && S >= 32;
     for (int l = 0; l < c->n_layers; l++) {
+        if (interrupt && *interrupt) {
+            if (show) fputs("\r\033[K", stderr);
+            return -1;
+        }
         if (show) fprintf(stderr, "\rglm: prefill of %d tokens at position %d: layer %d/%d ", S, pos0, l + 1, c->n_layers);
         layer_forward(m, s, opt, l, S, pos0);
     }
@@ -2683,6 +3022,7 @@ static void model_forward(Model *m, Session *s, const ForwardOptions *opt, const
     s->profile.forwards++;
     s->profile.positions += S;
     expert_usage_tick(&m->experts, S);
+    return 0;
 }
 
 /* The MTP head over S slots (§6.1): slot q takes the token at q+1 and the main model's
@@ -2708,221 +3048,17 @@ static void mtp_forward(Model *m, Session *s, const ForwardOptions *opt, const i
 }
 
 /* =============================================================================================
-   9. Generation and validation against the oracle
-   TF=1: one teacher-forced forward over the reference's full_ids (in BATCH-sized chunks),
-   argmax per position vs tf_pred; MTP=1 adds the MTP head vs mtp_pred. Otherwise greedy decode
-   from prompt_ids, compared with the reference continuation.
+   9. Generation
+   What turns forward passes into a sequence of tokens: token lists, sampling, and the Generator,
+   the one decode loop that every mode drives (the validation modes below, prompt and chat in
+   section 10; next speculation, saved sessions and a server). Then validation against the
+   oracle: TF=1 teacher-forces REF's full_ids (argmax per position vs tf_pred; MTP=1 adds the
+   MTP head vs mtp_pred), greedy decoding continues prompt_ids and is compared with full_ids,
+   REPLAY=1 decodes full_ids one token at a time as fixed input (the decode benchmark).
    ============================================================================================= */
 
-typedef struct { int *ids; int n; } IdList;
-
-typedef struct { IdList prompt, full, tf_pred, mtp_pred; } Reference;
-
-static IdList json_id_list(const JsonValue *root, const char *key, const char *path, int required) {
-    IdList l = { NULL, 0 };
-    const JsonValue *v = json_get(root, key);
-    if (!v) { if (required) die("%s: field \"%s\" is missing", path, key); return l; }
-    if (json_type(v) != JSON_ARRAY) die("%s: field \"%s\" must be a list of token ids", path, key);
-    l.n = (int)json_len(v);
-    l.ids = xmalloc((size_t)(l.n ? l.n : 1) * sizeof(int));
-    for (int i = 0; i < l.n; i++) {
-        int64_t id;
-        if (!json_is_int(json_at(v, (size_t)i), &id) || id < 0 || id > INT32_MAX) die("%s: %s[%d] is not a token id", path, key, i);
-        l.ids[i] = (int)id;
-    }
-    return l;
-}
-
-static Reference reference_load(const char *path) {
-    char err[512];
-    size_t len;
-    char *text = json_read_file(path, &len, err, sizeof err);
-    if (!text) die("cannot read REF: %s", err);
-    JsonDoc *doc = json_parse(text, len, err, sizeof err);
-    if (!doc) die("%s: %s", path, err);
-    Reference r;
-    r.prompt = json_id_list(json_root(doc), "prompt_ids", path, 1);
-    r.full = json_id_list(json_root(doc), "full_ids", path, 1);
-    r.tf_pred = json_id_list(json_root(doc), "tf_pred", path, 0);
-    r.mtp_pred = json_id_list(json_root(doc), "mtp_pred", path, 0);
-    if (r.prompt.n < 1) die("%s: prompt_ids is empty", path);
-    if (r.full.n < r.prompt.n) die("%s: full_ids is shorter than prompt_ids", path);
-    for (int i = 0; i < r.prompt.n; i++)
-        if (r.full.ids[i] != r.prompt.ids[i]) die("%s: full_ids does not start with prompt_ids (position %d)", path, i);
-    json_free(doc);
-    free(text);
-    return r;
-}
-
-static void print_ids(FILE *f, const char *label, const int *ids, int n) {
-    fprintf(f, "%s:", label);
-    for (int i = 0; i < n; i++) fprintf(f, " %d", ids[i]);
-    fputc('\n', f);
-}
-
-/* Counts matches and lists every mismatch on stderr. */
-static int compare_predictions(const char *what, const int *got, const int *expected, int n) {
-    int ok = 0;
-    for (int i = 0; i < n; i++) {
-        if (got[i] == expected[i]) ok++;
-        else fprintf(stderr, "%s mismatch at position %d: expected %d, got %d\n", what, i, expected[i], got[i]);
-    }
-    return ok;
-}
-
-/* 64-bit FNV-1a over raw bytes: tests compare whole logit tensors bit for bit through it. */
-static uint64_t fnv1a(uint64_t h, const void *data, size_t n) {
-    const unsigned char *p = data;
-    for (size_t i = 0; i < n; i++) { h ^= p[i]; h *= 0x100000001b3ull; }
-    return h;
-}
-
-static int run_teacher_forcing(Model *m, Session *s, const ForwardOptions *opt, const Reference *ref, int with_mtp) {
-    const Config *c = &m->c;
-    const int N = ref->full.n, H = c->hidden, V = c->vocab, B = s->max_batch;
-    float *hidden = xmalloc((size_t)N * H * sizeof(float));
-    float *logits = xmalloc((size_t)B * V * sizeof(float));
-    int *pred = xmalloc((size_t)N * sizeof(int));
-    uint64_t logits_hash = 0xcbf29ce484222325ull;
-    double t0 = now_seconds();
-    for (int p = 0; p < N; p += B) {
-        int S = N - p < B ? N - p : B;
-        model_forward(m, s, opt, ref->full.ids + p, S, p, hidden + (size_t)p * H, logits, 0);
-        for (int r = 0; r < S; r++) pred[p + r] = argmax(logits + (size_t)r * V, V);
-        logits_hash = fnv1a(logits_hash, logits, (size_t)S * V * sizeof(float));
-    }
-    double dt = now_seconds() - t0;
-    print_ids(stdout, "TF pred", pred, N);
-    printf("TF logits hash: %016llx\n", (unsigned long long)logits_hash);   /* bitwise identity checks */
-    int failed = 0;
-    if (ref->tf_pred.n) {
-        if (ref->tf_pred.n != N) die("REF: tf_pred has %d entries, full_ids %d", ref->tf_pred.n, N);
-        int ok = compare_predictions("TF", pred, ref->tf_pred.ids, N);
-        printf("PREFILL (teacher-forcing) C vs oracle: %d/%d positions\n", ok, N);
-        failed |= ok != N;
-    }
-    fprintf(stderr, "glm: teacher-forced prefill of %d tokens in %.3f s (%.1f tok/s)\n", N, dt, N / dt);
-    if (with_mtp) {
-        if (!c->n_mtp) die("MTP=1 but the model has no MTP layer");
-        const int M = N - 1;
-        float *mtp_hidden = xmalloc((size_t)B * H * sizeof(float));
-        int *mpred = xmalloc((size_t)(M > 0 ? M : 1) * sizeof(int));
-        for (int p = 0; p < M; p += B) {
-            int S = M - p < B ? M - p : B;
-            mtp_forward(m, s, opt, ref->full.ids + p + 1, hidden + (size_t)p * H, S, p, mtp_hidden, logits);
-            for (int r = 0; r < S; r++) mpred[p + r] = argmax(logits + (size_t)r * V, V);
-        }
-        print_ids(stdout, "MTP pred", mpred, M);
-        if (ref->mtp_pred.n) {
-            if (ref->mtp_pred.n != M) die("REF: mtp_pred has %d entries, expected %d", ref->mtp_pred.n, M);
-            int ok = compare_predictions("MTP", mpred, ref->mtp_pred.ids, M);
-            printf("MTP C vs oracle: %d/%d\n", ok, M);
-            failed |= ok != M;
-        }
-        free(mtp_hidden);
-        free(mpred);
-    }
-    free(hidden); free(logits); free(pred);
-    return failed;
-}
-
-/* Prefill `n` tokens at pos0 in BATCH-sized chunks; leaves the last position's logits. When
-   *interrupt (may be NULL) becomes non-zero it stops between chunks; returns the tokens done. */
-static int prefill(Model *m, Session *s, const ForwardOptions *opt, const int *tokens, int n, int pos0, float *hidden,
-                   float *logits, const volatile sig_atomic_t *interrupt) {
-    int p = 0;
-    while (p < n && !(interrupt && *interrupt)) {
-        int S = n - p < s->max_batch ? n - p : s->max_batch;
-        model_forward(m, s, opt, tokens + p, S, pos0 + p, hidden, logits, 1);
-        p += S;
-    }
-    return p;
-}
-
-static int run_greedy(Model *m, Session *s, const ForwardOptions *opt, const Reference *ref, int ngen) {
-    const Config *c = &m->c;
-    const int V = c->vocab, H = c->hidden, P = ref->prompt.n;
-    float *hidden = xmalloc((size_t)s->max_batch * H * sizeof(float));
-    float *logits = xmalloc((size_t)V * sizeof(float));
-    int *out = xmalloc((size_t)(ngen > 0 ? ngen : 1) * sizeof(int));
-    double t0 = now_seconds();
-    prefill(m, s, opt, ref->prompt.ids, P, 0, hidden, logits, NULL);
-    double t1 = now_seconds();
-    for (int i = 0; i < ngen; i++) {
-        out[i] = argmax(logits, V);
-        if (i + 1 < ngen) model_forward(m, s, opt, &out[i], 1, P + i, hidden, logits, 1);
-    }
-    double t2 = now_seconds();
-    print_ids(stdout, "Generated", out, ngen);
-    int expected = ref->full.n - P < ngen ? ref->full.n - P : ngen;
-    int ok = compare_predictions("Greedy", out, ref->full.ids + P, expected);
-    printf("Matching tokens: %d/%d\n", ok, expected);
-    fprintf(stderr, "glm: prefill %d tokens %.3f s | decode %d tokens %.3f s (%.2f tok/s) | peak RSS %.2f GB\n",
-            P, t1 - t0, ngen, t2 - t1, ngen > 1 ? (ngen - 1) / (t2 - t1) : 0.0, peak_rss_gb());
-    free(hidden); free(logits); free(out);
-    return ok != expected;
-}
-
-/* =============================================================================================
-   10. Text: tokenizer glue, chat template, prompt mode, terminal chat
-   Everything a person reads or types. Text becomes ids through tok.h (SNAP/tokenizer.json). The
-   GLM-5 chat template (tokenizer.md §3.4) is rendered straight into ids: role tags are looked up
-   by name and message contents are encoded as text, so a message cannot smuggle in a role tag
-   unless SPECIAL=1 (the ids equal HF's tokenization of the rendered string whenever the contents
-   hold no tag). Generation samples exactly over the whole vocabulary, streams text that never
-   splits a UTF-8 character, and stops at an EOS id of generation_config.json / config.json
-   (not printed), at NGEN, when the KV cache is full, or at Ctrl-C.
-
-   Chat history lives in the KV cache: a turn prefills only its own tokens
-   (<|user|>text<|assistant|><think>) after what is already there, and a reply stays in the cache
-   exactly as it was generated, reasoning included. That is the conversation rendered with
-   clear_thinking=false (GLM-5.1's "preserved thinking"; GLM-5.3's default). The default template
-   would drop earlier reasoning, which means rewriting the cache and prefilling the last answer
-   again on every turn. The stop token that ended a reply (usually <|user|>) is not in the cache;
-   the next turn writes <|user|> itself, so the cache always holds a valid rendering. A reply cut
-   by NGEN or Ctrl-C is in the cache up to its last printed token, and :more goes on from there.
-   :reset empties the cache (and reseeds the sampler, so a conversation can be replayed).
-   ============================================================================================= */
-
-/* ---- tokenizer glue -------------------------------------------------------------------------- */
-
-typedef struct {
-    Tokenizer *tok;
-    char path[4096];                /* SNAP/tokenizer.json, for messages */
-    TokSpecialMode text_mode;       /* how message text is encoded: SPECIAL=1 recognises every added token */
-    /* template tags, -1 when the tokenizer lacks one */
-    int gmask, sop, system, user, assistant, think, end_think;
-} TextCodec;
-
+/* A growable list of token ids. */
 typedef struct { int *ids; int n, cap; } TokenList;
-
-static TextCodec codec_load(const char *model_dir, int special) {
-    TextCodec tc;
-    memset(&tc, 0, sizeof tc);
-    snprintf(tc.path, sizeof tc.path, "%s/tokenizer.json", model_dir);
-    char err[1024];
-    tc.tok = tok_load(tc.path, err, sizeof err);
-    if (!tc.tok) die("cannot load the tokenizer (text modes need tokenizer.json in SNAP): %s", err);
-    tc.text_mode = special ? TOK_SPECIAL_ALL : TOK_SPECIAL_NONE;
-    tc.gmask = tok_id(tc.tok, "[gMASK]");
-    tc.sop = tok_id(tc.tok, "<sop>");
-    tc.system = tok_id(tc.tok, "<|system|>");
-    tc.user = tok_id(tc.tok, "<|user|>");
-    tc.assistant = tok_id(tc.tok, "<|assistant|>");
-    tc.think = tok_id(tc.tok, "<think>");
-    tc.end_think = tok_id(tc.tok, "</think>");
-    return tc;
-}
-
-/* The template needs every tag; a tokenizer without them is not GLM-5's. */
-static void codec_require_template(const TextCodec *tc) {
-    const char *names[] = { "[gMASK]", "<sop>", "<|system|>", "<|user|>", "<|assistant|>", "<think>", "</think>" };
-    const int ids[] = { tc->gmask, tc->sop, tc->system, tc->user, tc->assistant, tc->think, tc->end_think };
-    for (int i = 0; i < 7; i++)
-        if (ids[i] < 0)
-            die("%s has no %s token, so the GLM-5 chat template cannot be rendered (CHAT_TEMPLATE=0 sends raw text)",
-                tc->path, names[i]);
-}
 
 static void tokens_push(TokenList *l, int id) {
     if (l->n == l->cap) {
@@ -2932,173 +3068,6 @@ static void tokens_push(TokenList *l, int id) {
         l->ids = grown;
     }
     l->ids[l->n++] = id;
-}
-
-static void tokens_push_text(TokenList *l, const TextCodec *tc, const char *text, size_t len) {
-    int32_t *ids;
-    size_t n;
-    if (tok_encode(tc->tok, text, len, tc->text_mode, &ids, &n)) die("out of memory while tokenizing %zu bytes", len);
-    for (size_t i = 0; i < n; i++) tokens_push(l, ids[i]);
-    free(ids);
-}
-
-/* ---- the GLM-5 chat template (tokenizer.md §3.4, without tools) ----------------------------- */
-
-typedef enum { ROLE_SYSTEM, ROLE_USER, ROLE_ASSISTANT } ChatRole;
-
-typedef struct {
-    ChatRole role;
-    const char *content;
-    size_t content_len;
-    const char *reasoning;          /* reasoning_content; NULL: not given (then cut out of content) */
-    size_t reasoning_len;
-} ChatMessage;
-
-/* Python's str.isspace, which the template's strip() uses: White_Space plus U+001C..U+001F. */
-static int is_template_space(uint32_t cp) { return tok_uni_is_space(cp) || (cp >= 0x1C && cp <= 0x1F); }
-
-/* str.strip(): narrows [*s, *s + *n) to drop leading and trailing whitespace characters. */
-static void text_strip(const char **s, size_t *n) {
-    uint32_t cp;
-    int status;
-    while (*n) {
-        size_t k = tok_utf8_next((const unsigned char *)*s, *n, &cp, &status);
-        if (status || !is_template_space(cp)) break;
-        *s += k;
-        *n -= k;
-    }
-    while (*n) {
-        size_t start = *n - 1;   /* back to the first byte of the last character */
-        while (start > 0 && *n - start < 4 && ((unsigned char)(*s)[start] & 0xC0) == 0x80) start--;
-        size_t k = tok_utf8_next((const unsigned char *)*s + start, *n - start, &cp, &status);
-        if (status || start + k != *n || !is_template_space(cp)) break;
-        *n = start;
-    }
-}
-
-/* Last occurrence of needle in [s, s+n), or NULL. */
-static const char *find_last(const char *s, size_t n, const char *needle) {
-    const size_t k = strlen(needle);
-    const char *found = NULL, *p = s;
-    while ((p = memmem(p, n - (size_t)(p - s), needle, k))) { found = p; p += 1; }
-    return found;
-}
-
-/* Appends the messages in the GLM-5 layout. at_start adds [gMASK]<sop>. Nothing separates turns.
-   An assistant turn after the last user message keeps its reasoning (<think>…</think>); earlier
-   ones become </think> + answer, as the template renders them. Without reasoning_content the
-   reasoning is cut out of the content: before the first </think>, after the last <think> there,
-   and the answer is what follows the last </think>. */
-static void chat_render(const TextCodec *tc, const ChatMessage *msgs, int n, int at_start, TokenList *out) {
-    codec_require_template(tc);
-    if (at_start) { tokens_push(out, tc->gmask); tokens_push(out, tc->sop); }
-    int last_user = -1;
-    for (int i = 0; i < n; i++) if (msgs[i].role == ROLE_USER) last_user = i;
-    for (int i = 0; i < n; i++) {
-        const ChatMessage *m = &msgs[i];
-        if (m->role == ROLE_SYSTEM || m->role == ROLE_USER) {
-            tokens_push(out, m->role == ROLE_SYSTEM ? tc->system : tc->user);
-            tokens_push_text(out, tc, m->content, m->content_len);
-            continue;
-        }
-        const char *content = m->content, *reasoning = m->reasoning;
-        size_t content_len = m->content_len, reasoning_len = m->reasoning_len;
-        if (!reasoning) {
-            reasoning = "";
-            reasoning_len = 0;
-            const char *first_end = memmem(content, content_len, "</think>", 8);
-            if (first_end) {
-                const char *open = find_last(content, (size_t)(first_end - content), "<think>");
-                reasoning = open ? open + 7 : content;
-                reasoning_len = (size_t)(first_end - reasoning);
-                const char *last_end = find_last(content, content_len, "</think>");
-                content_len -= (size_t)(last_end + 8 - content);
-                content = last_end + 8;
-            }
-        }
-        tokens_push(out, tc->assistant);
-        if (i > last_user && reasoning_len > 0) {
-            text_strip(&reasoning, &reasoning_len);
-            tokens_push(out, tc->think);
-            tokens_push_text(out, tc, reasoning, reasoning_len);
-        }
-        tokens_push(out, tc->end_think);
-        text_strip(&content, &content_len);
-        if (content_len) tokens_push_text(out, tc, content, content_len);
-    }
-}
-
-/* The generation prompt: <|assistant|><think> (thinking on) or <|assistant|></think>. */
-static void chat_generation_prompt(const TextCodec *tc, int think, TokenList *out) {
-    tokens_push(out, tc->assistant);
-    tokens_push(out, think ? tc->think : tc->end_think);
-}
-
-/* MESSAGES=file: a JSON list of messages (or an object with a "messages" list, as in an
-   OpenAI-style request). The strings point into *doc, which the caller keeps. */
-static ChatMessage *messages_load(const char *path, int *count, JsonDoc **doc) {
-    char err[512];
-    size_t len;
-    char *text = json_read_file(path, &len, err, sizeof err);
-    if (!text) die("MESSAGES: %s", err);
-    *doc = json_parse(text, len, err, sizeof err);
-    free(text);
-    if (!*doc) die("MESSAGES: %s: %s", path, err);
-    const JsonValue *list = json_root(*doc);
-    if (json_type(list) == JSON_OBJECT) list = json_get(list, "messages");
-    if (json_type(list) != JSON_ARRAY) die("MESSAGES: %s: expected a list of messages (or {\"messages\": [...]})", path);
-    const int n = (int)json_len(list);
-    ChatMessage *msgs = xcalloc((size_t)n, sizeof *msgs);
-    for (int i = 0; i < n; i++) {
-        const JsonValue *m = json_at(list, (size_t)i);
-        const char *role = json_str(json_get(m, "role"), NULL);
-        if (!role) die("MESSAGES: %s: message %d has no \"role\" string", path, i);
-        if (!strcmp(role, "system")) msgs[i].role = ROLE_SYSTEM;
-        else if (!strcmp(role, "user")) msgs[i].role = ROLE_USER;
-        else if (!strcmp(role, "assistant")) msgs[i].role = ROLE_ASSISTANT;
-        else die("MESSAGES: %s: message %d has role \"%s\" (supported: system, user, assistant)", path, i, role);
-        const JsonValue *content = json_get(m, "content");
-        if (json_type(content) == JSON_NULL && msgs[i].role == ROLE_ASSISTANT) msgs[i].content = "";
-        else if (!(msgs[i].content = json_str(content, &msgs[i].content_len)))
-            die("MESSAGES: %s: message %d: \"content\" must be a string", path, i);
-        const JsonValue *reasoning = json_get(m, "reasoning_content");
-        if (reasoning && json_type(reasoning) != JSON_NULL && !(msgs[i].reasoning = json_str(reasoning, &msgs[i].reasoning_len)))
-            die("MESSAGES: %s: message %d: \"reasoning_content\" must be a string", path, i);
-        if (json_get(m, "tool_calls")) die("MESSAGES: %s: message %d has tool_calls, which are not supported", path, i);
-    }
-    *count = n;
-    return msgs;
-}
-
-/* The opening of a conversation: SYSTEM, then the MESSAGES history, then `user_text` if not
-   NULL. Returned messages point into *doc (json_free it) and user_text. */
-static ChatMessage *conversation_opening(const Settings *set, const char *user_text, size_t user_len, int *count,
-                                         JsonDoc **doc) {
-    int n_history = 0;
-    ChatMessage *history = NULL;
-    *doc = NULL;
-    if (set->messages_path[0]) history = messages_load(set->messages_path, &n_history, doc);
-    ChatMessage *msgs = xcalloc((size_t)n_history + 2, sizeof *msgs);
-    int n = 0;
-    if (set->system_prompt[0]) msgs[n++] = (ChatMessage){ ROLE_SYSTEM, set->system_prompt, strlen(set->system_prompt), NULL, 0 };
-    for (int i = 0; i < n_history; i++) msgs[n++] = history[i];
-    if (user_text) msgs[n++] = (ChatMessage){ ROLE_USER, user_text, user_len, NULL, 0 };
-    free(history);
-    *count = n;
-    return msgs;
-}
-
-/* The ids of PROMPT mode (and of TEMPLATE_ONLY): the template with a generation prompt, or the
-   raw text with CHAT_TEMPLATE=0. */
-static void build_prompt(const Settings *set, const TextCodec *tc, TokenList *out) {
-    if (!set->chat_template) { tokens_push_text(out, tc, set->prompt, strlen(set->prompt)); return; }
-    JsonDoc *doc;
-    int n;
-    ChatMessage *msgs = conversation_opening(set, set->prompt_given ? set->prompt : NULL, strlen(set->prompt), &n, &doc);
-    chat_render(tc, msgs, n, 1, out);
-    chat_generation_prompt(tc, set->think, out);
-    free(msgs);
-    if (doc) json_free(doc);
 }
 
 /* ---- sampling -------------------------------------------------------------------------------- */
@@ -3182,22 +3151,565 @@ static int sampler_sample(Sampler *sp, const float *logits) {
     return sp->candidates[k - 1].id;
 }
 
-/* ---- generation: one conversation over the KV cache ------------------------------------------ */
+/* Back to the start of the seed's stream (chat's :reset, so a conversation can be replayed). */
+static void sampler_restart(Sampler *sp) { sp->state = sp->seed; }
 
-/* Ctrl-C: the handler only counts; generation checks the count between tokens (and prefill
-   between chunks). A second Ctrl-C before generation noticed the first leaves at once. */
-static volatile sig_atomic_t g_interrupts;
-static struct termios g_saved_termios;
-static volatile sig_atomic_t g_termios_saved;
-
-static void restore_terminal(void) {
-    if (g_termios_saved) tcsetattr(STDIN_FILENO, TCSANOW, &g_saved_termios);
+static void sampler_free(Sampler *sp) {
+    free(sp->weights);
+    free(sp->candidates);
+    sp->weights = NULL;
+    sp->candidates = NULL;
 }
+
+/* ---- the generator ---------------------------------------------------------------------------- */
+
+/* A Generator owns one conversation's decode state over a Session (whose KV cache it fills):
+   the token history, the position, the sampler, the stop rules, and where tokens go. Invariants:
+   - history[0, pos) are exactly the tokens whose K/V rows are in the cache. Rows past pos may
+     hold anything (an interrupted prefill, rejected drafts): attention at position i reads keys
+     0..i only, so they are overwritten before anything reads them. Hence a rollback is O(1).
+   - The logits predict position pos, and last_hidden is the final-normed hidden state of
+     position pos-1 (the MTP head's input), whenever logits_pos == pos. A rollback or an
+     interrupted prefill leaves them stale; the next step then first re-runs the token at pos-1
+     (which rewrites its K/V row bit for bit: a row never depends on the batch it ran in). That
+     is the one rule: nothing else ever has to restore the logits.
+   - generator_step samples from the logits, applies the stop rules, hands the token to on_token
+     and runs the forward for it. It returns a RUN of ids (today always one), so a speculative
+     step (draft k tokens, verify them in one forward of k+1 rows, keep the accepted prefix and
+     the logits after it, roll back the rest) fits behind the same call.
+   - Interruption is a flag the caller owns (*interrupt != 0), read before each step, between
+     prefill chunks and between the layers of a chunk. Nothing here reads a global or prints.
+   A run of steps (generator_begin) ends at an EOS id (neither reported nor cached), after
+   max_tokens, when the cache is full, or at the interrupt; the reason is in `stop`. Stop strings
+   need the text, so they will come as a matcher the caller hands in next to on_token. Sessions
+   save history[0, pos) with the KV rows; a server keeps one Generator per conversation and sets
+   its sampler, stop rules, callback and interrupt per request. */
+
+typedef enum { STOP_NONE, STOP_EOS, STOP_LIMIT, STOP_INTERRUPT, STOP_CONTEXT } StopReason;
+static const char *const STOP_NAMES[] = { "-", "eos", "NGEN", "interrupted (Ctrl-C)", "context full" };
+
+typedef struct { float temperature, top_p; uint64_t seed; } SamplerSettings;
+
+typedef struct {
+    const int *eos;
+    int n_eos;                /* ids that end a run: neither reported nor cached */
+    int max_tokens;           /* tokens per run of steps (-1: no limit) */
+    int resumable;            /* at max_tokens, still run the last token's forward so that a later
+                                 run can go on from it (chat's :more); otherwise the last token is
+                                 reported but not cached, which saves one forward */
+} StopRules;
+
+typedef void (*TokenCallback)(void *user, int id);
+/* Teacher forcing: the logits [S][vocab] and final-normed hidden states [S][hidden] of every
+   position of each prefill chunk (positions pos0 .. pos0+S-1). */
+typedef void (*LogitsSink)(void *user, int pos0, int S, const float *logits, const float *hidden);
+
+typedef struct {
+    Model *model;
+    Session *session;
+    const ForwardOptions *opt;
+    Sampler sampler;
+    StopRules stop_rules;                       /* default: the model's EOS ids, no limit */
+    TokenCallback on_token;                     /* each reported token (may be NULL) */
+    void *on_token_user;
+    LogitsSink on_logits;                       /* may be NULL: then only the last position's logits */
+    void *on_logits_user;
+    const volatile sig_atomic_t *interrupt;     /* may be NULL */
+    int *history;                               /* [capacity] */
+    int pos;
+    float *logits;                              /* [vocab], predicting position logits_pos */
+    int logits_pos;                             /* -1: none yet */
+    float *hidden;                              /* [max_batch][hidden] of the last forward */
+    const float *last_hidden;                   /* its row of position logits_pos - 1 (the MTP drafter's input) */
+    float *chunk_logits;                        /* [max_batch][vocab], with on_logits only */
+    int generated;                              /* tokens reported in this run of steps */
+    StopReason stop;                            /* why the run ended; STOP_NONE while it goes on */
+    long long forwards;                         /* forward passes run, all kinds */
+} Generator;
+
+static Generator *generator_create(Model *m, Session *s, const ForwardOptions *opt, SamplerSettings sampling) {
+    Generator *g = xcalloc(1, sizeof *g);
+    g->model = m;
+    g->session = s;
+    g->opt = opt;
+    sampler_init(&g->sampler, m->c.vocab, sampling.temperature, sampling.top_p, sampling.seed);
+    g->stop_rules = (StopRules){ m->c.eos, m->c.n_eos, -1, 0 };
+    g->history = xmalloc((size_t)s->capacity * sizeof(int));
+    g->logits = xmalloc((size_t)m->c.vocab * sizeof(float));
+    g->logits_pos = -1;
+    g->hidden = xmalloc((size_t)s->max_batch * m->c.hidden * sizeof(float));
+    return g;
+}
+
+static void generator_free(Generator *g) {
+    if (!g) return;
+    sampler_free(&g->sampler);
+    free(g->history);
+    free(g->logits);
+    free(g->hidden);
+    free(g->chunk_logits);
+    free(g);
+}
+
+/* New sampling settings (a server's per-request temperature, top-p and seed); the stream restarts
+   from the seed. */
+__attribute__((unused)) static void generator_set_sampling(Generator *g, SamplerSettings sampling) {
+    g->sampler.temperature = sampling.temperature;
+    g->sampler.top_p = sampling.top_p;
+    g->sampler.seed = g->sampler.state = sampling.seed;
+}
+
+/* Runs tokens[0, S) at positions pos.. and commits them (history, pos, logits, last_hidden).
+   with_sink: every row's logits go to on_logits. -1 when interrupted (nothing committed). */
+static int generator_forward(Generator *g, const int *tokens, int S, int with_sink, const volatile sig_atomic_t *interrupt) {
+    const int V = g->model->c.vocab, H = g->model->c.hidden;
+    const int all_rows = with_sink && g->on_logits;
+    if (all_rows && !g->chunk_logits) g->chunk_logits = xmalloc((size_t)g->session->max_batch * V * sizeof(float));
+    float *logits = all_rows ? g->chunk_logits : g->logits;
+    if (model_forward(g->model, g->session, g->opt, tokens, S, g->pos, g->hidden, logits, !all_rows, interrupt)) return -1;
+    g->forwards++;
+    if (all_rows) memcpy(g->logits, g->chunk_logits + (size_t)(S - 1) * V, (size_t)V * sizeof(float));
+    memcpy(g->history + g->pos, tokens, (size_t)S * sizeof(int));
+    g->pos += S;
+    g->logits_pos = g->pos;
+    g->last_hidden = g->hidden + (size_t)(S - 1) * H;
+    if (all_rows) g->on_logits(g->on_logits_user, g->pos - S, S, g->chunk_logits, g->hidden);
+    return 0;
+}
+
+/* The one rule that keeps "the logits predict position pos": when they are stale, re-run the
+   token at pos-1. */
+static void generator_refresh_logits(Generator *g) {
+    if (g->logits_pos == g->pos) return;
+    if (g->pos == 0) die("internal: a generator step needs at least one prefilled token");
+    const int last = g->history[g->pos - 1];
+    g->pos--;
+    generator_forward(g, &last, 1, 0, NULL);
+}
+
+/* Appends tokens[0, n) at pos in BATCH-sized chunks. Returns the tokens done: n, or fewer when
+   the interrupt stopped it, and then pos is back where it was (the chunks done are dropped). */
+static int generator_prefill(Generator *g, const int *tokens, int n) {
+    const int start = g->pos, B = g->session->max_batch;
+    int done = 0;
+    while (done < n) {
+        if (g->interrupt && *g->interrupt) break;
+        const int S = n - done < B ? n - done : B;
+        if (generator_forward(g, tokens + done, S, 1, g->interrupt)) break;
+        done += S;
+    }
+    if (done < n) g->pos = start;
+    return done;
+}
+
+/* Drops the history past pos (the K/V rows there are overwritten later). */
+static void generator_rollback(Generator *g, int pos) {
+    if (pos < 0 || pos > g->pos) die("internal: rollback to %d from position %d", pos, g->pos);
+    g->pos = pos;
+}
+
+/* Makes the history equal tokens[0, n): keeps the longest common prefix, rolls back to it and
+   prefills the rest. At least one token is always run, so the logits belong to this history.
+   Returns n, or fewer when interrupted (then the history is the kept prefix); *reused (may be
+   NULL) gets the length of the prefix that was kept. (For sessions and the server; the CLI modes
+   only append, tests/test_generator.c checks it.) */
+__attribute__((unused)) static int generator_reuse_prefix(Generator *g, const int *tokens, int n, int *reused) {
+    int keep = 0;
+    while (keep < g->pos && keep < n && g->history[keep] == tokens[keep]) keep++;
+    if (keep == n && n > 0) keep = n - 1;
+    generator_rollback(g, keep);
+    if (reused) *reused = keep;
+    const int done = generator_prefill(g, tokens + keep, n - keep);
+    return done == n - keep ? n : keep;
+}
+
+/* Starts a run of steps: the token count restarts and the stop reason clears. */
+static void generator_begin(Generator *g) {
+    g->generated = 0;
+    g->stop = STOP_NONE;
+}
+
+/* One step: the next id(s) into ids[0, max), reported to on_token and (unless the run ends there
+   and is not resumable) run through the model. Returns how many; 0 when the run has stopped,
+   and g->stop says why. */
+static int generator_step(Generator *g, int *ids, int max) {
+    const StopRules *r = &g->stop_rules;
+    if (g->stop != STOP_NONE || max < 1) return 0;
+    if (g->interrupt && *g->interrupt) { g->stop = STOP_INTERRUPT; return 0; }
+    if (r->max_tokens >= 0 && g->generated >= r->max_tokens) { g->stop = STOP_LIMIT; return 0; }
+    generator_refresh_logits(g);
+    const int id = sampler_sample(&g->sampler, g->logits);
+    for (int i = 0; i < r->n_eos; i++)
+        if (r->eos[i] == id) { g->stop = STOP_EOS; return 0; }
+    if (g->pos >= g->session->capacity) { g->stop = STOP_CONTEXT; return 0; }
+    ids[0] = id;
+    g->generated++;
+    if (g->on_token) g->on_token(g->on_token_user, id);
+    if (!r->resumable && r->max_tokens >= 0 && g->generated >= r->max_tokens) { g->stop = STOP_LIMIT; return 1; }
+    generator_forward(g, &id, 1, 0, NULL);
+    return 1;
+}
+
+/* ---- validation against the oracle ------------------------------------------------------------ */
+
+typedef struct { TokenList prompt, full, tf_pred, mtp_pred; } Reference;
+
+/* One list of token ids from REF: 0, or -1 with err naming the file and the list. */
+static int json_id_list(const JsonValue *root, const char *key, const char *path, int required, TokenList *l,
+                        char *err, size_t err_len) {
+    l->ids = NULL;
+    l->n = l->cap = 0;
+    const JsonValue *v = json_get(root, key);
+    if (!v) {
+        if (required) { snprintf(err, err_len, "%s: field \"%s\" is missing", path, key); return -1; }
+        return 0;
+    }
+    if (json_type(v) != JSON_ARRAY || json_len(v) > INT32_MAX) {
+        snprintf(err, err_len, "%s: field \"%s\" must be a list of token ids", path, key);
+        return -1;
+    }
+    l->n = l->cap = (int)json_len(v);
+    l->ids = xmalloc((size_t)(l->n ? l->n : 1) * sizeof(int));
+    for (int i = 0; i < l->n; i++) {
+        int64_t id;
+        if (!json_is_int(json_at(v, (size_t)i), &id) || id < 0 || id > INT32_MAX) {
+            snprintf(err, err_len, "%s: %s[%d] is not a token id", path, key, i);
+            return -1;
+        }
+        l->ids[i] = (int)id;
+    }
+    return 0;
+}
+
+static void reference_free(Reference *r) {
+    free(r->prompt.ids); free(r->full.ids); free(r->tf_pred.ids); free(r->mtp_pred.ids);
+    memset(r, 0, sizeof *r);
+}
+
+/* REF's text → Reference: 0, or -1 with one line in err naming `path` (fuzzed: tests/fuzz/fuzz_ref.c). */
+static int reference_parse(const char *text, size_t len, const char *path, Reference *r, char *err, size_t err_len) {
+    memset(r, 0, sizeof *r);
+    char jerr[256];
+    JsonDoc *doc = json_parse(text, len, jerr, sizeof jerr);
+    if (!doc) { snprintf(err, err_len, "%s: %s", path, jerr); return -1; }
+    const JsonValue *root = json_root(doc);
+    int rc = -1;
+    if (json_id_list(root, "prompt_ids", path, 1, &r->prompt, err, err_len) ||
+        json_id_list(root, "full_ids", path, 1, &r->full, err, err_len) ||
+        json_id_list(root, "tf_pred", path, 0, &r->tf_pred, err, err_len) ||
+        json_id_list(root, "mtp_pred", path, 0, &r->mtp_pred, err, err_len)) goto done;
+    if (r->prompt.n < 1) { snprintf(err, err_len, "%s: prompt_ids is empty", path); goto done; }
+    if (r->full.n < r->prompt.n) { snprintf(err, err_len, "%s: full_ids is shorter than prompt_ids", path); goto done; }
+    for (int i = 0; i < r->prompt.n; i++)
+        if (r->full.ids[i] != r->prompt.ids[i]) {
+            snprintf(err, err_len, "%s: full_ids does not start with prompt_ids (position %d)", path, i);
+            goto done;
+        }
+    rc = 0;
+done:
+    json_free(doc);
+    if (rc) reference_free(r);
+    return rc;
+}
+
+static Reference reference_load(const char *path) {
+    char err[512];
+    size_t len;
+    char *text = json_read_file(path, &len, err, sizeof err);
+    if (!text) die("cannot read REF: %s", err);
+    Reference r;
+    if (reference_parse(text, len, path, &r, err, sizeof err)) die("%s", err);
+    free(text);
+    return r;
+}
+
+static void print_ids(FILE *f, const char *label, const int *ids, int n) {
+    fprintf(f, "%s:", label);
+    for (int i = 0; i < n; i++) fprintf(f, " %d", ids[i]);
+    fputc('\n', f);
+}
+
+/* Counts matches and lists every mismatch on stderr. */
+static int compare_predictions(const char *what, const int *got, const int *expected, int n) {
+    int ok = 0;
+    for (int i = 0; i < n; i++) {
+        if (got[i] == expected[i]) ok++;
+        else fprintf(stderr, "%s mismatch at position %d: expected %d, got %d\n", what, i, expected[i], got[i]);
+    }
+    return ok;
+}
+
+/* 64-bit FNV-1a over raw bytes: tests compare whole logit tensors bit for bit through it. */
+static uint64_t fnv1a(uint64_t h, const void *data, size_t n) {
+    const unsigned char *p = data;
+    for (size_t i = 0; i < n; i++) { h ^= p[i]; h *= 0x100000001b3ull; }
+    return h;
+}
+
+/* Teacher forcing goes through the generator's logits sink: per chunk, the argmax of every
+   position, a hash of the whole logits tensor, and (MTP=1) the MTP head over the same chunk:
+   slot q takes the token at q+1 and the main model's hidden state at q, and predicts q+2. */
+typedef struct {
+    Model *model;
+    Session *session;
+    const ForwardOptions *opt;
+    const Reference *ref;
+    int *pred, *mtp_pred;           /* [full.n], [full.n - 1] */
+    uint64_t logits_hash;
+    int with_mtp;
+    float *mtp_hidden, *mtp_logits; /* [max_batch][hidden], [max_batch][vocab] */
+    double mtp_seconds;
+} TeacherForcing;
+
+static void teacher_forcing_chunk(void *user, int pos0, int S, const float *logits, const float *hidden) {
+    TeacherForcing *tf = user;
+    const int V = tf->model->c.vocab, slots = tf->ref->full.n - 1;
+    for (int r = 0; r < S; r++) tf->pred[pos0 + r] = argmax(logits + (size_t)r * V, V);
+    tf->logits_hash = fnv1a(tf->logits_hash, logits, (size_t)S * V * sizeof(float));
+    const int n = slots - pos0 < S ? slots - pos0 : S;
+    if (!tf->with_mtp || n <= 0) return;
+    double t0 = now_seconds();
+    mtp_forward(tf->model, tf->session, tf->opt, tf->ref->full.ids + pos0 + 1, hidden, n, pos0, tf->mtp_hidden, tf->mtp_logits);
+    for (int r = 0; r < n; r++) tf->mtp_pred[pos0 + r] = argmax(tf->mtp_logits + (size_t)r * V, V);
+    tf->mtp_seconds += now_seconds() - t0;
+}
+
+static int run_teacher_forcing(Model *m, Session *s, const ForwardOptions *opt, const Reference *ref, int with_mtp) {
+    const Config *c = &m->c;
+    const int N = ref->full.n, M = N - 1, H = c->hidden, V = c->vocab, B = s->max_batch;
+    if (with_mtp && !c->n_mtp) die("MTP=1 but the model has no MTP layer");
+    TeacherForcing tf = { m, s, opt, ref, xmalloc((size_t)N * sizeof(int)), xmalloc((size_t)(M > 0 ? M : 1) * sizeof(int)),
+                          0xcbf29ce484222325ull, with_mtp, NULL, NULL, 0.0 };
+    if (with_mtp) {
+        tf.mtp_hidden = xmalloc((size_t)B * H * sizeof(float));
+        tf.mtp_logits = xmalloc((size_t)B * V * sizeof(float));
+    }
+    Generator *g = generator_create(m, s, opt, (SamplerSettings){ 0.0f, 1.0f, 1 });
+    g->on_logits = teacher_forcing_chunk;
+    g->on_logits_user = &tf;
+    double t0 = now_seconds();
+    generator_prefill(g, ref->full.ids, N);
+    double dt = now_seconds() - t0 - tf.mtp_seconds;
+    generator_free(g);
+    print_ids(stdout, "TF pred", tf.pred, N);
+    printf("TF logits hash: %016llx\n", (unsigned long long)tf.logits_hash);   /* bitwise identity checks */
+    int failed = 0;
+    if (ref->tf_pred.n) {
+        if (ref->tf_pred.n != N) die("REF: tf_pred has %d entries, full_ids %d", ref->tf_pred.n, N);
+        int ok = compare_predictions("TF", tf.pred, ref->tf_pred.ids, N);
+        printf("PREFILL (teacher-forcing) C vs oracle: %d/%d positions\n", ok, N);
+        failed |= ok != N;
+    }
+    fprintf(stderr, "glm: teacher-forced prefill of %d tokens in %.3f s (%.1f tok/s)\n", N, dt, N / dt);
+    if (with_mtp) {
+        print_ids(stdout, "MTP pred", tf.mtp_pred, M);
+        if (ref->mtp_pred.n) {
+            if (ref->mtp_pred.n != M) die("REF: mtp_pred has %d entries, expected %d", ref->mtp_pred.n, M);
+            int ok = compare_predictions("MTP", tf.mtp_pred, ref->mtp_pred.ids, M);
+            printf("MTP C vs oracle: %d/%d\n", ok, M);
+            failed |= ok != M;
+        }
+    }
+    free(tf.pred); free(tf.mtp_pred); free(tf.mtp_hidden); free(tf.mtp_logits);
+    return failed;
+}
+
+static void collect_token(void *user, int id) { tokens_push(user, id); }
+
+/* Greedy decoding from prompt_ids, NGEN tokens (EOS does not stop it: the oracle's continuation
+   does not stop either), compared with the reference continuation. */
+static int run_greedy(Model *m, Session *s, const ForwardOptions *opt, const Reference *ref, int ngen) {
+    const int P = ref->prompt.n;
+    Generator *g = generator_create(m, s, opt, (SamplerSettings){ 0.0f, 1.0f, 1 });
+    g->stop_rules = (StopRules){ NULL, 0, ngen, 0 };
+    TokenList out = { 0 };
+    g->on_token = collect_token;
+    g->on_token_user = &out;
+    double t0 = now_seconds();
+    generator_prefill(g, ref->prompt.ids, P);
+    double t1 = now_seconds();
+    int id;
+    while (generator_step(g, &id, 1) > 0) {}
+    double t2 = now_seconds();
+    generator_free(g);
+    print_ids(stdout, "Generated", out.ids, out.n);
+    int expected = ref->full.n - P < out.n ? ref->full.n - P : out.n;
+    int ok = compare_predictions("Greedy", out.ids, ref->full.ids + P, expected);
+    printf("Matching tokens: %d/%d\n", ok, expected);
+    fprintf(stderr, "glm: prefill %d tokens %.3f s | decode %d tokens %.3f s (%.2f tok/s) | peak RSS %.2f GB\n",
+            P, t1 - t0, out.n, t2 - t1, out.n > 1 ? (out.n - 1) / (t2 - t1) : 0.0, peak_rss_gb());
+    free(out.ids);
+    return ok != expected;
+}
+
+/* REPLAY: full_ids fed one token at a time as fixed input — the decode benchmark. */
+static void run_replay(Model *m, Session *s, const ForwardOptions *opt, const Reference *ref) {
+    const int N = ref->full.n;
+    Generator *g = generator_create(m, s, opt, (SamplerSettings){ 0.0f, 1.0f, 1 });
+    ExpertStore *store = &m->experts;
+    long long h0 = store->hits, m0 = store->misses;
+    double t0 = now_seconds();
+    for (int i = 0; i < N; i++) generator_prefill(g, &ref->full.ids[i], 1);
+    double dt = now_seconds() - t0;
+    generator_free(g);
+    long long hits = store->hits - h0, total = hits + store->misses - m0;
+    printf("REPLAY decode: %d tokens in %.3fs | %.3f tok/s | expert hit %.1f%%\n", N, dt, N / dt,
+           total ? 100.0 * hits / total : 0.0);
+}
+
+/* =============================================================================================
+   10. Text: tokenizer glue, chat template, prompt mode, terminal chat
+   Everything a person reads or types. Text becomes ids through tok.h (SNAP/tokenizer.json).
+   Conversations are chat.h's: it reads MESSAGES (messages, tool calls, tool results, the tools
+   list) and renders the chat template of the model's version into pieces, template tags and
+   text. chat_to_ids turns the pieces into ids: a tag by its id, text encoded as text, so a message
+   cannot smuggle in a tag unless SPECIAL=1 (the ids equal HF's tokenization of the rendered string
+   whenever the contents hold no tag). The form is GLM-5.2's (tokenizer.md §3.6) unless CHAT_FORMAT
+   or the template text shipped in SNAP says GLM-5.0/5.1 (§3.4); glm says which on stderr.
+   Replies come from the Generator (section 9), which samples exactly over the whole vocabulary
+   and stops at an EOS id of generation_config.json / config.json (not printed), at NGEN, when the
+   KV cache is full, or at Ctrl-C; here they are streamed as text that never splits a UTF-8
+   character.
+
+   Chat history lives in the KV cache: the first turn prefills the rendered opening (SYSTEM,
+   MESSAGES, the user line, the generation prompt); a later turn renders only its user message
+   and generation prompt as a continuation (<|user|>text<|assistant|><think>) after what is
+   already there, and a reply stays in the cache exactly as it was generated, reasoning included.
+   So the cache holds the conversation rendered with reasoning kept (chat.h's keep_reasoning=1,
+   the template's clear_thinking=false: GLM-5.1's "preserved thinking"), the opening included;
+   the templates' default would drop earlier reasoning, which means rewriting the cache and
+   prefilling the last answer again on every turn. With GLM-5.2 and thinking on, the cache starts
+   [gMASK]<sop><|system|>Reasoning Effort: Max. The stop token that ended a reply (usually
+   <|user|>) is not in the cache; the next turn writes <|user|> itself, so the cache holds a valid
+   rendering (the template would also strip() whitespace around an answer; the cache keeps the
+   model's). Limits: :think switches only the generation prompt of later turns (the GLM-5.2 effort
+   line is written, or not, by the first turn; :reset renders a new opening); a reply cut by NGEN or
+   Ctrl-C is in the cache up to its last printed token (:more goes on from there); a tool call the
+   model ends with <|observation|> is followed by the next user turn, as there is no tool to run.
+   :reset empties the cache (and reseeds the sampler, so a conversation can be replayed).
+   ============================================================================================= */
+
+/* ---- tokenizer glue -------------------------------------------------------------------------- */
+
+typedef struct {
+    Tokenizer *tok;
+    char path[4096];                /* SNAP/tokenizer.json, for messages */
+    TokSpecialMode text_mode;       /* how message text is encoded: SPECIAL=1 recognises every added token */
+    int tag[CHAT_TAG_COUNT];        /* the id of each chat template tag (chat.h's ChatTag); -1 when missing */
+} TextCodec;
+
+static TextCodec codec_load(const char *model_dir, int special) {
+    TextCodec tc;
+    memset(&tc, 0, sizeof tc);
+    snprintf(tc.path, sizeof tc.path, "%s/tokenizer.json", model_dir);
+    char err[1024];
+    tc.tok = tok_load(tc.path, err, sizeof err);
+    if (!tc.tok) die("cannot load the tokenizer (text modes need tokenizer.json in SNAP): %s", err);
+    tc.text_mode = special ? TOK_SPECIAL_ALL : TOK_SPECIAL_NONE;
+    for (int t = 0; t < CHAT_TAG_COUNT; t++) tc.tag[t] = tok_id(tc.tok, chat_tag_text(t));
+    return tc;
+}
+
+/* The tokenizer must belong to the model: every id it produces needs a row of the embedding, and
+   it must cover nearly every row. Checkpoints pad vocab_size above the tokenizer's ids (GLM-5:
+   154,880 rows for ~154,856 ids; DeepSeek-V3 ~465 spare rows), so up to VOCAB_PADDING_MAX rows
+   without a token are accepted; a tokenizer covering less is another model's (the 512-id test
+   tokenizer on a 154,880-row model printed nothing for 8 tokens). Ids without text that are
+   generated anyway are shown as <|id N|> (dialog_show_token). */
+#define VOCAB_PADDING_MAX 1024
+
+static void codec_check_vocab(const TextCodec *tc, int vocab) {
+    const int n = tok_vocab_size(tc->tok);
+    if (n > vocab)
+        die("%s has ids up to %d but the model's vocab_size is %d: tokenizer and model do not match", tc->path, n - 1, vocab);
+    if (n < vocab - VOCAB_PADDING_MAX)
+        die("%s has ids up to %d but the model's vocab_size is %d (at most %d rows may be padding): tokenizer and model do not match",
+            tc->path, n - 1, vocab, VOCAB_PADDING_MAX);
+}
+
+static void codec_free(TextCodec *tc) {
+    tok_free(tc->tok);
+    tc->tok = NULL;
+}
+
+static void tokens_push_text(TokenList *l, const TextCodec *tc, const char *text, size_t len) {
+    int32_t *ids;
+    size_t n;
+    if (tok_encode(tc->tok, text, len, tc->text_mode, &ids, &n)) die("out of memory while tokenizing %zu bytes", len);
+    for (size_t i = 0; i < n; i++) tokens_push(l, ids[i]);
+    free(ids);
+}
+
+/* ---- conversations as ids (chat.h) ------------------------------------------------------------ */
+
+/* Appends the ids of `conv` rendered with `o`: each tag by its id, each run of text encoded in the
+   codec's text mode. 0, or -1 with err naming the tokenizer and the tag it lacks (then nothing is
+   appended). Dies only when out of memory. */
+static int chat_to_ids(const TextCodec *tc, const ChatConv *conv, const ChatOptions *o, TokenList *out, char *err,
+                       size_t err_len) {
+    ChatPieces p = { 0 };
+    if (chat_render(conv, o, &p)) die("out of memory rendering the chat template");
+    for (size_t i = 0; i < p.n; i++)
+        if (p.v[i].tag >= 0 && tc->tag[p.v[i].tag] < 0) {
+            snprintf(err, err_len, "%s has no %s token, so the %s chat template cannot be rendered", tc->path,
+                     chat_tag_text(p.v[i].tag), chat_format_name(o->format));
+            chat_pieces_free(&p);
+            return -1;
+        }
+    for (size_t i = 0; i < p.n; i++) {
+        if (p.v[i].tag >= 0) tokens_push(out, tc->tag[p.v[i].tag]);
+        else tokens_push_text(out, tc, p.text + p.v[i].off, p.v[i].len);
+    }
+    chat_pieces_free(&p);
+    return 0;
+}
+
+/* The rendering every conversation of this run shares: the form (CHAT_FORMAT; auto reads SNAP's
+   template text), THINK and REASONING_EFFORT. Says on stderr which form and why. */
+static ChatOptions chat_options_from_settings(const Settings *set) {
+    ChatFormat format;
+    char msg[5000];
+    if (chat_model_format(set->model_dir, set->chat_format, &format, msg, sizeof msg)) die("%s", msg);
+    say("%s", msg);
+    ChatOptions o = chat_options(format);
+    o.thinking = set->think;
+    o.reasoning_effort = set->reasoning_effort;
+    return o;
+}
+
+/* The opening of a conversation, appended to c: SYSTEM, then MESSAGES (messages and tools), then
+   user_text if not NULL. */
+static void conversation_opening(const Settings *set, ChatConv *c, const char *user_text, size_t user_len) {
+    char err[5000];
+    if (set->system_prompt[0] && chat_conv_add(c, CHAT_SYSTEM, set->system_prompt, strlen(set->system_prompt)))
+        die("out of memory");
+    if (set->messages_path[0] && chat_conv_load(c, set->messages_path, err, sizeof err)) die("MESSAGES: %s", err);
+    if (user_text && chat_conv_add(c, CHAT_USER, user_text, user_len)) die("out of memory");
+}
+
+/* The ids of PROMPT mode (and of TEMPLATE_ONLY): the conversation's opening rendered with `o`
+   and a generation prompt, or the raw text with CHAT_TEMPLATE=0 (o unused). */
+static void build_prompt(const Settings *set, const TextCodec *tc, const ChatOptions *o, TokenList *out) {
+    if (!set->chat_template) { tokens_push_text(out, tc, set->prompt, strlen(set->prompt)); return; }
+    ChatConv conv;
+    chat_conv_init(&conv);
+    conversation_opening(set, &conv, set->prompt_given ? set->prompt : NULL, strlen(set->prompt));
+    char err[5000];
+    if (chat_to_ids(tc, &conv, o, out, err, sizeof err)) die("%s (CHAT_TEMPLATE=0 sends raw text)", err);
+    chat_conv_free(&conv);
+}
+
+/* ---- a conversation as text: the Generator's tokens on the terminal -------------------------- */
+
+/* Ctrl-C: the handler only counts; the generator reads the count (handed to it as its interrupt
+   flag) between tokens, prefill chunks and layers. A second Ctrl-C before it noticed the first
+   leaves at once. */
+static volatile sig_atomic_t g_interrupts;
 
 static void on_sigint(int sig) {
     (void)sig;
     if (++g_interrupts >= 2) {
-        restore_terminal();   /* tcsetattr and write are async-signal-safe */
+        lined_terminal_restore();   /* tcsetattr and write are async-signal-safe */
         if (write(STDERR_FILENO, "\nglm: interrupted\n", 18) < 0) { /* nothing more to do */ }
         _exit(130);
     }
@@ -3212,9 +3724,6 @@ static void install_sigint_handler(void) {
     sigaction(SIGINT, &sa, NULL);
 }
 
-typedef enum { STOP_NONE, STOP_EOS, STOP_LIMIT, STOP_INTERRUPT, STOP_CONTEXT } StopReason;
-static const char *const STOP_NAMES[] = { "-", "eos", "NGEN", "interrupted (Ctrl-C)", "context full" };
-
 #define ANSI_DIM "\033[2m"
 #define ANSI_RESET "\033[0m"
 
@@ -3227,14 +3736,10 @@ typedef struct {
 } TurnStats;
 
 typedef struct {
-    Model *model;
-    Session *session;
-    const ForwardOptions *opt;
+    Generator *gen;
     const TextCodec *codec;
-    Sampler sampler;
-    float *hidden, *logits;        /* [max_batch][hidden], [vocab] */
-    int pos;                       /* tokens in the KV cache */
-    int can_continue;              /* logits predict position pos: the last reply was cut (NGEN, Ctrl-C) */
+    ChatOptions chat;              /* the template form and settings (CHAT_TEMPLATE=1) */
+    int can_continue;              /* the last reply was cut (NGEN, Ctrl-C): :more may go on */
     int in_thinking;               /* the reply is between <think> and </think> */
     int out_tty;                   /* stdout is a terminal: dim the reasoning, show control bytes as ^X */
     TokStream stream;
@@ -3246,46 +3751,51 @@ typedef struct {
     double total_decode_seconds;
 } Dialog;
 
-static void dialog_init(Dialog *d, Model *m, Session *s, const ForwardOptions *opt, const TextCodec *tc, const Settings *set) {
+static void dialog_show_token(void *user, int id);
+
+/* The dialog prints what `gen` generates and hands it the Ctrl-C counter as its interrupt. */
+static void dialog_init(Dialog *d, Generator *gen, const TextCodec *tc) {
     memset(d, 0, sizeof *d);
-    d->model = m;
-    d->session = s;
-    d->opt = opt;
+    d->gen = gen;
     d->codec = tc;
-    sampler_init(&d->sampler, m->c.vocab, set->temperature, set->top_p, set->seed);
-    d->hidden = xmalloc((size_t)s->max_batch * m->c.hidden * sizeof(float));
-    d->logits = xmalloc((size_t)m->c.vocab * sizeof(float));
     d->out_tty = isatty(STDOUT_FILENO);
     d->text_cap = tok_stream_out_cap(tc->tok);
     d->text = xmalloc(d->text_cap);
     tok_stream_init(&d->stream);
+    gen->on_token = dialog_show_token;
+    gen->on_token_user = d;
+    gen->interrupt = &g_interrupts;
+}
+
+static void dialog_free(Dialog *d) {
+    free(d->text);
+    d->text = NULL;
 }
 
 /* Model text to stdout. On a terminal, control bytes (ESC, CR, BEL, C1 controls) are shown as
    ^X / U+FFFD instead of being obeyed: a model must not be able to drive the terminal. */
 static void emit_text(const Dialog *d, const char *s, size_t n) {
-    if (!d->out_tty) { fwrite(s, 1, n, stdout); return; }
-    for (size_t i = 0; i < n; i++) {
-        unsigned char b = (unsigned char)s[i];
-        if ((b < 0x20 && b != '\n' && b != '\t') || b == 0x7F) {
-            putchar('^');
-            putchar(b == 0x7F ? '?' : b + 0x40);
-        } else if (b == 0xC2 && i + 1 < n && (unsigned char)s[i + 1] >= 0x80 && (unsigned char)s[i + 1] <= 0x9F) {
-            fputs("\xEF\xBF\xBD", stdout);
-            i++;
-        } else {
-            putchar(b);
-        }
-    }
+    if (d->out_tty) put_terminal_safe(stdout, s, n, 0);
+    else fwrite(s, 1, n, stdout);
 }
 
-static void dialog_show_token(Dialog *d, int id) {
+static void dialog_show_token(void *user, int id) {
+    Dialog *d = user;
     const TextCodec *tc = d->codec;
-    if (id == tc->think && d->out_tty && !d->in_thinking) fputs(ANSI_DIM, stdout);
+    if (!tok_piece(tc->tok, id, NULL)) {   /* a row without a token (vocab padding): shown, never dropped */
+        size_t n = tok_stream_flush(&d->stream, d->text, d->text_cap);
+        emit_text(d, d->text, n < d->text_cap ? n : d->text_cap);
+        char mark[32];
+        emit_text(d, mark, (size_t)snprintf(mark, sizeof mark, "<|id %d|>", id));
+        fflush(stdout);
+        return;
+    }
+    const int think = tc->tag[CHAT_TAG_THINK], end_think = tc->tag[CHAT_TAG_END_THINK];
+    if (id == think && d->out_tty && !d->in_thinking) fputs(ANSI_DIM, stdout);
     size_t n = tok_stream_feed(tc->tok, &d->stream, id, d->text, d->text_cap);
     emit_text(d, d->text, n < d->text_cap ? n : d->text_cap);
-    if (id == tc->think) d->in_thinking = 1;
-    if (id == tc->end_think && tc->end_think >= 0) {
+    if (id == think) d->in_thinking = 1;
+    if (id == end_think) {
         if (d->out_tty && d->in_thinking) fputs(ANSI_RESET, stdout);
         d->in_thinking = 0;
     }
@@ -3299,62 +3809,50 @@ static void dialog_flush_text(Dialog *d) {
     fflush(stdout);
 }
 
-static int is_eos(const Config *c, int id) {
-    for (int i = 0; i < c->n_eos; i++) if (c->eos[i] == id) return 1;
-    return 0;
-}
-
 static void turn_begin(const Dialog *d, TurnStats *ts) {
+    const ExpertStore *store = &d->gen->model->experts;
     memset(ts, 0, sizeof *ts);
-    ts->hits0 = d->model->experts.hits;
-    ts->misses0 = d->model->experts.misses;
-    ts->bytes0 = d->model->experts.bytes_read;
-    ts->read_seconds0 = d->model->experts.read_seconds;
-    ts->wait_seconds0 = d->model->experts.wait_seconds;
+    ts->hits0 = store->hits;
+    ts->misses0 = store->misses;
+    ts->bytes0 = store->bytes_read;
+    ts->read_seconds0 = store->read_seconds;
+    ts->wait_seconds0 = store->wait_seconds;
 }
 
-/* Prefills `ids` at the end of the cache. Returns 0, or -1 when Ctrl-C stopped it: then the
-   cache is rolled back to where the turn began (later entries are simply overwritten). */
+/* Prefills `ids` at the end of the cache. Returns 0, or -1 when Ctrl-C stopped it (said on
+   stderr): then the cache is as it was before. */
 static int dialog_prefill(Dialog *d, const TokenList *ids, TurnStats *ts) {
     double t0 = now_seconds();
-    int done = prefill(d->model, d->session, d->opt, ids->ids, ids->n, d->pos, d->hidden, d->logits, &g_interrupts);
+    int done = generator_prefill(d->gen, ids->ids, ids->n);
     ts->prefill_seconds = now_seconds() - t0;
     ts->prompt_tokens = ids->n;
     d->can_continue = 0;   /* the logits now belong to this turn */
-    if (done < ids->n) return -1;
-    d->pos += ids->n;
-    return 0;
+    if (done == ids->n) return 0;
+    fprintf(stderr, "glm: prefill interrupted after %d of %d tokens\n", done, ids->n);
+    return -1;
 }
 
-/* Samples, prints and feeds back up to `limit` tokens (-1: no limit). keep_last: also feed the
-   last token when the limit is reached, so that :more can go on (prompt mode skips that step). */
-static void dialog_generate(Dialog *d, int limit, int keep_last, TurnStats *ts) {
-    const Config *c = &d->model->c;
+/* Generates, prints and caches up to `limit` tokens (-1: no limit). resumable: also run the last
+   token's forward when the limit is reached, so that :more can go on (prompt mode skips that). */
+static void dialog_generate(Dialog *d, int limit, int resumable, TurnStats *ts) {
+    Generator *g = d->gen;
+    g->stop_rules.max_tokens = limit;
+    g->stop_rules.resumable = resumable;
+    generator_begin(g);
     const double t0 = now_seconds();
-    StopReason stop = STOP_NONE;
+    const long long forwards0 = g->forwards;
     if (d->out_tty && d->in_thinking) fputs(ANSI_DIM, stdout);
-    int n = 0;
-    while (stop == STOP_NONE) {
-        if (g_interrupts) { stop = STOP_INTERRUPT; break; }
-        if (limit >= 0 && n >= limit) { stop = STOP_LIMIT; break; }
-        int id = sampler_sample(&d->sampler, d->logits);
-        if (is_eos(c, id)) { stop = STOP_EOS; break; }
-        if (d->pos >= d->session->capacity) { stop = STOP_CONTEXT; break; }
-        dialog_show_token(d, id);
-        n++;
-        if (!keep_last && limit >= 0 && n >= limit) { stop = STOP_LIMIT; break; }
-        model_forward(d->model, d->session, d->opt, &id, 1, d->pos, d->hidden, d->logits, 1);
-        d->pos++;
-        ts->forwards++;
-    }
+    int id;
+    while (generator_step(g, &id, 1) > 0) {}
     if (d->out_tty && d->in_thinking) fputs(ANSI_RESET, stdout);
     fflush(stdout);
-    ts->generated += n;
+    ts->generated += g->generated;
+    ts->forwards += (int)(g->forwards - forwards0);
     ts->decode_seconds += now_seconds() - t0;
-    ts->stop = stop;
-    d->can_continue = keep_last && (stop == STOP_LIMIT || stop == STOP_INTERRUPT);
+    ts->stop = g->stop;
+    d->can_continue = resumable && (g->stop == STOP_LIMIT || g->stop == STOP_INTERRUPT);
     d->replies++;
-    d->total_generated += n;
+    d->total_generated += g->generated;
     d->total_forwards += ts->forwards;
     d->total_decode_seconds += ts->decode_seconds;
 }
@@ -3366,7 +3864,7 @@ static void print_hit_rate(char *buf, size_t n, long long hits, long long misses
 
 /* The stats line after a prompt-mode answer and after each chat turn. */
 static void print_turn_stats(const Dialog *d, const TurnStats *ts) {
-    const ExpertStore *store = &d->model->experts;
+    const ExpertStore *store = &d->gen->model->experts;
     char hit[32];
     print_hit_rate(hit, sizeof hit, store->hits - ts->hits0, store->misses - ts->misses0);
     char speed[32] = "-";
@@ -3375,284 +3873,47 @@ static void print_turn_stats(const Dialog *d, const TurnStats *ts) {
     fprintf(stderr, "glm: [%d prompt tokens, prefill %.3f s | %d tokens, decode %s tok/s | expert hit %s, read %.0f MB "
                     "(%.2f GB/s), waited on disk %.2f s | peak RSS %.2f GB | context %d/%d | stop: %s]\n",
             ts->prompt_tokens, ts->prefill_seconds, ts->generated, speed, hit, mb, rs > 0 ? mb / 1e3 / rs : 0.0,
-            store->wait_seconds - ts->wait_seconds0, peak_rss_gb(), d->pos, d->session->capacity, STOP_NAMES[ts->stop]);
+            store->wait_seconds - ts->wait_seconds0, peak_rss_gb(), d->gen->pos, d->gen->session->capacity, STOP_NAMES[ts->stop]);
 }
 
-/* ---- terminal input: a small line editor --------------------------------------------------- */
+/* ---- terminal input: lined.h ------------------------------------------------------------------ */
 
-/* While a line is edited the terminal is raw (no echo, no signals: Ctrl-C arrives as a byte);
-   while a reply is generated it only stops echoing, and Ctrl-C raises SIGINT. Keys typed during
-   a reply stay queued for the next prompt. The original mode comes back at exit. */
-static void terminal_mode(int editing) {
-    if (!g_termios_saved) return;
-    struct termios t = g_saved_termios;
-    t.c_lflag &= ~(tcflag_t)(ECHO | ICANON);
-    if (editing) {
-        t.c_iflag &= ~(tcflag_t)(ICRNL | IXON | BRKINT | INPCK | ISTRIP);
-        t.c_lflag &= ~(tcflag_t)(ISIG | IEXTEN);
-    }
-    t.c_cc[VMIN] = 1;
-    t.c_cc[VTIME] = 0;
-    tcsetattr(STDIN_FILENO, TCSANOW, &t);   /* TCSANOW, not TCSAFLUSH: keep typed-ahead keys */
-}
-
-typedef enum { LINE_OK, LINE_EOF, LINE_QUIT } LineStatus;
-
+/* Chat input: the line editor when stdin is a terminal, else one plain line per message. While a
+   line is edited the terminal is raw (Ctrl-C arrives as a key); while a reply is generated it
+   only stops echoing, and Ctrl-C raises SIGINT. Keys typed during a reply stay queued for the
+   next prompt. The original mode comes back at exit (and in the SIGINT handler). */
 typedef struct {
-    int tty;                       /* stdin is a terminal: raw-mode editing; else plain reads */
-    int fd;                        /* where the line is drawn: stdout, or stderr when stdout is a file */
-    char **history;                /* this session's lines, oldest first */
-    int n_history;
-    char *buf;                     /* the line being edited (NUL-terminated) */
-    size_t len, cap, cursor;       /* cursor: a byte offset at a character boundary */
-} LineEditor;
+    int tty;                  /* stdin is a terminal */
+    LineEditor editor;
+    char *line;               /* a plain line (not a terminal) */
+    size_t cap;
+} ChatInput;
 
-static void line_reserve(LineEditor *ed, size_t need) {
-    if (need + 1 <= ed->cap) return;
-    while (ed->cap < need + 1) ed->cap = ed->cap ? 2 * ed->cap : 256;
-    char *grown = realloc(ed->buf, ed->cap);
-    if (!grown) die("out of memory for the input line");
-    ed->buf = grown;
+static void chat_input_open(ChatInput *in) {
+    memset(in, 0, sizeof *in);
+    in->tty = isatty(STDIN_FILENO);
+    /* the line is drawn where the replies go, or on stderr when stdout is a file */
+    lined_init(&in->editor, STDIN_FILENO, isatty(STDOUT_FILENO) || !isatty(STDERR_FILENO) ? STDOUT_FILENO : STDERR_FILENO);
+    if (in->tty && lined_terminal_save(STDIN_FILENO) == 0) atexit(lined_terminal_restore);
 }
 
-static void line_set(LineEditor *ed, const char *s) {
-    ed->len = strlen(s);
-    line_reserve(ed, ed->len);
-    memcpy(ed->buf, s, ed->len + 1);
-    ed->cursor = ed->len;
+static void chat_input_close(ChatInput *in) {
+    lined_free(&in->editor);
+    free(in->line);
 }
 
-
-/* Terminal columns of one character: 0 for combining marks, 2 for East Asian wide and fullwidth
-   characters and emoji, else 1 (a compact stand-in for wcwidth, which depends on the locale). */
-static int char_columns(uint32_t cp) {
-    static const uint32_t wide[][2] = {
-        { 0x1100, 0x115F }, { 0x2E80, 0x303E }, { 0x3041, 0x33FF }, { 0x3400, 0x4DBF }, { 0x4E00, 0x9FFF },
-        { 0xA000, 0xA4CF }, { 0xAC00, 0xD7A3 }, { 0xF900, 0xFAFF }, { 0xFE30, 0xFE4F }, { 0xFF00, 0xFF60 },
-        { 0xFFE0, 0xFFE6 }, { 0x1F300, 0x1F64F }, { 0x1F900, 0x1F9FF }, { 0x20000, 0x3FFFD },
-    };
-    if (cp >= 0x300 && tok_uni_category(cp) == TOK_CAT_M) return 0;
-    for (size_t i = 0; i < sizeof wide / sizeof wide[0]; i++)
-        if (cp >= wide[i][0] && cp <= wide[i][1]) return 2;
-    return 1;
-}
-
-static int is_continuation(char c) { return ((unsigned char)c & 0xC0) == 0x80; }
-
-/* A combining mark (no columns of its own) starts at byte i: it moves and deletes with its base. */
-static int combining_at(const LineEditor *ed, size_t i) {
-    uint32_t cp;
-    int status;
-    tok_utf8_next((const unsigned char *)ed->buf + i, ed->len - i, &cp, &status);
-    return char_columns(cp) == 0;
-}
-
-/* The start of the character (with its combining marks) before / after byte offset i. */
-static size_t char_before(const LineEditor *ed, size_t i) {
-    do {
-        do i--; while (i > 0 && is_continuation(ed->buf[i]));
-    } while (i > 0 && combining_at(ed, i));
-    return i;
-}
-
-static size_t char_after(const LineEditor *ed, size_t i) {
-    do {
-        do i++; while (i < ed->len && is_continuation(ed->buf[i]));
-    } while (i < ed->len && combining_at(ed, i));
-    return i;
-}
-
-/* Terminal columns of buf[a, b). */
-static int line_columns(const LineEditor *ed, size_t a, size_t b) {
-    int cols = 0;
-    for (size_t i = a; i < b;) {
-        uint32_t cp;
-        int status;
-        i += tok_utf8_next((const unsigned char *)ed->buf + i, b - i, &cp, &status);
-        cols += char_columns(cp);
+/* One line of input (without the newline) into *line. */
+static LinedStatus chat_input_read(ChatInput *in, const char *prompt, const char **line) {
+    if (in->tty) {
+        LinedStatus status = lined_read(&in->editor, prompt);
+        *line = in->editor.buf;
+        return status;
     }
-    return cols;
-}
-
-static int terminal_width(int fd) {
-    struct winsize ws;
-    if (ioctl(fd, TIOCGWINSZ, &ws) == 0 && ws.ws_col > 0) return ws.ws_col;
-    return 80;
-}
-
-static void write_all(int fd, const char *s, size_t n) {
-    while (n) {
-        ssize_t k = write(fd, s, n);
-        if (k < 0 && errno == EINTR) continue;
-        if (k <= 0) return;
-        s += k;
-        n -= (size_t)k;
-    }
-}
-
-/* Redraws the prompt and the line on one row; a line wider than the terminal scrolls sideways so
-   the cursor stays visible. */
-static void line_refresh(const LineEditor *ed, const char *prompt) {
-    const int prompt_cols = (int)strlen(prompt);
-    const int room = terminal_width(ed->fd) - prompt_cols - 1;
-    size_t start = 0, end = ed->len;
-    while (start < ed->cursor && line_columns(ed, start, ed->cursor) > room) start = char_after(ed, start);
-    while (end > ed->cursor && line_columns(ed, start, end) > room) end = char_before(ed, end);
-    size_t cap = ed->len + strlen(prompt) + 32, n = 0;
-    char *out = xmalloc(cap);
-    n += (size_t)snprintf(out + n, cap - n, "\r%s", prompt);
-    memcpy(out + n, ed->buf + start, end - start);
-    n += end - start;
-    n += (size_t)snprintf(out + n, cap - n, "\033[K\r");
-    const int cursor_col = prompt_cols + line_columns(ed, start, ed->cursor);
-    if (cursor_col > 0) n += (size_t)snprintf(out + n, cap - n, "\033[%dC", cursor_col);
-    write_all(ed->fd, out, n);
-    free(out);
-}
-
-static int read_byte(unsigned char *c) {
-    for (;;) {
-        ssize_t k = read(STDIN_FILENO, c, 1);
-        if (k == 1) return 1;
-        if (k < 0 && errno == EINTR) continue;
-        return 0;
-    }
-}
-
-enum { KEY_NONE = 0x100, KEY_LEFT, KEY_RIGHT, KEY_UP, KEY_DOWN, KEY_HOME, KEY_END, KEY_DELETE };
-
-/* After ESC: decodes CSI / SS3 sequences of the keys we handle; anything else is swallowed. */
-static int read_escape(void) {
-    unsigned char c, kind;
-    if (!read_byte(&kind)) return KEY_NONE;
-    if (kind != '[' && kind != 'O') return KEY_NONE;
-    int number = 0;
-    for (;;) {
-        if (!read_byte(&c)) return KEY_NONE;
-        if (c >= '0' && c <= '9') { number = number * 10 + (c - '0'); continue; }
-        if (c == ';') continue;
-        break;
-    }
-    switch (c) {
-    case 'A': return KEY_UP;
-    case 'B': return KEY_DOWN;
-    case 'C': return KEY_RIGHT;
-    case 'D': return KEY_LEFT;
-    case 'H': return KEY_HOME;
-    case 'F': return KEY_END;
-    case '~': return number == 1 || number == 7 ? KEY_HOME : number == 4 || number == 8 ? KEY_END : number == 3 ? KEY_DELETE : KEY_NONE;
-    default: return KEY_NONE;
-    }
-}
-
-static void line_delete(LineEditor *ed, size_t from, size_t to) {
-    memmove(ed->buf + from, ed->buf + to, ed->len - to + 1);
-    ed->len -= to - from;
-    if (ed->cursor > to) ed->cursor -= to - from;
-    else if (ed->cursor > from) ed->cursor = from;
-}
-
-static void line_insert(LineEditor *ed, const char *s, size_t n) {
-    line_reserve(ed, ed->len + n);
-    memmove(ed->buf + ed->cursor + n, ed->buf + ed->cursor, ed->len - ed->cursor + 1);
-    memcpy(ed->buf + ed->cursor, s, n);
-    ed->len += n;
-    ed->cursor += n;
-}
-
-static void history_add(LineEditor *ed, const char *line) {
-    if (!line[0] || (ed->n_history && !strcmp(ed->history[ed->n_history - 1], line))) return;
-    char **grown = realloc(ed->history, (size_t)(ed->n_history + 1) * sizeof(char *));
-    if (!grown) die("out of memory for the input history");
-    ed->history = grown;
-    ed->history[ed->n_history++] = strdup(line);
-}
-
-/* Raw-mode editing: left/right, Home/End, Backspace/Delete, Ctrl-A/E/B/F/U/K/W/L, up/down for
-   this session's history. Ctrl-D on an empty line is end of input; Ctrl-C clears the line, or
-   quits when it is already empty. */
-static LineStatus line_edit(LineEditor *ed, const char *prompt) {
-    line_set(ed, "");
-    int browsing = ed->n_history;   /* index into history; n_history = the new line */
-    char *draft = NULL;             /* the new line while browsing older ones */
-    terminal_mode(1);
-    line_refresh(ed, prompt);
-    LineStatus status = LINE_OK;
-    for (;;) {
-        unsigned char c;
-        if (!read_byte(&c)) { status = LINE_EOF; break; }
-        int key = c;
-        if (c == 27) key = read_escape();
-        if (key == '\r' || key == '\n') break;
-        switch (key) {
-        case 3:    /* Ctrl-C */
-            if (!ed->len) { status = LINE_QUIT; goto done; }
-            line_set(ed, "");
-            break;
-        case 4:    /* Ctrl-D */
-            if (!ed->len) { status = LINE_EOF; goto done; }
-            if (ed->cursor < ed->len) line_delete(ed, ed->cursor, char_after(ed, ed->cursor));
-            break;
-        case KEY_DELETE:
-            if (ed->cursor < ed->len) line_delete(ed, ed->cursor, char_after(ed, ed->cursor));
-            break;
-        case 127: case 8:   /* Backspace: one whole UTF-8 character */
-            if (ed->cursor > 0) line_delete(ed, char_before(ed, ed->cursor), ed->cursor);
-            break;
-        case 1: case KEY_HOME: ed->cursor = 0; break;
-        case 5: case KEY_END: ed->cursor = ed->len; break;
-        case 2: case KEY_LEFT: if (ed->cursor > 0) ed->cursor = char_before(ed, ed->cursor); break;
-        case 6: case KEY_RIGHT: if (ed->cursor < ed->len) ed->cursor = char_after(ed, ed->cursor); break;
-        case 21: line_delete(ed, 0, ed->cursor); break;          /* Ctrl-U */
-        case 11: line_delete(ed, ed->cursor, ed->len); break;    /* Ctrl-K */
-        case 23: {                                               /* Ctrl-W: the word before the cursor */
-            size_t i = ed->cursor;
-            while (i > 0 && ed->buf[i - 1] == ' ') i--;
-            while (i > 0 && ed->buf[i - 1] != ' ') i--;
-            line_delete(ed, i, ed->cursor);
-            break;
-        }
-        case 12: write_all(ed->fd, "\033[H\033[2J", 7); break;           /* Ctrl-L */
-        case 16: case KEY_UP: case 14: case KEY_DOWN: {          /* history: Ctrl-P / Ctrl-N too */
-            int step = key == 16 || key == KEY_UP ? -1 : 1;
-            int to = browsing + step;
-            if (to < 0 || to > ed->n_history) break;
-            if (browsing == ed->n_history) { free(draft); draft = strdup(ed->buf); }
-            browsing = to;
-            line_set(ed, browsing == ed->n_history ? (draft ? draft : "") : ed->history[browsing]);
-            break;
-        }
-        case '\t': line_insert(ed, " ", 1); break;
-        default:
-            if (key >= 0x20 && key < 0x80 && key != 127) {
-                char ch = (char)key;
-                line_insert(ed, &ch, 1);
-            } else if (key >= 0xC2 && key <= 0xF4) {   /* a UTF-8 character: read it whole */
-                char utf8[4] = { (char)key };
-                size_t need = key >= 0xF0 ? 4 : key >= 0xE0 ? 3 : 2, got = 1;
-                while (got < need && read_byte(&c) && (c & 0xC0) == 0x80) utf8[got++] = (char)c;
-                if (got == need) line_insert(ed, utf8, need);
-            }
-            break;   /* other control bytes are ignored */
-        }
-        line_refresh(ed, prompt);
-    }
-done:
-    free(draft);
-    write_all(ed->fd, "\r\n", 2);
-    terminal_mode(0);
-    if (status == LINE_OK) history_add(ed, ed->buf);
-    return status;
-}
-
-/* One line of input into ed->buf (without the newline). */
-static LineStatus line_read(LineEditor *ed, const char *prompt) {
-    if (ed->tty) return line_edit(ed, prompt);
-    ssize_t n = getline(&ed->buf, &ed->cap, stdin);
-    if (n < 0) return errno == EINTR ? LINE_QUIT : LINE_EOF;
-    while (n > 0 && (ed->buf[n - 1] == '\n' || ed->buf[n - 1] == '\r')) ed->buf[--n] = 0;
-    ed->len = ed->cursor = (size_t)n;
-    return LINE_OK;
+    ssize_t n = getline(&in->line, &in->cap, stdin);
+    if (n < 0) return errno == EINTR ? LINED_QUIT : LINED_EOF;
+    while (n > 0 && (in->line[n - 1] == '\n' || in->line[n - 1] == '\r')) in->line[--n] = 0;
+    *line = in->line;
+    return LINED_OK;
 }
 
 /* ---- the modes --------------------------------------------------------------------------------- */
@@ -3662,6 +3923,9 @@ static int run_tokenize(const Settings *set) {
     TextCodec tc = codec_load(set->model_dir, set->special);
     FILE *f = fopen(set->tokenize_path, "r");
     if (!f) die("TOKENIZE=%s: cannot open: %s", set->tokenize_path, strerror(errno));
+    struct stat sb;   /* a device such as /dev/zero is one endless line */
+    if (fstat(fileno(f), &sb) == 0 && !S_ISREG(sb.st_mode) && !S_ISFIFO(sb.st_mode))
+        die("TOKENIZE=%s: not a file or a pipe", set->tokenize_path);
     char *line = NULL;
     size_t cap = 0;
     ssize_t n;
@@ -3683,11 +3947,11 @@ static int run_tokenize(const Settings *set) {
     }
     free(line);
     fclose(f);
-    tok_free(tc.tok);
+    codec_free(&tc);
     return 0;
 }
 
-/* Prints s as a JSON string to f (UTF-8 kept, only what JSON requires escaped). */
+/* Prints s as a JSON string to f (UTF-8 kept; escaped: what JSON requires, and DEL and C1 controls). */
 static void print_json_string(FILE *f, const char *s, size_t n) {
     fputc('"', f);
     for (size_t i = 0; i < n; i++) {
@@ -3696,7 +3960,9 @@ static void print_json_string(FILE *f, const char *s, size_t n) {
         else if (b == '\n') fputs("\\n", f);
         else if (b == '\t') fputs("\\t", f);
         else if (b == '\r') fputs("\\r", f);
-        else if (b < 0x20) fprintf(f, "\\u%04x", b);
+        else if (b < 0x20 || b == 0x7F) fprintf(f, "\\u%04x", b);
+        else if (b == 0xC2 && i + 1 < n && (unsigned char)s[i + 1] <= 0x9F && (unsigned char)s[i + 1] >= 0x80)
+            fprintf(f, "\\u%04x", (unsigned char)s[++i]);   /* C1 controls: escaped, as a terminal might obey them */
         else fputc(b, f);
     }
     fputc('"', f);
@@ -3706,7 +3972,9 @@ static void print_json_string(FILE *f, const char *s, size_t n) {
 static int run_template_only(const Settings *set) {
     TextCodec tc = codec_load(set->model_dir, set->special);
     TokenList ids = { 0 };
-    build_prompt(set, &tc, &ids);
+    ChatOptions chat = { 0 };
+    if (set->chat_template) chat = chat_options_from_settings(set);
+    build_prompt(set, &tc, &chat, &ids);
     char *text;
     size_t len;
     if (tok_decode(tc.tok, ids.ids, (size_t)ids.n, 0, &text, &len)) die("out of memory decoding the prompt");
@@ -3716,7 +3984,7 @@ static int run_template_only(const Settings *set) {
     putchar('\n');
     free(text);
     free(ids.ids);
-    tok_free(tc.tok);
+    codec_free(&tc);
     return 0;
 }
 
@@ -3741,12 +4009,13 @@ static void chat_print_help(void) {
 }
 
 static void chat_print_totals(const Dialog *d, const Settings *set, int think) {
-    const ExpertStore *store = &d->model->experts;
+    const Generator *g = d->gen;
+    const ExpertStore *store = &g->model->experts;
     char hit[32];
     print_hit_rate(hit, sizeof hit, store->hits, store->misses);
     fprintf(stderr, "glm: context %d/%d tokens | %d replies, %lld tokens, decode %.2f tok/s | expert hit %s since start | "
                     "peak RSS %.2f GB | TEMP %g, NUCLEUS %g, SEED %llu | thinking %s\n",
-            d->pos, d->session->capacity, d->replies, d->total_generated,
+            g->pos, g->session->capacity, d->replies, d->total_generated,
             d->total_decode_seconds > 0 ? d->total_forwards / d->total_decode_seconds : 0.0, hit, peak_rss_gb(),
             set->temperature, set->top_p, (unsigned long long)set->seed, think ? "on" : "off");
 }
@@ -3754,25 +4023,19 @@ static void chat_print_totals(const Dialog *d, const Settings *set, int think) {
 /* CHAT mode. Each turn prefills only its own tokens; see the section comment for how the cache
    and the template stay consistent. */
 static int run_chat(const Settings *set, Dialog *d) {
-    LineEditor ed;
-    memset(&ed, 0, sizeof ed);
-    ed.tty = isatty(STDIN_FILENO);
-    ed.fd = isatty(STDOUT_FILENO) || !isatty(STDERR_FILENO) ? STDOUT_FILENO : STDERR_FILENO;
-    if (ed.tty && tcgetattr(STDIN_FILENO, &g_saved_termios) == 0) {
-        g_termios_saved = 1;
-        atexit(restore_terminal);
-    }
+    Generator *g = d->gen;
+    ChatInput input;
+    chat_input_open(&input);
     install_sigint_handler();
-    const char *prompt = ed.tty ? "> " : "";
+    const char *prompt = input.tty ? "> " : "";
     int think = set->think;
     fprintf(stderr, "glm: chat: type a message and press Enter; :help lists the commands. Ctrl-C stops a reply; "
                     "Ctrl-D (or Ctrl-C on an empty line) quits.\n");
     for (;;) {
         fflush(stdout);
-        expert_store_idle(&d->model->experts);   /* the disk is free while the user types: bring in the hot experts */
-        LineStatus status = line_read(&ed, prompt);
-        if (status != LINE_OK) break;
-        const char *line = ed.buf;
+        expert_store_idle(&d->gen->model->experts);   /* the disk is free while the user types: bring in the hot experts */
+        const char *line;
+        if (chat_input_read(&input, prompt, &line) != LINED_OK) break;
         TurnStats ts;
         turn_begin(d, &ts);
         g_interrupts = 0;
@@ -3784,16 +4047,16 @@ static int run_chat(const Settings *set, Dialog *d) {
             else if (!strcmp(line, ":think off")) { think = 0; fprintf(stderr, "glm: thinking off for the next turns\n"); }
             else if (!strcmp(line, ":think")) fprintf(stderr, "glm: thinking is %s (:think on|off)\n", think ? "on" : "off");
             else if (!strcmp(line, ":reset")) {
-                d->pos = 0;
+                generator_rollback(g, 0);
+                sampler_restart(&g->sampler);
                 d->can_continue = 0;
                 d->in_thinking = 0;
-                d->sampler.state = d->sampler.seed;
                 tok_stream_init(&d->stream);
                 fprintf(stderr, "glm: conversation cleared\n");
             } else if (!strcmp(line, ":more")) {
                 if (!d->can_continue) {
                     fprintf(stderr, "glm: nothing to continue: %s\n",
-                            d->pos ? "the last reply ended (EOS, a full context, or a cancelled turn)" : "no reply yet");
+                            g->pos ? "the last reply ended (EOS, a full context, or a cancelled turn)" : "no reply yet");
                     continue;
                 }
                 dialog_generate(d, set->ngen, 1, &ts);
@@ -3801,7 +4064,7 @@ static int run_chat(const Settings *set, Dialog *d) {
                 fflush(stdout);
                 print_turn_stats(d, &ts);
             } else {
-                fprintf(stderr, "glm: unknown command %s (:help lists them)\n", line);
+                say("unknown command %s (:help lists them)", line);
             }
             continue;
         }
@@ -3812,20 +4075,21 @@ static int run_chat(const Settings *set, Dialog *d) {
         if (!set->chat_template) {
             tokens_push_text(&ids, d->codec, line, strlen(line));
         } else {
-            int n;
-            JsonDoc *doc = NULL;
-            ChatMessage *msgs;
-            ChatMessage user = { ROLE_USER, line, strlen(line), NULL, 0 };
-            if (d->pos == 0) msgs = conversation_opening(set, line, strlen(line), &n, &doc);
-            else { msgs = &user; n = 1; }
-            chat_render(d->codec, msgs, n, d->pos == 0, &ids);
-            chat_generation_prompt(d->codec, think, &ids);
-            if (msgs != &user) free(msgs);
-            if (doc) json_free(doc);
+            ChatConv turn;
+            chat_conv_init(&turn);
+            ChatOptions o = d->chat;
+            o.thinking = think;
+            o.keep_reasoning = 1;   /* what the cache holds: see the section comment */
+            o.continuation = g->pos > 0;
+            if (o.continuation) { if (chat_conv_add(&turn, CHAT_USER, line, strlen(line))) die("out of memory"); }
+            else conversation_opening(set, &turn, line, strlen(line));
+            char err[5000];
+            if (chat_to_ids(d->codec, &turn, &o, &ids, err, sizeof err)) die("%s (CHAT_TEMPLATE=0 sends raw text)", err);
+            chat_conv_free(&turn);
         }
-        if (d->pos + ids.n >= d->session->capacity) {
+        if (g->pos + ids.n >= g->session->capacity) {
             fprintf(stderr, "glm: context full: %d tokens used, this turn needs %d more and room to answer, CTX=%d "
-                            "(:reset starts over; a larger CTX keeps more)\n", d->pos, ids.n, d->session->capacity);
+                            "(:reset starts over; a larger CTX keeps more)\n", g->pos, ids.n, g->session->capacity);
             free(ids.ids);
             continue;
         }
@@ -3837,16 +4101,14 @@ static int run_chat(const Settings *set, Dialog *d) {
             putchar('\n');
             fflush(stdout);
             print_turn_stats(d, &ts);
-            if (ts.stop == STOP_CONTEXT) fprintf(stderr, "glm: the context is full (CTX=%d): :reset to start over\n", d->session->capacity);
+            if (ts.stop == STOP_CONTEXT) fprintf(stderr, "glm: the context is full (CTX=%d): :reset to start over\n", g->session->capacity);
         } else {
             fprintf(stderr, "glm: turn cancelled during prefill; the conversation is as it was before it\n");
         }
         free(ids.ids);
     }
     fflush(stdout);
-    for (int i = 0; i < ed.n_history; i++) free(ed.history[i]);
-    free(ed.history);
-    free(ed.buf);
+    chat_input_close(&input);
     return 0;
 }
 
@@ -3861,7 +4123,7 @@ static void print_configuration(const Settings *set, const Model *m, int capacit
     fprintf(stderr, "glm: model %s: %d layers (+%d MTP), hidden %d, %d heads, vocab %d, %d experts top-%d "
                     "(groups %d/%d), indexer top-%d on %d full layers, rope theta %g%s\n",
             set->model_dir, c->n_layers, c->n_mtp, c->hidden, c->n_heads, c->vocab, c->n_experts, c->experts_per_tok,
-            c->topk_group, c->n_group, c->index_topk, full, c->rope_theta, c->fused_experts ? ", fused experts" : "");
+            c->topk_group, c->n_group, c->index_topk, full, c->rope_theta, m->experts.fused_layers ? ", fused experts" : "");
     fprintf(stderr, "glm: settings: expert_bits %d, dense_bits %d, GROUP %d, IDOT %d (%s kernels), ABSORB %s, INDEXER %s, "
                     "BATCH %d, context %d, threads %d (OMP_WAIT_POLICY %s)\n",
             set->expert_bits, set->dense_bits, set->group, set->idot, qt_kernel_name(qt_get_kernel()),
@@ -3911,22 +4173,6 @@ static void write_route_stats(const ExpertStore *store, const char *path) {
     if (atomic_commit(&af, err, sizeof err)) die("STATS=%s: %s", path, err);
 }
 
-/* REPLAY: decode full_ids one token at a time as fixed input — the decode benchmark. */
-static void run_replay(Model *m, Session *s, const ForwardOptions *opt, const Reference *ref) {
-    const int V = m->c.vocab, H = m->c.hidden, N = ref->full.n;
-    float *hidden = xmalloc((size_t)H * sizeof(float));
-    float *logits = xmalloc((size_t)V * sizeof(float));
-    ExpertStore *store = &m->experts;
-    long long h0 = store->hits, m0 = store->misses;
-    double t0 = now_seconds();
-    for (int i = 0; i < N; i++) model_forward(m, s, opt, &ref->full.ids[i], 1, i, hidden, logits, 1);
-    double dt = now_seconds() - t0;
-    long long hits = store->hits - h0, total = hits + store->misses - m0;
-    printf("REPLAY decode: %d tokens in %.3fs | %.3f tok/s | expert hit %.1f%%\n", N, dt, N / dt,
-           total ? 100.0 * hits / total : 0.0);
-    free(hidden); free(logits);
-}
-
 /* The KV cache, the expert cache and the forward options: what every mode that runs the model needs. */
 static ForwardOptions engine_start(const Settings *set, Model *model, Session *session, int capacity) {
     session_init(session, model, capacity, set->batch, 0);
@@ -3942,10 +4188,12 @@ static ForwardOptions engine_start(const Settings *set, Model *model, Session *s
     return opt;
 }
 
-static void engine_stop(const Settings *set, Model *model, const Session *session) {
+/* The end of a run that loaded a model: its statistics, then everything is released. */
+static void engine_stop(const Settings *set, Model *model, Session *session) {
     if (set->profile) print_profile(session, &model->experts);
     if (set->stats_path[0]) write_route_stats(&model->experts, set->stats_path);
-    expert_store_stop(&model->experts);
+    session_free(session);
+    model_free(model);
 }
 
 /* REF=file: teacher forcing, greedy decoding or REPLAY against the oracle's ids. */
@@ -3957,7 +4205,7 @@ static int run_validation(const Settings *set) {
     if (capacity < need) die("CTX=%d is smaller than the %d tokens this run needs", set->ctx, need);
     Model model;
     model_load(&model, set, capacity);
-    const IdList *lists[] = { &ref.prompt, &ref.full, &ref.tf_pred, &ref.mtp_pred };
+    const TokenList *lists[] = { &ref.prompt, &ref.full, &ref.tf_pred, &ref.mtp_pred };
     const char *list_names[] = { "prompt_ids", "full_ids", "tf_pred", "mtp_pred" };
     for (int k = 0; k < 4; k++)
         for (int i = 0; i < lists[k]->n; i++)
@@ -3973,15 +4221,18 @@ static int run_validation(const Settings *set) {
     print_expert_stats(&model.experts, now_seconds() - t0);
     fprintf(stderr, "glm: peak RSS %.2f GB\n", peak_rss_gb());
     engine_stop(set, &model, &session);
+    reference_free(&ref);
     return failed ? 3 : 0;
 }
 
 /* PROMPT and CHAT: the tokenizer first (a missing tokenizer.json fails before a long load). */
 static int run_text(Settings set) {
     TextCodec tc = codec_load(set.model_dir, set.special);
+    ChatOptions chat = { 0 };
+    if (set.chat_template) chat = chat_options_from_settings(&set);
     TokenList prompt = { 0 };
     if (set.mode == MODE_PROMPT) {
-        build_prompt(&set, &tc, &prompt);
+        build_prompt(&set, &tc, &chat, &prompt);
         if (!prompt.n) die("PROMPT is empty and CHAT_TEMPLATE=0: there is no token to continue from");
     }
     if (!set.seed) {   /* from the clock, printed so that the run can be repeated with SEED */
@@ -3990,16 +4241,13 @@ static int run_text(Settings set) {
     }
     /* a tokenizer with ids the model has no rows for belongs to another model: say so before the load */
     Config config = config_load(set.model_dir);
-    if (tok_vocab_size(tc.tok) > config.vocab)
-        die("%s has ids up to %d but the model's vocab_size is %d: tokenizer and model do not match",
-            tc.path, tok_vocab_size(tc.tok) - 1, config.vocab);
+    codec_check_vocab(&tc, config.vocab);
     /* KV cache: the prompt plus NGEN, or a default window for open-ended answers and chat */
     int capacity = set.ctx;
     if (!capacity) capacity = set.mode == MODE_PROMPT && set.ngen >= 0 ? prompt.n + set.ngen + 1 : prompt.n + default_context(&config);
     if (set.mode == MODE_PROMPT && prompt.n >= capacity)
         die("the prompt has %d tokens and CTX=%d leaves no room for an answer", prompt.n, capacity);
-    free(config.layer_dense);
-    free(config.layer_indexer);
+    config_free(&config);
     Model model;
     model_load(&model, &set, capacity);
     if (!model.c.n_eos)
@@ -4010,11 +4258,16 @@ static int run_text(Settings set) {
         fprintf(stderr, "glm: sampling: TEMP %g, NUCLEUS %g, SEED %llu\n", set.temperature, set.top_p, (unsigned long long)set.seed);
     else
         fprintf(stderr, "glm: sampling: greedy (TEMP=0)\n");
+    Generator *gen = generator_create(&model, &session, &opt, (SamplerSettings){ set.temperature, set.top_p, set.seed });
     Dialog dialog;
-    dialog_init(&dialog, &model, &session, &opt, &tc, &set);
+    dialog_init(&dialog, gen, &tc);
+    dialog.chat = chat;
     int rc = set.mode == MODE_PROMPT ? run_prompt(&set, &dialog, &prompt) : run_chat(&set, &dialog);
+    dialog_free(&dialog);
+    generator_free(gen);
     engine_stop(&set, &model, &session);
     free(prompt.ids);
+    codec_free(&tc);
     return rc;
 }
 
@@ -4075,7 +4328,7 @@ static void machine_rates_save(const Settings *set, const MachineRates *r) {
         print_json_string(f, r->disk_dir, strlen(r->disk_dir));
         fprintf(f, "}\n");
     }
-    if (!f || atomic_commit(&af, err, sizeof err)) fprintf(stderr, "glm: note: DOCTOR's rates not saved: %s\n", err);
+    if (!f || atomic_commit(&af, err, sizeof err)) say("note: DOCTOR's rates not saved: %s", err);
 }
 
 /* Reads DOCTOR's rates; 0 (with a reason) when there are none for this CPU. */
@@ -4249,6 +4502,7 @@ static Projection project_speed(Model *m, Loader *ld, const Settings *set, const
     load_matrix(&dry, "model.embed_tokens.weight", c->vocab, c->hidden, set->dense_bits, &unused);
     for (int l = c->n_layers; l < c->n_layers + c->n_mtp; l++) load_layer(&dry, m, l, set);
     const double dense_per_token = p->dense - dry.resident_bytes;
+    if (dry.format_stamps != ld->format_stamps) loader_free(&dry);   /* stamps the copy read itself */
     const int k = c->experts_per_tok, E = c->n_experts;
     pr.hit = p->slots >= E ? 1.0 : (double)p->slots / E;
     const double routed = (double)moe_main * k * ram_per_expert;
@@ -4261,6 +4515,12 @@ static Projection project_speed(Model *m, Loader *ld, const Settings *set, const
     const double chunk_compute = (double)B * pr.decode_weights_gb / r->prefill_gbps;
     pr.prefill_tok_s = B / (chunk_disk / r->disk_gbps + chunk_compute);
     return pr;
+}
+
+static int plan_end(Model *m, Loader *ld, int fits) {
+    loader_free(ld);
+    model_free(m);
+    return fits ? 0 : 2;
 }
 
 /* PLAN=1 / PLAN=json. Exit 0 when the model fits the budget, 2 when it does not. */
@@ -4312,7 +4572,7 @@ static int run_plan(const Settings *set) {
             print_json_string(stdout, reason, strlen(reason));
             printf("}\n");
         }
-        return fits ? 0 : 2;
+        return plan_end(&m, &ld, fits);
     }
     printf("glm: plan for %s: %d layers (+%d MTP), %d routed experts top-%d per MoE layer, %s experts; context %d tokens, "
            "BATCH %d\n", set->model_dir, c->n_layers, c->n_mtp, c->n_experts, c->experts_per_tok,
@@ -4331,7 +4591,7 @@ static int run_plan(const Settings *set) {
     else if (fits)
         printf("glm: projection: none (%s): run DOCTOR=1 SNAP=<a model folder on the disk that will hold the model> once; "
                "it measures the disk and kernel rates PLAN projects from\n", why);
-    return fits ? 0 : 2;
+    return plan_end(&m, &ld, fits);
 }
 
 /* One DOCTOR finding: "DOCTOR ok|warn|FAIL topic: what was found; what to do". */
@@ -4491,13 +4751,17 @@ int main(int argc, char **argv) {
 #endif
     g_integer_dot = set.idot;
     if (set.kernel != QT_KERNEL_AUTO) qt_set_kernel(set.kernel);
+    if (set.prompt_from_stdin) read_stdin_prompt(&set);
+    int rc;
     switch (set.mode) {
-    case MODE_TOKENIZE: return run_tokenize(&set);
-    case MODE_TEMPLATE: return run_template_only(&set);
-    case MODE_VALIDATE: return run_validation(&set);
-    case MODE_PLAN: return run_plan(&set);
-    case MODE_DOCTOR: return run_doctor(&set);
-    default: return run_text(set);
+    case MODE_TOKENIZE: rc = run_tokenize(&set); break;
+    case MODE_TEMPLATE: rc = run_template_only(&set); break;
+    case MODE_VALIDATE: rc = run_validation(&set); break;
+    case MODE_PLAN: rc = run_plan(&set); break;
+    case MODE_DOCTOR: rc = run_doctor(&set); break;
+    default: rc = run_text(set); break;
     }
+    free(set.stdin_prompt);
+    return rc;
 }
 #endif /* GLM_NO_MAIN */

@@ -1,4 +1,5 @@
-/* json.h - a strict RFC 8259 JSON parser that builds a read-only DOM in an arena.
+/* json.h - a strict RFC 8259 JSON parser that builds a read-only DOM in an arena, and a small
+ * writer that builds JSON text (HTTP responses).
  *
  * Single-header library in the stb style: every file may include it for the API; exactly ONE
  * translation unit of a program defines JSON_IMPLEMENTATION before including it:
@@ -22,11 +23,35 @@
  *     const char *json_str(const JsonValue *v, size_t *len);   NULL unless a string
  *     double json_num(const JsonValue *v);                       NaN unless a number
  *     int json_is_int(const JsonValue *v, int64_t *out);         1 if a number that is an exact integer
+ *     int json_int_literal(const JsonValue *v, int64_t *out);    1 if written as an integer (no fraction,
+ *                                                                no exponent) that fits int64
  *     int json_bool(const JsonValue *v);                         0/1, or -1 unless a bool
  *     char *json_read_file(const char *path, size_t *len, char *err, size_t err_len);
+ *     char *json_read_file_max(const char *path, size_t max_bytes, size_t *len, char *err, size_t err_len);
  *         Whole file, malloc'ed and NUL-terminated (free() it); NULL + "path: reason" on error.
+ *         A file longer than max_bytes (JSON_READ_MAX = 256 MiB for json_read_file) is refused, by
+ *         its size for a regular file, else after reading max_bytes + 1 bytes. Regular files and
+ *         pipes only: a directory, device (such as /dev/zero) or socket is refused by kind; a FIFO
+ *         with no writer reads as empty instead of blocking the open.
  *
- * Semantics
+ * Writer (builds JSON text into a growable buffer; the output is always valid JSON)
+ *     void jw_init(JsonWriter *w);   void jw_free(JsonWriter *w);   void jw_reset(JsonWriter *w);
+ *     void jw_obj(JsonWriter *w);    jw_obj_end(w);    jw_arr(w);    jw_arr_end(w);
+ *     void jw_key(JsonWriter *w, const char *key);            the next value is this member's
+ *     void jw_str(JsonWriter *w, const char *s);   jw_strn(w, s, len)
+ *     void jw_int(JsonWriter *w, int64_t v);  jw_num(w, double);  jw_bool(w, int);  jw_null(w);
+ *     void jw_raw(JsonWriter *w, const char *json, size_t len);   a value that is already JSON
+ *     jw_kstr / jw_kint / jw_knum / jw_kbool(w, key, value)       jw_key, then the value
+ *     const char *jw_text(const JsonWriter *w, size_t *len);      NUL-terminated; NULL on error
+ *   Commas are placed automatically. Strings: UTF-8 passes through; '"', '\\' and control
+ *   characters are escaped (\n \t \r \b \f, others \u00XX); each maximal invalid UTF-8 subpart
+ *   becomes U+FFFD (as Python's errors="replace" does). Numbers: integers exactly; doubles in the
+ *   shortest form that reads back as the same double; NaN and infinities become null. Misuse (a
+ *   value without a key inside an object, a key outside one, unbalanced ends, nesting deeper than
+ *   JSON_MAX_DEPTH) or running out of memory puts the writer in an error state: jw_text then
+ *   returns NULL, so a caller checks once at the end. jw_raw is trusted, not validated.
+ *
+ * Semantics of the parser
  *   - Strict RFC 8259: no comments, no trailing commas, no leading zeros, no NaN/Infinity, no
  *     unescaped control characters in strings, only the standard escapes, strings must be valid
  *     UTF-8 (RFC 3629: no overlongs, no encoded surrogates, nothing above U+10FFFF), \u escapes must
@@ -54,6 +79,7 @@
 #include <stdint.h>
 
 #define JSON_MAX_DEPTH 512
+#define JSON_READ_MAX ((size_t)256 << 20)   /* json_read_file's cap: 256 MiB */
 
 typedef enum { JSON_NULL, JSON_BOOL, JSON_NUMBER, JSON_STRING, JSON_ARRAY, JSON_OBJECT } JsonType;
 typedef struct JsonValue JsonValue;
@@ -72,8 +98,41 @@ const JsonValue *json_value_at(const JsonValue *obj, size_t i);
 const char *json_str(const JsonValue *v, size_t *len);
 double json_num(const JsonValue *v);
 int json_is_int(const JsonValue *v, int64_t *out);
+int json_int_literal(const JsonValue *v, int64_t *out);
 int json_bool(const JsonValue *v);
 char *json_read_file(const char *path, size_t *len, char *err, size_t err_len);
+char *json_read_file_max(const char *path, size_t max_bytes, size_t *len, char *err, size_t err_len);
+
+typedef struct {
+    char *buf;                  /* NUL-terminated text so far (NULL until the first write) */
+    size_t len, cap;
+    int depth;                  /* open containers */
+    int failed;                 /* misuse or out of memory: jw_text returns NULL */
+    int key_pending;            /* a key was written; its value comes next */
+    unsigned char is_object[JSON_MAX_DEPTH + 1];   /* per open container */
+    unsigned char has_items[JSON_MAX_DEPTH + 1];   /* per open container: a comma is due */
+} JsonWriter;
+
+void jw_init(JsonWriter *w);
+void jw_free(JsonWriter *w);
+void jw_reset(JsonWriter *w);
+void jw_obj(JsonWriter *w);
+void jw_obj_end(JsonWriter *w);
+void jw_arr(JsonWriter *w);
+void jw_arr_end(JsonWriter *w);
+void jw_key(JsonWriter *w, const char *key);
+void jw_str(JsonWriter *w, const char *s);
+void jw_strn(JsonWriter *w, const char *s, size_t len);
+void jw_int(JsonWriter *w, int64_t v);
+void jw_num(JsonWriter *w, double v);
+void jw_bool(JsonWriter *w, int v);
+void jw_null(JsonWriter *w);
+void jw_raw(JsonWriter *w, const char *json, size_t len);
+void jw_kstr(JsonWriter *w, const char *key, const char *s);
+void jw_kint(JsonWriter *w, const char *key, int64_t v);
+void jw_knum(JsonWriter *w, const char *key, double v);
+void jw_kbool(JsonWriter *w, const char *key, int v);
+const char *jw_text(const JsonWriter *w, size_t *len);
 
 #endif /* JSON_H */
 
@@ -87,7 +146,13 @@ char *json_read_file(const char *path, size_t *len, char *err, size_t err_len);
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <fcntl.h>
 #include <sys/stat.h>
+#include <unistd.h>
+
+#ifndef O_CLOEXEC   /* hidden by a strict _POSIX_C_SOURCE in the including file */
+#define O_CLOEXEC 0
+#endif
 
 typedef struct { const char *s; size_t len; } JsonKey;
 
@@ -565,54 +630,267 @@ int json_is_int(const JsonValue *v, int64_t *out) {
     return 0;
 }
 
+/* Python's json.loads makes 2 an int and 2.0 or 2e0 a float; re-serializing as Python does needs to
+ * know which was written. */
+int json_int_literal(const JsonValue *v, int64_t *out) {
+    if (!v || v->type != JSON_NUMBER || !v->exact_int) return 0;
+    if (out) *out = v->u.num.i;
+    return 1;
+}
+
 int json_bool(const JsonValue *v) { return v && v->type == JSON_BOOL ? v->u.boolean : -1; }
 
-char *json_read_file(const char *path, size_t *len, char *err, size_t err_len) {
-    if (len) *len = 0;
-    FILE *f = fopen(path, "rb");
-    if (!f) { if (err) snprintf(err, err_len, "%s: %s", path, strerror(errno)); return NULL; }
-    size_t cap = 1 << 16, n = 0;
-    char *buf = NULL;
-    /* Size the buffer from fstat for regular files, but read to EOF rather than trusting it:
-     * pipes and /proc files work too. */
-    struct stat st;
-    if (fstat(fileno(f), &st) == 0) {
-        if (S_ISDIR(st.st_mode)) {
-            fclose(f);
-            if (err) snprintf(err, err_len, "%s: is a directory", path);
-            return NULL;
-        }
-        if (S_ISREG(st.st_mode) && st.st_size > 0 && (uint64_t)st.st_size < (uint64_t)SIZE_MAX)
-            cap = (size_t)st.st_size + 1;
-    }
-    buf = malloc(cap);
-    if (!buf) { fclose(f); if (err) snprintf(err, err_len, "%s: out of memory", path); return NULL; }
+/* Reads at most max_bytes from fd (a regular file or a pipe) into a NUL-terminated buffer. */
+static char *json__read_fd(int fd, const char *path, uint64_t hint, size_t max_bytes, size_t *len, char *err,
+                           size_t err_len) {
+    /* a regular file's size as a hint, plus one spare byte so that its end is seen without growing */
+    size_t cap = hint && hint <= max_bytes ? (size_t)hint + 2 : (max_bytes < (1 << 16) ? max_bytes + 1 : 1 << 16), n = 0;
+    char *buf = malloc(cap);
+    if (!buf) { if (err) snprintf(err, err_len, "%s: out of memory", path); return NULL; }
     for (;;) {
-        size_t want = cap - 1 - n;
-        size_t got = fread(buf + n, 1, want, f);
-        n += got;
-        if (got < want) break;
-        /* Buffer full: peek one byte so a file of exactly the expected size is not doubled. */
-        int c = fgetc(f);
-        if (c == EOF) break;
-        if (n + 1 >= cap) {
-            size_t ncap = cap * 2;
-            char *nb = ncap > cap ? realloc(buf, ncap) : NULL;
-            if (!nb) { free(buf); fclose(f); if (err) snprintf(err, err_len, "%s: out of memory", path); return NULL; }
+        if (n + 1 == cap) {   /* full: grow, but never past max_bytes + 1 (one byte to see the overrun) */
+            if (n > max_bytes) break;
+            size_t ncap = cap > (max_bytes + 2) / 2 ? max_bytes + 2 : cap * 2;
+            char *nb = realloc(buf, ncap);
+            if (!nb) { free(buf); if (err) snprintf(err, err_len, "%s: out of memory", path); return NULL; }
             buf = nb; cap = ncap;
         }
-        buf[n++] = (char)c;
+        ssize_t got = read(fd, buf + n, cap - 1 - n);
+        if (got < 0) {
+            if (errno == EINTR) continue;
+            int e = errno;
+            free(buf);
+            if (err) snprintf(err, err_len, "%s: read error: %s", path, strerror(e));
+            return NULL;
+        }
+        if (got == 0) break;
+        n += (size_t)got;
     }
-    if (ferror(f)) {
-        int e = errno;
-        free(buf); fclose(f);
-        if (err) snprintf(err, err_len, "%s: read error: %s", path, strerror(e));
+    if (n > max_bytes) {
+        free(buf);
+        if (err) snprintf(err, err_len, "%s: longer than %zu bytes, the most this file may have", path, max_bytes);
         return NULL;
     }
-    fclose(f);
     buf[n] = 0;
     if (len) *len = n;
     return buf;
+}
+
+char *json_read_file_max(const char *path, size_t max_bytes, size_t *len, char *err, size_t err_len) {
+    if (len) *len = 0;
+    /* O_NONBLOCK: opening a FIFO without a writer must not hang (it then reads as empty) */
+    int fd = open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK);
+    if (fd < 0) { if (err) snprintf(err, err_len, "%s: %s", path, strerror(errno)); return NULL; }
+    struct stat st;
+    if (fstat(fd, &st) != 0) {
+        int e = errno;
+        close(fd);
+        if (err) snprintf(err, err_len, "%s: cannot stat: %s", path, strerror(e));
+        return NULL;
+    }
+    if (!S_ISREG(st.st_mode) && !S_ISFIFO(st.st_mode)) {
+        const char *kind = S_ISDIR(st.st_mode) ? "a directory" : S_ISCHR(st.st_mode) ? "a character device"
+                         : S_ISBLK(st.st_mode) ? "a block device" : "neither a regular file nor a pipe";
+        close(fd);
+        if (err) snprintf(err, err_len, "%s: is %s, not a file", path, kind);
+        return NULL;
+    }
+    if (S_ISREG(st.st_mode) && (uint64_t)st.st_size > (uint64_t)max_bytes) {
+        close(fd);
+        if (err) snprintf(err, err_len, "%s: %llu bytes, more than the %zu this file may have", path,
+                          (unsigned long long)st.st_size, max_bytes);
+        return NULL;
+    }
+    fcntl(fd, F_SETFL, fcntl(fd, F_GETFL) & ~O_NONBLOCK);   /* a pipe with a writer: wait for its data */
+    char *buf = json__read_fd(fd, path, S_ISREG(st.st_mode) ? (uint64_t)st.st_size : 0, max_bytes, len, err, err_len);
+    close(fd);
+    return buf;
+}
+
+char *json_read_file(const char *path, size_t *len, char *err, size_t err_len) {
+    return json_read_file_max(path, JSON_READ_MAX, len, err, err_len);
+}
+
+/* ---- Writer ---- */
+
+void jw_init(JsonWriter *w) { memset(w, 0, sizeof *w); }
+void jw_free(JsonWriter *w) { free(w->buf); jw_init(w); }
+
+void jw_reset(JsonWriter *w) {
+    char *buf = w->buf;
+    size_t cap = w->cap;
+    jw_init(w);
+    w->buf = buf; w->cap = cap;
+    if (buf) buf[0] = 0;
+}
+
+/* Room for n more bytes plus the NUL; sets the error state instead of failing later. */
+static int jw__reserve(JsonWriter *w, size_t n) {
+    if (w->failed) return -1;
+    if (n > SIZE_MAX / 2 - w->len) { w->failed = 1; return -1; }
+    if (w->len + n + 1 <= w->cap) return 0;
+    size_t cap = w->cap ? w->cap : 256;
+    while (cap < w->len + n + 1) cap *= 2;
+    char *b = realloc(w->buf, cap);
+    if (!b) { w->failed = 1; return -1; }
+    w->buf = b; w->cap = cap;
+    return 0;
+}
+
+static void jw__put(JsonWriter *w, const char *s, size_t n) {
+    if (jw__reserve(w, n)) return;
+    memcpy(w->buf + w->len, s, n);
+    w->len += n;
+    w->buf[w->len] = 0;
+}
+
+/* Before every value: inside an object a key must have been written; inside an array a comma
+ * separates items. */
+static int jw__value(JsonWriter *w) {
+    if (w->failed) return -1;
+    if (w->depth > 0 && w->is_object[w->depth]) {
+        if (!w->key_pending) { w->failed = 1; return -1; }
+        w->key_pending = 0;
+        return 0;
+    }
+    if (w->depth == 0 && w->len > 0) { w->failed = 1; return -1; }   /* one value per document */
+    if (w->depth > 0 && w->has_items[w->depth]) jw__put(w, ",", 1);
+    if (w->depth > 0) w->has_items[w->depth] = 1;
+    return w->failed ? -1 : 0;
+}
+
+static void jw__open(JsonWriter *w, int is_object) {
+    if (jw__value(w)) return;
+    if (w->depth >= JSON_MAX_DEPTH) { w->failed = 1; return; }
+    jw__put(w, is_object ? "{" : "[", 1);
+    w->depth++;
+    w->is_object[w->depth] = (unsigned char)is_object;
+    w->has_items[w->depth] = 0;
+}
+
+static void jw__close(JsonWriter *w, int is_object) {
+    if (w->failed) return;
+    if (w->depth == 0 || w->is_object[w->depth] != is_object || w->key_pending) { w->failed = 1; return; }
+    jw__put(w, is_object ? "}" : "]", 1);
+    w->depth--;
+}
+
+void jw_obj(JsonWriter *w) { jw__open(w, 1); }
+void jw_obj_end(JsonWriter *w) { jw__close(w, 1); }
+void jw_arr(JsonWriter *w) { jw__open(w, 0); }
+void jw_arr_end(JsonWriter *w) { jw__close(w, 0); }
+
+/* Length of the longest prefix at p that could still begin a valid UTF-8 sequence (at least 1):
+ * an invalid sequence is replaced by one U+FFFD per such "maximal subpart" (Unicode §3.9). */
+static size_t json__utf8_bad_len(const unsigned char *p, const unsigned char *end) {
+    unsigned c = p[0], lo = 0x80, hi = 0xBF;
+    int n;
+    if (c >= 0xC2 && c <= 0xDF) n = 2;
+    else if (c == 0xE0) { n = 3; lo = 0xA0; }
+    else if (c == 0xED) { n = 3; hi = 0x9F; }
+    else if (c >= 0xE1 && c <= 0xEF) n = 3;
+    else if (c == 0xF0) { n = 4; lo = 0x90; }
+    else if (c == 0xF4) { n = 4; hi = 0x8F; }
+    else if (c >= 0xF1 && c <= 0xF3) n = 4;
+    else return 1;
+    size_t k = 1;
+    if (p + 1 < end && p[1] >= lo && p[1] <= hi) {
+        k = 2;
+        while ((int)k < n && p + k < end && p[k] >= 0x80 && p[k] <= 0xBF) k++;
+    }
+    return k;
+}
+
+static void jw__string(JsonWriter *w, const char *s, size_t len) {
+    static const char hex[] = "0123456789abcdef";
+    const unsigned char *p = (const unsigned char *)s, *end = p + len;
+    jw__put(w, "\"", 1);
+    while (p < end && !w->failed) {
+        /* Copy the longest run that needs no escaping in one go. */
+        const unsigned char *run = p;
+        while (p < end && *p >= 0x20 && *p < 0x80 && *p != '"' && *p != '\\') p++;
+        if (p > run) { jw__put(w, (const char *)run, (size_t)(p - run)); continue; }
+        unsigned c = *p;
+        if (c >= 0x80) {
+            int n = json__utf8_len(p, end);
+            if (n) { jw__put(w, (const char *)p, (size_t)n); p += n; }
+            else { jw__put(w, "\xEF\xBF\xBD", 3); p += json__utf8_bad_len(p, end); }
+            continue;
+        }
+        char esc[6] = {'\\', 0, 0, 0, 0, 0};
+        size_t en = 2;
+        switch (c) {
+        case '"': esc[1] = '"'; break;
+        case '\\': esc[1] = '\\'; break;
+        case '\n': esc[1] = 'n'; break;
+        case '\r': esc[1] = 'r'; break;
+        case '\t': esc[1] = 't'; break;
+        case '\b': esc[1] = 'b'; break;
+        case '\f': esc[1] = 'f'; break;
+        default:
+            esc[1] = 'u'; esc[2] = '0'; esc[3] = '0'; esc[4] = hex[c >> 4]; esc[5] = hex[c & 15];
+            en = 6;
+        }
+        jw__put(w, esc, en);
+        p++;
+    }
+    jw__put(w, "\"", 1);
+}
+
+void jw_key(JsonWriter *w, const char *key) {
+    if (w->failed) return;
+    if (w->depth == 0 || !w->is_object[w->depth] || w->key_pending || !key) { w->failed = 1; return; }
+    if (w->has_items[w->depth]) jw__put(w, ",", 1);
+    w->has_items[w->depth] = 1;
+    jw__string(w, key, strlen(key));
+    jw__put(w, ":", 1);
+    w->key_pending = 1;
+}
+
+void jw_strn(JsonWriter *w, const char *s, size_t len) {
+    if (!s && len) { w->failed = 1; return; }
+    if (!jw__value(w)) jw__string(w, s ? s : "", len);
+}
+
+void jw_str(JsonWriter *w, const char *s) {
+    if (!s) { jw_null(w); return; }
+    jw_strn(w, s, strlen(s));
+}
+
+void jw_int(JsonWriter *w, int64_t v) {
+    char b[32];
+    if (!jw__value(w)) jw__put(w, b, (size_t)snprintf(b, sizeof b, "%lld", (long long)v));
+}
+
+void jw_num(JsonWriter *w, double v) {
+    if (!isfinite(v)) { jw_null(w); return; }
+    char b[40];
+    int n = 0;
+    /* The shortest of %.15g..%.17g that reads back exactly (17 digits always do). */
+    for (int prec = 15; prec <= 17; prec++) {
+        n = snprintf(b, sizeof b, "%.*g", prec, v);
+        if (strtod(b, NULL) == v) break;
+    }
+    if (!jw__value(w)) jw__put(w, b, (size_t)n);
+}
+
+void jw_bool(JsonWriter *w, int v) { if (!jw__value(w)) jw__put(w, v ? "true" : "false", v ? 4 : 5); }
+void jw_null(JsonWriter *w) { if (!jw__value(w)) jw__put(w, "null", 4); }
+
+void jw_raw(JsonWriter *w, const char *json, size_t len) {
+    if (!json || !len) { w->failed = 1; return; }
+    if (!jw__value(w)) jw__put(w, json, len);
+}
+
+void jw_kstr(JsonWriter *w, const char *key, const char *s) { jw_key(w, key); jw_str(w, s); }
+void jw_kint(JsonWriter *w, const char *key, int64_t v) { jw_key(w, key); jw_int(w, v); }
+void jw_knum(JsonWriter *w, const char *key, double v) { jw_key(w, key); jw_num(w, v); }
+void jw_kbool(JsonWriter *w, const char *key, int v) { jw_key(w, key); jw_bool(w, v); }
+
+const char *jw_text(const JsonWriter *w, size_t *len) {
+    int complete = !w->failed && w->depth == 0 && !w->key_pending && w->len > 0;
+    if (len) *len = complete ? w->len : 0;
+    return complete ? w->buf : NULL;
 }
 
 #endif /* JSON_IMPLEMENTATION_DONE */

@@ -6,6 +6,7 @@
 #   requant          the converter's bytes for several tensors equal an independent scalar requantization
 #   layout           each expert's three payloads are adjacent, its three .qs arrays right after
 #   fused/f16/odd    fused BF16 experts split per expert; F16 input; odd widths padded with q = 0
+#   extras           config, tokenizer.json, tokenizer_config.json, chat_template.jinja copied as they are
 #   engine (a)       ./glm predictions on the converted dir equal those with load-time quantization
 #   resume (b)       a run killed mid-shard (several kill points, also with --delete-source) and
 #                    rerun gives byte-identical output
@@ -204,6 +205,20 @@ check "convert odd-width int2" $CONV $T/odd $T/odd2 --dense-bits 2
 check "requant odd widths" $PY $T/requant.py $T/odd $T/odd4 \
   model.layers.0.mlp.gate_proj.weight:4:4:int4-grouped model.layers.0.mlp.up_proj.weight:4:4:int4-grouped
 check "requant odd widths int2" $PY $T/requant.py $T/odd $T/odd2 model.layers.0.mlp.gate_proj.weight:2:0:int2-row
+# The small files: config, tokenizer files and GLM-5.2's chat_template.jinja are copied byte for
+# byte; the absent ones are named.
+extras_copied() {
+  rm -rf $T/ex $T/ex_out; cp -r $T/odd $T/ex
+  printf '[gMASK]<sop>{%% for m in messages %%}<|{{ m.role }}|>{{ m.content }}{%% endfor %%}\n' > $T/ex/chat_template.jinja
+  echo '{"eos_token": "<|endoftext|>", "model_max_length": 202752}' > $T/ex/tokenizer_config.json
+  echo '{"version": "1.0", "model": {"type": "BPE"}}' > $T/ex/tokenizer.json
+  local out; out=$($CONV $T/ex $T/ex_out 2>&1) || { echo "$out"; return 1; }
+  for f in config.json tokenizer.json tokenizer_config.json chat_template.jinja; do
+    cmp $T/ex/$f $T/ex_out/$f || { echo "$f not copied"; return 1; }
+  done
+  grep -q "absent: generation_config.json$" <<<"$out" || { echo "absent file not named:"; echo "$out"; return 1; }
+}
+check "copies config, tokenizer files and chat_template.jinja" extras_copied
 
 # (a) the engine: pre-quantized container vs load-time quantization of the same floats.
 UNIFORM="--expert-bits 4 --dense-bits 4 --io-bits 4 --mtp-bits 4 --indexer-bits 4 --group 64"

@@ -3,11 +3,13 @@
 #define JSON_IMPLEMENTATION
 #include "json.h"
 
+#include <errno.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 static int failures;
@@ -133,6 +135,13 @@ static void test_numbers(void) {
     check("huge_integer_literal", !json_is_int(json_at(r, 10), &v) && json_num(json_at(r, 10)) > 1.2e29 &&
           json_num(json_at(r, 10)) < 1.3e29, "30-digit literal");
     check("decimal_rounding", json_num(json_at(r, 11)) == 0.1, "0.1");
+    /* json_int_literal: only what was written as an integer that fits int64 */
+    check("int_literal_written_integer", json_int_literal(json_at(r, 3), &v) && v == 9007199254740993LL &&
+          json_int_literal(json_at(r, 7), &v) && v == 0, "2^53+1 and -0 are integer literals");
+    check("int_literal_not_fraction_or_exponent", !json_int_literal(json_at(r, 4), NULL) &&
+          !json_int_literal(json_at(r, 5), NULL) && !json_int_literal(json_at(r, 8), NULL), "1e3, 2.0, 1E+2 are not");
+    check("int_literal_not_past_int64", !json_int_literal(json_at(r, 2), NULL) && !json_int_literal(json_at(r, 10), NULL) &&
+          !json_int_literal(r, NULL), "2^63, a 30-digit literal and an array are not");
     json_free(doc);
 }
 
@@ -321,7 +330,251 @@ static void test_read_file(void) {
     text = json_read_file(dir, &len, err, sizeof err);
     check("read_file_directory", !text && strstr(err, dir), err);
     free(text);
+
+    /* Size caps: a file of exactly max bytes is read, one byte more is refused by its size. */
+    snprintf(path, sizeof path, "%s/hundred.json", dir);
+    f = fopen(path, "wb");
+    for (int i = 0; i < 98; i++) fputc(' ', f);
+    fputs("{}", f);
+    fclose(f);
+    text = json_read_file_max(path, 100, &len, err, sizeof err);
+    check("read_file_max_exact_size_accepted", text && len == 100 && text[100] == 0, err);
+    free(text);
+    text = json_read_file_max(path, 99, &len, err, sizeof err);
+    check("read_file_max_one_byte_over_refused", !text && strstr(err, path) && strstr(err, "100 bytes") && strstr(err, "99"), err);
+    remove(path);
+    /* Endless or special files: refused by kind at once, never read until memory runs out. */
+    text = json_read_file("/dev/zero", &len, err, sizeof err);
+    check("read_file_dev_zero_refused", !text && strstr(err, "/dev/zero") && strstr(err, "character device"), err);
+    /* A FIFO without a writer must not block the open: it reads as empty. */
+    snprintf(path, sizeof path, "%s/fifo.json", dir);
+    if (mkfifo(path, 0600) == 0) {
+        alarm(20);   /* a hang here would be the bug: end the test instead of the suite */
+        text = json_read_file(path, &len, err, sizeof err);
+        alarm(0);
+        check("read_file_fifo_without_writer_is_empty", text && len == 0, err);
+        free(text);
+        remove(path);
+    } else check("read_file_fifo_made", 0, strerror(errno));
+    /* A pipe longer than the cap is cut off after max + 1 bytes and refused; within it, read whole. */
+    int p[2];
+    if (pipe(p) == 0) {
+        char fdpath[64], block[300];
+        memset(block, ' ', sizeof block);
+        if (write(p[1], block, sizeof block) != (ssize_t)sizeof block) check("read_file_pipe_write", 0, "short write");
+        close(p[1]);
+        snprintf(fdpath, sizeof fdpath, "/proc/self/fd/%d", p[0]);
+        text = json_read_file_max(fdpath, 299, &len, err, sizeof err);
+        check("read_file_max_pipe_over_cap_refused", !text && strstr(err, "longer than 299 bytes"), err);
+        close(p[0]);
+        if (pipe(p) == 0) {
+            if (write(p[1], block, sizeof block) != (ssize_t)sizeof block) check("read_file_pipe_write", 0, "short write");
+            close(p[1]);
+            snprintf(fdpath, sizeof fdpath, "/proc/self/fd/%d", p[0]);
+            text = json_read_file_max(fdpath, 300, &len, err, sizeof err);
+            check("read_file_max_pipe_at_cap_read_whole", text && len == 300, err);
+            free(text);
+            close(p[0]);
+        }
+    }
     rmdir(dir);
+}
+
+/* ---- Writer ---- */
+
+static int text_is(const JsonWriter *w, const char *want) {
+    size_t n;
+    const char *t = jw_text(w, &n);
+    return t && n == strlen(want) && strcmp(t, want) == 0;
+}
+
+static void test_writer_shapes(void) {
+    JsonWriter w;
+    jw_init(&w);
+    jw_obj(&w);
+    jw_kstr(&w, "id", "chatcmpl-1");
+    jw_kint(&w, "created", 1700000000);
+    jw_key(&w, "choices");
+    jw_arr(&w);
+    jw_obj(&w);
+    jw_kint(&w, "index", 0);
+    jw_key(&w, "delta"); jw_obj(&w); jw_obj_end(&w);
+    jw_key(&w, "finish_reason"); jw_null(&w);
+    jw_kbool(&w, "ok", 1);
+    jw_kbool(&w, "no", 0);
+    jw_knum(&w, "t", 0.7);
+    jw_obj_end(&w);
+    jw_int(&w, -5);
+    jw_arr(&w); jw_arr_end(&w);
+    jw_arr_end(&w);
+    jw_key(&w, "args"); jw_raw(&w, "{\"a\":[1,2]}", 11);
+    jw_kstr(&w, "nothing", NULL);
+    jw_obj_end(&w);
+    check("writer_nested", text_is(&w, "{\"id\":\"chatcmpl-1\",\"created\":1700000000,\"choices\":[{\"index\":0,"
+          "\"delta\":{},\"finish_reason\":null,\"ok\":true,\"no\":false,\"t\":0.7},-5,[]],"
+          "\"args\":{\"a\":[1,2]},\"nothing\":null}"), w.buf ? w.buf : "(null)");
+    char err[256];
+    size_t n;
+    const char *t = jw_text(&w, &n);
+    JsonDoc *doc = t ? json_parse(t, n, err, sizeof err) : NULL;
+    check("writer_nested_parses", doc && json_len(json_root(doc)) == 5, err);
+    json_free(doc);
+    jw_reset(&w);
+    jw_str(&w, "top");
+    check("writer_reset_top_level_string", text_is(&w, "\"top\""), "after reset");
+    jw_reset(&w);
+    jw_null(&w);
+    check("writer_top_level_null", text_is(&w, "null"), "null");
+    jw_free(&w);
+    check("writer_free_empty", w.buf == NULL && jw_text(&w, NULL) == NULL, "free");
+}
+
+static void test_writer_misuse(void) {
+    JsonWriter w;
+    jw_init(&w);
+    check("writer_empty_is_error", jw_text(&w, NULL) == NULL, "empty writer has text");
+    jw_obj(&w); jw_int(&w, 1); jw_obj_end(&w);
+    check("writer_value_without_key", jw_text(&w, NULL) == NULL, "accepted");
+    jw_reset(&w);
+    jw_arr(&w); jw_key(&w, "k"); jw_arr_end(&w);
+    check("writer_key_in_array", jw_text(&w, NULL) == NULL, "accepted");
+    jw_reset(&w);
+    jw_obj(&w); jw_arr_end(&w);
+    check("writer_mismatched_end", jw_text(&w, NULL) == NULL, "accepted");
+    jw_reset(&w);
+    jw_obj(&w); jw_key(&w, "k"); jw_obj_end(&w);
+    check("writer_key_without_value", jw_text(&w, NULL) == NULL, "accepted");
+    jw_reset(&w);
+    jw_arr(&w);
+    check("writer_unclosed", jw_text(&w, NULL) == NULL, "accepted");
+    jw_reset(&w);
+    jw_int(&w, 1); jw_int(&w, 2);
+    check("writer_two_top_level_values", jw_text(&w, NULL) == NULL, "accepted");
+    jw_reset(&w);
+    jw_arr_end(&w);
+    check("writer_end_at_top", jw_text(&w, NULL) == NULL, "accepted");
+    jw_reset(&w);
+    for (int i = 0; i < JSON_MAX_DEPTH; i++) jw_arr(&w);
+    for (int i = 0; i < JSON_MAX_DEPTH; i++) jw_arr_end(&w);
+    check("writer_max_depth_ok", jw_text(&w, NULL) != NULL, "max depth refused");
+    jw_reset(&w);
+    for (int i = 0; i <= JSON_MAX_DEPTH; i++) jw_arr(&w);
+    for (int i = 0; i <= JSON_MAX_DEPTH; i++) jw_arr_end(&w);
+    check("writer_too_deep", jw_text(&w, NULL) == NULL, "accepted nesting over the limit");
+    jw_free(&w);
+}
+
+/* Writes s as a JSON string and compares the text between the quotes. */
+static int writes_as(const char *s, size_t len, const char *want) {
+    JsonWriter w;
+    jw_init(&w);
+    jw_strn(&w, s, len);
+    size_t n;
+    const char *t = jw_text(&w, &n);
+    int ok = t && n == strlen(want) + 2 && t[0] == '"' && t[n - 1] == '"' && memcmp(t + 1, want, n - 2) == 0;
+    if (!ok) printf("info: wrote [%s], want [\"%s\"]\n", t ? t : "(null)", want);
+    jw_free(&w);
+    return ok;
+}
+
+static void test_writer_strings(void) {
+    check("writer_escapes", writes_as("a\"b\\c/\n\r\t\b\f", 11, "a\\\"b\\\\c/\\n\\r\\t\\b\\f"), "short escapes");
+    check("writer_control_u00xx", writes_as("\x01\x1f\x00x\x7f", 5, "\\u0001\\u001f\\u0000x\x7f"), "controls");
+    check("writer_utf8_passthrough", writes_as("h\xc3\xa9 \xe4\xb8\xad \xf0\x9f\x98\x80", 12,
+          "h\xc3\xa9 \xe4\xb8\xad \xf0\x9f\x98\x80"), "valid UTF-8 changed");
+    /* Invalid UTF-8: one U+FFFD per maximal subpart, as Python's bytes.decode(errors="replace"). */
+#define FFFD "\xef\xbf\xbd"
+    struct { const char *in; size_t len; const char *want; const char *name; } bad[] = {
+        {"a\xc3", 2, "a" FFFD, "writer_bad_truncated_2"},
+        {"\xe4\xb8z", 3, FFFD "z", "writer_bad_truncated_3"},
+        {"\xf0\x9f\x98", 3, FFFD, "writer_bad_truncated_4"},
+        {"\xc0\xaf", 2, FFFD FFFD, "writer_bad_overlong"},
+        {"\xed\xa0\x80", 3, FFFD FFFD FFFD, "writer_bad_surrogate"},
+        {"\xf4\x90\x80\x80", 4, FFFD FFFD FFFD FFFD, "writer_bad_above_10ffff"},
+        {"\xf5\xff\x80", 3, FFFD FFFD FFFD, "writer_bad_bytes"},
+        {"\xe1\x80\xe2\x82\xac", 5, FFFD "\xe2\x82\xac", "writer_bad_then_valid"},
+    };
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++)
+        check(bad[i].name, writes_as(bad[i].in, bad[i].len, bad[i].want), "replacement differs");
+#undef FFFD
+    JsonWriter kw;
+    jw_init(&kw);
+    jw_obj(&kw); jw_kint(&kw, "k\"\n", 1); jw_obj_end(&kw);
+    check("writer_key_escaped", text_is(&kw, "{\"k\\\"\\n\":1}"), "key escaping");
+    jw_free(&kw);
+
+    /* Random bytes: the output always parses, and valid UTF-8 comes back unchanged. */
+    unsigned seed = 12345;
+    int parsed = 1, same = 1, valid_seen = 0;
+    char err[256], in[64];
+    for (int iter = 0; iter < 20000; iter++) {
+        size_t len = (size_t)(iter % 40);
+        for (size_t k = 0; k < len; k++) {
+            seed = seed * 1103515245u + 12345u;
+            unsigned r = seed >> 16;
+            /* Mostly ASCII and controls, some UTF-8 lead/continuation bytes. */
+            in[k] = iter % 3 == 0 ? (char)(r & 0xff) : iter % 3 == 1 ? (char)(r & 0x7f) : "a\xc3\xa9\xe4\xb8\xad\"\\\n\x01"[r % 11];
+        }
+        JsonWriter w;
+        jw_init(&w);
+        jw_arr(&w); jw_strn(&w, in, len); jw_arr_end(&w);
+        size_t n;
+        const char *t = jw_text(&w, &n);
+        JsonDoc *doc = t ? json_parse(t, n, err, sizeof err) : NULL;
+        if (!doc) { parsed = 0; printf("info: unparsable output for iteration %d: %s\n", iter, err); }
+        int valid = 1;
+        for (size_t k = 0; k < len;) {
+            int ul = json__utf8_len((const unsigned char *)in + k, (const unsigned char *)in + len);
+            if (!ul) { valid = 0; break; }
+            k += (size_t)ul;
+        }
+        if (doc && valid) { valid_seen++; if (!str_eq(json_at(json_root(doc), 0), in, len)) same = 0; }
+        json_free(doc);
+        jw_free(&w);
+    }
+    check("writer_random_bytes_always_parse", parsed, "writer produced invalid JSON");
+    check("writer_random_valid_utf8_roundtrip", same && valid_seen > 1000, "valid UTF-8 did not round-trip");
+}
+
+static void test_writer_numbers(void) {
+    struct { double v; const char *want; } cases[] = {
+        {0.1, "0.1"}, {0.7, "0.7"}, {1.0, "1"}, {-0.0, "-0"}, {1e300, "1e+300"}, {5e-324, "4.94065645841247e-324"},
+        {1.0 / 3.0, "0.3333333333333333"}, {123456.789, "123456.789"}, {NAN, "null"}, {INFINITY, "null"}, {-INFINITY, "null"},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        JsonWriter w;
+        jw_init(&w);
+        jw_num(&w, cases[i].v);
+        char name[64];
+        snprintf(name, sizeof name, "writer_num_%zu_%s", i, cases[i].want);
+        check(name, text_is(&w, cases[i].want), w.buf ? w.buf : "(null)");
+        jw_free(&w);
+    }
+    /* Doubles round-trip exactly through the writer and the parser. */
+    unsigned long long bits = 0x3ff0000000000001ull;
+    int ok = 1;
+    char err[256];
+    for (int i = 0; i < 5000; i++) {
+        bits = bits * 6364136223846793005ull + 1442695040888963407ull;
+        double d;
+        memcpy(&d, &bits, sizeof d);
+        if (!isfinite(d)) continue;
+        JsonWriter w;
+        jw_init(&w);
+        jw_num(&w, d);
+        size_t n;
+        const char *t = jw_text(&w, &n);
+        JsonDoc *doc = t ? json_parse(t, n, err, sizeof err) : NULL;
+        if (!doc || json_num(json_root(doc)) != d) { ok = 0; printf("info: %s did not round-trip\n", t ? t : "(null)"); }
+        json_free(doc);
+        jw_free(&w);
+    }
+    check("writer_double_roundtrip", ok, "a double changed");
+    JsonWriter w;
+    jw_init(&w);
+    jw_arr(&w); jw_int(&w, INT64_MIN); jw_int(&w, INT64_MAX); jw_int(&w, 0); jw_arr_end(&w);
+    check("writer_int64_extremes", text_is(&w, "[-9223372036854775808,9223372036854775807,0]"), w.buf ? w.buf : "(null)");
+    jw_free(&w);
 }
 
 int main(void) {
@@ -332,5 +585,9 @@ int main(void) {
     test_depth();
     test_big();
     test_read_file();
+    test_writer_shapes();
+    test_writer_misuse();
+    test_writer_strings();
+    test_writer_numbers();
     return failures ? 1 : 0;
 }

@@ -32,7 +32,13 @@ three .qs arrays.
 
 Output shards carry the input shard names. Each is written to NAME.tmp, fsynced and renamed;
 DST/.convert-state.json (atomic) lists finished shards, so a rerun skips them and redoes a partial
-one. config.json, generation_config.json and tokenizer*.json are copied when all shards are done.
+one. config.json, generation_config.json, tokenizer*.json (tokenizer.json, tokenizer_config.json) and
+chat_template.jinja (GLM-5.2 ships its template there) are copied when all shards are done.
+
+Library use (tools/fetch_convert.py): Conversion(src_dir, dst_dir, args, shard_names, header_for) plans
+the job from the shards' headers (a shard may be a header-only file until its data is needed),
+convert_shard(i) writes one output shard, done_with(i) names the sources nothing unfinished needs,
+copy_extras() copies the small files.
 Testing hook: CONVERT_KILL_AFTER_TENSORS=N makes the process SIGKILL itself after writing N tensors.
 """
 import argparse
@@ -52,7 +58,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from safetensors_io import SafeFile, ShardWriter, StError, atomic_write_bytes, header_bytes, to_f32  # noqa: E402
 
 STATE_NAME = ".convert-state.json"
-COPY_PATTERNS = ("config.json", "generation_config.json", "tokenizer*.json")
+COPY_PATTERNS = ("config.json", "generation_config.json", "tokenizer*.json", "chat_template.jinja")
 CHUNK_ELEMS = 8 * 1024 * 1024      # rows per read/quantize step: about 32 MB of float32
 QMAX = {8: 127, 4: 7, 2: 1}
 LAYER_RE = re.compile(r"^model\.layers\.(\d+)\.")
@@ -139,23 +145,41 @@ def out_entries(name, fmt, group, rows, cols, shape):
 # Source access
 
 class Source:
-    """All source shards: headers indexed by tensor name (duplicates refused)."""
+    """All source shards: headers indexed by tensor name (duplicates refused). `headers` maps a shard
+    name to a header-only SafeFile, used for a shard whose file is not in src_dir yet (the plan needs
+    only headers; attach() switches to the file once its data has arrived)."""
 
-    def __init__(self, src_dir, shard_names):
+    def __init__(self, src_dir, shard_names, headers=None):
         self.dir = src_dir
         self.shards = shard_names
         self.files = {}
         self.where = {}     # tensor name -> shard index
         for i, sn in enumerate(shard_names):
             p = os.path.join(src_dir, sn)
-            if not os.path.exists(p):
+            if os.path.exists(p):
+                f = SafeFile(p)
+            elif headers and sn in headers:
+                f = headers[sn]
+            else:
                 continue     # deleted by an earlier --delete-source run
-            f = SafeFile(p)
             self.files[i] = f
             for n in f.names():
                 if n in self.where:
                     raise ConvertError(f"tensor {n} appears in both {shard_names[self.where[n]]} and {sn}")
                 self.where[n] = i
+
+    def attach(self, i):
+        """Shard i's file is now complete in src_dir: read its data from there. Its header must be the
+        one the plan was made from."""
+        path = os.path.join(self.dir, self.shards[i])
+        f = SafeFile(path)
+        old = self.files.get(i)
+        if old is not None and (old.names() != f.names() or any(old.info(n) != f.info(n) for n in f.names())):
+            raise ConvertError(f"{path}: header differs from the one the conversion was planned with")
+        self.files[i] = f
+
+    def has_data(self, i):
+        return i in self.files and not self.files[i].header_only
 
     def info(self, name):
         return self.files[self.where[name]].info(name)
@@ -177,10 +201,7 @@ class Matrix:
         shape = inf["shape"][1:] if expert is not None else inf["shape"]
         self.full_rows, self.cols = shape
         self.rows = self.full_rows if rows is None else rows
-        self.scale = None
-        if self.dtype == "F8_E4M3":
-            sc = src.raw(name + "_scale_inv")
-            self.scale = sc[expert] if expert is not None else sc
+        self.scaled = self.dtype == "F8_E4M3"     # scales read with the data (planning reads headers only)
         esize = {"F32": 4, "BF16": 2, "F16": 2, "F8_E4M3": 1}[self.dtype]
         self.row_bytes = self.cols * esize
 
@@ -192,9 +213,12 @@ class Matrix:
         block = raw[self.r0 + a:self.r0 + b]
         w = to_f32(block, self.dtype)
         w = np.ascontiguousarray(w, dtype=np.float32)
-        if self.scale is not None:
+        if self.scaled:
+            sc = self.src.raw(self.name + "_scale_inv")
+            if self.expert is not None:
+                sc = sc[self.expert]
             rb = np.arange(self.r0 + a, self.r0 + b) // 128
-            s = np.asarray(self.scale, dtype=np.float32)[rb]            # [rows, ceil(cols/128)]
+            s = np.asarray(sc, dtype=np.float32)[rb]            # [rows, ceil(cols/128)]
             if self.cols % 128 == 0:      # same float32 products, without a full-size multiplier
                 w.reshape(b - a, self.cols // 128, 128)[...] *= s[:, :, None]
             else:
@@ -398,16 +422,22 @@ def finish_unit(u, src, policy):
 # Writing
 
 class Progress:
-    def __init__(self, total_bytes):
+    """A progress line on stderr: redrawn in place on a terminal, else one line every 10 s
+    (none with tty_only: a caller printing its own line per shard)."""
+
+    def __init__(self, total_bytes, tty_only=False):
         self.total = max(1, total_bytes)
         self.done = 0
         self.t0 = time.time()
         self.last = 0.0
         self.tty = sys.stderr.isatty()
+        self.silent = tty_only and not self.tty
 
     def add(self, n, label, force=False):
         self.done += n
         now = time.time()
+        if self.silent:
+            return
         if not force and now - self.last < (0.5 if self.tty else 10.0):
             return
         self.last = now
@@ -531,10 +561,8 @@ def free_bytes(d):
     return s.f_bavail * s.f_frsize
 
 
-def parse_args(argv):
-    ap = argparse.ArgumentParser(description="Convert FP8/BF16/F32 GLM safetensors into the glm.c container.")
-    ap.add_argument("src")
-    ap.add_argument("dst")
+def add_conversion_args(ap):
+    """Options that decide the output, plus --margin-mb and --restart (shared with fetch_convert.py)."""
     bits = lambda s: int(s) if s in ("2", "4", "8", "16") else ap.error(f"bits must be 2, 4, 8 or 16, not {s}")
     ap.add_argument("--expert-bits", type=bits, default=4)
     ap.add_argument("--dense-bits", type=bits, default=4)
@@ -543,131 +571,200 @@ def parse_args(argv):
     ap.add_argument("--indexer-bits", type=bits, default=8)
     ap.add_argument("--group", type=int, default=64)
     ap.add_argument("--per-row", action="store_true")
-    ap.add_argument("--delete-source", action="store_true")
     ap.add_argument("--margin-mb", type=float, default=1024)
     ap.add_argument("--restart", action="store_true")
-    a = ap.parse_args(argv)
+
+
+def check_conversion_args(ap, a):
     if a.group < 1:
         ap.error("--group must be >= 1")
+
+
+def parse_args(argv):
+    ap = argparse.ArgumentParser(description="Convert FP8/BF16/F32 GLM safetensors into the glm.c container.")
+    ap.add_argument("src")
+    ap.add_argument("dst")
+    add_conversion_args(ap)
+    ap.add_argument("--delete-source", action="store_true")
+    a = ap.parse_args(argv)
+    check_conversion_args(ap, a)
     return a
+
+
+EXTRA_FILES = ("config.json", "generation_config.json", "tokenizer.json", "tokenizer_config.json",
+               "chat_template.jinja")      # the small files COPY_PATTERNS should find in a release
+
+
+class Conversion:
+    """One conversion job: options, state file and plan (from the source shards' headers). main()
+    runs it over a folder of shards; tools/fetch_convert.py runs it while it downloads them."""
+
+    def __init__(self, src_dir, dst_dir, args, shard_names=None, header_for=None):
+        """shard_names: the source shards (default: SRC_DIR's *.safetensors and those the state file
+        lists). header_for(name): a header-only SafeFile for an unfinished shard not in SRC_DIR yet."""
+        if not os.path.isdir(src_dir):
+            raise ConvertError(f"{src_dir}: not a directory")
+        if os.path.exists(dst_dir) and os.path.samefile(src_dir, dst_dir):
+            raise ConvertError("SRC_DIR and DST_DIR must differ")
+        cfg_path = os.path.join(src_dir, "config.json")
+        try:
+            with open(cfg_path) as fh:
+                cfg = json.load(fh)
+            nhl = cfg["num_hidden_layers"]
+            if not isinstance(nhl, int) or nhl < 0:
+                raise ValueError("num_hidden_layers is not a non-negative integer")
+        except (OSError, ValueError, KeyError, TypeError) as e:
+            raise ConvertError(f"{cfg_path}: {e}")
+        os.makedirs(dst_dir, exist_ok=True)
+        self.src_dir, self.dst_dir = src_dir, dst_dir
+        self.policy = Policy(args, nhl)
+        self.margin = int(args.margin_mb * 1e6)
+        self.state_path = os.path.join(dst_dir, STATE_NAME)
+
+        state = None
+        if os.path.exists(self.state_path) and not args.restart:
+            state = load_state(self.state_path)
+            if state.get("options") != self.policy.as_dict():
+                raise ConvertError(f"{self.state_path}: an earlier run used options {json.dumps(state.get('options'))}, "
+                                   f"this run {json.dumps(self.policy.as_dict())}; use the same options, a fresh "
+                                   f"DST_DIR or --restart")
+        if state is None:
+            state = {"options": self.policy.as_dict(), "finished": {}}
+        self.state = state
+
+        if shard_names is None:
+            shard_names = sorted(os.path.basename(p) for p in glob.glob(os.path.join(src_dir, "*.safetensors")))
+            shard_names = sorted(set(shard_names) | set(state["finished"]))
+        else:
+            stray = sorted(set(state["finished"]) - set(shard_names))
+            if stray:
+                raise ConvertError(f"{self.state_path}: lists finished shard {stray[0]}, which this source does not "
+                                   f"have; use a fresh DST_DIR or --restart")
+        if not shard_names:
+            raise ConvertError(f"{src_dir}: no *.safetensors files")
+        self.shard_names = shard_names
+
+        # A finished shard counts only if its output is still there with the recorded size.
+        done_outputs = set()
+        for sn, rec in list(state["finished"].items()):
+            out = os.path.join(dst_dir, sn)
+            if rec.get("bytes", 0) == 0:
+                continue
+            if not os.path.exists(out) or os.path.getsize(out) != rec["bytes"]:
+                print(f"convert: {sn}: output missing or wrong size, redoing it", file=sys.stderr)
+                del state["finished"][sn]
+                continue
+            done_outputs.update(SafeFile(out).names())
+        headers = {}
+        for sn in shard_names:
+            if sn in state["finished"] or os.path.exists(os.path.join(src_dir, sn)):
+                continue
+            if header_for is None:
+                raise ConvertError(f"{os.path.join(src_dir, sn)}: source shard is gone but its output is not finished")
+            headers[sn] = header_for(sn)
+        for stale in glob.glob(os.path.join(dst_dir, "*.tmp")):
+            os.remove(stale)     # a partial shard from a killed run: redone below
+
+        self.src = Source(src_dir, shard_names, headers)
+        units = build_units(self.src, self.policy, done_outputs)
+        self.todo = [i for i, sn in enumerate(shard_names) if sn not in state["finished"]]
+        self.by_shard = {i: [u for u in units if u.shard == i] for i in self.todo}
+        for u in units:
+            if u.shard not in self.by_shard:
+                raise ConvertError(f"{shard_names[u.shard]}: marked finished but tensor group {u.key} "
+                                   f"was not written; use --restart")
+        self.est = {i: shard_bytes(self.by_shard[i]) if self.by_shard[i] else 0 for i in self.todo}
+        self.in_bytes = {i: sum(u.in_bytes for u in self.by_shard[i]) for i in self.todo}
+        self.in_total = sum(self.in_bytes.values())
+        self.out_total = sum(self.est.values())
+        self.needed_by = {}     # source shard -> output shards (unfinished) that read it
+        for u in units:
+            for f in u.needs:
+                self.needed_by.setdefault(f, set()).add(u.shard)
+        self.killer = Killer()
+
+    def needs(self, i):
+        """Source shards whose data output shard i reads (usually i; also a neighbour holding a
+        scale companion or half of a fused pair)."""
+        return sorted(set().union(*(u.needs for u in self.by_shard[i])))
+
+    def convert_shard(self, i, progress, label):
+        """Write output shard i (all its sources must have data) and record it as finished."""
+        sn = self.shard_names[i]
+        free = free_bytes(self.dst_dir)
+        if free < self.est[i] + self.margin / 4:
+            raise ConvertError(f"{sn}: only {free / 1e6:.1f} MB free on {self.dst_dir}, shard needs "
+                               f"~{self.est[i] / 1e6:.1f} MB; free some space and rerun (finished shards are kept)")
+        if self.by_shard[i]:
+            out = os.path.join(self.dst_dir, sn)
+            n = write_shard(out, self.by_shard[i], self.src, progress, label, self.killer)
+            rec = {"bytes": os.path.getsize(out), "tensors": n}
+        else:
+            rec = {"bytes": 0, "tensors": 0}
+        self.state["finished"][sn] = rec
+        save_state(self.state_path, self.state)
+        progress.add(0, label, force=True)
+        return rec
+
+    def done_with(self, i=None):
+        """After output shard i (or before the first): the source shards nothing unfinished reads."""
+        for users in self.needed_by.values():
+            users.discard(i)
+        return [f for f in sorted(self.src.files)
+                if self.shard_names[f] in self.state["finished"] and not self.needed_by.get(f)]
+
+    def drop_source(self, f):
+        """Forget source shard f (done_with named it); returns its file's path if its data was read
+        from one (the caller may delete it), None for a header-only entry."""
+        sf = self.src.files.pop(f)
+        sf.close()
+        return None if sf.header_only else sf.path
+
+    def copy_extras(self):
+        """Copy config, generation config, tokenizer files and chat template into DST_DIR.
+        Returns (copied names, absent names of EXTRA_FILES)."""
+        copied = []
+        for pat in COPY_PATTERNS:
+            for p in sorted(glob.glob(os.path.join(self.src_dir, pat))):
+                with open(p, "rb") as fh:
+                    atomic_write_bytes(os.path.join(self.dst_dir, os.path.basename(p)), fh.read())
+                copied.append(os.path.basename(p))
+        return copied, [n for n in EXTRA_FILES if n not in copied]
 
 
 def main(argv):
     args = parse_args(argv)
+    conv = Conversion(args.src, args.dst, args)
     src_dir, dst_dir = args.src, args.dst
-    if not os.path.isdir(src_dir):
-        die(f"{src_dir}: not a directory")
-    if os.path.exists(dst_dir) and os.path.samefile(src_dir, dst_dir):
-        die("SRC_DIR and DST_DIR must differ")
-    cfg_path = os.path.join(src_dir, "config.json")
-    try:
-        with open(cfg_path) as fh:
-            cfg = json.load(fh)
-        nhl = cfg["num_hidden_layers"]
-        if not isinstance(nhl, int) or nhl < 0:
-            raise ValueError("num_hidden_layers is not a non-negative integer")
-    except (OSError, ValueError, KeyError, TypeError) as e:
-        die(f"{cfg_path}: {e}")
-    os.makedirs(dst_dir, exist_ok=True)
-    policy = Policy(args, nhl)
-    state_path = os.path.join(dst_dir, STATE_NAME)
-
-    state = None
-    if os.path.exists(state_path) and not args.restart:
-        state = load_state(state_path)
-        if state.get("options") != policy.as_dict():
-            die(f"{state_path}: an earlier run used options {json.dumps(state.get('options'))}, this run "
-                f"{json.dumps(policy.as_dict())}; use the same options, a fresh DST_DIR or --restart")
-    if state is None:
-        state = {"options": policy.as_dict(), "finished": {}}
-
-    shard_names = sorted(os.path.basename(p) for p in glob.glob(os.path.join(src_dir, "*.safetensors")))
-    shard_names = sorted(set(shard_names) | set(state["finished"]))
-    if not shard_names:
-        die(f"{src_dir}: no *.safetensors files")
-
-    # A finished shard counts only if its output is still there with the recorded size.
-    done_outputs = set()
-    for sn, rec in list(state["finished"].items()):
-        out = os.path.join(dst_dir, sn)
-        if rec.get("bytes", 0) == 0:
-            continue
-        if not os.path.exists(out) or os.path.getsize(out) != rec["bytes"]:
-            print(f"convert: {sn}: output missing or wrong size, redoing it", file=sys.stderr)
-            del state["finished"][sn]
-            continue
-        done_outputs.update(SafeFile(out).names())
-    for sn in shard_names:
-        if sn not in state["finished"] and not os.path.exists(os.path.join(src_dir, sn)):
-            die(f"{os.path.join(src_dir, sn)}: source shard is gone but its output is not finished")
-    for stale in glob.glob(os.path.join(dst_dir, "*.tmp")):
-        os.remove(stale)     # a partial shard from a killed run: redone below
-
-    src = Source(src_dir, shard_names)
-    units = build_units(src, policy, done_outputs)
-    todo = [i for i, sn in enumerate(shard_names) if sn not in state["finished"]]
-    by_shard = {i: [u for u in units if u.shard == i] for i in todo}
-    for u in units:
-        if u.shard not in by_shard:
-            raise ConvertError(f"{shard_names[u.shard]}: marked finished but tensor group {u.key} "
-                               f"was not written; use --restart")
-    est = {i: shard_bytes(by_shard[i]) if by_shard[i] else 0 for i in todo}
-    in_total = sum(u.in_bytes for u in units)
-    out_total = sum(est.values())
     same_fs = os.stat(src_dir).st_dev == os.stat(dst_dir).st_dev
-    need_out = max(est.values(), default=0) if (args.delete_source and same_fs) else out_total
-    margin = int(args.margin_mb * 1e6)
+    need_out = max(conv.est.values(), default=0) if (args.delete_source and same_fs) else conv.out_total
     free = free_bytes(dst_dir)
-    print(f"convert: {len(todo)} of {len(shard_names)} shards to do, {in_total / 1e6:.1f} MB input, "
-          f"estimated output {out_total / 1e6:.1f} MB; need {(need_out + margin) / 1e6:.1f} MB "
-          f"(output {need_out / 1e6:.1f} + margin {margin / 1e6:.1f}), free {free / 1e6:.1f} MB on {dst_dir}",
+    print(f"convert: {len(conv.todo)} of {len(conv.shard_names)} shards to do, {conv.in_total / 1e6:.1f} MB input, "
+          f"estimated output {conv.out_total / 1e6:.1f} MB; need {(need_out + conv.margin) / 1e6:.1f} MB "
+          f"(output {need_out / 1e6:.1f} + margin {conv.margin / 1e6:.1f}), free {free / 1e6:.1f} MB on {dst_dir}",
           file=sys.stderr)
-    if free < need_out + margin:
-        die(f"refusing to start: {free / 1e6:.1f} MB free on {dst_dir}, need {(need_out + margin) / 1e6:.1f} MB")
+    if free < need_out + conv.margin:
+        raise ConvertError(f"refusing to start: {free / 1e6:.1f} MB free on {dst_dir}, "
+                           f"need {(need_out + conv.margin) / 1e6:.1f} MB")
 
-    needed_by = {}
-    for u in units:
-        for f in u.needs:
-            needed_by.setdefault(f, set()).add(u.shard)
-
-    progress = Progress(in_total)
-    killer = Killer()
+    progress = Progress(conv.in_total)
     t0 = time.time()
-    for k, i in enumerate(todo):
-        sn = shard_names[i]
-        free = free_bytes(dst_dir)
-        if free < est[i] + margin / 4:
-            die(f"{sn}: only {free / 1e6:.1f} MB free on {dst_dir}, shard needs ~{est[i] / 1e6:.1f} MB; "
-                f"free some space and rerun (finished shards are kept)")
-        label = f"shard {k + 1}/{len(todo)} {sn}"
-        if by_shard[i]:
-            out = os.path.join(dst_dir, sn)
-            n = write_shard(out, by_shard[i], src, progress, label, killer)
-            rec = {"bytes": os.path.getsize(out), "tensors": n}
-        else:
-            rec = {"bytes": 0, "tensors": 0}
-        state["finished"][sn] = rec
-        save_state(state_path, state)
-        progress.add(0, label, force=True)
+    for k, i in enumerate(conv.todo):
+        conv.convert_shard(i, progress, f"shard {k + 1}/{len(conv.todo)} {conv.shard_names[i]}")
         if args.delete_source:
-            for f, users in needed_by.items():
-                users.discard(i)
-            for f in sorted(src.files):
-                fname = shard_names[f]
-                if fname in state["finished"] and not needed_by.get(f):
-                    src.files[f].close()
-                    del src.files[f]
-                    os.remove(os.path.join(src_dir, fname))
-                    print(f"convert: deleted source {fname}", file=sys.stderr)
+            for f in conv.done_with(i):
+                path = conv.drop_source(f)
+                if path:
+                    os.remove(path)
+                    print(f"convert: deleted source {conv.shard_names[f]}", file=sys.stderr)
     progress.end()
 
-    for pat in COPY_PATTERNS:
-        for p in sorted(glob.glob(os.path.join(src_dir, pat))):
-            with open(p, "rb") as fh:
-                atomic_write_bytes(os.path.join(dst_dir, os.path.basename(p)), fh.read())
+    copied, absent = conv.copy_extras()
     dt = max(time.time() - t0, 1e-9)
-    print(f"convert: done: {in_total / 1e6:.1f} MB of input in {dt:.1f} s = {in_total / 1e6 / dt:.1f} MB/s; "
-          f"{len(todo)} shard(s) written to {dst_dir}", file=sys.stderr)
+    print(f"convert: copied {', '.join(copied) or 'nothing'}" + (f"; absent: {', '.join(absent)}" if absent else ""),
+          file=sys.stderr)
+    print(f"convert: done: {conv.in_total / 1e6:.1f} MB of input in {dt:.1f} s = {conv.in_total / 1e6 / dt:.1f} MB/s; "
+          f"{len(conv.todo)} shard(s) written to {dst_dir}", file=sys.stderr)
 
 
 if __name__ == "__main__":

@@ -3,7 +3,7 @@
 into the layout of the vendor's FP8 release, for testing the converter and the engine's FP8 reader.
 
     /usr/bin/python3 tools/make_fp8_fixture.py SRC DST [--dequant-out DIR] [--shard-mb MB]
-                                               [--bf16-rest] [--fuse-experts]
+                                               [--bf16-rest] [--fuse-experts] [--index]
 
 Every Linear weight that the FP8 release quantizes (glm_moe_dsa.md section 2.4) becomes F8_E4M3
 (e4m3fn) with a NAME_scale_inv F32 companion [ceil(O/128), ceil(I/128)]: per 128x128 block,
@@ -19,8 +19,10 @@ Fused experts (mlp.experts.gate_up_proj / down_proj, 3-D) get a 3-D companion [E
 --bf16-rest         store the tensors that stay unquantized as BF16 (round to nearest even), like
                     the real release; DIR then holds their BF16 values as F32.
 --fuse-experts      rewrite per-expert tensors of each layer as the fused 3-D form before encoding.
+--index             also write model.safetensors.index.json (metadata.total_size, weight_map: tensor
+                    name -> shard file), as a Hugging Face release has.
 config.json gets a quantization_config (fp8, e4m3, dynamic, [128,128]); other files
-(generation_config.json, tokenizer*.json, reference.json) are copied to DST and DIR.
+(generation_config.json, tokenizer*.json, chat_template.jinja, reference.json) are copied to DST and DIR.
 """
 import argparse
 import glob
@@ -158,6 +160,7 @@ def main():
     ap.add_argument("--shard-mb", type=float)
     ap.add_argument("--bf16-rest", action="store_true")
     ap.add_argument("--fuse-experts", action="store_true")
+    ap.add_argument("--index", action="store_true")
     a = ap.parse_args()
 
     tensors = load_source(a.src)
@@ -216,6 +219,12 @@ def main():
             os.remove(old)
         for fname, group in shard_up(items):
             write_file(os.path.join(d, fname), group)
+        if a.index:
+            index = {"metadata": {"total_size": sum(int(x.nbytes) for _, _, _, x in items)},
+                     "weight_map": {n: file_of[n] for _, n, _, _ in sorted(items, key=lambda t: t[1])}}
+            with open(os.path.join(d, "model.safetensors.index.json"), "w") as fh:
+                json.dump(index, fh, indent=2)
+                fh.write("\n")
         c = dict(cfg)
         if is_fp8:
             c["quantization_config"] = {"quant_method": "fp8", "fmt": "e4m3", "activation_scheme": "dynamic",
@@ -223,7 +232,7 @@ def main():
         with open(os.path.join(d, "config.json"), "w") as fh:
             json.dump(c, fh, indent=2)
             fh.write("\n")
-        for pat in ("generation_config.json", "tokenizer*.json", "reference.json"):
+        for pat in ("generation_config.json", "tokenizer*.json", "chat_template.jinja", "reference.json"):
             for p in glob.glob(os.path.join(a.src, pat)):
                 shutil.copyfile(p, os.path.join(d, os.path.basename(p)))
     print(f"make_fp8_fixture: {n_fp8} FP8 tensors, {len(tensors) - n_fp8} kept "

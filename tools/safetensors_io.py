@@ -4,6 +4,8 @@ Only /usr/bin/python3 and Debian's numpy; no torch, no safetensors package.
 
 Reading (container.md section 1):
     f = SafeFile(path)              # validates the header; raises StError naming file and tensor
+    SafeFile(path, size=N)          # a header-only copy: path holds the first bytes (at least the
+                                    #   header) of a file of N bytes; names/info work, raw() raises
     f.names()                       # tensor names in data order
     f.info(name)                    # {"dtype", "shape", "offset" (absolute), "nbytes"}
     f.raw(name)                     # numpy view (memmap) with the storage dtype and the logical shape:
@@ -87,10 +89,11 @@ def to_f32(a, dtype):
 
 
 class SafeFile:
-    def __init__(self, path):
+    def __init__(self, path, size=None):
         self.path = path
+        self.header_only = size is not None
         try:
-            self.size = os.path.getsize(path)
+            self.size = os.path.getsize(path) if size is None else size
             with open(path, "rb") as fh:
                 head = fh.read(8)
                 if len(head) < 8:
@@ -99,6 +102,9 @@ class SafeFile:
                 if n > self.size - 8 or n > MAX_HEADER:
                     raise StError(f"{path}: header length {n} is larger than the file ({self.size} bytes)")
                 text = fh.read(n)
+                if len(text) != n:
+                    raise StError(f"{path}: header-only copy is cut inside the header ({8 + len(text)} of "
+                                  f"{8 + n} bytes)")
         except OSError as e:
             raise StError(f"{path}: cannot read: {e.strerror}")
         try:
@@ -169,6 +175,8 @@ class SafeFile:
         return self._mm
 
     def raw(self, name):
+        if self.header_only:
+            raise StError(f"{self.path}: tensor {name}: header-only copy, the data is not here")
         inf = self._info[name]
         st = DTYPES[inf["dtype"]][1]
         buf = self._map()[inf["offset"]:inf["offset"] + inf["nbytes"]]

@@ -1,0 +1,435 @@
+#!/usr/bin/env python3
+"""Raw-socket and load checks of an OpenAI-shaped server (tests/t_http.sh runs them against
+tests/bin/http_echo). Python standard library only. Each check prints PASS/FAIL lines.
+
+usage: http_hostile.py PORT CHECK [ARGS...]
+  basic            HTTP/1.0, HEAD, bare LF, bad Content-Length forms, huge/too many headers, 413
+  pipeline         four requests in one write (worker and I/O-thread answers mixed) come back in order
+  expect           Expect: 100-continue gets "100 Continue", then the answer
+  slow TIMEOUT_MS  a partial request gets 408 after about TIMEOUT_MS; an idle connection is closed
+  disconnect LOG   a streaming client that leaves stops the generation (the server LOG says so)
+  queue_leave LOG  (QUEUE=1) a waiting client that leaves frees its queue slot
+  load N           N concurrent chats, JSON and SSE mixed: every answer 200 and its own
+  queue1 N         (QUEUE=1) N concurrent slow chats: only 200 or 429, at least one of each
+  auth KEY         401 without / with a wrong key; 200 with Bearer or x-api-key; /health open
+  maxconns N       (MAX_CONNS=N) connection N+1 gets 503
+"""
+import json
+import socket
+import sys
+import threading
+import time
+
+PORT = int(sys.argv[1])
+failures = 0
+
+
+def check(name, ok, why=""):
+    global failures
+    if ok:
+        print(f"PASS {name}")
+    else:
+        failures += 1
+        print(f"FAIL {name}: {why}")
+    sys.stdout.flush()
+
+
+def connect(timeout=10):
+    s = socket.create_connection(("127.0.0.1", PORT), timeout=timeout)
+    s.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+    return s
+
+
+class Reader:
+    """Reads HTTP/1.1 responses (Content-Length, chunked, or to EOF) from a socket."""
+
+    def __init__(self, sock):
+        self.s, self.buf = sock, b""
+
+    def _fill(self):
+        d = self.s.recv(65536)
+        if not d:
+            raise EOFError
+        self.buf += d
+
+    def line(self):
+        while b"\r\n" not in self.buf:
+            self._fill()
+        ln, self.buf = self.buf.split(b"\r\n", 1)
+        return ln
+
+    def exact(self, n):
+        while len(self.buf) < n:
+            self._fill()
+        d, self.buf = self.buf[:n], self.buf[n:]
+        return d
+
+    def response(self, head_only=False):
+        status_line = self.line().decode()
+        status = int(status_line.split()[1])
+        headers = {}
+        while True:
+            ln = self.line()
+            if not ln:
+                break
+            k, v = ln.decode().split(":", 1)
+            headers[k.strip().lower()] = v.strip()
+        if status == 100 or head_only:
+            return status, headers, b""
+        if "content-length" in headers:
+            return status, headers, self.exact(int(headers["content-length"]))
+        if headers.get("transfer-encoding") == "chunked":
+            body = b""
+            while True:
+                size = int(self.line().split(b";")[0], 16)
+                if size == 0:
+                    while self.line():
+                        pass
+                    return status, headers, body
+                body += self.exact(size)
+                assert self.exact(2) == b"\r\n"
+        body = self.buf
+        try:
+            while True:
+                self._fill()
+        except EOFError:
+            pass
+        body, self.buf = self.buf, b""
+        return status, headers, body
+
+    def closed(self, wait=3.0):
+        """True if the server closes the connection (EOF) within wait seconds, sending nothing more."""
+        self.s.settimeout(wait)
+        try:
+            return not self.buf and self.s.recv(1) == b""
+        except (socket.timeout, ConnectionResetError):
+            return False
+
+
+def request(method, path, body=None, headers=None, version="1.1"):
+    h = {"Host": "127.0.0.1"}
+    if body is not None:
+        h["Content-Length"] = str(len(body))
+        h["Content-Type"] = "application/json"
+    h.update(headers or {})
+    head = f"{method} {path} HTTP/{version}\r\n" + "".join(f"{k}: {v}\r\n" for k, v in h.items()) + "\r\n"
+    return head.encode() + (body or b"")
+
+
+def chat_body(content, stream=False, **extra):
+    d = {"model": "echo-model", "messages": [{"role": "user", "content": content}], "stream": stream}
+    d.update(extra)
+    return json.dumps(d).encode()
+
+
+def sse_content(body):
+    """Concatenated delta contents of an SSE body, and whether it ended with [DONE]."""
+    out, done = "", False
+    for event in body.decode().split("\n\n"):
+        if not event.startswith("data: "):
+            continue
+        data = event[6:]
+        if data == "[DONE]":
+            done = True
+            continue
+        for c in json.loads(data)["choices"]:
+            out += c.get("delta", {}).get("content") or ""
+    return out, done
+
+
+def one(raw, head_only=False, timeout=10):
+    s = connect(timeout)
+    s.sendall(raw)
+    r = Reader(s)
+    try:
+        resp = r.response(head_only)
+    except (EOFError, ConnectionResetError, socket.timeout):
+        resp = (0, {}, b"")
+    return s, r, resp
+
+
+def is_error_object(body):
+    try:
+        e = json.loads(body)["error"]
+        return isinstance(e["message"], str) and isinstance(e["type"], str)
+    except Exception:
+        return False
+
+
+def check_basic():
+    s, r, (st, h, b) = one(request("GET", "/health", version="1.0"))
+    check("http10_answered_and_closed", st == 200 and h.get("connection") == "close" and r.closed(), f"{st} {h}")
+    s.close()
+    s, r, (st, h, b) = one(request("HEAD", "/health"), head_only=True)
+    check("head_headers_only", st == 200 and h.get("content-length") == "15" and not r.buf, f"{st} {h} {r.buf!r}")
+    s.close()
+    s, r, (st, h, b) = one(b"GET /health HTTP/1.1\nHost: x\n\n")
+    check("bare_lf_400_closed", st == 400 and is_error_object(b) and r.closed(), f"{st} {b!r}")
+    s.close()
+    for cl in ["+5", "-1", "5, 6", "0x10", "99999999999999999999999", "1e3", ""]:
+        raw = f"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Length: {cl}\r\n\r\n12345".encode()
+        s, r, (st, h, b) = one(raw)
+        want = 413 if cl.startswith("999") else 400
+        check(f"bad_content_length_[{cl}]_{want}", st == want and is_error_object(b) and h.get("connection") == "close"
+              and r.closed(), f"{st} {h} {b!r}")
+        s.close()
+    raw = b"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Length: 5\r\nContent-Length: 6\r\n\r\n123456"
+    s, r, (st, h, b) = one(raw)
+    check("content_length_conflict_400", st == 400, f"{st}")
+    s.close()
+    raw = b"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Length: 5\r\nTransfer-Encoding: chunked\r\n\r\n0\r\n\r\n"
+    s, r, (st, h, b) = one(raw)
+    check("cl_and_te_400", st == 400, f"{st}")
+    s.close()
+    s, r, (st, h, b) = one(request("GET", "/health", headers={"X-Big": "a" * 20000}))
+    check("huge_header_431", st == 431 and is_error_object(b), f"{st} {b!r}")
+    s.close()
+    s, r, (st, h, b) = one(request("GET", "/health", headers={f"X-{i}": "v" for i in range(80)}))
+    check("too_many_headers_431", st == 431, f"{st}")
+    s.close()
+    # Too large a body is refused from its Content-Length, before the body is sent.
+    s, r, (st, h, b) = one(b"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Length: 100000000\r\n\r\n")
+    check("body_too_large_413_early", st == 413 and is_error_object(b), f"{st} {b!r}")
+    s.close()
+    body = chat_body("x" * 5000)
+    chunks = b"".join(b"%x\r\n%s\r\n" % (len(body[i:i + 700]), body[i:i + 700]) for i in range(0, len(body), 700))
+    raw = b"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n" + chunks + b"0\r\n\r\n"
+    s, r, (st, h, b) = one(raw)
+    check("chunked_request_body", st == 200 and json.loads(b)["choices"][0]["message"]["content"] == "echo: " + "x" * 5000, f"{st}")
+    s.close()
+    s, r, (st, h, b) = one(request("POST", "/v1/chat/completions", b'{"messages": [}'))
+    check("malformed_json_400", st == 400 and is_error_object(b) and "line 1" in json.loads(b)["error"]["message"], f"{st} {b!r}")
+    # The connection survives a 400 from the handler (the request itself was well framed).
+    s.sendall(request("GET", "/health"))
+    st2, _, _ = r.response()
+    check("keep_alive_after_handler_400", st2 == 200, f"{st2}")
+    s.close()
+    # SSE to an HTTP/1.0 client: no chunking; the close ends the stream.
+    s, r, (st, h, b) = one(request("POST", "/v1/chat/completions", chat_body("ten", True), version="1.0"))
+    content, done = sse_content(b)
+    check("sse_http10_close_delimited", st == 200 and "transfer-encoding" not in h and content == "echo: ten" and done,
+          f"{st} {h} {b[:200]!r}")
+    s.close()
+
+
+def check_pipeline():
+    raw = (request("POST", "/v1/chat/completions", chat_body("first")) + request("GET", "/health") +
+           request("POST", "/v1/chat/completions", chat_body("third", True)) + request("GET", "/v1/models"))
+    s = connect()
+    s.sendall(raw)
+    r = Reader(s)
+    got = [r.response() for _ in range(4)]
+    ok = (got[0][0] == 200 and json.loads(got[0][2])["choices"][0]["message"]["content"] == "echo: first" and
+          got[1][0] == 200 and json.loads(got[1][2]) == {"status": "ok"} and
+          got[2][0] == 200 and sse_content(got[2][2]) == ("echo: third", True) and
+          got[3][0] == 200 and json.loads(got[3][2])["data"][0]["id"] == "echo-model")
+    check("pipelined_four_in_order", ok, repr([(g[0], g[2][:80]) for g in got]))
+    # Byte at a time, two requests.
+    s2 = connect()
+    for byte in request("GET", "/health") + request("POST", "/v1/completions", b'{"prompt":"p"}'):
+        s2.send(bytes([byte]))
+    r2 = Reader(s2)
+    a, b = r2.response(), r2.response()
+    check("byte_at_a_time_two_requests", a[0] == 200 and b[0] == 200 and json.loads(b[2])["choices"][0]["text"] == "echo: p",
+          f"{a[0]} {b[0]}")
+    s.close()
+    s2.close()
+
+
+def check_expect():
+    body = chat_body("expect")
+    head = (f"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Length: {len(body)}\r\n"
+            "Expect: 100-continue\r\n\r\n").encode()
+    s = connect()
+    s.sendall(head)
+    r = Reader(s)
+    st, _, _ = r.response()
+    s.sendall(body)
+    st2, _, b = r.response()
+    check("expect_100_continue", st == 100 and st2 == 200 and b"echo: expect" in b, f"{st} {st2}")
+    s.close()
+
+
+def check_slow(timeout_ms):
+    t0 = time.time()
+    s = connect(timeout=timeout_ms / 1000 + 5)
+    s.sendall(b"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Le")
+    r = Reader(s)
+    try:
+        st, _, b = r.response()
+    except (EOFError, ConnectionResetError, socket.timeout):
+        st, b = 0, b""
+    dt = time.time() - t0
+    check("slow_head_408", st == 408 and is_error_object(b) and r.closed(), f"{st} after {dt:.2f}s")
+    check("slow_head_408_timing", timeout_ms / 1000 * 0.8 <= dt <= timeout_ms / 1000 + 2.5, f"{dt:.2f}s")
+    s.close()
+    # A body that stops halfway.
+    s = connect(timeout=timeout_ms / 1000 + 5)
+    s.sendall(b"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Length: 100\r\n\r\n{\"messa")
+    r = Reader(s)
+    try:
+        st, _, _ = r.response()
+    except (EOFError, ConnectionResetError, socket.timeout):
+        st = 0
+    check("slow_body_408", st == 408, f"{st}")
+    s.close()
+    # An idle keep-alive connection is closed without a response.
+    t0 = time.time()
+    s, r, (st, _, _) = one(request("GET", "/health"), timeout=timeout_ms / 1000 + 5)
+    closed = r.closed(wait=timeout_ms / 1000 + 3)
+    dt = time.time() - t0
+    check("idle_keepalive_closed", st == 200 and closed and dt <= timeout_ms / 1000 + 2.5, f"{st} closed={closed} {dt:.2f}s")
+    s.close()
+    # Meanwhile the server answers others at once.
+    s, r, (st, _, _) = one(request("GET", "/health"))
+    check("server_answers_after_slow_clients", st == 200, f"{st}")
+    s.close()
+
+
+def log_text(path):
+    with open(path, errors="replace") as f:
+        return f.read()
+
+
+def check_disconnect(log):
+    marker = "disconnect-" + "z" * 120          # 126 chars -> 42 deltas of 3 bytes
+    s = connect()
+    s.sendall(request("POST", "/v1/chat/completions", chat_body(marker, True, x_delay_ms=50)))
+    data = b""
+    while data.count(b"data: ") < 4:
+        data += s.recv(4096)
+    s.close()
+    t0 = time.time()
+    gone = None
+    while time.time() - t0 < 5 and gone is None:
+        for line in log_text(log).splitlines():
+            if line.startswith("gone after "):
+                gone = int(line.split()[2])
+        time.sleep(0.05)
+    check("client_disconnect_stops_stream", gone is not None and gone < 20, f"log says {gone}")
+    check("disconnected_stream_not_finished", f"[{marker[:40]}" not in log_text(log), "the stream ran to its end")
+    # Nothing is written while the worker "thinks": the hangup itself must be noticed (poll), well
+    # before the 5 s of work end.
+    s = connect()
+    s.sendall(request("POST", "/v1/chat/completions", chat_body("thinking", x_work_ms=5000)))
+    time.sleep(0.3)
+    s.close()
+    t0 = time.time()
+    while time.time() - t0 < 6 and "gone before answering" not in log_text(log):
+        time.sleep(0.02)
+    dt = time.time() - t0
+    check("client_disconnect_seen_without_writing", dt < 1.0, f"noticed after {dt:.2f} s")
+    s, r, (st, _, b) = one(request("POST", "/v1/chat/completions", chat_body("after")))
+    check("server_answers_after_disconnect", st == 200 and b"echo: after" in b, f"{st}")
+    s.close()
+
+
+def check_queue_leave(log):
+    # A holds the worker; B waits in the only queue slot, then leaves; C must get B's slot.
+    a = connect()
+    a.sendall(request("POST", "/v1/chat/completions", chat_body("leave-A", x_work_ms=1500)))
+    time.sleep(0.3)
+    b = connect()
+    b.sendall(request("POST", "/v1/chat/completions", chat_body("leave-B")))
+    time.sleep(0.3)
+    b.close()
+    time.sleep(0.3)
+    c, rc, (stc, _, bc) = one(request("POST", "/v1/chat/completions", chat_body("leave-C")))
+    sta, _, ba = Reader(a).response()
+    check("queue_leaver_frees_slot", stc == 200 and b"echo: leave-C" in bc and sta == 200, f"A {sta} C {stc}")
+    check("queue_leaver_not_handled", "[leave-B]" not in log_text(log), "B was handled after leaving")
+    a.close()
+    c.close()
+
+
+def check_load(n):
+    results = [None] * n
+
+    def worker(i):
+        try:
+            stream = i % 3 == 0
+            content = f"load-{i}-" + "é" * (i % 7)
+            s, r, (st, h, b) = one(request("POST", "/v1/chat/completions", chat_body(content, stream)), timeout=60)
+            got = sse_content(b) if stream else (json.loads(b)["choices"][0]["message"]["content"], True)
+            results[i] = st == 200 and got == ("echo: " + content, True)
+            s.close()
+        except Exception as e:
+            results[i] = repr(e)
+
+    threads = [threading.Thread(target=worker, args=(i,)) for i in range(n)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    bad = [(i, r) for i, r in enumerate(results) if r is not True]
+    check(f"load_{n}_concurrent_all_answered_intact", not bad, repr(bad[:5]))
+
+
+def check_queue1(n):
+    results = [None] * n
+
+    def worker(i):
+        try:
+            s, r, (st, h, b) = one(request("POST", "/v1/chat/completions", chat_body(f"q-{i}", x_work_ms=600)), timeout=60)
+            ok_body = (st == 200 and json.loads(b)["choices"][0]["message"]["content"] == f"echo: q-{i}") or \
+                      (st == 429 and is_error_object(b) and h.get("retry-after", "").isdigit())
+            results[i] = st if ok_body else f"{st} {h} {b[:100]!r}"
+            s.close()
+        except Exception as e:
+            results[i] = repr(e)
+
+    threads = [threading.Thread(target=worker, args=(i,)) for i in range(n)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    check(f"queue1_{n}_concurrent_200_or_429", all(r in (200, 429) for r in results), repr(results))
+    check("queue1_some_429", results.count(429) >= 1, repr(results))
+    check("queue1_some_200", results.count(200) >= 1, repr(results))
+    s, r, (st, _, _) = one(request("GET", "/health"))
+    s2, r2, (st2, _, b2) = one(request("POST", "/v1/chat/completions", chat_body("after-queue")))
+    check("queue1_server_answers_afterwards", st == 200 and st2 == 200 and b"echo: after-queue" in b2, f"{st} {st2}")
+    s.close()
+    s2.close()
+
+
+def check_auth(key):
+    models = lambda h: one(request("GET", "/v1/models", headers=h))[2]
+    st, _, b = models({})
+    check("auth_no_key_401", st == 401 and is_error_object(b), f"{st}")
+    check("auth_wrong_key_401", models({"Authorization": "Bearer " + key + "x"})[0] == 401, "")
+    check("auth_bearer_200", models({"Authorization": "Bearer " + key})[0] == 200, "")
+    check("auth_x_api_key_200", models({"x-api-key": key})[0] == 200, "")
+    s, r, (st, _, _) = one(request("POST", "/v1/chat/completions", chat_body("k")))
+    check("auth_chat_without_key_401", st == 401, f"{st}")
+    s.close()
+    check("auth_health_open", one(request("GET", "/health"))[2][0] == 200, "")
+
+
+def check_maxconns(n):
+    held = [connect() for _ in range(n)]
+    time.sleep(0.3)
+    s, r, (st, h, b) = one(request("GET", "/health"))
+    check("max_conns_503", st == 503 and is_error_object(b), f"{st}")
+    s.close()
+    for c in held:
+        c.close()
+    time.sleep(0.3)
+    s, r, (st, _, _) = one(request("GET", "/health"))
+    check("max_conns_freed", st == 200, f"{st}")
+    s.close()
+
+
+if __name__ == "__main__":
+    what, args = sys.argv[2], sys.argv[3:]
+    try:
+        {"basic": check_basic, "pipeline": check_pipeline, "expect": check_expect,
+         "slow": lambda: check_slow(int(args[0])), "disconnect": lambda: check_disconnect(args[0]),
+         "queue_leave": lambda: check_queue_leave(args[0]), "load": lambda: check_load(int(args[0])),
+         "queue1": lambda: check_queue1(int(args[0])), "auth": lambda: check_auth(args[0]),
+         "maxconns": lambda: check_maxconns(int(args[0]))}[what]()
+    except Exception as e:
+        import traceback
+        traceback.print_exc()
+        check(f"{what}_ran", False, repr(e))
+    sys.exit(1 if failures else 0)
