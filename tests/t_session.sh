@@ -132,7 +132,7 @@ torn=0; wrong=0; litter=0; finished=0; seen=""
 for i in $(seq 60); do
   cp "$T/S1" "$T/kill"
   env SNAP=$M CHAT=1 TEMP=0 SEED=1 NGEN=40 SESSION=$T/kill "$GLM" 64 16 16 < "$T/rest" >/dev/null 2>&1 & pid=$!   # env execs glm: $! is glm
-  sleep "$(printf '0.%06d' $(( RANDOM * RANDOM % (took + 1) )))"   # saves take most of such a run
+  sleep "$(awk -v us=$(( RANDOM * RANDOM % (took + 1) )) 'BEGIN { printf "%.6f", us / 1e6 }')"   # saves take most of such a run
   kill -9 $pid 2>/dev/null
   wait $pid 2>/dev/null && finished=$((finished + 1))
   state=0
