@@ -409,6 +409,7 @@ static void print_help(void) {
            "  PROMPT=\"text\" ./glm   one answer, streamed to stdout (CHAT_TEMPLATE=0: raw text, no template)\n"
            "  echo text | ./glm     the same with the prompt from stdin (no mode set, stdin not a terminal; or PROMPT=-)\n"
            "  CHAT=1 ./glm          terminal chat (the default when stdin is a terminal); :help lists its commands\n"
+           "  SESSION=file          with PROMPT or CHAT: continue the conversation the file holds; saved after every answer\n"
            "  TOKENIZE=file ./glm   token ids of each JSON-string line of file (only tokenizer.json is read)\n"
            "  REF=file ./glm        validation against an oracle reference: greedy, TF=1 [MTP=1] or REPLAY=1\n\n"
            "  cache_slots   routed-expert cache slots per layer (default: as many as RAM_GB allows)\n"
@@ -3805,7 +3806,12 @@ static void print_turn_stats(const Dialog *d, const TurnStats *ts) {
             store->wait_seconds - ts->wait_seconds0, peak_rss_gb(), d->gen->pos, d->gen->session->capacity, STOP_NAMES[ts->stop]);
 }
 
-/* ---- the conversation on disk: SESSION, :save, :load ------------------------------------------- */
+/* ---- the conversation on disk: SESSION, :save, :load -------------------------------------------
+   A session file (section 8) holds the conversation's tokens and cache rows, the sampler's stream
+   and the chat's state: the thinking mode, whether the last reply was cut (so :more goes on in a
+   later process) and the unfinished UTF-8 character such a reply may end in. With SESSION, chat
+   resumes the file at start and saves after every answer and every command that changes the
+   conversation; PROMPT continues it with one user message. */
 
 /* Says once, at the first turn after SESSION brought a conversation back, what was reused. */
 static void dialog_note_resume(Dialog *d, int reused, int prefill) {
