@@ -55,6 +55,8 @@
 #include "tok.h"
 #define LINED_IMPLEMENTATION
 #include "lined.h"
+#define CHAT_IMPLEMENTATION
+#include "chat.h"
 
 extern char **environ;
 
@@ -277,9 +279,11 @@ static const SettingSpec SETTINGS[] = {
     { "PROMPT",   SET_STR,   "",     0, 0, "answer this user message: the reply streams to stdout, one stats line to stderr (PROMPT=-: read it from stdin, at most 16 MB)" },
     { "CHAT",     SET_INT,   "-1",  -1, 1, "terminal chat: 1 on, 0 off, -1 on when stdin is a terminal and no PROMPT, REF or TOKENIZE is set" },
     { "SYSTEM",   SET_STR,   "",     0, 0, "system prompt placed before the first user message" },
-    { "MESSAGES", SET_STR,   "",     0, 0, "JSON file: earlier conversation, a list of {role: system|user|assistant, content[, reasoning_content]}" },
+    { "MESSAGES", SET_STR,   "",     0, 0, "JSON file: earlier conversation, OpenAI-style: a list of {role: system|user|assistant|tool, content[, reasoning_content, tool_calls]}, or {\"messages\": [...], \"tools\": [...]}" },
     { "CHAT_TEMPLATE", SET_BOOL, "1", 0, 1, "apply the GLM-5 chat template (0: send PROMPT / each chat line as raw text)" },
-    { "THINK",    SET_BOOL,  "1",    0, 1, "thinking on: the answer starts with reasoning (<think>); 0 skips it (</think>)" },
+    { "CHAT_FORMAT", SET_STR, "auto", 0, 0, "chat template form: auto (from SNAP's chat_template.jinja or tokenizer_config.json; none there: glm-5.2), glm-5.2, or glm-5.0 (also GLM-5.1)" },
+    { "THINK",    SET_BOOL,  "1",    0, 1, "thinking on: the answer starts with reasoning (<think>); 0 skips it (GLM-5.2: <think></think>, GLM-5.0: </think>)" },
+    { "REASONING_EFFORT", SET_STR, "max", 0, 0, "GLM-5.2 with thinking on: max or high (the prompt's <|system|>Reasoning Effort line)" },
     { "TEMPERATURE", SET_FLOAT, "0.7", 0, 100, "sampling temperature (0: greedy, always the most likely token)" },
     { "TEMP",     SET_FLOAT, "",     0, 100, "alias of TEMPERATURE, honoured only when it is a number (TEMP is often the temp directory: then it is ignored with a note)" },
     { "NUCLEUS",  SET_FLOAT, "0.9",  0, 1, "top-p: sample among the most likely tokens whose probabilities sum to at least this" },
@@ -308,6 +312,7 @@ typedef struct {
     /* text modes */
     RunMode mode;
     const char *prompt, *system_prompt, *messages_path, *tokenize_path;
+    const char *chat_format, *reasoning_effort;   /* CHAT_FORMAT (checked by chat.h when used), REASONING_EFFORT */
     int prompt_given, chat_template, think, special;
     int think_given;         /* THINK is set: it overrides a resumed session's thinking mode */
     const char *session_path;   /* SESSION, "" when unset */
@@ -508,6 +513,9 @@ static Settings settings_from_env(int argc, char **argv) {
     s.think = (int)setting_number("THINK");
     s.think_given = getenv("THINK") != NULL;
     s.session_path = setting_value("SESSION");
+    s.chat_format = setting_value("CHAT_FORMAT");
+    s.reasoning_effort = setting_value("REASONING_EFFORT");
+    if (!chat_effort_valid(s.reasoning_effort)) die("REASONING_EFFORT=%s: expected max or high", s.reasoning_effort);
     s.top_p = (float)setting_number("NUCLEUS");
     s.seed = (uint64_t)setting_number("SEED");
     s.special = (int)setting_number("SPECIAL");
@@ -3391,23 +3399,33 @@ static void run_replay(Model *m, Session *s, const ForwardOptions *opt, const Re
 
 /* =============================================================================================
    10. Text: tokenizer glue, chat template, prompt mode, terminal chat
-   Everything a person reads or types. Text becomes ids through tok.h (SNAP/tokenizer.json). The
-   GLM-5 chat template (tokenizer.md §3.4) is rendered straight into ids: role tags are looked up
-   by name and message contents are encoded as text, so a message cannot smuggle in a role tag
-   unless SPECIAL=1 (the ids equal HF's tokenization of the rendered string whenever the contents
-   hold no tag). Replies come from the Generator (section 9), which samples exactly over the
-   whole vocabulary and stops at an EOS id of generation_config.json / config.json (not
-   printed), at NGEN, when the KV cache is full, or at Ctrl-C; here they are streamed as text
-   that never splits a UTF-8 character.
+   Everything a person reads or types. Text becomes ids through tok.h (SNAP/tokenizer.json).
+   Conversations are chat.h's: it reads MESSAGES (messages, tool calls, tool results, the tools
+   list) and renders the chat template of the model's version into pieces, template tags and
+   text. chat_to_ids turns the pieces into ids: a tag by its id, text encoded as text, so a message
+   cannot smuggle in a tag unless SPECIAL=1 (the ids equal HF's tokenization of the rendered string
+   whenever the contents hold no tag). The form is GLM-5.2's (tokenizer.md §3.6) unless CHAT_FORMAT
+   or the template text shipped in SNAP says GLM-5.0/5.1 (§3.4); glm says which on stderr.
+   Replies come from the Generator (section 9), which samples exactly over the whole vocabulary
+   and stops at an EOS id of generation_config.json / config.json (not printed), at NGEN, when the
+   KV cache is full, or at Ctrl-C; here they are streamed as text that never splits a UTF-8
+   character.
 
-   Chat history lives in the KV cache: a turn prefills only its own tokens
-   (<|user|>text<|assistant|><think>) after what is already there, and a reply stays in the cache
-   exactly as it was generated, reasoning included. That is the conversation rendered with
-   clear_thinking=false (GLM-5.1's "preserved thinking"; GLM-5.3's default). The default template
-   would drop earlier reasoning, which means rewriting the cache and prefilling the last answer
-   again on every turn. The stop token that ended a reply (usually <|user|>) is not in the cache;
-   the next turn writes <|user|> itself, so the cache always holds a valid rendering. A reply cut
-   by NGEN or Ctrl-C is in the cache up to its last printed token, and :more goes on from there.
+   Chat history lives in the KV cache: the first turn prefills the rendered opening (SYSTEM,
+   MESSAGES, the user line, the generation prompt); a later turn renders only its user message
+   and generation prompt as a continuation (<|user|>text<|assistant|><think>) after what is
+   already there, and a reply stays in the cache exactly as it was generated, reasoning included.
+   So the cache holds the conversation rendered with reasoning kept (chat.h's keep_reasoning=1,
+   the template's clear_thinking=false: GLM-5.1's "preserved thinking"), the opening included;
+   the templates' default would drop earlier reasoning, which means rewriting the cache and
+   prefilling the last answer again on every turn. With GLM-5.2 and thinking on, the cache starts
+   [gMASK]<sop><|system|>Reasoning Effort: Max. The stop token that ended a reply (usually
+   <|user|>) is not in the cache; the next turn writes <|user|> itself, so the cache holds a valid
+   rendering (the template would also strip() whitespace around an answer; the cache keeps the
+   model's). Limits: :think switches only the generation prompt of later turns (the GLM-5.2 effort
+   line is written, or not, by the first turn; :reset renders a new opening); a reply cut by NGEN or
+   Ctrl-C is in the cache up to its last printed token (:more goes on from there); a tool call the
+   model ends with <|observation|> is followed by the next user turn, as there is no tool to run.
    :reset empties the cache (and reseeds the sampler, so a conversation can be replayed).
    ============================================================================================= */
 
@@ -3417,8 +3435,7 @@ typedef struct {
     Tokenizer *tok;
     char path[4096];                /* SNAP/tokenizer.json, for messages */
     TokSpecialMode text_mode;       /* how message text is encoded: SPECIAL=1 recognises every added token */
-    /* template tags, -1 when the tokenizer lacks one */
-    int gmask, sop, system, user, assistant, think, end_think;
+    int tag[CHAT_TAG_COUNT];        /* the id of each chat template tag (chat.h's ChatTag); -1 when missing */
 } TextCodec;
 
 static TextCodec codec_load(const char *model_dir, int special) {
@@ -3429,29 +3446,13 @@ static TextCodec codec_load(const char *model_dir, int special) {
     tc.tok = tok_load(tc.path, err, sizeof err);
     if (!tc.tok) die("cannot load the tokenizer (text modes need tokenizer.json in SNAP): %s", err);
     tc.text_mode = special ? TOK_SPECIAL_ALL : TOK_SPECIAL_NONE;
-    tc.gmask = tok_id(tc.tok, "[gMASK]");
-    tc.sop = tok_id(tc.tok, "<sop>");
-    tc.system = tok_id(tc.tok, "<|system|>");
-    tc.user = tok_id(tc.tok, "<|user|>");
-    tc.assistant = tok_id(tc.tok, "<|assistant|>");
-    tc.think = tok_id(tc.tok, "<think>");
-    tc.end_think = tok_id(tc.tok, "</think>");
+    for (int t = 0; t < CHAT_TAG_COUNT; t++) tc.tag[t] = tok_id(tc.tok, chat_tag_text(t));
     return tc;
 }
 
 static void codec_free(TextCodec *tc) {
     tok_free(tc->tok);
     tc->tok = NULL;
-}
-
-/* The template needs every tag; a tokenizer without them is not GLM-5's. */
-static void codec_require_template(const TextCodec *tc) {
-    const char *names[] = { "[gMASK]", "<sop>", "<|system|>", "<|user|>", "<|assistant|>", "<think>", "</think>" };
-    const int ids[] = { tc->gmask, tc->sop, tc->system, tc->user, tc->assistant, tc->think, tc->end_think };
-    for (int i = 0; i < 7; i++)
-        if (ids[i] < 0)
-            die("%s has no %s token, so the GLM-5 chat template cannot be rendered (CHAT_TEMPLATE=0 sends raw text)",
-                tc->path, names[i]);
 }
 
 static void tokens_push_text(TokenList *l, const TextCodec *tc, const char *text, size_t len) {
@@ -3462,173 +3463,63 @@ static void tokens_push_text(TokenList *l, const TextCodec *tc, const char *text
     free(ids);
 }
 
-/* ---- the GLM-5 chat template (tokenizer.md §3.4, without tools) ----------------------------- */
+/* ---- conversations as ids (chat.h) ------------------------------------------------------------ */
 
-typedef enum { ROLE_SYSTEM, ROLE_USER, ROLE_ASSISTANT } ChatRole;
-
-typedef struct {
-    ChatRole role;
-    const char *content;
-    size_t content_len;
-    const char *reasoning;          /* reasoning_content; NULL: not given (then cut out of content) */
-    size_t reasoning_len;
-} ChatMessage;
-
-/* Python's str.isspace, which the template's strip() uses: White_Space plus U+001C..U+001F. */
-static int is_template_space(uint32_t cp) { return tok_uni_is_space(cp) || (cp >= 0x1C && cp <= 0x1F); }
-
-/* str.strip(): narrows [*s, *s + *n) to drop leading and trailing whitespace characters. */
-static void text_strip(const char **s, size_t *n) {
-    uint32_t cp;
-    int status;
-    while (*n) {
-        size_t k = tok_utf8_next((const unsigned char *)*s, *n, &cp, &status);
-        if (status || !is_template_space(cp)) break;
-        *s += k;
-        *n -= k;
-    }
-    while (*n) {
-        size_t start = *n - 1;   /* back to the first byte of the last character */
-        while (start > 0 && *n - start < 4 && ((unsigned char)(*s)[start] & 0xC0) == 0x80) start--;
-        size_t k = tok_utf8_next((const unsigned char *)*s + start, *n - start, &cp, &status);
-        if (status || start + k != *n || !is_template_space(cp)) break;
-        *n = start;
-    }
-}
-
-/* Last occurrence of needle in [s, s+n), or NULL. */
-static const char *find_last(const char *s, size_t n, const char *needle) {
-    const size_t k = strlen(needle);
-    const char *found = NULL, *p = s;
-    while ((p = memmem(p, n - (size_t)(p - s), needle, k))) { found = p; p += 1; }
-    return found;
-}
-
-/* Appends the messages in the GLM-5 layout. at_start adds [gMASK]<sop>. Nothing separates turns.
-   An assistant turn after the last user message keeps its reasoning (<think>…</think>); earlier
-   ones become </think> + answer, as the template renders them. Without reasoning_content the
-   reasoning is cut out of the content: before the first </think>, after the last <think> there,
-   and the answer is what follows the last </think>. */
-static void chat_render(const TextCodec *tc, const ChatMessage *msgs, int n, int at_start, TokenList *out) {
-    codec_require_template(tc);
-    if (at_start) { tokens_push(out, tc->gmask); tokens_push(out, tc->sop); }
-    int last_user = -1;
-    for (int i = 0; i < n; i++) if (msgs[i].role == ROLE_USER) last_user = i;
-    for (int i = 0; i < n; i++) {
-        const ChatMessage *m = &msgs[i];
-        if (m->role == ROLE_SYSTEM || m->role == ROLE_USER) {
-            tokens_push(out, m->role == ROLE_SYSTEM ? tc->system : tc->user);
-            tokens_push_text(out, tc, m->content, m->content_len);
-            continue;
+/* Appends the ids of `conv` rendered with `o`: each tag by its id, each run of text encoded in the
+   codec's text mode. 0, or -1 with err naming the tokenizer and the tag it lacks (then nothing is
+   appended). Dies only when out of memory. */
+static int chat_to_ids(const TextCodec *tc, const ChatConv *conv, const ChatOptions *o, TokenList *out, char *err,
+                       size_t err_len) {
+    ChatPieces p = { 0 };
+    if (chat_render(conv, o, &p)) die("out of memory rendering the chat template");
+    for (size_t i = 0; i < p.n; i++)
+        if (p.v[i].tag >= 0 && tc->tag[p.v[i].tag] < 0) {
+            snprintf(err, err_len, "%s has no %s token, so the %s chat template cannot be rendered", tc->path,
+                     chat_tag_text(p.v[i].tag), chat_format_name(o->format));
+            chat_pieces_free(&p);
+            return -1;
         }
-        const char *content = m->content, *reasoning = m->reasoning;
-        size_t content_len = m->content_len, reasoning_len = m->reasoning_len;
-        if (!reasoning) {
-            reasoning = "";
-            reasoning_len = 0;
-            const char *first_end = memmem(content, content_len, "</think>", 8);
-            if (first_end) {
-                const char *open = find_last(content, (size_t)(first_end - content), "<think>");
-                reasoning = open ? open + 7 : content;
-                reasoning_len = (size_t)(first_end - reasoning);
-                const char *last_end = find_last(content, content_len, "</think>");
-                content_len -= (size_t)(last_end + 8 - content);
-                content = last_end + 8;
-            }
-        }
-        tokens_push(out, tc->assistant);
-        if (i > last_user && reasoning_len > 0) {
-            text_strip(&reasoning, &reasoning_len);
-            tokens_push(out, tc->think);
-            tokens_push_text(out, tc, reasoning, reasoning_len);
-        }
-        tokens_push(out, tc->end_think);
-        text_strip(&content, &content_len);
-        if (content_len) tokens_push_text(out, tc, content, content_len);
+    for (size_t i = 0; i < p.n; i++) {
+        if (p.v[i].tag >= 0) tokens_push(out, tc->tag[p.v[i].tag]);
+        else tokens_push_text(out, tc, p.text + p.v[i].off, p.v[i].len);
     }
+    chat_pieces_free(&p);
+    return 0;
 }
 
-/* The generation prompt: <|assistant|><think> (thinking on) or <|assistant|></think>. */
-static void chat_generation_prompt(const TextCodec *tc, int think, TokenList *out) {
-    tokens_push(out, tc->assistant);
-    tokens_push(out, think ? tc->think : tc->end_think);
+/* The rendering every conversation of this run shares: the form (CHAT_FORMAT; auto reads SNAP's
+   template text), THINK and REASONING_EFFORT. Says on stderr which form and why. */
+static ChatOptions chat_options_from_settings(const Settings *set) {
+    ChatFormat format;
+    char msg[5000];
+    if (chat_model_format(set->model_dir, set->chat_format, &format, msg, sizeof msg)) die("%s", msg);
+    say("%s", msg);
+    ChatOptions o = chat_options(format);
+    o.thinking = set->think;
+    o.reasoning_effort = set->reasoning_effort;
+    return o;
 }
 
-/* MESSAGES=file: a JSON list of messages (or an object with a "messages" list, as in an
-   OpenAI-style request). The strings point into *doc, which the caller keeps. */
-static ChatMessage *messages_load(const char *path, int *count, JsonDoc **doc) {
-    char err[512];
-    size_t len;
-    char *text = json_read_file(path, &len, err, sizeof err);
-    if (!text) die("MESSAGES: %s", err);
-    *doc = json_parse(text, len, err, sizeof err);
-    free(text);
-    if (!*doc) die("MESSAGES: %s: %s", path, err);
-    const JsonValue *list = json_root(*doc);
-    if (json_type(list) == JSON_OBJECT) list = json_get(list, "messages");
-    if (json_type(list) != JSON_ARRAY) die("MESSAGES: %s: expected a list of messages (or {\"messages\": [...]})", path);
-    const int n = (int)json_len(list);
-    ChatMessage *msgs = xcalloc((size_t)n, sizeof *msgs);
-    for (int i = 0; i < n; i++) {
-        const JsonValue *m = json_at(list, (size_t)i);
-        const char *role = json_str(json_get(m, "role"), NULL);
-        if (!role) die("MESSAGES: %s: message %d has no \"role\" string", path, i);
-        if (!strcmp(role, "system")) msgs[i].role = ROLE_SYSTEM;
-        else if (!strcmp(role, "user")) msgs[i].role = ROLE_USER;
-        else if (!strcmp(role, "assistant")) msgs[i].role = ROLE_ASSISTANT;
-        else die("MESSAGES: %s: message %d has role \"%s\" (supported: system, user, assistant)", path, i, role);
-        const JsonValue *content = json_get(m, "content");
-        if (json_type(content) == JSON_NULL && msgs[i].role == ROLE_ASSISTANT) msgs[i].content = "";
-        else if (!(msgs[i].content = json_str(content, &msgs[i].content_len)))
-            die("MESSAGES: %s: message %d: \"content\" must be a string", path, i);
-        const JsonValue *reasoning = json_get(m, "reasoning_content");
-        if (reasoning && json_type(reasoning) != JSON_NULL && !(msgs[i].reasoning = json_str(reasoning, &msgs[i].reasoning_len)))
-            die("MESSAGES: %s: message %d: \"reasoning_content\" must be a string", path, i);
-        if (json_get(m, "tool_calls")) die("MESSAGES: %s: message %d has tool_calls, which are not supported", path, i);
-    }
-    *count = n;
-    return msgs;
+/* The opening of a conversation, appended to c: SYSTEM, then MESSAGES (messages and tools), then
+   user_text if not NULL. */
+static void conversation_opening(const Settings *set, ChatConv *c, const char *user_text, size_t user_len) {
+    char err[5000];
+    if (set->system_prompt[0] && chat_conv_add(c, CHAT_SYSTEM, set->system_prompt, strlen(set->system_prompt)))
+        die("out of memory");
+    if (set->messages_path[0] && chat_conv_load(c, set->messages_path, err, sizeof err)) die("MESSAGES: %s", err);
+    if (user_text && chat_conv_add(c, CHAT_USER, user_text, user_len)) die("out of memory");
 }
 
-/* The opening of a conversation: SYSTEM, then the MESSAGES history, then `user_text` if not
-   NULL. Returned messages point into *doc (json_free it) and user_text. */
-static ChatMessage *conversation_opening(const Settings *set, const char *user_text, size_t user_len, int *count,
-                                         JsonDoc **doc) {
-    int n_history = 0;
-    ChatMessage *history = NULL;
-    *doc = NULL;
-    if (set->messages_path[0]) history = messages_load(set->messages_path, &n_history, doc);
-    ChatMessage *msgs = xcalloc((size_t)n_history + 2, sizeof *msgs);
-    int n = 0;
-    if (set->system_prompt[0]) msgs[n++] = (ChatMessage){ ROLE_SYSTEM, set->system_prompt, strlen(set->system_prompt), NULL, 0 };
-    for (int i = 0; i < n_history; i++) msgs[n++] = history[i];
-    if (user_text) msgs[n++] = (ChatMessage){ ROLE_USER, user_text, user_len, NULL, 0 };
-    free(history);
-    *count = n;
-    return msgs;
-}
-
-/* The ids of PROMPT mode (and of TEMPLATE_ONLY): the template with a generation prompt, or the
-   raw text with CHAT_TEMPLATE=0. */
-static void build_prompt(const Settings *set, const TextCodec *tc, TokenList *out) {
+/* The ids of PROMPT mode (and of TEMPLATE_ONLY): the conversation's opening rendered with `o`
+   and a generation prompt, or the raw text with CHAT_TEMPLATE=0 (o unused). */
+static void build_prompt(const Settings *set, const TextCodec *tc, const ChatOptions *o, TokenList *out) {
     if (!set->chat_template) { tokens_push_text(out, tc, set->prompt, strlen(set->prompt)); return; }
-    JsonDoc *doc;
-    int n;
-    ChatMessage *msgs = conversation_opening(set, set->prompt_given ? set->prompt : NULL, strlen(set->prompt), &n, &doc);
-    chat_render(tc, msgs, n, 1, out);
-    chat_generation_prompt(tc, set->think, out);
-    free(msgs);
-    if (doc) json_free(doc);
-}
-
-/* A user turn after a conversation the cache already holds (PROMPT continuing a SESSION):
-   <|user|>text and the generation prompt, or the raw text with CHAT_TEMPLATE=0. A chat turn
-   after the first renders the same. */
-static void build_continuation(const Settings *set, const TextCodec *tc, const char *text, int think, TokenList *out) {
-    if (!set->chat_template) { tokens_push_text(out, tc, text, strlen(text)); return; }
-    ChatMessage user = { ROLE_USER, text, strlen(text), NULL, 0 };
-    chat_render(tc, &user, 1, 0, out);
-    chat_generation_prompt(tc, think, out);
+    ChatConv conv;
+    chat_conv_init(&conv);
+    conversation_opening(set, &conv, set->prompt_given ? set->prompt : NULL, strlen(set->prompt));
+    char err[5000];
+    if (chat_to_ids(tc, &conv, o, out, err, sizeof err)) die("%s (CHAT_TEMPLATE=0 sends raw text)", err);
+    chat_conv_free(&conv);
 }
 
 /* ---- a conversation as text: the Generator's tokens on the terminal -------------------------- */
@@ -3670,6 +3561,7 @@ typedef struct {
 typedef struct {
     Generator *gen;
     const TextCodec *codec;
+    ChatOptions chat;              /* the template form and settings (CHAT_TEMPLATE=1) */
     int can_continue;              /* the last reply was cut (NGEN, Ctrl-C): :more may go on */
     int in_thinking;               /* the reply is between <think> and </think> */
     int out_tty;                   /* stdout is a terminal: dim the reasoning, show control bytes as ^X */
@@ -3720,11 +3612,12 @@ static void emit_text(const Dialog *d, const char *s, size_t n) {
 static void dialog_show_token(void *user, int id) {
     Dialog *d = user;
     const TextCodec *tc = d->codec;
-    if (id == tc->think && d->out_tty && !d->in_thinking) fputs(ANSI_DIM, stdout);
+    const int think = tc->tag[CHAT_TAG_THINK], end_think = tc->tag[CHAT_TAG_END_THINK];
+    if (id == think && d->out_tty && !d->in_thinking) fputs(ANSI_DIM, stdout);
     size_t n = tok_stream_feed(tc->tok, &d->stream, id, d->text, d->text_cap);
     emit_text(d, d->text, n < d->text_cap ? n : d->text_cap);
-    if (id == tc->think) d->in_thinking = 1;
-    if (id == tc->end_think && tc->end_think >= 0) {
+    if (id == think) d->in_thinking = 1;
+    if (id == end_think) {
         if (d->out_tty && d->in_thinking) fputs(ANSI_RESET, stdout);
         d->in_thinking = 0;
     }
@@ -3999,7 +3892,9 @@ static void print_json_string(const char *s, size_t n) {
 static int run_template_only(const Settings *set) {
     TextCodec tc = codec_load(set->model_dir, set->special);
     TokenList ids = { 0 };
-    build_prompt(set, &tc, &ids);
+    ChatOptions chat = { 0 };
+    if (set->chat_template) chat = chat_options_from_settings(set);
+    build_prompt(set, &tc, &chat, &ids);
     char *text;
     size_t len;
     if (tok_decode(tc.tok, ids.ids, (size_t)ids.n, 0, &text, &len)) die("out of memory decoding the prompt");
@@ -4011,6 +3906,25 @@ static int run_template_only(const Settings *set) {
     free(ids.ids);
     codec_free(&tc);
     return 0;
+}
+
+/* The ids of one turn after what the cache holds: the conversation's opening with the user message
+   when the cache is empty, else the user message as a continuation; then the generation prompt
+   (thinking per `think`). CHAT_TEMPLATE=0: the raw text. Chat's turns, and PROMPT continuing a
+   SESSION, render through here. */
+static void build_turn(const Settings *set, const Dialog *d, const char *text, int think, TokenList *out) {
+    if (!set->chat_template) { tokens_push_text(out, d->codec, text, strlen(text)); return; }
+    ChatConv turn;
+    chat_conv_init(&turn);
+    ChatOptions o = d->chat;
+    o.thinking = think;
+    o.keep_reasoning = 1;   /* what the cache holds: see the section comment */
+    o.continuation = d->gen->pos > 0;
+    if (o.continuation) { if (chat_conv_add(&turn, CHAT_USER, text, strlen(text))) die("out of memory"); }
+    else conversation_opening(set, &turn, text, strlen(text));
+    char err[5000];
+    if (chat_to_ids(d->codec, &turn, &o, out, err, sizeof err)) die("%s (CHAT_TEMPLATE=0 sends raw text)", err);
+    chat_conv_free(&turn);
 }
 
 /* PROMPT mode: one answer to stdout, the stats line to stderr. Exit 130 after a Ctrl-C.
@@ -4030,7 +3944,7 @@ static int run_prompt(const Settings *set, Dialog *d, const TokenList *prompt) {
         TokenList conversation = { 0 };
         if (d->gen->pos && !set->messages_path[0]) {   /* the saved conversation, then PROMPT */
             for (int i = 0; i < d->gen->pos; i++) tokens_push(&conversation, d->gen->history[i]);
-            build_continuation(set, d->codec, set->prompt, think, &conversation);
+            build_turn(set, d, set->prompt, think, &conversation);
         } else {
             for (int i = 0; i < prompt->n; i++) tokens_push(&conversation, prompt->ids[i]);
         }
@@ -4144,22 +4058,8 @@ static int run_chat(const Settings *set, Dialog *d) {
         }
         if (line[0] == ':') line++;   /* "::text" sends ":text" */
         if (!line[0]) continue;
-        /* this turn's tokens: the conversation's opening on the first turn, then the user message */
         TokenList ids = { 0 };
-        if (!set->chat_template) {
-            tokens_push_text(&ids, d->codec, line, strlen(line));
-        } else {
-            int n;
-            JsonDoc *doc = NULL;
-            ChatMessage *msgs;
-            ChatMessage user = { ROLE_USER, line, strlen(line), NULL, 0 };
-            if (g->pos == 0) msgs = conversation_opening(set, line, strlen(line), &n, &doc);
-            else { msgs = &user; n = 1; }
-            chat_render(d->codec, msgs, n, g->pos == 0, &ids);
-            chat_generation_prompt(d->codec, think, &ids);
-            if (msgs != &user) free(msgs);
-            if (doc) json_free(doc);
-        }
+        build_turn(set, d, line, think, &ids);
         if (g->pos + ids.n >= g->session->capacity) {
             fprintf(stderr, "glm: context full: %d tokens used, this turn needs %d more and room to answer, CTX=%d "
                             "(:reset starts over; a larger CTX keeps more)\n", g->pos, ids.n, g->session->capacity);
@@ -4366,9 +4266,11 @@ static int run_validation(const Settings *set) {
 /* PROMPT and CHAT: the tokenizer first (a missing tokenizer.json fails before a long load). */
 static int run_text(Settings set) {
     TextCodec tc = codec_load(set.model_dir, set.special);
+    ChatOptions chat = { 0 };
+    if (set.chat_template) chat = chat_options_from_settings(&set);
     TokenList prompt = { 0 };
     if (set.mode == MODE_PROMPT) {
-        build_prompt(&set, &tc, &prompt);
+        build_prompt(&set, &tc, &chat, &prompt);
         if (!prompt.n) die("PROMPT is empty and CHAT_TEMPLATE=0: there is no token to continue from");
     }
     const int seed_from_clock = !set.seed;
@@ -4404,6 +4306,7 @@ static int run_text(Settings set) {
     Generator *gen = generator_create(&model, &session, &opt, (SamplerSettings){ set.temperature, set.top_p, set.seed });
     Dialog dialog;
     dialog_init(&dialog, gen, &tc);
+    dialog.chat = chat;
     dialog.think = set.think;
     const SessionKey key = session_key(&model, &set, &opt);
     dialog.session_key = &key;

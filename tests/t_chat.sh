@@ -47,11 +47,12 @@ chat_sampled() { printf 'Hello\nHi\n' | env SNAP=$T/model CHAT=1 NGEN=20 TEMP=1 
 a=$(chat_sampled 11); b=$(chat_sampled 11); c=$(chat_sampled 12)
 same "chat with SEED: byte-identical twice" "$a" "$b"
 if [ "$a" != "$c" ]; then echo "PASS chat with another SEED differs"; else echo "FAIL chat: SEED 11 and 12 gave the same conversation"; fi
-# :more when nothing was cut, CTX too small for a turn: a message, not a crash
-out=$(printf ':more\nHello\n' | env SNAP=$T/model CHAT=1 TEMP=0 CTX=6 "$GLM" 64 16 16 2>&1 >/dev/null)
-if grep -q 'nothing to continue: no reply yet' <<<"$out" && grep -q 'context full: 0 tokens used, this turn needs 6' <<<"$out"
+# :more when nothing was cut, CTX too small for a turn: a message, not a crash (the first turn,
+# GLM-5.2 [gMASK]<sop><|system|>Reasoning Effort: Max<|user|>Hello<|assistant|><think>, is 22 tokens)
+out=$(printf ':more\nHello\n' | env SNAP=$T/model CHAT=1 TEMP=0 CTX=22 "$GLM" 64 16 16 2>&1 >/dev/null)
+if grep -q 'nothing to continue: no reply yet' <<<"$out" && grep -q 'context full: 0 tokens used, this turn needs 22' <<<"$out"
 then echo "PASS chat: :more with nothing to continue and a turn that does not fit CTX are explained"; else echo "FAIL chat messages: $out"; fi
-out=$(printf 'Hello\nHello\n' | env SNAP=$T/no_eos CHAT=1 TEMP=0 CTX=20 "$GLM" 64 16 16 2>&1 >/dev/null)
-if grep -q 'stop: context full' <<<"$out" && grep -q 'context full: 20 tokens used, this turn needs 4 more' <<<"$out"
+out=$(printf 'Hello\nHello\n' | env SNAP=$T/no_eos CHAT=1 TEMP=0 CTX=36 "$GLM" 64 16 16 2>&1 >/dev/null)
+if grep -q 'stop: context full' <<<"$out" && grep -q 'context full: 36 tokens used, this turn needs 4 more' <<<"$out"
 then echo "PASS chat: a full context ends the reply and refuses the next turn with a message"; else echo "FAIL chat full context: $out"; fi
 [ $driver -eq 0 ]

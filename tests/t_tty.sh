@@ -59,5 +59,5 @@ if [ "$(raw_controls "$T/note")" = 0 ] && grep -q 'TEMP=/tmp^G^\[\[2J is not a n
 else echo "FAIL TEMP note on a terminal:"; grep -a 'TEMP' "$T/note" | od -c | head -3; fi
 # TEMPLATE_ONLY prints JSON: DEL and C1 controls (here U+009B, CSI) are escaped as well
 printf '[{"role": "user", "content": "a\\u009bb\\u007fc"}]' > "$T/c1.json"
-got=$(env SNAP=$C MESSAGES=$T/c1.json TEMPLATE_ONLY=1 "$GLM" 2>&1 | head -1)
+got=$(env SNAP=$C MESSAGES=$T/c1.json TEMPLATE_ONLY=1 "$GLM" 2>/dev/null | head -1)
 if grep -qF 'a\u009bb\u007fc' <<<"$got"; then echo "PASS TEMPLATE_ONLY escapes DEL and C1 controls in its JSON"; else echo "FAIL TEMPLATE_ONLY JSON: $got"; fi
