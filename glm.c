@@ -3776,6 +3776,9 @@ static int dialog_autosave(const Dialog *d, int think) {
 static void dialog_resume(Dialog *d, const Settings *set, int seed_from_clock) {
     const char *path = d->session_path;
     if (access(path, F_OK)) {
+        char dir[4096];
+        atomic_dir_of(path, dir, sizeof dir);
+        if (access(dir, W_OK)) die("SESSION=%s cannot be written: %s: %s", path, dir, strerror(errno));
         say("session %s: a new conversation (saved after every answer)", path);
         return;
     }
