@@ -57,6 +57,7 @@ fuzz: $(FUZZ_BINS)
 
 # tests that include glm.c itself (GLM_NO_MAIN)
 tests/bin/test_generator: glm.c
+tests/bin/test_session: glm.c
 
 test: glm $(TEST_BINS) $(TOOL_BINS) $(FUZZ_REPLAYS) $(if $(HAVE_CLANG),$(FUZZ_BINS))
 	bash tests/run.sh
@@ -74,12 +75,14 @@ asan:
 	  if ls $(ASAN_LOGS)/* >/dev/null 2>&1; then echo "FAIL sanitizer reports ($(ASAN_LOGS)):"; head -40 $(ASAN_LOGS)/*; exit 1; fi; \
 	  rm -rf $(ASAN_LOGS); exit $$rc
 
-bench: bench/kbench
+bench: bench/kbench bench/session_bench
 bench/kbench: bench/kbench.c quant.h
+	$(CC) $(CFLAGS) -I. -o $@ $< $(LDLIBS)
+bench/session_bench: bench/session_bench.c glm.c $(HEADERS)
 	$(CC) $(CFLAGS) -I. -o $@ $< $(LDLIBS)
 
 clean-bins:
-	rm -f glm $(TEST_BINS) $(TOOL_BINS) $(FUZZ_REPLAYS) bench/kbench
+	rm -f glm $(TEST_BINS) $(TOOL_BINS) $(FUZZ_REPLAYS) bench/kbench bench/session_bench
 
 clean: clean-bins
 	rm -rf tests/bin
