@@ -9,6 +9,8 @@ LDLIBS  = -lm
 HEADERS = $(wildcard *.h)
 # --version names the commit it was built from
 GLM_COMMIT := $(shell git rev-parse --short HEAD 2>/dev/null || echo unknown)
+# ./glm --version names the commit: a stamp file that changes with it makes a new commit rebuild glm
+COMMIT_STAMP := $(shell c='$(GLM_COMMIT)'; [ "$$(cat .glm_commit 2>/dev/null)" = "$$c" ] || echo "$$c" > .glm_commit; echo .glm_commit)
 
 # every tests/test_NAME.c is a unit-test binary tests/bin/test_NAME
 TEST_BINS = $(patsubst tests/%.c,tests/bin/%,$(wildcard tests/test_*.c))
@@ -30,7 +32,7 @@ HAVE_CLANG  := $(shell command -v $(CLANG) 2>/dev/null)
 .PHONY: all test asan bench clean clean-bins fuzz fuzz-bins
 all: glm
 
-glm: glm.c $(HEADERS)
+glm: glm.c $(HEADERS) $(COMMIT_STAMP)
 	$(CC) $(CFLAGS) -DGLM_COMMIT='"$(GLM_COMMIT)"' -o $@ glm.c $(LDLIBS)
 
 tests/bin/%: tests/%.c $(HEADERS) $(wildcard tests/*.h)
