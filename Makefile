@@ -9,6 +9,8 @@ LDLIBS  = -lm
 HEADERS = $(wildcard *.h)
 # --version names the commit it was built from
 GLM_COMMIT := $(shell git rev-parse --short HEAD 2>/dev/null || echo unknown)
+# ./glm --version names the commit: a stamp file that changes with it makes a new commit rebuild glm
+COMMIT_STAMP := $(shell c='$(GLM_COMMIT)'; [ "$$(cat .glm_commit 2>/dev/null)" = "$$c" ] || echo "$$c" > .glm_commit; echo .glm_commit)
 
 # every tests/test_NAME.c is a unit-test binary tests/bin/test_NAME
 TEST_BINS = $(patsubst tests/%.c,tests/bin/%,$(wildcard tests/test_*.c))
@@ -30,7 +32,7 @@ HAVE_CLANG  := $(shell command -v $(CLANG) 2>/dev/null)
 .PHONY: all test asan bench clean clean-bins fuzz fuzz-bins
 all: glm
 
-glm: glm.c $(HEADERS)
+glm: glm.c $(HEADERS) $(COMMIT_STAMP)
 	$(CC) $(CFLAGS) -DGLM_COMMIT='"$(GLM_COMMIT)"' -o $@ glm.c $(LDLIBS)
 
 tests/bin/%: tests/%.c $(HEADERS) $(wildcard tests/*.h)
@@ -57,6 +59,7 @@ fuzz: $(FUZZ_BINS)
 
 # tests that include glm.c itself (GLM_NO_MAIN)
 tests/bin/test_generator: glm.c
+tests/bin/test_session: glm.c
 
 test: glm $(TEST_BINS) $(TOOL_BINS) $(FUZZ_REPLAYS) $(if $(HAVE_CLANG),$(FUZZ_BINS))
 	bash tests/run.sh
@@ -74,12 +77,14 @@ asan:
 	  if ls $(ASAN_LOGS)/* >/dev/null 2>&1; then echo "FAIL sanitizer reports ($(ASAN_LOGS)):"; head -40 $(ASAN_LOGS)/*; exit 1; fi; \
 	  rm -rf $(ASAN_LOGS); exit $$rc
 
-bench: bench/kbench
+bench: bench/kbench bench/session_bench
 bench/kbench: bench/kbench.c quant.h
+	$(CC) $(CFLAGS) -I. -o $@ $< $(LDLIBS)
+bench/session_bench: bench/session_bench.c glm.c $(HEADERS)
 	$(CC) $(CFLAGS) -I. -o $@ $< $(LDLIBS)
 
 clean-bins:
-	rm -f glm $(TEST_BINS) $(TOOL_BINS) $(FUZZ_REPLAYS) bench/kbench
+	rm -f glm $(TEST_BINS) $(TOOL_BINS) $(FUZZ_REPLAYS) bench/kbench bench/session_bench
 
 clean: clean-bins
 	rm -rf tests/bin

@@ -319,6 +319,7 @@ static const SettingSpec SETTINGS[] = {
     { "SPECIAL",  SET_BOOL,  "0",    0, 1, "recognise special tokens such as <|user|> written in the text (0: text is only text)" },
     { "TOKENIZE", SET_STR,   "",     0, 0, "file of JSON strings, one per line: print each one's token ids on a line, then exit (no weights needed)" },
     { "TEMPLATE_ONLY", SET_BOOL, "0", 0, 1, "print the rendered prompt (as a JSON string, then its ids) and exit (no weights needed)" },
+    { "SESSION",  SET_STR,   "",     0, 0, "file holding the conversation (token ids + KV cache): continued when it exists, saved after every answer (PROMPT, CHAT)" },
 };
 #define N_SETTINGS (sizeof SETTINGS / sizeof SETTINGS[0])
 
@@ -344,6 +345,8 @@ typedef struct {
     const char *prompt, *system_prompt, *messages_path, *tokenize_path;
     const char *chat_format, *reasoning_effort;   /* CHAT_FORMAT (checked by chat.h when used), REASONING_EFFORT */
     int prompt_given, chat_template, think, special;
+    int think_given;         /* THINK is set: it overrides a resumed session's thinking mode */
+    const char *session_path;   /* SESSION, "" when unset */
     int prompt_from_stdin;   /* PROMPT=-, or no mode with stdin not a terminal: read_stdin_prompt */
     char *stdin_prompt;      /* what it read (owned) */
     float temperature, top_p;
@@ -442,6 +445,7 @@ static void print_help(void) {
            "  PROMPT=\"text\" ./glm   one answer, streamed to stdout (CHAT_TEMPLATE=0: raw text, no template)\n"
            "  echo text | ./glm     the same with the prompt from stdin (no mode set, stdin not a terminal; or PROMPT=-)\n"
            "  CHAT=1 ./glm          terminal chat (the default when stdin is a terminal); :help lists its commands\n"
+           "  SESSION=file          with PROMPT or CHAT: continue the conversation the file holds; saved after every answer\n"
            "  TOKENIZE=file ./glm   token ids of each JSON-string line of file (only tokenizer.json is read)\n"
            "  REF=file ./glm        validation against an oracle reference: greedy, TF=1 [MTP=1] or REPLAY=1\n"
            "  PLAN=1 ./glm          RAM plan, disk and projected speed from the headers alone (PLAN=json for scripts)\n"
@@ -553,6 +557,8 @@ static Settings settings_from_env(int argc, char **argv) {
     s.tokenize_path = setting_value("TOKENIZE");
     s.chat_template = (int)setting_number("CHAT_TEMPLATE");
     s.think = (int)setting_number("THINK");
+    s.think_given = getenv("THINK") != NULL;
+    s.session_path = setting_value("SESSION");
     s.chat_format = setting_value("CHAT_FORMAT");
     s.reasoning_effort = setting_value("REASONING_EFFORT");
     if (!chat_effort_valid(s.reasoning_effort)) die("REASONING_EFFORT=%s: expected max or high", s.reasoning_effort);
@@ -596,6 +602,9 @@ static Settings settings_from_env(int argc, char **argv) {
         die("nothing to do: set PROMPT=\"...\", CHAT=1, TOKENIZE=file or REF=file (see --help)");
     }
     if (s.prompt_given && !strcmp(s.prompt, "-")) s.prompt_from_stdin = 1;
+    if (s.session_path[0] && s.mode != MODE_PROMPT && s.mode != MODE_CHAT)
+        die("SESSION=%s holds a conversation: it works with PROMPT and CHAT, not with %s", s.session_path,
+            s.mode == MODE_TOKENIZE ? "TOKENIZE" : s.mode == MODE_TEMPLATE ? "TEMPLATE_ONLY" : "REF");
     /* only the modes that sample read the temperature (and may note an unrelated TEMP) */
     s.temperature = s.mode == MODE_PROMPT || s.mode == MODE_CHAT ? (float)temperature_from_env() : 0.0f;
     if (!s.chat_template && (has_messages || s.system_prompt[0]))
@@ -2826,6 +2835,498 @@ static void session_free(Session *s) {
     memset(s, 0, sizeof *s);
 }
 
+/* ---- session files: one conversation's cache on disk ------------------------------------------
+   SESSION=file, chat's :save / :load (section 10) and a server keep a conversation across
+   processes: the token history, the K/V rows of every layer for those tokens (latent, rope key,
+   the indexer key on full-indexer layers, and the MTP layer's rows), and the small state the
+   continuation depends on (the last logits, the sampler's stream, the chat's flags). A resumed
+   conversation goes on bit for bit as if the process had never stopped, and nothing the file
+   holds is prefilled again. Rows are stored as the f32 the cache holds, so a resume is exact.
+
+   The file (integers little-endian, floats as this machine holds them; version 1):
+     header  144 bytes: magic "GLMSESS\n", version, header size; the model's fingerprint (64-bit
+             hashes of the parsed config, of the tensor table, of a weight sample (every norm vector
+             and router bias) and of every matrix's quantized format); the settings that change the
+             arithmetic (IDOT, ABSORB, INDEXER, LATENT_EPS, MTP_ZERO_POS0; expert_bits, dense_bits
+             and GROUP act through the formats and are kept for messages); the cache shapes; the
+             conversation: token count, flags, the sampler's seed and stream state, the chat's
+             flags and an unfinished UTF-8 character of a cut reply
+     payload the token ids; the logits predicting the next position and the last position's final
+             hidden state (when they are fresh); then per layer the latent rows, the rope-key rows
+             and (full-indexer layers) the indexer-key rows of tokens 0..n-1
+     trailer a 64-bit hash of every byte before it
+   Not in the fingerprint, by design: KERNEL, THREADS, BATCH and CTX, which never change a result.
+   A file is written whole through atomic_begin/atomic_commit: a kill -9 leaves the old file or the
+   new one. The reader trusts nothing: the header is checked field by field against the model and
+   the settings (a mismatch is refused by name), the file size must be exactly what the header
+   implies, then the whole payload is read into scratch and checked (hash, ids inside the
+   vocabulary, every float finite) before a second pass reads it into the cache, so a refused file
+   leaves the caller's conversation as it was. Errors are returned, never fatal, so the reader can
+   be fuzzed (tests/fuzz/fuzz_session.c). */
+
+/* A streaming 64-bit hash (xxHash64's round function over four lanes of 8-byte words): fast
+   enough for hundreds of MB, so it checks a session's payload; not a cryptographic hash. */
+typedef struct { uint64_t lane[4], total; unsigned char tail[32]; size_t tail_len; } Hash64;
+
+#define HASH64_P1 0x9E3779B185EBCA87ull
+#define HASH64_P2 0xC2B2AE3D27D4EB4Full
+#define HASH64_P3 0x165667B19E3779F9ull
+#define HASH64_P4 0x85EBCA77C2B2AE63ull
+#define HASH64_P5 0x27D4EB2F165667C5ull
+
+static uint64_t rotl64(uint64_t x, int r) { return (x << r) | (x >> (64 - r)); }
+static uint64_t hash64_round(uint64_t acc, uint64_t word) { return rotl64(acc + word * HASH64_P2, 31) * HASH64_P1; }
+
+static void hash64_init(Hash64 *h) {
+    memset(h, 0, sizeof *h);
+    h->lane[0] = HASH64_P1 + HASH64_P2;
+    h->lane[1] = HASH64_P2;
+    h->lane[3] = 0 - HASH64_P1;
+}
+
+static void hash64_blocks(Hash64 *h, const unsigned char *p, size_t blocks) {
+    for (size_t b = 0; b < blocks; b++, p += 32)
+        for (int k = 0; k < 4; k++) {
+            uint64_t w;
+            memcpy(&w, p + 8 * k, 8);
+            h->lane[k] = hash64_round(h->lane[k], w);
+        }
+}
+
+static void hash64_update(Hash64 *h, const void *data, size_t n) {
+    const unsigned char *p = data;
+    h->total += n;
+    if (h->tail_len) {
+        size_t take = 32 - h->tail_len < n ? 32 - h->tail_len : n;
+        memcpy(h->tail + h->tail_len, p, take);
+        h->tail_len += take;
+        p += take;
+        n -= take;
+        if (h->tail_len < 32) return;
+        hash64_blocks(h, h->tail, 1);
+        h->tail_len = 0;
+    }
+    hash64_blocks(h, p, n / 32);
+    memcpy(h->tail, p + n / 32 * 32, n % 32);
+    h->tail_len = n % 32;
+}
+
+static uint64_t hash64_final(const Hash64 *h) {
+    uint64_t acc = rotl64(h->lane[0], 1) + rotl64(h->lane[1], 7) + rotl64(h->lane[2], 12) + rotl64(h->lane[3], 18);
+    for (int k = 0; k < 4; k++) acc = (acc ^ hash64_round(0, h->lane[k])) * HASH64_P1 + HASH64_P4;
+    acc += h->total;
+    size_t i = 0;
+    for (; i + 8 <= h->tail_len; i += 8) {
+        uint64_t w;
+        memcpy(&w, h->tail + i, 8);
+        acc = rotl64(acc ^ hash64_round(0, w), 27) * HASH64_P1 + HASH64_P4;
+    }
+    for (; i < h->tail_len; i++) acc = rotl64(acc ^ h->tail[i] * HASH64_P5, 11) * HASH64_P1;
+    acc ^= acc >> 33; acc *= HASH64_P2;
+    acc ^= acc >> 29; acc *= HASH64_P3;
+    return acc ^ (acc >> 32);
+}
+
+static void put_u32(unsigned char *p, uint32_t v) { for (int i = 0; i < 4; i++) p[i] = (unsigned char)(v >> 8 * i); }
+static void put_u64(unsigned char *p, uint64_t v) { for (int i = 0; i < 8; i++) p[i] = (unsigned char)(v >> 8 * i); }
+static uint32_t get_u32(const unsigned char *p) { uint32_t v = 0; for (int i = 3; i >= 0; i--) v = v << 8 | p[i]; return v; }
+static uint64_t get_u64(const unsigned char *p) { uint64_t v = 0; for (int i = 7; i >= 0; i--) v = v << 8 | p[i]; return v; }
+
+/* What a session file must match: the model (as the loader saw it), the settings that change the
+   arithmetic, and the cache's shapes. One per loaded model and settings (session_key). */
+typedef struct {
+    uint64_t config, tensors, weights, formats;   /* the model's fingerprint */
+    int idot, absorb, indexer_mode, mtp_zero_pos0;
+    float latent_eps;
+    int expert_bits, dense_bits, group;           /* act through `formats`; named in messages */
+    int layers, kv_lora, qk_rope, index_dim, vocab, hidden;
+    const unsigned char *layer_indexer;           /* [layers]: which layers cache indexer keys */
+} SessionKey;
+
+static void hash64_i64(Hash64 *h, int64_t v) { hash64_update(h, &v, sizeof v); }
+static void hash64_f32(Hash64 *h, float v) { hash64_update(h, &v, sizeof v); }
+static void hash64_floats(Hash64 *h, const float *v, int64_t n) { if (v) hash64_update(h, v, (size_t)n * sizeof(float)); }
+static void hash64_format(Hash64 *h, const QTensor *t) { hash64_i64(h, t->data ? (int64_t)t->format : -1); hash64_i64(h, t->data ? t->group : -1); }
+
+static SessionKey session_key(const Model *m, const Settings *set, const ForwardOptions *opt) {
+    const Config *c = &m->c;
+    const int nl = c->n_layers + c->n_mtp;
+    SessionKey k = { .idot = set->idot, .absorb = opt->absorb, .indexer_mode = opt->indexer_mode,
+                     .mtp_zero_pos0 = opt->mtp_zero_pos0, .latent_eps = opt->latent_eps, .expert_bits = set->expert_bits,
+                     .dense_bits = set->dense_bits, .group = set->group, .layers = nl, .kv_lora = c->kv_lora,
+                     .qk_rope = c->qk_rope, .index_dim = c->index_dim, .vocab = c->vocab, .hidden = c->hidden,
+                     .layer_indexer = c->layer_indexer };
+    Hash64 h;
+    /* the parsed config: every field the forward pass reads */
+    hash64_init(&h);
+    const int64_t ints[] = { c->vocab, c->hidden, c->n_layers, c->n_heads, c->q_lora, c->kv_lora, c->qk_nope, c->qk_rope,
+                             c->v_head, c->inter, c->moe_inter, c->n_experts, c->experts_per_tok, c->n_shared, c->n_group,
+                             c->topk_group, c->norm_topk_prob, c->index_heads, c->index_dim, c->index_topk, c->n_mtp };
+    hash64_update(&h, ints, sizeof ints);
+    hash64_f32(&h, c->routed_scale);
+    hash64_f32(&h, c->rms_eps);
+    hash64_f32(&h, c->rope_theta);
+    hash64_update(&h, c->layer_dense, (size_t)nl);
+    hash64_update(&h, c->layer_indexer, (size_t)nl);
+    k.config = hash64_final(&h);
+    /* the tensor table: name, dtype, shape and byte count of each tensor, summed so that the same
+       tensors sharded differently are the same model */
+    k.tensors = 0;
+    for (size_t i = 0; i < st_count(m->index); i++) {
+        const StTensor *t = st_tensor_at(m->index, i);
+        hash64_init(&h);
+        hash64_update(&h, t->name, strlen(t->name) + 1);
+        hash64_i64(&h, t->dtype);
+        hash64_i64(&h, t->ndim);
+        hash64_update(&h, t->shape, (size_t)t->ndim * sizeof t->shape[0]);
+        hash64_i64(&h, (int64_t)t->nbytes);
+        k.tensors += hash64_final(&h);
+    }
+    /* a weight sample that tells two checkpoints of one architecture apart: the vectors (norms,
+       router biases) every layer holds in f32 anyway, a few MB in all */
+    hash64_init(&h);
+    for (int l = 0; l < nl; l++) {
+        const Layer *L = &m->layers[l];
+        hash64_floats(&h, L->input_norm, c->hidden);
+        hash64_floats(&h, L->post_attn_norm, c->hidden);
+        hash64_floats(&h, L->q_a_norm, c->q_lora);
+        hash64_floats(&h, L->kv_a_norm, c->kv_lora);
+        hash64_floats(&h, L->index_k_norm_w, c->index_dim);
+        hash64_floats(&h, L->index_k_norm_b, c->index_dim);
+        hash64_floats(&h, L->router_bias, c->n_experts);
+        hash64_floats(&h, L->enorm, c->hidden);
+        hash64_floats(&h, L->hnorm, c->hidden);
+        hash64_floats(&h, L->shared_head_norm, c->hidden);
+    }
+    hash64_floats(&h, m->final_norm, c->hidden);
+    k.weights = hash64_final(&h);
+    /* how every matrix is held: what expert_bits, dense_bits, GROUP and a converter decided */
+    hash64_init(&h);
+    hash64_format(&h, &m->embed);
+    hash64_format(&h, &m->lm_head);
+    for (int l = 0; l < nl; l++) {
+        const Layer *L = &m->layers[l];
+        const QTensor *mats[] = { &L->q_a, &L->q_b, &L->kv_a, &L->kv_b, &L->o, &L->index_wq_b, &L->index_wk, &L->index_weights,
+                                  &L->mlp.gate, &L->mlp.up, &L->mlp.down, &L->router, &L->eh_proj };
+        for (size_t i = 0; i < sizeof mats / sizeof mats[0]; i++) hash64_format(&h, mats[i]);
+        if (c->layer_dense[l] || !m->experts.sources) continue;
+        for (int e = 0; e < c->n_experts; e++)
+            for (int j = 0; j < 3; j++) {
+                const ExpertSource *src = &m->experts.sources[(size_t)l * c->n_experts + e];
+                hash64_i64(&h, src->format[j]);
+                hash64_i64(&h, src->group[j]);
+            }
+    }
+    k.formats = hash64_final(&h);
+    return k;
+}
+
+/* The conversation a session file holds besides the cache rows. */
+enum { SESSION_THINK = 1, SESSION_REPLY_CUT = 2, SESSION_IN_REASONING = 4 };   /* chat flags */
+
+typedef struct {
+    int n_tokens;
+    int *tokens;                    /* [n_tokens]; load: a buffer of the cache's capacity */
+    int has_logits;                 /* the next two are fresh (else the next step recomputes them) */
+    float *logits;                  /* [vocab] predicting position n_tokens */
+    float *hidden;                  /* [hidden] final-normed state of position n_tokens - 1 */
+    uint64_t seed, rng_state;       /* the sampler's stream */
+    uint32_t chat_flags;            /* SESSION_THINK | SESSION_REPLY_CUT | SESSION_IN_REASONING */
+    unsigned char text_pending[4];  /* the start of a UTF-8 character a cut reply left unfinished */
+    int text_npending;
+} SessionSnapshot;
+
+#define SESSION_MAGIC "GLMSESS\n"
+#define SESSION_VERSION 1
+#define SESSION_HEADER_BYTES 144
+
+/* Bytes of the payload for n tokens (no header, no trailer). */
+static uint64_t session_payload_bytes(const SessionKey *k, uint64_t n, int has_logits) {
+    uint64_t row = 0;
+    for (int l = 0; l < k->layers; l++) row += (uint64_t)k->kv_lora + k->qk_rope + (k->layer_indexer[l] ? k->index_dim : 0);
+    return n * sizeof(int32_t) + (has_logits ? ((uint64_t)k->vocab + k->hidden) * sizeof(float) : 0) + n * row * sizeof(float);
+}
+
+static void session_header(const SessionKey *k, const SessionSnapshot *snap, unsigned char *h) {
+    memset(h, 0, SESSION_HEADER_BYTES);
+    memcpy(h, SESSION_MAGIC, 8);
+    put_u32(h + 8, SESSION_VERSION);
+    put_u32(h + 12, SESSION_HEADER_BYTES);
+    put_u64(h + 16, k->config);
+    put_u64(h + 24, k->tensors);
+    put_u64(h + 32, k->weights);
+    put_u64(h + 40, k->formats);
+    uint32_t eps;
+    memcpy(&eps, &k->latent_eps, 4);
+    const uint32_t fields[] = { (uint32_t)k->idot, (uint32_t)k->absorb, (uint32_t)k->indexer_mode, (uint32_t)k->mtp_zero_pos0, eps,
+                                (uint32_t)k->expert_bits, (uint32_t)k->dense_bits, (uint32_t)k->group, (uint32_t)k->layers,
+                                (uint32_t)k->kv_lora, (uint32_t)k->qk_rope, (uint32_t)k->index_dim, (uint32_t)k->vocab,
+                                (uint32_t)k->hidden, (uint32_t)snap->n_tokens, (uint32_t)(snap->has_logits ? 1 : 0) };
+    for (size_t i = 0; i < sizeof fields / sizeof fields[0]; i++) put_u32(h + 48 + 4 * i, fields[i]);
+    put_u64(h + 112, snap->seed);
+    put_u64(h + 120, snap->rng_state);
+    put_u32(h + 128, snap->chat_flags);
+    put_u32(h + 132, (uint32_t)snap->text_npending);
+    memcpy(h + 136, snap->text_pending, 4);
+}
+
+/* Writes buf and feeds it to the hash; 0, or -1 once a write failed. */
+static int session_put(FILE *f, Hash64 *h, const void *buf, size_t n) {
+    hash64_update(h, buf, n);
+    return fwrite(buf, 1, n, f) == n ? 0 : -1;
+}
+
+/* Writes the conversation (snap + the cache rows of its tokens) to path, atomically. 0, or -1
+   with err filled (the file at path is then untouched). */
+static int session_save(const Session *s, const SessionKey *k, const SessionSnapshot *snap, const char *path, char *err, size_t err_len) {
+    if (snap->n_tokens < 0 || snap->n_tokens > s->capacity) { snprintf(err, err_len, "internal: %d tokens to save", snap->n_tokens); return -1; }
+    AtomicFile af;
+    FILE *f = atomic_begin(&af, path, err, err_len);
+    if (!f) return -1;
+    const size_t n = (size_t)snap->n_tokens;
+    unsigned char header[SESSION_HEADER_BYTES];
+    session_header(k, snap, header);
+    Hash64 h;
+    hash64_init(&h);
+    int bad = session_put(f, &h, header, sizeof header);
+    for (size_t i = 0; i < n && !bad; i++) {
+        unsigned char id[4];
+        put_u32(id, (uint32_t)snap->tokens[i]);
+        bad |= session_put(f, &h, id, 4);
+    }
+    if (snap->has_logits && !bad) {
+        bad |= session_put(f, &h, snap->logits, (size_t)k->vocab * sizeof(float));
+        bad |= session_put(f, &h, snap->hidden, (size_t)k->hidden * sizeof(float));
+    }
+    for (int l = 0; l < k->layers && !bad; l++) {
+        bad |= session_put(f, &h, s->latent[l], n * k->kv_lora * sizeof(float));
+        bad |= session_put(f, &h, s->rope_key[l], n * k->qk_rope * sizeof(float));
+        if (k->layer_indexer[l]) bad |= session_put(f, &h, s->index_key[l], n * k->index_dim * sizeof(float));
+    }
+    unsigned char trailer[8];
+    put_u64(trailer, hash64_final(&h));
+    if (bad || fwrite(trailer, 1, 8, f) != 8) {
+        snprintf(err, err_len, "writing %s failed: %s", path, strerror(errno));
+        atomic_abort(&af);
+        return -1;
+    }
+    return atomic_commit(&af, err, err_len);
+}
+
+/* Where a session file's bytes come from: a file (pread) or memory (the fuzz target). Reads are
+   bounded by `size` and hashed as they go. */
+typedef struct {
+    int fd;                    /* -1: mem */
+    const unsigned char *mem;
+    uint64_t size, off;
+    Hash64 hash;
+} SessionSource;
+
+static int session_source_open(SessionSource *src, const char *path, char *err, size_t err_len) {
+    memset(src, 0, sizeof *src);
+    src->fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (src->fd < 0) { snprintf(err, err_len, "cannot open it: %s", strerror(errno)); return -1; }
+    struct stat st;
+    if (fstat(src->fd, &st) || !S_ISREG(st.st_mode)) {
+        snprintf(err, err_len, "is not a regular file");
+        close(src->fd);
+        src->fd = -1;
+        return -1;
+    }
+    src->size = (uint64_t)st.st_size;
+    return 0;
+}
+
+static void session_source_close(SessionSource *src) {
+    if (src->fd >= 0) close(src->fd);
+    src->fd = -1;
+}
+
+static int session_source_read(SessionSource *src, void *dst, uint64_t n, char *err, size_t err_len) {
+    if (n > src->size - src->off) { snprintf(err, err_len, "is truncated (%llu bytes)", (unsigned long long)src->size); return -1; }
+    if (src->fd < 0) memcpy(dst, src->mem + src->off, n);
+    else {
+        for (uint64_t done = 0; done < n;) {
+            ssize_t got = pread(src->fd, (char *)dst + done, n - done, (off_t)(src->off + done));
+            if (got < 0 && errno == EINTR) continue;
+            if (got <= 0) {
+                snprintf(err, err_len, got < 0 ? "cannot be read: %s" : "shrank while it was read%s", got < 0 ? strerror(errno) : "");
+                return -1;
+            }
+            done += (uint64_t)got;
+        }
+    }
+    hash64_update(&src->hash, dst, n);
+    src->off += n;
+    return 0;
+}
+
+/* Reads the header and checks it against k: 0 with the conversation's scalars in *snap, or -1
+   with err saying why the file cannot be used here. */
+static int session_read_header(SessionSource *src, const SessionKey *k, int capacity, SessionSnapshot *snap, char *err, size_t err_len) {
+    unsigned char h[SESSION_HEADER_BYTES];
+    src->off = 0;
+    hash64_init(&src->hash);
+    if (src->size < 16 || session_source_read(src, h, 16, err, err_len) || memcmp(h, SESSION_MAGIC, 8)) {
+        snprintf(err, err_len, "is not a glm session file");
+        return -1;
+    }
+    if (get_u32(h + 8) != SESSION_VERSION || get_u32(h + 12) != SESSION_HEADER_BYTES) {
+        snprintf(err, err_len, "has session format version %u (this glm reads version %d)", get_u32(h + 8), SESSION_VERSION);
+        return -1;
+    }
+    if (session_source_read(src, h + 16, SESSION_HEADER_BYTES - 16, err, err_len)) return -1;
+    uint32_t f[16];
+    for (int i = 0; i < 16; i++) f[i] = get_u32(h + 48 + 4 * i);
+    /* the model first: a file of another model is refused as such, whatever else differs */
+    const uint32_t shapes_here[] = { (uint32_t)k->layers, (uint32_t)k->kv_lora, (uint32_t)k->qk_rope, (uint32_t)k->index_dim,
+                                     (uint32_t)k->vocab, (uint32_t)k->hidden };
+    static const char *const shape_names[] = { "cached layers", "kv_lora_rank", "qk_rope_head_dim", "index_head_dim", "vocab_size", "hidden_size" };
+    for (int i = 0; i < 6; i++)
+        if (f[8 + i] != shapes_here[i]) {
+            snprintf(err, err_len, "was written for another model (%s %u there, %u here)", shape_names[i], f[8 + i], shapes_here[i]);
+            return -1;
+        }
+    if (get_u64(h + 16) != k->config) { snprintf(err, err_len, "was written for another model (its config differs)"); return -1; }
+    if (get_u64(h + 24) != k->tensors) { snprintf(err, err_len, "was written for another model (its tensor names, shapes or dtypes differ)"); return -1; }
+    if (get_u64(h + 32) != k->weights) { snprintf(err, err_len, "was written for another model (its weights differ: norm vectors and router biases)"); return -1; }
+    if (get_u64(h + 40) != k->formats) {
+        snprintf(err, err_len, "was written for other weight formats (quantization differs: it was written with expert_bits %u, "
+                 "dense_bits %u, GROUP %u; this run has %d, %d, %d)", f[5], f[6], f[7], k->expert_bits, k->dense_bits, k->group);
+        return -1;
+    }
+    static const char *const indexer_names[] = { "auto", "always", "off" };
+    float eps;
+    memcpy(&eps, &f[4], 4);
+    if (f[0] != (uint32_t)k->idot) { snprintf(err, err_len, "was written with other settings (IDOT=%u there, %d here)", f[0], k->idot); return -1; }
+    if (f[1] != (uint32_t)k->absorb) { snprintf(err, err_len, "was written with other settings (ABSORB=%u there, %d here)", f[1], k->absorb); return -1; }
+    if (f[2] != (uint32_t)k->indexer_mode) {
+        snprintf(err, err_len, "was written with other settings (INDEXER=%s there, %s here)", f[2] < 3 ? indexer_names[f[2]] : "?",
+                 indexer_names[k->indexer_mode]);
+        return -1;
+    }
+    if (f[3] != (uint32_t)k->mtp_zero_pos0) { snprintf(err, err_len, "was written with other settings (MTP_ZERO_POS0=%u there, %d here)", f[3], k->mtp_zero_pos0); return -1; }
+    if (memcmp(&eps, &k->latent_eps, 4)) { snprintf(err, err_len, "was written with other settings (LATENT_EPS=%g there, %g here)", eps, k->latent_eps); return -1; }
+    /* the conversation */
+    const uint32_t n = f[14], flags = f[15], npending = get_u32(h + 132);
+    if (flags > 1 || get_u32(h + 128) > 7 || npending > 3 || get_u32(h + 140) != 0) { snprintf(err, err_len, "has a corrupt header"); return -1; }
+    if (npending) {   /* must be what a text stream keeps: the start of one UTF-8 character, zero-padded */
+        uint32_t cp;
+        int status;
+        if (tok_utf8_next(h + 136, npending, &cp, &status) != npending || status != 2) { snprintf(err, err_len, "has a corrupt header (pending text)"); return -1; }
+    }
+    for (uint32_t i = npending; i < 4; i++)
+        if (h[136 + i]) { snprintf(err, err_len, "has a corrupt header (pending text)"); return -1; }
+    if (n >= (uint32_t)capacity) {
+        snprintf(err, err_len, "holds %u tokens and the KV cache %d: no room to continue (raise CTX)", n, capacity);
+        return -1;
+    }
+    if (flags && n == 0) { snprintf(err, err_len, "has a corrupt header (logits of an empty conversation)"); return -1; }
+    const uint64_t want = SESSION_HEADER_BYTES + session_payload_bytes(k, n, (int)flags) + 8;
+    if (src->size != want) {
+        snprintf(err, err_len, "%s (%llu bytes; its header says %llu)", src->size < want ? "is truncated" : "has trailing bytes",
+                 (unsigned long long)src->size, (unsigned long long)want);
+        return -1;
+    }
+    snap->n_tokens = (int)n;
+    snap->has_logits = (int)flags;
+    snap->seed = get_u64(h + 112);
+    snap->rng_state = get_u64(h + 120);
+    snap->chat_flags = get_u32(h + 128);
+    snap->text_npending = (int)npending;
+    memcpy(snap->text_pending, h + 136, 4);
+    return 0;
+}
+
+/* Reads n floats into dst (or, when dst is NULL, through scratch) and checks they are finite. */
+static int session_read_floats(SessionSource *src, float *dst, uint64_t n, float *scratch, size_t scratch_n, const char *what,
+                               char *err, size_t err_len) {
+    for (uint64_t done = 0; done < n;) {
+        const uint64_t k = dst ? n - done : (n - done < scratch_n ? n - done : scratch_n);
+        float *p = dst ? dst + done : scratch;
+        if (session_source_read(src, p, k * sizeof(float), err, err_len)) return -1;
+        int64_t bad = first_nonfinite(p, (int64_t)k);
+        if (bad >= 0) { snprintf(err, err_len, "is corrupt (%s: value %llu is not finite)", what, (unsigned long long)(done + (uint64_t)bad)); return -1; }
+        done += k;
+    }
+    return 0;
+}
+
+/* One pass over the payload after the header. into_cache 0: through scratch (checks only);
+   1: into the cache rows and snap's buffers. Ends with the hash check. */
+static int session_read_payload(SessionSource *src, Session *s, const SessionKey *k, SessionSnapshot *snap, int into_cache,
+                                char *err, size_t err_len) {
+    enum { SCRATCH = 1 << 16 };
+    float *scratch = xmalloc(SCRATCH * sizeof(float));
+    const uint64_t n = (uint64_t)snap->n_tokens;
+    int rc = -1;
+    char what[96];
+    for (uint64_t i = 0; i < n; i++) {
+        unsigned char id[4];
+        if (session_source_read(src, id, 4, err, err_len)) goto done;
+        const uint32_t v = get_u32(id);
+        if (v >= (uint32_t)k->vocab) { snprintf(err, err_len, "is corrupt (token %llu is id %u, outside the vocabulary of %d)", (unsigned long long)i, v, k->vocab); goto done; }
+        if (into_cache) snap->tokens[i] = (int)v;
+    }
+    if (snap->has_logits) {
+        if (session_read_floats(src, into_cache ? snap->logits : NULL, (uint64_t)k->vocab, scratch, SCRATCH, "logits", err, err_len) ||
+            session_read_floats(src, into_cache ? snap->hidden : NULL, (uint64_t)k->hidden, scratch, SCRATCH, "hidden state", err, err_len))
+            goto done;
+    }
+    for (int l = 0; l < k->layers; l++) {
+        snprintf(what, sizeof what, "layer %d latent", l);
+        if (session_read_floats(src, into_cache ? s->latent[l] : NULL, n * k->kv_lora, scratch, SCRATCH, what, err, err_len)) goto done;
+        snprintf(what, sizeof what, "layer %d rope key", l);
+        if (session_read_floats(src, into_cache ? s->rope_key[l] : NULL, n * k->qk_rope, scratch, SCRATCH, what, err, err_len)) goto done;
+        snprintf(what, sizeof what, "layer %d indexer key", l);
+        if (k->layer_indexer[l] &&
+            session_read_floats(src, into_cache ? s->index_key[l] : NULL, n * k->index_dim, scratch, SCRATCH, what, err, err_len)) goto done;
+    }
+    const uint64_t computed = hash64_final(&src->hash);
+    unsigned char trailer[8];
+    if (session_source_read(src, trailer, 8, err, err_len)) goto done;
+    if (get_u64(trailer) != computed) { snprintf(err, err_len, "is corrupt (its checksum does not match its contents)"); goto done; }
+    rc = 0;
+done:
+    free(scratch);
+    return rc;
+}
+
+/* Loads a session into s and snap (snap->tokens: room for the cache's capacity; logits [vocab];
+   hidden [hidden]). 0 when loaded; -1 when refused, with s and snap's buffers untouched; -2 when
+   the file changed between the check and the load (only a writer that ignores atomic replacement
+   can do that): then the rows and buffers hold garbage and the caller must start over. */
+static int session_load(Session *s, const SessionKey *k, SessionSource *src, SessionSnapshot *snap, char *err, size_t err_len) {
+    SessionSnapshot head = *snap;
+    if (session_read_header(src, k, s->capacity, &head, err, err_len) ||
+        session_read_payload(src, s, k, &head, 0, err, err_len))
+        return -1;
+    if (session_read_header(src, k, s->capacity, &head, err, err_len) ||
+        session_read_payload(src, s, k, &head, 1, err, err_len))
+        return -2;
+    *snap = head;
+    return 0;
+}
+
+/* Just the token count of a session file (to size the KV cache before the model is loaded);
+   -1 when it is not a session file of this format. */
+static int session_file_tokens(const char *path, char *err, size_t err_len) {
+    SessionSource src;
+    if (session_source_open(&src, path, err, err_len)) return -1;
+    unsigned char h[SESSION_HEADER_BYTES];
+    int n = -1;
+    if (src.size < SESSION_HEADER_BYTES || session_source_read(&src, h, SESSION_HEADER_BYTES, err, err_len) || memcmp(h, SESSION_MAGIC, 8))
+        snprintf(err, err_len, "is not a glm session file");
+    else if (get_u32(h + 8) != SESSION_VERSION)
+        snprintf(err, err_len, "has session format version %u (this glm reads version %d)", get_u32(h + 8), SESSION_VERSION);
+    else if (get_u32(h + 104) > (1u << 30))
+        snprintf(err, err_len, "has a corrupt header (%u tokens)", get_u32(h + 104));
+    else
+        n = (int)get_u32(h + 104);
+    session_source_close(&src);
+    return n;
+}
+
 /* ---------------------------------------------------------------------------------------------
    The RAM plan: how the budget (RAM_GB, or MemAvailable minus a reserve) splits between the dense
    weights, the KV cache and scratch, the process's own overhead, a page-cache reserve and the
@@ -3323,6 +3824,45 @@ __attribute__((unused)) static int generator_reuse_prefix(Generator *g, const in
     return done == n - keep ? n : keep;
 }
 
+/* Saves the conversation to a session file (section 8): history[0, pos), the cache rows, the
+   logits while they are fresh, the sampler's stream, and the caller's chat state from *chat (its
+   chat_flags and text_pending; may be NULL). 0, or -1 with err filled (the file is untouched). */
+static int generator_save(const Generator *g, const SessionKey *k, const SessionSnapshot *chat, const char *path, char *err, size_t err_len) {
+    SessionSnapshot snap = chat ? *chat : (SessionSnapshot){ 0 };
+    snap.n_tokens = g->pos;
+    snap.tokens = g->history;
+    snap.has_logits = g->pos > 0 && g->logits_pos == g->pos && g->last_hidden;
+    snap.logits = g->logits;
+    snap.hidden = (float *)g->last_hidden;
+    snap.seed = g->sampler.seed;
+    snap.rng_state = g->sampler.state;
+    return session_save(g->session, k, &snap, path, err, err_len);
+}
+
+/* Replaces the conversation with a saved one: history, pos, the cache rows, the logits (stale if
+   the file has none: the next step re-runs the last token) and the sampler's stream; the chat
+   state goes to *chat. 0; -1 when refused (err says why; nothing changed); -2 when the file
+   changed while it was loaded: then the conversation is empty. */
+static int generator_load(Generator *g, const SessionKey *k, const char *path, SessionSnapshot *chat, char *err, size_t err_len) {
+    SessionSource src;
+    if (session_source_open(&src, path, err, err_len)) return -1;
+    SessionSnapshot snap = { .tokens = g->history, .logits = g->logits, .hidden = g->hidden };
+    const int rc = session_load(g->session, k, &src, &snap, err, err_len);
+    session_source_close(&src);
+    if (rc == -2) {
+        g->pos = 0;
+        g->logits_pos = -1;
+    }
+    if (rc) return rc;
+    g->pos = snap.n_tokens;
+    g->logits_pos = snap.has_logits ? g->pos : -1;
+    g->last_hidden = snap.has_logits ? g->hidden : NULL;
+    g->sampler.seed = snap.seed;
+    g->sampler.state = snap.rng_state;
+    if (chat) *chat = snap;
+    return 0;
+}
+
 /* Starts a run of steps: the token count restarts and the stop reason clears. */
 static void generator_begin(Generator *g) {
     g->generated = 0;
@@ -3749,13 +4289,20 @@ typedef struct {
     int replies;
     long long total_generated, total_forwards;
     double total_decode_seconds;
+    /* the conversation on disk (SESSION, :save, :load) */
+    int think;                     /* thinking mode of the next turns (THINK, :think, a resumed session) */
+    const SessionKey *session_key; /* what a session file must match */
+    const char *session_path;      /* SESSION, saved after every answer; NULL: none */
+    int resumed;                   /* tokens SESSION brought back, until the first turn says so; -1 */
 } Dialog;
 
 static void dialog_show_token(void *user, int id);
+static void dialog_note_resume(Dialog *d, int reused, int prefill);
 
 /* The dialog prints what `gen` generates and hands it the Ctrl-C counter as its interrupt. */
 static void dialog_init(Dialog *d, Generator *gen, const TextCodec *tc) {
     memset(d, 0, sizeof *d);
+    d->resumed = -1;
     d->gen = gen;
     d->codec = tc;
     d->out_tty = isatty(STDOUT_FILENO);
@@ -3822,6 +4369,7 @@ static void turn_begin(const Dialog *d, TurnStats *ts) {
 /* Prefills `ids` at the end of the cache. Returns 0, or -1 when Ctrl-C stopped it (said on
    stderr): then the cache is as it was before. */
 static int dialog_prefill(Dialog *d, const TokenList *ids, TurnStats *ts) {
+    dialog_note_resume(d, d->gen->pos, ids->n);
     double t0 = now_seconds();
     int done = generator_prefill(d->gen, ids->ids, ids->n);
     ts->prefill_seconds = now_seconds() - t0;
@@ -3874,6 +4422,109 @@ static void print_turn_stats(const Dialog *d, const TurnStats *ts) {
                     "(%.2f GB/s), waited on disk %.2f s | peak RSS %.2f GB | context %d/%d | stop: %s]\n",
             ts->prompt_tokens, ts->prefill_seconds, ts->generated, speed, hit, mb, rs > 0 ? mb / 1e3 / rs : 0.0,
             store->wait_seconds - ts->wait_seconds0, peak_rss_gb(), d->gen->pos, d->gen->session->capacity, STOP_NAMES[ts->stop]);
+}
+
+/* ---- the conversation on disk: SESSION, :save, :load -------------------------------------------
+   A session file (section 8) holds the conversation's tokens and cache rows, the sampler's stream
+   and the chat's state: the thinking mode, whether the last reply was cut (so :more goes on in a
+   later process) and the unfinished UTF-8 character such a reply may end in. With SESSION, chat
+   resumes the file at start and saves after every answer and every command that changes the
+   conversation; PROMPT continues it with one user message. */
+
+/* Says once, at the first turn after SESSION brought a conversation back, what was reused. */
+static void dialog_note_resume(Dialog *d, int reused, int prefill) {
+    if (d->resumed < 0) return;
+    if (reused < d->resumed)
+        say("session %s: resumed %d tokens, prefilling %d new (its last %d tokens differ from this conversation and were dropped)",
+            d->session_path, reused, prefill, d->resumed - reused);
+    else
+        say("session %s: resumed %d tokens, prefilling %d new", d->session_path, reused, prefill);
+    d->resumed = -1;
+}
+
+/* Makes the cache hold `conversation` (every token of it): the prefix it shares with what the
+   cache holds is kept and only the rest is prefilled (generator_reuse_prefix). 0, or -1 when
+   Ctrl-C stopped it (said on stderr; the cache then holds the kept prefix). */
+static int dialog_prefill_conversation(Dialog *d, const TokenList *conversation, TurnStats *ts) {
+    double t0 = now_seconds();
+    int reused = 0;
+    const int got = generator_reuse_prefix(d->gen, conversation->ids, conversation->n, &reused);
+    ts->prefill_seconds = now_seconds() - t0;
+    ts->prompt_tokens = conversation->n - reused;
+    dialog_note_resume(d, reused, conversation->n - reused);
+    d->can_continue = 0;
+    if (got == conversation->n) return 0;
+    fprintf(stderr, "glm: prefill interrupted (%d new tokens); the cache keeps the first %d\n", conversation->n - reused, reused);
+    return -1;
+}
+
+/* Saves the conversation with the chat's state: thinking mode, a cut reply, its unfinished
+   UTF-8 character. */
+static int dialog_save(const Dialog *d, const char *path, int think, char *err, size_t err_len) {
+    SessionSnapshot chat = { 0 };
+    chat.chat_flags = (think ? SESSION_THINK : 0) | (d->can_continue ? SESSION_REPLY_CUT : 0) | (d->in_thinking ? SESSION_IN_REASONING : 0);
+    chat.text_npending = d->stream.npending;
+    memcpy(chat.text_pending, d->stream.pending, (size_t)d->stream.npending);
+    return generator_save(d->gen, d->session_key, &chat, path, err, err_len);
+}
+
+/* Replaces the conversation with a saved one; *think gets its thinking mode. generator_load's
+   return codes (-2: the conversation is now empty). */
+static int dialog_load(Dialog *d, const char *path, int *think, char *err, size_t err_len) {
+    SessionSnapshot chat;
+    const int rc = generator_load(d->gen, d->session_key, path, &chat, err, err_len);
+    tok_stream_init(&d->stream);
+    if (rc == -1) return rc;
+    d->can_continue = d->in_thinking = 0;
+    if (rc) return rc;
+    *think = (chat.chat_flags & SESSION_THINK) != 0;
+    d->can_continue = (chat.chat_flags & SESSION_REPLY_CUT) && d->gen->pos > 0;
+    d->in_thinking = (chat.chat_flags & SESSION_IN_REASONING) != 0;
+    memcpy(d->stream.pending, chat.text_pending, sizeof d->stream.pending);
+    d->stream.npending = chat.text_npending;
+    return 0;
+}
+
+/* After every answer (and every command that changes the conversation) with SESSION set. A save
+   that fails is said; the conversation goes on. -1 when it failed. */
+static int dialog_autosave(const Dialog *d, int think) {
+    if (!d->session_path) return 0;
+    char err[8500];
+    if (!dialog_save(d, d->session_path, think, err, sizeof err)) return 0;
+    say("error: SESSION=%s was not saved: %s", d->session_path, err);
+    return -1;
+}
+
+/* SESSION at the start: the file's conversation comes back when the file exists, with its
+   thinking mode (unless THINK is set) and its sampler stream (unless SEED names another seed).
+   A file that cannot be used is an error: it is never overwritten by another conversation. */
+static void dialog_resume(Dialog *d, const Settings *set, int seed_from_clock) {
+    const char *path = d->session_path;
+    if (access(path, F_OK)) {
+        char dir[4096];
+        atomic_dir_of(path, dir, sizeof dir);
+        if (access(dir, W_OK)) die("SESSION=%s cannot be written: %s: %s", path, dir, strerror(errno));
+        say("session %s: a new conversation (saved after every answer)", path);
+        return;
+    }
+    char err[8500];
+    const uint64_t seed = d->gen->sampler.seed;
+    int think = d->think;
+    const double t0 = now_seconds();
+    if (dialog_load(d, path, &think, err, sizeof err)) die("SESSION=%s %s", path, err);
+    if (!set->think_given) d->think = think;
+    if (!seed_from_clock && seed != d->gen->sampler.seed) {   /* SEED names another stream: it starts over */
+        say("note: SEED=%llu replaces the session's sampler stream (seed %llu)", (unsigned long long)seed, (unsigned long long)d->gen->sampler.seed);
+        d->gen->sampler.seed = d->gen->sampler.state = seed;
+    }
+    d->resumed = d->gen->pos;
+    struct stat st;
+    const double mb = stat(path, &st) ? 0.0 : (double)st.st_size / 1e6;
+    say("session %s: %d tokens on disk (%.1f MB, read in %.2f s), thinking %s%s", path, d->gen->pos, mb, now_seconds() - t0,
+        d->think ? "on" : "off", d->can_continue ? ", the last reply was cut (:more goes on)" : "");
+    const int renders_opening = set->mode == MODE_PROMPT && set->messages_path[0];   /* then compared with the file's */
+    if (d->gen->pos && !renders_opening && (set->system_prompt[0] || set->messages_path[0]))
+        say("note: SYSTEM and MESSAGES are not used: the session already holds the conversation's opening");
 }
 
 /* ---- terminal input: lined.h ------------------------------------------------------------------ */
@@ -3988,24 +4639,68 @@ static int run_template_only(const Settings *set) {
     return 0;
 }
 
-/* PROMPT mode: one answer to stdout, the stats line to stderr. Exit 130 after a Ctrl-C. */
+/* The ids of one turn after what the cache holds: the conversation's opening with the user message
+   when the cache is empty, else the user message as a continuation; then the generation prompt
+   (thinking per `think`). CHAT_TEMPLATE=0: the raw text. Chat's turns, and PROMPT continuing a
+   SESSION, render through here. */
+static void build_turn(const Settings *set, const Dialog *d, const char *text, int think, TokenList *out) {
+    if (!set->chat_template) { tokens_push_text(out, d->codec, text, strlen(text)); return; }
+    ChatConv turn;
+    chat_conv_init(&turn);
+    ChatOptions o = d->chat;
+    o.thinking = think;
+    o.keep_reasoning = 1;   /* what the cache holds: see the section comment */
+    o.continuation = d->gen->pos > 0;
+    if (o.continuation) { if (chat_conv_add(&turn, CHAT_USER, text, strlen(text))) die("out of memory"); }
+    else conversation_opening(set, &turn, text, strlen(text));
+    char err[5000];
+    if (chat_to_ids(d->codec, &turn, &o, out, err, sizeof err)) die("%s (CHAT_TEMPLATE=0 sends raw text)", err);
+    chat_conv_free(&turn);
+}
+
+/* PROMPT mode: one answer to stdout, the stats line to stderr. Exit 130 after a Ctrl-C.
+   With SESSION the answer continues the saved conversation: PROMPT is its next user message
+   (with MESSAGES, the whole rendered conversation is compared with the file's and only what
+   differs is prefilled); the reply is cached whole, as chat caches it, and saved. */
 static int run_prompt(const Settings *set, Dialog *d, const TokenList *prompt) {
     TurnStats ts;
     turn_begin(d, &ts);
-    d->in_thinking = set->chat_template && set->think;
+    const int think = d->session_path && !set->messages_path[0] ? d->think : set->think;
+    d->in_thinking = set->chat_template && think;
     install_sigint_handler();
-    if (dialog_prefill(d, prompt, &ts) == 0) dialog_generate(d, set->ngen, 0, &ts);
+    int prefilled;
+    if (!d->session_path) {
+        prefilled = dialog_prefill(d, prompt, &ts);
+    } else {
+        TokenList conversation = { 0 };
+        if (d->gen->pos && !set->messages_path[0]) {   /* the saved conversation, then PROMPT */
+            for (int i = 0; i < d->gen->pos; i++) tokens_push(&conversation, d->gen->history[i]);
+            build_turn(set, d, set->prompt, think, &conversation);
+        } else {
+            for (int i = 0; i < prompt->n; i++) tokens_push(&conversation, prompt->ids[i]);
+        }
+        if (conversation.n >= d->gen->session->capacity)
+            die("SESSION=%s: the conversation and this prompt need %d tokens, CTX=%d leaves no room for an answer (raise CTX)",
+                d->session_path, conversation.n, d->gen->session->capacity);
+        tok_stream_init(&d->stream);   /* an unfinished character of a cut reply is dropped */
+        prefilled = dialog_prefill_conversation(d, &conversation, &ts);
+        free(conversation.ids);
+    }
+    if (prefilled == 0) dialog_generate(d, set->ngen, d->session_path != NULL, &ts);
     else ts.stop = STOP_INTERRUPT;
-    dialog_flush_text(d);
+    /* a reply cut by NGEN keeps an unfinished character for whoever continues it */
+    if (!d->session_path || ts.stop == STOP_EOS) dialog_flush_text(d);
     if (d->out_tty) putchar('\n');
     fflush(stdout);
     print_turn_stats(d, &ts);
-    return ts.stop == STOP_INTERRUPT ? 130 : 0;
+    const int saved = prefilled == 0 ? dialog_autosave(d, think) : 0;
+    return ts.stop == STOP_INTERRUPT ? 130 : saved ? 1 : 0;
 }
 
 static void chat_print_help(void) {
     fprintf(stderr, "glm: commands: :more (continue a reply cut by NGEN or Ctrl-C), :reset (new conversation), "
-                    ":think on|off, :stats, :quit (or Ctrl-D). A line starting with \"::\" is sent with one ':' removed.\n");
+                    ":think on|off, :save [FILE] (the conversation to FILE, or to SESSION), :load FILE (continue the "
+                    "conversation FILE holds), :stats, :quit (or Ctrl-D). A line starting with \"::\" is sent with one ':' removed.\n");
 }
 
 static void chat_print_totals(const Dialog *d, const Settings *set, int think) {
@@ -4017,7 +4712,7 @@ static void chat_print_totals(const Dialog *d, const Settings *set, int think) {
                     "peak RSS %.2f GB | TEMP %g, NUCLEUS %g, SEED %llu | thinking %s\n",
             g->pos, g->session->capacity, d->replies, d->total_generated,
             d->total_decode_seconds > 0 ? d->total_forwards / d->total_decode_seconds : 0.0, hit, peak_rss_gb(),
-            set->temperature, set->top_p, (unsigned long long)set->seed, think ? "on" : "off");
+            set->temperature, set->top_p, (unsigned long long)g->sampler.seed, think ? "on" : "off");
 }
 
 /* CHAT mode. Each turn prefills only its own tokens; see the section comment for how the cache
@@ -4028,7 +4723,7 @@ static int run_chat(const Settings *set, Dialog *d) {
     chat_input_open(&input);
     install_sigint_handler();
     const char *prompt = input.tty ? "> " : "";
-    int think = set->think;
+    int think = d->think;
     fprintf(stderr, "glm: chat: type a message and press Enter; :help lists the commands. Ctrl-C stops a reply; "
                     "Ctrl-D (or Ctrl-C on an empty line) quits.\n");
     for (;;) {
@@ -4043,8 +4738,11 @@ static int run_chat(const Settings *set, Dialog *d) {
             if (!strcmp(line, ":quit") || !strcmp(line, ":q") || !strcmp(line, ":exit")) break;
             if (!strcmp(line, ":help")) chat_print_help();
             else if (!strcmp(line, ":stats")) chat_print_totals(d, set, think);
-            else if (!strcmp(line, ":think on")) { think = 1; fprintf(stderr, "glm: thinking on for the next turns\n"); }
-            else if (!strcmp(line, ":think off")) { think = 0; fprintf(stderr, "glm: thinking off for the next turns\n"); }
+            else if (!strcmp(line, ":think on") || !strcmp(line, ":think off")) {
+                think = !strcmp(line, ":think on");
+                fprintf(stderr, "glm: thinking %s for the next turns\n", think ? "on" : "off");
+                dialog_autosave(d, think);
+            }
             else if (!strcmp(line, ":think")) fprintf(stderr, "glm: thinking is %s (:think on|off)\n", think ? "on" : "off");
             else if (!strcmp(line, ":reset")) {
                 generator_rollback(g, 0);
@@ -4053,16 +4751,38 @@ static int run_chat(const Settings *set, Dialog *d) {
                 d->in_thinking = 0;
                 tok_stream_init(&d->stream);
                 fprintf(stderr, "glm: conversation cleared\n");
+                dialog_autosave(d, think);
+            } else if (!strncmp(line, ":save", 5) && (line[5] == ' ' || !line[5])) {
+                const char *path = line + 5 + strspn(line + 5, " ");
+                if (!path[0] && !d->session_path) { say(":save needs a file name (or SESSION set)"); continue; }
+                if (!path[0]) path = d->session_path;
+                char err[8500];
+                const double t0 = now_seconds();
+                if (dialog_save(d, path, think, err, sizeof err)) say("error: :save %s: %s", path, err);
+                else say("saved %d tokens to %s in %.2f s", g->pos, path, now_seconds() - t0);
+            } else if (!strncmp(line, ":load ", 6) && line[6 + strspn(line + 6, " ")]) {
+                const char *path = line + 6 + strspn(line + 6, " ");
+                char err[8500];
+                const double t0 = now_seconds();
+                const int rc = dialog_load(d, path, &think, err, sizeof err);
+                if (rc == -1) { say("error: :load %s %s; the conversation is as it was", path, err); continue; }
+                if (rc) say("error: :load %s %s; the conversation is now empty", path, err);
+                else say("loaded %d tokens from %s in %.2f s, thinking %s%s", g->pos, path, now_seconds() - t0, think ? "on" : "off",
+                         d->can_continue ? ", the last reply was cut (:more goes on)" : "");
+                d->resumed = -1;
+                dialog_autosave(d, think);
             } else if (!strcmp(line, ":more")) {
                 if (!d->can_continue) {
                     fprintf(stderr, "glm: nothing to continue: %s\n",
                             g->pos ? "the last reply ended (EOS, a full context, or a cancelled turn)" : "no reply yet");
                     continue;
                 }
+                dialog_note_resume(d, g->pos, 0);
                 dialog_generate(d, set->ngen, 1, &ts);
                 putchar('\n');
                 fflush(stdout);
                 print_turn_stats(d, &ts);
+                dialog_autosave(d, think);
             } else {
                 say("unknown command %s (:help lists them)", line);
             }
@@ -4070,26 +4790,12 @@ static int run_chat(const Settings *set, Dialog *d) {
         }
         if (line[0] == ':') line++;   /* "::text" sends ":text" */
         if (!line[0]) continue;
-        /* this turn's tokens: the conversation's opening on the first turn, then the user message */
         TokenList ids = { 0 };
-        if (!set->chat_template) {
-            tokens_push_text(&ids, d->codec, line, strlen(line));
-        } else {
-            ChatConv turn;
-            chat_conv_init(&turn);
-            ChatOptions o = d->chat;
-            o.thinking = think;
-            o.keep_reasoning = 1;   /* what the cache holds: see the section comment */
-            o.continuation = g->pos > 0;
-            if (o.continuation) { if (chat_conv_add(&turn, CHAT_USER, line, strlen(line))) die("out of memory"); }
-            else conversation_opening(set, &turn, line, strlen(line));
-            char err[5000];
-            if (chat_to_ids(d->codec, &turn, &o, &ids, err, sizeof err)) die("%s (CHAT_TEMPLATE=0 sends raw text)", err);
-            chat_conv_free(&turn);
-        }
+        build_turn(set, d, line, think, &ids);
         if (g->pos + ids.n >= g->session->capacity) {
             fprintf(stderr, "glm: context full: %d tokens used, this turn needs %d more and room to answer, CTX=%d "
                             "(:reset starts over; a larger CTX keeps more)\n", g->pos, ids.n, g->session->capacity);
+            putchar('\n');   /* every message gets an answer line, an empty one here */
             free(ids.ids);
             continue;
         }
@@ -4102,7 +4808,9 @@ static int run_chat(const Settings *set, Dialog *d) {
             fflush(stdout);
             print_turn_stats(d, &ts);
             if (ts.stop == STOP_CONTEXT) fprintf(stderr, "glm: the context is full (CTX=%d): :reset to start over\n", g->session->capacity);
+            dialog_autosave(d, think);
         } else {
+            putchar('\n');
             fprintf(stderr, "glm: turn cancelled during prefill; the conversation is as it was before it\n");
         }
         free(ids.ids);
@@ -4235,6 +4943,7 @@ static int run_text(Settings set) {
         build_prompt(&set, &tc, &chat, &prompt);
         if (!prompt.n) die("PROMPT is empty and CHAT_TEMPLATE=0: there is no token to continue from");
     }
+    const int seed_from_clock = !set.seed;
     if (!set.seed) {   /* from the clock, printed so that the run can be repeated with SEED */
         uint64_t mix = (uint64_t)time(NULL) * 0x9E3779B97F4A7C15ull ^ (uint64_t)getpid() ^ (uint64_t)(now_seconds() * 1e9);
         set.seed = (splitmix64_next(&mix) >> 11) | 1;
@@ -4242,9 +4951,16 @@ static int run_text(Settings set) {
     /* a tokenizer with ids the model has no rows for belongs to another model: say so before the load */
     Config config = config_load(set.model_dir);
     codec_check_vocab(&tc, config.vocab);
-    /* KV cache: the prompt plus NGEN, or a default window for open-ended answers and chat */
+    /* SESSION: the cache needs room for the tokens the file holds too (checked fully after the load) */
+    int session_tokens = 0;
+    if (set.session_path[0] && access(set.session_path, F_OK) == 0) {
+        char err[512];
+        session_tokens = session_file_tokens(set.session_path, err, sizeof err);
+        if (session_tokens < 0) die("SESSION=%s %s", set.session_path, err);
+    }
+    /* KV cache: a saved conversation, the prompt, then NGEN or a default window for open-ended answers and chat */
     int capacity = set.ctx;
-    if (!capacity) capacity = set.mode == MODE_PROMPT && set.ngen >= 0 ? prompt.n + set.ngen + 1 : prompt.n + default_context(&config);
+    if (!capacity) capacity = session_tokens + (set.mode == MODE_PROMPT && set.ngen >= 0 ? prompt.n + set.ngen + 1 : prompt.n + default_context(&config));
     if (set.mode == MODE_PROMPT && prompt.n >= capacity)
         die("the prompt has %d tokens and CTX=%d leaves no room for an answer", prompt.n, capacity);
     config_free(&config);
@@ -4254,14 +4970,22 @@ static int run_text(Settings set) {
         fprintf(stderr, "glm: warning: no eos_token_id in config.json or generation_config.json: answers stop only at NGEN or a full context\n");
     Session session;
     ForwardOptions opt = engine_start(&set, &model, &session, capacity);
-    if (set.temperature > 0)
-        fprintf(stderr, "glm: sampling: TEMP %g, NUCLEUS %g, SEED %llu\n", set.temperature, set.top_p, (unsigned long long)set.seed);
-    else
-        fprintf(stderr, "glm: sampling: greedy (TEMP=0)\n");
     Generator *gen = generator_create(&model, &session, &opt, (SamplerSettings){ set.temperature, set.top_p, set.seed });
     Dialog dialog;
     dialog_init(&dialog, gen, &tc);
     dialog.chat = chat;
+    dialog.think = set.think;
+    const SessionKey key = session_key(&model, &set, &opt);
+    dialog.session_key = &key;
+    if (set.session_path[0]) {
+        dialog.session_path = set.session_path;
+        dialog_resume(&dialog, &set, seed_from_clock);
+    }
+    if (set.temperature > 0)
+        fprintf(stderr, "glm: sampling: TEMP %g, NUCLEUS %g, SEED %llu%s\n", set.temperature, set.top_p,
+                (unsigned long long)gen->sampler.seed, gen->sampler.state != gen->sampler.seed ? " (the session's stream goes on)" : "");
+    else
+        fprintf(stderr, "glm: sampling: greedy (TEMP=0)\n");
     int rc = set.mode == MODE_PROMPT ? run_prompt(&set, &dialog, &prompt) : run_chat(&set, &dialog);
     dialog_free(&dialog);
     generator_free(gen);

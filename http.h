@@ -1286,6 +1286,8 @@ int http_server_run(HttpServer *s) {
         HttpResponse res;
         http__response_init(&res, s, c, 0);
         if (!http_client_gone(&res)) s->cfg.handle(&c->req, &res, s->cfg.user);
+        /* still queued when a stop began: the same answer the I/O thread gives the others waiting */
+        else if (http__stop_requested(s)) http_respond_error(&res, 503, "server is shutting down");
         if (!res.state && !res.failed) http_respond_error(&res, 500, "the server sent no response");
         int keep = res.state == 1 && !res.failed && res.keep_alive;   /* an unfinished stream: close */
 
