@@ -27,7 +27,7 @@ tests/bin/%: tests/%.c $(HEADERS)
 TEST_TOOLS = tests/bin/http_echo
 
 # tests that include glm.c itself (GLM_NO_MAIN)
-tests/bin/test_generator: glm.c
+tests/bin/test_generator tests/bin/test_server: glm.c
 
 test: glm $(TEST_BINS) $(TEST_TOOLS)
 	bash tests/run.sh
