@@ -4447,8 +4447,24 @@ static int run_text(Settings set) {
     return rc;
 }
 
+/* SIGTERM outside http_server_run (which handles it while serving): during the load it ends glm
+   as it always does; once serving has begun it is ignored, so the second SIGTERM that timeout(1)
+   sends (to the process and to its group) cannot kill the cleanup after a clean stop. */
+static volatile sig_atomic_t g_serving;
+
+static void on_sigterm_outside_serving(int sig) {
+    if (g_serving) return;
+    signal(sig, SIG_DFL);
+    raise(sig);
+}
+
 /* SERVE=[host:]port: load the model once, then answer until SIGINT/SIGTERM. */
 static int run_serve(const Settings *set) {
+    struct sigaction sa;
+    memset(&sa, 0, sizeof sa);
+    sa.sa_handler = on_sigterm_outside_serving;
+    sigemptyset(&sa.sa_mask);
+    sigaction(SIGTERM, &sa, NULL);
     TextCodec tc = codec_load(set->model_dir, set->special);
     Server srv;
     memset(&srv, 0, sizeof srv);
@@ -4489,6 +4505,7 @@ static int run_serve(const Settings *set) {
                     "sampling defaults TEMPERATURE %g, NUCLEUS %g; thinking %s; %s). Ctrl-C stops.\n",
             srv.model_name, v6 ? "[" : "", a->host, v6 ? "]" : "", http_server_port(http), srv.capacity, set->queue,
             set->temperature, set->top_p, set->think ? "on" : "off", set->api_key[0] ? "API_KEY required" : "no API key");
+    g_serving = 1;
     const int rc = http_server_run(http);
     http_server_free(http);
     generator_free(srv.gen);
