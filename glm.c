@@ -3857,8 +3857,9 @@ static void reply_release(Reply *r, const char *s, size_t n) {
     }
 }
 
-/* Decoded text of the answer, matched against the stop strings across token boundaries: the text
-   before the first match is released and the rest dropped; text that may still begin a stop
+/* Decoded text of the answer, matched against the stop strings across token boundaries: the answer
+   ends at the first stop string to complete (when several complete with the same token, the one
+   that starts first), and only the text before it is released; text that may still begin a stop
    string (the longest suffix that is a proper prefix of one) is held back until it cannot. */
 static void reply_text(Reply *r, const char *s, size_t n) {
     const ApiRequest *q = r->req;
