@@ -4127,8 +4127,8 @@ static void server_answer(Server *srv, const HttpRequest *req, HttpResponse *res
         if (q->chat) reply_send_chunk(&r, NULL, 0, 1, NULL);
     }
     generator_begin(g);
-    int id;
-    while (!gone && !r.stop_hit && generator_step(g, &id, 1) > 0)
+    int run[64];   /* a step may return a run of ids (speculation); on_token has seen each of them */
+    while (!gone && !r.stop_hit && generator_step(g, run, (int)(sizeof run / sizeof run[0])) > 0)
         gone = http_client_gone(res);
     g->on_token = NULL;
     g->interrupt = NULL;
