@@ -3425,10 +3425,10 @@ static int run_chat(const Settings *set, Dialog *d) {
    template tag is its token, as in vLLM) → the Generator. generator_reuse_prefix keeps the
    longest common prefix of the KV cache and prefills the rest, so a client that sends its
    conversation again with one more message prefills only what is new ("prefix reuse" on stderr).
-   There is one cache: two clients taking turns evict each other's conversation. Tokens → text (tok.h's
-   stream decoder, never half a character) → stop strings (text is held back while it could
-   still begin one; the stop text is not returned) → chat.h's output parser (reasoning_content,
-   content, tool_calls) → one JSON answer or SSE chunks. A client that disconnects stops its
+   There is one cache: two clients taking turns evict each other's conversation. Tokens → text
+   (tok.h's stream decoder, never half a character) → stop strings (text is held back while it
+   could still begin one; the stop text is not returned) → chat.h's output parser
+   (reasoning_content, content, tool_calls) → one JSON answer or SSE chunks. A client that disconnects stops its
    generation: between tokens (http_client_gone), and during a prefill, which writes nothing,
    through a watcher thread that raises the Generator's interrupt. The prompt plus max_tokens
    must fit the cache (CTX, default 4096): otherwise 400 context_length_exceeded with the numbers.
@@ -3563,24 +3563,23 @@ static int api_stop(const JsonValue *root, ApiRequest *r, ApiError *e) {
 
 /* Fields that change what a completion is, which this server does not do: refused rather than ignored. */
 static int api_unsupported(const JsonValue *root, int chat, ApiError *e) {
-    int64_t n = 1;
+    int64_t one = 1, zero = 0;
     int flag = 0;
     double penalty = 0;
-    if (api_int(root, "n", 1, 1, &n, e)) return -1;
-    /* logprobs: false (chat) or 0 (completions) say "none", as does leaving them out */
-    const char *const no_logprobs[] = { "logprobs", "top_logprobs" };
-    for (int i = 0; i < 2; i++) {
-        const JsonValue *v = json_get(root, no_logprobs[i]);
-        if (api_given(v) && !(json_type(v) == JSON_BOOL && !json_bool(v)) && !(json_is_int(v, &n) && n == 0))
-            return api_fail(e, 400, no_logprobs[i], NULL, "\"%s\" is not supported", no_logprobs[i]);
-    }
     const JsonValue *v;
+    if (api_int(root, "n", 1, 1, &one, e)) return -1;
+    /* logprobs false (chat) or 0 (completions) ask for none, as leaving them out does */
+    const char *const logprobs[] = { "logprobs", "top_logprobs" };
+    for (int i = 0; i < 2; i++)
+        if (api_given(v = json_get(root, logprobs[i])) && !(json_type(v) == JSON_BOOL && !json_bool(v)) &&
+            !(json_is_int(v, &zero) && zero == 0))
+            return api_fail(e, 400, logprobs[i], NULL, "\"%s\" is not supported", logprobs[i]);
     const char *const penalties[] = { "frequency_penalty", "presence_penalty" };
     for (int i = 0; i < 2; i++) {
         if (api_number(root, penalties[i], -2, 2, &penalty, e)) return -1;
         if (penalty != 0) return api_fail(e, 400, penalties[i], NULL, "\"%s\" is not supported (only 0)", penalties[i]);
     }
-    if ((v = json_get(root, "logit_bias")) && api_given(v) && (json_type(v) != JSON_OBJECT || json_len(v)))
+    if (api_given(v = json_get(root, "logit_bias")) && (json_type(v) != JSON_OBJECT || json_len(v)))
         return api_fail(e, 400, "logit_bias", NULL, "\"logit_bias\" is not supported");
     const JsonValue *format;
     if (api_object(root, "response_format", &format, e)) return -1;
@@ -3588,15 +3587,13 @@ static int api_unsupported(const JsonValue *root, int chat, ApiError *e) {
     if (format && (!type || strcmp(type, "text")))
         return api_fail(e, 400, "response_format", NULL, "\"response_format\" %s%.40s%s is not supported (no constrained decoding; only \"text\")",
                         type ? "\"" : "", type ? type : "without a type", type ? "\"" : "");
-    if (!chat) {
-        if (api_bool(root, "echo", "echo", &flag, e)) return -1;
-        if (flag) return api_fail(e, 400, "echo", NULL, "\"echo\" is not supported");
-        size_t len = 0;
-        if ((v = json_get(root, "suffix")) && api_given(v) && (!json_str(v, &len) || len))
-            return api_fail(e, 400, "suffix", NULL, "\"suffix\" is not supported");
-        if (api_int(root, "best_of", 1, 1, &n, e)) return -1;   /* after the logprobs loop: n is reused */
-    }
-    return 0;
+    if (chat) return 0;
+    if (api_bool(root, "echo", "echo", &flag, e)) return -1;
+    if (flag) return api_fail(e, 400, "echo", NULL, "\"echo\" is not supported");
+    size_t len = 0;
+    if (api_given(v = json_get(root, "suffix")) && (!json_str(v, &len) || len))
+        return api_fail(e, 400, "suffix", NULL, "\"suffix\" is not supported");
+    return api_int(root, "best_of", 1, 1, &one, e);
 }
 
 /* The chat-only fields: messages, tools, tool_choice, thinking, reasoning effort. */
@@ -3690,7 +3687,7 @@ static int api_prompt_ids(const Server *srv, ApiRequest *r, TokenList *ids, int 
                         "context length exceeded: the prompt has %d tokens and this server's context holds %d (CTX), "
                         "leaving no room for an answer", ids->n, srv->capacity);
     if (r->max_tokens > room)
-        return api_fail(e, 400, r->max_tokens >= 0 ? "max_tokens" : NULL, "context_length_exceeded",
+        return api_fail(e, 400, "max_tokens", "context_length_exceeded",
                         "context length exceeded: this server's context holds %d tokens (CTX) but the request needs %lld "
                         "(%d in the prompt, max_tokens %d); shorten the messages or lower max_tokens",
                         srv->capacity, (long long)ids->n + r->max_tokens, ids->n, r->max_tokens);
