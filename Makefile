@@ -12,24 +12,53 @@ GLM_COMMIT := $(shell git rev-parse --short HEAD 2>/dev/null || echo unknown)
 
 # every tests/test_NAME.c is a unit-test binary tests/bin/test_NAME
 TEST_BINS = $(patsubst tests/%.c,tests/bin/%,$(wildcard tests/test_*.c))
+# Programs the test scripts drive (built like the tests, so `make asan` covers them too).
+TOOL_BINS = tests/bin/tokdrive tests/bin/cpu_kernels tools/iobench tests/bin/http_echo
+# Fuzz targets: every tests/fuzz/fuzz_NAME.c is one (a new file is picked up by itself). Each is built
+# twice: with gcc and a small replay main as tests/bin/fuzz_replay_NAME (`make test` replays every seed
+# and kept crash through it, no libFuzzer needed), and with clang's libFuzzer + ASan + UBSan as
+# tests/bin/fuzz_NAME (`make fuzz`; `make test` runs each ~15 s when clang is installed).
+FUZZ_NAMES   = $(patsubst tests/fuzz/fuzz_%.c,%,$(wildcard tests/fuzz/fuzz_*.c))
+FUZZ_REPLAYS = $(patsubst %,tests/bin/fuzz_replay_%,$(FUZZ_NAMES))
+FUZZ_BINS    = $(patsubst %,tests/bin/fuzz_%,$(FUZZ_NAMES))
+CLANG       ?= clang
+FUZZ_CFLAGS  = -g -O1 -march=$(ARCH) -std=gnu11 -pthread -fno-omit-frame-pointer \
+               -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=undefined
+FUZZ_SECONDS ?= 60
+HAVE_CLANG  := $(shell command -v $(CLANG) 2>/dev/null)
 
-.PHONY: all test asan bench clean
+.PHONY: all test asan bench clean clean-bins fuzz fuzz-bins
 all: glm
 
 glm: glm.c $(HEADERS)
 	$(CC) $(CFLAGS) -DGLM_COMMIT='"$(GLM_COMMIT)"' -o $@ glm.c $(LDLIBS)
 
-tests/bin/%: tests/%.c $(HEADERS)
+tests/bin/%: tests/%.c $(HEADERS) $(wildcard tests/*.h)
 	@mkdir -p tests/bin
 	$(CC) $(CFLAGS) -I. -o $@ $< $(LDLIBS)
 
-# Programs the shell tests drive (not run directly by tests/run.sh).
-TEST_TOOLS = tests/bin/http_echo
+tools/iobench: tools/iobench.c
+	$(CC) $(CFLAGS) -pthread -o $@ $< $(LDLIBS)
+
+tests/bin/fuzz_replay_%: tests/fuzz/fuzz_%.c tests/fuzz/replay.c $(wildcard tests/fuzz/fuzz_*.c) glm.c $(HEADERS)
+	@mkdir -p tests/bin
+	$(CC) $(CFLAGS) -I. -o $@ $< tests/fuzz/replay.c $(LDLIBS)
+
+tests/bin/fuzz_%: tests/fuzz/fuzz_%.c $(wildcard tests/fuzz/fuzz_*.c) glm.c $(HEADERS)
+	@mkdir -p tests/bin
+	$(CLANG) $(FUZZ_CFLAGS) -I. -o $@ $< $(LDLIBS)
+
+fuzz-bins: $(FUZZ_BINS)
+
+# Each target for FUZZ_SECONDS, one after the other on one core; a crash is kept in
+# tests/fuzz/regressions/NAME/ (commit it with the fix: `make test` replays it from then on).
+fuzz: $(FUZZ_BINS)
+	FUZZ_SECONDS=$(FUZZ_SECONDS) bash tests/fuzz/run.sh $(FUZZ_NAMES)
 
 # tests that include glm.c itself (GLM_NO_MAIN)
 tests/bin/test_generator tests/bin/test_server: glm.c
 
-test: glm $(TEST_BINS) $(TEST_TOOLS)
+test: glm $(TEST_BINS) $(TOOL_BINS) $(FUZZ_REPLAYS) $(if $(HAVE_CLANG),$(FUZZ_BINS))
 	bash tests/run.sh
 
 # The whole suite once more under AddressSanitizer + UBSan with leak detection (a separate build).
@@ -38,7 +67,7 @@ test: glm $(TEST_BINS) $(TEST_TOOLS)
 ASAN_LOGS = /tmp/glm-asan-logs.$(shell echo $$PPID)
 asan:
 	$(MAKE) clean-bins
-	$(MAKE) CFLAGS="-O1 -g -march=$(ARCH) -fopenmp -std=gnu11 -Wall -Wextra -ffp-contract=off -fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=undefined" glm $(TEST_BINS) $(TEST_TOOLS)
+	$(MAKE) CFLAGS="-O1 -g -march=$(ARCH) -fopenmp -std=gnu11 -Wall -Wextra -ffp-contract=off -fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=undefined" glm $(TEST_BINS) $(TOOL_BINS) $(FUZZ_REPLAYS)
 	rm -rf $(ASAN_LOGS) && mkdir -p $(ASAN_LOGS)
 	ASAN_OPTIONS=detect_leaks=1:log_path=$(ASAN_LOGS)/asan UBSAN_OPTIONS=print_stacktrace=1:log_path=$(ASAN_LOGS)/ubsan \
 	  bash tests/run.sh; rc=$$?; $(MAKE) clean-bins; \
@@ -50,7 +79,7 @@ bench/kbench: bench/kbench.c quant.h
 	$(CC) $(CFLAGS) -I. -o $@ $< $(LDLIBS)
 
 clean-bins:
-	rm -f glm $(TEST_BINS) $(TEST_TOOLS) bench/kbench
+	rm -f glm $(TEST_BINS) $(TOOL_BINS) $(FUZZ_REPLAYS) bench/kbench
 
 clean: clean-bins
 	rm -rf tests/bin

@@ -794,35 +794,11 @@ int chat_conv_parse(ChatConv *c, const JsonValue *v, char *err, size_t err_len) 
     return 0;
 }
 
-/* A regular file, whole, at most `cap` bytes; NULL with "path: reason" in err. *missing: it does
-   not exist (err set too). Opened without blocking so a FIFO cannot hang us. */
+/* A file, whole, at most `cap` bytes (json.h's bounded reader: never blocks on a FIFO, refuses
+   devices); NULL with "path: reason" in err. *missing: it does not exist (err set too). */
 static char *chat__read_file(const char *path, size_t cap, size_t *len, int *missing, char *err, size_t err_len) {
-    if (missing) *missing = 0;
-    int fd = open(path, O_RDONLY | O_NONBLOCK | O_CLOEXEC);
-    if (fd < 0) {
-        if (missing) *missing = (errno == ENOENT);
-        chat__fail(err, err_len, "%s: %s", path, strerror(errno));
-        return NULL;
-    }
-    struct stat st;
-    char *buf = NULL;
-    if (fstat(fd, &st)) chat__fail(err, err_len, "%s: %s", path, strerror(errno));
-    else if (!S_ISREG(st.st_mode)) chat__fail(err, err_len, "%s: not a regular file", path);
-    else if ((uint64_t)st.st_size > cap) chat__fail(err, err_len, "%s: %lld bytes is larger than the %zu allowed", path, (long long)st.st_size, cap);
-    else if (!(buf = malloc((size_t)st.st_size + 1))) chat__fail(err, err_len, "%s: out of memory", path);
-    else {
-        size_t got = 0;
-        while (got < (size_t)st.st_size) {
-            ssize_t r = read(fd, buf + got, (size_t)st.st_size - got);
-            if (r < 0 && errno == EINTR) continue;
-            if (r <= 0) break;
-            got += (size_t)r;
-        }
-        if (got != (size_t)st.st_size) { chat__fail(err, err_len, "%s: short read (%zu of %lld bytes)", path, got, (long long)st.st_size); free(buf); buf = NULL; }
-        else { buf[got] = 0; *len = got; }
-    }
-    close(fd);
-    return buf;
+    if (missing) *missing = access(path, F_OK) != 0 && errno == ENOENT;
+    return json_read_file_max(path, cap, len, err, err_len);
 }
 
 #define CHAT_MAX_JSON_FILE ((size_t)256 << 20)

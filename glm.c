@@ -27,6 +27,7 @@
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <float.h>
 #include <math.h>
 #include <pthread.h>
 #include <signal.h>
@@ -37,6 +38,7 @@
 #include <string.h>
 #include <sys/mman.h>
 #include <sys/resource.h>
+#include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
 #ifdef _OPENMP
@@ -69,11 +71,11 @@ extern char **environ;
 /* Text from outside (model output, file contents, the environment) on its way to a terminal:
    control bytes (ESC, CR, BEL, backspace, ...) are shown as ^X and C1 controls (U+0080..U+009F,
    which some terminals obey as ESC sequences) as U+FFFD, so only glm itself drives the terminal.
-   Newlines and tabs pass. */
-static void put_terminal_safe(FILE *f, const char *s, size_t n) {
+   Newlines and tabs pass, unless one_line (messages: one line each, a quoted newline shows as ^J). */
+static void put_terminal_safe(FILE *f, const char *s, size_t n, int one_line) {
     for (size_t i = 0; i < n; i++) {
         unsigned char b = (unsigned char)s[i];
-        if ((b < 0x20 && b != '\n' && b != '\t') || b == 0x7F) {
+        if ((b < 0x20 && (one_line || (b != '\n' && b != '\t'))) || b == 0x7F) {
             fputc('^', f);
             fputc(b == 0x7F ? '?' : b + 0x40, f);
         } else if (b == 0xC2 && i + 1 < n && (unsigned char)s[i + 1] >= 0x80 && (unsigned char)s[i + 1] <= 0x9F) {
@@ -90,9 +92,14 @@ static void put_terminal_safe(FILE *f, const char *s, size_t n) {
 static void vsay(const char *prefix, const char *fmt, va_list ap) {
     char msg[8192];
     vsnprintf(msg, sizeof msg, fmt, ap);
+    /* one line always, so a message quoting a file (a model_type with a newline) can neither fake
+       nor hide lines: control characters show as ^X on a terminal and become '?' in a log */
     fputs(prefix, stderr);
-    if (isatty(STDERR_FILENO)) put_terminal_safe(stderr, msg, strlen(msg));
-    else fputs(msg, stderr);
+    if (isatty(STDERR_FILENO)) put_terminal_safe(stderr, msg, strlen(msg), 1);
+    else {
+        for (char *p = msg; *p; p++) if ((unsigned char)*p < 0x20 || *p == 0x7f) *p = '?';
+        fputs(msg, stderr);
+    }
     fputc('\n', stderr);
 }
 
@@ -434,6 +441,9 @@ static void print_help(void) {
     for (size_t i = 0; i < N_SETTINGS; i++)
         printf("  %-14s default %-6s %s\n", SETTINGS[i].name,
                SETTINGS[i].default_value[0] ? SETTINGS[i].default_value : "-", SETTINGS[i].help);
+    printf("\nOpenMP: unless OMP_WAIT_POLICY or GOMP_SPINCOUNT is set, glm re-executes itself once with\n"
+           "OMP_WAIT_POLICY=passive (spinning workers starve the expert I/O thread); either one set keeps\n"
+           "libgomp's own waiting.\n");
 }
 
 #ifndef GLM_COMMIT
@@ -653,13 +663,17 @@ static int config_int(ConfigReader *r, const char *key, int fallback, int requir
     return (int)i;
 }
 
+/* A float field: in [lo, hi] as written, and finite once converted to float (a bound above
+   FLT_MAX would otherwise let 1e39 through as infinity). */
 static float config_float(ConfigReader *r, const char *key, float fallback, double lo, double hi) {
     const JsonValue *v = config_field(r, key);
     if (!v || json_type(v) == JSON_NULL) return fallback;
     if (json_type(v) != JSON_NUMBER) die("%s: field \"%s\" must be a number", r->path, key);
     double d = json_num(v);
-    if (!(d >= lo && d <= hi)) die("%s: field \"%s\" = %g is out of range [%g, %g]", r->path, key, d, lo, hi);
-    return (float)d;
+    float f = (float)d;
+    if (!(d >= lo && d <= hi) || !isfinite(f))
+        die("%s: field \"%s\" = %g is out of range [%g, %g]", r->path, key, d, lo, fmin(hi, FLT_MAX));
+    return f;
 }
 
 static const char *config_string(ConfigReader *r, const char *key) {
@@ -711,12 +725,15 @@ static void config_eos(Config *c, const JsonValue *v, const char *path) {
     }
 }
 
+/* config.json and generation_config.json are a few KB; anything past this is not one. */
+#define CONFIG_JSON_MAX ((size_t)8 << 20)
+
 static Config config_load(const char *dir) {
     char path[4096];
     snprintf(path, sizeof path, "%s/config.json", dir);
     char err[512];
     size_t len;
-    char *text = json_read_file(path, &len, err, sizeof err);
+    char *text = json_read_file_max(path, CONFIG_JSON_MAX, &len, err, sizeof err);
     if (!text) die("cannot read model config: %s", err);
     JsonDoc *doc = json_parse(text, len, err, sizeof err);
     if (!doc) die("%s: %s", path, err);
@@ -790,11 +807,11 @@ static Config config_load(const char *dir) {
     const JsonValue *rope_obj = rp && json_type(rp) == JSON_OBJECT ? rp : rs && json_type(rs) == JSON_OBJECT ? rs : NULL;
     c.rope_theta = config_float(&r, "rope_theta", c.rope_theta, 1e-3, 1e30);
     if (rope_obj) {
-        const JsonValue *t = json_get(rope_obj, "rope_theta");
-        if (t) {
-            if (json_type(t) != JSON_NUMBER || !(json_num(t) > 0)) die("%s: rope_parameters.rope_theta must be a positive number", path);
-            c.rope_theta = (float)json_num(t);
-        }
+        /* the same checks as the top-level field, with the object's name in the message */
+        char rope_path[4200];
+        snprintf(rope_path, sizeof rope_path, "%s: %s", path, rope_obj == rp ? "rope_parameters" : "rope_scaling");
+        ConfigReader rope = { rope_obj, rope_path };
+        c.rope_theta = config_float(&rope, "rope_theta", c.rope_theta, 1e-3, 1e30);
         const JsonValue *type = json_get(rope_obj, "rope_type");
         if (!type) type = json_get(rope_obj, "type");
         const char *ts = type ? json_str(type, NULL) : "default";
@@ -838,7 +855,7 @@ static Config config_load(const char *dir) {
     /* generation_config.json, when present, has the authoritative stop list. */
     snprintf(path, sizeof path, "%s/generation_config.json", dir);
     if (access(path, R_OK) == 0) {
-        char *gtext = json_read_file(path, &len, err, sizeof err);
+        char *gtext = json_read_file_max(path, CONFIG_JSON_MAX, &len, err, sizeof err);
         if (!gtext) die("%s", err);
         JsonDoc *gdoc = json_parse(gtext, len, err, sizeof err);
         if (!gdoc) die("%s: %s", path, err);
@@ -1391,7 +1408,8 @@ static void attention(AttentionCall *ac, const float *xn, int S, int pos0, float
    for pre-quantized experts where the filesystem allows it; DIRECT=1 insists), buffered pread
    (DIRECT=0; the default for float experts: the OS page cache is a second level), DROP=1
    (pread, then evict the pages read), MMAP=1 (the views point into a read-only file mapping;
-   evicting an expert drops its pages from this process).
+   evicting an expert drops its pages from this process; scales at an odd file offset are copied
+   to an aligned buffer; a file cut short while mapped is reported by name, not by SIGBUS).
    ============================================================================================= */
 
 
@@ -1637,6 +1655,36 @@ static QTensor expert_view(QtFormat f, int64_t group, int64_t rows, int64_t cols
     return t;
 }
 
+/* MMAP=1: a mapped file that shrank since it was opened would turn the next read of the lost pages
+   into SIGBUS. Checked before an expert is used; the SIGBUS handler below covers the rest (a file
+   cut after this check, or under an expert already cached). */
+static int mapped_span_ok(ExpertStore *store, const StTensor *t, char *err, size_t err_len) {
+    struct stat sb = { 0 };
+    uint64_t end = t->offset + t->nbytes;
+    if (fstat(st_file_fd(store->index, t->file), &sb) == 0 && (uint64_t)sb.st_size >= end) return 1;
+    snprintf(err, err_len, "%s was truncated while running: tensor %s ends at byte %llu, the file now has %llu",
+             st_file_path(store->index, t->file), t->name, (unsigned long long)end, (unsigned long long)sb.st_size);
+    return 0;
+}
+
+static const ExpertStore *g_mapped_store;   /* MMAP=1: the mappings on_sigbus looks up */
+
+static void on_sigbus(int sig, siginfo_t *info, void *context) {
+    (void)context;
+    const ExpertStore *store = g_mapped_store;
+    const uint8_t *addr = info->si_addr;
+    for (int f = 0; store && f < st_file_count(store->index); f++) {
+        if (!store->maps[f] || addr < store->maps[f] || addr >= store->maps[f] + store->map_len[f]) continue;
+        /* only async-signal-safe calls here: write and _exit */
+        const char *path = st_file_path(store->index, f), *head = "glm: error: ",
+                   *tail = " was truncated while running (MMAP=1 read a page past its end)\n";
+        if (write(2, head, strlen(head)) < 0 || write(2, path, strlen(path)) < 0 || write(2, tail, strlen(tail)) < 0) {}
+        _exit(1);
+    }
+    signal(sig, SIG_DFL);   /* not a mapped model file: a real fault, report it as one */
+    raise(sig);
+}
+
 /* Brings expert `e` of `layer` into `slot`. Runs on the I/O thread (or inline). */
 static int expert_load(ExpertStore *store, int layer, int e, ExpertSlot *slot) {
     const ExpertSource *src = &store->sources[(size_t)layer * store->c->n_experts + e];
@@ -1665,10 +1713,19 @@ static int expert_load(ExpertStore *store, int layer, int e, ExpertSlot *slot) {
             bytes += (double)src->rows[k] * src->cols[k] * st_dtype_size(src->data[k]->dtype);
         }
     } else if (store->io_mode == IO_MMAP) {
+        for (int k = 0; k < 3; k++)
+            if (!mapped_span_ok(store, src->data[k], err, err_len) || !mapped_span_ok(store, src->scales[k], err, err_len)) return -1;
+        size_t scales_used = 0;
         for (int k = 0; k < 3; k++) {
             const StTensor *d = src->data[k], *q = src->scales[k];
-            *w[k] = expert_view(src->format[k], src->group[k], src->rows[k], src->cols[k],
-                                store->maps[d->file] + d->offset, (float *)(store->maps[q->file] + q->offset));
+            const uint8_t *mapped_scales = store->maps[q->file] + q->offset;
+            float *scales = (float *)mapped_scales;
+            if ((uintptr_t)mapped_scales % sizeof(float)) {   /* data starting at an odd offset: an aligned copy */
+                scales = (float *)((uint8_t *)slot->scale_buf + scales_used);
+                memcpy(scales, mapped_scales, (size_t)q->nbytes);
+                scales_used += (size_t)q->nbytes;
+            }
+            *w[k] = expert_view(src->format[k], src->group[k], src->rows[k], src->cols[k], store->maps[d->file] + d->offset, scales);
             bytes += d->nbytes + q->nbytes;
         }
         const StTensor *first = src->data[0];
@@ -2136,8 +2193,8 @@ static void model_load(Model *m, const Settings *set) {
     m->index = st_open_dir(set->model_dir, err, sizeof err);
     if (!m->index) die("%s", err);
     Loader ld = { .index = m->index, .dir = set->model_dir, .group = set->group };
-    const int nl = c->n_layers + c->n_mtp;
-    /* An MTP layer is optional on disk: without its tensors the model simply has no MTP head. */
+    /* An MTP layer is optional on disk: without its tensors the model simply has no MTP head
+       (decided before anything counts the layers to load). */
     if (c->n_mtp) {
         char name[256];
         layer_name(name, sizeof name, c->n_layers, "eh_proj.weight");
@@ -2146,6 +2203,7 @@ static void model_load(Model *m, const Settings *set) {
             c->n_mtp = 0;
         }
     }
+    const int nl = c->n_layers + c->n_mtp;
     m->layers = xcalloc((size_t)nl, sizeof(Layer));
     m->n_layers_loaded = nl;
     ExpertStore *store = &m->experts;
@@ -2202,12 +2260,24 @@ static void model_load(Model *m, const Settings *set) {
                 if (store->direct_fds[f] < 0) die("%s: cannot open with O_DIRECT: %s (DIRECT=0 reads with buffered pread)", path, strerror(errno));
             } else {
                 off_t size = lseek(st_file_fd(m->index, f), 0, SEEK_END);
+                if (size < 0 || (uint64_t)size < st_file_size(m->index, f))
+                    die("%s was truncated while running: %lld bytes now, %llu when its header was read", path,
+                        (long long)size, (unsigned long long)st_file_size(m->index, f));
                 void *map = mmap(NULL, (size_t)size, PROT_READ, MAP_SHARED, st_file_fd(m->index, f), 0);
                 if (map == MAP_FAILED) die("%s: mmap failed: %s", path, strerror(errno));
                 madvise(map, (size_t)size, MADV_RANDOM);
                 store->maps[f] = map;
                 store->map_len[f] = (uint64_t)size;
             }
+        }
+        if (store->io_mode == IO_MMAP) {
+            g_mapped_store = store;
+            struct sigaction sa;
+            memset(&sa, 0, sizeof sa);
+            sa.sa_sigaction = on_sigbus;
+            sa.sa_flags = SA_SIGINFO;
+            sigemptyset(&sa.sa_mask);
+            sigaction(SIGBUS, &sa, NULL);
         }
     }
     loader_free(&ld);
@@ -2708,19 +2778,62 @@ static int generator_step(Generator *g, int *ids, int max) {
 
 typedef struct { TokenList prompt, full, tf_pred, mtp_pred; } Reference;
 
-static TokenList json_id_list(const JsonValue *root, const char *key, const char *path, int required) {
-    TokenList l = { NULL, 0, 0 };
+/* One list of token ids from REF: 0, or -1 with err naming the file and the list. */
+static int json_id_list(const JsonValue *root, const char *key, const char *path, int required, TokenList *l,
+                        char *err, size_t err_len) {
+    l->ids = NULL;
+    l->n = l->cap = 0;
     const JsonValue *v = json_get(root, key);
-    if (!v) { if (required) die("%s: field \"%s\" is missing", path, key); return l; }
-    if (json_type(v) != JSON_ARRAY) die("%s: field \"%s\" must be a list of token ids", path, key);
-    l.n = l.cap = (int)json_len(v);
-    l.ids = xmalloc((size_t)(l.n ? l.n : 1) * sizeof(int));
-    for (int i = 0; i < l.n; i++) {
-        int64_t id;
-        if (!json_is_int(json_at(v, (size_t)i), &id) || id < 0 || id > INT32_MAX) die("%s: %s[%d] is not a token id", path, key, i);
-        l.ids[i] = (int)id;
+    if (!v) {
+        if (required) { snprintf(err, err_len, "%s: field \"%s\" is missing", path, key); return -1; }
+        return 0;
     }
-    return l;
+    if (json_type(v) != JSON_ARRAY || json_len(v) > INT32_MAX) {
+        snprintf(err, err_len, "%s: field \"%s\" must be a list of token ids", path, key);
+        return -1;
+    }
+    l->n = l->cap = (int)json_len(v);
+    l->ids = xmalloc((size_t)(l->n ? l->n : 1) * sizeof(int));
+    for (int i = 0; i < l->n; i++) {
+        int64_t id;
+        if (!json_is_int(json_at(v, (size_t)i), &id) || id < 0 || id > INT32_MAX) {
+            snprintf(err, err_len, "%s: %s[%d] is not a token id", path, key, i);
+            return -1;
+        }
+        l->ids[i] = (int)id;
+    }
+    return 0;
+}
+
+static void reference_free(Reference *r) {
+    free(r->prompt.ids); free(r->full.ids); free(r->tf_pred.ids); free(r->mtp_pred.ids);
+    memset(r, 0, sizeof *r);
+}
+
+/* REF's text → Reference: 0, or -1 with one line in err naming `path` (fuzzed: tests/fuzz/fuzz_ref.c). */
+static int reference_parse(const char *text, size_t len, const char *path, Reference *r, char *err, size_t err_len) {
+    memset(r, 0, sizeof *r);
+    char jerr[256];
+    JsonDoc *doc = json_parse(text, len, jerr, sizeof jerr);
+    if (!doc) { snprintf(err, err_len, "%s: %s", path, jerr); return -1; }
+    const JsonValue *root = json_root(doc);
+    int rc = -1;
+    if (json_id_list(root, "prompt_ids", path, 1, &r->prompt, err, err_len) ||
+        json_id_list(root, "full_ids", path, 1, &r->full, err, err_len) ||
+        json_id_list(root, "tf_pred", path, 0, &r->tf_pred, err, err_len) ||
+        json_id_list(root, "mtp_pred", path, 0, &r->mtp_pred, err, err_len)) goto done;
+    if (r->prompt.n < 1) { snprintf(err, err_len, "%s: prompt_ids is empty", path); goto done; }
+    if (r->full.n < r->prompt.n) { snprintf(err, err_len, "%s: full_ids is shorter than prompt_ids", path); goto done; }
+    for (int i = 0; i < r->prompt.n; i++)
+        if (r->full.ids[i] != r->prompt.ids[i]) {
+            snprintf(err, err_len, "%s: full_ids does not start with prompt_ids (position %d)", path, i);
+            goto done;
+        }
+    rc = 0;
+done:
+    json_free(doc);
+    if (rc) reference_free(r);
+    return rc;
 }
 
 static Reference reference_load(const char *path) {
@@ -2728,27 +2841,10 @@ static Reference reference_load(const char *path) {
     size_t len;
     char *text = json_read_file(path, &len, err, sizeof err);
     if (!text) die("cannot read REF: %s", err);
-    JsonDoc *doc = json_parse(text, len, err, sizeof err);
-    if (!doc) die("%s: %s", path, err);
     Reference r;
-    r.prompt = json_id_list(json_root(doc), "prompt_ids", path, 1);
-    r.full = json_id_list(json_root(doc), "full_ids", path, 1);
-    r.tf_pred = json_id_list(json_root(doc), "tf_pred", path, 0);
-    r.mtp_pred = json_id_list(json_root(doc), "mtp_pred", path, 0);
-    if (r.prompt.n < 1) die("%s: prompt_ids is empty", path);
-    if (r.full.n < r.prompt.n) die("%s: full_ids is shorter than prompt_ids", path);
-    for (int i = 0; i < r.prompt.n; i++)
-        if (r.full.ids[i] != r.prompt.ids[i]) die("%s: full_ids does not start with prompt_ids (position %d)", path, i);
-    json_free(doc);
+    if (reference_parse(text, len, path, &r, err, sizeof err)) die("%s", err);
     free(text);
     return r;
-}
-
-static void reference_free(Reference *r) {
-    free(r->prompt.ids);
-    free(r->full.ids);
-    free(r->tf_pred.ids);
-    free(r->mtp_pred.ids);
 }
 
 static void print_ids(FILE *f, const char *label, const int *ids, int n) {
@@ -2938,6 +3034,23 @@ static TextCodec codec_load(const char *model_dir, int special) {
     return tc;
 }
 
+/* The tokenizer must belong to the model: every id it produces needs a row of the embedding, and
+   it must cover nearly every row. Checkpoints pad vocab_size above the tokenizer's ids (GLM-5:
+   154,880 rows for ~154,856 ids; DeepSeek-V3 ~465 spare rows), so up to VOCAB_PADDING_MAX rows
+   without a token are accepted; a tokenizer covering less is another model's (the 512-id test
+   tokenizer on a 154,880-row model printed nothing for 8 tokens). Ids without text that are
+   generated anyway are shown as <|id N|> (dialog_show_token). */
+#define VOCAB_PADDING_MAX 1024
+
+static void codec_check_vocab(const TextCodec *tc, int vocab) {
+    const int n = tok_vocab_size(tc->tok);
+    if (n > vocab)
+        die("%s has ids up to %d but the model's vocab_size is %d: tokenizer and model do not match", tc->path, n - 1, vocab);
+    if (n < vocab - VOCAB_PADDING_MAX)
+        die("%s has ids up to %d but the model's vocab_size is %d (at most %d rows may be padding): tokenizer and model do not match",
+            tc->path, n - 1, vocab, VOCAB_PADDING_MAX);
+}
+
 static void codec_free(TextCodec *tc) {
     tok_free(tc->tok);
     tc->tok = NULL;
@@ -3086,13 +3199,21 @@ static void dialog_free(Dialog *d) {
 /* Model text to stdout. On a terminal, control bytes (ESC, CR, BEL, C1 controls) are shown as
    ^X / U+FFFD instead of being obeyed: a model must not be able to drive the terminal. */
 static void emit_text(const Dialog *d, const char *s, size_t n) {
-    if (d->out_tty) put_terminal_safe(stdout, s, n);
+    if (d->out_tty) put_terminal_safe(stdout, s, n, 0);
     else fwrite(s, 1, n, stdout);
 }
 
 static void dialog_show_token(void *user, int id) {
     Dialog *d = user;
     const TextCodec *tc = d->codec;
+    if (!tok_piece(tc->tok, id, NULL)) {   /* a row without a token (vocab padding): shown, never dropped */
+        size_t n = tok_stream_flush(&d->stream, d->text, d->text_cap);
+        emit_text(d, d->text, n < d->text_cap ? n : d->text_cap);
+        char mark[32];
+        emit_text(d, mark, (size_t)snprintf(mark, sizeof mark, "<|id %d|>", id));
+        fflush(stdout);
+        return;
+    }
     const int think = tc->tag[CHAT_TAG_THINK], end_think = tc->tag[CHAT_TAG_END_THINK];
     if (id == think && d->out_tty && !d->in_thinking) fputs(ANSI_DIM, stdout);
     size_t n = tok_stream_feed(tc->tok, &d->stream, id, d->text, d->text_cap);
@@ -3226,6 +3347,9 @@ static int run_tokenize(const Settings *set) {
     TextCodec tc = codec_load(set->model_dir, set->special);
     FILE *f = fopen(set->tokenize_path, "r");
     if (!f) die("TOKENIZE=%s: cannot open: %s", set->tokenize_path, strerror(errno));
+    struct stat sb;   /* a device such as /dev/zero is one endless line */
+    if (fstat(fileno(f), &sb) == 0 && !S_ISREG(sb.st_mode) && !S_ISFIFO(sb.st_mode))
+        die("TOKENIZE=%s: not a file or a pipe", set->tokenize_path);
     char *line = NULL;
     size_t cap = 0;
     ssize_t n;
@@ -4392,9 +4516,7 @@ static uint64_t clock_seed(void) {
    tokenizer with ids the model has no rows for is another model's: said before the long load). */
 static void text_model_load(const Settings *set, const TextCodec *tc, Model *model) {
     Config config = config_load(set->model_dir);
-    if (tok_vocab_size(tc->tok) > config.vocab)
-        die("%s has ids up to %d but the model's vocab_size is %d: tokenizer and model do not match",
-            tc->path, tok_vocab_size(tc->tok) - 1, config.vocab);
+    codec_check_vocab(tc, config.vocab);
     config_free(&config);
     model_load(model, set);
     if (!model->c.n_eos)

@@ -27,7 +27,12 @@
  *                                                                no exponent) that fits int64
  *     int json_bool(const JsonValue *v);                         0/1, or -1 unless a bool
  *     char *json_read_file(const char *path, size_t *len, char *err, size_t err_len);
+ *     char *json_read_file_max(const char *path, size_t max_bytes, size_t *len, char *err, size_t err_len);
  *         Whole file, malloc'ed and NUL-terminated (free() it); NULL + "path: reason" on error.
+ *         A file longer than max_bytes (JSON_READ_MAX = 256 MiB for json_read_file) is refused, by
+ *         its size for a regular file, else after reading max_bytes + 1 bytes. Regular files and
+ *         pipes only: a directory, device (such as /dev/zero) or socket is refused by kind; a FIFO
+ *         with no writer reads as empty instead of blocking the open.
  *
  * Writer (builds JSON text into a growable buffer; the output is always valid JSON)
  *     void jw_init(JsonWriter *w);   void jw_free(JsonWriter *w);   void jw_reset(JsonWriter *w);
@@ -74,6 +79,7 @@
 #include <stdint.h>
 
 #define JSON_MAX_DEPTH 512
+#define JSON_READ_MAX ((size_t)256 << 20)   /* json_read_file's cap: 256 MiB */
 
 typedef enum { JSON_NULL, JSON_BOOL, JSON_NUMBER, JSON_STRING, JSON_ARRAY, JSON_OBJECT } JsonType;
 typedef struct JsonValue JsonValue;
@@ -95,6 +101,7 @@ int json_is_int(const JsonValue *v, int64_t *out);
 int json_int_literal(const JsonValue *v, int64_t *out);
 int json_bool(const JsonValue *v);
 char *json_read_file(const char *path, size_t *len, char *err, size_t err_len);
+char *json_read_file_max(const char *path, size_t max_bytes, size_t *len, char *err, size_t err_len);
 
 typedef struct {
     char *buf;                  /* NUL-terminated text so far (NULL until the first write) */
@@ -139,7 +146,13 @@ const char *jw_text(const JsonWriter *w, size_t *len);
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <fcntl.h>
 #include <sys/stat.h>
+#include <unistd.h>
+
+#ifndef O_CLOEXEC   /* hidden by a strict _POSIX_C_SOURCE in the including file */
+#define O_CLOEXEC 0
+#endif
 
 typedef struct { const char *s; size_t len; } JsonKey;
 
@@ -627,52 +640,75 @@ int json_int_literal(const JsonValue *v, int64_t *out) {
 
 int json_bool(const JsonValue *v) { return v && v->type == JSON_BOOL ? v->u.boolean : -1; }
 
-char *json_read_file(const char *path, size_t *len, char *err, size_t err_len) {
-    if (len) *len = 0;
-    FILE *f = fopen(path, "rb");
-    if (!f) { if (err) snprintf(err, err_len, "%s: %s", path, strerror(errno)); return NULL; }
-    size_t cap = 1 << 16, n = 0;
-    char *buf = NULL;
-    /* Size the buffer from fstat for regular files, but read to EOF rather than trusting it:
-     * pipes and /proc files work too. */
-    struct stat st;
-    if (fstat(fileno(f), &st) == 0) {
-        if (S_ISDIR(st.st_mode)) {
-            fclose(f);
-            if (err) snprintf(err, err_len, "%s: is a directory", path);
-            return NULL;
-        }
-        if (S_ISREG(st.st_mode) && st.st_size > 0 && (uint64_t)st.st_size < (uint64_t)SIZE_MAX)
-            cap = (size_t)st.st_size + 1;
-    }
-    buf = malloc(cap);
-    if (!buf) { fclose(f); if (err) snprintf(err, err_len, "%s: out of memory", path); return NULL; }
+/* Reads at most max_bytes from fd (a regular file or a pipe) into a NUL-terminated buffer. */
+static char *json__read_fd(int fd, const char *path, uint64_t hint, size_t max_bytes, size_t *len, char *err,
+                           size_t err_len) {
+    /* a regular file's size as a hint, plus one spare byte so that its end is seen without growing */
+    size_t cap = hint && hint <= max_bytes ? (size_t)hint + 2 : (max_bytes < (1 << 16) ? max_bytes + 1 : 1 << 16), n = 0;
+    char *buf = malloc(cap);
+    if (!buf) { if (err) snprintf(err, err_len, "%s: out of memory", path); return NULL; }
     for (;;) {
-        size_t want = cap - 1 - n;
-        size_t got = fread(buf + n, 1, want, f);
-        n += got;
-        if (got < want) break;
-        /* Buffer full: peek one byte so a file of exactly the expected size is not doubled. */
-        int c = fgetc(f);
-        if (c == EOF) break;
-        if (n + 1 >= cap) {
-            size_t ncap = cap * 2;
-            char *nb = ncap > cap ? realloc(buf, ncap) : NULL;
-            if (!nb) { free(buf); fclose(f); if (err) snprintf(err, err_len, "%s: out of memory", path); return NULL; }
+        if (n + 1 == cap) {   /* full: grow, but never past max_bytes + 1 (one byte to see the overrun) */
+            if (n > max_bytes) break;
+            size_t ncap = cap > (max_bytes + 2) / 2 ? max_bytes + 2 : cap * 2;
+            char *nb = realloc(buf, ncap);
+            if (!nb) { free(buf); if (err) snprintf(err, err_len, "%s: out of memory", path); return NULL; }
             buf = nb; cap = ncap;
         }
-        buf[n++] = (char)c;
+        ssize_t got = read(fd, buf + n, cap - 1 - n);
+        if (got < 0) {
+            if (errno == EINTR) continue;
+            int e = errno;
+            free(buf);
+            if (err) snprintf(err, err_len, "%s: read error: %s", path, strerror(e));
+            return NULL;
+        }
+        if (got == 0) break;
+        n += (size_t)got;
     }
-    if (ferror(f)) {
-        int e = errno;
-        free(buf); fclose(f);
-        if (err) snprintf(err, err_len, "%s: read error: %s", path, strerror(e));
+    if (n > max_bytes) {
+        free(buf);
+        if (err) snprintf(err, err_len, "%s: longer than %zu bytes, the most this file may have", path, max_bytes);
         return NULL;
     }
-    fclose(f);
     buf[n] = 0;
     if (len) *len = n;
     return buf;
+}
+
+char *json_read_file_max(const char *path, size_t max_bytes, size_t *len, char *err, size_t err_len) {
+    if (len) *len = 0;
+    /* O_NONBLOCK: opening a FIFO without a writer must not hang (it then reads as empty) */
+    int fd = open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK);
+    if (fd < 0) { if (err) snprintf(err, err_len, "%s: %s", path, strerror(errno)); return NULL; }
+    struct stat st;
+    if (fstat(fd, &st) != 0) {
+        int e = errno;
+        close(fd);
+        if (err) snprintf(err, err_len, "%s: cannot stat: %s", path, strerror(e));
+        return NULL;
+    }
+    if (!S_ISREG(st.st_mode) && !S_ISFIFO(st.st_mode)) {
+        const char *kind = S_ISDIR(st.st_mode) ? "a directory" : S_ISCHR(st.st_mode) ? "a character device"
+                         : S_ISBLK(st.st_mode) ? "a block device" : "neither a regular file nor a pipe";
+        close(fd);
+        if (err) snprintf(err, err_len, "%s: is %s, not a file", path, kind);
+        return NULL;
+    }
+    if (S_ISREG(st.st_mode) && (uint64_t)st.st_size > (uint64_t)max_bytes) {
+        close(fd);
+        if (err) snprintf(err, err_len, "%s: %llu bytes, more than the %zu this file may have", path,
+                          (unsigned long long)st.st_size, max_bytes);
+        return NULL;
+    }
+    fcntl(fd, F_SETFL, fcntl(fd, F_GETFL) & ~O_NONBLOCK);   /* a pipe with a writer: wait for its data */
+    char *buf = json__read_fd(fd, path, S_ISREG(st.st_mode) ? (uint64_t)st.st_size : 0, max_bytes, len, err, err_len);
+    close(fd);
+    return buf;
+}
+
+char *json_read_file(const char *path, size_t *len, char *err, size_t err_len) {
+    return json_read_file_max(path, JSON_READ_MAX, len, err, err_len);
 }
 
 /* ---- Writer ---- */

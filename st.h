@@ -14,8 +14,10 @@
  *
  * API
  *     StIndex *st_open_dir(const char *dir, char *err, size_t err_len);
- *         Indexes every regular file named *.safetensors in dir, in strcmp order of file name (file
- *         numbers follow that order). NULL + a one-line message on any error.
+ *         Indexes every file named *.safetensors in dir, in strcmp order of file name (file numbers
+ *         follow that order). NULL + a one-line message on any error; a *.safetensors that is not a
+ *         regular file (directory, FIFO, device, dangling or looping symbolic link) is one, by name.
+ *         Symbolic links to regular files are followed (a Hugging Face cache snapshot is made of them).
  *     StIndex *st_open_files(const char *const *paths, int npaths, char *err, size_t err_len);
  *         Same for an explicit list of files, numbered in the given order (e.g. a single shard).
  *     void st_close(StIndex *ix);                      closes every fd, frees everything
@@ -25,6 +27,7 @@
  *     int st_file_count(const StIndex *ix);
  *     const char *st_file_path(const StIndex *ix, int file);       NULL if out of range
  *     int st_file_fd(const StIndex *ix, int file);                 -1 if out of range
+ *     uint64_t st_file_size(const StIndex *ix, int file);          bytes when the header was read
  *     const char *st_file_metadata(const StIndex *ix, int file, const char *key);  NULL if absent
  *     int64_t st_numel(const StTensor *t);             product of the shape (1 for a scalar)
  *     size_t st_dtype_size(StDtype d);                 bytes per element
@@ -89,6 +92,7 @@ const StTensor *st_tensor_at(const StIndex *ix, size_t i);
 int st_file_count(const StIndex *ix);
 const char *st_file_path(const StIndex *ix, int file);
 int st_file_fd(const StIndex *ix, int file);
+uint64_t st_file_size(const StIndex *ix, int file);
 const char *st_file_metadata(const StIndex *ix, int file, const char *key);
 int64_t st_numel(const StTensor *t);
 size_t st_dtype_size(StDtype d);
@@ -141,12 +145,14 @@ static const size_t st__dtype_sizes[ST_DTYPE_COUNT] = {4, 2, 2, 1, 1, 1, 4, 8, 8
 size_t st_dtype_size(StDtype d) { return (unsigned)d < ST_DTYPE_COUNT ? st__dtype_sizes[d] : 0; }
 const char *st_dtype_name(StDtype d) { return (unsigned)d < ST_DTYPE_COUNT ? st__dtype_names[d] : "?"; }
 
+/* One line always: control characters quoted from a header (a \n in a metadata key) become '?'. */
 static void st__err(char *err, size_t err_len, const char *fmt, ...) {
     if (!err || !err_len) return;
     va_list ap;
     va_start(ap, fmt);
     vsnprintf(err, err_len, fmt, ap);
     va_end(ap);
+    for (char *p = err; *p; p++) if ((unsigned char)*p < 0x20 || *p == 0x7f) *p = '?';
 }
 
 int64_t st_numel(const StTensor *t) {
@@ -192,15 +198,21 @@ static int st__pread_full(int fd, void *dst, uint64_t n, uint64_t off) {
     return 0;
 }
 
+static const char *st__file_kind(mode_t m) {
+    return S_ISDIR(m) ? "a directory" : S_ISFIFO(m) ? "a FIFO" : S_ISCHR(m) ? "a character device"
+         : S_ISBLK(m) ? "a block device" : S_ISREG(m) ? "a regular file" : "not a regular file";
+}
+
 /* Parses and validates one file's header; appends its tensors to ix (sorted by offset). */
 static int st__load_file(StIndex *ix, int file, char *err, size_t err_len) {
     StFile *f = &ix->files[file];
     const char *path = f->path;
-    f->fd = open(path, O_RDONLY | O_CLOEXEC);
+    f->fd = open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK);   /* O_NONBLOCK: a FIFO must not hang the open */
     if (f->fd < 0) { st__err(err, err_len, "%s: cannot open: %s", path, strerror(errno)); return -1; }
     struct stat sb;
     if (fstat(f->fd, &sb) != 0) { st__err(err, err_len, "%s: cannot stat: %s", path, strerror(errno)); return -1; }
-    if (!S_ISREG(sb.st_mode)) { st__err(err, err_len, "%s: not a regular file", path); return -1; }
+    if (!S_ISREG(sb.st_mode)) { st__err(err, err_len, "%s: is %s, not a safetensors file", path, st__file_kind(sb.st_mode)); return -1; }
+    fcntl(f->fd, F_SETFL, fcntl(f->fd, F_GETFL) & ~O_NONBLOCK);
     f->size = (uint64_t)sb.st_size;
     unsigned char lenbuf[8];
     if (f->size < 8) {
@@ -445,7 +457,7 @@ StIndex *st_open_dir(const char *dir, char *err, size_t err_len) {
     if (!d) { st__err(err, err_len, "%s: cannot open directory: %s", dir, strerror(errno)); return NULL; }
     char **paths = NULL;
     size_t n = 0, cap = 0;
-    int oom = 0;
+    int oom = 0, bad = 0;
     struct dirent *de;
     const char *ext = ".safetensors";
     size_t ext_len = strlen(ext), dir_len = strlen(dir);
@@ -455,8 +467,20 @@ StIndex *st_open_dir(const char *dir, char *err, size_t err_len) {
         char *path = malloc(dir_len + len + 2);
         if (!path) { oom = 1; break; }
         snprintf(path, dir_len + len + 2, "%s/%s", dir, de->d_name);
+        /* A *.safetensors that is not a readable regular file (a directory, FIFO, dangling or
+         * looping link) is an error naming it: skipping it would only surface later as a
+         * "missing tensor". stat, not open: it never blocks on a FIFO. */
         struct stat sb;
-        if (stat(path, &sb) != 0 || !S_ISREG(sb.st_mode)) { free(path); continue; }  /* skip dirs etc. */
+        int stat_errno = stat(path, &sb) != 0 ? errno : 0;
+        if (stat_errno || !S_ISREG(sb.st_mode)) {
+            if (stat_errno)
+                st__err(err, err_len, "%s: cannot use it: %s%s", path, strerror(stat_errno),
+                        stat_errno == ENOENT || stat_errno == ELOOP ? " (a dangling or looping symbolic link?)" : "");
+            else st__err(err, err_len, "%s: is %s, not a safetensors file", path, st__file_kind(sb.st_mode));
+            free(path);
+            bad = 1;
+            break;
+        }
         if (n == cap) {
             char **np = realloc(paths, (cap = cap ? cap * 2 : 64) * sizeof *np);
             if (!np) { free(path); oom = 1; break; }
@@ -466,7 +490,8 @@ StIndex *st_open_dir(const char *dir, char *err, size_t err_len) {
     }
     closedir(d);
     StIndex *ix = NULL;
-    if (oom) st__err(err, err_len, "%s: out of memory listing the directory", dir);
+    if (bad) {}   /* err says which file */
+    else if (oom) st__err(err, err_len, "%s: out of memory listing the directory", dir);
     else if (n == 0) st__err(err, err_len, "%s: no *.safetensors file in the directory", dir);
     else if (n > 1000000) st__err(err, err_len, "%s: too many *.safetensors files (%zu)", dir, n);
     else {
@@ -511,6 +536,7 @@ const char *st_file_path(const StIndex *ix, int file) {
     return ix && file >= 0 && file < ix->nfiles ? ix->files[file].path : NULL;
 }
 int st_file_fd(const StIndex *ix, int file) { return ix && file >= 0 && file < ix->nfiles ? ix->files[file].fd : -1; }
+uint64_t st_file_size(const StIndex *ix, int file) { return ix && file >= 0 && file < ix->nfiles ? ix->files[file].size : 0; }
 
 const char *st_file_metadata(const StIndex *ix, int file, const char *key) {
     if (!ix || file < 0 || file >= ix->nfiles || !key) return NULL;

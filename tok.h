@@ -17,7 +17,9 @@
  *
  * API
  *   Tokenizer *tok_load(const char *tokenizer_json_path, char *err, size_t err_len);
- *       NULL on error with one line "path: reason" in err.
+ *       NULL on error with one line "path: reason" in err (a file above TOK_JSON_MAX, 64 MiB, is one).
+ *   Tokenizer *tok_load_json(const char *text, size_t len, const char *name, char *err, size_t err_len);
+ *       The same from tokenizer.json's text in memory; name stands for the path in messages.
  *   void tok_free(Tokenizer *t);
  *   int tok_encode(const Tokenizer *t, const char *text, size_t len, TokSpecialMode mode,
  *                  int32_t **ids, size_t *n);
@@ -73,6 +75,15 @@
 #include <stddef.h>
 #include <stdint.h>
 
+/* tokenizer.json is refused above this size (GLM-5's is ~20 MB), and token ids at or above
+   TOK_MAX_ID (the id tables are sized by the largest id). */
+#ifndef TOK_JSON_MAX
+#define TOK_JSON_MAX ((size_t)64 << 20)
+#endif
+#ifndef TOK_MAX_ID
+#define TOK_MAX_ID (1 << 24)
+#endif
+
 typedef struct Tokenizer Tokenizer;
 typedef enum { TOK_SPECIAL_ALL, TOK_SPECIAL_NONSPECIAL_ONLY, TOK_SPECIAL_NONE } TokSpecialMode;
 typedef struct { unsigned char pending[4]; int npending; } TokStream;
@@ -80,6 +91,7 @@ typedef struct { unsigned char pending[4]; int npending; } TokStream;
 enum { TOK_CAT_OTHER = 0, TOK_CAT_L = 1, TOK_CAT_N = 2, TOK_CAT_P = 3, TOK_CAT_S = 4, TOK_CAT_M = 5 };
 
 Tokenizer *tok_load(const char *tokenizer_json_path, char *err, size_t err_len);
+Tokenizer *tok_load_json(const char *text, size_t len, const char *name, char *err, size_t err_len);
 void tok_free(Tokenizer *t);
 int tok_encode(const Tokenizer *t, const char *text, size_t len, TokSpecialMode mode,
                int32_t **ids, size_t *n);
@@ -486,9 +498,11 @@ struct Tokenizer {
     TokCacheSlot *cache;            /* piece cache (mutable through const Tokenizer *) */
 };
 
+/* One line always: control characters quoted from the file (a \n in a regex) become '?'. */
 static void tok__err(char *err, size_t err_len, const char *fmt, ...) {
     if (!err || !err_len) return;
     va_list ap; va_start(ap, fmt); vsnprintf(err, err_len, fmt, ap); va_end(ap);
+    for (char *p = err; *p; p++) if ((unsigned char)*p < 0x20 || *p == 0x7f) *p = '?';
 }
 
 static uint64_t tok__hash_bytes(const void *p, size_t n) {
@@ -647,7 +661,7 @@ static int tok__load_decoder(const JsonValue *dc, const char *path, char *err, s
 }
 
 static int tok__ensure_ids(Tokenizer *t, int64_t id, const char *path, char *err, size_t err_len) {
-    if (id < 0 || id >= (1 << 24)) {
+    if (id < 0 || id >= TOK_MAX_ID) {
         tok__err(err, err_len, "%s: token id %lld out of range", path, (long long)id);
         return -1;
     }
@@ -669,10 +683,16 @@ static int tok__ensure_ids(Tokenizer *t, int64_t id, const char *path, char *err
 Tokenizer *tok_load(const char *path, char *err, size_t err_len) {
     size_t text_len = 0;
     char jerr[256];
-    char *text = json_read_file(path, &text_len, jerr, sizeof jerr);
+    char *text = json_read_file_max(path, TOK_JSON_MAX, &text_len, jerr, sizeof jerr);
     if (!text) { tok__err(err, err_len, "%s", jerr); return NULL; }
-    JsonDoc *doc = json_parse(text, text_len, jerr, sizeof jerr);
+    Tokenizer *t = tok_load_json(text, text_len, path, err, err_len);
     free(text);
+    return t;
+}
+
+Tokenizer *tok_load_json(const char *text, size_t text_len, const char *path, char *err, size_t err_len) {
+    char jerr[256];
+    JsonDoc *doc = json_parse(text, text_len, jerr, sizeof jerr);
     if (!doc) { tok__err(err, err_len, "%s: invalid JSON: %s", path, jerr); return NULL; }
     Tokenizer *t = (Tokenizer *)calloc(1, sizeof *t);
     char *buf = NULL;

@@ -13,8 +13,7 @@ cd "$(dirname "$0")/.." || exit 1
 MODEL=${1:-${BENCH_MODEL:-/work/glm_bench}}
 RAM=${RAM_GB:-8}; MODE=${MODE:-direct}; IOSECS=${IOSECS:-6}
 [ -f "$MODEL/config.json" ] || { echo "no bench model at $MODEL: python3 tools/make_glm_bench_model.py $MODEL"; exit 1; }
-make -s glm >/dev/null || exit 1
-cc -O2 -o tools/iobench tools/iobench.c || exit 1
+make -s glm tools/iobench >/dev/null || exit 1
 FILES=("$MODEL"/*.safetensors)
 case $MODE in
   direct) IOMODE=directhuge; ENVMODE="DIRECT=1" ;;

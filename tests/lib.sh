@@ -16,3 +16,11 @@ expect_fail() {
   elif ! grep -qE -- "$pat" <<<"$out"; then echo "FAIL $name: error does not match /$pat/"; echo "$out" | tail -5
   else echo "PASS $name"; fi
 }
+# Integer kernels: `test_kernels` lists the ones to run here (scalar first), `skip_missing_kernels`
+# prints "SKIP NAME: this CPU has no WHAT" for each one this CPU lacks. Both ask tests/bin/cpu_kernels
+# (quant.h's own check, narrowed by TEST_CPU_FLAGS: see tests/cpu_kernels.h).
+CPU_KERNELS=${CPU_KERNELS:-$ROOT/tests/bin/cpu_kernels}
+test_kernels() { "$CPU_KERNELS" | awk '$2 == "yes" { printf "%s ", $1 }'; }
+skip_missing_kernels() {
+  "$CPU_KERNELS" | awk '$2 == "no" { k = $1; $1 = ""; $2 = ""; sub(/^ +/, ""); print "SKIP " k ": this CPU has no " $0 }'
+}

@@ -41,8 +41,8 @@ expect_error() { local name=$1 pat=$2; shift 2; expect_fail "$name" "^glm: error
 on() {
   local case=$1; shift
   local ref=$DREF
-  case $case in st_duplicate) ref=$F/oracle_sparse/reference.json ;; st_*fused*) ref=$F/oracle_fused_bf16/reference.json ;; esac
-  env SNAP="$T/$case" REF="$ref" TF=1 "$@" "$GLM" 64 16 16
+  case $case in st_duplicate|mtp_absent_shard) ref=$F/oracle_sparse/reference.json ;; st_*fused*) ref=$F/oracle_fused_bf16/reference.json ;; esac
+  env SNAP="$T/$case" REF="$ref" TF=1 "$@" timeout -k 5 60 "$GLM" 64 16 16   # a hang is a failure too
 }
 # good [VAR=value...] [args]: the intact dense fixture.
 good() { local args=(); while [ $# -gt 0 ] && [[ $1 == *=* ]]; do args+=("$1"); shift; done
@@ -79,6 +79,35 @@ expect_error "st: fused expert tensor with the wrong shape" 'layers\.2\.mlp\.exp
 expect_error "st: F8_E4M3 weight without its block scale names both" 'q_b_proj\.weight.*q_b_proj\.weight_scale_inv' on st_f8_without_scale
 expect_error "st: directory without any *.safetensors is named" 'st_none.*no \*\.safetensors' on st_none
 
+# Hostile folders: whatever sits in a model folder, glm ends with one named error, never a signal
+# or a hang. Regression guards (glm.c / st.h / json.h bugs these tests found, fixed since): a
+# *.safetensors that is a directory, FIFO, dangling or looping link was skipped silently (the
+# error then named a "missing tensor"); config.json linked to /dev/zero grew past 4 GB before
+# failing; rope_parameters.rope_theta 1e39 was accepted (infinite as a float).
+expect_error "st: a directory named *.safetensors is named" 'st_dir_entry/model-extra\.safetensors: is a directory' on st_dir_entry
+expect_error "st: a FIFO named *.safetensors is named, no hang" 'st_fifo_entry/model-extra\.safetensors: is a FIFO' on st_fifo_entry
+expect_error "st: a dangling link is named" 'st_dangling_link/model-extra\.safetensors: .*No such file' on st_dangling_link
+expect_error "st: a symlink loop is named" 'st_link_loop/model-extra\.safetensors: .*symbolic links' on st_link_loop
+expect_error "st: a link to /dev/zero is named" 'st_dev_zero_entry/model-extra\.safetensors: is a character device' on st_dev_zero_entry
+expect_error "st: a zero-byte shard is named" 'st_zero_size/model-extra\.safetensors: .*0 bytes' on st_zero_size
+expect_error "st: shape whose byte count wraps to 0 in 64 bits" 'model\.norm\.weight.*overflow' on st_shape_overflow
+expect_error "st: three dimensions of 2^63-1" 'o_proj\.weight.*overflow' on st_shape_huge_dims
+expect_error "st: header length 2^64-1" 'st_header_len_max/model\.safetensors: header length' on st_header_len_max
+expect_error "st: the same shard twice names both files" 'appears in both .*model(-copy)?\.safetensors and .*model(-copy)?\.safetensors' on st_duplicate_copy
+expect_error "st: index.json pointing outside the folder is not followed" 'st_index_outside: tensor lm_head\.weight is missing' on st_index_outside
+expect_error "st: +inf in the final norm" 'model\.norm\.weight: element 5 is not finite' on st_inf_final_norm
+expect_error "st: NaN in an input norm" 'layers\.0\.input_layernorm\.weight: element 0 is not finite' on st_nan_input_norm
+expect_error "st: -inf in the MTP layer's enorm" 'layers\.3\.enorm\.weight: element 63 is not finite' on st_ninf_mtp_norm
+# A model without its MTP tensors loads and runs (regression guard: the layer count was taken
+# before MTP was switched off, so the load then failed on "model.layers.4.input_layernorm.weight").
+all_match_of() { local out; out=$("$@" 2>&1) || { echo "exit $?: $(tail -2 <<<"$out")"; return 1; }
+  awk '/C vs oracle|^Matching tokens/ { n++; split($NF == "positions" ? $(NF-1) : $NF, a, "/"); if (a[1] != a[2] || a[2] == 0) bad = 1 }
+       END { exit bad || !n }' <<<"$out" || { echo "$out" | grep -E 'oracle|Matching|error'; return 1; }; }
+check "mtp: without its MTP layer tensors the dense model loads, teacher forcing N/N" all_match_of on mtp_absent
+check "mtp: ... and greedy decoding N/N" all_match_of on mtp_absent TF=0
+check "mtp: without its MTP shard the sparse model loads, teacher forcing N/N" all_match_of on mtp_absent_shard
+expect_error "mtp: MTP=1 on a model without MTP tensors says so" 'MTP=1 but the model has no MTP layer' on mtp_absent MTP=1
+
 # ---- pre-quantized tensors (container.md §3) ------------------------------------------------
 # A valid pre-quantized pair must be accepted and used: with dense_bits 8 the engine quantizes the
 # float tensor to the same int8-row bytes itself, so the predictions must be identical.
@@ -111,6 +140,15 @@ expect_error "qe: negative expert scale names .qs and row (pread)" "qe_negative_
 # silently changes a prediction (exit 3).
 expect_error "qe: NaN expert scale is refused with MMAP=1" "$E\.qs.*scale 3" on qe_nan_scale MMAP=1
 expect_error "qe: negative expert scale is refused with MMAP=1" "$E\.qs.*scale 4" on qe_negative_scale MMAP=1
+# Regression guard (a glm.c bug this test found, fixed since): with MMAP=1 the .qs scales were
+# read in place at misaligned addresses when the data region starts at an odd offset (UBSan:
+# "load of misaligned address" in the scale scan and the kernels).
+experts_odd_same() {
+  local a b; a=$(tf_pred_experts "$T/qe_valid_odd_offsets" "$@"); b=$(tf_pred_experts $F/oracle_dense)
+  [ -n "$a" ] && [ "$a" = "$b" ] || { echo "odd offsets: $a"; echo "load-time:   $b"; return 1; }
+}
+check "qe: data region at an odd offset (misaligned .qs), MMAP=1: same predictions" experts_odd_same MMAP=1
+check "qe: ... and with pread" experts_odd_same DIRECT=0
 expect_error "set: MMAP=1 on float experts" 'MMAP=1.*pre-quantized' good MMAP=1 64 16 16
 expect_error "set: DIRECT=1 on float experts" 'DIRECT=1.*pre-quantized' good DIRECT=1 64 16 16
 Q='model\.layers\.0\.self_attn\.o_proj\.weight'
@@ -126,6 +164,37 @@ expect_error "q: .qs stored as F16 is refused by name" "$Q\.qs.*F32.*F16" on q_q
 # load_matrix prints a second dimension (0) for a 1-D tensor, and the real cause (no .qs
 # companion) is never reached because the shape check runs first.
 expect_error "q: I8 codes without a .qs companion" "$Q.*(\.qs|\[6144\])" on q_no_qs
+
+# A shard cut short while glm runs with MMAP=1: a named error, not SIGBUS (exit 135). Chat mode
+# reads its lines from a FIFO, so the cut lands exactly between two steps: before any expert was
+# used (caught by the size check before an expert is used), or after every expert of the first
+# answer is cached (the second answer reads pages that are gone: the SIGBUS handler names the file).
+truncated_while_running() {   # truncated_while_running WHEN(before|after) PATTERN
+  local when=$1 pat=$2 M="$T/mmap_cut_$1" out rc
+  rm -rf "$M"; cp -r "$T/qe_valid" "$M"; ln -s "$ROOT/$F/tiny_tokenizer/tokenizer.json" "$M/tokenizer.json"
+  mkfifo "$M/in"
+  MMAP=1 SNAP="$M" CHAT=1 TEMP=0 NGEN=4 timeout -k 5 60 "$GLM" 64 8 16 <"$M/in" >"$M/out" 2>"$M/err" &
+  local pid=$!
+  exec 3>"$M/in"
+  waitfor() { for _ in $(seq 300); do grep -q "$1" "$M/err" && return 0; sleep 0.1; done; return 1; }
+  if [ "$when" = after ]; then
+    # a long first message: every expert of every MoE layer is chosen at least once and stays cached
+    echo "The quick brown fox jumps over the lazy dog; pack my box with five dozen liquor jugs, 0123456789!" >&3
+    waitfor 'glm: \[' || { echo "the first answer never ended"; exec 3>&-; wait $pid; return 1; }
+  else
+    waitfor 'glm: chat:' || { echo "chat never started"; exec 3>&-; wait $pid; return 1; }
+  fi
+  truncate -s 4096 "$M/model.safetensors"
+  echo "again" >&3
+  exec 3>&-
+  wait $pid; rc=$?
+  out=$(cat "$M/err")
+  [ $rc -eq 1 ] && grep -qE "^glm: error: .*$pat" <<<"$out" || { echo "exit $rc: $(grep -E 'error|ERROR|runtime' <<<"$out" | head -3)"; return 1; }
+}
+check "mmap: shard truncated before its experts are used: named error, exit 1" \
+  truncated_while_running before 'mmap_cut_before/model\.safetensors was truncated while running: tensor model\.layers\.[0-9]+\.mlp\.experts'
+check "mmap: shard truncated under cached experts: named error (not SIGBUS), exit 1" \
+  truncated_while_running after 'mmap_cut_after/model\.safetensors was truncated while running \(MMAP=1'
 
 # ---- config.json ------------------------------------------------------------------------------
 C='config\.json'
@@ -146,6 +215,21 @@ expect_error "cfg: num_experts_per_tok > n_routed_experts" "$C.*num_experts_per_
 expect_error "cfg: malformed JSON reports line and column" "cfg_malformed/$C.*line 8 col [0-9]+" on cfg_malformed
 expect_error "cfg: config.json missing" "cfg_missing/$C" on cfg_missing
 expect_error "cfg: malformed generation_config.json is named" "generation_config\.json.*line 1 col [0-9]+" on cfg_gencfg_malformed
+expect_error "cfg: rope_theta 1e39 (inf as a float)" "$C.*rope_theta.*1e\+39" on cfg_rope_theta_1e39
+expect_error "cfg: rope_parameters.rope_theta 1e39 (inf as a float)" "$C: rope_parameters: .*rope_theta.*1e\+39" on cfg_rope_params_theta_1e39
+expect_error "cfg: routed_scaling_factor 1e39" "$C.*routed_scaling_factor" on cfg_routed_scale_1e39
+expect_error "cfg: negative rms_norm_eps" "$C.*rms_norm_eps" on cfg_negative_eps
+expect_error "cfg: num_hidden_layers 3.5" "$C.*num_hidden_layers.*integer" on cfg_fractional_layers
+expect_error "cfg: hidden_size 1e300" "$C.*hidden_size" on cfg_huge_int
+expect_error "cfg: vocab 2^24 x hidden 2^16 against small tensors: a tensor is named" 'model\.safetensors: tensor .*shape' on cfg_huge_dims
+expect_error "cfg: num_hidden_layers 4096: the first missing layer is named" 'tensor model\.layers\.[0-9]+\..* is missing' on cfg_many_layers
+expect_error "cfg: config.json linked to /dev/zero is refused at once" "cfg_dev_zero/$C: is a character device" on cfg_dev_zero
+expect_error "cfg: generation_config.json linked to /dev/zero" "cfg_gencfg_dev_zero/generation_config\.json: is a character device" on cfg_gencfg_dev_zero
+expect_error "cfg: config.json a FIFO nobody writes: no hang" "cfg_fifo/$C" on cfg_fifo
+expect_error "cfg: config.json a directory" "cfg_directory/$C: is a directory" on cfg_directory
+expect_error "cfg: config.json empty" "cfg_empty/$C: line 1 col 1" on cfg_empty
+expect_error "cfg: config.json of 9 MiB is refused by size" "cfg_huge/$C: [0-9]+ bytes, more than" on cfg_huge
+expect_error "cfg: config.json nested 100000 deep" "cfg_deep/$C.*nesting" on cfg_deep
 # Cases built here: small edits of the dense fixture's config.json.
 cfg_edit() {   # cfg_edit NAME PYTHON-STATEMENT-ON-c
   cp -r $F/oracle_dense "$T/$1" && "$PY" -c "
@@ -158,6 +242,11 @@ rm -f "$T/cfg_eos_wrap/generation_config.json"
 # config_eos casts the int64 id to int without a range check; 2^32+5 becomes 5 and is
 # accepted as a stop token.
 expect_error "cfg: eos_token_id 2^32+5 is refused, not wrapped to 5" "eos_token_id" on cfg_eos_wrap
+cfg_edit cfg_model_type_newline 'c["model_type"] = "llama\nglm: error: forged second line"'
+# Regression guard (fuzz_tokjson found it in tok.h; glm.c and st.h had the same gap): an error quoting
+# text from a file printed its newlines, so one error could look like two (or forge one).
+one_error_line() { local out; out=$(on cfg_model_type_newline 2>&1); [ "$(grep -c '^glm: error: ' <<<"$out")" = 1 ] && ! grep -q '^glm: error: forged' <<<"$out" || { echo "$out"; return 1; }; }
+check "cfg: a newline inside a config string stays inside the one error line" one_error_line
 cfg_edit cfg_rope_not_object 'c["rope_parameters"] = "default"'
 # Regression guard (a glm.c bug this test found, fixed since):
 # a rope_parameters that is not an object is silently ignored (theta falls back to
@@ -188,6 +277,7 @@ expect_error "set: SNAP not set" 'SNAP' env REF="$DREF" TF=1 "$GLM" 64 16 16
 expect_error "set: SNAP is not a model directory" '/nonexistent/model/config\.json' env SNAP=/nonexistent/model REF="$DREF" TF=1 "$GLM" 64 16 16
 expect_error "set: REF not set" 'REF' env SNAP=$F/oracle_dense TF=1 "$GLM" 64 16 16
 expect_error "set: REF file missing" 'REF.*/nonexistent/ref\.json' good REF=/nonexistent/ref.json 64 16 16
+expect_error "set: REF=/dev/zero is refused at once" 'REF: /dev/zero: is a character device' good REF=/dev/zero 64 16 16
 R="$T/refs"
 expect_error "ref: malformed JSON names file and position" 'refs/malformed\.json.*line [0-9]+ col [0-9]+' good REF="$R/malformed.json" 64 16 16
 expect_error "ref: full_ids not starting with prompt_ids" 'not_prefix\.json.*full_ids.*prompt_ids' good REF="$R/not_prefix.json" 64 16 16

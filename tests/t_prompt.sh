@@ -43,6 +43,11 @@ printf '%s\n' '"<|user|>Hi<think>"' > "$T/tags.txt"
 same "TOKENIZE SPECIAL=1 turns written tags into their ids" "483 39 72 497" "$(SNAP=$M SPECIAL=1 TOKENIZE=$T/tags.txt "$GLM" 2>&1)"
 got=$(SNAP=$M TOKENIZE=$T/tags.txt "$GLM" 2>&1)
 if [ -n "$got" ] && ! grep -qwE '483|497' <<<"$got"; then echo "PASS TOKENIZE SPECIAL=0 keeps written tags as text ($got)"; else echo "FAIL TOKENIZE SPECIAL=0: $got"; fi
+# an endless TOKENIZE file is refused at once (regression guard: /dev/zero grew one line until memory ran out)
+expect_fail "TOKENIZE=/dev/zero is refused" 'TOKENIZE=/dev/zero: not a file' env SNAP=$M TOKENIZE=/dev/zero timeout -k 5 30 "$GLM"
+mkdir -p "$T/zerotok"; ln -s /dev/zero "$T/zerotok/tokenizer.json"
+expect_fail "tokenizer.json linked to /dev/zero is refused" 'zerotok/tokenizer\.json: is a character device' env SNAP=$T/zerotok TOKENIZE=$T/tags.txt timeout -k 5 30 "$GLM"
+expect_fail "MESSAGES=/dev/zero is refused" '/dev/zero: is a character device' env SNAP=$M MESSAGES=/dev/zero timeout -k 5 30 "$GLM" 64 16 16
 # TOKENIZE needs nothing but tokenizer.json
 mkdir -p "$T/tokonly"; ln -s "$ROOT/$F/tiny_tokenizer/tokenizer.json" "$T/tokonly/tokenizer.json"
 same "TOKENIZE needs only tokenizer.json in SNAP" "406 398 299" "$(echo '"Hello world"' | SNAP=$T/tokonly TOKENIZE=/dev/stdin "$GLM" 2>&1)"
@@ -281,6 +286,27 @@ expect_fail "MESSAGES: malformed JSON names the file" 'broken\.json' env SNAP=$M
 mkdir -p "$T/small"; for f in model.safetensors generation_config.json tokenizer.json; do ln -s "$M/$f" "$T/small/$f"; done
 sed 's/"vocab_size": 512/"vocab_size": 500/' "$F/oracle_dense/config.json" > "$T/small/config.json"
 expect_fail "a tokenizer larger than vocab_size is refused" 'tokenizer\.json has ids up to 511 but the model.s vocab_size is 500' env SNAP=$T/small PROMPT=x "$GLM" 64 16 16
+# ...nor does one that covers far less than it (real models pad vocab_size by a few dozen to a few
+# hundred rows; more than 1024 rows without a token means another model's tokenizer). Regression
+# guard: the 512-id tiny tokenizer was accepted on a 154,880-row model and printed nothing.
+mkdir -p "$T/big"; for f in model.safetensors generation_config.json tokenizer.json; do ln -s "$M/$f" "$T/big/$f"; done
+sed 's/"vocab_size": 512/"vocab_size": 1537/' "$F/oracle_dense/config.json" > "$T/big/config.json"
+expect_fail "a tokenizer covering 512 of 1537 rows is refused" 'tokenizer\.json has ids up to 511 but the model.s vocab_size is 1537 \(at most 1024 rows may be padding\)' env SNAP=$T/big PROMPT=x "$GLM" 64 16 16
+# An id without text (a padding row) that is generated anyway is shown, not swallowed: the tiny
+# tokenizer without the third token greedy decoding produces after "Hello" (ids 413 275 430 ...).
+mkdir -p "$T/hole"; for f in config.json model.safetensors generation_config.json; do ln -s "$M/$f" "$T/hole/$f"; done
+$PY - "$F/tiny_tokenizer/tokenizer.json" "$T/hole/tokenizer.json" 430 <<'EOF'
+import json, sys
+t = json.load(open(sys.argv[1])); gone = int(sys.argv[3]); m = t["model"]
+text = next(k for k, v in m["vocab"].items() if v == gone)
+del m["vocab"][text]
+m["merges"] = [p for p in m["merges"] if text not in (p[0], p[1], p[0] + p[1])]
+json.dump(t, open(sys.argv[2], "w"))
+EOF
+out=$(env SNAP=$T/hole PROMPT=Hello CHAT_TEMPLATE=0 TEMP=0 NGEN=4 "$GLM" 64 16 16 2>&1 </dev/null)
+ids=$(echo '"Hello"' | SNAP=$T/hole TOKENIZE=/dev/stdin "$GLM" 2>&1)
+if [ "$ids" = 406 ] && grep -q '<|id 430|>' <<<"$out"; then echo "PASS an id without a token is shown as <|id 430|>"
+else echo "FAIL id without a token: prompt ids '$ids', output: $(head -c 300 <<<"$out")"; fi
 # a full context stops the answer cleanly (22 prompt tokens)
 out=$(env SNAP=$M PROMPT=Hello TEMP=0 CTX=28 "$GLM" 64 16 16 2>&1 >/dev/null </dev/null)
 if grep -qE '\| 6 tokens, .*context 28/28 \| stop: context full\]' <<<"$out"; then echo "PASS a full context (CTX=28) ends the answer with 'stop: context full'"

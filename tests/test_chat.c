@@ -445,7 +445,7 @@ static void test_message_errors(void) {
     chat_conv_free(&c);
     chat_conv_init(&c);
     rc = chat_conv_load(&c, "/tmp", err, sizeof err);
-    check("chat_conv_load of a directory is refused", rc == -1 && strstr(err, "not a regular file") != NULL, err);
+    check("chat_conv_load of a directory is refused", rc == -1 && strstr(err, "is a directory") != NULL, err);
     chat_conv_free(&c);
 }
 
@@ -576,7 +576,7 @@ static void test_model_format(void) {
     snprintf(sub, sizeof sub, "%s/chat_template.jinja", dir);
     mkdir(sub, 0700);
     rc = chat_model_format(dir, NULL, &f, msg, sizeof msg);
-    check("a chat_template.jinja that is a directory is named", rc == -1 && strstr(msg, "chat_template.jinja: not a regular file"), msg);
+    check("a chat_template.jinja that is a directory is named", rc == -1 && strstr(msg, "chat_template.jinja: is a directory"), msg);
     remove_file(dir, "chat_template.jinja");
     rmdir(dir);
 }

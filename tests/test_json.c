@@ -3,11 +3,13 @@
 #define JSON_IMPLEMENTATION
 #include "json.h"
 
+#include <errno.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 static int failures;
@@ -328,6 +330,53 @@ static void test_read_file(void) {
     text = json_read_file(dir, &len, err, sizeof err);
     check("read_file_directory", !text && strstr(err, dir), err);
     free(text);
+
+    /* Size caps: a file of exactly max bytes is read, one byte more is refused by its size. */
+    snprintf(path, sizeof path, "%s/hundred.json", dir);
+    f = fopen(path, "wb");
+    for (int i = 0; i < 98; i++) fputc(' ', f);
+    fputs("{}", f);
+    fclose(f);
+    text = json_read_file_max(path, 100, &len, err, sizeof err);
+    check("read_file_max_exact_size_accepted", text && len == 100 && text[100] == 0, err);
+    free(text);
+    text = json_read_file_max(path, 99, &len, err, sizeof err);
+    check("read_file_max_one_byte_over_refused", !text && strstr(err, path) && strstr(err, "100 bytes") && strstr(err, "99"), err);
+    remove(path);
+    /* Endless or special files: refused by kind at once, never read until memory runs out. */
+    text = json_read_file("/dev/zero", &len, err, sizeof err);
+    check("read_file_dev_zero_refused", !text && strstr(err, "/dev/zero") && strstr(err, "character device"), err);
+    /* A FIFO without a writer must not block the open: it reads as empty. */
+    snprintf(path, sizeof path, "%s/fifo.json", dir);
+    if (mkfifo(path, 0600) == 0) {
+        alarm(20);   /* a hang here would be the bug: end the test instead of the suite */
+        text = json_read_file(path, &len, err, sizeof err);
+        alarm(0);
+        check("read_file_fifo_without_writer_is_empty", text && len == 0, err);
+        free(text);
+        remove(path);
+    } else check("read_file_fifo_made", 0, strerror(errno));
+    /* A pipe longer than the cap is cut off after max + 1 bytes and refused; within it, read whole. */
+    int p[2];
+    if (pipe(p) == 0) {
+        char fdpath[64], block[300];
+        memset(block, ' ', sizeof block);
+        if (write(p[1], block, sizeof block) != (ssize_t)sizeof block) check("read_file_pipe_write", 0, "short write");
+        close(p[1]);
+        snprintf(fdpath, sizeof fdpath, "/proc/self/fd/%d", p[0]);
+        text = json_read_file_max(fdpath, 299, &len, err, sizeof err);
+        check("read_file_max_pipe_over_cap_refused", !text && strstr(err, "longer than 299 bytes"), err);
+        close(p[0]);
+        if (pipe(p) == 0) {
+            if (write(p[1], block, sizeof block) != (ssize_t)sizeof block) check("read_file_pipe_write", 0, "short write");
+            close(p[1]);
+            snprintf(fdpath, sizeof fdpath, "/proc/self/fd/%d", p[0]);
+            text = json_read_file_max(fdpath, 300, &len, err, sizeof err);
+            check("read_file_max_pipe_at_cap_read_whole", text && len == 300, err);
+            free(text);
+            close(p[0]);
+        }
+    }
     rmdir(dir);
 }
 

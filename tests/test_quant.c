@@ -3,6 +3,7 @@
    reference; batched == single row; 1 thread == 2 threads; integer path close to the float path). */
 #define QUANT_IMPLEMENTATION
 #include "quant.h"
+#include "cpu_kernels.h"
 
 #include <math.h>
 #include <stdio.h>
@@ -165,7 +166,7 @@ static void test_infer(void) {
 
 /* ---- Kernels ------------------------------------------------------------------------------- */
 
-static QtKernel simd_kernels[2];
+static QtKernel simd_kernels[8];
 static int n_simd;
 
 static void fill_weights(QTensor *t, int mode) {
@@ -466,10 +467,15 @@ static void test_pool_concurrency(void) {
 }
 
 int main(void) {
-    if (qt_kernel_supported(QT_KERNEL_AVX2)) simd_kernels[n_simd++] = QT_KERNEL_AVX2;
-    else printf("SKIP avx2 kernel: this CPU lacks AVX2\n");
-    if (qt_kernel_supported(QT_KERNEL_VNNI)) simd_kernels[n_simd++] = QT_KERNEL_VNNI;
-    else printf("SKIP vnni kernel: this CPU lacks AVX-512 VNNI\n");
+    /* every SIMD kernel this CPU has is cross-checked against the scalar reference */
+    for (int k = QT_KERNEL_SCALAR + 1; strcmp(qt_kernel_name((QtKernel)k), "?") && n_simd < 8; k++) {
+        const char *needs;
+        if (test_kernel_available((QtKernel)k, &needs)) simd_kernels[n_simd++] = (QtKernel)k;
+        else printf("SKIP %s: this CPU has no %s\n", qt_kernel_name((QtKernel)k), needs);
+    }
+    printf("kernels compared with scalar:");
+    for (int k = 0; k < n_simd; k++) printf(" %s", qt_kernel_name(simd_kernels[k]));
+    printf("\n");
     test_quantizer_examples();
     test_round_trip();
     test_infer();

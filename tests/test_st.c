@@ -9,6 +9,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 static int failures;
@@ -33,7 +34,7 @@ static void write_st_raw(const char *path, const char *header, uint64_t hlen_ove
 }
 
 static void clear_dir(const char *dir) {
-    char cmd[256];
+    char cmd[600];
     snprintf(cmd, sizeof cmd, "rm -rf '%s' && mkdir -p '%s'", dir, dir);
     if (system(cmd) != 0) { printf("FAIL setup: %s\n", cmd); exit(1); }
 }
@@ -127,11 +128,9 @@ static void build_valid(const char *dir) {
     snprintf(path, sizeof path, "%s/model-00002-of-00002.safetensors", dir);
     write_st_raw(path, hdr, 0, d2, n2);
     free(d2);
-    /* Files that must be ignored: other extensions and a directory with a matching name. */
+    /* Files that must be ignored: other extensions. */
     snprintf(path, sizeof path, "%s/config.json", dir);
     FILE *f = fopen(path, "w"); fputs("{}", f); fclose(f);
-    snprintf(path, sizeof path, "%s/sub.safetensors", dir);
-    mkdir(path, 0755);
 }
 
 static void test_valid(void) {
@@ -454,12 +453,56 @@ static void test_f8_scale_errors(void) {
     st_close(ix);
 }
 
+/* A *.safetensors that is not a regular file is refused by name, never skipped (the error would
+ * otherwise be a "missing tensor") and never blocks (a FIFO); a link to a regular file is followed. */
+static void test_not_regular_files(void) {
+    char dir[128], path[512], good[512];
+    const struct { const char *name, *frag; } cases[] = {
+        { "bad_entry_directory", "is a directory" },
+        { "bad_entry_fifo", "is a FIFO" },
+        { "bad_entry_dangling_link", "No such file" },
+        { "bad_entry_link_loop", "Too many levels of symbolic links" },
+    };
+    for (int c = 0; c < 4; c++) {
+        snprintf(dir, sizeof dir, "%s/%s", root, cases[c].name);
+        clear_dir(dir);
+        snprintf(good, sizeof good, "%s/model-00001.safetensors", dir);
+        write_st_raw(good, "{" T1("a", "F32", "[1]", 0, 4) "}", 0, (const unsigned char *)"\0\0\0\0", 4);
+        snprintf(path, sizeof path, "%s/model-00002.safetensors", dir);
+        int made = c == 0 ? mkdir(path, 0755) : c == 1 ? mkfifo(path, 0600)
+                 : c == 2 ? symlink("nowhere.safetensors", path) : symlink("model-00002.safetensors", path);
+        if (made != 0) { check(cases[c].name, 0, "could not create the entry"); continue; }
+        alarm(20);   /* a hang would be the bug: end this test rather than the suite */
+        expect_open_fail(cases[c].name, dir, "model-00002.safetensors", cases[c].frag, NULL);
+        alarm(0);
+    }
+    /* st_open_files on a FIFO: refused, no hang */
+    snprintf(path, sizeof path, "%s/bad_entry_fifo/model-00002.safetensors", root);
+    const char *one[1] = { path };
+    char err[512] = "";
+    alarm(20);
+    StIndex *ix = st_open_files(one, 1, err, sizeof err);
+    alarm(0);
+    check("open_files_fifo_refused", !ix && strstr(err, path) && strstr(err, "FIFO"), err);
+    st_close(ix);
+    /* a symbolic link to a regular file is a shard like any other */
+    snprintf(dir, sizeof dir, "%s/link_to_file", root);
+    clear_dir(dir);
+    snprintf(good, sizeof good, "%s/blob", dir);
+    write_st_raw(good, "{" T1("a", "F32", "[1]", 0, 4) "}", 0, (const unsigned char *)"\0\0\0\0", 4);
+    snprintf(path, sizeof path, "%s/model.safetensors", dir);
+    ix = symlink("blob", path) == 0 ? st_open_dir(dir, err, sizeof err) : NULL;
+    check("link_to_regular_file_followed", ix && st_find(ix, "a"), err);
+    st_close(ix);
+}
+
 int main(void) {
     snprintf(root, sizeof root, "/tmp/test_st_XXXXXX");
     if (!mkdtemp(root)) { printf("FAIL setup: mkdtemp\n"); return 1; }
     test_valid();
     test_malformed();
     test_f8_scale_errors();
+    test_not_regular_files();
     char cmd[128];
     snprintf(cmd, sizeof cmd, "rm -rf '%s'", root);
     if (system(cmd) != 0) printf("info: could not remove %s\n", root);

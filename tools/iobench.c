@@ -1,5 +1,5 @@
 /* iobench: random expert-sized reads from model files, the access pattern of expert streaming.
-   Not part of glm; build with  cc -O2 -o tools/iobench tools/iobench.c
+   Not part of glm; build with  make tools/iobench
 
    usage: tools/iobench [--size BYTES] [--seconds S | --count N] [--threads 1,2]
                         [--modes direct4k,directhuge,buffered,buffered-cold,evict] [--seed N] FILE...

@@ -56,10 +56,11 @@ class StFile:
                 for n in self.tensor_names()]
 
 
-def header_bytes(header):
-    """Serialized header padded with spaces to a multiple of 8, as the reference writer does."""
+def header_bytes(header, extra_pad=0):
+    """Serialized header padded with spaces to a multiple of 8, as the reference writer does;
+    extra_pad more spaces move the data region off that alignment (legal: the format needs none)."""
     text = json.dumps(header, separators=(",", ":")).encode("utf-8")
-    return text + b" " * (-len(text) % 8)
+    return text + b" " * (-len(text) % 8 + extra_pad)
 
 
 def write_raw(path, header_blob, data):
@@ -69,7 +70,7 @@ def write_raw(path, header_blob, data):
         f.write(data)
 
 
-def write_tensors(path, tensors, metadata=None):
+def write_tensors(path, tensors, metadata=None, extra_pad=0):
     """Writes [(name, dtype, shape, bytes)] with fresh, consecutive data offsets."""
     header = {}
     if metadata is not None:
@@ -79,7 +80,7 @@ def write_tensors(path, tensors, metadata=None):
         header[name] = {"dtype": dtype, "shape": shape, "data_offsets": [pos, pos + len(raw)]}
         chunks.append(raw)
         pos += len(raw)
-    write_raw(path, header_bytes(header), b"".join(chunks))
+    write_raw(path, header_bytes(header, extra_pad), b"".join(chunks))
 
 
 def copy_model(src, dst, skip_safetensors=False):
@@ -423,10 +424,10 @@ def is_routed_expert(name):
     return len(parts) == 8 and parts[3:5] == ["mlp", "experts"] and parts[5].isdigit()
 
 
-def write_prequant_experts(fix, out, corrupt=None):
+def write_prequant_experts(fix, out, corrupt=None, extra_pad=0):
     """oracle_dense with EVERY routed expert tensor as int8-row + .qs, each expert's three payloads
     adjacent and its three scale arrays right after (container.md §4). corrupt(name, codes, scales)
-    may return replacements for one tensor."""
+    may return replacements for one tensor; extra_pad shifts the data region off 4-byte alignment."""
     copy_model(os.path.join(fix, DENSE), out)
     path = only_shard(out)
     st = StFile(path)
@@ -446,7 +447,7 @@ def write_prequant_experts(fix, out, corrupt=None):
         if name.endswith("down_proj.weight"):                    # gate, up, down done: the scales follow
             tensors.extend(pending_scales)
             pending_scales = []
-    write_tensors(path, tensors, st.header.get("__metadata__"))
+    write_tensors(path, tensors, st.header.get("__metadata__"), extra_pad)
 
 
 EXPERT = "model.layers.2.mlp.experts.5.up_proj.weight"
@@ -538,6 +539,121 @@ def case_gencfg_malformed(fix, out):
     copy_model(os.path.join(fix, DENSE), out)
     with open(os.path.join(out, "generation_config.json"), "w") as f:
         f.write('{"eos_token_id": [476, 483,, 485]}\n')
+
+
+# -- hostile folders: what a broken download, a careless copy or a malicious upload leaves behind --
+
+def with_extra_entry(make):
+    """oracle_dense plus one more *.safetensors entry, made by make(path)."""
+    def build(fix, out):
+        copy_model(os.path.join(fix, DENSE), out)
+        make(os.path.join(out, "model-extra.safetensors"))
+    return build
+
+
+def make_empty_file(path):
+    open(path, "wb").close()
+
+
+def case_shape_overflow(fix, out):
+    def edit(st):   # 2^62 x 4 F32 elements: 2^66 bytes, 0 after a 64-bit wrap; the span is 0 bytes too
+        b = st.header["model.norm.weight"]["data_offsets"][0]
+        st.header["model.norm.weight"].update(shape=[2 ** 62, 4], data_offsets=[b, b])
+    rewrite_dense(fix, out, edit)
+
+
+def case_shape_huge_dims(fix, out):
+    def edit(st):   # every dimension near 2^63: the element count overflows at the second factor
+        st.header["model.layers.0.self_attn.o_proj.weight"]["shape"] = [2 ** 63 - 1, 2 ** 63 - 1, 2 ** 63 - 1]
+    rewrite_dense(fix, out, edit)
+
+
+def case_header_len_max(fix, out):
+    copy_model(os.path.join(fix, DENSE), out)
+    path = only_shard(out)
+    with open(path, "r+b") as f:
+        f.write(struct.pack("<Q", 2 ** 64 - 1))   # 8 + length wraps around in 64 bits
+
+
+def case_duplicate_copy(fix, out):
+    copy_model(os.path.join(fix, DENSE), out)
+    shutil.copyfile(only_shard(out), os.path.join(out, "model-copy.safetensors"))
+
+
+def case_index_outside(fix, out):
+    """lm_head.weight moved to a file outside the folder, which model.safetensors.index.json points
+    at with ../: glm reads only the folder's own *.safetensors, so the tensor is missing."""
+    copy_model(os.path.join(fix, DENSE), out)
+    path = only_shard(out)
+    st = StFile(path)
+    keep = [t for t in st.tensors() if t[0] != "lm_head.weight"]
+    moved = [t for t in st.tensors() if t[0] == "lm_head.weight"]
+    write_tensors(path, keep, st.header.get("__metadata__"))
+    outside = os.path.join(os.path.dirname(out), os.path.basename(out) + "-outside.safetensors")
+    write_tensors(outside, moved)
+    weight_map = {t[0]: os.path.basename(path) for t in keep}
+    weight_map["lm_head.weight"] = "../" + os.path.basename(outside)
+    with open(os.path.join(out, "model.safetensors.index.json"), "w") as f:
+        json.dump({"metadata": {}, "weight_map": weight_map}, f)
+
+
+def put_value(name, index, value, fixture=DENSE):
+    def build(fix, out):
+        copy_model(os.path.join(fix, fixture), out)
+        path = only_shard(out)
+        st = StFile(path)
+        b, _ = st.header[name]["data_offsets"]
+        data = bytearray(st.data)
+        data[b + 4 * index:b + 4 * index + 4] = struct.pack("<f", value)
+        write_raw(path, header_bytes(st.header), bytes(data))
+    return build
+
+
+def case_mtp_absent(fix, out):
+    """VALID: the dense fixture without its MTP layer (layer 3): an MTP head is optional on disk."""
+    def edit(st):
+        for name in [n for n in st.header if n.startswith("model.layers.3.")]:
+            del st.header[name]
+    rewrite_dense(fix, out, edit)
+
+
+def case_mtp_absent_shard(fix, out):
+    """VALID: oracle_sparse without out-mtp-00000.safetensors, the shard that holds its MTP layer."""
+    copy_model(os.path.join(fix, SPARSE), out)
+    os.remove(os.path.join(out, "out-mtp-00000.safetensors"))
+
+
+def case_qe_valid_odd_offsets(fix, out):
+    """VALID: qe_valid with its data region starting at an odd offset: every .qs is misaligned."""
+    write_prequant_experts(fix, out, extra_pad=1)
+
+
+def replace_file(fname, make):
+    """oracle_dense with fname replaced by make(path) (a link, a FIFO, a directory...)."""
+    def build(fix, out):
+        copy_model(os.path.join(fix, DENSE), out)
+        os.remove(os.path.join(out, fname))
+        make(os.path.join(out, fname))
+    return build
+
+
+def case_cfg_huge(fix, out):
+    copy_model(os.path.join(fix, DENSE), out)
+    path = os.path.join(out, "config.json")
+    with open(path) as f:
+        text = f.read()
+    with open(path, "w") as f:       # valid JSON, 9 MiB of it: far beyond any real config.json
+        f.write(text.rstrip() + " " * (9 << 20) + "\n")
+
+
+def case_cfg_deep(fix, out):
+    copy_model(os.path.join(fix, DENSE), out)
+    with open(os.path.join(out, "config.json"), "w") as f:
+        f.write("[" * 100000 + "]" * 100000)
+
+
+def set_rope_parameters_theta(cfg):
+    cfg["rope_parameters"]["rope_theta"] = 1e39
 
 
 # -- reference files (written to OUT/refs, no model dir) --
@@ -636,6 +752,45 @@ CASES = [
     ("cfg_malformed", "config.json missing a comma (line 7)", case_cfg_malformed),
     ("cfg_missing", "no config.json", case_cfg_missing),
     ("cfg_gencfg_malformed", "generation_config.json with ',,'", case_gencfg_malformed),
+    ("cfg_rope_theta_1e39", "rope_theta 1e39 (infinite as a float)", config_case(set_fields(rope_theta=1e39))),
+    ("cfg_rope_params_theta_1e39", "rope_parameters.rope_theta 1e39 (infinite as a float)",
+     config_case(set_rope_parameters_theta)),
+    ("cfg_routed_scale_1e39", "routed_scaling_factor 1e39", config_case(set_fields(routed_scaling_factor=1e39))),
+    ("cfg_negative_eps", "rms_norm_eps -1e-5", config_case(set_fields(rms_norm_eps=-1e-5))),
+    ("cfg_fractional_layers", "num_hidden_layers 3.5", config_case(set_fields(num_hidden_layers=3.5))),
+    ("cfg_huge_int", "hidden_size 1e300", config_case(set_fields(hidden_size=1e300))),
+    ("cfg_huge_dims", "vocab_size 2^24, hidden_size 2^16 (tensors unchanged)",
+     config_case(set_fields(vocab_size=2 ** 24, hidden_size=2 ** 16))),
+    ("cfg_many_layers", "num_hidden_layers 4096", config_case(set_fields(num_hidden_layers=4096))),
+    ("cfg_dev_zero", "config.json is a link to /dev/zero (endless)", replace_file("config.json", lambda p: os.symlink("/dev/zero", p))),
+    ("cfg_gencfg_dev_zero", "generation_config.json is a link to /dev/zero",
+     replace_file("generation_config.json", lambda p: os.symlink("/dev/zero", p))),
+    ("cfg_fifo", "config.json is a FIFO nobody writes", replace_file("config.json", os.mkfifo)),
+    ("cfg_directory", "config.json is a directory", replace_file("config.json", os.mkdir)),
+    ("cfg_empty", "config.json is 0 bytes", replace_file("config.json", make_empty_file)),
+    ("cfg_huge", "config.json of 9 MiB (valid JSON)", case_cfg_huge),
+    ("cfg_deep", "config.json nested 100000 arrays deep", case_cfg_deep),
+    # hostile folders
+    ("st_dir_entry", "a directory named model-extra.safetensors", with_extra_entry(os.mkdir)),
+    ("st_fifo_entry", "a FIFO named model-extra.safetensors", with_extra_entry(os.mkfifo)),
+    ("st_dangling_link", "model-extra.safetensors links to nothing",
+     with_extra_entry(lambda p: os.symlink("no-such-blob", p))),
+    ("st_link_loop", "model-extra.safetensors links to itself",
+     with_extra_entry(lambda p: os.symlink(os.path.basename(p), p))),
+    ("st_dev_zero_entry", "model-extra.safetensors links to /dev/zero", with_extra_entry(lambda p: os.symlink("/dev/zero", p))),
+    ("st_zero_size", "an empty model-extra.safetensors", with_extra_entry(make_empty_file)),
+    ("st_shape_overflow", "model.norm.weight shape [2^62, 4] F32 with a 0-byte span (wraps to 0)", case_shape_overflow),
+    ("st_shape_huge_dims", "o_proj of layer 0 with three dimensions of 2^63-1", case_shape_huge_dims),
+    ("st_header_len_max", "u64 header length 2^64-1", case_header_len_max),
+    ("st_duplicate_copy", "the whole shard twice (model-copy.safetensors)", case_duplicate_copy),
+    ("st_index_outside", "lm_head.weight outside the folder, index.json points at ../", case_index_outside),
+    ("st_inf_final_norm", "+inf in model.norm.weight", put_value("model.norm.weight", 5, float("inf"))),
+    ("st_nan_input_norm", "NaN in model.layers.0.input_layernorm.weight", put_value("model.layers.0.input_layernorm.weight", 0, float("nan"))),
+    ("st_ninf_mtp_norm", "-inf in the MTP layer's model.layers.3.enorm.weight", put_value("model.layers.3.enorm.weight", 63, float("-inf"))),
+    # valid variants the loader must accept
+    ("mtp_absent", "VALID: oracle_dense without any model.layers.3.* (MTP) tensor", case_mtp_absent),
+    ("mtp_absent_shard", "VALID: oracle_sparse without its MTP shard", case_mtp_absent_shard),
+    ("qe_valid_odd_offsets", "VALID: qe_valid with the data region at an odd offset (misaligned .qs)", case_qe_valid_odd_offsets),
 ]
 
 

@@ -9,9 +9,10 @@
  *      not depend on the split, and the answer must be valid JSON.
  * glm.c is included with GLM_NO_MAIN; run from the repository root (it loads
  * tests/fixtures/tiny_tokenizer/tokenizer.json).
- * Build: clang -g -O1 -fsanitize=fuzzer,address,undefined -I. tests/fuzz/fuzz_server.c -o fuzz_server -lm -lpthread */
+ * Seeds: tests/fuzz/corpus/server (tests/fuzz/make_seeds.py). Built and run by make fuzz / tests/t_fuzz.sh. */
 #define GLM_NO_MAIN
-#include "../../glm.c"
+#pragma GCC diagnostic ignored "-Wunused-function"   /* most of glm.c is not called from here */
+#include "glm.c"
 
 static Settings fz_settings;
 static TextCodec fz_codec;
@@ -36,7 +37,7 @@ int LLVMFuzzerInitialize(int *argc, char ***argv) {
 /* Feeds text in pieces (sizes from `sizes`, cycled; none: whole) and ends the answer. */
 static void fz_feed(Reply *r, const char *text, size_t n, const uint8_t *sizes, size_t n_sizes) {
     for (size_t i = 0, k = 0; i < n;) {
-        size_t step = n_sizes ? 1 + sizes[k++ % n_sizes] % 16 : n - i;
+        size_t step = n_sizes ? 1 + (size_t)(sizes[k++ % n_sizes] % 16) : n - i;
         if (step > n - i) step = n - i;
         reply_text(r, text + i, step);
         i += step;
