@@ -46,6 +46,8 @@
  *     int http_respond_json(HttpResponse *res, int status, const char *json, size_t len);
  *     int http_respond_error(HttpResponse *res, int status, const char *message);
  *         {"error":{"message":...,"type":...,"param":null,"code":null}} (the OpenAI error shape)
+ *     int http_respond_error_ex(HttpResponse *res, int status, const char *message, const char *param,
+ *                               const char *code);    the same with "param" and "code" (NULL: null)
  *     int http_sse_begin(HttpResponse *res);                200 text/event-stream (worker only)
  *     int http_sse_event(HttpResponse *res, const char *data, size_t len);   "data: ...\n\n", sent now
  *     int http_sse_end(HttpResponse *res);                  "data: [DONE]\n\n", then the stream ends
@@ -178,6 +180,7 @@ int http_add_header(HttpResponse *res, const char *name, const char *value);
 int http_respond(HttpResponse *res, int status, const char *content_type, const char *body, size_t len);
 int http_respond_json(HttpResponse *res, int status, const char *json, size_t len);
 int http_respond_error(HttpResponse *res, int status, const char *message);
+int http_respond_error_ex(HttpResponse *res, int status, const char *message, const char *param, const char *code);
 int http_sse_begin(HttpResponse *res);
 int http_sse_event(HttpResponse *res, const char *data, size_t len);
 int http_sse_end(HttpResponse *res);
@@ -823,6 +826,10 @@ int http_respond_json(HttpResponse *res, int status, const char *json, size_t le
 }
 
 int http_respond_error(HttpResponse *res, int status, const char *message) {
+    return http_respond_error_ex(res, status, message, NULL, NULL);
+}
+
+int http_respond_error_ex(HttpResponse *res, int status, const char *message, const char *param, const char *code) {
     const char *type = status == 401 ? "authentication_error" : status == 403 ? "permission_error"
                      : status == 404 ? "not_found_error" : status == 429 ? "rate_limit_error"
                      : status >= 500 ? "server_error" : "invalid_request_error";
@@ -833,8 +840,10 @@ int http_respond_error(HttpResponse *res, int status, const char *message) {
     jw_obj(&w);
     jw_kstr(&w, "message", message ? message : http_status_text(status));
     jw_kstr(&w, "type", type);
-    jw_key(&w, "param"); jw_null(&w);
-    jw_key(&w, "code"); jw_null(&w);
+    jw_key(&w, "param");
+    if (param) jw_str(&w, param); else jw_null(&w);
+    jw_key(&w, "code");
+    if (code) jw_str(&w, code); else jw_null(&w);
     jw_obj_end(&w);
     jw_obj_end(&w);
     size_t n;

@@ -477,6 +477,13 @@ static void test_responses(void) {
           got);
 
     res_init(&res, sv[0], 1, 1);
+    rc = http_respond_error_ex(&res, 400, "too long", "messages", "context_length_exceeded");
+    read_all(sv[1], got, sizeof got);
+    body = strstr(got, "\r\n\r\n");
+    check("respond_error_ex_param_code", rc == 0 && body && !strcmp(body + 4, "{\"error\":{\"message\":\"too long\","
+          "\"type\":\"invalid_request_error\",\"param\":\"messages\",\"code\":\"context_length_exceeded\"}}"), got);
+
+    res_init(&res, sv[0], 1, 1);
     res.head_only = 1;
     rc = http_respond(&res, 200, "text/plain", "hello", 5);
     read_all(sv[1], got, sizeof got);

@@ -161,12 +161,40 @@ def usage_seeds():
     write("usage", "zero_shape", usage(0, 4, 7, 10, []))
 
 
+def server_seeds():
+    """fuzz_server: a request body, a NUL, model output; the last byte's low bit picks chat (1) or completions."""
+    tools = [{"type": "function", "function": {"name": "get_weather", "parameters": {
+        "type": "object", "properties": {"city": {"type": "string"}, "days": {"type": "integer"}}}}}]
+    seeds = {
+        "chat_stop_stream": ({"messages": [{"role": "user", "content": "Hi"}], "stop": ["o w", "xyz"], "max_tokens": 5,
+                              "stream": True, "stream_options": {"include_usage": True}}, "Hello world<think>x</think>", 1),
+        "chat_tools": ({"messages": [{"role": "user", "content": "Weather?"}], "tools": tools, "tool_choice": "auto",
+                        "chat_template_kwargs": {"enable_thinking": False}},
+                       "ok<tool_call>get_weather<arg_key>city</arg_key><arg_value>Paris</arg_value>"
+                       "<arg_key>days</arg_key><arg_value>2</arg_value></tool_call>", 1),
+        "chat_tool_round": ({"messages": [{"role": "system", "content": "s"}, {"role": "user", "content": [{"type": "text", "text": "a"}]},
+                                          {"role": "assistant", "content": None, "tool_calls": [{"id": "c", "type": "function",
+                                           "function": {"name": "get_weather", "arguments": "{\"city\": \"Paris\"}"}}]},
+                                          {"role": "tool", "tool_call_id": "c", "content": "r"}],
+                             "tools": tools, "thinking": {"type": "enabled"}, "reasoning_effort": "high", "seed": 3,
+                             "temperature": 0.5, "top_p": 0.9},
+                            "reason</think>answer<tool_call>get_weather<arg_key>city</arg_key><arg_value>Rome", 1),
+        "completion": ({"prompt": "<|user|>Hello", "max_tokens": 150, "stop": "aa", "temperature": 0, "logprobs": 0},
+                       "baaab", 0),
+        "refused": ({"messages": [], "n": 2, "response_format": {"type": "json_object"}}, "x", 1),
+        "too_long": ({"prompt": "word " * 300, "max_tokens": 10}, "", 0),
+    }
+    for name, (body, text, chat) in seeds.items():
+        write("server", name, json.dumps(body).encode() + b"\0" + text.encode() + bytes([chat]))
+
+
 def main():
     st_seeds()
     json_seeds()
     ref_seeds()
     tok_seeds()
     usage_seeds()
+    server_seeds()
     return 0
 
 

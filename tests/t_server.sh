@@ -1,0 +1,236 @@
+#!/usr/bin/env bash
+# The OpenAI-compatible server (SERVE) on the tiny oracle model (tests/fixtures/oracle_dense with
+# tests/fixtures/tiny_tokenizer, as t_prompt.sh assembles it), at temperature 0 on random free ports:
+#   - the answer of /v1/chat/completions (JSON, the concatenated SSE deltas, and through the
+#     official `openai` npm client) equals PROMPT mode's answer to the same message byte for byte
+#     (THINK=0 / enable_thinking false, TEMPERATURE=0, NGEN = max_tokens); with thinking on, the
+#     whole answer is reasoning_content and equals PROMPT's THINK=1 answer; /v1/completions equals
+#     PROMPT with CHAT_TEMPLATE=0; a raw prompt with the template written out equals the chat answer;
+#   - a tool round trip from OpenAI messages renders what TEMPLATE_ONLY renders (the same prompt
+#     token count, and the same answer as PROMPT mode with MESSAGES);
+#   - prefix reuse: the second request of a conversation reuses the cached prefix (logged) and
+#     answers what a fresh PROMPT run answers; stop strings; usage;
+#   - errors: malformed JSON and wrong types get 400 with an OpenAI error object naming the field,
+#     context_length_exceeded, 404/405; API_KEY (401 without, 200 with Bearer or x-api-key);
+#     QUEUE=1 with six concurrent requests (200 or 429, at least one 429); 50 concurrent requests
+#     none lost or garbled; a client that disconnects mid-stream (or mid-prefill) stops its generation; hostile
+#     requests (bad Content-Length, huge headers, pipelining); SIGTERM during a stream ends it with
+#     [DONE] and the server exits 0; settings errors (a non-loopback address without API_KEY).
+# The openai package is expected in $OPENAI_NPM_DIR (default /tmp/glm_openai_npm), installed there
+# with npm like tests/t_http.sh does when missing.
+source "$(dirname "$0")/lib.sh"
+cd "$ROOT" || exit 2
+for v in $("$GLM" --help | awk '$2 == "default" { print $1 }'); do unset "$v"; done
+export USAGE=off   # no usage history from or into the user's cache directory
+export THREADS=1
+PY=/usr/bin/python3
+NPM_DIR=${OPENAI_NPM_DIR:-/tmp/glm_openai_npm}
+OPENAI_VERSION=6.49.0
+F=tests/fixtures
+T=$(mktemp -d /tmp/t_server.XXXXXX)
+PIDS=()
+cleanup() { for p in "${PIDS[@]}"; do kill "$p" 2>/dev/null; done; rm -rf "$T"; }
+trap cleanup EXIT
+for tool in curl node; do command -v $tool >/dev/null || { echo "FAIL server_tools: $tool is not installed"; exit 1; }; done
+M=$T/model                                   # the oracle model with the tiny tokenizer
+mkdir -p "$M" "$T/noeos"
+for f in config.json generation_config.json model.safetensors; do ln -s "$ROOT/$F/oracle_dense/$f" "$M/$f"; done
+ln -s "$ROOT/$F/tiny_tokenizer/tokenizer.json" "$M/tokenizer.json"
+for f in config.json model.safetensors tokenizer.json; do ln -s "$M/$f" "$T/noeos/$f"; done
+printf '{"eos_token_id": []}' > "$T/noeos/generation_config.json"   # answers run to max_tokens: slow ones
+same() { if [ "$2" = "$3" ]; then echo "PASS $1"; else echo "FAIL $1"; echo "  want: $2"; echo "  got:  $3"; fi; }
+N=40   # max_tokens of the compared answers
+
+# serve NAME [VAR=value ...]: glm SERVE=127.0.0.1:0 on $M (SNAP=... overrides); sets PID, PORT, URL, LOG
+serve() {
+  local name=$1; shift
+  LOG=$T/$name.err
+  env SNAP="$M" SERVE=127.0.0.1:0 "$@" timeout 300 "$GLM" >"$T/$name.out" 2>"$LOG" </dev/null &
+  PID=$!; PIDS+=("$PID")
+  PORT=
+  for _ in $(seq 300); do
+    PORT=$(sed -nE 's|^glm: serving .* at http://127\.0\.0\.1:([0-9]+)/v1 .*|\1|p' "$LOG" 2>/dev/null)
+    [ -n "$PORT" ] && { URL=http://127.0.0.1:$PORT; return 0; }
+    kill -0 "$PID" 2>/dev/null || break
+    sleep 0.05
+  done
+  echo "FAIL server_start_$name: no 'glm: serving ... at http://127.0.0.1:PORT/v1' line"; tail -5 "$LOG"; exit 1
+}
+# stop NAME: SIGTERM; the server must exit 0 within 10 s and say it stopped cleanly.
+stop() {
+  local name=$1 rc
+  kill -TERM "$PID"
+  for _ in $(seq 200); do kill -0 "$PID" 2>/dev/null || break; sleep 0.05; done
+  if kill -0 "$PID" 2>/dev/null; then echo "FAIL server_stop_$name: still running 10 s after SIGTERM"; kill -KILL "$PID"; return; fi
+  wait "$PID"; rc=$?
+  if [ $rc -eq 0 ] && grep -q "^glm: server stopped cleanly" "$LOG"; then echo "PASS server_stop_$name: SIGTERM, exit 0, stopped cleanly"
+  else echo "FAIL server_stop_$name: exit $rc"; tail -5 "$LOG"; fi
+}
+check_py() { timeout 300 $PY tests/server_check.py "$PORT" "$@"; }
+# answer NAME BODY_JSON: posts it (JSON or SSE as the body says); the text goes to $T/NAME.txt, the
+# finish/usage line to $T/NAME.meta
+answer() { printf '%s' "$2" > "$T/$1.json"; check_py answer "$T/$1.json" "$T/$1.txt" > "$T/$1.meta"; }
+meta() { $PY -c 'import json,sys; d=json.load(open(sys.argv[1])); print(eval(sys.argv[2]))' "$T/$1.meta" "$2" 2>/dev/null; }
+prompt_mode() { env SNAP="$M" TEMPERATURE=0 "$@" "$GLM" 2>/dev/null </dev/null; }
+hello_body() { printf '{"model": "x", "messages": [{"role": "user", "content": "Hello"}], "temperature": 0, "max_tokens": %d%s}' "$N" "$1"; }
+NOTHINK=', "chat_template_kwargs": {"enable_thinking": false}'
+
+# ---- PROMPT mode's answers: the references -----------------------------------------------------
+prompt_mode PROMPT=Hello THINK=0 NGEN=$N > "$T/want_hello.txt"
+prompt_mode PROMPT=Hello THINK=1 NGEN=$N > "$T/want_hello_think.txt"
+prompt_mode PROMPT=Hello CHAT_TEMPLATE=0 NGEN=$N > "$T/want_raw.txt"
+if [ -s "$T/want_hello.txt" ] && ! grep -qE '<think>|</think>|<tool_call>' "$T/want_hello.txt" "$T/want_hello_think.txt"; then
+  echo "PASS references: PROMPT mode answers without reasoning or tool-call tags (so content is all of it)"
+else echo "FAIL references: the fixture's answers hold tags the output parser splits: the comparison would not be byte for byte"; fi
+
+serve main QUEUE=64
+same "GET /health" '{"status":"ok"}' "$(curl -sS --max-time 10 "$URL/health")"
+out=$(curl -sS --max-time 10 "$URL/v1/models")
+same "GET /v1/models lists the model (SNAP's folder name), max_model_len = the context" "model 4096" \
+  "$($PY -c 'import json,sys; d=json.loads(sys.argv[1]); assert d["object"]=="list" and len(d["data"])==1; m=d["data"][0]; print(m["id"], m["max_model_len"])' "$out" 2>&1)"
+same "GET /v1/models/model" "model" "$(curl -sS --max-time 10 "$URL/v1/models/model" | $PY -c 'import json,sys; print(json.load(sys.stdin)["id"])')"
+
+# ---- answers equal PROMPT mode's -------------------------------------------------------------------
+answer json "$(hello_body "$NOTHINK")"
+if cmp -s "$T/want_hello.txt" "$T/json.txt" && [ "$(meta json 'd["finish"], d["usage"]["completion_tokens"]')" = "('length', $N)" ]
+then echo "PASS chat JSON content == PROMPT mode's answer byte for byte ($(wc -c <"$T/json.txt") bytes, finish length, $N tokens)"
+else echo "FAIL chat JSON content vs PROMPT mode"; cat "$T/json.meta"; od -c "$T/want_hello.txt" | head -3; od -c "$T/json.txt" | head -3; fi
+answer sse "$(hello_body "$NOTHINK, \"stream\": true, \"stream_options\": {\"include_usage\": true}")"
+if cmp -s "$T/want_hello.txt" "$T/sse.txt" && [ "$(meta sse 'd["finish"], d["usage"]["completion_tokens"]')" = "('length', $N)" ]
+then echo "PASS chat SSE: role first, one id, the concatenated deltas == PROMPT mode's answer, finish, usage chunk, [DONE]"
+else echo "FAIL chat SSE vs PROMPT mode"; cat "$T/sse.meta"; od -c "$T/sse.txt" | head -3; fi
+answer think "$(hello_body '')"
+$PY -c 'import json,sys; print(json.load(open(sys.argv[1]))["reasoning"], end="")' "$T/think.meta" > "$T/think_reasoning.txt"
+if cmp -s "$T/want_hello_think.txt" "$T/think_reasoning.txt" && [ ! -s "$T/think.txt" ]
+then echo "PASS thinking on (the default THINK=1): the answer is reasoning_content, equal to PROMPT THINK=1's, content empty"
+else echo "FAIL thinking on: reasoning_content vs PROMPT THINK=1"; cat "$T/think.meta" | head -c 400; fi
+answer thinkoff "$(hello_body ', "thinking": {"type": "disabled"}')"
+cmp -s "$T/want_hello.txt" "$T/thinkoff.txt" && echo "PASS \"thinking\": {\"type\": \"disabled\"} (Z.ai's form) == enable_thinking false" \
+  || echo "FAIL thinking disabled form"
+answer raw "{\"prompt\": \"Hello\", \"temperature\": 0, \"max_tokens\": $N}"
+cmp -s "$T/want_raw.txt" "$T/raw.txt" && echo "PASS /v1/completions text == PROMPT CHAT_TEMPLATE=0's answer" || { echo "FAIL /v1/completions vs raw PROMPT"; cat "$T/raw.meta"; }
+answer rawtmpl "{\"prompt\": \"[gMASK]<sop><|user|>Hello<|assistant|><think></think>\", \"temperature\": 0, \"max_tokens\": $N, \"stream\": true}"
+cmp -s "$T/want_hello.txt" "$T/rawtmpl.txt" && echo "PASS /v1/completions (streamed) with the template written out == the chat answer (tags are tokens)" \
+  || { echo "FAIL /v1/completions with written tags"; cat "$T/rawtmpl.meta"; }
+
+# ---- the official openai npm client --------------------------------------------------------------
+cat > "$T/tool.json" <<'EOF'
+{"messages": [{"role": "user", "content": "Weather in Paris?"},
+  {"role": "assistant", "content": null, "tool_calls": [{"id": "call_1", "type": "function",
+    "function": {"name": "get_weather", "arguments": "{\"city\": \"Paris\", \"days\": 2}"}}]},
+  {"role": "tool", "tool_call_id": "call_1", "content": "{\"temp\": 20}"}],
+ "tools": [{"type": "function", "function": {"name": "get_weather", "description": "Current weather",
+   "parameters": {"type": "object", "properties": {"city": {"type": "string"}, "days": {"type": "integer"}}}}}]}
+EOF
+prompt_mode MESSAGES="$T/tool.json" THINK=0 NGEN=$N > "$T/want_tool.txt"
+if [ ! -f "$NPM_DIR/node_modules/openai/package.json" ] || ! grep -q "\"version\": \"$OPENAI_VERSION\"" "$NPM_DIR/node_modules/openai/package.json"; then
+  if ! command -v npm >/dev/null; then echo "FAIL server_openai_npm: $NPM_DIR lacks openai@$OPENAI_VERSION and npm is not installed"; exit 1; fi
+  mkdir -p "$NPM_DIR"
+  if ! out=$(timeout 300 npm install --prefix "$NPM_DIR" --no-audit --no-fund "openai@$OPENAI_VERSION" 2>&1); then
+    echo "FAIL server_openai_npm: npm install --prefix $NPM_DIR openai@$OPENAI_VERSION failed"; echo "$out" | tail -5; exit 1
+  fi
+fi
+timeout 120 node tests/server_openai.mjs "$NPM_DIR" "$URL/v1" model "$T/want_hello.txt" "$N" "$T/tool.json" "$T/want_tool.txt"
+
+# ---- the tool round trip renders as TEMPLATE_ONLY does -------------------------------------------
+tmpl_ids=$(env SNAP="$M" TEMPLATE_ONLY=1 MESSAGES="$T/tool.json" THINK=0 "$GLM" 2>/dev/null | sed -n 2p | wc -w)
+answer tool "$($PY -c 'import json,sys; d=json.load(open(sys.argv[1])); d.update(temperature=0, max_tokens=int(sys.argv[2]), chat_template_kwargs={"enable_thinking": False}); print(json.dumps(d))' "$T/tool.json" "$N")"
+if [ "$(meta tool 'd["usage"]["prompt_tokens"]')" = "$tmpl_ids" ] && cmp -s "$T/want_tool.txt" "$T/tool.txt"
+then echo "PASS tool round trip (assistant tool_calls, tool message, tools): $tmpl_ids prompt tokens as TEMPLATE_ONLY renders, the answer == PROMPT with MESSAGES"
+else echo "FAIL tool round trip: prompt tokens $(meta tool 'd["usage"]["prompt_tokens"]') vs TEMPLATE_ONLY $tmpl_ids"; cat "$T/tool.meta" | head -c 300; fi
+
+# ---- prefix reuse: a conversation's second request ------------------------------------------------
+answer turn1 "$(printf '{"messages": [{"role": "user", "content": "Hi"}], "temperature": 0, "max_tokens": 12%s}' "$NOTHINK")"
+p1=$(meta turn1 'd["usage"]["prompt_tokens"]')
+$PY - "$T/turn1.txt" "$T/history.json" "$T/turn2.json" <<'EOF'
+import json, sys
+a = open(sys.argv[1], "rb").read().decode()
+history = [{"role": "user", "content": "Hi"}, {"role": "assistant", "content": a}]
+json.dump(history, open(sys.argv[2], "w"))
+json.dump({"messages": history + [{"role": "user", "content": "Again"}], "temperature": 0, "max_tokens": 12,
+           "chat_template_kwargs": {"enable_thinking": False}}, open(sys.argv[3], "w"))
+EOF
+check_py answer "$T/turn2.json" "$T/turn2.txt" > "$T/turn2.meta"
+prompt_mode MESSAGES="$T/history.json" PROMPT=Again THINK=0 NGEN=12 > "$T/want_turn2.txt"
+reuse=$(grep '^glm: prefix reuse: ' "$LOG" | tail -1)
+cached=$(meta turn2 'd["usage"]["prompt_tokens_details"]["cached_tokens"]')
+p2=$(meta turn2 'd["usage"]["prompt_tokens"]')
+if [[ $reuse =~ ^glm:\ prefix\ reuse:\ ([0-9]+)\ of\ ([0-9]+)\ prompt\ tokens$ ]] && [ "${BASH_REMATCH[1]}" = "$cached" ] &&
+   [ "${BASH_REMATCH[2]}" = "$p2" ] && [ "$cached" -ge "$p1" ] && cmp -s "$T/want_turn2.txt" "$T/turn2.txt"; then
+  echo "PASS prefix reuse: the second request reused $cached of $p2 prompt tokens (>= the first prompt's $p1; logged, usage.cached_tokens) and answers what PROMPT with the history answers"
+else echo "FAIL prefix reuse: log '$reuse', cached $cached, prompt $p2, first prompt $p1"; od -c "$T/want_turn2.txt" | head -2; od -c "$T/turn2.txt" | head -2; fi
+
+check_py stop "$T/want_hello.txt" "$N"
+
+# ---- errors ---------------------------------------------------------------------------------------
+err() {   # err NAME STATUS PATTERN CURL_ARGS...: the status and an OpenAI error object matching PATTERN
+  local name=$1 want=$2 pat=$3; shift 3
+  local code; code=$(curl -sS --max-time 10 -o "$T/err.json" -w '%{http_code}' "$@")
+  if [ "$code" = "$want" ] && $PY -c 'import json,sys; e=json.load(open(sys.argv[1]))["error"]; assert isinstance(e["message"], str) and isinstance(e["type"], str)' "$T/err.json" 2>/dev/null &&
+     grep -qE -- "$pat" "$T/err.json"; then echo "PASS $name"; else echo "FAIL $name: $code $(head -c 300 "$T/err.json")"; fi
+}
+err "malformed JSON: 400 with an error object" 400 'not valid JSON: line 1' "$URL/v1/chat/completions" -d '{"messages": ['
+err "a body that is not an object: 400" 400 'must be a JSON object' "$URL/v1/chat/completions" -d '[1]'
+err "a wrong type is named: 400, param max_tokens" 400 '"param":"max_tokens"' "$URL/v1/chat/completions" -d '{"messages":[{"role":"user","content":"x"}],"max_tokens":"9"}'
+err "an unsupported value is refused by name: n=2" 400 '"param":"n"' "$URL/v1/chat/completions" -d '{"messages":[{"role":"user","content":"x"}],"n":2}'
+err "a bad message is named" 400 'message 0 has role \\"robot\\"' "$URL/v1/chat/completions" -d '{"messages":[{"role":"robot","content":"x"}]}'
+err "context length exceeded: 400 with the numbers" 400 '"code":"context_length_exceeded".*|context_length_exceeded' "$URL/v1/chat/completions" \
+  -d '{"messages":[{"role":"user","content":"Hello"}],"max_tokens":5000}'
+grep -q 'holds 4096 tokens (CTX) but the request needs 50' "$T/err.json" && echo "PASS ...naming the context, the need, the prompt and max_tokens" || echo "FAIL context message: $(cat "$T/err.json")"
+err "unknown path: 404" 404 'no endpoint /v1/embeddings' "$URL/v1/embeddings" -d '{}'
+err "GET on a completion endpoint: 405" 405 'takes POST' "$URL/v1/chat/completions"
+code=$(curl -sS --max-time 10 -o /dev/null -w '%{http_code}' "$URL/v1/chat/completions" -d '{"messages":[{"role":"user","content":"x"}],"max_tokens":2,"some_new_field":{"a":1}}')
+same "an unknown field is ignored: 200" 200 "$code"
+code=$(curl -sS --max-time 10 -o /dev/null -w '%{http_code}' "$URL/chat/completions" -d '{"messages":[{"role":"user","content":"x"}],"max_tokens":2}')
+same "the path without /v1 works too" 200 "$code"
+grep -qE '^glm: POST /v1/chat/completions 200 \| [0-9]+ prompt tokens \([0-9]+ reused\), [0-9]+ generated, finish length \| [0-9.]+ s$' "$LOG" &&
+  grep -qE '^glm: POST /v1/chat/completions 400 \| .* \| [0-9.]+ s$' "$LOG" && grep -qE '^glm: GET /v1/models 200 \| [0-9.]+ s$' "$LOG" \
+  && echo "PASS one log line per request: method path status tokens seconds" || { echo "FAIL log lines"; tail -5 "$LOG"; }
+
+# ---- load, hostile requests ----------------------------------------------------------------------
+for i in 0 1 2 3 4; do prompt_mode PROMPT=m$i THINK=0 NGEN=8 > "$T/m$i.txt"; done
+check_py load 50 "$T"/m[0-4].txt
+check_py hostile "$T/want_hello.txt" "$N"
+stop main
+
+# ---- slow answers (no EOS ids: every answer runs to max_tokens) -----------------------------------
+serve slow SNAP="$T/noeos" QUEUE=64
+check_py disconnect "$LOG"
+# SIGTERM during a stream: the stream ends with [DONE], the server exits 0
+curl -sS -N --max-time 60 "$URL/v1/chat/completions" -d '{"messages":[{"role":"user","content":"Hello"}],"max_tokens":3000,"stream":true}' >"$T/term.sse" &
+cpid=$!
+for _ in $(seq 100); do [ "$(grep -c '^data: ' "$T/term.sse" 2>/dev/null)" -ge 3 ] && break; sleep 0.05; done
+stop slow
+wait $cpid; crc=$?
+[ $crc -eq 0 ] && tail -c 20 "$T/term.sse" | grep -q 'data: \[DONE\]' && echo "PASS SIGTERM during a stream: the stream ends with [DONE]" \
+  || { echo "FAIL SIGTERM during a stream: curl exit $crc"; tail -c 300 "$T/term.sse"; }
+
+# a long prefill (about 12k tokens one at a time: seconds) is stopped when its client leaves
+$PY -c 'import random; random.seed(1); w = "alpha beta gamma delta river stone cloud seven".split(); print(" ".join(random.choice(w) for _ in range(3000)))' > "$T/long.txt"
+serve longprefill BATCH=1 CTX=16384
+check_py prefill_disconnect "$LOG" "$T/long.txt"
+stop longprefill
+
+serve queue1 SNAP="$T/noeos" QUEUE=1
+check_py queue1 6
+stop queue1
+
+# ---- API_KEY ---------------------------------------------------------------------------------------
+serve auth API_KEY=sk-test-key
+timeout 60 $PY tests/http_hostile.py "$PORT" auth sk-test-key
+timeout 60 node tests/http_openai.mjs "$NPM_DIR" "$URL/v1" wrong-key wrong_key
+code=$(curl -sS --max-time 10 -o /dev/null -w '%{http_code}' -H 'Authorization: Bearer sk-test-key' "$URL/v1/chat/completions" -d '{"messages":[{"role":"user","content":"x"}],"max_tokens":2}')
+same "API_KEY: a chat with the right key: 200" 200 "$code"
+stop auth
+
+# ---- settings ----------------------------------------------------------------------------------------
+expect_fail "SERVE on a non-loopback address without API_KEY refuses to start" 'SERVE=0\.0\.0\.0:0 can be reached from other machines: set API_KEY' \
+  env SNAP="$M" SERVE=0.0.0.0:0 timeout 20 "$GLM"
+expect_fail "SERVE with a bad port is named" 'SERVE=127\.0\.0\.1:99999: .*port' env SNAP="$M" SERVE=127.0.0.1:99999 timeout 20 "$GLM"
+expect_fail "SERVE and PROMPT together are refused" 'SERVE=8080 is a mode of its own' env SNAP="$M" SERVE=8080 PROMPT=x timeout 20 "$GLM"
+expect_fail "QUEUE out of range is refused" 'QUEUE=-1' env SNAP="$M" SERVE=127.0.0.1:0 QUEUE=-1 timeout 20 "$GLM"
+serve named MODEL_NAME=glm-5.2-test CTX=256
+same "MODEL_NAME and CTX: /v1/models says glm-5.2-test, max_model_len 256" "glm-5.2-test 256" \
+  "$(curl -sS --max-time 10 "$URL/v1/models" | $PY -c 'import json,sys; m=json.load(sys.stdin)["data"][0]; print(m["id"], m["max_model_len"])')"
+stop named
+exit 0
