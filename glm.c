@@ -212,7 +212,7 @@ static const SettingSpec SETTINGS[] = {
     { "STATS",    SET_STR,   "",     0, 0, "write per-(layer, expert) routing counts to this file at exit" },
     { "PROFILE",  SET_BOOL,  "0",    0, 1, "print where the time went (attention, experts, disk wait, lm_head)" },
     { "CACHE_POLICY", SET_STR, "lfu", 0, 0, "which cached expert a miss evicts: lfu (the one the router chose least often, recent use breaks ties) or lru" },
-    { "KERNEL",   SET_STR,   "auto", 0, 0, "integer kernels: auto (best this CPU has), vnni, avx2 or scalar (all give identical results)" },
+    { "KERNEL",   SET_STR,   "auto", 0, 0, "integer kernels: auto (best this CPU has), vnni (AVX-512 VNNI), avxvnni (AVX-VNNI), avx2 or scalar (all give identical results)" },
     /* text modes (section 10): need tokenizer.json in SNAP */
     { "PROMPT",   SET_STR,   "",     0, 0, "answer this user message: the reply streams to stdout, one stats line to stderr" },
     { "CHAT",     SET_INT,   "-1",  -1, 1, "terminal chat: 1 on, 0 off, -1 on when stdin is a terminal and no PROMPT, REF or TOKENIZE is set" },
@@ -372,7 +372,7 @@ static Settings settings_from_env(int argc, char **argv) {
     if (!strcmp(policy, "lfu")) s.cache_policy = TIER_LFU;
     else if (!strcmp(policy, "lru")) s.cache_policy = TIER_LRU;
     else die("CACHE_POLICY=%s: expected lfu or lru", policy);
-    if (qt_kernel_parse(setting_value("KERNEL"), &s.kernel)) die("KERNEL=%s: expected auto, vnni, avx2 or scalar", setting_value("KERNEL"));
+    if (qt_kernel_parse(setting_value("KERNEL"), &s.kernel)) die("KERNEL=%s: expected auto, vnni, avxvnni, avx2 or scalar", setting_value("KERNEL"));
     if (s.kernel != QT_KERNEL_AUTO && !qt_kernel_supported(s.kernel)) die("KERNEL=%s: this CPU cannot run it", setting_value("KERNEL"));
     s.stats_path = setting_value("STATS");
     s.prompt_given = getenv("PROMPT") != NULL;
@@ -819,8 +819,9 @@ static float *load_vector(Loader *ld, const char *name, int64_t n) {
 /* =============================================================================================
    4. Kernels
    All matrix products go through matmul(): y[S][rows] = x[S][cols] · Wᵀ. quant.h holds the
-   kernels (scalar reference, AVX2, AVX-512 VNNI); each output element has one fixed reduction
-   order, so a row's result never depends on the batch size or the thread count.
+   kernels (scalar reference, AVX2, AVX-VNNI, AVX-512 VNNI; row kernels for decode, GEMM kernels
+   for batches); each output element has one fixed reduction order, so a row's result never
+   depends on the batch size, the thread count or the kernel.
    ============================================================================================= */
 
 static int g_integer_dot = 1;   /* IDOT, set once from Settings before any forward */
@@ -829,12 +830,8 @@ static void matmul(float *y, const QTensor *w, const float *x, int S) { qt_matmu
 
 /* A view of rows [row0, row0+n) of a row-major QTensor (no copy): per-head slices of kv_b. */
 static QTensor qt_row_view(const QTensor *t, int64_t row0, int64_t n) {
-    QTensor v = *t;
-    v.rows = n;
-    v.data = t->data + row0 * t->row_bytes;
-    if (t->scales) v.scales = t->scales + row0 * qt_groups_per_row(t);
-    v.owns_memory = 0;
-    return v;
+    return qt_view(t->format, t->group, n, t->cols, t->data + row0 * t->row_bytes,
+                   t->scales ? t->scales + row0 * qt_groups_per_row(t) : NULL);
 }
 
 static float dot(const float *a, const float *b, int n) { return qt_dot_f32(a, b, n); }
@@ -1413,16 +1410,6 @@ static uint8_t *expert_read_span(ExpertStore *st, int file, uint64_t off, uint64
     return buf;
 }
 
-static QTensor expert_view(QtFormat f, int64_t group, int64_t rows, int64_t cols, uint8_t *data, float *scales) {
-    QTensor t;
-    memset(&t, 0, sizeof t);
-    t.format = f; t.rows = rows; t.cols = cols;
-    t.group = f == QT_INT4_GROUP ? group : cols;
-    t.row_bytes = qt_row_bytes(f, cols);
-    t.data = data; t.scales = scales;
-    return t;
-}
-
 /* Brings expert `e` of `layer` into `slot`. Runs on the I/O thread (or inline). */
 static int expert_load(ExpertStore *st, int layer, int e, ExpertSlot *slot) {
     const ExpertSource *src = &st->sources[(size_t)layer * st->c->n_experts + e];
@@ -1437,7 +1424,7 @@ static int expert_load(ExpertStore *st, int layer, int e, ExpertSlot *slot) {
         float *sp = slot->scale_buf;
         for (int k = 0; k < 3; k++) {
             QtFormat f = src->format[k];
-            *w[k] = expert_view(f, src->group[k], src->rows[k], src->cols[k], p, f == QT_F32 ? NULL : sp);
+            *w[k] = qt_view(f, src->group[k], src->rows[k], src->cols[k], p, f == QT_F32 ? NULL : sp);
             if (st_read_f32_rows(st->index, src->data[k], src->fused_row0[k], src->rows[k], st->staging, err, err_len)) return -1;
             int64_t bad = first_nonfinite(st->staging, src->rows[k] * src->cols[k]);
             if (bad >= 0) {
@@ -1453,7 +1440,7 @@ static int expert_load(ExpertStore *st, int layer, int e, ExpertSlot *slot) {
     } else if (st->io_mode == IO_MMAP) {
         for (int k = 0; k < 3; k++) {
             const StTensor *d = src->data[k], *q = src->scales[k];
-            *w[k] = expert_view(src->format[k], src->group[k], src->rows[k], src->cols[k],
+            *w[k] = qt_view(src->format[k], src->group[k], src->rows[k], src->cols[k],
                                 st->maps[d->file] + d->offset, (float *)(st->maps[q->file] + q->offset));
             bytes += d->nbytes + q->nbytes;
         }
@@ -1520,7 +1507,7 @@ static int expert_load(ExpertStore *st, int layer, int e, ExpertSlot *slot) {
             bytes += n;
         }
         for (int k = 0; k < 3; k++)
-            *w[k] = expert_view(src->format[k], src->group[k], src->rows[k], src->cols[k], base[k], sbase[k]);
+            *w[k] = qt_view(src->format[k], src->group[k], src->rows[k], src->cols[k], base[k], sbase[k]);
     }
     for (int k = 0; k < 3 && st->prequantized; k++) {
         int64_t bad = first_bad_scale(w[k]->scales, st_numel(src->scales[k]));

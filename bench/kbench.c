@@ -90,14 +90,9 @@ static float *scale_pool;
 static size_t scale_pool_n, scale_pool_used;
 
 static QTensor carve(QtFormat f, int64_t group, int64_t rows, int64_t cols, size_t *offset) {
-    QTensor t;
-    memset(&t, 0, sizeof t);
-    t.format = f; t.rows = rows; t.cols = cols;
-    t.group = f == QT_INT4_GROUP ? group : cols;
-    t.row_bytes = qt_row_bytes(f, cols);
+    QTensor t = qt_view(f, group, rows, cols, arena + *offset, NULL);
     size_t bytes = (size_t)(rows * t.row_bytes);
     if (*offset + bytes > arena_size) { fprintf(stderr, "kbench: arena too small\n"); exit(1); }
-    t.data = arena + *offset;
     *offset += (bytes + 63) / 64 * 64;
     size_t ns = (size_t)(rows * qt_groups_per_row(&t));
     if (scale_pool_used + ns > scale_pool_n) { fprintf(stderr, "kbench: scale pool too small\n"); exit(1); }
@@ -303,19 +298,22 @@ static void bench_threading(void) {
             /* A persistent OpenMP team: activations prepared once, the threads stay in one region
                and meet at a barrier after each matmul (the floor for any fork/join scheme). */
             QtActs a;
-            const int64_t G = qt_groups_per_row(&t), nch = (t.row_bytes + 63) / 64;
-            a.qstride = qt_round_up(nch, 16) * 128; a.gstride = qt_round_up(G, 16);
+            memset(&a, 0, sizeof a);
+            const int64_t G = qt_groups_per_row(&t);
+            a.layout = k == QT_KERNEL_SCALAR ? QT_ACTS_NATURAL : QT_ACTS_CHUNKS;
+            a.qstride = qt_acts_stride(&t, a.layout); a.gstride = qt_round_up(G, 16);
             uint8_t *buf = aligned_alloc(64, (size_t)(cols + a.qstride + 8 * a.gstride + 64) / 64 * 64 + 64);
             a.raw = (int8_t *)buf; a.q = (int8_t *)buf + cols; a.scale = (float *)(buf + cols + a.qstride);
             a.off = (int32_t *)(a.scale + a.gstride);
-            qt_prepare_acts_row(&t, x, &a, 0, 1);
-            QtRowsFn fn = k == QT_KERNEL_VNNI ? qt_rows_vnni : k == QT_KERNEL_AVX2 ? qt_rows_avx2 : qt_rows_scalar;
+            qt_prepare_acts_row(&t, x, &a, 0);
+            QtRowsFn fn = k == QT_KERNEL_VNNI ? qt_rows_vnni : k == QT_KERNEL_AVXVNNI ? qt_avxvnni_rows
+                        : k == QT_KERNEL_AVX2 ? qt_avx2_rows : qt_rows_scalar;
             double t0 = now();
             #pragma omp parallel
             {
                 int th = omp_get_thread_num(), nt = omp_get_num_threads();
                 for (int c = 0; c < calls; c++) {
-                    fn(&t, &a, 1, rows * th / nt, rows * (th + 1) / nt, y);
+                    fn(&t, &a, 0, 1, rows * th / nt, rows * (th + 1) / nt, y);
                     #pragma omp barrier
                 }
             }
