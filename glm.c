@@ -909,7 +909,10 @@ typedef struct {
     float *index_q, *index_w, *index_scores;   /* [max_batch][index_heads*index_dim], [..][heads], [..][capacity] */
     int *selection;          /* [max_batch][index_topk] key positions chosen by the last full layer */
     int *selection_count;    /* [max_batch]; -1 = every causal key */
-    float *head_scores;      /* [capacity] per thread */
+    float *att_qc;           /* absorbed queries of a row chunk: [ATT_ROWS][n_heads][kv_lora] */
+    float *att_z;            /* pooled latents of a row chunk: [n_heads][ATT_ROWS][kv_lora] */
+    float *att_thread;       /* per thread: W_UK of a head, scores of ATT_HEADS heads, W_UV outputs */
+    size_t att_thread_floats;
     float *expanded_kv;      /* explicit prefill: [capacity][n_heads*(qk_nope+v_head)], grown on demand */
     size_t expanded_kv_cap;
     float *ffn_h1, *ffn_h2;  /* [max_batch][max(inter, moe_inter)] */
@@ -924,6 +927,10 @@ typedef struct {
     int progress;            /* show prefill progress on stderr (a terminal) */
     struct { double attention, indexer, dense_mlp, moe, lm_head; long long forwards, positions; } profile;   /* seconds */
 } Session;
+
+/* The absorbed attention works on chunks of ATT_ROWS query rows, and per row on groups of
+   ATT_HEADS heads (one work item: the visible keys are read once per group, not once per head). */
+enum { ATT_ROWS = 16, ATT_HEADS = 16 };
 
 /* Interleaved RoPE (§3.3): pairs (2j, 2j+1); angle is one fp32 product, rounded, then cos/sin. */
 typedef struct { float cos[512], sin[512]; } RopeRow;
@@ -1020,27 +1027,50 @@ static void indexer_select(AttentionCall *ac, const float *xn, const float *qr, 
     matmul(s->index_w, &L->index_weights, xn, S);
     const float score_scale = 1.0f / sqrtf((float)id);       /* index_head_dim^-0.5 */
     const float head_scale = 1.0f / sqrtf((float)ih);        /* index_n_heads^-0.5 */
-    #pragma omp parallel for schedule(dynamic, 1)
+    #pragma omp parallel for schedule(static)
     for (int r = 0; r < S; r++) {
-        const int i = pos0 + r, ncand = i + 1;
         float *q = s->index_q + (size_t)r * ih * id;
         RopeRow rr;
-        rope_angles(&rr, ac->inv_freq, half, i);
+        rope_angles(&rr, ac->inv_freq, half, pos0 + r);
         for (int h = 0; h < ih; h++) rope_apply(q + (size_t)h * id, &rr, half);
         float *w = s->index_w + (size_t)r * ih;
         for (int h = 0; h < ih; h++) w[h] *= head_scale;
+    }
+    /* score of key j for row r: Σ_h w[h]·relu(q_h·k_j·scale), heads in order. Work items of
+       INDEX_KEYS keys of one row, so decode uses every thread too; within an item, 4 heads × 4
+       keys at a time (each key row read once per 4 heads; every dot as qt_dot_f32) */
+    enum { INDEX_KEYS = 256 };
+    const int row_items = (pos0 + S + INDEX_KEYS - 1) / INDEX_KEYS;
+    #pragma omp parallel for schedule(dynamic, 1)
+    for (int item = 0; item < S * row_items; item++) {
+        const int r = item / row_items, j0 = item % row_items * INDEX_KEYS, ncand = pos0 + r + 1;
+        if (j0 >= ncand || (ncand <= K && ac->indexer_mode != INDEXER_ALWAYS)) continue;
+        const float *q = s->index_q + (size_t)r * ih * id, *w = s->index_w + (size_t)r * ih;
+        ScoredKey *sk = (ScoredKey *)(s->index_scores + (size_t)r * s->capacity * 2);
+        const int j1 = ncand - j0 < INDEX_KEYS ? ncand : j0 + INDEX_KEYS;
+        for (int j = j0; j < j1; j += 4) {
+            const int nb = j1 - j < 4 ? j1 - j : 4;
+            const float *kp[4], *qp[4];
+            for (int y = 0; y < nb; y++) kp[y] = kcache + (size_t)(j + y) * id;
+            float total[4] = { 0.0f, 0.0f, 0.0f, 0.0f }, d[16];
+            for (int h0 = 0; h0 < ih; h0 += 4) {
+                const int na = ih - h0 < 4 ? ih - h0 : 4;
+                for (int x = 0; x < na; x++) qp[x] = q + (size_t)(h0 + x) * id;
+                qt_dot_f32_block(qp, na, kp, nb, id, d);
+                for (int x = 0; x < na; x++)
+                    for (int y = 0; y < nb; y++) {
+                        float t = d[x * nb + y] * score_scale;
+                        total[y] += w[h0 + x] * (t > 0.0f ? t : 0.0f);
+                    }
+            }
+            for (int y = 0; y < nb; y++) { sk[j + y].v = total[y]; sk[j + y].j = j + y; }
+        }
+    }
+    #pragma omp parallel for schedule(dynamic, 1)
+    for (int r = 0; r < S; r++) {
+        const int ncand = pos0 + r + 1;
         if (ncand <= K && ac->indexer_mode != INDEXER_ALWAYS) { s->selection_count[r] = -1; continue; }
         ScoredKey *sk = (ScoredKey *)(s->index_scores + (size_t)r * s->capacity * 2);
-        for (int j = 0; j < ncand; j++) {
-            const float *k = kcache + (size_t)j * id;
-            float total = 0.0f;
-            for (int h = 0; h < ih; h++) {
-                float t = dot(q + (size_t)h * id, k, id) * score_scale;
-                total += w[h] * (t > 0.0f ? t : 0.0f);
-            }
-            sk[j].v = total;
-            sk[j].j = j;
-        }
         int keep = ncand < K ? ncand : K;
         select_top_keys(sk, ncand, keep);
         int *sel = s->selection + (size_t)r * K;
@@ -1055,6 +1085,172 @@ static int visible_keys(const Session *s, const Config *c, int r, int i, const i
     if (s->selection_count[r] < 0) { *list = NULL; return i + 1; }
     *list = s->selection + (size_t)r * c->index_topk;
     return s->selection_count[r];
+}
+
+/* ---- absorbed attention: all heads and rows of a call against each key at once -----------------
+
+   In the absorbed form (§3.5) a head's query becomes a latent-space query qc = W_UKᵀ q_nope
+   (kv_lora wide) and all heads score and pool the same cached latents c_j, so a key row can serve
+   every head. A call's rows go in chunks of ATT_ROWS, in three parallel steps:
+     1. absorbed queries, per head: W_UK[h] dequantized once per chunk (was: once per row and head),
+        then 4 rows × 64 dims at a time;
+     2. per (row, ATT_HEADS heads): scores of 4 heads × 4 keys at a time (each key row read once
+        per 4 heads, was once per head), softmax per head, pooled latents z of 4 heads × 64 dims
+        at a time over the keys;
+     3. per head, W_UV[h]·z of the chunk's rows in one matmul (the batched kernels).
+   Each value keeps the arithmetic of the one-row, one-head loop it replaces (qt_dot_f32's order for
+   scores, increasing d for qc, keys in visible order for z, the same quantized W_UV product), so a
+   row's result depends neither on the chunk nor on the thread, and decode (S = 1) runs the same
+   code with the heads split over the threads. */
+
+/* Tiles of QT_DOT_TILE rows (4 with AVX-512, else 2): accumulators that fit the registers. */
+#define ATT_TILE QT_DOT_TILE
+
+/* qc[k][t] = Σ_d q[k][d]·W[d][t] in increasing d (from +0), for NQ query rows; W is [dn][kvl]. */
+static inline __attribute__((always_inline)) void absorb_queries_tile(const float *W, int dn, int kvl, const float *const *q,
+                                                                      float *const *qc, const int NQ) {
+    int t0 = 0;
+    for (; t0 + 64 <= kvl; t0 += 64) {
+        qt_v16 acc[ATT_TILE][4];
+        for (int k = 0; k < NQ; k++) for (int v = 0; v < 4; v++) acc[k][v] = (qt_v16){ 0 };
+        for (int d = 0; d < dn; d++) {
+            qt_v16 w[4];
+            for (int v = 0; v < 4; v++) w[v] = *(const qt_v16u *)(W + (size_t)d * kvl + t0 + 16 * v);
+            for (int k = 0; k < NQ; k++) {
+                const float qd = q[k][d];
+                for (int v = 0; v < 4; v++) acc[k][v] += qd * w[v];
+            }
+        }
+        for (int k = 0; k < NQ; k++) for (int v = 0; v < 4; v++) *(qt_v16u *)(qc[k] + t0 + 16 * v) = acc[k][v];
+    }
+    for (; t0 < kvl; t0++)
+        for (int k = 0; k < NQ; k++) {
+            float a = 0.0f;
+            for (int d = 0; d < dn; d++) a += q[k][d] * W[(size_t)d * kvl + t0];
+            qc[k][t0] = a;
+        }
+}
+
+/* z[x][u] = Σ_t p[x][t]·c_{key t}[u] with the keys in visible order (from +0), for NX heads. */
+static inline __attribute__((always_inline)) void pool_latents_tile(const float *const *p, const int *keys, int n,
+                                                                    const float *latent, int kvl, float *const *z, const int NX) {
+    int u0 = 0;
+    for (; u0 + 64 <= kvl; u0 += 64) {
+        qt_v16 acc[ATT_TILE][4];
+        for (int x = 0; x < NX; x++) for (int v = 0; v < 4; v++) acc[x][v] = (qt_v16){ 0 };
+        for (int t = 0; t < n; t++) {
+            const float *cj = latent + (size_t)(keys ? keys[t] : t) * kvl + u0;
+            qt_v16 cv[4];
+            for (int v = 0; v < 4; v++) cv[v] = *(const qt_v16u *)(cj + 16 * v);
+            for (int x = 0; x < NX; x++) {
+                const float pt = p[x][t];
+                for (int v = 0; v < 4; v++) acc[x][v] += pt * cv[v];
+            }
+        }
+        for (int x = 0; x < NX; x++) for (int v = 0; v < 4; v++) *(qt_v16u *)(z[x] + u0 + 16 * v) = acc[x][v];
+    }
+    for (; u0 < kvl; u0++)
+        for (int x = 0; x < NX; x++) {
+            float a = 0.0f;
+            for (int t = 0; t < n; t++) a += p[x][t] * latent[(size_t)(keys ? keys[t] : t) * kvl + u0];
+            z[x][u0] = a;
+        }
+}
+
+/* Step 1 for nq ≤ ATT_TILE rows, step 2's pooling for nx ≤ ATT_TILE heads (constant tile sizes). */
+static void absorb_queries(const float *W, int dn, int kvl, const float *const *q, int nq, float *const *qc) {
+    if (nq == ATT_TILE) absorb_queries_tile(W, dn, kvl, q, qc, ATT_TILE);
+    else for (int k = 0; k < nq; k++) absorb_queries_tile(W, dn, kvl, q + k, qc + k, 1);
+}
+
+static void pool_latents(const float *const *p, int nx, const int *keys, int n, const float *latent, int kvl, float *const *z) {
+    if (nx == ATT_TILE) pool_latents_tile(p, keys, n, latent, kvl, z, ATT_TILE);
+    else for (int x = 0; x < nx; x++) pool_latents_tile(p + x, keys, n, latent, kvl, z + x, 1);
+}
+
+/* Rows [r0, r0+nr) of the call (nr ≤ ATT_ROWS) in the absorbed form: writes their s->attn rows. */
+static void attention_absorbed_rows(AttentionCall *ac, int r0, int nr, int pos0, float scale) {
+    const Config *c = ac->c;
+    const Layer *L = ac->L;
+    Session *s = ac->s;
+    const int nh = c->n_heads, dn = c->qk_nope, dr = c->qk_rope, dqk = c->qk_head, dv = c->v_head, kvl = c->kv_lora;
+    const float *latent = s->latent[ac->layer_index], *rope_key = s->rope_key[ac->layer_index];
+    const int hg = nh < ATT_HEADS ? nh : ATT_HEADS, groups = (nh + hg - 1) / hg;
+    #pragma omp parallel
+    {
+#ifdef _OPENMP
+        const int tid = omp_get_thread_num();
+#else
+        const int tid = 0;
+#endif
+        float *wuk = s->att_thread + (size_t)tid * s->att_thread_floats;   /* [dn][kvl] */
+        float *scores = wuk + (size_t)dn * kvl;                            /* [ATT_HEADS][capacity] */
+        float *wuv_out = scores + (size_t)ATT_HEADS * s->capacity;         /* [ATT_ROWS][dv] */
+        /* 1. qc = W_UK[h]ᵀ q_nope for the chunk's rows */
+        #pragma omp for schedule(dynamic, 1)
+        for (int h = 0; h < nh; h++) {
+            qt_dequant_rows(&L->kv_b, (int64_t)h * (dn + dv), dn, wuk);
+            for (int r = 0; r < nr; r += ATT_TILE) {
+                const int nq = nr - r < ATT_TILE ? nr - r : ATT_TILE;
+                const float *q[ATT_TILE];
+                float *qc[ATT_TILE];
+                for (int k = 0; k < nq; k++) {
+                    q[k] = s->q + ((size_t)(r0 + r + k) * nh + h) * dqk;
+                    qc[k] = s->att_qc + ((size_t)(r + k) * nh + h) * kvl;
+                }
+                absorb_queries(wuk, dn, kvl, q, nq, qc);
+            }
+        }
+        /* 2. scores, softmax and pooled latents per (row, group of heads) */
+        #pragma omp for schedule(dynamic, 1)
+        for (int item = 0; item < nr * groups; item++) {
+            const int r = item / groups, h0 = item % groups * hg, nhg = nh - h0 < hg ? nh - h0 : hg;
+            const int *keys;
+            const int n = visible_keys(s, c, r0 + r, pos0 + r0 + r, &keys);
+            for (int t = 0; t < n; t += 4) {
+                const int nb = n - t < 4 ? n - t : 4;
+                const float *kc[4], *kr[4];
+                for (int y = 0; y < nb; y++) {
+                    const int j = keys ? keys[t + y] : t + y;
+                    kc[y] = latent + (size_t)j * kvl;
+                    kr[y] = rope_key + (size_t)j * dr;
+                }
+                for (int x0 = 0; x0 < nhg; x0 += 4) {
+                    const int na = nhg - x0 < 4 ? nhg - x0 : 4;
+                    const float *qc[4], *qr[4];
+                    for (int x = 0; x < na; x++) {
+                        qc[x] = s->att_qc + ((size_t)r * nh + h0 + x0 + x) * kvl;
+                        qr[x] = s->q + ((size_t)(r0 + r) * nh + h0 + x0 + x) * dqk + dn;
+                    }
+                    float d_lat[16], d_rope[16];
+                    qt_dot_f32_block(qc, na, kc, nb, kvl, d_lat);
+                    qt_dot_f32_block(qr, na, kr, nb, dr, d_rope);
+                    for (int x = 0; x < na; x++)
+                        for (int y = 0; y < nb; y++)
+                            scores[(size_t)(x0 + x) * s->capacity + t + y] = (d_lat[x * nb + y] + d_rope[x * nb + y]) * scale;
+                }
+            }
+            for (int x = 0; x < nhg; x++) softmax(scores + (size_t)x * s->capacity, n);
+            for (int x0 = 0; x0 < nhg; x0 += ATT_TILE) {
+                const int nx = nhg - x0 < ATT_TILE ? nhg - x0 : ATT_TILE;
+                const float *p[ATT_TILE];
+                float *z[ATT_TILE];
+                for (int x = 0; x < nx; x++) {
+                    p[x] = scores + (size_t)(x0 + x) * s->capacity;
+                    z[x] = s->att_z + ((size_t)(h0 + x0 + x) * ATT_ROWS + r) * kvl;
+                }
+                pool_latents(p, nx, keys, n, latent, kvl, z);
+            }
+        }
+        /* 3. o = W_UV[h] z for the chunk's rows (a nested matmul runs on this thread) */
+        #pragma omp for schedule(dynamic, 1)
+        for (int h = 0; h < nh; h++) {
+            QTensor wuv = qt_row_view(&L->kv_b, (int64_t)h * (dn + dv) + dn, dv);
+            qt_matmul(&wuv, s->att_z + (size_t)h * ATT_ROWS * kvl, wuv_out, nr, g_integer_dot);
+            for (int r = 0; r < nr; r++)
+                memcpy(s->attn + ((size_t)(r0 + r) * nh + h) * dv, wuv_out + (size_t)r * dv, (size_t)dv * sizeof(float));
+        }
+    }
 }
 
 /* MLA over S new positions (rows of xn) starting at pos0; writes [S][hidden] into out. */
@@ -1092,17 +1288,21 @@ static void attention(AttentionCall *ac, const float *xn, int S, int pos0, float
     }
 
     const float scale = 1.0f / sqrtf((float)dqk);
-    const int T = pos0 + S;   /* keys that exist after this call */
-    if (!ac->absorb) {
-        /* explicit form: expand K_nope and V for every key once, shared by all S queries */
-        size_t need = (size_t)T * nh * (dn + dv);
-        if (need > s->expanded_kv_cap) {   /* ABSORB=0 only: grows with the context */
-            free(s->expanded_kv);
-            s->expanded_kv = xmalloc(need * sizeof(float));
-            s->expanded_kv_cap = need;
-        }
-        matmul(s->expanded_kv, &L->kv_b, latent, T);
+    if (ac->absorb) {
+        for (int r0 = 0; r0 < S; r0 += ATT_ROWS)
+            attention_absorbed_rows(ac, r0, S - r0 < ATT_ROWS ? S - r0 : ATT_ROWS, pos0, scale);
+        matmul(out, &L->o, s->attn, S);
+        return;
     }
+    /* explicit form: expand K_nope and V for every key once, shared by all S queries */
+    const int T = pos0 + S;   /* keys that exist after this call */
+    size_t need = (size_t)T * nh * (dn + dv);
+    if (need > s->expanded_kv_cap) {   /* ABSORB=0 only: grows with the context */
+        free(s->expanded_kv);
+        s->expanded_kv = xmalloc(need * sizeof(float));
+        s->expanded_kv_cap = need;
+    }
+    matmul(s->expanded_kv, &L->kv_b, latent, T);
     #pragma omp parallel
     {
 #ifdef _OPENMP
@@ -1110,10 +1310,7 @@ static void attention(AttentionCall *ac, const float *xn, int S, int pos0, float
 #else
         int tid = 0;
 #endif
-        float *scores = s->head_scores + (size_t)tid * (s->capacity + 2 * kvl + (size_t)dn * kvl);
-        float *qc = scores + s->capacity;          /* [kvl] absorbed query */
-        float *z = qc + kvl;                       /* [kvl] pooled latent */
-        float *wuk = z + kvl;                      /* [dn][kvl] this head's W_UK, dequantized */
+        float *scores = s->att_thread + (size_t)tid * s->att_thread_floats;
         #pragma omp for collapse(2) schedule(dynamic, 1)
         for (int r = 0; r < S; r++) {
             for (int h = 0; h < nh; h++) {
@@ -1122,43 +1319,19 @@ static void attention(AttentionCall *ac, const float *xn, int S, int pos0, float
                 const int n = visible_keys(s, c, r, i, &keys);
                 const float *qh = s->q + ((size_t)r * nh + h) * dqk;
                 float *o = s->attn + ((size_t)r * nh + h) * dv;
-                if (ac->absorb) {
-                    /* qc = W_UKᵀ q_nope: accumulate the 192 rows of W_UK[h], each scaled */
-                    qt_dequant_rows(&L->kv_b, (int64_t)h * (dn + dv), dn, wuk);
-                    memset(qc, 0, (size_t)kvl * sizeof(float));
-                    for (int d = 0; d < dn; d++) {
-                        const float qd = qh[d], *wrow = wuk + (size_t)d * kvl;
-                        for (int t = 0; t < kvl; t++) qc[t] += qd * wrow[t];
-                    }
-                    for (int t = 0; t < n; t++) {
-                        const int j = keys ? keys[t] : t;
-                        scores[t] = (dot(qc, latent + (size_t)j * kvl, kvl) + dot(qh + dn, rope_key + (size_t)j * dr, dr)) * scale;
-                    }
-                    softmax(scores, n);
-                    memset(z, 0, (size_t)kvl * sizeof(float));
-                    for (int t = 0; t < n; t++) {
-                        const int j = keys ? keys[t] : t;
-                        const float p = scores[t];
-                        const float *cj = latent + (size_t)j * kvl;
-                        for (int u = 0; u < kvl; u++) z[u] += p * cj[u];
-                    }
-                    QTensor wuv = qt_row_view(&L->kv_b, (int64_t)h * (dn + dv) + dn, dv);
-                    qt_matmul(&wuv, z, o, 1, g_integer_dot);   /* nested: runs on this thread */
-                } else {
-                    const size_t stride = (size_t)nh * (dn + dv);
-                    for (int t = 0; t < n; t++) {
-                        const int j = keys ? keys[t] : t;
-                        const float *kj = s->expanded_kv + (size_t)j * stride + (size_t)h * (dn + dv);
-                        scores[t] = (dot(qh, kj, dn) + dot(qh + dn, rope_key + (size_t)j * dr, dr)) * scale;
-                    }
-                    softmax(scores, n);
-                    memset(o, 0, (size_t)dv * sizeof(float));
-                    for (int t = 0; t < n; t++) {
-                        const int j = keys ? keys[t] : t;
-                        const float *vj = s->expanded_kv + (size_t)j * stride + (size_t)h * (dn + dv) + dn;
-                        const float p = scores[t];
-                        for (int u = 0; u < dv; u++) o[u] += p * vj[u];
-                    }
+                const size_t stride = (size_t)nh * (dn + dv);
+                for (int t = 0; t < n; t++) {
+                    const int j = keys ? keys[t] : t;
+                    const float *kj = s->expanded_kv + (size_t)j * stride + (size_t)h * (dn + dv);
+                    scores[t] = (dot(qh, kj, dn) + dot(qh + dn, rope_key + (size_t)j * dr, dr)) * scale;
+                }
+                softmax(scores, n);
+                memset(o, 0, (size_t)dv * sizeof(float));
+                for (int t = 0; t < n; t++) {
+                    const int j = keys ? keys[t] : t;
+                    const float *vj = s->expanded_kv + (size_t)j * stride + (size_t)h * (dn + dv) + dn;
+                    const float p = scores[t];
+                    for (int u = 0; u < dv; u++) o[u] += p * vj[u];
                 }
             }
         }
@@ -1991,7 +2164,10 @@ static void session_init(Session *s, const Model *m, int capacity, int max_batch
 #else
     s->nthreads = 1;
 #endif
-    s->head_scores = session_calloc(s, (size_t)s->nthreads * (capacity + 2 * c->kv_lora + (size_t)c->qk_nope * c->kv_lora), sizeof(float));
+    s->att_qc = session_calloc(s, (size_t)ATT_ROWS * c->n_heads * c->kv_lora, sizeof(float));
+    s->att_z = session_calloc(s, (size_t)ATT_ROWS * c->n_heads * c->kv_lora, sizeof(float));
+    s->att_thread_floats = (size_t)c->qk_nope * c->kv_lora + (size_t)ATT_HEADS * capacity + (size_t)ATT_ROWS * c->v_head;
+    s->att_thread = session_calloc(s, (size_t)s->nthreads * s->att_thread_floats, sizeof(float));
     s->ffn_h1 = session_calloc(s, (size_t)B * ffn_width, sizeof(float));
     s->ffn_h2 = session_calloc(s, (size_t)B * ffn_width, sizeof(float));
     s->mtp_in = session_calloc(s, (size_t)B * 2 * H, sizeof(float));

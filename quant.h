@@ -117,6 +117,10 @@ int qt_infer_format(int64_t rows, int64_t cols, int64_t data_bytes, int64_t n_sc
 void qt_matmul(const QTensor *w, const float *x, float *y, int S, int idot);
 void qt_matmul_with(const QTensor *w, const float *x, float *y, int S, int idot, QtKernel k);
 float qt_dot_f32(const float *a, const float *b, int64_t n);
+/* out[x·nb + y] = qt_dot_f32(a[x], b[y], n) bit for bit, for x < na ≤ 4 and y < nb ≤ 4: the 16
+   lanes of all these dot products stay in registers, so each row of a and b is read once for all
+   of them (attention: 4 heads × 4 keys). */
+void qt_dot_f32_block(const float *const *a, int na, const float *const *b, int nb, int64_t n, float *out);
 
 const char *qt_kernel_name(QtKernel k);
 int qt_kernel_parse(const char *name, QtKernel *k);
@@ -348,6 +352,64 @@ float qt_dot_f32(const float *a, const float *b, int64_t n) {
     for (int k = 0; k < 8; k++) acc[k] += acc[k + 8];
     for (int k = 0; k < 4; k++) acc[k] += acc[k + 4];
     return (acc[0] + acc[2]) + (acc[1] + acc[3]);
+}
+
+/* 16 float lanes as one value (GCC/clang vector extension: one zmm with AVX-512, two ymm with AVX2;
+   the operations are lane-wise IEEE float, so every build computes the same lanes). */
+typedef float qt_v16 __attribute__((vector_size(64)));
+typedef float qt_v16u __attribute__((vector_size(64), aligned(4)));   /* unaligned loads */
+typedef float qt_v8 __attribute__((vector_size(32)));
+typedef float qt_v4 __attribute__((vector_size(16)));
+
+/* qt_dot_f32's final tree of 16 lanes: (k, k+8), then (k, k+4), then (0+2) + (1+3). */
+static inline float qt_v16_tree(qt_v16 v) {
+    qt_v8 h = __builtin_shufflevector(v, v, 0, 1, 2, 3, 4, 5, 6, 7) + __builtin_shufflevector(v, v, 8, 9, 10, 11, 12, 13, 14, 15);
+    qt_v4 q = __builtin_shufflevector(h, h, 0, 1, 2, 3) + __builtin_shufflevector(h, h, 4, 5, 6, 7);
+    return (q[0] + q[2]) + (q[1] + q[3]);
+}
+
+/* NA × NB dot products (constants after inlining), each in qt_dot_f32's order. */
+static inline __attribute__((always_inline)) void qt_dot_tile(const float *const *a, const float *const *b, int64_t n,
+                                                              float *out, int ostride, const int NA, const int NB) {
+    qt_v16 c[4][4];
+    for (int x = 0; x < NA; x++) for (int y = 0; y < NB; y++) c[x][y] = (qt_v16){ 0 };
+    int64_t i = 0;
+    for (; i + 16 <= n; i += 16) {
+        qt_v16 av[4], bv[4];
+        for (int x = 0; x < NA; x++) av[x] = *(const qt_v16u *)(a[x] + i);
+        for (int y = 0; y < NB; y++) bv[y] = *(const qt_v16u *)(b[y] + i);
+        for (int x = 0; x < NA; x++) for (int y = 0; y < NB; y++) c[x][y] += av[x] * bv[y];
+    }
+    for (int x = 0; x < NA; x++)
+        for (int y = 0; y < NB; y++) {
+            qt_v16 t = c[x][y];
+            for (int64_t k = i; k < n; k++) t[k - i] += a[x][k] * b[y][k];
+            out[x * ostride + y] = qt_v16_tree(t);
+        }
+}
+
+/* Tiles of 4 × 4 with AVX-512 (16 zmm accumulators), 2 × 2 otherwise (8 ymm pairs): the same
+   results, only the register use differs. */
+#ifdef __AVX512F__
+#define QT_DOT_TILE 4
+#else
+#define QT_DOT_TILE 2
+#endif
+
+void qt_dot_f32_block(const float *const *a, int na, const float *const *b, int nb, int64_t n, float *out) {
+    const float *ap[4], *bp[4];
+    float tile[4 * 4];
+    for (int x0 = 0; x0 < na; x0 += QT_DOT_TILE)
+        for (int y0 = 0; y0 < nb; y0 += QT_DOT_TILE) {
+            /* a short tile repeats its first row; the extra results are dropped */
+            for (int k = 0; k < QT_DOT_TILE; k++) {
+                ap[k] = a[x0 + k < na ? x0 + k : x0];
+                bp[k] = b[y0 + k < nb ? y0 + k : y0];
+            }
+            qt_dot_tile(ap, bp, n, tile, QT_DOT_TILE, QT_DOT_TILE, QT_DOT_TILE);
+            for (int x = 0; x < QT_DOT_TILE && x0 + x < na; x++)
+                for (int y = 0; y < QT_DOT_TILE && y0 + y < nb; y++) out[(x0 + x) * nb + y0 + y] = tile[x * QT_DOT_TILE + y];
+        }
 }
 
 /* Symmetric int8 quantization of activations, one scale per `group` inputs. Codes stay in

@@ -427,6 +427,34 @@ static void test_float_path(void) {
     }
 }
 
+/* qt_dot_f32_block equals qt_dot_f32 bit for bit, for every tile shape and length. */
+static void test_dot_block(void) {
+    enum { N = 600 };
+    float *rows = malloc(sizeof(float) * 8 * N);
+    for (int i = 0; i < 8 * N; i++) rows[i] = rng_float() * (1 + i % 3);
+    int ok = 1;
+    char why[160] = "";
+    const int64_t lens[] = { 1, 15, 16, 17, 64, 511, 512, 576, N };
+    for (size_t li = 0; li < sizeof lens / sizeof lens[0]; li++)
+        for (int na = 1; na <= 4; na++)
+            for (int nb = 1; nb <= 4; nb++) {
+                const float *a[4], *b[4];
+                for (int k = 0; k < 4; k++) { a[k] = rows + k * N; b[k] = rows + (4 + k) * N + (k & 1); }
+                float out[16];
+                qt_dot_f32_block(a, na, b, nb, lens[li] - (nb > 1), out);
+                for (int x = 0; x < na; x++)
+                    for (int y = 0; y < nb; y++) {
+                        float want = qt_dot_f32(a[x], b[y], lens[li] - (nb > 1));
+                        if (memcmp(&want, &out[x * nb + y], 4) && ok) {
+                            ok = 0;
+                            snprintf(why, sizeof why, "n=%lld tile %dx%d at (%d,%d): %.9g vs %.9g", (long long)lens[li], na, nb, x, y, out[x * nb + y], want);
+                        }
+                    }
+            }
+    report(ok, "qt_dot_f32_block == qt_dot_f32 for tiles 1..4 x 1..4 and odd lengths", why);
+    free(rows);
+}
+
 static void test_kernel_api(void) {
     QtKernel k = QT_KERNEL_AUTO;
     int ok = qt_kernel_parse("scalar", &k) == 0 && k == QT_KERNEL_SCALAR &&
@@ -540,6 +568,7 @@ int main(void) {
     test_int_known_value();
     test_int_close_to_float();
     test_float_path();
+    test_dot_block();
     test_kernels_exact();
     test_gemm_exact();
     test_pool_concurrency();
