@@ -917,7 +917,9 @@ typedef struct {
     size_t expanded_kv_cap;
     float *ffn_h1, *ffn_h2;  /* [max_batch][max(inter, moe_inter)] */
     float *mtp_in;           /* [max_batch][2*hidden] */
-    int *expert_rows;        /* [max_batch] */
+    int *moe_rows;           /* [max_batch·experts_per_tok] rows of each union expert, grouped by expert */
+    float *moe_weights;      /* [max_batch·experts_per_tok] their routing weights */
+    int *moe_first;          /* [n_experts + 1] where each union expert's rows start */
     float *expert_x, *expert_y;
     int *chosen;             /* [max_batch][experts_per_tok] */
     int *union_experts;      /* [n_experts] distinct experts of one MoE step, ascending */
@@ -1917,6 +1919,78 @@ static void router_select(const Config *c, const float *logits, const float *bia
     }
 }
 
+/* Batches: experts in windows, several at once on the threads. A window is a run of the union
+   whose weights are in RAM or already queued for loading (at most MOE_WINDOW experts and max_batch
+   rows); they are acquired in ascending order, each computed by one thread (its matmuls then run
+   on that thread: no fork and join per matmul, which cost more than the few rows of an expert
+   took: routed-expert compute scaled 1.2x from 1 to 2 threads), released, and their outputs added
+   to each row in ascending expert order, as one expert at a time would. While a window computes,
+   the loads of the next experts are already queued (the disk and the cores overlap as in decode). */
+enum { MOE_WINDOW = 8 };
+
+/* Queue loads of union experts from u onwards that are not in RAM yet, while slots are free,
+   never evicting one of them (expert_prefetch's rule). */
+static void moe_queue_loads(ExpertStore *store, int layer, const int *experts, int u, int n) {
+    LayerCache *lc = &store->caches[layer];
+    for (int k = 0; k < lc->lru.n_slots; k++) lc->avoid[k] = lc->busy[k];
+    for (int v = u; v < n; v++)
+        if (lc->lru.expert_slot[experts[v]] >= 0) lc->avoid[lc->lru.expert_slot[experts[v]]] = 1;
+    for (; u < n; u++) {
+        if (lc->lru.expert_slot[experts[u]] >= 0) continue;
+        int slot = expert_schedule_load(store, layer, experts[u], lc->avoid);
+        if (slot < 0) break;
+        lc->avoid[slot] = 1;
+    }
+}
+
+static void moe_windows(const Config *c, int layer, ExpertStore *store, Session *s, const float *m, int n_union, float *out) {
+    const int H = c->hidden, I = c->moe_inter;
+    const LayerCache *lc = &store->caches[layer];
+    const FfnWeights *w[MOE_WINDOW];
+    int first_row[MOE_WINDOW + 1];
+    for (int u = 0; u < n_union;) {
+        int u1 = u, rows = 0;
+        while (u1 < n_union && u1 - u < MOE_WINDOW) {
+            const int e = s->union_experts[u1], n = s->moe_first[u1 + 1] - s->moe_first[u1];
+            if (u1 > u && (rows + n > s->max_batch || lc->lru.expert_slot[e] < 0)) break;
+            first_row[u1 - u] = rows;
+            rows += n;
+            u1++;
+        }
+        first_row[u1 - u] = rows;
+        for (int v = u; v < u1; v++) w[v - u] = expert_acquire(store, layer, s->union_experts[v]);
+        double t0 = now_seconds();
+        #pragma omp parallel for schedule(dynamic, 1)
+        for (int v = u; v < u1; v++) {
+            const int n = s->moe_first[v + 1] - s->moe_first[v], o = first_row[v - u];
+            const int *rw = s->moe_rows + s->moe_first[v];
+            for (int i = 0; i < n; i++) memcpy(s->expert_x + (size_t)(o + i) * H, m + (size_t)rw[i] * H, (size_t)H * sizeof(float));
+            ffn_swiglu(w[v - u], s->expert_x + (size_t)o * H, n, s->expert_y + (size_t)o * H,
+                       s->ffn_h1 + (size_t)o * I, s->ffn_h2 + (size_t)o * I);
+        }
+        store->compute_seconds += now_seconds() - t0;
+        for (int v = u; v < u1; v++) expert_release(store, layer, s->union_experts[v]);
+        moe_queue_loads(store, layer, s->union_experts, u1, n_union);
+        /* each row gets its experts in ascending order; threads split the hidden dimension */
+        #pragma omp parallel
+        {
+            int t = 0, nt = 1;
+#ifdef _OPENMP
+            t = omp_get_thread_num(); nt = omp_get_num_threads();
+#endif
+            const int d0 = H * t / nt, d1 = H * (t + 1) / nt;
+            for (int v = u; v < u1; v++)
+                for (int i = s->moe_first[v]; i < s->moe_first[v + 1]; i++) {
+                    float *o = out + (size_t)s->moe_rows[i] * H;
+                    const float *y = s->expert_y + (size_t)(first_row[v - u] + i - s->moe_first[v]) * H;
+                    const float wgt = s->moe_weights[i];
+                    for (int d = d0; d < d1; d++) o[d] += wgt * y[d];
+                }
+        }
+        u = u1;
+    }
+}
+
 /* MoE over S rows of normalized input m. Each distinct expert chosen by any row is acquired once
    and applied to all rows routed to it (batch union); experts run in ascending id, so each
    row accumulates its experts in ascending order, then the shared expert (§5.3). */
@@ -1926,34 +2000,47 @@ static void moe_forward(const Config *c, const Layer *L, int layer_index, Expert
     matmul(s->router_logits, &L->router, m, S);
     for (int r = 0; r < S; r++)
         router_select(c, s->router_logits + (size_t)r * E, L->router_bias, s->chosen + (size_t)r * k, s->chosen_w + (size_t)r * k);
-    /* the batch union, ascending: each distinct expert is fetched once for all its rows */
+    /* the batch union, ascending, and each union expert's rows (ascending) with their weights */
+    int count[E], fill[E];
+    memset(count, 0, sizeof count);
+    for (int i = 0; i < S * k; i++) count[s->chosen[i]]++;
     int n_union = 0;
-    for (int e = 0; e < E; e++) {
-        int used = 0;
-        for (int i = 0; i < S * k && !used; i++) used = s->chosen[i] == e;
-        if (used) s->union_experts[n_union++] = e;
-    }
+    for (int e = 0; e < E; e++) if (count[e]) s->union_experts[n_union++] = e;
+    s->moe_first[0] = 0;
+    for (int u = 0; u < n_union; u++) s->moe_first[u + 1] = s->moe_first[u] + count[s->union_experts[u]];
+    for (int u = 0; u < n_union; u++) fill[s->union_experts[u]] = s->moe_first[u];
+    for (int r = 0; r < S; r++)
+        for (int t = 0; t < k; t++) {
+            const int e = s->chosen[r * k + t];
+            s->moe_rows[fill[e]] = r;
+            s->moe_weights[fill[e]++] = s->chosen_w[r * k + t];
+        }
     expert_prefetch(store, layer_index, s->union_experts, n_union);
     memset(out, 0, (size_t)S * H * sizeof(float));
-    for (int u = 0; u < n_union; u++) {
-        const int e = s->union_experts[u];
-        int n = 0;
-        for (int r = 0; r < S; r++)
-            for (int t = 0; t < k; t++)
-                if (s->chosen[r * k + t] == e) { s->expert_rows[n] = r; s->tmp[n] = s->chosen_w[r * k + t]; n++; }
-        for (int i = 0; i < n; i++) memcpy(s->expert_x + (size_t)i * H, m + (size_t)s->expert_rows[i] * H, (size_t)H * sizeof(float));
-        const FfnWeights *w = expert_acquire(store, layer_index, e);
-        double t0 = now_seconds();
-        ffn_swiglu(w, s->expert_x, n, s->expert_y, s->ffn_h1, s->ffn_h2);
-        store->compute_seconds += now_seconds() - t0;
-        expert_release(store, layer_index, e);
-        for (int i = 0; i < n; i++) {
-            float *o = out + (size_t)s->expert_rows[i] * H;
-            const float *y = s->expert_y + (size_t)i * H;
-            const float wgt = s->tmp[i];
-            for (int d = 0; d < H; d++) o[d] += wgt * y[d];
+    int threads = 1;
+#ifdef _OPENMP
+    threads = omp_get_max_threads();
+#endif
+    if (S >= 4 && threads > 1) moe_windows(c, layer_index, store, s, m, n_union, out);
+    else
+        /* decode: one expert at a time, its matmuls on every thread, loads of the next ones
+           running meanwhile */
+        for (int u = 0; u < n_union; u++) {
+            const int e = s->union_experts[u], n = s->moe_first[u + 1] - s->moe_first[u];
+            const int *rw = s->moe_rows + s->moe_first[u];
+            for (int i = 0; i < n; i++) memcpy(s->expert_x + (size_t)i * H, m + (size_t)rw[i] * H, (size_t)H * sizeof(float));
+            const FfnWeights *w = expert_acquire(store, layer_index, e);
+            double t0 = now_seconds();
+            ffn_swiglu(w, s->expert_x, n, s->expert_y, s->ffn_h1, s->ffn_h2);
+            store->compute_seconds += now_seconds() - t0;
+            expert_release(store, layer_index, e);
+            for (int i = 0; i < n; i++) {
+                float *o = out + (size_t)rw[i] * H;
+                const float *y = s->expert_y + (size_t)i * H;
+                const float wgt = s->moe_weights[s->moe_first[u] + i];
+                for (int d = 0; d < H; d++) o[d] += wgt * y[d];
+            }
         }
-    }
     if (L->has_shared) {
         ffn_swiglu(&L->mlp, m, S, s->expert_y, s->ffn_h1, s->ffn_h2);
         vec_add(out, s->expert_y, S * H);
@@ -2171,12 +2258,14 @@ static void session_init(Session *s, const Model *m, int capacity, int max_batch
     s->ffn_h1 = session_calloc(s, (size_t)B * ffn_width, sizeof(float));
     s->ffn_h2 = session_calloc(s, (size_t)B * ffn_width, sizeof(float));
     s->mtp_in = session_calloc(s, (size_t)B * 2 * H, sizeof(float));
-    s->expert_rows = session_calloc(s, (size_t)B, sizeof(int));
     s->expert_x = session_calloc(s, (size_t)B * H, sizeof(float));
     s->expert_y = session_calloc(s, (size_t)B * H, sizeof(float));
     s->chosen = session_calloc(s, (size_t)B * c->experts_per_tok, sizeof(int));
     s->chosen_w = session_calloc(s, (size_t)B * c->experts_per_tok, sizeof(float));
     s->union_experts = session_calloc(s, (size_t)c->n_experts, sizeof(int));
+    s->moe_rows = session_calloc(s, (size_t)B * c->experts_per_tok, sizeof(int));
+    s->moe_weights = session_calloc(s, (size_t)B * c->experts_per_tok, sizeof(float));
+    s->moe_first = session_calloc(s, (size_t)c->n_experts + 1, sizeof(int));
 }
 
 typedef struct {
