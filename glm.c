@@ -932,7 +932,7 @@ typedef struct {
 
 /* The absorbed attention works on chunks of ATT_ROWS query rows, and per row on groups of
    ATT_HEADS heads (one work item: the visible keys are read once per group, not once per head). */
-enum { ATT_ROWS = 16, ATT_HEADS = 16 };
+enum { ATT_ROWS = 16, ATT_HEADS = 16, ATT_POOL_KEYS = 64 };
 
 /* Interleaved RoPE (§3.3): pairs (2j, 2j+1); angle is one fp32 product, rounded, then cos/sin. */
 typedef struct { float cos[512], sin[512]; } RopeRow;
@@ -1117,7 +1117,7 @@ static inline __attribute__((always_inline)) void absorb_queries_tile(const floa
         for (int k = 0; k < NQ; k++) for (int v = 0; v < 4; v++) acc[k][v] = (qt_v16){ 0 };
         for (int d = 0; d < dn; d++) {
             qt_v16 w[4];
-            for (int v = 0; v < 4; v++) w[v] = *(const qt_v16u *)(W + (size_t)d * kvl + t0 + 16 * v);
+            for (int v = 0; v < 4; v++) { w[v] = *(const qt_v16u *)(W + (size_t)d * kvl + t0 + 16 * v); QT_IN_REGISTER(w[v]); }
             for (int k = 0; k < NQ; k++) {
                 const float qd = q[k][d];
                 for (int v = 0; v < 4; v++) acc[k][v] += qd * w[v];
@@ -1133,17 +1133,20 @@ static inline __attribute__((always_inline)) void absorb_queries_tile(const floa
         }
 }
 
-/* z[x][u] = Σ_t p[x][t]·c_{key t}[u] with the keys in visible order (from +0), for NX heads. */
-static inline __attribute__((always_inline)) void pool_latents_tile(const float *const *p, const int *keys, int n,
+/* z[x][u] += Σ_t p[x][t]·c_{key t}[u] over keys t0..t1-1 in visible order, for NX heads; z starts
+   at +0 (t0 = 0) or holds the sum over the keys before t0, so a sum split at any t0 equals the
+   one-loop sum bit for bit. */
+static inline __attribute__((always_inline)) void pool_latents_tile(const float *const *p, const int *keys, int t0, int t1,
                                                                     const float *latent, int kvl, float *const *z, const int NX) {
     int u0 = 0;
     for (; u0 + 64 <= kvl; u0 += 64) {
         qt_v16 acc[ATT_TILE][4];
-        for (int x = 0; x < NX; x++) for (int v = 0; v < 4; v++) acc[x][v] = (qt_v16){ 0 };
-        for (int t = 0; t < n; t++) {
+        for (int x = 0; x < NX; x++)
+            for (int v = 0; v < 4; v++) acc[x][v] = t0 ? *(const qt_v16u *)(z[x] + u0 + 16 * v) : (qt_v16){ 0 };
+        for (int t = t0; t < t1; t++) {
             const float *cj = latent + (size_t)(keys ? keys[t] : t) * kvl + u0;
             qt_v16 cv[4];
-            for (int v = 0; v < 4; v++) cv[v] = *(const qt_v16u *)(cj + 16 * v);
+            for (int v = 0; v < 4; v++) { cv[v] = *(const qt_v16u *)(cj + 16 * v); QT_IN_REGISTER(cv[v]); }
             for (int x = 0; x < NX; x++) {
                 const float pt = p[x][t];
                 for (int v = 0; v < 4; v++) acc[x][v] += pt * cv[v];
@@ -1153,8 +1156,8 @@ static inline __attribute__((always_inline)) void pool_latents_tile(const float 
     }
     for (; u0 < kvl; u0++)
         for (int x = 0; x < NX; x++) {
-            float a = 0.0f;
-            for (int t = 0; t < n; t++) a += p[x][t] * latent[(size_t)(keys ? keys[t] : t) * kvl + u0];
+            float a = t0 ? z[x][u0] : 0.0f;
+            for (int t = t0; t < t1; t++) a += p[x][t] * latent[(size_t)(keys ? keys[t] : t) * kvl + u0];
             z[x][u0] = a;
         }
 }
@@ -1165,9 +1168,9 @@ static void absorb_queries(const float *W, int dn, int kvl, const float *const *
     else for (int k = 0; k < nq; k++) absorb_queries_tile(W, dn, kvl, q + k, qc + k, 1);
 }
 
-static void pool_latents(const float *const *p, int nx, const int *keys, int n, const float *latent, int kvl, float *const *z) {
-    if (nx == ATT_TILE) pool_latents_tile(p, keys, n, latent, kvl, z, ATT_TILE);
-    else for (int x = 0; x < nx; x++) pool_latents_tile(p + x, keys, n, latent, kvl, z + x, 1);
+static void pool_latents(const float *const *p, int nx, const int *keys, int t0, int t1, const float *latent, int kvl, float *const *z) {
+    if (nx == ATT_TILE) pool_latents_tile(p, keys, t0, t1, latent, kvl, z, ATT_TILE);
+    else for (int x = 0; x < nx; x++) pool_latents_tile(p + x, keys, t0, t1, latent, kvl, z + x, 1);
 }
 
 /* Rows [r0, r0+nr) of the call (nr ≤ ATT_ROWS) in the absorbed form: writes their s->attn rows. */
@@ -1233,15 +1236,19 @@ static void attention_absorbed_rows(AttentionCall *ac, int r0, int nr, int pos0,
                 }
             }
             for (int x = 0; x < nhg; x++) softmax(scores + (size_t)x * s->capacity, n);
-            for (int x0 = 0; x0 < nhg; x0 += ATT_TILE) {
-                const int nx = nhg - x0 < ATT_TILE ? nhg - x0 : ATT_TILE;
-                const float *p[ATT_TILE];
-                float *z[ATT_TILE];
-                for (int x = 0; x < nx; x++) {
-                    p[x] = scores + (size_t)(x0 + x) * s->capacity;
-                    z[x] = s->att_z + ((size_t)(h0 + x0 + x) * ATT_ROWS + r) * kvl;
+            /* keys in blocks that stay in L2 while every head tile and dimension chunk uses them */
+            for (int tb = 0; tb < n; tb += ATT_POOL_KEYS) {
+                const int te = n - tb < ATT_POOL_KEYS ? n : tb + ATT_POOL_KEYS;
+                for (int x0 = 0; x0 < nhg; x0 += ATT_TILE) {
+                    const int nx = nhg - x0 < ATT_TILE ? nhg - x0 : ATT_TILE;
+                    const float *p[ATT_TILE];
+                    float *z[ATT_TILE];
+                    for (int x = 0; x < nx; x++) {
+                        p[x] = scores + (size_t)(x0 + x) * s->capacity;
+                        z[x] = s->att_z + ((size_t)(h0 + x0 + x) * ATT_ROWS + r) * kvl;
+                    }
+                    pool_latents(p, nx, keys, tb, te, latent, kvl, z);
                 }
-                pool_latents(p, nx, keys, n, latent, kvl, z);
             }
         }
         /* 3. o = W_UV[h] z for the chunk's rows (a nested matmul runs on this thread) */

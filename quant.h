@@ -361,8 +361,17 @@ typedef float qt_v16u __attribute__((vector_size(64), aligned(4)));   /* unalign
 typedef float qt_v8 __attribute__((vector_size(32)));
 typedef float qt_v4 __attribute__((vector_size(16)));
 
+/* Keeps a loaded vector in a register: without it gcc 12 reloaded every operand of the 4 x 4 tile
+   from memory for each product (32 loads per 32 float operations; dot tile 80 -> 125 GFLOP/s). */
+#if defined(__AVX512F__) && (defined(__GNUC__) || defined(__clang__))
+#define QT_IN_REGISTER(v) __asm__("" : "+v"(v))
+#else
+#define QT_IN_REGISTER(v) (void)0
+#endif
+
 /* qt_dot_f32's final tree of 16 lanes: (k, k+8), then (k, k+4), then (0+2) + (1+3). */
-static inline float qt_v16_tree(qt_v16 v) {
+static inline __attribute__((always_inline)) float qt_v16_tree(const qt_v16 *p) {
+    const qt_v16 v = *p;
     qt_v8 h = __builtin_shufflevector(v, v, 0, 1, 2, 3, 4, 5, 6, 7) + __builtin_shufflevector(v, v, 8, 9, 10, 11, 12, 13, 14, 15);
     qt_v4 q = __builtin_shufflevector(h, h, 0, 1, 2, 3) + __builtin_shufflevector(h, h, 4, 5, 6, 7);
     return (q[0] + q[2]) + (q[1] + q[3]);
@@ -376,15 +385,15 @@ static inline __attribute__((always_inline)) void qt_dot_tile(const float *const
     int64_t i = 0;
     for (; i + 16 <= n; i += 16) {
         qt_v16 av[4], bv[4];
-        for (int x = 0; x < NA; x++) av[x] = *(const qt_v16u *)(a[x] + i);
-        for (int y = 0; y < NB; y++) bv[y] = *(const qt_v16u *)(b[y] + i);
+        for (int x = 0; x < NA; x++) { av[x] = *(const qt_v16u *)(a[x] + i); QT_IN_REGISTER(av[x]); }
+        for (int y = 0; y < NB; y++) { bv[y] = *(const qt_v16u *)(b[y] + i); QT_IN_REGISTER(bv[y]); }
         for (int x = 0; x < NA; x++) for (int y = 0; y < NB; y++) c[x][y] += av[x] * bv[y];
     }
     for (int x = 0; x < NA; x++)
         for (int y = 0; y < NB; y++) {
             qt_v16 t = c[x][y];
             for (int64_t k = i; k < n; k++) t[k - i] += a[x][k] * b[y][k];
-            out[x * ostride + y] = qt_v16_tree(t);
+            out[x * ostride + y] = qt_v16_tree(&t);
         }
 }
 
