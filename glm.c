@@ -836,7 +836,14 @@ static QTensor qt_row_view(const QTensor *t, int64_t row0, int64_t n) {
 
 static float dot(const float *a, const float *b, int n) { return qt_dot_f32(a, b, n); }
 
-static void vec_add(float *y, const float *x, int n) { for (int i = 0; i < n; i++) y[i] += x[i]; }
+/* Per-row work of a batch (norms, RoPE, routing) goes to the threads from this many rows on
+   (below, waking them costs more than the work). */
+enum { ROWS_PARALLEL = 16 };
+
+static void vec_add(float *y, const float *x, int n) {
+    #pragma omp parallel for schedule(static) if (n >= ROWS_PARALLEL * 4096)
+    for (int i = 0; i < n; i++) y[i] += x[i];
+}
 
 /* RMSNorm exactly as §3.2: normalize first, then multiply by the weight; eps inside the sqrt. */
 static void rmsnorm(float *out, const float *x, const float *w, int n, float eps) {
@@ -1011,6 +1018,7 @@ static void indexer_select(AttentionCall *ac, const float *xn, const float *qr, 
     float *kcache = s->index_key[ac->layer_index];
     /* keys of the new positions */
     matmul(s->tmp, &L->index_wk, xn, S);
+    #pragma omp parallel for schedule(static) if (S >= ROWS_PARALLEL)
     for (int r = 0; r < S; r++) {
         float *k = kcache + (size_t)(pos0 + r) * id;
         layernorm(k, s->tmp + (size_t)r * id, L->index_k_norm_w, L->index_k_norm_b, id, 1e-6f);
@@ -1273,11 +1281,13 @@ static void attention(AttentionCall *ac, const float *xn, int S, int pos0, float
 
     /* queries: q_a → q_a_layernorm → q_b; rotate each head's last dr dims */
     matmul(s->cq, &L->q_a, xn, S);
+    #pragma omp parallel for schedule(static) if (S >= ROWS_PARALLEL)
     for (int r = 0; r < S; r++)
         rmsnorm(s->qr + (size_t)r * c->q_lora, s->cq + (size_t)r * c->q_lora, L->q_a_norm, c->q_lora, ac->latent_eps);
     matmul(s->q, &L->q_b, s->qr, S);
     /* compressed KV of the new positions → cache */
     matmul(s->kv, &L->kv_a, xn, S);
+    #pragma omp parallel for schedule(static) if (S >= ROWS_PARALLEL)
     for (int r = 0; r < S; r++) {
         const int pos = pos0 + r;
         RopeRow rr;
@@ -2005,6 +2015,7 @@ static void moe_forward(const Config *c, const Layer *L, int layer_index, Expert
                         const float *m, int S, float *out) {
     const int H = c->hidden, E = c->n_experts, k = c->experts_per_tok;
     matmul(s->router_logits, &L->router, m, S);
+    #pragma omp parallel for schedule(static) if (S >= ROWS_PARALLEL)
     for (int r = 0; r < S; r++)
         router_select(c, s->router_logits + (size_t)r * E, L->router_bias, s->chosen + (size_t)r * k, s->chosen_w + (size_t)r * k);
     /* the batch union, ascending, and each union expert's rows (ascending) with their weights */
@@ -2287,6 +2298,7 @@ static void layer_forward(Model *m, Session *s, const ForwardOptions *opt, int l
     const Config *c = &m->c;
     const Layer *L = &m->layers[l];
     const int H = c->hidden;
+    #pragma omp parallel for schedule(static) if (S >= ROWS_PARALLEL)
     for (int r = 0; r < S; r++) rmsnorm(s->xn + (size_t)r * H, s->x + (size_t)r * H, L->input_norm, H, c->rms_eps);
     AttentionCall ac = { c, L, s, l, m->inv_freq, opt->latent_eps, 1, opt->indexer_mode };
     /* auto = absorbed, always: then a row's result never depends on how many rows share the
@@ -2298,6 +2310,7 @@ static void layer_forward(Model *m, Session *s, const ForwardOptions *opt, int l
     double t1 = now_seconds();
     s->profile.attention += t1 - t0;
     vec_add(s->x, s->attn_out, S * H);
+    #pragma omp parallel for schedule(static) if (S >= ROWS_PARALLEL)
     for (int r = 0; r < S; r++) rmsnorm(s->xn + (size_t)r * H, s->x + (size_t)r * H, L->post_attn_norm, H, c->rms_eps);
     if (L->dense) ffn_swiglu(&L->mlp, s->xn, S, s->ffn_out, s->ffn_h1, s->ffn_h2);
     else moe_forward(c, L, l, &m->experts, s, s->xn, S, s->ffn_out);
@@ -2329,6 +2342,7 @@ static void model_forward(Model *m, Session *s, const ForwardOptions *opt, const
         layer_forward(m, s, opt, l, S, pos0);
     }
     if (show) fputs("\r\033[K", stderr);
+    #pragma omp parallel for schedule(static) if (S >= ROWS_PARALLEL)
     for (int r = 0; r < S; r++) rmsnorm(hidden_out + (size_t)r * H, s->x + (size_t)r * H, m->final_norm, H, c->rms_eps);
     if (logits) {
         double t0 = now_seconds();
