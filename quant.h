@@ -28,6 +28,9 @@
                              QtFormat *f, int64_t *group);
      void    qt_matmul(const QTensor *w, const float *x, float *y, int S, int idot);
      void    qt_matmul_with(const QTensor *w, const float *x, float *y, int S, int idot, QtKernel k);
+     float   qt_dot_f32(const float *a, const float *b, int64_t n);      16 lanes, fixed tree
+     void    qt_dot_f32_block(const float *const *a, int na, const float *const *b, int nb,
+                              int64_t n, float *out);                  up to 4 x 4 of them at once
      void    qt_free(QTensor *t);
 
      Kernel choice (integer path only; the float path is the same code everywhere):
@@ -37,6 +40,7 @@
      QtKernel qt_get_kernel(void);           the kernel qt_matmul uses (never QT_KERNEL_AUTO)
      const char *qt_kernel_name(QtKernel k);
      void     qt_set_threads(int n);         0 = omp_get_max_threads()
+     void     qt_set_gemm_min_rows(int s);   smallest S for the GEMM kernels (0 = measured default)
 
      Kernels: scalar (the reference), avx2 (vpmaddubsw), avxvnni (VEX vpdpbusd on 256 bits: Alder
      Lake and later, Zen 5) and vnni (AVX-512 VNNI vpdpbusd on 512 bits); auto picks the last one
