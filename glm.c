@@ -1037,7 +1037,7 @@ static void indexer_select(AttentionCall *ac, const float *xn, const float *qr, 
     matmul(s->index_w, &L->index_weights, xn, S);
     const float score_scale = 1.0f / sqrtf((float)id);       /* index_head_dim^-0.5 */
     const float head_scale = 1.0f / sqrtf((float)ih);        /* index_n_heads^-0.5 */
-    #pragma omp parallel for schedule(static)
+    #pragma omp parallel for schedule(static) if (S >= ROWS_PARALLEL)
     for (int r = 0; r < S; r++) {
         float *q = s->index_q + (size_t)r * ih * id;
         RopeRow rr;
@@ -1076,7 +1076,7 @@ static void indexer_select(AttentionCall *ac, const float *xn, const float *qr, 
             for (int y = 0; y < nb; y++) { sk[j + y].v = total[y]; sk[j + y].j = j + y; }
         }
     }
-    #pragma omp parallel for schedule(dynamic, 1)
+    #pragma omp parallel for schedule(dynamic, 1) if (S > 1)
     for (int r = 0; r < S; r++) {
         const int ncand = pos0 + r + 1;
         if (ncand <= K && ac->indexer_mode != INDEXER_ALWAYS) { s->selection_count[r] = -1; continue; }

@@ -48,6 +48,10 @@ EOF
 }
 field() { sed -nE "s|.*$1.*|\\1|p" <<<"$2" | head -1; }
 evict() { tools/iobench --modes evict --threads 1 "${FILES[@]}" >/dev/null; }
+cached() {   # page-cache residency of the model files (fincore, util-linux), if available
+  command -v fincore >/dev/null || return 0
+  fincore -b -n -o RES,SIZE "${FILES[@]}" | awk '{ r += $1; s += $2 } END { printf "  page cache holds %.1f of %.1f GB of the model\n", r / 1e9, s / 1e9 }'
+}
 
 # run ENGINE PHASE N -> sets T (prefill s), PROF, STATS; prints the lines
 run() {
@@ -72,6 +76,7 @@ for phase in $PHASES; do
   if [ "$phase" = warm ]; then
     echo "warming the page cache (DIRECT=0, $(awk '{print $NF}' <<<"$LENGTHS") tokens, new engine)"
     run "$NEW" warm "$(awk '{print $NF}' <<<"$LENGTHS")" >/dev/null
+    cached  # how warm "warm" is: what the page cache holds of the model
   fi
   for n in $LENGTHS; do
     for eng in new old; do
