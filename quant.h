@@ -68,8 +68,8 @@
    the float path. An int32 group sum must not overflow: cols ≤ 130000 for int8 weights (all
    GLM-5.2 shapes are far below).
 
-   Batches (S >= 4, or 8 for one-group rows on AVX-512; int8-row, int4-row and int4-group with
-   groups of a multiple of 8 inputs): the GEMM kernels. A row kernel reads a weight row once per call but decodes it
+   Batches (S >= 4; on AVX-512 S >= 6, or 8 for one-group rows; int8-row, int4-row and int4-group
+   with groups of a multiple of 8 inputs): the GEMM kernels. A row kernel reads a weight row once per call but decodes it
    again for every activation row and ends each dot product with a horizontal sum; the GEMM path
    decodes a block of weight rows once into per-thread scratch ("repacks": one vector then holds
    the same few inputs of 8 or 16 rows, so each int32 lane is one output's exact group sum) and
@@ -141,7 +141,7 @@ void qt_set_threads(int n);
    next ones run on the calling thread alone for 10 .. 100 ms; bench/README.md). */
 void qt_set_stealing(int on);
 void qt_set_stall_guard(int on);
-/* Smallest batch S that takes the GEMM kernels (0 = the measured default per kernel, 4 or 8;
+/* Smallest batch S that takes the GEMM kernels (0 = the measured default per kernel: 4, 6 or 8;
    1 = always). Results never depend on it. */
 void qt_set_gemm_min_rows(int s);
 
@@ -1397,15 +1397,17 @@ typedef struct {
     QtRowsFn rows;
 } QtMatmulJob;
 
-/* 0: measured per kernel (bench/README.md): the AVX-512 row kernels share each weight load across
-   4 activation rows and stay ahead of the GEMM path up to S = 7 for one-group rows; elsewhere the
-   GEMM path wins from S = 3-4. */
+/* 0: measured per kernel (bench/README.md, expert FFN with its weights in DRAM): the AVX-512 row
+   kernels stay ahead of the GEMM path up to S = 7 for one-group rows (they share each weight load
+   across 4 activation rows) and up to S = 5 for grouped rows; the 256-bit GEMM kernels win from
+   S = 3-4. */
 static int qt_gemm_min_rows_set;
 void qt_set_gemm_min_rows(int s) { qt_gemm_min_rows_set = s < 0 ? 0 : s; }
 
 static int qt_gemm_min_rows(const QTensor *w, QtKernel k) {
     if (qt_gemm_min_rows_set) return qt_gemm_min_rows_set;
-    return k == QT_KERNEL_VNNI && qt_groups_per_row(w) == 1 ? 8 : 4;
+    if (k != QT_KERNEL_VNNI) return 4;
+    return qt_groups_per_row(w) == 1 ? 8 : 6;
 }
 
 /* Formats the GEMM kernels take: a group must cover whole steps (8 int4 inputs). */
