@@ -1455,12 +1455,12 @@ static void expert_tensor_name(char *buf, size_t n, int layer, int expert, int w
 }
 
 /* Finds and checks every expert's tensors (names, shapes, formats, stamps); reads no payload. */
-static void expert_sources_init(ExpertStore *st, Loader *ld) {
-    const Config *c = st->c;
+static void expert_sources_init(ExpertStore *store, Loader *ld) {
+    const Config *c = store->c;
     const int E = c->n_experts, I = c->moe_inter, H = c->hidden;
-    st->sources = xcalloc((size_t)st->n_layers * E, sizeof(ExpertSource));
+    store->sources = xcalloc((size_t)store->n_layers * E, sizeof(ExpertSource));
     int seen_quantized = 0, seen_float = 0;
-    for (int l = 0; l < st->n_layers; l++) {
+    for (int l = 0; l < store->n_layers; l++) {
         if (c->layer_dense[l]) continue;
         char fused_name[256], down_name[256];
         snprintf(fused_name, sizeof fused_name, "model.layers.%d.mlp.experts.gate_up_proj", l);
@@ -1473,10 +1473,10 @@ static void expert_sources_init(ExpertStore *st, Loader *ld) {
             if (fused_down->ndim != 3 || fused_down->shape[0] != E || fused_down->shape[1] != H || fused_down->shape[2] != I)
                 die("%s: tensor %s must have shape [%d, %d, %d]", st_file_path(ld->index, fused_down->file), down_name, E, H, I);
             if (fused->dtype == ST_U8 || fused->dtype == ST_I8) die("%s: fused expert tensors must be float", fused_name);
-            st->c = c;
+            store->c = c;
         }
         for (int e = 0; e < E; e++) {
-            ExpertSource *src = &st->sources[(size_t)l * E + e];
+            ExpertSource *src = &store->sources[(size_t)l * E + e];
             const int64_t rows[3] = { I, I, H }, cols[3] = { H, H, I };
             for (int k = 0; k < 3; k++) {
                 src->rows[k] = rows[k];
@@ -1484,8 +1484,8 @@ static void expert_sources_init(ExpertStore *st, Loader *ld) {
                 if (fused) {
                     src->data[k] = k < 2 ? fused : fused_down;
                     src->fused_row0[k] = k == 0 ? (int64_t)e * 2 * I : k == 1 ? (int64_t)e * 2 * I + I : (int64_t)e * H;
-                    src->format[k] = format_for_bits(st->expert_bits, st->group);
-                    src->group[k] = st->group;
+                    src->format[k] = format_for_bits(store->expert_bits, store->group);
+                    src->group[k] = store->group;
                     seen_float = 1;
                     continue;
                 }
@@ -1503,8 +1503,8 @@ static void expert_sources_init(ExpertStore *st, Loader *ld) {
                     if (t->ndim != 2 || t->shape[0] != rows[k] || t->shape[1] != cols[k])
                         die("%s: tensor %s must have shape [%lld, %lld]", file, name, (long long)rows[k], (long long)cols[k]);
                     if (t->dtype == ST_U8 || t->dtype == ST_I8) die("%s: tensor %s is %s but has no %s", file, name, st_dtype_name(t->dtype), qs_name);
-                    src->format[k] = format_for_bits(st->expert_bits, st->group);
-                    src->group[k] = st->group;
+                    src->format[k] = format_for_bits(store->expert_bits, store->group);
+                    src->group[k] = store->group;
                     seen_float = 1;
                 }
             }
@@ -1520,22 +1520,22 @@ static void expert_sources_init(ExpertStore *st, Loader *ld) {
         }
     }
     if (seen_quantized && seen_float) die("%s: some routed experts are pre-quantized and some are float; convert the whole model", ld->dir);
-    st->prequantized = seen_quantized;
-    if (!st->prequantized && st->io_mode == IO_DIRECT && !st->direct_forced) st->io_mode = IO_PREAD;
-    if (!st->prequantized && (st->io_mode == IO_DIRECT || st->io_mode == IO_MMAP))
+    store->prequantized = seen_quantized;
+    if (!store->prequantized && store->io_mode == IO_DIRECT && !store->direct_forced) store->io_mode = IO_PREAD;
+    if (!store->prequantized && (store->io_mode == IO_DIRECT || store->io_mode == IO_MMAP))
         die("%s=1 needs pre-quantized experts (NAME + NAME.qs); this model's experts are float: convert it with "
-            "tools/convert_fp8_to_int4.py", st->io_mode == IO_DIRECT ? "DIRECT" : "MMAP");
+            "tools/convert_fp8_to_int4.py", store->io_mode == IO_DIRECT ? "DIRECT" : "MMAP");
 }
 
 /* Bytes of one expert slot: the largest expert's payload span (+ O_DIRECT alignment slack), or
    its three quantized tensors when the source is float. */
-static void expert_slot_sizes(ExpertStore *st, size_t *slab, size_t *scales) {
-    const int E = st->c->n_experts;
+static void expert_slot_sizes(ExpertStore *store, size_t *slab, size_t *scales) {
+    const int E = store->c->n_experts;
     size_t max_slab = 0, max_scales = 0;
-    for (int l = 0; l < st->n_layers; l++) {
-        if (st->c->layer_dense[l]) continue;
+    for (int l = 0; l < store->n_layers; l++) {
+        if (store->c->layer_dense[l]) continue;
         for (int e = 0; e < E; e++) {
-            const ExpertSource *src = &st->sources[(size_t)l * E + e];
+            const ExpertSource *src = &store->sources[(size_t)l * E + e];
             size_t data = 0, sc = 0;
             for (int k = 0; k < 3; k++) {
                 if (src->scales[k]) {
@@ -1558,8 +1558,8 @@ static void expert_slot_sizes(ExpertStore *st, size_t *slab, size_t *scales) {
     }
     /* room for O_DIRECT alignment slack around each of up to four reads */
     /* MMAP needs no slab, but an expert's mapped pages count in RSS until it is evicted */
-    st->mapped_expert_bytes = max_slab;
-    *slab = st->io_mode == IO_MMAP ? 0 : max_slab + 8 * DIRECT_ALIGN;
+    store->mapped_expert_bytes = max_slab;
+    *slab = store->io_mode == IO_MMAP ? 0 : max_slab + 8 * DIRECT_ALIGN;
     *scales = max_scales;
 }
 
@@ -1576,15 +1576,15 @@ static int pread_all(int fd, void *dst, size_t n, uint64_t off, size_t *got) {
 }
 
 /* Reads file bytes [off, off+n) into buf in the store's I/O mode; returns where they start. */
-static uint8_t *expert_read_span(ExpertStore *st, int file, uint64_t off, uint64_t n, uint8_t *buf, size_t cap,
+static uint8_t *expert_read_span(ExpertStore *store, int file, uint64_t off, uint64_t n, uint8_t *buf, size_t cap,
                                  char *err, size_t err_len) {
-    const char *path = st_file_path(st->index, file);
+    const char *path = st_file_path(store->index, file);
     size_t got = 0;
-    if (st->io_mode == IO_DIRECT) {
+    if (store->io_mode == IO_DIRECT) {
         uint64_t start = off / DIRECT_ALIGN * DIRECT_ALIGN;
         uint64_t end = (off + n + DIRECT_ALIGN - 1) / DIRECT_ALIGN * DIRECT_ALIGN;
         if (end - start > cap) { snprintf(err, err_len, "%s: expert span of %llu bytes exceeds its slot", path, (unsigned long long)n); return NULL; }
-        if (pread_all(st->direct_fds[file], buf, (size_t)(end - start), start, &got) || got < off + n - start) {
+        if (pread_all(store->direct_fds[file], buf, (size_t)(end - start), start, &got) || got < off + n - start) {
             snprintf(err, err_len, "%s: O_DIRECT read of %llu bytes at %llu failed: %s", path, (unsigned long long)(end - start),
                      (unsigned long long)start, got < off + n - start ? "file is shorter than its header says" : strerror(errno));
             return NULL;
@@ -1592,48 +1592,48 @@ static uint8_t *expert_read_span(ExpertStore *st, int file, uint64_t off, uint64
         return buf + (off - start);
     }
     if (n > cap) { snprintf(err, err_len, "%s: expert span of %llu bytes exceeds its slot", path, (unsigned long long)n); return NULL; }
-    int fd = st_file_fd(st->index, file);
+    int fd = st_file_fd(store->index, file);
     if (pread_all(fd, buf, (size_t)n, off, &got) || got != n) {
         snprintf(err, err_len, "%s: read of %llu bytes at %llu failed: %s", path, (unsigned long long)n, (unsigned long long)off,
                  got != n ? "file is shorter than its header says" : strerror(errno));
         return NULL;
     }
-    if (st->io_mode == IO_DROP) posix_fadvise(fd, (off_t)off, (off_t)n, POSIX_FADV_DONTNEED);
+    if (store->io_mode == IO_DROP) posix_fadvise(fd, (off_t)off, (off_t)n, POSIX_FADV_DONTNEED);
     return buf;
 }
 
 /* Brings expert `e` of `layer` into `slot`. Runs on the I/O thread (or inline). */
-static int expert_load(ExpertStore *st, int layer, int e, ExpertSlot *slot) {
-    const ExpertSource *src = &st->sources[(size_t)layer * st->c->n_experts + e];
+static int expert_load(ExpertStore *store, int layer, int e, ExpertSlot *slot) {
+    const ExpertSource *src = &store->sources[(size_t)layer * store->c->n_experts + e];
     QTensor *w[3] = { &slot->w.gate, &slot->w.up, &slot->w.down };
     char *err = slot->error;
     const size_t err_len = sizeof slot->error;
     double t0 = now_seconds();
     double bytes = 0;
-    if (!st->prequantized) {
+    if (!store->prequantized) {
         /* float source: read f32 rows, quantize into the slot's own memory */
         uint8_t *p = slot->slab;
         float *sp = slot->scale_buf;
         for (int k = 0; k < 3; k++) {
             QtFormat f = src->format[k];
             *w[k] = qt_view(f, src->group[k], src->rows[k], src->cols[k], p, f == QT_F32 ? NULL : sp);
-            if (st_read_f32_rows(st->index, src->data[k], src->fused_row0[k], src->rows[k], st->staging, err, err_len)) return -1;
-            int64_t bad = first_nonfinite(st->staging, src->rows[k] * src->cols[k]);
+            if (st_read_f32_rows(store->index, src->data[k], src->fused_row0[k], src->rows[k], store->staging, err, err_len)) return -1;
+            int64_t bad = first_nonfinite(store->staging, src->rows[k] * src->cols[k]);
             if (bad >= 0) {
-                snprintf(err, err_len, "%s: tensor %s: value at row %lld is not finite", st_file_path(st->index, src->data[k]->file),
+                snprintf(err, err_len, "%s: tensor %s: value at row %lld is not finite", st_file_path(store->index, src->data[k]->file),
                          src->data[k]->name, (long long)(src->fused_row0[k] + bad / src->cols[k]));
                 return -1;
             }
-            qt_quantize_rows(w[k], 0, src->rows[k], st->staging);
+            qt_quantize_rows(w[k], 0, src->rows[k], store->staging);
             p += (size_t)(src->rows[k] * w[k]->row_bytes + 63) / 64 * 64;
             if (f != QT_F32) sp += src->rows[k] * qt_groups_per_row(w[k]);
             bytes += (double)src->rows[k] * src->cols[k] * st_dtype_size(src->data[k]->dtype);
         }
-    } else if (st->io_mode == IO_MMAP) {
+    } else if (store->io_mode == IO_MMAP) {
         for (int k = 0; k < 3; k++) {
             const StTensor *d = src->data[k], *q = src->scales[k];
             *w[k] = qt_view(src->format[k], src->group[k], src->rows[k], src->cols[k],
-                                st->maps[d->file] + d->offset, (float *)(st->maps[q->file] + q->offset));
+                                store->maps[d->file] + d->offset, (float *)(store->maps[q->file] + q->offset));
             bytes += d->nbytes + q->nbytes;
         }
         const StTensor *first = src->data[0];
@@ -1642,10 +1642,10 @@ static int expert_load(ExpertStore *st, int layer, int e, ExpertSlot *slot) {
         slot->mapped_len = src->data_adjacent ? src->data[2]->offset + src->data[2]->nbytes - first->offset : first->nbytes;
         /* fault the span in now, on the I/O thread, rather than during the matmul */
         uint64_t page = 4096, a = slot->mapped_off / page * page;
-        madvise(st->maps[first->file] + a, slot->mapped_off + slot->mapped_len - a, MADV_WILLNEED);
+        madvise(store->maps[first->file] + a, slot->mapped_off + slot->mapped_len - a, MADV_WILLNEED);
         volatile uint8_t sink = 0;
         for (int k = 0; k < 3; k++)
-            for (uint64_t i = 0; i < src->data[k]->nbytes; i += page) sink ^= st->maps[src->data[k]->file][src->data[k]->offset + i];
+            for (uint64_t i = 0; i < src->data[k]->nbytes; i += page) sink ^= store->maps[src->data[k]->file][src->data[k]->offset + i];
         (void)sink;
     } else {
         uint8_t *base[3];
@@ -1654,7 +1654,7 @@ static int expert_load(ExpertStore *st, int layer, int e, ExpertSlot *slot) {
             /* the converter's layout: gate, up, down payloads, then their scales: ONE read */
             const StTensor *d0 = src->data[0], *q2 = src->scales[2];
             uint64_t span = q2->offset + q2->nbytes - d0->offset;
-            uint8_t *p = expert_read_span(st, d0->file, d0->offset, span, slot->slab, st->slab_bytes, err, err_len);
+            uint8_t *p = expert_read_span(store, d0->file, d0->offset, span, slot->slab, store->slab_bytes, err, err_len);
             if (!p) return -1;
             for (int k = 0; k < 3; k++) {
                 base[k] = p + (src->data[k]->offset - d0->offset);
@@ -1668,7 +1668,7 @@ static int expert_load(ExpertStore *st, int layer, int e, ExpertSlot *slot) {
         } else if (src->data_adjacent) {
             const StTensor *d0 = src->data[0];
             uint64_t span = src->data[2]->offset + src->data[2]->nbytes - d0->offset;
-            uint8_t *p = expert_read_span(st, d0->file, d0->offset, span, slot->slab, st->slab_bytes, err, err_len);
+            uint8_t *p = expert_read_span(store, d0->file, d0->offset, span, slot->slab, store->slab_bytes, err, err_len);
             if (!p) return -1;
             for (int k = 0; k < 3; k++) base[k] = p + (src->data[k]->offset - d0->offset);
             bytes += span;
@@ -1677,7 +1677,7 @@ static int expert_load(ExpertStore *st, int layer, int e, ExpertSlot *slot) {
             size_t used = 0;
             for (int k = 0; k < 3; k++) {
                 const StTensor *d = src->data[k];
-                base[k] = expert_read_span(st, d->file, d->offset, d->nbytes, slot->slab + used, st->slab_bytes - used, err, err_len);
+                base[k] = expert_read_span(store, d->file, d->offset, d->nbytes, slot->slab + used, store->slab_bytes - used, err, err_len);
                 if (!base[k]) return -1;
                 used += (size_t)((d->nbytes + 2 * DIRECT_ALIGN) / DIRECT_ALIGN * DIRECT_ALIGN);
                 bytes += d->nbytes;
@@ -1690,8 +1690,8 @@ static int expert_load(ExpertStore *st, int layer, int e, ExpertSlot *slot) {
             if (k > 0 && src->scales_adjacent) { sbase[k] = sbase[0] + (q->offset - src->scales[0]->offset) / sizeof(float); continue; }
             uint64_t n = src->scales_adjacent ? src->scales[2]->offset + src->scales[2]->nbytes - q->offset : q->nbytes;
             size_t got;
-            if (pread_all(st_file_fd(st->index, q->file), (uint8_t *)slot->scale_buf + used, (size_t)n, q->offset, &got) || got != n) {
-                snprintf(err, err_len, "%s: reading scales of layer %d expert %d failed", st_file_path(st->index, q->file), layer, e);
+            if (pread_all(st_file_fd(store->index, q->file), (uint8_t *)slot->scale_buf + used, (size_t)n, q->offset, &got) || got != n) {
+                snprintf(err, err_len, "%s: reading scales of layer %d expert %d failed", st_file_path(store->index, q->file), layer, e);
                 return -1;
             }
             sbase[k] = (float *)((uint8_t *)slot->scale_buf + used);
@@ -1701,50 +1701,50 @@ static int expert_load(ExpertStore *st, int layer, int e, ExpertSlot *slot) {
         for (int k = 0; k < 3; k++)
             *w[k] = qt_view(src->format[k], src->group[k], src->rows[k], src->cols[k], base[k], sbase[k]);
     }
-    for (int k = 0; k < 3 && st->prequantized; k++) {
+    for (int k = 0; k < 3 && store->prequantized; k++) {
         int64_t bad = first_bad_scale(w[k]->scales, st_numel(src->scales[k]));
         if (bad >= 0) {
             snprintf(err, err_len, "%s: tensor %s.qs: scale %lld is %g (must be finite and >= 0)",
-                     st_file_path(st->index, src->scales[k]->file), src->data[k]->name, (long long)bad, w[k]->scales[bad]);
+                     st_file_path(store->index, src->scales[k]->file), src->data[k]->name, (long long)bad, w[k]->scales[bad]);
             return -1;
         }
     }
-    pthread_mutex_lock(&st->lock);
-    st->bytes_read += bytes;
-    st->read_seconds += now_seconds() - t0;
-    pthread_mutex_unlock(&st->lock);
+    pthread_mutex_lock(&store->lock);
+    store->bytes_read += bytes;
+    store->read_seconds += now_seconds() - t0;
+    pthread_mutex_unlock(&store->lock);
     return 0;
 }
 
 static void *expert_io_thread(void *arg) {
-    ExpertStore *st = arg;
-    pthread_mutex_lock(&st->lock);
+    ExpertStore *store = arg;
+    pthread_mutex_lock(&store->lock);
     for (;;) {
-        while (st->queue_head == st->queue_tail && !st->io_stop) pthread_cond_wait(&st->work, &st->lock);
-        if (st->io_stop) break;
-        LoadJob job = st->queue[st->queue_head % st->queue_cap];
-        pthread_mutex_unlock(&st->lock);
-        ExpertSlot *slot = &st->caches[job.layer].slots[job.slot];
-        slot->failed = expert_load(st, job.layer, slot->expert, slot) != 0;
-        pthread_mutex_lock(&st->lock);
+        while (store->queue_head == store->queue_tail && !store->io_stop) pthread_cond_wait(&store->work, &store->lock);
+        if (store->io_stop) break;
+        LoadJob job = store->queue[store->queue_head % store->queue_cap];
+        pthread_mutex_unlock(&store->lock);
+        ExpertSlot *slot = &store->caches[job.layer].slots[job.slot];
+        slot->failed = expert_load(store, job.layer, slot->expert, slot) != 0;
+        pthread_mutex_lock(&store->lock);
         slot->ready = 1;
-        st->queue_head++;
-        pthread_cond_broadcast(&st->done);
+        store->queue_head++;
+        pthread_cond_broadcast(&store->done);
     }
-    pthread_mutex_unlock(&st->lock);
+    pthread_mutex_unlock(&store->lock);
     return NULL;
 }
 
 /* Allocates the slots (once, faulted in) and starts the I/O thread. */
-static void expert_store_start(ExpertStore *st, int slots_per_layer) {
-    const int E = st->c->n_experts;
-    st->slots_per_layer = slots_per_layer;
-    st->caches = xcalloc((size_t)st->n_layers, sizeof(LayerCache));
+static void expert_store_start(ExpertStore *store, int slots_per_layer) {
+    const int E = store->c->n_experts;
+    store->slots_per_layer = slots_per_layer;
+    store->caches = xcalloc((size_t)store->n_layers, sizeof(LayerCache));
     int moe_layers = 0;
-    for (int l = 0; l < st->n_layers; l++) moe_layers += !st->c->layer_dense[l];
+    for (int l = 0; l < store->n_layers; l++) moe_layers += !store->c->layer_dense[l];
     /* one huge-page-backed arena for every slab: 2 MiB pages make O_DIRECT requests 4x larger
        and fresh-page faults (expensive on these VMs) happen here, once */
-    size_t slab_stride = (st->slab_bytes + 4095) / 4096 * 4096;
+    size_t slab_stride = (store->slab_bytes + 4095) / 4096 * 4096;
     size_t arena_bytes = slab_stride * (size_t)slots_per_layer * (size_t)moe_layers;
     uint8_t *arena = NULL;
     if (arena_bytes) {
@@ -1759,67 +1759,67 @@ static void expert_store_start(ExpertStore *st, int slots_per_layer) {
         fprintf(stderr, "glm: expert slots: %.2f GB faulted in in %.2f s\n", arena_bytes / 1e9, now_seconds() - t0);
     }
     size_t used = 0;
-    for (int l = 0; l < st->n_layers; l++) {
-        if (st->c->layer_dense[l]) continue;
-        LayerCache *lc = &st->caches[l];
+    for (int l = 0; l < store->n_layers; l++) {
+        if (store->c->layer_dense[l]) continue;
+        LayerCache *lc = &store->caches[l];
         if (tier_lru_init(&lc->lru, slots_per_layer, E)) die("out of memory for the expert cache");
-        lc->lru.policy = st->policy;
+        lc->lru.policy = store->policy;
         lc->slots = xcalloc((size_t)slots_per_layer, sizeof(ExpertSlot));
         lc->busy = xcalloc((size_t)slots_per_layer, 1);
         lc->avoid = xcalloc((size_t)slots_per_layer, 1);
         for (int s = 0; s < slots_per_layer; s++) {
             lc->slots[s].slab = arena ? arena + used : NULL;
             used += slab_stride;
-            lc->slots[s].scale_buf = st->scale_bytes ? xcalloc(st->scale_bytes / sizeof(float) + 16, sizeof(float)) : NULL;
+            lc->slots[s].scale_buf = store->scale_bytes ? xcalloc(store->scale_bytes / sizeof(float) + 16, sizeof(float)) : NULL;
             lc->slots[s].expert = -1;
         }
     }
-    if (!st->prequantized) {
-        size_t most = (size_t)st->c->moe_inter * st->c->hidden;
-        st->staging = xmalloc(most * sizeof(float));
+    if (!store->prequantized) {
+        size_t most = (size_t)store->c->moe_inter * store->c->hidden;
+        store->staging = xmalloc(most * sizeof(float));
     }
-    st->queue_cap = E + 1;
-    st->queue = xcalloc((size_t)st->queue_cap, sizeof(LoadJob));
-    pthread_mutex_init(&st->lock, NULL);
-    pthread_cond_init(&st->work, NULL);
-    pthread_cond_init(&st->done, NULL);
-    if (pthread_create(&st->io_thread, NULL, expert_io_thread, st)) die("cannot start the expert I/O thread");
-    st->io_started = 1;
+    store->queue_cap = E + 1;
+    store->queue = xcalloc((size_t)store->queue_cap, sizeof(LoadJob));
+    pthread_mutex_init(&store->lock, NULL);
+    pthread_cond_init(&store->work, NULL);
+    pthread_cond_init(&store->done, NULL);
+    if (pthread_create(&store->io_thread, NULL, expert_io_thread, store)) die("cannot start the expert I/O thread");
+    store->io_started = 1;
 }
 
-static void expert_store_stop(ExpertStore *st) {
-    if (!st->io_started) return;
-    pthread_mutex_lock(&st->lock);
-    st->io_stop = 1;
-    pthread_cond_broadcast(&st->work);
-    pthread_mutex_unlock(&st->lock);
-    pthread_join(st->io_thread, NULL);
-    st->io_started = 0;
+static void expert_store_stop(ExpertStore *store) {
+    if (!store->io_started) return;
+    pthread_mutex_lock(&store->lock);
+    store->io_stop = 1;
+    pthread_cond_broadcast(&store->work);
+    pthread_mutex_unlock(&store->lock);
+    pthread_join(store->io_thread, NULL);
+    store->io_started = 0;
 }
 
 /* Puts `expert` into a slot of `layer` that `avoid` does not mark and queues its load; -1 when
    there is none. */
-static int expert_schedule_load(ExpertStore *st, int layer, int expert, const unsigned char *avoid) {
-    LayerCache *lc = &st->caches[layer];
+static int expert_schedule_load(ExpertStore *store, int layer, int expert, const unsigned char *avoid) {
+    LayerCache *lc = &store->caches[layer];
     int slot = tier_lru_victim(&lc->lru, avoid);
     if (slot < 0) return -1;
     ExpertSlot *sl = &lc->slots[slot];
-    if (st->io_mode == IO_MMAP && sl->expert >= 0 && sl->mapped_len) {
+    if (store->io_mode == IO_MMAP && sl->expert >= 0 && sl->mapped_len) {
         uint64_t a = sl->mapped_off / 4096 * 4096;   /* drop the evicted expert's pages from our RSS */
-        madvise(st->maps[sl->mapped_file] + a, sl->mapped_off + sl->mapped_len - a, MADV_DONTNEED);
+        madvise(store->maps[sl->mapped_file] + a, sl->mapped_off + sl->mapped_len - a, MADV_DONTNEED);
     }
     tier_lru_assign(&lc->lru, slot, expert);
     lc->busy[slot] = 1;
-    pthread_mutex_lock(&st->lock);
+    pthread_mutex_lock(&store->lock);
     sl->expert = expert;
     sl->ready = 0;
     sl->failed = 0;
-    sl->loaded_in_step = st->step;
-    st->queue[st->queue_tail % st->queue_cap] = (LoadJob){ layer, slot };
-    st->queue_tail++;
-    pthread_cond_signal(&st->work);
-    pthread_mutex_unlock(&st->lock);
-    st->misses++;
+    sl->loaded_in_step = store->step;
+    store->queue[store->queue_tail % store->queue_cap] = (LoadJob){ layer, slot };
+    store->queue_tail++;
+    pthread_cond_signal(&store->work);
+    pthread_mutex_unlock(&store->lock);
+    store->misses++;
     return slot;
 }
 
@@ -1827,13 +1827,13 @@ static int expert_schedule_load(ExpertStore *st, int layer, int expert, const un
    so the disk works while the CPU computes. Two rules keep every later expert_acquire able to
    find a slot: at most slots-1 cached experts are pinned, and a prefetch never evicts an expert
    of this step. Whatever does not fit loads on demand in expert_acquire. */
-static void expert_prefetch(ExpertStore *st, int layer, const int *experts, int n) {
-    LayerCache *lc = &st->caches[layer];
+static void expert_prefetch(ExpertStore *store, int layer, const int *experts, int n) {
+    LayerCache *lc = &store->caches[layer];
     const int nslots = lc->lru.n_slots;
-    st->step++;
+    store->step++;
     int pinned = 0;
     for (int i = 0; i < n; i++) {
-        st->route_counts[(size_t)layer * st->n_experts + experts[i]]++;
+        store->route_counts[(size_t)layer * store->n_experts + experts[i]]++;
         tier_note_request(&lc->lru, experts[i]);
         int slot = lc->lru.expert_slot[experts[i]];
         if (slot >= 0 && pinned < nslots - 1) { lc->busy[slot] = 1; pinned++; }
@@ -1845,37 +1845,37 @@ static void expert_prefetch(ExpertStore *st, int layer, const int *experts, int 
     }
     for (int i = 0; i < n; i++) {
         if (lc->lru.expert_slot[experts[i]] >= 0) continue;
-        int slot = expert_schedule_load(st, layer, experts[i], lc->avoid);
+        int slot = expert_schedule_load(store, layer, experts[i], lc->avoid);
         if (slot < 0) break;
         lc->avoid[slot] = 1;
     }
 }
 
-static const FfnWeights *expert_acquire(ExpertStore *st, int layer, int expert) {
-    LayerCache *lc = &st->caches[layer];
+static const FfnWeights *expert_acquire(ExpertStore *store, int layer, int expert) {
+    LayerCache *lc = &store->caches[layer];
     int slot = lc->lru.expert_slot[expert];
     if (slot < 0) {
-        slot = expert_schedule_load(st, layer, expert, lc->busy);
+        slot = expert_schedule_load(store, layer, expert, lc->busy);
         if (slot < 0) die("internal: no free expert slot in layer %d", layer);
     } else {
         tier_lru_lookup(&lc->lru, expert);
-        if (lc->slots[slot].loaded_in_step != st->step) st->hits++;
+        if (lc->slots[slot].loaded_in_step != store->step) store->hits++;
     }
     lc->busy[slot] = 1;
     ExpertSlot *sl = &lc->slots[slot];
-    pthread_mutex_lock(&st->lock);
+    pthread_mutex_lock(&store->lock);
     if (!sl->ready) {
         double t0 = now_seconds();
-        while (!sl->ready) pthread_cond_wait(&st->done, &st->lock);
-        st->wait_seconds += now_seconds() - t0;
+        while (!sl->ready) pthread_cond_wait(&store->done, &store->lock);
+        store->wait_seconds += now_seconds() - t0;
     }
-    pthread_mutex_unlock(&st->lock);
+    pthread_mutex_unlock(&store->lock);
     if (sl->failed) die("loading layer %d expert %d: %s", layer, expert, sl->error);
     return &sl->w;
 }
 
-static void expert_release(ExpertStore *st, int layer, int expert) {
-    LayerCache *lc = &st->caches[layer];
+static void expert_release(ExpertStore *store, int layer, int expert) {
+    LayerCache *lc = &store->caches[layer];
     int slot = lc->lru.expert_slot[expert];
     if (slot >= 0) lc->busy[slot] = 0;
 }
@@ -2166,19 +2166,19 @@ static void model_load(Model *m, const Settings *set) {
         }
     }
     m->layers = xcalloc((size_t)nl, sizeof(Layer));
-    ExpertStore *st = &m->experts;
-    st->c = c;
-    st->index = m->index;
-    st->n_layers = c->n_layers + c->n_mtp;
-    st->n_experts = c->n_experts;
-    st->io_mode = io_mode_from_settings(set->direct, set->drop, set->mmap_mode);
-    st->direct_forced = set->direct == 1;
-    st->policy = (TierPolicy)set->cache_policy;
-    st->expert_bits = set->expert_bits;
-    st->group = set->group;
-    st->route_counts = xcalloc((size_t)st->n_layers * c->n_experts, sizeof(long long));
-    expert_sources_init(st, &ld);
-    expert_slot_sizes(st, &st->slab_bytes, &st->scale_bytes);
+    ExpertStore *store = &m->experts;
+    store->c = c;
+    store->index = m->index;
+    store->n_layers = c->n_layers + c->n_mtp;
+    store->n_experts = c->n_experts;
+    store->io_mode = io_mode_from_settings(set->direct, set->drop, set->mmap_mode);
+    store->direct_forced = set->direct == 1;
+    store->policy = (TierPolicy)set->cache_policy;
+    store->expert_bits = set->expert_bits;
+    store->group = set->group;
+    store->route_counts = xcalloc((size_t)store->n_layers * c->n_experts, sizeof(long long));
+    expert_sources_init(store, &ld);
+    expert_slot_sizes(store, &store->slab_bytes, &store->scale_bytes);
     load_matrix(&ld, "model.embed_tokens.weight", c->vocab, c->hidden, set->dense_bits, &m->embed);
     const int show_progress = isatty(2);
     for (int l = 0; l < nl; l++) {
@@ -2194,30 +2194,30 @@ static void model_load(Model *m, const Settings *set) {
     for (int j = 0; j < half; j++)
         m->inv_freq[j] = 1.0f / powf(c->rope_theta, (float)(2 * j) / (float)c->qk_rope);
     m->resident_bytes = ld.resident_bytes;
-    if (st->io_mode == IO_DIRECT || st->io_mode == IO_MMAP) {
+    if (store->io_mode == IO_DIRECT || store->io_mode == IO_MMAP) {
         int nfiles = st_file_count(m->index);
-        st->direct_fds = xcalloc((size_t)nfiles, sizeof(int));
-        st->maps = xcalloc((size_t)nfiles, sizeof(uint8_t *));
-        st->map_len = xcalloc((size_t)nfiles, sizeof(uint64_t));
+        store->direct_fds = xcalloc((size_t)nfiles, sizeof(int));
+        store->maps = xcalloc((size_t)nfiles, sizeof(uint8_t *));
+        store->map_len = xcalloc((size_t)nfiles, sizeof(uint64_t));
         for (int f = 0; f < nfiles; f++) {
             const char *path = st_file_path(m->index, f);
-            if (st->io_mode == IO_DIRECT) {
-                st->direct_fds[f] = open(path, O_RDONLY | O_DIRECT);
-                if (st->direct_fds[f] < 0 && !st->direct_forced) {   /* e.g. tmpfs: auto mode falls back */
+            if (store->io_mode == IO_DIRECT) {
+                store->direct_fds[f] = open(path, O_RDONLY | O_DIRECT);
+                if (store->direct_fds[f] < 0 && !store->direct_forced) {   /* e.g. tmpfs: auto mode falls back */
                     fprintf(stderr, "glm: note: %s cannot be opened with O_DIRECT (%s); experts are read with buffered pread\n",
                             path, strerror(errno));
-                    for (int g = 0; g < f; g++) close(st->direct_fds[g]);
-                    st->io_mode = IO_PREAD;
+                    for (int g = 0; g < f; g++) close(store->direct_fds[g]);
+                    store->io_mode = IO_PREAD;
                     break;
                 }
-                if (st->direct_fds[f] < 0) die("%s: cannot open with O_DIRECT: %s (DIRECT=0 reads with buffered pread)", path, strerror(errno));
+                if (store->direct_fds[f] < 0) die("%s: cannot open with O_DIRECT: %s (DIRECT=0 reads with buffered pread)", path, strerror(errno));
             } else {
                 off_t size = lseek(st_file_fd(m->index, f), 0, SEEK_END);
                 void *map = mmap(NULL, (size_t)size, PROT_READ, MAP_SHARED, st_file_fd(m->index, f), 0);
                 if (map == MAP_FAILED) die("%s: mmap failed: %s", path, strerror(errno));
                 madvise(map, (size_t)size, MADV_RANDOM);
-                st->maps[f] = map;
-                st->map_len[f] = (uint64_t)size;
+                store->maps[f] = map;
+                store->map_len[f] = (uint64_t)size;
             }
         }
     }
@@ -3035,16 +3035,16 @@ static void print_hit_rate(char *buf, size_t n, long long hits, long long misses
 
 /* The stats line after a prompt-mode answer and after each chat turn. */
 static void print_turn_stats(const Dialog *d, const TurnStats *ts) {
-    const ExpertStore *st = &d->model->experts;
+    const ExpertStore *store = &d->model->experts;
     char hit[32];
-    print_hit_rate(hit, sizeof hit, st->hits - ts->hits0, st->misses - ts->misses0);
+    print_hit_rate(hit, sizeof hit, store->hits - ts->hits0, store->misses - ts->misses0);
     char speed[32] = "-";
     if (ts->forwards && ts->decode_seconds > 0) snprintf(speed, sizeof speed, "%.2f", ts->forwards / ts->decode_seconds);
-    const double mb = (st->bytes_read - ts->bytes0) / 1e6, rs = st->read_seconds - ts->read_seconds0;
+    const double mb = (store->bytes_read - ts->bytes0) / 1e6, rs = store->read_seconds - ts->read_seconds0;
     fprintf(stderr, "glm: [%d prompt tokens, prefill %.3f s | %d tokens, decode %s tok/s | expert hit %s, read %.0f MB "
                     "(%.2f GB/s), waited on disk %.2f s | peak RSS %.2f GB | context %d/%d | stop: %s]\n",
             ts->prompt_tokens, ts->prefill_seconds, ts->generated, speed, hit, mb, rs > 0 ? mb / 1e3 / rs : 0.0,
-            st->wait_seconds - ts->wait_seconds0, peak_rss_gb(), d->pos, d->session->capacity, STOP_NAMES[ts->stop]);
+            store->wait_seconds - ts->wait_seconds0, peak_rss_gb(), d->pos, d->session->capacity, STOP_NAMES[ts->stop]);
 }
 
 /* ---- terminal input: a small line editor --------------------------------------------------- */
@@ -3410,9 +3410,9 @@ static void chat_print_help(void) {
 }
 
 static void chat_print_totals(const Dialog *d, const Settings *set, int think) {
-    const ExpertStore *st = &d->model->experts;
+    const ExpertStore *store = &d->model->experts;
     char hit[32];
-    print_hit_rate(hit, sizeof hit, st->hits, st->misses);
+    print_hit_rate(hit, sizeof hit, store->hits, store->misses);
     fprintf(stderr, "glm: context %d/%d tokens | %d replies, %lld tokens, decode %.2f tok/s | expert hit %s since start | "
                     "peak RSS %.2f GB | TEMP %g, NUCLEUS %g, SEED %llu | thinking %s\n",
             d->pos, d->session->capacity, d->replies, d->total_generated,
@@ -3560,13 +3560,13 @@ static double current_rss_bytes(void) { return proc_kb_field("/proc/self/status"
 
 /* Sizes the expert cache from the RAM budget (tier.h), prints the accounting, starts the store. */
 static void plan_expert_cache(Model *m, const Session *s, const Settings *set) {
-    ExpertStore *st = &m->experts;
+    ExpertStore *store = &m->experts;
     const Config *c = &m->c;
     double avail = mem_available_bytes();
     double budget = set->ram_gb > 0 ? set->ram_gb * 1e9 : avail - fmax(1e9, 0.1 * avail);
     if (set->ram_gb <= 0 && avail <= 0) die("cannot read MemAvailable from /proc/meminfo: set RAM_GB");
     int moe_layers = 0;
-    for (int l = 0; l < st->n_layers; l++) moe_layers += !c->layer_dense[l];
+    for (int l = 0; l < store->n_layers; l++) moe_layers += !c->layer_dense[l];
     /* what the process holds besides dense weights and the session: code, libc/OpenMP arenas,
        thread stacks, the tokenizer. Measured now (the session's pages are not touched yet), with
        a floor and some headroom for what comes later (stacks of the I/O thread, stdio). */
@@ -3575,9 +3575,9 @@ static void plan_expert_cache(Model *m, const Session *s, const Settings *set) {
         .budget_bytes = budget,
         /* float experts are read through an f32 staging buffer of one matrix */
         .fixed_bytes = m->resident_bytes + s->bytes + overhead +
-                       (st->prequantized ? 0.0 : (double)c->moe_inter * c->hidden * sizeof(float)),
+                       (store->prequantized ? 0.0 : (double)c->moe_inter * c->hidden * sizeof(float)),
         .reserve_bytes = fmin(fmax(0.02e9, 0.05 * budget), 2e9),
-        .slot_bytes = st->io_mode == IO_MMAP ? (double)st->mapped_expert_bytes : (double)st->slab_bytes + (double)st->scale_bytes,
+        .slot_bytes = store->io_mode == IO_MMAP ? (double)store->mapped_expert_bytes : (double)store->slab_bytes + (double)store->scale_bytes,
         .moe_layers = moe_layers,
         .n_experts = c->n_experts,
         .requested_slots = set->cache_slots_given ? set->cache_slots : 0,
@@ -3606,41 +3606,41 @@ static void plan_expert_cache(Model *m, const Session *s, const Settings *set) {
                             "cache_slots to use them)\n", p.slots_per_layer, most);
     }
     if (moe_layers)
-        fprintf(stderr, "glm: expert I/O: %s, %s experts\n", IO_MODE_NAMES[st->io_mode],
-                st->prequantized ? "pre-quantized" : "float (quantized on every load: convert the model for speed)");
-    if (moe_layers) expert_store_start(st, p.slots_per_layer);
+        fprintf(stderr, "glm: expert I/O: %s, %s experts\n", IO_MODE_NAMES[store->io_mode],
+                store->prequantized ? "pre-quantized" : "float (quantized on every load: convert the model for speed)");
+    if (moe_layers) expert_store_start(store, p.slots_per_layer);
 }
 
 /* One line of expert-streaming statistics. */
 /* PROFILE=1: where the time of the forward passes went. */
-static void print_profile(const Session *s, const ExpertStore *st) {
-    const double moe_other = s->profile.moe - st->wait_seconds - st->compute_seconds;
+static void print_profile(const Session *s, const ExpertStore *store) {
+    const double moe_other = s->profile.moe - store->wait_seconds - store->compute_seconds;
     fprintf(stderr, "PROFILE: %lld forwards, %lld positions | attention %.3f s (indexer %.3f s) | dense MLP %.3f s | "
                     "MoE %.3f s = routed experts %.3f s + disk wait %.3f s + router/shared/combine %.3f s | lm_head %.3f s\n",
             s->profile.forwards, s->profile.positions, s->profile.attention, s->profile.indexer, s->profile.dense_mlp,
-            s->profile.moe, st->compute_seconds, st->wait_seconds, moe_other, s->profile.lm_head);
+            s->profile.moe, store->compute_seconds, store->wait_seconds, moe_other, s->profile.lm_head);
 }
 
-static void print_expert_stats(const ExpertStore *st, double seconds) {
-    long long total = st->hits + st->misses;
+static void print_expert_stats(const ExpertStore *store, double seconds) {
+    long long total = store->hits + store->misses;
     fprintf(stderr, "glm: experts: %lld hits, %lld misses (hit %.1f%%), read %.1f MB in %.3f s (%.2f GB/s while reading), "
                     "waited on disk %.3f s, expert compute %.3f s, run %.3f s, mode %s\n",
-            st->hits, st->misses, total ? 100.0 * st->hits / total : 0.0, st->bytes_read / 1e6, st->read_seconds,
-            st->read_seconds > 0 ? st->bytes_read / st->read_seconds / 1e9 : 0.0, st->wait_seconds, st->compute_seconds,
-            seconds, IO_MODE_NAMES[st->io_mode]);
+            store->hits, store->misses, total ? 100.0 * store->hits / total : 0.0, store->bytes_read / 1e6, store->read_seconds,
+            store->read_seconds > 0 ? store->bytes_read / store->read_seconds / 1e9 : 0.0, store->wait_seconds, store->compute_seconds,
+            seconds, IO_MODE_NAMES[store->io_mode]);
 }
 
 /* Writes routing counts atomically: a kill never leaves half a file. */
-static void write_route_stats(const ExpertStore *st, const char *path) {
+static void write_route_stats(const ExpertStore *store, const char *path) {
     AtomicFile af;
     char err[4400];
     FILE *f = atomic_begin(&af, path, err, sizeof err);
     if (!f) die("STATS=%s: %s", path, err);
     fprintf(f, "# layer expert count\n");
-    for (int l = 0; l < st->n_layers; l++)
-        for (int e = 0; e < st->n_experts; e++)
-            if (st->route_counts[(size_t)l * st->n_experts + e])
-                fprintf(f, "%d %d %lld\n", l, e, st->route_counts[(size_t)l * st->n_experts + e]);
+    for (int l = 0; l < store->n_layers; l++)
+        for (int e = 0; e < store->n_experts; e++)
+            if (store->route_counts[(size_t)l * store->n_experts + e])
+                fprintf(f, "%d %d %lld\n", l, e, store->route_counts[(size_t)l * store->n_experts + e]);
     if (atomic_commit(&af, err, sizeof err)) die("STATS=%s: %s", path, err);
 }
 
@@ -3649,12 +3649,12 @@ static void run_replay(Model *m, Session *s, const ForwardOptions *opt, const Re
     const int V = m->c.vocab, H = m->c.hidden, N = ref->full.n;
     float *hidden = xmalloc((size_t)H * sizeof(float));
     float *logits = xmalloc((size_t)V * sizeof(float));
-    ExpertStore *st = &m->experts;
-    long long h0 = st->hits, m0 = st->misses;
+    ExpertStore *store = &m->experts;
+    long long h0 = store->hits, m0 = store->misses;
     double t0 = now_seconds();
     for (int i = 0; i < N; i++) model_forward(m, s, opt, &ref->full.ids[i], 1, i, hidden, logits, 1);
     double dt = now_seconds() - t0;
-    long long hits = st->hits - h0, total = hits + st->misses - m0;
+    long long hits = store->hits - h0, total = hits + store->misses - m0;
     printf("REPLAY decode: %d tokens in %.3fs | %.3f tok/s | expert hit %.1f%%\n", N, dt, N / dt,
            total ? 100.0 * hits / total : 0.0);
     free(hidden); free(logits);
