@@ -1,5 +1,5 @@
 # glm.c build. `make` builds ./glm for this CPU; `make ARCH=x86-64-v3` builds a portable binary
-# (the integer kernels still pick AVX2 or AVX-512 VNNI at run time from what the CPU supports).
+# (the integer kernels still pick AVX2, AVX-VNNI or AVX-512 VNNI at run time from what the CPU supports).
 CC      ?= gcc
 ARCH    ?= native
 # -ffp-contract=off: no silent FMA contraction, so float results match the scalar reference and the

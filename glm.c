@@ -302,7 +302,7 @@ static const SettingSpec SETTINGS[] = {
     { "STATS",    SET_STR,   "",     0, 0, "write per-(layer, expert) routing counts to this file at exit" },
     { "PROFILE",  SET_BOOL,  "0",    0, 1, "print where the time went (attention, experts, disk wait, lm_head)" },
     { "CACHE_POLICY", SET_STR, "lfu", 0, 0, "which cached expert a miss evicts: lfu (the one the router chose least often, recent use breaks ties) or lru" },
-    { "KERNEL",   SET_STR,   "auto", 0, 0, "integer kernels: auto (best this CPU has), vnni, avx2 or scalar (all give identical results)" },
+    { "KERNEL",   SET_STR,   "auto", 0, 0, "integer kernels: auto (best this CPU has), vnni (AVX-512 VNNI), avxvnni (AVX-VNNI), avx2 or scalar (all give identical results)" },
     { "USAGE",    SET_STR,   "",     0, 0, "routing history that seeds the expert cache and is updated every 256 tokens and at exit: a file, off, or empty for $XDG_CACHE_HOME/glm (else ~/.cache/glm)/usage-<model fingerprint>.bin" },
     { "PLAN",     SET_STR,   "0",    0, 0, "1: print the RAM plan (same accounting as a run), disk needed and projected speeds from config.json and the safetensors headers alone (a folder of files cut after their headers will do), then exit; json: the same as JSON" },
     { "DOCTOR",   SET_BOOL,  "0",    0, 1, "check this machine for SNAP (kernels, cores, RAM, huge pages, O_DIRECT, a short disk read probe, free disk), one line per finding; exit 0 ready, 1 warnings, 2 cannot run" },
@@ -549,7 +549,7 @@ static Settings settings_from_env(int argc, char **argv) {
     if (!strcmp(policy, "lfu")) s.cache_policy = TIER_LFU;
     else if (!strcmp(policy, "lru")) s.cache_policy = TIER_LRU;
     else die("CACHE_POLICY=%s: expected lfu or lru", policy);
-    if (qt_kernel_parse(setting_value("KERNEL"), &s.kernel)) die("KERNEL=%s: expected auto, vnni, avx2 or scalar", setting_value("KERNEL"));
+    if (qt_kernel_parse(setting_value("KERNEL"), &s.kernel)) die("KERNEL=%s: expected auto, vnni, avxvnni, avx2 or scalar", setting_value("KERNEL"));
     if (s.kernel != QT_KERNEL_AUTO && !qt_kernel_supported(s.kernel)) die("KERNEL=%s: this CPU cannot run it", setting_value("KERNEL"));
     s.stats_path = setting_value("STATS");
     s.usage = setting_value("USAGE");
@@ -1092,8 +1092,9 @@ static float *load_vector(Loader *ld, const char *name, int64_t n) {
 /* =============================================================================================
    4. Kernels
    All matrix products go through matmul(): y[S][rows] = x[S][cols] · Wᵀ. quant.h holds the
-   kernels (scalar reference, AVX2, AVX-512 VNNI); each output element has one fixed reduction
-   order, so a row's result never depends on the batch size or the thread count.
+   kernels (scalar reference, AVX2, AVX-VNNI, AVX-512 VNNI; row kernels for decode, GEMM kernels
+   for batches); each output element has one fixed reduction order, so a row's result never
+   depends on the batch size, the thread count or the kernel.
    ============================================================================================= */
 
 static int g_integer_dot = 1;   /* IDOT, set once from Settings before any forward */
@@ -1102,17 +1103,20 @@ static void matmul(float *y, const QTensor *w, const float *x, int S) { qt_matmu
 
 /* A view of rows [row0, row0+n) of a row-major QTensor (no copy): per-head slices of kv_b. */
 static QTensor qt_row_view(const QTensor *t, int64_t row0, int64_t n) {
-    QTensor v = *t;
-    v.rows = n;
-    v.data = t->data + row0 * t->row_bytes;
-    if (t->scales) v.scales = t->scales + row0 * qt_groups_per_row(t);
-    v.owns_memory = 0;
-    return v;
+    return qt_view(t->format, t->group, n, t->cols, t->data + row0 * t->row_bytes,
+                   t->scales ? t->scales + row0 * qt_groups_per_row(t) : NULL);
 }
 
 static float dot(const float *a, const float *b, int n) { return qt_dot_f32(a, b, n); }
 
-static void vec_add(float *y, const float *x, int n) { for (int i = 0; i < n; i++) y[i] += x[i]; }
+/* Per-row work of a batch (norms, RoPE, routing) goes to the threads from this many rows on
+   (below, waking them costs more than the work). */
+enum { ROWS_PARALLEL = 16 };
+
+static void vec_add(float *y, const float *x, int n) {
+    #pragma omp parallel for schedule(static) if (n >= ROWS_PARALLEL * 4096)
+    for (int i = 0; i < n; i++) y[i] += x[i];
+}
 
 /* RMSNorm exactly as §3.2: normalize first, then multiply by the weight; eps inside the sqrt. */
 static void rmsnorm(float *out, const float *x, const float *w, int n, float eps) {
@@ -1194,12 +1198,17 @@ typedef struct {
     float *index_q, *index_w, *index_scores;   /* [max_batch][index_heads*index_dim], [..][heads], [..][capacity] */
     int *selection;          /* [max_batch][index_topk] key positions chosen by the last full layer */
     int *selection_count;    /* [max_batch]; -1 = every causal key */
-    float *head_scores;      /* [capacity] per thread */
+    float *att_qc;           /* absorbed queries of a row chunk: [ATT_ROWS][n_heads][kv_lora] */
+    float *att_z;            /* pooled latents of a row chunk: [n_heads][ATT_ROWS][kv_lora] */
+    float *att_thread;       /* per thread: W_UK of a head, scores of ATT_HEADS heads, W_UV outputs */
+    size_t att_thread_floats;
     float *expanded_kv;      /* explicit prefill: [capacity][n_heads*(qk_nope+v_head)], grown on demand */
     size_t expanded_kv_cap;
     float *ffn_h1, *ffn_h2;  /* [max_batch][max(inter, moe_inter)] */
     float *mtp_in;           /* [max_batch][2*hidden] */
-    int *expert_rows;        /* [max_batch] */
+    int *moe_rows;           /* [max_batch·experts_per_tok] rows of each union expert, grouped by expert */
+    float *moe_weights;      /* [max_batch·experts_per_tok] their routing weights */
+    int *moe_first;          /* [n_experts + 1] where each union expert's rows start */
     float *expert_x, *expert_y;
     int *chosen;             /* [max_batch][experts_per_tok] */
     int *union_experts;      /* [n_experts] distinct experts of one MoE step, ascending */
@@ -1210,6 +1219,10 @@ typedef struct {
     int progress;            /* show prefill progress on stderr (a terminal) */
     struct { double attention, indexer, dense_mlp, moe, lm_head; long long forwards, positions; } profile;   /* seconds */
 } Session;
+
+/* The absorbed attention works on chunks of ATT_ROWS query rows, and per row on groups of
+   ATT_HEADS heads (one work item: the visible keys are read once per group, not once per head). */
+enum { ATT_ROWS = 16, ATT_HEADS = 16, ATT_POOL_KEYS = 64 };
 
 /* Interleaved RoPE (§3.3): pairs (2j, 2j+1); angle is one fp32 product, rounded, then cos/sin. */
 typedef struct { float cos[512], sin[512]; } RopeRow;
@@ -1286,6 +1299,7 @@ static void indexer_select(AttentionCall *ac, const float *xn, const float *qr, 
     float *kcache = s->index_key[ac->layer_index];
     /* keys of the new positions */
     matmul(s->tmp, &L->index_wk, xn, S);
+    #pragma omp parallel for schedule(static) if (S >= ROWS_PARALLEL)
     for (int r = 0; r < S; r++) {
         float *k = kcache + (size_t)(pos0 + r) * id;
         layernorm(k, s->tmp + (size_t)r * id, L->index_k_norm_w, L->index_k_norm_b, id, 1e-6f);
@@ -1304,27 +1318,50 @@ static void indexer_select(AttentionCall *ac, const float *xn, const float *qr, 
     matmul(s->index_w, &L->index_weights, xn, S);
     const float score_scale = 1.0f / sqrtf((float)id);       /* index_head_dim^-0.5 */
     const float head_scale = 1.0f / sqrtf((float)ih);        /* index_n_heads^-0.5 */
-    #pragma omp parallel for schedule(dynamic, 1)
+    #pragma omp parallel for schedule(static) if (S >= ROWS_PARALLEL)
     for (int r = 0; r < S; r++) {
-        const int i = pos0 + r, ncand = i + 1;
         float *q = s->index_q + (size_t)r * ih * id;
         RopeRow rr;
-        rope_angles(&rr, ac->inv_freq, half, i);
+        rope_angles(&rr, ac->inv_freq, half, pos0 + r);
         for (int h = 0; h < ih; h++) rope_apply(q + (size_t)h * id, &rr, half);
         float *w = s->index_w + (size_t)r * ih;
         for (int h = 0; h < ih; h++) w[h] *= head_scale;
+    }
+    /* score of key j for row r: Σ_h w[h]·relu(q_h·k_j·scale), heads in order. Work items of
+       INDEX_KEYS keys of one row, so decode uses every thread too; within an item, 4 heads × 4
+       keys at a time (each key row read once per 4 heads; every dot as qt_dot_f32) */
+    enum { INDEX_KEYS = 256 };
+    const int row_items = (pos0 + S + INDEX_KEYS - 1) / INDEX_KEYS;
+    #pragma omp parallel for schedule(dynamic, 1)
+    for (int item = 0; item < S * row_items; item++) {
+        const int r = item / row_items, j0 = item % row_items * INDEX_KEYS, ncand = pos0 + r + 1;
+        if (j0 >= ncand || (ncand <= K && ac->opt->indexer_mode != INDEXER_ALWAYS)) continue;
+        const float *q = s->index_q + (size_t)r * ih * id, *w = s->index_w + (size_t)r * ih;
+        ScoredKey *sk = (ScoredKey *)(s->index_scores + (size_t)r * s->capacity * 2);
+        const int j1 = ncand - j0 < INDEX_KEYS ? ncand : j0 + INDEX_KEYS;
+        for (int j = j0; j < j1; j += 4) {
+            const int nb = j1 - j < 4 ? j1 - j : 4;
+            const float *kp[4], *qp[4];
+            for (int y = 0; y < nb; y++) kp[y] = kcache + (size_t)(j + y) * id;
+            float total[4] = { 0.0f, 0.0f, 0.0f, 0.0f }, d[16];
+            for (int h0 = 0; h0 < ih; h0 += 4) {
+                const int na = ih - h0 < 4 ? ih - h0 : 4;
+                for (int x = 0; x < na; x++) qp[x] = q + (size_t)(h0 + x) * id;
+                qt_dot_f32_block(qp, na, kp, nb, id, d);
+                for (int x = 0; x < na; x++)
+                    for (int y = 0; y < nb; y++) {
+                        float t = d[x * nb + y] * score_scale;
+                        total[y] += w[h0 + x] * (t > 0.0f ? t : 0.0f);
+                    }
+            }
+            for (int y = 0; y < nb; y++) { sk[j + y].v = total[y]; sk[j + y].j = j + y; }
+        }
+    }
+    #pragma omp parallel for schedule(dynamic, 1) if (S > 1)
+    for (int r = 0; r < S; r++) {
+        const int ncand = pos0 + r + 1;
         if (ncand <= K && ac->opt->indexer_mode != INDEXER_ALWAYS) { s->selection_count[r] = -1; continue; }
         ScoredKey *sk = (ScoredKey *)(s->index_scores + (size_t)r * s->capacity * 2);
-        for (int j = 0; j < ncand; j++) {
-            const float *k = kcache + (size_t)j * id;
-            float total = 0.0f;
-            for (int h = 0; h < ih; h++) {
-                float t = dot(q + (size_t)h * id, k, id) * score_scale;
-                total += w[h] * (t > 0.0f ? t : 0.0f);
-            }
-            sk[j].v = total;
-            sk[j].j = j;
-        }
         int keep = ncand < K ? ncand : K;
         select_top_keys(sk, ncand, keep);
         int *sel = s->selection + (size_t)r * K;
@@ -1341,6 +1378,179 @@ static int visible_keys(const Session *s, const Config *c, int r, int i, const i
     return s->selection_count[r];
 }
 
+/* ---- absorbed attention: all heads and rows of a call against each key at once -----------------
+
+   In the absorbed form (§3.5) a head's query becomes a latent-space query qc = W_UKᵀ q_nope
+   (kv_lora wide) and all heads score and pool the same cached latents c_j, so a key row can serve
+   every head. A call's rows go in chunks of ATT_ROWS, in three parallel steps:
+     1. absorbed queries, per head: W_UK[h] dequantized once per chunk (was: once per row and head),
+        then 4 rows × 64 dims at a time;
+     2. per (row, ATT_HEADS heads): scores of 4 heads × 4 keys at a time (each key row read once
+        per 4 heads, was once per head), softmax per head, pooled latents z of 4 heads × 64 dims
+        at a time over the keys;
+     3. per head, W_UV[h]·z of the chunk's rows in one matmul (the batched kernels).
+   Each value keeps the arithmetic of the one-row, one-head loop it replaces (qt_dot_f32's order for
+   scores, increasing d for qc, keys in visible order for z, the same quantized W_UV product), so a
+   row's result depends neither on the chunk nor on the thread, and decode (S = 1) runs the same
+   code with the heads split over the threads. */
+
+/* Tiles of QT_DOT_TILE rows (4 with AVX-512, else 2): accumulators that fit the registers. */
+#define ATT_TILE QT_DOT_TILE
+
+/* qc[k][t] = Σ_d q[k][d]·W[d][t] in increasing d (from +0), for NQ query rows; W is [dn][kvl]. */
+static inline __attribute__((always_inline)) void absorb_queries_tile(const float *W, int dn, int kvl, const float *const *q,
+                                                                      float *const *qc, const int NQ) {
+    int t0 = 0;
+    for (; t0 + 64 <= kvl; t0 += 64) {
+        qt_v16 acc[ATT_TILE][4];
+        for (int k = 0; k < NQ; k++) for (int v = 0; v < 4; v++) acc[k][v] = (qt_v16){ 0 };
+        for (int d = 0; d < dn; d++) {
+            qt_v16 w[4];
+            for (int v = 0; v < 4; v++) { w[v] = *(const qt_v16u *)(W + (size_t)d * kvl + t0 + 16 * v); QT_IN_REGISTER(w[v]); }
+            for (int k = 0; k < NQ; k++) {
+                const float qd = q[k][d];
+                for (int v = 0; v < 4; v++) acc[k][v] += qd * w[v];
+            }
+        }
+        for (int k = 0; k < NQ; k++) for (int v = 0; v < 4; v++) *(qt_v16u *)(qc[k] + t0 + 16 * v) = acc[k][v];
+    }
+    for (; t0 < kvl; t0++)
+        for (int k = 0; k < NQ; k++) {
+            float a = 0.0f;
+            for (int d = 0; d < dn; d++) a += q[k][d] * W[(size_t)d * kvl + t0];
+            qc[k][t0] = a;
+        }
+}
+
+/* z[x][u] += Σ_t p[x][t]·c_{key t}[u] over keys t0..t1-1 in visible order, for NX heads; z starts
+   at +0 (t0 = 0) or holds the sum over the keys before t0, so a sum split at any t0 equals the
+   one-loop sum bit for bit. */
+static inline __attribute__((always_inline)) void pool_latents_tile(const float *const *p, const int *keys, int t0, int t1,
+                                                                    const float *latent, int kvl, float *const *z, const int NX) {
+    int u0 = 0;
+    for (; u0 + 64 <= kvl; u0 += 64) {
+        qt_v16 acc[ATT_TILE][4];
+        for (int x = 0; x < NX; x++)
+            for (int v = 0; v < 4; v++) acc[x][v] = t0 ? *(const qt_v16u *)(z[x] + u0 + 16 * v) : (qt_v16){ 0 };
+        for (int t = t0; t < t1; t++) {
+            const float *cj = latent + (size_t)(keys ? keys[t] : t) * kvl + u0;
+            qt_v16 cv[4];
+            for (int v = 0; v < 4; v++) { cv[v] = *(const qt_v16u *)(cj + 16 * v); QT_IN_REGISTER(cv[v]); }
+            for (int x = 0; x < NX; x++) {
+                const float pt = p[x][t];
+                for (int v = 0; v < 4; v++) acc[x][v] += pt * cv[v];
+            }
+        }
+        for (int x = 0; x < NX; x++) for (int v = 0; v < 4; v++) *(qt_v16u *)(z[x] + u0 + 16 * v) = acc[x][v];
+    }
+    for (; u0 < kvl; u0++)
+        for (int x = 0; x < NX; x++) {
+            float a = t0 ? z[x][u0] : 0.0f;
+            for (int t = t0; t < t1; t++) a += p[x][t] * latent[(size_t)(keys ? keys[t] : t) * kvl + u0];
+            z[x][u0] = a;
+        }
+}
+
+/* Step 1 for nq ≤ ATT_TILE rows, step 2's pooling for nx ≤ ATT_TILE heads (constant tile sizes). */
+static void absorb_queries(const float *W, int dn, int kvl, const float *const *q, int nq, float *const *qc) {
+    if (nq == ATT_TILE) absorb_queries_tile(W, dn, kvl, q, qc, ATT_TILE);
+    else for (int k = 0; k < nq; k++) absorb_queries_tile(W, dn, kvl, q + k, qc + k, 1);
+}
+
+static void pool_latents(const float *const *p, int nx, const int *keys, int t0, int t1, const float *latent, int kvl, float *const *z) {
+    if (nx == ATT_TILE) pool_latents_tile(p, keys, t0, t1, latent, kvl, z, ATT_TILE);
+    else for (int x = 0; x < nx; x++) pool_latents_tile(p + x, keys, t0, t1, latent, kvl, z + x, 1);
+}
+
+/* Rows [r0, r0+nr) of the call (nr ≤ ATT_ROWS) in the absorbed form: writes their s->attn rows. */
+static void attention_absorbed_rows(AttentionCall *ac, int r0, int nr, int pos0, float scale) {
+    const Config *c = ac->c;
+    const Layer *L = ac->L;
+    Session *s = ac->s;
+    const int nh = c->n_heads, dn = c->qk_nope, dr = c->qk_rope, dqk = c->qk_head, dv = c->v_head, kvl = c->kv_lora;
+    const float *latent = s->latent[ac->layer_index], *rope_key = s->rope_key[ac->layer_index];
+    const int hg = nh < ATT_HEADS ? nh : ATT_HEADS, groups = (nh + hg - 1) / hg;
+    #pragma omp parallel
+    {
+#ifdef _OPENMP
+        const int tid = omp_get_thread_num();
+#else
+        const int tid = 0;
+#endif
+        float *wuk = s->att_thread + (size_t)tid * s->att_thread_floats;   /* [dn][kvl] */
+        float *scores = wuk + (size_t)dn * kvl;                            /* [ATT_HEADS][capacity] */
+        float *wuv_out = scores + (size_t)ATT_HEADS * s->capacity;         /* [ATT_ROWS][dv] */
+        /* 1. qc = W_UK[h]ᵀ q_nope for the chunk's rows */
+        #pragma omp for schedule(dynamic, 1)
+        for (int h = 0; h < nh; h++) {
+            qt_dequant_rows(&L->kv_b, (int64_t)h * (dn + dv), dn, wuk);
+            for (int r = 0; r < nr; r += ATT_TILE) {
+                const int nq = nr - r < ATT_TILE ? nr - r : ATT_TILE;
+                const float *q[ATT_TILE];
+                float *qc[ATT_TILE];
+                for (int k = 0; k < nq; k++) {
+                    q[k] = s->q + ((size_t)(r0 + r + k) * nh + h) * dqk;
+                    qc[k] = s->att_qc + ((size_t)(r + k) * nh + h) * kvl;
+                }
+                absorb_queries(wuk, dn, kvl, q, nq, qc);
+            }
+        }
+        /* 2. scores, softmax and pooled latents per (row, group of heads) */
+        #pragma omp for schedule(dynamic, 1)
+        for (int item = 0; item < nr * groups; item++) {
+            const int r = item / groups, h0 = item % groups * hg, nhg = nh - h0 < hg ? nh - h0 : hg;
+            const int *keys;
+            const int n = visible_keys(s, c, r0 + r, pos0 + r0 + r, &keys);
+            for (int t = 0; t < n; t += 4) {
+                const int nb = n - t < 4 ? n - t : 4;
+                const float *kc[4], *kr[4];
+                for (int y = 0; y < nb; y++) {
+                    const int j = keys ? keys[t + y] : t + y;
+                    kc[y] = latent + (size_t)j * kvl;
+                    kr[y] = rope_key + (size_t)j * dr;
+                }
+                for (int x0 = 0; x0 < nhg; x0 += 4) {
+                    const int na = nhg - x0 < 4 ? nhg - x0 : 4;
+                    const float *qc[4], *qr[4];
+                    for (int x = 0; x < na; x++) {
+                        qc[x] = s->att_qc + ((size_t)r * nh + h0 + x0 + x) * kvl;
+                        qr[x] = s->q + ((size_t)(r0 + r) * nh + h0 + x0 + x) * dqk + dn;
+                    }
+                    float d_lat[16], d_rope[16];
+                    qt_dot_f32_block(qc, na, kc, nb, kvl, d_lat);
+                    qt_dot_f32_block(qr, na, kr, nb, dr, d_rope);
+                    for (int x = 0; x < na; x++)
+                        for (int y = 0; y < nb; y++)
+                            scores[(size_t)(x0 + x) * s->capacity + t + y] = (d_lat[x * nb + y] + d_rope[x * nb + y]) * scale;
+                }
+            }
+            for (int x = 0; x < nhg; x++) softmax(scores + (size_t)x * s->capacity, n);
+            /* keys in blocks that stay in L2 while every head tile and dimension chunk uses them */
+            for (int tb = 0; tb < n; tb += ATT_POOL_KEYS) {
+                const int te = n - tb < ATT_POOL_KEYS ? n : tb + ATT_POOL_KEYS;
+                for (int x0 = 0; x0 < nhg; x0 += ATT_TILE) {
+                    const int nx = nhg - x0 < ATT_TILE ? nhg - x0 : ATT_TILE;
+                    const float *p[ATT_TILE];
+                    float *z[ATT_TILE];
+                    for (int x = 0; x < nx; x++) {
+                        p[x] = scores + (size_t)(x0 + x) * s->capacity;
+                        z[x] = s->att_z + ((size_t)(h0 + x0 + x) * ATT_ROWS + r) * kvl;
+                    }
+                    pool_latents(p, nx, keys, tb, te, latent, kvl, z);
+                }
+            }
+        }
+        /* 3. o = W_UV[h] z for the chunk's rows (a nested matmul runs on this thread) */
+        #pragma omp for schedule(dynamic, 1)
+        for (int h = 0; h < nh; h++) {
+            QTensor wuv = qt_row_view(&L->kv_b, (int64_t)h * (dn + dv) + dn, dv);
+            qt_matmul(&wuv, s->att_z + (size_t)h * ATT_ROWS * kvl, wuv_out, nr, g_integer_dot);
+            for (int r = 0; r < nr; r++)
+                memcpy(s->attn + ((size_t)(r0 + r) * nh + h) * dv, wuv_out + (size_t)r * dv, (size_t)dv * sizeof(float));
+        }
+    }
+}
+
 /* MLA over S new positions (rows of xn) starting at pos0; writes [S][hidden] into out. */
 static void attention(AttentionCall *ac, const float *xn, int S, int pos0, float *out) {
     const Config *c = ac->c;
@@ -1352,11 +1562,13 @@ static void attention(AttentionCall *ac, const float *xn, int S, int pos0, float
 
     /* queries: q_a → q_a_layernorm → q_b; rotate each head's last dr dims */
     matmul(s->cq, &L->q_a, xn, S);
+    #pragma omp parallel for schedule(static) if (S >= ROWS_PARALLEL)
     for (int r = 0; r < S; r++)
         rmsnorm(s->qr + (size_t)r * c->q_lora, s->cq + (size_t)r * c->q_lora, L->q_a_norm, c->q_lora, ac->opt->latent_eps);
     matmul(s->q, &L->q_b, s->qr, S);
     /* compressed KV of the new positions → cache */
     matmul(s->kv, &L->kv_a, xn, S);
+    #pragma omp parallel for schedule(static) if (S >= ROWS_PARALLEL)
     for (int r = 0; r < S; r++) {
         const int pos = pos0 + r;
         RopeRow rr;
@@ -1376,17 +1588,21 @@ static void attention(AttentionCall *ac, const float *xn, int S, int pos0, float
     }
 
     const float scale = 1.0f / sqrtf((float)dqk);
-    const int T = pos0 + S;   /* keys that exist after this call */
-    if (!ac->opt->absorb) {
-        /* explicit form: expand K_nope and V for every key once, shared by all S queries */
-        size_t need = (size_t)T * nh * (dn + dv);
-        if (need > s->expanded_kv_cap) {   /* ABSORB=0 only: grows with the context */
-            free(s->expanded_kv);
-            s->expanded_kv = xmalloc(need * sizeof(float));
-            s->expanded_kv_cap = need;
-        }
-        matmul(s->expanded_kv, &L->kv_b, latent, T);
+    if (ac->opt->absorb) {
+        for (int r0 = 0; r0 < S; r0 += ATT_ROWS)
+            attention_absorbed_rows(ac, r0, S - r0 < ATT_ROWS ? S - r0 : ATT_ROWS, pos0, scale);
+        matmul(out, &L->o, s->attn, S);
+        return;
     }
+    /* explicit form: expand K_nope and V for every key once, shared by all S queries */
+    const int T = pos0 + S;   /* keys that exist after this call */
+    size_t need = (size_t)T * nh * (dn + dv);
+    if (need > s->expanded_kv_cap) {   /* ABSORB=0 only: grows with the context */
+        free(s->expanded_kv);
+        s->expanded_kv = xmalloc(need * sizeof(float));
+        s->expanded_kv_cap = need;
+    }
+    matmul(s->expanded_kv, &L->kv_b, latent, T);
     #pragma omp parallel
     {
 #ifdef _OPENMP
@@ -1394,10 +1610,7 @@ static void attention(AttentionCall *ac, const float *xn, int S, int pos0, float
 #else
         int tid = 0;
 #endif
-        float *scores = s->head_scores + (size_t)tid * (s->capacity + 2 * kvl + (size_t)dn * kvl);
-        float *qc = scores + s->capacity;          /* [kvl] absorbed query */
-        float *z = qc + kvl;                       /* [kvl] pooled latent */
-        float *wuk = z + kvl;                      /* [dn][kvl] this head's W_UK, dequantized */
+        float *scores = s->att_thread + (size_t)tid * s->att_thread_floats;
         #pragma omp for collapse(2) schedule(dynamic, 1)
         for (int r = 0; r < S; r++) {
             for (int h = 0; h < nh; h++) {
@@ -1406,43 +1619,19 @@ static void attention(AttentionCall *ac, const float *xn, int S, int pos0, float
                 const int n = visible_keys(s, c, r, i, &keys);
                 const float *qh = s->q + ((size_t)r * nh + h) * dqk;
                 float *o = s->attn + ((size_t)r * nh + h) * dv;
-                if (ac->opt->absorb) {
-                    /* qc = W_UKᵀ q_nope: accumulate the 192 rows of W_UK[h], each scaled */
-                    qt_dequant_rows(&L->kv_b, (int64_t)h * (dn + dv), dn, wuk);
-                    memset(qc, 0, (size_t)kvl * sizeof(float));
-                    for (int d = 0; d < dn; d++) {
-                        const float qd = qh[d], *wrow = wuk + (size_t)d * kvl;
-                        for (int t = 0; t < kvl; t++) qc[t] += qd * wrow[t];
-                    }
-                    for (int t = 0; t < n; t++) {
-                        const int j = keys ? keys[t] : t;
-                        scores[t] = (dot(qc, latent + (size_t)j * kvl, kvl) + dot(qh + dn, rope_key + (size_t)j * dr, dr)) * scale;
-                    }
-                    softmax(scores, n);
-                    memset(z, 0, (size_t)kvl * sizeof(float));
-                    for (int t = 0; t < n; t++) {
-                        const int j = keys ? keys[t] : t;
-                        const float p = scores[t];
-                        const float *cj = latent + (size_t)j * kvl;
-                        for (int u = 0; u < kvl; u++) z[u] += p * cj[u];
-                    }
-                    QTensor wuv = qt_row_view(&L->kv_b, (int64_t)h * (dn + dv) + dn, dv);
-                    qt_matmul(&wuv, z, o, 1, g_integer_dot);   /* nested: runs on this thread */
-                } else {
-                    const size_t stride = (size_t)nh * (dn + dv);
-                    for (int t = 0; t < n; t++) {
-                        const int j = keys ? keys[t] : t;
-                        const float *kj = s->expanded_kv + (size_t)j * stride + (size_t)h * (dn + dv);
-                        scores[t] = (dot(qh, kj, dn) + dot(qh + dn, rope_key + (size_t)j * dr, dr)) * scale;
-                    }
-                    softmax(scores, n);
-                    memset(o, 0, (size_t)dv * sizeof(float));
-                    for (int t = 0; t < n; t++) {
-                        const int j = keys ? keys[t] : t;
-                        const float *vj = s->expanded_kv + (size_t)j * stride + (size_t)h * (dn + dv) + dn;
-                        const float p = scores[t];
-                        for (int u = 0; u < dv; u++) o[u] += p * vj[u];
-                    }
+                const size_t stride = (size_t)nh * (dn + dv);
+                for (int t = 0; t < n; t++) {
+                    const int j = keys ? keys[t] : t;
+                    const float *kj = s->expanded_kv + (size_t)j * stride + (size_t)h * (dn + dv);
+                    scores[t] = (dot(qh, kj, dn) + dot(qh + dn, rope_key + (size_t)j * dr, dr)) * scale;
+                }
+                softmax(scores, n);
+                memset(o, 0, (size_t)dv * sizeof(float));
+                for (int t = 0; t < n; t++) {
+                    const int j = keys ? keys[t] : t;
+                    const float *vj = s->expanded_kv + (size_t)j * stride + (size_t)h * (dn + dv) + dn;
+                    const float p = scores[t];
+                    for (int u = 0; u < dv; u++) o[u] += p * vj[u];
                 }
             }
         }
@@ -1757,16 +1946,6 @@ static uint8_t *expert_read_span(ExpertStore *store, int file, uint64_t off, uin
     return buf;
 }
 
-static QTensor expert_view(QtFormat f, int64_t group, int64_t rows, int64_t cols, uint8_t *data, float *scales) {
-    QTensor t;
-    memset(&t, 0, sizeof t);
-    t.format = f; t.rows = rows; t.cols = cols;
-    t.group = f == QT_INT4_GROUP ? group : cols;
-    t.row_bytes = qt_row_bytes(f, cols);
-    t.data = data; t.scales = scales;
-    return t;
-}
-
 /* MMAP=1: a mapped file that shrank since it was opened would turn the next read of the lost pages
    into SIGBUS. Checked before an expert is used; the SIGBUS handler below covers the rest (a file
    cut after this check, or under an expert already cached). */
@@ -1811,7 +1990,7 @@ static int expert_load(ExpertStore *store, int layer, int e, ExpertSlot *slot) {
         float *sp = slot->scale_buf;
         for (int k = 0; k < 3; k++) {
             QtFormat f = src->format[k];
-            *w[k] = expert_view(f, src->group[k], src->rows[k], src->cols[k], p, f == QT_F32 ? NULL : sp);
+            *w[k] = qt_view(f, src->group[k], src->rows[k], src->cols[k], p, f == QT_F32 ? NULL : sp);
             if (st_read_f32_rows(store->index, src->data[k], src->fused_row0[k], src->rows[k], store->staging, err, err_len)) return -1;
             int64_t bad = first_nonfinite(store->staging, src->rows[k] * src->cols[k]);
             if (bad >= 0) {
@@ -1837,7 +2016,7 @@ static int expert_load(ExpertStore *store, int layer, int e, ExpertSlot *slot) {
                 memcpy(scales, mapped_scales, (size_t)q->nbytes);
                 scales_used += (size_t)q->nbytes;
             }
-            *w[k] = expert_view(src->format[k], src->group[k], src->rows[k], src->cols[k], store->maps[d->file] + d->offset, scales);
+            *w[k] = qt_view(src->format[k], src->group[k], src->rows[k], src->cols[k], store->maps[d->file] + d->offset, scales);
             bytes += d->nbytes + q->nbytes;
         }
         const StTensor *first = src->data[0];
@@ -1903,7 +2082,7 @@ static int expert_load(ExpertStore *store, int layer, int e, ExpertSlot *slot) {
             bytes += n;
         }
         for (int k = 0; k < 3; k++)
-            *w[k] = expert_view(src->format[k], src->group[k], src->rows[k], src->cols[k], base[k], sbase[k]);
+            *w[k] = qt_view(src->format[k], src->group[k], src->rows[k], src->cols[k], base[k], sbase[k]);
     }
     for (int k = 0; k < 3 && store->prequantized; k++) {
         int64_t bad = first_bad_scale(w[k]->scales, st_numel(src->scales[k]));
@@ -2557,6 +2736,79 @@ static void router_select(const Config *c, const float *logits, const float *bia
     }
 }
 
+/* Batches: experts in windows, several at once on the threads. A window is a run of the union
+   whose weights are in RAM or already queued for loading (at most MOE_WINDOW experts and max_batch
+   rows); they are acquired in ascending order, each computed by one thread (its matmuls then run
+   on that thread: no fork and join per matmul, which cost more than the few rows of an expert
+   took: routed-expert compute scaled 1.2x from 1 to 2 threads), released, and their outputs added
+   to each row in ascending expert order, as one expert at a time would. While a window computes,
+   the loads of the next experts are already queued (the disk and the cores overlap as in decode). */
+enum { MOE_WINDOW = 8 };
+
+/* Queue loads of union experts from u onwards that are not in RAM yet, while slots are free,
+   never evicting one of them (expert_prefetch's rule; a read ahead, so never into a fresh slot
+   while the arena faults in: see expert_pick_slot). */
+static void moe_queue_loads(ExpertStore *store, int layer, const int *experts, int u, int n) {
+    LayerCache *lc = &store->caches[layer];
+    for (int k = 0; k < lc->cache.n_slots; k++) lc->avoid[k] = lc->busy[k];
+    for (int v = u; v < n; v++)
+        if (lc->cache.expert_slot[experts[v]] >= 0) lc->avoid[lc->cache.expert_slot[experts[v]]] = 1;
+    for (; u < n; u++) {
+        if (lc->cache.expert_slot[experts[u]] >= 0) continue;
+        int slot = expert_schedule_load(store, layer, experts[u], lc->avoid, 0);
+        if (slot < 0) break;
+        lc->avoid[slot] = 1;
+    }
+}
+
+static void moe_windows(const Config *c, int layer, ExpertStore *store, Session *s, const float *m, int n_union, float *out) {
+    const int H = c->hidden, I = c->moe_inter;
+    const LayerCache *lc = &store->caches[layer];
+    const FfnWeights *w[MOE_WINDOW];
+    int first_row[MOE_WINDOW + 1];
+    for (int u = 0; u < n_union;) {
+        int u1 = u, rows = 0;
+        while (u1 < n_union && u1 - u < MOE_WINDOW) {
+            const int e = s->union_experts[u1], n = s->moe_first[u1 + 1] - s->moe_first[u1];
+            if (u1 > u && (rows + n > s->max_batch || lc->cache.expert_slot[e] < 0)) break;
+            first_row[u1 - u] = rows;
+            rows += n;
+            u1++;
+        }
+        first_row[u1 - u] = rows;
+        for (int v = u; v < u1; v++) w[v - u] = expert_acquire(store, layer, s->union_experts[v]);
+        double t0 = now_seconds();
+        #pragma omp parallel for schedule(dynamic, 1)
+        for (int v = u; v < u1; v++) {
+            const int n = s->moe_first[v + 1] - s->moe_first[v], o = first_row[v - u];
+            const int *rw = s->moe_rows + s->moe_first[v];
+            for (int i = 0; i < n; i++) memcpy(s->expert_x + (size_t)(o + i) * H, m + (size_t)rw[i] * H, (size_t)H * sizeof(float));
+            ffn_swiglu(w[v - u], s->expert_x + (size_t)o * H, n, s->expert_y + (size_t)o * H,
+                       s->ffn_h1 + (size_t)o * I, s->ffn_h2 + (size_t)o * I);
+        }
+        store->compute_seconds += now_seconds() - t0;
+        for (int v = u; v < u1; v++) expert_release(store, layer, s->union_experts[v]);
+        moe_queue_loads(store, layer, s->union_experts, u1, n_union);
+        /* each row gets its experts in ascending order; threads split the hidden dimension */
+        #pragma omp parallel
+        {
+            int t = 0, nt = 1;
+#ifdef _OPENMP
+            t = omp_get_thread_num(); nt = omp_get_num_threads();
+#endif
+            const int d0 = H * t / nt, d1 = H * (t + 1) / nt;
+            for (int v = u; v < u1; v++)
+                for (int i = s->moe_first[v]; i < s->moe_first[v + 1]; i++) {
+                    float *o = out + (size_t)s->moe_rows[i] * H;
+                    const float *y = s->expert_y + (size_t)(first_row[v - u] + i - s->moe_first[v]) * H;
+                    const float wgt = s->moe_weights[i];
+                    for (int d = d0; d < d1; d++) o[d] += wgt * y[d];
+                }
+        }
+        u = u1;
+    }
+}
+
 /* MoE over S rows of normalized input m. Each distinct expert chosen by any row is acquired once
    and applied to all rows routed to it (batch union); experts run in ascending id, so each
    row accumulates its experts in ascending order, then the shared expert (§5.3). */
@@ -2564,36 +2816,50 @@ static void moe_forward(const Config *c, const Layer *L, int layer_index, Expert
                         const float *m, int S, float *out) {
     const int H = c->hidden, E = c->n_experts, k = c->experts_per_tok;
     matmul(s->router_logits, &L->router, m, S);
+    #pragma omp parallel for schedule(static) if (S >= ROWS_PARALLEL)
     for (int r = 0; r < S; r++)
         router_select(c, s->router_logits + (size_t)r * E, L->router_bias, s->chosen + (size_t)r * k, s->chosen_w + (size_t)r * k);
-    /* the batch union, ascending: each distinct expert is fetched once for all its rows */
+    /* the batch union, ascending, and each union expert's rows (ascending) with their weights */
+    int count[E], fill[E];
+    memset(count, 0, sizeof count);
+    for (int i = 0; i < S * k; i++) count[s->chosen[i]]++;
     int n_union = 0;
-    for (int e = 0; e < E; e++) {
-        int used = 0;
-        for (int i = 0; i < S * k && !used; i++) used = s->chosen[i] == e;
-        if (used) s->union_experts[n_union++] = e;
-    }
+    for (int e = 0; e < E; e++) if (count[e]) s->union_experts[n_union++] = e;
+    s->moe_first[0] = 0;
+    for (int u = 0; u < n_union; u++) s->moe_first[u + 1] = s->moe_first[u] + count[s->union_experts[u]];
+    for (int u = 0; u < n_union; u++) fill[s->union_experts[u]] = s->moe_first[u];
+    for (int r = 0; r < S; r++)
+        for (int t = 0; t < k; t++) {
+            const int e = s->chosen[r * k + t];
+            s->moe_rows[fill[e]] = r;
+            s->moe_weights[fill[e]++] = s->chosen_w[r * k + t];
+        }
     expert_prefetch(store, layer_index, s->union_experts, n_union);
     memset(out, 0, (size_t)S * H * sizeof(float));
-    for (int u = 0; u < n_union; u++) {
-        const int e = s->union_experts[u];
-        int n = 0;
-        for (int r = 0; r < S; r++)
-            for (int t = 0; t < k; t++)
-                if (s->chosen[r * k + t] == e) { s->expert_rows[n] = r; s->tmp[n] = s->chosen_w[r * k + t]; n++; }
-        for (int i = 0; i < n; i++) memcpy(s->expert_x + (size_t)i * H, m + (size_t)s->expert_rows[i] * H, (size_t)H * sizeof(float));
-        const FfnWeights *w = expert_acquire(store, layer_index, e);
-        double t0 = now_seconds();
-        ffn_swiglu(w, s->expert_x, n, s->expert_y, s->ffn_h1, s->ffn_h2);
-        store->compute_seconds += now_seconds() - t0;
-        expert_release(store, layer_index, e);
-        for (int i = 0; i < n; i++) {
-            float *o = out + (size_t)s->expert_rows[i] * H;
-            const float *y = s->expert_y + (size_t)i * H;
-            const float wgt = s->tmp[i];
-            for (int d = 0; d < H; d++) o[d] += wgt * y[d];
+    int threads = 1;
+#ifdef _OPENMP
+    threads = omp_get_max_threads();
+#endif
+    if (S >= 4 && threads > 1) moe_windows(c, layer_index, store, s, m, n_union, out);
+    else
+        /* decode: one expert at a time, its matmuls on every thread, loads of the next ones
+           running meanwhile */
+        for (int u = 0; u < n_union; u++) {
+            const int e = s->union_experts[u], n = s->moe_first[u + 1] - s->moe_first[u];
+            const int *rw = s->moe_rows + s->moe_first[u];
+            for (int i = 0; i < n; i++) memcpy(s->expert_x + (size_t)i * H, m + (size_t)rw[i] * H, (size_t)H * sizeof(float));
+            const FfnWeights *w = expert_acquire(store, layer_index, e);
+            double t0 = now_seconds();
+            ffn_swiglu(w, s->expert_x, n, s->expert_y, s->ffn_h1, s->ffn_h2);
+            store->compute_seconds += now_seconds() - t0;
+            expert_release(store, layer_index, e);
+            for (int i = 0; i < n; i++) {
+                float *o = out + (size_t)rw[i] * H;
+                const float *y = s->expert_y + (size_t)i * H;
+                const float wgt = s->moe_weights[s->moe_first[u] + i];
+                for (int d = 0; d < H; d++) o[d] += wgt * y[d];
+            }
         }
-    }
     if (L->has_shared) {
         ffn_swiglu(&L->mlp, m, S, s->expert_y, s->ffn_h1, s->ffn_h2);
         vec_add(out, s->expert_y, S * H);
@@ -2838,16 +3104,21 @@ static void session_init(Session *s, const Model *m, int capacity, int max_batch
 #else
     s->nthreads = 1;
 #endif
-    s->head_scores = session_calloc(s, (size_t)s->nthreads * (capacity + 2 * c->kv_lora + (size_t)c->qk_nope * c->kv_lora), sizeof(float));
+    s->att_qc = session_calloc(s, (size_t)ATT_ROWS * c->n_heads * c->kv_lora, sizeof(float));
+    s->att_z = session_calloc(s, (size_t)ATT_ROWS * c->n_heads * c->kv_lora, sizeof(float));
+    s->att_thread_floats = (size_t)c->qk_nope * c->kv_lora + (size_t)ATT_HEADS * capacity + (size_t)ATT_ROWS * c->v_head;
+    s->att_thread = session_calloc(s, (size_t)s->nthreads * s->att_thread_floats, sizeof(float));
     s->ffn_h1 = session_calloc(s, (size_t)B * ffn_width, sizeof(float));
     s->ffn_h2 = session_calloc(s, (size_t)B * ffn_width, sizeof(float));
     s->mtp_in = session_calloc(s, (size_t)B * 2 * H, sizeof(float));
-    s->expert_rows = session_calloc(s, (size_t)B, sizeof(int));
     s->expert_x = session_calloc(s, (size_t)B * H, sizeof(float));
     s->expert_y = session_calloc(s, (size_t)B * H, sizeof(float));
     s->chosen = session_calloc(s, (size_t)B * c->experts_per_tok, sizeof(int));
     s->chosen_w = session_calloc(s, (size_t)B * c->experts_per_tok, sizeof(float));
     s->union_experts = session_calloc(s, (size_t)c->n_experts, sizeof(int));
+    s->moe_rows = session_calloc(s, (size_t)B * c->experts_per_tok, sizeof(int));
+    s->moe_weights = session_calloc(s, (size_t)B * c->experts_per_tok, sizeof(float));
+    s->moe_first = session_calloc(s, (size_t)c->n_experts + 1, sizeof(int));
 }
 
 static void session_free(Session *s) {
@@ -2858,8 +3129,9 @@ static void session_free(Session *s) {
     }
     void *buffers[] = { s->latent, s->rope_key, s->index_key, s->x, s->xn, s->cq, s->qr, s->q, s->kv, s->attn, s->attn_out,
                         s->ffn_out, s->tmp, s->router_logits, s->index_q, s->index_w, s->index_scores, s->selection,
-                        s->selection_count, s->head_scores, s->expanded_kv, s->ffn_h1, s->ffn_h2, s->mtp_in, s->expert_rows,
-                        s->expert_x, s->expert_y, s->chosen, s->union_experts, s->chosen_w };
+                        s->selection_count, s->att_qc, s->att_z, s->att_thread, s->expanded_kv, s->ffn_h1, s->ffn_h2, s->mtp_in,
+                        s->expert_x, s->expert_y, s->chosen, s->union_experts, s->chosen_w, s->moe_rows, s->moe_weights,
+                        s->moe_first };
     for (size_t i = 0; i < sizeof buffers / sizeof buffers[0]; i++) free(buffers[i]);
     memset(s, 0, sizeof *s);
 }
@@ -3494,6 +3766,7 @@ static void layer_forward(Model *m, Session *s, const ForwardOptions *opt, int l
     const Config *c = &m->c;
     const Layer *L = &m->layers[l];
     const int H = c->hidden;
+    #pragma omp parallel for schedule(static) if (S >= ROWS_PARALLEL)
     for (int r = 0; r < S; r++) rmsnorm(s->xn + (size_t)r * H, s->x + (size_t)r * H, L->input_norm, H, c->rms_eps);
     /* absorbed by default, for every batch: then a row's result never depends on how many rows
        share the forward (decode, any prefill chunk). The explicit form was no faster for prefill
@@ -3504,6 +3777,7 @@ static void layer_forward(Model *m, Session *s, const ForwardOptions *opt, int l
     double t1 = now_seconds();
     s->profile.attention += t1 - t0;
     vec_add(s->x, s->attn_out, S * H);
+    #pragma omp parallel for schedule(static) if (S >= ROWS_PARALLEL)
     for (int r = 0; r < S; r++) rmsnorm(s->xn + (size_t)r * H, s->x + (size_t)r * H, L->post_attn_norm, H, c->rms_eps);
     if (L->dense) ffn_swiglu(&L->mlp, s->xn, S, s->ffn_out, s->ffn_h1, s->ffn_h2);
     else moe_forward(c, L, l, &m->experts, s, s->xn, S, s->ffn_out);
@@ -3542,6 +3816,7 @@ static int model_forward(Model *m, Session *s, const ForwardOptions *opt, const 
         layer_forward(m, s, opt, l, S, pos0);
     }
     if (show) fputs("\r\033[K", stderr);
+    #pragma omp parallel for schedule(static) if (S >= ROWS_PARALLEL)
     for (int r = 0; r < S; r++) rmsnorm(hidden_out + (size_t)r * H, s->x + (size_t)r * H, m->final_norm, H, c->rms_eps);
     if (logits) {
         double t0 = now_seconds();
@@ -6220,9 +6495,10 @@ static int run_doctor(const Settings *set) {
     int worst = 0;
     char cpu[128];
     cpu_model_name(cpu, sizeof cpu);
-    const int vnni = qt_kernel_supported(QT_KERNEL_VNNI), avx2 = qt_kernel_supported(QT_KERNEL_AVX2);
-    doctor_say(&worst, vnni || avx2 ? 0 : 1, "CPU", "%s; integer kernels: %s%sscalar (glm uses %s)%s", cpu, vnni ? "vnni, " : "",
-               avx2 ? "avx2, " : "", qt_kernel_name(qt_get_kernel()),
+    const int vnni = qt_kernel_supported(QT_KERNEL_VNNI), avxvnni = qt_kernel_supported(QT_KERNEL_AVXVNNI);
+    const int avx2 = qt_kernel_supported(QT_KERNEL_AVX2);
+    doctor_say(&worst, vnni || avx2 ? 0 : 1, "CPU", "%s; integer kernels: %s%s%sscalar (glm uses %s)%s", cpu, vnni ? "vnni, " : "",
+               avxvnni ? "avxvnni, " : "", avx2 ? "avx2, " : "", qt_kernel_name(qt_get_kernel()),
                vnni || avx2 ? "" : "; without AVX2 every matmul runs the scalar kernel, several times slower: use an AVX2 machine");
     const long cores = sysconf(_SC_NPROCESSORS_ONLN);
     doctor_say(&worst, cores >= 2 ? 0 : 1, "cores", "%ld online%s", cores,

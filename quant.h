@@ -16,6 +16,8 @@
 
    API
      int64_t qt_row_bytes(QtFormat f, int64_t cols);
+     QTensor qt_view(QtFormat f, int64_t group, int64_t rows, int64_t cols, uint8_t *data, float *scales);
+                                   a tensor over memory someone else owns (qt_free releases nothing)
      int     qt_alloc(QTensor *t, QtFormat f, int64_t group, int64_t rows, int64_t cols);
      void    qt_quantize_rows(QTensor *t, int64_t row0, int64_t nrows, const float *w);
      void    qt_quantize_row(QtFormat f, int64_t group, const float *w, int64_t cols,
@@ -26,15 +28,23 @@
                              QtFormat *f, int64_t *group);
      void    qt_matmul(const QTensor *w, const float *x, float *y, int S, int idot);
      void    qt_matmul_with(const QTensor *w, const float *x, float *y, int S, int idot, QtKernel k);
+     float   qt_dot_f32(const float *a, const float *b, int64_t n);      16 lanes, fixed tree
+     void    qt_dot_f32_block(const float *const *a, int na, const float *const *b, int nb,
+                              int64_t n, float *out);                  up to 4 x 4 of them at once
      void    qt_free(QTensor *t);
 
      Kernel choice (integer path only; the float path is the same code everywhere):
-     int      qt_kernel_parse(const char *name, QtKernel *k);   "auto|scalar|avx2|vnni"; -1 if unknown
+     int      qt_kernel_parse(const char *name, QtKernel *k);   "auto|scalar|avx2|avxvnni|vnni"; -1 if unknown
      int      qt_kernel_supported(QtKernel k);                  1 if this CPU can run it
      int      qt_set_kernel(QtKernel k);     process-wide choice; -1 (and no change) if unsupported
      QtKernel qt_get_kernel(void);           the kernel qt_matmul uses (never QT_KERNEL_AUTO)
      const char *qt_kernel_name(QtKernel k);
      void     qt_set_threads(int n);         0 = omp_get_max_threads()
+     void     qt_set_gemm_min_rows(int s);   smallest S for the GEMM kernels (0 = measured default)
+
+     Kernels: scalar (the reference), avx2 (vpmaddubsw), avxvnni (VEX vpdpbusd on 256 bits: Alder
+     Lake and later, Zen 5) and vnni (AVX-512 VNNI vpdpbusd on 512 bits); auto picks the last one
+     this CPU has in that order.
 
    qt_matmul computes y[s*rows + r] = Σ_i W[r][i]·x[s*cols + i] for s < S, with the kernel from
    qt_set_kernel (default: the best this CPU supports). qt_matmul_with takes the kernel per call
@@ -48,7 +58,7 @@
    path (dequantized weight × f32 activation, qt_dot_f32's 16-lane order). idot = 1: activations
    quantized to int8 (absmax/127 per row, per group for grouped weights; codes in [-127, 127]),
    exact int32 dot products per group, combined in a fixed order (qt_dot_int_row, the scalar
-   reference, is the spec; the AVX2 and AVX-512 VNNI kernels equal it bit for bit):
+   reference, is the spec; every SIMD kernel, row or GEMM, equals it bit for bit):
        p[g] = ws[g] * (xs[g] * (float)isum[g])
        lane[k] = Σ p[g] over g ≡ k (mod 16), in increasing g          (16 lanes, start at +0)
        y = qt_lanes_sum(lane): the same 16→1 tree as qt_dot_f32
@@ -57,6 +67,14 @@
    dependent float adds per row was the bottleneck of the grouped kernel). f32 tensors always take
    the float path. An int32 group sum must not overflow: cols ≤ 130000 for int8 weights (all
    GLM-5.2 shapes are far below).
+
+   Batches (S >= 4; on AVX-512 S >= 6, or 8 for one-group rows; int8-row, int4-row and int4-group
+   with groups of a multiple of 8 inputs): the GEMM kernels. A row kernel reads a weight row once per call but decodes it
+   again for every activation row and ends each dot product with a horizontal sum; the GEMM path
+   decodes a block of weight rows once into per-thread scratch ("repacks": one vector then holds
+   the same few inputs of 8 or 16 rows, so each int32 lane is one output's exact group sum) and
+   applies it to a tile of activation rows held in registers. The group epilogue and the 16 float
+   lanes of the spec then run vectorized over rows, in the same order: same result bit for bit.
 
    Threads: one OpenMP parallel region per call (the engine's team). Each thread streams its own
    contiguous range of rows and steals chunks (~64 KB of weights) from the others' ranges when it
@@ -67,6 +85,7 @@
    runs on its caller's thread alone.
 
    Define QUANT_IMPLEMENTATION in exactly one translation unit before including. */
+#ifndef QT_YMM_PASS   /* (the file's own second and third inclusion: see "256-bit kernels") */
 #ifndef QUANT_H
 #define QUANT_H
 
@@ -74,7 +93,8 @@
 #include <stdint.h>
 
 typedef enum { QT_F32 = 0, QT_INT8_ROW, QT_INT4_ROW, QT_INT4_GROUP, QT_INT2_ROW } QtFormat;
-typedef enum { QT_KERNEL_AUTO = 0, QT_KERNEL_SCALAR, QT_KERNEL_AVX2, QT_KERNEL_VNNI } QtKernel;
+/* in order of preference: qt_kernel_resolve falls back to the next one below */
+typedef enum { QT_KERNEL_AUTO = 0, QT_KERNEL_SCALAR, QT_KERNEL_AVX2, QT_KERNEL_AVXVNNI, QT_KERNEL_VNNI } QtKernel;
 
 typedef struct {
     QtFormat format;
@@ -90,6 +110,7 @@ const char *qt_format_name(QtFormat f);
 int qt_format_bits(QtFormat f);
 int64_t qt_row_bytes(QtFormat f, int64_t cols);
 static inline int64_t qt_groups_per_row(const QTensor *t) { return (t->cols + t->group - 1) / t->group; }
+QTensor qt_view(QtFormat f, int64_t group, int64_t rows, int64_t cols, uint8_t *data, float *scales);
 int qt_alloc(QTensor *t, QtFormat f, int64_t group, int64_t rows, int64_t cols);
 void qt_free(QTensor *t);
 void qt_quantize_row(QtFormat f, int64_t group, const float *w, int64_t cols, uint8_t *codes, float *scales);
@@ -100,6 +121,10 @@ int qt_infer_format(int64_t rows, int64_t cols, int64_t data_bytes, int64_t n_sc
 void qt_matmul(const QTensor *w, const float *x, float *y, int S, int idot);
 void qt_matmul_with(const QTensor *w, const float *x, float *y, int S, int idot, QtKernel k);
 float qt_dot_f32(const float *a, const float *b, int64_t n);
+/* out[x·nb + y] = qt_dot_f32(a[x], b[y], n) bit for bit, for x < na ≤ 4 and y < nb ≤ 4: the 16
+   lanes of all these dot products stay in registers, so each row of a and b is read once for all
+   of them (attention: 4 heads × 4 keys). */
+void qt_dot_f32_block(const float *const *a, int na, const float *const *b, int nb, int64_t n, float *out);
 
 const char *qt_kernel_name(QtKernel k);
 int qt_kernel_parse(const char *name, QtKernel *k);
@@ -116,6 +141,9 @@ void qt_set_threads(int n);
    next ones run on the calling thread alone for 10 .. 100 ms; bench/README.md). */
 void qt_set_stealing(int on);
 void qt_set_stall_guard(int on);
+/* Smallest batch S that takes the GEMM kernels (0 = the measured default per kernel: 4, 6 or 8;
+   1 = always). Results never depend on it. */
+void qt_set_gemm_min_rows(int s);
 
 #endif /* QUANT_H */
 
@@ -134,8 +162,13 @@ void qt_set_stall_guard(int on);
 /* SIMD kernels carry their own target so that a portable build (-march=x86-64-v3 or lower) still
    contains them; the run-time check picks one the CPU has. */
 #define QT_AVX2 __attribute__((target("avx2")))
+#define QT_AVXVNNI __attribute__((target("avx2,avxvnni")))
 #define QT_VNNI __attribute__((target("avx2,avx512f,avx512bw,avx512vl,avx512vnni")))
+#include <cpuid.h>
 #define QT_INLINE static inline __attribute__((always_inline))
+/* Full unrolling of the tile loops over registers: without it gcc 12 kept the tile's accumulators
+   in a stack array at each group end (16 spills and reloads per group; 780 → 865 GOP/s). */
+#define QT_UNROLL _Pragma("GCC unroll 16")
 /* Prefetch into L2, not L1: measured on the 2-vCPU Zen machines, prefetcht0 at any distance
    cut the int4 row kernel to ~0.55 of a plain read, prefetcht1 at 512-1024 bytes gives ~0.95. */
 #ifndef QT_PREFETCH_HINT
@@ -174,12 +207,20 @@ int64_t qt_row_bytes(QtFormat f, int64_t cols) {
     return 0;
 }
 
+QTensor qt_view(QtFormat f, int64_t group, int64_t rows, int64_t cols, uint8_t *data, float *scales) {
+    QTensor t;
+    memset(&t, 0, sizeof t);
+    t.format = f; t.rows = rows; t.cols = cols;
+    t.group = f == QT_INT4_GROUP ? group : cols;
+    if (t.group <= 0) t.group = 1;
+    t.row_bytes = qt_row_bytes(f, cols);
+    t.data = data;
+    t.scales = f == QT_F32 ? NULL : scales;
+    return t;
+}
+
 int qt_alloc(QTensor *t, QtFormat f, int64_t group, int64_t rows, int64_t cols) {
-    memset(t, 0, sizeof *t);
-    t->format = f; t->rows = rows; t->cols = cols;
-    t->group = (f == QT_INT4_GROUP) ? group : cols;
-    if (t->group <= 0) t->group = 1;
-    t->row_bytes = qt_row_bytes(f, cols);
+    *t = qt_view(f, group, rows, cols, NULL, NULL);
     /* 64-byte alignment keeps SIMD loads aligned and rows cache-line friendly. */
     size_t data_bytes = (size_t)(rows * t->row_bytes);
     t->data = aligned_alloc(64, (data_bytes + 63) / 64 * 64 + 64);
@@ -317,6 +358,73 @@ float qt_dot_f32(const float *a, const float *b, int64_t n) {
     return (acc[0] + acc[2]) + (acc[1] + acc[3]);
 }
 
+/* 16 float lanes as one value (GCC/clang vector extension: one zmm with AVX-512, two ymm with AVX2;
+   the operations are lane-wise IEEE float, so every build computes the same lanes). */
+typedef float qt_v16 __attribute__((vector_size(64)));
+typedef float qt_v16u __attribute__((vector_size(64), aligned(4)));   /* unaligned loads */
+typedef float qt_v8 __attribute__((vector_size(32)));
+typedef float qt_v4 __attribute__((vector_size(16)));
+
+/* Keeps a loaded vector in a register: without it gcc 12 reloaded every operand of the 4 x 4 tile
+   from memory for each product (32 loads per 32 float operations; dot tile 80 -> 125 GFLOP/s). */
+#if defined(__AVX512F__) && (defined(__GNUC__) || defined(__clang__))
+#define QT_IN_REGISTER(v) __asm__("" : "+v"(v))
+#else
+#define QT_IN_REGISTER(v) (void)0
+#endif
+
+/* qt_dot_f32's final tree of 16 lanes: (k, k+8), then (k, k+4), then (0+2) + (1+3). */
+static inline __attribute__((always_inline)) float qt_v16_tree(const qt_v16 *p) {
+    const qt_v16 v = *p;
+    qt_v8 h = __builtin_shufflevector(v, v, 0, 1, 2, 3, 4, 5, 6, 7) + __builtin_shufflevector(v, v, 8, 9, 10, 11, 12, 13, 14, 15);
+    qt_v4 q = __builtin_shufflevector(h, h, 0, 1, 2, 3) + __builtin_shufflevector(h, h, 4, 5, 6, 7);
+    return (q[0] + q[2]) + (q[1] + q[3]);
+}
+
+/* NA × NB dot products (constants after inlining), each in qt_dot_f32's order. */
+static inline __attribute__((always_inline)) void qt_dot_tile(const float *const *a, const float *const *b, int64_t n,
+                                                              float *out, int ostride, const int NA, const int NB) {
+    qt_v16 c[4][4];
+    for (int x = 0; x < NA; x++) for (int y = 0; y < NB; y++) c[x][y] = (qt_v16){ 0 };
+    int64_t i = 0;
+    for (; i + 16 <= n; i += 16) {
+        qt_v16 av[4], bv[4];
+        for (int x = 0; x < NA; x++) { av[x] = *(const qt_v16u *)(a[x] + i); QT_IN_REGISTER(av[x]); }
+        for (int y = 0; y < NB; y++) { bv[y] = *(const qt_v16u *)(b[y] + i); QT_IN_REGISTER(bv[y]); }
+        for (int x = 0; x < NA; x++) for (int y = 0; y < NB; y++) c[x][y] += av[x] * bv[y];
+    }
+    for (int x = 0; x < NA; x++)
+        for (int y = 0; y < NB; y++) {
+            qt_v16 t = c[x][y];
+            for (int64_t k = i; k < n; k++) t[k - i] += a[x][k] * b[y][k];
+            out[x * ostride + y] = qt_v16_tree(&t);
+        }
+}
+
+/* Tiles of 4 × 4 with AVX-512 (16 zmm accumulators), 2 × 2 otherwise (8 ymm pairs): the same
+   results, only the register use differs. */
+#ifdef __AVX512F__
+#define QT_DOT_TILE 4
+#else
+#define QT_DOT_TILE 2
+#endif
+
+void qt_dot_f32_block(const float *const *a, int na, const float *const *b, int nb, int64_t n, float *out) {
+    const float *ap[4], *bp[4];
+    float tile[4 * 4];
+    for (int x0 = 0; x0 < na; x0 += QT_DOT_TILE)
+        for (int y0 = 0; y0 < nb; y0 += QT_DOT_TILE) {
+            /* a short tile repeats its first row; the extra results are dropped */
+            for (int k = 0; k < QT_DOT_TILE; k++) {
+                ap[k] = a[x0 + k < na ? x0 + k : x0];
+                bp[k] = b[y0 + k < nb ? y0 + k : y0];
+            }
+            qt_dot_tile(ap, bp, n, tile, QT_DOT_TILE, QT_DOT_TILE, QT_DOT_TILE);
+            for (int x = 0; x < QT_DOT_TILE && x0 + x < na; x++)
+                for (int y = 0; y < QT_DOT_TILE && y0 + y < nb; y++) out[(x0 + x) * nb + y0 + y] = tile[x * QT_DOT_TILE + y];
+        }
+}
+
 /* Symmetric int8 quantization of activations, one scale per `group` inputs. Codes stay in
    [-127, 127]: the SIMD kernels rely on it (the int8 sign trick negates them). */
 static void qt_quantize_activation(const float *x, int64_t n, int64_t group, int8_t *q, float *scales) {
@@ -370,13 +478,14 @@ const char *qt_kernel_name(QtKernel k) {
     case QT_KERNEL_AUTO: return "auto";
     case QT_KERNEL_SCALAR: return "scalar";
     case QT_KERNEL_AVX2: return "avx2";
+    case QT_KERNEL_AVXVNNI: return "avxvnni";
     case QT_KERNEL_VNNI: return "vnni";
     }
     return "?";
 }
 
 int qt_kernel_parse(const char *name, QtKernel *k) {
-    static const QtKernel all[] = { QT_KERNEL_AUTO, QT_KERNEL_SCALAR, QT_KERNEL_AVX2, QT_KERNEL_VNNI };
+    static const QtKernel all[] = { QT_KERNEL_AUTO, QT_KERNEL_SCALAR, QT_KERNEL_AVX2, QT_KERNEL_AVXVNNI, QT_KERNEL_VNNI };
     for (size_t i = 0; name && i < sizeof all / sizeof all[0]; i++)
         if (!strcmp(name, qt_kernel_name(all[i]))) { *k = all[i]; return 0; }
     return -1;
@@ -389,13 +498,19 @@ int qt_kernel_supported(QtKernel k) {
     case QT_KERNEL_AVX2:
         __builtin_cpu_init();
         return __builtin_cpu_supports("avx2") ? 1 : 0;
+    case QT_KERNEL_AVXVNNI: {   /* CPUID leaf 7 subleaf 1, EAX bit 4 (AVX2 implies the OS saves ymm) */
+        unsigned a = 0, b = 0, c = 0, d = 0;
+        __builtin_cpu_init();
+        if (!__builtin_cpu_supports("avx2") || !__get_cpuid_count(7, 1, &a, &b, &c, &d)) return 0;
+        return (a >> 4) & 1;
+    }
     case QT_KERNEL_VNNI:
         __builtin_cpu_init();
         return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("avx512f") &&
                __builtin_cpu_supports("avx512bw") && __builtin_cpu_supports("avx512vl") &&
                __builtin_cpu_supports("avx512vnni") ? 1 : 0;
 #else
-    case QT_KERNEL_AVX2: case QT_KERNEL_VNNI: return 0;
+    case QT_KERNEL_AVX2: case QT_KERNEL_AVXVNNI: case QT_KERNEL_VNNI: return 0;
 #endif
     }
     return 0;
@@ -426,14 +541,22 @@ void qt_set_prefetch(int bytes) { qt_prefetch_bytes = bytes < 0 ? 0 : bytes; }
 
 /* ---- Quantized activations as the kernels read them ----------------------------------------
 
-   The scalar reference reads the codes in natural order. The SIMD kernels read the weights 64
-   bytes (one "chunk") at a time and split each byte into its 2 or 4 codes with shifts and masks,
-   so the activation codes are reordered once per call to match: for int4, chunk c covers inputs
-   128c..128c+127 and stores the even ones then the odd ones; for int2, chunk c covers 256 inputs
-   and stores the four planes (input 4j+k in plane k) one after the other. Every int32 lane of a
-   chunk's dot product then covers 4 (int8), 8 (int4) or 16 (int2) consecutive inputs, so a lane
-   never straddles a group boundary when the group is a multiple of 8. The weights are unsigned
-   (q+8 / q+2) in the SIMD code; off[g] = 8·Σx or 2·Σx over group g removes the bias exactly. */
+   The scalar reference reads the codes in natural order (QT_ACTS_NATURAL). The SIMD row kernels
+   read the weights 64 bytes (one "chunk") at a time and split each byte into its 2 or 4 codes with
+   shifts and masks, so the activation codes are reordered once per call to match (QT_ACTS_CHUNKS):
+   for int4, chunk c covers inputs 128c..128c+127 and stores the even ones then the odd ones; for
+   int2, chunk c covers 256 inputs and stores the four planes (input 4j+k in plane k) one after the
+   other. Every int32 lane of a chunk's dot product then covers 4 (int8), 8 (int4) or 16 (int2)
+   consecutive inputs, so a lane never straddles a group boundary when the group is a multiple of 8.
+   The GEMM kernels take the activations as "steps" of 4 codes (QT_ACTS_STEPS), one int32 each,
+   broadcast against a repacked weight vector: int8 in natural order (step m = inputs 4m..4m+3);
+   int4 per 8 inputs the even then the odd ones (the low and high nibbles of 4 weight bytes).
+   Stored step-major, [step][spad] int32 (and the scales and offsets [group][spad]), so that a tile
+   of activation rows reads one contiguous run per step through a single pointer.
+   The weights are unsigned in the SIMD code (int4 q+8, int2 q+2, int8 in the VNNI GEMM kernels
+   q+128); off[g] = bias·Σx over group g removes the bias exactly. */
+typedef enum { QT_ACTS_NATURAL, QT_ACTS_CHUNKS, QT_ACTS_STEPS } QtActsLayout;
+
 typedef struct {
     int8_t *raw;        /* S rows of cols codes, natural order (the scalar kernel reads these) */
     int8_t *q;          /* S rows of qstride codes, reordered and zero-padded (SIMD kernels) */
@@ -441,27 +564,76 @@ typedef struct {
     float *scale;       /* S rows of gstride activation scales, zero-padded */
     int32_t *off;       /* S rows of gstride bias corrections */
     int64_t gstride;
+    QtActsLayout layout;
+    int int8_bias;      /* bias of int8 weight codes in the kernel: 0 or 128 */
+    int64_t spad;       /* QT_ACTS_STEPS: q, scale and off are [step or group][spad] */
 } QtActs;
 
 static int64_t qt_chunk_inputs(QtFormat f) { return f == QT_INT8_ROW ? 64 : f == QT_INT2_ROW ? 256 : 128; }
 static int64_t qt_round_up(int64_t a, int64_t m) { return (a + m - 1) / m * m; }
 
-static void qt_prepare_acts_row(const QTensor *w, const float *x, const QtActs *a, int s, int simd) {
+/* GEMM steps: 4 codes of each of 8 or 16 rows, one int32 lane per row. A step covers 4 inputs
+   (int8) or one nibble plane of 4 weight bytes (int4: 2 steps per 8 inputs); a weight "column" is
+   4 bytes of every row. Counts are padded to whole 16-column blocks (the repack's unit). */
+static int64_t qt_gemm_steps_per_col(QtFormat f) { return f == QT_INT8_ROW ? 1 : 2; }
+static int64_t qt_gemm_cols(const QTensor *w) { return (w->row_bytes + 3) / 4; }
+static int64_t qt_gemm_cols_padded(const QTensor *w) { return qt_round_up(qt_gemm_cols(w), 16); }
+
+/* Bytes of one prepared activation row in layout l. */
+static int64_t qt_acts_stride(const QTensor *w, QtActsLayout l) {
+    if (l == QT_ACTS_STEPS) return qt_gemm_cols_padded(w) * qt_gemm_steps_per_col(w->format) * 4;
+    if (l == QT_ACTS_CHUNKS) return qt_round_up((w->row_bytes + 63) / 64, 16) * qt_chunk_inputs(w->format);
+    return 0;
+}
+
+static _Thread_local float *qt_steps_tmp;
+static _Thread_local int64_t qt_steps_tmp_n;
+
+static float *qt_steps_scales_tmp(int64_t n) {
+    if (n > qt_steps_tmp_n) {
+        free(qt_steps_tmp);
+        qt_steps_tmp = malloc((size_t)n * sizeof(float));
+        if (!qt_steps_tmp) { fprintf(stderr, "quant: out of memory for %lld activation scales\n", (long long)n); exit(1); }
+        qt_steps_tmp_n = n;
+    }
+    return qt_steps_tmp;
+}
+
+/* QT_ACTS_STEPS: row s's scales and offsets into the group-major arrays (the codes follow per 8
+   rows: qt_avx2_steps). */
+static void qt_prepare_steps_row(const QTensor *w, const QtActs *a, int s, const int8_t *raw, const float *xs) {
+    const int64_t C = w->cols, G = qt_groups_per_row(w), sp = a->spad;
+    const int bias = w->format == QT_INT8_ROW ? a->int8_bias : 8;
+    for (int64_t g0 = 0, gi = 0; gi < G; g0 += w->group, gi++) {
+        int64_t g1 = g0 + w->group < C ? g0 + w->group : C;
+        int32_t sum = 0;
+        for (int64_t i = g0; i < g1; i++) sum += raw[i];
+        a->off[gi * sp + s] = bias * sum;
+        a->scale[gi * sp + s] = xs[gi];
+    }
+}
+
+static void qt_prepare_acts_row(const QTensor *w, const float *x, const QtActs *a, int s) {
     const int64_t C = w->cols, G = qt_groups_per_row(w);
     int8_t *raw = a->raw + (int64_t)s * C;
+    if (a->layout == QT_ACTS_STEPS) {
+        float *xs = qt_steps_scales_tmp(G);
+        qt_quantize_activation(x + (int64_t)s * C, C, w->group, raw, xs);
+        qt_prepare_steps_row(w, a, s, raw, xs);
+        return;
+    }
     float *xs = a->scale + (int64_t)s * a->gstride;
     memset(xs, 0, (size_t)a->gstride * sizeof(float));
     qt_quantize_activation(x + (int64_t)s * C, C, w->group, raw, xs);
-    if (!simd) return;
+    if (a->layout == QT_ACTS_NATURAL) return;
     int8_t *q = a->q + (int64_t)s * a->qstride;
     int32_t *off = a->off + (int64_t)s * a->gstride;
     const int64_t Q = a->qstride;
-    switch (w->format) {
-    case QT_INT8_ROW:
+    const int i4 = w->format == QT_INT4_ROW || w->format == QT_INT4_GROUP;
+    if (w->format == QT_INT8_ROW) {
         memcpy(q, raw, (size_t)C);
         memset(q + C, 0, (size_t)(Q - C));
-        break;
-    case QT_INT4_ROW: case QT_INT4_GROUP: {
+    } else if (i4) {
         int64_t c = 0;
         for (; c + 128 <= C; c += 128)
             for (int64_t j = 0; j < 64; j++) { q[c + j] = raw[c + 2 * j]; q[c + 64 + j] = raw[c + 2 * j + 1]; }
@@ -471,9 +643,7 @@ static void qt_prepare_acts_row(const QTensor *w, const float *x, const QtActs *
                 q[c + j] = i < C ? raw[i] : 0;
                 q[c + 64 + j] = i + 1 < C ? raw[i + 1] : 0;
             }
-        break;
-    }
-    case QT_INT2_ROW: {
+    } else if (w->format == QT_INT2_ROW) {
         int64_t c = 0;
         for (; c + 256 <= C; c += 256)
             for (int64_t j = 0; j < 64; j++)
@@ -484,11 +654,8 @@ static void qt_prepare_acts_row(const QTensor *w, const float *x, const QtActs *
                     int64_t i = c + 4 * j + k;
                     q[c + 64 * k + j] = i < C ? raw[i] : 0;
                 }
-        break;
     }
-    case QT_F32: break;
-    }
-    const int bias = w->format == QT_INT4_ROW || w->format == QT_INT4_GROUP ? 8 : w->format == QT_INT2_ROW ? 2 : 0;
+    const int bias = i4 ? 8 : w->format == QT_INT2_ROW ? 2 : a->int8_bias;
     memset(off, 0, (size_t)a->gstride * sizeof(int32_t));
     for (int64_t g0 = 0, gi = 0; gi < G; g0 += w->group, gi++) {
         int64_t g1 = g0 + w->group < C ? g0 + w->group : C;
@@ -528,13 +695,14 @@ static int qt_simd_shape_ok(const QTensor *w) {
 
 /* ---- Row kernels: rows [r0, r1) of w against all S activation rows ------------------------ */
 
-typedef void (*QtRowsFn)(const QTensor *w, const QtActs *a, int S, int64_t r0, int64_t r1, float *y);
+/* y[s][r] for activation rows [s0, s1) and weight rows [r0, r1) */
+typedef void (*QtRowsFn)(const QTensor *w, const QtActs *a, int s0, int s1, int64_t r0, int64_t r1, float *y);
 
-static void qt_rows_scalar(const QTensor *w, const QtActs *a, int S, int64_t r0, int64_t r1, float *y) {
+static void qt_rows_scalar(const QTensor *w, const QtActs *a, int s0, int s1, int64_t r0, int64_t r1, float *y) {
     int8_t *wq = malloc((size_t)w->cols);
     if (!wq) { fprintf(stderr, "quant: out of memory unpacking a row of %lld values\n", (long long)w->cols); exit(1); }
     for (int64_t r = r0; r < r1; r++)
-        for (int s = 0; s < S; s++)
+        for (int s = s0; s < s1; s++)
             y[(int64_t)s * w->rows + r] = qt_dot_int_row(w, r, a->raw + (int64_t)s * w->cols,
                                                          a->scale + (int64_t)s * a->gstride, wq);
     free(wq);
@@ -701,7 +869,7 @@ QT_VNNI QT_INLINE float qt_vnni_i4_wide_groups(const uint8_t *wr, int64_t nch, _
     return qt_lanes_sum(lane);
 }
 
-QT_VNNI static void qt_rows_vnni(const QTensor *w, const QtActs *a, int S, int64_t r0, int64_t r1, float *y) {
+QT_VNNI static void qt_rows_vnni(const QTensor *w, const QtActs *a, int s0, int s1, int64_t r0, int64_t r1, float *y) {
     const QtFormat f = w->format;
     const int64_t rb = w->row_bytes, nch = (rb + 63) / 64, G = qt_groups_per_row(w);
     const int64_t last = rb - (nch - 1) * 64;
@@ -713,26 +881,26 @@ QT_VNNI static void qt_rows_vnni(const QTensor *w, const QtActs *a, int S, int64
         const float *ws = w->scales + r * G;
         if (G == 1) {
             /* one group: S = 1 has its own 4-accumulator loop; batches go up to 4 rows at a time */
-            for (int s0 = 0; s0 < S;) {
+            for (int s = s0; s < s1;) {
                 int32_t isum[4];
-                int ns = S - s0 < 4 ? S - s0 : 4;
+                int ns = s1 - s < 4 ? s1 - s : 4;
                 switch (ns) {
-                case 1: isum[0] = qt_vnni_row_isum(f, wr, nch, tail, a->q + (int64_t)s0 * a->qstride, pf); break;
-                case 2: qt_vnni_row_isums(f, wr, nch, tail, a, s0, 2, pf, isum); break;
-                case 3: qt_vnni_row_isums(f, wr, nch, tail, a, s0, 3, pf, isum); break;
-                default: qt_vnni_row_isums(f, wr, nch, tail, a, s0, 4, pf, isum); break;
+                case 1: isum[0] = qt_vnni_row_isum(f, wr, nch, tail, a->q + (int64_t)s * a->qstride, pf); break;
+                case 2: qt_vnni_row_isums(f, wr, nch, tail, a, s, 2, pf, isum); break;
+                case 3: qt_vnni_row_isums(f, wr, nch, tail, a, s, 3, pf, isum); break;
+                default: qt_vnni_row_isums(f, wr, nch, tail, a, s, 4, pf, isum); break;
                 }
-                for (int j = 0; j < ns; j++, s0++) {
+                for (int j = 0; j < ns; j++, s++) {
                     float acc = 0.0f;
-                    acc += ws[0] * (a->scale[(int64_t)s0 * a->gstride] * (float)(isum[j] - a->off[(int64_t)s0 * a->gstride]));
-                    y[(int64_t)s0 * w->rows + r] = acc;
+                    acc += ws[0] * (a->scale[(int64_t)s * a->gstride] * (float)(isum[j] - a->off[(int64_t)s * a->gstride]));
+                    y[(int64_t)s * w->rows + r] = acc;
                 }
             }
             continue;
         }
         /* grouped: one activation row at a time (a shared unpack did not pay: 16 live chunk vectors
            for two rows spill; the row is in L1 for the second pass anyway) */
-        for (int s = 0; s < S; s++) {
+        for (int s = s0; s < s1; s++) {
             const int8_t *xq = a->q + (int64_t)s * a->qstride;
             const float *xs = a->scale + (int64_t)s * a->gstride;
             const int32_t *off = a->off + (int64_t)s * a->gstride;
@@ -749,32 +917,230 @@ QT_VNNI static void qt_rows_vnni(const QTensor *w, const QtActs *a, int S, int64
     }
 }
 
-/* ---------------- AVX2: vpmaddubsw (u8 × s8 pairs → s16) + vpmaddwd (→ s32) ------------------
-   Works on 32-byte halves of the 64-byte chunks (the activation order is the same). No pair sum
-   can saturate: |w| ≤ 128 and |x| ≤ 127 give at most 2·128·127 = 32512 for int8; the int4 and
-   int2 paths add two or four planes of at most 2·15·127 and 2·3·127. */
+/* ---------------- AVX-512 VNNI GEMM: 16 weight rows per vector ----------------------------------
+   Steps, repacking and the order of operations: see "Batches" at the top and qt_prepare_acts_row. */
 
-QT_AVX2 QT_INLINE __m256i qt_avx2_madd(__m256i p16) { return _mm256_madd_epi16(p16, _mm256_set1_epi16(1)); }
-
-/* Dot of half h (0 or 1) of a chunk; xp points at the chunk's activation codes. */
-QT_AVX2 QT_INLINE __m256i qt_avx2_half(QtFormat f, __m256i wb, const int8_t *xp, int h) {
-    if (f == QT_INT8_ROW) {
-        __m256i x = _mm256_load_si256((const __m256i *)(xp + 32 * h));
-        return qt_avx2_madd(_mm256_maddubs_epi16(_mm256_abs_epi8(wb), _mm256_sign_epi8(x, wb)));
-    }
-    if (f == QT_INT2_ROW) {
-        const __m256i m2 = _mm256_set1_epi8(0x03);
-        __m256i p = _mm256_maddubs_epi16(_mm256_and_si256(wb, m2), _mm256_load_si256((const __m256i *)(xp + 32 * h)));
-        p = _mm256_add_epi16(p, _mm256_maddubs_epi16(_mm256_and_si256(_mm256_srli_epi16(wb, 2), m2), _mm256_load_si256((const __m256i *)(xp + 64 + 32 * h))));
-        p = _mm256_add_epi16(p, _mm256_maddubs_epi16(_mm256_and_si256(_mm256_srli_epi16(wb, 4), m2), _mm256_load_si256((const __m256i *)(xp + 128 + 32 * h))));
-        p = _mm256_add_epi16(p, _mm256_maddubs_epi16(_mm256_and_si256(_mm256_srli_epi16(wb, 6), m2), _mm256_load_si256((const __m256i *)(xp + 192 + 32 * h))));
-        return qt_avx2_madd(p);
-    }
-    const __m256i m4 = _mm256_set1_epi8(0x0F);
-    __m256i p = _mm256_maddubs_epi16(_mm256_and_si256(wb, m4), _mm256_load_si256((const __m256i *)(xp + 32 * h)));
-    p = _mm256_add_epi16(p, _mm256_maddubs_epi16(_mm256_and_si256(_mm256_srli_epi16(wb, 4), m4), _mm256_load_si256((const __m256i *)(xp + 64 + 32 * h))));
-    return qt_avx2_madd(p);
+/* vpdpbusd through asm: with the intrinsic, gcc 12 copied every accumulator of the tile loop to a
+   new register on each step (16 extra moves per 16 vpdpbusd; measured: 413 → 532 GOP/s). */
+QT_VNNI QT_INLINE __m512i qt_dpbusd(__m512i acc, __m512i w, __m512i x) {
+    __asm__("vpdpbusd %2, %1, %0" : "+v"(acc) : "v"(w), "v"(x));
+    return acc;
 }
+
+/* Per-thread scratch of the GEMM kernels: repacked weights, transposed scales, float lanes. */
+static _Thread_local uint8_t *qt_gemm_buf;
+static _Thread_local size_t qt_gemm_buf_size;
+
+static uint8_t *qt_gemm_scratch(size_t n) {
+    if (n > qt_gemm_buf_size) {
+        free(qt_gemm_buf);
+        qt_gemm_buf_size = (n + 4095) / 4096 * 4096;
+        qt_gemm_buf = aligned_alloc(64, qt_gemm_buf_size);
+        if (!qt_gemm_buf) { fprintf(stderr, "quant: out of memory allocating %zu bytes of GEMM scratch\n", n); exit(1); }
+    }
+    return qt_gemm_buf;
+}
+
+/* While the tiles of a row block run, the next block's rows stream toward L2, one line every
+   `every` steps, so its repack does not wait on DRAM (gate 2048x6144, S = 32, weights in DRAM:
+   445 GOP/s before; the same from L3: 662). */
+typedef struct { const char *p; int64_t left, every, wait; } QtPrefetch;
+
+static inline __attribute__((always_inline)) void qt_prefetch_step(QtPrefetch *pf) {
+    if (pf->left > 0 && --pf->wait <= 0) {
+        _mm_prefetch(pf->p, QT_PREFETCH_HINT);
+        pf->p += 64;
+        pf->left--;
+        pf->wait = pf->every;
+    }
+}
+
+/* The prefetch share of one of `tiles` tiles over the next block's bytes [next, next + bytes). */
+static QtPrefetch qt_prefetch_share(const uint8_t *next, int64_t bytes, int tiles, int tile, int64_t nsteps) {
+    const int64_t lines = (bytes + 63) / 64, per = (lines + tiles - 1) / tiles;
+    QtPrefetch pf = { (const char *)next + tile * per * 64, 0, 1, 0 };
+    pf.left = lines - tile * per < per ? lines - tile * per : per;
+    if (pf.left < 0) pf.left = 0;
+    pf.every = pf.left > 0 && nsteps / pf.left > 1 ? nsteps / pf.left : 1;
+    return pf;
+}
+
+/* v[m] = dword m of the 16 rows v[0..15] (row i in lane i): unpacks within 128-bit lanes give
+   4x4 blocks, then a 4x4 transpose of the 128-bit lanes. */
+QT_VNNI QT_INLINE void qt_vnni_transpose16(__m512i *v) {
+    __m512i t[16], u[16];
+    for (int i = 0; i < 16; i += 2) {
+        t[i] = _mm512_unpacklo_epi32(v[i], v[i + 1]);
+        t[i + 1] = _mm512_unpackhi_epi32(v[i], v[i + 1]);
+    }
+    for (int i = 0; i < 16; i += 4) {   /* u[4q + j], lane L: rows 4q..4q+3 of dword 4L + j */
+        u[i] = _mm512_unpacklo_epi64(t[i], t[i + 2]);
+        u[i + 1] = _mm512_unpackhi_epi64(t[i], t[i + 2]);
+        u[i + 2] = _mm512_unpacklo_epi64(t[i + 1], t[i + 3]);
+        u[i + 3] = _mm512_unpackhi_epi64(t[i + 1], t[i + 3]);
+    }
+    for (int j = 0; j < 4; j++) {
+        __m512i a = _mm512_shuffle_i32x4(u[j], u[4 + j], 0x44), b = _mm512_shuffle_i32x4(u[j], u[4 + j], 0xEE);
+        __m512i c = _mm512_shuffle_i32x4(u[8 + j], u[12 + j], 0x44), d = _mm512_shuffle_i32x4(u[8 + j], u[12 + j], 0xEE);
+        v[j] = _mm512_shuffle_i32x4(a, c, 0x88);
+        v[4 + j] = _mm512_shuffle_i32x4(a, c, 0xDD);
+        v[8 + j] = _mm512_shuffle_i32x4(b, d, 0x88);
+        v[12 + j] = _mm512_shuffle_i32x4(b, d, 0xDD);
+    }
+}
+
+/* Repack weight rows [r0, r0+n) into nb blocks of 16 rows: step t of block b at pk + b·bstride +
+   64t (unsigned codes: int4 nibble planes, int8 xor 0x80), the scales at wsT[(b·G + g)·16 + i].
+   Rows past n are zero. */
+QT_VNNI static void qt_vnni_gemm_pack(const QTensor *w, int64_t r0, int64_t n, int nb, int64_t bstride,
+                                      uint8_t *pk, float *wsT) {
+    const int64_t rb = w->row_bytes, nch = (rb + 63) / 64, G = qt_groups_per_row(w), last = rb - (nch - 1) * 64;
+    const __mmask64 tail = last == 64 ? ~(__mmask64)0 : (((__mmask64)1 << last) - 1);
+    const int i8 = w->format == QT_INT8_ROW, pf = qt_prefetch_bytes;
+    const __m512i m4 = _mm512_set1_epi8(0x0F), flip = _mm512_set1_epi8((char)0x80);
+    for (int b = 0; b < nb; b++) {
+        const int64_t rows = n - 16 * b < 16 ? n - 16 * b : 16;
+        const uint8_t *src = w->data + (r0 + 16 * b) * rb;
+        uint8_t *dst = pk + b * bstride;
+        for (int64_t c = 0; c < nch; c++) {
+            __m512i v[16];
+            if (rows == 16 && c + 1 < nch)
+                for (int i = 0; i < 16; i++) {
+                    _mm_prefetch((const char *)(src + i * rb + 64 * c + pf), QT_PREFETCH_HINT);
+                    v[i] = _mm512_loadu_si512((const void *)(src + i * rb + 64 * c));
+                }
+            else
+                for (int i = 0; i < 16; i++)
+                    v[i] = i >= rows ? _mm512_setzero_si512() : _mm512_maskz_loadu_epi8(c + 1 < nch ? ~(__mmask64)0 : tail, src + i * rb + 64 * c);
+            qt_vnni_transpose16(v);
+            for (int m = 0; m < 16; m++) {
+                if (i8) _mm512_store_si512((void *)(dst + 64 * (16 * c + m)), _mm512_xor_si512(v[m], flip));
+                else {
+                    _mm512_store_si512((void *)(dst + 128 * (16 * c + m)), _mm512_and_si512(v[m], m4));
+                    _mm512_store_si512((void *)(dst + 128 * (16 * c + m) + 64), _mm512_and_si512(_mm512_srli_epi16(v[m], 4), m4));
+                }
+            }
+        }
+        for (int64_t g = 0; g < G; g++)
+            for (int i = 0; i < 16; i++) wsT[(b * G + g) * 16 + i] = i < rows ? w->scales[(r0 + 16 * b + i) * G + g] : 0.0f;
+    }
+}
+
+/* One tile: RB blocks of 16 repacked weight rows × SB activation rows from s0, the whole row.
+   Per group: exact int32 sums (vpdpbusd of each step vector with the broadcast activation step),
+   then p = ws·(xs·(isum - off)) into lane g mod 16, all vectorized over the 16 rows; at the end
+   the lanes' fixed tree (qt_lanes_sum). lanes: scratch for RB·SB·16 vectors. */
+QT_VNNI QT_INLINE void qt_vnni_gemm_tile(const QTensor *w, const QtActs *a, const uint8_t *pk, int64_t bstride,
+                                         const float *wsT, __m512 *lanes, int s0, const int RB, const int SB,
+                                         int64_t r0, int64_t n, float *y, QtPrefetch *pf) {
+    const int64_t G = qt_groups_per_row(w), nsteps = qt_gemm_cols(w) * qt_gemm_steps_per_col(w->format);
+    const int64_t gsteps = G == 1 ? nsteps : w->group / 4;
+    const int64_t sp = a->spad;
+    const int32_t *xq = (const int32_t *)a->q + s0;   /* step t of row s0+j: xq[t·sp + j] */
+    const float *xs = a->scale + s0;                   /* group g: xs[g·sp + j], off[g·sp + j] */
+    const int32_t *off = a->off + s0;
+    if (G > 1) for (int k = 0; k < RB * SB * 16; k++) lanes[k] = _mm512_setzero_ps();
+    __m512 out[2][8];
+    QT_UNROLL for (int rb = 0; rb < RB; rb++) QT_UNROLL for (int j = 0; j < SB; j++) out[rb][j] = _mm512_setzero_ps();
+    for (int64_t g = 0; g < G; g++) {
+        __m512i acc[2][8];
+        QT_UNROLL for (int rb = 0; rb < RB; rb++) QT_UNROLL for (int j = 0; j < SB; j++) acc[rb][j] = _mm512_setzero_si512();
+        const int64_t t1 = (g + 1) * gsteps < nsteps ? (g + 1) * gsteps : nsteps;
+        for (int64_t t = g * gsteps; t < t1; t++) {
+            qt_prefetch_step(pf);
+            __m512i wv[2];
+            QT_UNROLL for (int rb = 0; rb < RB; rb++) wv[rb] = _mm512_load_si512((const void *)(pk + rb * bstride + 64 * t));
+            const int32_t *xt = xq + t * sp;
+            QT_UNROLL for (int j = 0; j < SB; j++) {
+                const __m512i xb = _mm512_set1_epi32(xt[j]);
+                QT_UNROLL for (int rb = 0; rb < RB; rb++) acc[rb][j] = qt_dpbusd(acc[rb][j], wv[rb], xb);
+            }
+        }
+        __m512 *lg = lanes + (g & 15);   /* lane g mod 16 of tile element (rb, j): lg[(rb·SB + j)·16] */
+        QT_UNROLL for (int rb = 0; rb < RB; rb++) {
+            const __m512 wsv = _mm512_load_ps(wsT + (rb * G + g) * 16);
+            QT_UNROLL for (int j = 0; j < SB; j++) {
+                const __m512i isum = _mm512_sub_epi32(acc[rb][j], _mm512_set1_epi32(off[g * sp + j]));
+                const __m512 p = _mm512_mul_ps(wsv, _mm512_mul_ps(_mm512_set1_ps(xs[g * sp + j]), _mm512_cvtepi32_ps(isum)));
+                if (G == 1) out[rb][j] = _mm512_add_ps(_mm512_setzero_ps(), p);
+                else lg[(rb * SB + j) * 16] = _mm512_add_ps(lg[(rb * SB + j) * 16], p);
+            }
+        }
+    }
+    QT_UNROLL for (int rb = 0; rb < RB; rb++) {
+        const int64_t rows = n - 16 * rb;
+        if (rows <= 0) continue;
+        const __mmask16 mask = rows >= 16 ? (__mmask16)0xFFFF : (__mmask16)((1u << rows) - 1);
+        QT_UNROLL for (int j = 0; j < SB; j++) {
+            if (G > 1) {
+                const __m512 *l = lanes + (rb * SB + j) * 16;
+                __m512 b[8];
+                QT_UNROLL for (int k = 0; k < 8; k++) b[k] = _mm512_add_ps(l[k], l[k + 8]);
+                QT_UNROLL for (int k = 0; k < 4; k++) b[k] = _mm512_add_ps(b[k], b[k + 4]);
+                out[rb][j] = _mm512_add_ps(_mm512_add_ps(b[0], b[2]), _mm512_add_ps(b[1], b[3]));
+            }
+            _mm512_mask_storeu_ps(y + (int64_t)(s0 + j) * w->rows + r0 + 16 * rb, mask, out[rb][j]);
+        }
+    }
+}
+
+#define QT_VNNI_RB 2   /* row blocks per tile: 32 weight rows */
+#define QT_VNNI_SB 8   /* activation rows per tile */
+
+QT_VNNI static void qt_gemm_vnni(const QTensor *w, const QtActs *a, int s0, int s1, int64_t r0, int64_t r1, float *y) {
+    const int64_t G = qt_groups_per_row(w);
+    const int64_t bstride = qt_gemm_cols_padded(w) * qt_gemm_steps_per_col(w->format) * 64;
+    const size_t pk_bytes = (size_t)(QT_VNNI_RB * bstride), ws_bytes = (size_t)qt_round_up(QT_VNNI_RB * G * 16 * 4, 64);
+    uint8_t *buf = qt_gemm_scratch(pk_bytes + ws_bytes + QT_VNNI_RB * QT_VNNI_SB * 16 * 64);
+    uint8_t *pk = buf;
+    float *wsT = (float *)(buf + pk_bytes);
+    __m512 *lanes = (__m512 *)(buf + pk_bytes + ws_bytes);
+    for (int64_t r = r0; r < r1; r += 16 * QT_VNNI_RB) {
+        const int64_t n = r1 - r < 16 * QT_VNNI_RB ? r1 - r : 16 * QT_VNNI_RB;
+        const int nb = (int)((n + 15) / 16);
+        qt_vnni_gemm_pack(w, r, n, nb, bstride, pk, wsT);
+        const int64_t next_rows = r1 - r - n < 16 * QT_VNNI_RB ? r1 - r - n : 16 * QT_VNNI_RB;
+        const int tiles = (s1 - s0 + QT_VNNI_SB - 1) / QT_VNNI_SB;
+        for (int s = s0; s < s1; s += QT_VNNI_SB) {
+            const int sb = s1 - s < QT_VNNI_SB ? s1 - s : QT_VNNI_SB;
+            QtPrefetch pf = qt_prefetch_share(w->data + (r + n) * w->row_bytes, next_rows * w->row_bytes, tiles,
+                                              (s - s0) / QT_VNNI_SB, qt_gemm_cols(w) * qt_gemm_steps_per_col(w->format));
+#define QT_TILE(RB, SB) qt_vnni_gemm_tile(w, a, pk, bstride, wsT, lanes, s, RB, SB, r, n, y, &pf)
+            if (nb == 2) switch (sb) {
+                case 1: QT_TILE(2, 1); break; case 2: QT_TILE(2, 2); break; case 3: QT_TILE(2, 3); break;
+                case 4: QT_TILE(2, 4); break; case 5: QT_TILE(2, 5); break; case 6: QT_TILE(2, 6); break;
+                case 7: QT_TILE(2, 7); break; default: QT_TILE(2, 8); break;
+            } else switch (sb) {
+                case 1: QT_TILE(1, 1); break; case 2: QT_TILE(1, 2); break; case 3: QT_TILE(1, 3); break;
+                case 4: QT_TILE(1, 4); break; case 5: QT_TILE(1, 5); break; case 6: QT_TILE(1, 6); break;
+                case 7: QT_TILE(1, 7); break; default: QT_TILE(1, 8); break;
+            }
+#undef QT_TILE
+        }
+    }
+}
+
+/* ---------------- 256-bit kernels: AVX2 and AVX-VNNI ---------------------------------------------
+   Both work on 32-byte halves of the 64-byte chunks (row kernels; the activation order is the
+   same) and on 8-row step vectors (GEMM). They differ only in the integer dot product: AVX2 has
+   vpmaddubsw (u8 × s8 pairs → s16) + vpmaddwd (→ s32), AVX-VNNI the VEX-encoded vpdpbusd (u8 × s8,
+   4 products into each s32 lane). So the code is written once, at the end of this file, and
+   compiled twice by including this file again with QT_YMM_PASS defined: qt_avx2_* with
+   target("avx2"), qt_avxvnni_* with target("avx2,avxvnni") (an AVX2 kernel never contains a VNNI
+   instruction, so it runs on CPUs without one). No vpmaddubsw pair sum can saturate: |w| ≤ 128
+   and |x| ≤ 127 give at most 2·128·127 = 32512 for int8 (sign moved to the activation); the int4
+   and int2 paths add two or four planes of at most 2·15·127 and 2·3·127 in int16. */
+
+#define QT_AVX2_ONES _mm256_set1_epi16(1)
+#define QT_AVX2_DOT1(acc, u, s) _mm256_add_epi32(acc, _mm256_madd_epi16(_mm256_maddubs_epi16(u, s), QT_AVX2_ONES))
+#define QT_AVX2_DOT2(acc, u0, s0, u1, s1) \
+    _mm256_add_epi32(acc, _mm256_madd_epi16(_mm256_add_epi16(_mm256_maddubs_epi16(u0, s0), _mm256_maddubs_epi16(u1, s1)), QT_AVX2_ONES))
+#define QT_AVX2_DOT4(acc, u0, s0, u1, s1, u2, s2, u3, s3) \
+    _mm256_add_epi32(acc, _mm256_madd_epi16(_mm256_add_epi16(_mm256_add_epi16(_mm256_maddubs_epi16(u0, s0), _mm256_maddubs_epi16(u1, s1)), \
+                                                             _mm256_add_epi16(_mm256_maddubs_epi16(u2, s2), _mm256_maddubs_epi16(u3, s3))), QT_AVX2_ONES))
+#define QT_AVXVNNI_DOT1(acc, u, s) _mm256_dpbusd_avx_epi32(acc, u, s)
+#define QT_AVXVNNI_DOT2(acc, u0, s0, u1, s1) QT_AVXVNNI_DOT1(QT_AVXVNNI_DOT1(acc, u0, s0), u1, s1)
+#define QT_AVXVNNI_DOT4(acc, u0, s0, u1, s1, u2, s2, u3, s3) QT_AVXVNNI_DOT2(QT_AVXVNNI_DOT2(acc, u0, s0, u1, s1), u2, s2, u3, s3)
 
 QT_AVX2 QT_INLINE int32_t qt_avx2_hsum(__m256i v) {
     __m128i s = _mm_add_epi32(_mm256_castsi256_si128(v), _mm256_extracti128_si256(v, 1));
@@ -809,90 +1175,77 @@ QT_AVX2 QT_INLINE __m256i qt_avx2_group_sums(__m256i *v, const int lanes) {
     return _mm256_add_epi32(_mm256_permute2x128_si256(a, b, 0x20), _mm256_permute2x128_si256(a, b, 0x31));
 }
 
-/* Grouped int4 row, `lanes` (1, 2, 4 or 8) int32 lanes per group: 8 groups per step from `lanes`
-   32-byte halves; group g goes to lane g mod 16 (the low or the high 8 of the 16 lanes). */
-QT_AVX2 QT_INLINE float qt_avx2_i4_grouped(const uint8_t *wr, const uint8_t *tailbuf, int64_t nch, const int8_t *xq,
-                                           const float *xs, const int32_t *off, const float *ws, int64_t G,
-                                           const int lanes, int pf) {
-    __m256 lanes_lo = _mm256_setzero_ps(), lanes_hi = lanes_lo;
-    for (int64_t g0 = 0; g0 < G; g0 += 8) {
-        __m256i v[8];
-        const int64_t h0 = g0 / 8 * lanes;
-        for (int k = 0; k < lanes; k += 2) _mm_prefetch((const char *)(wr + 32 * (h0 + k) + pf), QT_PREFETCH_HINT);
-        for (int k = 0; k < lanes; k++) {
-            const int64_t hc = h0 + k;
-            v[k] = qt_avx2_half(QT_INT4_GROUP, qt_avx2_load_half(wr, tailbuf, nch, hc), xq + 128 * (hc / 2), (int)(hc & 1));
-        }
-        __m256i isum = _mm256_sub_epi32(qt_avx2_group_sums(v, lanes), _mm256_loadu_si256((const __m256i *)(off + g0)));
-        __m256 wsv;
-        if (G - g0 >= 8) wsv = _mm256_loadu_ps(ws + g0);
-        else {   /* lanes past the last group add 0·(0·0) = +0, which leaves a lane (never -0) unchanged */
-            float wsg[8] = { 0 };
-            for (int i = 0; i < G - g0; i++) wsg[i] = ws[g0 + i];
-            wsv = _mm256_loadu_ps(wsg);
-        }
-        __m256 t = _mm256_mul_ps(_mm256_loadu_ps(xs + g0), _mm256_cvtepi32_ps(isum));
-        __m256 p = _mm256_mul_ps(wsv, t);
-        if (g0 & 8) lanes_hi = _mm256_add_ps(lanes_hi, p);
-        else lanes_lo = _mm256_add_ps(lanes_lo, p);
+/* v[m] = dword m of the 8 rows v[0..7] (row i in lane i), as qt_vnni_transpose16. */
+QT_AVX2 QT_INLINE void qt_avx2_transpose8(__m256i *v) {
+    __m256i t[8], u[8];
+    for (int i = 0; i < 8; i += 2) {
+        t[i] = _mm256_unpacklo_epi32(v[i], v[i + 1]);
+        t[i + 1] = _mm256_unpackhi_epi32(v[i], v[i + 1]);
     }
-    float lane[16];
-    _mm256_storeu_ps(lane, lanes_lo);
-    _mm256_storeu_ps(lane + 8, lanes_hi);
-    return qt_lanes_sum(lane);
+    for (int i = 0; i < 8; i += 4) {   /* u[4q + j], lane L: rows 4q..4q+3 of dword 4L + j */
+        u[i] = _mm256_unpacklo_epi64(t[i], t[i + 2]);
+        u[i + 1] = _mm256_unpackhi_epi64(t[i], t[i + 2]);
+        u[i + 2] = _mm256_unpacklo_epi64(t[i + 1], t[i + 3]);
+        u[i + 3] = _mm256_unpackhi_epi64(t[i + 1], t[i + 3]);
+    }
+    for (int j = 0; j < 4; j++) {
+        v[j] = _mm256_permute2x128_si256(u[j], u[4 + j], 0x20);
+        v[4 + j] = _mm256_permute2x128_si256(u[j], u[4 + j], 0x31);
+    }
 }
 
-QT_AVX2 static void qt_rows_avx2(const QTensor *w, const QtActs *a, int S, int64_t r0, int64_t r1, float *y) {
-    const QtFormat f = w->format;
-    const int64_t rb = w->row_bytes, nch = (rb + 63) / 64, G = qt_groups_per_row(w);
-    const int64_t xc = qt_chunk_inputs(f);
-    const int lanes = (int)(w->group / 8);
-    const int pf = qt_prefetch_bytes;
-    _Alignas(64) uint8_t tailbuf[64];
-    for (int64_t r = r0; r < r1; r++) {
-        const uint8_t *wr = w->data + r * rb;
-        const float *ws = w->scales + r * G;
-        memset(tailbuf, 0, 64);
-        memcpy(tailbuf, wr + 64 * (nch - 1), (size_t)(rb - 64 * (nch - 1)));
-        for (int s = 0; s < S; s++) {
-            const int8_t *xq = a->q + (int64_t)s * a->qstride;
-            const float *xs = a->scale + (int64_t)s * a->gstride;
-            const int32_t *off = a->off + (int64_t)s * a->gstride;
-            float acc = 0.0f;
-            if (G == 1) {
-                __m256i a0 = _mm256_setzero_si256(), a1 = a0;
-                for (int64_t c = 0; c < nch; c++) {
-                    _mm_prefetch((const char *)(wr + 64 * c + pf), QT_PREFETCH_HINT);
-                    a0 = _mm256_add_epi32(a0, qt_avx2_half(f, qt_avx2_load_half(wr, tailbuf, nch, 2 * c), xq + xc * c, 0));
-                    a1 = _mm256_add_epi32(a1, qt_avx2_half(f, qt_avx2_load_half(wr, tailbuf, nch, 2 * c + 1), xq + xc * c, 1));
-                }
-                int32_t isum = qt_avx2_hsum(_mm256_add_epi32(a0, a1)) - off[0];
-                acc += ws[0] * (xs[0] * (float)isum);
-            } else if (lanes <= 8) {
-                switch (lanes) {
-                case 1: acc = qt_avx2_i4_grouped(wr, tailbuf, nch, xq, xs, off, ws, G, 1, pf); break;
-                case 2: acc = qt_avx2_i4_grouped(wr, tailbuf, nch, xq, xs, off, ws, G, 2, pf); break;
-                case 4: acc = qt_avx2_i4_grouped(wr, tailbuf, nch, xq, xs, off, ws, G, 4, pf); break;
-                default: acc = qt_avx2_i4_grouped(wr, tailbuf, nch, xq, xs, off, ws, G, 8, pf); break;
-                }
-            } else {
-                const int64_t hpg = lanes / 8;   /* halves per group */
-                float lane[16] = { 0 };
-                for (int64_t g = 0; g < G; g++) {
-                    __m256i v = _mm256_setzero_si256();
-                    for (int64_t hc = g * hpg; hc < (g + 1) * hpg && hc < 2 * nch; hc++) {
-                        if ((hc & 1) == 0) _mm_prefetch((const char *)(wr + 32 * hc + pf), QT_PREFETCH_HINT);
-                        v = _mm256_add_epi32(v, qt_avx2_half(f, qt_avx2_load_half(wr, tailbuf, nch, hc), xq + 128 * (hc / 2), (int)(hc & 1)));
-                    }
-                    int32_t isum = qt_avx2_hsum(v) - off[g];
-                    lane[g & 15] += ws[g] * (xs[g] * (float)isum);
-                }
-                acc = qt_lanes_sum(lane);
+/* QT_ACTS_STEPS codes of activation rows [s0, s0+n), n ≤ 8, from their natural-order codes: a
+   32-byte block of a row (32 codes) holds 8 steps (for int4 after a byte shuffle that puts each 8
+   inputs' even codes before the odd ones), and an 8x8 dword transpose makes them 8 step runs of 8
+   rows. Used by every GEMM kernel (all have AVX2). */
+QT_AVX2 static void qt_avx2_steps(const QTensor *w, const QtActs *a, int s0, int n) {
+    const int64_t C = w->cols, nsteps = a->qstride / 4, sp = a->spad;
+    const int i4 = w->format != QT_INT8_ROW;
+    const __m256i even_odd = _mm256_setr_epi8(0, 2, 4, 6, 1, 3, 5, 7, 8, 10, 12, 14, 9, 11, 13, 15,
+                                              0, 2, 4, 6, 1, 3, 5, 7, 8, 10, 12, 14, 9, 11, 13, 15);
+    _Alignas(32) int8_t tail[32];
+    for (int64_t b = 0; b < nsteps / 8; b++) {
+        __m256i v[8];
+        for (int i = 0; i < 8; i++) {
+            const int8_t *raw = a->raw + (int64_t)(s0 + i) * C + 32 * b;
+            if (i >= n) v[i] = _mm256_setzero_si256();
+            else if (32 * b + 32 <= C) v[i] = _mm256_loadu_si256((const __m256i *)raw);
+            else {
+                memset(tail, 0, 32);
+                if (32 * b < C) memcpy(tail, raw, (size_t)(C - 32 * b));
+                v[i] = _mm256_load_si256((const __m256i *)tail);
             }
-            y[(int64_t)s * w->rows + r] = acc;
+            if (i4) v[i] = _mm256_shuffle_epi8(v[i], even_odd);
         }
+        qt_avx2_transpose8(v);
+        for (int k = 0; k < 8; k++) _mm256_storeu_si256((__m256i *)((int32_t *)a->q + (8 * b + k) * sp + s0), v[k]);
     }
 }
+
+#define QT_YMM_PASS 1
+#define QT_YMM_RB 2   /* GEMM tile: 2 blocks of 8 weight rows ... */
+#define QT_YMM_SB 4   /* ... × 4 activation rows (16 ymm registers) */
+#define QT_YMM(name) qt_avx2_##name
+#define QT_YMM_TARGET QT_AVX2
+#define QT_YMM_DOT1 QT_AVX2_DOT1
+#define QT_YMM_DOT2 QT_AVX2_DOT2
+#define QT_YMM_DOT4 QT_AVX2_DOT4
+#define QT_YMM_SIGNED_I8 1   /* int8 GEMM: |w| × sign-moved x (a pair of 255·127 would saturate) */
+#include "quant.h"
+#undef QT_YMM
+#undef QT_YMM_TARGET
+#undef QT_YMM_DOT1
+#undef QT_YMM_DOT2
+#undef QT_YMM_DOT4
+#undef QT_YMM_SIGNED_I8
+#define QT_YMM(name) qt_avxvnni_##name
+#define QT_YMM_TARGET QT_AVXVNNI
+#define QT_YMM_DOT1 QT_AVXVNNI_DOT1
+#define QT_YMM_DOT2 QT_AVXVNNI_DOT2
+#define QT_YMM_DOT4 QT_AVXVNNI_DOT4
+#define QT_YMM_SIGNED_I8 0   /* int8 GEMM: w xor 0x80 = q + 128, unsigned */
+#include "quant.h"
+#undef QT_YMM_PASS
 #endif /* QT_X86 */
 
 /* ---- Threads -------------------------------------------------------------------------------
@@ -1039,10 +1392,29 @@ typedef struct {
     float *y;
     int S;
     int64_t rows_per_chunk;
+    int s_panels, s_per_panel;   /* GEMM on few weight rows: chunks also split the activation rows */
     QtActs acts;
     QtRowsFn rows;
-    int simd;
 } QtMatmulJob;
+
+/* 0: measured per kernel (bench/README.md, expert FFN with its weights in DRAM): the AVX-512 row
+   kernels stay ahead of the GEMM path up to S = 7 for one-group rows (they share each weight load
+   across 4 activation rows) and up to S = 5 for grouped rows; the 256-bit GEMM kernels win from
+   S = 3-4. */
+static int qt_gemm_min_rows_set;
+void qt_set_gemm_min_rows(int s) { qt_gemm_min_rows_set = s < 0 ? 0 : s; }
+
+static int qt_gemm_min_rows(const QTensor *w, QtKernel k) {
+    if (qt_gemm_min_rows_set) return qt_gemm_min_rows_set;
+    if (k != QT_KERNEL_VNNI) return 4;
+    return qt_groups_per_row(w) == 1 ? 8 : 6;
+}
+
+/* Formats the GEMM kernels take: a group must cover whole steps (8 int4 inputs). */
+static int qt_gemm_shape_ok(const QTensor *w) {
+    if (w->format == QT_INT8_ROW || w->format == QT_INT4_ROW) return 1;
+    return w->format == QT_INT4_GROUP && (qt_groups_per_row(w) == 1 || w->group % 8 == 0);
+}
 
 static int64_t qt_rows_per_chunk(const QTensor *w, int S) {
     int64_t bytes = w->row_bytes * (S < 8 ? 1 : S / 8);   /* with many activation rows, less weight per chunk */
@@ -1150,15 +1522,24 @@ static void qt_float_chunk(void *p, int64_t c) {
     }
 }
 
-static void qt_acts_chunk(void *p, int64_t s) {
+/* Activation rows [16c, 16c+16) for the step-major layout (one writer per cache line), row c
+   otherwise. */
+static void qt_acts_chunk(void *p, int64_t c) {
     const QtMatmulJob *j = p;
-    qt_prepare_acts_row(j->w, j->x, &j->acts, (int)s, j->simd);
+    const int per = j->acts.layout == QT_ACTS_STEPS ? 16 : 1;
+    for (int s = (int)c * per; s < (int)(c + 1) * per && s < j->S; s++) qt_prepare_acts_row(j->w, j->x, &j->acts, s);
+#ifdef QT_X86
+    if (j->acts.layout == QT_ACTS_STEPS)
+        for (int s0 = (int)c * 16; s0 < (int)c * 16 + 16 && s0 < j->S; s0 += 8) qt_avx2_steps(j->w, &j->acts, s0, j->S - s0 < 8 ? j->S - s0 : 8);
+#endif
 }
 
 static void qt_int_chunk(void *p, int64_t c) {
     const QtMatmulJob *j = p;
-    int64_t r0 = c * j->rows_per_chunk, r1 = r0 + j->rows_per_chunk < j->w->rows ? r0 + j->rows_per_chunk : j->w->rows;
-    j->rows(j->w, &j->acts, j->S, r0, r1, j->y);
+    const int64_t rc = c / j->s_panels, sp = c % j->s_panels;
+    const int64_t r0 = rc * j->rows_per_chunk, r1 = r0 + j->rows_per_chunk < j->w->rows ? r0 + j->rows_per_chunk : j->w->rows;
+    const int s0 = (int)sp * j->s_per_panel, s1 = s0 + j->s_per_panel < j->S ? s0 + j->s_per_panel : j->S;
+    j->rows(j->w, &j->acts, s0, s1, r0, r1, j->y);
 }
 
 void qt_matmul_with(const QTensor *w, const float *x, float *y, int S, int idot, QtKernel kernel) {
@@ -1168,34 +1549,60 @@ void qt_matmul_with(const QTensor *w, const float *x, float *y, int S, int idot,
     memset(&j, 0, sizeof j);
     j.w = w; j.x = x; j.y = y; j.S = S;
     j.rows_per_chunk = qt_rows_per_chunk(w, S);
-    const int64_t nchunks = (R + j.rows_per_chunk - 1) / j.rows_per_chunk;
-    if (w->format == QT_F32 || !idot) { qt_parallel_chunks(qt_float_chunk, &j, nchunks); return; }
+    j.s_panels = 1; j.s_per_panel = S;
+    if (w->format == QT_F32 || !idot) {
+        qt_parallel_chunks(qt_float_chunk, &j, (R + j.rows_per_chunk - 1) / j.rows_per_chunk);
+        return;
+    }
 
     QtKernel k = kernel == QT_KERNEL_AUTO ? qt_get_kernel() : qt_kernel_resolve(kernel);
-    if (!qt_simd_shape_ok(w)) k = QT_KERNEL_SCALAR;
-    j.rows = qt_rows_scalar;
-#ifdef QT_X86
-    if (k == QT_KERNEL_VNNI) j.rows = qt_rows_vnni;
-    else if (k == QT_KERNEL_AVX2) j.rows = qt_rows_avx2;
-#endif
-    j.simd = j.rows != qt_rows_scalar;
-
+    const int gemm = k != QT_KERNEL_SCALAR && S >= qt_gemm_min_rows(w, k) && qt_gemm_shape_ok(w);
+    if (!gemm && !qt_simd_shape_ok(w)) k = QT_KERNEL_SCALAR;
     QtActs *a = &j.acts;
+    a->layout = k == QT_KERNEL_SCALAR ? QT_ACTS_NATURAL : gemm ? QT_ACTS_STEPS : QT_ACTS_CHUNKS;
+    a->int8_bias = gemm && k != QT_KERNEL_AVX2 ? 128 : 0;
+    j.rows = qt_rows_scalar;
+    int block = 1;   /* weight rows the kernel repacks at a time */
+#ifdef QT_X86
+    if (gemm) {
+        j.rows = k == QT_KERNEL_VNNI ? qt_gemm_vnni : k == QT_KERNEL_AVXVNNI ? qt_avxvnni_gemm : qt_avx2_gemm;
+        block = k == QT_KERNEL_VNNI ? 16 * QT_VNNI_RB : 8 * QT_YMM_RB;
+    } else if (k == QT_KERNEL_VNNI) j.rows = qt_rows_vnni;
+    else if (k == QT_KERNEL_AVXVNNI) j.rows = qt_avxvnni_rows;
+    else if (k == QT_KERNEL_AVX2) j.rows = qt_avx2_rows;
+#endif
+    if (gemm) {
+        /* whole repack blocks per chunk; with few of them, split the activation rows too (each
+           panel repacks its rows again), so that both threads have work */
+        int64_t rpc = qt_chunk_bytes / (w->row_bytes > 0 ? w->row_bytes : 1);
+        j.rows_per_chunk = qt_round_up(rpc > block ? rpc : block, block);
+        const int64_t row_chunks = (R + j.rows_per_chunk - 1) / j.rows_per_chunk;
+        if (row_chunks < 8 && S >= 32) {
+            int64_t want = (8 + row_chunks - 1) / row_chunks, most = S / 16;
+            int64_t panels = want < most ? want : most;
+            j.s_per_panel = (int)qt_round_up((S + panels - 1) / panels, 8);
+            j.s_panels = (S + j.s_per_panel - 1) / j.s_per_panel;
+        }
+    }
+    const int64_t nchunks = (R + j.rows_per_chunk - 1) / j.rows_per_chunk * j.s_panels;
+
     const int64_t G = qt_groups_per_row(w);
-    const int64_t nch = (w->row_bytes + 63) / 64;
-    a->qstride = j.simd ? qt_round_up(nch, 16) * qt_chunk_inputs(w->format) : 0;
+    a->qstride = qt_acts_stride(w, a->layout);
     a->gstride = qt_round_up(G, 16);
+    a->spad = a->layout == QT_ACTS_STEPS ? qt_round_up(S, 16) : 0;   /* 16: each thread writes whole cache lines */
+    const int64_t rows_alloc = a->spad ? a->spad : S;
     size_t raw_bytes = (size_t)qt_round_up((int64_t)S * C, 64);
-    size_t q_bytes = (size_t)((int64_t)S * a->qstride);
-    size_t g_bytes = (size_t)((int64_t)S * a->gstride * 4);
+    size_t q_bytes = (size_t)qt_round_up(rows_alloc * a->qstride, 64);
+    size_t g_bytes = (size_t)qt_round_up(rows_alloc * a->gstride * 4, 64);
     uint8_t *buf = qt_scratch_get(raw_bytes + q_bytes + 2 * g_bytes);
     a->raw = (int8_t *)buf;
     a->q = (int8_t *)(buf + raw_bytes);
     a->scale = (float *)(buf + raw_bytes + q_bytes);
     a->off = (int32_t *)(buf + raw_bytes + q_bytes + g_bytes);
 
-    if (S == 1) qt_acts_chunk(&j, 0);
-    else qt_parallel_chunks(qt_acts_chunk, &j, S);
+    const int64_t act_chunks = a->layout == QT_ACTS_STEPS ? (S + 15) / 16 : S;
+    if (act_chunks == 1) qt_acts_chunk(&j, 0);
+    else qt_parallel_chunks(qt_acts_chunk, &j, act_chunks);
     qt_parallel_chunks(qt_int_chunk, &j, nchunks);
 }
 
@@ -1204,3 +1611,267 @@ void qt_matmul(const QTensor *w, const float *x, float *y, int S, int idot) {
 }
 
 #endif /* QUANT_IMPLEMENTATION */
+
+#else /* QT_YMM_PASS ------------------------------------------------------------------------------
+   The 256-bit kernels, compiled once per instruction set from the include in the "256-bit
+   kernels" section above: QT_YMM(name) is qt_avx2_name or qt_avxvnni_name, QT_YMM_DOTn(acc, u8,
+   s8, ...) adds n planes of u8 × s8 products into the int32 lanes of acc. */
+
+/* Dot of half h (0 or 1) of a chunk, added to acc; xp points at the chunk's activation codes. */
+QT_YMM_TARGET QT_INLINE __m256i QT_YMM(half)(QtFormat f, __m256i acc, __m256i wb, const int8_t *xp, int h) {
+    if (f == QT_INT8_ROW) {
+        __m256i x = _mm256_load_si256((const __m256i *)(xp + 32 * h));
+        return QT_YMM_DOT1(acc, _mm256_abs_epi8(wb), _mm256_sign_epi8(x, wb));
+    }
+    if (f == QT_INT2_ROW) {
+        const __m256i m2 = _mm256_set1_epi8(0x03);
+        return QT_YMM_DOT4(acc, _mm256_and_si256(wb, m2), _mm256_load_si256((const __m256i *)(xp + 32 * h)),
+                           _mm256_and_si256(_mm256_srli_epi16(wb, 2), m2), _mm256_load_si256((const __m256i *)(xp + 64 + 32 * h)),
+                           _mm256_and_si256(_mm256_srli_epi16(wb, 4), m2), _mm256_load_si256((const __m256i *)(xp + 128 + 32 * h)),
+                           _mm256_and_si256(_mm256_srli_epi16(wb, 6), m2), _mm256_load_si256((const __m256i *)(xp + 192 + 32 * h)));
+    }
+    const __m256i m4 = _mm256_set1_epi8(0x0F);
+    return QT_YMM_DOT2(acc, _mm256_and_si256(wb, m4), _mm256_load_si256((const __m256i *)(xp + 32 * h)),
+                       _mm256_and_si256(_mm256_srli_epi16(wb, 4), m4), _mm256_load_si256((const __m256i *)(xp + 64 + 32 * h)));
+}
+
+/* Grouped int4 row, `lanes` (1, 2, 4 or 8) int32 lanes per group: 8 groups per step from `lanes`
+   32-byte halves; group g goes to lane g mod 16 (the low or the high 8 of the 16 lanes). */
+QT_YMM_TARGET QT_INLINE float QT_YMM(i4_grouped)(const uint8_t *wr, const uint8_t *tailbuf, int64_t nch, const int8_t *xq,
+                                                 const float *xs, const int32_t *off, const float *ws, int64_t G,
+                                                 const int lanes, int pf) {
+    __m256 lanes_lo = _mm256_setzero_ps(), lanes_hi = lanes_lo;
+    for (int64_t g0 = 0; g0 < G; g0 += 8) {
+        __m256i v[8];
+        const int64_t h0 = g0 / 8 * lanes;
+        for (int k = 0; k < lanes; k += 2) _mm_prefetch((const char *)(wr + 32 * (h0 + k) + pf), QT_PREFETCH_HINT);
+        for (int k = 0; k < lanes; k++) {
+            const int64_t hc = h0 + k;
+            v[k] = QT_YMM(half)(QT_INT4_GROUP, _mm256_setzero_si256(), qt_avx2_load_half(wr, tailbuf, nch, hc), xq + 128 * (hc / 2), (int)(hc & 1));
+        }
+        __m256i isum = _mm256_sub_epi32(qt_avx2_group_sums(v, lanes), _mm256_loadu_si256((const __m256i *)(off + g0)));
+        __m256 wsv;
+        if (G - g0 >= 8) wsv = _mm256_loadu_ps(ws + g0);
+        else {   /* lanes past the last group add 0·(0·0) = +0, which leaves a lane (never -0) unchanged */
+            float wsg[8] = { 0 };
+            for (int i = 0; i < G - g0; i++) wsg[i] = ws[g0 + i];
+            wsv = _mm256_loadu_ps(wsg);
+        }
+        __m256 t = _mm256_mul_ps(_mm256_loadu_ps(xs + g0), _mm256_cvtepi32_ps(isum));
+        __m256 p = _mm256_mul_ps(wsv, t);
+        if (g0 & 8) lanes_hi = _mm256_add_ps(lanes_hi, p);
+        else lanes_lo = _mm256_add_ps(lanes_lo, p);
+    }
+    float lane[16];
+    _mm256_storeu_ps(lane, lanes_lo);
+    _mm256_storeu_ps(lane + 8, lanes_hi);
+    return qt_lanes_sum(lane);
+}
+
+QT_YMM_TARGET static void QT_YMM(rows)(const QTensor *w, const QtActs *a, int s0, int s1, int64_t r0, int64_t r1, float *y) {
+    const QtFormat f = w->format;
+    const int64_t rb = w->row_bytes, nch = (rb + 63) / 64, G = qt_groups_per_row(w);
+    const int64_t xc = qt_chunk_inputs(f);
+    const int lanes = (int)(w->group / 8);
+    const int pf = qt_prefetch_bytes;
+    _Alignas(64) uint8_t tailbuf[64];
+    for (int64_t r = r0; r < r1; r++) {
+        const uint8_t *wr = w->data + r * rb;
+        const float *ws = w->scales + r * G;
+        memset(tailbuf, 0, 64);
+        memcpy(tailbuf, wr + 64 * (nch - 1), (size_t)(rb - 64 * (nch - 1)));
+        for (int s = s0; s < s1; s++) {
+            const int8_t *xq = a->q + (int64_t)s * a->qstride;
+            const float *xs = a->scale + (int64_t)s * a->gstride;
+            const int32_t *off = a->off + (int64_t)s * a->gstride;
+            float acc = 0.0f;
+            if (G == 1) {
+                /* four accumulators: vpdpbusd chains two dependent products per half */
+                __m256i a0 = _mm256_setzero_si256(), a1 = a0, a2 = a0, a3 = a0;
+                int64_t c = 0;
+                for (; c + 1 < nch; c += 2) {
+                    _mm_prefetch((const char *)(wr + 64 * c + pf), QT_PREFETCH_HINT);
+                    _mm_prefetch((const char *)(wr + 64 * c + 64 + pf), QT_PREFETCH_HINT);
+                    a0 = QT_YMM(half)(f, a0, qt_avx2_load_half(wr, tailbuf, nch, 2 * c), xq + xc * c, 0);
+                    a1 = QT_YMM(half)(f, a1, qt_avx2_load_half(wr, tailbuf, nch, 2 * c + 1), xq + xc * c, 1);
+                    a2 = QT_YMM(half)(f, a2, qt_avx2_load_half(wr, tailbuf, nch, 2 * c + 2), xq + xc * (c + 1), 0);
+                    a3 = QT_YMM(half)(f, a3, qt_avx2_load_half(wr, tailbuf, nch, 2 * c + 3), xq + xc * (c + 1), 1);
+                }
+                for (; c < nch; c++) {
+                    a0 = QT_YMM(half)(f, a0, qt_avx2_load_half(wr, tailbuf, nch, 2 * c), xq + xc * c, 0);
+                    a1 = QT_YMM(half)(f, a1, qt_avx2_load_half(wr, tailbuf, nch, 2 * c + 1), xq + xc * c, 1);
+                }
+                int32_t isum = qt_avx2_hsum(_mm256_add_epi32(_mm256_add_epi32(a0, a1), _mm256_add_epi32(a2, a3))) - off[0];
+                acc += ws[0] * (xs[0] * (float)isum);
+            } else if (lanes <= 8) {
+                switch (lanes) {
+                case 1: acc = QT_YMM(i4_grouped)(wr, tailbuf, nch, xq, xs, off, ws, G, 1, pf); break;
+                case 2: acc = QT_YMM(i4_grouped)(wr, tailbuf, nch, xq, xs, off, ws, G, 2, pf); break;
+                case 4: acc = QT_YMM(i4_grouped)(wr, tailbuf, nch, xq, xs, off, ws, G, 4, pf); break;
+                default: acc = QT_YMM(i4_grouped)(wr, tailbuf, nch, xq, xs, off, ws, G, 8, pf); break;
+                }
+            } else {
+                const int64_t hpg = lanes / 8;   /* halves per group */
+                float lane[16] = { 0 };
+                for (int64_t g = 0; g < G; g++) {
+                    __m256i v = _mm256_setzero_si256();
+                    for (int64_t hc = g * hpg; hc < (g + 1) * hpg && hc < 2 * nch; hc++) {
+                        if ((hc & 1) == 0) _mm_prefetch((const char *)(wr + 32 * hc + pf), QT_PREFETCH_HINT);
+                        v = QT_YMM(half)(f, v, qt_avx2_load_half(wr, tailbuf, nch, hc), xq + 128 * (hc / 2), (int)(hc & 1));
+                    }
+                    int32_t isum = qt_avx2_hsum(v) - off[g];
+                    lane[g & 15] += ws[g] * (xs[g] * (float)isum);
+                }
+                acc = qt_lanes_sum(lane);
+            }
+            y[(int64_t)s * w->rows + r] = acc;
+        }
+    }
+}
+
+/* GEMM, 8 weight rows per vector: as qt_vnni_gemm_pack / _tile, with 32-byte steps. The int8
+   codes are stored signed where QT_YMM_SIGNED_I8 (the product then takes |w| and x with w's sign),
+   else xor 0x80. */
+QT_YMM_TARGET static void QT_YMM(gemm_pack)(const QTensor *w, int64_t r0, int64_t n, int nb, int64_t bstride,
+                                            uint8_t *pk, float *wsT) {
+    const int64_t rb = w->row_bytes, nbk = (rb + 31) / 32, G = qt_groups_per_row(w), last = rb - (nbk - 1) * 32;
+    const int i8 = w->format == QT_INT8_ROW, pf = qt_prefetch_bytes;
+    const __m256i m4 = _mm256_set1_epi8(0x0F), flip = _mm256_set1_epi8(QT_YMM_SIGNED_I8 ? 0 : (char)0x80);
+    _Alignas(32) uint8_t tailbuf[32];
+    for (int b = 0; b < nb; b++) {
+        const int64_t rows = n - 8 * b < 8 ? n - 8 * b : 8;
+        const uint8_t *src = w->data + (r0 + 8 * b) * rb;
+        uint8_t *dst = pk + b * bstride;
+        for (int64_t c = 0; c < nbk; c++) {
+            __m256i v[8];
+            for (int i = 0; i < 8; i++) {
+                const uint8_t *p = src + i * rb + 32 * c;
+                if (i >= rows) v[i] = _mm256_setzero_si256();
+                else if (c + 1 < nbk) {
+                    if ((c & 1) == 0) _mm_prefetch((const char *)(p + pf), QT_PREFETCH_HINT);
+                    v[i] = _mm256_loadu_si256((const __m256i *)p);
+                } else {
+                    memset(tailbuf, 0, 32);
+                    memcpy(tailbuf, p, (size_t)last);
+                    v[i] = _mm256_load_si256((const __m256i *)tailbuf);
+                }
+            }
+            qt_avx2_transpose8(v);
+            for (int m = 0; m < 8; m++) {
+                if (i8) _mm256_store_si256((__m256i *)(dst + 32 * (8 * c + m)), _mm256_xor_si256(v[m], flip));
+                else {
+                    _mm256_store_si256((__m256i *)(dst + 64 * (8 * c + m)), _mm256_and_si256(v[m], m4));
+                    _mm256_store_si256((__m256i *)(dst + 64 * (8 * c + m) + 32), _mm256_and_si256(_mm256_srli_epi16(v[m], 4), m4));
+                }
+            }
+        }
+        /* the repack's unit is 16 columns: zero the odd 8-column block at the end */
+        const int64_t written = nbk * 8 * qt_gemm_steps_per_col(w->format) * 32;
+        memset(dst + written, 0, (size_t)(bstride - written));
+        for (int64_t g = 0; g < G; g++)
+            for (int i = 0; i < 8; i++) wsT[(b * G + g) * 8 + i] = i < rows ? w->scales[(r0 + 8 * b + i) * G + g] : 0.0f;
+    }
+}
+
+QT_YMM_TARGET QT_INLINE void QT_YMM(gemm_tile)(const QTensor *w, const QtActs *a, const uint8_t *pk, int64_t bstride,
+                                               const float *wsT, __m256 *lanes, int s0, const int RB, const int SB,
+                                               int64_t r0, int64_t n, float *y, QtPrefetch *pf) {
+    const int64_t G = qt_groups_per_row(w), nsteps = qt_gemm_cols(w) * qt_gemm_steps_per_col(w->format);
+    const int64_t gsteps = G == 1 ? nsteps : w->group / 4;
+    const int i8 = w->format == QT_INT8_ROW;
+    const int64_t sp = a->spad;
+    const int32_t *xq = (const int32_t *)a->q + s0;   /* as in qt_vnni_gemm_tile */
+    const float *xs = a->scale + s0;
+    const int32_t *off = a->off + s0;
+    if (G > 1) for (int k = 0; k < RB * SB * 16; k++) lanes[k] = _mm256_setzero_ps();
+    __m256 out[QT_YMM_RB][QT_YMM_SB];
+    QT_UNROLL for (int rb = 0; rb < RB; rb++) QT_UNROLL for (int j = 0; j < SB; j++) out[rb][j] = _mm256_setzero_ps();
+    for (int64_t g = 0; g < G; g++) {
+        __m256i acc[QT_YMM_RB][QT_YMM_SB];
+        QT_UNROLL for (int rb = 0; rb < RB; rb++) QT_UNROLL for (int j = 0; j < SB; j++) acc[rb][j] = _mm256_setzero_si256();
+        const int64_t t1 = (g + 1) * gsteps < nsteps ? (g + 1) * gsteps : nsteps;
+        /* two steps at a time (int4: both nibble planes of a column); a lone last int8 step pairs
+           with the zero padding */
+        for (int64_t t = g * gsteps; t < t1; t += 2) {
+            qt_prefetch_step(pf);
+            __m256i w0[QT_YMM_RB], w1[QT_YMM_RB];
+            QT_UNROLL for (int rb = 0; rb < RB; rb++) {
+                w0[rb] = _mm256_load_si256((const __m256i *)(pk + rb * bstride + 32 * t));
+                w1[rb] = _mm256_load_si256((const __m256i *)(pk + rb * bstride + 32 * t + 32));
+            }
+            const int32_t *xt = xq + t * sp;
+            QT_UNROLL for (int j = 0; j < SB; j++) {
+                __m256i x0 = _mm256_set1_epi32(xt[j]), x1 = _mm256_set1_epi32(xt[sp + j]);
+                QT_UNROLL for (int rb = 0; rb < RB; rb++) {
+                    if (QT_YMM_SIGNED_I8 && i8)
+                        acc[rb][j] = QT_YMM_DOT1(QT_YMM_DOT1(acc[rb][j], _mm256_abs_epi8(w0[rb]), _mm256_sign_epi8(x0, w0[rb])),
+                                                 _mm256_abs_epi8(w1[rb]), _mm256_sign_epi8(x1, w1[rb]));
+                    else acc[rb][j] = QT_YMM_DOT2(acc[rb][j], w0[rb], x0, w1[rb], x1);
+                }
+            }
+        }
+        __m256 *lg = lanes + (g & 15);
+        QT_UNROLL for (int rb = 0; rb < RB; rb++) {
+            const __m256 wsv = _mm256_load_ps(wsT + (rb * G + g) * 8);
+            QT_UNROLL for (int j = 0; j < SB; j++) {
+                const __m256i isum = _mm256_sub_epi32(acc[rb][j], _mm256_set1_epi32(off[g * sp + j]));
+                const __m256 p = _mm256_mul_ps(wsv, _mm256_mul_ps(_mm256_set1_ps(xs[g * sp + j]), _mm256_cvtepi32_ps(isum)));
+                if (G == 1) out[rb][j] = _mm256_add_ps(_mm256_setzero_ps(), p);
+                else lg[(rb * SB + j) * 16] = _mm256_add_ps(lg[(rb * SB + j) * 16], p);
+            }
+        }
+    }
+    QT_UNROLL for (int rb = 0; rb < RB; rb++) {
+        const int64_t rows = n - 8 * rb;
+        if (rows <= 0) continue;
+        QT_UNROLL for (int j = 0; j < SB; j++) {
+            if (G > 1) {
+                const __m256 *l = lanes + (rb * SB + j) * 16;
+                __m256 b[8];
+                QT_UNROLL for (int k = 0; k < 8; k++) b[k] = _mm256_add_ps(l[k], l[k + 8]);
+                QT_UNROLL for (int k = 0; k < 4; k++) b[k] = _mm256_add_ps(b[k], b[k + 4]);
+                out[rb][j] = _mm256_add_ps(_mm256_add_ps(b[0], b[2]), _mm256_add_ps(b[1], b[3]));
+            }
+            float *dst = y + (int64_t)(s0 + j) * w->rows + r0 + 8 * rb;
+            if (rows >= 8) _mm256_storeu_ps(dst, out[rb][j]);
+            else {
+                float tmp[8];
+                _mm256_storeu_ps(tmp, out[rb][j]);
+                memcpy(dst, tmp, (size_t)rows * sizeof(float));
+            }
+        }
+    }
+}
+
+QT_YMM_TARGET static void QT_YMM(gemm)(const QTensor *w, const QtActs *a, int s0, int s1, int64_t r0, int64_t r1, float *y) {
+    const int64_t G = qt_groups_per_row(w);
+    const int64_t bstride = qt_gemm_cols_padded(w) * qt_gemm_steps_per_col(w->format) * 32;
+    const size_t pk_bytes = (size_t)(QT_YMM_RB * bstride), ws_bytes = (size_t)qt_round_up(QT_YMM_RB * G * 8 * 4, 64);
+    uint8_t *buf = qt_gemm_scratch(pk_bytes + ws_bytes + QT_YMM_RB * QT_YMM_SB * 16 * 32);
+    uint8_t *pk = buf;
+    float *wsT = (float *)(buf + pk_bytes);
+    __m256 *lanes = (__m256 *)(buf + pk_bytes + ws_bytes);
+    for (int64_t r = r0; r < r1; r += 8 * QT_YMM_RB) {
+        const int64_t n = r1 - r < 8 * QT_YMM_RB ? r1 - r : 8 * QT_YMM_RB;
+        const int nb = (int)((n + 7) / 8);
+        QT_YMM(gemm_pack)(w, r, n, nb, bstride, pk, wsT);
+        const int64_t next_rows = r1 - r - n < 8 * QT_YMM_RB ? r1 - r - n : 8 * QT_YMM_RB;
+        const int tiles = (s1 - s0 + QT_YMM_SB - 1) / QT_YMM_SB;
+        for (int s = s0; s < s1; s += QT_YMM_SB) {
+            const int sb = s1 - s < QT_YMM_SB ? s1 - s : QT_YMM_SB;
+            QtPrefetch pf = qt_prefetch_share(w->data + (r + n) * w->row_bytes, next_rows * w->row_bytes, tiles,
+                                              (s - s0) / QT_YMM_SB, qt_gemm_cols(w) * qt_gemm_steps_per_col(w->format) / 2);
+#define QT_TILE(RB, SB) QT_YMM(gemm_tile)(w, a, pk, bstride, wsT, lanes, s, RB, SB, r, n, y, &pf)
+            if (nb == 2) switch (sb) {
+                case 1: QT_TILE(2, 1); break; case 2: QT_TILE(2, 2); break;
+                case 3: QT_TILE(2, 3); break; default: QT_TILE(2, 4); break;
+            } else switch (sb) {
+                case 1: QT_TILE(1, 1); break; case 2: QT_TILE(1, 2); break;
+                case 3: QT_TILE(1, 3); break; default: QT_TILE(1, 4); break;
+            }
+#undef QT_TILE
+        }
+    }
+}
+
+#endif /* QT_YMM_PASS */

@@ -6,13 +6,17 @@
    the threads the same way; the ratio kernel/read is the figure to quote (absolute GB/s move a lot
    on shared machines). Medians over REPS interleaved repetitions.
 
-   Usage: ./bench/kbench [--quick] [--ffn | --l2 | --pfscan | --threading] [--prefetch BYTES]
+   Usage: ./bench/kbench [--quick] [--ffn | --l2 | --pfscan | --threading | --gemm] [--prefetch BYTES]
      --quick      fewer repetitions and shapes (smoke test)
      --ffn        only the expert FFN table      --l2   only the cache-resident GOP/s table
      --pfscan     only the prefetch distance scan
      --threading  only the thread wake-up comparison
-   Last line: "bench: int4-ffn-2t ratio=R" (the int4 expert FFN, S=1, 2 threads, vs the plain read;
-   the lower of the per-row and group-64 variants). */
+     --gemm       batches: the peak of the int8 multiply-add instruction the best kernel is built on
+                  (register-resident), then GOP/s of the expert FFN and the dense shapes at
+                  S = 1..64; last line "bench: int4-gemm-2t ratio=R" (expert FFN at S = 32,
+                  2 threads, the lower of int4-row and int4-g64, over the 2-thread peak)
+   Last line otherwise: "bench: int4-ffn-2t ratio=R" (the int4 expert FFN, S=1, 2 threads, vs the
+   plain read; the lower of the per-row and group-64 variants). */
 #define QUANT_IMPLEMENTATION
 #include "quant.h"
 
@@ -90,14 +94,9 @@ static float *scale_pool;
 static size_t scale_pool_n, scale_pool_used;
 
 static QTensor carve(QtFormat f, int64_t group, int64_t rows, int64_t cols, size_t *offset) {
-    QTensor t;
-    memset(&t, 0, sizeof t);
-    t.format = f; t.rows = rows; t.cols = cols;
-    t.group = f == QT_INT4_GROUP ? group : cols;
-    t.row_bytes = qt_row_bytes(f, cols);
+    QTensor t = qt_view(f, group, rows, cols, arena + *offset, NULL);
     size_t bytes = (size_t)(rows * t.row_bytes);
     if (*offset + bytes > arena_size) { fprintf(stderr, "kbench: arena too small\n"); exit(1); }
-    t.data = arena + *offset;
     *offset += (bytes + 63) / 64 * 64;
     size_t ns = (size_t)(rows * qt_groups_per_row(&t));
     if (scale_pool_used + ns > scale_pool_n) { fprintf(stderr, "kbench: scale pool too small\n"); exit(1); }
@@ -303,19 +302,22 @@ static void bench_threading(void) {
             /* A persistent OpenMP team: activations prepared once, the threads stay in one region
                and meet at a barrier after each matmul (the floor for any fork/join scheme). */
             QtActs a;
-            const int64_t G = qt_groups_per_row(&t), nch = (t.row_bytes + 63) / 64;
-            a.qstride = qt_round_up(nch, 16) * 128; a.gstride = qt_round_up(G, 16);
+            memset(&a, 0, sizeof a);
+            const int64_t G = qt_groups_per_row(&t);
+            a.layout = k == QT_KERNEL_SCALAR ? QT_ACTS_NATURAL : QT_ACTS_CHUNKS;
+            a.qstride = qt_acts_stride(&t, a.layout); a.gstride = qt_round_up(G, 16);
             uint8_t *buf = aligned_alloc(64, (size_t)(cols + a.qstride + 8 * a.gstride + 64) / 64 * 64 + 64);
             a.raw = (int8_t *)buf; a.q = (int8_t *)buf + cols; a.scale = (float *)(buf + cols + a.qstride);
             a.off = (int32_t *)(a.scale + a.gstride);
-            qt_prepare_acts_row(&t, x, &a, 0, 1);
-            QtRowsFn fn = k == QT_KERNEL_VNNI ? qt_rows_vnni : k == QT_KERNEL_AVX2 ? qt_rows_avx2 : qt_rows_scalar;
+            qt_prepare_acts_row(&t, x, &a, 0);
+            QtRowsFn fn = k == QT_KERNEL_VNNI ? qt_rows_vnni : k == QT_KERNEL_AVXVNNI ? qt_avxvnni_rows
+                        : k == QT_KERNEL_AVX2 ? qt_avx2_rows : qt_rows_scalar;
             double t0 = now();
             #pragma omp parallel
             {
                 int th = omp_get_thread_num(), nt = omp_get_num_threads();
                 for (int c = 0; c < calls; c++) {
-                    fn(&t, &a, 1, rows * th / nt, rows * (th + 1) / nt, y);
+                    fn(&t, &a, 0, 1, rows * th / nt, rows * (th + 1) / nt, y);
                     #pragma omp barrier
                 }
             }
@@ -334,9 +336,9 @@ static void bench_l2_table(int quick, QtKernel best) {
     printf("  %-10s %-7s %3s  %8s  %8s\n", "format", "kernel", "thr", "S=1", "S=8");
     const struct { QtFormat f; int64_t g; const char *name; } l2_fmts[] = {
         { QT_INT8_ROW, 0, "int8-row" }, { QT_INT4_ROW, 0, "int4-row" }, { QT_INT4_GROUP, 64, "int4-g64" }, { QT_INT2_ROW, 0, "int2-row" } };
-    const QtKernel all[] = { QT_KERNEL_SCALAR, QT_KERNEL_AVX2, QT_KERNEL_VNNI };
+    const QtKernel all[] = { QT_KERNEL_SCALAR, QT_KERNEL_AVX2, QT_KERNEL_AVXVNNI, QT_KERNEL_VNNI };
     for (size_t fi = 0; fi < 4; fi++)
-        for (size_t ki = 0; ki < 3; ki++) {
+        for (size_t ki = 0; ki < 4; ki++) {
             if (!qt_kernel_supported(all[ki]) || (quick && all[ki] != best)) continue;
             for (int th = 1; th <= 2; th++) {
                 double a = bench_l2(l2_fmts[fi].f, l2_fmts[fi].g, 256, 2048, 1, th, all[ki]);
@@ -348,23 +350,156 @@ static void bench_l2_table(int quick, QtKernel best) {
 
 }
 
+/* ---- Batches (--gemm): GOP/s against the peak of the multiply-add instruction --------------- */
+
+/* Register-resident loop of the instruction each kernel is built on: 12 independent accumulators
+   (more than latency × throughput on the machines we have), it iterations. */
+#define KB_TWELVE(op) op(0) op(1) op(2) op(3) op(4) op(5) op(6) op(7) op(8) op(9) op(10) op(11)
+#define KB_CLOBBER "xmm0", "xmm1", "xmm2", "xmm3", "xmm4", "xmm5", "xmm6", "xmm7", "xmm8", "xmm9", "xmm10", "xmm11", "xmm12", "xmm13"
+__attribute__((target("avx512f,avx512vnni"))) static void peak_loop_vnni(long it) {
+#define KB_ZMM(i) "vpdpbusd %%zmm12, %%zmm13, %%zmm" #i "\n"
+    __asm__ volatile("vpternlogd $0xff, %%zmm12, %%zmm12, %%zmm12\n vpternlogd $0xff, %%zmm13, %%zmm13, %%zmm13\n"
+                     "1:\n" KB_TWELVE(KB_ZMM) "dec %0\n jnz 1b\n" : "+r"(it) : : KB_CLOBBER, "cc");
+}
+__attribute__((target("avx2,avxvnni"))) static void peak_loop_avxvnni(long it) {
+#define KB_VEX(i) "%{vex%} vpdpbusd %%ymm12, %%ymm13, %%ymm" #i "\n"
+    __asm__ volatile("vpcmpeqd %%ymm12, %%ymm12, %%ymm12\n vpcmpeqd %%ymm13, %%ymm13, %%ymm13\n"
+                     "1:\n" KB_TWELVE(KB_VEX) "dec %0\n jnz 1b\n" : "+r"(it) : : KB_CLOBBER, "cc");
+}
+__attribute__((target("avx2"))) static void peak_loop_avx2(long it) {
+#define KB_MADD(i) "vpmaddubsw %%ymm12, %%ymm13, %%ymm" #i "\n"
+    __asm__ volatile("vpcmpeqd %%ymm12, %%ymm12, %%ymm12\n vpcmpeqd %%ymm13, %%ymm13, %%ymm13\n"
+                     "1:\n" KB_TWELVE(KB_MADD) "dec %0\n jnz 1b\n" : "+r"(it) : : KB_CLOBBER, "cc");
+}
+
+/* GOP/s (2 ops per u8 x s8 product) of the instruction of kernel k on `threads` threads. */
+static double bench_peak(QtKernel k, int threads, const char **name) {
+    const long it = 20000000;
+    void (*loop)(long) = k == QT_KERNEL_VNNI ? peak_loop_vnni : k == QT_KERNEL_AVXVNNI ? peak_loop_avxvnni : peak_loop_avx2;
+    const double products = k == QT_KERNEL_VNNI ? 64 : 32;   /* per instruction */
+    *name = k == QT_KERNEL_VNNI ? "vpdpbusd zmm" : k == QT_KERNEL_AVXVNNI ? "vpdpbusd ymm (VEX)" : "vpmaddubsw ymm";
+    double v[32];
+    for (int rep = 0; rep < REPS; rep++) {
+        double t0 = now();
+        #pragma omp parallel num_threads(threads)
+        loop(it);
+        v[rep] = threads * (double)it * 12 * products * 2 / (now() - t0) * 1e-9;
+    }
+    return median(v, REPS);
+}
+
+/* Expert FFN over S activation rows (gate, up, SwiGLU, down), experts cycling through the arena. */
+static double bench_ffn_gemm(QtFormat f, int64_t group, int S, int threads, QtKernel k) {
+    ffn_setup(f, group);
+    float *x = malloc(sizeof(float) * HID * S), *g = malloc(sizeof(float) * FFN * S), *u = malloc(sizeof(float) * FFN * S);
+    float *y = malloc(sizeof(float) * HID * S);
+    for (int64_t i = 0; i < (int64_t)HID * S; i++) x[i] = sinf((float)i * 0.37f);
+    omp_set_num_threads(threads);
+    const int ne = S >= 16 ? 16 : ffn_ne;   /* enough work per repetition, still beyond the caches */
+    double v[32];
+    for (int rep = 0; rep < REPS; rep++) {
+        double t0 = now();
+        for (int e = 0; e < ne; e++) {
+            const Expert *ex = &ffn_ex[(rep * ne + e) % ffn_ne];
+            qt_matmul_with(&ex->gate, x, g, S, 1, k);
+            qt_matmul_with(&ex->up, x, u, S, 1, k);
+            for (int64_t i = 0; i < (int64_t)FFN * S; i++) g[i] = g[i] / (1.0f + expf(-g[i])) * u[i];
+            qt_matmul_with(&ex->down, g, y, S, 1, k);
+        }
+        v[rep] = 2.0 * 3 * FFN * HID * S * ne / (now() - t0) * 1e-9;
+    }
+    free(x); free(g); free(u); free(y);
+    return median(v, REPS);
+}
+
+/* One dense shape over S rows, copies cycling through the arena. */
+static double bench_dense_gemm(QtFormat f, int64_t group, int64_t rows, int64_t cols, int S, int threads, QtKernel k) {
+    static QTensor copies[64];
+    size_t off = 0;
+    scale_pool_used = 0;
+    int n = 0;
+    while (n < 64 && off + (size_t)(rows * qt_row_bytes(f, cols)) + 64 <= arena_size && (size_t)n * rows * qt_row_bytes(f, cols) < (256u << 20))
+        copies[n++] = carve(f, group, rows, cols, &off);
+    float *x = malloc(sizeof(float) * cols * S), *y = malloc(sizeof(float) * rows * S);
+    for (int64_t i = 0; i < cols * S; i++) x[i] = cosf((float)i * 0.11f);
+    omp_set_num_threads(threads);
+    qt_matmul_with(&copies[0], x, y, S, 1, k);
+    double v[32];
+    for (int rep = 0; rep < REPS; rep++) {
+        int calls = 0;
+        double t0 = now(), t1;
+        do { qt_matmul_with(&copies[calls % n], x, y, S, 1, k); calls++; t1 = now(); } while (t1 - t0 < 0.05 || calls < 2);
+        v[rep] = 2.0 * rows * cols * S * calls / (t1 - t0) * 1e-9;
+    }
+    free(x); free(y);
+    return median(v, REPS);
+}
+
+static void bench_gemm(int quick) {
+    const QtKernel k = qt_get_kernel();
+    if (k == QT_KERNEL_SCALAR) { printf("kbench: --gemm needs AVX2\n"); return; }
+    const char *instr = "";
+    const double peak1 = bench_peak(k, 1, &instr), peak2 = bench_peak(k, 2, &instr);
+    printf("peak of %s (the %s kernels' multiply-add), register-resident, 12 chains: %.0f GOP/s on 1 thread, %.0f on 2\n\n",
+           instr, qt_kernel_name(k), peak1, peak2);
+    const int all_S[] = { 1, 2, 4, 8, 16, 32, 64 }, quick_S[] = { 1, 8, 32 };
+    const int *Ss = quick ? quick_S : all_S, nS = quick ? 3 : 7;
+    printf("GOP/s (2 ops per multiply-add), %s kernel, weights beyond the caches; in brackets: share of the peak\n", qt_kernel_name(k));
+    printf("  %-28s %3s", "shape", "thr");
+    for (int i = 0; i < nS; i++) printf("  %10s%-3d", "S=", Ss[i]);
+    printf("\n");
+    double ratio = 1e9;
+    const struct { QtFormat f; int64_t g; const char *name; } ffn_fmts[] = { { QT_INT4_ROW, 0, "int4-row" }, { QT_INT4_GROUP, 64, "int4-g64" } };
+    for (int fi = 0; fi < 2; fi++)
+        for (int th = 1; th <= 2; th++) {
+            char label[64];
+            snprintf(label, sizeof label, "expert FFN %s", ffn_fmts[fi].name);
+            printf("  %-28s %3d", label, th);
+            for (int i = 0; i < nS; i++) {
+                const int S = Ss[i];
+                double v = bench_ffn_gemm(ffn_fmts[fi].f, ffn_fmts[fi].g, S, th, k);
+                printf("  %6.0f (%.2f)", v, v / (th == 1 ? peak1 : peak2));
+                fflush(stdout);
+                if (S == 32 && th == 2 && v / peak2 < ratio) ratio = v / peak2;
+            }
+            printf("\n");
+        }
+    const struct { const char *name; int64_t rows, cols; } shapes[] = {
+        { "q_a 2048x6144", 2048, 6144 }, { "q_b 16384x2048", 16384, 2048 }, { "kv_a 576x6144", 576, 6144 },
+        { "o_proj 6144x16384", 6144, 16384 }, { "dense gate 12288x6144", 12288, 6144 }, { "dense down 6144x12288", 6144, 12288 } };
+    for (size_t si = 0; si < sizeof shapes / sizeof shapes[0]; si++) {
+        if (quick && si > 1) break;
+        printf("  %-28s %3d", shapes[si].name, 2);
+        for (int i = 0; i < nS; i++) {
+            const int S = Ss[i];
+            double v = bench_dense_gemm(QT_INT4_GROUP, 64, shapes[si].rows, shapes[si].cols, S, 2, k);
+            printf("  %6.0f (%.2f)", v, v / peak2);
+            fflush(stdout);
+        }
+        printf("\n");
+    }
+    printf("  (dense shapes in int4-g64, as the GLM-5.2 bench fixture stores them)\n");
+    printf("\nbench: int4-gemm-2t ratio=%.3f\n", ratio);
+}
+
 int main(int argc, char **argv) {
-    int quick = 0, threading_only = 0, ffn_only = 0, pfscan = 0, l2_only = 0, prefetch = 1024;
+    int quick = 0, threading_only = 0, ffn_only = 0, pfscan = 0, l2_only = 0, gemm = 0, prefetch = 1024;
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--quick")) quick = 1;
         else if (!strcmp(argv[i], "--threading")) threading_only = 1;
         else if (!strcmp(argv[i], "--ffn")) ffn_only = 1;
         else if (!strcmp(argv[i], "--pfscan")) pfscan = 1;
         else if (!strcmp(argv[i], "--l2")) l2_only = 1;
+        else if (!strcmp(argv[i], "--gemm")) gemm = 1;
         else if (!strcmp(argv[i], "--prefetch") && i + 1 < argc) prefetch = atoi(argv[++i]);
-        else { fprintf(stderr, "kbench: unknown argument %s (use --quick, --ffn, --l2, --pfscan, --threading, --prefetch BYTES)\n", argv[i]); return 2; }
+        else { fprintf(stderr, "kbench: unknown argument %s (use --quick, --ffn, --l2, --pfscan, --threading, --gemm, --prefetch BYTES)\n", argv[i]); return 2; }
     }
     qt_set_prefetch(prefetch);
     if (quick) REPS = 3;
     const QtKernel best = qt_get_kernel();
-    printf("kbench: best kernel %s (avx2 %s, vnni %s), prefetch %d bytes, up to %d threads\n", qt_kernel_name(best),
-           qt_kernel_supported(QT_KERNEL_AVX2) ? "yes" : "no", qt_kernel_supported(QT_KERNEL_VNNI) ? "yes" : "no",
-           prefetch, omp_get_max_threads());
+    printf("kbench: best kernel %s (avx2 %s, avxvnni %s, vnni %s), prefetch %d bytes, up to %d threads\n", qt_kernel_name(best),
+           qt_kernel_supported(QT_KERNEL_AVX2) ? "yes" : "no", qt_kernel_supported(QT_KERNEL_AVXVNNI) ? "yes" : "no",
+           qt_kernel_supported(QT_KERNEL_VNNI) ? "yes" : "no", prefetch, omp_get_max_threads());
     if (threading_only) { REPS = 5; bench_threading(); return 0; }
     if (l2_only) { bench_l2_table(quick, best); return 0; }
 
@@ -380,14 +515,16 @@ int main(int argc, char **argv) {
            arena_size / 1e9, now() - t0, REPS);
 
     if (pfscan) { bench_prefetch_scan(); return 0; }
+    if (gemm) { bench_gemm(quick); return 0; }
     /* Expert FFN: gate/up [2048 x 6144], SwiGLU, down [6144 x 2048], S = 1, 64 experts cycling. */
     printf("expert FFN (gate+up+down, S=1, %d experts cycling, codes+scales counted):\n", MAXE);
     printf("  %-14s %-7s %3s  %8s  %8s  %6s\n", "format", "kernel", "thr", "kern GB/s", "read GB/s", "ratio");
     double ffn_ratio_2t = 1e9;
     const struct { QtFormat f; int64_t g; const char *name; } ffn_fmts[] = {
         { QT_INT4_ROW, 0, "int4-row" }, { QT_INT4_GROUP, 64, "int4-g64" } };
-    QtKernel kernels[3]; int nk = 0;
+    QtKernel kernels[4]; int nk = 0;
     if (qt_kernel_supported(QT_KERNEL_VNNI)) kernels[nk++] = QT_KERNEL_VNNI;
+    if (qt_kernel_supported(QT_KERNEL_AVXVNNI)) kernels[nk++] = QT_KERNEL_AVXVNNI;
     if (qt_kernel_supported(QT_KERNEL_AVX2)) kernels[nk++] = QT_KERNEL_AVX2;
     if (!nk) kernels[nk++] = QT_KERNEL_SCALAR;
     for (size_t fi = 0; fi < 2; fi++)

@@ -58,3 +58,12 @@ for bits in "8 8" "4 4"; do
   if [ $ok = 1 ] && [ $runs -gt 0 ]; then echo "PASS IDOT=1 ${bits% *}-bit experts: logits bit-identical over $runs runs (batch 1/5/256, 1/2 threads, kernels: ${kernels% })"
   else echo "FAIL IDOT=1 ${bits% *}-bit experts: logits differ between batch sizes, thread counts or kernels"; fi
 done
+# Batched MoE runs several experts at once in windows bounded by the expert cache: any slot count
+# (down to one) must give the same logits and read each expert once per layer.
+ref=""; ok=1
+for slots in 64 1 2 3; do
+  out=$(run oracle_sparse TF=1 IDOT=1 THREADS=2 "$GLM" $slots 4 4)
+  h=$(grep '^TF logits hash' <<<"$out"); [ -z "$ref" ] && ref=$h
+  if [ -z "$h" ] || [ "$h" != "$ref" ]; then ok=0; echo "  slots $slots: '$h' vs '$ref'"; fi
+done
+if [ $ok = 1 ]; then echo "PASS batched MoE: logits identical with 64, 1, 2 and 3 expert slots"; else echo "FAIL batched MoE: expert slot count changes the logits"; fi

@@ -1,6 +1,8 @@
 /* Unit tests for quant.h: the quantizer (hand-computed codes, ties, padding, round-trip error),
-   format inference, and the matmul kernels (every SIMD kernel bit-identical to the scalar
-   reference; batched == single row; 1 thread == 2 threads; integer path close to the float path). */
+   format inference, and the matmul kernels (every SIMD kernel this CPU has, row and GEMM,
+   bit-identical to the scalar reference for every batch size 1..67; batched == single row;
+   1 thread == 2 threads; integer path close to the float path). Kernels the CPU lacks are
+   skipped with a SKIP line. */
 #define QUANT_IMPLEMENTATION
 #include "quant.h"
 #include "cpu_kernels.h"
@@ -283,6 +285,64 @@ static void test_kernels_exact(void) {
             }
 }
 
+/* The GEMM kernels (and the row kernels below qt_gemm_min_rows): every batch size S = 1..67 on
+   every kernel this CPU has equals the scalar reference bit for bit, for shapes with odd sizes,
+   partial last groups and last row blocks, few rows (the activation rows then split into panels),
+   extreme codes, on 1 and 2 threads. */
+static void test_gemm_exact(void) {
+    const struct { QtFormat f; int64_t g; } fm[] = {
+        { QT_INT8_ROW, 0 }, { QT_INT4_ROW, 0 }, { QT_INT4_GROUP, 32 }, { QT_INT4_GROUP, 64 }, { QT_INT4_GROUP, 128 } };
+    const struct { int64_t R, C; int wmode, xmode; } sh[] = {
+        { 37, 1029, 0, 0 },   /* 2 full row blocks + 5 rows; partial last group and last byte */
+        { 16, 264, 1, 4 },    /* one block, every code, activation codes +-127 */
+        { 5, 8, 2, 1 },       /* one column of steps, most negative codes, x codes +127 */
+        { 33, 200, 3, 2 },    /* most positive codes, x codes -127 */
+        { 70, 2053, 4, 3 },   /* zero weight rows and zero activation rows */
+        { 9, 6144, 0, 0 },    /* the expert width */
+    };
+    enum { SMAX = 67 };
+    for (size_t fi = 0; fi < sizeof fm / sizeof fm[0]; fi++)
+        for (int k = 0; k < n_simd; k++) {
+            int ok = 1;
+            char why[300] = "";
+            for (size_t si = 0; si < sizeof sh / sizeof sh[0] && ok; si++) {
+                const int64_t R = sh[si].R, C = sh[si].C;
+                QTensor t;
+                if (qt_alloc(&t, fm[fi].f, fm[fi].g, R, C)) { report(0, "gemm alloc", "qt_alloc failed"); return; }
+                fill_weights(&t, sh[si].wmode);
+                float *x = malloc(sizeof(float) * SMAX * C), *ref = malloc(sizeof(float) * SMAX * R), *got = malloc(sizeof(float) * SMAX * R);
+                fill_acts(x, SMAX, C, sh[si].xmode);
+                set_threads(2);
+                qt_matmul_with(&t, x, ref, SMAX, 1, QT_KERNEL_SCALAR);
+                for (int gemm_from = 1; gemm_from >= 0 && ok; gemm_from--) {   /* GEMM for every S, then the default */
+                    qt_set_gemm_min_rows(gemm_from);
+                    for (int S = 1; S <= SMAX && ok; S++) {
+                        set_threads(S % 2 ? 1 : 2);
+                        memset(got, 0xFF, sizeof(float) * SMAX * R);
+                        qt_matmul_with(&t, x, got, S, 1, simd_kernels[k]);
+                        long d = first_diff(ref, got, (size_t)(S * R));
+                        if (d >= 0) {
+                            ok = 0;
+                            snprintf(why, sizeof why, "%lldx%lld (weights %d, x %d), S=%d%s: s=%ld r=%ld: %.9g vs scalar %.9g",
+                                     (long long)R, (long long)C, sh[si].wmode, sh[si].xmode, S, gemm_from == 1 ? " all GEMM" : "",
+                                     d / R, d % R, got[d], ref[d]);
+                        }
+                        for (int64_t i = (int64_t)S * R; i < (int64_t)SMAX * R && ok; i++)
+                            if (((uint32_t *)got)[i] != 0xFFFFFFFFu) { ok = 0; snprintf(why, sizeof why, "S=%d wrote past its rows", S); }
+                    }
+                }
+                qt_set_gemm_min_rows(0);
+                set_threads(2);
+                free(x); free(ref); free(got);
+                qt_free(&t);
+            }
+            char name[160];
+            snprintf(name, sizeof name, "%s kernel == scalar for S = 1..%d, row and GEMM paths: %s group %lld",
+                     qt_kernel_name(simd_kernels[k]), SMAX, qt_format_name(fm[fi].f), (long long)(fm[fi].g ? fm[fi].g : 0));
+            report(ok, name, why);
+        }
+}
+
 /* The exact integer value of one hand-made case, so the scalar spec itself is pinned down. */
 static void test_int_known_value(void) {
     QTensor t;
@@ -368,11 +428,40 @@ static void test_float_path(void) {
     }
 }
 
+/* qt_dot_f32_block equals qt_dot_f32 bit for bit, for every tile shape and length. */
+static void test_dot_block(void) {
+    enum { N = 600 };
+    float *rows = malloc(sizeof(float) * 8 * N);
+    for (int i = 0; i < 8 * N; i++) rows[i] = rng_float() * (1 + i % 3);
+    int ok = 1;
+    char why[160] = "";
+    const int64_t lens[] = { 1, 15, 16, 17, 64, 511, 512, 576, N };
+    for (size_t li = 0; li < sizeof lens / sizeof lens[0]; li++)
+        for (int na = 1; na <= 4; na++)
+            for (int nb = 1; nb <= 4; nb++) {
+                const float *a[4], *b[4];
+                for (int k = 0; k < 4; k++) { a[k] = rows + k * N; b[k] = rows + (4 + k) * N + (k & 1); }
+                float out[16];
+                qt_dot_f32_block(a, na, b, nb, lens[li] - (nb > 1), out);
+                for (int x = 0; x < na; x++)
+                    for (int y = 0; y < nb; y++) {
+                        float want = qt_dot_f32(a[x], b[y], lens[li] - (nb > 1));
+                        if (memcmp(&want, &out[x * nb + y], 4) && ok) {
+                            ok = 0;
+                            snprintf(why, sizeof why, "n=%lld tile %dx%d at (%d,%d): %.9g vs %.9g", (long long)lens[li], na, nb, x, y, out[x * nb + y], want);
+                        }
+                    }
+            }
+    report(ok, "qt_dot_f32_block == qt_dot_f32 for tiles 1..4 x 1..4 and odd lengths", why);
+    free(rows);
+}
+
 static void test_kernel_api(void) {
     QtKernel k = QT_KERNEL_AUTO;
     int ok = qt_kernel_parse("scalar", &k) == 0 && k == QT_KERNEL_SCALAR &&
              qt_kernel_parse("avx2", &k) == 0 && k == QT_KERNEL_AVX2 &&
              qt_kernel_parse("vnni", &k) == 0 && k == QT_KERNEL_VNNI &&
+             qt_kernel_parse("avxvnni", &k) == 0 && k == QT_KERNEL_AVXVNNI &&
              qt_kernel_parse("auto", &k) == 0 && k == QT_KERNEL_AUTO;
     report(ok, "kernel names parse", "a known name was refused");
     k = QT_KERNEL_SCALAR;
@@ -483,7 +572,9 @@ int main(void) {
     test_int_known_value();
     test_int_close_to_float();
     test_float_path();
+    test_dot_block();
     test_kernels_exact();
+    test_gemm_exact();
     test_pool_concurrency();
     return failures ? 1 : 0;
 }

@@ -1,0 +1,143 @@
+#!/usr/bin/env bash
+# Prefill benchmark on the GLM-5.2-shaped bench fixture (tools/make_glm_bench_model.py: true
+# per-layer shapes, 1 dense + 3 MoE layers + the MTP layer): this engine against the round-1
+# engine (commit 22b670a), in the same run, cold and warm, for prompts of several lengths; then
+# decode (REPLAY) of both, and one long prompt for the attention time per token and layer at a long
+# context. Prints every run's stats lines, then a summary table, a per-layer profile and a
+# PROJECTION to the full 78-layer model (3 dense + 75 MoE layers; a projection, not a measurement).
+#
+#   bench/prefill.sh [MODEL_DIR]          default $BENCH_MODEL or /work/glm_bench
+#   env: LENGTHS   prompt lengths (default "255 1024 2048")
+#        LONG      long-context prompt for the attention figure, this engine only (default 4000; 0: skip)
+#        LONG_OLD  1: also run the long prompt on the round-1 engine (slow: minutes)
+#        RAM_GB    RAM budget of each run (default 8)      THREADS (default 0: all cores)
+#        OLD       a round-1 glm binary (default: commit 22b670a built into a temporary directory)
+#        PHASES    "cold warm" (default) or one of them
+# cold: the default I/O mode (O_DIRECT: every expert comes from the disk; the files are evicted
+# from the page cache first); warm: buffered reads (DIRECT=0) with the files in the page cache,
+# after one warming run. Prompts are random token ids (fixed seed); NGEN=1.
+set -u
+cd "$(dirname "$0")/.." || exit 1
+ROOT=$(pwd)
+MODEL=${1:-${BENCH_MODEL:-/work/glm_bench}}
+LENGTHS=${LENGTHS:-255 1024 2048}; LONG=${LONG:-4000}; LONG_OLD=${LONG_OLD:-0}
+RAM=${RAM_GB:-8}; THR=${THREADS:-0}; PHASES=${PHASES:-cold warm}
+[ -f "$MODEL/config.json" ] || { echo "no bench model at $MODEL: python3 tools/make_glm_bench_model.py $MODEL"; exit 1; }
+make -s glm >/dev/null || exit 1
+cc -O2 -o tools/iobench tools/iobench.c || exit 1
+TMP=$(mktemp -d /tmp/prefill-bench.XXXXXX)
+trap 'rm -rf "$TMP"' EXIT
+NEW=$ROOT/glm
+OLD=${OLD:-}
+if [ -z "$OLD" ]; then
+  mkdir -p "$TMP/r1" && git archive 22b670a | tar -x -C "$TMP/r1" && make -s -C "$TMP/r1" glm >/dev/null || { echo "cannot build commit 22b670a"; exit 1; }
+  OLD=$TMP/r1/glm
+fi
+FILES=("$MODEL"/*.safetensors)
+echo "bench: prefill, model $MODEL, RAM_GB=$RAM, THREADS=$THR, $(nproc) cores, $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | xargs), load average $(cut -d' ' -f1-3 /proc/loadavg), $(date -u +%FT%TZ)"
+echo "bench: new $(git rev-parse --short HEAD)$(git diff --quiet HEAD -- glm.c quant.h || echo '+changes'), old 22b670a"
+
+# prompt of n random ids (and one more in full_ids), NGEN=1: the run is one prefill of n tokens
+make_ref() {
+  /usr/bin/python3 - "$1" "$TMP/ref$1.json" <<'EOF'
+import json, random, sys
+n = int(sys.argv[1]); random.seed(n)
+ids = [random.randrange(1000, 150000) for _ in range(n + 1)]
+json.dump({"prompt_ids": ids[:n], "full_ids": ids}, open(sys.argv[2], "w"))
+EOF
+}
+field() { sed -nE "s|.*$1.*|\\1|p" <<<"$2" | head -1; }
+evict() { tools/iobench --modes evict --threads 1 "${FILES[@]}" >/dev/null; }
+cached() {   # page-cache residency of the model files (fincore, util-linux), if available
+  command -v fincore >/dev/null || return 0
+  fincore -b -n -o RES,SIZE "${FILES[@]}" | awk '{ r += $1; s += $2 } END { printf "  page cache holds %.1f of %.1f GB of the model\n", r / 1e9, s / 1e9 }'
+}
+
+# run ENGINE PHASE N -> sets T (prefill s), PROF, STATS; prints the lines
+run() {
+  local bin=$1 phase=$2 n=$3 mode=
+  [ "$phase" = warm ] && mode="DIRECT=0"
+  [ "$phase" = cold ] && evict
+  local out
+  out=$(env $mode RAM_GB=$RAM THREADS=$THR PROFILE=1 NGEN=1 SNAP="$MODEL" REF="$TMP/ref$n.json" "$bin" 2>&1)
+  T=$(field 'prefill [0-9]+ tokens ([0-9.]+) s' "$(grep 'glm: prefill' <<<"$out")")
+  PROF=$(grep '^PROFILE' <<<"$out"); STATS=$(grep 'glm: experts:' <<<"$out")
+  if [ -z "$T" ]; then echo "  FAILED: $(tail -3 <<<"$out")"; T=nan; return; fi
+  echo "  $(grep 'glm: prefill' <<<"$out" | sed 's/ | decode.*//')"
+  echo "  $PROF"
+  echo "  ${STATS#glm: }"
+}
+
+declare -A RES
+for n in $LENGTHS; do make_ref "$n"; done
+[ "$LONG" != 0 ] && make_ref "$LONG"
+
+for phase in $PHASES; do
+  if [ "$phase" = warm ]; then
+    echo "warming the page cache (DIRECT=0, $(awk '{print $NF}' <<<"$LENGTHS") tokens, new engine)"
+    run "$NEW" warm "$(awk '{print $NF}' <<<"$LENGTHS")" >/dev/null
+    cached  # how warm "warm" is: what the page cache holds of the model
+  fi
+  for n in $LENGTHS; do
+    for eng in new old; do
+      bin=$NEW; [ $eng = old ] && bin=$OLD
+      echo "$phase $n tokens, $eng engine:"
+      run "$bin" "$phase" "$n"
+      RES[$phase.$n.$eng]=$T
+      [ $eng = new ] && RES[$phase.$n.prof]=$PROF
+    done
+  done
+done
+
+echo "decode (REPLAY of $MODEL/reference.json, O_DIRECT):"
+for eng in new old; do
+  bin=$NEW; [ $eng = old ] && bin=$OLD
+  out=$(env RAM_GB=$RAM THREADS=$THR REPLAY=1 SNAP="$MODEL" REF="$MODEL/reference.json" "$bin" 2>&1)
+  line=$(grep '^REPLAY' <<<"$out"); echo "  $eng: $line"
+  RES[decode.$eng]=$(field ' ([0-9.]+) tok/s' "$line")
+done
+
+if [ "$LONG" != 0 ]; then
+  for eng in new old; do
+    [ $eng = old ] && [ "$LONG_OLD" != 1 ] && continue
+    bin=$NEW; [ $eng = old ] && bin=$OLD
+    echo "long prompt: $LONG tokens, $eng engine, cold:"
+    run "$bin" cold "$LONG"
+    RES[long.$eng]=$T; RES[long.$eng.prof]=$PROF
+  done
+fi
+
+# ---- summary ------------------------------------------------------------------------------------
+L=$(/usr/bin/python3 -c "import json; c=json.load(open('$MODEL/config.json')); print(c['num_hidden_layers'], sum(1 for t in c['mlp_layer_types'] if t == 'dense'))")
+NL=${L% *}; ND=${L#* }; NM=$((NL - ND))
+echo
+echo "summary (seconds of prefill, same run; speedup = old / new):"
+printf "| %-5s | %7s | %9s | %9s | %7s | %9s |\n" phase tokens "old s" "new s" speedup "new pos/s"
+printf "|-------|---------|-----------|-----------|---------|-----------|\n"
+for phase in $PHASES; do for n in $LENGTHS; do
+  o=${RES[$phase.$n.old]:-nan}; w=${RES[$phase.$n.new]:-nan}
+  awk -v p="$phase" -v n="$n" -v o="$o" -v w="$w" 'BEGIN { printf "| %-5s | %7d | %9.2f | %9.2f | %6.2fx | %9.1f |\n", p, n, o, w, (w > 0 ? o / w : 0), (w > 0 ? n / w : 0) }'
+done; done
+awk -v o="${RES[decode.old]:-0}" -v w="${RES[decode.new]:-0}" 'BEGIN { printf "decode (REPLAY): old %.2f tok/s, new %.2f tok/s (%.2fx)\n", o, w, (o > 0 ? w / o : 0) }'
+
+# per-layer profile of the new engine and the projection to GLM-5.2 (78 layers: 3 dense + 75 MoE)
+echo
+echo "per-layer profile, new engine ($NL layers here: $ND dense + $NM MoE; ms per token and layer):"
+printf "| %-11s | %6s | %9s | %9s | %9s | %9s | %12s |\n" run tokens attention "dense MLP" "MoE all" "MoE comp" "PROJECTION s"
+printf "|-------------|--------|-----------|-----------|-----------|-----------|--------------|\n"
+prof_row() {   # label n profile-line
+  local a d m c lm
+  a=$(field 'attention ([0-9.]+) s' "$3"); d=$(field 'dense MLP ([0-9.]+) s' "$3"); m=$(field 'MoE ([0-9.]+) s' "$3")
+  c=$(field 'routed experts ([0-9.]+) s' "$3"); lm=$(field 'lm_head ([0-9.]+) s' "$3")
+  [ -z "$a" ] && return
+  awk -v lab="$1" -v n="$2" -v a="$a" -v d="$d" -v m="$m" -v c="$c" -v lm="$lm" -v nl="$NL" -v nd="$ND" -v nm="$NM" 'BEGIN {
+    at = a / n / nl * 1e3; dt = (nd ? d / n / nd * 1e3 : 0); mt = (nm ? m / n / nm * 1e3 : 0); ct = (nm ? c / n / nm * 1e3 : 0);
+    proj = (78 * at + 3 * dt + 75 * mt) * n / 1e3 + lm;
+    printf "| %-11s | %6d | %9.3f | %9.3f | %9.3f | %9.3f | %12.1f |\n", lab, n, at, dt, mt, ct, proj }'
+}
+for phase in $PHASES; do for n in $LENGTHS; do prof_row "$phase" "$n" "${RES[$phase.$n.prof]:-}"; done; done
+[ "$LONG" != 0 ] && prof_row "cold long" "$LONG" "${RES[long.new.prof]:-}"
+[ "$LONG" != 0 ] && [ "$LONG_OLD" = 1 ] && prof_row "cold long r1" "$LONG" "${RES[long.old.prof]:-}"
+echo "PROJECTION = 78 x attention + 3 x dense MLP + 75 x MoE per token and layer, times the tokens, + lm_head:"
+echo "the full GLM-5.2 on this machine if every layer behaved like these (same expert hit rate and disk),"
+echo "an extrapolation from 4 layers, not a measurement. MoE all = routed compute + disk wait + router/shared."
