@@ -962,6 +962,70 @@ static void load_matrix(Loader *ld, const char *name, int64_t rows, int64_t cols
     load_float_rows(ld, name, t, 0, rows, cols, bits, out);
 }
 
+/* The MTP layer drafts well only at >= 8 bits (an int4 head loses nearly all draft acceptance,
+   container.md §5), so whatever dense_bits / expert_bits say, its matrices are quantized at load to
+   at least int8 (16 = f32 stays f32). Pre-quantized tensors are used as they are (model_load notes
+   an MTP layer stored below 8 bits). */
+static int mtp_bits(int bits) { return bits >= 8 ? bits : 8; }
+
+/* eh_proj [H, 2H] as its two column halves, each quantized on its own (one scale per row of each
+   half): columns 0..H-1 take enorm(embedding), H..2H-1 take hnorm(hidden), and on GLM-5.2 the two
+   halves differ 20-30x in scale. One int8 scale per full row would leave the small half ~5 of the
+   127 levels (int4 per row: ~0, hence the published 0 % acceptance); per half, each half keeps all
+   127, and the activations (quantized per row of each product with IDOT=1) get a scale per half
+   too. The product becomes two matmuls and one add (mtp_forward). A float tensor is quantized per
+   half at `bits`; a pre-quantized one is split exactly (its codes and scales copied, so nothing is
+   requantized). */
+static void load_eh_proj(Loader *ld, const char *name, int64_t H, int bits, QTensor half[2]) {
+    const StTensor *t = loader_require(ld, name);
+    char qs_name[512];
+    snprintf(qs_name, sizeof qs_name, "%s.qs", name);
+    if (st_find(ld->index, qs_name)) {
+        QTensor whole;
+        load_matrix(ld, name, H, 2 * H, bits, &whole);
+        const int64_t half_bytes = qt_row_bytes(whole.format, H), gpr = qt_groups_per_row(&whole);
+        const int per_row = whole.format != QT_INT4_GROUP;
+        if (half_bytes * 2 != whole.row_bytes || (!per_row && H % whole.group))
+            die("%s: tensor %s (%s) cannot be split into its two column halves of %lld; convert it again",
+                st_file_path(ld->index, t->file), name, qt_format_name(whole.format), (long long)H);
+        for (int k = 0; k < 2; k++) {
+            if (qt_alloc(&half[k], whole.format, whole.group, H, H)) die("out of memory for tensor %s", name);
+            const int64_t half_groups = qt_groups_per_row(&half[k]);
+            for (int64_t r = 0; r < H; r++) {
+                memcpy(half[k].data + r * half_bytes, whole.data + r * whole.row_bytes + k * half_bytes, (size_t)half_bytes);
+                if (per_row) half[k].scales[r] = whole.scales[r];
+                else memcpy(half[k].scales + r * half_groups, whole.scales + r * gpr + k * half_groups, (size_t)half_groups * sizeof(float));
+            }
+        }
+        qt_free(&whole);
+        return;
+    }
+    if (t->ndim != 2 || t->shape[0] != H || t->shape[1] != 2 * H)
+        die("%s: tensor %s must have shape [%lld, %lld]", st_file_path(ld->index, t->file), name, (long long)H, (long long)(2 * H));
+    for (int k = 0; k < 2; k++)
+        if (qt_alloc(&half[k], format_for_bits(bits, ld->group), ld->group, H, H)) die("out of memory for tensor %s", name);
+    const int64_t chunk_rows = (int64_t)(1 << 23) / H + 1;   /* ~64 MB of f32 at a time */
+    float *buf = xmalloc((size_t)((chunk_rows < H ? chunk_rows : H) * 2 * H) * sizeof(float));
+    char err[512];
+    for (int64_t r0 = 0; r0 < H; r0 += chunk_rows) {
+        const int64_t n = H - r0 < chunk_rows ? H - r0 : chunk_rows;
+        if (st_read_f32_rows(ld->index, t, r0, n, buf, err, sizeof err)) die("%s", err);
+        int64_t bad = first_nonfinite(buf, n * 2 * H);
+        if (bad >= 0) die("%s: tensor %s: value at row %lld is not finite", st_file_path(ld->index, t->file), name, (long long)(r0 + bad / (2 * H)));
+        for (int k = 0; k < 2; k++) {
+            QTensor *q = &half[k];
+            const int64_t gpr = q->format == QT_F32 ? 0 : qt_groups_per_row(q);
+            for (int64_t r = 0; r < n; r++)
+                qt_quantize_row(q->format, q->group, buf + (size_t)r * 2 * H + k * H, H, q->data + (r0 + r) * q->row_bytes,
+                                q->scales ? q->scales + (r0 + r) * gpr : NULL);
+        }
+    }
+    free(buf);
+    ld->bytes_loaded += (size_t)(2 * H * H) * st_dtype_size(t->dtype);
+    for (int k = 0; k < 2; k++)
+        ld->resident_bytes += (double)(H * half[k].row_bytes) + (half[k].scales ? (double)(H * qt_groups_per_row(&half[k])) * 4 : 0);
+}
+
 /* A 1-D float vector (norm weights, biases), kept in f32. */
 static float *load_vector(Loader *ld, const char *name, int64_t n) {
     const StTensor *t = loader_require(ld, name);
@@ -1057,7 +1121,7 @@ typedef struct {
     float *router_bias;      /* e_score_correction_bias */
     /* MTP layer only */
     float *enorm, *hnorm, *shared_head_norm;
-    QTensor eh_proj;
+    QTensor eh_proj[2];      /* eh_proj's column halves: [0] takes enorm(e), [1] hnorm(h) (load_eh_proj) */
 } Layer;
 
 enum { INDEXER_AUTO, INDEXER_ALWAYS, INDEXER_OFF };
@@ -1088,7 +1152,7 @@ typedef struct {
     float *expanded_kv;      /* explicit prefill: [capacity][n_heads*(qk_nope+v_head)], grown on demand */
     size_t expanded_kv_cap;
     float *ffn_h1, *ffn_h2;  /* [max_batch][max(inter, moe_inter)] */
-    float *mtp_in;           /* [max_batch][2*hidden] */
+    float *mtp_in;           /* [2][max_batch][hidden]: the MTP head's normed embeddings, then hidden states */
     int *expert_rows;        /* [max_batch] */
     float *expert_x, *expert_y;
     int *chosen;             /* [max_batch][experts_per_tok] */
@@ -1450,6 +1514,7 @@ static void expert_sources_init(ExpertStore *store, Loader *ld) {
     int seen_quantized = 0, seen_float = 0;
     for (int l = 0; l < store->n_layers; l++) {
         if (c->layer_dense[l]) continue;
+        const int expert_bits = l >= c->n_layers ? mtp_bits(store->expert_bits) : store->expert_bits;   /* the MTP layer: >= 8 */
         char fused_name[256], down_name[256];
         snprintf(fused_name, sizeof fused_name, "model.layers.%d.mlp.experts.gate_up_proj", l);
         snprintf(down_name, sizeof down_name, "model.layers.%d.mlp.experts.down_proj", l);
@@ -1472,7 +1537,7 @@ static void expert_sources_init(ExpertStore *store, Loader *ld) {
                 if (fused) {
                     src->data[k] = k < 2 ? fused : fused_down;
                     src->fused_row0[k] = k == 0 ? (int64_t)e * 2 * I : k == 1 ? (int64_t)e * 2 * I + I : (int64_t)e * H;
-                    src->format[k] = format_for_bits(store->expert_bits, store->group);
+                    src->format[k] = format_for_bits(expert_bits, store->group);
                     src->group[k] = store->group;
                     seen_float = 1;
                     continue;
@@ -1491,7 +1556,7 @@ static void expert_sources_init(ExpertStore *store, Loader *ld) {
                     if (t->ndim != 2 || t->shape[0] != rows[k] || t->shape[1] != cols[k])
                         die("%s: tensor %s must have shape [%lld, %lld]", file, name, (long long)rows[k], (long long)cols[k]);
                     if (t->dtype == ST_U8 || t->dtype == ST_I8) die("%s: tensor %s is %s but has no %s", file, name, st_dtype_name(t->dtype), qs_name);
-                    src->format[k] = format_for_bits(store->expert_bits, store->group);
+                    src->format[k] = format_for_bits(expert_bits, store->group);
                     src->group[k] = store->group;
                     seen_float = 1;
                 }
@@ -2039,7 +2104,7 @@ static void load_ffn(Loader *ld, int l, const char *prefix, int width, int hidde
 static void load_layer(Loader *ld, Model *m, int l, const Settings *set) {
     const Config *c = &m->c;
     Layer *L = &m->layers[l];
-    const int H = c->hidden, db = set->dense_bits;
+    const int H = c->hidden, db = l >= c->n_layers ? mtp_bits(set->dense_bits) : set->dense_bits;
     char name[256];
 #define LNAME(suffix) (layer_name(name, sizeof name, l, suffix), name)
     L->input_norm = load_vector(ld, LNAME("input_layernorm.weight"), H);
@@ -2074,9 +2139,29 @@ static void load_layer(Loader *ld, Model *m, int l, const Settings *set) {
         L->enorm = load_vector(ld, LNAME("enorm.weight"), H);
         L->hnorm = load_vector(ld, LNAME("hnorm.weight"), H);
         L->shared_head_norm = load_vector(ld, LNAME("shared_head.norm.weight"), H);
-        load_matrix(ld, LNAME("eh_proj.weight"), H, 2 * (int64_t)H, db, &L->eh_proj);
+        load_eh_proj(ld, LNAME("eh_proj.weight"), H, db, L->eh_proj);
     }
 #undef LNAME
+}
+
+/* Pre-quantized MTP weights are used as stored; below 8 bits the drafts are rarely accepted
+   (container.md §5), so say so once. */
+static void note_low_precision_mtp(const Model *m) {
+    const Config *c = &m->c;
+    if (!c->n_mtp) return;
+    const Layer *L = &m->layers[c->n_layers];
+    const QTensor *mats[] = { &L->q_a, &L->q_b, &L->kv_a, &L->kv_b, &L->o, &L->index_wq_b, &L->index_wk, &L->index_weights,
+                              &L->mlp.gate, &L->mlp.up, &L->mlp.down, &L->eh_proj[0], &L->eh_proj[1] };
+    int lowest = 16;
+    for (size_t i = 0; i < sizeof mats / sizeof mats[0]; i++)
+        if (mats[i]->data && mats[i]->format != QT_F32 && qt_format_bits(mats[i]->format) < lowest) lowest = qt_format_bits(mats[i]->format);
+    const ExpertSource *src = &m->experts.sources[(size_t)c->n_layers * c->n_experts];
+    for (int e = 0; e < c->n_experts; e++)
+        for (int k = 0; k < 3; k++)
+            if (src[e].format[k] != QT_F32 && qt_format_bits(src[e].format[k]) < lowest) lowest = qt_format_bits(src[e].format[k]);
+    if (lowest < 8)
+        fprintf(stderr, "glm: note: the MTP layer is stored with %d-bit weights: its drafts will rarely be accepted "
+                        "(convert with --mtp-bits 8; SPEC=auto stops drafting with it when it does not pay)\n", lowest);
 }
 
 /* "glm: loading [########............] 31/79 layers", redrawn in place on a terminal. */
@@ -2131,6 +2216,7 @@ static void model_load(Model *m, const Settings *set) {
         if (show_progress) print_load_progress(l + 1, nl);
     }
     if (show_progress) fputc('\n', stderr);
+    note_low_precision_mtp(m);
     m->final_norm = load_vector(&ld, "model.norm.weight", c->hidden);
     load_matrix(&ld, "lm_head.weight", c->vocab, c->hidden, set->dense_bits, &m->lm_head);
     const int half = c->qk_rope / 2;
@@ -2183,7 +2269,7 @@ static void layer_free(Layer *L) {
                          L->router_bias, L->enorm, L->hnorm, L->shared_head_norm };
     for (size_t i = 0; i < sizeof vectors / sizeof vectors[0]; i++) free(vectors[i]);
     QTensor *matrices[] = { &L->q_a, &L->q_b, &L->kv_a, &L->kv_b, &L->o, &L->index_wq_b, &L->index_wk, &L->index_weights,
-                            &L->mlp.gate, &L->mlp.up, &L->mlp.down, &L->router, &L->eh_proj };
+                            &L->mlp.gate, &L->mlp.up, &L->mlp.down, &L->router, &L->eh_proj[0], &L->eh_proj[1] };
     for (size_t i = 0; i < sizeof matrices / sizeof matrices[0]; i++) qt_free(matrices[i]);
 }
 
@@ -2254,7 +2340,7 @@ static void session_init(Session *s, const Model *m, int capacity, int max_batch
     s->head_scores = session_calloc(s, (size_t)s->nthreads * (capacity + 2 * c->kv_lora + (size_t)c->qk_nope * c->kv_lora), sizeof(float));
     s->ffn_h1 = session_calloc(s, (size_t)B * ffn_width, sizeof(float));
     s->ffn_h2 = session_calloc(s, (size_t)B * ffn_width, sizeof(float));
-    s->mtp_in = session_calloc(s, (size_t)B * 2 * H, sizeof(float));
+    s->mtp_in = session_calloc(s, (size_t)B * 2 * H, sizeof(float));   /* [enorm rows][hnorm rows] */
     s->expert_rows = session_calloc(s, (size_t)B, sizeof(int));
     s->expert_x = session_calloc(s, (size_t)B * H, sizeof(float));
     s->expert_y = session_calloc(s, (size_t)B * H, sizeof(float));
@@ -2344,24 +2430,32 @@ static int model_forward(Model *m, Session *s, const ForwardOptions *opt, const 
 
 /* The MTP head over S slots (§6.1): slot q takes the token at q+1 and the main model's
    final-normed hidden state at q, runs decoder layer n_layers at position q, and predicts q+2.
-   Writes the post-shared_head.norm hidden states and the logits [S][vocab]. */
+   Writes the post-shared_head.norm hidden states [S][hidden] and the logits: [S][vocab], or only
+   the last slot's [vocab] when last_only (drafting needs no more). eh_proj is applied as its two
+   column halves (load_eh_proj): x = eh_e · enorm(e) + eh_h · hnorm(h). */
 static void mtp_forward(Model *m, Session *s, const ForwardOptions *opt, const int *next_tokens, const float *main_hidden,
-                        int S, int pos0, float *hidden_out, float *logits) {
+                        int S, int pos0, float *hidden_out, float *logits, int last_only) {
     const Config *c = &m->c;
     const int H = c->hidden, l = c->n_layers;
     const Layer *L = &m->layers[l];
     if (!c->n_mtp) die("this model has no MTP layer");
+    if (S > s->max_batch) die("internal: MTP batch %d exceeds %d", S, s->max_batch);
+    if (pos0 + S > s->capacity) die("internal: MTP slots up to %d do not fit the KV cache of %d", pos0 + S, s->capacity);
+    float *e_normed = s->mtp_in, *h_normed = s->mtp_in + (size_t)S * H;   /* [S][H] each */
     embed_rows(m, next_tokens, S, s->xn);
     for (int r = 0; r < S; r++) {
-        float *e = s->xn + (size_t)r * H, *cat = s->mtp_in + (size_t)r * 2 * H;
+        float *e = s->xn + (size_t)r * H;
         if (opt->mtp_zero_pos0 && pos0 + r == 0) memset(e, 0, (size_t)H * sizeof(float));
-        rmsnorm(cat, e, L->enorm, H, c->rms_eps);                                   /* [enorm(e); hnorm(h)] */
-        rmsnorm(cat + H, main_hidden + (size_t)r * H, L->hnorm, H, c->rms_eps);
+        rmsnorm(e_normed + (size_t)r * H, e, L->enorm, H, c->rms_eps);
+        rmsnorm(h_normed + (size_t)r * H, main_hidden + (size_t)r * H, L->hnorm, H, c->rms_eps);
     }
-    matmul(s->x, &L->eh_proj, s->mtp_in, S);
+    matmul(s->x, &L->eh_proj[0], e_normed, S);
+    matmul(s->ffn_out, &L->eh_proj[1], h_normed, S);
+    vec_add(s->x, s->ffn_out, S * H);
     layer_forward(m, s, opt, l, S, pos0);
     for (int r = 0; r < S; r++) rmsnorm(hidden_out + (size_t)r * H, s->x + (size_t)r * H, L->shared_head_norm, H, c->rms_eps);
-    matmul(logits, &m->lm_head, hidden_out, S);
+    if (last_only) matmul(logits, &m->lm_head, hidden_out + (size_t)(S - 1) * H, 1);
+    else matmul(logits, &m->lm_head, hidden_out, S);
 }
 
 /* =============================================================================================
@@ -2760,7 +2854,7 @@ static void teacher_forcing_chunk(void *user, int pos0, int S, const float *logi
     const int n = slots - pos0 < S ? slots - pos0 : S;
     if (!tf->with_mtp || n <= 0) return;
     double t0 = now_seconds();
-    mtp_forward(tf->model, tf->session, tf->opt, tf->ref->full.ids + pos0 + 1, hidden, n, pos0, tf->mtp_hidden, tf->mtp_logits);
+    mtp_forward(tf->model, tf->session, tf->opt, tf->ref->full.ids + pos0 + 1, hidden, n, pos0, tf->mtp_hidden, tf->mtp_logits, 0);
     for (int r = 0; r < n; r++) tf->mtp_pred[pos0 + r] = argmax(tf->mtp_logits + (size_t)r * V, V);
     tf->mtp_seconds += now_seconds() - t0;
 }
