@@ -28,6 +28,7 @@ TEST_TOOLS = tests/bin/http_echo
 
 # tests that include glm.c itself (GLM_NO_MAIN)
 tests/bin/test_generator: glm.c
+tests/bin/test_spec: glm.c
 
 test: glm $(TEST_BINS) $(TEST_TOOLS)
 	bash tests/run.sh
