@@ -2201,7 +2201,6 @@ static void model_load(Model *m, const Settings *set) {
     m->index = st_open_dir(set->model_dir, err, sizeof err);
     if (!m->index) die("%s", err);
     Loader ld = { .index = m->index, .dir = set->model_dir, .group = set->group };
-    const int nl = c->n_layers + c->n_mtp;
     /* An MTP layer is optional on disk: without its tensors the model simply has no MTP head. */
     if (c->n_mtp) {
         char name[256];
@@ -2211,6 +2210,7 @@ static void model_load(Model *m, const Settings *set) {
             c->n_mtp = 0;
         }
     }
+    const int nl = c->n_layers + c->n_mtp;
     m->layers = xcalloc((size_t)nl, sizeof(Layer));
     m->n_layers_loaded = nl;
     ExpertStore *store = &m->experts;
