@@ -2736,7 +2736,7 @@ typedef struct {
     int *mtp_tokens;                        /* [max_batch] */
     float *mtp_logits;                      /* [vocab] */
     float *verify_logits;                   /* [max_draft + 1][vocab] */
-    DraftFn caller;                         /* used instead of mtp/ngram when set */
+    DraftFn caller;                         /* a caller's drafter (a server's predicted output, tests) */
     void *caller_user;
 } Speculation;
 
@@ -2891,7 +2891,7 @@ static int drafter_paused(const Speculation *sp, int d) { return sp->tokens < sp
 /* The MTP head's cache is kept for SPEC=mtp, and for auto while it is not sitting the MTP drafter out. */
 static int spec_keeps_mtp(const Generator *g) {
     const Speculation *sp = &g->spec;
-    return sp->ring && (sp->mode == SPEC_MTP || (sp->mode == SPEC_AUTO && !sp->caller && !drafter_paused(sp, DRAFTER_MTP)));
+    return sp->ring && (sp->mode == SPEC_MTP || (sp->mode == SPEC_AUTO && !drafter_paused(sp, DRAFTER_MTP)));
 }
 
 /* The main model's final-normed hidden state of committed position q < pos, or NULL when it is
@@ -3014,45 +3014,52 @@ static void drafter_pause(Speculation *sp, int d) {
     dr->pauses++;
 }
 
+/* The caller's drafts (a server's predicted output, a test's drafter) to follow t. */
+static int spec_draft_caller(Generator *g, int t, int k, int *out) {
+    Speculation *sp = &g->spec;
+    g->history[g->pos] = t;   /* past pos: scratch until committed */
+    const int n = sp->caller(sp->caller_user, g->history, g->pos + 1, k, out);
+    return n < 0 ? 0 : n > k ? k : n;
+}
+
 static int spec_auto_draft(Generator *g, int t, int room, int *out, int *which) {
     Speculation *sp = &g->spec;
     if (sp->cost[1] <= 0) return 0;   /* a plain step first: what drafting must beat */
-    int ngram[SPEC_MAX_DRAFT];
-    const int n_ngram = drafter_paused(sp, DRAFTER_NGRAM) ? 0 : spec_draft_ngram(g, t, room, ngram);
+    /* the drafts that cost nothing to ask for come first; the MTP head drafts once chosen */
+    int ready[N_DRAFTERS][SPEC_MAX_DRAFT], n_ready[N_DRAFTERS] = { 0 };
+    if (!drafter_paused(sp, DRAFTER_NGRAM)) n_ready[DRAFTER_NGRAM] = spec_draft_ngram(g, t, room, ready[DRAFTER_NGRAM]);
+    if (sp->caller && !drafter_paused(sp, DRAFTER_CALLER)) n_ready[DRAFTER_CALLER] = spec_draft_caller(g, t, room, ready[DRAFTER_CALLER]);
     const int can_mtp = sp->ring && !drafter_paused(sp, DRAFTER_MTP);
-    if (n_ngram && sp->drafter[DRAFTER_NGRAM].probe) { *which = DRAFTER_NGRAM; out[0] = ngram[0]; return 1; }
+    for (int d = DRAFTER_NGRAM; d <= DRAFTER_CALLER; d++)
+        if (n_ready[d] && sp->drafter[d].probe) { *which = d; out[0] = ready[d][0]; return 1; }
     if (can_mtp && sp->drafter[DRAFTER_MTP].probe) { *which = DRAFTER_MTP; return spec_draft_mtp(g, t, 1, out); }
     double best = 1.0 / sp->cost[1], rate_of[N_DRAFTERS] = { 0 };
     int best_d = -1, best_k = 0;
-    for (int d = DRAFTER_MTP; d <= DRAFTER_NGRAM; d++) {
-        const int kmax = d == DRAFTER_NGRAM ? n_ngram : can_mtp ? room : 0;
+    for (int d = 0; d < N_DRAFTERS; d++) {
+        const int kmax = d == DRAFTER_MTP ? (can_mtp ? room : 0) : n_ready[d];
         for (int k = 1; k <= kmax; k++) {
             const double r = spec_rate(sp, d, k);
             if (r > rate_of[d]) rate_of[d] = r;
             if (r > best) { best = r; best_d = d; best_k = k; }
         }
     }
-    for (int d = DRAFTER_MTP; d <= DRAFTER_NGRAM; d++)   /* a drafter that could draft and loses sits out */
+    for (int d = 0; d < N_DRAFTERS; d++)   /* a drafter that could draft and loses sits out */
         if (rate_of[d] > 0 && rate_of[d] <= 1.0 / sp->cost[1]) drafter_pause(sp, d);
     if (best_d < 0) return 0;
     *which = best_d;
     sp->drafter[best_d].backoff = SPEC_BACKOFF_MIN;
     if (best_d == DRAFTER_MTP) return spec_draft_mtp(g, t, best_k, out);
-    memcpy(out, ngram, (size_t)best_k * sizeof(int));
+    memcpy(out, ready[best_d], (size_t)best_k * sizeof(int));
     return best_k;
 }
 
-/* Up to `room` drafts to follow t (0: a plain step); *which: the drafter. */
+/* Up to `room` drafts to follow t (0: a plain step); *which: the drafter. A caller's drafter is
+   used alone under SPEC=mtp/ngram (tests force it so), as one more candidate under auto. */
 static int spec_draft(Generator *g, int t, int room, int *out, int *which) {
     Speculation *sp = &g->spec;
     if (room > sp->max_draft) room = sp->max_draft;
     if (sp->mode == SPEC_OFF || room < 1) return 0;
-    if (sp->caller) {
-        *which = DRAFTER_CALLER;
-        g->history[g->pos] = t;   /* past pos: scratch until committed */
-        const int n = sp->caller(sp->caller_user, g->history, g->pos + 1, room, out);
-        return n < 0 ? 0 : n > room ? room : n;
-    }
+    if (sp->caller && sp->mode != SPEC_AUTO) { *which = DRAFTER_CALLER; return spec_draft_caller(g, t, room, out); }
     switch (sp->mode) {
     case SPEC_MTP: *which = DRAFTER_MTP; return spec_draft_mtp(g, t, room, out);
     case SPEC_NGRAM: *which = DRAFTER_NGRAM; return spec_draft_ngram(g, t, room, out);
@@ -3234,7 +3241,7 @@ static void print_spec_stats(const Generator *g, const SpecCounts *since) {
         if (!passes && !pauses) continue;
         n += snprintf(line + n, sizeof line - (size_t)n, " | %s: %lld/%lld in %lld passes", DRAFTER_NAMES[d],
                       now.accepted[d] - since->accepted[d], now.drafted[d] - since->drafted[d], passes);
-        if (sp->mode == SPEC_AUTO && d != DRAFTER_CALLER)
+        if (sp->mode == SPEC_AUTO)
             n += snprintf(line + n, sizeof line - (size_t)n, ", sat out %lldx%s", pauses, drafter_paused(sp, d) ? " (now)" : "");
     }
     if (now.stale - since->stale) n += snprintf(line + n, sizeof line - (size_t)n, " | %lld stale MTP rows", now.stale - since->stale);

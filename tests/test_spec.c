@@ -442,6 +442,18 @@ static void test_auto_policy(void) {
     for (int i = 0; i < 40; i++) spec_account(sp, DRAFTER_NGRAM, 2, 1, 2.4, 0.0);   /* acceptance ~ 1/2 */
     n = spec_auto_draft(g, t, 4, out, &which);
     CHECK("auto: acceptance 1/2, a verify of 2..5 rows at 1.9..3.0 plain steps: no draft", n == 0);
+    /* a caller's drafter is one more candidate under auto: probed, then chosen when it pays */
+    OracleDrafter od = { ref, -1, f.model.c.vocab, 0 };
+    g->spec.caller = oracle_draft;
+    g->spec.caller_user = &od;
+    sp->drafter[DRAFTER_NGRAM].resume_at = 1 << 30;
+    n = spec_auto_draft(g, t, 4, out, &which);
+    CHECK("auto: a caller's drafter is probed with one draft", n == 1 && which == DRAFTER_CALLER && od.calls == 1);
+    sp->cost[2] = 1.05; sp->cost[5] = 1.2;
+    for (int i = 0; i < 7; i++) spec_account(sp, DRAFTER_CALLER, 1, 1, 1.05, 0.0);
+    n = spec_auto_draft(g, t, 4, out, &which);
+    CHECK("auto: ... and drafts 4 with it when verification is cheap and its drafts are accepted",
+          n == 4 && which == DRAFTER_CALLER && !memcmp(out, ref->full.ids + g->pos + 1, 4 * sizeof(int)));
     (void)P;
     generator_free(g);
     fixture_close(&f);
