@@ -46,12 +46,14 @@ asan:
 	  if ls $(ASAN_LOGS)/* >/dev/null 2>&1; then echo "FAIL sanitizer reports ($(ASAN_LOGS)):"; head -40 $(ASAN_LOGS)/*; exit 1; fi; \
 	  rm -rf $(ASAN_LOGS); exit $$rc
 
-bench: bench/kbench
+bench: bench/kbench bench/specbench
 bench/kbench: bench/kbench.c quant.h
+	$(CC) $(CFLAGS) -I. -o $@ $< $(LDLIBS)
+bench/specbench: bench/specbench.c glm.c $(HEADERS)
 	$(CC) $(CFLAGS) -I. -o $@ $< $(LDLIBS)
 
 clean-bins:
-	rm -f glm $(TEST_BINS) $(TEST_TOOLS) bench/kbench
+	rm -f glm $(TEST_BINS) $(TEST_TOOLS) bench/kbench bench/specbench
 
 clean: clean-bins
 	rm -rf tests/bin

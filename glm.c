@@ -2655,10 +2655,14 @@ static void sampler_free(Sampler *sp) {
      state of pos-1) and drafts pos+1; each further draft feeds the previous draft and the head's
      own post-norm hidden state (§6.3). The head has its own K/V rows (layer n_layers): slot q is
      valid when computed from (history[q+1], the main hidden state of q), and spec.mtp_pos says
-     how many are. They are brought up to date lazily, at the next draft, in one batch with the
-     new slot (the main hidden states of the last MTP_RING positions are kept for that), and after
-     every prefill chunk; a rollback lowers mtp_pos with pos. Slots written from drafts lie past
-     mtp_pos and are rewritten before anything reads them, as for the main cache.
+     how many are. They are computed after every prefill chunk, and during decoding lazily, at the
+     next MTP draft, in one batch with the new slot: at most the last DRAFT+1 of them (what one
+     verify pass adds; the main hidden states of the last MTP_RING positions are kept for that).
+     When more are missing (the MTP drafter sat out, or another drafter drafted), the older ones
+     stay stale: computing them all would cost an MTP layer per token, the upkeep that sitting out
+     saves. Stale rows can only lower acceptance. A rollback lowers mtp_pos with pos. Slots
+     written from drafts lie past mtp_pos and are rewritten before anything reads them, as for the
+     main cache.
    - ngram (prompt lookup): the continuation of the latest earlier occurrence of the last 4, 3 or
      2 tokens of the history (the sampled token included). Free, and strong on code and quotes.
    - auto (the default): both, where they pay, see spec_auto_draft.
@@ -2698,13 +2702,14 @@ enum { DRAFTER_MTP, DRAFTER_NGRAM, DRAFTER_CALLER, N_DRAFTERS };
 static const char *const DRAFTER_NAMES[] = { "mtp", "ngram", "caller" };
 
 #define SPEC_MAX_DRAFT 16       /* DRAFT's upper bound */
-#define MTP_RING 64             /* main hidden states kept for the MTP cache's lazy update */
+#define MTP_RING 32             /* main hidden states kept for the MTP cache's lazy update (> SPEC_MAX_DRAFT) */
 #define NGRAM_LONGEST 4         /* the n-gram drafter matches the last 4, else 3, else 2 tokens */
 #define NGRAM_SHORTEST 2
-#define SPEC_BACKOFF_MIN 32     /* auto: tokens a losing drafter sits out, doubling up to ... */
+#define SPEC_BACKOFF_MIN 64     /* auto: tokens a losing drafter sits out, doubling up to ... */
 #define SPEC_BACKOFF_MAX 1024
 #define SPEC_DECAY 0.95         /* auto: weight of the past in the acceptance estimate, per pass */
 #define SPEC_COST_NEW 0.25      /* auto: weight of a new timing in the cost estimates */
+#define SPEC_REMEASURE 16       /* auto: a plain step after this many verify passes keeps cost[1] current */
 
 /* One drafter's record. */
 typedef struct {
@@ -2725,6 +2730,7 @@ typedef struct {
     int max_draft;                          /* DRAFT */
     Drafter drafter[N_DRAFTERS];
     long long tokens;                       /* tokens generated (auto's clock for pauses) */
+    int passes_since_plain;                 /* auto: verify passes since the last plain step */
     double cost[SPEC_MAX_DRAFT + 2];        /* seconds of one main forward of S rows [S] (EWMA); 0: not measured */
     double mtp_step_cost;                   /* seconds of one MTP draft step (EWMA) */
     /* the MTP head's cache */
@@ -2905,12 +2911,13 @@ static const float *spec_main_hidden(const Generator *g, int q) {
 
 /* Computes the MTP head's slots [mtp_pos, q_end), slot q from (the token at q+1, the main hidden
    state at q); the token at q_end-1+1 = pos may be `next_token` (sampled, not yet in the history).
-   Slots whose hidden state is gone (the drafter sat out) are skipped and counted as stale. With
+   At most the last `most` are computed (a draft's lazy update: DRAFT+1; a prefill: all); the
+   older ones, and any whose hidden state is gone, are skipped and counted as stale. With
    want_logits, the last slot's logits go to spec.mtp_logits; returns its post-norm hidden state. */
-static const float *spec_mtp_fill(Generator *g, int q_end, int next_token, int want_logits) {
+static const float *spec_mtp_fill(Generator *g, int q_end, int next_token, int want_logits, int most) {
     Speculation *sp = &g->spec;
     const int H = g->model->c.hidden, B = g->session->max_batch;
-    int q = sp->mtp_pos;
+    int q = sp->mtp_pos > q_end - most ? sp->mtp_pos : q_end - most;
     while (q < q_end && !spec_main_hidden(g, q)) q++;
     sp->mtp_stale += q - sp->mtp_pos;
     const float *last = NULL;
@@ -2935,7 +2942,7 @@ static const float *spec_mtp_fill(Generator *g, int q_end, int next_token, int w
 static int spec_draft_mtp(Generator *g, int t, int k, int *out) {
     Speculation *sp = &g->spec;
     const int H = g->model->c.hidden;
-    const float *h = spec_mtp_fill(g, g->pos, t, 1);
+    const float *h = spec_mtp_fill(g, g->pos, t, 1, sp->max_draft + 1);
     int n = 0;
     for (;;) {
         const int d = sampler_pick(&g->sampler, sp->mtp_logits, g->sampler.draws + (uint64_t)n);
@@ -2970,19 +2977,18 @@ static int spec_draft_ngram(const Generator *g, int t, int k, int *out) {
 /* ---- speculation: the auto policy --------------------------------------------------------------
    SPEC=auto drafts when a verify pass is expected to yield more tokens per second than plain
    steps, from what it measured: the seconds of a forward of S rows (cost[S], a moving average;
-   cost[1] from plain steps; an S not yet measured is extrapolated linearly from the largest one
-   that is, or priced at S plain steps when none is), the seconds of an MTP draft step, and each
-   drafter's acceptance a (decayed counts of accepted drafts and of rejections, prior 1/2). With
-   per-draft acceptance a, k drafts yield 1 + a + ... + a^k tokens per pass; auto picks the
-   drafter and k <= DRAFT with the best rate and drafts when it beats 1 / cost[1]. A drafter that
-   loses sits out SPEC_BACKOFF_MIN tokens, doubling at each new loss up to SPEC_BACKOFF_MAX (reset
-   when the model picks it again), and comes back with a probe: one pass of one draft, which
-   re-measures cost[2] and its acceptance (the disk may have warmed, the text may have changed).
-   A drafter's first pass is such a probe too. While the MTP drafter sits out its cache is not
-   kept (that would cost one MTP layer per token), so its rows for those positions are missing:
-   the lazy update recomputes the last MTP_RING of them, older ones stay stale (mtp_stale),
-   which can lower its acceptance, never change the output. The decisions show in the stats
-   line (print_spec_stats). */
+   cost[1] from plain steps, one at least every SPEC_REMEASURE passes so that it follows the disk
+   warming up), the seconds of an MTP draft step, and each drafter's acceptance a (decayed counts
+   of accepted drafts and of rejections, prior 1/2). With per-draft acceptance a, k drafts yield
+   1 + a + ... + a^k tokens per pass; auto picks the drafter and k <= DRAFT with the best rate and
+   drafts when it beats 1 / cost[1]. An S not measured yet is priced optimistically one row past
+   the largest measured one (as costing no more than it: so k grows one step at a time while the
+   drafts are accepted, each step measured), and linearly beyond. A drafter that loses sits out
+   SPEC_BACKOFF_MIN tokens, doubling at each new loss up to SPEC_BACKOFF_MAX (reset when the model
+   picks it again), and comes back with a probe: one pass of one draft, which re-measures cost[2]
+   and its acceptance (the disk may have warmed, the text may have changed). A drafter's first
+   pass is such a probe too. While the MTP drafter sits out its cache is not kept (see above).
+   The decisions show in the stats line (print_spec_stats). */
 
 static void spec_note_cost(Speculation *sp, int S, double seconds) {
     double *c = &sp->cost[S];
@@ -2991,9 +2997,11 @@ static void spec_note_cost(Speculation *sp, int S, double seconds) {
 
 static double spec_cost(const Speculation *sp, int S) {
     if (sp->cost[S] > 0) return sp->cost[S];
-    for (int t = S - 1; t >= 2; t--)
-        if (sp->cost[t] > 0) return sp->cost[1] + (sp->cost[t] - sp->cost[1]) * (S - 1) / (t - 1);
-    return sp->cost[1] * S;
+    int largest = 1;
+    for (int t = S - 1; t >= 2 && largest == 1; t--) if (sp->cost[t] > 0) largest = t;
+    if (S == largest + 1 && largest > 1) return sp->cost[largest];   /* explore: one row more, priced as free */
+    if (largest == 1) return sp->cost[1] * S;
+    return sp->cost[1] + (sp->cost[largest] - sp->cost[1]) * (S - 1) / (largest - 1);
 }
 
 static double drafter_acceptance(const Drafter *d) { return (d->hits + 0.5) / (d->hits + d->misses + 1.0); }
@@ -3024,7 +3032,7 @@ static int spec_draft_caller(Generator *g, int t, int k, int *out) {
 
 static int spec_auto_draft(Generator *g, int t, int room, int *out, int *which) {
     Speculation *sp = &g->spec;
-    if (sp->cost[1] <= 0) return 0;   /* a plain step first: what drafting must beat */
+    if (sp->cost[1] <= 0 || sp->passes_since_plain >= SPEC_REMEASURE) return 0;   /* a plain step: what drafting must beat */
     /* the drafts that cost nothing to ask for come first; the MTP head drafts once chosen */
     int ready[N_DRAFTERS][SPEC_MAX_DRAFT], n_ready[N_DRAFTERS] = { 0 };
     if (!drafter_paused(sp, DRAFTER_NGRAM)) n_ready[DRAFTER_NGRAM] = spec_draft_ngram(g, t, room, ready[DRAFTER_NGRAM]);
@@ -3077,6 +3085,7 @@ static void spec_account(Speculation *sp, int which, int drafted, int accepted, 
     d->hits = SPEC_DECAY * d->hits + accepted;
     d->misses = SPEC_DECAY * d->misses + (accepted < drafted);
     d->probe = 0;
+    sp->passes_since_plain++;
     spec_note_cost(sp, drafted + 1, verify_seconds);
     if (which == DRAFTER_MTP) {
         const double per_step = draft_seconds / drafted;
@@ -3096,7 +3105,7 @@ static int generator_prefill(Generator *g, const int *tokens, int n) {
         if (g->interrupt && *g->interrupt) break;
         const int S = n - done < B ? n - done : B;
         if (generator_forward(g, tokens + done, S, 1, g->interrupt)) break;
-        if (spec_keeps_mtp(g)) spec_mtp_fill(g, g->pos - 1, -1, 0);
+        if (spec_keeps_mtp(g)) spec_mtp_fill(g, g->pos - 1, -1, 0, INT32_MAX);
         done += S;
     }
     if (done < n) generator_rollback(g, start);
@@ -3198,7 +3207,10 @@ static int generator_step(Generator *g, int *ids, int max) {
     if (!r->resumable && r->max_tokens >= 0 && g->generated >= r->max_tokens) { g->stop = STOP_LIMIT; return 1; }
     const double t1 = now_seconds();
     generator_forward(g, &id, 1, 0, NULL);
-    if (g->spec.mode != SPEC_OFF) spec_note_cost(&g->spec, 1, now_seconds() - t1);
+    if (g->spec.mode != SPEC_OFF) {
+        spec_note_cost(&g->spec, 1, now_seconds() - t1);
+        g->spec.passes_since_plain = 0;
+    }
     return 1;
 }
 

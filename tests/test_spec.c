@@ -134,7 +134,7 @@ static int same_rows(const Session *a, const Session *b, int layer, const Config
 /* The history of `g` prefilled into a fresh session with SPEC=mtp: its MTP rows [0, pos-1) must
    equal g's (after g brings its own up to date). */
 static int mtp_rows_match_fresh(Fixture *f, Generator *g) {
-    spec_mtp_fill(g, g->pos - 1, -1, 0);
+    spec_mtp_fill(g, g->pos - 1, -1, 0, INT32_MAX);
     Session fresh;
     session_init(&fresh, &f->model, f->cap, 64);
     Generator *h = new_generator(f, &fresh, SPEC_MTP, 1, GREEDY);
@@ -419,16 +419,16 @@ static void test_auto_policy(void) {
     spec_account(sp, DRAFTER_NGRAM, 1, 0, 2.0, 0.0);   /* the probe: rejected, 2 rows cost 2 plain steps */
     sp->drafter[DRAFTER_MTP].resume_at = 1 << 30;      /* leave the MTP drafter out of this test */
     n = spec_auto_draft(g, t, 4, out, &which);
-    CHECK("auto: verify costing as much as its rows: no draft, the drafter sits out 32 tokens",
-          n == 0 && drafter_paused(sp, DRAFTER_NGRAM) && sp->drafter[DRAFTER_NGRAM].resume_at == sp->tokens + 32 &&
+    CHECK("auto: verify costing as much as its rows: no draft, the drafter sits out 64 tokens",
+          n == 0 && drafter_paused(sp, DRAFTER_NGRAM) && sp->drafter[DRAFTER_NGRAM].resume_at == sp->tokens + 64 &&
           sp->drafter[DRAFTER_NGRAM].pauses == 1);
-    sp->tokens += 32;
+    sp->tokens += 64;
     n = spec_auto_draft(g, t, 4, out, &which);
     CHECK("auto: after the sit-out, a probe of one draft", n == 1 && which == DRAFTER_NGRAM);
     spec_account(sp, DRAFTER_NGRAM, 1, 0, 2.0, 0.0);
     spec_auto_draft(g, t, 4, out, &which);
-    CHECK("auto: losing again doubles the sit-out (64)", sp->drafter[DRAFTER_NGRAM].resume_at == sp->tokens + 64);
-    sp->tokens += 64;
+    CHECK("auto: losing again doubles the sit-out (128)", sp->drafter[DRAFTER_NGRAM].resume_at == sp->tokens + 128);
+    sp->tokens += 128;
     spec_auto_draft(g, t, 4, out, &which);
     /* the probe finds verification nearly free and the draft accepted: auto drafts DRAFT tokens */
     spec_account(sp, DRAFTER_NGRAM, 1, 1, 1.05, 0.0);
@@ -440,6 +440,11 @@ static void test_auto_policy(void) {
     /* the same acceptance with verification at 3 plain steps for 5 rows: fewer drafts, or none */
     sp->cost[2] = 1.9; sp->cost[3] = 2.4; sp->cost[4] = 2.8; sp->cost[5] = 3.0;
     for (int i = 0; i < 40; i++) spec_account(sp, DRAFTER_NGRAM, 2, 1, 2.4, 0.0);   /* acceptance ~ 1/2 */
+    sp->cost[2] = 1.05;   /* (cheap again: only the plain step below can stop it) */
+    n = spec_auto_draft(g, t, 4, out, &which);
+    CHECK("auto: after 16 verify passes, a plain step re-measures cost[1]", n == 0 && !drafter_paused(sp, DRAFTER_NGRAM));
+    sp->passes_since_plain = 0;   /* as the plain step does */
+    sp->cost[2] = 1.9;
     n = spec_auto_draft(g, t, 4, out, &which);
     CHECK("auto: acceptance 1/2, a verify of 2..5 rows at 1.9..3.0 plain steps: no draft", n == 0);
     /* a caller's drafter is one more candidate under auto: probed, then chosen when it pays */
@@ -447,10 +452,12 @@ static void test_auto_policy(void) {
     g->spec.caller = oracle_draft;
     g->spec.caller_user = &od;
     sp->drafter[DRAFTER_NGRAM].resume_at = 1 << 30;
+    sp->passes_since_plain = 0;
     n = spec_auto_draft(g, t, 4, out, &which);
     CHECK("auto: a caller's drafter is probed with one draft", n == 1 && which == DRAFTER_CALLER && od.calls == 1);
     sp->cost[2] = 1.05; sp->cost[5] = 1.2;
     for (int i = 0; i < 7; i++) spec_account(sp, DRAFTER_CALLER, 1, 1, 1.05, 0.0);
+    sp->passes_since_plain = 0;
     n = spec_auto_draft(g, t, 4, out, &which);
     CHECK("auto: ... and drafts 4 with it when verification is cheap and its drafts are accepted",
           n == 4 && which == DRAFTER_CALLER && !memcmp(out, ref->full.ids + g->pos + 1, 4 * sizeof(int)));
