@@ -2718,7 +2718,8 @@ typedef struct {
     double hits, misses;                   /* auto: decayed accepted drafts and rejections */
     long long resume_at;                   /* auto: sits out until spec.tokens reaches this */
     int backoff;                           /* auto: length of its next pause, in tokens */
-    int probe;                             /* auto: its next pass drafts one token, to re-measure */
+    int probe;                             /* auto: its next draft is a probe (spec_auto_draft) */
+    long long probes, probe_hits;          /* probes made, and those the next token agreed with */
     int last_k;                            /* drafts of its last pass */
 } Drafter;
 
@@ -2731,6 +2732,7 @@ typedef struct {
     Drafter drafter[N_DRAFTERS];
     long long tokens;                       /* tokens generated (auto's clock for pauses) */
     int passes_since_plain;                 /* auto: verify passes since the last plain step */
+    int shadow_pos, shadow_token, shadow_drafter;   /* auto: a probe's draft for position shadow_pos (-1: none) */
     double cost[SPEC_MAX_DRAFT + 2];        /* seconds of one main forward of S rows [S] (EWMA); 0: not measured */
     double mtp_step_cost;                   /* seconds of one MTP draft step (EWMA) */
     /* the MTP head's cache */
@@ -2783,6 +2785,7 @@ static Generator *generator_create(Model *m, Session *s, const ForwardOptions *o
     g->logits_pos = -1;
     g->hidden = xmalloc((size_t)s->max_batch * m->c.hidden * sizeof(float));
     g->spec.mode = SPEC_OFF;
+    g->spec.shadow_pos = -1;
     return g;
 }
 
@@ -2887,6 +2890,7 @@ static void generator_refresh_logits(Generator *g) {
 static void generator_rollback(Generator *g, int pos) {
     if (pos < 0 || pos > g->pos) die("internal: rollback to %d from position %d", pos, g->pos);
     g->pos = pos;
+    g->spec.shadow_pos = -1;
     if (g->spec.mtp_pos > (pos > 0 ? pos - 1 : 0)) g->spec.mtp_pos = pos > 0 ? pos - 1 : 0;
 }
 
@@ -2985,10 +2989,12 @@ static int spec_draft_ngram(const Generator *g, int t, int k, int *out) {
    the largest measured one (as costing no more than it: so k grows one step at a time while the
    drafts are accepted, each step measured), and linearly beyond. A drafter that loses sits out
    SPEC_BACKOFF_MIN tokens, doubling at each new loss up to SPEC_BACKOFF_MAX (reset when the model
-   picks it again), and comes back with a probe: one pass of one draft, which re-measures cost[2]
-   and its acceptance (the disk may have warmed, the text may have changed). A drafter's first
-   pass is such a probe too. While the MTP drafter sits out its cache is not kept (see above).
-   The decisions show in the stats line (print_spec_stats). */
+   picks it again), and comes back with a probe: its one-token draft is not verified but compared
+   with the token the next plain step samples, which measures its acceptance (the text may have
+   changed) for the price of the draft alone, nothing for n-gram lookup, one MTP step for the
+   head. A drafter's first draft is such a probe too; the first real passes then measure what a
+   verify costs. While the MTP drafter sits out its cache is not kept (see above). The decisions
+   show in the stats line (print_spec_stats). */
 
 static void spec_note_cost(Speculation *sp, int S, double seconds) {
     double *c = &sp->cost[S];
@@ -2999,7 +3005,7 @@ static double spec_cost(const Speculation *sp, int S) {
     if (sp->cost[S] > 0) return sp->cost[S];
     int largest = 1;
     for (int t = S - 1; t >= 2 && largest == 1; t--) if (sp->cost[t] > 0) largest = t;
-    if (S == largest + 1 && largest > 1) return sp->cost[largest];   /* explore: one row more, priced as free */
+    if (S == largest + 1) return sp->cost[largest];   /* explore: one row more, priced as free */
     if (largest == 1) return sp->cost[1] * S;
     return sp->cost[1] + (sp->cost[largest] - sp->cost[1]) * (S - 1) / (largest - 1);
 }
@@ -3012,6 +3018,24 @@ static double spec_rate(const Speculation *sp, int d, int k) {
     double tokens = 1.0, ak = 1.0;
     for (int i = 0; i < k; i++) { ak *= a; tokens += ak; }
     return tokens / ((d == DRAFTER_MTP ? k * sp->mtp_step_cost : 0.0) + spec_cost(sp, k + 1));
+}
+
+/* A probe: `token`, drafted by d for position pos, is checked when the next step samples there. */
+static void spec_shadow(Speculation *sp, int d, int token, int pos) {
+    sp->shadow_drafter = d;
+    sp->shadow_token = token;
+    sp->shadow_pos = pos;
+}
+
+static void spec_shadow_check(Speculation *sp, int sampled) {
+    Drafter *d = &sp->drafter[sp->shadow_drafter];
+    const int agree = sampled == sp->shadow_token;
+    d->probes++;
+    d->probe_hits += agree;
+    d->hits = SPEC_DECAY * d->hits + agree;
+    d->misses = SPEC_DECAY * d->misses + !agree;
+    d->probe = 0;
+    sp->shadow_pos = -1;
 }
 
 static void drafter_pause(Speculation *sp, int d) {
@@ -3039,8 +3063,15 @@ static int spec_auto_draft(Generator *g, int t, int room, int *out, int *which) 
     if (sp->caller && !drafter_paused(sp, DRAFTER_CALLER)) n_ready[DRAFTER_CALLER] = spec_draft_caller(g, t, room, ready[DRAFTER_CALLER]);
     const int can_mtp = sp->ring && !drafter_paused(sp, DRAFTER_MTP);
     for (int d = DRAFTER_NGRAM; d <= DRAFTER_CALLER; d++)
-        if (n_ready[d] && sp->drafter[d].probe) { *which = d; out[0] = ready[d][0]; return 1; }
-    if (can_mtp && sp->drafter[DRAFTER_MTP].probe) { *which = DRAFTER_MTP; return spec_draft_mtp(g, t, 1, out); }
+        if (n_ready[d] && sp->drafter[d].probe) { spec_shadow(sp, d, ready[d][0], g->pos + 1); return 0; }
+    if (can_mtp && sp->drafter[DRAFTER_MTP].probe) {
+        const double t0 = now_seconds();
+        spec_draft_mtp(g, t, 1, out);
+        const double step = now_seconds() - t0;
+        sp->mtp_step_cost = sp->mtp_step_cost > 0 ? (1 - SPEC_COST_NEW) * sp->mtp_step_cost + SPEC_COST_NEW * step : step;
+        spec_shadow(sp, DRAFTER_MTP, out[0], g->pos + 1);
+        return 0;
+    }
     double best = 1.0 / sp->cost[1], rate_of[N_DRAFTERS] = { 0 };
     int best_d = -1, best_k = 0;
     for (int d = 0; d < N_DRAFTERS; d++) {
@@ -3101,6 +3132,7 @@ static void spec_account(Speculation *sp, int which, int drafted, int accepted, 
 static int generator_prefill(Generator *g, const int *tokens, int n) {
     const int start = g->pos, B = g->session->max_batch;
     int done = 0;
+    g->spec.shadow_pos = -1;
     while (done < n) {
         if (g->interrupt && *g->interrupt) break;
         const int S = n - done < B ? n - done : B;
@@ -3191,6 +3223,7 @@ static int generator_step(Generator *g, int *ids, int max) {
     if (r->max_tokens >= 0 && g->generated >= r->max_tokens) { g->stop = STOP_LIMIT; return 0; }
     generator_refresh_logits(g);
     const int id = sampler_sample(&g->sampler, g->logits);
+    if (g->spec.shadow_pos == g->pos) spec_shadow_check(&g->spec, id);
     if (generator_is_eos(g, id)) { g->stop = STOP_EOS; return 0; }
     if (g->pos >= g->session->capacity) { g->stop = STOP_CONTEXT; return 0; }
     /* room for drafts after id: the caller's buffer, the cache, one forward's rows, the limit */
@@ -3216,7 +3249,10 @@ static int generator_step(Generator *g, int *ids, int max) {
 
 /* ---- speculation statistics -------------------------------------------------------------------- */
 
-typedef struct { long long drafted[N_DRAFTERS], accepted[N_DRAFTERS], passes[N_DRAFTERS], pauses[N_DRAFTERS], stale; } SpecCounts;
+typedef struct {
+    long long drafted[N_DRAFTERS], accepted[N_DRAFTERS], passes[N_DRAFTERS], pauses[N_DRAFTERS], probes[N_DRAFTERS], probe_hits[N_DRAFTERS];
+    long long stale;
+} SpecCounts;
 
 static SpecCounts spec_counts(const Generator *g) {
     SpecCounts c;
@@ -3226,6 +3262,8 @@ static SpecCounts spec_counts(const Generator *g) {
         c.accepted[d] = g->spec.drafter[d].accepted;
         c.passes[d] = g->spec.drafter[d].passes;
         c.pauses[d] = g->spec.drafter[d].pauses;
+        c.probes[d] = g->spec.drafter[d].probes;
+        c.probe_hits[d] = g->spec.drafter[d].probe_hits;
     }
     c.stale = g->spec.mtp_stale;
     return c;
@@ -3233,6 +3271,16 @@ static SpecCounts spec_counts(const Generator *g) {
 
 /* "glm: speculation: D drafted, A accepted (P%)" since `since` (NULL: since the start), then per
    drafter, auto's decisions and the measured cost of a verify pass against a plain step. */
+/* Appends to a line, never past its end. */
+static void line_append(char *line, size_t cap, size_t *n, const char *fmt, ...) {
+    if (*n + 1 >= cap) return;
+    va_list ap;
+    va_start(ap, fmt);
+    const int k = vsnprintf(line + *n, cap - *n, fmt, ap);
+    va_end(ap);
+    if (k > 0) *n = *n + (size_t)k < cap ? *n + (size_t)k : cap - 1;
+}
+
 static void print_spec_stats(const Generator *g, const SpecCounts *since) {
     const Speculation *sp = &g->spec;
     SpecCounts now = spec_counts(g), zero;
@@ -3243,28 +3291,30 @@ static void print_spec_stats(const Generator *g, const SpecCounts *since) {
         drafted += now.drafted[d] - since->drafted[d];
         accepted += now.accepted[d] - since->accepted[d];
     }
-    char pct[32] = "-";
+    char pct[32] = "-", line[2048];
+    size_t n = 0;
     if (drafted) snprintf(pct, sizeof pct, "%.1f%%", 100.0 * accepted / drafted);
-    char line[1024];
-    int n = snprintf(line, sizeof line, "speculation: %lld drafted, %lld accepted (%s) | SPEC %s, DRAFT %d", drafted, accepted, pct,
-                     SPEC_MODE_NAMES[sp->mode], sp->max_draft);
+    line_append(line, sizeof line, &n, "speculation: %lld drafted, %lld accepted (%s) | SPEC %s, DRAFT %d", drafted, accepted, pct,
+                SPEC_MODE_NAMES[sp->mode], sp->max_draft);
     for (int d = 0; d < N_DRAFTERS && sp->mode != SPEC_OFF; d++) {
         const long long passes = now.passes[d] - since->passes[d], pauses = now.pauses[d] - since->pauses[d];
-        if (!passes && !pauses) continue;
-        n += snprintf(line + n, sizeof line - (size_t)n, " | %s: %lld/%lld in %lld passes", DRAFTER_NAMES[d],
-                      now.accepted[d] - since->accepted[d], now.drafted[d] - since->drafted[d], passes);
+        const long long probes = now.probes[d] - since->probes[d];
+        if (!passes && !pauses && !probes) continue;
+        line_append(line, sizeof line, &n, " | %s: %lld/%lld in %lld passes", DRAFTER_NAMES[d], now.accepted[d] - since->accepted[d],
+                    now.drafted[d] - since->drafted[d], passes);
         if (sp->mode == SPEC_AUTO)
-            n += snprintf(line + n, sizeof line - (size_t)n, ", sat out %lldx%s", pauses, drafter_paused(sp, d) ? " (now)" : "");
+            line_append(line, sizeof line, &n, ", %lld/%lld probes, sat out %lldx%s", now.probe_hits[d] - since->probe_hits[d], probes,
+                        pauses, drafter_paused(sp, d) ? " (now)" : "");
     }
-    if (now.stale - since->stale) n += snprintf(line + n, sizeof line - (size_t)n, " | %lld stale MTP rows", now.stale - since->stale);
+    if (now.stale - since->stale) line_append(line, sizeof line, &n, " | %lld stale MTP rows", now.stale - since->stale);
     if (sp->cost[1] > 0) {
         int shown = 0;
         for (int S = 2; S <= sp->max_draft + 1; S++) {
             if (sp->cost[S] <= 0) continue;
-            n += snprintf(line + n, sizeof line - (size_t)n, "%s%d rows %.2fx", shown ? ", " : " | verify cost vs a plain step: ", S, sp->cost[S] / sp->cost[1]);
+            line_append(line, sizeof line, &n, "%s%d rows %.2fx", shown ? ", " : " | verify cost vs a plain step: ", S, sp->cost[S] / sp->cost[1]);
             shown = 1;
         }
-        if (sp->mtp_step_cost > 0) n += snprintf(line + n, sizeof line - (size_t)n, " | MTP draft step %.2fx", sp->mtp_step_cost / sp->cost[1]);
+        if (sp->mtp_step_cost > 0) line_append(line, sizeof line, &n, " | MTP draft step %.2fx", sp->mtp_step_cost / sp->cost[1]);
     }
     fprintf(stderr, "glm: %s\n", line);
 }

@@ -12,8 +12,9 @@
      and the same statistic rejects what "accept every draft" would emit; the sampler itself
      matches its exact distribution (chi-square goodness of fit over 6000 draws) and a wrong
      temperature fails it;
-   - SPEC=auto's policy on set costs: no drafting when a verify pass costs as much as its rows,
-     sit-out, doubling backoff, probe, and drafting at DRAFT when verification is cheap.
+   - SPEC=auto's policy on set costs: probes checked against the next token, no drafting when a
+     verify pass costs as much as its rows, sit-out, doubling backoff, a plain step every 16
+     passes, drafting at DRAFT when verification is cheap; a caller's drafter as a candidate.
    glm.c is included with GLM_NO_MAIN. Deterministic: fixed seeds, fixed thresholds. */
 #define GLM_NO_MAIN
 #pragma GCC diagnostic ignored "-Wunused-function"
@@ -403,36 +404,41 @@ static void test_auto_policy(void) {
     Fixture f;
     fixture_open(&f, "tests/fixtures/oracle_dense", 64);
     const Reference *ref = &f.ref;
-    const int P = ref->prompt.n;
     Generator *g = new_generator(&f, &f.session, SPEC_AUTO, 4, GREEDY);
     /* a history whose end repeats an earlier 4-gram, so the n-gram drafter always has drafts */
     int hist[32];
     for (int i = 0; i < 16; i++) hist[i] = ref->full.ids[i % 8];
     generator_prefill(g, hist, 15);   /* ... then t = hist[15] = full[7] */
     Speculation *sp = &g->spec;
-    const int t = hist[15];
+    const int t = hist[15], wrong = (hist[8] + 1) % f.model.c.vocab;
     int out[SPEC_MAX_DRAFT], which = -1;
-    CHECK("auto: no draft before a plain step was measured", spec_auto_draft(g, t, 4, out, &which) == 0);
+    sp->drafter[DRAFTER_MTP].resume_at = 1 << 30;      /* the MTP drafter sits this test out */
+    CHECK("auto: no draft before a plain step was measured", spec_auto_draft(g, t, 4, out, &which) == 0 && sp->shadow_pos < 0);
     sp->cost[1] = 1.0;
     int n = spec_auto_draft(g, t, 4, out, &which);
-    CHECK("auto: a drafter's first pass is a probe of one draft", n == 1 && which == DRAFTER_NGRAM && out[0] == hist[8]);
-    spec_account(sp, DRAFTER_NGRAM, 1, 0, 2.0, 0.0);   /* the probe: rejected, 2 rows cost 2 plain steps */
-    sp->drafter[DRAFTER_MTP].resume_at = 1 << 30;      /* leave the MTP drafter out of this test */
+    CHECK("auto: a drafter's first draft is a probe: a plain step, its draft kept for the next position",
+          n == 0 && sp->shadow_pos == g->pos + 1 && sp->shadow_drafter == DRAFTER_NGRAM && sp->shadow_token == hist[8]);
+    spec_shadow_check(sp, wrong);
+    CHECK("auto: ... checked against the token sampled there (disagreed)", sp->drafter[DRAFTER_NGRAM].probes == 1 &&
+          sp->drafter[DRAFTER_NGRAM].probe_hits == 0 && sp->shadow_pos < 0 && !sp->drafter[DRAFTER_NGRAM].probe);
+    n = spec_auto_draft(g, t, 4, out, &which);
+    CHECK("auto: a 2-row verify not measured yet is priced as a plain step: one real pass of 1 draft", n == 1 && which == DRAFTER_NGRAM);
+    spec_account(sp, DRAFTER_NGRAM, 1, 0, 2.0, 0.0);   /* rejected, and 2 rows cost 2 plain steps */
     n = spec_auto_draft(g, t, 4, out, &which);
     CHECK("auto: verify costing as much as its rows: no draft, the drafter sits out 64 tokens",
           n == 0 && drafter_paused(sp, DRAFTER_NGRAM) && sp->drafter[DRAFTER_NGRAM].resume_at == sp->tokens + 64 &&
           sp->drafter[DRAFTER_NGRAM].pauses == 1);
     sp->tokens += 64;
     n = spec_auto_draft(g, t, 4, out, &which);
-    CHECK("auto: after the sit-out, a probe of one draft", n == 1 && which == DRAFTER_NGRAM);
-    spec_account(sp, DRAFTER_NGRAM, 1, 0, 2.0, 0.0);
+    CHECK("auto: after the sit-out, a probe again", n == 0 && sp->shadow_pos == g->pos + 1);
+    spec_shadow_check(sp, wrong);
     spec_auto_draft(g, t, 4, out, &which);
     CHECK("auto: losing again doubles the sit-out (128)", sp->drafter[DRAFTER_NGRAM].resume_at == sp->tokens + 128);
     sp->tokens += 128;
     spec_auto_draft(g, t, 4, out, &which);
-    /* the probe finds verification nearly free and the draft accepted: auto drafts DRAFT tokens */
-    spec_account(sp, DRAFTER_NGRAM, 1, 1, 1.05, 0.0);
-    for (int i = 0; i < 6; i++) spec_account(sp, DRAFTER_NGRAM, 1, 1, 1.05, 0.0);
+    spec_shadow_check(sp, hist[8]);
+    /* the drafts agree and verification turns out nearly free: auto drafts DRAFT tokens */
+    for (int i = 0; i < 7; i++) spec_account(sp, DRAFTER_NGRAM, 1, 1, 1.05, 0.0);
     sp->cost[5] = 1.2;
     n = spec_auto_draft(g, t, 4, out, &which);
     CHECK("auto: cheap verification and accepted drafts: drafts DRAFT=4 tokens, backoff reset",
@@ -454,14 +460,45 @@ static void test_auto_policy(void) {
     sp->drafter[DRAFTER_NGRAM].resume_at = 1 << 30;
     sp->passes_since_plain = 0;
     n = spec_auto_draft(g, t, 4, out, &which);
-    CHECK("auto: a caller's drafter is probed with one draft", n == 1 && which == DRAFTER_CALLER && od.calls == 1);
+    CHECK("auto: a caller's drafter is probed", n == 0 && sp->shadow_drafter == DRAFTER_CALLER && od.calls == 1);
+    spec_shadow_check(sp, ref->full.ids[g->pos + 1]);
     sp->cost[2] = 1.05; sp->cost[5] = 1.2;
     for (int i = 0; i < 7; i++) spec_account(sp, DRAFTER_CALLER, 1, 1, 1.05, 0.0);
     sp->passes_since_plain = 0;
     n = spec_auto_draft(g, t, 4, out, &which);
     CHECK("auto: ... and drafts 4 with it when verification is cheap and its drafts are accepted",
           n == 4 && which == DRAFTER_CALLER && !memcmp(out, ref->full.ids + g->pos + 1, 4 * sizeof(int)));
-    (void)P;
+    /* the MTP drafter's probe: one MTP step, its draft checked by the next plain step */
+    sp->drafter[DRAFTER_MTP].resume_at = 0;
+    sp->drafter[DRAFTER_CALLER].resume_at = 1 << 30;
+    sp->drafter[DRAFTER_MTP].probe = 1;
+    n = spec_auto_draft(g, t, 4, out, &which);
+    CHECK("auto: the MTP drafter's probe drafts one token with the head, unverified",
+          n == 0 && sp->shadow_drafter == DRAFTER_MTP && sp->shadow_pos == g->pos + 1 && sp->mtp_step_cost > 0);
+    generator_free(g);
+    fixture_close(&f);
+}
+
+/* Auto end to end: a caller's drafter that proposes the oracle continuation gets probed, then
+   used; the tokens are the oracle's. */
+static void test_auto_end_to_end(void) {
+    Fixture f;
+    fixture_open(&f, "tests/fixtures/oracle_sparse", 64);
+    const Reference *ref = &f.ref;
+    const int P = ref->prompt.n, N = ref->full.n;
+    Generator *g = new_generator(&f, &f.session, SPEC_AUTO, 4, GREEDY);
+    OracleDrafter od = { ref, -1, f.model.c.vocab, 0 };
+    g->spec.caller = oracle_draft;
+    g->spec.caller_user = &od;
+    generator_prefill(g, ref->prompt.ids, P);
+    g->stop_rules.max_tokens = N - P;
+    generator_begin(g);
+    int run[SPEC_MAX_DRAFT + 1];
+    while (generator_step(g, run, SPEC_MAX_DRAFT + 1) > 0) {}
+    const Drafter *c = &g->spec.drafter[DRAFTER_CALLER];
+    CHECK("auto with an always-right caller's drafter: the oracle's tokens, its probe agreed",
+          g->pos == N && !memcmp(g->history, ref->full.ids, (size_t)N * sizeof(int)) && c->probes >= 1 && c->probe_hits == c->probes &&
+          c->accepted == c->drafted);
     generator_free(g);
     fixture_close(&f);
 }
@@ -473,6 +510,7 @@ int main(void) {
     test_mtp_cache_and_verify();
     test_sampling();
     test_auto_policy();
+    test_auto_end_to_end();
     printf("%s\n", failures ? "some speculation tests failed" : "all speculation tests passed");
     return failures != 0;
 }
