@@ -107,8 +107,8 @@ reps = sorted({int(d["rep"]) for d in decode})
 confs = []
 for d in decode:
     if d["config"] not in confs: confs.append(d["config"])
-print("| config | phase | " + " | ".join("rep %d" % r for r in reps) + " | median ratio | worst ratio | drafted/accepted (rep 1) |")
-print("|---|---|" + "---|" * len(reps) + "---|---|---|")
+print("| config | phase | " + " | ".join("rep %d" % r for r in reps) + " | median ratio | worst ratio | drafted/accepted, forwards, MB read vs off (rep 1) | prefill s vs off (median) |")
+print("|---|---|" + "---|" * len(reps) + "---|---|---|---|")
 worst_auto = {}
 for c in confs:
     for ph in ("cold", "warm"):
@@ -119,7 +119,12 @@ for c in confs:
             ratio = float(d["tok_s"]) / float(off["tok_s"]); ratios.append(ratio)
             cells.append("%.2f (%.2fx)" % (float(d["tok_s"]), ratio))
         d1 = next(x for x in decode if int(x["rep"]) == reps[0] and x["config"] == c and x["phase"] == ph)
-        print("| %s | %s | %s | %.2fx | %.2fx | %s/%s |" % (c, ph, " | ".join(cells), med(ratios), min(ratios), d1["drafted"], d1["accepted"]))
+        o1 = next(x for x in decode if int(x["rep"]) == reps[0] and x["config"] == "off" and x["phase"] == ph)
+        pre = [(float(next(x for x in decode if int(x["rep"]) == r and x["config"] == c and x["phase"] == ph)["prefill"]),
+                float(next(x for x in decode if int(x["rep"]) == r and x["config"] == "off" and x["phase"] == ph)["prefill"])) for r in reps]
+        print("| %s | %s | %s | %.2fx | %.2fx | %s/%s, %s vs %s, %.3fx | %.2f vs %.2f |" % (c, ph, " | ".join(cells), med(ratios), min(ratios),
+              d1["drafted"], d1["accepted"], d1.get("forwards", "?"), o1.get("forwards", "?"), float(d1["mb_read"]) / max(float(o1["mb_read"]), 1.0),
+              med([a for a, b in pre]), med([b for a, b in pre])))
         if c == "auto": worst_auto[ph] = (med(ratios), min(ratios))
 print("\nSPEC=auto vs SPEC=off with the real drafters (bar: never more than 5%% slower): cold median %.3fx (worst %.3fx), warm median %.3fx (worst %.3fx)"
       % (worst_auto["cold"][0], worst_auto["cold"][1], worst_auto["warm"][0], worst_auto["warm"][1]))

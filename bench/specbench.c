@@ -176,6 +176,7 @@ static int decode(int ngen, int nconf, char **confs) {
             if (phase == 0) evict_all_experts(store);
             const long long h0 = store->hits, m0 = store->misses;
             const SpecCounts c0 = spec_counts(g);
+            const long long forwards0 = g->forwards;
             PassTime t0 = pass_begin(s, store);
             int run[SPEC_MAX_DRAFT + 1];
             generator_begin(g);
@@ -191,9 +192,9 @@ static int decode(int ngen, int nconf, char **confs) {
             const long long hits = store->hits - h0, total = hits + store->misses - m0;
             if (!plain && mode == SPEC_OFF) { plain = xmalloc((size_t)out.n * sizeof(int)); memcpy(plain, out.ids, (size_t)out.n * sizeof(int)); }
             if (plain && memcmp(plain, out.ids, (size_t)out.n * sizeof(int))) die("config %s: the tokens differ from SPEC=off's", conf);
-            printf("DECODE config=%s phase=%s tokens=%d seconds=%.3f tok_s=%.3f drafted=%lld accepted=%lld passes=%lld hit=%.1f mb_read=%.0f prefill=%.3f\n",
-                   conf, phase ? "warm" : "cold", out.n, t.seconds, out.n / t.seconds, drafted, accepted, passes,
-                   total ? 100.0 * hits / total : 0.0, t.mb_read, prefill_seconds);
+            printf("DECODE config=%s phase=%s tokens=%d seconds=%.3f tok_s=%.3f drafted=%lld accepted=%lld passes=%lld forwards=%lld "
+                   "hit=%.1f mb_read=%.0f prefill=%.3f\n", conf, phase ? "warm" : "cold", out.n, t.seconds, out.n / t.seconds, drafted,
+                   accepted, passes, g->forwards - forwards0, total ? 100.0 * hits / total : 0.0, t.mb_read, prefill_seconds);
             fprintf(stderr, "specbench: %s %s: ", conf, phase ? "warm" : "cold");
             print_spec_stats(g, &c0);
             fflush(stdout);
