@@ -15,7 +15,8 @@
      6. Experts      where a routed expert's weights come from (ExpertStore)
      7. MoE          router, batch union of chosen experts, SwiGLU, shared expert
      8. Model        loading and the forward pass over S positions, the MTP head
-     9. Generation   sampling, the Generator (the one decode loop every mode drives), oracle validation
+     9. Generation   sampling, the Generator (the one decode loop every mode drives; speculative
+                    decoding: MTP and n-gram drafts, batched verification), oracle validation
     10. Text         tokenizer glue, chat template, prompt mode, terminal chat
     11. main         settings → mode → effective configuration → stats
 
