@@ -58,7 +58,7 @@ fuzz: $(FUZZ_BINS)
 	FUZZ_SECONDS=$(FUZZ_SECONDS) bash tests/fuzz/run.sh $(FUZZ_NAMES)
 
 # tests that include glm.c itself (GLM_NO_MAIN)
-tests/bin/test_generator tests/bin/test_session tests/bin/test_server: glm.c
+tests/bin/test_generator tests/bin/test_session tests/bin/test_server tests/bin/test_spec: glm.c
 
 test: glm $(TEST_BINS) $(TOOL_BINS) $(FUZZ_REPLAYS) $(if $(HAVE_CLANG),$(FUZZ_BINS))
 	bash tests/run.sh
@@ -76,14 +76,14 @@ asan:
 	  if ls $(ASAN_LOGS)/* >/dev/null 2>&1; then echo "FAIL sanitizer reports ($(ASAN_LOGS)):"; head -40 $(ASAN_LOGS)/*; exit 1; fi; \
 	  rm -rf $(ASAN_LOGS); exit $$rc
 
-bench: bench/kbench bench/session_bench
+bench: bench/kbench bench/session_bench bench/specbench
 bench/kbench: bench/kbench.c quant.h
 	$(CC) $(CFLAGS) -I. -o $@ $< $(LDLIBS)
-bench/session_bench: bench/session_bench.c glm.c $(HEADERS)
+bench/session_bench bench/specbench: bench/%: bench/%.c glm.c $(HEADERS)
 	$(CC) $(CFLAGS) -I. -o $@ $< $(LDLIBS)
 
 clean-bins:
-	rm -f glm $(TEST_BINS) $(TOOL_BINS) $(FUZZ_REPLAYS) bench/kbench bench/session_bench
+	rm -f glm $(TEST_BINS) $(TOOL_BINS) $(FUZZ_REPLAYS) bench/kbench bench/session_bench bench/specbench
 
 clean: clean-bins
 	rm -rf tests/bin

@@ -15,7 +15,8 @@
      6. Experts      where a routed expert's weights come from (ExpertStore)
      7. MoE          router, batch union of chosen experts, SwiGLU, shared expert
      8. Model        the RAM plan, loading and the forward pass over S positions, the MTP head
-     9. Generation   sampling, the Generator (the one decode loop every mode drives), oracle validation
+     9. Generation   sampling, the Generator (the one decode loop every mode drives; speculative
+                    decoding: MTP and n-gram drafts, batched verification), oracle validation
     10. Text         tokenizer glue, chat template, prompt mode, terminal chat
     11. Server       the OpenAI API over HTTP (http.h): endpoints → the Generator
     12. main         settings → mode → effective configuration → stats; PLAN and DOCTOR
@@ -306,6 +307,8 @@ static const SettingSpec SETTINGS[] = {
     { "USAGE",    SET_STR,   "",     0, 0, "routing history that seeds the expert cache and is updated every 256 tokens and at exit: a file, off, or empty for $XDG_CACHE_HOME/glm (else ~/.cache/glm)/usage-<model fingerprint>.bin" },
     { "PLAN",     SET_STR,   "0",    0, 0, "1: print the RAM plan (same accounting as a run), disk needed and projected speeds from config.json and the safetensors headers alone (a folder of files cut after their headers will do), then exit; json: the same as JSON" },
     { "DOCTOR",   SET_BOOL,  "0",    0, 1, "check this machine for SNAP (kernels, cores, RAM, huge pages, O_DIRECT, a short disk read probe, free disk), one line per finding; exit 0 ready, 1 warnings, 2 cannot run" },
+    { "SPEC",     SET_STR,   "auto", 0, 0, "speculative decoding, never changes the output: auto (MTP head and n-gram drafts where they pay, measured as it runs), mtp, ngram (prompt lookup) or off" },
+    { "DRAFT",    SET_INT,   "4",    1, 16, "most tokens drafted per verify pass (SPEC=auto may draft fewer)" },
     /* text modes (section 10): need tokenizer.json in SNAP */
     { "PROMPT",   SET_STR,   "",     0, 0, "answer this user message: the reply streams to stdout, one stats line to stderr (PROMPT=-: read it from stdin, at most 16 MB)" },
     { "CHAT",     SET_INT,   "-1",  -1, 1, "terminal chat: 1 on, 0 off, -1 on when stdin is a terminal and no PROMPT, REF or TOKENIZE is set" },
@@ -331,6 +334,10 @@ static const SettingSpec SETTINGS[] = {
 };
 #define N_SETTINGS (sizeof SETTINGS / sizeof SETTINGS[0])
 
+/* SPEC: which drafters speculative decoding uses (section 9). */
+typedef enum { SPEC_OFF, SPEC_MTP, SPEC_NGRAM, SPEC_AUTO } SpecMode;
+static const char *const SPEC_MODE_NAMES[] = { "off", "mtp", "ngram", "auto" };
+
 /* What one run does. VALIDATE compares with an oracle reference (REF): TF=1, greedy, REPLAY=1. */
 typedef enum { MODE_VALIDATE, MODE_TOKENIZE, MODE_TEMPLATE, MODE_PROMPT, MODE_CHAT, MODE_SERVE, MODE_PLAN, MODE_DOCTOR } RunMode;
 
@@ -344,6 +351,8 @@ typedef struct {
     int direct, drop, mmap_mode, replay, profile;
     QtKernel kernel;
     int cache_policy;
+    SpecMode spec_mode;      /* SPEC */
+    int draft;               /* DRAFT */
     const char *stats_path;
     const char *usage;       /* USAGE: a file, "off", or "" for the default file under cache_dir */
     const char *cache_dir;   /* $XDG_CACHE_HOME, else $HOME/.cache; "" when neither is set */
@@ -551,6 +560,12 @@ static Settings settings_from_env(int argc, char **argv) {
     else die("CACHE_POLICY=%s: expected lfu or lru", policy);
     if (qt_kernel_parse(setting_value("KERNEL"), &s.kernel)) die("KERNEL=%s: expected auto, vnni, avxvnni, avx2 or scalar", setting_value("KERNEL"));
     if (s.kernel != QT_KERNEL_AUTO && !qt_kernel_supported(s.kernel)) die("KERNEL=%s: this CPU cannot run it", setting_value("KERNEL"));
+    const char *spec = setting_value("SPEC");
+    int spec_mode = -1;
+    for (int m = SPEC_OFF; m <= SPEC_AUTO; m++) if (!strcmp(spec, SPEC_MODE_NAMES[m])) spec_mode = m;
+    if (spec_mode < 0) die("SPEC=%s: expected auto, mtp, ngram or off", spec);
+    s.spec_mode = (SpecMode)spec_mode;
+    s.draft = (int)setting_number("DRAFT");
     s.stats_path = setting_value("STATS");
     s.usage = setting_value("USAGE");
     static char cache_dir[4096];
@@ -634,8 +649,11 @@ static Settings settings_from_env(int argc, char **argv) {
     if (s.session_path[0] && s.mode != MODE_PROMPT && s.mode != MODE_CHAT)
         die("SESSION=%s holds a conversation: it works with PROMPT and CHAT, not with %s", s.session_path,
             s.mode == MODE_TOKENIZE ? "TOKENIZE" : s.mode == MODE_TEMPLATE ? "TEMPLATE_ONLY" : "REF");
-    /* only the modes that sample read the temperature (and may note an unrelated TEMP) */
-    s.temperature = s.mode == MODE_PROMPT || s.mode == MODE_CHAT || s.mode == MODE_SERVE ? (float)temperature_from_env() : 0.0f;
+    /* only the modes that sample read the temperature (and may note an unrelated TEMP); REF decodes
+       greedily unless TEMPERATURE (or a numeric TEMP) is given */
+    const int temperature_given = getenv("TEMPERATURE") || (getenv("TEMP") && parses_as_number(getenv("TEMP")));
+    s.temperature = s.mode == MODE_PROMPT || s.mode == MODE_CHAT || s.mode == MODE_SERVE || (s.mode == MODE_VALIDATE && temperature_given)
+                        ? (float)temperature_from_env() : 0.0f;
     if (!s.chat_template && (has_messages || s.system_prompt[0]))
         die("%s needs the chat template: unset CHAT_TEMPLATE=0", has_messages ? "MESSAGES" : "SYSTEM");
     return s;
@@ -1071,6 +1089,70 @@ static void load_matrix(Loader *ld, const char *name, int64_t rows, int64_t cols
     load_float_rows(ld, name, t, 0, rows, cols, bits, out);
 }
 
+/* The MTP layer drafts well only at >= 8 bits (an int4 head loses nearly all draft acceptance,
+   container.md §5), so whatever dense_bits / expert_bits say, its matrices are quantized at load to
+   at least int8 (16 = f32 stays f32). Pre-quantized tensors are used as they are (model_load notes
+   an MTP layer stored below 8 bits). */
+static int mtp_bits(int bits) { return bits >= 8 ? bits : 8; }
+
+/* eh_proj [H, 2H] as its two column halves, each quantized on its own (one scale per row of each
+   half): columns 0..H-1 take enorm(embedding), H..2H-1 take hnorm(hidden), and on GLM-5.2 the two
+   halves differ 20-30x in scale. One int8 scale per full row would leave the small half ~5 of the
+   127 levels (int4 per row: ~0, hence the published 0 % acceptance); per half, each half keeps all
+   127, and the activations (quantized per row of each product with IDOT=1) get a scale per half
+   too. The product becomes two matmuls and one add (mtp_forward). A float tensor is quantized per
+   half at `bits`; a pre-quantized one is split exactly (its codes and scales copied, so nothing is
+   requantized). */
+static void load_eh_proj(Loader *ld, const char *name, int64_t H, int bits, QTensor half[2]) {
+    const StTensor *t = loader_require(ld, name);
+    char qs_name[512];
+    snprintf(qs_name, sizeof qs_name, "%s.qs", name);
+    if (st_find(ld->index, qs_name)) {
+        QTensor whole;
+        load_matrix(ld, name, H, 2 * H, bits, &whole);
+        const int64_t half_bytes = qt_row_bytes(whole.format, H), gpr = qt_groups_per_row(&whole);
+        const int per_row = whole.format != QT_INT4_GROUP;
+        if (half_bytes * 2 != whole.row_bytes || (!per_row && H % whole.group))
+            die("%s: tensor %s (%s) cannot be split into its two column halves of %lld; convert it again",
+                st_file_path(ld->index, t->file), name, qt_format_name(whole.format), (long long)H);
+        for (int k = 0; k < 2; k++) {
+            if (qt_alloc(&half[k], whole.format, whole.group, H, H)) die("out of memory for tensor %s", name);
+            const int64_t half_groups = qt_groups_per_row(&half[k]);
+            for (int64_t r = 0; r < H; r++) {
+                memcpy(half[k].data + r * half_bytes, whole.data + r * whole.row_bytes + k * half_bytes, (size_t)half_bytes);
+                if (per_row) half[k].scales[r] = whole.scales[r];
+                else memcpy(half[k].scales + r * half_groups, whole.scales + r * gpr + k * half_groups, (size_t)half_groups * sizeof(float));
+            }
+        }
+        qt_free(&whole);
+        return;
+    }
+    if (t->ndim != 2 || t->shape[0] != H || t->shape[1] != 2 * H)
+        die("%s: tensor %s must have shape [%lld, %lld]", st_file_path(ld->index, t->file), name, (long long)H, (long long)(2 * H));
+    for (int k = 0; k < 2; k++)
+        if (qt_alloc(&half[k], format_for_bits(bits, ld->group), ld->group, H, H)) die("out of memory for tensor %s", name);
+    const int64_t chunk_rows = (int64_t)(1 << 23) / H + 1;   /* ~64 MB of f32 at a time */
+    float *buf = xmalloc((size_t)((chunk_rows < H ? chunk_rows : H) * 2 * H) * sizeof(float));
+    char err[512];
+    for (int64_t r0 = 0; r0 < H; r0 += chunk_rows) {
+        const int64_t n = H - r0 < chunk_rows ? H - r0 : chunk_rows;
+        if (st_read_f32_rows(ld->index, t, r0, n, buf, err, sizeof err)) die("%s", err);
+        int64_t bad = first_nonfinite(buf, n * 2 * H);
+        if (bad >= 0) die("%s: tensor %s: value at row %lld is not finite", st_file_path(ld->index, t->file), name, (long long)(r0 + bad / (2 * H)));
+        for (int k = 0; k < 2; k++) {
+            QTensor *q = &half[k];
+            const int64_t gpr = q->format == QT_F32 ? 0 : qt_groups_per_row(q);
+            for (int64_t r = 0; r < n; r++)
+                qt_quantize_row(q->format, q->group, buf + (size_t)r * 2 * H + k * H, H, q->data + (r0 + r) * q->row_bytes,
+                                q->scales ? q->scales + (r0 + r) * gpr : NULL);
+        }
+    }
+    free(buf);
+    ld->bytes_loaded += (size_t)(2 * H * H) * st_dtype_size(t->dtype);
+    for (int k = 0; k < 2; k++)
+        ld->resident_bytes += (double)(H * half[k].row_bytes) + (half[k].scales ? (double)(H * qt_groups_per_row(&half[k])) * 4 : 0);
+}
+
 /* A 1-D float vector (norm weights, biases), kept in f32. */
 static float *load_vector(Loader *ld, const char *name, int64_t n) {
     const StTensor *t = loader_require(ld, name);
@@ -1171,7 +1253,7 @@ typedef struct {
     float *router_bias;      /* e_score_correction_bias */
     /* MTP layer only */
     float *enorm, *hnorm, *shared_head_norm;
-    QTensor eh_proj;
+    QTensor eh_proj[2];      /* eh_proj's column halves: [0] takes enorm(e), [1] hnorm(h) (load_eh_proj) */
 } Layer;
 
 enum { INDEXER_AUTO, INDEXER_ALWAYS, INDEXER_OFF };
@@ -1205,7 +1287,7 @@ typedef struct {
     float *expanded_kv;      /* explicit prefill: [capacity][n_heads*(qk_nope+v_head)], grown on demand */
     size_t expanded_kv_cap;
     float *ffn_h1, *ffn_h2;  /* [max_batch][max(inter, moe_inter)] */
-    float *mtp_in;           /* [max_batch][2*hidden] */
+    float *mtp_in;           /* [2][max_batch][hidden]: the MTP head's normed embeddings, then hidden states */
     int *moe_rows;           /* [max_batch·experts_per_tok] rows of each union expert, grouped by expert */
     float *moe_weights;      /* [max_batch·experts_per_tok] their routing weights */
     int *moe_first;          /* [n_experts + 1] where each union expert's rows start */
@@ -1777,6 +1859,7 @@ static void expert_sources_init(ExpertStore *store, Loader *ld) {
     int seen_quantized = 0, seen_float = 0;
     for (int l = 0; l < store->n_layers; l++) {
         if (c->layer_dense[l]) continue;
+        const int expert_bits = l >= c->n_layers ? mtp_bits(store->expert_bits) : store->expert_bits;   /* the MTP layer: >= 8 */
         char fused_name[256], down_name[256];
         snprintf(fused_name, sizeof fused_name, "model.layers.%d.mlp.experts.gate_up_proj", l);
         snprintf(down_name, sizeof down_name, "model.layers.%d.mlp.experts.down_proj", l);
@@ -1799,7 +1882,7 @@ static void expert_sources_init(ExpertStore *store, Loader *ld) {
                 if (fused) {
                     src->data[k] = k < 2 ? fused : fused_down;
                     src->fused_row0[k] = k == 0 ? (int64_t)e * 2 * I : k == 1 ? (int64_t)e * 2 * I + I : (int64_t)e * H;
-                    src->format[k] = format_for_bits(store->expert_bits, store->group);
+                    src->format[k] = format_for_bits(expert_bits, store->group);
                     src->group[k] = store->group;
                     seen_float = 1;
                     continue;
@@ -1818,7 +1901,7 @@ static void expert_sources_init(ExpertStore *store, Loader *ld) {
                     if (t->ndim != 2 || t->shape[0] != rows[k] || t->shape[1] != cols[k])
                         die("%s: tensor %s must have shape [%lld, %lld]", file, name, (long long)rows[k], (long long)cols[k]);
                     if (t->dtype == ST_U8 || t->dtype == ST_I8) die("%s: tensor %s is %s but has no %s", file, name, st_dtype_name(t->dtype), qs_name);
-                    src->format[k] = format_for_bits(store->expert_bits, store->group);
+                    src->format[k] = format_for_bits(expert_bits, store->group);
                     src->group[k] = store->group;
                     seen_float = 1;
                 }
@@ -2908,7 +2991,7 @@ static void load_ffn(Loader *ld, int l, const char *prefix, int width, int hidde
 static void load_layer(Loader *ld, Model *m, int l, const Settings *set) {
     const Config *c = &m->c;
     Layer *L = &m->layers[l];
-    const int H = c->hidden, db = set->dense_bits;
+    const int H = c->hidden, db = l >= c->n_layers ? mtp_bits(set->dense_bits) : set->dense_bits;
     char name[256];
 #define LNAME(suffix) (layer_name(name, sizeof name, l, suffix), name)
     L->input_norm = load_vector(ld, LNAME("input_layernorm.weight"), H);
@@ -2943,9 +3026,29 @@ static void load_layer(Loader *ld, Model *m, int l, const Settings *set) {
         L->enorm = load_vector(ld, LNAME("enorm.weight"), H);
         L->hnorm = load_vector(ld, LNAME("hnorm.weight"), H);
         L->shared_head_norm = load_vector(ld, LNAME("shared_head.norm.weight"), H);
-        load_matrix(ld, LNAME("eh_proj.weight"), H, 2 * (int64_t)H, db, &L->eh_proj);
+        load_eh_proj(ld, LNAME("eh_proj.weight"), H, db, L->eh_proj);
     }
 #undef LNAME
+}
+
+/* Pre-quantized MTP weights are used as stored; below 8 bits the drafts are rarely accepted
+   (container.md §5), so say so once. */
+static void note_low_precision_mtp(const Model *m) {
+    const Config *c = &m->c;
+    if (!c->n_mtp) return;
+    const Layer *L = &m->layers[c->n_layers];
+    const QTensor *mats[] = { &L->q_a, &L->q_b, &L->kv_a, &L->kv_b, &L->o, &L->index_wq_b, &L->index_wk, &L->index_weights,
+                              &L->mlp.gate, &L->mlp.up, &L->mlp.down, &L->eh_proj[0], &L->eh_proj[1] };
+    int lowest = 16;
+    for (size_t i = 0; i < sizeof mats / sizeof mats[0]; i++)
+        if (mats[i]->data && mats[i]->format != QT_F32 && qt_format_bits(mats[i]->format) < lowest) lowest = qt_format_bits(mats[i]->format);
+    const ExpertSource *src = &m->experts.sources[(size_t)c->n_layers * c->n_experts];
+    for (int e = 0; e < c->n_experts; e++)
+        for (int k = 0; k < 3; k++)
+            if (src[e].format[k] != QT_F32 && qt_format_bits(src[e].format[k]) < lowest) lowest = qt_format_bits(src[e].format[k]);
+    if (lowest < 8)
+        fprintf(stderr, "glm: note: the MTP layer is stored with %d-bit weights: its drafts will rarely be accepted "
+                        "(convert with --mtp-bits 8; SPEC=auto stops drafting with it when it does not pay)\n", lowest);
 }
 
 /* "glm: loading [########............] 31/79 layers", redrawn in place on a terminal. */
@@ -3015,6 +3118,7 @@ static void model_load_weights(Model *m, Loader *ld, const Settings *set) {
     m->final_norm = load_vector(ld, "model.norm.weight", c->hidden);
     load_matrix(ld, "lm_head.weight", c->vocab, c->hidden, set->dense_bits, &m->lm_head);
     if (ld->dry) return;
+    note_low_precision_mtp(m);
     const int half = c->qk_rope / 2;
     if (half > 512) die("qk_rope_head_dim %d is larger than this build supports (1024)", c->qk_rope);
     m->inv_freq = xmalloc((size_t)half * sizeof(float));
@@ -3030,7 +3134,7 @@ static void layer_free(Layer *L) {
                          L->router_bias, L->enorm, L->hnorm, L->shared_head_norm };
     for (size_t i = 0; i < sizeof vectors / sizeof vectors[0]; i++) free(vectors[i]);
     QTensor *matrices[] = { &L->q_a, &L->q_b, &L->kv_a, &L->kv_b, &L->o, &L->index_wq_b, &L->index_wk, &L->index_weights,
-                            &L->mlp.gate, &L->mlp.up, &L->mlp.down, &L->router, &L->eh_proj };
+                            &L->mlp.gate, &L->mlp.up, &L->mlp.down, &L->router, &L->eh_proj[0], &L->eh_proj[1] };
     for (size_t i = 0; i < sizeof matrices / sizeof matrices[0]; i++) qt_free(matrices[i]);
 }
 
@@ -3110,7 +3214,7 @@ static void session_init(Session *s, const Model *m, int capacity, int max_batch
     s->att_thread = session_calloc(s, (size_t)s->nthreads * s->att_thread_floats, sizeof(float));
     s->ffn_h1 = session_calloc(s, (size_t)B * ffn_width, sizeof(float));
     s->ffn_h2 = session_calloc(s, (size_t)B * ffn_width, sizeof(float));
-    s->mtp_in = session_calloc(s, (size_t)B * 2 * H, sizeof(float));
+    s->mtp_in = session_calloc(s, (size_t)B * 2 * H, sizeof(float));   /* [enorm rows][hnorm rows] */
     s->expert_x = session_calloc(s, (size_t)B * H, sizeof(float));
     s->expert_y = session_calloc(s, (size_t)B * H, sizeof(float));
     s->chosen = session_calloc(s, (size_t)B * c->experts_per_tok, sizeof(int));
@@ -3138,8 +3242,9 @@ static void session_free(Session *s) {
 
 /* ---- session files: one conversation's cache on disk ------------------------------------------
    SESSION=file, chat's :save / :load (section 10) and a server keep a conversation across
-   processes: the token history, the K/V rows of every layer for those tokens (latent, rope key,
-   the indexer key on full-indexer layers, and the MTP layer's rows), and the small state the
+   processes: the token history, the K/V rows of every decoder layer for those tokens (latent,
+   rope key, the indexer key on full-indexer layers; not the MTP head's, which only ever shape
+   drafts and are recomputed as drafting needs them), and the small state the
    continuation depends on (the last logits, the sampler's stream, the chat's flags). A resumed
    conversation goes on bit for bit as if the process had never stopped, and nothing the file
    holds is prefilled again. Rows are stored as the f32 the cache holds, so a resume is exact.
@@ -3254,7 +3359,7 @@ static SessionKey session_key(const Model *m, const Settings *set, const Forward
     const int nl = c->n_layers + c->n_mtp;
     SessionKey k = { .idot = set->idot, .absorb = opt->absorb, .indexer_mode = opt->indexer_mode,
                      .mtp_zero_pos0 = opt->mtp_zero_pos0, .latent_eps = opt->latent_eps, .expert_bits = set->expert_bits,
-                     .dense_bits = set->dense_bits, .group = set->group, .layers = nl, .kv_lora = c->kv_lora,
+                     .dense_bits = set->dense_bits, .group = set->group, .layers = c->n_layers, .kv_lora = c->kv_lora,
                      .qk_rope = c->qk_rope, .index_dim = c->index_dim, .vocab = c->vocab, .hidden = c->hidden,
                      .layer_indexer = c->layer_indexer };
     Hash64 h;
@@ -3308,7 +3413,7 @@ static SessionKey session_key(const Model *m, const Settings *set, const Forward
     for (int l = 0; l < nl; l++) {
         const Layer *L = &m->layers[l];
         const QTensor *mats[] = { &L->q_a, &L->q_b, &L->kv_a, &L->kv_b, &L->o, &L->index_wq_b, &L->index_wk, &L->index_weights,
-                                  &L->mlp.gate, &L->mlp.up, &L->mlp.down, &L->router, &L->eh_proj };
+                                  &L->mlp.gate, &L->mlp.up, &L->mlp.down, &L->router, &L->eh_proj[0], &L->eh_proj[1] };
         for (size_t i = 0; i < sizeof mats / sizeof mats[0]; i++) hash64_format(&h, mats[i]);
         if (c->layer_dense[l] || !m->experts.sources) continue;
         for (int e = 0; e < c->n_experts; e++)
@@ -3832,24 +3937,34 @@ static int model_forward(Model *m, Session *s, const ForwardOptions *opt, const 
 
 /* The MTP head over S slots (§6.1): slot q takes the token at q+1 and the main model's
    final-normed hidden state at q, runs decoder layer n_layers at position q, and predicts q+2.
-   Writes the post-shared_head.norm hidden states and the logits [S][vocab]. */
+   Writes the post-shared_head.norm hidden states [S][hidden] and the logits: [S][vocab], only
+   the last slot's [vocab] when last_only (drafting needs no more), none when logits is NULL (the
+   cache update of a prefill). main_hidden may be hidden_out (it is read first). eh_proj is applied as its two
+   column halves (load_eh_proj): x = eh_e · enorm(e) + eh_h · hnorm(h). */
 static void mtp_forward(Model *m, Session *s, const ForwardOptions *opt, const int *next_tokens, const float *main_hidden,
-                        int S, int pos0, float *hidden_out, float *logits) {
+                        int S, int pos0, float *hidden_out, float *logits, int last_only) {
     const Config *c = &m->c;
     const int H = c->hidden, l = c->n_layers;
     const Layer *L = &m->layers[l];
     if (!c->n_mtp) die("this model has no MTP layer");
+    if (S > s->max_batch) die("internal: MTP batch %d exceeds %d", S, s->max_batch);
+    if (pos0 + S > s->capacity) die("internal: MTP slots up to %d do not fit the KV cache of %d", pos0 + S, s->capacity);
+    float *e_normed = s->mtp_in, *h_normed = s->mtp_in + (size_t)S * H;   /* [S][H] each */
     embed_rows(m, next_tokens, S, s->xn);
     for (int r = 0; r < S; r++) {
-        float *e = s->xn + (size_t)r * H, *cat = s->mtp_in + (size_t)r * 2 * H;
+        float *e = s->xn + (size_t)r * H;
         if (opt->mtp_zero_pos0 && pos0 + r == 0) memset(e, 0, (size_t)H * sizeof(float));
-        rmsnorm(cat, e, L->enorm, H, c->rms_eps);                                   /* [enorm(e); hnorm(h)] */
-        rmsnorm(cat + H, main_hidden + (size_t)r * H, L->hnorm, H, c->rms_eps);
+        rmsnorm(e_normed + (size_t)r * H, e, L->enorm, H, c->rms_eps);
+        rmsnorm(h_normed + (size_t)r * H, main_hidden + (size_t)r * H, L->hnorm, H, c->rms_eps);
     }
-    matmul(s->x, &L->eh_proj, s->mtp_in, S);
+    matmul(s->x, &L->eh_proj[0], e_normed, S);
+    matmul(s->ffn_out, &L->eh_proj[1], h_normed, S);
+    vec_add(s->x, s->ffn_out, S * H);
     layer_forward(m, s, opt, l, S, pos0);
     for (int r = 0; r < S; r++) rmsnorm(hidden_out + (size_t)r * H, s->x + (size_t)r * H, L->shared_head_norm, H, c->rms_eps);
-    matmul(logits, &m->lm_head, hidden_out, S);
+    if (!logits) return;
+    if (last_only) matmul(logits, &m->lm_head, hidden_out + (size_t)(S - 1) * H, 1);
+    else matmul(logits, &m->lm_head, hidden_out, S);
 }
 
 /* =============================================================================================
@@ -3879,13 +3994,20 @@ static void tokens_push(TokenList *l, int id) {
 
 /* Exact over the full vocabulary: probabilities are computed in double (a sum of 150k terms loses
    nothing that matters), the nucleus is the smallest prefix of the tokens sorted by probability
-   (ties: smaller id first) whose mass reaches top_p, renormalized, and one uniform draw from a
-   seeded splitmix64 stream picks the token. Same seed and settings, same tokens. */
+   (ties: smaller id first) whose mass reaches top_p, and the token is drawn from the nucleus,
+   renormalized, by an exponential race: token x gets the noise E_x = -ln U(seed, draw, x) and the
+   smallest E_x / p_x wins, which picks x with probability exactly p_x (the Gumbel-max trick).
+   U is a counter-based hash of (seed, index of the draw, token id), so the noise of every future
+   draw is known in advance. That is what makes speculative sampling output-identical: a draft for
+   draw j is proposed with draw j's noise, and verification accepts it exactly when the target
+   distribution, raced with the same noise, picks the same token (generator_step). Same seed and
+   settings, same tokens, whatever is drafted. */
 typedef struct { double p; int id; } TokenProb;
 
 typedef struct {
     float temperature, top_p;
-    uint64_t seed, state;
+    uint64_t seed;
+    uint64_t draws;                 /* tokens drawn since the seed was set: the next draw's index */
     int vocab;
     double *weights;                /* [vocab] exp((logit - max) / T) */
     TokenProb *candidates;          /* [vocab] the tokens that may be in the nucleus, sorted */
@@ -3898,13 +4020,23 @@ static uint64_t splitmix64_next(uint64_t *state) {
     return z ^ (z >> 31);
 }
 
-static double sampler_uniform(Sampler *sp) { return (double)(splitmix64_next(&sp->state) >> 11) * 0x1.0p-53; }
+/* The race noise of token `id` in draw `draw`: Exp(1), i.e. -ln of a uniform in (0, 1). Two
+   splitmix64 steps: one keys the draw, one the token within it. */
+static double sampler_noise(uint64_t seed, uint64_t draw, int id) {
+    uint64_t key = seed ^ (draw * 0xD1B54A32D192ED03ull);
+    uint64_t key_state = key;
+    uint64_t draw_key = splitmix64_next(&key_state);
+    uint64_t token_state = draw_key + (uint64_t)id * 0x9E3779B97F4A7C15ull;
+    const double u = ((double)(splitmix64_next(&token_state) >> 11) + 0.5) * 0x1.0p-53;
+    return -log(u);
+}
 
 static void sampler_init(Sampler *sp, int vocab, float temperature, float top_p, uint64_t seed) {
     sp->temperature = temperature;
     sp->top_p = top_p;
     sp->vocab = vocab;
-    sp->seed = sp->state = seed;
+    sp->seed = seed;
+    sp->draws = 0;
     sp->weights = xmalloc((size_t)vocab * sizeof(double));
     sp->candidates = xmalloc((size_t)vocab * sizeof(TokenProb));
 }
@@ -3932,32 +4064,48 @@ static int nucleus_prefix(Sampler *sp, double total, double floor, double *mass)
     return 0;
 }
 
-static int sampler_sample(Sampler *sp, const float *logits) {
+/* The sampling distribution of `logits` (temperature, then top-p) into the candidate list:
+   returns how many candidates carry probability; candidates[i].p are unnormalized weights. With
+   top_p >= 1 every token is a candidate (in id order). */
+static int sampler_distribution(Sampler *sp, const float *logits) {
     const int V = sp->vocab;
-    if (sp->temperature <= 0.0f) return argmax(logits, V);
     double *w = sp->weights;
     const double mx = logits[argmax(logits, V)];
     double total = 0.0;
     for (int i = 0; i < V; i++) { w[i] = exp(((double)logits[i] - mx) / sp->temperature); total += w[i]; }
-    const double u = sampler_uniform(sp);
-    if (sp->top_p >= 1.0f) {   /* the whole distribution, walked in id order */
-        double target = u * total, acc = 0.0;
-        for (int i = 0; i < V; i++) { acc += w[i]; if (target < acc) return i; }
-        return argmax(logits, V);
+    if (sp->top_p >= 1.0f) {
+        for (int i = 0; i < V; i++) sp->candidates[i] = (TokenProb){ w[i], i };
+        return V;
     }
     /* A token below (1 - top_p) / (V - 1) of the mass can never be in the nucleus: all such
        tokens together hold less than 1 - top_p. Sorting only the rest is exact and much faster. */
     double mass = 0.0;
     int k = nucleus_prefix(sp, total, (1.0 - sp->top_p) / (V > 1 ? V - 1 : 1) * total, &mass);
     if (!k) k = nucleus_prefix(sp, total, -1.0, &mass);
-    if (!k) return argmax(logits, V);   /* rounding kept even the full sum below top_p of itself */
-    double target = u * mass, acc = 0.0;
-    for (int i = 0; i < k; i++) { acc += sp->candidates[i].p; if (target < acc) return sp->candidates[i].id; }
-    return sp->candidates[k - 1].id;
+    return k;   /* 0 only if rounding kept even the full sum below top_p of itself */
 }
 
+/* The token that draw number `draw` picks from `logits`, without consuming the draw (greedy at
+   temperature 0). Speculation uses it to propose with a future draw and to verify. */
+static int sampler_pick(Sampler *sp, const float *logits, uint64_t draw) {
+    if (sp->temperature <= 0.0f) return argmax(logits, sp->vocab);
+    const int k = sampler_distribution(sp, logits);
+    int best = -1;
+    double best_key = INFINITY;
+    for (int i = 0; i < k; i++) {
+        const TokenProb *c = &sp->candidates[i];
+        if (c->p <= 0.0) continue;
+        const double key = sampler_noise(sp->seed, draw, c->id) / c->p;
+        if (key < best_key || (key == best_key && c->id < best)) { best_key = key; best = c->id; }
+    }
+    return best >= 0 ? best : argmax(logits, sp->vocab);
+}
+
+/* Draws the next token. */
+static int sampler_sample(Sampler *sp, const float *logits) { return sampler_pick(sp, logits, sp->draws++); }
+
 /* Back to the start of the seed's stream (chat's :reset, so a conversation can be replayed). */
-static void sampler_restart(Sampler *sp) { sp->state = sp->seed; }
+static void sampler_restart(Sampler *sp) { sp->draws = 0; }
 
 static void sampler_free(Sampler *sp) {
     free(sp->weights);
@@ -3969,7 +4117,8 @@ static void sampler_free(Sampler *sp) {
 /* ---- the generator ---------------------------------------------------------------------------- */
 
 /* A Generator owns one conversation's decode state over a Session (whose KV cache it fills):
-   the token history, the position, the sampler, the stop rules, and where tokens go. Invariants:
+   the token history, the position, the sampler, the stop rules, speculation, and where tokens go.
+   Invariants:
    - history[0, pos) are exactly the tokens whose K/V rows are in the cache. Rows past pos may
      hold anything (an interrupted prefill, rejected drafts): attention at position i reads keys
      0..i only, so they are overwritten before anything reads them. Hence a rollback is O(1).
@@ -3979,16 +4128,46 @@ static void sampler_free(Sampler *sp) {
      (which rewrites its K/V row bit for bit: a row never depends on the batch it ran in). That
      is the one rule: nothing else ever has to restore the logits.
    - generator_step samples from the logits, applies the stop rules, hands the token to on_token
-     and runs the forward for it. It returns a RUN of ids (today always one), so a speculative
-     step (draft k tokens, verify them in one forward of k+1 rows, keep the accepted prefix and
-     the logits after it, roll back the rest) fits behind the same call.
+     and runs the forward for it. It returns a RUN of ids: with speculation (below) it drafts up
+     to DRAFT tokens after the sampled one, verifies them in one forward of k+1 rows, and returns
+     the sampled token and the accepted drafts; the logits after the last kept row become the
+     generator's logits, the rejected rows stay in the cache past pos, unreferenced.
    - Interruption is a flag the caller owns (*interrupt != 0), read before each step, between
      prefill chunks and between the layers of a chunk. Nothing here reads a global or prints.
    A run of steps (generator_begin) ends at an EOS id (neither reported nor cached), after
    max_tokens, when the cache is full, or at the interrupt; the reason is in `stop`. Stop strings
    need the text, so they will come as a matcher the caller hands in next to on_token. Sessions
    save history[0, pos) with the KV rows; a server keeps one Generator per conversation and sets
-   its sampler, stop rules, callback and interrupt per request. */
+   its sampler, stop rules, callback and interrupt per request.
+
+   Speculation (SPEC, DRAFT). A drafter proposes the tokens that follow the sampled one:
+   - mtp: the MTP head (§6), recursively: slot pos-1 takes (the sampled token, the main hidden
+     state of pos-1) and drafts pos+1; each further draft feeds the previous draft and the head's
+     own post-norm hidden state (§6.3). The head has its own K/V rows (layer n_layers): slot q is
+     valid when computed from (history[q+1], the main hidden state of q), and spec.mtp_pos says
+     how many are. They are computed after every prefill chunk, and during decoding lazily, at the
+     next MTP draft, in one batch with the new slot: at most the last DRAFT+1 of them (what one
+     verify pass adds; the main hidden states of the last MTP_RING positions are kept for that).
+     When more are missing (the MTP drafter sat out, or another drafter drafted), the older ones
+     stay stale: computing them all would cost an MTP layer per token, the upkeep that sitting out
+     saves. Stale rows can only lower acceptance. A rollback lowers mtp_pos with pos. Slots
+     written from drafts lie past mtp_pos and are rewritten before anything reads them, as for the
+     main cache.
+   - ngram (prompt lookup): the continuation of the latest earlier occurrence of the last 4, 3 or
+     2 tokens of the history (the sampled token included). Free, and strong on code and quotes.
+   - auto (the default): both, where they pay, see spec_auto_draft.
+   Verification is exact for greedy and sampled decoding alike: draft i is accepted when the
+   target distribution at its position, drawn with the very draw (sampler_pick, same noise) that
+   plain decoding would use there, picks it. So every emitted token is the one plain decoding
+   emits: the output of any SPEC and DRAFT is identical to SPEC=off's for the same seed, which
+   rests on batch invariance (a row's logits do not depend on how many rows the forward ran).
+   For a point-mass draft (ngram) this accepts with probability p(draft) and a rejection yields a
+   token distributed as the normalized residual, which is the standard speculative rule; for a
+   sampled MTP draft (drawn from the head's distribution q with the same noise) it accepts with
+   the probability that the two races agree, Σ_x 1 / Σ_y max(p_y/p_x, q_y/q_x), a little below
+   the residual rule's Σ min(p, q) (equal when p = q). The residual rule would draw different
+   tokens depending on which steps drafted, and SPEC=auto decides that from timings: a seed
+   would no longer fix the output. */
 
 typedef enum { STOP_NONE, STOP_EOS, STOP_LIMIT, STOP_INTERRUPT, STOP_CONTEXT } StopReason;
 static const char *const STOP_NAMES[] = { "-", "eos", "NGEN", "interrupted (Ctrl-C)", "context full" };
@@ -4009,6 +4188,56 @@ typedef void (*TokenCallback)(void *user, int id);
    position of each prefill chunk (positions pos0 .. pos0+S-1). */
 typedef void (*LogitsSink)(void *user, int pos0, int S, const float *logits, const float *hidden);
 
+enum { DRAFTER_MTP, DRAFTER_NGRAM, DRAFTER_CALLER, N_DRAFTERS };
+static const char *const DRAFTER_NAMES[] = { "mtp", "ngram", "caller" };
+
+#define SPEC_MAX_DRAFT 16       /* DRAFT's upper bound */
+#define MTP_RING 32             /* main hidden states kept for the MTP cache's lazy update (> SPEC_MAX_DRAFT) */
+#define NGRAM_LONGEST 4         /* the n-gram drafter matches the last 4, else 3, else 2 tokens */
+#define NGRAM_SHORTEST 2
+#define SPEC_BACKOFF_MIN 64     /* auto: tokens a losing drafter sits out, doubling up to ... */
+#define SPEC_BACKOFF_MAX 1024
+#define SPEC_DECAY 0.95         /* auto: weight of the past in the acceptance estimate, per pass */
+#define SPEC_COST_NEW 0.25      /* auto: weight of a new timing in the cost estimates */
+#define SPEC_REMEASURE 16       /* auto: a plain step after this many verify passes keeps cost[1] current */
+
+/* One drafter's record. */
+typedef struct {
+    long long drafted, accepted, passes;   /* totals */
+    long long pauses;                      /* times auto stopped drafting with it */
+    double hits, misses;                   /* auto: decayed accepted drafts and rejections */
+    long long resume_at;                   /* auto: sits out until spec.tokens reaches this */
+    int backoff;                           /* auto: length of its next pause, in tokens */
+    int probe;                             /* auto: its next draft is a probe (spec_auto_draft) */
+    long long probes, probe_hits;          /* probes made, and those the next token agreed with */
+    int last_k;                            /* drafts of its last pass */
+} Drafter;
+
+/* A caller's drafter (tests): up to k tokens to follow history[0, n) into out; returns how many. */
+typedef int (*DraftFn)(void *user, const int *history, int n, int k, int *out);
+
+typedef struct {
+    SpecMode mode;
+    int max_draft;                          /* DRAFT */
+    Drafter drafter[N_DRAFTERS];
+    long long tokens;                       /* tokens generated (auto's clock for pauses) */
+    int passes_since_plain;                 /* auto: verify passes since the last plain step */
+    int shadow_pos, shadow_token, shadow_drafter;   /* auto: a probe's draft for position shadow_pos (-1: none) */
+    double cost[SPEC_MAX_DRAFT + 2];        /* seconds of one main forward of S rows [S] (EWMA); 0: not measured */
+    double mtp_step_cost;                   /* seconds of one MTP draft step (EWMA) */
+    /* the MTP head's cache */
+    int mtp_pos;                            /* slots [0, mtp_pos) hold rows of the current history */
+    long long mtp_stale;                    /* slots never computed (their main hidden state was gone) */
+    float *ring;                            /* [MTP_RING][hidden]: main hidden state of position ring_pos[i] */
+    int *ring_pos;
+    float *mtp_rows;                        /* [max_batch][hidden]: the head's input hidden states, then outputs */
+    int *mtp_tokens;                        /* [max_batch] */
+    float *mtp_logits;                      /* [vocab] */
+    float *verify_logits;                   /* [max_draft + 1][vocab] */
+    DraftFn caller;                         /* a caller's drafter (a server's predicted output, tests) */
+    void *caller_user;
+} Speculation;
+
 typedef struct {
     Model *model;
     Session *session;
@@ -4025,11 +4254,13 @@ typedef struct {
     float *logits;                              /* [vocab], predicting position logits_pos */
     int logits_pos;                             /* -1: none yet */
     float *hidden;                              /* [max_batch][hidden] of the last forward */
+    int hidden_pos0, hidden_rows;               /* its committed rows: positions hidden_pos0 .. + hidden_rows - 1 */
     const float *last_hidden;                   /* its row of position logits_pos - 1 (the MTP drafter's input) */
     float *chunk_logits;                        /* [max_batch][vocab], with on_logits only */
     int generated;                              /* tokens reported in this run of steps */
     StopReason stop;                            /* why the run ended; STOP_NONE while it goes on */
     long long forwards;                         /* forward passes run, all kinds */
+    Speculation spec;                           /* generator_set_speculation; off by default */
 } Generator;
 
 static Generator *generator_create(Model *m, Session *s, const ForwardOptions *opt, SamplerSettings sampling) {
@@ -4043,6 +4274,8 @@ static Generator *generator_create(Model *m, Session *s, const ForwardOptions *o
     g->logits = xmalloc((size_t)m->c.vocab * sizeof(float));
     g->logits_pos = -1;
     g->hidden = xmalloc((size_t)s->max_batch * m->c.hidden * sizeof(float));
+    g->spec.mode = SPEC_OFF;
+    g->spec.shadow_pos = -1;
     return g;
 }
 
@@ -4053,6 +4286,9 @@ static void generator_free(Generator *g) {
     free(g->logits);
     free(g->hidden);
     free(g->chunk_logits);
+    Speculation *sp = &g->spec;
+    void *spec_buffers[] = { sp->ring, sp->ring_pos, sp->mtp_rows, sp->mtp_tokens, sp->mtp_logits, sp->verify_logits };
+    for (size_t i = 0; i < sizeof spec_buffers / sizeof spec_buffers[0]; i++) free(spec_buffers[i]);
     free(g);
 }
 
@@ -4061,23 +4297,70 @@ static void generator_free(Generator *g) {
 __attribute__((unused)) static void generator_set_sampling(Generator *g, SamplerSettings sampling) {
     g->sampler.temperature = sampling.temperature;
     g->sampler.top_p = sampling.top_p;
-    g->sampler.seed = g->sampler.state = sampling.seed;
+    g->sampler.seed = sampling.seed;
+    g->sampler.draws = 0;
+}
+
+/* SPEC and DRAFT. Set it before the prefill, so that the MTP head's cache covers the prompt. */
+static void generator_set_speculation(Generator *g, SpecMode mode, int max_draft) {
+    Speculation *sp = &g->spec;
+    const Config *c = &g->model->c;
+    if (mode == SPEC_MTP && !c->n_mtp) die("SPEC=mtp: this model has no MTP layer (SPEC=ngram or auto draft without one)");
+    if (max_draft < 1 || max_draft > SPEC_MAX_DRAFT) die("internal: DRAFT=%d outside [1, %d]", max_draft, SPEC_MAX_DRAFT);
+    sp->mode = mode;
+    sp->max_draft = max_draft;
+    if (mode == SPEC_OFF) return;
+    const int H = c->hidden, V = c->vocab, B = g->session->max_batch;
+    free(sp->verify_logits);
+    sp->verify_logits = xmalloc((size_t)(max_draft + 1) * V * sizeof(float));
+    if (c->n_mtp && (mode == SPEC_MTP || mode == SPEC_AUTO) && !sp->ring) {
+        sp->ring = xmalloc((size_t)MTP_RING * H * sizeof(float));
+        sp->ring_pos = xmalloc(MTP_RING * sizeof(int));
+        for (int i = 0; i < MTP_RING; i++) sp->ring_pos[i] = -1;
+        sp->mtp_rows = xmalloc((size_t)B * H * sizeof(float));
+        sp->mtp_tokens = xmalloc((size_t)B * sizeof(int));
+        sp->mtp_logits = xmalloc((size_t)V * sizeof(float));
+    }
+    for (int d = 0; d < N_DRAFTERS; d++) {
+        sp->drafter[d].backoff = SPEC_BACKOFF_MIN;
+        sp->drafter[d].probe = 1;
+    }
+}
+
+static int generator_is_eos(const Generator *g, int id) {
+    for (int i = 0; i < g->stop_rules.n_eos; i++) if (g->stop_rules.eos[i] == id) return 1;
+    return 0;
+}
+
+/* Makes tokens[0, n) part of the history at pos: the last forward ran them (its hidden rows
+   0..n-1 are theirs) and `logits` (a [vocab] row) predicts position pos + n. */
+static void generator_commit(Generator *g, const int *tokens, int n, const float *logits) {
+    const int V = g->model->c.vocab, H = g->model->c.hidden;
+    if (logits != g->logits) memcpy(g->logits, logits, (size_t)V * sizeof(float));
+    memcpy(g->history + g->pos, tokens, (size_t)n * sizeof(int));
+    g->hidden_pos0 = g->pos;
+    g->hidden_rows = n;
+    if (g->spec.ring)   /* the MTP head's lazy update needs the main hidden states of recent positions */
+        for (int r = n > MTP_RING ? n - MTP_RING : 0; r < n; r++) {
+            const int q = g->pos + r, slot = q % MTP_RING;
+            memcpy(g->spec.ring + (size_t)slot * H, g->hidden + (size_t)r * H, (size_t)H * sizeof(float));
+            g->spec.ring_pos[slot] = q;
+        }
+    g->pos += n;
+    g->logits_pos = g->pos;
+    g->last_hidden = g->hidden + (size_t)(n - 1) * H;
 }
 
 /* Runs tokens[0, S) at positions pos.. and commits them (history, pos, logits, last_hidden).
    with_sink: every row's logits go to on_logits. -1 when interrupted (nothing committed). */
 static int generator_forward(Generator *g, const int *tokens, int S, int with_sink, const volatile sig_atomic_t *interrupt) {
-    const int V = g->model->c.vocab, H = g->model->c.hidden;
+    const int V = g->model->c.vocab;
     const int all_rows = with_sink && g->on_logits;
     if (all_rows && !g->chunk_logits) g->chunk_logits = xmalloc((size_t)g->session->max_batch * V * sizeof(float));
     float *logits = all_rows ? g->chunk_logits : g->logits;
     if (model_forward(g->model, g->session, g->opt, tokens, S, g->pos, g->hidden, logits, !all_rows, interrupt)) return -1;
     g->forwards++;
-    if (all_rows) memcpy(g->logits, g->chunk_logits + (size_t)(S - 1) * V, (size_t)V * sizeof(float));
-    memcpy(g->history + g->pos, tokens, (size_t)S * sizeof(int));
-    g->pos += S;
-    g->logits_pos = g->pos;
-    g->last_hidden = g->hidden + (size_t)(S - 1) * H;
+    generator_commit(g, tokens, S, all_rows ? g->chunk_logits + (size_t)(S - 1) * V : g->logits);
     if (all_rows) g->on_logits(g->on_logits_user, g->pos - S, S, g->chunk_logits, g->hidden);
     return 0;
 }
@@ -4092,25 +4375,263 @@ static void generator_refresh_logits(Generator *g) {
     generator_forward(g, &last, 1, 0, NULL);
 }
 
-/* Appends tokens[0, n) at pos in BATCH-sized chunks. Returns the tokens done: n, or fewer when
-   the interrupt stopped it, and then pos is back where it was (the chunks done are dropped). */
+/* Drops the history past pos (the K/V rows there are overwritten later), and with it the MTP
+   head's slots that depended on it: slot q needs the token at q+1. */
+static void generator_rollback(Generator *g, int pos) {
+    if (pos < 0 || pos > g->pos) die("internal: rollback to %d from position %d", pos, g->pos);
+    g->pos = pos;
+    g->spec.shadow_pos = -1;
+    if (g->spec.mtp_pos > (pos > 0 ? pos - 1 : 0)) g->spec.mtp_pos = pos > 0 ? pos - 1 : 0;
+}
+
+/* ---- speculation: the MTP head's cache and the two drafters ---------------------------------- */
+
+static int drafter_paused(const Speculation *sp, int d) { return sp->tokens < sp->drafter[d].resume_at; }
+
+/* The MTP head's cache is kept for SPEC=mtp, and for auto while it is not sitting the MTP drafter out. */
+static int spec_keeps_mtp(const Generator *g) {
+    const Speculation *sp = &g->spec;
+    return sp->ring && (sp->mode == SPEC_MTP || (sp->mode == SPEC_AUTO && !drafter_paused(sp, DRAFTER_MTP)));
+}
+
+/* The main model's final-normed hidden state of committed position q < pos, or NULL when it is
+   no longer at hand (neither in the last forward nor among the last MTP_RING positions). */
+static const float *spec_main_hidden(const Generator *g, int q) {
+    const int H = g->model->c.hidden;
+    if (q >= g->hidden_pos0 && q < g->hidden_pos0 + g->hidden_rows) return g->hidden + (size_t)(q - g->hidden_pos0) * H;
+    const int slot = q % MTP_RING;
+    return g->spec.ring_pos[slot] == q ? g->spec.ring + (size_t)slot * H : NULL;
+}
+
+/* Computes the MTP head's slots [mtp_pos, q_end), slot q from (the token at q+1, the main hidden
+   state at q); the token at q_end-1+1 = pos may be `next_token` (sampled, not yet in the history).
+   At most the last `most` are computed (a draft's lazy update: DRAFT+1; a prefill: all); the
+   older ones, and any whose hidden state is gone, are skipped and counted as stale. With
+   want_logits, the last slot's logits go to spec.mtp_logits; returns its post-norm hidden state. */
+static const float *spec_mtp_fill(Generator *g, int q_end, int next_token, int want_logits, int most) {
+    Speculation *sp = &g->spec;
+    const int H = g->model->c.hidden, B = g->session->max_batch;
+    int q = sp->mtp_pos > q_end - most ? sp->mtp_pos : q_end - most;
+    while (q < q_end && !spec_main_hidden(g, q)) q++;
+    sp->mtp_stale += q - sp->mtp_pos;
+    const float *last = NULL;
+    while (q < q_end) {
+        const int S = q_end - q < B ? q_end - q : B;
+        for (int r = 0; r < S; r++) {
+            sp->mtp_tokens[r] = q + r + 1 < g->pos ? g->history[q + r + 1] : next_token;
+            memcpy(sp->mtp_rows + (size_t)r * H, spec_main_hidden(g, q + r), (size_t)H * sizeof(float));
+        }
+        const int final = q + S == q_end;
+        mtp_forward(g->model, g->session, g->opt, sp->mtp_tokens, sp->mtp_rows, S, q, sp->mtp_rows,
+                    want_logits && final ? sp->mtp_logits : NULL, 1);
+        last = sp->mtp_rows + (size_t)(S - 1) * H;
+        q += S;
+    }
+    sp->mtp_pos = q_end < g->pos ? q_end : g->pos - 1;   /* slot pos-1 counts once its token is committed */
+    return last;
+}
+
+/* MTP drafts: slot pos-1 (with the sampled token t) after the pending slots, then recursively,
+   each draft drawn with the draw that would emit it (sampler_pick), stopping after an EOS. */
+static int spec_draft_mtp(Generator *g, int t, int k, int *out) {
+    Speculation *sp = &g->spec;
+    const int H = g->model->c.hidden;
+    const float *h = spec_mtp_fill(g, g->pos, t, 1, sp->max_draft + 1);
+    int n = 0;
+    for (;;) {
+        const int d = sampler_pick(&g->sampler, sp->mtp_logits, g->sampler.draws + (uint64_t)n);
+        out[n++] = d;
+        if (n == k || generator_is_eos(g, d)) return n;
+        if (h != sp->mtp_rows) memmove(sp->mtp_rows, h, (size_t)H * sizeof(float));
+        mtp_forward(g->model, g->session, g->opt, &d, sp->mtp_rows, 1, g->pos + n - 1, sp->mtp_rows, sp->mtp_logits, 1);
+        h = sp->mtp_rows;
+    }
+}
+
+/* n-gram drafts (prompt lookup) over history[0, pos) followed by t: the continuation of the latest
+   earlier occurrence of its last NGRAM_LONGEST .. NGRAM_SHORTEST tokens (longest first). */
+static int spec_draft_ngram(const Generator *g, int t, int k, int *out) {
+    const int n_seq = g->pos + 1;
+#define SEQ(i) ((i) < g->pos ? g->history[i] : t)
+    for (int n = NGRAM_LONGEST; n >= NGRAM_SHORTEST; n--) {
+        if (n_seq <= n) continue;
+        for (int start = n_seq - n - 1; start >= 0; start--) {
+            int j = 0;
+            while (j < n && SEQ(start + j) == SEQ(n_seq - n + j)) j++;
+            if (j < n) continue;
+            int count = 0;
+            while (count < k && start + n + count < n_seq) { out[count] = SEQ(start + n + count); count++; }
+            return count;
+        }
+    }
+#undef SEQ
+    return 0;
+}
+
+/* ---- speculation: the auto policy --------------------------------------------------------------
+   SPEC=auto drafts when a verify pass is expected to yield more tokens per second than plain
+   steps, from what it measured: the seconds of a forward of S rows (cost[S], a moving average;
+   cost[1] from plain steps, one at least every SPEC_REMEASURE passes so that it follows the disk
+   warming up), the seconds of an MTP draft step, and each drafter's acceptance a (decayed counts
+   of accepted drafts and of rejections, prior 1/2). With per-draft acceptance a, k drafts yield
+   1 + a + ... + a^k tokens per pass; auto picks the drafter and k <= DRAFT with the best rate and
+   drafts when it beats 1 / cost[1]. An S not measured yet is priced optimistically one row past
+   the largest measured one (as costing no more than it: so k grows one step at a time while the
+   drafts are accepted, each step measured), and linearly beyond. A drafter that loses sits out
+   SPEC_BACKOFF_MIN tokens, doubling at each new loss up to SPEC_BACKOFF_MAX (reset when the model
+   picks it again), and comes back with a probe: its one-token draft is not verified but compared
+   with the token the next plain step samples, which measures its acceptance (the text may have
+   changed) for the price of the draft alone, nothing for n-gram lookup, one MTP step for the
+   head. A drafter's first draft is such a probe too; the first real passes then measure what a
+   verify costs. While the MTP drafter sits out its cache is not kept (see above). The decisions
+   show in the stats line (print_spec_stats). */
+
+static void spec_note_cost(Speculation *sp, int S, double seconds) {
+    double *c = &sp->cost[S];
+    *c = *c > 0 ? (1 - SPEC_COST_NEW) * *c + SPEC_COST_NEW * seconds : seconds;
+}
+
+static double spec_cost(const Speculation *sp, int S) {
+    if (sp->cost[S] > 0) return sp->cost[S];
+    int largest = 1;
+    for (int t = S - 1; t >= 2 && largest == 1; t--) if (sp->cost[t] > 0) largest = t;
+    if (S == largest + 1) return sp->cost[largest];   /* explore: one row more, priced as free */
+    if (largest == 1) return sp->cost[1] * S;
+    return sp->cost[1] + (sp->cost[largest] - sp->cost[1]) * (S - 1) / (largest - 1);
+}
+
+static double drafter_acceptance(const Drafter *d) { return (d->hits + 0.5) / (d->hits + d->misses + 1.0); }
+
+/* Expected tokens per second of a pass of k drafts by drafter d. */
+static double spec_rate(const Speculation *sp, int d, int k) {
+    const double a = drafter_acceptance(&sp->drafter[d]);
+    double tokens = 1.0, ak = 1.0;
+    for (int i = 0; i < k; i++) { ak *= a; tokens += ak; }
+    return tokens / ((d == DRAFTER_MTP ? k * sp->mtp_step_cost : 0.0) + spec_cost(sp, k + 1));
+}
+
+/* A probe: `token`, drafted by d for position pos, is checked when the next step samples there. */
+static void spec_shadow(Speculation *sp, int d, int token, int pos) {
+    sp->shadow_drafter = d;
+    sp->shadow_token = token;
+    sp->shadow_pos = pos;
+}
+
+static void spec_shadow_check(Speculation *sp, int sampled) {
+    Drafter *d = &sp->drafter[sp->shadow_drafter];
+    const int agree = sampled == sp->shadow_token;
+    d->probes++;
+    d->probe_hits += agree;
+    d->hits = SPEC_DECAY * d->hits + agree;
+    d->misses = SPEC_DECAY * d->misses + !agree;
+    d->probe = 0;
+    sp->shadow_pos = -1;
+}
+
+static void drafter_pause(Speculation *sp, int d) {
+    Drafter *dr = &sp->drafter[d];
+    dr->resume_at = sp->tokens + dr->backoff;
+    dr->backoff = dr->backoff * 2 < SPEC_BACKOFF_MAX ? dr->backoff * 2 : SPEC_BACKOFF_MAX;
+    dr->probe = 1;
+    dr->pauses++;
+}
+
+/* The caller's drafts (a server's predicted output, a test's drafter) to follow t. */
+static int spec_draft_caller(Generator *g, int t, int k, int *out) {
+    Speculation *sp = &g->spec;
+    g->history[g->pos] = t;   /* past pos: scratch until committed */
+    const int n = sp->caller(sp->caller_user, g->history, g->pos + 1, k, out);
+    return n < 0 ? 0 : n > k ? k : n;
+}
+
+static int spec_auto_draft(Generator *g, int t, int room, int *out, int *which) {
+    Speculation *sp = &g->spec;
+    if (sp->cost[1] <= 0 || sp->passes_since_plain >= SPEC_REMEASURE) return 0;   /* a plain step: what drafting must beat */
+    /* the drafts that cost nothing to ask for come first; the MTP head drafts once chosen */
+    int ready[N_DRAFTERS][SPEC_MAX_DRAFT], n_ready[N_DRAFTERS] = { 0 };
+    if (!drafter_paused(sp, DRAFTER_NGRAM)) n_ready[DRAFTER_NGRAM] = spec_draft_ngram(g, t, room, ready[DRAFTER_NGRAM]);
+    if (sp->caller && !drafter_paused(sp, DRAFTER_CALLER)) n_ready[DRAFTER_CALLER] = spec_draft_caller(g, t, room, ready[DRAFTER_CALLER]);
+    const int can_mtp = sp->ring && !drafter_paused(sp, DRAFTER_MTP);
+    for (int d = DRAFTER_NGRAM; d <= DRAFTER_CALLER; d++)
+        if (n_ready[d] && sp->drafter[d].probe) { spec_shadow(sp, d, ready[d][0], g->pos + 1); return 0; }
+    if (can_mtp && sp->drafter[DRAFTER_MTP].probe) {
+        const double t0 = now_seconds();
+        spec_draft_mtp(g, t, 1, out);
+        const double step = now_seconds() - t0;
+        sp->mtp_step_cost = sp->mtp_step_cost > 0 ? (1 - SPEC_COST_NEW) * sp->mtp_step_cost + SPEC_COST_NEW * step : step;
+        spec_shadow(sp, DRAFTER_MTP, out[0], g->pos + 1);
+        return 0;
+    }
+    double best = 1.0 / sp->cost[1], rate_of[N_DRAFTERS] = { 0 };
+    int best_d = -1, best_k = 0;
+    for (int d = 0; d < N_DRAFTERS; d++) {
+        const int kmax = d == DRAFTER_MTP ? (can_mtp ? room : 0) : n_ready[d];
+        for (int k = 1; k <= kmax; k++) {
+            const double r = spec_rate(sp, d, k);
+            if (r > rate_of[d]) rate_of[d] = r;
+            if (r > best) { best = r; best_d = d; best_k = k; }
+        }
+    }
+    for (int d = 0; d < N_DRAFTERS; d++)   /* a drafter that could draft and loses sits out */
+        if (rate_of[d] > 0 && rate_of[d] <= 1.0 / sp->cost[1]) drafter_pause(sp, d);
+    if (best_d < 0) return 0;
+    *which = best_d;
+    sp->drafter[best_d].backoff = SPEC_BACKOFF_MIN;
+    if (best_d == DRAFTER_MTP) return spec_draft_mtp(g, t, best_k, out);
+    memcpy(out, ready[best_d], (size_t)best_k * sizeof(int));
+    return best_k;
+}
+
+/* Up to `room` drafts to follow t (0: a plain step); *which: the drafter. A caller's drafter is
+   used alone under SPEC=mtp/ngram (tests force it so), as one more candidate under auto. */
+static int spec_draft(Generator *g, int t, int room, int *out, int *which) {
+    Speculation *sp = &g->spec;
+    if (room > sp->max_draft) room = sp->max_draft;
+    if (sp->mode == SPEC_OFF || room < 1) return 0;
+    if (sp->caller && sp->mode != SPEC_AUTO) { *which = DRAFTER_CALLER; return spec_draft_caller(g, t, room, out); }
+    switch (sp->mode) {
+    case SPEC_MTP: *which = DRAFTER_MTP; return spec_draft_mtp(g, t, room, out);
+    case SPEC_NGRAM: *which = DRAFTER_NGRAM; return spec_draft_ngram(g, t, room, out);
+    default: return spec_auto_draft(g, t, room, out, which);
+    }
+}
+
+/* After a pass: the drafter's totals and acceptance estimate, and the costs it measured. */
+static void spec_account(Speculation *sp, int which, int drafted, int accepted, double verify_seconds, double draft_seconds) {
+    Drafter *d = &sp->drafter[which];
+    d->drafted += drafted;
+    d->accepted += accepted;
+    d->passes++;
+    d->last_k = drafted;
+    d->hits = SPEC_DECAY * d->hits + accepted;
+    d->misses = SPEC_DECAY * d->misses + (accepted < drafted);
+    d->probe = 0;
+    sp->passes_since_plain++;
+    spec_note_cost(sp, drafted + 1, verify_seconds);
+    if (which == DRAFTER_MTP) {
+        const double per_step = draft_seconds / drafted;
+        sp->mtp_step_cost = sp->mtp_step_cost > 0 ? (1 - SPEC_COST_NEW) * sp->mtp_step_cost + SPEC_COST_NEW * per_step : per_step;
+    }
+}
+
+/* ---- prefill, steps ---------------------------------------------------------------------------- */
+
+/* Appends tokens[0, n) at pos in BATCH-sized chunks (and keeps the MTP head's cache up with
+   them). Returns the tokens done: n, or fewer when the interrupt stopped it, and then pos is
+   back where it was (the chunks done are dropped). */
 static int generator_prefill(Generator *g, const int *tokens, int n) {
     const int start = g->pos, B = g->session->max_batch;
     int done = 0;
+    g->spec.shadow_pos = -1;
     while (done < n) {
         if (g->interrupt && *g->interrupt) break;
         const int S = n - done < B ? n - done : B;
         if (generator_forward(g, tokens + done, S, 1, g->interrupt)) break;
+        if (spec_keeps_mtp(g)) spec_mtp_fill(g, g->pos - 1, -1, 0, INT32_MAX);
         done += S;
     }
-    if (done < n) g->pos = start;
+    if (done < n) generator_rollback(g, start);
     return done;
-}
-
-/* Drops the history past pos (the K/V rows there are overwritten later). */
-static void generator_rollback(Generator *g, int pos) {
-    if (pos < 0 || pos > g->pos) die("internal: rollback to %d from position %d", pos, g->pos);
-    g->pos = pos;
 }
 
 /* Makes the history equal tokens[0, n): keeps the longest common prefix, rolls back to it and
@@ -4139,7 +4660,7 @@ static int generator_save(const Generator *g, const SessionKey *k, const Session
     snap.logits = g->logits;
     snap.hidden = (float *)g->last_hidden;
     snap.seed = g->sampler.seed;
-    snap.rng_state = g->sampler.state;
+    snap.rng_state = g->sampler.draws;
     return session_save(g->session, k, &snap, path, err, err_len);
 }
 
@@ -4162,7 +4683,8 @@ static int generator_load(Generator *g, const SessionKey *k, const char *path, S
     g->logits_pos = snap.has_logits ? g->pos : -1;
     g->last_hidden = snap.has_logits ? g->hidden : NULL;
     g->sampler.seed = snap.seed;
-    g->sampler.state = snap.rng_state;
+    g->sampler.draws = snap.rng_state;
+    g->spec.mtp_pos = 0;   /* the MTP head's slots are not in the file's promise: stale, recomputed as drafts need them */
     if (chat) *chat = snap;
     return 0;
 }
@@ -4171,6 +4693,54 @@ static int generator_load(Generator *g, const SessionKey *k, const char *path, S
 static void generator_begin(Generator *g) {
     g->generated = 0;
     g->stop = STOP_NONE;
+}
+
+static void generator_report(Generator *g, int id) {
+    g->generated++;
+    g->spec.tokens++;
+    if (g->on_token) g->on_token(g->on_token_user, id);
+}
+
+/* One verify pass: id (sampled) and drafts[0, n) at positions pos.. in one forward of n+1 rows.
+   Draft i is kept while the target distribution at its position, drawn with the draw plain
+   decoding would use there, picks it; id and the kept drafts are reported under the stop rules
+   and committed, with the logits after the last one. The draw of the first rejected position
+   is not consumed: the next step draws it again from those logits and gets the same token.
+   Returns the run's length. */
+static int generator_verify(Generator *g, int id, const int *drafts, int n, int which, double draft_seconds, int *ids) {
+    Speculation *sp = &g->spec;
+    const StopRules *r = &g->stop_rules;
+    const int V = g->model->c.vocab, old_pos = g->pos;
+    int tokens[SPEC_MAX_DRAFT + 1];
+    tokens[0] = id;
+    memcpy(tokens + 1, drafts, (size_t)n * sizeof(int));
+    const double t0 = now_seconds();
+    model_forward(g->model, g->session, g->opt, tokens, n + 1, g->pos, g->hidden, sp->verify_logits, 0, NULL);
+    g->forwards++;
+    int accepted = 0;
+    while (accepted < n &&
+           sampler_pick(&g->sampler, sp->verify_logits + (size_t)accepted * V, g->sampler.draws + (uint64_t)accepted) == drafts[accepted])
+        accepted++;
+    spec_account(sp, which, n, accepted, now_seconds() - t0, draft_seconds);
+    /* report id and the kept drafts in order; the room given to the drafter keeps the run within
+       max_tokens, so the limit can only fall on its last token */
+    int count = 0, cached = -1;
+    for (int i = 0; i <= accepted; i++) {
+        if (i > 0) {
+            g->sampler.draws++;   /* the draw that verified tokens[i] */
+            if (generator_is_eos(g, tokens[i])) { g->stop = STOP_EOS; break; }
+        }
+        ids[count++] = tokens[i];
+        generator_report(g, tokens[i]);
+        if (r->max_tokens >= 0 && g->generated >= r->max_tokens) {
+            if (!r->resumable) { g->stop = STOP_LIMIT; cached = count - 1; }
+            break;
+        }
+    }
+    if (cached < 0) cached = count;
+    if (cached > 0) generator_commit(g, tokens, cached, sp->verify_logits + (size_t)(cached - 1) * V);
+    if (which == DRAFTER_MTP && g->pos > old_pos) sp->mtp_pos = old_pos;   /* slot old_pos-1 took id, now in the history */
+    return count;
 }
 
 /* One step: the next id(s) into ids[0, max), reported to on_token and (unless the run ends there
@@ -4183,15 +4753,100 @@ static int generator_step(Generator *g, int *ids, int max) {
     if (r->max_tokens >= 0 && g->generated >= r->max_tokens) { g->stop = STOP_LIMIT; return 0; }
     generator_refresh_logits(g);
     const int id = sampler_sample(&g->sampler, g->logits);
-    for (int i = 0; i < r->n_eos; i++)
-        if (r->eos[i] == id) { g->stop = STOP_EOS; return 0; }
+    if (g->spec.shadow_pos == g->pos) spec_shadow_check(&g->spec, id);
+    if (generator_is_eos(g, id)) { g->stop = STOP_EOS; return 0; }
     if (g->pos >= g->session->capacity) { g->stop = STOP_CONTEXT; return 0; }
+    /* room for drafts after id: the caller's buffer, the cache, one forward's rows, the limit */
+    int room = max - 1;
+    if (room > g->session->capacity - g->pos - 1) room = g->session->capacity - g->pos - 1;
+    if (room > g->session->max_batch - 1) room = g->session->max_batch - 1;
+    if (r->max_tokens >= 0 && room > r->max_tokens - g->generated - 1) room = r->max_tokens - g->generated - 1;
+    int drafts[SPEC_MAX_DRAFT], which = 0;
+    const double t0 = now_seconds();
+    const int n = room > 0 ? spec_draft(g, id, room, drafts, &which) : 0;
+    if (n > 0) return generator_verify(g, id, drafts, n, which, now_seconds() - t0, ids);
     ids[0] = id;
-    g->generated++;
-    if (g->on_token) g->on_token(g->on_token_user, id);
+    generator_report(g, id);
     if (!r->resumable && r->max_tokens >= 0 && g->generated >= r->max_tokens) { g->stop = STOP_LIMIT; return 1; }
+    const double t1 = now_seconds();
     generator_forward(g, &id, 1, 0, NULL);
+    if (g->spec.mode != SPEC_OFF) {
+        spec_note_cost(&g->spec, 1, now_seconds() - t1);
+        g->spec.passes_since_plain = 0;
+    }
     return 1;
+}
+
+/* ---- speculation statistics -------------------------------------------------------------------- */
+
+typedef struct {
+    long long drafted[N_DRAFTERS], accepted[N_DRAFTERS], passes[N_DRAFTERS], pauses[N_DRAFTERS], probes[N_DRAFTERS], probe_hits[N_DRAFTERS];
+    long long stale;
+} SpecCounts;
+
+static SpecCounts spec_counts(const Generator *g) {
+    SpecCounts c;
+    memset(&c, 0, sizeof c);
+    for (int d = 0; d < N_DRAFTERS; d++) {
+        c.drafted[d] = g->spec.drafter[d].drafted;
+        c.accepted[d] = g->spec.drafter[d].accepted;
+        c.passes[d] = g->spec.drafter[d].passes;
+        c.pauses[d] = g->spec.drafter[d].pauses;
+        c.probes[d] = g->spec.drafter[d].probes;
+        c.probe_hits[d] = g->spec.drafter[d].probe_hits;
+    }
+    c.stale = g->spec.mtp_stale;
+    return c;
+}
+
+/* "glm: speculation: D drafted, A accepted (P%)" since `since` (NULL: since the start), then per
+   drafter, auto's decisions and the measured cost of a verify pass against a plain step. */
+/* Appends to a line, never past its end. */
+static void line_append(char *line, size_t cap, size_t *n, const char *fmt, ...) {
+    if (*n + 1 >= cap) return;
+    va_list ap;
+    va_start(ap, fmt);
+    const int k = vsnprintf(line + *n, cap - *n, fmt, ap);
+    va_end(ap);
+    if (k > 0) *n = *n + (size_t)k < cap ? *n + (size_t)k : cap - 1;
+}
+
+static void print_spec_stats(const Generator *g, const SpecCounts *since) {
+    const Speculation *sp = &g->spec;
+    SpecCounts now = spec_counts(g), zero;
+    memset(&zero, 0, sizeof zero);
+    if (!since) since = &zero;
+    long long drafted = 0, accepted = 0;
+    for (int d = 0; d < N_DRAFTERS; d++) {
+        drafted += now.drafted[d] - since->drafted[d];
+        accepted += now.accepted[d] - since->accepted[d];
+    }
+    char pct[32] = "-", line[2048];
+    size_t n = 0;
+    if (drafted) snprintf(pct, sizeof pct, "%.1f%%", 100.0 * accepted / drafted);
+    line_append(line, sizeof line, &n, "speculation: %lld drafted, %lld accepted (%s) | SPEC %s, DRAFT %d", drafted, accepted, pct,
+                SPEC_MODE_NAMES[sp->mode], sp->max_draft);
+    for (int d = 0; d < N_DRAFTERS && sp->mode != SPEC_OFF; d++) {
+        const long long passes = now.passes[d] - since->passes[d], pauses = now.pauses[d] - since->pauses[d];
+        const long long probes = now.probes[d] - since->probes[d];
+        if (!passes && !pauses && !probes) continue;
+        line_append(line, sizeof line, &n, " | %s: %lld/%lld in %lld passes", DRAFTER_NAMES[d], now.accepted[d] - since->accepted[d],
+                    now.drafted[d] - since->drafted[d], passes);
+        if (sp->mode == SPEC_AUTO)
+            line_append(line, sizeof line, &n, ", %lld/%lld probes, sat out %lldx%s", now.probe_hits[d] - since->probe_hits[d], probes,
+                        pauses, drafter_paused(sp, d) ? " (now)" : "");
+    }
+    if (now.stale - since->stale) line_append(line, sizeof line, &n, " | %lld stale MTP rows", now.stale - since->stale);
+    if (sp->cost[1] > 0) {
+        int shown = 0;
+        for (int S = 2; S <= sp->max_draft + 1; S++) {
+            if (sp->cost[S] <= 0) continue;
+            line_append(line, sizeof line, &n, "%s%d rows %.2fx", shown ? ", " : " | verify cost vs a plain step: ", S, sp->cost[S] / sp->cost[1]);
+            shown = 1;
+        }
+        if (sp->mtp_step_cost > 0) line_append(line, sizeof line, &n, " | MTP draft step %.2fx", sp->mtp_step_cost / sp->cost[1]);
+    }
+    fprintf(stderr, "glm: %s\n", line);
 }
 
 /* ---- validation against the oracle ------------------------------------------------------------ */
@@ -4313,7 +4968,7 @@ static void teacher_forcing_chunk(void *user, int pos0, int S, const float *logi
     const int n = slots - pos0 < S ? slots - pos0 : S;
     if (!tf->with_mtp || n <= 0) return;
     double t0 = now_seconds();
-    mtp_forward(tf->model, tf->session, tf->opt, tf->ref->full.ids + pos0 + 1, hidden, n, pos0, tf->mtp_hidden, tf->mtp_logits);
+    mtp_forward(tf->model, tf->session, tf->opt, tf->ref->full.ids + pos0 + 1, hidden, n, pos0, tf->mtp_hidden, tf->mtp_logits, 0);
     for (int r = 0; r < n; r++) tf->mtp_pred[pos0 + r] = argmax(tf->mtp_logits + (size_t)r * V, V);
     tf->mtp_seconds += now_seconds() - t0;
 }
@@ -4360,11 +5015,15 @@ static int run_teacher_forcing(Model *m, Session *s, const ForwardOptions *opt, 
 
 static void collect_token(void *user, int id) { tokens_push(user, id); }
 
-/* Greedy decoding from prompt_ids, NGEN tokens (EOS does not stop it: the oracle's continuation
-   does not stop either), compared with the reference continuation. */
-static int run_greedy(Model *m, Session *s, const ForwardOptions *opt, const Reference *ref, int ngen) {
+/* Decoding from prompt_ids, NGEN tokens (EOS does not stop it: the oracle's continuation does not
+   stop either), compared with the reference continuation: greedy by default; TEMPERATURE > 0
+   samples (the comparison is then only informative), so sampled runs can be checked against
+   each other, e.g. across SPEC modes. */
+static int run_greedy(Model *m, Session *s, const ForwardOptions *opt, const Reference *ref, int ngen, SamplerSettings sampling,
+                      SpecMode spec, int draft) {
     const int P = ref->prompt.n;
-    Generator *g = generator_create(m, s, opt, (SamplerSettings){ 0.0f, 1.0f, 1 });
+    Generator *g = generator_create(m, s, opt, sampling);
+    generator_set_speculation(g, spec, draft);
     g->stop_rules = (StopRules){ NULL, 0, ngen, 0 };
     TokenList out = { 0 };
     g->on_token = collect_token;
@@ -4372,18 +5031,19 @@ static int run_greedy(Model *m, Session *s, const ForwardOptions *opt, const Ref
     double t0 = now_seconds();
     generator_prefill(g, ref->prompt.ids, P);
     double t1 = now_seconds();
-    int id;
-    while (generator_step(g, &id, 1) > 0) {}
+    int run[SPEC_MAX_DRAFT + 1];
+    while (generator_step(g, run, SPEC_MAX_DRAFT + 1) > 0) {}
     double t2 = now_seconds();
-    generator_free(g);
     print_ids(stdout, "Generated", out.ids, out.n);
     int expected = ref->full.n - P < out.n ? ref->full.n - P : out.n;
-    int ok = compare_predictions("Greedy", out.ids, ref->full.ids + P, expected);
-    printf("Matching tokens: %d/%d\n", ok, expected);
+    int ok = compare_predictions(sampling.temperature > 0 ? "Sampled" : "Greedy", out.ids, ref->full.ids + P, expected);
+    printf("Matching tokens: %d/%d%s\n", ok, expected, sampling.temperature > 0 ? " (sampled: not expected to match)" : "");
     fprintf(stderr, "glm: prefill %d tokens %.3f s | decode %d tokens %.3f s (%.2f tok/s) | peak RSS %.2f GB\n",
             P, t1 - t0, out.n, t2 - t1, out.n > 1 ? (out.n - 1) / (t2 - t1) : 0.0, peak_rss_gb());
+    print_spec_stats(g, NULL);
+    generator_free(g);
     free(out.ids);
-    return ok != expected;
+    return sampling.temperature > 0 ? 0 : ok != expected;
 }
 
 /* REPLAY: full_ids fed one token at a time as fixed input — the decode benchmark. */
@@ -4576,6 +5236,7 @@ typedef struct {
     double prefill_seconds, decode_seconds;
     long long hits0, misses0;      /* expert counters at the start of the turn */
     double bytes0, read_seconds0, wait_seconds0;
+    SpecCounts spec0;              /* speculation counters at the start of the turn */
     StopReason stop;
 } TurnStats;
 
@@ -4668,6 +5329,7 @@ static void turn_begin(const Dialog *d, TurnStats *ts) {
     ts->bytes0 = store->bytes_read;
     ts->read_seconds0 = store->read_seconds;
     ts->wait_seconds0 = store->wait_seconds;
+    ts->spec0 = spec_counts(d->gen);
 }
 
 /* Prefills `ids` at the end of the cache. Returns 0, or -1 when Ctrl-C stopped it (said on
@@ -4694,8 +5356,8 @@ static void dialog_generate(Dialog *d, int limit, int resumable, TurnStats *ts) 
     const double t0 = now_seconds();
     const long long forwards0 = g->forwards;
     if (d->out_tty && d->in_thinking) fputs(ANSI_DIM, stdout);
-    int id;
-    while (generator_step(g, &id, 1) > 0) {}
+    int run[SPEC_MAX_DRAFT + 1];   /* on_token prints each token; a step may return a run of them */
+    while (generator_step(g, run, SPEC_MAX_DRAFT + 1) > 0) {}
     if (d->out_tty && d->in_thinking) fputs(ANSI_RESET, stdout);
     fflush(stdout);
     ts->generated += g->generated;
@@ -4720,12 +5382,13 @@ static void print_turn_stats(const Dialog *d, const TurnStats *ts) {
     char hit[32];
     print_hit_rate(hit, sizeof hit, store->hits - ts->hits0, store->misses - ts->misses0);
     char speed[32] = "-";
-    if (ts->forwards && ts->decode_seconds > 0) snprintf(speed, sizeof speed, "%.2f", ts->forwards / ts->decode_seconds);
+    if (ts->generated && ts->decode_seconds > 0) snprintf(speed, sizeof speed, "%.2f", ts->generated / ts->decode_seconds);
     const double mb = (store->bytes_read - ts->bytes0) / 1e6, rs = store->read_seconds - ts->read_seconds0;
     fprintf(stderr, "glm: [%d prompt tokens, prefill %.3f s | %d tokens, decode %s tok/s | expert hit %s, read %.0f MB "
                     "(%.2f GB/s), waited on disk %.2f s | peak RSS %.2f GB | context %d/%d | stop: %s]\n",
             ts->prompt_tokens, ts->prefill_seconds, ts->generated, speed, hit, mb, rs > 0 ? mb / 1e3 / rs : 0.0,
             store->wait_seconds - ts->wait_seconds0, peak_rss_gb(), d->gen->pos, d->gen->session->capacity, STOP_NAMES[ts->stop]);
+    print_spec_stats(d->gen, &ts->spec0);
 }
 
 /* ---- the conversation on disk: SESSION, :save, :load -------------------------------------------
@@ -4819,7 +5482,8 @@ static void dialog_resume(Dialog *d, const Settings *set, int seed_from_clock) {
     if (!set->think_given) d->think = think;
     if (!seed_from_clock && seed != d->gen->sampler.seed) {   /* SEED names another stream: it starts over */
         say("note: SEED=%llu replaces the session's sampler stream (seed %llu)", (unsigned long long)seed, (unsigned long long)d->gen->sampler.seed);
-        d->gen->sampler.seed = d->gen->sampler.state = seed;
+        d->gen->sampler.seed = seed;
+        d->gen->sampler.draws = 0;
     }
     d->resumed = d->gen->pos;
     struct stat st;
@@ -5015,8 +5679,9 @@ static void chat_print_totals(const Dialog *d, const Settings *set, int think) {
     fprintf(stderr, "glm: context %d/%d tokens | %d replies, %lld tokens, decode %.2f tok/s | expert hit %s since start | "
                     "peak RSS %.2f GB | TEMP %g, NUCLEUS %g, SEED %llu | thinking %s\n",
             g->pos, g->session->capacity, d->replies, d->total_generated,
-            d->total_decode_seconds > 0 ? d->total_forwards / d->total_decode_seconds : 0.0, hit, peak_rss_gb(),
+            d->total_decode_seconds > 0 ? d->total_generated / d->total_decode_seconds : 0.0, hit, peak_rss_gb(),
             set->temperature, set->top_p, (unsigned long long)g->sampler.seed, think ? "on" : "off");
+    print_spec_stats(g, NULL);
 }
 
 /* CHAT mode. Each turn prefills only its own tokens; see the section comment for how the cache
@@ -5936,9 +6601,10 @@ static void print_configuration(const Settings *set, const Model *m, int capacit
             set->model_dir, c->n_layers, c->n_mtp, c->hidden, c->n_heads, c->vocab, c->n_experts, c->experts_per_tok,
             c->topk_group, c->n_group, c->index_topk, full, c->rope_theta, m->experts.fused_layers ? ", fused experts" : "");
     fprintf(stderr, "glm: settings: expert_bits %d, dense_bits %d, GROUP %d, IDOT %d (%s kernels), ABSORB %s, INDEXER %s, "
-                    "BATCH %d, context %d, threads %d (OMP_WAIT_POLICY %s)\n",
+                    "BATCH %d, context %d, SPEC %s, DRAFT %d, threads %d (OMP_WAIT_POLICY %s)\n",
             set->expert_bits, set->dense_bits, set->group, set->idot, qt_kernel_name(qt_get_kernel()),
             set->absorb ? "1 (absorbed)" : "0 (explicit K/V)", set->indexer_mode, set->batch, capacity,
+            SPEC_MODE_NAMES[set->spec_mode], set->draft,
 #ifdef _OPENMP
             omp_get_max_threads(),
 #else
@@ -6007,6 +6673,12 @@ static void engine_stop(const Settings *set, Model *model, Session *session) {
     model_free(model);
 }
 
+/* A sampling seed from the clock and the pid, for runs without SEED (printed, so a run can be repeated). */
+static uint64_t clock_seed(void) {
+    uint64_t mix = (uint64_t)time(NULL) * 0x9E3779B97F4A7C15ull ^ (uint64_t)getpid() ^ (uint64_t)(now_seconds() * 1e9);
+    return (splitmix64_next(&mix) >> 11) | 1;
+}
+
 /* REF=file: teacher forcing, greedy decoding or REPLAY against the oracle's ids. */
 static int run_validation(const Settings *set) {
     Reference ref = reference_load(set->ref_path);
@@ -6028,18 +6700,18 @@ static int run_validation(const Settings *set) {
     int failed = 0;
     if (set->replay) run_replay(&model, &session, &opt, &ref);
     else if (set->teacher_forcing) failed = run_teacher_forcing(&model, &session, &opt, &ref, set->mtp);
-    else failed = run_greedy(&model, &session, &opt, &ref, ngen);
+    else {
+        const uint64_t seed = set->seed ? set->seed : clock_seed();
+        if (set->temperature > 0)
+            fprintf(stderr, "glm: sampling: TEMPERATURE %g, NUCLEUS %g, SEED %llu\n", set->temperature, set->top_p, (unsigned long long)seed);
+        failed = run_greedy(&model, &session, &opt, &ref, ngen, (SamplerSettings){ set->temperature, set->top_p, seed },
+                            set->spec_mode, set->draft);
+    }
     print_expert_stats(&model.experts, now_seconds() - t0);
     fprintf(stderr, "glm: peak RSS %.2f GB\n", peak_rss_gb());
     engine_stop(set, &model, &session);
     reference_free(&ref);
     return failed ? 3 : 0;
-}
-
-/* A sampling seed from the clock and the pid, for runs without SEED (printed, so a run can be repeated). */
-static uint64_t clock_seed(void) {
-    uint64_t mix = (uint64_t)time(NULL) * 0x9E3779B97F4A7C15ull ^ (uint64_t)getpid() ^ (uint64_t)(now_seconds() * 1e9);
-    return (splitmix64_next(&mix) >> 11) | 1;
 }
 
 /* The model a text mode talks to, loaded after checking that the tokenizer belongs to it (a
@@ -6085,6 +6757,7 @@ static int run_text(Settings set) {
     Session session;
     ForwardOptions opt = engine_start(&set, &model, &session, capacity);
     Generator *gen = generator_create(&model, &session, &opt, (SamplerSettings){ set.temperature, set.top_p, set.seed });
+    generator_set_speculation(gen, set.spec_mode, set.draft);
     Dialog dialog;
     dialog_init(&dialog, gen, &tc);
     dialog.chat = chat;
@@ -6097,7 +6770,7 @@ static int run_text(Settings set) {
     }
     if (set.temperature > 0)
         fprintf(stderr, "glm: sampling: TEMP %g, NUCLEUS %g, SEED %llu%s\n", set.temperature, set.top_p,
-                (unsigned long long)gen->sampler.seed, gen->sampler.state != gen->sampler.seed ? " (the session's stream goes on)" : "");
+                (unsigned long long)gen->sampler.seed, gen->sampler.draws ? " (the session's stream goes on)" : "");
     else
         fprintf(stderr, "glm: sampling: greedy (TEMP=0)\n");
     int rc = set.mode == MODE_PROMPT ? run_prompt(&set, &dialog, &prompt) : run_chat(&set, &dialog);

@@ -16,7 +16,7 @@ int main(int argc, char **argv) {
     const int n = argc > 1 ? atoi(argv[1]) : 2000;
     const char *dir = argc > 2 ? argv[2] : "/tmp";
     if (n < 1 || n > 100000) die("tokens: 1..100000");
-    enum { LAYERS = 78, CACHED = LAYERS + 1 };
+    enum { LAYERS = 78, CACHED = LAYERS };   /* a session holds the decoder layers, not the MTP head */
     unsigned char indexer[CACHED];
     int full = 0;
     for (int l = 0; l < LAYERS; l++) {   /* glm_moe_dsa.md §4.6: index_topk_freq 4, index_skip_topk_offset 3 */
@@ -24,7 +24,6 @@ int main(int argc, char **argv) {
         indexer[l] = (k > 0 ? k : 0) % 4 == 0;
         full += indexer[l];
     }
-    indexer[LAYERS] = 1;
     SessionKey key = { .config = 1, .tensors = 2, .weights = 3, .formats = 4, .idot = 1, .absorb = 1, .latent_eps = 1e-6f,
                        .mtp_zero_pos0 = 1, .expert_bits = 4, .dense_bits = 4, .layers = CACHED, .kv_lora = 512, .qk_rope = 64,
                        .index_dim = 128, .vocab = 154880, .hidden = 6144, .layer_indexer = indexer };

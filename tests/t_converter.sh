@@ -130,8 +130,26 @@ check "requant default policy" $PY $T/requant.py $T/deq $T/out_fp8 \
   model.embed_tokens.weight:8:0:int8-row lm_head.weight:8:0:int8-row \
   $L.0.self_attn.o_proj.weight:4:64:int4-grouped $L.0.mlp.down_proj.weight:4:64:int4-grouped \
   $L.1.mlp.experts.3.gate_proj.weight:4:0:int4-row $L.0.self_attn.q_b_proj.weight:4:0:int4-row \
-  $L.2.self_attn.indexer.wq_b.weight:8:0:int8-row $L.3.mlp.experts.0.down_proj.weight:8:0:int8-row \
-  $L.3.eh_proj.weight:8:0:int8-row
+  $L.2.self_attn.indexer.wq_b.weight:8:0:int8-row $L.3.mlp.experts.0.down_proj.weight:8:0:int8-row
+# the MTP layer's eh_proj stays f32 (glm.c quantizes its two column halves separately at load), and
+# --mtp-bits below 8 is raised to 8
+check "eh_proj kept f32, equal to the source" $PY - $T/deq $T/out_fp8 <<EOF
+import sys
+sys.path.insert(0, "$T")
+import numpy as np
+from requant import load_dir, to_f32
+src, dst = load_dir(sys.argv[1]), load_dir(sys.argv[2])
+n = "model.layers.3.eh_proj.weight"
+f, fmt = dst[n]
+assert fmt is None and f.info(n)["dtype"] == "F32" and n + ".qs" not in dst, (fmt, f.info(n)["dtype"])
+assert np.array_equal(to_f32(f.raw(n), "F32"), to_f32(src[n][0].raw(n), src[n][0].info(n)["dtype"]))
+EOF
+mtp_raised() {
+  local out; out=$($CONV $T/deq $T/out_m4 --mtp-bits 4 2>&1) || { echo "$out"; return 1; }
+  grep -q "mtp-bits 4 raised to 8" <<<"$out" || { echo "no note: $out"; return 1; }
+  $PY $T/requant.py $T/deq $T/out_m4 $L.3.mlp.experts.0.down_proj.weight:8:0:int8-row $L.3.self_attn.q_b_proj.weight:8:0:int8-row
+}
+check "--mtp-bits 4 is raised to 8, with a note" mtp_raised
 check "convert int2 / per-row / group 32" $CONV $T/deq $T/out_mix --dense-bits 2 --expert-bits 8 --io-bits 4 --group 32
 check "requant int2 / int4 group 32" $PY $T/requant.py $T/deq $T/out_mix \
   $L.0.self_attn.o_proj.weight:2:0:int2-row $L.1.mlp.experts.5.up_proj.weight:8:0:int8-row \

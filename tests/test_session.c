@@ -1,6 +1,6 @@
 /* Unit tests of glm.c's session files (section 8) and generator_save / generator_load (section 9)
    on the sparse oracle fixture (shared-indexer layers, an MTP layer): a saved conversation loads
-   into a fresh session bit for bit (history, every layer's rows, logits, hidden state, sampler
+   into a fresh session bit for bit (history, every decoder layer's rows, logits, hidden state, sampler
    stream) and continues exactly as the original does; a file of another model or other settings
    is refused by name; a truncated or corrupted file is refused and leaves the conversation it
    was loaded over untouched. glm.c is included with GLM_NO_MAIN. */
@@ -35,7 +35,7 @@ static Settings fixture_settings(void) {
 
 /* Rows [0, n) of every layer of two sessions are bit-identical. */
 static int same_rows(const Session *a, const Session *b, const Config *c, int n) {
-    for (int l = 0; l < c->n_layers + c->n_mtp; l++) {
+    for (int l = 0; l < c->n_layers; l++) {   /* the decoder layers: the MTP head's rows are not kept */
         if (memcmp(a->latent[l], b->latent[l], (size_t)n * c->kv_lora * sizeof(float))) return 0;
         if (memcmp(a->rope_key[l], b->rope_key[l], (size_t)n * c->qk_rope * sizeof(float))) return 0;
         if (c->layer_indexer[l] && memcmp(a->index_key[l], b->index_key[l], (size_t)n * c->index_dim * sizeof(float))) return 0;
@@ -109,12 +109,12 @@ int main(void) {
         CHECK("hash64: fed in pieces of any size == fed whole; one flipped bit changes it", ok && hash64_final(&flipped) != hash64_final(&whole));
     }
 
-    /* a conversation: the prompt, some sampled steps, the MTP layer's rows written too */
+    /* a conversation: the prompt, some sampled steps: the MTP layer's rows are written too, but are not the file's to keep */
     Generator *a = generator_create(&model, &a_s, &opt, (SamplerSettings){ 0.8f, 0.9f, 1234 });
     Generator *b = generator_create(&model, &b_s, &opt, (SamplerSettings){ 0.0f, 1.0f, 99 });
     generator_prefill(a, ref.prompt.ids, P);
     float *mtp_hidden = xmalloc((size_t)a_s.max_batch * H * sizeof(float)), *mtp_logits = xmalloc((size_t)a_s.max_batch * V * sizeof(float));
-    mtp_forward(&model, &a_s, &opt, ref.prompt.ids + 1, a->hidden, P - 1 < a_s.max_batch ? P - 1 : a_s.max_batch, 0, mtp_hidden, mtp_logits);
+    mtp_forward(&model, &a_s, &opt, ref.prompt.ids + 1, a->hidden, P - 1 < a_s.max_batch ? P - 1 : a_s.max_batch, 0, mtp_hidden, mtp_logits, 0);
     a->stop_rules = (StopRules){ NULL, 0, 6, 1 };
     generator_begin(a);
     int id;
@@ -132,11 +132,11 @@ int main(void) {
     SessionSnapshot got;
     CHECK("load it into another session (other capacity and BATCH)", generator_load(b, &key, path, &got, err, sizeof err) == 0);
     CHECK("history and pos", b->pos == pos && !memcmp(b->history, a->history, (size_t)pos * sizeof(int)));
-    CHECK("every layer's rows, the MTP layer's and the indexer keys included, bit-identical", same_rows(&a_s, &b_s, c, pos));
+    CHECK("every decoder layer's rows, the indexer keys included, bit-identical", same_rows(&a_s, &b_s, c, pos));
     CHECK("logits and the last hidden state bit-identical, fresh",
           b->logits_pos == b->pos && !memcmp(b->logits, a->logits, (size_t)V * sizeof(float)) &&
           b->last_hidden && !memcmp(b->last_hidden, a->last_hidden, (size_t)H * sizeof(float)));
-    CHECK("the sampler's seed and stream position", b->sampler.seed == 1234 && b->sampler.state == a->sampler.state);
+    CHECK("the sampler's seed and stream position", b->sampler.seed == 1234 && b->sampler.draws == a->sampler.draws);
     CHECK("the chat state comes back", got.chat_flags == (SESSION_THINK | SESSION_REPLY_CUT) && got.text_npending == 2 &&
                                        got.text_pending[0] == 0xE2 && got.text_pending[1] == 0x82);
 
@@ -204,7 +204,7 @@ int main(void) {
         Model md;
         model_load(&md, &setd, cap);
         SessionKey kd = session_key(&md, &setd, &opt);
-        CHECK("the dense oracle model: refused as another model", refused_with(b, &kd, path, "was written for another model (cached layers 5 there, 4 here)"));
+        CHECK("the dense oracle model: refused as another model", refused_with(b, &kd, path, "was written for another model (cached layers 4 there, 3 here)"));
         kd.layers = key.layers;
         kd.layer_indexer = key.layer_indexer;
         CHECK("... and with equal cache shapes, by its config", refused_with(b, &kd, path, "another model (its config differs)"));
@@ -228,7 +228,7 @@ int main(void) {
     file = read_all(path, &file_n);
     Session keep;
     session_init(&keep, &model, cap + 16, 5, 0);
-    for (int l = 0; l < c->n_layers + c->n_mtp; l++) {
+    for (int l = 0; l < c->n_layers; l++) {   /* the decoder layers: the MTP head's rows are not kept */
         memcpy(keep.latent[l], b_s.latent[l], (size_t)cap * c->kv_lora * sizeof(float));
         memcpy(keep.rope_key[l], b_s.rope_key[l], (size_t)cap * c->qk_rope * sizeof(float));
         if (c->layer_indexer[l]) memcpy(keep.index_key[l], b_s.index_key[l], (size_t)cap * c->index_dim * sizeof(float));
@@ -274,7 +274,7 @@ int main(void) {
         hash64_update(&h, bad, file_n - 8);
         put_u64(bad + file_n - 8, hash64_final(&h));
     }
-    CHECK("a NaN in the cache rows is refused, naming the layer", load_bytes(b, &key, bad, file_n, err, sizeof err) == -1 && strstr(err, "not finite") && strstr(err, "layer 4"));
+    CHECK("a NaN in the cache rows is refused, naming the layer", load_bytes(b, &key, bad, file_n, err, sizeof err) == -1 && strstr(err, "not finite") && strstr(err, "layer 3"));
     memcpy(bad, file, file_n);
     put_u32(bad + 132, 1);
     bad[136] = 'A';

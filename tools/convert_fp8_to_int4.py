@@ -8,7 +8,10 @@ Precision per tensor class (container.md section 5; every option takes 8, 4, 2 o
     --expert-bits B   routed experts of layers < num_hidden_layers          (default 4)
     --dense-bits B    attention, shared expert, dense MLP of those layers   (default 4)
     --io-bits B       model.embed_tokens.weight, lm_head.weight             (default 8)
-    --mtp-bits B      every 2-D weight of the MTP layer (index num_hidden_layers) (default 8)
+    --mtp-bits B      every 2-D weight of the MTP layer (index num_hidden_layers) (default 8; never below
+                      8: a lower value is raised to 8 with a note, since an int4 MTP head loses nearly all
+                      draft acceptance), except eh_proj, which stays f32: glm.c quantizes its two column
+                      halves separately at load (they differ 20-30x in scale on GLM-5.2)
     --indexer-bits B  self_attn.indexer.* 2-D weights                       (default 8)
     --group N         int4 group size (default 64); --per-row: int4-row instead of groups
 Always f32: 1-D tensors (norms, k_norm weight/bias, e_score_correction_bias) and the router
@@ -247,7 +250,7 @@ class Policy:
             return self.bits["io"]
         m = LAYER_RE.match(name)
         if m and int(m.group(1)) >= self.nhl:
-            return self.bits["mtp"]
+            return 16 if name.endswith(".eh_proj.weight") else max(8, self.bits["mtp"])
         if ".self_attn.indexer." in name:
             return self.bits["indexer"]
         if ".mlp.experts." in name:
@@ -578,6 +581,9 @@ def add_conversion_args(ap):
 def check_conversion_args(ap, a):
     if a.group < 1:
         ap.error("--group must be >= 1")
+    if a.mtp_bits < 8:
+        print(f"note: --mtp-bits {a.mtp_bits} raised to 8: the MTP layer drafts well only at 8 bits or more", file=sys.stderr)
+        a.mtp_bits = 8
 
 
 def parse_args(argv):
