@@ -1111,6 +1111,7 @@ static void load_eh_proj(Loader *ld, const char *name, int64_t H, int bits, QTen
     if (st_find(ld->index, qs_name)) {
         QTensor whole;
         load_matrix(ld, name, H, 2 * H, bits, &whole);
+        if (ld->dry) return;   /* the RAM plan: the halves take what the whole takes */
         const int64_t half_bytes = qt_row_bytes(whole.format, H), gpr = qt_groups_per_row(&whole);
         const int per_row = whole.format != QT_INT4_GROUP;
         if (half_bytes * 2 != whole.row_bytes || (!per_row && H % whole.group))
@@ -1130,6 +1131,10 @@ static void load_eh_proj(Loader *ld, const char *name, int64_t H, int bits, QTen
     }
     if (t->ndim != 2 || t->shape[0] != H || t->shape[1] != 2 * H)
         die("%s: tensor %s must have shape [%lld, %lld]", st_file_path(ld->index, t->file), name, (long long)H, (long long)(2 * H));
+    if (ld->dry) {   /* the RAM plan: two [H, H] matrices at `bits`, counted as load_float_rows counts them */
+        for (int k = 0; k < 2; k++) load_float_rows(ld, name, t, 0, H, H, bits, &half[k]);
+        return;
+    }
     for (int k = 0; k < 2; k++)
         if (qt_alloc(&half[k], format_for_bits(bits, ld->group), ld->group, H, H)) die("out of memory for tensor %s", name);
     const int64_t chunk_rows = (int64_t)(1 << 23) / H + 1;   /* ~64 MB of f32 at a time */
