@@ -149,6 +149,14 @@ static int predicted_draft(void *user, const int *history, int n, int k, int *ou
     return count;
 }
 
+/* CPU seconds of the whole process (all threads): on a shared machine this moves less than the
+   wall clock with other processes' load, so configs doing the same work show the same CPU. */
+static double process_cpu_seconds(void) {
+    struct timespec t;
+    clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &t);
+    return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
+}
+
 static int decode(int ngen, int nconf, char **confs) {
     Bench b;
     bench_open(&b, ngen + SPEC_MAX_DRAFT + 2);
@@ -191,10 +199,12 @@ static int decode(int ngen, int nconf, char **confs) {
             const SpecCounts c0 = spec_counts(g);
             const long long forwards0 = g->forwards;
             PassTime t0 = pass_begin(s, store);
+            const double cpu0 = process_cpu_seconds();
             int run[SPEC_MAX_DRAFT + 1];
             generator_begin(g);
             while (generator_step(g, run, SPEC_MAX_DRAFT + 1) > 0) {}
             PassTime t = pass_end(t0, s, store);
+            const double cpu = process_cpu_seconds() - cpu0;
             long long drafted = 0, accepted = 0, passes = 0;
             SpecCounts c1 = spec_counts(g);
             for (int d = 0; d < N_DRAFTERS; d++) {
@@ -206,8 +216,8 @@ static int decode(int ngen, int nconf, char **confs) {
             if (!plain && mode == SPEC_OFF) { plain = xmalloc((size_t)out.n * sizeof(int)); memcpy(plain, out.ids, (size_t)out.n * sizeof(int)); }
             if (plain && memcmp(plain, out.ids, (size_t)out.n * sizeof(int))) die("config %s: the tokens differ from SPEC=off's", conf);
             printf("DECODE config=%s phase=%s tokens=%d seconds=%.3f tok_s=%.3f drafted=%lld accepted=%lld passes=%lld forwards=%lld "
-                   "hit=%.1f mb_read=%.0f prefill=%.3f\n", conf, phase ? "warm" : "cold", out.n, t.seconds, out.n / t.seconds, drafted,
-                   accepted, passes, g->forwards - forwards0, total ? 100.0 * hits / total : 0.0, t.mb_read, prefill_seconds);
+                   "hit=%.1f mb_read=%.0f prefill=%.3f cpu=%.3f\n", conf, phase ? "warm" : "cold", out.n, t.seconds, out.n / t.seconds, drafted,
+                   accepted, passes, g->forwards - forwards0, total ? 100.0 * hits / total : 0.0, t.mb_read, prefill_seconds, cpu);
             fprintf(stderr, "specbench: %s %s: ", conf, phase ? "warm" : "cold");
             print_spec_stats(g, &c0);
             fflush(stdout);
