@@ -19,3 +19,7 @@ for v in OMP_WAIT_POLICY GOMP_SPINCOUNT; do
   if grep -q "$v" <<<"$help" && grep -q "\b$v\b" "$ROOT/README.md"; then echo "PASS --help and README document $v, which glm reads"
   else echo "FAIL $v is read by glm.c but missing from --help or README"; fi
 done
+# The README quotes ./glm --help whole (after "This is `./glm --help`:"): it must be today's.
+quoted=$(awk '/This is `\.\/glm --help`:/ { on = 1; next } on && /^```/ { if (inside) exit; inside = 1; next } inside' "$ROOT/README.md")
+if [ -n "$quoted" ] && [ "$quoted" = "$help" ]; then echo "PASS README quotes ./glm --help exactly as it prints today"
+else echo "FAIL README's copy of ./glm --help differs from what it prints:"; diff <(echo "$quoted") <(echo "$help") | head -10; fi
