@@ -4307,6 +4307,16 @@ __attribute__((unused)) static void generator_set_sampling(Generator *g, Sampler
     g->sampler.draws = 0;
 }
 
+/* A drafter's policy state as at the start (its totals stay): no pause, acceptance unknown, and its
+   next draft a probe. */
+static void drafter_restart(Speculation *sp, int d) {
+    Drafter *dr = &sp->drafter[d];
+    dr->hits = dr->misses = 0;
+    dr->resume_at = 0;
+    dr->backoff = SPEC_BACKOFF_MIN;
+    dr->probe = 1;
+}
+
 /* SPEC and DRAFT. Set it before the prefill, so that the MTP head's cache covers the prompt. */
 static void generator_set_speculation(Generator *g, SpecMode mode, int max_draft) {
     Speculation *sp = &g->spec;
@@ -4327,10 +4337,7 @@ static void generator_set_speculation(Generator *g, SpecMode mode, int max_draft
         sp->mtp_tokens = xmalloc((size_t)B * sizeof(int));
         sp->mtp_logits = xmalloc((size_t)V * sizeof(float));
     }
-    for (int d = 0; d < N_DRAFTERS; d++) {
-        sp->drafter[d].backoff = SPEC_BACKOFF_MIN;
-        sp->drafter[d].probe = 1;
-    }
+    for (int d = 0; d < N_DRAFTERS; d++) drafter_restart(sp, d);
 }
 
 static int generator_is_eos(const Generator *g, int id) {
@@ -5861,6 +5868,8 @@ typedef struct {
     size_t stop_len[API_MAX_STOP];
     int n_stop;
     int stream, include_usage;
+    char *prediction;                   /* "prediction" content joined (xmalloc'd; NULL: none) */
+    size_t prediction_len;
 } ApiRequest;
 
 typedef struct {
@@ -6030,7 +6039,48 @@ static int api_chat_fields(const Server *srv, const JsonValue *root, ApiRequest 
     return 0;
 }
 
-/* The request body → ApiRequest (r->conv must be freed by the caller, whatever the outcome). */
+/* OpenAI's predicted output: {"type": "content", "content": a string or a list of text parts}, the
+   text the answer is expected to mostly repeat (an edited file, say). Its tokens become a drafter
+   for speculative decoding (predicted_output_draft), so a prediction can make an answer faster,
+   never different. */
+static int api_prediction(const JsonValue *root, ApiRequest *r, ApiError *e) {
+    const JsonValue *p;
+    if (api_object(root, "prediction", &p, e) || !p) return e->status ? -1 : 0;
+    const char *type = json_str(json_get(p, "type"), NULL);
+    if (!type || strcmp(type, "content"))
+        return api_fail(e, 400, "prediction", NULL, "\"prediction\" must be {\"type\": \"content\", \"content\": ...}");
+    const JsonValue *content = json_get(p, "content");
+    const int parts = json_type(content) == JSON_ARRAY ? (int)json_len(content) : -1;
+    size_t total = 0, n;
+    if (parts < 0 && !json_str(content, &total))
+        return api_fail(e, 400, "prediction", NULL, "\"prediction\".content must be a string or a list of text parts");
+    for (int i = 0; i < parts; i++) {
+        const JsonValue *part = json_at(content, (size_t)i);
+        const char *part_type = json_str(json_get(part, "type"), NULL);
+        if (!part_type || strcmp(part_type, "text") || !json_str(json_get(part, "text"), &n))
+            return api_fail(e, 400, "prediction", NULL, "\"prediction\".content part %d must be {\"type\": \"text\", \"text\": ...}", i);
+        total += n;
+    }
+    r->prediction = xmalloc(total + 1);
+    if (parts < 0) memcpy(r->prediction, json_str(content, NULL), total);
+    size_t at = 0;
+    for (int i = 0; i < parts; i++) {
+        const char *text = json_str(json_get(json_at(content, (size_t)i), "text"), &n);
+        memcpy(r->prediction + at, text, n);
+        at += n;
+    }
+    r->prediction[total] = 0;
+    r->prediction_len = total;
+    return 0;
+}
+
+static void api_request_free(ApiRequest *r) {
+    chat_conv_free(&r->conv);
+    free(r->prediction);
+    r->prediction = NULL;
+}
+
+/* The request body → ApiRequest (api_request_free frees it, whatever the outcome). */
 static int api_request_parse(const Server *srv, const JsonValue *root, int chat, ApiRequest *r, ApiError *e) {
     const Settings *set = srv->set;
     r->chat = chat;
@@ -6044,7 +6094,7 @@ static int api_request_parse(const Server *srv, const JsonValue *root, int chat,
         api_int(root, "max_completion_tokens", 1, INT32_MAX, &max_completion_tokens, e) ||
         api_number(root, "temperature", 0, 100, &temperature, e) || api_number(root, "top_p", 0, 1, &top_p, e) ||
         api_int(root, "seed", INT64_MIN, INT64_MAX, &seed, e) || api_stop(root, r, e) ||
-        api_bool(root, "stream", "stream", &r->stream, e) || api_unsupported(root, chat, e))
+        api_bool(root, "stream", "stream", &r->stream, e) || api_unsupported(root, chat, e) || api_prediction(root, r, e))
         return -1;
     r->max_tokens = (int)(max_completion_tokens >= 0 ? max_completion_tokens : max_tokens);
     r->sampling.temperature = (float)temperature;
@@ -6121,16 +6171,29 @@ static void api_write_head(JsonWriter *w, const Reply *r, const char *object) {
     jw_kstr(w, "model", r->srv->model_name);
 }
 
-static void api_write_usage(JsonWriter *w, int prompt_tokens, int completion_tokens, int cached_tokens) {
+typedef struct {
+    int prompt, completion, cached;     /* cached: the prefix kept in the KV cache */
+    int predicted;                      /* a prediction was given: then its drafts' fate below */
+    long long accepted_prediction, rejected_prediction;
+} ApiUsage;
+
+static void api_write_usage(JsonWriter *w, const ApiUsage *u) {
     jw_key(w, "usage");
     jw_obj(w);
-    jw_kint(w, "prompt_tokens", prompt_tokens);
-    jw_kint(w, "completion_tokens", completion_tokens);
-    jw_kint(w, "total_tokens", prompt_tokens + completion_tokens);
+    jw_kint(w, "prompt_tokens", u->prompt);
+    jw_kint(w, "completion_tokens", u->completion);
+    jw_kint(w, "total_tokens", u->prompt + u->completion);
     jw_key(w, "prompt_tokens_details");
     jw_obj(w);
-    jw_kint(w, "cached_tokens", cached_tokens);   /* the prefix kept in the KV cache */
+    jw_kint(w, "cached_tokens", u->cached);
     jw_obj_end(w);
+    if (u->predicted) {   /* OpenAI's names: drafted tokens of the prediction kept, and not kept */
+        jw_key(w, "completion_tokens_details");
+        jw_obj(w);
+        jw_kint(w, "accepted_prediction_tokens", u->accepted_prediction);
+        jw_kint(w, "rejected_prediction_tokens", u->rejected_prediction);
+        jw_obj_end(w);
+    }
     jw_obj_end(w);
 }
 
@@ -6331,8 +6394,7 @@ static const char *reply_finish_reason(const Reply *r, StopReason stop) {
 }
 
 /* The whole answer as one JSON object (stream: false). */
-static void api_write_answer(JsonWriter *w, const Reply *r, const char *finish, int prompt_tokens, int completion_tokens,
-                             int cached_tokens) {
+static void api_write_answer(JsonWriter *w, const Reply *r, const char *finish, const ApiUsage *usage) {
     jw_obj(w);
     api_write_head(w, r, r->req->chat ? "chat.completion" : "text_completion");
     jw_key(w, "choices");
@@ -6351,7 +6413,7 @@ static void api_write_answer(JsonWriter *w, const Reply *r, const char *finish, 
     jw_kstr(w, "finish_reason", finish);
     jw_obj_end(w);
     jw_arr_end(w);
-    api_write_usage(w, prompt_tokens, completion_tokens, cached_tokens);
+    api_write_usage(w, usage);
     jw_obj_end(w);
 }
 
@@ -6493,6 +6555,38 @@ static int server_quick(const HttpRequest *req, HttpResponse *res, void *user) {
 }
 
 /* One completion after its request was read: prefill (reusing the cached prefix), generate, answer. */
+/* A request's predicted output as a drafter (Speculation's caller). The answer usually follows the
+   prediction with edits: the answer's last tokens (up to NGRAM_LONGEST of them, then fewer) are
+   looked up in the prediction from where the last match ended (else from its start), and what
+   follows there is drafted. Verification keeps what the model would have said anyway. */
+typedef struct {
+    const int *ids;
+    int n;
+    int answer_start;                   /* the history position of the answer's first token */
+    int cursor;                         /* where in ids the last match ended */
+} PredictedOutput;
+
+static int predicted_output_draft(void *user, const int *history, int n, int k, int *out) {
+    PredictedOutput *p = user;
+    const int *answer = history + p->answer_start;
+    const int len = n - p->answer_start;   /* answer tokens so far, the one just sampled included */
+    for (int m = len < NGRAM_LONGEST ? len : NGRAM_LONGEST; m >= 1; m--) {
+        const int tail = len - m;
+        for (int pass = 0; pass < 2; pass++) {
+            const int from = pass == 0 ? (p->cursor > m ? p->cursor - m : 0) : 0;
+            const int to = pass == 0 ? p->n - m : (p->cursor - m < p->n - m ? p->cursor - m : p->n - m);
+            for (int start = from; start <= to; start++) {
+                if (memcmp(p->ids + start, answer + tail, (size_t)m * sizeof(int))) continue;
+                p->cursor = start + m;
+                int count = 0;
+                while (count < k && p->cursor + count < p->n) { out[count] = p->ids[p->cursor + count]; count++; }
+                return count;
+            }
+        }
+    }
+    return 0;
+}
+
 static void server_answer(Server *srv, const HttpRequest *req, HttpResponse *res, const ApiRequest *q, const TokenList *ids,
                           int limit, double t0) {
     Generator *g = srv->gen;
@@ -6518,12 +6612,29 @@ static void server_answer(Server *srv, const HttpRequest *req, HttpResponse *res
         if (q->chat) reply_send_chunk(&r, NULL, 0, 1, NULL);
     }
     generator_begin(g);
+    TokenList predicted = { 0 };
+    PredictedOutput prediction = { 0 };
+    if (q->prediction && g->spec.mode != SPEC_OFF) {   /* text as in a message: a written tag is text */
+        tokens_push_text(&predicted, srv->codec, q->prediction, q->prediction_len);
+        prediction = (PredictedOutput){ predicted.ids, predicted.n, ids->n, 0 };
+        g->spec.caller = predicted_output_draft;
+        g->spec.caller_user = &prediction;
+        drafter_restart(&g->spec, DRAFTER_CALLER);   /* another prediction: its acceptance is unknown again */
+    }
     const SpecCounts spec_before = spec_counts(g);
     int run[64];   /* a step may return a run of ids (speculation); on_token has seen each of them */
     while (!gone && !r.stop_hit && generator_step(g, run, (int)(sizeof run / sizeof run[0])) > 0)
         gone = http_client_gone(res);
     g->on_token = NULL;
     g->interrupt = NULL;
+    g->spec.caller = NULL;
+    g->spec.caller_user = NULL;
+    free(predicted.ids);
+    const SpecCounts spec_after = spec_counts(g);
+    const ApiUsage usage = { ids->n, g->generated, reused, q->prediction != NULL,
+                             spec_after.accepted[DRAFTER_CALLER] - spec_before.accepted[DRAFTER_CALLER],
+                             (spec_after.drafted[DRAFTER_CALLER] - spec_before.drafted[DRAFTER_CALLER]) -
+                                 (spec_after.accepted[DRAFTER_CALLER] - spec_before.accepted[DRAFTER_CALLER]) };
     if (gone) {
         /* The client left, or the server is stopping: end properly in case someone still listens. */
         static const char why[] = "the generation was stopped (the client left or the server is stopping)";
@@ -6558,7 +6669,7 @@ static void server_answer(Server *srv, const HttpRequest *req, HttpResponse *res
                 jw_key(&w, "choices");
                 jw_arr(&w);
                 jw_arr_end(&w);
-                api_write_usage(&w, ids->n, g->generated, reused);
+                api_write_usage(&w, &usage);
                 jw_obj_end(&w);
                 reply_send(&r, &w);
             }
@@ -6566,10 +6677,9 @@ static void server_answer(Server *srv, const HttpRequest *req, HttpResponse *res
         } else {
             JsonWriter w;
             jw_init(&w);
-            api_write_answer(&w, &r, finish, ids->n, g->generated, reused);
+            api_write_answer(&w, &r, finish, &usage);
             server_respond_writer(res, &w);
         }
-        const SpecCounts spec_after = spec_counts(g);
         long long drafted, accepted;
         spec_totals(&spec_after, &spec_before, &drafted, &accepted);
         char spec_note[96] = "";
@@ -6637,7 +6747,7 @@ static void server_handle(const HttpRequest *req, HttpResponse *res, void *user)
         expert_store_idle(&srv->gen->model->experts);   /* the disk is free until the next request: bring in the hot experts */
     }
     free(ids.ids);
-    chat_conv_free(&q.conv);
+    api_request_free(&q);
     json_free(doc);
 }
 

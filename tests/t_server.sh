@@ -113,6 +113,29 @@ answer rawtmpl "{\"prompt\": \"[gMASK]<sop><|user|>Hello<|assistant|><think></th
 cmp -s "$T/want_hello.txt" "$T/rawtmpl.txt" && echo "PASS /v1/completions (streamed) with the template written out == the chat answer (tags are tokens)" \
   || { echo "FAIL /v1/completions with written tags"; cat "$T/rawtmpl.meta"; }
 
+# ---- OpenAI's predicted outputs: drafts from the prediction, the same answer ---------------------
+$PY - "$T/want_hello.txt" "$N" > "$T/predicted.json" <<'EOF'
+import json, sys
+want = open(sys.argv[1], "rb").read().decode()
+print(json.dumps({"messages": [{"role": "user", "content": "Hello"}], "temperature": 0, "max_tokens": int(sys.argv[2]),
+                  "chat_template_kwargs": {"enable_thinking": False},
+                  "prediction": {"type": "content", "content": [{"type": "text", "text": want[:len(want) // 2]}, {"type": "text", "text": want[len(want) // 2:]}]}}))
+EOF
+check_py answer "$T/predicted.json" "$T/predicted.txt" > "$T/predicted.meta"
+acc=$(meta predicted 'd["usage"]["completion_tokens_details"]["accepted_prediction_tokens"]')
+if cmp -s "$T/want_hello.txt" "$T/predicted.txt" && [ "${acc:-0}" -gt 0 ]; then
+  echo "PASS prediction (the answer itself as text parts): the same answer, $acc predicted tokens accepted (usage.completion_tokens_details)"
+else echo "FAIL prediction: accepted '${acc}'"; cat "$T/predicted.meta" | head -c 400; fi
+$PY - "$N" > "$T/mispredicted.json" <<'EOF'
+import json, sys
+print(json.dumps({"messages": [{"role": "user", "content": "Hello"}], "temperature": 0, "max_tokens": int(sys.argv[1]),
+                  "chat_template_kwargs": {"enable_thinking": False},
+                  "prediction": {"type": "content", "content": "something else entirely, nothing like the answer " * 20}}))
+EOF
+check_py answer "$T/mispredicted.json" "$T/mispredicted.txt" > "$T/mispredicted.meta"
+cmp -s "$T/want_hello.txt" "$T/mispredicted.txt" && echo "PASS a wrong prediction does not change the answer" \
+  || { echo "FAIL a wrong prediction changed the answer"; cat "$T/mispredicted.meta" | head -c 300; }
+
 # ---- the official openai npm client --------------------------------------------------------------
 cat > "$T/tool.json" <<'EOF'
 {"messages": [{"role": "user", "content": "Weather in Paris?"},

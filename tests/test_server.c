@@ -61,7 +61,7 @@ static void refused(const char *name, const char *body, int chat, const char *pa
     snprintf(detail, sizeof detail, "rc %d status %d param %s message '%s'", rc, e.status, e.param ? e.param : "null", e.message);
     check(name, rc == -1 && e.status == 400 && ((!param && !e.param) || (param && e.param && !strcmp(param, e.param))) &&
           strstr(e.message, words), detail);
-    chat_conv_free(&q.conv);
+    api_request_free(&q);
     json_free(doc);
 }
 
@@ -77,7 +77,7 @@ static void test_fields(void) {
     check("defaults: settings' sampling, thinking, no limit, not streamed",
           rc == 0 && q.sampling.temperature == 0.7f && q.sampling.top_p == 0.9f && !q.seed_given && q.max_tokens == -1 &&
           q.render.thinking == 1 && !q.stream && !q.n_stop && q.conv.n_msgs == 1, e.message);
-    chat_conv_free(&q.conv);
+    api_request_free(&q);
     json_free(doc);
 
     snprintf(body, sizeof body, "{%s, \"model\": \"x\", \"max_tokens\": 5, \"max_completion_tokens\": 7, \"temperature\": 0, "
@@ -90,31 +90,31 @@ static void test_fields(void) {
           rc == 0 && q.max_tokens == 7 && q.sampling.temperature == 0 && q.sampling.top_p == 1 && q.seed_given &&
           q.sampling.seed == (uint64_t)-3 && q.n_stop == 2 && q.stop_len[1] == 2 && !memcmp(q.stop[1], "bc", 2) && q.stream &&
           q.include_usage && q.render.thinking == 0 && !strcmp(q.render.reasoning_effort, "high"), e.message);
-    chat_conv_free(&q.conv);
+    api_request_free(&q);
     json_free(doc);
 
     snprintf(body, sizeof body, "{%s, \"thinking\": {\"type\": \"disabled\"}}", msg);
     rc = parse(body, 1, &q, &e, &doc);
     check("thinking {type: disabled} (Z.ai's form) turns thinking off", rc == 0 && q.render.thinking == 0, e.message);
-    chat_conv_free(&q.conv);
+    api_request_free(&q);
     json_free(doc);
     snprintf(body, sizeof body, "{%s, \"thinking\": {\"type\": \"disabled\"}, \"chat_template_kwargs\": {\"thinking\": true, "
              "\"clear_thinking\": false, \"reasoning_effort\": \"max\"}}", msg);
     rc = parse(body, 1, &q, &e, &doc);
     check("chat_template_kwargs.thinking (vLLM's GLM form) wins over top-level thinking; clear_thinking=false keeps reasoning",
           rc == 0 && q.render.thinking == 1 && q.render.keep_reasoning == 1 && !strcmp(q.render.reasoning_effort, "max"), e.message);
-    chat_conv_free(&q.conv);
+    api_request_free(&q);
     json_free(doc);
 
     snprintf(body, sizeof body, "{%s, \"stop\": \"END\"}", msg);
     rc = parse(body, 1, &q, &e, &doc);
     check("stop as one string", rc == 0 && q.n_stop == 1 && q.stop_len[0] == 3, e.message);
-    chat_conv_free(&q.conv);
+    api_request_free(&q);
     json_free(doc);
 
     rc = parse("{\"prompt\": [\"abc\"], \"max_tokens\": 3}", 0, &q, &e, &doc);
     check("completions: prompt as a string or a list of one", rc == 0 && q.prompt_len == 3 && !q.chat && q.max_tokens == 3, e.message);
-    chat_conv_free(&q.conv);
+    api_request_free(&q);
     json_free(doc);
 
     struct { const char *name, *body; int chat; const char *param, *words; } bad[] = {
@@ -176,12 +176,12 @@ static void test_fields(void) {
     snprintf(body, sizeof body, "{%s, %s}", msg, tools);
     rc = parse(body, 1, &q, &e, &doc);
     check("tools are read", rc == 0 && q.conv.n_tools == 1, e.message);
-    chat_conv_free(&q.conv);
+    api_request_free(&q);
     json_free(doc);
     snprintf(body, sizeof body, "{%s, %s, \"tool_choice\": \"none\"}", msg, tools);
     rc = parse(body, 1, &q, &e, &doc);
     check("tool_choice none leaves the tools out", rc == 0 && q.conv.n_tools == 0, e.message);
-    chat_conv_free(&q.conv);
+    api_request_free(&q);
     json_free(doc);
 }
 
@@ -203,7 +203,7 @@ static void test_context(void) {
     const int n = ids.n;
     free(ids.ids);
     ids = (TokenList){ 0 };
-    chat_conv_free(&q.conv);
+    api_request_free(&q);
     json_free(doc);
 
     char body[256], want[300];
@@ -214,7 +214,7 @@ static void test_context(void) {
     check("max_tokens that exactly fills the context is accepted", rc == 0 && limit == srv.capacity - n, e.message);
     free(ids.ids);
     ids = (TokenList){ 0 };
-    chat_conv_free(&q.conv);
+    api_request_free(&q);
     json_free(doc);
     snprintf(body, sizeof body, "{\"messages\": [{\"role\": \"user\", \"content\": \"Hi\"}], \"chat_template_kwargs\": {\"enable_thinking\": false}, "
              "\"max_tokens\": %d}", srv.capacity - n + 1);
@@ -227,7 +227,7 @@ static void test_context(void) {
           strstr(e.message, want), e.message);
     free(ids.ids);
     ids = (TokenList){ 0 };
-    chat_conv_free(&q.conv);
+    api_request_free(&q);
     json_free(doc);
 
     char big[400];
@@ -241,7 +241,7 @@ static void test_context(void) {
           strstr(e.message, "leaving no room for an answer"), e.message);
     free(ids.ids);
     ids = (TokenList){ 0 };
-    chat_conv_free(&q.conv);
+    api_request_free(&q);
     json_free(doc);
 
     settings.ngen = 5;
@@ -251,7 +251,7 @@ static void test_context(void) {
           rc == 0 && ids.n >= 2 && ids.ids[0] == tok_id(codec.tok, "<|user|>") && limit == 5, e.message);
     settings.ngen = -1;
     free(ids.ids);
-    chat_conv_free(&q.conv);
+    api_request_free(&q);
     json_free(doc);
 }
 
@@ -357,7 +357,7 @@ static void test_tool_answer(void) {
     feed(&r, TOOL_TEXT, 0, &rng);
     JsonWriter w;
     jw_init(&w);
-    api_write_answer(&w, &r, reply_finish_reason(&r, STOP_EOS), 30, 40, 12);
+    api_write_answer(&w, &r, reply_finish_reason(&r, STOP_EOS), &(ApiUsage){ 30, 40, 12, 0, 0, 0 });
     size_t n;
     const char *t = jw_text(&w, &n);
     char err[200];
@@ -405,7 +405,7 @@ static void test_tool_answer(void) {
     check("a tool call cut off by max_tokens comes out as content", !r.out.n_calls && r.out.content &&
           !strcmp(r.out.content, "b<tool_call>get_time<arg_key>wh"), r.out.content);
     reply_free(&r);
-    chat_conv_free(&q.conv);
+    api_request_free(&q);
     json_free(doc);
 }
 
@@ -510,12 +510,77 @@ static void test_tool_stream(void) {
     reply_free(&r);
     close(sv[0]);
     close(sv[1]);
-    chat_conv_free(&q.conv);
+    api_request_free(&q);
     json_free(doc);
+}
+
+/* OpenAI's "prediction": parsed (a string or text parts, joined), refused by name when malformed,
+   and its drafter follows the answer through the prediction, edits included. */
+static void test_prediction(void) {
+    ApiRequest q;
+    ApiError e;
+    JsonDoc *doc;
+    int rc = parse("{\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"prediction\":{\"type\":\"content\",\"content\":\"a\\u0000b\"}}", 1, &q, &e, &doc);
+    check("prediction: a string content is kept whole (an escaped NUL included)",
+          rc == 0 && q.prediction && q.prediction_len == 3 && !memcmp(q.prediction, "a\0b", 3), e.message);
+    api_request_free(&q);
+    json_free(doc);
+    rc = parse("{\"prompt\":\"x\",\"prediction\":{\"type\":\"content\",\"content\":[{\"type\":\"text\",\"text\":\"ab\"},{\"type\":\"text\",\"text\":\"cd\"}]}}", 0, &q, &e, &doc);
+    check("prediction: text parts are joined", rc == 0 && q.prediction && q.prediction_len == 4 && !strcmp(q.prediction, "abcd"), e.message);
+    api_request_free(&q);
+    json_free(doc);
+    rc = parse("{\"prompt\":\"x\",\"prediction\":null}", 0, &q, &e, &doc);
+    check("prediction: null means none", rc == 0 && !q.prediction, e.message);
+    api_request_free(&q);
+    json_free(doc);
+    refused("prediction: not an object", "{\"prompt\":\"x\",\"prediction\":\"text\"}", 0, "prediction", "must be an object");
+    refused("prediction: another type", "{\"prompt\":\"x\",\"prediction\":{\"type\":\"text\",\"content\":\"a\"}}", 0, "prediction", "\"type\": \"content\"");
+    refused("prediction: content of another kind", "{\"prompt\":\"x\",\"prediction\":{\"type\":\"content\",\"content\":5}}", 0, "prediction", "string or a list of text parts");
+    refused("prediction: a part that is not text", "{\"prompt\":\"x\",\"prediction\":{\"type\":\"content\",\"content\":[{\"type\":\"image_url\"}]}}", 0, "prediction", "part 0");
+
+    /* the drafter: prompt 1 2 3, prediction 10 11 12 13 14 10 11 15 */
+    const int predicted[] = { 10, 11, 12, 13, 14, 10, 11, 15 };
+    PredictedOutput p = { predicted, 8, 3, 0 };
+    int history[32] = { 1, 2, 3 }, out[8], n;
+    history[3] = 10;
+    n = predicted_output_draft(&p, history, 4, 3, out);
+    check("prediction drafter: the answer's first token found, the next three drafted", n == 3 && out[0] == 11 && out[1] == 12 && out[2] == 13, "");
+    const int edited[] = { 11, 12, 99 };
+    memcpy(history + 4, edited, sizeof edited);
+    n = predicted_output_draft(&p, history, 7, 3, out);
+    check("prediction drafter: after a token the prediction lacks, no draft", n == 0, "");
+    history[7] = 14;
+    n = predicted_output_draft(&p, history, 8, 3, out);
+    check("prediction drafter: back on the prediction after an edit (14 → 10 11 15)", n == 3 && out[0] == 10 && out[1] == 11 && out[2] == 15, "");
+    history[8] = 10;
+    n = predicted_output_draft(&p, history, 9, 4, out);
+    check("prediction drafter: a repeated token is looked up from where the last match ended, drafts stop at the end",
+          n == 2 && out[0] == 11 && out[1] == 15, "");
+    history[9] = 77;
+    n = predicted_output_draft(&p, history, 10, 2, out);
+    check("prediction drafter: nothing to draft past an unknown token", n == 0, "");
+
+    /* usage: the prediction's drafts kept and not kept, under OpenAI's names */
+    JsonWriter w;
+    jw_init(&w);
+    jw_obj(&w);
+    api_write_usage(&w, &(ApiUsage){ 5, 9, 0, 1, 6, 2 });
+    jw_obj_end(&w);
+    size_t len;
+    const char *t = jw_text(&w, &len);
+    JsonDoc *u = t ? json_parse(t, len, NULL, 0) : NULL;
+    const JsonValue *details = json_get(json_get(json_root(u), "usage"), "completion_tokens_details");
+    int64_t acc = -1, rej = -1;
+    check("prediction: usage.completion_tokens_details has accepted_prediction_tokens and rejected_prediction_tokens",
+          json_is_int(json_get(details, "accepted_prediction_tokens"), &acc) && acc == 6 &&
+          json_is_int(json_get(details, "rejected_prediction_tokens"), &rej) && rej == 2, t);
+    json_free(u);
+    jw_free(&w);
 }
 
 int main(void) {
     server_setup();
+    test_prediction();
     test_fields();
     test_context();
     test_stop_strings();

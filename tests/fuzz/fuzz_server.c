@@ -81,7 +81,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
         }
     }
     if (!accepted) {   /* an answer's pipeline anyway, with stop strings of its own */
-        chat_conv_free(&q.conv);
+        api_request_free(&q);
         memset(&q, 0, sizeof q);
         chat_conv_init(&q.conv);
         q.chat = chat;
@@ -105,7 +105,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     if (!nested && (whole.stop_hit != split.stop_hit || !fz_same(&whole.out, &split.out))) abort();
     JsonWriter w;
     jw_init(&w);
-    api_write_answer(&w, &whole, reply_finish_reason(&whole, STOP_EOS), ids.n, 1, 0);
+    api_write_answer(&w, &whole, reply_finish_reason(&whole, STOP_EOS), &(ApiUsage){ ids.n, 1, 0, 0, 0, 0 });
     size_t n;
     const char *t = jw_text(&w, &n);
     JsonDoc *answer = t ? json_parse(t, n, NULL, 0) : NULL;
@@ -115,7 +115,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     reply_free(&whole);
     reply_free(&split);
     free(ids.ids);
-    chat_conv_free(&q.conv);
+    api_request_free(&q);
     json_free(doc);
     return 0;
 }
