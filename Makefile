@@ -76,14 +76,14 @@ asan:
 	  if ls $(ASAN_LOGS)/* >/dev/null 2>&1; then echo "FAIL sanitizer reports ($(ASAN_LOGS)):"; head -40 $(ASAN_LOGS)/*; exit 1; fi; \
 	  rm -rf $(ASAN_LOGS); exit $$rc
 
-bench: bench/kbench bench/session_bench bench/specbench
+bench: bench/kbench bench/session_bench bench/specbench bench/attnbench
 bench/kbench: bench/kbench.c quant.h
 	$(CC) $(CFLAGS) -I. -o $@ $< $(LDLIBS)
-bench/session_bench bench/specbench: bench/%: bench/%.c glm.c $(HEADERS)
+bench/session_bench bench/specbench bench/attnbench: bench/%: bench/%.c glm.c $(HEADERS)
 	$(CC) $(CFLAGS) -I. -o $@ $< $(LDLIBS)
 
 clean-bins:
-	rm -f glm $(TEST_BINS) $(TOOL_BINS) $(FUZZ_REPLAYS) bench/kbench bench/session_bench bench/specbench
+	rm -f glm $(TEST_BINS) $(TOOL_BINS) $(FUZZ_REPLAYS) bench/kbench bench/session_bench bench/specbench bench/attnbench
 
 clean: clean-bins
 	rm -rf tests/bin

@@ -1585,6 +1585,12 @@ static void attention_absorbed_rows(AttentionCall *ac, int r0, int nr, int pos0,
     }
 }
 
+/* The absorbed attention of the call's S rows (queries in s->q, keys in the cache): s->attn. */
+static void attention_core(AttentionCall *ac, int S, int pos0, float scale) {
+    for (int r0 = 0; r0 < S; r0 += ATT_ROWS)
+        attention_absorbed_rows(ac, r0, S - r0 < ATT_ROWS ? S - r0 : ATT_ROWS, pos0, scale);
+}
+
 /* MLA over S new positions (rows of xn) starting at pos0; writes [S][hidden] into out. */
 static void attention(AttentionCall *ac, const float *xn, int S, int pos0, float *out) {
     const Config *c = ac->c;
@@ -1623,8 +1629,7 @@ static void attention(AttentionCall *ac, const float *xn, int S, int pos0, float
 
     const float scale = 1.0f / sqrtf((float)dqk);
     if (ac->opt->absorb) {
-        for (int r0 = 0; r0 < S; r0 += ATT_ROWS)
-            attention_absorbed_rows(ac, r0, S - r0 < ATT_ROWS ? S - r0 : ATT_ROWS, pos0, scale);
+        attention_core(ac, S, pos0, scale);
         matmul(out, &L->o, s->attn, S);
         return;
     }
