@@ -14,12 +14,12 @@
      5. Attention    RMSNorm, RoPE, MLA (absorbed decode / explicit prefill), the DSA indexer
      6. Experts      where a routed expert's weights come from (ExpertStore)
      7. MoE          router, batch union of chosen experts, SwiGLU, shared expert
-     8. Model        loading and the forward pass over S positions, the MTP head
+     8. Model        the RAM plan, loading and the forward pass over S positions, the MTP head
      9. Generation   sampling, the Generator (the one decode loop every mode drives; speculative
                     decoding: MTP and n-gram drafts, batched verification), oracle validation
     10. Text         tokenizer glue, chat template, prompt mode, terminal chat
     11. Server       the OpenAI API over HTTP (http.h): endpoints → the Generator
-    12. main         settings → mode → effective configuration → stats
+    12. main         settings → mode → effective configuration → stats; PLAN and DOCTOR
 
    Build: `make` (see Makefile). Run: `./glm --help`. */
 
@@ -40,6 +40,9 @@
 #include <sys/mman.h>
 #include <sys/resource.h>
 #include <sys/stat.h>
+#include <sys/statvfs.h>
+#include <sys/wait.h>
+#include <sched.h>
 #include <time.h>
 #include <unistd.h>
 #ifdef _OPENMP
@@ -244,6 +247,22 @@ static double peak_rss_gb(void) {
     return ru.ru_maxrss / 1048576.0; /* ru_maxrss is in KiB on Linux */
 }
 
+/* A "Key:  N kB" line of a /proc file, in bytes (0 if unknown). */
+static double proc_kb_field(const char *path, const char *key) {
+    FILE *f = fopen(path, "r");
+    if (!f) return 0;
+    char line[256];
+    size_t klen = strlen(key);
+    double kb = 0;
+    while (fgets(line, sizeof line, f))
+        if (!strncmp(line, key, klen) && line[klen] == ':' && sscanf(line + klen + 1, "%lf", &kb) == 1) break;
+    fclose(f);
+    return kb * 1024.0;
+}
+
+static double mem_available_bytes(void) { return proc_kb_field("/proc/meminfo", "MemAvailable"); }
+static double current_rss_bytes(void) { return proc_kb_field("/proc/self/status", "VmRSS"); }
+
 /* =============================================================================================
    1. Settings
    Every knob is an environment variable (plus three optional positional arguments). One table
@@ -285,6 +304,9 @@ static const SettingSpec SETTINGS[] = {
     { "PROFILE",  SET_BOOL,  "0",    0, 1, "print where the time went (attention, experts, disk wait, lm_head)" },
     { "CACHE_POLICY", SET_STR, "lfu", 0, 0, "which cached expert a miss evicts: lfu (the one the router chose least often, recent use breaks ties) or lru" },
     { "KERNEL",   SET_STR,   "auto", 0, 0, "integer kernels: auto (best this CPU has), vnni (AVX-512 VNNI), avxvnni (AVX-VNNI), avx2 or scalar (all give identical results)" },
+    { "USAGE",    SET_STR,   "",     0, 0, "routing history that seeds the expert cache and is updated every 256 tokens and at exit: a file, off, or empty for $XDG_CACHE_HOME/glm (else ~/.cache/glm)/usage-<model fingerprint>.bin" },
+    { "PLAN",     SET_STR,   "0",    0, 0, "1: print the RAM plan (same accounting as a run), disk needed and projected speeds from config.json and the safetensors headers alone (a folder of files cut after their headers will do), then exit; json: the same as JSON" },
+    { "DOCTOR",   SET_BOOL,  "0",    0, 1, "check this machine for SNAP (kernels, cores, RAM, huge pages, O_DIRECT, a short disk read probe, free disk), one line per finding; exit 0 ready, 1 warnings, 2 cannot run" },
     { "SPEC",     SET_STR,   "auto", 0, 0, "speculative decoding, never changes the output: auto (MTP head and n-gram drafts where they pay, measured as it runs), mtp, ngram (prompt lookup) or off" },
     { "DRAFT",    SET_INT,   "4",    1, 16, "most tokens drafted per verify pass (SPEC=auto may draft fewer)" },
     /* text modes (section 10): need tokenizer.json in SNAP */
@@ -317,7 +339,7 @@ typedef enum { SPEC_OFF, SPEC_MTP, SPEC_NGRAM, SPEC_AUTO } SpecMode;
 static const char *const SPEC_MODE_NAMES[] = { "off", "mtp", "ngram", "auto" };
 
 /* What one run does. VALIDATE compares with an oracle reference (REF): TF=1, greedy, REPLAY=1. */
-typedef enum { MODE_VALIDATE, MODE_TOKENIZE, MODE_TEMPLATE, MODE_PROMPT, MODE_CHAT, MODE_SERVE } RunMode;
+typedef enum { MODE_VALIDATE, MODE_TOKENIZE, MODE_TEMPLATE, MODE_PROMPT, MODE_CHAT, MODE_SERVE, MODE_PLAN, MODE_DOCTOR } RunMode;
 
 typedef struct {
     const char *model_dir, *ref_path, *indexer_mode;
@@ -332,6 +354,9 @@ typedef struct {
     SpecMode spec_mode;      /* SPEC */
     int draft;               /* DRAFT */
     const char *stats_path;
+    const char *usage;       /* USAGE: a file, "off", or "" for the default file under cache_dir */
+    const char *cache_dir;   /* $XDG_CACHE_HOME, else $HOME/.cache; "" when neither is set */
+    int plan_json;           /* PLAN=json */
     /* text modes */
     RunMode mode;
     const char *prompt, *system_prompt, *messages_path, *tokenize_path;
@@ -443,7 +468,9 @@ static void print_help(void) {
            "  SESSION=file          with PROMPT or CHAT: continue the conversation the file holds; saved after every answer\n"
            "  TOKENIZE=file ./glm   token ids of each JSON-string line of file (only tokenizer.json is read)\n"
            "  REF=file ./glm        validation against an oracle reference: greedy, TF=1 [MTP=1] or REPLAY=1\n"
-           "  SERVE=8080 ./glm      OpenAI-compatible HTTP API on 127.0.0.1:8080 (base URL http://127.0.0.1:8080/v1)\n\n"
+           "  SERVE=8080 ./glm      OpenAI-compatible HTTP API on 127.0.0.1:8080 (base URL http://127.0.0.1:8080/v1)\n"
+           "  PLAN=1 ./glm          RAM plan, disk and projected speed from the headers alone (PLAN=json for scripts)\n"
+           "  DOCTOR=1 ./glm        is this machine ready for SNAP? one line per finding, exit 0/1/2\n\n"
            "  cache_slots   routed-expert cache slots per layer (default: as many as RAM_GB allows)\n"
            "  expert_bits   load-time precision of routed experts: 16 (f32), 8, 4 or 2 (default 4)\n"
            "  dense_bits    load-time precision of every other matrix (default 4)\n"
@@ -540,6 +567,16 @@ static Settings settings_from_env(int argc, char **argv) {
     s.spec_mode = (SpecMode)spec_mode;
     s.draft = (int)setting_number("DRAFT");
     s.stats_path = setting_value("STATS");
+    s.usage = setting_value("USAGE");
+    static char cache_dir[4096];
+    const char *xdg = getenv("XDG_CACHE_HOME"), *home = getenv("HOME");
+    if (xdg && xdg[0] == '/') snprintf(cache_dir, sizeof cache_dir, "%s", xdg);   /* the spec: relative paths are ignored */
+    else if (home && home[0]) snprintf(cache_dir, sizeof cache_dir, "%s/.cache", home);
+    s.cache_dir = cache_dir;
+    const char *plan = setting_value("PLAN");
+    if (strcmp(plan, "0") && strcmp(plan, "1") && strcmp(plan, "json")) die("PLAN=%s: expected 1, json or 0", plan);
+    s.plan_json = !strcmp(plan, "json");
+    const int doctor = (int)setting_number("DOCTOR");
     s.prompt_given = getenv("PROMPT") != NULL;
     s.prompt = setting_value("PROMPT");
     s.system_prompt = setting_value("SYSTEM");
@@ -562,7 +599,11 @@ static Settings settings_from_env(int argc, char **argv) {
     s.model_name = setting_value("MODEL_NAME");
     if (s.replay && s.teacher_forcing) die("REPLAY=1 and TF=1 are different modes: set one");
     if (s.group && s.group < 2) die("GROUP=%d: a group needs at least 2 inputs", s.group);
+    /* PLAN and DOCTOR describe a run instead of doing one: the other modes' settings are theirs to read */
+    if (doctor && strcmp(plan, "0")) die("PLAN and DOCTOR are different modes: set one");
+    if (doctor) { s.mode = MODE_DOCTOR; return s; }
     if (!s.model_dir[0]) die("SNAP is not set: point it at a model directory (see --help)");
+    if (strcmp(plan, "0")) { s.mode = MODE_PLAN; return s; }
     if (s.mtp && !s.teacher_forcing) die("MTP=1 needs TF=1 (the MTP head is validated in teacher forcing)");
 
     /* Which mode: the settings that name one must not contradict each other. */
@@ -914,6 +955,7 @@ typedef struct {
     int nfiles;
     size_t bytes_loaded;       /* read from disk */
     double resident_bytes;     /* kept in RAM */
+    int dry;                   /* check headers and count resident_bytes only: no allocation, no read (RAM plan) */
 } Loader;
 
 static QtFormat format_for_bits(int bits, int group) {
@@ -993,11 +1035,12 @@ static void load_prequantized(Loader *ld, const char *name, const StTensor *data
     QtFormat f;
     int64_t group;
     prequantized_format(ld, name, data, qs, rows, cols, &f, &group);
+    ld->resident_bytes += (double)data->nbytes + (double)qs->nbytes;
+    if (ld->dry) return;
     if (qt_alloc(out, f, group, rows, cols)) die("out of memory for tensor %s", name);
     char err[512];
     if (st_read_raw(ld->index, data, out->data, err, sizeof err)) die("%s", err);
     if (st_read_raw(ld->index, qs, out->scales, err, sizeof err)) die("%s", err);
-    ld->resident_bytes += (double)data->nbytes + (double)qs->nbytes;
     int64_t bad = first_bad_scale(out->scales, st_numel(qs));
     if (bad >= 0)
         die("%s: tensor %s.qs: scale %lld is %g (must be finite and >= 0)", st_file_path(ld->index, qs->file), name,
@@ -1008,7 +1051,11 @@ static void load_prequantized(Loader *ld, const char *name, const StTensor *data
 /* Loads rows [row0, row0+rows) of float tensor `t` (viewed as [*, cols]) and quantizes them. */
 static void load_float_rows(Loader *ld, const char *name, const StTensor *t, int64_t row0, int64_t rows,
                             int64_t cols, int bits, QTensor *out) {
-    if (qt_alloc(out, format_for_bits(bits, ld->group), ld->group, rows, cols)) die("out of memory for tensor %s", name);
+    const QtFormat f = format_for_bits(bits, ld->group);
+    const int64_t groups = f == QT_F32 ? 0 : f == QT_INT4_GROUP ? (cols + ld->group - 1) / ld->group : 1;   /* scales per row */
+    ld->resident_bytes += (double)(rows * qt_row_bytes(f, cols)) + (double)(rows * groups) * sizeof(float);
+    if (ld->dry) return;
+    if (qt_alloc(out, f, ld->group, rows, cols)) die("out of memory for tensor %s", name);
     const int64_t chunk_rows = (int64_t)(1 << 24) / cols + 1;   /* ~64 MB of f32 at a time */
     float *buf = xmalloc((size_t)((chunk_rows < rows ? chunk_rows : rows) * cols) * sizeof(float));
     char err[512];
@@ -1021,7 +1068,6 @@ static void load_float_rows(Loader *ld, const char *name, const StTensor *t, int
     }
     free(buf);
     ld->bytes_loaded += (size_t)(rows * cols) * st_dtype_size(t->dtype);
-    ld->resident_bytes += (double)(rows * out->row_bytes) + (out->scales ? (double)(rows * qt_groups_per_row(out)) * 4 : 0);
 }
 
 /* A 2-D weight [rows, cols] by name: pre-quantized if NAME.qs exists, else float → `bits`. */
@@ -1114,13 +1160,14 @@ static float *load_vector(Loader *ld, const char *name, int64_t n) {
         die("%s: tensor %s has %lld elements in %d dims, expected a vector of %lld",
             st_file_path(ld->index, t->file), name, (long long)st_numel(t), t->ndim, (long long)n);
     if (t->dtype == ST_U8 || t->dtype == ST_I8) die("%s: tensor %s must be float", st_file_path(ld->index, t->file), name);
+    ld->resident_bytes += (double)n * sizeof(float);
+    if (ld->dry) return NULL;
     float *v = xmalloc((size_t)n * sizeof(float));
     char err[512];
     if (st_read_f32(ld->index, t, v, err, sizeof err)) die("%s", err);
     int64_t bad = first_nonfinite(v, n);
     if (bad >= 0) die("%s: tensor %s: element %lld is not finite", st_file_path(ld->index, t->file), name, (long long)bad);
     ld->bytes_loaded += t->nbytes;
-    ld->resident_bytes += (double)n * sizeof(float);
     return v;
 }
 
@@ -1250,6 +1297,7 @@ typedef struct {
     float *chosen_w;
     int nthreads;
     double bytes;            /* what session_init allocated */
+    int size_only;           /* session_init counts bytes and allocates nothing (the RAM plan) */
     int progress;            /* show prefill progress on stderr (a terminal) */
     struct { double attention, indexer, dense_mlp, moe, lm_head; long long forwards, positions; } profile;   /* seconds */
 } Session;
@@ -1680,13 +1728,18 @@ static void attention(AttentionCall *ac, const float *xn, int S, int pos0, float
 
 /* =============================================================================================
    6. Experts: streamed from disk through a per-layer cache (LFU by default, CACHE_POLICY)
-   Routed experts are never loaded at start. Each MoE layer owns `slots` expert slots, allocated
-   and faulted in once. A miss reads the expert with ONE read into its slot's slab (container.md
-   §4 keeps the three weight payloads and then their scales adjacent; other layouts take up to
-   six reads); the QTensors are views into the slab, no copy. Which expert a miss evicts is
-   tier.h's decision. A background I/O thread loads the misses
-   of a layer in ascending expert order while the compute threads work through the experts that
-   are already in RAM, so disk and CPU overlap. Float experts (unconverted checkpoints) are read
+   Routed experts are never loaded at start. Each MoE layer owns `slots` expert slots in one
+   huge-page-backed arena. Nothing waits for empty slots: a helper thread at idle priority faults
+   the arena in while a CPU is free, and until it is done the cache grows into faulted-in slots
+   (expert_pick_slot). A usage history (USAGE) seeds the LFU counts with what earlier runs routed,
+   and the I/O thread reads the historically hottest experts into the slots while the engine is
+   idle (as the dense weights load, between chat turns), never ahead of a demanded read (history
+   prefetch: lower priority, cancelled or promoted by a demand for its slot). A miss reads the
+   expert with ONE read into its slot's slab (container.md §4 keeps the three weight payloads and
+   then their scales adjacent; other layouts take up to six reads); the QTensors are views into
+   the slab, no copy. Which expert a miss evicts is tier.h's decision. A background I/O thread
+   loads the misses of a layer in ascending expert order while the compute threads work through
+   the experts that are already in RAM, so disk and CPU overlap. Float experts (unconverted checkpoints) are read
    and quantized into the slot on each miss — correct, but slow: convert big models first.
 
    I/O modes: O_DIRECT into 2 MiB huge-page-backed slabs, bypassing the page cache (the default
@@ -1722,16 +1775,21 @@ typedef struct {
     FfnWeights w;                 /* views into slab / scale_buf / the mapping */
     int expert;                   /* expert held (-1 none) */
     int ready;                    /* its bytes are in RAM (set by the I/O thread, under lock) */
+    int loading;                  /* the I/O thread is reading into it now (under lock) */
+    int prefetch_rank;            /* >= 0: a history prefetch of `expert` waits (lower rank first); -1 none (under lock) */
+    int prefetched;               /* loaded by a history prefetch and not used yet (statistics) */
+    int faulted;                  /* its memory has been written by a load (under lock): not fresh */
     int failed;                   /* a load error is pending report */
     long long loaded_in_step;     /* the MoE step that queued its load (a miss, not a hit) */
     char error[512];
 } ExpertSlot;
 
 typedef struct {
-    TierLru lru;
+    TierCache cache;
     ExpertSlot *slots;
     unsigned char *busy;          /* slot in use by the current MoE step or queued for loading */
     unsigned char *avoid;         /* scratch of expert_prefetch */
+    unsigned char *scratch;       /* scratch of expert_pick_slot */
 } LayerCache;
 
 typedef struct { int layer, slot; } LoadJob;
@@ -1753,17 +1811,33 @@ typedef struct {
     int n_files;                  /* of the index: the length of direct_fds, maps, map_len */
     int *direct_fds;              /* per file, O_DIRECT (NULL unless DIRECT) */
     uint8_t **maps; uint64_t *map_len;   /* per file (NULL unless MMAP) */
-    uint8_t *arena;               /* the slots' slabs: one mapping of arena_bytes */
-    size_t arena_bytes;
+    uint8_t *arena_map;           /* the mapping the arena lies in (for munmap) */
+    size_t arena_map_bytes;
     float *staging;               /* float sources: one tensor in f32 */
-    /* the I/O thread */
+    /* the I/O thread: demanded loads (queue) first, history prefetches (slots with a prefetch_rank) when idle */
     pthread_t io_thread;
     int io_started, io_stop;
     pthread_mutex_t lock;
     pthread_cond_t work, done;
     LoadJob *queue; int queue_head, queue_tail, queue_cap;
+    int prefetch_pending;         /* slots with a prefetch_rank >= 0 (under lock) */
+    int prefetch_open;            /* history prefetches may run: the engine is idle (under lock) */
+    int io_yield;                 /* I/O thread only: the read in progress is a prefetch; serve demands between chunks */
+    double io_nested_seconds;     /* I/O thread only: time spent on demands served inside a prefetch */
+    /* the slot arena (2 MiB-aligned inside arena_map), faulted in by an idle-priority helper */
+    uint8_t *arena; size_t arena_bytes, slab_stride;
+    pthread_t populate_thread;
+    int populate_started, populate_stop;   /* populate_stop: atomic */
+    int populated_slots;          /* atomic: slots [0, n) of every layer are faulted in */
+    int populate_running;         /* atomic: the helper is still at work (fresh slots are dear) */
+    /* usage history (USAGE) */
+    char usage_path[4096];        /* "" when off */
+    uint64_t fingerprint;         /* of config + expert tensor layout */
+    uint32_t *usage_history;      /* [n_layers][n_experts] the counts read at start (NULL: none) */
+    uint64_t usage_tokens;        /* positions counted by this history, this run included */
+    int usage_since_save;         /* positions since the last save */
     /* statistics */
-    long long hits, misses, step;
+    long long hits, misses, step, prefetched, prefetch_used;
     double bytes_read, read_seconds, wait_seconds, compute_seconds;
     long long *route_counts;      /* [n_layers][n_experts] times chosen */
 } ExpertStore;
@@ -1904,6 +1978,35 @@ static int pread_all(int fd, void *dst, size_t n, uint64_t off, size_t *got) {
     return 0;
 }
 
+static int io_serve_demands(ExpertStore *store);
+
+/* pread_all for the I/O thread: a history prefetch reads in 4 MiB pieces and serves the demanded
+   loads queued meanwhile between pieces, so a demand waits for at most one piece, never for a
+   whole prefetched expert. */
+static int expert_pread(ExpertStore *store, int fd, uint8_t *dst, size_t n, uint64_t off, size_t *got) {
+    if (!store->io_yield) return pread_all(fd, dst, n, off, got);
+    const size_t piece = (size_t)4 << 20;   /* a multiple of DIRECT_ALIGN: every piece stays aligned */
+    size_t done = 0;
+    while (done < n) {
+        size_t want = n - done < piece ? n - done : piece, g;
+        if (pread_all(fd, dst + done, want, off + done, &g)) { *got = done; return -1; }
+        done += g;
+        if (g < want) break;
+        double t0 = now_seconds();
+        store->io_yield = 0;   /* the demands themselves read straight through */
+        pthread_mutex_lock(&store->lock);
+        int served = 0;
+        while (!store->io_stop && io_serve_demands(store)) served = 1;
+        int stop = store->io_stop;
+        pthread_mutex_unlock(&store->lock);
+        store->io_yield = 1;
+        if (served) store->io_nested_seconds += now_seconds() - t0;
+        if (stop) { errno = ECANCELED; *got = done; return -1; }
+    }
+    *got = done;
+    return 0;
+}
+
 /* Reads file bytes [off, off+n) into buf in the store's I/O mode; returns where they start. */
 static uint8_t *expert_read_span(ExpertStore *store, int file, uint64_t off, uint64_t n, uint8_t *buf, size_t cap,
                                  char *err, size_t err_len) {
@@ -1913,7 +2016,7 @@ static uint8_t *expert_read_span(ExpertStore *store, int file, uint64_t off, uin
         uint64_t start = off / DIRECT_ALIGN * DIRECT_ALIGN;
         uint64_t end = (off + n + DIRECT_ALIGN - 1) / DIRECT_ALIGN * DIRECT_ALIGN;
         if (end - start > cap) { snprintf(err, err_len, "%s: expert span of %llu bytes exceeds its slot", path, (unsigned long long)n); return NULL; }
-        if (pread_all(store->direct_fds[file], buf, (size_t)(end - start), start, &got) || got < off + n - start) {
+        if (expert_pread(store, store->direct_fds[file], buf, (size_t)(end - start), start, &got) || got < off + n - start) {
             snprintf(err, err_len, "%s: O_DIRECT read of %llu bytes at %llu failed: %s", path, (unsigned long long)(end - start),
                      (unsigned long long)start, got < off + n - start ? "file is shorter than its header says" : strerror(errno));
             return NULL;
@@ -1922,7 +2025,7 @@ static uint8_t *expert_read_span(ExpertStore *store, int file, uint64_t off, uin
     }
     if (n > cap) { snprintf(err, err_len, "%s: expert span of %llu bytes exceeds its slot", path, (unsigned long long)n); return NULL; }
     int fd = st_file_fd(store->index, file);
-    if (pread_all(fd, buf, (size_t)n, off, &got) || got != n) {
+    if (expert_pread(store, fd, buf, (size_t)n, off, &got) || got != n) {
         snprintf(err, err_len, "%s: read of %llu bytes at %llu failed: %s", path, (unsigned long long)n, (unsigned long long)off,
                  got != n ? "file is shorter than its header says" : strerror(errno));
         return NULL;
@@ -1967,7 +2070,7 @@ static int expert_load(ExpertStore *store, int layer, int e, ExpertSlot *slot) {
     QTensor *w[3] = { &slot->w.gate, &slot->w.up, &slot->w.down };
     char *err = slot->error;
     const size_t err_len = sizeof slot->error;
-    double t0 = now_seconds();
+    double t0 = now_seconds(), nested0 = store->io_nested_seconds;   /* demands served inside a prefetch count on their own */
     double bytes = 0;
     if (!store->prequantized) {
         /* float source: read f32 rows, quantize into the slot's own memory */
@@ -2079,69 +2182,370 @@ static int expert_load(ExpertStore *store, int layer, int e, ExpertSlot *slot) {
     }
     pthread_mutex_lock(&store->lock);
     store->bytes_read += bytes;
-    store->read_seconds += now_seconds() - t0;
+    store->read_seconds += now_seconds() - t0 - (store->io_nested_seconds - nested0);
     pthread_mutex_unlock(&store->lock);
     return 0;
+}
+
+/* Loads `slot` of `layer` on the I/O thread; called and returns with the lock held. */
+static void io_load_slot(ExpertStore *store, int layer, ExpertSlot *slot, int prefetch) {
+    slot->loading = 1;
+    const int expert = slot->expert;   /* fixed while loading: a loading slot is never a victim */
+    pthread_mutex_unlock(&store->lock);
+    store->io_yield = prefetch;
+    int failed = expert_load(store, layer, expert, slot) != 0;
+    store->io_yield = 0;
+    pthread_mutex_lock(&store->lock);
+    slot->loading = 0;
+    slot->failed = failed;
+    slot->ready = 1;
+    slot->faulted = 1;
+    if (prefetch && !failed) { slot->prefetched = 1; store->prefetched++; }
+    pthread_cond_broadcast(&store->done);
+}
+
+/* Runs the oldest demanded load, if any; lock held. Returns 1 if it ran one. */
+static int io_serve_demands(ExpertStore *store) {
+    if (store->queue_head == store->queue_tail) return 0;
+    LoadJob job = store->queue[store->queue_head % store->queue_cap];
+    store->queue_head++;
+    io_load_slot(store, job.layer, &store->caches[job.layer].slots[job.slot], 0);
+    return 1;
+}
+
+/* The waiting history prefetch with the lowest rank (then layer), or NULL; lock held. */
+static ExpertSlot *io_next_prefetch(ExpertStore *store, int *layer) {
+    ExpertSlot *best = NULL;
+    for (int l = 0; l < store->n_layers && store->prefetch_pending; l++) {
+        if (store->c->layer_dense[l]) continue;
+        for (int s = 0; s < store->slots_per_layer; s++) {
+            ExpertSlot *sl = &store->caches[l].slots[s];
+            if (sl->prefetch_rank >= 0 && (!best || sl->prefetch_rank < best->prefetch_rank)) { best = sl; *layer = l; }
+        }
+    }
+    return best;
 }
 
 static void *expert_io_thread(void *arg) {
     ExpertStore *store = arg;
     pthread_mutex_lock(&store->lock);
     for (;;) {
-        while (store->queue_head == store->queue_tail && !store->io_stop) pthread_cond_wait(&store->work, &store->lock);
+        if (io_serve_demands(store)) continue;   /* demands always first */
         if (store->io_stop) break;
-        LoadJob job = store->queue[store->queue_head % store->queue_cap];
-        pthread_mutex_unlock(&store->lock);
-        ExpertSlot *slot = &store->caches[job.layer].slots[job.slot];
-        slot->failed = expert_load(store, job.layer, slot->expert, slot) != 0;
-        pthread_mutex_lock(&store->lock);
-        slot->ready = 1;
-        store->queue_head++;
-        pthread_cond_broadcast(&store->done);
+        int layer = -1;
+        ExpertSlot *slot = store->prefetch_pending && store->prefetch_open ? io_next_prefetch(store, &layer) : NULL;
+        if (slot) {
+            slot->prefetch_rank = -1;
+            store->prefetch_pending--;
+            io_load_slot(store, layer, slot, 1);
+            continue;
+        }
+        pthread_cond_wait(&store->work, &store->lock);
     }
     pthread_mutex_unlock(&store->lock);
     return NULL;
 }
 
-/* Allocates the slots (once, faulted in) and starts the I/O thread. */
-static void expert_store_start(ExpertStore *store, int slots_per_layer) {
+/* Opens what the I/O mode reads through: an O_DIRECT descriptor per file (DIRECT=-1 falls back to
+   buffered pread where the filesystem refuses O_DIRECT), or a read-only mapping per file (MMAP,
+   with a SIGBUS handler that names a file cut short while mapped). */
+static void expert_store_open_files(ExpertStore *store) {
+    store->n_files = st_file_count(store->index);
+    if (store->io_mode == IO_DIRECT) {
+        store->direct_fds = xmalloc((size_t)store->n_files * sizeof(int));
+        for (int f = 0; f < store->n_files; f++) store->direct_fds[f] = -1;
+    }
+    if (store->io_mode == IO_MMAP) {
+        store->maps = xcalloc((size_t)store->n_files, sizeof(uint8_t *));
+        store->map_len = xcalloc((size_t)store->n_files, sizeof(uint64_t));
+    }
+    if (store->io_mode != IO_DIRECT && store->io_mode != IO_MMAP) return;
+    for (int f = 0; f < store->n_files; f++) {
+        const char *path = st_file_path(store->index, f);
+        if (store->io_mode == IO_DIRECT) {
+            store->direct_fds[f] = open(path, O_RDONLY | O_DIRECT);
+            if (store->direct_fds[f] < 0 && !store->direct_forced) {   /* e.g. tmpfs: auto mode falls back */
+                fprintf(stderr, "glm: note: %s cannot be opened with O_DIRECT (%s); experts are read with buffered pread\n",
+                        path, strerror(errno));
+                for (int g = 0; g < f; g++) close(store->direct_fds[g]);
+                free(store->direct_fds);
+                store->direct_fds = NULL;
+                store->io_mode = IO_PREAD;
+                break;
+            }
+            if (store->direct_fds[f] < 0) die("%s: cannot open with O_DIRECT: %s (DIRECT=0 reads with buffered pread)", path, strerror(errno));
+        } else {
+            off_t size = lseek(st_file_fd(store->index, f), 0, SEEK_END);
+            if (size < 0 || (uint64_t)size < st_file_size(store->index, f))
+                die("%s was truncated while running: %lld bytes now, %llu when its header was read", path,
+                    (long long)size, (unsigned long long)st_file_size(store->index, f));
+            void *map = mmap(NULL, (size_t)size, PROT_READ, MAP_SHARED, st_file_fd(store->index, f), 0);
+            if (map == MAP_FAILED) die("%s: mmap failed: %s", path, strerror(errno));
+            madvise(map, (size_t)size, MADV_RANDOM);
+            store->maps[f] = map;
+            store->map_len[f] = (uint64_t)size;
+        }
+    }
+    if (store->io_mode == IO_MMAP) {
+        g_mapped_store = store;
+        struct sigaction sa;
+        memset(&sa, 0, sizeof sa);
+        sa.sa_sigaction = on_sigbus;
+        sa.sa_flags = SA_SIGINFO;
+        sigemptyset(&sa.sa_mask);
+        sigaction(SIGBUS, &sa, NULL);
+    }
+}
+
+#ifndef MADV_POPULATE_WRITE
+#define MADV_POPULATE_WRITE 23   /* Linux 5.14 */
+#endif
+
+/* Faults the slot arena in, 2 MiB at a time, in the order the cache fills it (slot 0 of every
+   layer first), at SCHED_IDLE priority: it runs only on a CPU nothing else wants, so the first
+   token never waits for it. MADV_POPULATE_WRITE maps the pages without writing to them, so it is
+   harmless next to a read into the same slot (so is mlock, the fallback on older kernels). Where
+   neither works, a slot is faulted by its first read instead, ~5x slower than a read here. */
+static void *slot_populate_thread(void *arg) {
+    ExpertStore *store = arg;
+    struct sched_param idle = { 0 };
+    pthread_setschedparam(pthread_self(), SCHED_IDLE, &idle);
+    const size_t piece = (size_t)2 << 20;
+    const size_t per_layer = store->slab_stride * (size_t)store->slots_per_layer;
+    const size_t moe_layers = per_layer ? store->arena_bytes / per_layer : 0;
+    for (int s = 0; s < store->slots_per_layer; s++) {
+        for (size_t k = 0; k < moe_layers; k++) {
+            uint8_t *slab = store->arena + k * per_layer + (size_t)s * store->slab_stride;
+            for (size_t off = 0; off < store->slab_stride; off += piece) {
+                size_t n = store->slab_stride - off < piece ? store->slab_stride - off : piece;
+                if (__atomic_load_n(&store->populate_stop, __ATOMIC_RELAXED)) goto done;
+                /* before Linux 5.14: mlock faults the pages in just as well, and munlock lets them be */
+                if (madvise(slab + off, n, MADV_POPULATE_WRITE) && (mlock(slab + off, n) || munlock(slab + off, n))) goto done;
+            }
+        }
+        __atomic_store_n(&store->populated_slots, s + 1, __ATOMIC_RELEASE);
+    }
+done:
+    __atomic_store_n(&store->populate_running, 0, __ATOMIC_RELEASE);
+    return NULL;
+}
+
+/* The model's identity for what glm remembers about it: the config's shape and the layout of
+   every routed expert's tensors (name, file name, offset, size, dtype). Moving the model folder
+   keeps it; converting the model again with other bits or another layout changes it. */
+static uint64_t expert_layout_fingerprint(const ExpertStore *store) {
+    const Config *c = store->c;
+    const int E = c->n_experts;
+    const int32_t shape[] = { store->n_layers, E, c->hidden, c->moe_inter, c->experts_per_tok, store->expert_bits, store->group };
+    uint64_t h = tier_hash(TIER_HASH_SEED, shape, sizeof shape);
+    h = tier_hash(h, c->layer_dense, (size_t)store->n_layers);
+    for (int l = 0; l < store->n_layers; l++) {
+        if (c->layer_dense[l]) continue;
+        for (int e = 0; e < E; e++) {
+            const ExpertSource *src = &store->sources[(size_t)l * E + e];
+            for (int k = 0; k < 6; k++) {
+                const StTensor *t = k < 3 ? src->data[k] : src->scales[k - 3];
+                if (!t) continue;
+                const char *path = st_file_path(store->index, t->file), *base = strrchr(path, '/');
+                base = base ? base + 1 : path;
+                const uint64_t where[4] = { t->offset, t->nbytes, (uint64_t)t->dtype, (uint64_t)(k < 3 ? src->fused_row0[k] : 0) };
+                h = tier_hash(h, t->name, strlen(t->name) + 1);
+                h = tier_hash(h, base, strlen(base) + 1);
+                h = tier_hash(h, where, sizeof where);
+            }
+        }
+    }
+    return h;
+}
+
+/* USAGE: "off", a file, or "" for the default file of this model in the user's cache directory. */
+static void expert_usage_path(ExpertStore *store, const char *setting, const char *cache_dir) {
+    store->usage_path[0] = 0;
+    if (!strcmp(setting, "off")) return;
+    if (setting[0]) { snprintf(store->usage_path, sizeof store->usage_path, "%s", setting); return; }
+    if (!cache_dir[0]) return;   /* no HOME and no XDG_CACHE_HOME: nowhere to keep it */
+    char dir[4000];
+    snprintf(dir, sizeof dir, "%s/glm", cache_dir);
+    mkdir(cache_dir, 0700);
+    if (mkdir(dir, 0700) && errno != EEXIST) {
+        say("note: cannot create %s (%s); no usage history this run (USAGE=off hides this)", dir, strerror(errno));
+        return;
+    }
+    snprintf(store->usage_path, sizeof store->usage_path, "%s/usage-%016llx.bin", dir, (unsigned long long)store->fingerprint);
+}
+
+/* Reads the usage history into the LFU counts. Anything but a well-formed history of this very
+   model is ignored with one line (never trusted): the file is read with a size bound, its magic,
+   version, shape, fingerprint and checksum are checked (tier.h). Returns 1 when it was used. */
+static int expert_usage_load(ExpertStore *store) {
+    const int E = store->n_experts;
+    const size_t want = tier_usage_size(store->n_layers, E);
+    int fd = open(store->usage_path, O_RDONLY | O_NONBLOCK | O_CLOEXEC);   /* O_NONBLOCK: a FIFO cannot hang us */
+    if (fd < 0) {
+        if (errno != ENOENT) say("note: usage history %s ignored: %s", store->usage_path, strerror(errno));
+        return 0;
+    }
+    struct stat sb;
+    uint8_t *buf = NULL;
+    size_t got = 0;
+    char why[256] = "";
+    if (fstat(fd, &sb) || !S_ISREG(sb.st_mode)) snprintf(why, sizeof why, "not a regular file");
+    else if ((uint64_t)sb.st_size != want) snprintf(why, sizeof why, "%lld bytes, a history of this model has %zu", (long long)sb.st_size, want);
+    else {
+        buf = xmalloc(want);
+        if (pread_all(fd, buf, want, 0, &got) || got != want) snprintf(why, sizeof why, "cannot read it: %s", got != want ? "short read" : strerror(errno));
+    }
+    close(fd);
+    uint32_t *counts = NULL;
+    uint64_t tokens = 0;
+    if (!why[0]) {
+        counts = xmalloc((size_t)store->n_layers * E * sizeof(uint32_t));
+        tier_usage_decode(buf, want, store->fingerprint, store->n_layers, E, counts, &tokens, why, sizeof why);
+    }
+    free(buf);
+    if (why[0]) {
+        say("note: usage history %s ignored: %s", store->usage_path, why);
+        free(counts);
+        return 0;
+    }
+    for (int l = 0; l < store->n_layers; l++)
+        if (!store->c->layer_dense[l]) tier_seed_requests(&store->caches[l].cache, counts + (size_t)l * E);
+    store->usage_history = counts;
+    store->usage_tokens = tokens;
+    say("usage history %s: the routing of %llu earlier tokens seeds the expert cache", store->usage_path, (unsigned long long)tokens);
+    return 1;
+}
+
+/* Writes the usage history (atomically: a kill leaves the old file or the new one): per layer,
+   the counts read at start, halved once for every 16 requests per expert this run made (the LFU's
+   decay), plus this run's router choices. */
+static void expert_usage_save(ExpertStore *store) {
+    if (!store->usage_path[0] || !store->io_started) return;
+    const int E = store->n_experts;
+    uint32_t *counts = xcalloc((size_t)store->n_layers * E, sizeof(uint32_t));
+    for (int l = 0; l < store->n_layers; l++) {
+        if (store->c->layer_dense[l]) continue;
+        const long long *run = store->route_counts + (size_t)l * E;
+        const uint32_t *old = store->usage_history ? store->usage_history + (size_t)l * E : NULL;
+        uint64_t requests = 0, sum = 0;
+        for (int e = 0; e < E; e++) requests += (uint64_t)run[e];
+        const uint64_t halvings = requests / (16 * (uint64_t)E);
+        uint64_t *merged = xmalloc((size_t)E * sizeof(uint64_t));
+        for (int e = 0; e < E; e++) {
+            merged[e] = (old && halvings < 32 ? old[e] >> halvings : 0) + (uint64_t)run[e];
+            sum += merged[e];
+        }
+        int shift = 0;
+        while ((sum >> shift) > ((uint64_t)1 << 30)) shift++;   /* keep the counts far from overflow */
+        for (int e = 0; e < E; e++) counts[(size_t)l * E + e] = (uint32_t)(merged[e] >> shift);
+        free(merged);
+    }
+    const size_t n = tier_usage_size(store->n_layers, E);
+    uint8_t *buf = xmalloc(n);
+    tier_usage_encode(buf, store->fingerprint, store->n_layers, E, store->usage_tokens, counts);
+    AtomicFile af;
+    char err[8800];
+    FILE *f = atomic_begin(&af, store->usage_path, err, sizeof err);
+    if (f && fwrite(buf, 1, n, f) != n) { snprintf(err, sizeof err, "writing %s failed", store->usage_path); atomic_abort(&af); f = NULL; }
+    if (!f || atomic_commit(&af, err, sizeof err)) {
+        say("warning: usage history not saved: %s (USAGE=off turns it off)", err);
+        store->usage_path[0] = 0;   /* say it once */
+    }
+    free(buf);
+    free(counts);
+    store->usage_since_save = 0;
+}
+
+/* After a forward over `positions` tokens: the history is saved every USAGE_SAVE_EVERY tokens,
+   so a crash or a kill loses at most that much of what this run learned. */
+#define USAGE_SAVE_EVERY 256
+static void expert_usage_tick(ExpertStore *store, int positions) {
+    if (!store->usage_path[0]) return;
+    store->usage_tokens += (uint64_t)positions;
+    store->usage_since_save += positions;
+    if (store->usage_since_save >= USAGE_SAVE_EVERY) expert_usage_save(store);
+}
+
+/* The engine has nothing to compute (before the first token; between chat turns): queue history
+   prefetches of each layer's most requested experts that are not in RAM, into the slots of
+   experts requested less. The I/O thread runs them until the next router call, and only while no
+   demanded read waits (between 4 MiB pieces it serves any that came). Those left wait for the
+   next idle time: while the engine computes, a prefetch would share the disk and the page
+   faults with the reads it waits for (on the bench fixture, 16-token runs with history ran at half
+   the tok/s when prefetches went on during decode). */
+static void expert_store_idle(ExpertStore *store) {
+    if (!store->io_started || store->io_mode == IO_MMAP) return;   /* MMAP: the page cache is the cache */
+    const int spl = store->slots_per_layer;
+    int *hot = xmalloc((size_t)spl * sizeof(int));
+    pthread_mutex_lock(&store->lock);
+    for (int l = 0; l < store->n_layers; l++) {
+        if (store->c->layer_dense[l]) continue;
+        LayerCache *lc = &store->caches[l];
+        TierCache *tc = &lc->cache;
+        const int n = tier_hottest(tc->requests, store->n_experts, hot, spl);
+        for (int s = 0; s < spl; s++) lc->avoid[s] = lc->busy[s] || lc->slots[s].loading;
+        for (int i = 0; i < n; i++) if (tc->expert_slot[hot[i]] >= 0) lc->avoid[tc->expert_slot[hot[i]]] = 1;
+        for (int i = 0; i < n; i++) {
+            if (tc->expert_slot[hot[i]] >= 0) continue;   /* in RAM or on its way */
+            int s = tier_cache_victim(tc, lc->avoid);
+            if (s < 0) break;
+            const int old = tc->slot_expert[s];
+            if (old >= 0 && tc->requests[old] >= tc->requests[hot[i]]) break;   /* the rest are cached or hotter */
+            tier_cache_assign(tc, s, hot[i]);
+            ExpertSlot *sl = &lc->slots[s];
+            sl->expert = hot[i];
+            sl->ready = 0;
+            sl->failed = 0;
+            sl->prefetched = 0;
+            sl->loaded_in_step = -1;
+            if (sl->prefetch_rank < 0) store->prefetch_pending++;
+            sl->prefetch_rank = i;
+            lc->avoid[s] = 1;
+        }
+    }
+    store->prefetch_open = 1;
+    if (store->prefetch_pending) pthread_cond_signal(&store->work);
+    pthread_mutex_unlock(&store->lock);
+    free(hot);
+}
+
+/* Reserves the slots (faulted in later: expert_store_populate), starts the I/O thread, and seeds
+   the cache from the usage history (USAGE: "off", a file, or "" for the default file in
+   cache_dir): its hottest experts are read while the resident weights load. */
+static void expert_store_start(ExpertStore *store, int slots_per_layer, const char *usage, const char *cache_dir) {
     const int E = store->c->n_experts;
     store->slots_per_layer = slots_per_layer;
     store->caches = xcalloc((size_t)store->n_layers, sizeof(LayerCache));
     int moe_layers = 0;
     for (int l = 0; l < store->n_layers; l++) moe_layers += !store->c->layer_dense[l];
-    /* one huge-page-backed arena for every slab: 2 MiB pages make O_DIRECT requests 4x larger
-       and fresh-page faults (expensive on these VMs) happen here, once */
-    size_t slab_stride = (store->slab_bytes + 4095) / 4096 * 4096;
-    size_t arena_bytes = slab_stride * (size_t)slots_per_layer * (size_t)moe_layers;
-    uint8_t *arena = NULL;
-    if (arena_bytes) {
-        arena = mmap(NULL, arena_bytes + (2u << 20), PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-        if (arena == MAP_FAILED) die("cannot allocate %.2f GB of expert slots", arena_bytes / 1e9);
-        store->arena = arena;
-        store->arena_bytes = arena_bytes + (2u << 20);
-        arena = (uint8_t *)(((uintptr_t)arena + (2u << 20) - 1) & ~(uintptr_t)((2u << 20) - 1));
-        madvise(arena, arena_bytes, MADV_HUGEPAGE);
-        /* fault every page in now rather than during the first tokens: fresh pages cost ~1 GB/s
-           here (the hypervisor backs them on first touch; a second thread does not help) */
-        double t0 = now_seconds();
-        memset(arena, 0, arena_bytes);
-        fprintf(stderr, "glm: expert slots: %.2f GB faulted in in %.2f s\n", arena_bytes / 1e9, now_seconds() - t0);
+    /* one arena for every slab, 2 MiB-aligned and huge-page-backed: 2 MiB pages make O_DIRECT
+       requests 4x larger (limits.md: ~3x the read rate) and fault 512x fewer times */
+    store->slab_stride = (store->slab_bytes + 4095) / 4096 * 4096;
+    store->arena_bytes = store->slab_stride * (size_t)slots_per_layer * (size_t)moe_layers;
+    if (store->arena_bytes) {
+        uint8_t *map = mmap(NULL, store->arena_bytes + (2u << 20), PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+        if (map == MAP_FAILED) die("cannot allocate %.2f GB of expert slots", store->arena_bytes / 1e9);
+        store->arena_map = map;
+        store->arena_map_bytes = store->arena_bytes + (2u << 20);
+        store->arena = (uint8_t *)(((uintptr_t)map + (2u << 20) - 1) & ~(uintptr_t)((2u << 20) - 1));
+        madvise(store->arena, store->arena_bytes, MADV_HUGEPAGE);
     }
     size_t used = 0;
     for (int l = 0; l < store->n_layers; l++) {
         if (store->c->layer_dense[l]) continue;
         LayerCache *lc = &store->caches[l];
-        if (tier_lru_init(&lc->lru, slots_per_layer, E)) die("out of memory for the expert cache");
-        lc->lru.policy = store->policy;
+        if (tier_cache_init(&lc->cache, slots_per_layer, E)) die("out of memory for the expert cache");
+        lc->cache.policy = store->policy;
         lc->slots = xcalloc((size_t)slots_per_layer, sizeof(ExpertSlot));
         lc->busy = xcalloc((size_t)slots_per_layer, 1);
         lc->avoid = xcalloc((size_t)slots_per_layer, 1);
+        lc->scratch = xcalloc((size_t)slots_per_layer, 1);
         for (int s = 0; s < slots_per_layer; s++) {
-            lc->slots[s].slab = arena ? arena + used : NULL;
-            used += slab_stride;
+            lc->slots[s].slab = store->arena ? store->arena + used : NULL;
+            used += store->slab_stride;
             lc->slots[s].scale_buf = store->scale_bytes ? xcalloc(store->scale_bytes / sizeof(float) + 16, sizeof(float)) : NULL;
             lc->slots[s].expert = -1;
+            lc->slots[s].prefetch_rank = -1;
         }
     }
     if (!store->prequantized) {
@@ -2155,10 +2559,30 @@ static void expert_store_start(ExpertStore *store, int slots_per_layer) {
     pthread_cond_init(&store->done, NULL);
     if (pthread_create(&store->io_thread, NULL, expert_io_thread, store)) die("cannot start the expert I/O thread");
     store->io_started = 1;
+    store->fingerprint = expert_layout_fingerprint(store);
+    expert_usage_path(store, usage, cache_dir);
+    if (store->usage_path[0] && expert_usage_load(store)) expert_store_idle(store);
 }
 
+/* Starts faulting the slot arena in (slot_populate_thread). Called once the resident weights are
+   loaded: both fault fresh memory, and the load comes first. */
+static void expert_store_populate(ExpertStore *store) {
+    if (!store->arena_bytes || store->populate_started) return;
+    __atomic_store_n(&store->populate_running, 1, __ATOMIC_RELEASE);
+    if (!pthread_create(&store->populate_thread, NULL, slot_populate_thread, store)) store->populate_started = 1;
+    else __atomic_store_n(&store->populate_running, 0, __ATOMIC_RELEASE);
+}
+
+/* Stops the slot helper and the I/O thread (a history prefetch in progress ends at its next
+   4 MiB piece) and saves the usage history. */
 static void expert_store_stop(ExpertStore *store) {
+    if (store->populate_started) {
+        __atomic_store_n(&store->populate_stop, 1, __ATOMIC_RELAXED);
+        pthread_join(store->populate_thread, NULL);
+        store->populate_started = 0;
+    }
     if (!store->io_started) return;
+    expert_usage_save(store);
     pthread_mutex_lock(&store->lock);
     store->io_stop = 1;
     pthread_cond_broadcast(&store->work);
@@ -2170,20 +2594,22 @@ static void expert_store_stop(ExpertStore *store) {
     pthread_cond_destroy(&store->done);
 }
 
-/* Stops the I/O thread and releases the slots, the mappings and the O_DIRECT descriptors. */
+/* Stops the threads and releases the slots, the history, the mappings and the O_DIRECT descriptors. */
 static void expert_store_free(ExpertStore *store) {
     expert_store_stop(store);
     for (int l = 0; store->caches && l < store->n_layers; l++) {
         LayerCache *lc = &store->caches[l];
         if (!lc->slots) continue;
         for (int s = 0; s < store->slots_per_layer; s++) free(lc->slots[s].scale_buf);
-        tier_lru_free(&lc->lru);
+        tier_cache_free(&lc->cache);
         free(lc->slots);
         free(lc->busy);
         free(lc->avoid);
+        free(lc->scratch);
     }
     free(store->caches);
-    if (store->arena) munmap(store->arena, store->arena_bytes);
+    if (store->arena_map) munmap(store->arena_map, store->arena_map_bytes);
+    if (g_mapped_store == store) g_mapped_store = NULL;
     for (int f = 0; store->direct_fds && f < store->n_files; f++) if (store->direct_fds[f] >= 0) close(store->direct_fds[f]);
     for (int f = 0; store->maps && f < store->n_files; f++) if (store->maps[f]) munmap(store->maps[f], store->map_len[f]);
     free(store->direct_fds);
@@ -2193,26 +2619,59 @@ static void expert_store_free(ExpertStore *store) {
     free(store->queue);
     free(store->route_counts);
     free(store->staging);
+    free(store->usage_history);
     memset(store, 0, sizeof *store);
 }
 
+/* The slot a demanded expert goes to: the cache policy's victim among the slots `avoid` does not
+   mark. While the helper is still faulting the arena in, a fresh slot costs a page fault per
+   2 MiB on top of its read (fresh memory came at 0.2-0.45 GB/s on these VMs, slower than the
+   disk), so the cache then grows only as fast as the helper: an expert goes to a slot that is
+   faulted in (the helper reached it, or a load wrote it), and to a fresh one only when there is no
+   such slot or the layer has fewer than top-k slots in use (and never for a read ahead, !fresh_ok:
+   that one waits for expert_acquire, which evicts the experts this step is done with). Without
+   this, the first prompt of a big budget would fault a slot per distinct expert it touches: on
+   the bench fixture a 16-token prompt took 18.8 s at RAM_GB=10 against 3.7 s at RAM_GB=4. */
+static int expert_pick_slot(ExpertStore *store, LayerCache *lc, const unsigned char *avoid, int fresh_ok) {
+    int slot = tier_cache_victim(&lc->cache, avoid);
+    const int warm = __atomic_load_n(&store->populated_slots, __ATOMIC_ACQUIRE);
+    const int floor = warm > store->c->experts_per_tok ? warm : store->c->experts_per_tok;
+    if (slot < floor || lc->slots[slot].faulted || !__atomic_load_n(&store->populate_running, __ATOMIC_ACQUIRE)) return slot;
+    const int n = lc->cache.n_slots;
+    memcpy(lc->scratch, avoid, (size_t)n);
+    for (int s = floor; s < n; s++) if (!lc->slots[s].faulted) lc->scratch[s] = 1;
+    int faulted = tier_cache_victim(&lc->cache, lc->scratch);
+    return faulted >= 0 || !fresh_ok ? faulted : slot;
+}
+
 /* Puts `expert` into a slot of `layer` that `avoid` does not mark and queues its load; -1 when
-   there is none. */
-static int expert_schedule_load(ExpertStore *store, int layer, int expert, const unsigned char *avoid) {
+   there is none (fresh_ok: see expert_pick_slot). */
+static int expert_schedule_load(ExpertStore *store, int layer, int expert, unsigned char *avoid, int fresh_ok) {
     LayerCache *lc = &store->caches[layer];
-    int slot = tier_lru_victim(&lc->lru, avoid);
-    if (slot < 0) return -1;
+    pthread_mutex_lock(&store->lock);
+    int slot = expert_pick_slot(store, lc, avoid, fresh_ok);
+    while (slot >= 0 && lc->slots[slot].loading) {   /* a history prefetch is reading into it: take another */
+        const unsigned char was = avoid[slot];
+        avoid[slot] = 1;
+        int other = expert_pick_slot(store, lc, avoid, fresh_ok);
+        avoid[slot] = was;
+        if (other >= 0) { slot = other; break; }
+        if (!fresh_ok) { slot = -1; break; }   /* a read ahead does not wait */
+        pthread_cond_wait(&store->done, &store->lock);   /* the only candidate: wait for that read to end */
+    }
+    if (slot < 0) { pthread_mutex_unlock(&store->lock); return -1; }
     ExpertSlot *sl = &lc->slots[slot];
     if (store->io_mode == IO_MMAP && sl->expert >= 0 && sl->mapped_len) {
         uint64_t a = sl->mapped_off / 4096 * 4096;   /* drop the evicted expert's pages from our RSS */
         madvise(store->maps[sl->mapped_file] + a, sl->mapped_off + sl->mapped_len - a, MADV_DONTNEED);
     }
-    tier_lru_assign(&lc->lru, slot, expert);
+    tier_cache_assign(&lc->cache, slot, expert);
     lc->busy[slot] = 1;
-    pthread_mutex_lock(&store->lock);
     sl->expert = expert;
     sl->ready = 0;
     sl->failed = 0;
+    sl->prefetched = 0;
+    if (sl->prefetch_rank >= 0) { sl->prefetch_rank = -1; store->prefetch_pending--; }   /* a waiting prefetch is cancelled */
     sl->loaded_in_step = store->step;
     store->queue[store->queue_tail % store->queue_cap] = (LoadJob){ layer, slot };
     store->queue_tail++;
@@ -2222,29 +2681,55 @@ static int expert_schedule_load(ExpertStore *store, int layer, int expert, const
     return slot;
 }
 
+/* The router chose the expert that `slot` holds or waits for: if it is not in RAM yet it counts as
+   a miss, and a history prefetch still waiting for it becomes a demanded load (served first). */
+static void expert_demand_slot(ExpertStore *store, int layer, int slot) {
+    ExpertSlot *sl = &store->caches[layer].slots[slot];
+    if (sl->loaded_in_step == store->step) return;   /* queued by this step: counted already */
+    pthread_mutex_lock(&store->lock);
+    if (!sl->ready) {
+        if (sl->prefetch_rank >= 0) {
+            sl->prefetch_rank = -1;
+            store->prefetch_pending--;
+            store->queue[store->queue_tail % store->queue_cap] = (LoadJob){ layer, slot };
+            store->queue_tail++;
+            pthread_cond_signal(&store->work);
+        }
+        sl->loaded_in_step = store->step;
+        store->misses++;
+    }
+    pthread_mutex_unlock(&store->lock);
+}
+
 /* Before a MoE step over `experts` (ascending): pin cached ones and queue loads of missing ones
    so the disk works while the CPU computes. Two rules keep every later expert_acquire able to
    find a slot: at most slots-1 cached experts are pinned, and a prefetch never evicts an expert
    of this step. Whatever does not fit loads on demand in expert_acquire. */
 static void expert_prefetch(ExpertStore *store, int layer, const int *experts, int n) {
     LayerCache *lc = &store->caches[layer];
-    const int nslots = lc->lru.n_slots;
+    const int nslots = lc->cache.n_slots;
     store->step++;
+    if (store->prefetch_open) {   /* the engine is at work: history prefetches wait for the next idle time */
+        pthread_mutex_lock(&store->lock);
+        store->prefetch_open = 0;
+        pthread_mutex_unlock(&store->lock);
+    }
     int pinned = 0;
     for (int i = 0; i < n; i++) {
         store->route_counts[(size_t)layer * store->n_experts + experts[i]]++;
-        tier_note_request(&lc->lru, experts[i]);
-        int slot = lc->lru.expert_slot[experts[i]];
+        tier_note_request(&lc->cache, experts[i]);
+        int slot = lc->cache.expert_slot[experts[i]];
+        if (slot >= 0) expert_demand_slot(store, layer, slot);
         if (slot >= 0 && pinned < nslots - 1) { lc->busy[slot] = 1; pinned++; }
     }
     for (int s = 0; s < nslots; s++) lc->avoid[s] = lc->busy[s];
     for (int i = 0; i < n; i++) {
-        int slot = lc->lru.expert_slot[experts[i]];
+        int slot = lc->cache.expert_slot[experts[i]];
         if (slot >= 0) lc->avoid[slot] = 1;
     }
     for (int i = 0; i < n; i++) {
-        if (lc->lru.expert_slot[experts[i]] >= 0) continue;
-        int slot = expert_schedule_load(store, layer, experts[i], lc->avoid);
+        if (lc->cache.expert_slot[experts[i]] >= 0) continue;
+        int slot = expert_schedule_load(store, layer, experts[i], lc->avoid, 0);
         if (slot < 0) break;
         lc->avoid[slot] = 1;
     }
@@ -2252,13 +2737,17 @@ static void expert_prefetch(ExpertStore *store, int layer, const int *experts, i
 
 static const FfnWeights *expert_acquire(ExpertStore *store, int layer, int expert) {
     LayerCache *lc = &store->caches[layer];
-    int slot = lc->lru.expert_slot[expert];
+    int slot = lc->cache.expert_slot[expert];
     if (slot < 0) {
-        slot = expert_schedule_load(store, layer, expert, lc->busy);
+        slot = expert_schedule_load(store, layer, expert, lc->busy, 1);
         if (slot < 0) die("internal: no free expert slot in layer %d", layer);
     } else {
-        tier_lru_lookup(&lc->lru, expert);
-        if (lc->slots[slot].loaded_in_step != store->step) store->hits++;
+        tier_cache_lookup(&lc->cache, expert);
+        expert_demand_slot(store, layer, slot);
+        if (lc->slots[slot].loaded_in_step != store->step) {   /* in RAM when the router chose it */
+            store->hits++;
+            if (lc->slots[slot].prefetched) { store->prefetch_used++; lc->slots[slot].prefetched = 0; }
+        }
     }
     lc->busy[slot] = 1;
     ExpertSlot *sl = &lc->slots[slot];
@@ -2275,7 +2764,7 @@ static const FfnWeights *expert_acquire(ExpertStore *store, int layer, int exper
 
 static void expert_release(ExpertStore *store, int layer, int expert) {
     LayerCache *lc = &store->caches[layer];
-    int slot = lc->lru.expert_slot[expert];
+    int slot = lc->cache.expert_slot[expert];
     if (slot >= 0) lc->busy[slot] = 0;
 }
 
@@ -2345,15 +2834,16 @@ static void router_select(const Config *c, const float *logits, const float *bia
 enum { MOE_WINDOW = 8 };
 
 /* Queue loads of union experts from u onwards that are not in RAM yet, while slots are free,
-   never evicting one of them (expert_prefetch's rule). */
+   never evicting one of them (expert_prefetch's rule; a read ahead, so never into a fresh slot
+   while the arena faults in: see expert_pick_slot). */
 static void moe_queue_loads(ExpertStore *store, int layer, const int *experts, int u, int n) {
     LayerCache *lc = &store->caches[layer];
-    for (int k = 0; k < lc->lru.n_slots; k++) lc->avoid[k] = lc->busy[k];
+    for (int k = 0; k < lc->cache.n_slots; k++) lc->avoid[k] = lc->busy[k];
     for (int v = u; v < n; v++)
-        if (lc->lru.expert_slot[experts[v]] >= 0) lc->avoid[lc->lru.expert_slot[experts[v]]] = 1;
+        if (lc->cache.expert_slot[experts[v]] >= 0) lc->avoid[lc->cache.expert_slot[experts[v]]] = 1;
     for (; u < n; u++) {
-        if (lc->lru.expert_slot[experts[u]] >= 0) continue;
-        int slot = expert_schedule_load(store, layer, experts[u], lc->avoid);
+        if (lc->cache.expert_slot[experts[u]] >= 0) continue;
+        int slot = expert_schedule_load(store, layer, experts[u], lc->avoid, 0);
         if (slot < 0) break;
         lc->avoid[slot] = 1;
     }
@@ -2368,7 +2858,7 @@ static void moe_windows(const Config *c, int layer, ExpertStore *store, Session 
         int u1 = u, rows = 0;
         while (u1 < n_union && u1 - u < MOE_WINDOW) {
             const int e = s->union_experts[u1], n = s->moe_first[u1 + 1] - s->moe_first[u1];
-            if (u1 > u && (rows + n > s->max_batch || lc->lru.expert_slot[e] < 0)) break;
+            if (u1 > u && (rows + n > s->max_batch || lc->cache.expert_slot[e] < 0)) break;
             first_row[u1 - u] = rows;
             rows += n;
             u1++;
@@ -2468,6 +2958,16 @@ static void moe_forward(const Config *c, const Layer *L, int layer_index, Expert
    8. Model: loading and the forward pass
    ============================================================================================= */
 
+/* How the RAM budget splits (ram_plan). Bytes; every term is printed, and they add up to the budget. */
+typedef struct {
+    double budget, avail;            /* avail: MemAvailable when the plan was made (0: unknown) */
+    int from_ram_gb;                 /* the budget is RAM_GB (else MemAvailable minus a reserve) */
+    double dense, session, overhead, reserve, cache, unused;
+    double slot_bytes;               /* one expert slot */
+    int moe_layers, n_experts, slots, slots_allowed;   /* slots per layer; allowed: what the budget holds */
+    int capacity, batch;             /* the context and batch the session was sized for */
+} RamPlan;
+
 typedef struct {
     Config c;
     Layer *layers;           /* [n_layers + n_mtp]; the MTP layer is last */
@@ -2477,6 +2977,7 @@ typedef struct {
     float *inv_freq;         /* [qk_rope/2] */
     StIndex *index;
     double resident_bytes;   /* dense weights held in RAM */
+    RamPlan ram;             /* how the RAM budget is split (ram_plan) */
     int n_layers_loaded;     /* entries of layers[] (model_free) */
 } Model;
 
@@ -2514,7 +3015,7 @@ static void load_layer(Loader *ld, Model *m, int l, const Settings *set) {
         load_matrix(ld, LNAME("self_attn.indexer.weights_proj.weight"), c->index_heads, H, db, &L->index_weights);
         L->index_k_norm_w = load_vector(ld, LNAME("self_attn.indexer.k_norm.weight"), c->index_dim);
         L->index_k_norm_b = load_vector(ld, LNAME("self_attn.indexer.k_norm.bias"), c->index_dim);
-    } else if (st_find(ld->index, LNAME("self_attn.indexer.wk.weight"))) {
+    } else if (!ld->dry && st_find(ld->index, LNAME("self_attn.indexer.wk.weight"))) {
         fprintf(stderr, "glm: note: layer %d is a shared-indexer layer but carries indexer weights; they are not used\n", l);
     }
     L->dense = c->layer_dense[l];
@@ -2566,15 +3067,17 @@ static void print_load_progress(int done, int total) {
     fflush(stderr);
 }
 
-static void model_load(Model *m, const Settings *set) {
+/* The model's config, tensor index and expert sources: every header checked, no tensor data
+   read. `ld` is then ready for model_load_weights. */
+static void model_open(Model *m, const Settings *set, Loader *ld) {
     memset(m, 0, sizeof *m);
-    double t0 = now_seconds();
     m->c = config_load(set->model_dir);
     Config *c = &m->c;
     char err[1024];
-    m->index = st_open_dir(set->model_dir, err, sizeof err);
+    /* PLAN reads no tensor data, so it works on files cut right after their headers */
+    m->index = set->mode == MODE_PLAN ? st_open_dir_headers(set->model_dir, err, sizeof err) : st_open_dir(set->model_dir, err, sizeof err);
     if (!m->index) die("%s", err);
-    Loader ld = { .index = m->index, .dir = set->model_dir, .group = set->group };
+    *ld = (Loader){ .index = m->index, .dir = set->model_dir, .group = set->group };
     /* An MTP layer is optional on disk: without its tensors the model simply has no MTP head
        (decided before anything counts the layers to load). */
     if (c->n_mtp) {
@@ -2599,73 +3102,36 @@ static void model_load(Model *m, const Settings *set) {
     store->expert_bits = set->expert_bits;
     store->group = set->group;
     store->route_counts = xcalloc((size_t)store->n_layers * c->n_experts, sizeof(long long));
-    expert_sources_init(store, &ld);
+    expert_sources_init(store, ld);
     expert_slot_sizes(store, &store->slab_bytes, &store->scale_bytes);
-    load_matrix(&ld, "model.embed_tokens.weight", c->vocab, c->hidden, set->dense_bits, &m->embed);
-    const int show_progress = isatty(2);
+}
+
+/* Every resident tensor (everything but the routed experts), in file order of the model. A dry
+   loader only checks the headers and counts the bytes the real load will keep: the RAM plan
+   comes from the very code that loads. */
+static void model_load_weights(Model *m, Loader *ld, const Settings *set) {
+    const Config *c = &m->c;
+    const int nl = c->n_layers + c->n_mtp;
+    double t0 = now_seconds();
+    load_matrix(ld, "model.embed_tokens.weight", c->vocab, c->hidden, set->dense_bits, &m->embed);
+    const int show_progress = !ld->dry && isatty(2);
     for (int l = 0; l < nl; l++) {
-        load_layer(&ld, m, l, set);
+        load_layer(ld, m, l, set);
         if (show_progress) print_load_progress(l + 1, nl);
     }
     if (show_progress) fputc('\n', stderr);
+    m->final_norm = load_vector(ld, "model.norm.weight", c->hidden);
+    load_matrix(ld, "lm_head.weight", c->vocab, c->hidden, set->dense_bits, &m->lm_head);
+    if (ld->dry) return;
     note_low_precision_mtp(m);
-    m->final_norm = load_vector(&ld, "model.norm.weight", c->hidden);
-    load_matrix(&ld, "lm_head.weight", c->vocab, c->hidden, set->dense_bits, &m->lm_head);
     const int half = c->qk_rope / 2;
     if (half > 512) die("qk_rope_head_dim %d is larger than this build supports (1024)", c->qk_rope);
     m->inv_freq = xmalloc((size_t)half * sizeof(float));
     for (int j = 0; j < half; j++)
         m->inv_freq[j] = 1.0f / powf(c->rope_theta, (float)(2 * j) / (float)c->qk_rope);
-    m->resident_bytes = ld.resident_bytes;
-    store->n_files = st_file_count(m->index);
-    if (store->io_mode == IO_DIRECT) {
-        store->direct_fds = xmalloc((size_t)store->n_files * sizeof(int));
-        for (int f = 0; f < store->n_files; f++) store->direct_fds[f] = -1;
-    }
-    if (store->io_mode == IO_MMAP) {
-        store->maps = xcalloc((size_t)store->n_files, sizeof(uint8_t *));
-        store->map_len = xcalloc((size_t)store->n_files, sizeof(uint64_t));
-    }
-    if (store->io_mode == IO_DIRECT || store->io_mode == IO_MMAP) {
-        for (int f = 0; f < store->n_files; f++) {
-            const char *path = st_file_path(m->index, f);
-            if (store->io_mode == IO_DIRECT) {
-                store->direct_fds[f] = open(path, O_RDONLY | O_DIRECT);
-                if (store->direct_fds[f] < 0 && !store->direct_forced) {   /* e.g. tmpfs: auto mode falls back */
-                    fprintf(stderr, "glm: note: %s cannot be opened with O_DIRECT (%s); experts are read with buffered pread\n",
-                            path, strerror(errno));
-                    for (int g = 0; g < f; g++) close(store->direct_fds[g]);
-                    free(store->direct_fds);
-                    store->direct_fds = NULL;
-                    store->io_mode = IO_PREAD;
-                    break;
-                }
-                if (store->direct_fds[f] < 0) die("%s: cannot open with O_DIRECT: %s (DIRECT=0 reads with buffered pread)", path, strerror(errno));
-            } else {
-                off_t size = lseek(st_file_fd(m->index, f), 0, SEEK_END);
-                if (size < 0 || (uint64_t)size < st_file_size(m->index, f))
-                    die("%s was truncated while running: %lld bytes now, %llu when its header was read", path,
-                        (long long)size, (unsigned long long)st_file_size(m->index, f));
-                void *map = mmap(NULL, (size_t)size, PROT_READ, MAP_SHARED, st_file_fd(m->index, f), 0);
-                if (map == MAP_FAILED) die("%s: mmap failed: %s", path, strerror(errno));
-                madvise(map, (size_t)size, MADV_RANDOM);
-                store->maps[f] = map;
-                store->map_len[f] = (uint64_t)size;
-            }
-        }
-        if (store->io_mode == IO_MMAP) {
-            g_mapped_store = store;
-            struct sigaction sa;
-            memset(&sa, 0, sizeof sa);
-            sa.sa_sigaction = on_sigbus;
-            sa.sa_flags = SA_SIGINFO;
-            sigemptyset(&sa.sa_mask);
-            sigaction(SIGBUS, &sa, NULL);
-        }
-    }
-    loader_free(&ld);
+    m->resident_bytes = ld->resident_bytes;
     fprintf(stderr, "glm: loaded %.1f MB of resident tensors in %.2f s (routed experts stream on demand)\n",
-            ld.bytes_loaded / 1e6, now_seconds() - t0);
+            ld->bytes_loaded / 1e6, now_seconds() - t0);
 }
 
 static void layer_free(Layer *L) {
@@ -2699,12 +3165,14 @@ static void model_free(Model *m) {
 /* Every session allocation goes through here, so the RAM budget knows what the session holds. */
 static void *session_calloc(Session *s, size_t count, size_t size) {
     s->bytes += (double)count * size;
-    return xcalloc(count, size);
+    return s->size_only ? NULL : xcalloc(count, size);
 }
 
-static void session_init(Session *s, const Model *m, int capacity, int max_batch) {
+/* size_only: count what the session would allocate (s->bytes) without allocating it. */
+static void session_init(Session *s, const Model *m, int capacity, int max_batch, int size_only) {
     const Config *c = &m->c;
     memset(s, 0, sizeof *s);
+    s->size_only = size_only;
     const int nl = c->n_layers + c->n_mtp, H = c->hidden, B = max_batch;
     s->capacity = capacity;
     s->max_batch = max_batch;
@@ -2713,9 +3181,13 @@ static void session_init(Session *s, const Model *m, int capacity, int max_batch
     s->rope_key = session_calloc(s, (size_t)nl, sizeof(float *));
     s->index_key = session_calloc(s, (size_t)nl, sizeof(float *));
     for (int l = 0; l < nl; l++) {
-        s->latent[l] = session_calloc(s, (size_t)capacity * c->kv_lora, sizeof(float));
-        s->rope_key[l] = session_calloc(s, (size_t)capacity * c->qk_rope, sizeof(float));
-        if (c->layer_indexer[l]) s->index_key[l] = session_calloc(s, (size_t)capacity * c->index_dim, sizeof(float));
+        float *latent = session_calloc(s, (size_t)capacity * c->kv_lora, sizeof(float));
+        float *rope_key = session_calloc(s, (size_t)capacity * c->qk_rope, sizeof(float));
+        float *index_key = c->layer_indexer[l] ? session_calloc(s, (size_t)capacity * c->index_dim, sizeof(float)) : NULL;
+        if (size_only) continue;
+        s->latent[l] = latent;
+        s->rope_key[l] = rope_key;
+        s->index_key[l] = index_key;
     }
     const size_t q_width = (size_t)c->n_heads * c->qk_head;
     const int ffn_width = c->inter > c->moe_inter * (c->n_shared > 1 ? c->n_shared : 1) ? c->inter : c->moe_inter * c->n_shared;
@@ -3266,6 +3738,139 @@ static int session_file_tokens(const char *path, char *err, size_t err_len) {
     return n;
 }
 
+/* ---------------------------------------------------------------------------------------------
+   The RAM plan: how the budget (RAM_GB, or MemAvailable minus a reserve) splits between the dense
+   weights, the KV cache and scratch, the process's own overhead, a page-cache reserve and the
+   expert cache. It comes from config.json, the safetensors headers and the settings alone, through
+   the code that loads (a dry Loader, a size-only Session), so PLAN=1 on a folder of headers prints
+   what a real run prints, and a budget that is too small is refused before any weight is read.
+   --------------------------------------------------------------------------------------------- */
+
+/* What the process holds besides weights, session and slots, as an estimate from the config and
+   the headers alone (so that a plan made from a folder of headers agrees with the run): code,
+   libraries and OpenMP threads (measured under 32 MB here; 64 MB allowed), the tensor index, the
+   expert sources and counters, and a tokenizer for the vocabulary (tok.h held 29 MB for
+   DeepSeek-V3's 128k ids, ~230 bytes an id; 320 allowed). */
+static double ram_overhead_estimate(const Model *m) {
+    const ExpertStore *store = &m->experts;
+    double bytes = 64e6;
+    bytes += (double)st_count(m->index) * (sizeof(StTensor) + 96);   /* tensor, its name, hash slot */
+    bytes += (double)store->n_layers * store->n_experts * (sizeof(ExpertSource) + sizeof(long long) + 3 * sizeof(uint32_t) + sizeof(int));
+    bytes += 320.0 * m->c.vocab;
+    return bytes;
+}
+
+/* The plan for a session of `capacity` tokens. Runs the dry loader over `ld` (model_open's). */
+static RamPlan ram_plan(Model *m, Loader *ld, const Settings *set, int capacity) {
+    const Config *c = &m->c;
+    const ExpertStore *store = &m->experts;
+    RamPlan p;
+    memset(&p, 0, sizeof p);
+    ld->dry = 1;
+    ld->resident_bytes = 0;
+    model_load_weights(m, ld, set);
+    ld->dry = 0;
+    p.dense = ld->resident_bytes;
+    ld->resident_bytes = 0;
+    Session sized;
+    session_init(&sized, m, capacity, set->batch, 1);
+    p.capacity = capacity;
+    p.batch = set->batch;
+    for (int l = 0; l < store->n_layers; l++) p.moe_layers += !c->layer_dense[l];
+    /* float experts are read through an f32 staging buffer of one matrix */
+    p.session = sized.bytes + (p.moe_layers && !store->prequantized ? (double)c->moe_inter * c->hidden * sizeof(float) : 0.0);
+    p.overhead = ram_overhead_estimate(m);
+    p.avail = mem_available_bytes();
+    p.from_ram_gb = set->ram_gb > 0;
+    if (!p.from_ram_gb && p.avail <= 0) die("cannot read MemAvailable from /proc/meminfo: set RAM_GB");
+    p.budget = p.from_ram_gb ? set->ram_gb * 1e9 : p.avail - fmax(1e9, 0.1 * p.avail);
+    p.reserve = fmin(fmax(0.02e9, 0.05 * p.budget), 2e9);
+    p.slot_bytes = store->io_mode == IO_MMAP ? (double)store->mapped_expert_bytes : (double)store->slab_bytes + (double)store->scale_bytes;
+    p.n_experts = c->n_experts;
+    TierBudget b = {
+        .budget_bytes = p.budget,
+        .fixed_bytes = p.dense + p.session + p.overhead,
+        .reserve_bytes = p.reserve,
+        .slot_bytes = p.slot_bytes,
+        .moe_layers = p.moe_layers,
+        .n_experts = c->n_experts,
+        .requested_slots = set->cache_slots_given ? set->cache_slots : 0,
+    };
+    TierPlan tp = tier_plan(&b);
+    p.slots = p.moe_layers ? tp.slots_per_layer : 0;
+    p.cache = tp.cache_bytes;
+    p.unused = tp.free_bytes;
+    b.requested_slots = 0;
+    p.slots_allowed = p.moe_layers ? tier_plan(&b).slots_per_layer : 0;
+    return p;
+}
+
+/* 1 when the model fits the budget (with at least one expert slot per MoE layer). */
+static int ram_plan_fits(const RamPlan *p) { return p->moe_layers ? p->slots >= 1 : p->unused >= 0; }
+
+/* The accounting line (the terms add up to the budget) and what the cache became; on a budget
+   that does not fit, the line that says by how much (the same terms, summed). */
+static void ram_plan_print(FILE *out, const RamPlan *p, const Settings *set) {
+    const double G = 1e9;
+    if (!ram_plan_fits(p)) {
+        const double one_slot = p->slot_bytes * p->moe_layers;
+        fprintf(out, "glm: error: RAM budget %.2f GB is too small: dense weights %.2f GB + KV cache and scratch %.2f GB + "
+                        "overhead %.2f GB + page-cache reserve %.2f GB",
+                p->budget / G, p->dense / G, p->session / G, p->overhead / G, p->reserve / G);
+        if (p->moe_layers) fprintf(out, " + one expert slot per MoE layer %.2f GB", one_slot / G);
+        fprintf(out, " = %.2f GB (raise RAM_GB, lower CTX/BATCH, or use fewer dense bits)\n",
+                (p->dense + p->session + p->overhead + p->reserve + (p->moe_layers ? one_slot : 0)) / G);
+        return;
+    }
+    fprintf(out, "glm: RAM budget %.2f GB%s: dense weights %.2f GB + KV cache and scratch %.2f GB + overhead %.2f GB + "
+                    "page-cache reserve %.2f GB + expert cache %.2f GB (%d slots x %d MoE layers x %.3g MB) + unused %.2f GB\n",
+            p->budget / G, p->from_ram_gb ? " (RAM_GB)" : " (MemAvailable minus reserve)", p->dense / G, p->session / G,
+            p->overhead / G, p->reserve / G, p->cache / G, p->slots, p->moe_layers, p->slot_bytes / 1e6, p->unused / G);
+    if (!p->moe_layers) return;
+    if (set->cache_slots_given && p->slots < set->cache_slots)
+        fprintf(out, "glm: expert cache lowered from the requested %d to %d slots per layer (%s)\n", set->cache_slots,
+                p->slots, p->slots == p->n_experts ? "every expert of a layer fits" : "to fit the budget");
+    else if (!set->cache_slots_given)
+        fprintf(out, "glm: expert cache: %d of %d experts per layer fit the budget\n", p->slots, p->n_experts);
+    else if (p->slots_allowed > p->slots)
+        fprintf(out, "glm: expert cache: %d slots per layer as requested (the budget would allow %d; omit "
+                        "cache_slots to use them)\n", p->slots, p->slots_allowed);
+}
+
+/* Starts the expert store with the slots the RAM plan gave (model_load printed the accounting). */
+static void expert_cache_start(Model *m, const Settings *set) {
+    ExpertStore *store = &m->experts;
+    if (!m->ram.moe_layers) return;
+    fprintf(stderr, "glm: expert I/O: %s, %s experts\n", IO_MODE_NAMES[store->io_mode],
+            store->prequantized ? "pre-quantized" : "float (quantized on every load: convert the model for speed)");
+    expert_store_start(store, m->ram.slots, set->usage, set->cache_dir);
+}
+
+/* The KV cache of chat and of open-ended answers when CTX is not set: 4096 tokens, or fewer when
+   the model allows fewer. */
+static int default_context(const Config *c) { return c->max_positions > 0 && c->max_positions < 4096 ? c->max_positions : 4096; }
+
+/* Opens the model, plans the RAM for a context of `capacity` tokens (a budget that cannot hold
+   it is refused here, before any weight is read), then loads the resident weights. */
+static void model_load(Model *m, const Settings *set, int capacity) {
+    Loader ld;
+    model_open(m, set, &ld);
+    m->ram = ram_plan(m, &ld, set, capacity);
+    ram_plan_print(stderr, &m->ram, set);
+    if (!ram_plan_fits(&m->ram)) exit(1);
+    expert_store_open_files(&m->experts);
+    expert_cache_start(m, set);   /* history prefetches read experts while the resident weights load */
+    model_load_weights(m, &ld, set);
+    if (ld.resident_bytes != m->ram.dense)
+        fprintf(stderr, "glm: warning: internal: the dense weights take %.0f bytes, the RAM plan counted %.0f\n",
+                ld.resident_bytes, m->ram.dense);
+    loader_free(&ld);
+    const double overhead = current_rss_bytes() - m->resident_bytes;
+    if (overhead > m->ram.overhead)
+        fprintf(stderr, "glm: warning: the process holds %.2f GB besides its weights, above the plan's overhead estimate "
+                        "%.2f GB: the budget may be exceeded by the difference\n", overhead / 1e9, m->ram.overhead / 1e9);
+}
+
 /* One decoder layer over S rows of s->x at positions pos0.. (attention + FFN, residuals). */
 static void layer_forward(Model *m, Session *s, const ForwardOptions *opt, int l, int S, int pos0) {
     const Config *c = &m->c;
@@ -3331,6 +3936,7 @@ static int model_forward(Model *m, Session *s, const ForwardOptions *opt, const 
     }
     s->profile.forwards++;
     s->profile.positions += S;
+    expert_usage_tick(&m->experts, S);
     return 0;
 }
 
@@ -4969,21 +5575,21 @@ static int run_tokenize(const Settings *set) {
     return 0;
 }
 
-/* Prints s as a JSON string (UTF-8 kept; escaped: what JSON requires, and DEL and C1 controls). */
-static void print_json_string(const char *s, size_t n) {
-    putchar('"');
+/* Prints s as a JSON string to f (UTF-8 kept; escaped: what JSON requires, and DEL and C1 controls). */
+static void print_json_string(FILE *f, const char *s, size_t n) {
+    fputc('"', f);
     for (size_t i = 0; i < n; i++) {
         unsigned char b = (unsigned char)s[i];
-        if (b == '"' || b == '\\') { putchar('\\'); putchar(b); }
-        else if (b == '\n') fputs("\\n", stdout);
-        else if (b == '\t') fputs("\\t", stdout);
-        else if (b == '\r') fputs("\\r", stdout);
-        else if (b < 0x20 || b == 0x7F) printf("\\u%04x", b);
+        if (b == '"' || b == '\\') { fputc('\\', f); fputc(b, f); }
+        else if (b == '\n') fputs("\\n", f);
+        else if (b == '\t') fputs("\\t", f);
+        else if (b == '\r') fputs("\\r", f);
+        else if (b < 0x20 || b == 0x7F) fprintf(f, "\\u%04x", b);
         else if (b == 0xC2 && i + 1 < n && (unsigned char)s[i + 1] <= 0x9F && (unsigned char)s[i + 1] >= 0x80)
-            printf("\\u%04x", (unsigned char)s[++i]);   /* C1 controls: escaped, as a terminal might obey them */
-        else putchar(b);
+            fprintf(f, "\\u%04x", (unsigned char)s[++i]);   /* C1 controls: escaped, as a terminal might obey them */
+        else fputc(b, f);
     }
-    putchar('"');
+    fputc('"', f);
 }
 
 /* TEMPLATE_ONLY=1: the prompt PROMPT mode would send, as text (a JSON string) and as ids. */
@@ -4996,7 +5602,7 @@ static int run_template_only(const Settings *set) {
     char *text;
     size_t len;
     if (tok_decode(tc.tok, ids.ids, (size_t)ids.n, 0, &text, &len)) die("out of memory decoding the prompt");
-    print_json_string(text, len);
+    print_json_string(stdout, text, len);
     putchar('\n');
     for (int i = 0; i < ids.n; i++) printf(i ? " %d" : "%d", ids.ids[i]);
     putchar('\n');
@@ -5096,6 +5702,7 @@ static int run_chat(const Settings *set, Dialog *d) {
                     "Ctrl-D (or Ctrl-C on an empty line) quits.\n");
     for (;;) {
         fflush(stdout);
+        expert_store_idle(&d->gen->model->experts);   /* the disk is free while the user types: bring in the hot experts */
         const char *line;
         if (chat_input_read(&input, prompt, &line) != LINED_OK) break;
         TurnStats ts;
@@ -5206,8 +5813,10 @@ static int run_chat(const Settings *set, Dialog *d) {
    could still begin one; the stop text is not returned) → chat.h's output parser
    (reasoning_content, content, tool_calls) → one JSON answer or SSE chunks. A client that disconnects stops its
    generation: between tokens (http_client_gone), and during a prefill, which writes nothing,
-   through a watcher thread that raises the Generator's interrupt. The prompt plus max_tokens
-   must fit the cache (CTX, default 4096): otherwise 400 context_length_exceeded with the numbers.
+   through a watcher thread that raises the Generator's interrupt. Between requests, as between
+   chat turns, the I/O thread reads the usage history's hot experts (expert_store_idle). The
+   prompt plus max_tokens must fit the cache (CTX, default 4096): otherwise 400
+   context_length_exceeded with the numbers.
    Per request: temperature, top_p, seed (defaults TEMPERATURE, NUCLEUS, SEED; with SEED=0 and no
    seed, a new one each time); thinking from chat_template_kwargs.enable_thinking or .thinking
    (vLLM, SGLang) or "thinking": {"type": "enabled"|"disabled"} (Z.ai's API), default THINK;
@@ -5977,6 +6586,7 @@ static void server_handle(const HttpRequest *req, HttpResponse *res, void *user)
     } else {
         if (!q.seed_given && !srv->set->seed) q.sampling.seed = splitmix64_next(&srv->rng);
         server_answer(srv, req, res, &q, &ids, limit, t0);
+        expert_store_idle(&srv->gen->model->experts);   /* the disk is free until the next request: bring in the hot experts */
     }
     free(ids.ids);
     chat_conv_free(&q.conv);
@@ -6008,74 +6618,6 @@ static void print_configuration(const Settings *set, const Model *m, int capacit
             getenv("OMP_WAIT_POLICY") ? getenv("OMP_WAIT_POLICY") : "default");
 }
 
-/* A "Key:  N kB" line of a /proc file, in bytes (0 if unknown). */
-static double proc_kb_field(const char *path, const char *key) {
-    FILE *f = fopen(path, "r");
-    if (!f) return 0;
-    char line[256];
-    size_t klen = strlen(key);
-    double kb = 0;
-    while (fgets(line, sizeof line, f))
-        if (!strncmp(line, key, klen) && line[klen] == ':' && sscanf(line + klen + 1, "%lf", &kb) == 1) break;
-    fclose(f);
-    return kb * 1024.0;
-}
-
-static double mem_available_bytes(void) { return proc_kb_field("/proc/meminfo", "MemAvailable"); }
-static double current_rss_bytes(void) { return proc_kb_field("/proc/self/status", "VmRSS"); }
-
-/* Sizes the expert cache from the RAM budget (tier.h), prints the accounting, starts the store. */
-static void plan_expert_cache(Model *m, const Session *s, const Settings *set) {
-    ExpertStore *store = &m->experts;
-    const Config *c = &m->c;
-    double avail = mem_available_bytes();
-    double budget = set->ram_gb > 0 ? set->ram_gb * 1e9 : avail - fmax(1e9, 0.1 * avail);
-    if (set->ram_gb <= 0 && avail <= 0) die("cannot read MemAvailable from /proc/meminfo: set RAM_GB");
-    int moe_layers = 0;
-    for (int l = 0; l < store->n_layers; l++) moe_layers += !c->layer_dense[l];
-    /* what the process holds besides dense weights and the session: code, libc/OpenMP arenas,
-       thread stacks, the tokenizer. Measured now (the session's pages are not touched yet), with
-       a floor and some headroom for what comes later (stacks of the I/O thread, stdio). */
-    const double overhead = fmax(64e6, current_rss_bytes() - m->resident_bytes + 32e6);
-    TierBudget b = {
-        .budget_bytes = budget,
-        /* float experts are read through an f32 staging buffer of one matrix */
-        .fixed_bytes = m->resident_bytes + s->bytes + overhead +
-                       (store->prequantized ? 0.0 : (double)c->moe_inter * c->hidden * sizeof(float)),
-        .reserve_bytes = fmin(fmax(0.02e9, 0.05 * budget), 2e9),
-        .slot_bytes = store->io_mode == IO_MMAP ? (double)store->mapped_expert_bytes : (double)store->slab_bytes + (double)store->scale_bytes,
-        .moe_layers = moe_layers,
-        .n_experts = c->n_experts,
-        .requested_slots = set->cache_slots_given ? set->cache_slots : 0,
-    };
-    TierPlan p = tier_plan(&b);
-    fprintf(stderr, "glm: RAM budget %.2f GB%s: dense weights %.2f GB + KV cache and scratch %.2f GB + overhead %.2f GB + "
-                    "page-cache reserve %.2f GB + expert cache %.2f GB (%d slots x %d MoE layers x %.1f MB)\n",
-            budget / 1e9, set->ram_gb > 0 ? " (RAM_GB)" : " (MemAvailable minus reserve)", m->resident_bytes / 1e9, s->bytes / 1e9,
-            overhead / 1e9, b.reserve_bytes / 1e9, p.cache_bytes / 1e9, p.slots_per_layer, moe_layers, b.slot_bytes / 1e6);
-    if (moe_layers && p.slots_per_layer < 1)
-        die("RAM budget %.2f GB is too small: dense weights %.2f GB + KV/scratch %.2f GB + reserve %.2f GB + one expert slot per "
-            "MoE layer %.2f GB = %.2f GB (raise RAM_GB, lower CTX/BATCH, or use fewer dense bits)",
-            budget / 1e9, m->resident_bytes / 1e9, s->bytes / 1e9, b.reserve_bytes / 1e9, b.slot_bytes * moe_layers / 1e9,
-            (b.fixed_bytes + b.reserve_bytes + b.slot_bytes * moe_layers) / 1e9);
-    if (set->cache_slots_given && p.slots_per_layer < set->cache_slots && moe_layers)
-        fprintf(stderr, "glm: expert cache lowered from the requested %d to %d slots per layer (%s)\n", set->cache_slots,
-                p.slots_per_layer, p.slots_per_layer == c->n_experts ? "every expert of a layer fits" : "to fit the budget");
-    else if (!set->cache_slots_given && moe_layers)
-        fprintf(stderr, "glm: expert cache: %d of %d experts per layer fit the budget\n", p.slots_per_layer, c->n_experts);
-    else if (moe_layers) {
-        TierBudget unlimited = b;
-        unlimited.requested_slots = 0;
-        int most = tier_plan(&unlimited).slots_per_layer;
-        if (most > p.slots_per_layer)
-            fprintf(stderr, "glm: expert cache: %d slots per layer as requested (the budget would allow %d; omit "
-                            "cache_slots to use them)\n", p.slots_per_layer, most);
-    }
-    if (moe_layers)
-        fprintf(stderr, "glm: expert I/O: %s, %s experts\n", IO_MODE_NAMES[store->io_mode],
-                store->prequantized ? "pre-quantized" : "float (quantized on every load: convert the model for speed)");
-    if (moe_layers) expert_store_start(store, p.slots_per_layer);
-}
 
 /* One line of expert-streaming statistics. */
 /* PROFILE=1: where the time of the forward passes went. */
@@ -6094,6 +6636,9 @@ static void print_expert_stats(const ExpertStore *store, double seconds) {
             store->hits, store->misses, total ? 100.0 * store->hits / total : 0.0, store->bytes_read / 1e6, store->read_seconds,
             store->read_seconds > 0 ? store->bytes_read / store->read_seconds / 1e9 : 0.0, store->wait_seconds, store->compute_seconds,
             seconds, IO_MODE_NAMES[store->io_mode]);
+    if (store->prefetched)
+        fprintf(stderr, "glm: usage history: %lld hot experts read ahead while the disk was idle, %lld of them hit\n",
+                store->prefetched, store->prefetch_used);
 }
 
 /* Writes routing counts atomically: a kill never leaves half a file. */
@@ -6112,10 +6657,13 @@ static void write_route_stats(const ExpertStore *store, const char *path) {
 
 /* The KV cache, the expert cache and the forward options: what every mode that runs the model needs. */
 static ForwardOptions engine_start(const Settings *set, Model *model, Session *session, int capacity) {
-    session_init(session, model, capacity, set->batch);
+    session_init(session, model, capacity, set->batch, 0);
+    if (capacity != model->ram.capacity || session->bytes > model->ram.session)
+        fprintf(stderr, "glm: warning: internal: the session takes %.0f bytes for %d tokens, the RAM plan counted %.0f for %d\n",
+                session->bytes, capacity, model->ram.session, model->ram.capacity);
     session->progress = isatty(STDERR_FILENO);
     print_configuration(set, model, capacity);
-    plan_expert_cache(model, session, set);
+    expert_store_populate(&model->experts);
     ForwardOptions opt = { set->absorb,
                            !strcmp(set->indexer_mode, "always") ? INDEXER_ALWAYS : !strcmp(set->indexer_mode, "off") ? INDEXER_OFF : INDEXER_AUTO,
                            set->latent_eps, set->mtp_zero_pos0 };
@@ -6139,18 +6687,18 @@ static uint64_t clock_seed(void) {
 /* REF=file: teacher forcing, greedy decoding or REPLAY against the oracle's ids. */
 static int run_validation(const Settings *set) {
     Reference ref = reference_load(set->ref_path);
+    int ngen = set->ngen >= 0 ? set->ngen : ref.full.n - ref.prompt.n;
+    int need = (set->teacher_forcing || set->replay ? ref.full.n : ref.prompt.n + ngen) + 1;
+    int capacity = set->ctx ? set->ctx : need;
+    if (capacity < need) die("CTX=%d is smaller than the %d tokens this run needs", set->ctx, need);
     Model model;
-    model_load(&model, set);
+    model_load(&model, set, capacity);
     const TokenList *lists[] = { &ref.prompt, &ref.full, &ref.tf_pred, &ref.mtp_pred };
     const char *list_names[] = { "prompt_ids", "full_ids", "tf_pred", "mtp_pred" };
     for (int k = 0; k < 4; k++)
         for (int i = 0; i < lists[k]->n; i++)
             if (lists[k]->ids[i] >= model.c.vocab)
                 die("%s: %s[%d] = %d is outside the model's vocabulary (%d)", set->ref_path, list_names[k], i, lists[k]->ids[i], model.c.vocab);
-    int ngen = set->ngen >= 0 ? set->ngen : ref.full.n - ref.prompt.n;
-    int need = (set->teacher_forcing || set->replay ? ref.full.n : ref.prompt.n + ngen) + 1;
-    int capacity = set->ctx ? set->ctx : need;
-    if (capacity < need) die("CTX=%d is smaller than the %d tokens this run needs", set->ctx, need);
     Session session;
     ForwardOptions opt = engine_start(set, &model, &session, capacity);
     double t0 = now_seconds();
@@ -6172,20 +6720,18 @@ static int run_validation(const Settings *set) {
 }
 
 /* The model a text mode talks to, loaded after checking that the tokenizer belongs to it (a
-   tokenizer with ids the model has no rows for is another model's: said before the long load). */
-static void text_model_load(const Settings *set, const TextCodec *tc, Model *model) {
+   tokenizer with ids the model has no rows for is another model's: said before the long load).
+   The RAM plan needs the KV cache's size before the load: CTX, else `needed` tokens plus, for
+   open-ended answers, chat and the server, default_context. Returns that size. */
+static int text_model_load(const Settings *set, const TextCodec *tc, Model *model, int needed, int open_ended) {
     Config config = config_load(set->model_dir);
     codec_check_vocab(tc, config.vocab);
+    const int capacity = set->ctx ? set->ctx : needed + (open_ended ? default_context(&config) : 0);
     config_free(&config);
-    model_load(model, set);
+    model_load(model, set, capacity);
     if (!model->c.n_eos)
         fprintf(stderr, "glm: warning: no eos_token_id in config.json or generation_config.json: answers stop only at NGEN or a full context\n");
-}
-
-/* The KV cache of open-ended answers, chat and the server when CTX=0: 4096 tokens, or
-   max_position_embeddings when that is smaller. */
-static int default_context(const Model *m) {
-    return m->c.max_positions > 0 && m->c.max_positions < 4096 ? m->c.max_positions : 4096;
+    return capacity;
 }
 
 /* PROMPT and CHAT: the tokenizer first (a missing tokenizer.json fails before a long load). */
@@ -6207,14 +6753,12 @@ static int run_text(Settings set) {
         session_tokens = session_file_tokens(set.session_path, err, sizeof err);
         if (session_tokens < 0) die("SESSION=%s %s", set.session_path, err);
     }
-    Model model;
-    text_model_load(&set, &tc, &model);
+    if (set.mode == MODE_PROMPT && set.ctx && prompt.n >= set.ctx)
+        die("the prompt has %d tokens and CTX=%d leaves no room for an answer", prompt.n, set.ctx);
     /* KV cache: a saved conversation, the prompt, then NGEN or a default window for open-ended answers and chat */
-    const int default_window = default_context(&model);
-    int capacity = set.ctx;
-    if (!capacity) capacity = session_tokens + (set.mode == MODE_PROMPT && set.ngen >= 0 ? prompt.n + set.ngen + 1 : prompt.n + default_window);
-    if (set.mode == MODE_PROMPT && prompt.n >= capacity)
-        die("the prompt has %d tokens and CTX=%d leaves no room for an answer", prompt.n, capacity);
+    const int bounded = set.mode == MODE_PROMPT && set.ngen >= 0;
+    Model model;
+    const int capacity = text_model_load(&set, &tc, &model, session_tokens + prompt.n + (bounded ? set.ngen + 1 : 0), !bounded);
     Session session;
     ForwardOptions opt = engine_start(&set, &model, &session, capacity);
     Generator *gen = generator_create(&model, &session, &opt, (SamplerSettings){ set.temperature, set.top_p, set.seed });
@@ -6241,6 +6785,463 @@ static int run_text(Settings set) {
     free(prompt.ids);
     codec_free(&tc);
     return rc;
+}
+
+/* ---------------------------------------------------------------------------------------------
+   PLAN and DOCTOR: before a 370 GB download, will this machine run the model, with what cache,
+   at what speed? DOCTOR measures the machine (and saves its disk and kernel rates in the cache
+   directory); PLAN reads only config.json and the headers, prints the RAM plan a run would make,
+   the disk the model takes, and a projection of decode and prefill speed from DOCTOR's rates.
+   --------------------------------------------------------------------------------------------- */
+
+/* The rates DOCTOR measured, as kept in CACHE_DIR/glm/doctor.json. */
+typedef struct {
+    double disk_gbps;          /* random 19 MiB reads of the model's files (0: not measured) */
+    double decode_gbps;        /* GB/s of int4 weights through qt_matmul at 1 token */
+    double prefill_gbps;       /* the same at 64 tokens, counting each weight byte once per token */
+    int threads;
+    char cpu[128], kernel[16], disk_mode[16], disk_dir[1024], when[32];
+} MachineRates;
+
+static void cpu_model_name(char *buf, size_t n) {
+    snprintf(buf, n, "unknown CPU");
+    FILE *f = fopen("/proc/cpuinfo", "r");
+    if (!f) return;
+    char line[512];
+    while (fgets(line, sizeof line, f)) {
+        if (strncmp(line, "model name", 10)) continue;
+        const char *colon = strchr(line, ':');
+        if (!colon) continue;
+        colon += 1 + (colon[1] == ' ');
+        snprintf(buf, n, "%.*s", (int)strcspn(colon, "\n"), colon);
+        break;
+    }
+    fclose(f);
+}
+
+static void machine_rates_path(const Settings *set, char *path, size_t n) {
+    if (set->cache_dir[0]) snprintf(path, n, "%s/glm/doctor.json", set->cache_dir);
+    else path[0] = 0;
+}
+
+/* Saves the rates atomically (they are a cache: a failure is a note, not an error). */
+static void machine_rates_save(const Settings *set, const MachineRates *r) {
+    char path[4200], err[8800];
+    machine_rates_path(set, path, sizeof path);
+    if (!path[0]) return;
+    char dir[4200];
+    snprintf(dir, sizeof dir, "%s/glm", set->cache_dir);
+    mkdir(set->cache_dir, 0700);
+    mkdir(dir, 0700);
+    AtomicFile af;
+    FILE *f = atomic_begin(&af, path, err, sizeof err);
+    if (f) {
+        fprintf(f, "{\"version\": 1, \"cpu\": ");
+        print_json_string(f, r->cpu, strlen(r->cpu));
+        fprintf(f, ", \"kernel\": \"%s\", \"threads\": %d, \"decode_gbps\": %.4g, \"prefill_gbps\": %.4g, \"disk_gbps\": %.4g, "
+                   "\"disk_mode\": \"%s\", \"when\": \"%s\", \"disk_dir\": ", r->kernel, r->threads, r->decode_gbps, r->prefill_gbps,
+                r->disk_gbps, r->disk_mode, r->when);
+        print_json_string(f, r->disk_dir, strlen(r->disk_dir));
+        fprintf(f, "}\n");
+    }
+    if (!f || atomic_commit(&af, err, sizeof err)) say("note: DOCTOR's rates not saved: %s", err);
+}
+
+/* Reads DOCTOR's rates; 0 (with a reason) when there are none for this CPU. */
+static int machine_rates_load(const Settings *set, MachineRates *r, char *why, size_t why_len) {
+    char path[4200], err[512];
+    machine_rates_path(set, path, sizeof path);
+    memset(r, 0, sizeof *r);
+    struct stat sb;
+    if (!path[0] || stat(path, &sb)) { snprintf(why, why_len, "no rates measured yet"); return 0; }
+    if (!S_ISREG(sb.st_mode) || sb.st_size > 65536) { snprintf(why, why_len, "%s is not a rates file", path); return 0; }
+    size_t len;
+    char *text = json_read_file(path, &len, err, sizeof err);
+    JsonDoc *doc = text ? json_parse(text, len, err, sizeof err) : NULL;
+    const JsonValue *root = doc ? json_root(doc) : NULL;
+    int ok = 0;
+    char cpu[128];
+    cpu_model_name(cpu, sizeof cpu);
+    if (!root || json_type(root) != JSON_OBJECT || json_num(json_get(root, "version")) != 1) snprintf(why, why_len, "%s is unreadable", path);
+    else if (!json_str(json_get(root, "cpu"), NULL) || strcmp(json_str(json_get(root, "cpu"), NULL), cpu))
+        snprintf(why, why_len, "the rates in %s were measured on another CPU", path);
+    else {
+        r->decode_gbps = json_num(json_get(root, "decode_gbps"));
+        r->prefill_gbps = json_num(json_get(root, "prefill_gbps"));
+        r->disk_gbps = json_num(json_get(root, "disk_gbps"));
+        r->threads = (int)json_num(json_get(root, "threads"));
+        const char *k = json_str(json_get(root, "kernel"), NULL), *m = json_str(json_get(root, "disk_mode"), NULL);
+        const char *w = json_str(json_get(root, "when"), NULL), *d = json_str(json_get(root, "disk_dir"), NULL);
+        snprintf(r->cpu, sizeof r->cpu, "%s", cpu);
+        snprintf(r->kernel, sizeof r->kernel, "%s", k ? k : "?");
+        snprintf(r->disk_mode, sizeof r->disk_mode, "%s", m ? m : "?");
+        snprintf(r->when, sizeof r->when, "%s", w ? w : "?");
+        snprintf(r->disk_dir, sizeof r->disk_dir, "%s", d ? d : "?");
+        ok = r->decode_gbps > 0 && r->prefill_gbps > 0 && r->disk_gbps > 0 && isfinite(r->decode_gbps) &&
+             isfinite(r->prefill_gbps) && isfinite(r->disk_gbps);
+        if (!ok) snprintf(why, why_len, "%s has no disk rate (DOCTOR had no model files to read)", path);
+    }
+    json_free(doc);
+    free(text);
+    return ok;
+}
+
+/* Kernel rates: GB/s of int4 weights through the matmul this run would use, at 1 token (decode:
+   memory-bound, so the matrix is larger than any cache) and at 64 tokens (prefill), ~0.3 s. */
+static void measure_kernel_rates(MachineRates *r, int idot) {
+    QTensor w;
+    const int64_t rows = 8192, cols = 8192;   /* 32 MB of int4 */
+    if (qt_alloc(&w, QT_INT4_ROW, 0, rows, cols)) die("out of memory for the kernel probe");
+    uint64_t seed = 0x9E3779B97F4A7C15ull;
+    for (int64_t i = 0; i < rows * w.row_bytes; i++) { seed = seed * 6364136223846793005ull + 1442695040888963407ull; w.data[i] = (uint8_t)(seed >> 56); }
+    for (int64_t i = 0; i < rows; i++) w.scales[i] = 1e-3f;
+    const int S = 64;
+    float *x = xmalloc((size_t)S * cols * sizeof(float)), *y = xmalloc((size_t)S * rows * sizeof(float));
+    for (int64_t i = 0; i < S * cols; i++) x[i] = (float)((i * 7919) % 2001 - 1000) * 1e-3f;
+    const double bytes = (double)rows * w.row_bytes;
+    for (int pass = 0; pass < 2; pass++) {
+        const int s = pass ? S : 1;
+        qt_matmul(&w, x, y, s, idot);   /* warm-up */
+        int reps = 0;
+        double t0 = now_seconds(), dt;
+        do { qt_matmul(&w, x, y, s, idot); reps++; dt = now_seconds() - t0; } while (dt < 0.15);
+        *(pass ? &r->prefill_gbps : &r->decode_gbps) = bytes * s * reps / dt / 1e9;
+    }
+    free(x); free(y); qt_free(&w);
+    snprintf(r->kernel, sizeof r->kernel, "%s", qt_kernel_name(qt_get_kernel()));
+#ifdef _OPENMP
+    r->threads = omp_get_max_threads();
+#else
+    r->threads = 1;
+#endif
+}
+
+/* The *.safetensors of dir with their sizes; returns how many (at most `max`). */
+static int list_shards(const char *dir, char paths[][4200], off_t *sizes, int max) {
+    DIR *d = opendir(dir);
+    if (!d) return 0;
+    int n = 0;
+    struct dirent *de;
+    while ((de = readdir(d)) && n < max) {
+        size_t len = strlen(de->d_name);
+        if (len < 12 || strcmp(de->d_name + len - 12, ".safetensors")) continue;
+        snprintf(paths[n], 4200, "%s/%s", dir, de->d_name);
+        struct stat sb;
+        if (stat(paths[n], &sb) || !S_ISREG(sb.st_mode)) continue;
+        sizes[n++] = sb.st_size;
+    }
+    closedir(d);
+    return n;
+}
+
+/* A short random read probe of the model's files, as experts are read: 19 MiB at a time, O_DIRECT
+   into a 2 MiB-page buffer (buffered pread after evicting the range where O_DIRECT fails), at
+   most 24 reads or ~1.5 s. Returns GB/s, 0 when the files are too small to probe. */
+static double disk_probe(const char *dir, int *reads_out, double *seconds_out, const char **mode_out) {
+    enum { MAX_SHARDS = 64 };
+    static char paths[MAX_SHARDS][4200];
+    off_t sizes[MAX_SHARDS];
+    const size_t chunk = (size_t)19 << 20;
+    int n = list_shards(dir, paths, sizes, MAX_SHARDS), usable = 0;
+    for (int i = 0; i < n; i++) usable += sizes[i] >= (off_t)(2 * chunk);
+    *reads_out = 0; *seconds_out = 0; *mode_out = "direct";
+    if (!usable) return 0;
+    const size_t huge = (size_t)2 << 20;
+    uint8_t *map = mmap(NULL, chunk + 2 * huge, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (map == MAP_FAILED) return 0;
+    uint8_t *buf = (uint8_t *)(((uintptr_t)map + huge - 1) & ~(uintptr_t)(huge - 1));
+    madvise(buf, chunk + huge, MADV_HUGEPAGE);
+    memset(buf, 1, chunk + huge);   /* fault it in before the clock starts */
+    uint64_t seed = (uint64_t)now_seconds() * 0x9E3779B97F4A7C15ull | 1;
+    double bytes = 0, t0 = now_seconds();
+    int reads = 0;
+    while (reads < 24 && now_seconds() - t0 < 1.5) {
+        seed ^= seed << 13; seed ^= seed >> 7; seed ^= seed << 17;
+        int f = (int)(seed % (uint64_t)n);
+        if (sizes[f] < (off_t)(2 * chunk)) continue;
+        off_t off = (off_t)((seed >> 20) % (uint64_t)(sizes[f] - (off_t)chunk)) / 4096 * 4096;
+        int fd = open(paths[f], O_RDONLY | O_DIRECT | O_CLOEXEC);
+        if (fd < 0) {
+            fd = open(paths[f], O_RDONLY | O_CLOEXEC);
+            if (fd < 0) break;
+            posix_fadvise(fd, off, (off_t)chunk, POSIX_FADV_DONTNEED);
+            *mode_out = "buffered";
+        }
+        size_t got = 0;
+        int rc = pread_all(fd, buf, chunk, (uint64_t)off, &got);
+        close(fd);
+        if (rc || got != chunk) break;
+        bytes += (double)chunk;
+        reads++;
+    }
+    *seconds_out = now_seconds() - t0;
+    *reads_out = reads;
+    munmap(map, chunk + 2 * huge);
+    return reads ? bytes / *seconds_out / 1e9 : 0;
+}
+
+/* A projection, not a measurement: speeds from DOCTOR's rates and the plan's shapes. Decode: per
+   token, every MoE layer reads its top-k experts that miss the cache (hit rate taken as slots /
+   experts, i.e. uniform routing, a floor: real routing is skewed) from disk, then the kernels
+   stream the dense weights (not the embedding) and the k experts; disk and compute are added
+   (no overlap assumed). Prefill: a BATCH-token chunk reads each distinct expert it needs once
+   and computes at the 64-token kernel rate. Attention is left out (it grows with the context). */
+typedef struct { double decode_tok_s, prefill_tok_s, hit, decode_disk_gb, decode_weights_gb; } Projection;
+
+static Projection project_speed(Model *m, Loader *ld, const Settings *set, const RamPlan *p, const MachineRates *r) {
+    const Config *c = &m->c;
+    const ExpertStore *store = &m->experts;
+    Projection pr;
+    memset(&pr, 0, sizeof pr);
+    int moe_main = 0;   /* decode runs the main layers; the MTP layer only drafts */
+    for (int l = 0; l < c->n_layers; l++) moe_main += !c->layer_dense[l];
+    double disk_per_expert = 0, ram_per_expert = 0;
+    long long n = 0;
+    for (int l = 0; l < c->n_layers; l++) {
+        if (c->layer_dense[l]) continue;
+        for (int e = 0; e < c->n_experts; e++, n++) {
+            const ExpertSource *src = &store->sources[(size_t)l * c->n_experts + e];
+            for (int k = 0; k < 3; k++) {
+                const double on_disk = (double)src->rows[k] * src->cols[k] * st_dtype_size(src->data[k]->dtype);
+                disk_per_expert += src->scales[k] ? (double)src->data[k]->nbytes + src->scales[k]->nbytes : on_disk;
+                ram_per_expert += src->scales[k] ? (double)src->data[k]->nbytes + src->scales[k]->nbytes
+                                                 : (double)src->rows[k] * qt_row_bytes(src->format[k], src->cols[k]);
+            }
+        }
+    }
+    if (n) { disk_per_expert /= (double)n; ram_per_expert /= (double)n; }
+    /* dense bytes a token streams: all resident weights but the embedding (one row) and the MTP layer */
+    Loader dry = *ld;
+    dry.dry = 1;
+    dry.resident_bytes = 0;
+    QTensor unused;
+    load_matrix(&dry, "model.embed_tokens.weight", c->vocab, c->hidden, set->dense_bits, &unused);
+    for (int l = c->n_layers; l < c->n_layers + c->n_mtp; l++) load_layer(&dry, m, l, set);
+    const double dense_per_token = p->dense - dry.resident_bytes;
+    if (dry.format_stamps != ld->format_stamps) loader_free(&dry);   /* stamps the copy read itself */
+    const int k = c->experts_per_tok, E = c->n_experts;
+    pr.hit = p->slots >= E ? 1.0 : (double)p->slots / E;
+    const double routed = (double)moe_main * k * ram_per_expert;
+    pr.decode_disk_gb = moe_main * k * (1 - pr.hit) * disk_per_expert / 1e9;
+    pr.decode_weights_gb = (dense_per_token + routed) / 1e9;
+    pr.decode_tok_s = 1.0 / (pr.decode_disk_gb / r->disk_gbps + pr.decode_weights_gb / r->decode_gbps);
+    const int B = set->batch;
+    const double distinct = E * (1.0 - pow(1.0 - (double)k / E, B));   /* experts a B-token chunk touches, per layer */
+    const double chunk_disk = moe_main * distinct * (1 - pr.hit) * disk_per_expert / 1e9;
+    const double chunk_compute = (double)B * pr.decode_weights_gb / r->prefill_gbps;
+    pr.prefill_tok_s = B / (chunk_disk / r->disk_gbps + chunk_compute);
+    return pr;
+}
+
+static int plan_end(Model *m, Loader *ld, int fits) {
+    loader_free(ld);
+    model_free(m);
+    return fits ? 0 : 2;
+}
+
+/* PLAN=1 / PLAN=json. Exit 0 when the model fits the budget, 2 when it does not. */
+static int run_plan(const Settings *set) {
+    Model m;
+    Loader ld;
+    model_open(&m, set, &ld);
+    const Config *c = &m.c;
+    const int capacity = set->ctx ? set->ctx : default_context(c);
+    m.ram = ram_plan(&m, &ld, set, capacity);
+    const RamPlan *p = &m.ram;
+    /* the disk: each file up to the end of its last tensor (what a full download takes) */
+    const int nfiles = st_file_count(m.index);
+    double *file_end = xcalloc((size_t)nfiles, sizeof(double)), disk = 0;
+    for (size_t i = 0; i < st_count(m.index); i++) {
+        const StTensor *t = st_tensor_at(m.index, i);
+        if ((double)(t->offset + t->nbytes) > file_end[t->file]) file_end[t->file] = (double)(t->offset + t->nbytes);
+    }
+    for (int f = 0; f < nfiles; f++) disk += file_end[f];
+    free(file_end);
+    struct statvfs vfs;
+    const double disk_free = statvfs(set->model_dir, &vfs) ? -1 : (double)vfs.f_bavail * vfs.f_frsize;
+    MachineRates rates;
+    char why[512] = "";
+    const int have_rates = machine_rates_load(set, &rates, why, sizeof why);
+    Projection pr;
+    memset(&pr, 0, sizeof pr);
+    if (have_rates && ram_plan_fits(p)) pr = project_speed(&m, &ld, set, p, &rates);
+    const int fits = ram_plan_fits(p);
+    if (set->plan_json) {
+        printf("{\"model\": ");
+        print_json_string(stdout, set->model_dir, strlen(set->model_dir));
+        printf(", \"layers\": %d, \"mtp_layers\": %d, \"moe_layers\": %d, \"experts\": %d, \"experts_per_token\": %d, "
+               "\"prequantized\": %s, \"context\": %d, \"batch\": %d, \"fits\": %s, \"budget_from\": \"%s\", \"budget_bytes\": %.0f, "
+               "\"dense_bytes\": %.0f, \"kv_scratch_bytes\": %.0f, \"overhead_bytes\": %.0f, \"reserve_bytes\": %.0f, "
+               "\"expert_cache_bytes\": %.0f, \"unused_bytes\": %.0f, \"slots_per_layer\": %d, \"slot_bytes\": %.0f, "
+               "\"disk_bytes\": %.0f, \"disk_free_bytes\": %.0f, \"projection\": ",
+               c->n_layers, c->n_mtp, p->moe_layers, c->n_experts, c->experts_per_tok, m.experts.prequantized ? "true" : "false",
+               capacity, set->batch, fits ? "true" : "false", p->from_ram_gb ? "RAM_GB" : "MemAvailable", p->budget, p->dense,
+               p->session, p->overhead, p->reserve, p->cache, p->unused, p->slots, p->slot_bytes, disk, disk_free);
+        if (pr.decode_tok_s > 0)
+            printf("{\"decode_tok_s\": %.4g, \"prefill_tok_s\": %.4g, \"hit_rate\": %.4g, \"disk_gbps\": %.4g, \"disk_mode\": \"%s\", "
+                   "\"decode_kernel_gbps\": %.4g, \"prefill_kernel_gbps\": %.4g, \"kernel\": \"%s\", \"threads\": %d, \"measured\": \"%s\"}}\n",
+                   pr.decode_tok_s, pr.prefill_tok_s, pr.hit, rates.disk_gbps, rates.disk_mode, rates.decode_gbps, rates.prefill_gbps,
+                   rates.kernel, rates.threads, rates.when);
+        else {
+            printf("null, \"projection_missing\": ");
+            const char *reason = fits ? why : "the model does not fit the budget";
+            print_json_string(stdout, reason, strlen(reason));
+            printf("}\n");
+        }
+        return plan_end(&m, &ld, fits);
+    }
+    printf("glm: plan for %s: %d layers (+%d MTP), %d routed experts top-%d per MoE layer, %s experts; context %d tokens, "
+           "BATCH %d\n", set->model_dir, c->n_layers, c->n_mtp, c->n_experts, c->experts_per_tok,
+           m.experts.prequantized ? "pre-quantized" : "float", capacity, set->batch);
+    ram_plan_print(stdout, p, set);
+    printf("glm: disk: the model takes %.1f GB in %d files", disk / 1e9, nfiles);
+    if (disk_free >= 0) printf("; %.1f GB free on that filesystem", disk_free / 1e9);
+    printf("\n");
+    if (pr.decode_tok_s > 0)
+        printf("glm: projection (not a measurement): decode %.2f tok/s (%.2f GB from disk + %.2f GB through the kernels per token, "
+               "hit rate %.1f%% if routing were uniform), prefill %.1f tok/s in %d-token chunks; from DOCTOR's rates of %s on this CPU "
+               "(disk %.2f GB/s %s in %s, kernels %.1f GB/s at 1 token and %.1f GB/s at 64 tokens, %s, %d threads); attention is "
+               "left out\n", pr.decode_tok_s, pr.decode_disk_gb, pr.decode_weights_gb, 100 * pr.hit, pr.prefill_tok_s, set->batch,
+               rates.when, rates.disk_gbps, rates.disk_mode, rates.disk_dir, rates.decode_gbps, rates.prefill_gbps, rates.kernel,
+               rates.threads);
+    else if (fits)
+        printf("glm: projection: none (%s): run DOCTOR=1 SNAP=<a model folder on the disk that will hold the model> once; "
+               "it measures the disk and kernel rates PLAN projects from\n", why);
+    return plan_end(&m, &ld, fits);
+}
+
+/* One DOCTOR finding: "DOCTOR ok|warn|FAIL topic: what was found; what to do". */
+static void doctor_say(int *worst, int level, const char *topic, const char *fmt, ...) {
+    static const char *const LEVEL[] = { "ok  ", "warn", "FAIL" };
+    if (level > *worst) *worst = level;
+    printf("DOCTOR %s %s: ", LEVEL[level], topic);
+    va_list ap;
+    va_start(ap, fmt);
+    vprintf(fmt, ap);
+    va_end(ap);
+    putchar('\n');
+    fflush(stdout);
+}
+
+/* The model's checks in a child process, so that a model glm cannot open (which dies with a named
+   error) becomes one FAIL line instead of ending DOCTOR. Returns the worst level. */
+static int doctor_model(const Settings *set) {
+    fflush(stdout);
+    fflush(stderr);
+    pid_t pid = fork();
+    if (pid == 0) {
+        Model m;
+        Loader ld;
+        model_open(&m, set, &ld);
+        const Config *c = &m.c;
+        const int capacity = set->ctx ? set->ctx : default_context(c);
+        m.ram = ram_plan(&m, &ld, set, capacity);
+        const RamPlan *p = &m.ram;
+        int worst = 0;
+        doctor_say(&worst, 0, "model", "%s: %d layers (+%d MTP), %d experts top-%d; experts %s", set->model_dir, c->n_layers,
+                   c->n_mtp, c->n_experts, c->experts_per_tok, m.experts.prequantized ? "pre-quantized" : "float (quantized "
+                   "on every read: convert the model with tools/convert_fp8_to_int4.py)");
+        const double total = proc_kb_field("/proc/meminfo", "MemTotal");
+        if (ram_plan_fits(p))
+            doctor_say(&worst, 0, "RAM", "%.1f GB total, %.1f GB available; a %d-token context leaves %d of %d experts per layer "
+                       "in a %.1f GB cache (%s %.1f GB)", total / 1e9, p->avail / 1e9, capacity, p->slots, c->n_experts, p->cache / 1e9,
+                       p->from_ram_gb ? "RAM_GB" : "budget", p->budget / 1e9);
+        else
+            doctor_say(&worst, 2, "RAM", "%.1f GB total, %.1f GB available: a budget of %.1f GB cannot hold the dense weights "
+                       "(%.1f GB), KV cache and scratch (%.1f GB) and one expert slot per layer; free memory, or lower CTX/BATCH "
+                       "or the dense bits (PLAN=1 shows the terms)", total / 1e9, p->avail / 1e9, p->budget / 1e9, p->dense / 1e9,
+                       p->session / 1e9);
+        if (p->from_ram_gb && p->budget > total && total > 0)
+            doctor_say(&worst, 1, "RAM", "RAM_GB=%g is more than the machine has (%.1f GB): lower it", set->ram_gb, total / 1e9);
+        fflush(stdout);
+        _exit(10 + worst);
+    }
+    int status = 0;
+    if (pid < 0 || waitpid(pid, &status, 0) < 0) {
+        int worst = 0;
+        doctor_say(&worst, 2, "model", "cannot check %s (fork failed)", set->model_dir);
+        return 2;
+    }
+    if (WIFEXITED(status) && WEXITSTATUS(status) >= 10 && WEXITSTATUS(status) <= 12) return WEXITSTATUS(status) - 10;
+    int worst = 0;
+    doctor_say(&worst, 2, "model", "%s cannot be loaded (the error above says why)", set->model_dir);
+    return 2;
+}
+
+/* DOCTOR=1: is this machine ready for SNAP? Exit 0 ready, 1 warnings, 2 cannot run. */
+static int run_doctor(const Settings *set) {
+    int worst = 0;
+    char cpu[128];
+    cpu_model_name(cpu, sizeof cpu);
+    const int vnni = qt_kernel_supported(QT_KERNEL_VNNI), avxvnni = qt_kernel_supported(QT_KERNEL_AVXVNNI);
+    const int avx2 = qt_kernel_supported(QT_KERNEL_AVX2);
+    doctor_say(&worst, vnni || avx2 ? 0 : 1, "CPU", "%s; integer kernels: %s%s%sscalar (glm uses %s)%s", cpu, vnni ? "vnni, " : "",
+               avxvnni ? "avxvnni, " : "", avx2 ? "avx2, " : "", qt_kernel_name(qt_get_kernel()),
+               vnni || avx2 ? "" : "; without AVX2 every matmul runs the scalar kernel, several times slower: use an AVX2 machine");
+    const long cores = sysconf(_SC_NPROCESSORS_ONLN);
+    doctor_say(&worst, cores >= 2 ? 0 : 1, "cores", "%ld online%s", cores,
+               cores >= 2 ? "" : ": disk reads and compute cannot overlap on one core; use a machine with two or more");
+    char thp[256] = "";
+    FILE *f = fopen("/sys/kernel/mm/transparent_hugepage/enabled", "r");
+    if (f) { if (!fgets(thp, sizeof thp, f)) thp[0] = 0; fclose(f); }
+    const char *sel = strchr(thp, '['), *end = sel ? strchr(sel, ']') : NULL;
+    char mode[32] = "unknown";
+    if (sel && end && end - sel < 32) snprintf(mode, sizeof mode, "%.*s", (int)(end - sel - 1), sel + 1);
+    if (!strcmp(mode, "always") || !strcmp(mode, "madvise"))
+        doctor_say(&worst, 0, "huge pages", "transparent huge pages \"%s\": expert slots get 2 MiB pages (O_DIRECT reads ~3x faster)", mode);
+    else
+        doctor_say(&worst, 1, "huge pages", "transparent huge pages \"%s\": O_DIRECT reads into 4 KiB pages are ~3x slower; "
+                   "as root: echo madvise > /sys/kernel/mm/transparent_hugepage/enabled", mode);
+    MachineRates r;
+    memset(&r, 0, sizeof r);
+    snprintf(r.cpu, sizeof r.cpu, "%s", cpu);
+    /* the model's checks fork: before the kernel probe starts OpenMP's threads */
+    const int model_level = set->model_dir[0] ? doctor_model(set) : 0;
+    if (model_level > worst) worst = model_level;
+    measure_kernel_rates(&r, set->idot);
+    doctor_say(&worst, 0, "kernels", "%.1f GB/s of int4 weights at 1 token (decode), %.1f GB/s at 64 tokens (prefill), %s, "
+               "%d threads", r.decode_gbps, r.prefill_gbps, r.kernel, r.threads);
+    if (!set->model_dir[0]) {
+        doctor_say(&worst, 1, "model", "SNAP is not set: the model, O_DIRECT and disk checks are skipped; run DOCTOR=1 SNAP=<model folder>");
+    } else {
+        static char paths[1][4200];
+        off_t size;
+        int n = list_shards(set->model_dir, paths, &size, 1);
+        if (n) {
+            int fd = open(paths[0], O_RDONLY | O_DIRECT | O_CLOEXEC);
+            if (fd >= 0) {
+                close(fd);
+                doctor_say(&worst, 0, "O_DIRECT", "works on %s: expert reads bypass the page cache (DIRECT=-1 uses it)", set->model_dir);
+            } else
+                doctor_say(&worst, 1, "O_DIRECT", "not available on %s (%s): experts are read with buffered pread, ~2.6x slower "
+                           "here and doubly cached; keep the model on a filesystem that supports it (ext4, xfs; not tmpfs)",
+                           set->model_dir, strerror(errno));
+        }
+        int reads;
+        double seconds;
+        const char *how;
+        r.disk_gbps = disk_probe(set->model_dir, &reads, &seconds, &how);
+        snprintf(r.disk_mode, sizeof r.disk_mode, "%s", how);
+        if (!realpath(set->model_dir, r.disk_dir)) snprintf(r.disk_dir, sizeof r.disk_dir, "%s", set->model_dir);
+        if (reads)
+            doctor_say(&worst, r.disk_gbps >= 1.0 ? 0 : 1, "disk", "%.2f GB/s in %d random 19 MB %s reads of the model's files "
+                       "(%.2f s)%s", r.disk_gbps, reads, how, seconds,
+                       r.disk_gbps >= 1.0 ? "" : ": decode is disk-bound, so expect it slow; an NVMe drive reads 3-7 GB/s");
+        else
+            doctor_say(&worst, 1, "disk", "no read probe: the model's files are too small to read 19 MB from (a header-only "
+                       "copy?); run DOCTOR=1 on the full model to measure the disk");
+        struct statvfs vfs;
+        if (!statvfs(set->model_dir, &vfs)) {
+            double free_bytes = (double)vfs.f_bavail * vfs.f_frsize;
+            doctor_say(&worst, free_bytes >= 1e9 ? 0 : 1, "free disk", "%.1f GB free where the model is%s", free_bytes / 1e9,
+                       free_bytes >= 1e9 ? "" : ": converting or downloading needs room for a shard plus the output");
+        }
+    }
+    time_t now = time(NULL);
+    strftime(r.when, sizeof r.when, "%Y-%m-%d %H:%M", localtime(&now));
+    if (r.disk_gbps > 0) machine_rates_save(set, &r);
+    printf("DOCTOR: %s (exit %d)\n", worst == 0 ? "ready" : worst == 1 ? "ready, with warnings" : "cannot run", worst);
+    return worst;
 }
 
 /* SIGTERM outside http_server_run (which handles it while serving): during the load it ends glm
@@ -6278,8 +7279,7 @@ static int run_serve(const Settings *set) {
         srv.model_name = strrchr(folder, '/') && folder[1] ? strrchr(folder, '/') + 1 : folder;
     }
     Model model;
-    text_model_load(set, &tc, &model);
-    srv.capacity = set->ctx ? set->ctx : default_context(&model);
+    srv.capacity = text_model_load(set, &tc, &model, 0, 1);
     Session session;
     ForwardOptions opt = engine_start(set, &model, &session, srv.capacity);
     srv.gen = generator_create(&model, &session, &opt, (SamplerSettings){ set->temperature, set->top_p, set->seed });
@@ -6343,6 +7343,8 @@ int main(int argc, char **argv) {
     case MODE_TEMPLATE: rc = run_template_only(&set); break;
     case MODE_VALIDATE: rc = run_validation(&set); break;
     case MODE_SERVE: rc = run_serve(&set); break;
+    case MODE_PLAN: rc = run_plan(&set); break;
+    case MODE_DOCTOR: rc = run_doctor(&set); break;
     default: rc = run_text(set); break;
     }
     free(set.stdin_prompt);

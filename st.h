@@ -20,6 +20,10 @@
  *         Symbolic links to regular files are followed (a Hugging Face cache snapshot is made of them).
  *     StIndex *st_open_files(const char *const *paths, int npaths, char *err, size_t err_len);
  *         Same for an explicit list of files, numbered in the given order (e.g. a single shard).
+ *     StIndex *st_open_dir_headers(const char *dir, char *err, size_t err_len);
+ *         Same as st_open_dir for files that may end right after their headers (a model's headers
+ *         fetched to plan before downloading it): every check except "offsets past the data
+ *         region" is made. Reads from such an index fail at the end of the file, by name.
  *     void st_close(StIndex *ix);                      closes every fd, frees everything
  *     const StTensor *st_find(const StIndex *ix, const char *name);    NULL if absent (hash lookup)
  *     size_t st_count(const StIndex *ix);
@@ -85,6 +89,7 @@ typedef struct StIndex StIndex;
 
 StIndex *st_open_dir(const char *dir, char *err, size_t err_len);
 StIndex *st_open_files(const char *const *paths, int npaths, char *err, size_t err_len);
+StIndex *st_open_dir_headers(const char *dir, char *err, size_t err_len);
 void st_close(StIndex *ix);
 const StTensor *st_find(const StIndex *ix, const char *name);
 size_t st_count(const StIndex *ix);
@@ -132,6 +137,7 @@ typedef struct {
 struct StIndex {
     StFile *files;
     int nfiles;
+    int headers_only;           /* st_open_dir_headers: the data region may be missing */
     StTensor *tensors;
     size_t ntensors, tcap;
     size_t *slots;              /* open addressing: tensor index + 1, 0 = empty */
@@ -339,7 +345,7 @@ static int st__load_file(StIndex *ix, int file, char *err, size_t err_len) {
                     (unsigned long long)e->begin, (unsigned long long)e->end);
             goto done;
         }
-        if (e->end > data_len) {
+        if (e->end > data_len && !ix->headers_only) {
             st__err(err, err_len, "%s: tensor '%s': data_offsets [%llu, %llu] outside the data region (%llu bytes)",
                     path, key, (unsigned long long)e->begin, (unsigned long long)e->end, (unsigned long long)data_len);
             goto done;
@@ -428,7 +434,7 @@ static int st__build_hash(StIndex *ix, char *err, size_t err_len) {
     return 0;
 }
 
-StIndex *st_open_files(const char *const *paths, int npaths, char *err, size_t err_len) {
+static StIndex *st__open_files(const char *const *paths, int npaths, int headers_only, char *err, size_t err_len) {
     if (err && err_len) err[0] = 0;
     if (npaths <= 0 || !paths) { st__err(err, err_len, "no safetensors files given"); return NULL; }
     StIndex *ix = calloc(1, sizeof *ix);
@@ -439,6 +445,7 @@ StIndex *st_open_files(const char *const *paths, int npaths, char *err, size_t e
     }
     for (int i = 0; i < npaths; i++) ix->files[i].fd = -1;
     ix->nfiles = npaths;
+    ix->headers_only = headers_only;
     for (int i = 0; i < npaths; i++) {
         if (!(ix->files[i].path = strdup(paths[i]))) { st__err(err, err_len, "out of memory"); st_close(ix); return NULL; }
     }
@@ -449,9 +456,13 @@ StIndex *st_open_files(const char *const *paths, int npaths, char *err, size_t e
     return ix;
 }
 
+StIndex *st_open_files(const char *const *paths, int npaths, char *err, size_t err_len) {
+    return st__open_files(paths, npaths, 0, err, err_len);
+}
+
 static int st__cmp_str(const void *a, const void *b) { return strcmp(*(char *const *)a, *(char *const *)b); }
 
-StIndex *st_open_dir(const char *dir, char *err, size_t err_len) {
+static StIndex *st__open_dir(const char *dir, int headers_only, char *err, size_t err_len) {
     if (err && err_len) err[0] = 0;
     DIR *d = opendir(dir);
     if (!d) { st__err(err, err_len, "%s: cannot open directory: %s", dir, strerror(errno)); return NULL; }
@@ -496,12 +507,15 @@ StIndex *st_open_dir(const char *dir, char *err, size_t err_len) {
     else if (n > 1000000) st__err(err, err_len, "%s: too many *.safetensors files (%zu)", dir, n);
     else {
         qsort(paths, n, sizeof *paths, st__cmp_str);   /* "dir/" prefix is common: orders by file name */
-        ix = st_open_files((const char *const *)paths, (int)n, err, err_len);
+        ix = st__open_files((const char *const *)paths, (int)n, headers_only, err, err_len);
     }
     for (size_t i = 0; i < n; i++) free(paths[i]);
     free(paths);
     return ix;
 }
+
+StIndex *st_open_dir(const char *dir, char *err, size_t err_len) { return st__open_dir(dir, 0, err, err_len); }
+StIndex *st_open_dir_headers(const char *dir, char *err, size_t err_len) { return st__open_dir(dir, 1, err, err_len); }
 
 void st_close(StIndex *ix) {
     if (!ix) return;

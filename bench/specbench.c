@@ -23,17 +23,29 @@
 #pragma GCC diagnostic ignored "-Wunused-function"
 #include "../glm.c"
 
-/* Empties every layer's expert cache (between passes: no load is in flight). */
+/* Empties every layer's expert cache (between passes: no demanded load is in flight; a usage-history
+   prefetch may be: it is waited for, and the waiting ones are cancelled). */
 static void evict_all_experts(ExpertStore *store) {
+    if (!store->caches) return;
+    pthread_mutex_lock(&store->lock);
     for (int l = 0; l < store->n_layers; l++) {
         LayerCache *lc = &store->caches[l];
         if (!lc->slots) continue;
-        const TierPolicy policy = lc->lru.policy;
-        tier_lru_free(&lc->lru);
-        if (tier_lru_init(&lc->lru, store->slots_per_layer, store->n_experts)) die("out of memory");
-        lc->lru.policy = policy;
-        for (int s = 0; s < store->slots_per_layer; s++) { lc->slots[s].expert = -1; lc->busy[s] = 0; }
+        for (int s = 0; s < store->slots_per_layer; s++)
+            while (lc->slots[s].loading) pthread_cond_wait(&store->done, &store->lock);
+        const TierPolicy policy = lc->cache.policy;
+        tier_cache_free(&lc->cache);
+        if (tier_cache_init(&lc->cache, store->slots_per_layer, store->n_experts)) die("out of memory");
+        lc->cache.policy = policy;
+        for (int s = 0; s < store->slots_per_layer; s++) {
+            ExpertSlot *sl = &lc->slots[s];
+            if (sl->prefetch_rank >= 0) { sl->prefetch_rank = -1; store->prefetch_pending--; }
+            sl->expert = -1;
+            sl->ready = sl->prefetched = 0;
+            lc->busy[s] = 0;
+        }
     }
+    pthread_mutex_unlock(&store->lock);
 }
 
 typedef struct { double seconds, attention, dense, moe, lm_head, mb_read; } PassTime;
@@ -64,8 +76,9 @@ static void bench_open(Bench *b, int extra) {
     if (b->set.threads) omp_set_num_threads(b->set.threads);
 #endif
     b->ref = reference_load(b->set.ref_path);
-    model_load(&b->model, &b->set);
-    b->opt = engine_start(&b->set, &b->model, &b->session, b->ref.prompt.n + extra + 8);
+    const int capacity = b->ref.prompt.n + extra + 8;
+    model_load(&b->model, &b->set, capacity);
+    b->opt = engine_start(&b->set, &b->model, &b->session, capacity);
 }
 
 static void bench_close(Bench *b) {

@@ -3,6 +3,9 @@
 # stderr+stdout match PATTERN). Every check prints one PASS/FAIL line for tests/run.sh.
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 GLM=${GLM:-$ROOT/glm}
+# Every run starts cold and leaves nothing behind: no usage history from the user's cache directory
+# (t_startup.sh turns it on where it tests it).
+export USAGE=off
 check() {
   local name=$1; shift
   local out; out=$("$@" 2>&1)

@@ -46,12 +46,15 @@ int main(void) {
     set.ram_gb = 1;
     set.direct = -1;
     set.stats_path = "";
+    set.usage = "off";   /* no routing history from or into the user's cache directory */
+    set.cache_dir = "";
+    const int P = ref.prompt.n, N = ref.full.n, cap = N + 8;
     Model model;
-    model_load(&model, &set);
-    const int P = ref.prompt.n, N = ref.full.n, V = model.c.vocab, H = model.c.hidden, cap = N + 8;
+    model_load(&model, &set, cap);
+    const int V = model.c.vocab, H = model.c.hidden;
     Session big, small;
     ForwardOptions opt = engine_start(&set, &model, &big, cap);
-    session_init(&small, &model, cap, 5);
+    session_init(&small, &model, cap, 5, 0);
     const SamplerSettings greedy = { 0.0f, 1.0f, 1 };
 
     /* prefill in chunks of 5 == one chunk: logits and hidden state of the last position */

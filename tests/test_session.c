@@ -28,6 +28,8 @@ static Settings fixture_settings(void) {
     set.ram_gb = 1;
     set.direct = -1;
     set.stats_path = "";
+    set.usage = "off";   /* no routing history from or into the user's cache directory */
+    set.cache_dir = "";
     return set;
 }
 
@@ -73,13 +75,14 @@ int main(void) {
     snprintf(ref_path, sizeof ref_path, "%s/reference.json", FIXTURE);
     Reference ref = reference_load(ref_path);
     Settings set = fixture_settings();
+    const int P = ref.prompt.n, N = ref.full.n, cap = N + 8;
     Model model;
-    model_load(&model, &set);
+    model_load(&model, &set, cap);
     const Config *c = &model.c;
-    const int P = ref.prompt.n, N = ref.full.n, V = c->vocab, H = c->hidden, cap = N + 8;
+    const int V = c->vocab, H = c->hidden;
     Session a_s, b_s;
     ForwardOptions opt = engine_start(&set, &model, &a_s, cap);
-    session_init(&b_s, &model, cap + 16, 5);   /* another capacity and batch: neither is in the file */
+    session_init(&b_s, &model, cap + 16, 5, 0);   /* another capacity and batch: neither is in the file */
     const SessionKey key = session_key(&model, &set, &opt);
     char path[256], other[256], err[8500];
     snprintf(path, sizeof path, "/tmp/test_session.%d", (int)getpid());
@@ -182,7 +185,7 @@ int main(void) {
         Settings set8 = fixture_settings();
         set8.dense_bits = 8;
         Model m8;
-        model_load(&m8, &set8);
+        model_load(&m8, &set8, cap);
         SessionKey k8 = session_key(&m8, &set8, &opt);
         CHECK("dense_bits 8 instead of 16: other weight formats, named", refused_with(b, &k8, path, "other weight formats") &&
               refused_with(b, &k8, path, "dense_bits 16, GROUP 0; this run has 16, 8, 0"));
@@ -199,7 +202,7 @@ int main(void) {
         Settings setd = fixture_settings();
         setd.model_dir = "tests/fixtures/oracle_dense";
         Model md;
-        model_load(&md, &setd);
+        model_load(&md, &setd, cap);
         SessionKey kd = session_key(&md, &setd, &opt);
         CHECK("the dense oracle model: refused as another model", refused_with(b, &kd, path, "was written for another model (cached layers 4 there, 3 here)"));
         kd.layers = key.layers;
@@ -212,7 +215,7 @@ int main(void) {
     CHECK("the conversation survived every refusal", b->pos == pos - 2 && same_rows(&a_s, &b_s, c, pos - 2));
     {
         Session tiny;
-        session_init(&tiny, &model, pos - 2, 4);
+        session_init(&tiny, &model, pos - 2, 4, 0);
         Generator *t = generator_create(&model, &tiny, &opt, (SamplerSettings){ 0.0f, 1.0f, 1 });
         CHECK("a cache too small for the file: refused, naming CTX", refused_with(t, &key, path, "no room to continue (raise CTX)"));
         generator_free(t);
@@ -224,7 +227,7 @@ int main(void) {
     free(file);
     file = read_all(path, &file_n);
     Session keep;
-    session_init(&keep, &model, cap + 16, 5);
+    session_init(&keep, &model, cap + 16, 5, 0);
     for (int l = 0; l < c->n_layers; l++) {   /* the decoder layers: the MTP head's rows are not kept */
         memcpy(keep.latent[l], b_s.latent[l], (size_t)cap * c->kv_lora * sizeof(float));
         memcpy(keep.rope_key[l], b_s.rope_key[l], (size_t)cap * c->qk_rope * sizeof(float));

@@ -49,8 +49,10 @@ static void fixture_open(Fixture *f, const char *dir, int batch) {
     set.ram_gb = 1;
     set.direct = -1;
     set.stats_path = "";
-    model_load(&f->model, &set);
+    set.usage = "off";   /* no routing history from or into the user's cache directory */
+    set.cache_dir = "";
     f->cap = f->ref.full.n + 32;
+    model_load(&f->model, &set, f->cap);
     f->opt = engine_start(&set, &f->model, &f->session, f->cap);
 }
 
@@ -99,7 +101,7 @@ static void test_mtp_drafter(const char *dir) {
     int drafts[3];
     const int n = spec_draft_mtp(g, t, 3, drafts);
     Session fresh;
-    session_init(&fresh, &f.model, f.cap, 64);
+    session_init(&fresh, &f.model, f.cap, 64, 0);
     float *hs = xmalloc((size_t)pos * H * sizeof(float)), *out = xmalloc((size_t)pos * H * sizeof(float));
     float *logits = xmalloc((size_t)pos * V * sizeof(float));
     model_forward(&f.model, &fresh, &f.opt, ref->full.ids, pos, 0, hs, NULL, 0, NULL);
@@ -137,7 +139,7 @@ static int same_rows(const Session *a, const Session *b, int layer, const Config
 static int mtp_rows_match_fresh(Fixture *f, Generator *g) {
     spec_mtp_fill(g, g->pos - 1, -1, 0, INT32_MAX);
     Session fresh;
-    session_init(&fresh, &f->model, f->cap, 64);
+    session_init(&fresh, &f->model, f->cap, 64, 0);
     Generator *h = new_generator(f, &fresh, SPEC_MTP, 1, GREEDY);
     generator_prefill(h, g->history, g->pos);
     const int l = f->model.c.n_layers;
@@ -193,7 +195,7 @@ static void test_mtp_cache_and_verify(void) {
     /* a caller's drafter proposing the oracle continuation: every draft accepted */
     OracleDrafter od = { ref, -1, V, 0 };
     Session s2;
-    session_init(&s2, &f.model, f.cap, 64);
+    session_init(&s2, &f.model, f.cap, 64, 0);
     g = new_generator(&f, &s2, SPEC_NGRAM, 4, GREEDY);
     g->spec.caller = oracle_draft;
     g->spec.caller_user = &od;
@@ -220,7 +222,7 @@ static void test_mtp_cache_and_verify(void) {
 
     /* EOS and max_tokens inside an accepted run: the state equals plain decoding's */
     Session s3;
-    session_init(&s3, &f.model, f.cap, 64);
+    session_init(&s3, &f.model, f.cap, 64, 0);
     Generator *plain = new_generator(&f, &s3, SPEC_OFF, 1, GREEDY);
     generator_prefill(plain, ref->prompt.ids, P);
     const int eos[1] = { ref->full.ids[P + 6] };
@@ -294,7 +296,7 @@ static void test_sampling(void) {
     const float top_ps[2] = { 0.9f, 1.0f };
     int run[SPEC_MAX_DRAFT + 1];
     Session s2;
-    session_init(&s2, &f.model, f.cap, 64);
+    session_init(&s2, &f.model, f.cap, 64, 0);
     for (int tp = 0; tp < 2; tp++) {
         const SamplerSettings sampling = { 0.6f, top_ps[tp], 1 };
         Generator *plain = new_generator(&f, &f.session, SPEC_OFF, 1, sampling);

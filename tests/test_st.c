@@ -453,6 +453,30 @@ static void test_f8_scale_errors(void) {
     st_close(ix);
 }
 
+/* A file cut right after its header: refused by st_open_dir (naming the data region), indexed by
+   st_open_dir_headers with the same tensors, every other check still made, and a read fails by name. */
+static void test_headers_only(void) {
+    const char *hdr = "{\"a\":{\"dtype\":\"F32\",\"shape\":[2,3],\"data_offsets\":[0,24]},"
+                      "\"b\":{\"dtype\":\"U8\",\"shape\":[5],\"data_offsets\":[24,29]}}";
+    const char *path = one_file("headers_only", hdr, 0, 0);
+    char dir[128], err[1024] = "";
+    snprintf(dir, sizeof dir, "%s/headers_only", root);
+    expect_open_fail("headers_only_refused_by_st_open_dir", dir, path, "outside the data region", NULL);
+    StIndex *ix = st_open_dir_headers(dir, err, sizeof err);
+    const StTensor *b = ix ? st_find(ix, "b") : NULL;
+    check("headers_only_indexed", ix && st_count(ix) == 2 && b && b->nbytes == 5 && b->offset == 8 + strlen(hdr) + 24, err);
+    float v[6];
+    int rc = ix ? st_read_f32(ix, st_find(ix, "a"), v, err, sizeof err) : 0;
+    check("headers_only_read_fails_by_name", rc == -1 && strstr(err, path) && strstr(err, "'a'"), err);
+    st_close(ix);
+    /* the other checks still hold: a byte count that does not match the shape */
+    one_file("headers_only_bad", "{\"a\":{\"dtype\":\"F32\",\"shape\":[2,3],\"data_offsets\":[0,20]}}", 0, 0);
+    snprintf(dir, sizeof dir, "%s/headers_only_bad", root);
+    ix = st_open_dir_headers(dir, err, sizeof err);
+    check("headers_only_still_checks_sizes", !ix && strstr(err, "span 20 bytes"), err);
+    st_close(ix);
+}
+
 /* A *.safetensors that is not a regular file is refused by name, never skipped (the error would
  * otherwise be a "missing tensor") and never blocks (a FIFO); a link to a regular file is followed. */
 static void test_not_regular_files(void) {
@@ -502,6 +526,7 @@ int main(void) {
     test_valid();
     test_malformed();
     test_f8_scale_errors();
+    test_headers_only();
     test_not_regular_files();
     char cmd[128];
     snprintf(cmd, sizeof cmd, "rm -rf '%s'", root);

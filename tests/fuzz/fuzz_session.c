@@ -34,8 +34,10 @@ static void setup(void) {
     set.batch = 8;
     set.latent_eps = 1e-6f;
     set.mtp_zero_pos0 = 1;
-    model_load(&model, &set);
-    session_init(&session, &model, 64, 8);
+    set.usage = "off";   /* no routing history from or into the user's cache directory */
+    set.cache_dir = "";
+    model_load(&model, &set, 64);
+    session_init(&session, &model, 64, 8, 0);
     opt = (ForwardOptions){ 1, INDEXER_AUTO, 1e-6f, 1 };
     key = session_key(&model, &set, &opt);
     gen = generator_create(&model, &session, &opt, (SamplerSettings){ 0.0f, 1.0f, 1 });

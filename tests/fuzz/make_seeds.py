@@ -134,6 +134,33 @@ def tok_seeds():
     write("tokjson", "tokenizer_small", json.dumps(small).encode())
 
 
+# ---- usage history (tier.h) -----------------------------------------------------------------
+
+def fnv1a64(data):
+    h = 0xCBF29CE484222325
+    for byte in data:
+        h = ((h ^ byte) * 0x100000001B3) & 0xFFFFFFFFFFFFFFFF
+    return h
+
+
+def usage(layers, experts, fingerprint, tokens, counts, version=1):
+    """tier_usage_encode: magic, version, shape, fingerprint, tokens, u32 counts, FNV-1a 64 of it all."""
+    body = b"GLMUSAGE" + struct.pack("<IIIIQQ", version, layers, experts, 0, fingerprint, tokens)
+    body += struct.pack("<%dI" % len(counts), *counts)
+    return body + struct.pack("<Q", fnv1a64(body))
+
+
+def usage_seeds():
+    write("usage", "valid_8x8", usage(8, 8, 0, 4096, [(7 * i) % 50 for i in range(64)]))
+    write("usage", "valid_3x5", usage(3, 5, 0x0123456789ABCDEF, 256, [i * i for i in range(15)]))
+    write("usage", "valid_1x1", usage(1, 1, 0xFFFFFFFFFFFFFFFF, 1, [0xFFFFFFFF]))
+    good = usage(2, 4, 7, 10, list(range(8)))
+    write("usage", "bad_checksum", good[:-1] + bytes([good[-1] ^ 1]))
+    write("usage", "truncated", good[:-5])
+    write("usage", "bad_version", usage(2, 4, 7, 10, list(range(8)), version=2))
+    write("usage", "zero_shape", usage(0, 4, 7, 10, []))
+
+
 def server_seeds():
     """fuzz_server: a request body, a NUL, model output; the last byte's low bit picks chat (1) or completions."""
     tools = [{"type": "function", "function": {"name": "get_weather", "parameters": {
@@ -166,6 +193,7 @@ def main():
     json_seeds()
     ref_seeds()
     tok_seeds()
+    usage_seeds()
     server_seeds()
     return 0
 
