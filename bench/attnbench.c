@@ -85,7 +85,7 @@ int main(int argc, char **argv) {
         const int T = pos0 + S;
         Session s;
         c->index_topk = K > 0 ? K : 2048;
-        session_init(&s, &m, T, S);
+        session_init(&s, &m, T, S, 0);
         for (int64_t i = 0; i < (int64_t)T * c->kv_lora; i++) s.latent[0][i] = rng_normalish();
         for (int64_t i = 0; i < (int64_t)T * c->qk_rope; i++) s.rope_key[0][i] = rng_normalish();
         for (int64_t i = 0; i < (int64_t)S * c->n_heads * c->qk_head; i++) s.q[i] = rng_normalish();
