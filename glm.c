@@ -1299,7 +1299,7 @@ typedef struct {
     double bytes;            /* what session_init allocated */
     int size_only;           /* session_init counts bytes and allocates nothing (the RAM plan) */
     int progress;            /* show prefill progress on stderr (a terminal) */
-    struct { double attention, indexer, dense_mlp, moe, lm_head; long long forwards, positions; } profile;   /* seconds */
+    struct { double attention, indexer, attention_core, dense_mlp, moe, lm_head; long long forwards, positions; } profile;   /* seconds */
 } Session;
 
 /* The absorbed attention works on chunks of ATT_ROWS query rows, and per row on groups of ATT_HG
@@ -1814,7 +1814,9 @@ static void attention(AttentionCall *ac, const float *xn, int S, int pos0, float
 
     const float scale = 1.0f / sqrtf((float)dqk);
     if (ac->opt->absorb) {
+        double t0 = now_seconds();
         attention_core(ac, S, pos0, scale);
+        s->profile.attention_core += now_seconds() - t0;
         matmul(out, &L->o, s->attn, S);
         return;
     }
@@ -6760,9 +6762,9 @@ static void print_configuration(const Settings *set, const Model *m, int capacit
 /* PROFILE=1: where the time of the forward passes went. */
 static void print_profile(const Session *s, const ExpertStore *store) {
     const double moe_other = s->profile.moe - store->wait_seconds - store->compute_seconds;
-    fprintf(stderr, "PROFILE: %lld forwards, %lld positions | attention %.3f s (indexer %.3f s) | dense MLP %.3f s | "
+    fprintf(stderr, "PROFILE: %lld forwards, %lld positions | attention %.3f s (indexer %.3f s, scores+pooling %.3f s) | dense MLP %.3f s | "
                     "MoE %.3f s = routed experts %.3f s + disk wait %.3f s + router/shared/combine %.3f s | lm_head %.3f s\n",
-            s->profile.forwards, s->profile.positions, s->profile.attention, s->profile.indexer, s->profile.dense_mlp,
+            s->profile.forwards, s->profile.positions, s->profile.attention, s->profile.indexer, s->profile.attention_core, s->profile.dense_mlp,
             s->profile.moe, store->compute_seconds, store->wait_seconds, moe_other, s->profile.lm_head);
 }
 
