@@ -1309,11 +1309,13 @@ enum { ATT_ROWS = 16 };
 /* Float lanes for the attention kernels: the native vector of the build (16 lanes with AVX-512,
    8 with AVX2 + FMA, else 4 in plain C). Every lane does exactly what the scalar loop would: fused
    multiply-adds (one rounding, like fmaf), IEEE add, mul, div and max; so the build's vector width
-   never changes a result. ATT_MK: keys (or latent dimensions) per register tile, two vectors of
-   heads each (24 of the 32 zmm accumulators; 12 of the 16 ymm). */
+   never changes a result. A head group is ATT_NV vectors (ATT_HG heads); a register tile is ATT_MK
+   keys (or latent dimensions) × the group (24 of the 32 zmm as accumulators; 12 of the 16 ymm).
+   Measured, AVX-512, one thread: 4 vectors × 6 keys ran the same as 2 × 12 (the fma ports are the
+   limit, ~75 % of their peak), and 2 vectors give decode two work items per row. */
 #if defined(__AVX512F__)
 #include <immintrin.h>
-enum { ATT_VW = 16, ATT_MK = 12 };
+enum { ATT_VW = 16, ATT_NV = 2, ATT_MK = 12 };
 typedef __m512 AttV;
 static inline AttV attv_load(const float *p) { return _mm512_loadu_ps(p); }
 static inline void attv_store(float *p, AttV v) { _mm512_storeu_ps(p, v); }
@@ -1331,7 +1333,7 @@ static inline AttV attv_pow2i(AttV n) {
 static inline AttV attv_zero_below(AttV x, float lim, AttV y) { return _mm512_maskz_mov_ps(_mm512_cmp_ps_mask(x, _mm512_set1_ps(lim), _CMP_GE_OQ), y); }
 #elif defined(__AVX2__) && defined(__FMA__)
 #include <immintrin.h>
-enum { ATT_VW = 8, ATT_MK = 6 };
+enum { ATT_VW = 8, ATT_NV = 2, ATT_MK = 6 };
 typedef __m256 AttV;
 static inline AttV attv_load(const float *p) { return _mm256_loadu_ps(p); }
 static inline void attv_store(float *p, AttV v) { _mm256_storeu_ps(p, v); }
@@ -1347,7 +1349,7 @@ static inline AttV attv_pow2i(AttV n) {
 }
 static inline AttV attv_zero_below(AttV x, float lim, AttV y) { return _mm256_and_ps(_mm256_cmp_ps(x, _mm256_set1_ps(lim), _CMP_GE_OQ), y); }
 #else
-enum { ATT_VW = 4, ATT_MK = 4 };
+enum { ATT_VW = 4, ATT_NV = 2, ATT_MK = 4 };
 typedef struct { float f[4]; } AttV;
 #define ATTV_MAP(expr) AttV r; for (int i = 0; i < 4; i++) r.f[i] = (expr); return r
 static inline AttV attv_load(const float *p) { ATTV_MAP(p[i]); }
@@ -1367,7 +1369,7 @@ static inline AttV attv_pow2i(AttV n) {
 static inline AttV attv_zero_below(AttV x, float lim, AttV y) { ATTV_MAP(x.f[i] >= lim ? y.f[i] : 0.0f); }
 #undef ATTV_MAP
 #endif
-enum { ATT_HG = 2 * ATT_VW };
+enum { ATT_HG = ATT_NV * ATT_VW };
 
 /* e^x for x ≤ 0 in every lane (the softmax's exponent), one fixed sequence of IEEE operations:
    n = round(x·log2 e), r = x − n·ln 2 in two fma steps, a degree-6 polynomial (Cephes expf's
@@ -1610,47 +1612,45 @@ static inline __attribute__((always_inline)) void att_scores_tile(const float *Q
         kc[m] = latent + (size_t)j * kvl;
         kr[m] = rope_key + (size_t)j * dr;
     }
-    AttV acc[ATT_MK][2];
-    for (int m = 0; m < M; m++) acc[m][0] = acc[m][1] = attv_set1(0.0f);
+    AttV acc[ATT_MK][ATT_NV];
+    for (int m = 0; m < M; m++) for (int v = 0; v < ATT_NV; v++) acc[m][v] = attv_set1(0.0f);
     for (int d = 0; d < kvl; d++) {
-        const AttV q0 = attv_load(Q + (size_t)d * ATT_HG), q1 = attv_load(Q + (size_t)d * ATT_HG + ATT_VW);
+        AttV q[ATT_NV];
+        for (int v = 0; v < ATT_NV; v++) q[v] = attv_load(Q + (size_t)d * ATT_HG + v * ATT_VW);
         for (int m = 0; m < M; m++) {
             const AttV k = attv_set1(kc[m][d]);
-            acc[m][0] = attv_fma(k, q0, acc[m][0]);
-            acc[m][1] = attv_fma(k, q1, acc[m][1]);
+            for (int v = 0; v < ATT_NV; v++) acc[m][v] = attv_fma(k, q[v], acc[m][v]);
         }
     }
     const float *Qr = Q + (size_t)kvl * ATT_HG;
     for (int d = 0; d < dr; d++) {
-        const AttV q0 = attv_load(Qr + (size_t)d * ATT_HG), q1 = attv_load(Qr + (size_t)d * ATT_HG + ATT_VW);
+        AttV q[ATT_NV];
+        for (int v = 0; v < ATT_NV; v++) q[v] = attv_load(Qr + (size_t)d * ATT_HG + v * ATT_VW);
         for (int m = 0; m < M; m++) {
             const AttV k = attv_set1(kr[m][d]);
-            acc[m][0] = attv_fma(k, q0, acc[m][0]);
-            acc[m][1] = attv_fma(k, q1, acc[m][1]);
+            for (int v = 0; v < ATT_NV; v++) acc[m][v] = attv_fma(k, q[v], acc[m][v]);
         }
     }
     const AttV sc = attv_set1(scale);
-    for (int m = 0; m < M; m++) {
-        attv_store(s + (size_t)(t + m) * ATT_HG, attv_mul(acc[m][0], sc));
-        attv_store(s + (size_t)(t + m) * ATT_HG + ATT_VW, attv_mul(acc[m][1], sc));
-    }
+    for (int m = 0; m < M; m++)
+        for (int v = 0; v < ATT_NV; v++) attv_store(s + (size_t)(t + m) * ATT_HG + v * ATT_VW, attv_mul(acc[m][v], sc));
 }
 
 /* out[m][·] = Σ_t c_{key t}[u0+m]·e[t][·] over the n keys in list order, for M latent dimensions. */
 static inline __attribute__((always_inline)) void att_pool_tile(const float *e, const float *latent, const int *keys, int n,
-                                                                int kvl, int u0, AttV out[][2], const int M) {
-    AttV acc[ATT_MK][2];
-    for (int m = 0; m < M; m++) acc[m][0] = acc[m][1] = attv_set1(0.0f);
+                                                                int kvl, int u0, AttV out[][ATT_NV], const int M) {
+    AttV acc[ATT_MK][ATT_NV];
+    for (int m = 0; m < M; m++) for (int v = 0; v < ATT_NV; v++) acc[m][v] = attv_set1(0.0f);
     for (int t = 0; t < n; t++) {
         const float *c = latent + (size_t)(keys ? keys[t] : t) * kvl + u0;
-        const AttV p0 = attv_load(e + (size_t)t * ATT_HG), p1 = attv_load(e + (size_t)t * ATT_HG + ATT_VW);
+        AttV p[ATT_NV];
+        for (int v = 0; v < ATT_NV; v++) p[v] = attv_load(e + (size_t)t * ATT_HG + v * ATT_VW);
         for (int m = 0; m < M; m++) {
             const AttV cv = attv_set1(c[m]);
-            acc[m][0] = attv_fma(cv, p0, acc[m][0]);
-            acc[m][1] = attv_fma(cv, p1, acc[m][1]);
+            for (int v = 0; v < ATT_NV; v++) acc[m][v] = attv_fma(cv, p[v], acc[m][v]);
         }
     }
-    for (int m = 0; m < M; m++) { out[m][0] = acc[m][0]; out[m][1] = acc[m][1]; }
+    for (int m = 0; m < M; m++) for (int v = 0; v < ATT_NV; v++) out[m][v] = acc[m][v];
 }
 
 /* Step 2 for one row and the heads h0 .. h0+nhg-1 (nhg ≤ ATT_HG): Q from qc (the chunk row's
@@ -1668,8 +1668,8 @@ static void attention_row_heads(const float *qc, const float *q, int dqk, int dn
     for (; t + ATT_MK <= n; t += ATT_MK) att_scores_tile(Q, latent, rope_key, keys, t, kvl, dr, scale, e, ATT_MK);
     for (; t < n; t++) att_scores_tile(Q, latent, rope_key, keys, t, kvl, dr, scale, e, 1);
     /* softmax along the keys; the lanes are the heads */
-    AttV inv[2];
-    for (int v = 0; v < 2; v++) {
+    AttV inv[ATT_NV];
+    for (int v = 0; v < ATT_NV; v++) {
         float *ev = e + (size_t)v * ATT_VW;
         AttV mx = attv_load(ev);
         for (int i = 1; i < n; i++) mx = attv_max(attv_load(ev + (size_t)i * ATT_HG), mx);
@@ -1683,15 +1683,13 @@ static void attention_row_heads(const float *qc, const float *q, int dqk, int dn
     }
     /* z = Σ e·c / Σ e: tiles into zt [kvl][ATT_HG] (Q's space, no longer needed), then per head */
     float *zt = Q;
-    AttV acc[ATT_MK][2];
+    AttV acc[ATT_MK][ATT_NV];
     for (int u0 = 0; u0 < kvl;) {
         const int m = kvl - u0 >= ATT_MK ? ATT_MK : 1;
         if (m == ATT_MK) att_pool_tile(e, latent, keys, n, kvl, u0, acc, ATT_MK);
         else att_pool_tile(e, latent, keys, n, kvl, u0, acc, 1);
-        for (int k = 0; k < m; k++) {
-            attv_store(zt + (size_t)(u0 + k) * ATT_HG, attv_mul(acc[k][0], inv[0]));
-            attv_store(zt + (size_t)(u0 + k) * ATT_HG + ATT_VW, attv_mul(acc[k][1], inv[1]));
-        }
+        for (int k = 0; k < m; k++)
+            for (int v = 0; v < ATT_NV; v++) attv_store(zt + (size_t)(u0 + k) * ATT_HG + v * ATT_VW, attv_mul(acc[k][v], inv[v]));
         u0 += m;
     }
     for (int x = 0; x < nhg; x++)
