@@ -11,7 +11,7 @@
      2. Config       config.json → validated model shape
      3. Weights      tensors from safetensors (st.h), quantized at load or pre-quantized (quant.h)
      4. Kernels      the one matmul dispatch and the small vector helpers
-     5. Attention    RMSNorm, RoPE, MLA (absorbed decode / explicit prefill), the DSA indexer
+     5. Attention    RMSNorm, RoPE, MLA (weight-absorbed; explicit K/V as a cross-check), the DSA indexer
      6. Experts      where a routed expert's weights come from (ExpertStore)
      7. MoE          router, batch union of chosen experts, SwiGLU, shared expert
      8. Model        the RAM plan, loading and the forward pass over S positions, the MTP head
@@ -1232,8 +1232,10 @@ static int argmax(const float *v, int n) {
    5. Attention: MLA with a compressed KV cache, RoPE, and the DSA lightning indexer
    Per token and layer the cache keeps only the normalized KV latent c (kv_lora floats) and the
    rotated shared key kr (qk_rope floats), plus the indexer key kI on full-indexer layers (§4.6).
-   Decode uses the weight-absorbed form (§3.5), which never expands per-head keys; prefill may
-   expand K/V explicitly, which is cheaper when many queries share the keys.
+   Every batch uses the weight-absorbed form (§3.5), which never expands per-head keys: all 64
+   heads of a row score and pool the same cached latents, as matrix products with the heads in
+   vector lanes. ABSORB=0 expands K/V explicitly instead (a cross-check; memory grows with the
+   context).
    ============================================================================================= */
 
 typedef struct { QTensor gate, up, down; } FfnWeights;   /* SwiGLU: down(silu(gate·m) ⊙ up·m) */
