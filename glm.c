@@ -325,7 +325,7 @@ static const SettingSpec SETTINGS[] = {
     { "SPECIAL",  SET_BOOL,  "0",    0, 1, "recognise special tokens such as <|user|> written in the text (0: text is only text)" },
     { "TOKENIZE", SET_STR,   "",     0, 0, "file of JSON strings, one per line: print each one's token ids on a line, then exit (no weights needed)" },
     { "TEMPLATE_ONLY", SET_BOOL, "0", 0, 1, "print the rendered prompt (as a JSON string, then its ids) and exit (no weights needed)" },
-    { "SESSION",  SET_STR,   "",     0, 0, "file holding the conversation (token ids + KV cache): continued when it exists, saved after every answer (PROMPT, CHAT)" },
+    { "SESSION",  SET_STR,   "",     0, 0, "file holding the conversation (token ids + KV cache): continued when it exists, saved after every answer (PROMPT, CHAT; SERVE: the server's cache)" },
     /* the server (section 11) */
     { "SERVE",    SET_STR,   "",     0, 0, "OpenAI-compatible HTTP server on [host:]port (host default 127.0.0.1; port 0 picks a free one): /v1/chat/completions, /v1/completions, /v1/models, /health" },
     { "API_KEY",  SET_STR,   "",     0, 0, "with SERVE: the key every request must carry (Authorization: Bearer KEY or x-api-key: KEY); required to listen on an address other machines can reach" },
@@ -466,6 +466,7 @@ static void print_help(void) {
            "  echo text | ./glm     the same with the prompt from stdin (no mode set, stdin not a terminal; or PROMPT=-)\n"
            "  CHAT=1 ./glm          terminal chat (the default when stdin is a terminal); :help lists its commands\n"
            "  SESSION=file          with PROMPT or CHAT: continue the conversation the file holds; saved after every answer\n"
+           "                        (with SERVE: the server's KV cache, back at start and saved after every answer)\n"
            "  TOKENIZE=file ./glm   token ids of each JSON-string line of file (only tokenizer.json is read)\n"
            "  REF=file ./glm        validation against an oracle reference: greedy, TF=1 [MTP=1] or REPLAY=1\n"
            "  SERVE=8080 ./glm      OpenAI-compatible HTTP API on 127.0.0.1:8080 (base URL http://127.0.0.1:8080/v1)\n"
@@ -646,8 +647,8 @@ static Settings settings_from_env(int argc, char **argv) {
         die("nothing to do: set PROMPT=\"...\", CHAT=1, TOKENIZE=file or REF=file (see --help)");
     }
     if (s.prompt_given && !strcmp(s.prompt, "-")) s.prompt_from_stdin = 1;
-    if (s.session_path[0] && s.mode != MODE_PROMPT && s.mode != MODE_CHAT)
-        die("SESSION=%s holds a conversation: it works with PROMPT and CHAT, not with %s", s.session_path,
+    if (s.session_path[0] && s.mode != MODE_PROMPT && s.mode != MODE_CHAT && s.mode != MODE_SERVE)
+        die("SESSION=%s holds a conversation: it works with PROMPT, CHAT and SERVE, not with %s", s.session_path,
             s.mode == MODE_TOKENIZE ? "TOKENIZE" : s.mode == MODE_TEMPLATE ? "TEMPLATE_ONLY" : "REF");
     /* only the modes that sample read the temperature (and may note an unrelated TEMP); REF decodes
        greedily unless TEMPERATURE (or a numeric TEMP) is given */
@@ -1110,6 +1111,7 @@ static void load_eh_proj(Loader *ld, const char *name, int64_t H, int bits, QTen
     if (st_find(ld->index, qs_name)) {
         QTensor whole;
         load_matrix(ld, name, H, 2 * H, bits, &whole);
+        if (ld->dry) return;   /* the RAM plan: the halves take what the whole takes */
         const int64_t half_bytes = qt_row_bytes(whole.format, H), gpr = qt_groups_per_row(&whole);
         const int per_row = whole.format != QT_INT4_GROUP;
         if (half_bytes * 2 != whole.row_bytes || (!per_row && H % whole.group))
@@ -1129,6 +1131,10 @@ static void load_eh_proj(Loader *ld, const char *name, int64_t H, int bits, QTen
     }
     if (t->ndim != 2 || t->shape[0] != H || t->shape[1] != 2 * H)
         die("%s: tensor %s must have shape [%lld, %lld]", st_file_path(ld->index, t->file), name, (long long)H, (long long)(2 * H));
+    if (ld->dry) {   /* the RAM plan: two [H, H] matrices at `bits`, counted as load_float_rows counts them */
+        for (int k = 0; k < 2; k++) load_float_rows(ld, name, t, 0, H, H, bits, &half[k]);
+        return;
+    }
     for (int k = 0; k < 2; k++)
         if (qt_alloc(&half[k], format_for_bits(bits, ld->group), ld->group, H, H)) die("out of memory for tensor %s", name);
     const int64_t chunk_rows = (int64_t)(1 << 23) / H + 1;   /* ~64 MB of f32 at a time */
@@ -4955,16 +4961,22 @@ static void line_append(char *line, size_t cap, size_t *n, const char *fmt, ...)
     if (k > 0) *n = *n + (size_t)k < cap ? *n + (size_t)k : cap - 1;
 }
 
+/* Drafts made and accepted, all drafters together, between two counts. */
+static void spec_totals(const SpecCounts *now, const SpecCounts *since, long long *drafted, long long *accepted) {
+    *drafted = *accepted = 0;
+    for (int d = 0; d < N_DRAFTERS; d++) {
+        *drafted += now->drafted[d] - since->drafted[d];
+        *accepted += now->accepted[d] - since->accepted[d];
+    }
+}
+
 static void print_spec_stats(const Generator *g, const SpecCounts *since) {
     const Speculation *sp = &g->spec;
     SpecCounts now = spec_counts(g), zero;
     memset(&zero, 0, sizeof zero);
     if (!since) since = &zero;
-    long long drafted = 0, accepted = 0;
-    for (int d = 0; d < N_DRAFTERS; d++) {
-        drafted += now.drafted[d] - since->drafted[d];
-        accepted += now.accepted[d] - since->accepted[d];
-    }
+    long long drafted, accepted;
+    spec_totals(&now, since, &drafted, &accepted);
     char pct[32] = "-", line[2048];
     size_t n = 0;
     if (drafted) snprintf(pct, sizeof pct, "%.1f%%", 100.0 * accepted / drafted);
@@ -5976,6 +5988,8 @@ typedef struct {
     uint64_t rng;                       /* answer ids, tool call ids, per-request seeds (worker only) */
     volatile sig_atomic_t interrupt;    /* the Generator's interrupt: the client left during a prefill */
     long long created;                  /* start time: the model's "created" */
+    const char *session_path;           /* SESSION: the cache is saved there after every answer; NULL: none */
+    SessionKey session_key;             /* what a session file must match to be this server's */
 } Server;
 
 typedef struct {
@@ -6648,6 +6662,7 @@ static void server_answer(Server *srv, const HttpRequest *req, HttpResponse *res
         if (q->chat) reply_send_chunk(&r, NULL, 0, 1, NULL);
     }
     generator_begin(g);
+    const SpecCounts spec_before = spec_counts(g);
     int run[64];   /* a step may return a run of ids (speculation); on_token has seen each of them */
     while (!gone && !r.stop_hit && generator_step(g, run, (int)(sizeof run / sizeof run[0])) > 0)
         gone = http_client_gone(res);
@@ -6698,10 +6713,47 @@ static void server_answer(Server *srv, const HttpRequest *req, HttpResponse *res
             api_write_answer(&w, &r, finish, ids->n, g->generated, reused);
             server_respond_writer(res, &w);
         }
-        server_log(req, 200, t0, "%d prompt tokens (%d reused), %d generated, finish %s%s", ids->n, reused, g->generated,
-                   finish, q->stream ? ", streamed" : "");
+        const SpecCounts spec_after = spec_counts(g);
+        long long drafted, accepted;
+        spec_totals(&spec_after, &spec_before, &drafted, &accepted);
+        char spec_note[96] = "";
+        if (g->spec.mode != SPEC_OFF) snprintf(spec_note, sizeof spec_note, ", %lld of %lld drafts accepted", accepted, drafted);
+        server_log(req, 200, t0, "%d prompt tokens (%d reused), %d generated%s, finish %s%s", ids->n, reused, g->generated,
+                   spec_note, finish, q->stream ? ", streamed" : "");
     }
     reply_free(&r);
+}
+
+/* SESSION: the cache as the last answer left it, saved once the answer has gone out (the I/O
+   thread sends it while the worker writes), so a restarted server prefills only what a client's
+   next request adds. A failed save is logged; the server goes on. */
+static void server_save_session(Server *srv) {
+    if (!srv->session_path) return;
+    char err[8500];
+    const double t0 = now_seconds();
+    if (generator_save(srv->gen, &srv->session_key, NULL, srv->session_path, err, sizeof err))
+        fprintf(stderr, "glm: error: SESSION=%s was not saved: %s\n", srv->session_path, err);
+    else if (now_seconds() - t0 > 1.0)
+        fprintf(stderr, "glm: SESSION=%s: %d tokens saved in %.1f s\n", srv->session_path, srv->gen->pos, now_seconds() - t0);
+}
+
+/* SESSION at the start: the cache a previous server saved comes back (its conversation is then
+   the prefix a request can reuse); a missing file is created by the first answer. A file that
+   cannot be used is an error, as in the CLI: it is never overwritten by another model's cache. */
+static void server_resume_session(Server *srv) {
+    const char *path = srv->session_path;
+    if (access(path, F_OK)) {
+        char dir[4096];
+        atomic_dir_of(path, dir, sizeof dir);
+        if (access(dir, W_OK)) die("SESSION=%s cannot be written: %s: %s", path, dir, strerror(errno));
+        fprintf(stderr, "glm: SESSION=%s: a new file, written after every answer\n", path);
+        return;
+    }
+    char err[8500];
+    const double t0 = now_seconds();
+    if (generator_load(srv->gen, &srv->session_key, path, NULL, err, sizeof err)) die("SESSION=%s %s", path, err);
+    fprintf(stderr, "glm: SESSION=%s: %d tokens back in the KV cache (read in %.2f s); a request that starts with them reuses them\n",
+            path, srv->gen->pos, now_seconds() - t0);
 }
 
 /* The worker's part: a completion request, from its body to the last byte of the answer. */
@@ -6725,6 +6777,7 @@ static void server_handle(const HttpRequest *req, HttpResponse *res, void *user)
     } else {
         if (!q.seed_given && !srv->set->seed) q.sampling.seed = splitmix64_next(&srv->rng);
         server_answer(srv, req, res, &q, &ids, limit, t0);
+        server_save_session(srv);
         expert_store_idle(&srv->gen->model->experts);   /* the disk is free until the next request: bring in the hot experts */
     }
     free(ids.ids);
@@ -7422,6 +7475,12 @@ static int run_serve(const Settings *set) {
     Session session;
     ForwardOptions opt = engine_start(set, &model, &session, srv.capacity);
     srv.gen = generator_create(&model, &session, &opt, (SamplerSettings){ set->temperature, set->top_p, set->seed });
+    generator_set_speculation(srv.gen, set->spec_mode, set->draft);
+    if (set->session_path[0]) {
+        srv.session_path = set->session_path;
+        srv.session_key = session_key(&model, set, &opt);
+        server_resume_session(&srv);
+    }
     srv.rng = clock_seed();
     srv.created = (long long)time(NULL);
     HttpServerConfig cfg;

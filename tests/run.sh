@@ -7,7 +7,7 @@ cd "$(dirname "$0")/.." || exit 2
 pass=0; fail=0; skip=0
 run_one() {
   local label=$1; shift
-  local out rc
+  local out rc t0=$SECONDS
   out=$("$@" 2>&1); rc=$?
   local p f
   p=$(grep -c '^PASS ' <<<"$out"); f=$(grep -c '^FAIL ' <<<"$out")
@@ -17,7 +17,7 @@ run_one() {
     echo "[$label] FAIL: exited $rc without reporting a failure"; echo "$out" | tail -20; f=1
   fi
   [ "$f" -gt 0 ] && echo "$out" | grep -v -E '^PASS ' | tail -30 | sed "s|^|[$label]   |"
-  echo "$label: $p passed, $f failed"
+  echo "$label: $p passed, $f failed ($((SECONDS - t0)) s)"
   pass=$((pass+p)); fail=$((fail+f))
 }
 for b in tests/bin/test_*; do [ -x "$b" ] && run_one "$(basename "$b")" "$b"; done

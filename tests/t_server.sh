@@ -183,7 +183,7 @@ code=$(curl -sS --max-time 10 -o /dev/null -w '%{http_code}' "$URL/v1/chat/compl
 same "an unknown field is ignored: 200" 200 "$code"
 code=$(curl -sS --max-time 10 -o /dev/null -w '%{http_code}' "$URL/chat/completions" -d '{"messages":[{"role":"user","content":"x"}],"max_tokens":2}')
 same "the path without /v1 works too" 200 "$code"
-grep -qE '^glm: POST /v1/chat/completions 200 \| [0-9]+ prompt tokens \([0-9]+ reused\), [0-9]+ generated, finish length \| [0-9.]+ s$' "$LOG" &&
+grep -qE '^glm: POST /v1/chat/completions 200 \| [0-9]+ prompt tokens \([0-9]+ reused\), [0-9]+ generated(, [0-9]+ of [0-9]+ drafts accepted)?, finish length \| [0-9.]+ s$' "$LOG" &&
   grep -qE '^glm: POST /v1/chat/completions 400 \| .* \| [0-9.]+ s$' "$LOG" && grep -qE '^glm: GET /v1/models 200 \| [0-9.]+ s$' "$LOG" \
   && echo "PASS one log line per request: method path status tokens seconds" || { echo "FAIL log lines"; tail -5 "$LOG"; }
 
@@ -222,6 +222,46 @@ timeout 60 node tests/http_openai.mjs "$NPM_DIR" "$URL/v1" wrong-key wrong_key
 code=$(curl -sS --max-time 10 -o /dev/null -w '%{http_code}' -H 'Authorization: Bearer sk-test-key' "$URL/v1/chat/completions" -d '{"messages":[{"role":"user","content":"x"}],"max_tokens":2}')
 same "API_KEY: a chat with the right key: 200" 200 "$code"
 stop auth
+
+# ---- speculation applies as in the CLI: the same answers, greedy and sampled ---------------------
+prompt_mode PROMPT=Hello THINK=0 NGEN=$N TEMPERATURE=0.8 SEED=7 SPEC=off > "$T/want_sampled.txt"
+serve spec SPEC=mtp DRAFT=3
+answer specjson "$(hello_body "$NOTHINK")"
+answer specsse "$(hello_body "$NOTHINK, \"stream\": true")"
+answer specsampled "$(printf '{"messages": [{"role": "user", "content": "Hello"}], "temperature": 0.8, "seed": 7, "max_tokens": %d%s}' "$N" "$NOTHINK")"
+drafted=$(sed -nE 's/^glm: POST .* 200 \| .*, [0-9]+ of ([0-9]+) drafts accepted, .*/\1/p' "$LOG" | awk '{ n += $1 } END { print n + 0 }')
+if cmp -s "$T/want_hello.txt" "$T/specjson.txt" && cmp -s "$T/want_hello.txt" "$T/specsse.txt" && cmp -s "$T/want_sampled.txt" "$T/specsampled.txt" &&
+   [ "${drafted:-0}" -gt 0 ]; then
+  echo "PASS SPEC=mtp DRAFT=3 server: JSON and SSE answers == PROMPT SPEC=off's, a sampled one (temperature 0.8, seed 7) too; $drafted drafts made"
+else echo "FAIL server speculation: drafted '${drafted}'"; cmp "$T/want_hello.txt" "$T/specjson.txt"; cmp "$T/want_sampled.txt" "$T/specsampled.txt"; grep '^glm: POST' "$LOG" | tail -3; fi
+stop spec
+
+# ---- SESSION: the server's cache survives a restart -----------------------------------------------
+S=$T/server.session
+serve sess1 SESSION="$S"
+grep -q "^glm: SESSION=$S: a new file" "$LOG" && echo "PASS SESSION with SERVE: a missing file is announced as new" || { echo "FAIL SESSION new file line"; tail -3 "$LOG"; }
+answer sturn1 "$(printf '{"messages": [{"role": "user", "content": "Hi"}], "temperature": 0, "max_tokens": 12%s}' "$NOTHINK")"
+stop sess1
+if cmp -s "$T/turn1.txt" "$T/sturn1.txt" && [ -s "$S" ] && ! ls "$S".tmp* >/dev/null 2>&1; then echo "PASS SESSION: the first answer is the same, and the cache is saved (no temp file left)"
+else echo "FAIL SESSION save: $(ls -la "$T" | grep session)"; fi
+serve sess2 SESSION="$S"
+back=$(sed -nE "s|^glm: SESSION=$S: ([0-9]+) tokens back in the KV cache.*|\1|p" "$LOG")
+check_py answer "$T/turn2.json" "$T/sturn2.txt" > "$T/sturn2.meta"
+reuse=$(grep '^glm: prefix reuse: ' "$LOG" | tail -1)
+if [ -n "$back" ] && [ "$back" -ge "$p1" ] && [[ $reuse =~ ^glm:\ prefix\ reuse:\ ([0-9]+)\ of ]] && [ "${BASH_REMATCH[1]}" -ge "$p1" ] &&
+   cmp -s "$T/want_turn2.txt" "$T/sturn2.txt"; then
+  echo "PASS SESSION: a restarted server has $back tokens back, the conversation's next request reuses ${BASH_REMATCH[1]} of them and answers what PROMPT with the history answers"
+else echo "FAIL SESSION restart: back '$back', reuse '$reuse', first prompt $p1"; od -c "$T/sturn2.txt" | head -2; fi
+stop sess2
+printf 'not a session' > "$T/junk.session"
+expect_fail "SESSION with SERVE: a file that is not a session is refused by name" "SESSION=$T/junk.session .*session" \
+  env SNAP="$M" SERVE=127.0.0.1:0 SESSION="$T/junk.session" timeout 60 "$GLM"
+mkdir -p "$T/sparse"
+for f in "$ROOT/$F"/oracle_sparse/*.json "$ROOT/$F"/oracle_sparse/*.safetensors; do ln -s "$f" "$T/sparse/"; done
+rm -f "$T/sparse/reference.json"
+ln -s "$ROOT/$F/tiny_tokenizer/tokenizer.json" "$T/sparse/tokenizer.json"
+expect_fail "SESSION with SERVE: another model's session is refused, not overwritten" "SESSION=$S .*(model|weights|config)" \
+  env SNAP="$T/sparse" SERVE=127.0.0.1:0 SESSION="$S" timeout 60 "$GLM"
 
 # ---- settings ----------------------------------------------------------------------------------------
 expect_fail "SERVE on a non-loopback address without API_KEY refuses to start" 'SERVE=0\.0\.0\.0:0 can be reached from other machines: set API_KEY' \

@@ -106,7 +106,7 @@ head -c 1000 "$T/s" > "$T/trunc"
 expect_fail "a truncated session file is refused" "SESSION=$T/trunc is truncated" env SNAP=$M PROMPT=Hi TEMP=0 SESSION=$T/trunc "$GLM" 64 16 16
 expect_fail "a SESSION in a directory that does not exist is refused at the start" "SESSION=$T/nodir/s cannot be written" \
   env SNAP=$M PROMPT=Hi TEMP=0 SESSION=$T/nodir/s "$GLM" 64 16 16
-expect_fail "SESSION with TOKENIZE is refused" "works with PROMPT and CHAT" env SNAP=$M TOKENIZE=/dev/null SESSION=$T/s "$GLM"
+expect_fail "SESSION with TOKENIZE is refused" "works with PROMPT, CHAT and SERVE, not with TOKENIZE" env SNAP=$M TOKENIZE=/dev/null SESSION=$T/s "$GLM"
 expect_fail "a CTX too small for the session is refused naming CTX" "no room to continue \(raise CTX\)" \
   env SNAP=$M PROMPT=Hi TEMP=0 CTX=50 SESSION=$T/s "$GLM" 64 16 16
 
