@@ -62,7 +62,7 @@ fuzz: $(FUZZ_BINS)
 	FUZZ_SECONDS=$(FUZZ_SECONDS) bash tests/fuzz/run.sh $(FUZZ_NAMES)
 
 # tests that include glm.c itself (GLM_NO_MAIN)
-tests/bin/test_generator tests/bin/test_session tests/bin/test_server tests/bin/test_spec: glm.c
+tests/bin/test_attention tests/bin/test_generator tests/bin/test_session tests/bin/test_server tests/bin/test_spec: glm.c
 
 # The binaries build in parallel (one job per core: about 20 compilations include glm.c), then
 # the suite runs.
@@ -85,14 +85,14 @@ asan:
 	  if ls $(ASAN_LOGS)/* >/dev/null 2>&1; then echo "FAIL sanitizer reports ($(ASAN_LOGS)):"; head -40 $(ASAN_LOGS)/*; exit 1; fi; \
 	  rm -rf $(ASAN_LOGS); exit $$rc
 
-bench: bench/kbench bench/session_bench bench/specbench
+bench: bench/kbench bench/session_bench bench/specbench bench/attnbench
 bench/kbench: bench/kbench.c quant.h
 	$(CC) $(CFLAGS) -I. -o $@ $< $(LDLIBS)
-bench/session_bench bench/specbench: bench/%: bench/%.c glm.c $(HEADERS)
+bench/session_bench bench/specbench bench/attnbench: bench/%: bench/%.c glm.c $(HEADERS)
 	$(CC) $(CFLAGS) -I. -o $@ $< $(LDLIBS)
 
 clean-bins:
-	rm -f glm $(TEST_BINS) $(TOOL_BINS) $(FUZZ_REPLAYS) bench/kbench bench/session_bench bench/specbench
+	rm -f glm $(TEST_BINS) $(TOOL_BINS) $(FUZZ_REPLAYS) bench/kbench bench/session_bench bench/specbench bench/attnbench
 
 clean: clean-bins
 	rm -rf tests/bin

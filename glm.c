@@ -11,7 +11,7 @@
      2. Config       config.json → validated model shape
      3. Weights      tensors from safetensors (st.h), quantized at load or pre-quantized (quant.h)
      4. Kernels      the one matmul dispatch and the small vector helpers
-     5. Attention    RMSNorm, RoPE, MLA (absorbed decode / explicit prefill), the DSA indexer
+     5. Attention    RMSNorm, RoPE, MLA (weight-absorbed; explicit K/V as a cross-check), the DSA indexer
      6. Experts      where a routed expert's weights come from (ExpertStore)
      7. MoE          router, batch union of chosen experts, SwiGLU, shared expert
      8. Model        the RAM plan, loading and the forward pass over S positions, the MTP head
@@ -1238,8 +1238,10 @@ static int argmax(const float *v, int n) {
    5. Attention: MLA with a compressed KV cache, RoPE, and the DSA lightning indexer
    Per token and layer the cache keeps only the normalized KV latent c (kv_lora floats) and the
    rotated shared key kr (qk_rope floats), plus the indexer key kI on full-indexer layers (§4.6).
-   Decode uses the weight-absorbed form (§3.5), which never expands per-head keys; prefill may
-   expand K/V explicitly, which is cheaper when many queries share the keys.
+   Every batch uses the weight-absorbed form (§3.5), which never expands per-head keys: all 64
+   heads of a row score and pool the same cached latents, as matrix products with the heads in
+   vector lanes. ABSORB=0 expands K/V explicitly instead (a cross-check; memory grows with the
+   context).
    ============================================================================================= */
 
 typedef struct { QTensor gate, up, down; } FfnWeights;   /* SwiGLU: down(silu(gate·m) ⊙ up·m) */
@@ -1288,7 +1290,7 @@ typedef struct {
     int *selection_count;    /* [max_batch]; -1 = every causal key */
     float *att_qc;           /* absorbed queries of a row chunk: [ATT_ROWS][n_heads][kv_lora] */
     float *att_z;            /* pooled latents of a row chunk: [n_heads][ATT_ROWS][kv_lora] */
-    float *att_thread;       /* per thread: W_UK of a head, scores of ATT_HEADS heads, W_UV outputs */
+    float *att_thread;       /* per thread: attention scratch (attention_thread_floats) */
     size_t att_thread_floats;
     float *expanded_kv;      /* explicit prefill: [capacity][n_heads*(qk_nope+v_head)], grown on demand */
     size_t expanded_kv_cap;
@@ -1305,12 +1307,96 @@ typedef struct {
     double bytes;            /* what session_init allocated */
     int size_only;           /* session_init counts bytes and allocates nothing (the RAM plan) */
     int progress;            /* show prefill progress on stderr (a terminal) */
-    struct { double attention, indexer, dense_mlp, moe, lm_head; long long forwards, positions; } profile;   /* seconds */
+    struct { double attention, indexer, attention_core, dense_mlp, moe, lm_head; long long forwards, positions; } profile;   /* seconds */
 } Session;
 
-/* The absorbed attention works on chunks of ATT_ROWS query rows, and per row on groups of
-   ATT_HEADS heads (one work item: the visible keys are read once per group, not once per head). */
-enum { ATT_ROWS = 16, ATT_HEADS = 16, ATT_POOL_KEYS = 64 };
+/* The absorbed attention works on chunks of ATT_ROWS query rows, and per row on groups of ATT_HG
+   heads (one work item: the row's visible keys are read once per group, not once per head). */
+enum { ATT_ROWS = 16 };
+
+/* Float lanes for the attention kernels: the native vector of the build (16 lanes with AVX-512,
+   8 with AVX2 + FMA, else 4 in plain C). Every lane does exactly what the scalar loop would: fused
+   multiply-adds (one rounding, like fmaf), IEEE add, mul, div and max; so the build's vector width
+   never changes a result. A head group is ATT_NV vectors (ATT_HG heads); a register tile is ATT_MK
+   keys (or latent dimensions) × the group (24 of the 32 zmm as accumulators; 12 of the 16 ymm).
+   Measured, AVX-512, one thread: 4 vectors × 6 keys ran the same as 2 × 12 (the fma ports are the
+   limit, ~75 % of their peak), and 2 vectors give decode two work items per row. */
+#if defined(__AVX512F__)
+#include <immintrin.h>
+enum { ATT_VW = 16, ATT_NV = 2, ATT_MK = 12 };
+typedef __m512 AttV;
+static inline AttV attv_load(const float *p) { return _mm512_loadu_ps(p); }
+static inline void attv_store(float *p, AttV v) { _mm512_storeu_ps(p, v); }
+static inline AttV attv_set1(float x) { return _mm512_set1_ps(x); }
+static inline AttV attv_fma(AttV a, AttV b, AttV c) { return _mm512_fmadd_ps(a, b, c); }
+static inline AttV attv_add(AttV a, AttV b) { return _mm512_add_ps(a, b); }
+static inline AttV attv_sub(AttV a, AttV b) { return _mm512_sub_ps(a, b); }
+static inline AttV attv_mul(AttV a, AttV b) { return _mm512_mul_ps(a, b); }
+static inline AttV attv_div(AttV a, AttV b) { return _mm512_div_ps(a, b); }
+static inline AttV attv_max(AttV a, AttV b) { return _mm512_max_ps(a, b); }   /* a > b ? a : b */
+/* 2^n for integral n in [-126, 127] */
+static inline AttV attv_pow2i(AttV n) {
+    return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_add_epi32(_mm512_cvtps_epi32(n), _mm512_set1_epi32(127)), 23));
+}
+static inline AttV attv_zero_below(AttV x, float lim, AttV y) { return _mm512_maskz_mov_ps(_mm512_cmp_ps_mask(x, _mm512_set1_ps(lim), _CMP_GE_OQ), y); }
+#elif defined(__AVX2__) && defined(__FMA__)
+#include <immintrin.h>
+enum { ATT_VW = 8, ATT_NV = 2, ATT_MK = 6 };
+typedef __m256 AttV;
+static inline AttV attv_load(const float *p) { return _mm256_loadu_ps(p); }
+static inline void attv_store(float *p, AttV v) { _mm256_storeu_ps(p, v); }
+static inline AttV attv_set1(float x) { return _mm256_set1_ps(x); }
+static inline AttV attv_fma(AttV a, AttV b, AttV c) { return _mm256_fmadd_ps(a, b, c); }
+static inline AttV attv_add(AttV a, AttV b) { return _mm256_add_ps(a, b); }
+static inline AttV attv_sub(AttV a, AttV b) { return _mm256_sub_ps(a, b); }
+static inline AttV attv_mul(AttV a, AttV b) { return _mm256_mul_ps(a, b); }
+static inline AttV attv_div(AttV a, AttV b) { return _mm256_div_ps(a, b); }
+static inline AttV attv_max(AttV a, AttV b) { return _mm256_max_ps(a, b); }
+static inline AttV attv_pow2i(AttV n) {
+    return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_add_epi32(_mm256_cvtps_epi32(n), _mm256_set1_epi32(127)), 23));
+}
+static inline AttV attv_zero_below(AttV x, float lim, AttV y) { return _mm256_and_ps(_mm256_cmp_ps(x, _mm256_set1_ps(lim), _CMP_GE_OQ), y); }
+#else
+enum { ATT_VW = 4, ATT_NV = 2, ATT_MK = 4 };
+typedef struct { float f[4]; } AttV;
+#define ATTV_MAP(expr) AttV r; for (int i = 0; i < 4; i++) r.f[i] = (expr); return r
+static inline AttV attv_load(const float *p) { ATTV_MAP(p[i]); }
+static inline void attv_store(float *p, AttV v) { for (int i = 0; i < 4; i++) p[i] = v.f[i]; }
+static inline AttV attv_set1(float x) { ATTV_MAP(x); }
+static inline AttV attv_fma(AttV a, AttV b, AttV c) { ATTV_MAP(fmaf(a.f[i], b.f[i], c.f[i])); }
+static inline AttV attv_add(AttV a, AttV b) { ATTV_MAP(a.f[i] + b.f[i]); }
+static inline AttV attv_sub(AttV a, AttV b) { ATTV_MAP(a.f[i] - b.f[i]); }
+static inline AttV attv_mul(AttV a, AttV b) { ATTV_MAP(a.f[i] * b.f[i]); }
+static inline AttV attv_div(AttV a, AttV b) { ATTV_MAP(a.f[i] / b.f[i]); }
+static inline AttV attv_max(AttV a, AttV b) { ATTV_MAP(a.f[i] > b.f[i] ? a.f[i] : b.f[i]); }
+static inline AttV attv_pow2i(AttV n) {
+    AttV r;
+    for (int i = 0; i < 4; i++) { uint32_t b = (uint32_t)((int32_t)n.f[i] + 127) << 23; memcpy(&r.f[i], &b, 4); }
+    return r;
+}
+static inline AttV attv_zero_below(AttV x, float lim, AttV y) { ATTV_MAP(x.f[i] >= lim ? y.f[i] : 0.0f); }
+#undef ATTV_MAP
+#endif
+enum { ATT_HG = ATT_NV * ATT_VW };
+
+/* e^x for x ≤ 0 in every lane (the softmax's exponent), one fixed sequence of IEEE operations:
+   n = round(x·log2 e), r = x − n·ln 2 in two fma steps, a degree-6 polynomial (Cephes expf's
+   coefficients, ~1 ulp), times 2^n; below −87 (where e^x is under the smallest normal float) 0. */
+static inline AttV att_exp(AttV x) {
+    const AttV xc = attv_max(x, attv_set1(-87.0f));
+    const AttV magic = attv_set1(12582912.0f);   /* 1.5·2^23: adding it rounds to an integer */
+    const AttV n = attv_sub(attv_fma(xc, attv_set1(1.44269504088896341f), magic), magic);
+    AttV r = attv_fma(n, attv_set1(-0.693359375f), xc);
+    r = attv_fma(n, attv_set1(2.12194440e-4f), r);
+    AttV p = attv_set1(1.9875691500e-4f);
+    p = attv_fma(p, r, attv_set1(1.3981999507e-3f));
+    p = attv_fma(p, r, attv_set1(8.3334519073e-3f));
+    p = attv_fma(p, r, attv_set1(4.1665795894e-2f));
+    p = attv_fma(p, r, attv_set1(1.6666665459e-1f));
+    p = attv_fma(p, r, attv_set1(5.0000001201e-1f));
+    const AttV y = attv_add(attv_fma(p, attv_mul(r, r), r), attv_set1(1.0f));
+    return attv_zero_below(x, -87.0f, attv_mul(y, attv_pow2i(n)));
+}
 
 /* Interleaved RoPE (§3.3): pairs (2j, 2j+1); angle is one fp32 product, rounded, then cos/sin. */
 typedef struct { float cos[512], sin[512]; } RopeRow;
@@ -1466,88 +1552,173 @@ static int visible_keys(const Session *s, const Config *c, int r, int i, const i
     return s->selection_count[r];
 }
 
-/* ---- absorbed attention: all heads and rows of a call against each key at once -----------------
+/* ---- absorbed attention: all heads of a row against each key at once -------------------------
 
-   In the absorbed form (§3.5) a head's query becomes a latent-space query qc = W_UKᵀ q_nope
-   (kv_lora wide) and all heads score and pool the same cached latents c_j, so a key row can serve
-   every head. A call's rows go in chunks of ATT_ROWS, in three parallel steps:
-     1. absorbed queries, per head: W_UK[h] dequantized once per chunk (was: once per row and head),
-        then 4 rows × 64 dims at a time;
-     2. per (row, ATT_HEADS heads): scores of 4 heads × 4 keys at a time (each key row read once
-        per 4 heads, was once per head), softmax per head, pooled latents z of 4 heads × 64 dims
-        at a time over the keys;
+   In the absorbed form (§3.5) head h's query becomes a latent-space query qc_h = W_UK[h]ᵀ q_nope,h
+   (kv_lora wide), and every head scores and pools the same cached latents c_j. So one query row's
+   attention is two matrix products over its visible keys j, with the heads as columns:
+       s[j][h] = scale · Σ_d k_j[d]·Q[d][h]        k_j = (c_j, k_rope,j), Q[·][h] = (qc_h, q_rope,h)
+       z[u][h] = Σ_j c_j[u]·e[j][h] / Σ_j e[j][h]  e[j][h] = exp(s[j][h] − max_j s[j][h])
+   A call's rows go in chunks of ATT_ROWS, in three parallel steps:
+     1. qc for the chunk, per head: W_UK[h] dequantized once per chunk, 4 rows × 64 dims at a time;
+     2. per (row, group of ATT_HG heads): Q transposed to [d][head], the heads in vector lanes; the
+        scores in tiles of ATT_MK keys × ATT_HG heads over all d (each key element is loaded once
+        and broadcast to the group's heads); the softmax along the keys, heads in lanes; z in tiles
+        of ATT_MK latent dimensions × ATT_HG heads over all keys;
      3. per head, W_UV[h]·z of the chunk's rows in one matmul (the batched kernels).
-   Each value keeps the arithmetic of the one-row, one-head loop it replaces (qt_dot_f32's order for
-   scores, increasing d for qc, keys in visible order for z, the same quantized W_UV product), so a
-   row's result depends neither on the chunk nor on the thread, and decode (S = 1) runs the same
-   code with the heads split over the threads. */
+   Fixed arithmetic per output element: a score is one fused multiply-add chain over d = 0 ..
+   kvl+dr−1 from +0, times scale; max and Σe run over the keys in visible order; z[u][h] is one fma
+   chain over the keys in visible order from +0, times 1/Σe; exp is att_exp. So a row's result
+   depends neither on the chunk, the other rows, the thread, nor the build's vector width. Decode
+   (S = 1) runs the head groups on different threads. One row's keys of one layer (≤ 2048 with DSA:
+   4.7 MB) stay in L3, and reading them once per row and head group needs a few GB/s against the
+   arithmetic, so rows do not share key reads (with DSA they see different keys anyway). */
 
 /* Tiles of QT_DOT_TILE rows (4 with AVX-512, else 2): accumulators that fit the registers. */
 #define ATT_TILE QT_DOT_TILE
 
-/* qc[k][t] = Σ_d q[k][d]·W[d][t] in increasing d (from +0), for NQ query rows; W is [dn][kvl]. */
+/* qc[k][t] = Σ_d q[k][d]·W[d][t]: one fma chain in increasing d from +0, for NQ query rows; W is
+   [dn][kvl]. Four vectors of t per tile. */
 static inline __attribute__((always_inline)) void absorb_queries_tile(const float *W, int dn, int kvl, const float *const *q,
                                                                       float *const *qc, const int NQ) {
     int t0 = 0;
-    for (; t0 + 64 <= kvl; t0 += 64) {
-        qt_v16 acc[ATT_TILE][4];
-        for (int k = 0; k < NQ; k++) for (int v = 0; v < 4; v++) acc[k][v] = (qt_v16){ 0 };
+    for (; t0 + 4 * ATT_VW <= kvl; t0 += 4 * ATT_VW) {
+        AttV acc[ATT_TILE][4];
+        for (int k = 0; k < NQ; k++) for (int v = 0; v < 4; v++) acc[k][v] = attv_set1(0.0f);
         for (int d = 0; d < dn; d++) {
-            qt_v16 w[4];
-            for (int v = 0; v < 4; v++) { w[v] = *(const qt_v16u *)(W + (size_t)d * kvl + t0 + 16 * v); QT_IN_REGISTER(w[v]); }
+            AttV w[4];
+            for (int v = 0; v < 4; v++) w[v] = attv_load(W + (size_t)d * kvl + t0 + ATT_VW * v);
             for (int k = 0; k < NQ; k++) {
-                const float qd = q[k][d];
-                for (int v = 0; v < 4; v++) acc[k][v] += qd * w[v];
+                const AttV qd = attv_set1(q[k][d]);
+                for (int v = 0; v < 4; v++) acc[k][v] = attv_fma(qd, w[v], acc[k][v]);
             }
         }
-        for (int k = 0; k < NQ; k++) for (int v = 0; v < 4; v++) *(qt_v16u *)(qc[k] + t0 + 16 * v) = acc[k][v];
+        for (int k = 0; k < NQ; k++) for (int v = 0; v < 4; v++) attv_store(qc[k] + t0 + ATT_VW * v, acc[k][v]);
     }
     for (; t0 < kvl; t0++)
         for (int k = 0; k < NQ; k++) {
             float a = 0.0f;
-            for (int d = 0; d < dn; d++) a += q[k][d] * W[(size_t)d * kvl + t0];
+            for (int d = 0; d < dn; d++) a = fmaf(q[k][d], W[(size_t)d * kvl + t0], a);
             qc[k][t0] = a;
         }
 }
 
-/* z[x][u] += Σ_t p[x][t]·c_{key t}[u] over keys t0..t1-1 in visible order, for NX heads; z starts
-   at +0 (t0 = 0) or holds the sum over the keys before t0, so a sum split at any t0 equals the
-   one-loop sum bit for bit. */
-static inline __attribute__((always_inline)) void pool_latents_tile(const float *const *p, const int *keys, int t0, int t1,
-                                                                    const float *latent, int kvl, float *const *z, const int NX) {
-    int u0 = 0;
-    for (; u0 + 64 <= kvl; u0 += 64) {
-        qt_v16 acc[ATT_TILE][4];
-        for (int x = 0; x < NX; x++)
-            for (int v = 0; v < 4; v++) acc[x][v] = t0 ? *(const qt_v16u *)(z[x] + u0 + 16 * v) : (qt_v16){ 0 };
-        for (int t = t0; t < t1; t++) {
-            const float *cj = latent + (size_t)(keys ? keys[t] : t) * kvl + u0;
-            qt_v16 cv[4];
-            for (int v = 0; v < 4; v++) { cv[v] = *(const qt_v16u *)(cj + 16 * v); QT_IN_REGISTER(cv[v]); }
-            for (int x = 0; x < NX; x++) {
-                const float pt = p[x][t];
-                for (int v = 0; v < 4; v++) acc[x][v] += pt * cv[v];
-            }
-        }
-        for (int x = 0; x < NX; x++) for (int v = 0; v < 4; v++) *(qt_v16u *)(z[x] + u0 + 16 * v) = acc[x][v];
-    }
-    for (; u0 < kvl; u0++)
-        for (int x = 0; x < NX; x++) {
-            float a = t0 ? z[x][u0] : 0.0f;
-            for (int t = t0; t < t1; t++) a += p[x][t] * latent[(size_t)(keys ? keys[t] : t) * kvl + u0];
-            z[x][u0] = a;
-        }
-}
-
-/* Step 1 for nq ≤ ATT_TILE rows, step 2's pooling for nx ≤ ATT_TILE heads (constant tile sizes). */
+/* Step 1 for nq ≤ ATT_TILE rows (constant tile sizes). */
 static void absorb_queries(const float *W, int dn, int kvl, const float *const *q, int nq, float *const *qc) {
     if (nq == ATT_TILE) absorb_queries_tile(W, dn, kvl, q, qc, ATT_TILE);
     else for (int k = 0; k < nq; k++) absorb_queries_tile(W, dn, kvl, q + k, qc + k, 1);
 }
 
-static void pool_latents(const float *const *p, int nx, const int *keys, int t0, int t1, const float *latent, int kvl, float *const *z) {
-    if (nx == ATT_TILE) pool_latents_tile(p, keys, t0, t1, latent, kvl, z, ATT_TILE);
-    else for (int x = 0; x < nx; x++) pool_latents_tile(p + x, keys, t0, t1, latent, kvl, z + x, 1);
+/* s[t+m][·] = scale · Σ_d k[d]·Q[d][·] for the M keys t..t+M-1 of the list (the group's ATT_HG
+   heads): the latent part over d < kvl, then the rope part; Q is [kvl+dr][ATT_HG], s [n][ATT_HG]. */
+static inline __attribute__((always_inline)) void att_scores_tile(const float *Q, const float *latent, const float *rope_key,
+                                                                  const int *keys, int t, int kvl, int dr, float scale,
+                                                                  float *s, const int M) {
+    const float *kc[ATT_MK], *kr[ATT_MK];
+    for (int m = 0; m < M; m++) {
+        const int j = keys ? keys[t + m] : t + m;
+        kc[m] = latent + (size_t)j * kvl;
+        kr[m] = rope_key + (size_t)j * dr;
+    }
+    AttV acc[ATT_MK][ATT_NV];
+    for (int m = 0; m < M; m++) for (int v = 0; v < ATT_NV; v++) acc[m][v] = attv_set1(0.0f);
+    for (int d = 0; d < kvl; d++) {
+        AttV q[ATT_NV];
+        for (int v = 0; v < ATT_NV; v++) q[v] = attv_load(Q + (size_t)d * ATT_HG + v * ATT_VW);
+        for (int m = 0; m < M; m++) {
+            const AttV k = attv_set1(kc[m][d]);
+            for (int v = 0; v < ATT_NV; v++) acc[m][v] = attv_fma(k, q[v], acc[m][v]);
+        }
+    }
+    const float *Qr = Q + (size_t)kvl * ATT_HG;
+    for (int d = 0; d < dr; d++) {
+        AttV q[ATT_NV];
+        for (int v = 0; v < ATT_NV; v++) q[v] = attv_load(Qr + (size_t)d * ATT_HG + v * ATT_VW);
+        for (int m = 0; m < M; m++) {
+            const AttV k = attv_set1(kr[m][d]);
+            for (int v = 0; v < ATT_NV; v++) acc[m][v] = attv_fma(k, q[v], acc[m][v]);
+        }
+    }
+    const AttV sc = attv_set1(scale);
+    for (int m = 0; m < M; m++)
+        for (int v = 0; v < ATT_NV; v++) attv_store(s + (size_t)(t + m) * ATT_HG + v * ATT_VW, attv_mul(acc[m][v], sc));
+}
+
+/* out[m][·] = Σ_t c_{key t}[u0+m]·e[t][·] over the n keys in list order, for M latent dimensions. */
+static inline __attribute__((always_inline)) void att_pool_tile(const float *e, const float *latent, const int *keys, int n,
+                                                                int kvl, int u0, AttV out[][ATT_NV], const int M) {
+    AttV acc[ATT_MK][ATT_NV];
+    for (int m = 0; m < M; m++) for (int v = 0; v < ATT_NV; v++) acc[m][v] = attv_set1(0.0f);
+    for (int t = 0; t < n; t++) {
+        const float *c = latent + (size_t)(keys ? keys[t] : t) * kvl + u0;
+        AttV p[ATT_NV];
+        for (int v = 0; v < ATT_NV; v++) p[v] = attv_load(e + (size_t)t * ATT_HG + v * ATT_VW);
+        for (int m = 0; m < M; m++) {
+            const AttV cv = attv_set1(c[m]);
+            for (int v = 0; v < ATT_NV; v++) acc[m][v] = attv_fma(cv, p[v], acc[m][v]);
+        }
+    }
+    for (int m = 0; m < M; m++) for (int v = 0; v < ATT_NV; v++) out[m][v] = acc[m][v];
+}
+
+/* Step 2 for one row and the heads h0 .. h0+nhg-1 (nhg ≤ ATT_HG): Q from qc (the chunk row's
+   [head][kvl]) and q (the row's [head][dqk], rope part at dn), keys of the row's visible list;
+   writes z[h][u] (= z + h·zstride + u, h relative to h0). Scratch: Q [kvl+dr][ATT_HG], e [n][ATT_HG]. */
+static void attention_row_heads(const float *qc, const float *q, int dqk, int dn, int nhg, const float *latent,
+                                const float *rope_key, const int *keys, int n, int kvl, int dr, float scale,
+                                float *Q, float *e, float *z, size_t zstride) {
+    for (int x = 0; x < ATT_HG; x++) {   /* heads as columns; the unused ones are 0 */
+        const float *a = x < nhg ? qc + (size_t)x * kvl : NULL, *b = x < nhg ? q + (size_t)x * dqk + dn : NULL;
+        for (int d = 0; d < kvl; d++) Q[(size_t)d * ATT_HG + x] = a ? a[d] : 0.0f;
+        for (int d = 0; d < dr; d++) Q[(size_t)(kvl + d) * ATT_HG + x] = b ? b[d] : 0.0f;
+    }
+    int t = 0;
+    for (; t + ATT_MK <= n; t += ATT_MK) att_scores_tile(Q, latent, rope_key, keys, t, kvl, dr, scale, e, ATT_MK);
+    for (; t < n; t++) att_scores_tile(Q, latent, rope_key, keys, t, kvl, dr, scale, e, 1);
+    /* softmax along the keys; the lanes are the heads */
+    AttV inv[ATT_NV];
+    for (int v = 0; v < ATT_NV; v++) {
+        float *ev = e + (size_t)v * ATT_VW;
+        AttV mx = attv_load(ev);
+        for (int i = 1; i < n; i++) mx = attv_max(attv_load(ev + (size_t)i * ATT_HG), mx);
+        AttV sum = attv_set1(0.0f);
+        for (int i = 0; i < n; i++) {
+            const AttV x = att_exp(attv_sub(attv_load(ev + (size_t)i * ATT_HG), mx));
+            attv_store(ev + (size_t)i * ATT_HG, x);
+            sum = attv_add(sum, x);
+        }
+        inv[v] = attv_div(attv_set1(1.0f), sum);
+    }
+    /* z = Σ e·c / Σ e: tiles into zt [kvl][ATT_HG] (Q's space, no longer needed), then per head */
+    float *zt = Q;
+    AttV acc[ATT_MK][ATT_NV];
+    for (int u0 = 0; u0 < kvl;) {
+        const int m = kvl - u0 >= ATT_MK ? ATT_MK : 1;
+        if (m == ATT_MK) att_pool_tile(e, latent, keys, n, kvl, u0, acc, ATT_MK);
+        else att_pool_tile(e, latent, keys, n, kvl, u0, acc, 1);
+        for (int k = 0; k < m; k++)
+            for (int v = 0; v < ATT_NV; v++) attv_store(zt + (size_t)(u0 + k) * ATT_HG + v * ATT_VW, attv_mul(acc[k][v], inv[v]));
+        u0 += m;
+    }
+    for (int x = 0; x < nhg; x++)
+        for (int u = 0; u < kvl; u++) z[(size_t)x * zstride + u] = zt[(size_t)u * ATT_HG + x];
+}
+
+/* Per-thread scratch of the absorbed attention, in floats: W_UK of a head, Q, e, W_UV outputs;
+   each part starts on a 64-byte boundary (the thread's block does too). */
+static size_t attention_thread_floats(const Config *c, int capacity) {
+    const size_t wuk = (size_t)c->qk_nope * c->kv_lora, Q = (size_t)(c->kv_lora + c->qk_rope) * ATT_HG;
+    const size_t e = (size_t)capacity * ATT_HG, out = (size_t)ATT_ROWS * c->v_head;
+    size_t explicit_scores = (size_t)capacity;   /* the explicit form (ABSORB=0): one head's scores */
+    size_t total = 0;
+    const size_t parts[] = { wuk, Q, e, out };
+    for (size_t i = 0; i < sizeof parts / sizeof parts[0]; i++) total += (parts[i] + 15) / 16 * 16;
+    return total > explicit_scores ? total + 16 : explicit_scores + 16;
+}
+
+static float *attention_thread_scratch(Session *s, int tid) {
+    float *p = s->att_thread + (size_t)tid * s->att_thread_floats;
+    return p + ((16 - ((uintptr_t)p / sizeof(float)) % 16) % 16);
 }
 
 /* Rows [r0, r0+nr) of the call (nr ≤ ATT_ROWS) in the absorbed form: writes their s->attn rows. */
@@ -1557,7 +1728,7 @@ static void attention_absorbed_rows(AttentionCall *ac, int r0, int nr, int pos0,
     Session *s = ac->s;
     const int nh = c->n_heads, dn = c->qk_nope, dr = c->qk_rope, dqk = c->qk_head, dv = c->v_head, kvl = c->kv_lora;
     const float *latent = s->latent[ac->layer_index], *rope_key = s->rope_key[ac->layer_index];
-    const int hg = nh < ATT_HEADS ? nh : ATT_HEADS, groups = (nh + hg - 1) / hg;
+    const int groups = (nh + ATT_HG - 1) / ATT_HG;
     #pragma omp parallel
     {
 #ifdef _OPENMP
@@ -1565,9 +1736,10 @@ static void attention_absorbed_rows(AttentionCall *ac, int r0, int nr, int pos0,
 #else
         const int tid = 0;
 #endif
-        float *wuk = s->att_thread + (size_t)tid * s->att_thread_floats;   /* [dn][kvl] */
-        float *scores = wuk + (size_t)dn * kvl;                            /* [ATT_HEADS][capacity] */
-        float *wuv_out = scores + (size_t)ATT_HEADS * s->capacity;         /* [ATT_ROWS][dv] */
+        float *wuk = attention_thread_scratch(s, tid);                        /* [dn][kvl] */
+        float *Q = wuk + ((size_t)dn * kvl + 15) / 16 * 16;                     /* [kvl+dr][ATT_HG] */
+        float *e = Q + ((size_t)(kvl + dr) * ATT_HG + 15) / 16 * 16;            /* [capacity][ATT_HG] */
+        float *wuv_out = e + ((size_t)s->capacity * ATT_HG + 15) / 16 * 16;     /* [ATT_ROWS][dv] */
         /* 1. qc = W_UK[h]ᵀ q_nope for the chunk's rows */
         #pragma omp for schedule(dynamic, 1)
         for (int h = 0; h < nh; h++) {
@@ -1586,47 +1758,12 @@ static void attention_absorbed_rows(AttentionCall *ac, int r0, int nr, int pos0,
         /* 2. scores, softmax and pooled latents per (row, group of heads) */
         #pragma omp for schedule(dynamic, 1)
         for (int item = 0; item < nr * groups; item++) {
-            const int r = item / groups, h0 = item % groups * hg, nhg = nh - h0 < hg ? nh - h0 : hg;
+            const int r = item / groups, h0 = item % groups * ATT_HG, nhg = nh - h0 < ATT_HG ? nh - h0 : ATT_HG;
             const int *keys;
             const int n = visible_keys(s, c, r0 + r, pos0 + r0 + r, &keys);
-            for (int t = 0; t < n; t += 4) {
-                const int nb = n - t < 4 ? n - t : 4;
-                const float *kc[4], *kr[4];
-                for (int y = 0; y < nb; y++) {
-                    const int j = keys ? keys[t + y] : t + y;
-                    kc[y] = latent + (size_t)j * kvl;
-                    kr[y] = rope_key + (size_t)j * dr;
-                }
-                for (int x0 = 0; x0 < nhg; x0 += 4) {
-                    const int na = nhg - x0 < 4 ? nhg - x0 : 4;
-                    const float *qc[4], *qr[4];
-                    for (int x = 0; x < na; x++) {
-                        qc[x] = s->att_qc + ((size_t)r * nh + h0 + x0 + x) * kvl;
-                        qr[x] = s->q + ((size_t)(r0 + r) * nh + h0 + x0 + x) * dqk + dn;
-                    }
-                    float d_lat[16], d_rope[16];
-                    qt_dot_f32_block(qc, na, kc, nb, kvl, d_lat);
-                    qt_dot_f32_block(qr, na, kr, nb, dr, d_rope);
-                    for (int x = 0; x < na; x++)
-                        for (int y = 0; y < nb; y++)
-                            scores[(size_t)(x0 + x) * s->capacity + t + y] = (d_lat[x * nb + y] + d_rope[x * nb + y]) * scale;
-                }
-            }
-            for (int x = 0; x < nhg; x++) softmax(scores + (size_t)x * s->capacity, n);
-            /* keys in blocks that stay in L2 while every head tile and dimension chunk uses them */
-            for (int tb = 0; tb < n; tb += ATT_POOL_KEYS) {
-                const int te = n - tb < ATT_POOL_KEYS ? n : tb + ATT_POOL_KEYS;
-                for (int x0 = 0; x0 < nhg; x0 += ATT_TILE) {
-                    const int nx = nhg - x0 < ATT_TILE ? nhg - x0 : ATT_TILE;
-                    const float *p[ATT_TILE];
-                    float *z[ATT_TILE];
-                    for (int x = 0; x < nx; x++) {
-                        p[x] = scores + (size_t)(x0 + x) * s->capacity;
-                        z[x] = s->att_z + ((size_t)(h0 + x0 + x) * ATT_ROWS + r) * kvl;
-                    }
-                    pool_latents(p, nx, keys, tb, te, latent, kvl, z);
-                }
-            }
+            attention_row_heads(s->att_qc + ((size_t)r * nh + h0) * kvl, s->q + ((size_t)(r0 + r) * nh + h0) * dqk, dqk, dn, nhg,
+                                latent, rope_key, keys, n, kvl, dr, scale, Q, e,
+                                s->att_z + ((size_t)h0 * ATT_ROWS + r) * kvl, (size_t)ATT_ROWS * kvl);
         }
         /* 3. o = W_UV[h] z for the chunk's rows (a nested matmul runs on this thread) */
         #pragma omp for schedule(dynamic, 1)
@@ -1637,6 +1774,12 @@ static void attention_absorbed_rows(AttentionCall *ac, int r0, int nr, int pos0,
                 memcpy(s->attn + ((size_t)(r0 + r) * nh + h) * dv, wuv_out + (size_t)r * dv, (size_t)dv * sizeof(float));
         }
     }
+}
+
+/* The absorbed attention of the call's S rows (queries in s->q, keys in the cache): s->attn. */
+static void attention_core(AttentionCall *ac, int S, int pos0, float scale) {
+    for (int r0 = 0; r0 < S; r0 += ATT_ROWS)
+        attention_absorbed_rows(ac, r0, S - r0 < ATT_ROWS ? S - r0 : ATT_ROWS, pos0, scale);
 }
 
 /* MLA over S new positions (rows of xn) starting at pos0; writes [S][hidden] into out. */
@@ -1677,8 +1820,9 @@ static void attention(AttentionCall *ac, const float *xn, int S, int pos0, float
 
     const float scale = 1.0f / sqrtf((float)dqk);
     if (ac->opt->absorb) {
-        for (int r0 = 0; r0 < S; r0 += ATT_ROWS)
-            attention_absorbed_rows(ac, r0, S - r0 < ATT_ROWS ? S - r0 : ATT_ROWS, pos0, scale);
+        double t0 = now_seconds();
+        attention_core(ac, S, pos0, scale);
+        s->profile.attention_core += now_seconds() - t0;
         matmul(out, &L->o, s->attn, S);
         return;
     }
@@ -3216,7 +3360,7 @@ static void session_init(Session *s, const Model *m, int capacity, int max_batch
 #endif
     s->att_qc = session_calloc(s, (size_t)ATT_ROWS * c->n_heads * c->kv_lora, sizeof(float));
     s->att_z = session_calloc(s, (size_t)ATT_ROWS * c->n_heads * c->kv_lora, sizeof(float));
-    s->att_thread_floats = (size_t)c->qk_nope * c->kv_lora + (size_t)ATT_HEADS * capacity + (size_t)ATT_ROWS * c->v_head;
+    s->att_thread_floats = attention_thread_floats(c, capacity);
     s->att_thread = session_calloc(s, (size_t)s->nthreads * s->att_thread_floats, sizeof(float));
     s->ffn_h1 = session_calloc(s, (size_t)B * ffn_width, sizeof(float));
     s->ffn_h2 = session_calloc(s, (size_t)B * ffn_width, sizeof(float));
@@ -6781,9 +6925,9 @@ static void print_configuration(const Settings *set, const Model *m, int capacit
 /* PROFILE=1: where the time of the forward passes went. */
 static void print_profile(const Session *s, const ExpertStore *store) {
     const double moe_other = s->profile.moe - store->wait_seconds - store->compute_seconds;
-    fprintf(stderr, "PROFILE: %lld forwards, %lld positions | attention %.3f s (indexer %.3f s) | dense MLP %.3f s | "
+    fprintf(stderr, "PROFILE: %lld forwards, %lld positions | attention %.3f s (indexer %.3f s, scores+pooling %.3f s) | dense MLP %.3f s | "
                     "MoE %.3f s = routed experts %.3f s + disk wait %.3f s + router/shared/combine %.3f s | lm_head %.3f s\n",
-            s->profile.forwards, s->profile.positions, s->profile.attention, s->profile.indexer, s->profile.dense_mlp,
+            s->profile.forwards, s->profile.positions, s->profile.attention, s->profile.indexer, s->profile.attention_core, s->profile.dense_mlp,
             s->profile.moe, store->compute_seconds, store->wait_seconds, moe_other, s->profile.lm_head);
 }
 

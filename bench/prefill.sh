@@ -7,7 +7,11 @@
 # PROJECTION to the full 78-layer model (3 dense + 75 MoE layers; a projection, not a measurement).
 #
 #   bench/prefill.sh [MODEL_DIR]          default $BENCH_MODEL or /work/glm_bench
+#                                         (/work/glm_bench_small, 1 dense + 1 MoE layer, fits the page
+#                                         cache of a 24 GB machine: the one to use for warm figures)
 #   env: LENGTHS   prompt lengths (default "255 1024 2048")
+#        REPS      repetitions of each (new, old) pair, alternating (default 1); the summary takes
+#                  the median of each engine and the median of the per-pair ratios
 #        LONG      long-context prompt for the attention figure, this engine only (default 4000; 0: skip)
 #        LONG_OLD  1: also run the long prompt on the round-1 engine (slow: minutes)
 #        RAM_GB    RAM budget of each run (default 8)      THREADS (default 0: all cores)
@@ -15,12 +19,16 @@
 #        PHASES    "cold warm" (default) or one of them
 # cold: the default I/O mode (O_DIRECT: every expert comes from the disk; the files are evicted
 # from the page cache first); warm: buffered reads (DIRECT=0) with the files in the page cache,
-# after one warming run. Prompts are random token ids (fixed seed); NGEN=1.
+# after one warming run. Prompts are random token ids (fixed seed); NGEN=1. The new engine runs with
+# USAGE=off: with a routing history from earlier runs it would read the historically hottest experts
+# into every slot at start, faulting the whole slot arena in during the prefill being timed (fresh
+# pages cost ~1 GB/s on these VMs; measured: 255 warm tokens 10.1 s with history, 1.9 s without);
+# the round-1 engine has no history and faults its arena before the prefill.
 set -u
 cd "$(dirname "$0")/.." || exit 1
 ROOT=$(pwd)
 MODEL=${1:-${BENCH_MODEL:-/work/glm_bench}}
-LENGTHS=${LENGTHS:-255 1024 2048}; LONG=${LONG:-4000}; LONG_OLD=${LONG_OLD:-0}
+LENGTHS=${LENGTHS:-255 1024 2048}; LONG=${LONG:-4000}; LONG_OLD=${LONG_OLD:-0}; REPS=${REPS:-1}
 RAM=${RAM_GB:-8}; THR=${THREADS:-0}; PHASES=${PHASES:-cold warm}
 [ -f "$MODEL/config.json" ] || { echo "no bench model at $MODEL: python3 tools/make_glm_bench_model.py $MODEL"; exit 1; }
 make -s glm >/dev/null || exit 1
@@ -34,7 +42,7 @@ if [ -z "$OLD" ]; then
   OLD=$TMP/r1/glm
 fi
 FILES=("$MODEL"/*.safetensors)
-echo "bench: prefill, model $MODEL, RAM_GB=$RAM, THREADS=$THR, $(nproc) cores, $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | xargs), load average $(cut -d' ' -f1-3 /proc/loadavg), $(date -u +%FT%TZ)"
+echo "bench: prefill, model $MODEL, RAM_GB=$RAM, THREADS=$THR, REPS=$REPS, $(nproc) cores, $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | xargs), load average $(cut -d' ' -f1-3 /proc/loadavg), $(date -u +%FT%TZ)"
 echo "bench: new $(git rev-parse --short HEAD)$(git diff --quiet HEAD -- glm.c quant.h || echo '+changes'), old 22b670a"
 
 # prompt of n random ids (and one more in full_ids), NGEN=1: the run is one prefill of n tokens
@@ -59,7 +67,7 @@ run() {
   [ "$phase" = warm ] && mode="DIRECT=0"
   [ "$phase" = cold ] && evict
   local out
-  out=$(env $mode RAM_GB=$RAM THREADS=$THR PROFILE=1 NGEN=1 SNAP="$MODEL" REF="$TMP/ref$n.json" "$bin" 2>&1)
+  out=$(env $mode USAGE=off RAM_GB=$RAM THREADS=$THR PROFILE=1 NGEN=1 SNAP="$MODEL" REF="$TMP/ref$n.json" "$bin" 2>&1)
   T=$(field 'prefill [0-9]+ tokens ([0-9.]+) s' "$(grep 'glm: prefill' <<<"$out")")
   PROF=$(grep '^PROFILE' <<<"$out"); STATS=$(grep 'glm: experts:' <<<"$out")
   if [ -z "$T" ]; then echo "  FAILED: $(tail -3 <<<"$out")"; T=nan; return; fi
@@ -79,22 +87,27 @@ for phase in $PHASES; do
     cached  # how warm "warm" is: what the page cache holds of the model
   fi
   for n in $LENGTHS; do
-    for eng in new old; do
-      bin=$NEW; [ $eng = old ] && bin=$OLD
-      echo "$phase $n tokens, $eng engine:"
-      run "$bin" "$phase" "$n"
-      RES[$phase.$n.$eng]=$T
-      [ $eng = new ] && RES[$phase.$n.prof]=$PROF
+    for rep in $(seq "$REPS"); do
+      for eng in new old; do
+        bin=$NEW; [ $eng = old ] && bin=$OLD
+        echo "$phase $n tokens, $eng engine$([ "$REPS" -gt 1 ] && echo ", repetition $rep") ($(cut -d' ' -f1-3 /proc/loadavg)):"
+        run "$bin" "$phase" "$n"
+        RES[$phase.$n.$eng]="${RES[$phase.$n.$eng]:-} $T"
+        [ $eng = new ] && RES[$phase.$n.prof]=$PROF
+      done
+      RES[$phase.$n.ratios]="${RES[$phase.$n.ratios]:-} $(awk -v o="$T" -v w="${RES[$phase.$n.new]##* }" 'BEGIN { print (w > 0 && o > 0 ? o / w : "nan") }')"
     done
   done
 done
 
 echo "decode (REPLAY of $MODEL/reference.json, O_DIRECT):"
-for eng in new old; do
-  bin=$NEW; [ $eng = old ] && bin=$OLD
-  out=$(env RAM_GB=$RAM THREADS=$THR REPLAY=1 SNAP="$MODEL" REF="$MODEL/reference.json" "$bin" 2>&1)
-  line=$(grep '^REPLAY' <<<"$out"); echo "  $eng: $line"
-  RES[decode.$eng]=$(field ' ([0-9.]+) tok/s' "$line")
+for rep in $(seq "$REPS"); do
+  for eng in new old; do
+    bin=$NEW; [ $eng = old ] && bin=$OLD
+    out=$(env USAGE=off RAM_GB=$RAM THREADS=$THR REPLAY=1 SNAP="$MODEL" REF="$MODEL/reference.json" "$bin" 2>&1)
+    line=$(grep '^REPLAY' <<<"$out"); echo "  $eng: $line"
+    RES[decode.$eng]="${RES[decode.$eng]:-} $(field ' ([0-9.]+) tok/s' "$line")"
+  done
 done
 
 if [ "$LONG" != 0 ]; then
@@ -108,17 +121,19 @@ if [ "$LONG" != 0 ]; then
 fi
 
 # ---- summary ------------------------------------------------------------------------------------
+median() { tr ' ' '\n' <<<"$*" | grep -v '^$' | sort -g | awk '{ v[NR] = $1 } END { if (NR == 0) print "nan"; else if (NR % 2) print v[(NR + 1) / 2]; else print (v[NR / 2] + v[NR / 2 + 1]) / 2 }'; }
 L=$(/usr/bin/python3 -c "import json; c=json.load(open('$MODEL/config.json')); print(c['num_hidden_layers'], sum(1 for t in c['mlp_layer_types'] if t == 'dense'))")
 NL=${L% *}; ND=${L#* }; NM=$((NL - ND))
 echo
-echo "summary (seconds of prefill, same run; speedup = old / new):"
-printf "| %-5s | %7s | %9s | %9s | %7s | %9s |\n" phase tokens "old s" "new s" speedup "new pos/s"
-printf "|-------|---------|-----------|-----------|---------|-----------|\n"
+echo "summary (seconds of prefill, same run, medians of $REPS; speedup = median of old / new over the alternating pairs):"
+printf "| %-5s | %7s | %9s | %9s | %7s | %-23s | %9s |\n" phase tokens "old s" "new s" speedup "each pair" "new pos/s"
+printf "|-------|---------|-----------|-----------|---------|-------------------------|-----------|\n"
 for phase in $PHASES; do for n in $LENGTHS; do
-  o=${RES[$phase.$n.old]:-nan}; w=${RES[$phase.$n.new]:-nan}
-  awk -v p="$phase" -v n="$n" -v o="$o" -v w="$w" 'BEGIN { printf "| %-5s | %7d | %9.2f | %9.2f | %6.2fx | %9.1f |\n", p, n, o, w, (w > 0 ? o / w : 0), (w > 0 ? n / w : 0) }'
+  o=$(median ${RES[$phase.$n.old]:-}); w=$(median ${RES[$phase.$n.new]:-}); r=$(median ${RES[$phase.$n.ratios]:-})
+  pairs=$(for x in ${RES[$phase.$n.ratios]:-}; do printf "%.2f " "$x"; done)
+  awk -v p="$phase" -v n="$n" -v o="$o" -v w="$w" -v r="$r" -v pairs="$pairs" 'BEGIN { printf "| %-5s | %7d | %9.2f | %9.2f | %6.2fx | %-23s | %9.1f |\n", p, n, o, w, r, pairs, (w > 0 ? n / w : 0) }'
 done; done
-awk -v o="${RES[decode.old]:-0}" -v w="${RES[decode.new]:-0}" 'BEGIN { printf "decode (REPLAY): old %.2f tok/s, new %.2f tok/s (%.2fx)\n", o, w, (o > 0 ? w / o : 0) }'
+awk -v o="$(median ${RES[decode.old]:-})" -v w="$(median ${RES[decode.new]:-})" 'BEGIN { printf "decode (REPLAY, medians): old %.2f tok/s, new %.2f tok/s (%.2fx)\n", o, w, (o > 0 ? w / o : 0) }'
 
 # per-layer profile of the new engine and the projection to GLM-5.2 (78 layers: 3 dense + 75 MoE)
 echo
@@ -140,4 +155,4 @@ for phase in $PHASES; do for n in $LENGTHS; do prof_row "$phase" "$n" "${RES[$ph
 [ "$LONG" != 0 ] && [ "$LONG_OLD" = 1 ] && prof_row "cold long r1" "$LONG" "${RES[long.old.prof]:-}"
 echo "PROJECTION = 78 x attention + 3 x dense MLP + 75 x MoE per token and layer, times the tokens, + lm_head:"
 echo "the full GLM-5.2 on this machine if every layer behaved like these (same expert hit rate and disk),"
-echo "an extrapolation from 4 layers, not a measurement. MoE all = routed compute + disk wait + router/shared."
+echo "an extrapolation from $NL layers, not a measurement. MoE all = routed compute + disk wait + router/shared."

@@ -1,0 +1,168 @@
+/* Unit tests of the absorbed attention core (glm.c, attention_core): on GLM-5.2's attention shapes
+   (64 heads, kv_lora 512, qk_nope 192, qk_rope 64, v_head 256) and on odd small ones (5 heads,
+   kv_lora 37: every tile's remainder path), with random latents, rope keys, queries and an int4
+   group-64 kv_b:
+   - against a double-precision reference of §3.5 written out per head (qc = W_UKᵀ q_nope, scores,
+     softmax, z, W_UV·z on the dequantized weights; IDOT=0 so W_UV is the float path);
+   - a row's output is bit-identical whatever shares its call: all rows in one call, one row per
+     call (decode), chunks of 7 rows, on 1 and on 2 threads; with every key visible and with a
+     DSA selection (per-row key lists).
+   glm.c is included with GLM_NO_MAIN. Deterministic: fixed seeds. */
+#define GLM_NO_MAIN
+#pragma GCC diagnostic ignored "-Wunused-function"
+#include "../glm.c"
+
+static int failures;
+#define CHECK(name, cond, ...) do { if (cond) printf("PASS %s\n", name); else { printf("FAIL %s: ", name); printf(__VA_ARGS__); printf("\n"); failures++; } } while (0)
+
+static uint64_t rng_state;
+static uint64_t rng_next(void) {
+    rng_state ^= rng_state << 13; rng_state ^= rng_state >> 7; rng_state ^= rng_state << 17;
+    return rng_state;
+}
+static float rng_float(void) { return (float)(rng_next() >> 40) / (float)(1 << 24) * 2.0f - 1.0f; }   /* [-1, 1) */
+
+typedef struct {
+    int nh, kvl, dn, dr, dv, T, K;   /* K > 0: rows past K keys see a random selection of K keys */
+} Shape;
+
+static void set_threads(int n) {
+#ifdef _OPENMP
+    omp_set_num_threads(n);
+#else
+    (void)n;
+#endif
+}
+
+/* Rows [r0, r0+S) of the T rows through attention_core in one call (queries and selections copied
+   to the call's rows 0..S-1); outputs into out[r][nh·dv]. */
+static void run_rows(AttentionCall *ac, const float *q_all, const int *sel_all, const int *count_all, int r0, int S,
+                     float *out) {
+    Session *s = ac->s;
+    const Config *c = ac->c;
+    const size_t qw = (size_t)c->n_heads * c->qk_head, ow = (size_t)c->n_heads * c->v_head;
+    memcpy(s->q, q_all + (size_t)r0 * qw, (size_t)S * qw * sizeof(float));
+    for (int r = 0; r < S; r++) {
+        s->selection_count[r] = count_all[r0 + r];
+        if (count_all[r0 + r] > 0)
+            memcpy(s->selection + (size_t)r * c->index_topk, sel_all + (size_t)(r0 + r) * c->index_topk, (size_t)count_all[r0 + r] * sizeof(int));
+    }
+    attention_core(ac, S, r0, 1.0f / sqrtf((float)c->qk_head));
+    memcpy(out + (size_t)r0 * ow, s->attn, (size_t)S * ow * sizeof(float));
+}
+
+static void test_shape(const char *label, Shape sh) {
+    Model m;
+    memset(&m, 0, sizeof m);
+    Config *c = &m.c;
+    unsigned char dense = 1, indexer = 0;
+    c->n_layers = 1; c->layer_dense = &dense; c->layer_indexer = &indexer;
+    c->hidden = 64; c->n_heads = sh.nh; c->q_lora = 16; c->kv_lora = sh.kvl; c->qk_nope = sh.dn; c->qk_rope = sh.dr;
+    c->qk_head = sh.dn + sh.dr; c->v_head = sh.dv; c->inter = 64; c->moe_inter = 16; c->n_experts = 4;
+    c->experts_per_tok = 2; c->n_shared = 1; c->index_heads = 2; c->index_dim = 8; c->index_topk = sh.K > 0 ? sh.K : sh.T;
+    Layer L;
+    memset(&L, 0, sizeof L);
+    const int64_t kvb_rows = (int64_t)sh.nh * (sh.dn + sh.dv);
+    if (qt_alloc(&L.kv_b, QT_INT4_GROUP, 64, kvb_rows, sh.kvl)) die("out of memory");
+    rng_state = 0x9E3779B97F4A7C15ull ^ (uint64_t)sh.kvl;
+    for (int64_t i = 0; i < kvb_rows * L.kv_b.row_bytes; i++) L.kv_b.data[i] = (uint8_t)rng_next();
+    for (int64_t i = 0; i < kvb_rows * qt_groups_per_row(&L.kv_b); i++) L.kv_b.scales[i] = 0.02f * (1.0f + 0.5f * rng_float());
+    ForwardOptions opt = { .absorb = 1, .indexer_mode = INDEXER_AUTO, .latent_eps = 1e-6f };
+
+    set_threads(2);   /* the session's per-thread scratch is sized for 2 */
+    Session s;
+    session_init(&s, &m, sh.T, sh.T, 0);
+    for (int64_t i = 0; i < (int64_t)sh.T * sh.kvl; i++) s.latent[0][i] = rng_float();
+    for (int64_t i = 0; i < (int64_t)sh.T * sh.dr; i++) s.rope_key[0][i] = rng_float();
+    const size_t qw = (size_t)sh.nh * c->qk_head, ow = (size_t)sh.nh * sh.dv;
+    float *q_all = xmalloc((size_t)sh.T * qw * sizeof(float));
+    for (size_t i = 0; i < (size_t)sh.T * qw; i++) q_all[i] = 2.0f * rng_float();
+    int *sel_all = xcalloc((size_t)sh.T * c->index_topk, sizeof(int)), *count_all = xcalloc((size_t)sh.T, sizeof(int));
+    for (int r = 0; r < sh.T; r++) {   /* K distinct keys of 0..r, ascending; -1: all */
+        if (sh.K == 0 || r + 1 <= sh.K) { count_all[r] = -1; continue; }
+        int n = 0;
+        for (int j = 0; j <= r && n < sh.K; j++)
+            if (rng_next() % (uint64_t)(r + 1 - j) < (uint64_t)(sh.K - n)) sel_all[(size_t)r * sh.K + n++] = j;
+        count_all[r] = n;
+    }
+    AttentionCall ac = { c, &L, &s, 0, NULL, &opt };
+    float *whole = xmalloc((size_t)sh.T * ow * sizeof(float)), *other = xmalloc((size_t)sh.T * ow * sizeof(float));
+    char name[256];
+
+    /* the reference: per head, in double, on the dequantized kv_b, with every call's exact inputs */
+    g_integer_dot = 0;
+    set_threads(2);
+    run_rows(&ac, q_all, sel_all, count_all, 0, sh.T, whole);
+    float *wkv = xmalloc((size_t)kvb_rows * sh.kvl * sizeof(float));
+    qt_dequant_rows(&L.kv_b, 0, kvb_rows, wkv);
+    double *qc = xmalloc((size_t)sh.kvl * sizeof(double)), *p = xmalloc((size_t)sh.T * sizeof(double)), *z = xmalloc((size_t)sh.kvl * sizeof(double));
+    double worst = 0.0, largest = 0.0;
+    const double scale = 1.0 / sqrt((double)c->qk_head);
+    for (int r = 0; r < sh.T; r++)
+        for (int h = 0; h < sh.nh; h++) {
+            const float *q = q_all + (size_t)r * qw + (size_t)h * c->qk_head;
+            const float *wuk = wkv + (size_t)h * (sh.dn + sh.dv) * sh.kvl, *wuv = wuk + (size_t)sh.dn * sh.kvl;
+            for (int t = 0; t < sh.kvl; t++) {
+                double a = 0.0;
+                for (int d = 0; d < sh.dn; d++) a += (double)q[d] * wuk[(size_t)d * sh.kvl + t];
+                qc[t] = a;
+            }
+            const int n = count_all[r] < 0 ? r + 1 : count_all[r];
+            double mx = -INFINITY, sum = 0.0;
+            for (int t = 0; t < n; t++) {
+                const int j = count_all[r] < 0 ? t : sel_all[(size_t)r * sh.K + t];
+                double a = 0.0;
+                for (int u = 0; u < sh.kvl; u++) a += qc[u] * s.latent[0][(size_t)j * sh.kvl + u];
+                for (int d = 0; d < sh.dr; d++) a += (double)q[sh.dn + d] * s.rope_key[0][(size_t)j * sh.dr + d];
+                p[t] = a * scale;
+                if (p[t] > mx) mx = p[t];
+            }
+            for (int t = 0; t < n; t++) { p[t] = exp(p[t] - mx); sum += p[t]; }
+            for (int u = 0; u < sh.kvl; u++) {
+                double a = 0.0;
+                for (int t = 0; t < n; t++) a += p[t] * s.latent[0][(size_t)(count_all[r] < 0 ? t : sel_all[(size_t)r * sh.K + t]) * sh.kvl + u];
+                z[u] = a / sum;
+            }
+            for (int v = 0; v < sh.dv; v++) {
+                double a = 0.0;
+                for (int u = 0; u < sh.kvl; u++) a += (double)wuv[(size_t)v * sh.kvl + u] * z[u];
+                const double got = whole[(size_t)r * ow + (size_t)h * sh.dv + v];
+                if (fabs(got - a) > worst) worst = fabs(got - a);
+                if (fabs(a) > largest) largest = fabs(a);
+            }
+        }
+    snprintf(name, sizeof name, "%s: matches the double-precision reference (IDOT=0)", label);
+    CHECK(name, worst <= 2e-5 * largest + 1e-6, "largest error %.3g against outputs up to %.3g", worst, largest);
+
+    /* the same rows in other calls and thread counts, integer W_UV too: bit for bit */
+    for (int idot = 0; idot <= 1; idot++) {
+        g_integer_dot = idot;
+        set_threads(2);
+        run_rows(&ac, q_all, sel_all, count_all, 0, sh.T, whole);
+        struct { int chunk, threads; } ways[] = { { 1, 2 }, { 7, 1 }, { 7, 2 }, { 0, 1 } };   /* 0: all rows at once */
+        for (size_t w = 0; w < sizeof ways / sizeof ways[0]; w++) {
+            set_threads(ways[w].threads);
+            const int chunk = ways[w].chunk ? ways[w].chunk : sh.T;
+            for (int r0 = 0; r0 < sh.T; r0 += chunk) run_rows(&ac, q_all, sel_all, count_all, r0, sh.T - r0 < chunk ? sh.T - r0 : chunk, other);
+            const int same = !memcmp(whole, other, (size_t)sh.T * ow * sizeof(float));
+            snprintf(name, sizeof name, "%s, IDOT=%d: rows %s on %d thread%s equal all rows at once on 2 threads, bit for bit", label, idot,
+                     ways[w].chunk == 1 ? "one per call" : ways[w].chunk ? "in calls of 7" : "in one call", ways[w].threads, ways[w].threads > 1 ? "s" : "");
+            CHECK(name, same, "outputs differ");
+        }
+    }
+    set_threads(2);
+    g_integer_dot = 1;
+    free(q_all); free(sel_all); free(count_all); free(whole); free(other); free(wkv); free(qc); free(p); free(z);
+    session_free(&s);
+    qt_free(&L.kv_b);
+}
+
+int main(void) {
+    test_shape("GLM-5.2 shapes, 40 keys", (Shape){ .nh = 64, .kvl = 512, .dn = 192, .dr = 64, .dv = 256, .T = 40, .K = 0 });
+    test_shape("GLM-5.2 shapes, DSA 24 of 40 keys", (Shape){ .nh = 64, .kvl = 512, .dn = 192, .dr = 64, .dv = 256, .T = 40, .K = 24 });
+    test_shape("odd shapes (5 heads, kv_lora 37), 30 keys", (Shape){ .nh = 5, .kvl = 37, .dn = 11, .dr = 6, .dv = 9, .T = 30, .K = 0 });
+    test_shape("odd shapes, DSA 13 of 30 keys", (Shape){ .nh = 5, .kvl = 37, .dn = 11, .dr = 6, .dv = 9, .T = 30, .K = 13 });
+    if (failures) { printf("%d attention test(s) failed\n", failures); return 1; }
+    printf("all attention tests passed\n");
+    return 0;
+}
