@@ -5,6 +5,7 @@
 #define GLM_NO_MAIN
 #pragma GCC diagnostic ignored "-Wunused-function"   /* the modes main() would call */
 #include "../glm.c"
+#include "glm_fixture.h"
 
 static int failures;
 #define CHECK(name, cond) do { if (cond) printf("PASS %s\n", name); else { printf("FAIL %s: %s\n", name, #cond); failures++; } } while (0)
@@ -32,22 +33,7 @@ int main(void) {
     char ref_path[512];
     snprintf(ref_path, sizeof ref_path, "%s/reference.json", FIXTURE);
     Reference ref = reference_load(ref_path);
-    Settings set;
-    memset(&set, 0, sizeof set);
-    set.model_dir = FIXTURE;
-    set.indexer_mode = "auto";
-    set.expert_bits = set.dense_bits = 16;
-    set.cache_slots = 64;
-    set.absorb = 1;
-    set.idot = 1;
-    set.batch = 64;
-    set.latent_eps = 1e-6f;
-    set.mtp_zero_pos0 = 1;
-    set.ram_gb = 1;
-    set.direct = -1;
-    set.stats_path = "";
-    set.usage = "off";   /* no routing history from or into the user's cache directory */
-    set.cache_dir = "";
+    Settings set = fixture_settings(FIXTURE, 64);
     const int P = ref.prompt.n, N = ref.full.n, cap = N + 8;
     Model model;
     model_load(&model, &set, cap);

@@ -7,31 +7,12 @@
 #define GLM_NO_MAIN
 #pragma GCC diagnostic ignored "-Wunused-function"   /* the modes main() would call */
 #include "../glm.c"
+#include "glm_fixture.h"
 
 static int failures;
 #define CHECK(name, cond) do { if (cond) printf("PASS %s\n", name); else { printf("FAIL %s: %s\n", name, #cond); failures++; } } while (0)
 
 static const char *FIXTURE = "tests/fixtures/oracle_sparse";
-
-static Settings fixture_settings(void) {
-    Settings set;
-    memset(&set, 0, sizeof set);
-    set.model_dir = FIXTURE;
-    set.indexer_mode = "auto";
-    set.expert_bits = set.dense_bits = 16;
-    set.cache_slots = 64;
-    set.absorb = 1;
-    set.idot = 1;
-    set.batch = 64;
-    set.latent_eps = 1e-6f;
-    set.mtp_zero_pos0 = 1;
-    set.ram_gb = 1;
-    set.direct = -1;
-    set.stats_path = "";
-    set.usage = "off";   /* no routing history from or into the user's cache directory */
-    set.cache_dir = "";
-    return set;
-}
 
 /* Rows [0, n) of every layer of two sessions are bit-identical. */
 static int same_rows(const Session *a, const Session *b, const Config *c, int n) {
@@ -74,7 +55,7 @@ int main(void) {
     char ref_path[512];
     snprintf(ref_path, sizeof ref_path, "%s/reference.json", FIXTURE);
     Reference ref = reference_load(ref_path);
-    Settings set = fixture_settings();
+    Settings set = fixture_settings(FIXTURE, 64);
     const int P = ref.prompt.n, N = ref.full.n, cap = N + 8;
     Model model;
     model_load(&model, &set, cap);
@@ -182,7 +163,7 @@ int main(void) {
     k2 = key; k2.mtp_zero_pos0 = 0;
     CHECK("MTP_ZERO_POS0 differs: refused by name", refused_with(b, &k2, path, "MTP_ZERO_POS0=1 there, 0 here"));
     {
-        Settings set8 = fixture_settings();
+        Settings set8 = fixture_settings(FIXTURE, 64);
         set8.dense_bits = 8;
         Model m8;
         model_load(&m8, &set8, cap);
@@ -199,7 +180,7 @@ int main(void) {
         SessionKey kw = session_key(&model, &set, &opt);
         model.layers[1].post_attn_norm[3] = saved;
         CHECK("another checkpoint (one norm weight differs): refused as another model", refused_with(b, &kw, path, "another model (its weights differ"));
-        Settings setd = fixture_settings();
+        Settings setd = fixture_settings(FIXTURE, 64);
         setd.model_dir = "tests/fixtures/oracle_dense";
         Model md;
         model_load(&md, &setd, cap);

@@ -19,6 +19,7 @@
 #define GLM_NO_MAIN
 #pragma GCC diagnostic ignored "-Wunused-function"
 #include "../glm.c"
+#include "glm_fixture.h"
 
 static int failures;
 #define CHECK(name, cond) do { if (cond) printf("PASS %s\n", name); else { printf("FAIL %s: %s\n", name, #cond); failures++; } } while (0)
@@ -35,22 +36,7 @@ static void fixture_open(Fixture *f, const char *dir, int batch) {
     char ref_path[512];
     snprintf(ref_path, sizeof ref_path, "%s/reference.json", dir);
     f->ref = reference_load(ref_path);
-    Settings set;
-    memset(&set, 0, sizeof set);
-    set.model_dir = dir;
-    set.indexer_mode = "auto";
-    set.expert_bits = set.dense_bits = 16;
-    set.cache_slots = 64;
-    set.absorb = 1;
-    set.idot = 1;
-    set.batch = batch;
-    set.latent_eps = 1e-6f;
-    set.mtp_zero_pos0 = 1;
-    set.ram_gb = 1;
-    set.direct = -1;
-    set.stats_path = "";
-    set.usage = "off";   /* no routing history from or into the user's cache directory */
-    set.cache_dir = "";
+    Settings set = fixture_settings(dir, batch);
     f->cap = f->ref.full.n + 32;
     model_load(&f->model, &set, f->cap);
     f->opt = engine_start(&set, &f->model, &f->session, f->cap);
