@@ -5,8 +5,7 @@
 # where each answer must be byte-identical to PROMPT mode's answer to the same message.
 source "$(dirname "$0")/lib.sh"
 cd "$ROOT" || exit 2
-for v in $("$GLM" --help | awk '$2 == "default" { print $1 }'); do unset "$v"; done
-export USAGE=off   # no usage history from or into the user's cache directory
+unset_settings
 export THREADS=2
 PY=python3
 if ! command -v $PY >/dev/null; then echo "FAIL t_chat needs python3 (stdlib only) for the pty driver"; exit 1; fi

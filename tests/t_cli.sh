@@ -3,8 +3,7 @@
 # TEMPERATURE and a TEMP that is the temp directory, argument counting, --version, near-miss hints.
 source "$(dirname "$0")/lib.sh"
 cd "$ROOT" || exit 2
-for v in $("$GLM" --help | awk '$2 == "default" { print $1 }'); do unset "$v"; done
-export USAGE=off   # no usage history from or into the user's cache directory
+unset_settings
 export THREADS=2
 F=tests/fixtures
 T=$(mktemp -d /tmp/t_cli.XXXXXX); trap 'rm -rf "$T"' EXIT

@@ -17,8 +17,7 @@ F=tests/fixtures
 DREF=$F/oracle_dense/reference.json
 if [ ! -x "$GLM" ]; then echo "FAIL t_negative: $GLM is not built (run make)"; exit 1; fi
 # Settings from the caller's environment must not change what these runs do.
-for v in $("$GLM" --help | awk '$2 == "default" { print $1 }'); do unset "$v"; done
-export USAGE=off   # no usage history from or into the user's cache directory
+unset_settings
 export THREADS=2
 # A sanitizer report must count as a crash (exit >= 128), not as the expected exit 1.
 export ASAN_OPTIONS="${ASAN_OPTIONS:+$ASAN_OPTIONS:}exitcode=199"

@@ -8,8 +8,7 @@
 # SEED makes sampling repeatable, NGEN and EOS stop it, and the EOS token is not printed.
 source "$(dirname "$0")/lib.sh"
 cd "$ROOT" || exit 2
-for v in $("$GLM" --help | awk '$2 == "default" { print $1 }'); do unset "$v"; done
-export USAGE=off   # no usage history from or into the user's cache directory
+unset_settings
 export THREADS=2
 PY=/usr/bin/python3
 F=tests/fixtures

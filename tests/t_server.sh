@@ -20,8 +20,7 @@
 # with npm like tests/t_http.sh does when missing.
 source "$(dirname "$0")/lib.sh"
 cd "$ROOT" || exit 2
-for v in $("$GLM" --help | awk '$2 == "default" { print $1 }'); do unset "$v"; done
-export USAGE=off   # no usage history from or into the user's cache directory
+unset_settings
 export THREADS=1
 PY=/usr/bin/python3
 NPM_DIR=${OPENAI_NPM_DIR:-/tmp/glm_openai_npm}

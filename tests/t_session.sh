@@ -8,8 +8,7 @@
 # always leaves a complete earlier state that resumes identically.
 source "$(dirname "$0")/lib.sh"
 cd "$ROOT" || exit 2
-for v in $("$GLM" --help | awk '$2 == "default" { print $1 }'); do unset "$v"; done
-export USAGE=off   # no usage history from or into the user's cache directory
+unset_settings
 export THREADS=2
 F=tests/fixtures
 T=$(mktemp -d /tmp/t_session.XXXXXX); trap 'rm -rf "$T"' EXIT

@@ -5,8 +5,7 @@
 # spread over a run's whole duration, the write included.
 source "$(dirname "$0")/lib.sh"
 cd "$ROOT" || exit 2
-for v in $("$GLM" --help | awk '$2 == "default" { print $1 }'); do unset "$v"; done
-export USAGE=off   # no usage history from or into the user's cache directory
+unset_settings
 F=tests/fixtures
 T=$(mktemp -d /tmp/t_stats_kill.XXXXXX); trap 'rm -rf "$T"' EXIT
 run() { env SNAP=$F/oracle_sparse REF=$F/oracle_sparse/reference.json REPLAY=1 STATS="$T/routes.txt" THREADS=1 "$GLM" 4 16 16 >/dev/null 2>&1; }

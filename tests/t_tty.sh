@@ -6,8 +6,7 @@
 # that quote a file, notes that quote the environment, and chat's echo of an unknown command.
 source "$(dirname "$0")/lib.sh"
 cd "$ROOT" || exit 2
-for v in $("$GLM" --help | awk '$2 == "default" { print $1 }'); do unset "$v"; done
-export USAGE=off   # no usage history from or into the user's cache directory
+unset_settings
 export THREADS=1
 PY=python3
 F=tests/fixtures
