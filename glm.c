@@ -4870,6 +4870,17 @@ static int generator_load(Generator *g, const SessionKey *k, const char *path, S
     return 0;
 }
 
+/* SESSION=path at the start (chat, PROMPT, the server): 1 when the file exists and is to be loaded;
+   0 when it does not and its folder can take it (the first save creates it). A folder that cannot
+   be written is an error now, before an answer is computed that could not be kept. */
+static int session_file_present(const char *path) {
+    if (!access(path, F_OK)) return 1;
+    char dir[4096];
+    atomic_dir_of(path, dir, sizeof dir);
+    if (access(dir, W_OK)) die("SESSION=%s cannot be written: %s: %s", path, dir, strerror(errno));
+    return 0;
+}
+
 /* Starts a run of steps: the token count restarts and the stop reason clears. */
 static void generator_begin(Generator *g) {
     g->generated = 0;
@@ -5654,10 +5665,7 @@ static int dialog_autosave(const Dialog *d, int think) {
    A file that cannot be used is an error: it is never overwritten by another conversation. */
 static void dialog_resume(Dialog *d, const Settings *set, int seed_from_clock) {
     const char *path = d->session_path;
-    if (access(path, F_OK)) {
-        char dir[4096];
-        atomic_dir_of(path, dir, sizeof dir);
-        if (access(dir, W_OK)) die("SESSION=%s cannot be written: %s: %s", path, dir, strerror(errno));
+    if (!session_file_present(path)) {
         say("session %s: a new conversation (saved after every answer)", path);
         return;
     }
@@ -6876,10 +6884,7 @@ static void server_save_session(Server *srv) {
    cannot be used is an error, as in the CLI: it is never overwritten by another model's cache. */
 static void server_resume_session(Server *srv) {
     const char *path = srv->session_path;
-    if (access(path, F_OK)) {
-        char dir[4096];
-        atomic_dir_of(path, dir, sizeof dir);
-        if (access(dir, W_OK)) die("SESSION=%s cannot be written: %s: %s", path, dir, strerror(errno));
+    if (!session_file_present(path)) {
         fprintf(stderr, "glm: SESSION=%s: a new file, written after every answer\n", path);
         return;
     }
