@@ -342,6 +342,15 @@ def check_queue_leave(log):
     c.close()
 
 
+def run_concurrently(n, worker):
+    """worker(0) .. worker(n - 1), each on its own thread, all started before any is waited for."""
+    threads = [threading.Thread(target=worker, args=(i,)) for i in range(n)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+
+
 def check_load(n):
     results = [None] * n
 
@@ -356,11 +365,7 @@ def check_load(n):
         except Exception as e:
             results[i] = repr(e)
 
-    threads = [threading.Thread(target=worker, args=(i,)) for i in range(n)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
+    run_concurrently(n, worker)
     bad = [(i, r) for i, r in enumerate(results) if r is not True]
     check(f"load_{n}_concurrent_all_answered_intact", not bad, repr(bad[:5]))
 
@@ -378,11 +383,7 @@ def check_queue1(n):
         except Exception as e:
             results[i] = repr(e)
 
-    threads = [threading.Thread(target=worker, args=(i,)) for i in range(n)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
+    run_concurrently(n, worker)
     check(f"queue1_{n}_concurrent_200_or_429", all(r in (200, 429) for r in results), repr(results))
     check("queue1_some_429", results.count(429) >= 1, repr(results))
     check("queue1_some_200", results.count(200) >= 1, repr(results))

@@ -24,7 +24,6 @@ usage: server_check.py PORT CHECK [ARGS...]
 import json
 import os
 import sys
-import threading
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
@@ -176,12 +175,8 @@ def check_load(n, files):
         except Exception as e:  # noqa: BLE001
             results[i] = repr(e)
 
-    threads = [threading.Thread(target=worker, args=(i,)) for i in range(n)]
     t0 = time.time()
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
+    hh.run_concurrently(n, worker)
     bad = [(i, r) for i, r in enumerate(results) if r is not True]
     check(f"load_{n}_concurrent_requests_none_lost_or_garbled ({time.time() - t0:.1f} s)", not bad, bad[:4])
 
@@ -198,11 +193,7 @@ def check_queue1(n):
         except Exception as e:  # noqa: BLE001
             results[i] = repr(e)
 
-    threads = [threading.Thread(target=worker, args=(i,)) for i in range(n)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
+    hh.run_concurrently(n, worker)
     check(f"queue1_{n}_concurrent_only_200_or_429", all(r in (200, 429) for r in results), results)
     check("queue1_at_least_one_429_with_retry_after", results.count(429) >= 1, results)
     check("queue1_at_least_one_200", results.count(200) >= 1, results)
