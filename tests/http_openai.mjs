@@ -7,25 +7,16 @@
 // Prints PASS/FAIL lines: models.list, a chat completion, a streamed one (the concatenated deltas
 // must equal the non-streamed content, with usage when asked), a legacy completion, and the
 // client's error classes for 400 and 404 (the wrong key case is checked with a separate server).
-import path from "node:path";
-import { pathToFileURL } from "node:url";
+import { loadOpenAI, check, attempt, finish as done, readChatStream } from "./openai_harness.mjs";
 
 const [npmDir, baseURL, apiKey] = process.argv.slice(2);
 if (!npmDir || !baseURL) {
   console.log("FAIL openai_usage: node http_openai.mjs NPM_DIR BASE_URL [API_KEY]");
   process.exit(1);
 }
-const { default: OpenAI } = await import(pathToFileURL(path.join(npmDir, "node_modules/openai/index.mjs")).href);
+const OpenAI = await loadOpenAI(npmDir);
 // No retries: a retry could hide a dropped or refused request.
 const client = new OpenAI({ baseURL, apiKey: apiKey || "none", maxRetries: 0, timeout: 20000 });
-let failed = 0;
-const check = (name, ok, why) => {
-  if (ok) console.log(`PASS ${name}`);
-  else { console.log(`FAIL ${name}: ${why}`); failed++; }
-};
-const attempt = async (name, fn) => {
-  try { await fn(); } catch (e) { check(name, false, `threw ${e && e.constructor && e.constructor.name}: ${e && e.message}`); }
-};
 
 const mode = process.argv[5] || "all";
 
@@ -39,7 +30,7 @@ if (mode === "wrong_key") {
             `got ${e.constructor.name} status ${e.status}`);
     }
   });
-  process.exit(failed ? 1 : 0);
+  done();
 }
 
 await attempt("openai_models_list", async () => {
@@ -62,15 +53,7 @@ await attempt("openai_chat_stream", async () => {
   const stream = await client.chat.completions.create({
     model: "echo-model", messages, stream: true, stream_options: { include_usage: true },
   });
-  let content = "", finish = null, usage = null, chunks = 0;
-  for await (const chunk of stream) {
-    chunks++;
-    if (chunk.usage) usage = chunk.usage;
-    for (const c of chunk.choices) {
-      if (c.delta && c.delta.content) content += c.delta.content;
-      if (c.finish_reason) finish = c.finish_reason;
-    }
-  }
+  const { content, finish, usage, chunks } = await readChatStream(stream);
   check("openai_chat_stream", content === plain && finish === "stop" && chunks > 3,
         `content ${JSON.stringify(content)} vs ${JSON.stringify(plain)}, finish ${finish}, ${chunks} chunks`);
   check("openai_chat_stream_usage", usage && usage.completion_tokens > 0, JSON.stringify(usage));
@@ -119,4 +102,4 @@ await attempt("openai_sequential_keepalive", async () => {
   check("openai_sequential_keepalive", ok === 6, `${ok}/6 right`);
 });
 
-process.exit(failed ? 1 : 0);
+done();

@@ -8,22 +8,13 @@
 // byte (thinking off through chat_template_kwargs, as with vLLM and SGLang); usage; a completion;
 // the tool round trip; the client's BadRequestError for a field of the wrong type.
 import fs from "node:fs";
-import path from "node:path";
-import { pathToFileURL } from "node:url";
+import { loadOpenAI, check, attempt, finish as done, readChatStream } from "./openai_harness.mjs";
 
 const [npmDir, baseURL, model, expectedFile, maxTokensArg, toolsFile, toolsExpectedFile] = process.argv.slice(2);
-const { default: OpenAI } = await import(pathToFileURL(path.join(npmDir, "node_modules/openai/index.mjs")).href);
+const OpenAI = await loadOpenAI(npmDir);
 const client = new OpenAI({ baseURL, apiKey: "unused", maxRetries: 0, timeout: 60000 });
 const expected = fs.readFileSync(expectedFile, "utf8");
 const maxTokens = Number(maxTokensArg);
-let failed = 0;
-const check = (name, ok, why) => {
-  if (ok) console.log(`PASS ${name}`);
-  else { console.log(`FAIL ${name}: ${why}`); failed++; }
-};
-const attempt = async (name, fn) => {
-  try { await fn(); } catch (e) { check(name, false, `threw ${e && e.constructor && e.constructor.name}: ${e && e.message}`); }
-};
 const noThinking = { chat_template_kwargs: { enable_thinking: false } };
 const hello = [{ role: "user", content: "Hello" }];
 
@@ -48,15 +39,7 @@ await attempt("openai_stream_equals_prompt_mode", async () => {
     model, messages: hello, temperature: 0, max_completion_tokens: maxTokens, stream: true,
     stream_options: { include_usage: true }, ...noThinking,
   });
-  let content = "", finish = null, usage = null, chunks = 0;
-  for await (const chunk of stream) {
-    chunks++;
-    if (chunk.usage) usage = chunk.usage;
-    for (const c of chunk.choices) {
-      if (c.delta && c.delta.content) content += c.delta.content;
-      if (c.finish_reason) finish = c.finish_reason;
-    }
-  }
+  const { content, finish, usage, chunks } = await readChatStream(stream);
   check("openai_stream_equals_prompt_mode", content === expected && finish === "length" && chunks > 3,
         `${JSON.stringify(content)} vs ${JSON.stringify(expected)}, finish ${finish}, ${chunks} chunks`);
   check("openai_stream_usage_chunk", usage && usage.completion_tokens === maxTokens, JSON.stringify(usage));
@@ -96,4 +79,4 @@ await attempt("openai_context_length_exceeded", async () => {
   }
 });
 
-process.exit(failed ? 1 : 0);
+done();
