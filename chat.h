@@ -90,6 +90,8 @@
  *     int chat_out_parse(const char *s, size_t n, int in_reasoning, const ChatConv *tools, ChatOutput *o);
  *     int chat_output_add(void *output, const ChatOutEvent *ev);   a ChatOutFn filling a ChatOutput
  *     void chat_output_free(ChatOutput *o);       (a zeroed ChatOutput is empty and valid)
+ *     int chat_output_equal(const ChatOutput *a, const ChatOutput *b);   1 when the reasoning, the
+ *         content and every tool call's name and arguments are the same bytes
  *     Rules: <think> opens reasoning, </think> closes it; other stray think tags are dropped.
  *     Outside reasoning, <tool_call>NAME<arg_key>K</arg_key><arg_value>V</arg_value>...</tool_call>
  *     is a tool call (whitespace allowed between the elements; NAME, K and V stripped); its
@@ -236,6 +238,7 @@ void chat_out_free(ChatOutParser *p);
 int chat_out_parse(const char *s, size_t n, int in_reasoning, const ChatConv *tools, ChatOutput *o);
 int chat_output_add(void *output, const ChatOutEvent *ev);
 void chat_output_free(ChatOutput *o);
+int chat_output_equal(const ChatOutput *a, const ChatOutput *b);
 
 #endif /* CHAT_H */
 
@@ -1361,6 +1364,18 @@ int chat_output_add(void *output, const ChatOutEvent *ev) {
     if (chat__grow_text(&c->arguments, &c->arguments_len, &cap, ev->arguments, ev->arguments_len)) { free(c->name); return -1; }
     o->n_calls++;
     return 0;
+}
+
+int chat_output_equal(const ChatOutput *a, const ChatOutput *b) {
+    if (a->reasoning_len != b->reasoning_len || a->content_len != b->content_len || a->n_calls != b->n_calls) return 0;
+    if (a->reasoning_len && memcmp(a->reasoning, b->reasoning, a->reasoning_len)) return 0;
+    if (a->content_len && memcmp(a->content, b->content, a->content_len)) return 0;
+    for (int i = 0; i < a->n_calls; i++)
+        if (a->calls[i].name_len != b->calls[i].name_len || memcmp(a->calls[i].name, b->calls[i].name, a->calls[i].name_len) ||
+            a->calls[i].arguments_len != b->calls[i].arguments_len ||
+            memcmp(a->calls[i].arguments, b->calls[i].arguments, a->calls[i].arguments_len))
+            return 0;
+    return 1;
 }
 
 void chat_output_free(ChatOutput *o) {

@@ -583,18 +583,6 @@ static void test_model_format(void) {
 
 /* ---- output parsing ------------------------------------------------------------------------------- */
 
-static int outputs_equal(const ChatOutput *a, const ChatOutput *b) {
-    if (a->reasoning_len != b->reasoning_len || a->content_len != b->content_len || a->n_calls != b->n_calls) return 0;
-    if (a->reasoning_len && memcmp(a->reasoning, b->reasoning, a->reasoning_len)) return 0;
-    if (a->content_len && memcmp(a->content, b->content, a->content_len)) return 0;
-    for (int i = 0; i < a->n_calls; i++)
-        if (a->calls[i].name_len != b->calls[i].name_len || memcmp(a->calls[i].name, b->calls[i].name, a->calls[i].name_len) ||
-            a->calls[i].arguments_len != b->calls[i].arguments_len ||
-            memcmp(a->calls[i].arguments, b->calls[i].arguments, a->calls[i].arguments_len))
-            return 0;
-    return 1;
-}
-
 /* Feeds text in pieces: cut at `a` and `b` (a <= b), or byte by byte when a < 0. */
 static int parse_split(const char *s, size_t n, long a, long b, int in_reasoning, const ChatConv *tools, ChatOutput *o) {
     ChatOutParser *p = chat_out_new(in_reasoning, tools);
@@ -680,7 +668,7 @@ static void test_output_parser(void) {
         for (long a = -1; a <= (long)n && splits_ok; a++)
             for (long b = a < 0 ? 0 : a; b <= (long)n && splits_ok; b++) {
                 ChatOutput part = { 0 };
-                if (parse_split(t->text, n, a, b, t->in_reasoning, &tools, &part) || !outputs_equal(&whole, &part)) {
+                if (parse_split(t->text, n, a, b, t->in_reasoning, &tools, &part) || !chat_output_equal(&whole, &part)) {
                     splits_ok = 0; bad_a = a; bad_b = b;
                 }
                 chat_output_free(&part);
@@ -715,6 +703,18 @@ static void test_output_parser(void) {
     chat_out_parse(s, strlen(s), 0, NULL, &o);
     check("output: without tools, a number-looking value is a number", o.n_calls == 1 && !strcmp(o.calls[0].arguments, "{\"city\": 123}"),
           o.n_calls ? o.calls[0].arguments : "no call");
+    /* chat_output_equal: the same text parses equal; another function name with the same
+       arguments, or other content, does not */
+    ChatOutput same = { 0 }, renamed = { 0 }, other = { 0 };
+    const char *r = "<tool_call>get_time<arg_key>city</arg_key><arg_value>123</arg_value></tool_call>";
+    chat_out_parse(s, strlen(s), 0, NULL, &same);
+    chat_out_parse(r, strlen(r), 0, NULL, &renamed);
+    chat_out_parse("hello", 5, 0, NULL, &other);
+    check("chat_output_equal: equal for the same output, not for another call name or other content",
+          chat_output_equal(&o, &same) && !chat_output_equal(&o, &renamed) && !chat_output_equal(&o, &other), "");
+    chat_output_free(&same);
+    chat_output_free(&renamed);
+    chat_output_free(&other);
     chat_output_free(&o);
     chat_conv_free(&tools);
 }

@@ -28,18 +28,6 @@ static void render_checked(const ChatConv *c, const ChatOptions *o) {
     chat_pieces_free(&p);
 }
 
-static int same_output(const ChatOutput *a, const ChatOutput *b) {
-    if (a->reasoning_len != b->reasoning_len || a->content_len != b->content_len || a->n_calls != b->n_calls) return 0;
-    if (a->reasoning_len && memcmp(a->reasoning, b->reasoning, a->reasoning_len)) return 0;
-    if (a->content_len && memcmp(a->content, b->content, a->content_len)) return 0;
-    for (int i = 0; i < a->n_calls; i++)
-        if (a->calls[i].name_len != b->calls[i].name_len || memcmp(a->calls[i].name, b->calls[i].name, a->calls[i].name_len) ||
-            a->calls[i].arguments_len != b->calls[i].arguments_len ||
-            memcmp(a->calls[i].arguments, b->calls[i].arguments, a->calls[i].arguments_len))
-            return 0;
-    return 1;
-}
-
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     const char *text = (const char *)data;
     const uint8_t knobs = size ? data[size - 1] : 0;
@@ -77,7 +65,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     }
     if (p && !rc_parts) rc_parts = chat_out_finish(p, chat_output_add, &parts);
     chat_out_free(p);
-    if (rc_whole == 0 && rc_parts == 0 && !same_output(&whole, &parts)) abort();
+    if (rc_whole == 0 && rc_parts == 0 && !chat_output_equal(&whole, &parts)) abort();
     chat_output_free(&whole);
     chat_output_free(&parts);
     chat_conv_free(&conv);

@@ -45,17 +45,6 @@ static void fz_feed(Reply *r, const char *text, size_t n, const uint8_t *sizes, 
     reply_text_end(r);
 }
 
-static int fz_same(const ChatOutput *a, const ChatOutput *b) {
-    if (a->reasoning_len != b->reasoning_len || a->content_len != b->content_len || a->n_calls != b->n_calls) return 0;
-    if (a->reasoning_len && memcmp(a->reasoning, b->reasoning, a->reasoning_len)) return 0;
-    if (a->content_len && memcmp(a->content, b->content, a->content_len)) return 0;
-    for (int i = 0; i < a->n_calls; i++)
-        if (a->calls[i].arguments_len != b->calls[i].arguments_len ||
-            memcmp(a->calls[i].arguments, b->calls[i].arguments, a->calls[i].arguments_len))
-            return 0;
-    return 1;
-}
-
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     if (!size) return 0;
     const int chat = data[size - 1] & 1;
@@ -102,7 +91,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     for (int a = 0; a < q.n_stop; a++)
         for (int b = 0; b < q.n_stop; b++)
             if (a != b && memmem(q.stop[a], q.stop_len[a], q.stop[b], q.stop_len[b])) nested = 1;
-    if (!nested && (whole.stop_hit != split.stop_hit || !fz_same(&whole.out, &split.out))) abort();
+    if (!nested && (whole.stop_hit != split.stop_hit || !chat_output_equal(&whole.out, &split.out))) abort();
     JsonWriter w;
     jw_init(&w);
     api_write_answer(&w, &whole, reply_finish_reason(&whole, STOP_EOS), &(ApiUsage){ ids.n, 1, 0, 0, 0, 0 });
