@@ -205,13 +205,10 @@ static int decode(int ngen, int nconf, char **confs) {
             while (generator_step(g, run, SPEC_MAX_DRAFT + 1) > 0) {}
             PassTime t = pass_end(t0, s, store);
             const double cpu = process_cpu_seconds() - cpu0;
-            long long drafted = 0, accepted = 0, passes = 0;
+            long long drafted, accepted, passes = 0;
             SpecCounts c1 = spec_counts(g);
-            for (int d = 0; d < N_DRAFTERS; d++) {
-                drafted += c1.drafted[d] - c0.drafted[d];
-                accepted += c1.accepted[d] - c0.accepted[d];
-                passes += c1.passes[d] - c0.passes[d];
-            }
+            spec_totals(&c1, &c0, &drafted, &accepted);
+            for (int d = 0; d < N_DRAFTERS; d++) passes += c1.passes[d] - c0.passes[d];
             const long long hits = store->hits - h0, total = hits + store->misses - m0;
             if (!plain && mode == SPEC_OFF) { plain = xmalloc((size_t)out.n * sizeof(int)); memcpy(plain, out.ids, (size_t)out.n * sizeof(int)); }
             if (plain && memcmp(plain, out.ids, (size_t)out.n * sizeof(int))) die("config %s: the tokens differ from SPEC=off's", conf);
