@@ -1021,7 +1021,15 @@ QT_VNNI static void qt_vnni_gemm_pack(const QTensor *w, int64_t r0, int64_t n, i
                 }
             }
         }
-        for (int64_t g = 0; g < G; g++)
+        int64_t g = 0;
+        if (rows == 16)   /* 16 groups of the 16 rows at a time, by the same transpose */
+            for (; g + 16 <= G; g += 16) {
+                __m512i v[16];
+                for (int i = 0; i < 16; i++) v[i] = _mm512_loadu_si512((const void *)(w->scales + (r0 + 16 * b + i) * G + g));
+                qt_vnni_transpose16(v);
+                for (int m = 0; m < 16; m++) _mm512_store_si512((void *)(wsT + (b * G + g + m) * 16), v[m]);
+            }
+        for (; g < G; g++)
             for (int i = 0; i < 16; i++) wsT[(b * G + g) * 16 + i] = i < rows ? w->scales[(r0 + 16 * b + i) * G + g] : 0.0f;
     }
 }
@@ -1043,8 +1051,11 @@ QT_VNNI QT_INLINE void qt_vnni_gemm_tile(const QTensor *w, const QtActs *a, cons
     __m512 out[2][8];
     QT_UNROLL for (int rb = 0; rb < RB; rb++) QT_UNROLL for (int j = 0; j < SB; j++) out[rb][j] = _mm512_setzero_ps();
     for (int64_t g = 0; g < G; g++) {
-        __m512i acc[2][8];
-        QT_UNROLL for (int rb = 0; rb < RB; rb++) QT_UNROLL for (int j = 0; j < SB; j++) acc[rb][j] = _mm512_setzero_si512();
+        __m512i acc[2][8];   /* start at -off: the sums come out as isum - off, exactly */
+        QT_UNROLL for (int j = 0; j < SB; j++) {
+            const __m512i start = _mm512_set1_epi32(-off[g * sp + j]);
+            QT_UNROLL for (int rb = 0; rb < RB; rb++) acc[rb][j] = start;
+        }
         const int64_t t1 = (g + 1) * gsteps < nsteps ? (g + 1) * gsteps : nsteps;
         for (int64_t t = g * gsteps; t < t1; t++) {
             qt_prefetch_step(pf);
@@ -1060,8 +1071,7 @@ QT_VNNI QT_INLINE void qt_vnni_gemm_tile(const QTensor *w, const QtActs *a, cons
         QT_UNROLL for (int rb = 0; rb < RB; rb++) {
             const __m512 wsv = _mm512_load_ps(wsT + (rb * G + g) * 16);
             QT_UNROLL for (int j = 0; j < SB; j++) {
-                const __m512i isum = _mm512_sub_epi32(acc[rb][j], _mm512_set1_epi32(off[g * sp + j]));
-                const __m512 p = _mm512_mul_ps(wsv, _mm512_mul_ps(_mm512_set1_ps(xs[g * sp + j]), _mm512_cvtepi32_ps(isum)));
+                const __m512 p = _mm512_mul_ps(wsv, _mm512_mul_ps(_mm512_set1_ps(xs[g * sp + j]), _mm512_cvtepi32_ps(acc[rb][j])));
                 if (G == 1) out[rb][j] = _mm512_add_ps(_mm512_setzero_ps(), p);
                 else lg[(rb * SB + j) * 16] = _mm512_add_ps(lg[(rb * SB + j) * 16], p);
             }
@@ -1099,7 +1109,8 @@ QT_VNNI static void qt_gemm_vnni(const QTensor *w, const QtActs *a, int s0, int 
         const int64_t n = r1 - r < 16 * QT_VNNI_RB ? r1 - r : 16 * QT_VNNI_RB;
         const int nb = (int)((n + 15) / 16);
         qt_vnni_gemm_pack(w, r, n, nb, bstride, pk, wsT);
-        const int64_t next_rows = r1 - r - n < 16 * QT_VNNI_RB ? r1 - r - n : 16 * QT_VNNI_RB;
+        /* past r1 too: a chunk is often one block, and this thread usually takes the next one */
+        const int64_t next_rows = w->rows - r - n < 16 * QT_VNNI_RB ? w->rows - r - n : 16 * QT_VNNI_RB;
         const int tiles = (s1 - s0 + QT_VNNI_SB - 1) / QT_VNNI_SB;
         for (int s = s0; s < s1; s += QT_VNNI_SB) {
             const int sb = s1 - s < QT_VNNI_SB ? s1 - s : QT_VNNI_SB;
@@ -1782,7 +1793,15 @@ QT_YMM_TARGET static void QT_YMM(gemm_pack)(const QTensor *w, int64_t r0, int64_
         /* the repack's unit is 16 columns: zero the odd 8-column block at the end */
         const int64_t written = nbk * 8 * qt_gemm_steps_per_col(w->format) * 32;
         memset(dst + written, 0, (size_t)(bstride - written));
-        for (int64_t g = 0; g < G; g++)
+        int64_t g = 0;
+        if (rows == 8)   /* 8 groups of the 8 rows at a time, by the same transpose */
+            for (; g + 8 <= G; g += 8) {
+                __m256i v[8];
+                for (int i = 0; i < 8; i++) v[i] = _mm256_loadu_si256((const __m256i *)(w->scales + (r0 + 8 * b + i) * G + g));
+                qt_avx2_transpose8(v);
+                for (int m = 0; m < 8; m++) _mm256_store_si256((__m256i *)(wsT + (b * G + g + m) * 8), v[m]);
+            }
+        for (; g < G; g++)
             for (int i = 0; i < 8; i++) wsT[(b * G + g) * 8 + i] = i < rows ? w->scales[(r0 + 8 * b + i) * G + g] : 0.0f;
     }
 }
@@ -1869,7 +1888,7 @@ QT_YMM_TARGET static void QT_YMM(gemm)(const QTensor *w, const QtActs *a, int s0
         const int64_t n = r1 - r < 8 * QT_YMM_RB ? r1 - r : 8 * QT_YMM_RB;
         const int nb = (int)((n + 7) / 8);
         QT_YMM(gemm_pack)(w, r, n, nb, bstride, pk, wsT);
-        const int64_t next_rows = r1 - r - n < 8 * QT_YMM_RB ? r1 - r - n : 8 * QT_YMM_RB;
+        const int64_t next_rows = w->rows - r - n < 8 * QT_YMM_RB ? w->rows - r - n : 8 * QT_YMM_RB;   /* as above */
         const int tiles = (s1 - s0 + QT_YMM_SB - 1) / QT_YMM_SB;
         for (int s = s0; s < s1; s += QT_YMM_SB) {
             const int sb = s1 - s < QT_YMM_SB ? s1 - s : QT_YMM_SB;
