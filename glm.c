@@ -1239,7 +1239,6 @@ static void layernorm(float *out, const float *x, const float *w, const float *b
     for (int i = 0; i < n; i++) out[i] = (x[i] - mean) * r * w[i] + b[i];
 }
 
-static float silu(float x) { return x / (1.0f + expf(-x)); }
 static float sigmoid(float x) { return 1.0f / (1.0f + expf(-x)); }
 
 static int argmax(const float *v, int n) {
@@ -1410,6 +1409,30 @@ static inline AttV att_exp(AttV x) {
     p = attv_fma(p, r, attv_set1(5.0000001201e-1f));
     const AttV y = attv_add(attv_fma(p, attv_mul(r, r), r), attv_set1(1.0f));
     return attv_zero_below(x, -87.0f, attv_mul(y, attv_pow2i(n)));
+}
+
+/* SwiGLU's gate in place: g[i] = silu(g[i])·u[i] = g·sigmoid(g)·u, n values, vectorized. The
+   sigmoid is 1/(1+e) for g ≥ 0 and e/(1+e) below, with e = e^-|g| from att_exp (so no lane ever
+   overflows); every value takes the same operations (the tail goes through a padded vector), so
+   it never depends on where it sits in a batch. Large calls use the threads. */
+static inline AttV silu_mul_vec(AttV g, AttV u) {
+    const AttV zero = attv_set1(0.0f), one = attv_set1(1.0f);
+    const AttV e = att_exp(attv_sub(zero, attv_max(g, attv_sub(zero, g))));
+    const AttV num = attv_max(e, attv_zero_below(g, 0.0f, one));   /* 1 where g ≥ 0, else e */
+    return attv_mul(attv_mul(g, attv_div(num, attv_add(one, e))), u);
+}
+
+static void silu_mul(float *g, const float *u, size_t n) {
+    const size_t whole = n / ATT_VW * ATT_VW;
+    #pragma omp parallel for schedule(static) if (whole >= (size_t)ROWS_PARALLEL * 4096)
+    for (size_t i = 0; i < whole; i += ATT_VW) attv_store(g + i, silu_mul_vec(attv_load(g + i), attv_load(u + i)));
+    if (whole < n) {
+        float gt[ATT_VW] = { 0 }, ut[ATT_VW] = { 0 };
+        memcpy(gt, g + whole, (n - whole) * sizeof(float));
+        memcpy(ut, u + whole, (n - whole) * sizeof(float));
+        attv_store(gt, silu_mul_vec(attv_load(gt), attv_load(ut)));
+        memcpy(g + whole, gt, (n - whole) * sizeof(float));
+    }
 }
 
 /* Interleaved RoPE (§3.3): pairs (2j, 2j+1); angle is one fp32 product, rounded, then cos/sin. */
@@ -2961,7 +2984,7 @@ static void ffn_swiglu(const FfnWeights *w, const float *x, int S, float *out, f
     const int width = (int)w->gate.rows;
     matmul(h1, &w->gate, x, S);
     matmul(h2, &w->up, x, S);
-    for (size_t i = 0; i < (size_t)S * width; i++) h1[i] = silu(h1[i]) * h2[i];
+    silu_mul(h1, h2, (size_t)S * width);
     matmul(out, &w->down, h1, S);
 }
 
