@@ -90,7 +90,7 @@ asan:
 	  rm -rf $(ASAN_LOGS); exit $$rc
 
 bench: bench/kbench bench/session_bench bench/specbench bench/attnbench
-bench/kbench: bench/kbench.c quant.h
+bench/kbench: bench/kbench.c glm.c $(HEADERS)
 	$(CC) $(CFLAGS) -I. -o $@ $< $(LDLIBS)
 bench/session_bench bench/specbench bench/attnbench: bench/%: bench/%.c glm.c $(HEADERS)
 	$(CC) $(CFLAGS) -I. -o $@ $< $(LDLIBS)

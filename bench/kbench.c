@@ -12,13 +12,14 @@
      --pfscan     only the prefetch distance scan
      --threading  only the thread wake-up comparison
      --gemm       batches: the peak of the int8 multiply-add instruction the best kernel is built on
-                  (register-resident), then GOP/s of the expert FFN and the dense shapes at
-                  S = 1..64; last line "bench: int4-gemm-2t ratio=R" (expert FFN at S = 32,
+                  (register-resident), then GOP/s of the engine's expert FFN (ffn_swiglu) and
+                  of the dense shapes at S = 1..64; last line "bench: int4-gemm-2t ratio=R" (expert FFN at S = 32,
                   2 threads, the lower of int4-row and int4-g64, over the 2-thread peak)
    Last line otherwise: "bench: int4-ffn-2t ratio=R" (the int4 expert FFN, S=1, 2 threads, vs the
    plain read; the lower of the per-row and group-64 variants). */
-#define QUANT_IMPLEMENTATION
-#include "quant.h"
+#define GLM_NO_MAIN   /* the engine itself: --gemm runs its expert FFN (ffn_swiglu) */
+#pragma GCC diagnostic ignored "-Wunused-function"
+#include "glm.c"
 
 #include <math.h>
 #include <omp.h>
@@ -113,7 +114,7 @@ static size_t tensor_bytes(const QTensor *t) { return (size_t)(t->rows * t->row_
 #define FFN 2048
 #define MAXE 64
 
-typedef struct { QTensor gate, up, down; } Expert;
+typedef FfnWeights Expert;   /* gate, up, down, as the engine holds an expert */
 
 static void expert_ffn(const Expert *e, const float *x, float *g, float *u, float *y, QtKernel k) {
     qt_matmul_with(&e->gate, x, g, 1, 1, k);
@@ -388,8 +389,9 @@ static double bench_peak(QtKernel k, int threads, const char **name) {
     return median(v, REPS);
 }
 
-/* Expert FFN over S activation rows (gate, up, SwiGLU, down), experts cycling through the arena. */
-static double bench_ffn_gemm(QtFormat f, int64_t group, int S, int threads, QtKernel k) {
+/* Expert FFN over S activation rows as the engine runs it (ffn_swiglu: gate, up, SwiGLU, down,
+   with the process-wide kernel), experts cycling through the arena. */
+static double bench_ffn_gemm(QtFormat f, int64_t group, int S, int threads) {
     ffn_setup(f, group);
     float *x = malloc(sizeof(float) * HID * S), *g = malloc(sizeof(float) * FFN * S), *u = malloc(sizeof(float) * FFN * S);
     float *y = malloc(sizeof(float) * HID * S);
@@ -401,10 +403,7 @@ static double bench_ffn_gemm(QtFormat f, int64_t group, int S, int threads, QtKe
         double t0 = now();
         for (int e = 0; e < ne; e++) {
             const Expert *ex = &ffn_ex[(rep * ne + e) % ffn_ne];
-            qt_matmul_with(&ex->gate, x, g, S, 1, k);
-            qt_matmul_with(&ex->up, x, u, S, 1, k);
-            for (int64_t i = 0; i < (int64_t)FFN * S; i++) g[i] = g[i] / (1.0f + expf(-g[i])) * u[i];
-            qt_matmul_with(&ex->down, g, y, S, 1, k);
+            ffn_swiglu(ex, x, S, y, g, u);
         }
         v[rep] = 2.0 * 3 * FFN * HID * S * ne / (now() - t0) * 1e-9;
     }
@@ -457,7 +456,7 @@ static void bench_gemm(int quick) {
             printf("  %-28s %3d", label, th);
             for (int i = 0; i < nS; i++) {
                 const int S = Ss[i];
-                double v = bench_ffn_gemm(ffn_fmts[fi].f, ffn_fmts[fi].g, S, th, k);
+                double v = bench_ffn_gemm(ffn_fmts[fi].f, ffn_fmts[fi].g, S, th);
                 printf("  %6.0f (%.2f)", v, v / (th == 1 ? peak1 : peak2));
                 fflush(stdout);
                 if (S == 32 && th == 2 && v / peak2 < ratio) ratio = v / peak2;
