@@ -1034,6 +1034,9 @@ QT_VNNI static void qt_vnni_gemm_pack(const QTensor *w, int64_t r0, int64_t n, i
     }
 }
 
+#define QT_VNNI_RB 2   /* row blocks per tile: 32 weight rows */
+#define QT_VNNI_SB 12   /* activation rows per tile */
+
 /* One tile: RB blocks of 16 repacked weight rows × SB activation rows from s0, the whole row.
    Per group: exact int32 sums (vpdpbusd of each step vector with the broadcast activation step),
    then p = ws·(xs·(isum - off)) into lane g mod 16, all vectorized over the 16 rows; at the end
@@ -1048,10 +1051,10 @@ QT_VNNI QT_INLINE void qt_vnni_gemm_tile(const QTensor *w, const QtActs *a, cons
     const float *xs = a->scale + s0;                   /* group g: xs[g·sp + j], off[g·sp + j] */
     const int32_t *off = a->off + s0;
     if (G > 1) for (int k = 0; k < RB * SB * 16; k++) lanes[k] = _mm512_setzero_ps();
-    __m512 out[2][8];
+    __m512 out[2][QT_VNNI_SB];
     QT_UNROLL for (int rb = 0; rb < RB; rb++) QT_UNROLL for (int j = 0; j < SB; j++) out[rb][j] = _mm512_setzero_ps();
     for (int64_t g = 0; g < G; g++) {
-        __m512i acc[2][8];   /* start at -off: the sums come out as isum - off, exactly */
+        __m512i acc[2][QT_VNNI_SB];   /* start at -off: the sums come out as isum - off, exactly */
         QT_UNROLL for (int j = 0; j < SB; j++) {
             const __m512i start = _mm512_set1_epi32(-off[g * sp + j]);
             QT_UNROLL for (int rb = 0; rb < RB; rb++) acc[rb][j] = start;
@@ -1094,8 +1097,6 @@ QT_VNNI QT_INLINE void qt_vnni_gemm_tile(const QTensor *w, const QtActs *a, cons
     }
 }
 
-#define QT_VNNI_RB 2   /* row blocks per tile: 32 weight rows */
-#define QT_VNNI_SB 8   /* activation rows per tile */
 
 QT_VNNI static void qt_gemm_vnni(const QTensor *w, const QtActs *a, int s0, int s1, int64_t r0, int64_t r1, float *y) {
     const int64_t G = qt_groups_per_row(w);
@@ -1111,20 +1112,23 @@ QT_VNNI static void qt_gemm_vnni(const QTensor *w, const QtActs *a, int s0, int 
         qt_vnni_gemm_pack(w, r, n, nb, bstride, pk, wsT);
         /* past r1 too: a chunk is often one block, and this thread usually takes the next one */
         const int64_t next_rows = w->rows - r - n < 16 * QT_VNNI_RB ? w->rows - r - n : 16 * QT_VNNI_RB;
+        /* the activation rows evenly over the fewest tiles (32 rows: 11 + 11 + 10, not 12 + 12 + 8) */
         const int tiles = (s1 - s0 + QT_VNNI_SB - 1) / QT_VNNI_SB;
-        for (int s = s0; s < s1; s += QT_VNNI_SB) {
-            const int sb = s1 - s < QT_VNNI_SB ? s1 - s : QT_VNNI_SB;
+        for (int s = s0, tile = 0, sb; s < s1; s += sb, tile++) {
+            sb = (s1 - s + (tiles - tile) - 1) / (tiles - tile);
             QtPrefetch pf = qt_prefetch_share(w->data + (r + n) * w->row_bytes, next_rows * w->row_bytes, tiles,
-                                              (s - s0) / QT_VNNI_SB, qt_gemm_cols(w) * qt_gemm_steps_per_col(w->format));
+                                              tile, qt_gemm_cols(w) * qt_gemm_steps_per_col(w->format));
 #define QT_TILE(RB, SB) qt_vnni_gemm_tile(w, a, pk, bstride, wsT, lanes, s, RB, SB, r, n, y, &pf)
             if (nb == 2) switch (sb) {
                 case 1: QT_TILE(2, 1); break; case 2: QT_TILE(2, 2); break; case 3: QT_TILE(2, 3); break;
                 case 4: QT_TILE(2, 4); break; case 5: QT_TILE(2, 5); break; case 6: QT_TILE(2, 6); break;
-                case 7: QT_TILE(2, 7); break; default: QT_TILE(2, 8); break;
+                case 7: QT_TILE(2, 7); break; case 8: QT_TILE(2, 8); break; case 9: QT_TILE(2, 9); break;
+                case 10: QT_TILE(2, 10); break; case 11: QT_TILE(2, 11); break; default: QT_TILE(2, 12); break;
             } else switch (sb) {
                 case 1: QT_TILE(1, 1); break; case 2: QT_TILE(1, 2); break; case 3: QT_TILE(1, 3); break;
                 case 4: QT_TILE(1, 4); break; case 5: QT_TILE(1, 5); break; case 6: QT_TILE(1, 6); break;
-                case 7: QT_TILE(1, 7); break; default: QT_TILE(1, 8); break;
+                case 7: QT_TILE(1, 7); break; case 8: QT_TILE(1, 8); break; case 9: QT_TILE(1, 9); break;
+                case 10: QT_TILE(1, 10); break; case 11: QT_TILE(1, 11); break; default: QT_TILE(1, 12); break;
             }
 #undef QT_TILE
         }
