@@ -16,10 +16,11 @@
 #        LONG_OLD  1: also run the long prompt on the round-1 engine (slow: minutes)
 #        RAM_GB    RAM budget of each run (default 8)      THREADS (default 0: all cores)
 #        OLD       a round-1 glm binary (default: commit 22b670a built into a temporary directory)
-#        PHASES    "cold warm" (default) or one of them
+#        PHASES    "cold warm" (default), or any of cold, warm, mmap
 # cold: the default I/O mode (O_DIRECT: every expert comes from the disk; the files are evicted
 # from the page cache first); warm: buffered reads (DIRECT=0) with the files in the page cache,
-# after one warming run. Prompts are random token ids (fixed seed); NGEN=1. The new engine runs with
+# after one warming run; mmap: the files in the page cache as for warm, both engines with MMAP=1
+# (experts used in place: no copy into the slots). Prompts are random token ids (fixed seed); NGEN=1. The new engine runs with
 # USAGE=off: with a routing history from earlier runs it would read the historically hottest experts
 # into every slot at start, faulting the whole slot arena in during the prefill being timed (fresh
 # pages cost ~1 GB/s on these VMs; measured: 255 warm tokens 10.1 s with history, 1.9 s without);
@@ -65,6 +66,7 @@ cached() {   # page-cache residency of the model files (fincore, util-linux), if
 run() {
   local bin=$1 phase=$2 n=$3 mode=
   [ "$phase" = warm ] && mode="DIRECT=0"
+  [ "$phase" = mmap ] && mode="MMAP=1"
   [ "$phase" = cold ] && evict
   local out
   out=$(env $mode USAGE=off RAM_GB=$RAM THREADS=$THR PROFILE=1 NGEN=1 SNAP="$MODEL" REF="$TMP/ref$n.json" "$bin" 2>&1)
@@ -81,9 +83,9 @@ for n in $LENGTHS; do make_ref "$n"; done
 [ "$LONG" != 0 ] && make_ref "$LONG"
 
 for phase in $PHASES; do
-  if [ "$phase" = warm ]; then
-    echo "warming the page cache (DIRECT=0, $(awk '{print $NF}' <<<"$LENGTHS") tokens, new engine)"
-    run "$NEW" warm "$(awk '{print $NF}' <<<"$LENGTHS")" >/dev/null
+  if [ "$phase" = warm ] || [ "$phase" = mmap ]; then
+    echo "warming the page cache ($phase, $(awk '{print $NF}' <<<"$LENGTHS") tokens, new engine)"
+    run "$NEW" "$phase" "$(awk '{print $NF}' <<<"$LENGTHS")" >/dev/null
     cached  # how warm "warm" is: what the page cache holds of the model
   fi
   for n in $LENGTHS; do
