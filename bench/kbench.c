@@ -6,13 +6,15 @@
    the threads the same way; the ratio kernel/read is the figure to quote (absolute GB/s move a lot
    on shared machines). Medians over REPS interleaved repetitions.
 
-   Usage: ./bench/kbench [--quick] [--ffn | --l2 | --pfscan | --threading | --gemm] [--prefetch BYTES]
+   Usage: ./bench/kbench [--quick] [--ffn | --l2 | --pfscan | --threading | --gemm] [--prefetch BYTES] [--kernel NAME]
      --quick      fewer repetitions and shapes (smoke test)
      --ffn        only the expert FFN table      --l2   only the cache-resident GOP/s table
+     --kernel     the integer kernel (auto, vnni, avxvnni, avx2, scalar) instead of the best one
      --pfscan     only the prefetch distance scan
      --threading  only the thread wake-up comparison
-     --gemm       batches: the peak of the int8 multiply-add instruction the best kernel is built on
-                  (register-resident), then GOP/s of the engine's expert FFN (ffn_swiglu) and
+     --gemm       batches: the peak of the int8 multiply-add instruction the kernel is built on
+                  (the best one, or --kernel's; register-resident), then GOP/s of the engine's
+                  expert FFN (ffn_swiglu) and
                   of the dense shapes at S = 1..64; last line "bench: int4-gemm-2t ratio=R" (expert FFN at S = 32,
                   2 threads, the lower of int4-row and int4-g64, over the 2-thread peak)
    Last line otherwise: "bench: int4-ffn-2t ratio=R" (the int4 expert FFN, S=1, 2 threads, vs the
@@ -491,16 +493,20 @@ int main(int argc, char **argv) {
         else if (!strcmp(argv[i], "--l2")) l2_only = 1;
         else if (!strcmp(argv[i], "--gemm")) gemm = 1;
         else if (!strcmp(argv[i], "--prefetch") && i + 1 < argc) prefetch = atoi(argv[++i]);
-        else { fprintf(stderr, "kbench: unknown argument %s (use --quick, --ffn, --l2, --pfscan, --threading, --gemm, --prefetch BYTES)\n", argv[i]); return 2; }
+        else if (!strcmp(argv[i], "--kernel") && i + 1 < argc) {
+            QtKernel k;
+            if (qt_kernel_parse(argv[++i], &k) || qt_set_kernel(k)) { fprintf(stderr, "kbench: --kernel %s: unknown, or this CPU lacks it\n", argv[i]); return 2; }
+        }
+        else { fprintf(stderr, "kbench: unknown argument %s (use --quick, --ffn, --l2, --pfscan, --threading, --gemm, --prefetch BYTES, --kernel NAME)\n", argv[i]); return 2; }
     }
     qt_set_prefetch(prefetch);
     if (quick) REPS = 3;
-    const QtKernel best = qt_get_kernel();
-    printf("kbench: best kernel %s (avx2 %s, avxvnni %s, vnni %s), prefetch %d bytes, up to %d threads\n", qt_kernel_name(best),
+    const QtKernel kernel = qt_get_kernel();   /* the best, or --kernel's */
+    printf("kbench: kernel %s (avx2 %s, avxvnni %s, vnni %s), prefetch %d bytes, up to %d threads\n", qt_kernel_name(kernel),
            qt_kernel_supported(QT_KERNEL_AVX2) ? "yes" : "no", qt_kernel_supported(QT_KERNEL_AVXVNNI) ? "yes" : "no",
            qt_kernel_supported(QT_KERNEL_VNNI) ? "yes" : "no", prefetch, omp_get_max_threads());
     if (threading_only) { REPS = 5; bench_threading(); return 0; }
-    if (l2_only) { bench_l2_table(quick, best); return 0; }
+    if (l2_only) { bench_l2_table(quick, kernel); return 0; }
 
     scale_pool_n = (size_t)MAXE * (2 * FFN * (HID / 32) + HID * (FFN / 32)) + 4096;
     if (scale_pool_n < (1u << 26)) scale_pool_n = 1u << 26;   /* 256 MB of scales covers every dense case */
@@ -543,8 +549,8 @@ int main(int argc, char **argv) {
             }
 
     if (ffn_only) { printf("\nbench: int4-ffn-2t ratio=%.3f\n", ffn_ratio_2t); return 0; }
-    /* Dense shapes, best kernel, per format and thread count. */
-    printf("\ndense shapes, %s kernel, S=1, copies cycling through >= 768 MB:\n", qt_kernel_name(best));
+    /* Dense shapes, the kernel, per format and thread count. */
+    printf("\ndense shapes, %s kernel, S=1, copies cycling through >= 768 MB:\n", qt_kernel_name(kernel));
     printf("  %-22s %-10s %3s %6s  %8s  %8s  %6s\n", "shape", "format", "thr", "copies", "kern GB/s", "read GB/s", "ratio");
     const struct { const char *name; int64_t rows, cols; } shapes[] = {
         { "q_b 16384x2048", 16384, 2048 }, { "o_proj 6144x16384", 6144, 16384 }, { "kv_b 28672x512", 28672, 512 } };
@@ -555,13 +561,13 @@ int main(int argc, char **argv) {
             if (quick && fi != 2) continue;
             for (int th = 1; th <= 2; th++) {
                 int copies = 0;
-                Pair p = bench_dense(dense_fmts[fi].f, dense_fmts[fi].g, shapes[si].rows, shapes[si].cols, th, best, &copies);
+                Pair p = bench_dense(dense_fmts[fi].f, dense_fmts[fi].g, shapes[si].rows, shapes[si].cols, th, kernel, &copies);
                 printf("  %-22s %-10s %3d %6d  %8.1f  %8.1f  %6.3f\n", shapes[si].name, dense_fmts[fi].name, th, copies, p.kernel_gbs, p.read_gbs, p.ratio);
                 fflush(stdout);
             }
         }
 
-    bench_l2_table(quick, best);
+    bench_l2_table(quick, kernel);
 
     if (!quick) bench_threading();
     printf("\nbench: int4-ffn-2t ratio=%.3f\n", ffn_ratio_2t);
