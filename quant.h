@@ -68,7 +68,7 @@
    the float path. An int32 group sum must not overflow: cols ≤ 130000 for int8 weights (all
    GLM-5.2 shapes are far below).
 
-   Batches (S >= 4; on AVX-512 S >= 6, or 8 for one-group rows; int8-row, int4-row and int4-group
+   Batches (S >= 4; on AVX-512 S >= 5; int8-row, int4-row and int4-group
    with groups of a multiple of 8 inputs): the GEMM kernels. A row kernel reads a weight row once per call but decodes it
    again for every activation row and ends each dot product with a horizontal sum; the GEMM path
    decodes a block of weight rows once into per-thread scratch ("repacks": one vector then holds
@@ -1412,17 +1412,16 @@ typedef struct {
     QtRowsFn rows;
 } QtMatmulJob;
 
-/* 0: measured per kernel (bench/README.md, expert FFN with its weights in DRAM): the AVX-512 row
-   kernels stay ahead of the GEMM path up to S = 7 for one-group rows (they share each weight load
-   across 4 activation rows) and up to S = 5 for grouped rows; the 256-bit GEMM kernels win from
-   S = 3-4. */
+/* 0: measured per kernel (bench/README.md, weights beyond the caches): since the GEMM tiles
+   prefetch the next row block, the AVX-512 GEMM wins from S = 4 on 2048×6144 (int4-row and group
+   64, 1 and 2 threads) and from S = 5-6 on 6144×2048 group 64 (shorter rows: the repack weighs
+   more), so 5 for both; the 256-bit GEMM kernels win from S = 3-4. */
 static int qt_gemm_min_rows_set;
 void qt_set_gemm_min_rows(int s) { qt_gemm_min_rows_set = s < 0 ? 0 : s; }
 
-static int qt_gemm_min_rows(const QTensor *w, QtKernel k) {
+static int qt_gemm_min_rows(QtKernel k) {
     if (qt_gemm_min_rows_set) return qt_gemm_min_rows_set;
-    if (k != QT_KERNEL_VNNI) return 4;
-    return qt_groups_per_row(w) == 1 ? 8 : 6;
+    return k == QT_KERNEL_VNNI ? 5 : 4;
 }
 
 /* Formats the GEMM kernels take: a group must cover whole steps (8 int4 inputs). */
@@ -1585,7 +1584,7 @@ void qt_matmul_with(const QTensor *w, const float *x, float *y, int S, int idot,
     }
 
     QtKernel k = kernel == QT_KERNEL_AUTO ? qt_get_kernel() : qt_kernel_resolve(kernel);
-    const int gemm = k != QT_KERNEL_SCALAR && S >= qt_gemm_min_rows(w, k) && qt_gemm_shape_ok(w);
+    const int gemm = k != QT_KERNEL_SCALAR && S >= qt_gemm_min_rows(k) && qt_gemm_shape_ok(w);
     if (!gemm && !qt_simd_shape_ok(w)) k = QT_KERNEL_SCALAR;
     QtActs *a = &j.acts;
     a->layout = k == QT_KERNEL_SCALAR ? QT_ACTS_NATURAL : gemm ? QT_ACTS_STEPS : QT_ACTS_CHUNKS;
