@@ -1964,7 +1964,8 @@ typedef struct {
     int ready;                    /* its bytes are in RAM (set by the I/O thread, under lock) */
     int loading;                  /* the I/O thread is reading into it now (under lock) */
     int prefetch_rank;            /* >= 0: a history prefetch of `expert` waits (lower rank first); -1 none (under lock) */
-    int prefetched;               /* loaded by a history prefetch and not used yet (statistics) */
+    int prefetched;               /* loaded by a history prefetch or a read-ahead, not used yet (statistics) */
+    int ahead;                    /* that prefetch is a prefill read-ahead (expert_read_ahead), not history */
     int faulted;                  /* its memory has been written by a load (under lock): not fresh */
     int failed;                   /* a load error is pending report */
     long long loaded_in_step;     /* the MoE step that queued its load (a miss, not a hit) */
@@ -2024,7 +2025,7 @@ typedef struct {
     uint64_t usage_tokens;        /* positions counted by this history, this run included */
     int usage_since_save;         /* positions since the last save */
     /* statistics */
-    long long hits, misses, step, prefetched, prefetch_used;
+    long long hits, misses, step, prefetched, prefetch_used, read_ahead, read_ahead_used;
     double bytes_read, read_seconds, wait_seconds, compute_seconds;
     long long *route_counts;      /* [n_layers][n_experts] times chosen */
 } ExpertStore;
@@ -2393,7 +2394,7 @@ static void io_load_slot(ExpertStore *store, int layer, ExpertSlot *slot, int pr
     slot->failed = failed;
     slot->ready = 1;
     slot->faulted = 1;
-    if (prefetch && !failed) { slot->prefetched = 1; store->prefetched++; }
+    if (prefetch && !failed) { slot->prefetched = 1; ++*(slot->ahead ? &store->read_ahead : &store->prefetched); }
     pthread_cond_broadcast(&store->done);
 }
 
@@ -2687,6 +2688,7 @@ static void expert_store_idle(ExpertStore *store) {
             sl->ready = 0;
             sl->failed = 0;
             sl->prefetched = 0;
+            sl->ahead = 0;
             sl->loaded_in_step = -1;
             if (sl->prefetch_rank < 0) store->prefetch_pending++;
             sl->prefetch_rank = i;
@@ -2861,6 +2863,7 @@ static int expert_schedule_load(ExpertStore *store, int layer, int expert, unsig
     sl->ready = 0;
     sl->failed = 0;
     sl->prefetched = 0;
+    sl->ahead = 0;
     if (sl->prefetch_rank >= 0) { sl->prefetch_rank = -1; store->prefetch_pending--; }   /* a waiting prefetch is cancelled */
     sl->loaded_in_step = store->step;
     store->queue[store->queue_tail % store->queue_cap] = (LoadJob){ layer, slot };
@@ -2949,6 +2952,48 @@ static void expert_prefetch(ExpertStore *store, int layer, const int *experts, i
     }
 }
 
+/* Prefill read-ahead. A batch of S rows routes to nearly every expert of a layer once S·k ≥ 4E
+   (an expert is then left out with probability about e^-4 < 2 %), so the experts of the next MoE
+   layer from `from` on start loading before its router runs, overlapping the disk with the
+   attention in between (a cold 255-token prompt used to start reading only at the first router).
+   They go only into EMPTY slots, as history prefetches (expert_store_idle) in ascending expert
+   order: never evicting anything, served when no demand waits, promoted by the router's demand,
+   dropped if still waiting for a fresh slot (expert_drop_fresh_prefetch), cancelled when their slot
+   is taken. A full cache (the steady state of a big model) reads nothing ahead. O_DIRECT only:
+   there the disk is the limit and a read costs no CPU; a buffered read from a warm page cache is
+   a copy on the same 2 cores (measured: warm 255-token prefill 0.91 s without, 1.15 s with). */
+static void expert_read_ahead(ExpertStore *store, int from, int S) {
+    const Config *c = store->c;
+    const int E = store->n_experts;
+    if (!store->io_started || store->io_mode != IO_DIRECT || (long long)S * c->experts_per_tok < 4LL * E) return;
+    int layer = from;
+    while (layer < c->n_layers && c->layer_dense[layer]) layer++;
+    if (layer >= c->n_layers) return;
+    LayerCache *lc = &store->caches[layer];
+    TierCache *tc = &lc->cache;
+    pthread_mutex_lock(&store->lock);
+    for (int s = 0; s < tc->n_slots; s++) lc->avoid[s] = tc->slot_expert[s] >= 0 || lc->busy[s] || lc->slots[s].loading;
+    for (int e = 0; e < E; e++) {
+        if (tc->expert_slot[e] >= 0) continue;   /* in RAM or on its way */
+        const int s = tier_cache_victim(tc, lc->avoid);
+        if (s < 0) break;
+        tier_cache_assign(tc, s, e);
+        ExpertSlot *sl = &lc->slots[s];
+        sl->expert = e;
+        sl->ready = 0;
+        sl->failed = 0;
+        sl->prefetched = 0;
+        sl->ahead = 1;
+        sl->loaded_in_step = -1;
+        if (sl->prefetch_rank < 0) store->prefetch_pending++;
+        sl->prefetch_rank = e;
+        lc->avoid[s] = 1;
+    }
+    store->prefetch_open = 1;
+    if (store->prefetch_pending) pthread_cond_signal(&store->work);
+    pthread_mutex_unlock(&store->lock);
+}
+
 static const FfnWeights *expert_acquire(ExpertStore *store, int layer, int expert) {
     LayerCache *lc = &store->caches[layer];
     int slot = lc->cache.expert_slot[expert];
@@ -2960,7 +3005,7 @@ static const FfnWeights *expert_acquire(ExpertStore *store, int layer, int exper
         expert_demand_slot(store, layer, slot);
         if (lc->slots[slot].loaded_in_step != store->step) {   /* in RAM when the router chose it */
             store->hits++;
-            if (lc->slots[slot].prefetched) { store->prefetch_used++; lc->slots[slot].prefetched = 0; }
+            if (lc->slots[slot].prefetched) { ++*(lc->slots[slot].ahead ? &store->read_ahead_used : &store->prefetch_used); lc->slots[slot].prefetched = 0; }
         }
     }
     lc->busy[slot] = 1;
@@ -3137,6 +3182,7 @@ static void moe_forward(const Config *c, const Layer *L, int layer_index, Expert
             s->moe_weights[fill[e]++] = s->chosen_w[r * k + t];
         }
     expert_prefetch(store, layer_index, s->union_experts, n_union);
+    expert_read_ahead(store, layer_index + 1, S);
     memset(out, 0, (size_t)S * H * sizeof(float));
     int threads = 1;
 #ifdef _OPENMP
@@ -4129,6 +4175,7 @@ static int model_forward(Model *m, Session *s, const ForwardOptions *opt, const 
     if (S > s->max_batch) die("internal: batch %d exceeds %d", S, s->max_batch);
     if (pos0 + S > s->capacity) die("context full: %d tokens do not fit the KV cache of %d (raise CTX)", pos0 + S, s->capacity);
     embed_rows(m, tokens, S, s->x);
+    expert_read_ahead(&m->experts, 0, S);
     /* a long prefill of a big model reads nearly every expert of every layer: show where it is */
     const int show = s->progress && S >= 32;
     for (int l = 0; l < c->n_layers; l++) {
@@ -7015,6 +7062,9 @@ static void print_expert_stats(const ExpertStore *store, double seconds) {
     if (store->prefetched)
         fprintf(stderr, "glm: usage history: %lld hot experts read ahead while the disk was idle, %lld of them hit\n",
                 store->prefetched, store->prefetch_used);
+    if (store->read_ahead)
+        fprintf(stderr, "glm: prefill read-ahead: %lld experts read before their layer's router ran, %lld of them hit\n",
+                store->read_ahead, store->read_ahead_used);
 }
 
 /* Writes routing counts atomically: a kill never leaves half a file. */
