@@ -1921,7 +1921,9 @@ static void attention(AttentionCall *ac, const float *xn, int S, int pos0, float
    then their scales adjacent; other layouts take up to six reads); the QTensors are views into
    the slab, no copy. Which expert a miss evicts is tier.h's decision. A background I/O thread
    loads the misses of a layer in ascending expert order while the compute threads work through
-   the experts that are already in RAM, so disk and CPU overlap. Float experts (unconverted checkpoints) are read
+   the experts that are already in RAM, so disk and CPU overlap. A prefill batch that will route
+   to nearly every expert also reads the next MoE layer's experts into its empty slots before its
+   router runs (expert_read_ahead, O_DIRECT), so the disk works through the attention too. Float experts (unconverted checkpoints) are read
    and quantized into the slot on each miss — correct, but slow: convert big models first.
 
    I/O modes: O_DIRECT into 2 MiB huge-page-backed slabs, bypassing the page cache (the default
