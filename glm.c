@@ -143,7 +143,7 @@ static void *xcalloc(size_t count, size_t size) {
 /* A big scratch buffer that is zero until first touched: the 2 MiB-aligned part of it asks for
    transparent huge pages. The first touch of fresh memory is what costs on these VMs (~12 us per
    4 KiB page, limits.md); a 2 MiB page is faulted and cleared in one go, ~20x faster per byte.
-   calloc serves blocks this big from a fresh mapping, so free() still releases it. */
+   The advice changes nothing else: free() releases the block, wherever calloc took it from. */
 static void *xcalloc_huge(size_t count, size_t size) {
     void *p = xcalloc(count, size);
     const size_t huge = (size_t)2 << 20, n = count * size;
@@ -2666,6 +2666,28 @@ static void expert_usage_tick(ExpertStore *store, int positions) {
    next idle time: while the engine computes, a prefetch would share the disk and the page
    faults with the reads it waits for (on the bench fixture, 16-token runs with history ran at half
    the tok/s when prefetches went on during decode). */
+/* Slot `s` of `lc` now holds `expert` as a waiting prefetch of rank `rank` (lower first; `ahead`: a
+   prefill read-ahead, else the usage history's), and `avoid` marks it; lock held. */
+static void expert_queue_prefetch(ExpertStore *store, LayerCache *lc, int s, int expert, int rank, int ahead) {
+    tier_cache_assign(&lc->cache, s, expert);
+    ExpertSlot *sl = &lc->slots[s];
+    sl->expert = expert;
+    sl->ready = 0;
+    sl->failed = 0;
+    sl->prefetched = 0;
+    sl->ahead = ahead;
+    sl->loaded_in_step = -1;
+    if (sl->prefetch_rank < 0) store->prefetch_pending++;
+    sl->prefetch_rank = rank;
+    lc->avoid[s] = 1;
+}
+
+/* Lets the I/O thread run waiting prefetches when no demand waits; lock held. */
+static void expert_open_prefetches(ExpertStore *store) {
+    store->prefetch_open = 1;
+    if (store->prefetch_pending) pthread_cond_signal(&store->work);
+}
+
 static void expert_store_idle(ExpertStore *store) {
     if (!store->io_started || store->io_mode == IO_MMAP) return;   /* MMAP: the page cache is the cache */
     const int spl = store->slots_per_layer;
@@ -2684,21 +2706,10 @@ static void expert_store_idle(ExpertStore *store) {
             if (s < 0) break;
             const int old = tc->slot_expert[s];
             if (old >= 0 && tc->requests[old] >= tc->requests[hot[i]]) break;   /* the rest are cached or hotter */
-            tier_cache_assign(tc, s, hot[i]);
-            ExpertSlot *sl = &lc->slots[s];
-            sl->expert = hot[i];
-            sl->ready = 0;
-            sl->failed = 0;
-            sl->prefetched = 0;
-            sl->ahead = 0;
-            sl->loaded_in_step = -1;
-            if (sl->prefetch_rank < 0) store->prefetch_pending++;
-            sl->prefetch_rank = i;
-            lc->avoid[s] = 1;
+            expert_queue_prefetch(store, lc, s, hot[i], i, 0);
         }
     }
-    store->prefetch_open = 1;
-    if (store->prefetch_pending) pthread_cond_signal(&store->work);
+    expert_open_prefetches(store);
     pthread_mutex_unlock(&store->lock);
     free(hot);
 }
@@ -2979,20 +2990,9 @@ static void expert_read_ahead(ExpertStore *store, int from, int S) {
         if (tc->expert_slot[e] >= 0) continue;   /* in RAM or on its way */
         const int s = tier_cache_victim(tc, lc->avoid);
         if (s < 0) break;
-        tier_cache_assign(tc, s, e);
-        ExpertSlot *sl = &lc->slots[s];
-        sl->expert = e;
-        sl->ready = 0;
-        sl->failed = 0;
-        sl->prefetched = 0;
-        sl->ahead = 1;
-        sl->loaded_in_step = -1;
-        if (sl->prefetch_rank < 0) store->prefetch_pending++;
-        sl->prefetch_rank = e;
-        lc->avoid[s] = 1;
+        expert_queue_prefetch(store, lc, s, e, e, 1);
     }
-    store->prefetch_open = 1;
-    if (store->prefetch_pending) pthread_cond_signal(&store->work);
+    expert_open_prefetches(store);
     pthread_mutex_unlock(&store->lock);
 }
 

@@ -121,7 +121,7 @@ typedef FfnWeights Expert;   /* gate, up, down, as the engine holds an expert */
 static void expert_ffn(const Expert *e, const float *x, float *g, float *u, float *y, QtKernel k) {
     qt_matmul_with(&e->gate, x, g, 1, 1, k);
     qt_matmul_with(&e->up, x, u, 1, 1, k);
-    for (int i = 0; i < FFN; i++) g[i] = g[i] / (1.0f + expf(-g[i])) * u[i];
+    silu_mul(g, u, FFN);   /* the engine's SwiGLU gate */
     qt_matmul_with(&e->down, g, y, 1, 1, k);
 }
 
