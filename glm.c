@@ -7092,6 +7092,7 @@ static ForwardOptions engine_start(const Settings *set, Model *model, Session *s
     session->progress = isatty(STDERR_FILENO);
     print_configuration(set, model, capacity);
     expert_store_populate(&model->experts);
+    if (getenv("XWAITPOP")) while (__atomic_load_n(&model->experts.populate_running, __ATOMIC_ACQUIRE)) usleep(10000);
     ForwardOptions opt = { set->absorb,
                            !strcmp(set->indexer_mode, "always") ? INDEXER_ALWAYS : !strcmp(set->indexer_mode, "off") ? INDEXER_OFF : INDEXER_AUTO,
                            set->latent_eps, set->mtp_zero_pos0 };

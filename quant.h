@@ -1505,6 +1505,24 @@ static void qt_dequant_fast(const QTensor *t, int64_t row, float *out) {
     }
 }
 
+/* Float weight rows per chunk: at least a 4-row block (a shorter chunk would repeat its first row
+   in qt_dot_f32_4's four chains: 1024 rows against the f32 router, 256 x 6144, ran at 22 GFLOP/s
+   with one-row chunks), and for f32 weights ~512 KB of them, so that each chunk streams the
+   activations once while its rows stay in L2. */
+static int64_t qt_float_rows_per_chunk(const QTensor *w, int S) {
+    int64_t r = qt_rows_per_chunk(w, S);
+    if (w->format == QT_F32 && S >= QT_DOT_TILE) {
+        const int64_t l2 = (524288 / (w->cols * 4)) / 4 * 4;
+        if (r < l2) r = l2;
+    }
+    return qt_round_up(r, 4);
+}
+
+/* Rows [r0, r1) of the exact float path. Weights 4 rows at a time (f32 rows used in place, others
+   dequantized once into per-thread scratch); activations in tiles of QT_DOT_TILE (qt_dot_tile: each
+   weight vector load serves several rows), the last few one at a time (qt_dot_f32_4). For f32
+   weights the activations go in panels of ~64 KB that stay in L1/L2 while the chunk's rows pass.
+   Every result is qt_dot_f32's, whichever function computed it. */
 static void qt_float_chunk(void *p, int64_t c) {
     const QtMatmulJob *j = p;
     const QTensor *w = j->w;
@@ -1515,23 +1533,43 @@ static void qt_float_chunk(void *p, int64_t c) {
         if (!qt_rowbuf) { fprintf(stderr, "quant: out of memory for a row of %lld values\n", (long long)C); exit(1); }
         qt_rowbuf_n = C;
     }
+    enum { T = QT_DOT_TILE };
     const int64_t stride = qt_round_up(C, 16);
-    int64_t r0 = c * j->rows_per_chunk, r1 = r0 + j->rows_per_chunk < R ? r0 + j->rows_per_chunk : R;
-    for (int64_t r = r0; r < r1; r += 4) {
-        const int nr = r1 - r < 4 ? (int)(r1 - r) : 4;
-        const float *rows[4];
-        for (int k = 0; k < 4; k++) {
-            int64_t rr = r + (k < nr ? k : 0);   /* a short block repeats its first row */
-            if (w->format == QT_F32) rows[k] = (const float *)(w->data + rr * w->row_bytes);
-            else {
-                if (k < nr) qt_dequant_fast(w, rr, qt_rowbuf + k * stride);
-                rows[k] = qt_rowbuf + (k < nr ? k : 0) * stride;
+    const int64_t r0 = c * j->rows_per_chunk, r1 = r0 + j->rows_per_chunk < R ? r0 + j->rows_per_chunk : R;
+    int panel = j->S;   /* dequantized rows: one panel, so each row is dequantized once */
+    if (w->format == QT_F32) {
+        panel = (int)(65536 / C) / T * T;
+        if (panel < T) panel = T;
+    }
+    for (int p0 = 0; p0 < j->S; p0 += panel) {
+        const int p1 = j->S - p0 < panel ? j->S : p0 + panel;
+        for (int64_t r = r0; r < r1; r += 4) {
+            const int nr = r1 - r < 4 ? (int)(r1 - r) : 4;
+            const float *rows[4];
+            for (int k = 0; k < 4; k++) {
+                int64_t rr = r + (k < nr ? k : 0);   /* a short block repeats its first row */
+                if (w->format == QT_F32) rows[k] = (const float *)(w->data + rr * w->row_bytes);
+                else {
+                    if (k < nr) qt_dequant_fast(w, rr, qt_rowbuf + k * stride);
+                    rows[k] = qt_rowbuf + (k < nr ? k : 0) * stride;
+                }
             }
-        }
-        for (int s = 0; s < j->S; s++) {
-            float out[4];
-            qt_dot_f32_4(rows, j->x + (int64_t)s * C, C, out);
-            for (int k = 0; k < nr; k++) j->y[(int64_t)s * R + r + k] = out[k];
+            int s = p0;
+            for (; s + T <= p1; s += T) {
+                const float *xs[T];
+                for (int k = 0; k < T; k++) xs[k] = j->x + (int64_t)(s + k) * C;
+                for (int a = 0; a < nr; a += T) {
+                    float tile[T * T];
+                    qt_dot_tile(rows + a, xs, C, tile, T, T, T);
+                    for (int i = 0; i < T && a + i < nr; i++)
+                        for (int k = 0; k < T; k++) j->y[(int64_t)(s + k) * R + r + a + i] = tile[i * T + k];
+                }
+            }
+            for (; s < p1; s++) {
+                float out[4];
+                qt_dot_f32_4(rows, j->x + (int64_t)s * C, C, out);
+                for (int k = 0; k < nr; k++) j->y[(int64_t)s * R + r + k] = out[k];
+            }
         }
     }
 }
@@ -1565,6 +1603,7 @@ void qt_matmul_with(const QTensor *w, const float *x, float *y, int S, int idot,
     j.rows_per_chunk = qt_rows_per_chunk(w, S);
     j.s_panels = 1; j.s_per_panel = S;
     if (w->format == QT_F32 || !idot) {
+        j.rows_per_chunk = qt_float_rows_per_chunk(w, S);
         qt_parallel_chunks(qt_float_chunk, &j, (R + j.rows_per_chunk - 1) / j.rows_per_chunk);
         return;
     }

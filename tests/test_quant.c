@@ -394,13 +394,17 @@ static void test_int_close_to_float(void) {
     }
 }
 
-/* The float path: equals dequant + qt_dot_f32 exactly, independent of S and thread count. */
+/* The float path: equals dequant + qt_dot_f32 exactly, independent of S and thread count. The
+   shapes reach every part of qt_float_chunk: 4-row tiles and the rows left over, a short weight
+   block, several activation panels (f32, C = 2053: 28 rows a panel with AVX-512) and several row chunks. */
 static void test_float_path(void) {
     const QtFormat fmts[] = { QT_F32, QT_INT8_ROW, QT_INT4_ROW, QT_INT4_GROUP, QT_INT4_GROUP, QT_INT2_ROW };
     const int64_t fgroups[] = { 0, 0, 0, 32, 7, 0 };   /* group 7: groups starting on odd inputs */
-    const int64_t R = 11, C = 301;
-    const int S = 4;
-    for (size_t k = 0; k < sizeof fmts / sizeof fmts[0]; k++) {
+    const struct { int64_t R, C; int S; } shapes[] = { { 11, 301, 4 }, { 11, 301, 7 }, { 70, 2053, 37 } };
+    for (size_t k = 0; k < sizeof fmts / sizeof fmts[0]; k++)
+    for (size_t sh = 0; sh < sizeof shapes / sizeof shapes[0]; sh++) {
+        const int64_t R = shapes[sh].R, C = shapes[sh].C;
+        const int S = shapes[sh].S;
         QTensor t;
         qt_alloc(&t, fmts[k], fgroups[k], R, C);
         float *w = malloc(sizeof(float) * R * C);
@@ -421,7 +425,8 @@ static void test_float_path(void) {
         set_threads(2);
         if (fmts[k] == QT_F32) { qt_matmul(&t, x, y, S, 1); ok &= first_diff(want, y, (size_t)(S * R)) < 0; }
         char name[96];
-        snprintf(name, sizeof name, "float path == dequant + qt_dot_f32, batch and threads: %s group %lld", qt_format_name(fmts[k]), (long long)t.group);
+        snprintf(name, sizeof name, "float path == dequant + qt_dot_f32, batch and threads: %s group %lld, %lldx%lld S=%d",
+                 qt_format_name(fmts[k]), (long long)t.group, (long long)R, (long long)C, S);
         report(ok, name, "differs");
         free(w); free(x); free(y); free(y1); free(want); free(row);
         qt_free(&t);
