@@ -1392,6 +1392,47 @@ static inline AttV attv_zero_below(AttV x, float lim, AttV y) { ATTV_MAP(x.f[i] 
 #endif
 enum { ATT_HG = ATT_NV * ATT_VW };
 
+/* dst[c·ds + r] = src[r·ss + c] for r < rows, c < cols: the attention's head-major ↔ head-in-lanes
+   copies (measured ~10 % of a 1024-row prefill's attention core as scalar moves). Only moves data,
+   so the block path and the scalar one give the same bytes. */
+#if defined(__AVX512F__)
+static inline void att_transpose16(const float *src, size_t ss, float *dst, size_t ds) {
+    __m512 r[16], t[16];
+    for (int i = 0; i < 16; i++) r[i] = _mm512_loadu_ps(src + i * ss);
+    for (int i = 0; i < 16; i += 2) {   /* pairs of rows interleaved within 128-bit lanes */
+        t[i] = _mm512_unpacklo_ps(r[i], r[i + 1]);
+        t[i + 1] = _mm512_unpackhi_ps(r[i], r[i + 1]);
+    }
+    for (int i = 0; i < 16; i += 4) {   /* 4x4 blocks within 128-bit lanes */
+        r[i] = _mm512_castpd_ps(_mm512_unpacklo_pd(_mm512_castps_pd(t[i]), _mm512_castps_pd(t[i + 2])));
+        r[i + 1] = _mm512_castpd_ps(_mm512_unpackhi_pd(_mm512_castps_pd(t[i]), _mm512_castps_pd(t[i + 2])));
+        r[i + 2] = _mm512_castpd_ps(_mm512_unpacklo_pd(_mm512_castps_pd(t[i + 1]), _mm512_castps_pd(t[i + 3])));
+        r[i + 3] = _mm512_castpd_ps(_mm512_unpackhi_pd(_mm512_castps_pd(t[i + 1]), _mm512_castps_pd(t[i + 3])));
+    }
+    for (int j = 0; j < 4; j++) {   /* then the 4x4 transpose of the 128-bit lanes */
+        const __m512 a = _mm512_shuffle_f32x4(r[j], r[4 + j], 0x44), b = _mm512_shuffle_f32x4(r[j], r[4 + j], 0xEE);
+        const __m512 c = _mm512_shuffle_f32x4(r[8 + j], r[12 + j], 0x44), d = _mm512_shuffle_f32x4(r[8 + j], r[12 + j], 0xEE);
+        _mm512_storeu_ps(dst + j * ds, _mm512_shuffle_f32x4(a, c, 0x88));
+        _mm512_storeu_ps(dst + (4 + j) * ds, _mm512_shuffle_f32x4(a, c, 0xDD));
+        _mm512_storeu_ps(dst + (8 + j) * ds, _mm512_shuffle_f32x4(b, d, 0x88));
+        _mm512_storeu_ps(dst + (12 + j) * ds, _mm512_shuffle_f32x4(b, d, 0xDD));
+    }
+}
+#endif
+static void att_transpose(const float *src, size_t ss, int rows, int cols, float *dst, size_t ds) {
+    int r0 = 0;
+#if defined(__AVX512F__)
+    for (; r0 + 16 <= rows; r0 += 16) {
+        int c0 = 0;
+        for (; c0 + 16 <= cols; c0 += 16) att_transpose16(src + r0 * ss + c0, ss, dst + c0 * ds + r0, ds);
+        for (int c = c0; c < cols; c++)
+            for (int r = r0; r < r0 + 16; r++) dst[c * ds + r] = src[r * ss + c];
+    }
+#endif
+    for (int c = 0; c < cols; c++)
+        for (int r = r0; r < rows; r++) dst[c * ds + r] = src[r * ss + c];
+}
+
 /* e^x for x ≤ 0 in every lane (the softmax's exponent), one fixed sequence of IEEE operations:
    n = round(x·log2 e), r = x − n·ln 2 in two fma steps, a degree-6 polynomial (Cephes expf's
    coefficients, ~1 ulp), times 2^n; below −87 (where e^x is under the smallest normal float) 0. */
@@ -1704,11 +1745,9 @@ static inline __attribute__((always_inline)) void att_pool_tile(const float *e, 
 static void attention_row_heads(const float *qc, const float *q, int dqk, int dn, int nhg, const float *latent,
                                 const float *rope_key, const int *keys, int n, int kvl, int dr, float scale,
                                 float *Q, float *e, float *z, size_t zstride) {
-    for (int x = 0; x < ATT_HG; x++) {   /* heads as columns; the unused ones are 0 */
-        const float *a = x < nhg ? qc + (size_t)x * kvl : NULL, *b = x < nhg ? q + (size_t)x * dqk + dn : NULL;
-        for (int d = 0; d < kvl; d++) Q[(size_t)d * ATT_HG + x] = a ? a[d] : 0.0f;
-        for (int d = 0; d < dr; d++) Q[(size_t)(kvl + d) * ATT_HG + x] = b ? b[d] : 0.0f;
-    }
+    if (nhg < ATT_HG) memset(Q, 0, (size_t)(kvl + dr) * ATT_HG * sizeof(float));   /* the unused heads are 0 */
+    att_transpose(qc, (size_t)kvl, nhg, kvl, Q, ATT_HG);                           /* heads as columns */
+    att_transpose(q + dn, (size_t)dqk, nhg, dr, Q + (size_t)kvl * ATT_HG, ATT_HG);
     int t = 0;
     for (; t + ATT_MK <= n; t += ATT_MK) att_scores_tile(Q, latent, rope_key, keys, t, kvl, dr, scale, e, ATT_MK);
     for (; t < n; t++) att_scores_tile(Q, latent, rope_key, keys, t, kvl, dr, scale, e, 1);
@@ -1737,8 +1776,7 @@ static void attention_row_heads(const float *qc, const float *q, int dqk, int dn
             for (int v = 0; v < ATT_NV; v++) attv_store(zt + (size_t)(u0 + k) * ATT_HG + v * ATT_VW, attv_mul(acc[k][v], inv[v]));
         u0 += m;
     }
-    for (int x = 0; x < nhg; x++)
-        for (int u = 0; u < kvl; u++) z[(size_t)x * zstride + u] = zt[(size_t)u * ATT_HG + x];
+    att_transpose(zt, ATT_HG, kvl, nhg, z, zstride);
 }
 
 /* Per-thread scratch of the absorbed attention, in floats: W_UK of a head, Q, e, W_UV outputs;

@@ -362,6 +362,8 @@ float qt_dot_f32(const float *a, const float *b, int64_t n) {
    the operations are lane-wise IEEE float, so every build computes the same lanes). */
 typedef float qt_v16 __attribute__((vector_size(64)));
 typedef float qt_v16u __attribute__((vector_size(64), aligned(4)));   /* unaligned loads */
+typedef int32_t qt_v16i __attribute__((vector_size(64)));              /* float bits, compare masks */
+typedef int32_t qt_v16iu __attribute__((vector_size(64), aligned(4)));
 typedef float qt_v8 __attribute__((vector_size(32)));
 typedef float qt_v4 __attribute__((vector_size(16)));
 
@@ -430,11 +432,19 @@ void qt_dot_f32_block(const float *const *a, int na, const float *const *b, int 
 static void qt_quantize_activation(const float *x, int64_t n, int64_t group, int8_t *q, float *scales) {
     for (int64_t g0 = 0, gi = 0; g0 < n; g0 += group, gi++) {
         int64_t g1 = g0 + group < n ? g0 + group : n;
-        /* 16 running maxima (vectorizes; max is exact, so the result equals a plain loop's) */
-        float m[16] = { 0 };
+        /* 16 running maxima, as vectors: gcc left the scalar form of this loop scalar (a third of
+           the time of preparing 128 activation rows of 6144). |a| clears the sign bit, as fabsf;
+           m takes a where a > m, as the scalar `a > m ? a : m` (a NaN never replaces m); max is
+           exact, so the result equals a plain loop's. */
+        qt_v16 mv = { 0 };
         int64_t i = g0;
-        for (; i + 16 <= g1; i += 16)
-            for (int k = 0; k < 16; k++) { float a = fabsf(x[i + k]); m[k] = a > m[k] ? a : m[k]; }
+        for (; i + 16 <= g1; i += 16) {
+            const qt_v16i a = *(const qt_v16iu *)(x + i) & 0x7FFFFFFF;
+            const qt_v16i gt = (qt_v16)a > mv;
+            mv = (qt_v16)((a & gt) | ((qt_v16i)mv & ~gt));
+        }
+        float m[16];
+        memcpy(m, &mv, sizeof m);
         for (int k = 0; i < g1; i++, k++) { float a = fabsf(x[i]); m[k] = a > m[k] ? a : m[k]; }
         float absmax = 0.0f;
         for (int k = 0; k < 16; k++) if (m[k] > absmax) absmax = m[k];

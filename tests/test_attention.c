@@ -1,6 +1,7 @@
 /* Unit tests of the absorbed attention core (glm.c, attention_core): on GLM-5.2's attention shapes
    (64 heads, kv_lora 512, qk_nope 192, qk_rope 64, v_head 256) and on odd small ones (5 heads,
-   kv_lora 37: every tile's remainder path), with random latents, rope keys, queries and an int4
+   kv_lora 37: every tile's remainder path; 20 heads, kv_lora 45: whole and partial blocks of the
+   head transposes), with random latents, rope keys, queries and an int4
    group-64 kv_b:
    - against a double-precision reference of §3.5 written out per head (qc = W_UKᵀ q_nope, scores,
      softmax, z, W_UV·z on the dequantized weights; IDOT=0 so W_UV is the float path);
@@ -189,6 +190,8 @@ int main(void) {
     test_shape("GLM-5.2 shapes, 40 keys", (Shape){ .nh = 64, .kvl = 512, .dn = 192, .dr = 64, .dv = 256, .T = 40, .K = 0 });
     test_shape("GLM-5.2 shapes, DSA 24 of 40 keys", (Shape){ .nh = 64, .kvl = 512, .dn = 192, .dr = 64, .dv = 256, .T = 40, .K = 24 });
     test_shape("odd shapes (5 heads, kv_lora 37), 30 keys", (Shape){ .nh = 5, .kvl = 37, .dn = 11, .dr = 6, .dv = 9, .T = 30, .K = 0 });
+    /* 20 heads, kv_lora 45: the 16x16 transposes of the heads and the scalar moves of what is left */
+    test_shape("odd shapes (20 heads, kv_lora 45), 30 keys", (Shape){ .nh = 20, .kvl = 45, .dn = 11, .dr = 6, .dv = 9, .T = 30, .K = 0 });
     test_shape("odd shapes, DSA 13 of 30 keys", (Shape){ .nh = 5, .kvl = 37, .dn = 11, .dr = 6, .dv = 9, .T = 30, .K = 13 });
     if (failures) { printf("%d attention test(s) failed\n", failures); return 1; }
     printf("all attention tests passed\n");
