@@ -1325,7 +1325,7 @@ typedef struct {
 
 /* The absorbed attention works on chunks of ATT_ROWS query rows, and per row on groups of ATT_HG
    heads (one work item: the row's visible keys are read once per group, not once per head). */
-enum { ATT_ROWS = 16 };
+enum { ATT_ROWS = 64 };   /* 16 -> 64: W_UK dequantized and W_UV repacked 4x less often (attnbench 1024@0 -3..7 %) */
 
 /* Float lanes for the attention kernels: the native vector of the build (16 lanes with AVX-512,
    8 with AVX2 + FMA, else 4 in plain C). Every lane does exactly what the scalar loop would: fused

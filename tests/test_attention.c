@@ -188,6 +188,7 @@ static void test_silu(void) {
 int main(void) {
     test_silu();
     test_shape("GLM-5.2 shapes, 40 keys", (Shape){ .nh = 64, .kvl = 512, .dn = 192, .dr = 64, .dv = 256, .T = 40, .K = 0 });
+    test_shape("GLM-5.2 shapes, 70 keys (two row chunks)", (Shape){ .nh = 64, .kvl = 512, .dn = 192, .dr = 64, .dv = 256, .T = 70, .K = 0 });
     test_shape("GLM-5.2 shapes, DSA 24 of 40 keys", (Shape){ .nh = 64, .kvl = 512, .dn = 192, .dr = 64, .dv = 256, .T = 40, .K = 24 });
     test_shape("odd shapes (5 heads, kv_lora 37), 30 keys", (Shape){ .nh = 5, .kvl = 37, .dn = 11, .dr = 6, .dv = 9, .T = 30, .K = 0 });
     /* 20 heads, kv_lora 45: the 16x16 transposes of the heads and the scalar moves of what is left */
