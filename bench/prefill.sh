@@ -16,7 +16,7 @@
 #        LONG_OLD  1: also run the long prompt on the round-1 engine (slow: minutes)
 #        RAM_GB    RAM budget of each run (default 8)      THREADS (default 0: all cores)
 #        OLD       a round-1 glm binary (default: commit 22b670a built into a temporary directory)
-#        PHASES    "cold warm" (default), or any of cold, warm, mmap
+#        PHASES    "warm mmap cold" (default), or any of them
 # cold: the default I/O mode (O_DIRECT: every expert comes from the disk; the files are evicted
 # from the page cache first); warm: buffered reads (DIRECT=0) with the files in the page cache,
 # after one warming run; mmap: the files in the page cache as for warm, both engines with MMAP=1
@@ -30,7 +30,7 @@ cd "$(dirname "$0")/.." || exit 1
 ROOT=$(pwd)
 MODEL=${1:-${BENCH_MODEL:-/work/glm_bench}}
 LENGTHS=${LENGTHS:-255 1024 2048}; LONG=${LONG:-4000}; LONG_OLD=${LONG_OLD:-0}; REPS=${REPS:-1}
-RAM=${RAM_GB:-8}; THR=${THREADS:-0}; PHASES=${PHASES:-cold warm}
+RAM=${RAM_GB:-8}; THR=${THREADS:-0}; PHASES=${PHASES:-warm mmap cold}
 [ -f "$MODEL/config.json" ] || { echo "no bench model at $MODEL: python3 tools/make_glm_bench_model.py $MODEL"; exit 1; }
 make -s glm >/dev/null || exit 1
 cc -O2 -o tools/iobench tools/iobench.c || exit 1
