@@ -1326,6 +1326,7 @@ typedef struct {
 /* The absorbed attention works on chunks of ATT_ROWS query rows, and per row on groups of ATT_HG
    heads (one work item: the row's visible keys are read once per group, not once per head). */
 enum { ATT_ROWS = 64 };   /* 16 -> 64: W_UK dequantized and W_UV repacked 4x less often (attnbench 1024@0 -3..7 %) */
+enum { ATT_UK_BLOCK = 16 };   /* W_UK rows per block when a call has fewer than ATT_TILE rows */
 
 /* Float lanes for the attention kernels: the native vector of the build (16 lanes with AVX-512,
    8 with AVX2 + FMA, else 4 in plain C). Every lane does exactly what the scalar loop would: fused
@@ -1655,17 +1656,19 @@ static int visible_keys(const Session *s, const Config *c, int r, int i, const i
 /* Tiles of QT_DOT_TILE rows (4 with AVX-512, else 2): accumulators that fit the registers. */
 #define ATT_TILE QT_DOT_TILE
 
-/* qc[k][t] = Σ_d q[k][d]·W[d][t]: one fma chain in increasing d from +0, for NQ query rows; W is
-   [dn][kvl]. Four vectors of t per tile. */
-static inline __attribute__((always_inline)) void absorb_queries_tile(const float *W, int dn, int kvl, const float *const *q,
+/* qc[k][t] = Σ_d q[k][d]·W[d][t]: one fma chain in increasing d from +0, for NQ query rows; W holds
+   the rows d0 .. d1-1 ([d1-d0][kvl]). With d0 > 0 the chain goes on from the sums qc holds (rows
+   before d0), so splitting d into blocks gives the same bits. Four vectors of t per tile. */
+static inline __attribute__((always_inline)) void absorb_queries_tile(const float *W, int d0, int d1, int kvl, const float *const *q,
                                                                       float *const *qc, const int NQ) {
     int t0 = 0;
     for (; t0 + 4 * ATT_VW <= kvl; t0 += 4 * ATT_VW) {
         AttV acc[ATT_TILE][4];
-        for (int k = 0; k < NQ; k++) for (int v = 0; v < 4; v++) acc[k][v] = attv_set1(0.0f);
-        for (int d = 0; d < dn; d++) {
+        for (int k = 0; k < NQ; k++)
+            for (int v = 0; v < 4; v++) acc[k][v] = d0 ? attv_load(qc[k] + t0 + ATT_VW * v) : attv_set1(0.0f);
+        for (int d = d0; d < d1; d++) {
             AttV w[4];
-            for (int v = 0; v < 4; v++) w[v] = attv_load(W + (size_t)d * kvl + t0 + ATT_VW * v);
+            for (int v = 0; v < 4; v++) w[v] = attv_load(W + (size_t)(d - d0) * kvl + t0 + ATT_VW * v);
             for (int k = 0; k < NQ; k++) {
                 const AttV qd = attv_set1(q[k][d]);
                 for (int v = 0; v < 4; v++) acc[k][v] = attv_fma(qd, w[v], acc[k][v]);
@@ -1675,16 +1678,16 @@ static inline __attribute__((always_inline)) void absorb_queries_tile(const floa
     }
     for (; t0 < kvl; t0++)
         for (int k = 0; k < NQ; k++) {
-            float a = 0.0f;
-            for (int d = 0; d < dn; d++) a = fmaf(q[k][d], W[(size_t)d * kvl + t0], a);
+            float a = d0 ? qc[k][t0] : 0.0f;
+            for (int d = d0; d < d1; d++) a = fmaf(q[k][d], W[(size_t)(d - d0) * kvl + t0], a);
             qc[k][t0] = a;
         }
 }
 
-/* Step 1 for nq ≤ ATT_TILE rows (constant tile sizes). */
-static void absorb_queries(const float *W, int dn, int kvl, const float *const *q, int nq, float *const *qc) {
-    if (nq == ATT_TILE) absorb_queries_tile(W, dn, kvl, q, qc, ATT_TILE);
-    else for (int k = 0; k < nq; k++) absorb_queries_tile(W, dn, kvl, q + k, qc + k, 1);
+/* Step 1 for nq ≤ ATT_TILE rows (constant tile sizes) against W's rows d0 .. d1-1. */
+static void absorb_queries(const float *W, int d0, int d1, int kvl, const float *const *q, int nq, float *const *qc) {
+    if (nq == ATT_TILE) absorb_queries_tile(W, d0, d1, kvl, q, qc, ATT_TILE);
+    else for (int k = 0; k < nq; k++) absorb_queries_tile(W, d0, d1, kvl, q + k, qc + k, 1);
 }
 
 /* s[t+m][·] = scale · Σ_d k[d]·Q[d][·] for the M keys t..t+M-1 of the list (the group's ATT_HG
@@ -1818,16 +1821,20 @@ static void attention_absorbed_rows(AttentionCall *ac, int r0, int nr, int pos0,
         /* 1. qc = W_UK[h]ᵀ q_nope for the chunk's rows */
         #pragma omp for schedule(dynamic, 1)
         for (int h = 0; h < nh; h++) {
-            qt_dequant_rows(&L->kv_b, (int64_t)h * (dn + dv), dn, wuk);
-            for (int r = 0; r < nr; r += ATT_TILE) {
-                const int nq = nr - r < ATT_TILE ? nr - r : ATT_TILE;
-                const float *q[ATT_TILE];
-                float *qc[ATT_TILE];
-                for (int k = 0; k < nq; k++) {
-                    q[k] = s->q + ((size_t)(r0 + r + k) * nh + h) * dqk;
-                    qc[k] = s->att_qc + ((size_t)(r + k) * nh + h) * kvl;
-                }
-                absorb_queries(wuk, dn, kvl, q, nq, qc);
+            const float *q[ATT_ROWS];
+            float *qc[ATT_ROWS];
+            for (int r = 0; r < nr; r++) {
+                q[r] = s->q + ((size_t)(r0 + r) * nh + h) * dqk;
+                qc[r] = s->att_qc + ((size_t)r * nh + h) * kvl;
+            }
+            /* a few rows (decode, a short verification): W_UK[h] in blocks of ATT_UK_BLOCK rows that
+               stay in L1 instead of one 393 KB dequantized copy per head and token */
+            const int block = nr < ATT_TILE ? ATT_UK_BLOCK : dn;
+            for (int d0 = 0; d0 < dn; d0 += block) {
+                const int d1 = dn - d0 < block ? dn : d0 + block;
+                qt_dequant_rows(&L->kv_b, (int64_t)h * (dn + dv) + d0, d1 - d0, wuk);
+                for (int r = 0; r < nr; r += ATT_TILE)
+                    absorb_queries(wuk, d0, d1, kvl, q + r, nr - r < ATT_TILE ? nr - r : ATT_TILE, qc + r);
             }
         }
         /* 2. scores, softmax and pooled latents per (row, group of heads) */
