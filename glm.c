@@ -1639,7 +1639,8 @@ static int visible_keys(const Session *s, const Config *c, int r, int i, const i
        s[j][h] = scale · Σ_d k_j[d]·Q[d][h]        k_j = (c_j, k_rope,j), Q[·][h] = (qc_h, q_rope,h)
        z[u][h] = Σ_j c_j[u]·e[j][h] / Σ_j e[j][h]  e[j][h] = exp(s[j][h] − max_j s[j][h])
    A call's rows go in chunks of ATT_ROWS, in three parallel steps:
-     1. qc for the chunk, per head: W_UK[h] dequantized once per chunk, 4 rows × 64 dims at a time;
+     1. qc for the chunk, per head: W_UK[h] dequantized once per chunk (for fewer rows than a tile,
+        as decode, in ATT_UK_BLOCK-row pieces that stay in L1), 4 rows × 64 dims at a time;
      2. per (row, group of ATT_HG heads): Q transposed to [d][head], the heads in vector lanes; the
         scores in tiles of ATT_MK keys × ATT_HG heads over all d (each key element is loaded once
         and broadcast to the group's heads); the softmax along the keys, heads in lanes; z in tiles
@@ -7137,7 +7138,6 @@ static ForwardOptions engine_start(const Settings *set, Model *model, Session *s
     session->progress = isatty(STDERR_FILENO);
     print_configuration(set, model, capacity);
     expert_store_populate(&model->experts);
-    if (getenv("XWAITPOP")) while (__atomic_load_n(&model->experts.populate_running, __ATOMIC_ACQUIRE)) usleep(10000);
     ForwardOptions opt = { set->absorb,
                            !strcmp(set->indexer_mode, "always") ? INDEXER_ALWAYS : !strcmp(set->indexer_mode, "off") ? INDEXER_OFF : INDEXER_AUTO,
                            set->latent_eps, set->mtp_zero_pos0 };
