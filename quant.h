@@ -1613,10 +1613,10 @@ void qt_matmul_with(const QTensor *w, const float *x, float *y, int S, int idot,
     QtMatmulJob j;
     memset(&j, 0, sizeof j);
     j.w = w; j.x = x; j.y = y; j.S = S;
-    j.rows_per_chunk = qt_rows_per_chunk(w, S);
+    const int float_path = w->format == QT_F32 || !idot;
+    j.rows_per_chunk = float_path ? qt_float_rows_per_chunk(w, S) : qt_rows_per_chunk(w, S);
     j.s_panels = 1; j.s_per_panel = S;
-    if (w->format == QT_F32 || !idot) {
-        j.rows_per_chunk = qt_float_rows_per_chunk(w, S);
+    if (float_path) {
         qt_parallel_chunks(qt_float_chunk, &j, (R + j.rows_per_chunk - 1) / j.rows_per_chunk);
         return;
     }
