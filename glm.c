@@ -313,6 +313,7 @@ static const SettingSpec SETTINGS[] = {
     { "DIRECT",   SET_INT,   "-1",  -1, 1, "O_DIRECT expert reads into huge-page slabs, bypassing the page cache: 1 on, 0 off (buffered pread), -1 on for pre-quantized experts where the filesystem allows it" },
     { "DROP",     SET_BOOL,  "0",    0, 1, "buffered reads, then evict the pages read from the page cache" },
     { "MMAP",     SET_BOOL,  "0",    0, 1, "map the model files and use experts in place" },
+    { "INPLACE",  SET_BOOL,  "1",    0, 1, "pread and O_DIRECT modes: an expert the OS page cache holds whole is used where it lies (mapped, not copied into its slot); 0: always read" },
     { "REPLAY",   SET_BOOL,  "0",    0, 1, "decode REF's full_ids one token at a time as fixed input (decode benchmark)" },
     { "STATS",    SET_STR,   "",     0, 0, "write per-(layer, expert) routing counts to this file at exit" },
     { "PROFILE",  SET_BOOL,  "0",    0, 1, "print where the time went (attention, experts, disk wait, lm_head)" },
@@ -362,7 +363,7 @@ typedef struct {
     int cache_slots, expert_bits, dense_bits;   /* positional arguments */
     int cache_slots_given;
     double ram_gb;
-    int direct, drop, mmap_mode, replay, profile;
+    int direct, drop, mmap_mode, in_place, replay, profile;
     QtKernel kernel;
     int cache_policy;
     SpecMode spec_mode;      /* SPEC */
@@ -567,6 +568,7 @@ static Settings settings_from_env(int argc, char **argv) {
     s.direct = (int)setting_number("DIRECT");
     s.drop = (int)setting_number("DROP");
     s.mmap_mode = (int)setting_number("MMAP");
+    s.in_place = (int)setting_number("INPLACE");
     s.replay = (int)setting_number("REPLAY");
     s.profile = (int)setting_number("PROFILE");
     const char *policy = setting_value("CACHE_POLICY");
@@ -2005,7 +2007,7 @@ typedef struct {
 typedef struct {
     uint8_t *slab;                /* weight bytes (raw span, or quantized float source) */
     float *scale_buf;
-    uint64_t mapped_off, mapped_len;   /* MMAP: the span mapped for this expert */
+    uint64_t mapped_off, mapped_len;   /* the span mapped for this expert (MMAP, or in place); 0: none */
     int mapped_file;
     FfnWeights w;                 /* views into slab / scale_buf / the mapping */
     int expert;                   /* expert held (-1 none) */
@@ -2026,6 +2028,7 @@ typedef struct {
     unsigned char *busy;          /* slot in use by the current MoE step or queued for loading */
     unsigned char *avoid;         /* scratch of expert_prefetch */
     unsigned char *scratch;       /* scratch of expert_pick_slot */
+    int read_slots;               /* slots a read has written into (under lock): how far the helper faults ahead */
 } LayerCache;
 
 typedef struct { int layer, slot; } LoadJob;
@@ -2036,6 +2039,7 @@ typedef struct {
     int n_layers, n_experts;      /* n_layers includes the MTP layer */
     int io_mode, expert_bits, group;
     int direct_forced;            /* DIRECT=1: no quiet fallback to pread */
+    int in_place;                 /* INPLACE (pread, O_DIRECT): experts the page cache holds are used where they lie */
     TierPolicy policy;            /* CACHE_POLICY */
     int prequantized;             /* experts come with .qs scales */
     int fused_layers;             /* layers whose experts are fused 3-D tensors on disk */
@@ -2046,7 +2050,7 @@ typedef struct {
     size_t mapped_expert_bytes;   /* MMAP: what one cached expert holds in RSS */
     int n_files;                  /* of the index: the length of direct_fds, maps, map_len */
     int *direct_fds;              /* per file, O_DIRECT (NULL unless DIRECT) */
-    uint8_t **maps; uint64_t *map_len;   /* per file (NULL unless MMAP) */
+    uint8_t **maps; uint64_t *map_len;   /* per file (NULL unless MMAP or in_place) */
     uint8_t *arena_map;           /* the mapping the arena lies in (for munmap) */
     size_t arena_map_bytes;
     float *staging;               /* float sources: one tensor in f32 */
@@ -2066,6 +2070,8 @@ typedef struct {
     int populate_started, populate_stop;   /* populate_stop: atomic */
     int populated_slots;          /* atomic: slots [0, n) of every layer are faulted in */
     int populate_running;         /* atomic: the helper is still at work (fresh slots are dear) */
+    int populate_wanted;          /* the helper faults slots [0, this) (under lock): what reads used, and experts_per_tok more */
+    pthread_cond_t populate_more; /* populate_wanted grew, or populate_stop was set */
     /* usage history (USAGE) */
     char usage_path[4096];        /* "" when off */
     uint64_t fingerprint;         /* of config + expert tensor layout */
@@ -2075,6 +2081,8 @@ typedef struct {
     /* statistics */
     long long hits, misses, step, prefetched, prefetch_used, read_ahead, read_ahead_used;
     double bytes_read, read_seconds, wait_seconds, compute_seconds;
+    long long in_place_loads;     /* loads served where the page cache held the expert (in_place) */
+    double in_place_bytes, in_place_seconds;
     long long *route_counts;      /* [n_layers][n_experts] times chosen */
 } ExpertStore;
 
@@ -2179,10 +2187,10 @@ static void expert_slot_sizes(ExpertStore *store, size_t *slab, size_t *scales) 
             for (int k = 0; k < 3; k++) {
                 if (src->scales[k]) {
                     data += src->data[k]->nbytes + src->scales[k]->nbytes;
-                    /* scales read in place need no buffer of their own (see expert_load) */
-                    int in_place = src->whole_adjacent && src->scales[0]->offset % sizeof(float) == 0 &&
-                                   src->data[0]->offset % sizeof(float) == 0;
-                    if (!in_place) sc += src->scales[k]->nbytes;
+                    /* scales used where the one read put them need no buffer of their own (see expert_load) */
+                    int scales_in_slab = src->whole_adjacent && src->scales[0]->offset % sizeof(float) == 0 &&
+                                         src->data[0]->offset % sizeof(float) == 0;
+                    if (!scales_in_slab) sc += src->scales[k]->nbytes;
                 }
                 else {
                     QtFormat f = src->format[k];
@@ -2270,7 +2278,7 @@ static uint8_t *expert_read_span(ExpertStore *store, int file, uint64_t off, uin
     return buf;
 }
 
-/* MMAP=1: a mapped file that shrank since it was opened would turn the next read of the lost pages
+/* MMAP=1 and INPLACE: a mapped file that shrank since it was opened would turn the next read of the lost pages
    into SIGBUS. Checked before an expert is used; the SIGBUS handler below covers the rest (a file
    cut after this check, or under an expert already cached). */
 static int mapped_span_ok(ExpertStore *store, const StTensor *t, char *err, size_t err_len) {
@@ -2282,7 +2290,7 @@ static int mapped_span_ok(ExpertStore *store, const StTensor *t, char *err, size
     return 0;
 }
 
-static const ExpertStore *g_mapped_store;   /* MMAP=1: the mappings on_sigbus looks up */
+static const ExpertStore *g_mapped_store;   /* MMAP=1 or INPLACE: the mappings on_sigbus looks up */
 
 static void on_sigbus(int sig, siginfo_t *info, void *context) {
     (void)context;
@@ -2292,12 +2300,73 @@ static void on_sigbus(int sig, siginfo_t *info, void *context) {
         if (!store->maps[f] || addr < store->maps[f] || addr >= store->maps[f] + store->map_len[f]) continue;
         /* only async-signal-safe calls here: write and _exit */
         const char *path = st_file_path(store->index, f), *head = "glm: error: ",
-                   *tail = " was truncated while running (MMAP=1 read a page past its end)\n";
+                   *tail = " was truncated while running (an expert used in place read a page past its end)\n";
         if (write(2, head, strlen(head)) < 0 || write(2, path, strlen(path)) < 0 || write(2, tail, strlen(tail)) < 0) {}
         _exit(1);
     }
     signal(sig, SIG_DFL);   /* not a mapped model file: a real fault, report it as one */
     raise(sig);
+}
+
+/* Points the views of `slot` at expert `src` where the file mapping holds it (MMAP, or INPLACE for
+   an expert the page cache holds) and maps its pages now. Adds the bytes it covers to *bytes. */
+static int expert_view_mapped(ExpertStore *store, const ExpertSource *src, ExpertSlot *slot, double *bytes, char *err, size_t err_len) {
+    QTensor *w[3] = { &slot->w.gate, &slot->w.up, &slot->w.down };
+    for (int k = 0; k < 3; k++)
+        if (!mapped_span_ok(store, src->data[k], err, err_len) || !mapped_span_ok(store, src->scales[k], err, err_len)) return -1;
+    size_t scales_used = 0;
+    for (int k = 0; k < 3; k++) {
+        const StTensor *d = src->data[k], *q = src->scales[k];
+        const uint8_t *mapped_scales = store->maps[q->file] + q->offset;
+        float *scales = (float *)mapped_scales;
+        if ((uintptr_t)mapped_scales % sizeof(float)) {   /* data starting at an odd offset: an aligned copy */
+            scales = (float *)((uint8_t *)slot->scale_buf + scales_used);
+            memcpy(scales, mapped_scales, (size_t)q->nbytes);
+            scales_used += (size_t)q->nbytes;
+        }
+        *w[k] = qt_view(src->format[k], src->group[k], src->rows[k], src->cols[k], store->maps[d->file] + d->offset, scales);
+        *bytes += d->nbytes + q->nbytes;
+    }
+    const StTensor *first = src->data[0];
+    slot->mapped_file = first->file;
+    slot->mapped_off = first->offset;
+    slot->mapped_len = src->data_adjacent ? src->data[2]->offset + src->data[2]->nbytes - first->offset : first->nbytes;
+    /* fault the span in now, on the I/O thread, rather than during the matmul: one
+       MADV_POPULATE_READ maps the whole span (reading what the page cache lacks) where a
+       touch per page took a fault per 4 KiB; before Linux 5.14, the touches */
+    uint64_t page = 4096, a = slot->mapped_off / page * page;
+    uint8_t *span = store->maps[first->file] + a;
+    const size_t span_len = slot->mapped_off + slot->mapped_len - a;
+    if (madvise(span, span_len, MADV_POPULATE_READ)) {
+        madvise(span, span_len, MADV_WILLNEED);
+        volatile uint8_t sink = 0;
+        for (int k = 0; k < 3; k++)
+            for (uint64_t i = 0; i < src->data[k]->nbytes; i += page) sink ^= store->maps[src->data[k]->file][src->data[k]->offset + i];
+        (void)sink;
+    }
+    return 0;
+}
+
+/* INPLACE: whether the page cache holds `t` now, judged by mincore on one page in every `stride`
+   and the last one (mincore of every page cost ~0.4 ms per 21 MB expert here, about a third of
+   mapping it). The page cache evicts whole folios, seldom a few pages out of a tensor it holds;
+   a page that is missing after all is read by the fault that touches it: slower, still correct. */
+static int tensor_in_page_cache(const ExpertStore *store, const StTensor *t, uint64_t stride) {
+    const uint8_t *map = store->maps[t->file];
+    if (!map || t->offset + t->nbytes > store->map_len[t->file]) return 0;
+    const uint64_t page = 4096, first = t->offset / page * page, last = (t->offset + t->nbytes - 1) / page * page;
+    unsigned char in;
+    for (uint64_t a = first;; a = a + stride * page < last ? a + stride * page : last) {
+        if (mincore((void *)(map + a), page, &in) || !(in & 1)) return 0;
+        if (a == last) return 1;
+    }
+}
+
+static int expert_in_page_cache(const ExpertStore *store, const ExpertSource *src, uint64_t stride) {
+    if (!store->in_place) return 0;
+    for (int k = 0; k < 3; k++)
+        if (!tensor_in_page_cache(store, src->data[k], stride) || !tensor_in_page_cache(store, src->scales[k], stride)) return 0;
+    return 1;
 }
 
 /* Brings expert `e` of `layer` into `slot`. Runs on the I/O thread (or inline). */
@@ -2308,6 +2377,12 @@ static int expert_load(ExpertStore *store, int layer, int e, ExpertSlot *slot) {
     const size_t err_len = sizeof slot->error;
     double t0 = now_seconds(), nested0 = store->io_nested_seconds;   /* demands served inside a prefetch count on their own */
     double bytes = 0;
+    int in_place = 0;
+    if (slot->mapped_len) {   /* the evicted expert was mapped: drop its pages from our RSS (here, off the compute threads) */
+        uint64_t a = slot->mapped_off / 4096 * 4096;
+        madvise(store->maps[slot->mapped_file] + a, slot->mapped_off + slot->mapped_len - a, MADV_DONTNEED);
+        slot->mapped_len = 0;
+    }
     if (!store->prequantized) {
         /* float source: read f32 rows, quantize into the slot's own memory */
         uint8_t *p = slot->slab;
@@ -2328,38 +2403,10 @@ static int expert_load(ExpertStore *store, int layer, int e, ExpertSlot *slot) {
             bytes += (double)src->rows[k] * src->cols[k] * st_dtype_size(src->data[k]->dtype);
         }
     } else if (store->io_mode == IO_MMAP) {
-        for (int k = 0; k < 3; k++)
-            if (!mapped_span_ok(store, src->data[k], err, err_len) || !mapped_span_ok(store, src->scales[k], err, err_len)) return -1;
-        size_t scales_used = 0;
-        for (int k = 0; k < 3; k++) {
-            const StTensor *d = src->data[k], *q = src->scales[k];
-            const uint8_t *mapped_scales = store->maps[q->file] + q->offset;
-            float *scales = (float *)mapped_scales;
-            if ((uintptr_t)mapped_scales % sizeof(float)) {   /* data starting at an odd offset: an aligned copy */
-                scales = (float *)((uint8_t *)slot->scale_buf + scales_used);
-                memcpy(scales, mapped_scales, (size_t)q->nbytes);
-                scales_used += (size_t)q->nbytes;
-            }
-            *w[k] = qt_view(src->format[k], src->group[k], src->rows[k], src->cols[k], store->maps[d->file] + d->offset, scales);
-            bytes += d->nbytes + q->nbytes;
-        }
-        const StTensor *first = src->data[0];
-        slot->mapped_file = first->file;
-        slot->mapped_off = first->offset;
-        slot->mapped_len = src->data_adjacent ? src->data[2]->offset + src->data[2]->nbytes - first->offset : first->nbytes;
-        /* fault the span in now, on the I/O thread, rather than during the matmul: one
-           MADV_POPULATE_READ maps the whole span (reading what the page cache lacks) where a
-           touch per page took a fault per 4 KiB; before Linux 5.14, the touches */
-        uint64_t page = 4096, a = slot->mapped_off / page * page;
-        uint8_t *span = store->maps[first->file] + a;
-        const size_t span_len = slot->mapped_off + slot->mapped_len - a;
-        if (madvise(span, span_len, MADV_POPULATE_READ)) {
-            madvise(span, span_len, MADV_WILLNEED);
-            volatile uint8_t sink = 0;
-            for (int k = 0; k < 3; k++)
-                for (uint64_t i = 0; i < src->data[k]->nbytes; i += page) sink ^= store->maps[src->data[k]->file][src->data[k]->offset + i];
-            (void)sink;
-        }
+        if (expert_view_mapped(store, src, slot, &bytes, err, err_len)) return -1;
+    } else if (expert_in_page_cache(store, src, 16)) {
+        if (expert_view_mapped(store, src, slot, &bytes, err, err_len)) return -1;
+        in_place = 1;
     } else {
         uint8_t *base[3];
         float *sbase[3];
@@ -2423,8 +2470,15 @@ static int expert_load(ExpertStore *store, int layer, int e, ExpertSlot *slot) {
         }
     }
     pthread_mutex_lock(&store->lock);
-    store->bytes_read += bytes;
-    store->read_seconds += now_seconds() - t0 - (store->io_nested_seconds - nested0);
+    const double seconds = now_seconds() - t0 - (store->io_nested_seconds - nested0);
+    if (in_place) {   /* not a read: kept out of the read rate */
+        store->in_place_loads++;
+        store->in_place_bytes += bytes;
+        store->in_place_seconds += seconds;
+    } else {
+        store->bytes_read += bytes;
+        store->read_seconds += seconds;
+    }
     pthread_mutex_unlock(&store->lock);
     return 0;
 }
@@ -2441,7 +2495,14 @@ static void io_load_slot(ExpertStore *store, int layer, ExpertSlot *slot, int pr
     slot->loading = 0;
     slot->failed = failed;
     slot->ready = 1;
-    slot->faulted = 1;
+    if (!slot->mapped_len && !slot->faulted) {   /* an expert used in place writes nothing into its slot */
+        slot->faulted = 1;
+        LayerCache *lc = &store->caches[layer];
+        if (++lc->read_slots + store->c->experts_per_tok > store->populate_wanted) {
+            store->populate_wanted = lc->read_slots + store->c->experts_per_tok;
+            pthread_cond_signal(&store->populate_more);
+        }
+    }
     if (prefetch && !failed) { slot->prefetched = 1; ++*(slot->ahead ? &store->read_ahead : &store->prefetched); }
     pthread_cond_broadcast(&store->done);
 }
@@ -2489,21 +2550,33 @@ static void *expert_io_thread(void *arg) {
 }
 
 /* Opens what the I/O mode reads through: an O_DIRECT descriptor per file (DIRECT=-1 falls back to
-   buffered pread where the filesystem refuses O_DIRECT), or a read-only mapping per file (MMAP,
-   with a SIGBUS handler that names a file cut short while mapped). */
+   buffered pread where the filesystem refuses O_DIRECT), and a read-only mapping per file for MMAP
+   and for INPLACE (pre-quantized experts only), with a SIGBUS handler that names a file cut short
+   while mapped. An INPLACE mapping that fails only turns in-place use off for that file. */
 static void expert_store_open_files(ExpertStore *store) {
     store->n_files = st_file_count(store->index);
+    store->in_place = store->in_place && store->prequantized;
     if (store->io_mode == IO_DIRECT) {
         store->direct_fds = xmalloc((size_t)store->n_files * sizeof(int));
         for (int f = 0; f < store->n_files; f++) store->direct_fds[f] = -1;
     }
-    if (store->io_mode == IO_MMAP) {
+    const int map_files = store->io_mode == IO_MMAP || store->in_place;
+    if (map_files) {
         store->maps = xcalloc((size_t)store->n_files, sizeof(uint8_t *));
         store->map_len = xcalloc((size_t)store->n_files, sizeof(uint64_t));
     }
-    if (store->io_mode != IO_DIRECT && store->io_mode != IO_MMAP) return;
+    if (store->io_mode != IO_DIRECT && !map_files) return;
     for (int f = 0; f < store->n_files; f++) {
         const char *path = st_file_path(store->index, f);
+        if (store->in_place) {
+            const uint64_t size = st_file_size(store->index, f);
+            void *map = size ? mmap(NULL, (size_t)size, PROT_READ, MAP_SHARED, st_file_fd(store->index, f), 0) : MAP_FAILED;
+            if (map != MAP_FAILED) {
+                madvise(map, (size_t)size, MADV_RANDOM);   /* pages come in by reads, not by faults */
+                store->maps[f] = map;
+                store->map_len[f] = size;
+            }
+        }
         if (store->io_mode == IO_DIRECT) {
             store->direct_fds[f] = open(path, O_RDONLY | O_DIRECT);
             if (store->direct_fds[f] < 0 && !store->direct_forced) {   /* e.g. tmpfs: auto mode falls back */
@@ -2513,10 +2586,10 @@ static void expert_store_open_files(ExpertStore *store) {
                 free(store->direct_fds);
                 store->direct_fds = NULL;
                 store->io_mode = IO_PREAD;
-                break;
+                continue;
             }
             if (store->direct_fds[f] < 0) die("%s: cannot open with O_DIRECT: %s (DIRECT=0 reads with buffered pread)", path, strerror(errno));
-        } else {
+        } else if (store->io_mode == IO_MMAP) {
             off_t size = lseek(st_file_fd(store->index, f), 0, SEEK_END);
             if (size < 0 || (uint64_t)size < st_file_size(store->index, f))
                 die("%s was truncated while running: %lld bytes now, %llu when its header was read", path,
@@ -2528,7 +2601,7 @@ static void expert_store_open_files(ExpertStore *store) {
             store->map_len[f] = (uint64_t)size;
         }
     }
-    if (store->io_mode == IO_MMAP) {
+    if (map_files) {
         g_mapped_store = store;
         struct sigaction sa;
         memset(&sa, 0, sizeof sa);
@@ -2542,7 +2615,10 @@ static void expert_store_open_files(ExpertStore *store) {
 
 /* Faults the slot arena in, 2 MiB at a time, in the order the cache fills it (slot 0 of every
    layer first), at SCHED_IDLE priority: it runs only on a CPU nothing else wants, so the first
-   token never waits for it. MADV_POPULATE_WRITE maps the pages without writing to them, so it is
+   token never waits for it. It stays experts_per_tok slots ahead of those that reads have used
+   (populate_wanted), no further: experts used in place from the page cache need no slot memory,
+   and on these VMs faulting fresh memory cost a warm 255-token prefill ~20 % even at idle
+   priority (the faults stall the other CPU's work too). MADV_POPULATE_WRITE maps the pages without writing to them, so it is
    harmless next to a read into the same slot (so is mlock, the fallback on older kernels). Where
    neither works, a slot is faulted by its first read instead, ~5x slower than a read here. */
 static void *slot_populate_thread(void *arg) {
@@ -2553,6 +2629,10 @@ static void *slot_populate_thread(void *arg) {
     const size_t per_layer = store->slab_stride * (size_t)store->slots_per_layer;
     const size_t moe_layers = per_layer ? store->arena_bytes / per_layer : 0;
     for (int s = 0; s < store->slots_per_layer; s++) {
+        pthread_mutex_lock(&store->lock);
+        while (s >= store->populate_wanted && !__atomic_load_n(&store->populate_stop, __ATOMIC_RELAXED))
+            pthread_cond_wait(&store->populate_more, &store->lock);
+        pthread_mutex_unlock(&store->lock);
         for (size_t k = 0; k < moe_layers; k++) {
             uint8_t *slab = store->arena + k * per_layer + (size_t)s * store->slab_stride;
             for (size_t off = 0; off < store->slab_stride; off += piece) {
@@ -2808,6 +2888,8 @@ static void expert_store_start(ExpertStore *store, int slots_per_layer, const ch
     pthread_mutex_init(&store->lock, NULL);
     pthread_cond_init(&store->work, NULL);
     pthread_cond_init(&store->done, NULL);
+    pthread_cond_init(&store->populate_more, NULL);
+    store->populate_wanted = store->c->experts_per_tok;
     if (pthread_create(&store->io_thread, NULL, expert_io_thread, store)) die("cannot start the expert I/O thread");
     store->io_started = 1;
     store->fingerprint = expert_layout_fingerprint(store);
@@ -2828,7 +2910,10 @@ static void expert_store_populate(ExpertStore *store) {
    4 MiB piece) and saves the usage history. */
 static void expert_store_stop(ExpertStore *store) {
     if (store->populate_started) {
+        pthread_mutex_lock(&store->lock);
         __atomic_store_n(&store->populate_stop, 1, __ATOMIC_RELAXED);
+        pthread_cond_signal(&store->populate_more);
+        pthread_mutex_unlock(&store->lock);
         pthread_join(store->populate_thread, NULL);
         store->populate_started = 0;
     }
@@ -2843,6 +2928,7 @@ static void expert_store_stop(ExpertStore *store) {
     pthread_mutex_destroy(&store->lock);
     pthread_cond_destroy(&store->work);
     pthread_cond_destroy(&store->done);
+    pthread_cond_destroy(&store->populate_more);
 }
 
 /* Stops the threads and releases the slots, the history, the mappings and the O_DIRECT descriptors. */
@@ -2883,12 +2969,17 @@ static void expert_store_free(ExpertStore *store) {
    that one waits for expert_acquire, which evicts the experts this step is done with). Without
    this, the first prompt of a big budget would fault a slot per distinct expert it touches: on
    the bench fixture a 16-token prompt took 18.8 s at RAM_GB=10 against 3.7 s at RAM_GB=4. */
-static int expert_pick_slot(ExpertStore *store, LayerCache *lc, const unsigned char *avoid, int fresh_ok) {
+static int expert_pick_slot(ExpertStore *store, LayerCache *lc, const unsigned char *avoid, int fresh_ok, int resident) {
     int slot = tier_cache_victim(&lc->cache, avoid);
+    const int n = lc->cache.n_slots;
+    if (resident) {   /* it will be used in place: an empty slot whose memory is fresh, leaving faulted ones to reads */
+        if (slot >= 0 && lc->slots[slot].faulted)
+            for (int s = 0; s < n; s++) if (!avoid[s] && !lc->slots[s].faulted && lc->cache.slot_expert[s] < 0) return s;
+        return slot;
+    }
     const int warm = __atomic_load_n(&store->populated_slots, __ATOMIC_ACQUIRE);
     const int floor = warm > store->c->experts_per_tok ? warm : store->c->experts_per_tok;
     if (slot < floor || lc->slots[slot].faulted || !__atomic_load_n(&store->populate_running, __ATOMIC_ACQUIRE)) return slot;
-    const int n = lc->cache.n_slots;
     memcpy(lc->scratch, avoid, (size_t)n);
     for (int s = floor; s < n; s++) if (!lc->slots[s].faulted) lc->scratch[s] = 1;
     int faulted = tier_cache_victim(&lc->cache, lc->scratch);
@@ -2899,12 +2990,14 @@ static int expert_pick_slot(ExpertStore *store, LayerCache *lc, const unsigned c
    there is none (fresh_ok: see expert_pick_slot). */
 static int expert_schedule_load(ExpertStore *store, int layer, int expert, unsigned char *avoid, int fresh_ok) {
     LayerCache *lc = &store->caches[layer];
+    /* a guess for the slot's choice only (first and last pages): expert_load looks closer, and reads what the page cache lacks */
+    const int resident = store->prequantized && expert_in_page_cache(store, &store->sources[(size_t)layer * store->n_experts + expert], UINT64_MAX / 8192);
     pthread_mutex_lock(&store->lock);
-    int slot = expert_pick_slot(store, lc, avoid, fresh_ok);
+    int slot = expert_pick_slot(store, lc, avoid, fresh_ok, resident);
     while (slot >= 0 && lc->slots[slot].loading) {   /* a history prefetch is reading into it: take another */
         const unsigned char was = avoid[slot];
         avoid[slot] = 1;
-        int other = expert_pick_slot(store, lc, avoid, fresh_ok);
+        int other = expert_pick_slot(store, lc, avoid, fresh_ok, resident);
         avoid[slot] = was;
         if (other >= 0) { slot = other; break; }
         if (!fresh_ok) { slot = -1; break; }   /* a read ahead does not wait */
@@ -2912,10 +3005,6 @@ static int expert_schedule_load(ExpertStore *store, int layer, int expert, unsig
     }
     if (slot < 0) { pthread_mutex_unlock(&store->lock); return -1; }
     ExpertSlot *sl = &lc->slots[slot];
-    if (store->io_mode == IO_MMAP && sl->expert >= 0 && sl->mapped_len) {
-        uint64_t a = sl->mapped_off / 4096 * 4096;   /* drop the evicted expert's pages from our RSS */
-        madvise(store->maps[sl->mapped_file] + a, sl->mapped_off + sl->mapped_len - a, MADV_DONTNEED);
-    }
     tier_cache_assign(&lc->cache, slot, expert);
     lc->busy[slot] = 1;
     sl->expert = expert;
@@ -3406,6 +3495,7 @@ static void model_open(Model *m, const Settings *set, Loader *ld) {
     store->n_experts = c->n_experts;
     store->io_mode = io_mode_from_settings(set->direct, set->drop, set->mmap_mode);
     store->direct_forced = set->direct == 1;
+    store->in_place = set->in_place && (store->io_mode == IO_PREAD || store->io_mode == IO_DIRECT);
     store->policy = (TierPolicy)set->cache_policy;
     store->expert_bits = set->expert_bits;
     store->group = set->group;
@@ -5574,6 +5664,7 @@ typedef struct {
     double prefill_seconds, decode_seconds;
     long long hits0, misses0;      /* expert counters at the start of the turn */
     double bytes0, read_seconds0, wait_seconds0;
+    long long in_place0;
     SpecCounts spec0;              /* speculation counters at the start of the turn */
     StopReason stop;
 } TurnStats;
@@ -5665,6 +5756,7 @@ static void turn_begin(const Dialog *d, TurnStats *ts) {
     ts->hits0 = store->hits;
     ts->misses0 = store->misses;
     ts->bytes0 = store->bytes_read;
+    ts->in_place0 = store->in_place_loads;
     ts->read_seconds0 = store->read_seconds;
     ts->wait_seconds0 = store->wait_seconds;
     ts->spec0 = spec_counts(d->gen);
@@ -5722,9 +5814,11 @@ static void print_turn_stats(const Dialog *d, const TurnStats *ts) {
     char speed[32] = "-";
     if (ts->generated && ts->decode_seconds > 0) snprintf(speed, sizeof speed, "%.2f", ts->generated / ts->decode_seconds);
     const double mb = (store->bytes_read - ts->bytes0) / 1e6, rs = store->read_seconds - ts->read_seconds0;
+    char in_place[48] = "";   /* INPLACE loads: not reads, so not in the MB and the rate */
+    if (store->in_place_loads > ts->in_place0) snprintf(in_place, sizeof in_place, ", %lld experts in place", store->in_place_loads - ts->in_place0);
     fprintf(stderr, "glm: [%d prompt tokens, prefill %.3f s | %d tokens, decode %s tok/s | expert hit %s, read %.0f MB "
-                    "(%.2f GB/s), waited on disk %.2f s | peak RSS %.2f GB | context %d/%d | stop: %s]\n",
-            ts->prompt_tokens, ts->prefill_seconds, ts->generated, speed, hit, mb, rs > 0 ? mb / 1e3 / rs : 0.0,
+                    "(%.2f GB/s)%s, waited on disk %.2f s | peak RSS %.2f GB | context %d/%d | stop: %s]\n",
+            ts->prompt_tokens, ts->prefill_seconds, ts->generated, speed, hit, mb, rs > 0 ? mb / 1e3 / rs : 0.0, in_place,
             store->wait_seconds - ts->wait_seconds0, peak_rss_gb(), d->gen->pos, d->gen->session->capacity, STOP_NAMES[ts->stop]);
     print_spec_stats(d->gen, &ts->spec0);
 }
@@ -7090,7 +7184,6 @@ static void print_configuration(const Settings *set, const Model *m, int capacit
 }
 
 
-/* One line of expert-streaming statistics. */
 /* PROFILE=1: where the time of the forward passes went. */
 static void print_profile(const Session *s, const ExpertStore *store) {
     const double moe_other = s->profile.moe - store->wait_seconds - store->compute_seconds;
@@ -7100,6 +7193,7 @@ static void print_profile(const Session *s, const ExpertStore *store) {
             s->profile.moe, store->compute_seconds, store->wait_seconds, moe_other, s->profile.lm_head);
 }
 
+/* Expert-streaming statistics: one line, and one more for each kind of load besides demanded reads. */
 static void print_expert_stats(const ExpertStore *store, double seconds) {
     long long total = store->hits + store->misses;
     fprintf(stderr, "glm: experts: %lld hits, %lld misses (hit %.1f%%), read %.1f MB in %.3f s (%.2f GB/s while reading), "
@@ -7107,6 +7201,9 @@ static void print_expert_stats(const ExpertStore *store, double seconds) {
             store->hits, store->misses, total ? 100.0 * store->hits / total : 0.0, store->bytes_read / 1e6, store->read_seconds,
             store->read_seconds > 0 ? store->bytes_read / store->read_seconds / 1e9 : 0.0, store->wait_seconds, store->compute_seconds,
             seconds, IO_MODE_NAMES[store->io_mode]);
+    if (store->in_place_loads)
+        fprintf(stderr, "glm: page cache: %lld expert loads found the expert there and used it in place (%.1f MB not copied, %.3f s mapping it)\n",
+                store->in_place_loads, store->in_place_bytes / 1e6, store->in_place_seconds);
     if (store->prefetched)
         fprintf(stderr, "glm: usage history: %lld hot experts read ahead while the disk was idle, %lld of them hit\n",
                 store->prefetched, store->prefetch_used);

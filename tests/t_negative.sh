@@ -194,7 +194,39 @@ truncated_while_running() {   # truncated_while_running WHEN(before|after) PATTE
 check "mmap: shard truncated before its experts are used: named error, exit 1" \
   truncated_while_running before 'mmap_cut_before/model\.safetensors was truncated while running: tensor model\.layers\.[0-9]+\.mlp\.experts'
 check "mmap: shard truncated under cached experts: named error (not SIGBUS), exit 1" \
-  truncated_while_running after 'mmap_cut_after/model\.safetensors was truncated while running \(MMAP=1'
+  truncated_while_running after 'mmap_cut_after/model\.safetensors was truncated while running \(an expert used in place'
+
+# INPLACE (the default): an expert the page cache holds is used where it lies, others are read. A
+# chat session whose model pages are dropped from the page cache between the load and its first
+# message (the load's reads bring the tiny model in whole) mixes both kinds: one slot per layer, so
+# an expert's first load reads it back into the page cache and its reloads use it in place. The
+# answer must be the one INPLACE=0 gives.
+chat_after_dropping_cache() {   # chat_after_dropping_cache ENV... : prints the answer, then the stats lines
+  local M="$T/inplace_mixed" pid
+  rm -rf "$M"; mkdir -p "$M"; cp "$T/qe_valid"/* "$M/"; ln -sf "$ROOT/$F/tiny_tokenizer/tokenizer.json" "$M/tokenizer.json"
+  mkfifo "$M/in"
+  env "$@" DIRECT=0 SNAP="$M" CHAT=1 TEMP=0 NGEN=6 timeout -k 5 60 "$GLM" 1 8 16 <"$M/in" >"$M/out" 2>"$M/err" &
+  pid=$!
+  exec 3>"$M/in"
+  for _ in $(seq 300); do grep -q 'glm: chat:' "$M/err" && break; sleep 0.1; done
+  /usr/bin/python3 -c 'import os, sys
+fd = os.open(sys.argv[1], os.O_RDONLY); os.fsync(fd); os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED); os.close(fd)' "$M/model.safetensors"
+  echo "The quick brown fox jumps over the lazy dog" >&3
+  exec 3>&-
+  wait $pid
+  cat "$M/out"; grep -E '^glm: \[' "$M/err"
+}
+inplace_mixed() {
+  local a b
+  a=$(chat_after_dropping_cache INPLACE=1); b=$(chat_after_dropping_cache INPLACE=0)
+  # the turn's stats: a read rate above 0 means reads (the tiny model's MB round to 0), then the in-place count
+  grep -qE 'read [0-9]+ MB \([0-9.]*[1-9][0-9.]* GB/s\), [1-9][0-9]* experts in place' <<<"$a" \
+    || { echo "expected reads and in-place loads: $(grep '^glm:' <<<"$a")"; return 1; }
+  ! grep -q 'in place' <<<"$b" || { echo "INPLACE=0 used experts in place: $(grep '^glm:' <<<"$b")"; return 1; }
+  [ "$(grep -v '^glm:' <<<"$a")" = "$(grep -v '^glm:' <<<"$b")" ] && [ -n "$(grep -v '^glm:' <<<"$a")" ] \
+    || { echo "answers differ: INPLACE=1 '$(grep -v '^glm:' <<<"$a")' vs INPLACE=0 '$(grep -v '^glm:' <<<"$b")'"; return 1; }
+}
+check "INPLACE: reads and in-place loads mixed in one chat give the answer INPLACE=0 gives" inplace_mixed
 
 # ---- config.json ------------------------------------------------------------------------------
 C='config\.json'

@@ -198,7 +198,7 @@ env SNAP=$M PROMPT=Hello TEMP=0 NGEN=40 "$GLM" 64 16 16 >"$T/got_greedy" 2>"$T/e
 if [ -s "$T/want_greedy" ] && cmp -s "$T/want_greedy" "$T/got_greedy"; then echo "PASS PROMPT TEMP=0 streams exactly the text of greedy decoding ($(wc -w <<<"$upto_eos") tokens)"
 else echo "FAIL PROMPT TEMP=0 vs greedy decoding of the same ids"; od -c "$T/want_greedy" | head -3; od -c "$T/got_greedy" | head -3; fi
 stats=$(grep '^glm: \[' "$T/err_greedy")
-if [[ $stats =~ ^glm:\ \[22\ prompt\ tokens,\ prefill\ [0-9.]+\ s\ \|\ 40\ tokens,\ decode\ [0-9.]+\ tok/s\ \|\ expert\ hit\ [0-9.]+%,\ read\ [0-9]+\ MB\ \([0-9.]+\ GB/s\),\ waited\ on\ disk\ [0-9.]+\ s\ \|\ peak\ RSS\ [0-9.]+\ GB\ \|\ context\ [0-9]+/[0-9]+\ \|\ stop:\ NGEN\]$ ]]
+if [[ $stats =~ ^glm:\ \[22\ prompt\ tokens,\ prefill\ [0-9.]+\ s\ \|\ 40\ tokens,\ decode\ [0-9.]+\ tok/s\ \|\ expert\ hit\ [0-9.]+%,\ read\ [0-9]+\ MB\ \([0-9.]+\ GB/s\)(,\ [0-9]+\ experts\ in\ place)?,\ waited\ on\ disk\ [0-9.]+\ s\ \|\ peak\ RSS\ [0-9.]+\ GB\ \|\ context\ [0-9]+/[0-9]+\ \|\ stop:\ NGEN\]$ ]]
 then echo "PASS PROMPT: one stats line (prompt tokens, prefill, tok/s, expert hit, MB read, disk wait, peak RSS, stop: NGEN)"; else echo "FAIL PROMPT stats line: '$stats'"; fi
 same "PROMPT: stdout holds only the answer" "$(cat "$T/want_greedy" | od -c)" "$(od -c <"$T/got_greedy")"
 # ABSORB and BATCH do not change the text

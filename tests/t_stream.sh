@@ -29,14 +29,23 @@ $PY "$ROOT/tools/convert_fp8_to_int4.py" "$F/oracle_sparse" "$T/c8" --expert-bit
   && echo "PASS convert oracle_sparse to an int8 container" || echo "FAIL convert oracle_sparse to an int8 container"
 want=$(SNAP="$F/oracle_sparse" REF="$R" TF=1 MTP=1 "$GLM" 64 8 8 2>/dev/null | grep pred)
 want_gen=$(SNAP="$F/oracle_sparse" REF="$R" "$GLM" 64 8 8 2>/dev/null | grep '^Generated')
-for mode in DIRECT=0 DIRECT=1 DROP=1 MMAP=1 DIRECT=-1; do
+# (the container was just written, so the page cache holds it: with INPLACE=1, the default, the
+# pread and O_DIRECT modes use every expert in place; INPLACE=0 reads each one into its slot)
+for mode in DIRECT=0 DIRECT=0,INPLACE=0 DIRECT=1 DIRECT=1,INPLACE=0 DROP=1 MMAP=1 DIRECT=-1; do
   for slots in 1 2 64; do
-    got=$(env $mode SNAP="$T/c8" REF="$R" TF=1 MTP=1 "$GLM" $slots 8 8 2>/dev/null | grep pred)
+    got=$(env ${mode//,/ } SNAP="$T/c8" REF="$R" TF=1 MTP=1 "$GLM" $slots 8 8 2>/dev/null | grep pred)
     same "container int8, $mode I/O, $slots slot(s): TF and MTP predictions equal load-time quantization" "$want" "$got"
   done
-  got=$(env $mode SNAP="$T/c8" REF="$R" "$GLM" 2 8 8 2>/dev/null | grep '^Generated')
+  got=$(env ${mode//,/ } SNAP="$T/c8" REF="$R" "$GLM" 2 8 8 2>/dev/null | grep '^Generated')
   same "container int8, $mode I/O: greedy tokens equal load-time quantization" "$want_gen" "$got"
 done
+# INPLACE: the statistics say which loads were reads and which used the page cache's copy (a run
+# that mixes both kinds: t_negative.sh).
+stats_of() { sed -nE 's/^glm: experts: .* read ([0-9.]+) MB .*/read=\1/p; s/^glm: page cache: ([0-9]+) expert loads.*/in_place=\1/p' | tr '\n' ' '; }
+s=$(DIRECT=0 SNAP="$T/c8" REF="$R" TF=1 MTP=1 "$GLM" 64 8 8 2>&1 | stats_of)
+if [[ "$s" =~ ^read=0\.0\ in_place=[1-9] ]]; then echo "PASS INPLACE: a container in the page cache is used in place, not read ($s)"; else echo "FAIL INPLACE: expected in-place loads and 0 MB read: '$s'"; fi
+s=$(DIRECT=0 INPLACE=0 SNAP="$T/c8" REF="$R" TF=1 MTP=1 "$GLM" 64 8 8 2>&1 | stats_of)
+if [[ "$s" =~ ^read=[0-9.]*[1-9][0-9.]*\ $ ]]; then echo "PASS INPLACE=0 reads every expert ($s)"; else echo "FAIL INPLACE=0: expected reads only: '$s'"; fi
 $PY "$ROOT/tools/convert_fp8_to_int4.py" "$F/oracle_fused_bf16" "$T/c4" --expert-bits 4 --dense-bits 4 --io-bits 4 --mtp-bits 4 --indexer-bits 4 --group 32 >/dev/null 2>&1 \
   && echo "PASS convert oracle_fused_bf16 (fused, BF16) to an int4 group-32 container" || echo "FAIL convert oracle_fused_bf16 to int4 group-32"
 R="$F/oracle_fused_bf16/reference.json"
