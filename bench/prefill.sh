@@ -102,10 +102,11 @@ for phase in $PHASES; do
   done
 done
 
-echo "decode (REPLAY of $MODEL/reference.json, O_DIRECT):"
+echo "decode (REPLAY of $MODEL/reference.json, O_DIRECT, page cache evicted before each run):"
 for rep in $(seq "$REPS"); do
   for eng in new old; do
     bin=$NEW; [ $eng = old ] && bin=$OLD
+    evict   # both engines decode from the disk (INPLACE would use a warm page cache, round 1 cannot)
     out=$(env USAGE=off RAM_GB=$RAM THREADS=$THR REPLAY=1 SNAP="$MODEL" REF="$MODEL/reference.json" "$bin" 2>&1)
     line=$(grep '^REPLAY' <<<"$out"); echo "  $eng: $line"
     RES[decode.$eng]="${RES[decode.$eng]:-} $(field ' ([0-9.]+) tok/s' "$line")"
