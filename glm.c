@@ -2407,6 +2407,10 @@ static int expert_load(ExpertStore *store, int layer, int e, ExpertSlot *slot) {
     } else if (expert_in_page_cache(store, src, 16)) {
         if (expert_view_mapped(store, src, slot, &bytes, err, err_len)) return -1;
         in_place = 1;
+        /* a slot holds its own memory or the page cache's, never both, so RSS stays in the budget
+           (io_load_slot marks it fresh again) */
+        const int helper_faulted = slot - store->caches[layer].slots < __atomic_load_n(&store->populated_slots, __ATOMIC_ACQUIRE);
+        if ((slot->faulted || helper_faulted) && slot->slab) madvise(slot->slab, store->slab_stride, MADV_DONTNEED);
     } else {
         uint8_t *base[3];
         float *sbase[3];
@@ -2495,7 +2499,8 @@ static void io_load_slot(ExpertStore *store, int layer, ExpertSlot *slot, int pr
     slot->loading = 0;
     slot->failed = failed;
     slot->ready = 1;
-    if (!slot->mapped_len && !slot->faulted) {   /* an expert used in place writes nothing into its slot */
+    if (slot->mapped_len) slot->faulted = 0;   /* used in place: its slot's memory was released or never touched */
+    else if (!slot->faulted) {
         slot->faulted = 1;
         LayerCache *lc = &store->caches[layer];
         if (++lc->read_slots + store->c->experts_per_tok > store->populate_wanted) {
