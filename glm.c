@@ -2369,6 +2369,9 @@ static int tensor_in_page_cache(const ExpertStore *store, const StTensor *t, uin
     }
 }
 
+/* expert_in_page_cache's stride for a guess from each tensor's first and last pages only */
+#define PAGE_CACHE_GUESS (UINT64_MAX / 8192)
+
 static int expert_in_page_cache(const ExpertStore *store, const ExpertSource *src, uint64_t stride) {
     if (!store->in_place) return 0;
     for (int k = 0; k < 3; k++)
@@ -2563,6 +2566,24 @@ static void *expert_io_thread(void *arg) {
     return NULL;
 }
 
+/* Maps model file f read-only (MMAP, INPLACE): 0, or -1 with the reason in err (the file is shorter
+   than its header says, or mmap refused). Pages come in by reads, not by faults: MADV_RANDOM. */
+static int expert_map_file(ExpertStore *store, int f, char *err, size_t err_len) {
+    const char *path = st_file_path(store->index, f);
+    const off_t size = lseek(st_file_fd(store->index, f), 0, SEEK_END);
+    if (size < 0 || (uint64_t)size < st_file_size(store->index, f)) {
+        snprintf(err, err_len, "%s was truncated while running: %lld bytes now, %llu when its header was read", path,
+                 (long long)size, (unsigned long long)st_file_size(store->index, f));
+        return -1;
+    }
+    void *map = size ? mmap(NULL, (size_t)size, PROT_READ, MAP_SHARED, st_file_fd(store->index, f), 0) : MAP_FAILED;
+    if (map == MAP_FAILED) { snprintf(err, err_len, "%s: mmap failed: %s", path, size ? strerror(errno) : "empty file"); return -1; }
+    madvise(map, (size_t)size, MADV_RANDOM);
+    store->maps[f] = map;
+    store->map_len[f] = (uint64_t)size;
+    return 0;
+}
+
 /* Opens what the I/O mode reads through: an O_DIRECT descriptor per file (DIRECT=-1 falls back to
    buffered pread where the filesystem refuses O_DIRECT), and a read-only mapping per file for MMAP
    and for INPLACE (pre-quantized experts only), with a SIGBUS handler that names a file cut short
@@ -2582,15 +2603,8 @@ static void expert_store_open_files(ExpertStore *store) {
     if (store->io_mode != IO_DIRECT && !map_files) return;
     for (int f = 0; f < store->n_files; f++) {
         const char *path = st_file_path(store->index, f);
-        if (store->in_place) {
-            const uint64_t size = st_file_size(store->index, f);
-            void *map = size ? mmap(NULL, (size_t)size, PROT_READ, MAP_SHARED, st_file_fd(store->index, f), 0) : MAP_FAILED;
-            if (map != MAP_FAILED) {
-                madvise(map, (size_t)size, MADV_RANDOM);   /* pages come in by reads, not by faults */
-                store->maps[f] = map;
-                store->map_len[f] = size;
-            }
-        }
+        char err[4400];
+        if (map_files && expert_map_file(store, f, err, sizeof err) && store->io_mode == IO_MMAP) die("%s", err);
         if (store->io_mode == IO_DIRECT) {
             store->direct_fds[f] = open(path, O_RDONLY | O_DIRECT);
             if (store->direct_fds[f] < 0 && !store->direct_forced) {   /* e.g. tmpfs: auto mode falls back */
@@ -2603,16 +2617,6 @@ static void expert_store_open_files(ExpertStore *store) {
                 continue;
             }
             if (store->direct_fds[f] < 0) die("%s: cannot open with O_DIRECT: %s (DIRECT=0 reads with buffered pread)", path, strerror(errno));
-        } else if (store->io_mode == IO_MMAP) {
-            off_t size = lseek(st_file_fd(store->index, f), 0, SEEK_END);
-            if (size < 0 || (uint64_t)size < st_file_size(store->index, f))
-                die("%s was truncated while running: %lld bytes now, %llu when its header was read", path,
-                    (long long)size, (unsigned long long)st_file_size(store->index, f));
-            void *map = mmap(NULL, (size_t)size, PROT_READ, MAP_SHARED, st_file_fd(store->index, f), 0);
-            if (map == MAP_FAILED) die("%s: mmap failed: %s", path, strerror(errno));
-            madvise(map, (size_t)size, MADV_RANDOM);
-            store->maps[f] = map;
-            store->map_len[f] = (uint64_t)size;
         }
     }
     if (map_files) {
@@ -2925,7 +2929,7 @@ static void expert_store_populate(ExpertStore *store) {
     for (int l = 0; store->in_place && l < store->n_layers; l++) {
         if (store->c->layer_dense[l]) continue;
         for (int e = 0; e < store->n_experts; e += store->n_experts / 2 > 0 ? store->n_experts / 2 : 1, probed++)
-            resident += expert_in_page_cache(store, &store->sources[(size_t)l * store->n_experts + e], UINT64_MAX / 8192);
+            resident += expert_in_page_cache(store, &store->sources[(size_t)l * store->n_experts + e], PAGE_CACHE_GUESS);
     }
     store->in_place_likely = probed > 0 && resident * 2 > probed;
     __atomic_store_n(&store->populate_running, 1, __ATOMIC_RELEASE);
@@ -3018,7 +3022,7 @@ static int expert_pick_slot(ExpertStore *store, LayerCache *lc, const unsigned c
 static int expert_schedule_load(ExpertStore *store, int layer, int expert, unsigned char *avoid, int fresh_ok) {
     LayerCache *lc = &store->caches[layer];
     /* a guess for the slot's choice only (first and last pages): expert_load looks closer, and reads what the page cache lacks */
-    const int resident = store->prequantized && expert_in_page_cache(store, &store->sources[(size_t)layer * store->n_experts + expert], UINT64_MAX / 8192);
+    const int resident = expert_in_page_cache(store, &store->sources[(size_t)layer * store->n_experts + expert], PAGE_CACHE_GUESS);
     pthread_mutex_lock(&store->lock);
     int slot = expert_pick_slot(store, lc, avoid, fresh_ok, resident);
     while (slot >= 0 && lc->slots[slot].loading) {   /* a history prefetch is reading into it: take another */
