@@ -999,15 +999,17 @@ QT_VNNI QT_INLINE void qt_vnni_transpose16(__m512i *v) {
     }
 }
 
-/* Repack weight rows [r0, r0+n) into nb blocks of 16 rows: step t of block b at pk + b·bstride +
-   64t (unsigned codes: int4 nibble planes, int8 xor 0x80), the scales at wsT[(b·G + g)·16 + i].
-   Rows past n are zero. */
+/* Repack weight rows [r0, r0+n) into nb blocks of 16 rows: column c (4 bytes of each row) of block
+   b at pk + b·bstride + 64c (unsigned codes: int8 xor 0x80; int4 as stored, both nibbles: the tile
+   splits them), the scales at wsT[(b·G + g)·16 + i]. Rows past n are zero. The repack is bound by
+   its stores: writing the two nibble planes here took 1.4x as long as this (an L2-resident 32×6144
+   block, 3.5 against 2.5 us) and twice the scratch. */
 QT_VNNI static void qt_vnni_gemm_pack(const QTensor *w, int64_t r0, int64_t n, int nb, int64_t bstride,
                                       uint8_t *pk, float *wsT) {
     const int64_t rb = w->row_bytes, nch = (rb + 63) / 64, G = qt_groups_per_row(w), last = rb - (nch - 1) * 64;
     const __mmask64 tail = last == 64 ? ~(__mmask64)0 : (((__mmask64)1 << last) - 1);
     const int i8 = w->format == QT_INT8_ROW, pf = qt_prefetch_bytes;
-    const __m512i m4 = _mm512_set1_epi8(0x0F), flip = _mm512_set1_epi8((char)0x80);
+    const __m512i flip = _mm512_set1_epi8((char)0x80);
     for (int b = 0; b < nb; b++) {
         const int64_t rows = n - 16 * b < 16 ? n - 16 * b : 16;
         const uint8_t *src = w->data + (r0 + 16 * b) * rb;
@@ -1023,13 +1025,7 @@ QT_VNNI static void qt_vnni_gemm_pack(const QTensor *w, int64_t r0, int64_t n, i
                 for (int i = 0; i < 16; i++)
                     v[i] = i >= rows ? _mm512_setzero_si512() : _mm512_maskz_loadu_epi8(c + 1 < nch ? ~(__mmask64)0 : tail, src + i * rb + 64 * c);
             qt_vnni_transpose16(v);
-            for (int m = 0; m < 16; m++) {
-                if (i8) _mm512_store_si512((void *)(dst + 64 * (16 * c + m)), _mm512_xor_si512(v[m], flip));
-                else {
-                    _mm512_store_si512((void *)(dst + 128 * (16 * c + m)), _mm512_and_si512(v[m], m4));
-                    _mm512_store_si512((void *)(dst + 128 * (16 * c + m) + 64), _mm512_and_si512(_mm512_srli_epi16(v[m], 4), m4));
-                }
-            }
+            for (int m = 0; m < 16; m++) _mm512_store_si512((void *)(dst + 64 * (16 * c + m)), i8 ? _mm512_xor_si512(v[m], flip) : v[m]);
         }
         int64_t g = 0;
         if (rows == 16)   /* 16 groups of the 16 rows at a time, by the same transpose */
@@ -1047,73 +1043,103 @@ QT_VNNI static void qt_vnni_gemm_pack(const QTensor *w, int64_t r0, int64_t n, i
 #define QT_VNNI_RB 2   /* row blocks per tile: 32 weight rows */
 #define QT_VNNI_SB 12   /* activation rows per tile */
 
+/* The integer sums of one group (weight columns [c0, c1)) for the tile, accumulated onto acc:
+   int4 columns split into their two nibble planes here (steps 2c and 2c+1), int8 columns are one
+   step each. */
+#define QT_VNNI_GROUP_SUMS(c0, c1)                                                                              \
+    for (int64_t c = (c0); c < (c1); c++) {                                                                     \
+        qt_prefetch_step(pf);                                                                                   \
+        if (i8) {                                                                                               \
+            __m512i wv[2];                                                                                      \
+            QT_UNROLL for (int rb = 0; rb < RB; rb++) wv[rb] = _mm512_load_si512((const void *)(pk + rb * bstride + 64 * c)); \
+            const int32_t *xt = xq + c * sp;                                                                    \
+            QT_UNROLL for (int j = 0; j < SB; j++) {                                                            \
+                const __m512i xb = _mm512_set1_epi32(xt[j]);                                                    \
+                QT_UNROLL for (int rb = 0; rb < RB; rb++) acc[rb][j] = qt_dpbusd(acc[rb][j], wv[rb], xb);      \
+            }                                                                                                   \
+        } else QT_UNROLL for (int half = 0; half < 2; half++) {   /* one plane at a time: 2 registers */   \
+            __m512i wv[2];                                                                                      \
+            QT_UNROLL for (int rb = 0; rb < RB; rb++) {                                                         \
+                const __m512i v = _mm512_load_si512((const void *)(pk + rb * bstride + 64 * c));                \
+                wv[rb] = _mm512_and_si512(half ? _mm512_srli_epi16(v, 4) : v, m4);                              \
+            }                                                                                                   \
+            const int32_t *xt = xq + (2 * c + half) * sp;                                                       \
+            QT_UNROLL for (int j = 0; j < SB; j++) {                                                            \
+                const __m512i xb = _mm512_set1_epi32(xt[j]);                                                    \
+                QT_UNROLL for (int rb = 0; rb < RB; rb++) acc[rb][j] = qt_dpbusd(acc[rb][j], wv[rb], xb);      \
+            }                                                                                                   \
+        }                                                                                                       \
+    }
+
 /* One tile: RB blocks of 16 repacked weight rows × SB activation rows from s0, the whole row.
    Per group: exact int32 sums (vpdpbusd of each step vector with the broadcast activation step),
    then p = ws·(xs·(isum - off)) into lane g mod 16, all vectorized over the 16 rows; at the end
-   the lanes' fixed tree (qt_lanes_sum). lanes: scratch for RB·SB·16 vectors. */
+   the lanes' fixed tree (qt_lanes_sum). lanes: scratch for RB·SB·16 vectors. The per-row formats
+   (one group) keep p in registers. */
 QT_VNNI QT_INLINE void qt_vnni_gemm_tile(const QTensor *w, const QtActs *a, const uint8_t *pk, int64_t bstride,
                                          const float *wsT, __m512 *lanes, int s0, const int RB, const int SB,
                                          int64_t r0, int64_t n, float *y, QtPrefetch *pf) {
-    const int64_t G = qt_groups_per_row(w), nsteps = qt_gemm_cols(w) * qt_gemm_steps_per_col(w->format);
-    const int64_t gsteps = G == 1 ? nsteps : w->group / 4;
+    const int64_t G = qt_groups_per_row(w), ncols = qt_gemm_cols(w);
+    const int i8 = w->format == QT_INT8_ROW;
+    const __m512i m4 = _mm512_set1_epi8(0x0F);
     const int64_t sp = a->spad;
     const int32_t *xq = (const int32_t *)a->q + s0;   /* step t of row s0+j: xq[t·sp + j] */
     const float *xs = a->scale + s0;                   /* group g: xs[g·sp + j], off[g·sp + j] */
     const int32_t *off = a->off + s0;
-    /* lanes 0..15 start as 0 + p of groups 0..15 (below); only lanes no group reaches are zeroed
-       here (zeroing all 16·RB·SB vectors per tile was 2 % of a 2,048-token prefill) */
-    if (G > 1 && G < 16)
-        for (int e = 0; e < RB * SB; e++) for (int k = (int)G; k < 16; k++) lanes[e * 16 + k] = _mm512_setzero_ps();
     __m512 out[2][QT_VNNI_SB];
-    QT_UNROLL for (int rb = 0; rb < RB; rb++) QT_UNROLL for (int j = 0; j < SB; j++) out[rb][j] = _mm512_setzero_ps();
-    for (int64_t g = 0; g < G; g++) {
-        __m512i acc[2][QT_VNNI_SB];   /* start at -off: the sums come out as isum - off, exactly */
-        QT_UNROLL for (int j = 0; j < SB; j++) {
-            const __m512i start = _mm512_set1_epi32(-off[g * sp + j]);
-            QT_UNROLL for (int rb = 0; rb < RB; rb++) acc[rb][j] = start;
-        }
-        const int64_t t1 = (g + 1) * gsteps < nsteps ? (g + 1) * gsteps : nsteps;
-        for (int64_t t = g * gsteps; t < t1; t++) {
-            qt_prefetch_step(pf);
-            __m512i wv[2];
-            QT_UNROLL for (int rb = 0; rb < RB; rb++) wv[rb] = _mm512_load_si512((const void *)(pk + rb * bstride + 64 * t));
-            const int32_t *xt = xq + t * sp;
-            QT_UNROLL for (int j = 0; j < SB; j++) {
-                const __m512i xb = _mm512_set1_epi32(xt[j]);
-                QT_UNROLL for (int rb = 0; rb < RB; rb++) acc[rb][j] = qt_dpbusd(acc[rb][j], wv[rb], xb);
-            }
-        }
-        __m512 *lg = lanes + (g & 15);   /* lane g mod 16 of tile element (rb, j): lg[(rb·SB + j)·16] */
+    __m512i acc[2][QT_VNNI_SB];
+    QT_UNROLL for (int rb = 0; rb < RB; rb++) QT_UNROLL for (int j = 0; j < SB; j++) acc[rb][j] = _mm512_setzero_si512();
+    if (G == 1) {
+        QT_VNNI_GROUP_SUMS(0, ncols)
         QT_UNROLL for (int rb = 0; rb < RB; rb++) {
-            const __m512 wsv = _mm512_load_ps(wsT + (rb * G + g) * 16);
+            const __m512 wsv = _mm512_load_ps(wsT + rb * 16);
             QT_UNROLL for (int j = 0; j < SB; j++) {
-                const __m512 p = _mm512_mul_ps(wsv, _mm512_mul_ps(_mm512_set1_ps(xs[g * sp + j]), _mm512_cvtepi32_ps(acc[rb][j])));
-                if (G == 1) out[rb][j] = _mm512_add_ps(_mm512_setzero_ps(), p);
-                else lg[(rb * SB + j) * 16] = _mm512_add_ps(g < 16 ? _mm512_setzero_ps() : lg[(rb * SB + j) * 16], p);
+                const __m512i isum = _mm512_sub_epi32(acc[rb][j], _mm512_set1_epi32(off[j]));
+                out[rb][j] = _mm512_add_ps(_mm512_setzero_ps(), _mm512_mul_ps(wsv, _mm512_mul_ps(_mm512_set1_ps(xs[j]), _mm512_cvtepi32_ps(isum))));
             }
+        }
+    } else {
+        /* lanes 0..15 start as 0 + p of groups 0..15; only lanes no group reaches are zeroed here
+           (zeroing all 16·RB·SB vectors per tile was 2 % of a 2,048-token prefill) */
+        if (G < 16)
+            for (int e = 0; e < RB * SB; e++) for (int k = (int)G; k < 16; k++) lanes[e * 16 + k] = _mm512_setzero_ps();
+        const int64_t gcols = w->group / 8;   /* int4 only: a GEMM group covers whole columns */
+        for (int64_t g = 0; g < G; g++) {
+            const int64_t c1 = (g + 1) * gcols < ncols ? (g + 1) * gcols : ncols;
+            QT_VNNI_GROUP_SUMS(g * gcols, c1)
+            __m512 *lg = lanes + (g & 15);   /* lane g mod 16 of tile element (rb, j): lg[(rb·SB + j)·16] */
+            QT_UNROLL for (int rb = 0; rb < RB; rb++) {
+                const __m512 wsv = _mm512_load_ps(wsT + (rb * G + g) * 16);
+                QT_UNROLL for (int j = 0; j < SB; j++) {
+                    const __m512i isum = _mm512_sub_epi32(acc[rb][j], _mm512_set1_epi32(off[g * sp + j]));
+                    const __m512 p = _mm512_mul_ps(wsv, _mm512_mul_ps(_mm512_set1_ps(xs[g * sp + j]), _mm512_cvtepi32_ps(isum)));
+                    acc[rb][j] = _mm512_setzero_si512();
+                    if (g < 16) lg[(rb * SB + j) * 16] = _mm512_add_ps(_mm512_setzero_ps(), p);
+                    else lg[(rb * SB + j) * 16] = _mm512_add_ps(lg[(rb * SB + j) * 16], p);
+                }
+            }
+        }
+        QT_UNROLL for (int rb = 0; rb < RB; rb++) QT_UNROLL for (int j = 0; j < SB; j++) {
+            const __m512 *l = lanes + (rb * SB + j) * 16;
+            __m512 b[8];
+            QT_UNROLL for (int k = 0; k < 8; k++) b[k] = _mm512_add_ps(l[k], l[k + 8]);
+            QT_UNROLL for (int k = 0; k < 4; k++) b[k] = _mm512_add_ps(b[k], b[k + 4]);
+            out[rb][j] = _mm512_add_ps(_mm512_add_ps(b[0], b[2]), _mm512_add_ps(b[1], b[3]));
         }
     }
     QT_UNROLL for (int rb = 0; rb < RB; rb++) {
         const int64_t rows = n - 16 * rb;
         if (rows <= 0) continue;
         const __mmask16 mask = rows >= 16 ? (__mmask16)0xFFFF : (__mmask16)((1u << rows) - 1);
-        QT_UNROLL for (int j = 0; j < SB; j++) {
-            if (G > 1) {
-                const __m512 *l = lanes + (rb * SB + j) * 16;
-                __m512 b[8];
-                QT_UNROLL for (int k = 0; k < 8; k++) b[k] = _mm512_add_ps(l[k], l[k + 8]);
-                QT_UNROLL for (int k = 0; k < 4; k++) b[k] = _mm512_add_ps(b[k], b[k + 4]);
-                out[rb][j] = _mm512_add_ps(_mm512_add_ps(b[0], b[2]), _mm512_add_ps(b[1], b[3]));
-            }
-            _mm512_mask_storeu_ps(y + (int64_t)(s0 + j) * w->rows + r0 + 16 * rb, mask, out[rb][j]);
-        }
+        QT_UNROLL for (int j = 0; j < SB; j++) _mm512_mask_storeu_ps(y + (int64_t)(s0 + j) * w->rows + r0 + 16 * rb, mask, out[rb][j]);
     }
 }
+#undef QT_VNNI_GROUP_SUMS
 
 
 QT_VNNI static void qt_gemm_vnni(const QTensor *w, const QtActs *a, int s0, int s1, int64_t r0, int64_t r1, float *y) {
     const int64_t G = qt_groups_per_row(w);
-    const int64_t bstride = qt_gemm_cols_padded(w) * qt_gemm_steps_per_col(w->format) * 64;
+    const int64_t bstride = qt_gemm_cols_padded(w) * 64;   /* one vector per column, int4 and int8 */
     const size_t pk_bytes = (size_t)(QT_VNNI_RB * bstride), ws_bytes = (size_t)qt_round_up(QT_VNNI_RB * G * 16 * 4, 64);
     uint8_t *buf = qt_gemm_scratch(pk_bytes + ws_bytes + QT_VNNI_RB * QT_VNNI_SB * 16 * 64);
     uint8_t *pk = buf;
@@ -1130,7 +1156,7 @@ QT_VNNI static void qt_gemm_vnni(const QTensor *w, const QtActs *a, int s0, int 
         for (int s = s0, tile = 0, sb; s < s1; s += sb, tile++) {
             sb = (s1 - s + (tiles - tile) - 1) / (tiles - tile);
             QtPrefetch pf = qt_prefetch_share(w->data + (r + n) * w->row_bytes, next_rows * w->row_bytes, tiles,
-                                              tile, qt_gemm_cols(w) * qt_gemm_steps_per_col(w->format));
+                                              tile, qt_gemm_cols(w));
 #define QT_TILE(RB, SB) qt_vnni_gemm_tile(w, a, pk, bstride, wsT, lanes, s, RB, SB, r, n, y, &pf)
             if (nb == 2) switch (sb) {
                 case 1: QT_TILE(2, 1); break; case 2: QT_TILE(2, 2); break; case 3: QT_TILE(2, 3); break;
