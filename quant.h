@@ -71,9 +71,11 @@
    Batches (S >= 4; on AVX-512 S >= 5; int8-row, int4-row and int4-group
    with groups of a multiple of 8 inputs): the GEMM kernels. A row kernel reads a weight row once per call but decodes it
    again for every activation row and ends each dot product with a horizontal sum; the GEMM path
-   decodes a block of weight rows once into per-thread scratch ("repacks": one vector then holds
-   the same few inputs of 8 or 16 rows, so each int32 lane is one output's exact group sum) and
-   applies it to a tile of activation rows held in registers. The group epilogue and the 16 float
+   repacks a block of weight rows once into per-thread scratch (one vector then holds the same few
+   inputs of 8 or 16 rows, so each int32 lane is one output's exact group sum; the 256-bit kernels
+   store int4 as nibble planes, the 512-bit one as it is and splits the nibbles per tile, which
+   costs less than the repack's extra stores) and applies it to a tile of activation rows held in
+   registers. The group epilogue and the 16 float
    lanes of the spec then run vectorized over rows, in the same order: same result bit for bit.
 
    Threads: one OpenMP parallel region per call (the engine's team). Each thread streams its own
