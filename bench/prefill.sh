@@ -10,7 +10,8 @@
 #                                         (/work/glm_bench_small, 1 dense + 1 MoE layer, fits the page
 #                                         cache of a 24 GB machine: the one to use for warm figures)
 #   env: LENGTHS   prompt lengths (default "255 1024 2048")
-#        REPS      repetitions of each (new, old) pair, alternating (default 1); the summary takes
+#        REPS      repetitions of each (new, old) pair, alternating, and alternating which engine of
+#                  a pair runs first (default 1); the summary takes
 #                  the median of each engine and the median of the per-pair ratios
 #        LONG      long-context prompt for the attention figure, this engine only (default 4000; 0: skip)
 #        LONG_OLD  1: also run the long prompt on the round-1 engine (slow: minutes)
@@ -25,6 +26,10 @@
 # into every slot at start, faulting the whole slot arena in during the prefill being timed (fresh
 # pages cost ~1 GB/s on these VMs; measured: 255 warm tokens 10.1 s with history, 1.9 s without);
 # the round-1 engine has no history and faults its arena before the prefill.
+# Each prefill line ends with the whole process's wall time (load, slot faulting, prefill, exit):
+# round 1 faults its slot arena in before its prefill timer starts, this engine while it works
+# (fast start), so where fresh memory is slow the prefill figures alone favour round 1. REPLAY
+# waits for the slot arena in both engines; their "faulted in" lines are printed.
 set -u
 cd "$(dirname "$0")/.." || exit 1
 ROOT=$(pwd)
@@ -55,6 +60,9 @@ ids = [random.randrange(1000, 150000) for _ in range(n + 1)]
 json.dump({"prompt_ids": ids[:n], "full_ids": ids}, open(sys.argv[2], "w"))
 EOF
 }
+# the engines of pair `rep`, alternating which runs first: with the new engine always first, its
+# first cold run was its slowest in both runs of session 6 (5.2 and 4.6 s against 2.6-3.7 s)
+order() { if [ $(($1 % 2)) = 1 ]; then echo new old; else echo old new; fi; }
 field() { sed -nE "s|.*$1.*|\\1|p" <<<"$2" | head -1; }
 evict() { tools/iobench --modes evict --threads 1 "${FILES[@]}" >/dev/null; }
 cached() {   # page-cache residency of the model files (fincore, util-linux), if available
@@ -68,12 +76,14 @@ run() {
   [ "$phase" = warm ] && mode="DIRECT=0"
   [ "$phase" = mmap ] && mode="MMAP=1"
   [ "$phase" = cold ] && evict
-  local out
+  local out t0
+  t0=$(date +%s.%N)
   out=$(env $mode USAGE=off RAM_GB=$RAM THREADS=$THR PROFILE=1 NGEN=1 SNAP="$MODEL" REF="$TMP/ref$n.json" "$bin" 2>&1)
+  WALL=$(awk -v a="$t0" -v b="$(date +%s.%N)" 'BEGIN { printf "%.2f", b - a }')
   T=$(field 'prefill [0-9]+ tokens ([0-9.]+) s' "$(grep 'glm: prefill' <<<"$out")")
   PROF=$(grep '^PROFILE' <<<"$out"); STATS=$(grep 'glm: experts:' <<<"$out")
   if [ -z "$T" ]; then echo "  FAILED: $(tail -3 <<<"$out")"; T=nan; return; fi
-  echo "  $(grep 'glm: prefill' <<<"$out" | sed 's/ | decode.*//')"
+  echo "  $(grep 'glm: prefill [0-9]' <<<"$out" | sed 's/ | decode.*//')   (the whole process: $WALL s)"
   echo "  $PROF"
   echo "  ${STATS#glm: }"
 }
@@ -90,25 +100,26 @@ for phase in $PHASES; do
   fi
   for n in $LENGTHS; do
     for rep in $(seq "$REPS"); do
-      for eng in new old; do
+      for eng in $(order "$rep"); do
         bin=$NEW; [ $eng = old ] && bin=$OLD
         echo "$phase $n tokens, $eng engine$([ "$REPS" -gt 1 ] && echo ", repetition $rep") ($(cut -d' ' -f1-3 /proc/loadavg)):"
         run "$bin" "$phase" "$n"
         RES[$phase.$n.$eng]="${RES[$phase.$n.$eng]:-} $T"
         [ $eng = new ] && RES[$phase.$n.prof]=$PROF
       done
-      RES[$phase.$n.ratios]="${RES[$phase.$n.ratios]:-} $(awk -v o="$T" -v w="${RES[$phase.$n.new]##* }" 'BEGIN { print (w > 0 && o > 0 ? o / w : "nan") }')"
+      RES[$phase.$n.ratios]="${RES[$phase.$n.ratios]:-} $(awk -v o="${RES[$phase.$n.old]##* }" -v w="${RES[$phase.$n.new]##* }" 'BEGIN { print (w > 0 && o > 0 ? o / w : "nan") }')"
     done
   done
 done
 
 echo "decode (REPLAY of $MODEL/reference.json, O_DIRECT, page cache evicted before each run):"
 for rep in $(seq "$REPS"); do
-  for eng in new old; do
+  for eng in $(order "$rep"); do
     bin=$NEW; [ $eng = old ] && bin=$OLD
     evict   # both engines decode from the disk (INPLACE would use a warm page cache, round 1 cannot)
     out=$(env USAGE=off RAM_GB=$RAM THREADS=$THR REPLAY=1 SNAP="$MODEL" REF="$MODEL/reference.json" "$bin" 2>&1)
     line=$(grep '^REPLAY' <<<"$out"); echo "  $eng: $line"
+    grep -E 'faulted in' <<<"$out" | sed 's/^glm: /       /'   # both fault the slot arena in before the timer
     RES[decode.$eng]="${RES[decode.$eng]:-} $(field ' ([0-9.]+) tok/s' "$line")"
   done
 done
