@@ -70,6 +70,10 @@ expect_fail "a budget below the model's needs is refused with the numbers" 'RAM 
 # REPLAY is the decode benchmark on any model; STATS writes routing counts atomically.
 out=$(REPLAY=1 STATS="$T/routes.txt" SNAP="$T/c8" REF="$F/oracle_sparse/reference.json" "$GLM" 4 8 8 2>&1)
 if grep -qE '^REPLAY decode: 36 tokens in [0-9.]+s \| [0-9.]+ tok/s \| expert hit [0-9.]+%' <<<"$out"; then echo "PASS REPLAY line"; else echo "FAIL REPLAY line"; echo "$out" | tail -3; fi
+# its timer starts once the slot helper has faulted the expert cache in (as round 1's did)
+if grep -qE '^glm: expert slots faulted in before the REPLAY timer started: [0-9.]+ s$' <<<"$out" &&
+   [ "$(grep -n 'faulted in before the REPLAY timer' <<<"$out" | cut -d: -f1)" -lt "$(grep -n '^REPLAY decode' <<<"$out" | cut -d: -f1)" ]; then
+  echo "PASS REPLAY waits for the slot helper before its timer"; else echo "FAIL REPLAY does not say it waited for the slot helper"; echo "$out" | tail -3; fi
 # 36 tokens x 4 MoE layers (3 + MTP? no: replay runs the main model only: 3 MoE layers) x top-4 routes
 total=$(awk '!/^#/ { s += $3 } END { print s }' "$T/routes.txt" 2>/dev/null)
 if [ "$total" = "$((36 * 3 * 4))" ] && ! ls "$T"/routes.txt.tmp.* >/dev/null 2>&1; then echo "PASS STATS counts every routing decision ($total)"; else echo "FAIL STATS total '$total', expected $((36*3*4))"; fi
