@@ -2937,13 +2937,14 @@ static void expert_store_populate(ExpertStore *store) {
     else __atomic_store_n(&store->populate_running, 0, __ATOMIC_RELEASE);
 }
 
-/* Lets the slot helper fault the rest of the arena in, unpaced, and waits for it. The seconds it
-   took; 0 when there was no helper. */
-static double expert_store_finish_populate(ExpertStore *store) {
+/* Ends the slot helper and waits for it: stop = 1, at its next 2 MiB piece; stop = 0, once it has
+   faulted the rest of the arena in, unpaced. The seconds it took; 0 when there was no helper. */
+static double expert_store_end_populate(ExpertStore *store, int stop) {
     if (!store->populate_started) return 0;
     const double t0 = now_seconds();
     pthread_mutex_lock(&store->lock);
-    store->populate_wanted = store->slots_per_layer;
+    if (stop) __atomic_store_n(&store->populate_stop, 1, __ATOMIC_RELAXED);
+    else store->populate_wanted = store->slots_per_layer;
     pthread_cond_signal(&store->populate_more);
     pthread_mutex_unlock(&store->lock);
     pthread_join(store->populate_thread, NULL);
@@ -2954,14 +2955,7 @@ static double expert_store_finish_populate(ExpertStore *store) {
 /* Stops the slot helper and the I/O thread (a history prefetch in progress ends at its next
    4 MiB piece) and saves the usage history. */
 static void expert_store_stop(ExpertStore *store) {
-    if (store->populate_started) {
-        pthread_mutex_lock(&store->lock);
-        __atomic_store_n(&store->populate_stop, 1, __ATOMIC_RELAXED);
-        pthread_cond_signal(&store->populate_more);
-        pthread_mutex_unlock(&store->lock);
-        pthread_join(store->populate_thread, NULL);
-        store->populate_started = 0;
-    }
+    expert_store_end_populate(store, 1);
     if (!store->io_started) return;
     expert_usage_save(store);
     pthread_mutex_lock(&store->lock);
@@ -5528,7 +5522,7 @@ static void run_replay(Model *m, Session *s, const ForwardOptions *opt, const Re
     const int N = ref->full.n;
     Generator *g = generator_create(m, s, opt, (SamplerSettings){ 0.0f, 1.0f, 1 });
     ExpertStore *store = &m->experts;
-    const double faulting = expert_store_finish_populate(store);
+    const double faulting = expert_store_end_populate(store, 0);
     if (faulting > 0) fprintf(stderr, "glm: expert slots faulted in before the REPLAY timer started: %.2f s\n", faulting);
     long long h0 = store->hits, m0 = store->misses;
     double t0 = now_seconds();

@@ -1045,6 +1045,13 @@ QT_VNNI static void qt_vnni_gemm_pack(const QTensor *w, int64_t r0, int64_t n, i
 #define QT_VNNI_RB 2   /* row blocks per tile: 32 weight rows */
 #define QT_VNNI_SB 12   /* activation rows per tile */
 
+/* One step of the tile: acc[rb][j] += the step vectors wv[rb] times row j's activation step xt[j]. */
+#define QT_VNNI_STEP(wv, xt)                                                                                    \
+    QT_UNROLL for (int j = 0; j < SB; j++) {                                                                    \
+        const __m512i xb = _mm512_set1_epi32((xt)[j]);                                                          \
+        QT_UNROLL for (int rb = 0; rb < RB; rb++) acc[rb][j] = qt_dpbusd(acc[rb][j], (wv)[rb], xb);            \
+    }
+
 /* The integer sums of one group (weight columns [c0, c1)) for the tile, accumulated onto acc:
    int4 columns split into their two nibble planes here (steps 2c and 2c+1), int8 columns are one
    step each. */
@@ -1054,24 +1061,21 @@ QT_VNNI static void qt_vnni_gemm_pack(const QTensor *w, int64_t r0, int64_t n, i
         if (i8) {                                                                                               \
             __m512i wv[2];                                                                                      \
             QT_UNROLL for (int rb = 0; rb < RB; rb++) wv[rb] = _mm512_load_si512((const void *)(pk + rb * bstride + 64 * c)); \
-            const int32_t *xt = xq + c * sp;                                                                    \
-            QT_UNROLL for (int j = 0; j < SB; j++) {                                                            \
-                const __m512i xb = _mm512_set1_epi32(xt[j]);                                                    \
-                QT_UNROLL for (int rb = 0; rb < RB; rb++) acc[rb][j] = qt_dpbusd(acc[rb][j], wv[rb], xb);      \
-            }                                                                                                   \
+            QT_VNNI_STEP(wv, xq + c * sp)                                                                       \
         } else QT_UNROLL for (int half = 0; half < 2; half++) {   /* one plane at a time: 2 registers */   \
             __m512i wv[2];                                                                                      \
             QT_UNROLL for (int rb = 0; rb < RB; rb++) {                                                         \
                 const __m512i v = _mm512_load_si512((const void *)(pk + rb * bstride + 64 * c));                \
                 wv[rb] = _mm512_and_si512(half ? _mm512_srli_epi16(v, 4) : v, m4);                              \
             }                                                                                                   \
-            const int32_t *xt = xq + (2 * c + half) * sp;                                                       \
-            QT_UNROLL for (int j = 0; j < SB; j++) {                                                            \
-                const __m512i xb = _mm512_set1_epi32(xt[j]);                                                    \
-                QT_UNROLL for (int rb = 0; rb < RB; rb++) acc[rb][j] = qt_dpbusd(acc[rb][j], wv[rb], xb);      \
-            }                                                                                                   \
+            QT_VNNI_STEP(wv, xq + (2 * c + half) * sp)                                                          \
         }                                                                                                       \
     }
+
+/* The spec's p = ws·(xs·(isum - off)) of one group, for 16 weight rows: sums = isum of each. */
+QT_VNNI QT_INLINE __m512 qt_vnni_group_p(__m512i sums, const int32_t *off, const float *xs, __m512 ws) {
+    return _mm512_mul_ps(ws, _mm512_mul_ps(_mm512_set1_ps(*xs), _mm512_cvtepi32_ps(_mm512_sub_epi32(sums, _mm512_set1_epi32(*off)))));
+}
 
 /* One tile: RB blocks of 16 repacked weight rows × SB activation rows from s0, the whole row.
    Per group: exact int32 sums (vpdpbusd of each step vector with the broadcast activation step),
@@ -1095,10 +1099,7 @@ QT_VNNI QT_INLINE void qt_vnni_gemm_tile(const QTensor *w, const QtActs *a, cons
         QT_VNNI_GROUP_SUMS(0, ncols)
         QT_UNROLL for (int rb = 0; rb < RB; rb++) {
             const __m512 wsv = _mm512_load_ps(wsT + rb * 16);
-            QT_UNROLL for (int j = 0; j < SB; j++) {
-                const __m512i isum = _mm512_sub_epi32(acc[rb][j], _mm512_set1_epi32(off[j]));
-                out[rb][j] = _mm512_add_ps(_mm512_setzero_ps(), _mm512_mul_ps(wsv, _mm512_mul_ps(_mm512_set1_ps(xs[j]), _mm512_cvtepi32_ps(isum))));
-            }
+            QT_UNROLL for (int j = 0; j < SB; j++) out[rb][j] = _mm512_add_ps(_mm512_setzero_ps(), qt_vnni_group_p(acc[rb][j], &off[j], &xs[j], wsv));
         }
     } else {
         /* lanes 0..15 start as 0 + p of groups 0..15; only lanes no group reaches are zeroed here
@@ -1113,8 +1114,7 @@ QT_VNNI QT_INLINE void qt_vnni_gemm_tile(const QTensor *w, const QtActs *a, cons
             QT_UNROLL for (int rb = 0; rb < RB; rb++) {
                 const __m512 wsv = _mm512_load_ps(wsT + (rb * G + g) * 16);
                 QT_UNROLL for (int j = 0; j < SB; j++) {
-                    const __m512i isum = _mm512_sub_epi32(acc[rb][j], _mm512_set1_epi32(off[g * sp + j]));
-                    const __m512 p = _mm512_mul_ps(wsv, _mm512_mul_ps(_mm512_set1_ps(xs[g * sp + j]), _mm512_cvtepi32_ps(isum)));
+                    const __m512 p = qt_vnni_group_p(acc[rb][j], &off[g * sp + j], &xs[g * sp + j], wsv);
                     acc[rb][j] = _mm512_setzero_si512();
                     if (g < 16) lg[(rb * SB + j) * 16] = _mm512_add_ps(_mm512_setzero_ps(), p);
                     else lg[(rb * SB + j) * 16] = _mm512_add_ps(lg[(rb * SB + j) * 16], p);
@@ -1137,6 +1137,7 @@ QT_VNNI QT_INLINE void qt_vnni_gemm_tile(const QTensor *w, const QtActs *a, cons
     }
 }
 #undef QT_VNNI_GROUP_SUMS
+#undef QT_VNNI_STEP
 
 
 QT_VNNI static void qt_gemm_vnni(const QTensor *w, const QtActs *a, int s0, int s1, int64_t r0, int64_t r1, float *y) {
