@@ -76,14 +76,15 @@ run() {
   [ "$phase" = warm ] && mode="DIRECT=0"
   [ "$phase" = mmap ] && mode="MMAP=1"
   [ "$phase" = cold ] && evict
-  local out t0
+  local out t0 line
   t0=$(date +%s.%N)
   out=$(env $mode USAGE=off RAM_GB=$RAM THREADS=$THR PROFILE=1 NGEN=1 SNAP="$MODEL" REF="$TMP/ref$n.json" "$bin" 2>&1)
   WALL=$(awk -v a="$t0" -v b="$(date +%s.%N)" 'BEGIN { printf "%.2f", b - a }')
-  T=$(field 'prefill [0-9]+ tokens ([0-9.]+) s' "$(grep 'glm: prefill' <<<"$out")")
+  line=$(grep 'glm: prefill [0-9]' <<<"$out" | sed 's/ | decode.*//')
+  T=$(field 'prefill [0-9]+ tokens ([0-9.]+) s' "$line")
   PROF=$(grep '^PROFILE' <<<"$out"); STATS=$(grep 'glm: experts:' <<<"$out")
   if [ -z "$T" ]; then echo "  FAILED: $(tail -3 <<<"$out")"; T=nan; return; fi
-  echo "  $(grep 'glm: prefill [0-9]' <<<"$out" | sed 's/ | decode.*//')   (the whole process: $WALL s)"
+  echo "  $line   (the whole process: $WALL s)"
   echo "  $PROF"
   echo "  ${STATS#glm: }"
 }
