@@ -1,0 +1,118 @@
+/* Unit tests of glm.c's resident load and the page cache (loader_note, loader_snapshot,
+   loader_drop_new, loader_release_snapshot): pages the load brings into the page cache are dropped
+   once read, pages that were cached before stay. On a file of its own with two 6 MiB tensors;
+   residency is counted with mincore over each tensor's pages but its first and last 2 MiB (a large
+   folio that also holds the header or the other tensor may outlive a drop of one range). glm.c is
+   included with GLM_NO_MAIN. */
+#define GLM_NO_MAIN
+#pragma GCC diagnostic ignored "-Wunused-function"   /* the modes main() would call */
+#include "../glm.c"
+
+static int failures;
+#define CHECK(name, cond) do { if (cond) printf("PASS %s\n", name); else { printf("FAIL %s: %s\n", name, #cond); failures++; } } while (0)
+
+enum { TENSOR = 6 << 20, MARGIN = 2 << 20 };
+
+/* Pages of tensor t (but its margins) the page cache holds, and how many there are. */
+static long cached_pages(const StIndex *ix, const StTensor *t, long *total) {
+    const int fd = st_file_fd(ix, t->file);
+    struct stat sb;
+    fstat(fd, &sb);
+    uint8_t *map = mmap(NULL, (size_t)sb.st_size, PROT_READ, MAP_SHARED, fd, 0);
+    if (map == MAP_FAILED) { *total = 0; return -1; }
+    const uint64_t page = (uint64_t)sysconf(_SC_PAGESIZE), pages = ((uint64_t)sb.st_size + page - 1) / page;
+    unsigned char *vec = xmalloc((size_t)pages);
+    const int ok = !mincore(map, (size_t)sb.st_size, vec);
+    munmap(map, (size_t)sb.st_size);
+    long n = 0;
+    *total = 0;
+    for (uint64_t p = (t->offset + MARGIN) / page; ok && p < (t->offset + t->nbytes - MARGIN) / page; p++, ++*total) n += vec[p] & 1;
+    free(vec);
+    return ok ? n : -1;
+}
+
+static void evict(const StIndex *ix) {
+    const int fd = st_file_fd(ix, 0);
+    fsync(fd);
+    posix_fadvise(fd, 0, 0, POSIX_FADV_DONTNEED);
+}
+
+/* A load of the tensors in `which` (bit 0: a, bit 1: b) as glm's loader does it: note the ranges
+   (the dry walk), snapshot, read each and drop behind it, release. */
+static void load(const StIndex *ix, const StTensor *t[2], int which) {
+    Loader ld = { .index = (StIndex *)ix, .noting = 1 };
+    for (int k = 0; k < 2; k++) if (which >> k & 1) loader_note(&ld, t[k]->file, t[k]->offset, t[k]->nbytes);
+    loader_snapshot(&ld);
+    uint8_t *buf = xmalloc(TENSOR);
+    char err[256];
+    for (int k = 0; k < 2; k++) {
+        if (!(which >> k & 1)) continue;
+        if (st_read_raw(ix, t[k], buf, err, sizeof err)) { printf("FAIL reading %s: %s\n", t[k]->name, err); failures++; }
+        loader_drop_new(&ld, t[k]->file, t[k]->offset, t[k]->nbytes);
+    }
+    loader_release_snapshot(&ld);
+    CHECK("the snapshot is released", !ld.ranges && !ld.n_ranges);
+    free(buf);
+}
+
+int main(void) {
+    char dir[] = "/tmp/test_loader.XXXXXX", path[64];
+    if (!mkdtemp(dir)) { printf("FAIL mkdtemp: %s\n", strerror(errno)); return 1; }
+    snprintf(path, sizeof path, "%s/model.safetensors", dir);
+    char header[256];
+    int n = snprintf(header, sizeof header,
+                     "{\"a\":{\"dtype\":\"U8\",\"shape\":[%d],\"data_offsets\":[0,%d]},"
+                     "\"b\":{\"dtype\":\"U8\",\"shape\":[%d],\"data_offsets\":[%d,%d]}}",
+                     TENSOR, TENSOR, TENSOR, TENSOR, 2 * TENSOR);
+    while (n % 8) header[n++] = ' ';
+    FILE *f = fopen(path, "wb");
+    uint64_t hlen = (uint64_t)n;
+    uint8_t *data = xmalloc(2 * (size_t)TENSOR);
+    for (size_t i = 0; i < 2 * (size_t)TENSOR; i++) data[i] = (uint8_t)(i * 2654435761u >> 24);
+    int wrote = f && fwrite(&hlen, 8, 1, f) == 1 && fwrite(header, 1, (size_t)n, f) == (size_t)n &&
+                fwrite(data, 1, 2 * (size_t)TENSOR, f) == 2 * (size_t)TENSOR;
+    if (f) fclose(f);
+    free(data);
+    char err[512];
+    StIndex *ix = wrote ? st_open_dir(dir, err, sizeof err) : NULL;
+    if (!ix) { printf("FAIL writing and opening %s\n", path); return 1; }
+    const StTensor *t[2] = { st_find(ix, "a"), st_find(ix, "b") };
+    long total, c;
+
+    evict(ix);
+    if ((c = cached_pages(ix, t[0], &total)) != 0 || cached_pages(ix, t[1], &total) != 0) {
+        printf("SKIP the load and the page cache: this file system keeps pages it was asked to drop (%ld of %ld)\n", c, total);
+        unlink(path);
+        rmdir(dir);
+        st_close(ix);
+        return 0;
+    }
+    load(ix, t, 3);
+    CHECK("a cold load leaves none of the pages it read in the page cache",
+          cached_pages(ix, t[0], &total) == 0 && cached_pages(ix, t[1], &total) == 0 && total > 0);
+
+    evict(ix);
+    char buf[1 << 16];
+    for (uint64_t off = 0; off < t[1]->offset + t[1]->nbytes; off += sizeof buf) pread(st_file_fd(ix, 0), buf, sizeof buf, (off_t)off);
+    CHECK("(the whole file read: both tensors cached)", cached_pages(ix, t[0], &total) == total && cached_pages(ix, t[1], &total) == total);
+    load(ix, t, 3);
+    CHECK("a warm load keeps every page that was cached",
+          cached_pages(ix, t[0], &total) == total && cached_pages(ix, t[1], &total) == total);
+
+    evict(ix);
+    for (uint64_t off = t[1]->offset; off < t[1]->offset + t[1]->nbytes; off += sizeof buf) pread(st_file_fd(ix, 0), buf, sizeof buf, (off_t)off);
+    load(ix, t, 3);
+    CHECK("half warm: the tensor that was cached stays, the other one goes",
+          cached_pages(ix, t[0], &total) == 0 && cached_pages(ix, t[1], &total) == total);
+
+    evict(ix);
+    for (uint64_t off = t[1]->offset; off < t[1]->offset + t[1]->nbytes; off += sizeof buf) pread(st_file_fd(ix, 0), buf, sizeof buf, (off_t)off);
+    load(ix, t, 1);
+    CHECK("a range the load did not note is left as it was",
+          cached_pages(ix, t[0], &total) == 0 && cached_pages(ix, t[1], &total) == total);
+
+    st_close(ix);
+    unlink(path);
+    rmdir(dir);
+    return failures ? 1 : 0;
+}
