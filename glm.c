@@ -141,9 +141,14 @@ static void *xcalloc(size_t count, size_t size) {
 }
 
 /* A big scratch buffer that is zero until first touched: the 2 MiB-aligned part of it asks for
-   transparent huge pages. The first touch of fresh memory is what costs on these VMs (~12 us per
-   4 KiB page, limits.md); a 2 MiB page is faulted and cleared in one go, ~20x faster per byte.
-   The advice changes nothing else: free() releases the block, wherever calloc took it from. */
+   transparent huge pages (fewer TLB misses in attention's passes over the KV cache; on a machine
+   without a hypervisor a 2 MiB page also faults in faster per byte). On these VMs the first touch
+   is what costs, and how much depends on where the memory comes from: limits.md measured ~12 us
+   per 4 KiB page; on 2026-12-02, 2 MiB pages freed a moment ago faulted in at 14-20 GB/s, ones
+   the guest had already handed back to the host (free page reporting, a few seconds after a free)
+   at 0.33-0.41 GB/s, and 4 KiB pages at 2.4-2.8 GB/s; alternating cold 255-token prefills with
+   and without the advice did not tell them apart. The advice changes nothing else: free()
+   releases the block, wherever calloc took it from. */
 static void *xcalloc_huge(size_t count, size_t size) {
     void *p = xcalloc(count, size);
     const size_t huge = (size_t)2 << 20, n = count * size;
@@ -1023,12 +1028,14 @@ static void loader_free(Loader *ld) {
    so file pages that the load itself brought into the page cache would hold those weights twice
    (~10 GB for GLM-5.2) until the kernel reclaims them, which it does only when the expert slots
    or the KV cache fault in and have to wait for it. Pages that were cached before the load stay,
-   so a warm machine still loads from RAM next time. On the bench fixture, cold, in alternating
-   runs: load 1.2-1.6 s against 1.4-3.2 s, a 255-token prefill 2.0-2.7 s against 2.8-3.7 s (on these
-   VMs memory the process has just given back faults in ~10x faster than memory that has been free
-   for a few seconds). What was cached is noted for every range before the first read (a dry walk
-   of the load, loader_snapshot): reading one tensor caches the start of the next one too
-   (read-ahead, large folios), so a note taken tensor by tensor would keep those pages. */
+   so a warm machine still loads from RAM next time. On the bench fixture, 7 alternating pairs of
+   cold 255-token runs (medians): load 1.45 s against 2.22, prefill 2.69 s against 3.08, start to
+   exit 4.6 s against 5.8 (on these VMs, memory the process has just given back faults in far faster
+   than memory that has been free for a few seconds). What was cached is noted for every range
+   before the first read (the RAM plan's dry walk, loader_snapshot): reading one tensor caches the
+   start of the next one too (read-ahead, large folios), so a note taken tensor by tensor would keep
+   those pages. What stays: the headers (read before the snapshot, ~1.3 MB per file here) and a
+   large folio that straddles the end of a range (the kernel drops only whole ones). */
 typedef struct CachedRange {
     int file;
     uint64_t first, end;      /* page-aligned byte range */
