@@ -1084,29 +1084,36 @@ static void loader_snapshot(Loader *ld) {
     }
 }
 
-/* Drops the pages of [off, off + len) of `file` (whole pages around it) that were not cached before
-   the load; off + len = UINT64_MAX with off = 0: every noted range of every file. */
+/* Drops the pages of r in [a, b) (page-aligned) that were not cached before the load. */
+static void cached_range_drop(const Loader *ld, const CachedRange *r, uint64_t a, uint64_t b) {
+    if (!r->cached) return;
+    const uint64_t page = (uint64_t)sysconf(_SC_PAGESIZE);
+    const uint64_t p1 = ((b < r->end ? b : r->end) - r->first) / page;
+    for (uint64_t p = ((a > r->first ? a : r->first) - r->first) / page; p < p1;) {
+        if (r->cached[p] & 1) { p++; continue; }
+        uint64_t q = p;
+        while (q < p1 && !(r->cached[q] & 1)) q++;
+        posix_fadvise(st_file_fd(ld->index, r->file), (off_t)(r->first + p * page), (off_t)((q - p) * page), POSIX_FADV_DONTNEED);
+        p = q;
+    }
+}
+
+/* Drops the pages of [off, off + len) of `file` (whole pages around it) that were not cached
+   before the load. */
 static void loader_drop_new(const Loader *ld, int file, uint64_t off, uint64_t len) {
-    const uint64_t page = (uint64_t)sysconf(_SC_PAGESIZE), a = off / page * page;
-    const uint64_t b = len == UINT64_MAX ? UINT64_MAX : (off + len + page - 1) / page * page;
+    const uint64_t page = (uint64_t)sysconf(_SC_PAGESIZE), a = off / page * page, b = (off + len + page - 1) / page * page;
     for (int i = 0; i < ld->n_ranges; i++) {
         const CachedRange *r = &ld->ranges[i];
-        if ((file >= 0 && r->file != file) || !r->cached || r->end <= a || r->first >= b) continue;
-        const uint64_t p0 = ((a > r->first ? a : r->first) - r->first) / page, p1 = ((b < r->end ? b : r->end) - r->first) / page;
-        for (uint64_t p = p0; p < p1;) {
-            if (r->cached[p] & 1) { p++; continue; }
-            uint64_t q = p;
-            while (q < p1 && !(r->cached[q] & 1)) q++;
-            posix_fadvise(st_file_fd(ld->index, r->file), (off_t)(r->first + p * page), (off_t)((q - p) * page), POSIX_FADV_DONTNEED);
-            p = q;
-        }
+        if (r->file == file && r->end > a && r->first < b) cached_range_drop(ld, r, a, b);
     }
 }
 
 /* After the load: the last drop over every range (the pages a later read cached again), then the notes go. */
 static void loader_release_snapshot(Loader *ld) {
-    loader_drop_new(ld, -1, 0, UINT64_MAX);
-    for (int i = 0; i < ld->n_ranges; i++) free(ld->ranges[i].cached);
+    for (int i = 0; i < ld->n_ranges; i++) {
+        cached_range_drop(ld, &ld->ranges[i], ld->ranges[i].first, ld->ranges[i].end);
+        free(ld->ranges[i].cached);
+    }
     free(ld->ranges);
     ld->ranges = NULL;
     ld->n_ranges = ld->cap_ranges = 0;
