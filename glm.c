@@ -128,6 +128,10 @@ static double now_seconds(void) {
     return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
 }
 
+/* The size of the pages mmap, madvise and mincore work in: 4 KiB on x86-64, 16 or 64 KiB on some
+   ARM64 kernels (an address or length that is not a multiple of it makes those calls fail). */
+static uint64_t page_bytes(void) { return (uint64_t)sysconf(_SC_PAGESIZE); }
+
 static void *xmalloc(size_t n) {
     void *p = malloc(n ? n : 1);
     if (!p) die("out of memory allocating %zu bytes", n);
@@ -1049,7 +1053,7 @@ static void loader_note(Loader *ld, int file, uint64_t off, uint64_t len) {
         ld->ranges = realloc(ld->ranges, (size_t)ld->cap_ranges * sizeof *ld->ranges);
         if (!ld->ranges) die("out of memory noting the tensors to load");
     }
-    const uint64_t page = (uint64_t)sysconf(_SC_PAGESIZE);
+    const uint64_t page = page_bytes();
     ld->ranges[ld->n_ranges++] = (CachedRange){ file, off / page * page, (off + len + page - 1) / page * page, NULL };
 }
 
@@ -1073,7 +1077,7 @@ static void loader_snapshot(Loader *ld) {
         } else ld->ranges[n++] = ld->ranges[i];
     }
     ld->n_ranges = n;
-    const uint64_t page = (uint64_t)sysconf(_SC_PAGESIZE);
+    const uint64_t page = page_bytes();
     for (int i = 0; i < n; i++) {
         CachedRange *r = &ld->ranges[i];
         void *map = mmap(NULL, (size_t)(r->end - r->first), PROT_READ, MAP_SHARED, st_file_fd(ld->index, r->file), (off_t)r->first);
@@ -1087,7 +1091,7 @@ static void loader_snapshot(Loader *ld) {
 /* Drops the pages of r in [a, b) (page-aligned) that were not cached before the load. */
 static void cached_range_drop(const Loader *ld, const CachedRange *r, uint64_t a, uint64_t b) {
     if (!r->cached) return;
-    const uint64_t page = (uint64_t)sysconf(_SC_PAGESIZE);
+    const uint64_t page = page_bytes();
     const uint64_t p1 = ((b < r->end ? b : r->end) - r->first) / page;
     for (uint64_t p = ((a > r->first ? a : r->first) - r->first) / page; p < p1;) {
         if (r->cached[p] & 1) { p++; continue; }
@@ -1101,7 +1105,7 @@ static void cached_range_drop(const Loader *ld, const CachedRange *r, uint64_t a
 /* Drops the pages of [off, off + len) of `file` (whole pages around it) that were not cached
    before the load. */
 static void loader_drop_new(const Loader *ld, int file, uint64_t off, uint64_t len) {
-    const uint64_t page = (uint64_t)sysconf(_SC_PAGESIZE), a = off / page * page, b = (off + len + page - 1) / page * page;
+    const uint64_t page = page_bytes(), a = off / page * page, b = (off + len + page - 1) / page * page;
     for (int i = 0; i < ld->n_ranges; i++) {
         const CachedRange *r = &ld->ranges[i];
         if (r->file == file && r->end > a && r->first < b) cached_range_drop(ld, r, a, b);
@@ -2455,7 +2459,7 @@ static int expert_view_mapped(ExpertStore *store, const ExpertSource *src, Exper
     /* fault the span in now, on the I/O thread, rather than during the matmul: one
        MADV_POPULATE_READ maps the whole span (reading what the page cache lacks) where a
        touch per page took a fault per 4 KiB; before Linux 5.14, the touches */
-    uint64_t page = 4096, a = slot->mapped_off / page * page;
+    const uint64_t page = page_bytes(), a = slot->mapped_off / page * page;
     uint8_t *span = store->maps[first->file] + a;
     const size_t span_len = slot->mapped_off + slot->mapped_len - a;
     if (madvise(span, span_len, MADV_POPULATE_READ)) {
@@ -2475,7 +2479,7 @@ static int expert_view_mapped(ExpertStore *store, const ExpertSource *src, Exper
 static int tensor_in_page_cache(const ExpertStore *store, const StTensor *t, uint64_t stride) {
     const uint8_t *map = store->maps[t->file];
     if (!map || t->offset + t->nbytes > store->map_len[t->file]) return 0;
-    const uint64_t page = 4096, first = t->offset / page * page, last = (t->offset + t->nbytes - 1) / page * page;
+    const uint64_t page = page_bytes(), first = t->offset / page * page, last = (t->offset + t->nbytes - 1) / page * page;
     unsigned char in;
     for (uint64_t a = first;; a = a + stride * page < last ? a + stride * page : last) {
         if (mincore((void *)(map + a), page, &in) || !(in & 1)) return 0;
@@ -2503,7 +2507,7 @@ static int expert_load(ExpertStore *store, int layer, int e, ExpertSlot *slot) {
     double bytes = 0;
     int in_place = 0;
     if (slot->mapped_len) {   /* the evicted expert was mapped: drop its pages from our RSS (here, off the compute threads) */
-        uint64_t a = slot->mapped_off / 4096 * 4096;
+        const uint64_t a = slot->mapped_off / page_bytes() * page_bytes();
         madvise(store->maps[slot->mapped_file] + a, slot->mapped_off + slot->mapped_len - a, MADV_DONTNEED);
         slot->mapped_len = 0;
     }
@@ -2986,7 +2990,7 @@ static void expert_store_start(ExpertStore *store, int slots_per_layer, const ch
     for (int l = 0; l < store->n_layers; l++) moe_layers += !store->c->layer_dense[l];
     /* one arena for every slab, 2 MiB-aligned and huge-page-backed: 2 MiB pages make O_DIRECT
        requests 4x larger (limits.md: ~3x the read rate) and fault 512x fewer times */
-    store->slab_stride = (store->slab_bytes + 4095) / 4096 * 4096;
+    store->slab_stride = (store->slab_bytes + page_bytes() - 1) / page_bytes() * page_bytes();   /* whole pages: madvise per slot */
     store->arena_bytes = store->slab_stride * (size_t)slots_per_layer * (size_t)moe_layers;
     if (store->arena_bytes) {
         uint8_t *map = mmap(NULL, store->arena_bytes + (2u << 20), PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
@@ -7692,7 +7696,7 @@ static double disk_probe(const char *dir, int *reads_out, double *seconds_out, c
         seed ^= seed << 13; seed ^= seed >> 7; seed ^= seed << 17;
         int f = (int)(seed % (uint64_t)n);
         if (sizes[f] < (off_t)(2 * chunk)) continue;
-        off_t off = (off_t)((seed >> 20) % (uint64_t)(sizes[f] - (off_t)chunk)) / 4096 * 4096;
+        off_t off = (off_t)((seed >> 20) % (uint64_t)(sizes[f] - (off_t)chunk)) / DIRECT_ALIGN * DIRECT_ALIGN;
         int fd = open(paths[f], O_RDONLY | O_DIRECT | O_CLOEXEC);
         if (fd < 0) {
             fd = open(paths[f], O_RDONLY | O_CLOEXEC);

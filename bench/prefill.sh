@@ -123,6 +123,7 @@ for rep in $(seq "$REPS"); do
     grep -E 'faulted in' <<<"$out" | sed 's/^glm: /       /'   # both fault the slot arena in before the timer
     RES[decode.$eng]="${RES[decode.$eng]:-} $(field ' ([0-9.]+) tok/s' "$line")"
   done
+  RES[decode.ratios]="${RES[decode.ratios]:-} $(awk -v o="${RES[decode.old]##* }" -v w="${RES[decode.new]##* }" 'BEGIN { print (w > 0 && o > 0 ? w / o : "nan") }')"
 done
 
 if [ "$LONG" != 0 ]; then
@@ -148,7 +149,9 @@ for phase in $PHASES; do for n in $LENGTHS; do
   pairs=$(for x in ${RES[$phase.$n.ratios]:-}; do printf "%.2f " "$x"; done)
   awk -v p="$phase" -v n="$n" -v o="$o" -v w="$w" -v r="$r" -v pairs="$pairs" 'BEGIN { printf "| %-5s | %7d | %9.2f | %9.2f | %6.2fx | %-23s | %9.1f |\n", p, n, o, w, r, pairs, (w > 0 ? n / w : 0) }'
 done; done
-awk -v o="$(median ${RES[decode.old]:-})" -v w="$(median ${RES[decode.new]:-})" 'BEGIN { printf "decode (REPLAY, medians): old %.2f tok/s, new %.2f tok/s (%.2fx)\n", o, w, (o > 0 ? w / o : 0) }'
+awk -v o="$(median ${RES[decode.old]:-})" -v w="$(median ${RES[decode.new]:-})" -v r="$(median ${RES[decode.ratios]:-})" \
+    -v pairs="$(for x in ${RES[decode.ratios]:-}; do printf "%.2f " "$x"; done)" \
+    'BEGIN { printf "decode (REPLAY, medians): old %.2f tok/s, new %.2f tok/s (%.2fx); new / old of each pair: %s(median %.2fx)\n", o, w, (o > 0 ? w / o : 0), pairs, r }'
 
 # per-layer profile of the new engine and the projection to GLM-5.2 (78 layers: 3 dense + 75 MoE)
 echo
