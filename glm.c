@@ -1427,7 +1427,8 @@ typedef struct {
     size_t att_thread_floats;
     float *expanded_kv;      /* explicit prefill: [capacity][n_heads*(qk_nope+v_head)], grown on demand */
     size_t expanded_kv_cap;
-    float *ffn_h1, *ffn_h2;  /* [max_batch][max(inter, moe_inter)] */
+    float *ffn_h1, *ffn_h2;  /* per thread: [FFN_ROWS][ffn_width] (ffn_swiglu's pieces) */
+    int ffn_width;           /* max(inter, moe_inter · n_shared) */
     float *mtp_in;           /* [2][max_batch][hidden]: the MTP head's normed embeddings, then hidden states */
     int *moe_rows;           /* [max_batch·experts_per_tok] rows of each union expert, grouped by expert */
     float *moe_weights;      /* [max_batch·experts_per_tok] their routing weights */
@@ -1446,7 +1447,9 @@ typedef struct {
 /* The absorbed attention works on chunks of ATT_ROWS query rows, and per row on groups of ATT_HG
    heads (one work item: the row's visible keys are read once per group, not once per head). */
 enum { ATT_ROWS = 64 };   /* 16 -> 64: W_UK dequantized and W_UV repacked 4x less often (attnbench 1024@0 -3..7 %) */
-enum { ATT_UK_BLOCK = 16 };   /* W_UK rows per block when a call has fewer than ATT_TILE rows */
+enum { ATT_UK_BLOCK = 16 };
+/* Rows of one piece of a SwiGLU (ffn_swiglu): what its per-thread scratch holds. */
+enum { FFN_ROWS = 256 };   /* W_UK rows per block when a call has fewer than ATT_TILE rows */
 
 /* Float lanes for the attention kernels: the native vector of the build (16 lanes with AVX-512,
    8 with AVX2 + FMA, else 4 in plain C). Every lane does exactly what the scalar loop would: fused
@@ -3326,13 +3329,19 @@ static void expert_release(ExpertStore *store, int layer, int expert) {
    7. MoE: router, batch union of chosen experts, SwiGLU, shared expert (§5)
    ============================================================================================= */
 
-/* SwiGLU over S rows: out = down(silu(gate·x) ⊙ up·x). h1/h2 hold [S][width]. */
+/* SwiGLU over S rows: out = down(silu(gate·x) ⊙ up·x), in pieces of FFN_ROWS rows, so h1/h2
+   hold [FFN_ROWS][width] whatever the batch (a row's result does not depend on the rows beside
+   it; the GEMM kernels work in 128-row panels anyway). */
 static void ffn_swiglu(const FfnWeights *w, const float *x, int S, float *out, float *h1, float *h2) {
     const int width = (int)w->gate.rows;
-    matmul(h1, &w->gate, x, S);
-    matmul(h2, &w->up, x, S);
-    silu_mul(h1, h2, (size_t)S * width);
-    matmul(out, &w->down, h1, S);
+    const size_t in = (size_t)w->gate.cols, out_width = (size_t)w->down.rows;
+    for (int r = 0; r < S; r += FFN_ROWS) {
+        const int n = S - r < FFN_ROWS ? S - r : FFN_ROWS;
+        matmul(h1, &w->gate, x + r * in, n);
+        matmul(h2, &w->up, x + r * in, n);
+        silu_mul(h1, h2, (size_t)n * width);
+        matmul(out + r * out_width, &w->down, h1, n);
+    }
 }
 
 /* Router for one token (§5.2): sigmoid scores, bias for choosing only, group-limited top-k,
@@ -3403,7 +3412,7 @@ static void moe_queue_loads(ExpertStore *store, int layer, const int *experts, i
 }
 
 static void moe_windows(const Config *c, int layer, ExpertStore *store, Session *s, const float *m, int n_union, float *out) {
-    const int H = c->hidden, I = c->moe_inter;
+    const int H = c->hidden;
     const LayerCache *lc = &store->caches[layer];
     const FfnWeights *w[MOE_WINDOW];
     int first_row[MOE_WINDOW + 1];
@@ -3424,8 +3433,12 @@ static void moe_windows(const Config *c, int layer, ExpertStore *store, Session 
             const int n = s->moe_first[v + 1] - s->moe_first[v], o = first_row[v - u];
             const int *rw = s->moe_rows + s->moe_first[v];
             for (int i = 0; i < n; i++) memcpy(s->expert_x + (size_t)(o + i) * H, m + (size_t)rw[i] * H, (size_t)H * sizeof(float));
+            int tid = 0;
+#ifdef _OPENMP
+            tid = omp_get_thread_num();
+#endif
             ffn_swiglu(w[v - u], s->expert_x + (size_t)o * H, n, s->expert_y + (size_t)o * H,
-                       s->ffn_h1 + (size_t)o * I, s->ffn_h2 + (size_t)o * I);
+                       s->ffn_h1 + (size_t)tid * FFN_ROWS * s->ffn_width, s->ffn_h2 + (size_t)tid * FFN_ROWS * s->ffn_width);
         }
         store->compute_seconds += now_seconds() - t0;
         for (int v = u; v < u1; v++) expert_release(store, layer, s->union_experts[v]);
@@ -3772,8 +3785,9 @@ static void session_init(Session *s, const Model *m, int capacity, int max_batch
     s->att_z = session_calloc(s, (size_t)ATT_ROWS * c->n_heads * c->kv_lora, sizeof(float));
     s->att_thread_floats = attention_thread_floats(c, capacity);
     s->att_thread = session_calloc(s, (size_t)s->nthreads * s->att_thread_floats, sizeof(float));
-    s->ffn_h1 = session_calloc(s, (size_t)B * ffn_width, sizeof(float));
-    s->ffn_h2 = session_calloc(s, (size_t)B * ffn_width, sizeof(float));
+    s->ffn_width = ffn_width;
+    s->ffn_h1 = session_calloc(s, (size_t)s->nthreads * FFN_ROWS * ffn_width, sizeof(float));
+    s->ffn_h2 = session_calloc(s, (size_t)s->nthreads * FFN_ROWS * ffn_width, sizeof(float));
     s->mtp_in = session_calloc(s, (size_t)B * 2 * H, sizeof(float));   /* [enorm rows][hnorm rows] */
     s->expert_x = session_calloc(s, (size_t)B * H, sizeof(float));
     s->expert_y = session_calloc(s, (size_t)B * H, sizeof(float));

@@ -9,7 +9,8 @@
      call (decode), chunks of 7 rows, on 1 and on 2 threads; with every key visible and with a
      DSA selection (per-row key lists).
    Also silu_mul (SwiGLU's gate, on the same vector exp): within a few ulp of double precision
-   from -120 to 120, and a value's result does not depend on the call's length or its position.
+   from -120 to 120, and a value's result does not depend on the call's length or its position;
+   and ffn_swiglu, which works in pieces of FFN_ROWS rows: a row's output does not depend on them.
    glm.c is included with GLM_NO_MAIN. Deterministic: fixed seeds. */
 #define GLM_NO_MAIN
 #pragma GCC diagnostic ignored "-Wunused-function"
@@ -185,8 +186,38 @@ static void test_silu(void) {
     free(g); free(u); free(all);
 }
 
+/* ffn_swiglu works in pieces of FFN_ROWS rows (its per-thread scratch): a row's output must be the
+   same bytes whether it comes in a call of 2·FFN_ROWS + 3 rows, alone, or in calls of 7 rows. */
+static void test_swiglu_pieces(void) {
+    enum { IN = 64, WIDTH = 96, S = 2 * FFN_ROWS + 3 };
+    FfnWeights w;
+    if (qt_alloc(&w.gate, QT_INT4_GROUP, 64, WIDTH, IN) || qt_alloc(&w.up, QT_INT4_GROUP, 64, WIDTH, IN) ||
+        qt_alloc(&w.down, QT_INT4_GROUP, 32, IN, WIDTH)) die("out of memory");
+    float *row = malloc(sizeof(float) * WIDTH);
+    QTensor *t[3] = { &w.gate, &w.up, &w.down };
+    for (int k = 0; k < 3; k++)
+        for (int64_t r = 0; r < t[k]->rows; r++) {
+            for (int64_t c = 0; c < t[k]->cols; c++) row[c] = rng_float();
+            qt_quantize_rows(t[k], r, 1, row);
+        }
+    float *x = malloc(sizeof(float) * S * IN), *all = malloc(sizeof(float) * S * IN), *part = malloc(sizeof(float) * S * IN);
+    float *h1 = malloc(sizeof(float) * FFN_ROWS * WIDTH), *h2 = malloc(sizeof(float) * FFN_ROWS * WIDTH);
+    for (int i = 0; i < S * IN; i++) x[i] = rng_float();
+    ffn_swiglu(&w, x, S, all, h1, h2);
+    int same_alone = 1, same_sevens = 1;
+    for (int r = 0; r < S; r++) ffn_swiglu(&w, x + r * IN, 1, part + r * IN, h1, h2);
+    same_alone = !memcmp(all, part, sizeof(float) * S * IN);
+    for (int r = 0; r < S; r += 7) ffn_swiglu(&w, x + r * IN, S - r < 7 ? S - r : 7, part + r * IN, h1, h2);
+    same_sevens = !memcmp(all, part, sizeof(float) * S * IN);
+    CHECK("ffn_swiglu: 2·FFN_ROWS + 3 rows in one call give the bytes of one row per call", same_alone, "outputs differ");
+    CHECK("ffn_swiglu: ... and of calls of 7 rows", same_sevens, "outputs differ");
+    for (int k = 0; k < 3; k++) qt_free(t[k]);
+    free(row); free(x); free(all); free(part); free(h1); free(h2);
+}
+
 int main(void) {
     test_silu();
+    test_swiglu_pieces();
     test_shape("GLM-5.2 shapes, 40 keys", (Shape){ .nh = 64, .kvl = 512, .dn = 192, .dr = 64, .dv = 256, .T = 40, .K = 0 });
     test_shape("GLM-5.2 shapes, 70 keys (two row chunks)", (Shape){ .nh = 64, .kvl = 512, .dn = 192, .dr = 64, .dv = 256, .T = 70, .K = 0 });
     test_shape("GLM-5.2 shapes, DSA 24 of 40 keys", (Shape){ .nh = 64, .kvl = 512, .dn = 192, .dr = 64, .dv = 256, .T = 40, .K = 24 });
