@@ -314,7 +314,7 @@ static const SettingSpec SETTINGS[] = {
     { "GROUP",    SET_INT,   "0",    0, 4096, "group size for load-time int4 quantization (0: one scale per row)" },
     { "THREADS",  SET_INT,   "0",    0, 1024, "worker threads (0: all cores)" },
     { "INDEXER",  SET_STR,   "auto", 0, 0, "DSA indexer: auto (skip scoring while every key fits top-k), always (score and select anyway), off (diagnostic: every causal key visible, not the model's math)" },
-    { "BATCH",    SET_INT,   "1024", 1, 65536, "largest number of positions one forward processes (longer prompts go in chunks; each chunk reads the experts it needs once, so bigger chunks prefill faster but take ~0.5 MB per position on GLM-5.2)" },
+    { "BATCH",    SET_INT,   "2048", 1, 65536, "largest number of positions one forward processes (longer prompts go in chunks; each chunk reads the experts it needs once, so bigger chunks prefill faster but take ~0.2 MB per position on GLM-5.2)" },
     { "CTX",      SET_INT,   "0",    0, 1048576, "KV cache capacity in tokens (0: what the run needs; 4096 for chat and for PROMPT with NGEN=-1)" },
     { "LATENT_EPS", SET_FLOAT, "1e-6", 0, 1, "eps of q_a_layernorm / kv_a_layernorm (HF: 1e-6; vLLM uses rms_norm_eps)" },
     { "MTP_ZERO_POS0", SET_BOOL, "1", 0, 1, "MTP: zero the token embedding at position 0 (vLLM rule)" },
@@ -1416,9 +1416,11 @@ typedef struct {
     float **rope_key;        /* [layers][capacity][qk_rope] */
     float **index_key;       /* [layers][capacity][index_dim], full-indexer layers only */
     /* scratch, [max_batch][...] */
-    float *x, *xn, *cq, *qr, *q, *kv, *attn, *attn_out, *ffn_out, *tmp;
+    float *x, *xn, *kv, *attn_out, *ffn_out, *tmp;
     float *router_logits;
-    float *index_q, *index_w, *index_scores;   /* [max_batch][index_heads*index_dim], [..][heads], [..][capacity] */
+    /* an attention piece's scratch, [min(max_batch, ATT_PIECE)][...] */
+    float *cq, *qr, *q, *attn;
+    float *index_q, *index_w, *index_scores;   /* [..][index_heads*index_dim], [..][heads], [..][2·capacity] */
     int *selection;          /* [max_batch][index_topk] key positions chosen by the last full layer */
     int *selection_count;    /* [max_batch]; -1 = every causal key */
     float *att_qc;           /* absorbed queries of a row chunk: [ATT_ROWS][n_heads][kv_lora] */
@@ -1447,9 +1449,12 @@ typedef struct {
 /* The absorbed attention works on chunks of ATT_ROWS query rows, and per row on groups of ATT_HG
    heads (one work item: the row's visible keys are read once per group, not once per head). */
 enum { ATT_ROWS = 64 };   /* 16 -> 64: W_UK dequantized and W_UV repacked 4x less often (attnbench 1024@0 -3..7 %) */
-enum { ATT_UK_BLOCK = 16 };
+enum { ATT_UK_BLOCK = 16 };   /* W_UK rows per block when a call has fewer than ATT_TILE rows */
+/* Rows of one piece of a forward's attention (attention_piece): what the query and output scratch
+   holds. A multiple of ATT_ROWS, so the row chunks of a long prefill stay where they were. */
+enum { ATT_PIECE = 256 };
 /* Rows of one piece of a SwiGLU (ffn_swiglu): what its per-thread scratch holds. */
-enum { FFN_ROWS = 256 };   /* W_UK rows per block when a call has fewer than ATT_TILE rows */
+enum { FFN_ROWS = 256 };
 
 /* Float lanes for the attention kernels: the native vector of the build (16 lanes with AVX-512,
    8 with AVX2 + FMA, else 4 in plain C). Every lane does exactly what the scalar loop would: fused
@@ -1636,6 +1641,7 @@ typedef struct {
     int layer_index;
     const float *inv_freq;
     const ForwardOptions *opt;
+    int row0;                /* the piece's first row in the forward: its rows of s->selection (attention) */
 } AttentionCall;
 
 /* DSA top-k for one query (§4.4): value descending, smaller position first on ties. */
@@ -1666,14 +1672,14 @@ static void select_top_keys(ScoredKey *sk, int n, int keep) {
 
 static int int_cmp(const void *a, const void *b) { return *(const int *)a - *(const int *)b; }
 
-/* Indexer: writes kI for the S new positions into the cache, then picks each query's keys. */
-static void indexer_select(AttentionCall *ac, const float *xn, const float *qr, int S, int pos0) {
+/* Indexer keys: kI of the S new positions into the cache (all rows of a forward, before any
+   piece picks keys). */
+static void indexer_keys(AttentionCall *ac, const float *xn, int S, int pos0) {
     const Config *c = ac->c;
     const Layer *L = ac->L;
     Session *s = ac->s;
-    const int ih = c->index_heads, id = c->index_dim, half = c->qk_rope / 2, K = c->index_topk;
+    const int id = c->index_dim, half = c->qk_rope / 2;
     float *kcache = s->index_key[ac->layer_index];
-    /* keys of the new positions */
     matmul(s->tmp, &L->index_wk, xn, S);
     #pragma omp parallel for schedule(static) if (S >= ROWS_PARALLEL)
     for (int r = 0; r < S; r++) {
@@ -1683,10 +1689,21 @@ static void indexer_select(AttentionCall *ac, const float *xn, const float *qr, 
         rope_angles(&rr, ac->inv_freq, half, pos0 + r);
         rope_apply(k, &rr, half);
     }
+}
+
+/* Indexer selection: picks the keys of the piece's S query rows at positions pos0.. (queries from
+   qr, head weights from xn), into rows ac->row0.. of s->selection. */
+static void indexer_select(AttentionCall *ac, const float *xn, const float *qr, int S, int pos0) {
+    const Config *c = ac->c;
+    const Layer *L = ac->L;
+    Session *s = ac->s;
+    const int ih = c->index_heads, id = c->index_dim, half = c->qk_rope / 2, K = c->index_topk;
+    const float *kcache = s->index_key[ac->layer_index];
+    int *selection_count = s->selection_count + ac->row0, *selection = s->selection + (size_t)ac->row0 * K;
     int any_selective = 0;
     for (int r = 0; r < S; r++) if (pos0 + r + 1 > K) any_selective = 1;
     if ((!any_selective && ac->opt->indexer_mode != INDEXER_ALWAYS) || ac->opt->indexer_mode == INDEXER_OFF) {
-        for (int r = 0; r < S; r++) s->selection_count[r] = -1;
+        for (int r = 0; r < S; r++) selection_count[r] = -1;
         return;
     }
     /* queries and head weights */
@@ -1736,14 +1753,14 @@ static void indexer_select(AttentionCall *ac, const float *xn, const float *qr, 
     #pragma omp parallel for schedule(dynamic, 1) if (S > 1)
     for (int r = 0; r < S; r++) {
         const int ncand = pos0 + r + 1;
-        if (ncand <= K && ac->opt->indexer_mode != INDEXER_ALWAYS) { s->selection_count[r] = -1; continue; }
+        if (ncand <= K && ac->opt->indexer_mode != INDEXER_ALWAYS) { selection_count[r] = -1; continue; }
         ScoredKey *sk = (ScoredKey *)(s->index_scores + (size_t)r * s->capacity * 2);
         int keep = ncand < K ? ncand : K;
         select_top_keys(sk, ncand, keep);
-        int *sel = s->selection + (size_t)r * K;
+        int *sel = selection + (size_t)r * K;
         for (int t = 0; t < keep; t++) sel[t] = sk[t].j;
         qsort(sel, (size_t)keep, sizeof(int), int_cmp);   /* ascending: sequential cache reads */
-        s->selection_count[r] = keep;
+        selection_count[r] = keep;
     }
 }
 
@@ -1966,7 +1983,7 @@ static void attention_absorbed_rows(AttentionCall *ac, int r0, int nr, int pos0,
         for (int item = 0; item < nr * groups; item++) {
             const int r = item / groups, h0 = item % groups * ATT_HG, nhg = nh - h0 < ATT_HG ? nh - h0 : ATT_HG;
             const int *keys;
-            const int n = visible_keys(s, c, r0 + r, pos0 + r0 + r, &keys);
+            const int n = visible_keys(s, c, ac->row0 + r0 + r, pos0 + r0 + r, &keys);
             attention_row_heads(s->att_qc + ((size_t)r * nh + h0) * kvl, s->q + ((size_t)(r0 + r) * nh + h0) * dqk, dqk, dn, nhg,
                                 latent, rope_key, keys, n, kvl, dr, scale, Q, e,
                                 s->att_z + ((size_t)h0 * ATT_ROWS + r) * kvl, (size_t)ATT_ROWS * kvl);
@@ -1988,14 +2005,15 @@ static void attention_core(AttentionCall *ac, int S, int pos0, float scale) {
         attention_absorbed_rows(ac, r0, S - r0 < ATT_ROWS ? S - r0 : ATT_ROWS, pos0, scale);
 }
 
-/* MLA over S new positions (rows of xn) starting at pos0; writes [S][hidden] into out. */
-static void attention(AttentionCall *ac, const float *xn, int S, int pos0, float *out) {
+/* The queries, keys, attention and o_proj of one piece of S ≤ ATT_PIECE rows at positions
+   pos0.. (rows ac->row0.. of the forward), whose keys are in the cache already; writes [S][hidden]. */
+static void attention_piece(AttentionCall *ac, const float *xn, int S, int pos0, float *out) {
     const Config *c = ac->c;
     const Layer *L = ac->L;
     Session *s = ac->s;
     const int nh = c->n_heads, dn = c->qk_nope, dr = c->qk_rope, dqk = c->qk_head, dv = c->v_head;
-    const int kvl = c->kv_lora, half = dr / 2;
-    float *latent = s->latent[ac->layer_index], *rope_key = s->rope_key[ac->layer_index];
+    const int half = dr / 2;
+    const float *latent = s->latent[ac->layer_index], *rope_key = s->rope_key[ac->layer_index];
 
     /* queries: q_a → q_a_layernorm → q_b; rotate each head's last dr dims */
     matmul(s->cq, &L->q_a, xn, S);
@@ -2003,17 +2021,10 @@ static void attention(AttentionCall *ac, const float *xn, int S, int pos0, float
     for (int r = 0; r < S; r++)
         rmsnorm(s->qr + (size_t)r * c->q_lora, s->cq + (size_t)r * c->q_lora, L->q_a_norm, c->q_lora, ac->opt->latent_eps);
     matmul(s->q, &L->q_b, s->qr, S);
-    /* compressed KV of the new positions → cache */
-    matmul(s->kv, &L->kv_a, xn, S);
     #pragma omp parallel for schedule(static) if (S >= ROWS_PARALLEL)
     for (int r = 0; r < S; r++) {
-        const int pos = pos0 + r;
         RopeRow rr;
-        rope_angles(&rr, ac->inv_freq, half, pos);
-        float *kvr = s->kv + (size_t)r * (kvl + dr);
-        rmsnorm(latent + (size_t)pos * kvl, kvr, L->kv_a_norm, kvl, ac->opt->latent_eps);
-        memcpy(rope_key + (size_t)pos * dr, kvr + kvl, (size_t)dr * sizeof(float));
-        rope_apply(rope_key + (size_t)pos * dr, &rr, half);
+        rope_angles(&rr, ac->inv_freq, half, pos0 + r);
         float *qrow = s->q + (size_t)r * nh * dqk;
         for (int h = 0; h < nh; h++) rope_apply(qrow + (size_t)h * dqk + dn, &rr, half);
     }
@@ -2048,13 +2059,13 @@ static void attention(AttentionCall *ac, const float *xn, int S, int pos0, float
 #else
         int tid = 0;
 #endif
-        float *scores = s->att_thread + (size_t)tid * s->att_thread_floats;
+        float *scores = s->att_thread + (size_t)tid * s->att_thread_floats;   /* capacity floats */
         #pragma omp for collapse(2) schedule(dynamic, 1)
         for (int r = 0; r < S; r++) {
             for (int h = 0; h < nh; h++) {
                 const int i = pos0 + r;
                 const int *keys;
-                const int n = visible_keys(s, c, r, i, &keys);
+                const int n = visible_keys(s, c, ac->row0 + r, i, &keys);
                 const float *qh = s->q + ((size_t)r * nh + h) * dqk;
                 float *o = s->attn + ((size_t)r * nh + h) * dv;
                 const size_t stride = (size_t)nh * (dn + dv);
@@ -2075,6 +2086,41 @@ static void attention(AttentionCall *ac, const float *xn, int S, int pos0, float
         }
     }
     matmul(out, &L->o, s->attn, S);
+}
+
+/* MLA over S new positions (rows of xn) starting at pos0; writes [S][hidden] into out. The keys
+   of all S positions go into the caches first (the KV latent and rope key, the indexer's key);
+   then queries, attention and o_proj run in pieces of ATT_PIECE rows, so their scratch does not
+   grow with BATCH. A row sees the keys up to its own position whichever piece it is in, and every
+   kernel computes a row alone, so the pieces change no result. */
+static void attention(AttentionCall *ac, const float *xn, int S, int pos0, float *out) {
+    const Config *c = ac->c;
+    const Layer *L = ac->L;
+    Session *s = ac->s;
+    const int dr = c->qk_rope, kvl = c->kv_lora, half = dr / 2, H = c->hidden;
+    float *latent = s->latent[ac->layer_index], *rope_key = s->rope_key[ac->layer_index];
+    /* compressed KV of the new positions → cache */
+    matmul(s->kv, &L->kv_a, xn, S);
+    #pragma omp parallel for schedule(static) if (S >= ROWS_PARALLEL)
+    for (int r = 0; r < S; r++) {
+        const int pos = pos0 + r;
+        RopeRow rr;
+        rope_angles(&rr, ac->inv_freq, half, pos);
+        float *kvr = s->kv + (size_t)r * (kvl + dr);
+        rmsnorm(latent + (size_t)pos * kvl, kvr, L->kv_a_norm, kvl, ac->opt->latent_eps);
+        memcpy(rope_key + (size_t)pos * dr, kvr + kvl, (size_t)dr * sizeof(float));
+        rope_apply(rope_key + (size_t)pos * dr, &rr, half);
+    }
+    if (L->has_indexer) {
+        double t0 = now_seconds();
+        indexer_keys(ac, xn, S, pos0);
+        s->profile.indexer += now_seconds() - t0;
+    }
+    for (int p = 0; p < S; p += ATT_PIECE) {
+        ac->row0 = p;
+        attention_piece(ac, xn + (size_t)p * H, S - p < ATT_PIECE ? S - p : ATT_PIECE, pos0 + p, out + (size_t)p * H);
+    }
+    ac->row0 = 0;
 }
 
 /* =============================================================================================
@@ -3761,19 +3807,20 @@ static void session_init(Session *s, const Model *m, int capacity, int max_batch
     const int ffn_width = c->inter > c->moe_inter * (c->n_shared > 1 ? c->n_shared : 1) ? c->inter : c->moe_inter * c->n_shared;
     s->x = session_calloc(s, (size_t)B * H, sizeof(float));
     s->xn = session_calloc(s, (size_t)B * H, sizeof(float));
-    s->cq = session_calloc(s, (size_t)B * c->q_lora, sizeof(float));
-    s->qr = session_calloc(s, (size_t)B * c->q_lora, sizeof(float));
-    s->q = session_calloc(s, (size_t)B * q_width, sizeof(float));
+    const int P = B < ATT_PIECE ? B : ATT_PIECE;   /* rows of an attention piece */
+    s->cq = session_calloc(s, (size_t)P * c->q_lora, sizeof(float));
+    s->qr = session_calloc(s, (size_t)P * c->q_lora, sizeof(float));
+    s->q = session_calloc(s, (size_t)P * q_width, sizeof(float));
     s->kv = session_calloc(s, (size_t)B * (c->kv_lora + c->qk_rope), sizeof(float));
-    s->attn = session_calloc(s, (size_t)B * c->n_heads * c->v_head, sizeof(float));
+    s->attn = session_calloc(s, (size_t)P * c->n_heads * c->v_head, sizeof(float));
     s->attn_out = session_calloc(s, (size_t)B * H, sizeof(float));
     s->ffn_out = session_calloc(s, (size_t)B * H, sizeof(float));
     size_t tmp_n = (size_t)B * (c->index_dim > c->experts_per_tok ? c->index_dim : c->experts_per_tok);
     s->tmp = session_calloc(s, tmp_n > (size_t)B * c->experts_per_tok ? tmp_n : (size_t)B * c->experts_per_tok, sizeof(float));
     s->router_logits = session_calloc(s, (size_t)B * c->n_experts, sizeof(float));
-    s->index_q = session_calloc(s, (size_t)B * c->index_heads * c->index_dim, sizeof(float));
-    s->index_w = session_calloc(s, (size_t)B * c->index_heads, sizeof(float));
-    s->index_scores = session_calloc(s, (size_t)B * capacity * 2, sizeof(float));
+    s->index_q = session_calloc(s, (size_t)P * c->index_heads * c->index_dim, sizeof(float));
+    s->index_w = session_calloc(s, (size_t)P * c->index_heads, sizeof(float));
+    s->index_scores = session_calloc(s, (size_t)P * capacity * 2, sizeof(float));
     s->selection = session_calloc(s, (size_t)B * c->index_topk, sizeof(int));
     s->selection_count = session_calloc(s, (size_t)B, sizeof(int));
 #ifdef _OPENMP
@@ -4453,7 +4500,7 @@ static void layer_forward(Model *m, Session *s, const ForwardOptions *opt, int l
     /* absorbed by default, for every batch: then a row's result never depends on how many rows
        share the forward (decode, any prefill chunk). The explicit form was no faster for prefill
        here (bench model, 256-token chunk: attention 2.31 s explicit vs 2.44 s absorbed). */
-    AttentionCall ac = { c, L, s, l, m->inv_freq, opt };
+    AttentionCall ac = { c, L, s, l, m->inv_freq, opt, 0 };
     double t0 = now_seconds();
     attention(&ac, s->xn, S, pos0, s->attn_out);
     double t1 = now_seconds();

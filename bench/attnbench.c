@@ -100,7 +100,7 @@ int main(int argc, char **argv) {
             s.selection_count[r] = n;
             keys += n;
         }
-        AttentionCall ac = { c, &L, &s, 0, NULL, &opt };
+        AttentionCall ac = { c, &L, &s, 0, NULL, &opt, 0 };
         const float scale = 1.0f / sqrtf((float)c->qk_head);
         /* multiply-adds: qc (dn·kvl per head), scores (kvl + dr per key), pooling (kvl per key), W_UV (dv·kvl) */
         const double macs = (double)S * c->n_heads * ((double)c->qk_nope * c->kv_lora + (double)c->v_head * c->kv_lora) +

@@ -89,7 +89,7 @@ static void test_shape(const char *label, Shape sh) {
             if (rng_next() % (uint64_t)(r + 1 - j) < (uint64_t)(sh.K - n)) sel_all[(size_t)r * sh.K + n++] = j;
         count_all[r] = n;
     }
-    AttentionCall ac = { c, &L, &s, 0, NULL, &opt };
+    AttentionCall ac = { c, &L, &s, 0, NULL, &opt, 0 };
     float *whole = xmalloc((size_t)sh.T * ow * sizeof(float)), *other = xmalloc((size_t)sh.T * ow * sizeof(float));
     char name[256];
 
