@@ -1429,8 +1429,8 @@ typedef struct {
     size_t att_thread_floats;
     float *expanded_kv;      /* explicit prefill: [capacity][n_heads*(qk_nope+v_head)], grown on demand */
     size_t expanded_kv_cap;
-    float *ffn_h1, *ffn_h2;  /* per thread: [FFN_ROWS][ffn_width] (ffn_swiglu's pieces) */
-    int ffn_width;           /* max(inter, moe_inter · n_shared) */
+    float *ffn_h1, *ffn_h2;  /* [ffn_rows][ffn_width]: ffn_swiglu's pieces, or the rows of a MoE window's experts side by side */
+    int ffn_rows, ffn_width; /* min(max_batch, FFN_ROWS), max(inter, moe_inter · max(n_shared, 1)) */
     float *mtp_in;           /* [2][max_batch][hidden]: the MTP head's normed embeddings, then hidden states */
     int *moe_rows;           /* [max_batch·experts_per_tok] rows of each union expert, grouped by expert */
     float *moe_weights;      /* [max_batch·experts_per_tok] their routing weights */
@@ -3376,8 +3376,8 @@ static void expert_release(ExpertStore *store, int layer, int expert) {
    ============================================================================================= */
 
 /* SwiGLU over S rows: out = down(silu(gate·x) ⊙ up·x), in pieces of FFN_ROWS rows, so h1/h2
-   hold [FFN_ROWS][width] whatever the batch (a row's result does not depend on the rows beside
-   it; the GEMM kernels work in 128-row panels anyway). */
+   hold [min(S, FFN_ROWS)][width] whatever the batch (a row's result does not depend on the rows
+   beside it; the GEMM kernels work in 128-row panels anyway). */
 static void ffn_swiglu(const FfnWeights *w, const float *x, int S, float *out, float *h1, float *h2) {
     const int width = (int)w->gate.rows;
     const size_t in = (size_t)w->gate.cols, out_width = (size_t)w->down.rows;
@@ -3433,10 +3433,11 @@ static void router_select(const Config *c, const float *logits, const float *bia
 }
 
 /* Batches: experts in windows, several at once on the threads. A window is a run of the union
-   whose weights are in RAM or already queued for loading (at most MOE_WINDOW experts and max_batch
-   rows); they are acquired in ascending order, each computed by one thread (its matmuls then run
-   on that thread: no fork and join per matmul, which cost more than the few rows of an expert
-   took: routed-expert compute scaled 1.2x from 1 to 2 threads), released, and their outputs added
+   whose weights are in RAM or already queued for loading (at most MOE_WINDOW experts, max_batch
+   rows, and the rows the SwiGLU scratch holds side by side); they are acquired in ascending
+   order, each computed by one thread (its matmuls then run on that thread: no fork and join per
+   matmul, which cost more than the few rows of an expert took: routed-expert compute scaled 1.2x
+   from 1 to 2 threads), released, and their outputs added
    to each row in ascending expert order, as one expert at a time would. While a window computes,
    the loads of the next experts are already queued (the disk and the cores overlap as in decode). */
 enum { MOE_WINDOW = 8 };
@@ -3458,7 +3459,8 @@ static void moe_queue_loads(ExpertStore *store, int layer, const int *experts, i
 }
 
 static void moe_windows(const Config *c, int layer, ExpertStore *store, Session *s, const float *m, int n_union, float *out) {
-    const int H = c->hidden;
+    const int H = c->hidden, I = c->moe_inter;
+    const int64_t h_rows = (int64_t)s->ffn_rows * s->ffn_width / I;   /* expert rows the SwiGLU scratch holds at once */
     const LayerCache *lc = &store->caches[layer];
     const FfnWeights *w[MOE_WINDOW];
     int first_row[MOE_WINDOW + 1];
@@ -3466,7 +3468,7 @@ static void moe_windows(const Config *c, int layer, ExpertStore *store, Session 
         int u1 = u, rows = 0;
         while (u1 < n_union && u1 - u < MOE_WINDOW) {
             const int e = s->union_experts[u1], n = s->moe_first[u1 + 1] - s->moe_first[u1];
-            if (u1 > u && (rows + n > s->max_batch || lc->cache.expert_slot[e] < 0)) break;
+            if (u1 > u && (rows + n > s->max_batch || rows + n > h_rows || lc->cache.expert_slot[e] < 0)) break;
             first_row[u1 - u] = rows;
             rows += n;
             u1++;
@@ -3479,12 +3481,8 @@ static void moe_windows(const Config *c, int layer, ExpertStore *store, Session 
             const int n = s->moe_first[v + 1] - s->moe_first[v], o = first_row[v - u];
             const int *rw = s->moe_rows + s->moe_first[v];
             for (int i = 0; i < n; i++) memcpy(s->expert_x + (size_t)(o + i) * H, m + (size_t)rw[i] * H, (size_t)H * sizeof(float));
-            int tid = 0;
-#ifdef _OPENMP
-            tid = omp_get_thread_num();
-#endif
             ffn_swiglu(w[v - u], s->expert_x + (size_t)o * H, n, s->expert_y + (size_t)o * H,
-                       s->ffn_h1 + (size_t)tid * FFN_ROWS * s->ffn_width, s->ffn_h2 + (size_t)tid * FFN_ROWS * s->ffn_width);
+                       s->ffn_h1 + (size_t)o * I, s->ffn_h2 + (size_t)o * I);
         }
         store->compute_seconds += now_seconds() - t0;
         for (int v = u; v < u1; v++) expert_release(store, layer, s->union_experts[v]);
@@ -3804,7 +3802,8 @@ static void session_init(Session *s, const Model *m, int capacity, int max_batch
         s->index_key[l] = index_key;
     }
     const size_t q_width = (size_t)c->n_heads * c->qk_head;
-    const int ffn_width = c->inter > c->moe_inter * (c->n_shared > 1 ? c->n_shared : 1) ? c->inter : c->moe_inter * c->n_shared;
+    const int moe_width = c->moe_inter * (c->n_shared > 1 ? c->n_shared : 1);   /* a routed or the shared expert */
+    const int ffn_width = c->inter > moe_width ? c->inter : moe_width;
     s->x = session_calloc(s, (size_t)B * H, sizeof(float));
     s->xn = session_calloc(s, (size_t)B * H, sizeof(float));
     const int P = B < ATT_PIECE ? B : ATT_PIECE;   /* rows of an attention piece */
@@ -3832,9 +3831,10 @@ static void session_init(Session *s, const Model *m, int capacity, int max_batch
     s->att_z = session_calloc(s, (size_t)ATT_ROWS * c->n_heads * c->kv_lora, sizeof(float));
     s->att_thread_floats = attention_thread_floats(c, capacity);
     s->att_thread = session_calloc(s, (size_t)s->nthreads * s->att_thread_floats, sizeof(float));
+    s->ffn_rows = B < FFN_ROWS ? B : FFN_ROWS;
     s->ffn_width = ffn_width;
-    s->ffn_h1 = session_calloc(s, (size_t)s->nthreads * FFN_ROWS * ffn_width, sizeof(float));
-    s->ffn_h2 = session_calloc(s, (size_t)s->nthreads * FFN_ROWS * ffn_width, sizeof(float));
+    s->ffn_h1 = session_calloc(s, (size_t)s->ffn_rows * ffn_width, sizeof(float));
+    s->ffn_h2 = session_calloc(s, (size_t)s->ffn_rows * ffn_width, sizeof(float));
     s->mtp_in = session_calloc(s, (size_t)B * 2 * H, sizeof(float));   /* [enorm rows][hnorm rows] */
     s->expert_x = session_calloc(s, (size_t)B * H, sizeof(float));
     s->expert_y = session_calloc(s, (size_t)B * H, sizeof(float));
