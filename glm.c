@@ -1453,7 +1453,7 @@ enum { ATT_UK_BLOCK = 16 };   /* W_UK rows per block when a call has fewer than 
 /* Rows of one piece of a forward's attention (attention_piece): what the query and output scratch
    holds. A multiple of ATT_ROWS, so the row chunks of a long prefill stay where they were. */
 enum { ATT_PIECE = 256 };
-/* Rows of one piece of a SwiGLU (ffn_swiglu): what its per-thread scratch holds. */
+/* Rows of one piece of a SwiGLU (ffn_swiglu): what its scratch (Session.ffn_h1, ffn_h2) holds. */
 enum { FFN_ROWS = 256 };
 
 /* Float lanes for the attention kernels: the native vector of the build (16 lanes with AVX-512,
@@ -2005,8 +2005,9 @@ static void attention_core(AttentionCall *ac, int S, int pos0, float scale) {
         attention_absorbed_rows(ac, r0, S - r0 < ATT_ROWS ? S - r0 : ATT_ROWS, pos0, scale);
 }
 
-/* The queries, keys, attention and o_proj of one piece of S ≤ ATT_PIECE rows at positions
-   pos0.. (rows ac->row0.. of the forward), whose keys are in the cache already; writes [S][hidden]. */
+/* The queries, the indexer's selection, the attention and o_proj of one piece of S ≤ ATT_PIECE
+   rows at positions pos0.. (rows ac->row0.. of the forward), whose keys are in the caches
+   already; writes [S][hidden]. */
 static void attention_piece(AttentionCall *ac, const float *xn, int S, int pos0, float *out) {
     const Config *c = ac->c;
     const Layer *L = ac->L;
@@ -4881,7 +4882,7 @@ typedef struct {
     float *hidden;                              /* [max_batch][hidden] of the last forward */
     int hidden_pos0, hidden_rows;               /* its committed rows: positions hidden_pos0 .. + hidden_rows - 1 */
     const float *last_hidden;                   /* its row of position logits_pos - 1 (the MTP drafter's input) */
-    float *chunk_logits;                        /* [max_batch][vocab], with on_logits only */
+    float *chunk_logits;                        /* [generator_sink_rows][vocab], with on_logits only */
     int generated;                              /* tokens reported in this run of steps */
     StopReason stop;                            /* why the run ended; STOP_NONE while it goes on */
     long long forwards;                         /* forward passes run, all kinds */
@@ -4983,12 +4984,20 @@ static void generator_commit(Generator *g, const int *tokens, int n, const float
     g->last_hidden = g->hidden + (size_t)(n - 1) * H;
 }
 
+/* With a logits sink (teacher forcing) a prefill keeps every row's logits of a chunk: chunks of
+   at most SINK_ROWS rows whatever BATCH, so that buffer stays [SINK_ROWS][vocab] floats (634 MB
+   on GLM-5.2). */
+enum { SINK_ROWS = 1024 };
+
 /* Runs tokens[0, S) at positions pos.. and commits them (history, pos, logits, last_hidden).
-   with_sink: every row's logits go to on_logits. -1 when interrupted (nothing committed). */
+   with_sink: every row's logits go to on_logits (S ≤ sink_rows). -1 when interrupted (nothing committed). */
+static int generator_sink_rows(const Generator *g) { return g->session->max_batch < SINK_ROWS ? g->session->max_batch : SINK_ROWS; }
+
 static int generator_forward(Generator *g, const int *tokens, int S, int with_sink, const volatile sig_atomic_t *interrupt) {
     const int V = g->model->c.vocab;
     const int all_rows = with_sink && g->on_logits;
-    if (all_rows && !g->chunk_logits) g->chunk_logits = xmalloc((size_t)g->session->max_batch * V * sizeof(float));
+    if (all_rows && S > generator_sink_rows(g)) die("internal: %d rows for the logits sink, at most %d", S, generator_sink_rows(g));
+    if (all_rows && !g->chunk_logits) g->chunk_logits = xmalloc((size_t)generator_sink_rows(g) * V * sizeof(float));
     float *logits = all_rows ? g->chunk_logits : g->logits;
     if (model_forward(g->model, g->session, g->opt, tokens, S, g->pos, g->hidden, logits, !all_rows, interrupt)) return -1;
     g->forwards++;
@@ -5252,7 +5261,7 @@ static void spec_account(Speculation *sp, int which, int drafted, int accepted, 
    them). Returns the tokens done: n, or fewer when the interrupt stopped it, and then pos is
    back where it was (the chunks done are dropped). */
 static int generator_prefill(Generator *g, const int *tokens, int n) {
-    const int start = g->pos, B = g->session->max_batch;
+    const int start = g->pos, B = g->on_logits ? generator_sink_rows(g) : g->session->max_batch;
     int done = 0;
     g->spec.shadow_pos = -1;
     while (done < n) {
@@ -5605,7 +5614,7 @@ typedef struct {
     int *pred, *mtp_pred;           /* [full.n], [full.n - 1] */
     uint64_t logits_hash;
     int with_mtp;
-    float *mtp_hidden, *mtp_logits; /* [max_batch][hidden], [max_batch][vocab] */
+    float *mtp_hidden, *mtp_logits; /* [sink rows][hidden], [sink rows][vocab] */
     double mtp_seconds;
 } TeacherForcing;
 
@@ -5624,7 +5633,7 @@ static void teacher_forcing_chunk(void *user, int pos0, int S, const float *logi
 
 static int run_teacher_forcing(Model *m, Session *s, const ForwardOptions *opt, const Reference *ref, int with_mtp) {
     const Config *c = &m->c;
-    const int N = ref->full.n, M = N - 1, H = c->hidden, V = c->vocab, B = s->max_batch;
+    const int N = ref->full.n, M = N - 1, H = c->hidden, V = c->vocab, B = s->max_batch < SINK_ROWS ? s->max_batch : SINK_ROWS;   /* the sink's chunks */
     if (with_mtp && !c->n_mtp) die("MTP=1 but the model has no MTP layer");
     TeacherForcing tf = { m, s, opt, ref, xmalloc((size_t)N * sizeof(int)), xmalloc((size_t)(M > 0 ? M : 1) * sizeof(int)),
                           0xcbf29ce484222325ull, with_mtp, NULL, NULL, 0.0 };

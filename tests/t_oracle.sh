@@ -59,24 +59,25 @@ for bits in "8 8" "4 4"; do
   else echo "FAIL IDOT=1 ${bits% *}-bit experts: logits differ between batch sizes, thread counts or kernels"; fi
 done
 # A long forward works in pieces (attention: ATT_PIECE = 256 rows, SwiGLU: FFN_ROWS = 256 rows;
-# the DSA selection of a piece's rows, reused by the shared-indexer layers): 700 positions in one
-# forward must give the logits of 100-position chunks and of one position at a time.
+# the DSA selection of a piece's rows, reused by the shared-indexer layers), and teacher forcing
+# keeps the logits of at most SINK_ROWS = 1024 rows at a time: 1,100 positions with BATCH=1100 must
+# give the logits of 100-position chunks and of one position at a time.
 long_ref=$(mktemp /tmp/glm-long-ref.XXXXXX.json)
 /usr/bin/python3 - "$long_ref" <<'PY'
 import json, random, sys
 random.seed(7)
-ids = [random.randrange(0, 512) for _ in range(700)]
+ids = [random.randrange(0, 512) for _ in range(1100)]
 json.dump({"prompt_ids": ids[:8], "full_ids": ids}, open(sys.argv[1], "w"))
 PY
 ref=""; ok=1
-for batch in 700 100 1; do
+for batch in 1100 100 1; do
   h=$(env SNAP="$F/oracle_sparse" REF="$long_ref" TF=1 IDOT=1 THREADS=2 BATCH=$batch "$GLM" 64 4 4 2>/dev/null | grep '^TF logits hash')
   [ -z "$ref" ] && ref=$h
   if [ -z "$h" ] || [ "$h" != "$ref" ]; then ok=0; echo "  BATCH=$batch: '$h' vs '$ref'"; fi
 done
 rm -f "$long_ref"
-if [ $ok = 1 ]; then echo "PASS 700 positions: logits bit-identical in one forward (pieces of 256 rows), in chunks of 100 and one at a time"
-else echo "FAIL 700 positions: the pieces of a long forward change the logits"; fi
+if [ $ok = 1 ]; then echo "PASS 1,100 positions: logits bit-identical with BATCH=1100 (pieces of 256 rows, sink chunks of 1,024), in chunks of 100 and one at a time"
+else echo "FAIL 1,100 positions: the pieces of a long forward change the logits"; fi
 # Batched MoE runs several experts at once in windows bounded by the expert cache: any slot count
 # (down to one) must give the same logits and read each expert once per layer.
 ref=""; ok=1
