@@ -2557,7 +2557,7 @@ static int expert_load(ExpertStore *store, int layer, int e, ExpertSlot *slot) {
     double bytes = 0;
     int in_place = 0;
     if (slot->mapped_len) {   /* the evicted expert was mapped: drop its pages from our RSS (here, off the compute threads) */
-        const uint64_t a = slot->mapped_off / page_bytes() * page_bytes();
+        const uint64_t page = page_bytes(), a = slot->mapped_off / page * page;
         madvise(store->maps[slot->mapped_file] + a, slot->mapped_off + slot->mapped_len - a, MADV_DONTNEED);
         slot->mapped_len = 0;
     }
@@ -3040,7 +3040,8 @@ static void expert_store_start(ExpertStore *store, int slots_per_layer, const ch
     for (int l = 0; l < store->n_layers; l++) moe_layers += !store->c->layer_dense[l];
     /* one arena for every slab, 2 MiB-aligned and huge-page-backed: 2 MiB pages make O_DIRECT
        requests 4x larger (limits.md: ~3x the read rate) and fault 512x fewer times */
-    store->slab_stride = (store->slab_bytes + page_bytes() - 1) / page_bytes() * page_bytes();   /* whole pages: madvise per slot */
+    const size_t page = page_bytes();
+    store->slab_stride = (store->slab_bytes + page - 1) / page * page;   /* whole pages: madvise per slot */
     store->arena_bytes = store->slab_stride * (size_t)slots_per_layer * (size_t)moe_layers;
     if (store->arena_bytes) {
         uint8_t *map = mmap(NULL, store->arena_bytes + (2u << 20), PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
@@ -4882,7 +4883,7 @@ typedef struct {
     float *hidden;                              /* [max_batch][hidden] of the last forward */
     int hidden_pos0, hidden_rows;               /* its committed rows: positions hidden_pos0 .. + hidden_rows - 1 */
     const float *last_hidden;                   /* its row of position logits_pos - 1 (the MTP drafter's input) */
-    float *chunk_logits;                        /* [generator_sink_rows][vocab], with on_logits only */
+    float *chunk_logits;                        /* [sink_rows][vocab], with on_logits only */
     int generated;                              /* tokens reported in this run of steps */
     StopReason stop;                            /* why the run ended; STOP_NONE while it goes on */
     long long forwards;                         /* forward passes run, all kinds */
@@ -4989,15 +4990,16 @@ static void generator_commit(Generator *g, const int *tokens, int n, const float
    on GLM-5.2). */
 enum { SINK_ROWS = 1024 };
 
+/* Rows of one prefill chunk with a logits sink in session s. */
+static int sink_rows(const Session *s) { return s->max_batch < SINK_ROWS ? s->max_batch : SINK_ROWS; }
+
 /* Runs tokens[0, S) at positions pos.. and commits them (history, pos, logits, last_hidden).
    with_sink: every row's logits go to on_logits (S ≤ sink_rows). -1 when interrupted (nothing committed). */
-static int generator_sink_rows(const Generator *g) { return g->session->max_batch < SINK_ROWS ? g->session->max_batch : SINK_ROWS; }
-
 static int generator_forward(Generator *g, const int *tokens, int S, int with_sink, const volatile sig_atomic_t *interrupt) {
     const int V = g->model->c.vocab;
     const int all_rows = with_sink && g->on_logits;
-    if (all_rows && S > generator_sink_rows(g)) die("internal: %d rows for the logits sink, at most %d", S, generator_sink_rows(g));
-    if (all_rows && !g->chunk_logits) g->chunk_logits = xmalloc((size_t)generator_sink_rows(g) * V * sizeof(float));
+    if (all_rows && S > sink_rows(g->session)) die("internal: %d rows for the logits sink, at most %d", S, sink_rows(g->session));
+    if (all_rows && !g->chunk_logits) g->chunk_logits = xmalloc((size_t)sink_rows(g->session) * V * sizeof(float));
     float *logits = all_rows ? g->chunk_logits : g->logits;
     if (model_forward(g->model, g->session, g->opt, tokens, S, g->pos, g->hidden, logits, !all_rows, interrupt)) return -1;
     g->forwards++;
@@ -5261,7 +5263,7 @@ static void spec_account(Speculation *sp, int which, int drafted, int accepted, 
    them). Returns the tokens done: n, or fewer when the interrupt stopped it, and then pos is
    back where it was (the chunks done are dropped). */
 static int generator_prefill(Generator *g, const int *tokens, int n) {
-    const int start = g->pos, B = g->on_logits ? generator_sink_rows(g) : g->session->max_batch;
+    const int start = g->pos, B = g->on_logits ? sink_rows(g->session) : g->session->max_batch;
     int done = 0;
     g->spec.shadow_pos = -1;
     while (done < n) {
@@ -5633,7 +5635,7 @@ static void teacher_forcing_chunk(void *user, int pos0, int S, const float *logi
 
 static int run_teacher_forcing(Model *m, Session *s, const ForwardOptions *opt, const Reference *ref, int with_mtp) {
     const Config *c = &m->c;
-    const int N = ref->full.n, M = N - 1, H = c->hidden, V = c->vocab, B = s->max_batch < SINK_ROWS ? s->max_batch : SINK_ROWS;   /* the sink's chunks */
+    const int N = ref->full.n, M = N - 1, H = c->hidden, V = c->vocab, B = sink_rows(s);   /* the sink's chunks */
     if (with_mtp && !c->n_mtp) die("MTP=1 but the model has no MTP layer");
     TeacherForcing tf = { m, s, opt, ref, xmalloc((size_t)N * sizeof(int)), xmalloc((size_t)(M > 0 ? M : 1) * sizeof(int)),
                           0xcbf29ce484222325ull, with_mtp, NULL, NULL, 0.0 };
