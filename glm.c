@@ -3437,12 +3437,22 @@ static void router_select(const Config *c, const float *logits, const float *bia
 /* Batches: experts in windows, several at once on the threads. A window is a run of the union
    whose weights are in RAM or already queued for loading (at most MOE_WINDOW experts, max_batch
    rows, and the rows the SwiGLU scratch holds side by side); they are acquired in ascending
-   order, each computed by one thread (its matmuls then run on that thread: no fork and join per
-   matmul, which cost more than the few rows of an expert took: routed-expert compute scaled 1.2x
-   from 1 to 2 threads), released, and their outputs added
+   order, computed as tasks of at most MOE_PIECE_ROWS of an expert's rows, largest first, each
+   task by one thread (its matmuls then run on that thread: no fork and join per matmul, which
+   cost more than the few rows of an expert took: routed-expert compute scaled 1.2x from 1 to 2
+   threads), released, and their outputs added
    to each row in ascending expert order, as one expert at a time would. While a window computes,
    the loads of the next experts are already queued (the disk and the cores overlap as in decode). */
-enum { MOE_WINDOW = 8 };
+enum { MOE_WINDOW = 8, MOE_PIECE_ROWS = 128, MOE_MAX_PIECES = 32 };
+
+typedef struct { int window_index, row0, row1; } MoeTask;   /* rows [row0, row1) of a window's expert */
+
+static int moe_task_larger_first(const void *a, const void *b) {
+    const MoeTask *x = a, *y = b;
+    const int nx = x->row1 - x->row0, ny = y->row1 - y->row0;
+    if (nx != ny) return ny - nx;
+    return x->window_index != y->window_index ? x->window_index - y->window_index : x->row0 - y->row0;
+}
 
 /* Queue loads of union experts from u onwards that are not in RAM yet, while slots are free,
    never evicting one of them (expert_prefetch's rule; a read ahead, so never into a fresh slot
@@ -3477,13 +3487,27 @@ static void moe_windows(const Config *c, int layer, ExpertStore *store, Session 
         }
         first_row[u1 - u] = rows;
         for (int v = u; v < u1; v++) w[v - u] = expert_acquire(store, layer, s->union_experts[v]);
+        /* the window's tasks, largest first, so the threads finish together (an expert that 1,337
+           of 2,048 rows chose, on one thread, left the other idle); a row's result does not
+           depend on the rows beside it, so the pieces change nothing */
+        MoeTask task[MOE_WINDOW * MOE_MAX_PIECES];
+        int n_tasks = 0;
+        for (int v = u; v < u1; v++) {
+            const int n = s->moe_first[v + 1] - s->moe_first[v];
+            int pieces = (n + MOE_PIECE_ROWS - 1) / MOE_PIECE_ROWS;
+            if (pieces > MOE_MAX_PIECES) pieces = MOE_MAX_PIECES;
+            for (int p = 0; p < pieces; p++)
+                task[n_tasks++] = (MoeTask){ v - u, n * p / pieces, n * (p + 1) / pieces };
+        }
+        qsort(task, (size_t)n_tasks, sizeof *task, moe_task_larger_first);
         double t0 = now_seconds();
         #pragma omp parallel for schedule(dynamic, 1)
-        for (int v = u; v < u1; v++) {
-            const int n = s->moe_first[v + 1] - s->moe_first[v], o = first_row[v - u];
-            const int *rw = s->moe_rows + s->moe_first[v];
+        for (int t = 0; t < n_tasks; t++) {
+            const int v = u + task[t].window_index, o = first_row[task[t].window_index] + task[t].row0;
+            const int n = task[t].row1 - task[t].row0;
+            const int *rw = s->moe_rows + s->moe_first[v] + task[t].row0;
             for (int i = 0; i < n; i++) memcpy(s->expert_x + (size_t)(o + i) * H, m + (size_t)rw[i] * H, (size_t)H * sizeof(float));
-            ffn_swiglu(w[v - u], s->expert_x + (size_t)o * H, n, s->expert_y + (size_t)o * H,
+            ffn_swiglu(w[task[t].window_index], s->expert_x + (size_t)o * H, n, s->expert_y + (size_t)o * H,
                        s->ffn_h1 + (size_t)o * I, s->ffn_h2 + (size_t)o * I);
         }
         store->compute_seconds += now_seconds() - t0;
