@@ -306,7 +306,7 @@ typedef struct {
 static const SettingSpec SETTINGS[] = {
     { "SNAP",     SET_STR,   "",     0, 0, "model directory (config.json + *.safetensors); required" },
     { "REF",      SET_STR,   "",     0, 0, "oracle reference JSON (prompt_ids, full_ids, tf_pred, mtp_pred) for validation" },
-    { "TF",       SET_BOOL,  "0",    0, 1, "teacher forcing: one forward over REF's full_ids, compare argmax with tf_pred" },
+    { "TF",       SET_BOOL,  "0",    0, 1, "teacher forcing: a batched prefill of REF's full_ids (chunks of at most BATCH and 1,024 positions), compare argmax with tf_pred" },
     { "MTP",      SET_BOOL,  "0",    0, 1, "with TF=1: also run the MTP head and compare with mtp_pred" },
     { "NGEN",     SET_INT,   "-1",  -1, 1e9, "tokens to generate per answer (-1: until EOS or a full context; with REF: as many as full_ids continues the prompt)" },
     { "ABSORB",   SET_INT,   "1",    0, 1, "MLA form: 1 weight-absorbed (for every batch size), 0 explicit K/V of every key (a cross-check; memory grows with the context)" },

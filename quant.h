@@ -68,7 +68,7 @@
    the float path. An int32 group sum must not overflow: cols ≤ 130000 for int8 weights (all
    GLM-5.2 shapes are far below).
 
-   Batches (S >= 4; on AVX-512 S >= 5; int8-row, int4-row and int4-group
+   Batches (S >= 4; on AVX-512 S >= 5 for the per-row formats; int8-row, int4-row and int4-group
    with groups of a multiple of 8 inputs): the GEMM kernels. A row kernel reads a weight row once per call but decodes it
    again for every activation row and ends each dot product with a horizontal sum; the GEMM path
    repacks a block of weight rows once into per-thread scratch (one vector then holds the same few
@@ -953,27 +953,34 @@ static uint8_t *qt_gemm_scratch(size_t n) {
     return qt_gemm_buf;
 }
 
-/* While the tiles of a row block run, the next block's rows stream toward L2, one line every
-   `every` steps, so its repack does not wait on DRAM (gate 2048x6144, S = 32, weights in DRAM:
-   445 GOP/s before; the same from L3: 662). */
-typedef struct { const char *p; int64_t left, every, wait; } QtPrefetch;
+/* While the tiles of a row block run, the next block's rows stream toward L2, one or two lines
+   every `every` steps, so its repack does not wait on DRAM (gate 2048x6144, S = 32, weights in
+   DRAM: 445 GOP/s before; the same from L3: 662). Two lines per step where a block has more lines
+   than its tiles have steps: one AVX-512 tile (S <= 12) over 32 rows has twice as many; with one
+   line per step it fetched half the next block, and the expert FFN at S = 8 from the page cache
+   ran at 405-453 GOP/s on 2 threads against 496-577 with all of it (two runs of 3 pairs). */
+typedef struct { const char *p; int64_t left, every, wait, lines; } QtPrefetch;
 
 static inline __attribute__((always_inline)) void qt_prefetch_step(QtPrefetch *pf) {
     if (pf->left > 0 && --pf->wait <= 0) {
         _mm_prefetch(pf->p, QT_PREFETCH_HINT);
-        pf->p += 64;
-        pf->left--;
+        if (pf->lines > 1) _mm_prefetch(pf->p + 64, QT_PREFETCH_HINT);
+        pf->p += 64 * pf->lines;
+        pf->left -= pf->lines;
         pf->wait = pf->every;
     }
 }
 
-/* The prefetch share of one of `tiles` tiles over the next block's bytes [next, next + bytes). */
+/* The prefetch share of one of `tiles` tiles over the next block's bytes [next, next + bytes),
+   spread over the tile's nsteps steps (at most 2 lines per step: see above). */
 static QtPrefetch qt_prefetch_share(const uint8_t *next, int64_t bytes, int tiles, int tile, int64_t nsteps) {
     const int64_t lines = (bytes + 63) / 64, per = (lines + tiles - 1) / tiles;
-    QtPrefetch pf = { (const char *)next + tile * per * 64, 0, 1, 0 };
+    QtPrefetch pf = { (const char *)next + tile * per * 64, 0, 1, 0, 1 };
     pf.left = lines - tile * per < per ? lines - tile * per : per;
     if (pf.left < 0) pf.left = 0;
-    pf.every = pf.left > 0 && nsteps / pf.left > 1 ? nsteps / pf.left : 1;
+    if (nsteps < 1) nsteps = 1;
+    if (pf.left > nsteps) pf.lines = 2;
+    pf.every = pf.left > 0 && nsteps * pf.lines / pf.left > 1 ? nsteps * pf.lines / pf.left : 1;
     return pf;
 }
 
@@ -1454,16 +1461,19 @@ typedef struct {
     QtRowsFn rows;
 } QtMatmulJob;
 
-/* 0: measured per kernel (bench/README.md, weights beyond the caches): since the GEMM tiles
-   prefetch the next row block, the AVX-512 GEMM wins from S = 4 on 2048×6144 (int4-row and group
-   64, 1 and 2 threads) and from S = 5-6 on 6144×2048 group 64 (shorter rows: the repack weighs
-   more), so 5 for both; the 256-bit GEMM kernels win from S = 3-4. */
+/* 0: measured per kernel and format (bench/README.md): the AVX-512 GEMM wins from S = 4 on
+   grouped weights and from S = 5 on int4-row ones (2026-12-02, once its prefetch fetched the whole
+   next block; one thread, 16 matrices beyond the caches, GOP/s row kernel / GEMM: group 64 S = 3:
+   151 / 157 and 159 / 157, S = 4: 131 / 212 and 175 / 203 on 2048x6144 and 6144x2048; int4-row
+   S = 4: 171 / 225 and 278 / 216, S = 5: 179 / 325 and 279 / 343); the 256-bit GEMM kernels win
+   from S = 3-4. */
 static int qt_gemm_min_rows_set;
 void qt_set_gemm_min_rows(int s) { qt_gemm_min_rows_set = s < 0 ? 0 : s; }
 
-static int qt_gemm_min_rows(QtKernel k) {
+static int qt_gemm_min_rows(QtKernel k, const QTensor *w) {
     if (qt_gemm_min_rows_set) return qt_gemm_min_rows_set;
-    return k == QT_KERNEL_VNNI ? 5 : 4;
+    if (k == QT_KERNEL_VNNI) return qt_groups_per_row(w) > 1 ? 4 : 5;
+    return 4;
 }
 
 /* Formats the GEMM kernels take: a group must cover whole steps (8 int4 inputs). */
@@ -1665,7 +1675,7 @@ void qt_matmul_with(const QTensor *w, const float *x, float *y, int S, int idot,
     }
 
     QtKernel k = kernel == QT_KERNEL_AUTO ? qt_get_kernel() : qt_kernel_resolve(kernel);
-    const int gemm = k != QT_KERNEL_SCALAR && S >= qt_gemm_min_rows(k) && qt_gemm_shape_ok(w);
+    const int gemm = k != QT_KERNEL_SCALAR && S >= qt_gemm_min_rows(k, w) && qt_gemm_shape_ok(w);
     if (!gemm && !qt_simd_shape_ok(w)) k = QT_KERNEL_SCALAR;
     QtActs *a = &j.acts;
     a->layout = k == QT_KERNEL_SCALAR ? QT_ACTS_NATURAL : gemm ? QT_ACTS_STEPS : QT_ACTS_CHUNKS;
