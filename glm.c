@@ -1429,8 +1429,8 @@ typedef struct {
     size_t att_thread_floats;
     float *expanded_kv;      /* explicit prefill: [capacity][n_heads*(qk_nope+v_head)], grown on demand */
     size_t expanded_kv_cap;
-    float *ffn_h1, *ffn_h2;  /* [ffn_rows][ffn_width]: ffn_swiglu's pieces, or the rows of a MoE window's experts side by side */
-    int ffn_rows, ffn_width; /* min(max_batch, FFN_ROWS), max(inter, moe_inter · max(n_shared, 1)) */
+    float *ffn_h1, *ffn_h2;  /* [ffn_rows][ffn_width]: ffn_swiglu's pieces, or each thread's share in a MoE window */
+    int ffn_rows, ffn_width; /* max(min(max_batch, FFN_ROWS), nthreads), max(inter, moe_inter · max(n_shared, 1)) */
     float *mtp_in;           /* [2][max_batch][hidden]: the MTP head's normed embeddings, then hidden states */
     int *moe_rows;           /* [max_batch·experts_per_tok] rows of each union expert, grouped by expert */
     float *moe_weights;      /* [max_batch·experts_per_tok] their routing weights */
@@ -3377,14 +3377,14 @@ static void expert_release(ExpertStore *store, int layer, int expert) {
    7. MoE: router, batch union of chosen experts, SwiGLU, shared expert (§5)
    ============================================================================================= */
 
-/* SwiGLU over S rows: out = down(silu(gate·x) ⊙ up·x), in pieces of FFN_ROWS rows, so h1/h2
-   hold [min(S, FFN_ROWS)][width] whatever the batch (a row's result does not depend on the rows
+/* SwiGLU over S rows: out = down(silu(gate·x) ⊙ up·x), in pieces of `piece` rows, so h1/h2
+   hold [min(S, piece)][width] whatever the batch (a row's result does not depend on the rows
    beside it; the GEMM kernels work in 128-row panels anyway). */
-static void ffn_swiglu(const FfnWeights *w, const float *x, int S, float *out, float *h1, float *h2) {
+static void ffn_swiglu(const FfnWeights *w, const float *x, int S, float *out, float *h1, float *h2, int piece) {
     const int width = (int)w->gate.rows;
     const size_t in = (size_t)w->gate.cols, out_width = (size_t)w->down.rows;
-    for (int r = 0; r < S; r += FFN_ROWS) {
-        const int n = S - r < FFN_ROWS ? S - r : FFN_ROWS;
+    for (int r = 0; r < S; r += piece) {
+        const int n = S - r < piece ? S - r : piece;
         matmul(h1, &w->gate, x + r * in, n);
         matmul(h2, &w->up, x + r * in, n);
         silu_mul(h1, h2, (size_t)n * width);
@@ -3435,12 +3435,12 @@ static void router_select(const Config *c, const float *logits, const float *bia
 }
 
 /* Batches: experts in windows, several at once on the threads. A window is a run of the union
-   whose weights are in RAM or already queued for loading (at most MOE_WINDOW experts, max_batch
-   rows, and the rows the SwiGLU scratch holds side by side); they are acquired in ascending
-   order, computed as tasks of at most MOE_PIECE_ROWS of an expert's rows, largest first, each
-   task by one thread (its matmuls then run on that thread: no fork and join per matmul, which
-   cost more than the few rows of an expert took: routed-expert compute scaled 1.2x from 1 to 2
-   threads), released, and their outputs added
+   whose weights are in RAM or already queued for loading (at most MOE_WINDOW experts and max_batch
+   rows); they are acquired in ascending order, computed as tasks of at most MOE_PIECE_ROWS of an
+   expert's rows, largest first, each task by one thread in its own share of the SwiGLU scratch
+   (its matmuls then run on that thread: no fork and join per matmul, which cost more than the few
+   rows of an expert took: routed-expert compute scaled 1.2x from 1 to 2 threads), released, and
+   their outputs added
    to each row in ascending expert order, as one expert at a time would. While a window computes,
    the loads of the next experts are already queued (the disk and the cores overlap as in decode). */
 enum { MOE_WINDOW = 8, MOE_PIECE_ROWS = 128, MOE_MAX_PIECES = 32 };
@@ -3472,7 +3472,8 @@ static void moe_queue_loads(ExpertStore *store, int layer, const int *experts, i
 
 static void moe_windows(const Config *c, int layer, ExpertStore *store, Session *s, const float *m, int n_union, float *out) {
     const int H = c->hidden, I = c->moe_inter;
-    const int64_t h_rows = (int64_t)s->ffn_rows * s->ffn_width / I;   /* expert rows the SwiGLU scratch holds at once */
+    /* each thread's share of the SwiGLU scratch, in expert rows (at least 1: see session_init) */
+    const int h_rows = (int)((int64_t)s->ffn_rows * s->ffn_width / I / s->nthreads);
     const LayerCache *lc = &store->caches[layer];
     const FfnWeights *w[MOE_WINDOW];
     int first_row[MOE_WINDOW + 1];
@@ -3480,7 +3481,7 @@ static void moe_windows(const Config *c, int layer, ExpertStore *store, Session 
         int u1 = u, rows = 0;
         while (u1 < n_union && u1 - u < MOE_WINDOW) {
             const int e = s->union_experts[u1], n = s->moe_first[u1 + 1] - s->moe_first[u1];
-            if (u1 > u && (rows + n > s->max_batch || rows + n > h_rows || lc->cache.expert_slot[e] < 0)) break;
+            if (u1 > u && (rows + n > s->max_batch || lc->cache.expert_slot[e] < 0)) break;
             first_row[u1 - u] = rows;
             rows += n;
             u1++;
@@ -3503,12 +3504,17 @@ static void moe_windows(const Config *c, int layer, ExpertStore *store, Session 
         double t0 = now_seconds();
         #pragma omp parallel for schedule(dynamic, 1)
         for (int t = 0; t < n_tasks; t++) {
+            int tid = 0;
+#ifdef _OPENMP
+            tid = omp_get_thread_num();
+#endif
             const int v = u + task[t].window_index, o = first_row[task[t].window_index] + task[t].row0;
+            const size_t h = (size_t)tid * h_rows * I;
             const int n = task[t].row1 - task[t].row0;
             const int *rw = s->moe_rows + s->moe_first[v] + task[t].row0;
             for (int i = 0; i < n; i++) memcpy(s->expert_x + (size_t)(o + i) * H, m + (size_t)rw[i] * H, (size_t)H * sizeof(float));
             ffn_swiglu(w[task[t].window_index], s->expert_x + (size_t)o * H, n, s->expert_y + (size_t)o * H,
-                       s->ffn_h1 + (size_t)o * I, s->ffn_h2 + (size_t)o * I);
+                       s->ffn_h1 + h, s->ffn_h2 + h, h_rows);
         }
         store->compute_seconds += now_seconds() - t0;
         for (int v = u; v < u1; v++) expert_release(store, layer, s->union_experts[v]);
@@ -3575,7 +3581,7 @@ static void moe_forward(const Config *c, const Layer *L, int layer_index, Expert
             for (int i = 0; i < n; i++) memcpy(s->expert_x + (size_t)i * H, m + (size_t)rw[i] * H, (size_t)H * sizeof(float));
             const FfnWeights *w = expert_acquire(store, layer_index, e);
             double t0 = now_seconds();
-            ffn_swiglu(w, s->expert_x, n, s->expert_y, s->ffn_h1, s->ffn_h2);
+            ffn_swiglu(w, s->expert_x, n, s->expert_y, s->ffn_h1, s->ffn_h2, s->ffn_rows);
             store->compute_seconds += now_seconds() - t0;
             expert_release(store, layer_index, e);
             for (int i = 0; i < n; i++) {
@@ -3586,7 +3592,7 @@ static void moe_forward(const Config *c, const Layer *L, int layer_index, Expert
             }
         }
     if (L->has_shared) {
-        ffn_swiglu(&L->mlp, m, S, s->expert_y, s->ffn_h1, s->ffn_h2);
+        ffn_swiglu(&L->mlp, m, S, s->expert_y, s->ffn_h1, s->ffn_h2, s->ffn_rows);
         vec_add(out, s->expert_y, S * H);
     }
 }
@@ -3857,7 +3863,9 @@ static void session_init(Session *s, const Model *m, int capacity, int max_batch
     s->att_z = session_calloc(s, (size_t)ATT_ROWS * c->n_heads * c->kv_lora, sizeof(float));
     s->att_thread_floats = attention_thread_floats(c, capacity);
     s->att_thread = session_calloc(s, (size_t)s->nthreads * s->att_thread_floats, sizeof(float));
+    /* at least a row per thread: MoE windows give each thread its own share of h1/h2 */
     s->ffn_rows = B < FFN_ROWS ? B : FFN_ROWS;
+    if (s->ffn_rows < s->nthreads) s->ffn_rows = s->nthreads;
     s->ffn_width = ffn_width;
     s->ffn_h1 = session_calloc(s, (size_t)s->ffn_rows * ffn_width, sizeof(float));
     s->ffn_h2 = session_calloc(s, (size_t)s->ffn_rows * ffn_width, sizeof(float));
@@ -4534,7 +4542,7 @@ static void layer_forward(Model *m, Session *s, const ForwardOptions *opt, int l
     vec_add(s->x, s->attn_out, S * H);
     #pragma omp parallel for schedule(static) if (S >= ROWS_PARALLEL)
     for (int r = 0; r < S; r++) rmsnorm(s->xn + (size_t)r * H, s->x + (size_t)r * H, L->post_attn_norm, H, c->rms_eps);
-    if (L->dense) ffn_swiglu(&L->mlp, s->xn, S, s->ffn_out, s->ffn_h1, s->ffn_h2);
+    if (L->dense) ffn_swiglu(&L->mlp, s->xn, S, s->ffn_out, s->ffn_h1, s->ffn_h2, s->ffn_rows);
     else moe_forward(c, L, l, &m->experts, s, s->xn, S, s->ffn_out);
     *(L->dense ? &s->profile.dense_mlp : &s->profile.moe) += now_seconds() - t1;
     vec_add(s->x, s->ffn_out, S * H);

@@ -405,7 +405,7 @@ static double bench_ffn_gemm(QtFormat f, int64_t group, int S, int threads) {
         double t0 = now();
         for (int e = 0; e < ne; e++) {
             const Expert *ex = &ffn_ex[(rep * ne + e) % ffn_ne];
-            ffn_swiglu(ex, x, S, y, g, u);
+            ffn_swiglu(ex, x, S, y, g, u, S);   /* g, u hold all S rows */
         }
         v[rep] = 2.0 * 3 * FFN * HID * S * ne / (now() - t0) * 1e-9;
     }

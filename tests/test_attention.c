@@ -186,8 +186,9 @@ static void test_silu(void) {
     free(g); free(u); free(all);
 }
 
-/* ffn_swiglu works in pieces of FFN_ROWS rows (its per-thread scratch): a row's output must be the
-   same bytes whether it comes in a call of 2·FFN_ROWS + 3 rows, alone, or in calls of 7 rows. */
+/* ffn_swiglu works in pieces of the rows its scratch holds (FFN_ROWS, or a MoE thread's share):
+   a row's output must be the same bytes whether it comes in a call of 2·FFN_ROWS + 3 rows, alone,
+   in calls of 7 rows, or through pieces of 5 rows. */
 static void test_swiglu_pieces(void) {
     enum { IN = 64, WIDTH = 96, S = 2 * FFN_ROWS + 3 };
     FfnWeights w;
@@ -203,14 +204,18 @@ static void test_swiglu_pieces(void) {
     float *x = malloc(sizeof(float) * S * IN), *all = malloc(sizeof(float) * S * IN), *part = malloc(sizeof(float) * S * IN);
     float *h1 = malloc(sizeof(float) * FFN_ROWS * WIDTH), *h2 = malloc(sizeof(float) * FFN_ROWS * WIDTH);
     for (int i = 0; i < S * IN; i++) x[i] = rng_float();
-    ffn_swiglu(&w, x, S, all, h1, h2);
-    int same_alone = 1, same_sevens = 1;
-    for (int r = 0; r < S; r++) ffn_swiglu(&w, x + r * IN, 1, part + r * IN, h1, h2);
+    ffn_swiglu(&w, x, S, all, h1, h2, FFN_ROWS);
+    int same_alone = 1, same_sevens = 1, same_fives = 1;
+    for (int r = 0; r < S; r++) ffn_swiglu(&w, x + r * IN, 1, part + r * IN, h1, h2, FFN_ROWS);
     same_alone = !memcmp(all, part, sizeof(float) * S * IN);
-    for (int r = 0; r < S; r += 7) ffn_swiglu(&w, x + r * IN, S - r < 7 ? S - r : 7, part + r * IN, h1, h2);
+    for (int r = 0; r < S; r += 7) ffn_swiglu(&w, x + r * IN, S - r < 7 ? S - r : 7, part + r * IN, h1, h2, FFN_ROWS);
     same_sevens = !memcmp(all, part, sizeof(float) * S * IN);
+    memset(part, 0, sizeof(float) * S * IN);
+    ffn_swiglu(&w, x, S, part, h1, h2, 5);
+    same_fives = !memcmp(all, part, sizeof(float) * S * IN);
     CHECK("ffn_swiglu: 2·FFN_ROWS + 3 rows in one call give the bytes of one row per call", same_alone, "outputs differ");
     CHECK("ffn_swiglu: ... and of calls of 7 rows", same_sevens, "outputs differ");
+    CHECK("ffn_swiglu: ... and of pieces of 5 rows", same_fives, "outputs differ");
     for (int k = 0; k < 3; k++) qt_free(t[k]);
     free(row); free(x); free(all); free(part); free(h1); free(h2);
 }
