@@ -58,6 +58,16 @@ for bits in "8 8" "4 4"; do
   if [ $ok = 1 ] && [ $runs -gt 0 ]; then echo "PASS IDOT=1 ${bits% *}-bit experts: logits bit-identical over $runs runs (batch 1/5/256, 1/2 threads, kernels: ${kernels% })"
   else echo "FAIL IDOT=1 ${bits% *}-bit experts: logits differ between batch sizes, thread counts or kernels"; fi
 done
+# 1 when teacher forcing REF on oracle_sparse gives one logits hash for every BATCH listed after it
+same_hash_over_batches() {
+  local ref_file=$1 batch h first="" same=1; shift
+  for batch in "$@"; do
+    h=$(env SNAP="$F/oracle_sparse" REF="$ref_file" TF=1 IDOT=1 THREADS=2 BATCH=$batch "$GLM" 64 4 4 2>/dev/null | grep '^TF logits hash')
+    [ -z "$first" ] && first=$h
+    if [ -z "$h" ] || [ "$h" != "$first" ]; then same=0; echo "  BATCH=$batch: '$h' vs '$first'" >&2; fi
+  done
+  echo $same
+}
 # A long forward works in pieces (attention: ATT_PIECE = 256 rows, SwiGLU: FFN_ROWS = 256 rows;
 # the DSA selection of a piece's rows, reused by the shared-indexer layers), and teacher forcing
 # keeps the logits of at most SINK_ROWS = 1024 rows at a time: 1,100 positions with BATCH=1100 must
@@ -69,13 +79,7 @@ random.seed(7)
 ids = [random.randrange(0, 512) for _ in range(1100)]
 json.dump({"prompt_ids": ids[:8], "full_ids": ids}, open(sys.argv[1], "w"))
 PY
-ref=""; ok=1
-for batch in 1100 100 1; do
-  h=$(env SNAP="$F/oracle_sparse" REF="$long_ref" TF=1 IDOT=1 THREADS=2 BATCH=$batch "$GLM" 64 4 4 2>/dev/null | grep '^TF logits hash')
-  [ -z "$ref" ] && ref=$h
-  if [ -z "$h" ] || [ "$h" != "$ref" ]; then ok=0; echo "  BATCH=$batch: '$h' vs '$ref'"; fi
-done
-if [ $ok = 1 ]; then echo "PASS 1,100 positions: logits bit-identical with BATCH=1100 (pieces of 256 rows, sink chunks of 1,024), in chunks of 100 and one at a time"
+if [ "$(same_hash_over_batches "$long_ref" 1100 100 1)" = 1 ]; then echo "PASS 1,100 positions: logits bit-identical with BATCH=1100 (pieces of 256 rows, sink chunks of 1,024), in chunks of 100 and one at a time"
 else echo "FAIL 1,100 positions: the pieces of a long forward change the logits"; fi
 # One token 1,100 times: most rows route to the same experts, so one expert gets more rows than
 # the SwiGLU scratch holds (its tasks once wrote past it: make asan reports that); chunks of 1,100
@@ -85,14 +89,9 @@ import json, sys
 ids = [77] * 1100
 json.dump({"prompt_ids": ids[:8], "full_ids": ids}, open(sys.argv[1], "w"))
 PY
-ref=""; ok=1
-for batch in 1100 100; do
-  h=$(env SNAP="$F/oracle_sparse" REF="$long_ref" TF=1 IDOT=1 THREADS=2 BATCH=$batch "$GLM" 64 4 4 2>/dev/null | grep '^TF logits hash')
-  [ -z "$ref" ] && ref=$h
-  if [ -z "$h" ] || [ "$h" != "$ref" ]; then ok=0; echo "  BATCH=$batch: '$h' vs '$ref'"; fi
-done
+ok=$(same_hash_over_batches "$long_ref" 1100 100)
 rm -f "$long_ref"
-if [ $ok = 1 ]; then echo "PASS 1,100 copies of one token: one expert with most of the rows gives the logits of 100-position chunks"
+if [ "$ok" = 1 ]; then echo "PASS 1,100 copies of one token: one expert with most of the rows gives the logits of 100-position chunks"
 else echo "FAIL 1,100 copies of one token: an expert with most of a forward's rows changes the logits"; fi
 # Batched MoE runs several experts at once in windows bounded by the expert cache: any slot count
 # (down to one) must give the same logits and read each expert once per layer.
