@@ -322,7 +322,7 @@ static const SettingSpec SETTINGS[] = {
     { "DIRECT",   SET_INT,   "-1",  -1, 1, "O_DIRECT expert reads into huge-page slabs, bypassing the page cache: 1 on, 0 off (buffered pread), -1 on for pre-quantized experts where the filesystem allows it" },
     { "DROP",     SET_BOOL,  "0",    0, 1, "buffered reads, then evict the pages read from the page cache" },
     { "MMAP",     SET_BOOL,  "0",    0, 1, "map the model files and use experts in place" },
-    { "INPLACE",  SET_BOOL,  "1",    0, 1, "pread and O_DIRECT modes: an expert the OS page cache holds whole is used where it lies (mapped, not copied into its slot); 0: always read" },
+    { "INPLACE",  SET_BOOL,  "1",    0, 1, "pread and O_DIRECT modes: an expert the OS page cache holds (all but at most an eighth of it) is used where it lies (mapped, not copied into its slot); 0: always read" },
     { "REPLAY",   SET_BOOL,  "0",    0, 1, "decode REF's full_ids one token at a time as fixed input (decode benchmark)" },
     { "STATS",    SET_STR,   "",     0, 0, "write per-(layer, expert) routing counts to this file at exit" },
     { "PROFILE",  SET_BOOL,  "0",    0, 1, "print where the time went (attention, experts, disk wait, lm_head)" },
@@ -2149,9 +2149,10 @@ static void attention(AttentionCall *ac, const float *xn, int S, int pos0, float
    evicting an expert drops its pages from this process; scales at an odd file offset are copied
    to an aligned buffer; a file cut short while mapped is reported by name, not by SIGBUS).
    INPLACE (default on, pread and O_DIRECT with pre-quantized experts): a load first asks mincore
-   whether the page cache holds the expert already; if so it is used where it lies, as MMAP=1
-   would, instead of being copied into its slot (a warm 255-token prefill copied 5.4 GB on the
-   cores its matmuls needed), and the slot's own memory is released meanwhile.
+   whether the page cache holds the expert already (all but at most an eighth of its pages: mapping
+   reads the rest); if so it is used where it lies, as MMAP=1 would, instead of being copied into
+   its slot (a warm 255-token prefill copied 5.4 GB on the cores its matmuls needed), and the
+   slot's own memory is released meanwhile.
    ============================================================================================= */
 
 
@@ -2258,6 +2259,7 @@ typedef struct {
     long long read_loads;         /* loads that read into their slot (under lock) */
     int in_place_likely;          /* at the helper's start the page cache held the experts probed: count as one in-place load */
     double in_place_bytes, in_place_seconds;
+    double in_place_missing_bytes;   /* of in_place_bytes, pages the page cache lacked: mapping read them */
     long long *route_counts;      /* [n_layers][n_experts] times chosen */
 } ExpertStore;
 
@@ -2484,8 +2486,10 @@ static void on_sigbus(int sig, siginfo_t *info, void *context) {
 }
 
 /* Points the views of `slot` at expert `src` where the file mapping holds it (MMAP, or INPLACE for
-   an expert the page cache holds) and maps its pages now. Adds the bytes it covers to *bytes. */
-static int expert_view_mapped(ExpertStore *store, const ExpertSource *src, ExpertSlot *slot, double *bytes, char *err, size_t err_len) {
+   an expert the page cache holds) and maps its pages now. Adds the bytes it covers to *bytes.
+   read_ahead: some pages are missing; ask for all of them at once first. */
+static int expert_view_mapped(ExpertStore *store, const ExpertSource *src, ExpertSlot *slot, int read_ahead, double *bytes,
+                              char *err, size_t err_len) {
     QTensor *w[3] = { &slot->w.gate, &slot->w.up, &slot->w.down };
     for (int k = 0; k < 3; k++)
         if (!mapped_span_ok(store, src->data[k], err, err_len) || !mapped_span_ok(store, src->scales[k], err, err_len)) return -1;
@@ -2512,6 +2516,11 @@ static int expert_view_mapped(ExpertStore *store, const ExpertSource *src, Exper
     const uint64_t page = page_bytes(), a = slot->mapped_off / page * page;
     uint8_t *span = store->maps[first->file] + a;
     const size_t span_len = slot->mapped_off + slot->mapped_len - a;
+    /* the populate's faults read a missing run at a time (64 KiB holes: ~1.5 ms each here); one
+       WILLNEED queues them all (in 4 MiB pieces: the kernel caps one hint at ~8 MiB) */
+    for (size_t off = 0; read_ahead && off < span_len; off += (size_t)4 << 20)
+        posix_fadvise(st_file_fd(store->index, first->file), (off_t)(a + off), (off_t)(span_len - off < ((size_t)4 << 20) ? span_len - off : (size_t)4 << 20),
+                      POSIX_FADV_WILLNEED);
     if (madvise(span, span_len, MADV_POPULATE_READ)) {
         madvise(span, span_len, MADV_WILLNEED);
         volatile uint8_t sink = 0;
@@ -2547,6 +2556,46 @@ static int expert_in_page_cache(const ExpertStore *store, const ExpertSource *sr
     return 1;
 }
 
+/* INPLACE: the pages of `t` the page cache lacks, by mincore of every page (-1: t is not mapped). */
+static int64_t tensor_pages_missing(const ExpertStore *store, const StTensor *t, int64_t *pages) {
+    const uint8_t *map = store->maps[t->file];
+    if (!map || t->offset + t->nbytes > store->map_len[t->file]) return -1;
+    const uint64_t page = page_bytes(), first = t->offset / page * page, end = t->offset + t->nbytes;
+    unsigned char in[1024];
+    int64_t missing = 0;
+    for (uint64_t a = first; a < end; a += sizeof in * page) {
+        const uint64_t n = (end - a + page - 1) / page < sizeof in ? (end - a + page - 1) / page : sizeof in;
+        if (mincore((void *)(map + a), n * page, in)) return -1;
+        for (uint64_t i = 0; i < n; i++) missing += !(in[i] & 1);
+        *pages += (int64_t)n;
+    }
+    return missing;
+}
+
+/* An expert the page cache holds all but at most 1/IN_PLACE_MISSING_SHARE of is used in place too:
+   mapping it reads the missing pages, far less than reading all of it into a slot (which on these
+   VMs also faults fresh slot memory in: a warm 255-token prefill whose page cache had lost a few
+   pages of 68 experts read 1.4 GB into fresh slots, 3.3 s instead of ~0.1). The page cache loses
+   folios here and there under memory pressure, seldom a whole expert. */
+enum { IN_PLACE_MISSING_SHARE = 8 };
+
+/* Whether `src` is to be used in place (INPLACE), with the bytes of its pages the page cache lacks
+   (that mapping it reads) in *missing_bytes. */
+static int expert_use_in_place(const ExpertStore *store, const ExpertSource *src, double *missing_bytes) {
+    *missing_bytes = 0;
+    if (!store->in_place) return 0;
+    if (expert_in_page_cache(store, src, 16)) return 1;
+    int64_t pages = 0, missing = 0;
+    for (int k = 0; k < 3; k++) {
+        const int64_t md = tensor_pages_missing(store, src->data[k], &pages), ms = tensor_pages_missing(store, src->scales[k], &pages);
+        if (md < 0 || ms < 0) return 0;
+        missing += md + ms;
+    }
+    if (missing * IN_PLACE_MISSING_SHARE > pages) return 0;
+    *missing_bytes = (double)missing * (double)page_bytes();
+    return 1;
+}
+
 /* Brings expert `e` of `layer` into `slot`. Runs on the I/O thread (or inline). */
 static int expert_load(ExpertStore *store, int layer, int e, ExpertSlot *slot) {
     const ExpertSource *src = &store->sources[(size_t)layer * store->c->n_experts + e];
@@ -2554,7 +2603,7 @@ static int expert_load(ExpertStore *store, int layer, int e, ExpertSlot *slot) {
     char *err = slot->error;
     const size_t err_len = sizeof slot->error;
     double t0 = now_seconds(), nested0 = store->io_nested_seconds;   /* demands served inside a prefetch count on their own */
-    double bytes = 0;
+    double bytes = 0, missing_bytes = 0;
     int in_place = 0;
     if (slot->mapped_len) {   /* the evicted expert was mapped: drop its pages from our RSS (here, off the compute threads) */
         const uint64_t page = page_bytes(), a = slot->mapped_off / page * page;
@@ -2581,9 +2630,9 @@ static int expert_load(ExpertStore *store, int layer, int e, ExpertSlot *slot) {
             bytes += (double)src->rows[k] * src->cols[k] * st_dtype_size(src->data[k]->dtype);
         }
     } else if (store->io_mode == IO_MMAP) {
-        if (expert_view_mapped(store, src, slot, &bytes, err, err_len)) return -1;
-    } else if (expert_in_page_cache(store, src, 16)) {
-        if (expert_view_mapped(store, src, slot, &bytes, err, err_len)) return -1;
+        if (expert_view_mapped(store, src, slot, 0, &bytes, err, err_len)) return -1;
+    } else if (expert_use_in_place(store, src, &missing_bytes)) {
+        if (expert_view_mapped(store, src, slot, missing_bytes > 0, &bytes, err, err_len)) return -1;
         in_place = 1;
         /* a slot holds its own memory or the page cache's, never both, so RSS stays in the budget
            (io_load_slot marks it fresh again) */
@@ -2656,6 +2705,7 @@ static int expert_load(ExpertStore *store, int layer, int e, ExpertSlot *slot) {
     if (in_place) {   /* not a read: kept out of the read rate */
         store->in_place_loads++;
         store->in_place_bytes += bytes;
+        store->in_place_missing_bytes += missing_bytes;
         store->in_place_seconds += seconds;
     } else {
         store->bytes_read += bytes;
@@ -7472,8 +7522,9 @@ static void print_expert_stats(const ExpertStore *store, double seconds) {
             store->read_seconds > 0 ? store->bytes_read / store->read_seconds / 1e9 : 0.0, store->wait_seconds, store->compute_seconds,
             seconds, IO_MODE_NAMES[store->io_mode]);
     if (store->in_place_loads)
-        fprintf(stderr, "glm: page cache: %lld expert loads found the expert there and used it in place (%.1f MB not copied, %.3f s mapping it)\n",
-                store->in_place_loads, store->in_place_bytes / 1e6, store->in_place_seconds);
+        fprintf(stderr, "glm: page cache: %lld expert loads found the expert there and used it in place (%.1f MB not copied, "
+                        "%.1f MB of them missing pages that mapping read, %.3f s mapping it)\n",
+                store->in_place_loads, store->in_place_bytes / 1e6, store->in_place_missing_bytes / 1e6, store->in_place_seconds);
     if (store->prefetched)
         fprintf(stderr, "glm: usage history: %lld hot experts read ahead while the disk was idle, %lld of them hit\n",
                 store->prefetched, store->prefetch_used);

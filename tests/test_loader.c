@@ -2,8 +2,9 @@
    loader_drop_new, loader_release_snapshot): pages the load brings into the page cache are dropped
    once read, pages that were cached before stay. On a file of its own with two 6 MiB tensors;
    residency is counted with mincore over each tensor's pages but its first and last 2 MiB (a large
-   folio that also holds the header or the other tensor may outlive a drop of one range). glm.c is
-   included with GLM_NO_MAIN. */
+   folio that also holds the header or the other tensor may outlive a drop of one range). Then
+   INPLACE's choice of experts to use where the page cache holds them (expert_use_in_place). glm.c
+   is included with GLM_NO_MAIN. */
 #define GLM_NO_MAIN
 #pragma GCC diagnostic ignored "-Wunused-function"   /* the modes main() would call */
 #include "../glm.c"
@@ -29,6 +30,18 @@ static long cached_pages(const StIndex *ix, const StTensor *t, long *total) {
     for (uint64_t p = (t->offset + MARGIN) / page; ok && p < (t->offset + t->nbytes - MARGIN) / page; p++, ++*total) n += vec[p] & 1;
     free(vec);
     return ok ? n : -1;
+}
+
+/* Pages of t the page cache lacks, by mincore through map (the whole file mapped). */
+static long missing_in(const uint8_t *map, const StTensor *t) {
+    const uint64_t page = (uint64_t)sysconf(_SC_PAGESIZE);
+    long n = 0;
+    for (uint64_t a = t->offset / page * page; a < t->offset + t->nbytes; a += page) {
+        unsigned char in = 0;
+        if (mincore((void *)(map + a), page, &in)) return -1;
+        n += !(in & 1);
+    }
+    return n;
 }
 
 static void evict(const StIndex *ix) {
@@ -110,6 +123,53 @@ int main(void) {
     load(ix, t, 1);
     CHECK("a range the load did not note is left as it was",
           cached_pages(ix, t[0], &total) == 0 && cached_pages(ix, t[1], &total) == total);
+
+    /* INPLACE's choice (expert_use_in_place): an expert whose pages the page cache holds all but at
+       most an eighth of is used where it lies, the missing pages counted. The expert's six tensors
+       are a twice and b four times (36 MiB); the drops are whole 2 MiB-aligned blocks of a (each
+       counts twice), so no large folio outlives them. */
+    {
+        ExpertStore store;
+        memset(&store, 0, sizeof store);
+        const int fd = st_file_fd(ix, 0);
+        struct stat sb;
+        fstat(fd, &sb);
+        uint8_t *map = mmap(NULL, (size_t)sb.st_size, PROT_READ, MAP_SHARED, fd, 0);
+        uint64_t map_len = (uint64_t)sb.st_size;
+        store.in_place = 1;
+        store.maps = &map;
+        store.map_len = &map_len;
+        ExpertSource src;
+        memset(&src, 0, sizeof src);
+        src.data[0] = src.data[1] = t[0];
+        src.data[2] = src.scales[0] = src.scales[1] = src.scales[2] = t[1];
+        const uint64_t block = 2 << 20, a0 = (t[0]->offset + block - 1) / block * block;
+        double missing = -1;
+        for (uint64_t off = 0; off < t[1]->offset + t[1]->nbytes; off += sizeof buf) pread(fd, buf, sizeof buf, (off_t)off);
+        CHECK("INPLACE: an expert the page cache holds whole is used in place, nothing missing",
+              map != MAP_FAILED && expert_use_in_place(&store, &src, &missing) == 1 && missing == 0);
+        /* pages of the expert's tensors the page cache lacks, counted here as the check's reference */
+        #define EXPERT_MISSING() (2 * missing_in(map, t[0]) + 4 * missing_in(map, t[1]))
+        posix_fadvise(fd, (off_t)a0, (off_t)block, POSIX_FADV_DONTNEED);
+        const long one = EXPERT_MISSING();
+        const int one_block = expert_use_in_place(&store, &src, &missing);
+        if (one != 2 * (long)(block / page_bytes()) || EXPERT_MISSING() != one)
+            printf("SKIP INPLACE with missing pages: the page cache kept or lost other pages (%ld pages missing)\n", one);
+        else
+            CHECK("INPLACE: an expert missing 4 MiB of its 36 MiB (a ninth) is used in place; the missing bytes are counted",
+                  one_block == 1 && missing == 2.0 * (double)block);
+        posix_fadvise(fd, (off_t)(a0 + block), (off_t)block, POSIX_FADV_DONTNEED);
+        const int two_blocks = expert_use_in_place(&store, &src, &missing);
+        if (EXPERT_MISSING() == 4 * (long)(block / page_bytes()))
+            CHECK("INPLACE: an expert missing 8 MiB of its 36 MiB (more than an eighth) is read, not used in place",
+                  two_blocks == 0 && missing == 0);
+        else printf("SKIP INPLACE with many missing pages: the page cache kept or lost other pages\n");
+        #undef EXPERT_MISSING
+        store.in_place = 0;
+        pread(fd, buf, sizeof buf, (off_t)t[1]->offset);
+        CHECK("INPLACE=0: never in place", expert_use_in_place(&store, &src, &missing) == 0);
+        if (map != MAP_FAILED) munmap(map, (size_t)sb.st_size);
+    }
 
     st_close(ix);
     unlink(path);
