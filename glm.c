@@ -2573,10 +2573,11 @@ static int64_t tensor_pages_missing(const ExpertStore *store, const StTensor *t,
 }
 
 /* An expert the page cache holds all but at most 1/IN_PLACE_MISSING_SHARE of is used in place too:
-   mapping it reads the missing pages, far less than reading all of it into a slot (which on these
-   VMs also faults fresh slot memory in: a warm 255-token prefill whose page cache had lost a few
-   pages of 68 experts read 1.4 GB into fresh slots, 3.3 s instead of ~0.1). The page cache loses
-   folios here and there under memory pressure, seldom a whole expert. */
+   mapping it reads the missing pages, far less than reading all of it into a slot, which also
+   faults fresh slot memory in. The page cache loses folios here and there (memory pressure; on
+   these VMs DAMON pages out what nobody touched for a few seconds), seldom whole experts. With
+   64 KiB of every 2 MiB of the bench model dropped, a warm 255-token prefill read 5.1 GB into
+   fresh slots in 7.3 s; used in place, 1.9 s. */
 enum { IN_PLACE_MISSING_SHARE = 8 };
 
 /* Whether `src` is to be used in place (INPLACE), with the bytes of its pages the page cache lacks
