@@ -39,6 +39,14 @@ static int cmp_double(const void *a, const void *b) {
     return x < y ? -1 : x > y;
 }
 
+/* attention_core over S rows as the forward calls it: pieces of `piece` rows (rows row0.. of the call). */
+static void attention_in_pieces(AttentionCall *ac, int S, int piece, int pos0, float scale) {
+    for (int p = 0; p < S; p += piece) {
+        ac->row0 = p;
+        attention_core(ac, S - p < piece ? S - p : piece, pos0 + p, scale);
+    }
+}
+
 int main(int argc, char **argv) {
     const char *env_threads = getenv("THREADS"), *env_reps = getenv("REPS"), *env_kernel = getenv("KERNEL"), *env_idot = getenv("IDOT");
 #ifdef _OPENMP
@@ -103,16 +111,15 @@ int main(int argc, char **argv) {
             keys += n;
         }
         AttentionCall ac = { c, &L, &s, 0, NULL, &opt, 0 };
-        #define ATTNBENCH_CALL() for (int p = 0; p < S; p += piece) { ac.row0 = p; attention_core(&ac, S - p < piece ? S - p : piece, pos0 + p, scale); }
         const float scale = 1.0f / sqrtf((float)c->qk_head);
         /* multiply-adds: qc (dn·kvl per head), scores (kvl + dr per key), pooling (kvl per key), W_UV (dv·kvl) */
         const double macs = (double)S * c->n_heads * ((double)c->qk_nope * c->kv_lora + (double)c->v_head * c->kv_lora) +
                             keys * c->n_heads * (2.0 * c->kv_lora + c->qk_rope);
         double wall[64], cpu[64];
-        ATTNBENCH_CALL()   /* warm-up: scratch, page faults */
+        attention_in_pieces(&ac, S, piece, pos0, scale);   /* warm-up: scratch, page faults */
         for (int rep = 0; rep < reps && rep < 64; rep++) {
             double w0 = now_seconds(), c0 = cpu_seconds();
-            ATTNBENCH_CALL()
+            attention_in_pieces(&ac, S, piece, pos0, scale);
             wall[rep] = now_seconds() - w0;
             cpu[rep] = cpu_seconds() - c0;
         }
