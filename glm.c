@@ -49,6 +49,29 @@
 #include <omp.h>
 #endif
 
+/* OpenMP's thread numbers, and what they are in a build without it (one thread). */
+static inline int thread_index(void) {   /* the calling thread's number in its team */
+#ifdef _OPENMP
+    return omp_get_thread_num();
+#else
+    return 0;
+#endif
+}
+static inline int team_threads(void) {   /* threads in the calling thread's team */
+#ifdef _OPENMP
+    return omp_get_num_threads();
+#else
+    return 1;
+#endif
+}
+static inline int max_threads(void) {    /* threads the next parallel region gets */
+#ifdef _OPENMP
+    return omp_get_max_threads();
+#else
+    return 1;
+#endif
+}
+
 #define JSON_IMPLEMENTATION
 #include "json.h"
 #define ST_IMPLEMENTATION
@@ -1950,11 +1973,7 @@ static void attention_absorbed_rows(AttentionCall *ac, int r0, int nr, int pos0,
     const int groups = (nh + ATT_HG - 1) / ATT_HG;
     #pragma omp parallel
     {
-#ifdef _OPENMP
-        const int tid = omp_get_thread_num();
-#else
-        const int tid = 0;
-#endif
+        const int tid = thread_index();
         float *wuk = attention_thread_scratch(s, tid);                        /* [dn][kvl] */
         float *Q = wuk + ((size_t)dn * kvl + 15) / 16 * 16;                     /* [kvl+dr][ATT_HG] */
         float *e = Q + ((size_t)(kvl + dr) * ATT_HG + 15) / 16 * 16;            /* [capacity][ATT_HG] */
@@ -2055,11 +2074,7 @@ static void attention_piece(AttentionCall *ac, const float *xn, int S, int pos0,
     matmul(s->expanded_kv, &L->kv_b, latent, T);
     #pragma omp parallel
     {
-#ifdef _OPENMP
-        int tid = omp_get_thread_num();
-#else
-        int tid = 0;
-#endif
+        const int tid = thread_index();
         float *scores = s->att_thread + (size_t)tid * s->att_thread_floats;   /* capacity floats */
         #pragma omp for collapse(2) schedule(dynamic, 1)
         for (int r = 0; r < S; r++) {
@@ -3555,10 +3570,7 @@ static void moe_windows(const Config *c, int layer, ExpertStore *store, Session 
         double t0 = now_seconds();
         #pragma omp parallel for schedule(dynamic, 1)
         for (int t = 0; t < n_tasks; t++) {
-            int tid = 0;
-#ifdef _OPENMP
-            tid = omp_get_thread_num();
-#endif
+            const int tid = thread_index();
             const int v = u + task[t].window_index, o = first_row[task[t].window_index] + task[t].row0;
             const size_t h = (size_t)tid * h_rows * I;
             const int n = task[t].row1 - task[t].row0;
@@ -3573,10 +3585,7 @@ static void moe_windows(const Config *c, int layer, ExpertStore *store, Session 
         /* each row gets its experts in ascending order; threads split the hidden dimension */
         #pragma omp parallel
         {
-            int t = 0, nt = 1;
-#ifdef _OPENMP
-            t = omp_get_thread_num(); nt = omp_get_num_threads();
-#endif
+            const int t = thread_index(), nt = team_threads();
             const int d0 = H * t / nt, d1 = H * (t + 1) / nt;
             for (int v = u; v < u1; v++)
                 for (int i = s->moe_first[v]; i < s->moe_first[v + 1]; i++) {
@@ -3618,11 +3627,7 @@ static void moe_forward(const Config *c, const Layer *L, int layer_index, Expert
     expert_prefetch(store, layer_index, s->union_experts, n_union);
     expert_read_ahead(store, layer_index + 1, S);
     memset(out, 0, (size_t)S * H * sizeof(float));
-    int threads = 1;
-#ifdef _OPENMP
-    threads = omp_get_max_threads();
-#endif
-    if (S >= 4 && threads > 1) moe_windows(c, layer_index, store, s, m, n_union, out);
+    if (S >= 4 && max_threads() > 1) moe_windows(c, layer_index, store, s, m, n_union, out);
     else
         /* decode: one expert at a time, its matmuls on every thread, loads of the next ones
            running meanwhile */
@@ -3905,11 +3910,7 @@ static void session_init(Session *s, const Model *m, int capacity, int max_batch
     s->index_scores = session_calloc(s, (size_t)P * capacity * 2, sizeof(float));
     s->selection = session_calloc(s, (size_t)B * c->index_topk, sizeof(int));
     s->selection_count = session_calloc(s, (size_t)B, sizeof(int));
-#ifdef _OPENMP
-    s->nthreads = omp_get_max_threads();
-#else
-    s->nthreads = 1;
-#endif
+    s->nthreads = max_threads();
     s->att_qc = session_calloc(s, (size_t)ATT_ROWS * c->n_heads * c->kv_lora, sizeof(float));
     s->att_z = session_calloc(s, (size_t)ATT_ROWS * c->n_heads * c->kv_lora, sizeof(float));
     s->att_thread_floats = attention_thread_floats(c, capacity);
@@ -7495,12 +7496,7 @@ static void print_configuration(const Settings *set, const Model *m, int capacit
                     "BATCH %d, context %d, SPEC %s, DRAFT %d, threads %d (OMP_WAIT_POLICY %s)\n",
             set->expert_bits, set->dense_bits, set->group, set->idot, qt_kernel_name(qt_get_kernel()),
             set->absorb ? "1 (absorbed)" : "0 (explicit K/V)", set->indexer_mode, set->batch, capacity,
-            SPEC_MODE_NAMES[set->spec_mode], set->draft,
-#ifdef _OPENMP
-            omp_get_max_threads(),
-#else
-            1,
-#endif
+            SPEC_MODE_NAMES[set->spec_mode], set->draft, max_threads(),
             getenv("OMP_WAIT_POLICY") ? getenv("OMP_WAIT_POLICY") : "default");
 }
 
@@ -7802,11 +7798,7 @@ static void measure_kernel_rates(MachineRates *r, int idot) {
     }
     free(x); free(y); qt_free(&w);
     snprintf(r->kernel, sizeof r->kernel, "%s", qt_kernel_name(qt_get_kernel()));
-#ifdef _OPENMP
-    r->threads = omp_get_max_threads();
-#else
-    r->threads = 1;
-#endif
+    r->threads = max_threads();
 }
 
 /* The *.safetensors of dir with their sizes; returns how many (at most `max`). */

@@ -79,13 +79,7 @@ int main(int argc, char **argv) {
     ForwardOptions opt = { .absorb = 1, .indexer_mode = INDEXER_AUTO, .latent_eps = 1e-6f };
 
     printf("attnbench: %s kernel, IDOT=%d, %d threads, %d reps (median); GLM-5.2 attention shapes, kv_b int4 group 64\n",
-           qt_kernel_name(qt_get_kernel()), g_integer_dot,
-#ifdef _OPENMP
-           omp_get_max_threads(),
-#else
-           1,
-#endif
-           reps);
+           qt_kernel_name(qt_get_kernel()), g_integer_dot, max_threads(), reps);
     printf("  %-14s %6s %10s %10s %9s\n", "case", "keys", "wall ms/row", "cpu ms/row", "GFLOP/s");
     for (int ci = 0; ci < ncases; ci++) {
         int S = 0, pos0 = 0, K = 0;
