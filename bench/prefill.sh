@@ -19,11 +19,12 @@
 #        OLD       a round-1 glm binary (default: commit 22b670a built into a temporary directory)
 #        PHASES    "warm mmap cold" (default), or any of them
 # cold: the default I/O mode (O_DIRECT: every expert comes from the disk; the files are evicted
-# from the page cache first); warm: buffered reads (DIRECT=0) with the files in the page cache,
-# after one warming run from an empty page cache, and read again before every run (these VMs run
-# DAMON proactive reclaim, /sys/kernel/mm/damon: page-cache pages nobody touched for ~6 s are
-# paged out at up to 128 MB/s, so while one engine loads, the model leaks out of the cache the
-# next run finds; the bench printed "page cache holds 5.4 of 7.7 GB" after its warming run); mmap: the files in the page cache as for warm, both engines with MMAP=1
+# from the page cache first); warm: buffered reads (DIRECT=0) with the files in the page cache:
+# the model is evicted once, then its files are read (cat) before every run, the first of them a
+# warming run whose figures are not kept (these VMs run DAMON proactive reclaim,
+# /sys/kernel/mm/damon: page-cache pages nobody touched for ~6 s are paged out at up to 128 MB/s,
+# so while one engine loads, the model leaks out of the cache the next run finds; the bench printed
+# "page cache holds 5.4 of 7.7 GB" after its warming run when it did not read the files); mmap: the files in the page cache as for warm, both engines with MMAP=1
 # (experts used in place: no copy into the slots). Prompts are random token ids (fixed seed); NGEN=1. The new engine runs with
 # USAGE=off: with a routing history from earlier runs it would read the historically hottest experts
 # into every slot at start, faulting the whole slot arena in during the prefill being timed (fresh
@@ -99,9 +100,10 @@ for n in $LENGTHS; do make_ref "$n"; done
 
 for phase in $PHASES; do
   if [ "$phase" = warm ] || [ "$phase" = mmap ]; then
-    # from an empty page cache, so every bench warms the same way: the state earlier work left the
-    # page cache in changes how fast experts map in place (the 252 experts of a 255-token prompt:
-    # 0.54-0.65 s in one state, 0.16-0.29 s after evicting and reading the files again)
+    # evicted first, so every bench fills the page cache the same way (run reads the files): the
+    # state earlier work left the page cache in changes how fast experts map in place (the 252
+    # experts of a 255-token prompt: 0.54-0.65 s in one state, 0.16-0.29 s after evicting and
+    # reading the files again)
     echo "warming the page cache ($phase, $(awk '{print $NF}' <<<"$LENGTHS") tokens, new engine, after evicting the model)"
     evict
     run "$NEW" "$phase" "$(awk '{print $NF}' <<<"$LENGTHS")" >/dev/null
