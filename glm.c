@@ -167,22 +167,29 @@ static void *xcalloc(size_t count, size_t size) {
     return p;
 }
 
-/* A big scratch buffer that is zero until first touched: the 2 MiB-aligned part of it asks for
-   transparent huge pages (fewer TLB misses in attention's passes over the KV cache; on a machine
-   without a hypervisor a 2 MiB page also faults in faster per byte). On these VMs the first touch
-   is what costs, and how much depends on where the memory comes from: limits.md measured ~12 us
-   per 4 KiB page; on 2026-12-02, 2 MiB pages freed a moment ago faulted in at 14-20 GB/s, ones
-   the guest had already handed back to the host (free page reporting, a few seconds after a free)
-   at 0.33-0.41 GB/s, and 4 KiB pages at 2.4-2.8 GB/s; alternating cold 255-token prefills with
-   and without the advice did not tell them apart. The advice changes nothing else: free()
-   releases the block, wherever calloc took it from. */
+/* Asks for transparent huge pages over the 2 MiB-aligned part of [p, p + n), before anything
+   touches it (with THP in "madvise" mode, the default of most distributions, only advised memory
+   gets them). Why it matters on these VMs: limits.md measured ~12 us per 4 KiB page of first
+   touch; on 2026-12-02, 2 MiB pages freed a moment ago faulted in at 14-20 GB/s, ones the guest
+   had already handed back to the host (free page reporting, a few seconds after a free) at
+   0.33-0.41 GB/s, and 4 KiB pages at 2.4-2.8 GB/s. And memory that pread() filled in 4 KiB pages
+   was slow to read afterwards, once: lm_head (951 MB of int8) read from the page cache into
+   plain 4 KiB pages took 0.69-0.86 s in its first matmul and 0.019 s after; read into advised
+   memory, 0.022 s the first time, and the pread itself took 1.7 s instead of 2.8 (one run each,
+   2026-12-02, bench fixture's file). The advice changes nothing else: free() releases the block. */
+static void advise_huge_pages(void *p, size_t n) {
+    const size_t huge = (size_t)2 << 20;
+    if (n < 2 * huge) return;
+    const uintptr_t a = ((uintptr_t)p + huge - 1) & ~(uintptr_t)(huge - 1), end = ((uintptr_t)p + n) & ~(uintptr_t)(huge - 1);
+    if (end > a) madvise((void *)a, end - a, MADV_HUGEPAGE);
+}
+
+/* A big scratch buffer that is zero until first touched, in huge pages where it can be (fewer
+   TLB misses in attention's passes over the KV cache; alternating cold 255-token prefills with
+   and without the advice did not tell them apart). */
 static void *xcalloc_huge(size_t count, size_t size) {
     void *p = xcalloc(count, size);
-    const size_t huge = (size_t)2 << 20, n = count * size;
-    if (n >= 2 * huge) {
-        const uintptr_t a = ((uintptr_t)p + huge - 1) & ~(uintptr_t)(huge - 1), end = ((uintptr_t)p + n) & ~(uintptr_t)(huge - 1);
-        if (end > a) madvise((void *)a, end - a, MADV_HUGEPAGE);
-    }
+    advise_huge_pages(p, count * size);
     return p;
 }
 
@@ -1189,6 +1196,7 @@ static void load_prequantized(Loader *ld, const char *name, const StTensor *data
         return;
     }
     if (qt_alloc(out, f, group, rows, cols)) die("out of memory for tensor %s", name);
+    advise_huge_pages(out->data, (size_t)data->nbytes);   /* before pread() faults it in: see advise_huge_pages */
     char err[512];
     if (st_read_raw(ld->index, data, out->data, err, sizeof err)) die("%s", err);
     if (st_read_raw(ld->index, qs, out->scales, err, sizeof err)) die("%s", err);
@@ -1210,6 +1218,7 @@ static void load_float_rows(Loader *ld, const char *name, const StTensor *t, int
     const uint64_t row_bytes = (uint64_t)cols * st_dtype_size(t->dtype);
     if (ld->dry) { loader_note(ld, t->file, t->offset + (uint64_t)row0 * row_bytes, (uint64_t)rows * row_bytes); return; }
     if (qt_alloc(out, f, ld->group, rows, cols)) die("out of memory for tensor %s", name);
+    advise_huge_pages(out->data, (size_t)(rows * out->row_bytes));
     const int64_t chunk_rows = (int64_t)(1 << 24) / cols + 1;   /* ~64 MB of f32 at a time */
     float *buf = xmalloc((size_t)((chunk_rows < rows ? chunk_rows : rows) * cols) * sizeof(float));
     char err[512];
