@@ -3,8 +3,9 @@
    once read, pages that were cached before stay. On a file of its own with two 6 MiB tensors;
    residency is counted with mincore over each tensor's pages but its first and last 2 MiB (a large
    folio that also holds the header or the other tensor may outlive a drop of one range). Then
-   INPLACE's choice of experts to use where the page cache holds them (expert_use_in_place). glm.c
-   is included with GLM_NO_MAIN. */
+   INPLACE's choice of experts to use where the page cache holds them (expert_use_in_place), and
+   the memory a resident tensor is read into (advise_huge_pages). glm.c is included with
+   GLM_NO_MAIN. */
 #define GLM_NO_MAIN
 #pragma GCC diagnostic ignored "-Wunused-function"   /* the modes main() would call */
 #include "../glm.c"
@@ -66,6 +67,67 @@ static void load(const StIndex *ix, const StTensor *t[2], int which) {
     loader_release_snapshot(&ld);
     CHECK("the snapshot is released", !ld.ranges && !ld.n_ranges);
     free(buf);
+}
+
+/* 1 if the mapping holding address p was advised for huge pages (VmFlags "hg" in smaps), 0 if
+   not, -1 if it cannot tell. */
+static int advised_huge(const void *p) {
+    FILE *f = fopen("/proc/self/smaps", "r");
+    if (!f) return -1;
+    char line[512];
+    int inside = 0, found = -1;
+    while (fgets(line, sizeof line, f)) {
+        unsigned long lo, hi;
+        if (sscanf(line, "%lx-%lx ", &lo, &hi) == 2 && strchr(line, '-') < strchr(line, ' ')) inside = (uintptr_t)p >= lo && (uintptr_t)p < hi;
+        else if (inside && !strncmp(line, "VmFlags:", 8)) { found = strstr(line, " hg") != NULL; break; }
+    }
+    fclose(f);
+    return found;
+}
+
+/* A pre-quantized resident tensor is read into memory advised for huge pages (advise_huge_pages:
+   on these VMs, pread() into plain 4 KiB pages made its first matmul ~30x slower), and read right. */
+static void test_resident_huge_pages(void) {
+    if (access("/sys/kernel/mm/transparent_hugepage/enabled", R_OK)) {
+        printf("SKIP resident tensors in huge pages: this kernel has no transparent huge pages\n");
+        return;
+    }
+    enum { ROWS = 1024, COLS = 6144 };
+    char dir[] = "/tmp/test_loader_huge.XXXXXX", path[80], header[256];
+    if (!mkdtemp(dir)) { printf("FAIL mkdtemp: %s\n", strerror(errno)); failures++; return; }
+    snprintf(path, sizeof path, "%s/model.safetensors", dir);
+    int n = snprintf(header, sizeof header,
+                     "{\"w\":{\"dtype\":\"I8\",\"shape\":[%d,%d],\"data_offsets\":[0,%d]},"
+                     "\"w.qs\":{\"dtype\":\"F32\",\"shape\":[%d],\"data_offsets\":[%d,%d]}}",
+                     ROWS, COLS, ROWS * COLS, ROWS, ROWS * COLS, ROWS * COLS + 4 * ROWS);
+    while (n % 8) header[n++] = ' ';
+    const uint64_t hlen = (uint64_t)n;
+    int8_t *codes = xmalloc((size_t)ROWS * COLS);
+    float scales[ROWS];
+    for (size_t i = 0; i < (size_t)ROWS * COLS; i++) codes[i] = (int8_t)((i * 2654435761u >> 24) % 255 - 127);
+    for (int r = 0; r < ROWS; r++) scales[r] = 0.01f * (float)(r % 7 + 1);
+    FILE *f = fopen(path, "wb");
+    const int wrote = f && fwrite(&hlen, 8, 1, f) == 1 && fwrite(header, 1, (size_t)n, f) == (size_t)n &&
+                      fwrite(codes, 1, (size_t)ROWS * COLS, f) == (size_t)ROWS * COLS && fwrite(scales, 4, ROWS, f) == ROWS;
+    if (f) fclose(f);
+    char err[512];
+    StIndex *ix = wrote ? st_open_dir(dir, err, sizeof err) : NULL;
+    if (!ix) { printf("FAIL writing and opening %s\n", path); failures++; free(codes); return; }
+    Loader ld = { .index = ix };
+    QTensor w;
+    load_matrix(&ld, "w", ROWS, COLS, 4, &w);
+    const uintptr_t huge = 2 << 20, inside = ((uintptr_t)w.data + huge - 1) & ~(huge - 1);
+    CHECK("a pre-quantized resident tensor loads as int8-row with its codes and scales",
+          w.format == QT_INT8_ROW && !memcmp(w.data, codes, (size_t)ROWS * COLS) && !memcmp(w.scales, scales, sizeof scales));
+    const int advised = advised_huge((const void *)inside);
+    if (advised < 0) printf("SKIP resident tensors in huge pages: /proc/self/smaps has no VmFlags\n");
+    else CHECK("its memory is advised for huge pages (smaps VmFlags hg)", advised == 1);
+    qt_free(&w);
+    loader_free(&ld);
+    free(codes);
+    st_close(ix);
+    unlink(path);
+    rmdir(dir);
 }
 
 int main(void) {
@@ -174,5 +236,6 @@ int main(void) {
     st_close(ix);
     unlink(path);
     rmdir(dir);
+    test_resident_huge_pages();
     return failures ? 1 : 0;
 }
