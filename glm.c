@@ -174,7 +174,7 @@ static void *xcalloc(size_t count, size_t size) {
    had already handed back to the host (free page reporting, a few seconds after a free) at
    0.33-0.41 GB/s, and 4 KiB pages at 2.4-2.8 GB/s. And memory that pread() filled in 4 KiB pages
    was slow to read afterwards, once: lm_head (951 MB of int8) read from the page cache into
-   plain 4 KiB pages took 0.69-0.86 s in its first matmul and 0.019 s after; read into advised
+   plain 4 KiB pages took 0.69-0.88 s in its first matmul and 0.019-0.030 s after; read into advised
    memory, 0.022 s the first time, and the pread itself took 1.7 s instead of 2.8 (one run each,
    2026-12-02, bench fixture's file). The advice changes nothing else: free() releases the block. */
 static void advise_huge_pages(void *p, size_t n) {
