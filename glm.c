@@ -1183,6 +1183,14 @@ static void prequantized_format(Loader *ld, const char *name, const StTensor *da
         die("%s: tensor %s: colibri.fmt says %s but its byte counts mean %s", file, name, declared, qt_format_name(*f));
 }
 
+/* The memory of a resident tensor (every loader allocates it here): its codes advised for huge
+   pages before anything fills them (advise_huge_pages: pread() into plain 4 KiB pages made the
+   first matmul over them ~30x slower on these VMs). */
+static void alloc_resident(QTensor *t, QtFormat f, int64_t group, int64_t rows, int64_t cols, const char *name) {
+    if (qt_alloc(t, f, group, rows, cols)) die("out of memory for tensor %s", name);
+    advise_huge_pages(t->data, (size_t)(rows * t->row_bytes));
+}
+
 /* Reads a pre-quantized tensor (NAME + NAME.qs) as a [rows, cols] QTensor. */
 static void load_prequantized(Loader *ld, const char *name, const StTensor *data, const StTensor *qs,
                               int64_t rows, int64_t cols, QTensor *out) {
@@ -1195,8 +1203,7 @@ static void load_prequantized(Loader *ld, const char *name, const StTensor *data
         loader_note(ld, qs->file, qs->offset, qs->nbytes);
         return;
     }
-    if (qt_alloc(out, f, group, rows, cols)) die("out of memory for tensor %s", name);
-    advise_huge_pages(out->data, (size_t)data->nbytes);   /* before pread() faults it in: see advise_huge_pages */
+    alloc_resident(out, f, group, rows, cols, name);
     char err[512];
     if (st_read_raw(ld->index, data, out->data, err, sizeof err)) die("%s", err);
     if (st_read_raw(ld->index, qs, out->scales, err, sizeof err)) die("%s", err);
@@ -1217,8 +1224,7 @@ static void load_float_rows(Loader *ld, const char *name, const StTensor *t, int
     ld->resident_bytes += (double)(rows * qt_row_bytes(f, cols)) + (double)(rows * groups) * sizeof(float);
     const uint64_t row_bytes = (uint64_t)cols * st_dtype_size(t->dtype);
     if (ld->dry) { loader_note(ld, t->file, t->offset + (uint64_t)row0 * row_bytes, (uint64_t)rows * row_bytes); return; }
-    if (qt_alloc(out, f, ld->group, rows, cols)) die("out of memory for tensor %s", name);
-    advise_huge_pages(out->data, (size_t)(rows * out->row_bytes));
+    alloc_resident(out, f, ld->group, rows, cols, name);
     const int64_t chunk_rows = (int64_t)(1 << 24) / cols + 1;   /* ~64 MB of f32 at a time */
     float *buf = xmalloc((size_t)((chunk_rows < rows ? chunk_rows : rows) * cols) * sizeof(float));
     char err[512];
@@ -1281,7 +1287,7 @@ static void load_eh_proj(Loader *ld, const char *name, int64_t H, int bits, QTen
             die("%s: tensor %s (%s) cannot be split into its two column halves of %lld; convert it again",
                 st_file_path(ld->index, t->file), name, qt_format_name(whole.format), (long long)H);
         for (int k = 0; k < 2; k++) {
-            if (qt_alloc(&half[k], whole.format, whole.group, H, H)) die("out of memory for tensor %s", name);
+            alloc_resident(&half[k], whole.format, whole.group, H, H, name);
             const int64_t half_groups = qt_groups_per_row(&half[k]);
             for (int64_t r = 0; r < H; r++) {
                 memcpy(half[k].data + r * half_bytes, whole.data + r * whole.row_bytes + k * half_bytes, (size_t)half_bytes);
@@ -1300,7 +1306,7 @@ static void load_eh_proj(Loader *ld, const char *name, int64_t H, int bits, QTen
         return;
     }
     for (int k = 0; k < 2; k++)
-        if (qt_alloc(&half[k], format_for_bits(bits, ld->group), ld->group, H, H)) die("out of memory for tensor %s", name);
+        alloc_resident(&half[k], format_for_bits(bits, ld->group), ld->group, H, H, name);
     const int64_t chunk_rows = (int64_t)(1 << 23) / H + 1;   /* ~64 MB of f32 at a time */
     float *buf = xmalloc((size_t)((chunk_rows < H ? chunk_rows : H) * 2 * H) * sizeof(float));
     char err[512];
