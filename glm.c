@@ -3466,8 +3466,9 @@ static void ffn_swiglu(const FfnWeights *w, const float *x, int S, float *out, f
     const size_t in = (size_t)w->gate.cols, out_width = (size_t)w->down.rows;
     for (int r = 0; r < S; r += piece) {
         const int n = S - r < piece ? S - r : piece;
-        matmul(h1, &w->gate, x + r * in, n);
-        matmul(h2, &w->up, x + r * in, n);
+        const QTensor *gate_up[2] = { &w->gate, &w->up };
+        float *out_gate_up[2] = { h1, h2 };
+        qt_matmul_multi(gate_up, 2, x + r * in, out_gate_up, n, g_integer_dot);   /* x quantized once for both */
         silu_mul(h1, h2, (size_t)n * width);
         matmul(out + r * out_width, &w->down, h1, n);
     }

@@ -28,6 +28,8 @@
                              QtFormat *f, int64_t *group);
      void    qt_matmul(const QTensor *w, const float *x, float *y, int S, int idot);
      void    qt_matmul_with(const QTensor *w, const float *x, float *y, int S, int idot, QtKernel k);
+     void    qt_matmul_multi(const QTensor *const *w, int n, const float *x, float *const *y, int S, int idot);
+                                   several weights against the same x (gate and up): one quantization
      float   qt_dot_f32(const float *a, const float *b, int64_t n);      16 lanes, fixed tree
      void    qt_dot_f32_block(const float *const *a, int na, const float *const *b, int nb,
                               int64_t n, float *out);                  up to 4 x 4 of them at once
@@ -122,6 +124,12 @@ void qt_dequant_rows(const QTensor *t, int64_t row0, int64_t n, float *out);
 int qt_infer_format(int64_t rows, int64_t cols, int64_t data_bytes, int64_t n_scales, QtFormat *f, int64_t *group);
 void qt_matmul(const QTensor *w, const float *x, float *y, int S, int idot);
 void qt_matmul_with(const QTensor *w, const float *x, float *y, int S, int idot, QtKernel k);
+/* y[k] = w[k]·x for k < n: weights that read the same activations (gate and up). Where all n
+   share format, group and inputs (and n ≤ QT_MULTI_MAX, idot = 1) the activations are quantized
+   once and every weight's rows are one parallel region; otherwise one qt_matmul each. Results
+   equal qt_matmul's bit for bit. */
+#define QT_MULTI_MAX 4
+void qt_matmul_multi(const QTensor *const *w, int n, const float *x, float *const *y, int S, int idot);
 float qt_dot_f32(const float *a, const float *b, int64_t n);
 /* out[x·nb + y] = qt_dot_f32(a[x], b[y], n) bit for bit, for x < na ≤ 4 and y < nb ≤ 4: the 16
    lanes of all these dot products stay in registers, so each row of a and b is read once for all
@@ -1459,6 +1467,7 @@ typedef struct {
     int s_panels, s_per_panel;   /* GEMM on few weight rows: chunks also split the activation rows */
     QtActs acts;
     QtRowsFn rows;
+    int64_t nchunks;   /* integer path: chunks of rows (× activation panels) */
 } QtMatmulJob;
 
 /* 0: measured per kernel and format (bench/README.md): the AVX-512 GEMM wins from S = 4 on
@@ -1646,71 +1655,64 @@ static void qt_int_chunk(void *p, int64_t c) {
     j->rows(j->w, &j->acts, s0, s1, r0, r1, j->y);
 }
 
-void qt_matmul_with(const QTensor *w, const float *x, float *y, int S, int idot, QtKernel kernel) {
-    const int64_t R = w->rows, C = w->cols;
-    if (S <= 0 || R <= 0 || C <= 0) return;
-    QtMatmulJob j;
-    memset(&j, 0, sizeof j);
-    j.w = w; j.x = x; j.y = y; j.S = S;
-    const int float_path = w->format == QT_F32 || !idot;
-    j.rows_per_chunk = float_path ? qt_float_rows_per_chunk(w, S) : qt_rows_per_chunk(w, S);
-    j.s_panels = 1; j.s_per_panel = S;
-    if (float_path) {
-        qt_parallel_chunks(qt_float_chunk, &j, (R + j.rows_per_chunk - 1) / j.rows_per_chunk);
-        return;
-    }
+/* Long batches (a prefill chunk) go in panels of QT_GEMM_PANEL rows, each a whole matmul: every
+   weight block's repack is then applied to activations that stay in the caches, where with 1024
+   rows (16 MB of codes for o_proj) they streamed from DRAM for each block. Measured, one thread,
+   CPU time, int4 group 64, S = 1024: o_proj 6144×16384 340 → 580 GOP/s, q_b 16384×2048 430 → 566,
+   dense gate 12288×6144 456 → 619 (the weights are read once per panel instead: 8 times, a few ms
+   against ~100 ms of arithmetic). A row's result does not depend on the rows beside it, so the
+   split changes nothing. */
+enum { QT_GEMM_PANEL = 128 };
 
-    /* Long batches (a prefill chunk) in panels of QT_GEMM_PANEL rows, each a whole matmul: every
-       weight block's repack is then applied to activations that stay in the caches, where with
-       1024 rows (16 MB of codes for o_proj) they streamed from DRAM for each block. Measured, one
-       thread, CPU time, int4 group 64, S = 1024: o_proj 6144×16384 340 → 580 GOP/s, q_b
-       16384×2048 430 → 566, dense gate 12288×6144 456 → 619 (the weights are read once per panel
-       instead: 8 times, a few ms against ~100 ms of arithmetic). A row's result does not depend
-       on the rows beside it, so the split changes nothing. */
-    enum { QT_GEMM_PANEL = 128 };
-    if (S > QT_GEMM_PANEL) {
-        for (int s = 0; s < S; s += QT_GEMM_PANEL)
-            qt_matmul_with(w, x + (size_t)s * C, y + (size_t)s * R, S - s < QT_GEMM_PANEL ? S - s : QT_GEMM_PANEL, idot, kernel);
-        return;
-    }
-
+/* The integer path's plan for w against S (≤ QT_GEMM_PANEL) activation rows: kernel, activation
+   layout, chunks. The activation buffers are set by qt_prepare_acts. */
+static void qt_plan_int(QtMatmulJob *j, const QTensor *w, const float *x, float *y, int S, QtKernel kernel) {
+    const int64_t R = w->rows;
+    memset(j, 0, sizeof *j);
+    j->w = w; j->x = x; j->y = y; j->S = S;
+    j->rows_per_chunk = qt_rows_per_chunk(w, S);
+    j->s_panels = 1; j->s_per_panel = S;
     QtKernel k = kernel == QT_KERNEL_AUTO ? qt_get_kernel() : qt_kernel_resolve(kernel);
     const int gemm = k != QT_KERNEL_SCALAR && S >= qt_gemm_min_rows(k, w) && qt_gemm_shape_ok(w);
     if (!gemm && !qt_simd_shape_ok(w)) k = QT_KERNEL_SCALAR;
-    QtActs *a = &j.acts;
+    QtActs *a = &j->acts;
     a->layout = k == QT_KERNEL_SCALAR ? QT_ACTS_NATURAL : gemm ? QT_ACTS_STEPS : QT_ACTS_CHUNKS;
     a->int8_bias = gemm && k != QT_KERNEL_AVX2 ? 128 : 0;
-    j.rows = qt_rows_scalar;
+    j->rows = qt_rows_scalar;
     int block = 1;   /* weight rows the kernel repacks at a time */
 #ifdef QT_X86
     if (gemm) {
-        j.rows = k == QT_KERNEL_VNNI ? qt_gemm_vnni : k == QT_KERNEL_AVXVNNI ? qt_avxvnni_gemm : qt_avx2_gemm;
+        j->rows = k == QT_KERNEL_VNNI ? qt_gemm_vnni : k == QT_KERNEL_AVXVNNI ? qt_avxvnni_gemm : qt_avx2_gemm;
         block = k == QT_KERNEL_VNNI ? 16 * QT_VNNI_RB : 8 * QT_YMM_RB;
-    } else if (k == QT_KERNEL_VNNI) j.rows = qt_rows_vnni;
-    else if (k == QT_KERNEL_AVXVNNI) j.rows = qt_avxvnni_rows;
-    else if (k == QT_KERNEL_AVX2) j.rows = qt_avx2_rows;
+    } else if (k == QT_KERNEL_VNNI) j->rows = qt_rows_vnni;
+    else if (k == QT_KERNEL_AVXVNNI) j->rows = qt_avxvnni_rows;
+    else if (k == QT_KERNEL_AVX2) j->rows = qt_avx2_rows;
 #endif
     if (gemm) {
         /* whole repack blocks per chunk; with few of them, split the activation rows too (each
            panel repacks its rows again), so that both threads have work */
         int64_t rpc = qt_chunk_bytes / (w->row_bytes > 0 ? w->row_bytes : 1);
-        j.rows_per_chunk = qt_round_up(rpc > block ? rpc : block, block);
-        const int64_t row_chunks = (R + j.rows_per_chunk - 1) / j.rows_per_chunk;
+        j->rows_per_chunk = qt_round_up(rpc > block ? rpc : block, block);
+        const int64_t row_chunks = (R + j->rows_per_chunk - 1) / j->rows_per_chunk;
         if (row_chunks < 8 && S >= 32) {
             int64_t want = (8 + row_chunks - 1) / row_chunks, most = S / 16;
             int64_t panels = want < most ? want : most;
-            j.s_per_panel = (int)qt_round_up((S + panels - 1) / panels, 8);
-            j.s_panels = (S + j.s_per_panel - 1) / j.s_per_panel;
+            j->s_per_panel = (int)qt_round_up((S + panels - 1) / panels, 8);
+            j->s_panels = (S + j->s_per_panel - 1) / j->s_per_panel;
         }
     }
-    const int64_t nchunks = (R + j.rows_per_chunk - 1) / j.rows_per_chunk * j.s_panels;
-
-    const int64_t G = qt_groups_per_row(w);
+    j->nchunks = (R + j->rows_per_chunk - 1) / j->rows_per_chunk * j->s_panels;
     a->qstride = qt_acts_stride(w, a->layout);
-    a->gstride = qt_round_up(G, 16);
+    a->gstride = qt_round_up(qt_groups_per_row(w), 16);
     a->spad = a->layout == QT_ACTS_STEPS ? qt_round_up(S, 16) : 0;   /* 16: each thread writes whole cache lines */
+}
+
+/* The activation buffers of j (the calling thread's scratch), filled from j->x on the threads. */
+static void qt_prepare_acts(QtMatmulJob *j) {
+    QtActs *a = &j->acts;
+    const int S = j->S;
     const int64_t rows_alloc = a->spad ? a->spad : S;
-    size_t raw_bytes = (size_t)qt_round_up((int64_t)S * C, 64);
+    size_t raw_bytes = (size_t)qt_round_up((int64_t)S * j->w->cols, 64);
     size_t q_bytes = (size_t)qt_round_up(rows_alloc * a->qstride, 64);
     size_t g_bytes = (size_t)qt_round_up(rows_alloc * a->gstride * 4, 64);
     uint8_t *buf = qt_scratch_get(raw_bytes + q_bytes + 2 * g_bytes);
@@ -1718,11 +1720,81 @@ void qt_matmul_with(const QTensor *w, const float *x, float *y, int S, int idot,
     a->q = (int8_t *)(buf + raw_bytes);
     a->scale = (float *)(buf + raw_bytes + q_bytes);
     a->off = (int32_t *)(buf + raw_bytes + q_bytes + g_bytes);
-
     const int64_t act_chunks = a->layout == QT_ACTS_STEPS ? (S + 15) / 16 : S;
-    if (act_chunks == 1) qt_acts_chunk(&j, 0);
-    else qt_parallel_chunks(qt_acts_chunk, &j, act_chunks);
-    qt_parallel_chunks(qt_int_chunk, &j, nchunks);
+    if (act_chunks == 1) qt_acts_chunk(j, 0);
+    else qt_parallel_chunks(qt_acts_chunk, j, act_chunks);
+}
+
+void qt_matmul_with(const QTensor *w, const float *x, float *y, int S, int idot, QtKernel kernel) {
+    const int64_t R = w->rows, C = w->cols;
+    if (S <= 0 || R <= 0 || C <= 0) return;
+    if (w->format == QT_F32 || !idot) {
+        QtMatmulJob j;
+        memset(&j, 0, sizeof j);
+        j.w = w; j.x = x; j.y = y; j.S = S;
+        j.rows_per_chunk = qt_float_rows_per_chunk(w, S);
+        qt_parallel_chunks(qt_float_chunk, &j, (R + j.rows_per_chunk - 1) / j.rows_per_chunk);
+        return;
+    }
+    if (S > QT_GEMM_PANEL) {
+        for (int s = 0; s < S; s += QT_GEMM_PANEL)
+            qt_matmul_with(w, x + (size_t)s * C, y + (size_t)s * R, S - s < QT_GEMM_PANEL ? S - s : QT_GEMM_PANEL, idot, kernel);
+        return;
+    }
+    QtMatmulJob j;
+    qt_plan_int(&j, w, x, y, S, kernel);
+    qt_prepare_acts(&j);
+    qt_parallel_chunks(qt_int_chunk, &j, j.nchunks);
+}
+
+/* Chunks of several jobs in one parallel region: job k's chunks follow job k-1's. */
+typedef struct { QtMatmulJob *jobs; int n; } QtMultiJob;
+
+static void qt_multi_chunk(void *p, int64_t c) {
+    const QtMultiJob *m = p;
+    int k = 0;
+    while (k + 1 < m->n && c >= m->jobs[k].nchunks) c -= m->jobs[k++].nchunks;
+    qt_int_chunk(&m->jobs[k], c);
+}
+
+void qt_matmul_multi(const QTensor *const *w, int n, const float *x, float *const *y, int S, int idot) {
+    if (n <= 0 || S <= 0) return;
+    int same = n <= QT_MULTI_MAX && idot;
+    for (int k = 0; k < n && same; k++)
+        same = w[k]->format != QT_F32 && w[k]->rows > 0 && w[k]->cols > 0 && w[k]->format == w[0]->format &&
+               w[k]->cols == w[0]->cols && w[k]->group == w[0]->group;
+    if (!same) {
+        for (int k = 0; k < n; k++) qt_matmul_with(w[k], x, y[k], S, idot, QT_KERNEL_AUTO);
+        return;
+    }
+    const int64_t C = w[0]->cols;
+    if (S > QT_GEMM_PANEL) {
+        for (int s = 0; s < S; s += QT_GEMM_PANEL) {
+            float *ys[QT_MULTI_MAX];
+            for (int k = 0; k < n; k++) ys[k] = y[k] + (size_t)s * w[k]->rows;
+            qt_matmul_multi(w, n, x + (size_t)s * C, ys, S - s < QT_GEMM_PANEL ? S - s : QT_GEMM_PANEL, idot);
+        }
+        return;
+    }
+    /* same format, group and inputs: the same kernel path and activation layout for all */
+    QtMatmulJob jobs[QT_MULTI_MAX];
+    int64_t total = 0;
+    for (int k = 0; k < n; k++) {
+        qt_plan_int(&jobs[k], w[k], x, y[k], S, QT_KERNEL_AUTO);
+        total += jobs[k].nchunks;
+    }
+    for (int k = 1; k < n; k++) {   /* (implied by the checks above; kept as the condition that matters) */
+        const QtActs *a = &jobs[k].acts, *a0 = &jobs[0].acts;
+        if (a->layout != a0->layout || a->int8_bias != a0->int8_bias || a->qstride != a0->qstride || a->gstride != a0->gstride ||
+            a->spad != a0->spad) {
+            for (int i = 0; i < n; i++) qt_matmul_with(w[i], x, y[i], S, idot, QT_KERNEL_AUTO);
+            return;
+        }
+    }
+    qt_prepare_acts(&jobs[0]);
+    for (int k = 1; k < n; k++) jobs[k].acts = jobs[0].acts;
+    QtMultiJob m = { jobs, n };
+    qt_parallel_chunks(qt_multi_chunk, &m, total);
 }
 
 void qt_matmul(const QTensor *w, const float *x, float *y, int S, int idot) {

@@ -343,6 +343,73 @@ static void test_gemm_exact(void) {
         }
 }
 
+/* qt_matmul_multi (gate and up against one x): every output equals qt_matmul's on each weight
+   alone, bit for bit, for every kernel this CPU has, row and GEMM batch sizes, more than one
+   panel (S > 128), 1 and 2 threads; and where the weights cannot share the quantized activations
+   (different formats, groups, widths; the float path) it falls back to one call each. */
+static void test_matmul_multi(void) {
+    const struct { QtFormat f[3]; int64_t g[3], R[3], C[3]; int n; const char *what; } cs[] = {
+        { { QT_INT4_GROUP, QT_INT4_GROUP }, { 64, 64 }, { 70, 37 }, { 1029, 1029 }, 2, "int4 group 64 pair" },
+        { { QT_INT4_ROW, QT_INT4_ROW, QT_INT4_ROW }, { 0, 0, 0 }, { 33, 16, 5 }, { 264, 264, 264 }, 3, "int4-row triple" },
+        { { QT_INT8_ROW, QT_INT8_ROW }, { 0, 0 }, { 48, 48 }, { 200, 200 }, 2, "int8-row pair" },
+        { { QT_INT4_GROUP, QT_INT4_GROUP }, { 32, 128 }, { 40, 40 }, { 512, 512 }, 2, "different groups (fallback)" },
+        { { QT_INT4_GROUP, QT_INT8_ROW }, { 64, 0 }, { 40, 24 }, { 256, 256 }, 2, "different formats (fallback)" },
+        { { QT_INT4_ROW, QT_F32 }, { 0, 0 }, { 9, 12 }, { 128, 128 }, 2, "with f32 (fallback)" },
+    };
+    const int Ss[] = { 1, 3, 4, 5, 8, 13, 32, 67, 130 };
+    enum { SMAX = 130 };
+    QtKernel ks[9] = { QT_KERNEL_SCALAR };
+    int nk = 1;
+    for (int k = 0; k < n_simd; k++) ks[nk++] = simd_kernels[k];
+    for (size_t ci = 0; ci < sizeof cs / sizeof cs[0]; ci++)
+        for (int idot = 1; idot >= 0; idot--) {
+            const int n = cs[ci].n;
+            QTensor t[3];
+            float *y[3], *ref[3];
+            for (int k = 0; k < n; k++) {
+                if (qt_alloc(&t[k], cs[ci].f[k], cs[ci].g[k], cs[ci].R[k], cs[ci].C[k])) { report(0, "multi alloc", "qt_alloc failed"); return; }
+                if (cs[ci].f[k] == QT_F32)
+                    for (int64_t i = 0; i < t[k].rows * t[k].cols; i++) ((float *)t[k].data)[i] = rng_float();
+                else fill_weights(&t[k], 0);
+                y[k] = malloc(sizeof(float) * SMAX * t[k].rows);
+                ref[k] = malloc(sizeof(float) * SMAX * t[k].rows);
+            }
+            const int64_t C = cs[ci].C[0];
+            float *x = malloc(sizeof(float) * SMAX * C);
+            fill_acts(x, SMAX, C, 0);
+            const QTensor *w[3] = { &t[0], &t[1], &t[2] };
+            int ok = 1;
+            char why[240] = "";
+            for (int ki = 0; ki < nk && ok; ki++) {
+                qt_set_kernel(ks[ki]);
+                for (size_t si = 0; si < sizeof Ss / sizeof Ss[0] && ok; si++) {
+                    const int S = Ss[si];
+                    set_threads(si % 2 ? 1 : 2);
+                    for (int k = 0; k < n; k++) {
+                        qt_matmul(&t[k], x, ref[k], S, idot);
+                        memset(y[k], 0xFF, sizeof(float) * SMAX * t[k].rows);
+                    }
+                    qt_matmul_multi(w, n, x, y, S, idot);
+                    for (int k = 0; k < n && ok; k++) {
+                        long d = first_diff(ref[k], y[k], (size_t)(S * t[k].rows));
+                        if (d >= 0) snprintf(why, sizeof why, "%s S=%d weight %d: s=%ld r=%ld: %.9g vs %.9g", qt_kernel_name(ks[ki]), S, k,
+                                             d / t[k].rows, d % t[k].rows, y[k][d], ref[k][d]);
+                        for (int64_t i = (int64_t)S * t[k].rows; i < (int64_t)SMAX * t[k].rows && d < 0; i++)
+                            if (((uint32_t *)y[k])[i] != 0xFFFFFFFFu) { d = 0; snprintf(why, sizeof why, "%s S=%d weight %d wrote past its rows", qt_kernel_name(ks[ki]), S, k); }
+                        ok = d < 0;
+                    }
+                }
+            }
+            qt_set_kernel(QT_KERNEL_AUTO);
+            set_threads(2);
+            char name[200];
+            snprintf(name, sizeof name, "qt_matmul_multi == qt_matmul on each, every kernel, S = 1..130, idot %d: %s", idot, cs[ci].what);
+            report(ok, name, why);
+            for (int k = 0; k < n; k++) { free(y[k]); free(ref[k]); qt_free(&t[k]); }
+            free(x);
+        }
+}
+
 /* The exact integer value of one hand-made case, so the scalar spec itself is pinned down. */
 static void test_int_known_value(void) {
     QTensor t;
@@ -580,6 +647,7 @@ int main(void) {
     test_dot_block();
     test_kernels_exact();
     test_gemm_exact();
+    test_matmul_multi();
     test_pool_concurrency();
     return failures ? 1 : 0;
 }
