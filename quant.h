@@ -1397,8 +1397,12 @@ static void qt_note_wait(int64_t waited_ns, int64_t now) {
     }
 }
 
-/* Run fn(arg, c) for every c < nchunks, on up to qt_thread_count() threads. */
-static void qt_parallel_chunks(QtChunkFn fn, void *arg, int64_t nchunks) {
+/* Run first(first_arg, c) for every c < nfirst, then fn(arg, c) for every c < nchunks, on up to
+   qt_thread_count() threads, in one parallel region: the first phase (a matmul's activations)
+   split statically, a barrier, then the chunks with stealing. One region instead of two saves a
+   wake-up and a join of the threads per matmul (~10-20 us each on these VMs: kbench's thread
+   wake-up table). first may be NULL. */
+static void qt_parallel_phases(QtChunkFn first, void *first_arg, int64_t nfirst, QtChunkFn fn, void *arg, int64_t nchunks) {
     if (nchunks <= 0) return;
     int threads = qt_thread_count();
     if (nchunks < threads) threads = (int)nchunks;
@@ -1410,46 +1414,45 @@ static void qt_parallel_chunks(QtChunkFn fn, void *arg, int64_t nchunks) {
     if (threads > 1 && qt_stall_guard)
         solo = qt_now_ns() < atomic_load_explicit(&qt_solo_until_ns, memory_order_relaxed);
     if (threads <= 1 || nested || solo || nchunks > QT_MAX_CHUNKS) {
+        for (int64_t c = 0; first && c < nfirst; c++) first(first_arg, c);
         for (int64_t c = 0; c < nchunks; c++) fn(arg, c);
         return;
     }
     /* libgomp's caller can wait at both ends: at the start until the other threads are back in
        the pool from the previous region, at the end until they finish */
     int64_t caller_start = 0, caller_done = 0, before = qt_stall_guard ? qt_now_ns() : 0;
-    if (qt_no_steal) {
-        #pragma omp parallel num_threads(threads)
-        {
-            int t = 0, nt = 1;
+    QtRange ranges[QT_MAX_THREADS];
+    for (int t = 0; t < threads; t++)
+        atomic_init(&ranges[t].word, (uint64_t)(nchunks * t / threads) << 32 | (uint64_t)(nchunks * (t + 1) / threads));
+    #pragma omp parallel num_threads(threads)
+    {
+        int t = 0, nt = 1;
 #ifdef _OPENMP
-            t = omp_get_thread_num(); nt = omp_get_num_threads();
+        t = omp_get_thread_num(); nt = omp_get_num_threads();
 #endif
-            if (t == 0 && qt_stall_guard) caller_start = qt_now_ns();
-            for (int64_t c = nchunks * t / nt; c < nchunks * (t + 1) / nt; c++) fn(arg, c);
-            if (t == 0 && qt_stall_guard) caller_done = qt_now_ns();
+        if (t == 0 && qt_stall_guard) caller_start = qt_now_ns();
+        if (first) {
+            for (int64_t c = t; c < nfirst; c += nt) first(first_arg, c);
+            #pragma omp barrier
         }
-    } else {
-        QtRange ranges[QT_MAX_THREADS];
-        for (int t = 0; t < threads; t++)
-            atomic_init(&ranges[t].word, (uint64_t)(nchunks * t / threads) << 32 | (uint64_t)(nchunks * (t + 1) / threads));
-        #pragma omp parallel num_threads(threads)
-        {
-            int t = 0;
-#ifdef _OPENMP
-            t = omp_get_thread_num();
-#endif
-            if (t == 0 && qt_stall_guard) caller_start = qt_now_ns();
+        if (qt_no_steal)
+            for (int64_t c = nchunks * t / nt; c < nchunks * (t + 1) / nt; c++) fn(arg, c);
+        else {
             int64_t c;
             while ((c = qt_claim(&ranges[t], 1)) >= 0) fn(arg, c);
-            for (int k = 1; k < threads; k++)
-                while ((c = qt_claim(&ranges[(t + k) % threads], 0)) >= 0) fn(arg, c);
-            if (t == 0 && qt_stall_guard) caller_done = qt_now_ns();
+            for (int k = 1; k < nt; k++)
+                while ((c = qt_claim(&ranges[(t + k) % nt], 0)) >= 0) fn(arg, c);
         }
+        if (t == 0 && qt_stall_guard) caller_done = qt_now_ns();
     }
     if (qt_stall_guard) {
         int64_t now = qt_now_ns();
         qt_note_wait((caller_start - before) + (now - caller_done), now);
     }
 }
+
+/* Run fn(arg, c) for every c < nchunks, on up to qt_thread_count() threads. */
+static void qt_parallel_chunks(QtChunkFn fn, void *arg, int64_t nchunks) { qt_parallel_phases(NULL, NULL, 0, fn, arg, nchunks); }
 
 /* ---- Dispatch ------------------------------------------------------------------------------ */
 
@@ -1665,7 +1668,7 @@ static void qt_int_chunk(void *p, int64_t c) {
 enum { QT_GEMM_PANEL = 128 };
 
 /* The integer path's plan for w against S (≤ QT_GEMM_PANEL) activation rows: kernel, activation
-   layout, chunks. The activation buffers are set by qt_prepare_acts. */
+   layout, chunks. The activation buffers are set by qt_acts_buffers. */
 static void qt_plan_int(QtMatmulJob *j, const QTensor *w, const float *x, float *y, int S, QtKernel kernel) {
     const int64_t R = w->rows;
     memset(j, 0, sizeof *j);
@@ -1707,8 +1710,9 @@ static void qt_plan_int(QtMatmulJob *j, const QTensor *w, const float *x, float 
     a->spad = a->layout == QT_ACTS_STEPS ? qt_round_up(S, 16) : 0;   /* 16: each thread writes whole cache lines */
 }
 
-/* The activation buffers of j (the calling thread's scratch), filled from j->x on the threads. */
-static void qt_prepare_acts(QtMatmulJob *j) {
+/* The activation buffers of j in the calling thread's scratch; returns how many chunks of
+   qt_acts_chunk fill them. */
+static int64_t qt_acts_buffers(QtMatmulJob *j) {
     QtActs *a = &j->acts;
     const int S = j->S;
     const int64_t rows_alloc = a->spad ? a->spad : S;
@@ -1720,9 +1724,7 @@ static void qt_prepare_acts(QtMatmulJob *j) {
     a->q = (int8_t *)(buf + raw_bytes);
     a->scale = (float *)(buf + raw_bytes + q_bytes);
     a->off = (int32_t *)(buf + raw_bytes + q_bytes + g_bytes);
-    const int64_t act_chunks = a->layout == QT_ACTS_STEPS ? (S + 15) / 16 : S;
-    if (act_chunks == 1) qt_acts_chunk(j, 0);
-    else qt_parallel_chunks(qt_acts_chunk, j, act_chunks);
+    return a->layout == QT_ACTS_STEPS ? (S + 15) / 16 : S;
 }
 
 void qt_matmul_with(const QTensor *w, const float *x, float *y, int S, int idot, QtKernel kernel) {
@@ -1743,8 +1745,8 @@ void qt_matmul_with(const QTensor *w, const float *x, float *y, int S, int idot,
     }
     QtMatmulJob j;
     qt_plan_int(&j, w, x, y, S, kernel);
-    qt_prepare_acts(&j);
-    qt_parallel_chunks(qt_int_chunk, &j, j.nchunks);
+    const int64_t act_chunks = qt_acts_buffers(&j);
+    qt_parallel_phases(qt_acts_chunk, &j, act_chunks, qt_int_chunk, &j, j.nchunks);
 }
 
 /* Chunks of several jobs in one parallel region: job k's chunks follow job k-1's. */
@@ -1791,10 +1793,10 @@ void qt_matmul_multi(const QTensor *const *w, int n, const float *x, float *cons
             return;
         }
     }
-    qt_prepare_acts(&jobs[0]);
-    for (int k = 1; k < n; k++) jobs[k].acts = jobs[0].acts;
+    const int64_t act_chunks = qt_acts_buffers(&jobs[0]);
+    for (int k = 1; k < n; k++) jobs[k].acts = jobs[0].acts;   /* the same buffers, filled once */
     QtMultiJob m = { jobs, n };
-    qt_parallel_chunks(qt_multi_chunk, &m, total);
+    qt_parallel_phases(qt_acts_chunk, &jobs[0], act_chunks, qt_multi_chunk, &m, total);
 }
 
 void qt_matmul(const QTensor *w, const float *x, float *y, int S, int idot) {
