@@ -438,14 +438,25 @@ void qt_dot_f32_block(const float *const *a, int na, const float *const *b, int 
 }
 
 /* Symmetric int8 quantization of activations, one scale per `group` inputs. Codes stay in
-   [-127, 127]: the SIMD kernels rely on it (the int8 sign trick negates them). */
+   [-127, 127]: the SIMD kernels rely on it (the int8 sign trick negates them).
+     s = max(absmax / 127, 1e-8)        q = clamp(rint(x / s), -127, 127)        (NaN: q = 0)
+   Whole 16-input pieces run as vectors, equal to those scalar formulas bit for bit (gcc had
+   vectorized the plain loops only in part: 32 rows of 6,144 inputs, group 64, took 75 us against
+   47 now):
+   - |a| clears the sign bit, as fabsf; m takes a where a > m, as `a > m ? a : m` (a NaN never
+     replaces m); max is exact and the lanes are never NaN, so any order of the lanes gives the
+     plain loop's maximum;
+   - rint (round half to even) is (v + 1.5·2^23) − 1.5·2^23, exact for |v| < 2^22; here
+     |x / s| ≤ 127·(1 + 2^-23) (s ≥ absmax / 127 rounded; s = 1e-8 only when every |x| < 1.27e-6),
+     so the clamp never acts on a whole piece; a NaN quotient (a NaN input, or ±inf / inf) gives 0,
+     as the scalar conversion does on x86. */
 static void qt_quantize_activation(const float *x, int64_t n, int64_t group, int8_t *q, float *scales) {
+    typedef int8_t qt_v16b __attribute__((vector_size(16)));
+    typedef int32_t qt_v8i __attribute__((vector_size(32)));
+    typedef int32_t qt_v4i __attribute__((vector_size(16)));
+    const qt_v16 round_magic = (qt_v16){ 0 } + 12582912.0f;
     for (int64_t g0 = 0, gi = 0; g0 < n; g0 += group, gi++) {
         int64_t g1 = g0 + group < n ? g0 + group : n;
-        /* 16 running maxima, as vectors: gcc left the scalar form of this loop scalar (a third of
-           the time of preparing 128 activation rows of 6144). |a| clears the sign bit, as fabsf;
-           m takes a where a > m, as the scalar `a > m ? a : m` (a NaN never replaces m); max is
-           exact, so the result equals a plain loop's. */
         qt_v16 mv = { 0 };
         int64_t i = g0;
         for (; i + 16 <= g1; i += 16) {
@@ -453,17 +464,35 @@ static void qt_quantize_activation(const float *x, int64_t n, int64_t group, int
             const qt_v16i gt = (qt_v16)a > mv;
             mv = (qt_v16)((a & gt) | ((qt_v16i)mv & ~gt));
         }
-        float m[16];
-        memcpy(m, &mv, sizeof m);
-        for (int k = 0; i < g1; i++, k++) { float a = fabsf(x[i]); m[k] = a > m[k] ? a : m[k]; }
         float absmax = 0.0f;
-        for (int k = 0; k < 16; k++) if (m[k] > absmax) absmax = m[k];
+        if (i < g1) {   /* a partial piece: its lanes one at a time */
+            float m[16];
+            memcpy(m, &mv, sizeof m);
+            for (int k = 0; i < g1; i++, k++) { float a = fabsf(x[i]); m[k] = a > m[k] ? a : m[k]; }
+            for (int k = 0; k < 16; k++) if (m[k] > absmax) absmax = m[k];
+        } else {   /* halving the lanes: max is exact and the lanes are never NaN, so the order does not matter */
+            typedef float qt_v8 __attribute__((vector_size(32)));
+            typedef float qt_v4 __attribute__((vector_size(16)));
+            qt_v8 a8 = __builtin_shufflevector(mv, mv, 0, 1, 2, 3, 4, 5, 6, 7), b8 = __builtin_shufflevector(mv, mv, 8, 9, 10, 11, 12, 13, 14, 15);
+            a8 = (qt_v8)(((qt_v8i)a8 & (a8 >= b8)) | ((qt_v8i)b8 & (a8 < b8)));
+            qt_v4 a4 = __builtin_shufflevector(a8, a8, 0, 1, 2, 3), b4 = __builtin_shufflevector(a8, a8, 4, 5, 6, 7);
+            a4 = (qt_v4)(((qt_v4i)a4 & (a4 >= b4)) | ((qt_v4i)b4 & (a4 < b4)));
+            const float m0 = a4[0] > a4[1] ? a4[0] : a4[1], m1 = a4[2] > a4[3] ? a4[2] : a4[3];
+            absmax = m0 > m1 ? m0 : m1;
+        }
         float s = absmax / 127.0f;
         if (!(s >= 1e-8f)) s = 1e-8f;
         scales[gi] = s;
-        for (int64_t i = g0; i < g1; i++) {
+        const qt_v16 sv = (qt_v16){ 0 } + s;
+        for (i = g0; i + 16 <= g1; i += 16) {
+            qt_v16 r = (*(const qt_v16u *)(x + i) / sv + round_magic) - round_magic;
+            r = (qt_v16)((qt_v16i)r & (r == r));
+            const qt_v16b b = __builtin_convertvector(__builtin_convertvector(r, qt_v16i), qt_v16b);
+            memcpy(q + i, &b, sizeof b);
+        }
+        for (; i < g1; i++) {
             float r = rintf(x[i] / s);
-            q[i] = (int8_t)(r > 127.f ? 127 : r < -127.f ? -127 : (int)r);
+            q[i] = r != r ? 0 : (int8_t)(r > 127.f ? 127 : r < -127.f ? -127 : (int)r);
         }
     }
 }

@@ -343,6 +343,60 @@ static void test_gemm_exact(void) {
         }
 }
 
+/* The activation quantizer (vectorized) equals the plain scalar formulas of its spec, codes and
+   scales, bit for bit: random rows, exact ties (x = k + 1/2 with s = 1), ±0, NaN, ±inf, values
+   so small that s = 1e-8, huge values, for groups that are and are not multiples of 16. */
+static void ref_quantize_activation(const float *x, int64_t n, int64_t group, int8_t *q, float *scales) {
+    for (int64_t g0 = 0, gi = 0; g0 < n; g0 += group, gi++) {
+        const int64_t g1 = g0 + group < n ? g0 + group : n;
+        float absmax = 0.0f;
+        for (int64_t i = g0; i < g1; i++) { const float a = fabsf(x[i]); if (a > absmax) absmax = a; }
+        float s = absmax / 127.0f;
+        if (!(s >= 1e-8f)) s = 1e-8f;
+        scales[gi] = s;
+        for (int64_t i = g0; i < g1; i++) {
+            const float r = rintf(x[i] / s);
+            q[i] = r != r ? 0 : (int8_t)(r > 127.f ? 127 : r < -127.f ? -127 : (int)r);
+        }
+    }
+}
+
+static void test_quantize_activation(void) {
+    enum { N = 6144 };
+    float *x = malloc(sizeof(float) * N);
+    int8_t *q = malloc(N), *qr = malloc(N);
+    float *sc = malloc(sizeof(float) * N), *scr = malloc(sizeof(float) * N);
+    const int64_t groups[] = { 8, 16, 40, 64, 128, 6144 };
+    const int64_t lens[] = { 1, 15, 16, 17, 63, 64, 65, 200, 1029, 6144 };
+    int ok = 1;
+    char why[200] = "";
+    for (int mode = 0; mode < 6 && ok; mode++)
+        for (size_t gi = 0; gi < sizeof groups / sizeof groups[0] && ok; gi++)
+            for (size_t li = 0; li < sizeof lens / sizeof lens[0] && ok; li++) {
+                const int64_t n = lens[li], g = groups[gi] < n ? groups[gi] : n;
+                for (int64_t i = 0; i < n; i++) {
+                    float v = rng_float() * 8.0f;
+                    switch (mode) {
+                    case 1: v = (float)((int)(rng_next() % 254) - 127) + 0.5f; if (i % 16 == 3) v = 127.0f; break;   /* ties, s = 1 */
+                    case 2: v = (i % 5 == 0) ? NAN : (i % 7 == 0) ? INFINITY : (i % 11 == 0) ? -INFINITY : v; break;
+                    case 3: v *= 1e-8f; if (i % 9 == 0) v = -0.0f; break;   /* s = 1e-8 */
+                    case 4: v *= 1e37f; break;
+                    case 5: v = (i % 3 == 0) ? 0.0f : (float)(i % 255) * 0.5f - 63.5f; break;
+                    }
+                    x[i] = v;
+                }
+                memset(q, 0x55, N); memset(qr, 0x55, N);
+                qt_quantize_activation(x, n, g, q, sc);
+                ref_quantize_activation(x, n, g, qr, scr);
+                for (int64_t i = 0; i < n && ok; i++)
+                    if (q[i] != qr[i]) { ok = 0; snprintf(why, sizeof why, "mode %d group %lld n %lld: code %lld is %d, spec %d (x = %.9g)", mode, (long long)g, (long long)n, (long long)i, q[i], qr[i], x[i]); }
+                for (int64_t k = 0; k < (n + g - 1) / g && ok; k++)
+                    if (memcmp(&sc[k], &scr[k], sizeof(float))) { ok = 0; snprintf(why, sizeof why, "mode %d group %lld: scale %lld %.9g vs %.9g", mode, (long long)g, (long long)k, sc[k], scr[k]); }
+            }
+    report(ok, "activation quantizer == its scalar formulas (random, ties, NaN, inf, tiny, huge)", why);
+    free(x); free(q); free(qr); free(sc); free(scr);
+}
+
 /* qt_matmul_multi (gate and up against one x): every output equals qt_matmul's on each weight
    alone, bit for bit, for every kernel this CPU has, row and GEMM batch sizes, more than one
    panel (S > 128), 1 and 2 threads; and where the weights cannot share the quantized activations
@@ -647,6 +701,7 @@ int main(void) {
     test_dot_block();
     test_kernels_exact();
     test_gemm_exact();
+    test_quantize_activation();
     test_matmul_multi();
     test_pool_concurrency();
     return failures ? 1 : 0;
