@@ -1469,8 +1469,9 @@ static void qt_parallel_phases(QtChunkFn first, void *first_arg, int64_t nfirst,
         else {
             int64_t c;
             while ((c = qt_claim(&ranges[t], 1)) >= 0) fn(arg, c);
-            for (int k = 1; k < nt; k++)
-                while ((c = qt_claim(&ranges[(t + k) % nt], 0)) >= 0) fn(arg, c);
+            /* every range, in case the region got fewer threads than asked for */
+            for (int k = 1; k < threads; k++)
+                while ((c = qt_claim(&ranges[(t + k) % threads], 0)) >= 0) fn(arg, c);
         }
         if (t == 0 && qt_stall_guard) caller_done = qt_now_ns();
     }

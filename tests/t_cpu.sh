@@ -48,3 +48,12 @@ if grep -qx 'vnni yes' <<<"$real"; then masked_run "as an AVX2-only CPU" "avx2 f
 else echo "SKIP mask AVX-512 VNNI: this CPU has no AVX-512 VNNI (the real run is the AVX2-only case)"; fi
 if grep -qx 'avx2 yes' <<<"$real"; then masked_run "as a CPU without SIMD kernels" "sse2"
 else echo "SKIP mask AVX2: this CPU has no AVX2 (the real run is the scalar-only case)"; fi
+
+# OpenMP may grant a region fewer threads than quant.h asks for (OMP_THREAD_LIMIT, a busy or nested
+# runtime): every chunk of a matmul must still be computed, the ranges of threads that never
+# started being taken by the others (a version that stole only from the granted threads' ranges
+# failed 35 checks here).
+out=$(OMP_THREAD_LIMIT=1 tests/bin/test_quant 2>&1); rc=$?
+if [ $rc -eq 0 ] && ! grep -q '^FAIL' <<<"$out" && grep -q '^PASS' <<<"$out"; then
+  echo "PASS test_quant with OMP_THREAD_LIMIT=1 (regions granted fewer threads than asked for)"
+else echo "FAIL test_quant with OMP_THREAD_LIMIT=1: exit $rc, $(grep -m2 '^FAIL' <<<"$out")"; fi
