@@ -1449,7 +1449,7 @@ static void qt_parallel_phases(QtChunkFn first, void *first_arg, int64_t nfirst,
     }
     /* libgomp's caller can wait at both ends: at the start until the other threads are back in
        the pool from the previous region, at the end until they finish */
-    int64_t caller_start = 0, caller_done = 0, before = qt_stall_guard ? qt_now_ns() : 0;
+    int64_t caller_start = 0, caller_done = 0, caller_barrier = 0, before = qt_stall_guard ? qt_now_ns() : 0;
     QtRange ranges[QT_MAX_THREADS];
     for (int t = 0; t < threads; t++)
         atomic_init(&ranges[t].word, (uint64_t)(nchunks * t / threads) << 32 | (uint64_t)(nchunks * (t + 1) / threads));
@@ -1462,7 +1462,9 @@ static void qt_parallel_phases(QtChunkFn first, void *first_arg, int64_t nfirst,
         if (t == 0 && qt_stall_guard) caller_start = qt_now_ns();
         if (first) {
             for (int64_t c = t; c < nfirst; c += nt) first(first_arg, c);
+            const int64_t arrived = t == 0 && qt_stall_guard ? qt_now_ns() : 0;
             #pragma omp barrier
+            if (t == 0 && qt_stall_guard) caller_barrier = qt_now_ns() - arrived;   /* a wait like the join's */
         }
         if (qt_no_steal)
             for (int64_t c = nchunks * t / nt; c < nchunks * (t + 1) / nt; c++) fn(arg, c);
@@ -1477,7 +1479,7 @@ static void qt_parallel_phases(QtChunkFn first, void *first_arg, int64_t nfirst,
     }
     if (qt_stall_guard) {
         int64_t now = qt_now_ns();
-        qt_note_wait((caller_start - before) + (now - caller_done), now);
+        qt_note_wait((caller_start - before) + caller_barrier + (now - caller_done), now);
     }
 }
 
@@ -1815,7 +1817,7 @@ void qt_matmul_multi(const QTensor *const *w, int n, const float *x, float *cons
         qt_plan_int(&jobs[k], w[k], x, y[k], S, QT_KERNEL_AUTO);
         total += jobs[k].nchunks;
     }
-    for (int k = 1; k < n; k++) {   /* (implied by the checks above; kept as the condition that matters) */
+    for (int k = 1; k < n; k++) {   /* the buffers are shared only if the layouts agree (they do when the above does) */
         const QtActs *a = &jobs[k].acts, *a0 = &jobs[0].acts;
         if (a->layout != a0->layout || a->int8_bias != a0->int8_bias || a->qstride != a0->qstride || a->gstride != a0->gstride ||
             a->spad != a0->spad) {
