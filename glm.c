@@ -3464,10 +3464,10 @@ static void expert_release(ExpertStore *store, int layer, int expert) {
 static void ffn_swiglu(const FfnWeights *w, const float *x, int S, float *out, float *h1, float *h2, int piece) {
     const int width = (int)w->gate.rows;
     const size_t in = (size_t)w->gate.cols, out_width = (size_t)w->down.rows;
+    const QTensor *gate_up[2] = { &w->gate, &w->up };
+    float *out_gate_up[2] = { h1, h2 };
     for (int r = 0; r < S; r += piece) {
         const int n = S - r < piece ? S - r : piece;
-        const QTensor *gate_up[2] = { &w->gate, &w->up };
-        float *out_gate_up[2] = { h1, h2 };
         qt_matmul_multi(gate_up, 2, x + r * in, out_gate_up, n, g_integer_dot);   /* x quantized once for both */
         silu_mul(h1, h2, (size_t)n * width);
         matmul(out + r * out_width, &w->down, h1, n);

@@ -474,9 +474,11 @@ static void qt_quantize_activation(const float *x, int64_t n, int64_t group, int
             typedef float qt_v8 __attribute__((vector_size(32)));
             typedef float qt_v4 __attribute__((vector_size(16)));
             qt_v8 a8 = __builtin_shufflevector(mv, mv, 0, 1, 2, 3, 4, 5, 6, 7), b8 = __builtin_shufflevector(mv, mv, 8, 9, 10, 11, 12, 13, 14, 15);
-            a8 = (qt_v8)(((qt_v8i)a8 & (a8 >= b8)) | ((qt_v8i)b8 & (a8 < b8)));
+            const qt_v8i ge8 = a8 >= b8;
+            a8 = (qt_v8)(((qt_v8i)a8 & ge8) | ((qt_v8i)b8 & ~ge8));
             qt_v4 a4 = __builtin_shufflevector(a8, a8, 0, 1, 2, 3), b4 = __builtin_shufflevector(a8, a8, 4, 5, 6, 7);
-            a4 = (qt_v4)(((qt_v4i)a4 & (a4 >= b4)) | ((qt_v4i)b4 & (a4 < b4)));
+            const qt_v4i ge4 = a4 >= b4;
+            a4 = (qt_v4)(((qt_v4i)a4 & ge4) | ((qt_v4i)b4 & ~ge4));
             const float m0 = a4[0] > a4[1] ? a4[0] : a4[1], m1 = a4[2] > a4[3] ? a4[2] : a4[3];
             absmax = m0 > m1 ? m0 : m1;
         }
@@ -1810,20 +1812,13 @@ void qt_matmul_multi(const QTensor *const *w, int n, const float *x, float *cons
         }
         return;
     }
-    /* same format, group and inputs: the same kernel path and activation layout for all */
+    /* same format, group and inputs, so qt_plan_int gives every job the same kernel path and
+       activation layout (it reads nothing else of w but its rows): one set of buffers serves all */
     QtMatmulJob jobs[QT_MULTI_MAX];
     int64_t total = 0;
     for (int k = 0; k < n; k++) {
         qt_plan_int(&jobs[k], w[k], x, y[k], S, QT_KERNEL_AUTO);
         total += jobs[k].nchunks;
-    }
-    for (int k = 1; k < n; k++) {   /* the buffers are shared only if the layouts agree (they do when the above does) */
-        const QtActs *a = &jobs[k].acts, *a0 = &jobs[0].acts;
-        if (a->layout != a0->layout || a->int8_bias != a0->int8_bias || a->qstride != a0->qstride || a->gstride != a0->gstride ||
-            a->spad != a0->spad) {
-            for (int i = 0; i < n; i++) qt_matmul_with(w[i], x, y[i], S, idot, QT_KERNEL_AUTO);
-            return;
-        }
     }
     const int64_t act_chunks = qt_acts_buffers(&jobs[0]);
     for (int k = 1; k < n; k++) jobs[k].acts = jobs[0].acts;   /* the same buffers, filled once */
