@@ -6,12 +6,14 @@
    the threads the same way; the ratio kernel/read is the figure to quote (absolute GB/s move a lot
    on shared machines). Medians over REPS interleaved repetitions.
 
-   Usage: ./bench/kbench [--quick] [--ffn | --l2 | --pfscan | --threading | --gemm] [--prefetch BYTES] [--kernel NAME]
+   Usage: ./bench/kbench [--quick] [--ffn | --l2 | --pfscan | --threading | --gemm | --mix] [--prefetch BYTES] [--kernel NAME]
      --quick      fewer repetitions and shapes (smoke test)
      --ffn        only the expert FFN table      --l2   only the cache-resident GOP/s table
      --kernel     the integer kernel (auto, vnni, avxvnni, avx2, scalar) instead of the best one
      --pfscan     only the prefetch distance scan
      --threading  only the thread wake-up comparison
+     --mix        what other instructions cost next to vpdpbusd zmm (AVX-512 VNNI): a register-resident
+                  loop of 24 of them, alone and with each addition, 1 thread, TSC cycles per iteration
      --gemm       batches: the peak of the int8 multiply-add instruction the kernel is built on
                   (the best one, or --kernel's; register-resident), then GOP/s of the engine's
                   expert FFN (ffn_swiglu) and
@@ -30,6 +32,7 @@
 #include <string.h>
 #include <sys/mman.h>
 #include <time.h>
+#include <x86intrin.h>
 
 static int REPS = 7;
 
@@ -391,6 +394,59 @@ static double bench_peak(QtKernel k, int threads, const char **name) {
     return median(v, REPS);
 }
 
+/* The cost of the group-64 GEMM tile's other instructions next to vpdpbusd zmm: 24 independent
+   vpdpbusd per iteration (register-resident), alone and with one kind of instruction added; a
+   figure near 1.00 means the addition issues alongside the multiply-adds for free. */
+#define KB_D(i) "vpdpbusd %%zmm28, %%zmm29, %%zmm" #i "\n"
+#define KB_D24 KB_TWELVE(KB_D) KB_D(12) KB_D(13) KB_D(14) KB_D(15) KB_D(16) KB_D(17) KB_D(18) KB_D(19) KB_D(20) KB_D(21) KB_D(22) KB_D(23)
+#define KB_MIX(name, extra)                                                                                   \
+    __attribute__((target("avx512f,avx512vnni"))) static void name(long it, const int *mem) {                 \
+        __asm__ volatile("vpternlogd $0xff, %%zmm28, %%zmm28, %%zmm28\n vpternlogd $0xff, %%zmm29, %%zmm29, %%zmm29\n" \
+                         "vmovdqa64 %%zmm28, %%zmm24\n vmovdqa64 %%zmm28, %%zmm31\n"                       \
+                         "1:\n" KB_D24 extra "dec %0\n jnz 1b\n" : "+r"(it) : "r"(mem) : "memory", "cc");     \
+    }
+KB_MIX(mix_none, "")
+KB_MIX(mix_bcast, "vpbroadcastd (%1), %%zmm25\n vpbroadcastd 4(%1), %%zmm26\n vpbroadcastd 8(%1), %%zmm27\n vpbroadcastd 12(%1), %%zmm25\n"
+                  "vpbroadcastd 16(%1), %%zmm26\n vpbroadcastd 20(%1), %%zmm27\n vpbroadcastd 24(%1), %%zmm25\n vpbroadcastd 28(%1), %%zmm26\n"
+                  "vpbroadcastd 32(%1), %%zmm27\n vpbroadcastd 36(%1), %%zmm25\n vpbroadcastd 40(%1), %%zmm26\n vpbroadcastd 44(%1), %%zmm27\n")
+KB_MIX(mix_mask, "vpandd %%zmm31, %%zmm24, %%zmm25\n vpsrlw $4, %%zmm24, %%zmm26\n vpandd %%zmm31, %%zmm26, %%zmm27\n"
+                 "vpandd %%zmm31, %%zmm24, %%zmm25\n vpsrlw $4, %%zmm24, %%zmm26\n vpandd %%zmm31, %%zmm26, %%zmm27\n")
+KB_MIX(mix_cvt, "vcvtdq2ps %%zmm24, %%zmm25\n vcvtdq2ps %%zmm24, %%zmm26\n vcvtdq2ps %%zmm24, %%zmm27\n vcvtdq2ps %%zmm24, %%zmm25\n")
+KB_MIX(mix_add, "vaddps %%zmm31, %%zmm24, %%zmm25\n vaddps %%zmm31, %%zmm24, %%zmm26\n vaddps %%zmm31, %%zmm24, %%zmm27\n vaddps %%zmm31, %%zmm24, %%zmm25\n")
+KB_MIX(mix_mul, "vmulps %%zmm31, %%zmm24, %%zmm25\n vmulps %%zmm31, %%zmm24, %%zmm26\n vmulps %%zmm31, %%zmm24, %%zmm27\n vmulps %%zmm31, %%zmm24, %%zmm25\n")
+KB_MIX(mix_load, "vmovdqa64 (%1), %%zmm25\n vmovdqa64 64(%1), %%zmm26\n")
+KB_MIX(mix_fma, "vfmadd231ps %%zmm31, %%zmm24, %%zmm25\n vfmadd231ps %%zmm31, %%zmm24, %%zmm26\n")
+/* the 24 multiply-adds reading their activation step by an embedded broadcast instead */
+#define KB_E(i) "vpdpbusd " #i "*4(%1)%{1to16%}, %%zmm29, %%zmm" #i "\n"
+__attribute__((target("avx512f,avx512vnni"))) static void mix_embedded(long it, const int *mem) {
+    __asm__ volatile("vpternlogd $0xff, %%zmm29, %%zmm29, %%zmm29\n"
+                     "1:\n" KB_TWELVE(KB_E) KB_E(12) KB_E(13) KB_E(14) KB_E(15) KB_E(16) KB_E(17) KB_E(18) KB_E(19) KB_E(20) KB_E(21) KB_E(22) KB_E(23)
+                     "dec %0\n jnz 1b\n" : "+r"(it) : "r"(mem) : "memory", "cc");
+}
+
+static void bench_mix(void) {
+    if (!qt_kernel_supported(QT_KERNEL_VNNI)) { printf("kbench: --mix needs AVX-512 VNNI\n"); return; }
+    static _Alignas(64) int mem[64];
+    const struct { void (*fn)(long, const int *); const char *name; } mixes[] = {
+        { mix_none, "24 vpdpbusd zmm" }, { mix_bcast, "+ 12 vpbroadcastd (memory)" }, { mix_mask, "+ 6 vpandd/vpsrlw" },
+        { mix_cvt, "+ 4 vcvtdq2ps" }, { mix_add, "+ 4 vaddps" }, { mix_mul, "+ 4 vmulps" }, { mix_fma, "+ 2 vfmadd231ps" },
+        { mix_load, "+ 2 zmm loads" }, { mix_embedded, "24 with embedded broadcast" } };
+    const long it = 2000000;
+    double base = 0;
+    printf("instruction mix next to vpdpbusd zmm, 1 thread, TSC cycles per iteration (best of %d):\n", REPS);
+    for (size_t m = 0; m < sizeof mixes / sizeof mixes[0]; m++) {
+        double best = 1e30;
+        for (int rep = 0; rep < REPS; rep++) {
+            const uint64_t t0 = __rdtsc();
+            mixes[m].fn(it, mem);
+            const double t = (double)(__rdtsc() - t0) / it;
+            if (t < best) best = t;
+        }
+        if (m == 0) base = best;
+        printf("  %-28s %6.2f  (%.2f x alone)\n", mixes[m].name, best, best / base);
+    }
+}
+
 /* Expert FFN over S activation rows as the engine runs it (ffn_swiglu: gate, up, SwiGLU, down,
    with the process-wide kernel), experts cycling through the arena. */
 static double bench_ffn_gemm(QtFormat f, int64_t group, int S, int threads) {
@@ -492,12 +548,13 @@ int main(int argc, char **argv) {
         else if (!strcmp(argv[i], "--pfscan")) pfscan = 1;
         else if (!strcmp(argv[i], "--l2")) l2_only = 1;
         else if (!strcmp(argv[i], "--gemm")) gemm = 1;
+        else if (!strcmp(argv[i], "--mix")) { bench_mix(); return 0; }
         else if (!strcmp(argv[i], "--prefetch") && i + 1 < argc) prefetch = atoi(argv[++i]);
         else if (!strcmp(argv[i], "--kernel") && i + 1 < argc) {
             QtKernel k;
             if (qt_kernel_parse(argv[++i], &k) || qt_set_kernel(k)) { fprintf(stderr, "kbench: --kernel %s: unknown, or this CPU lacks it\n", argv[i]); return 2; }
         }
-        else { fprintf(stderr, "kbench: unknown argument %s (use --quick, --ffn, --l2, --pfscan, --threading, --gemm, --prefetch BYTES, --kernel NAME)\n", argv[i]); return 2; }
+        else { fprintf(stderr, "kbench: unknown argument %s (use --quick, --ffn, --l2, --pfscan, --threading, --gemm, --mix, --prefetch BYTES, --kernel NAME)\n", argv[i]); return 2; }
     }
     qt_set_prefetch(prefetch);
     if (quick) REPS = 3;
