@@ -998,29 +998,37 @@ static uint8_t *qt_gemm_scratch(size_t n) {
    than its tiles have steps: one AVX-512 tile (S <= 12) over 32 rows has twice as many; with one
    line per step it fetched half the next block, and the expert FFN at S = 8 from the page cache
    ran at 405-453 GOP/s on 2 threads against 496-577 with all of it (two runs of 3 pairs).
-   The lines go in the order the repack reads them (64-byte column c of each row of a repack
-   block, then column c + 1; block by block), not in address order: the repack's first columns
+   The AVX-512 kernel takes the lines in the order its repack reads them (64-byte column c of each
+   row of a repack block, then column c + 1; block by block), not in address order: the repack's first columns
    need every row of the block, and in address order the last rows' lines were the last fetched.
    Measured (session 13, Zen 5, gate shape 2048 × 6144 at S = 32, 2 threads, weights in DRAM, 30
    interleaved runs): median 1.050 → 1.030 ms, and 1.009 ms with the scales fetched as the repack
    starts (qt_vnni_gemm_pack); a timing-only build whose repack re-reads rows already in L2 ran 8 %
    faster than the address order, so the repack still waits a little. */
 typedef struct {
-    const char *next;                 /* the next block's first row */
-    int64_t row_bytes, cols64, rows;  /* its rows: bytes, 64-byte columns; how many */
+    const char *next, *p;             /* the next block's first row; the next line */
+    int64_t row_bytes, cols64, rows;  /* the next block's rows: bytes, 64-byte columns; how many */
     int64_t brows;                    /* rows per repack block */
-    int64_t row, col, blk0, blk1;     /* the next line: row and column, in repack block [blk0, blk1) */
+    int64_t row, col, blk0, blk1;     /* p's row and column, in repack block [blk0, blk1) */
+    int64_t back;                     /* from the block's last row to the next column of its first */
     int64_t left, every, wait, lines;
 } QtPrefetch;
 
+static inline void qt_prefetch_block(QtPrefetch *pf, int64_t blk0) {
+    pf->blk0 = blk0;
+    pf->blk1 = blk0 + pf->brows < pf->rows ? blk0 + pf->brows : pf->rows;
+    pf->back = 64 - (pf->blk1 - blk0 - 1) * pf->row_bytes;
+}
+
 static inline __attribute__((always_inline)) void qt_prefetch_line(QtPrefetch *pf) {
-    _mm_prefetch(pf->next + pf->row * pf->row_bytes + pf->col * 64, QT_PREFETCH_HINT);
-    if (++pf->row < pf->blk1) return;
+    _mm_prefetch(pf->p, QT_PREFETCH_HINT);
+    if (++pf->row < pf->blk1) { pf->p += pf->row_bytes; return; }
     pf->row = pf->blk0;
-    if (++pf->col < pf->cols64) return;
+    if (++pf->col < pf->cols64) { pf->p += pf->back; return; }
     pf->col = 0;
-    pf->blk0 = pf->row = pf->blk1;
-    pf->blk1 = pf->blk1 + pf->brows < pf->rows ? pf->blk1 + pf->brows : pf->rows;
+    pf->row = pf->blk1;
+    qt_prefetch_block(pf, pf->blk1);
+    pf->p = pf->next + pf->row * pf->row_bytes;
 }
 
 static inline __attribute__((always_inline)) void qt_prefetch_step(QtPrefetch *pf) {
@@ -1037,17 +1045,17 @@ static inline __attribute__((always_inline)) void qt_prefetch_step(QtPrefetch *p
    step: see above). */
 static QtPrefetch qt_prefetch_share(const QTensor *w, int64_t next_row, int64_t rows, int64_t brows, int tiles, int tile,
                                     int64_t nsteps) {
-    QtPrefetch pf = { (const char *)w->data + next_row * w->row_bytes, w->row_bytes, (w->row_bytes + 63) / 64, rows > 0 ? rows : 0,
-                      brows, 0, 0, 0, 0, 0, 1, 0, 1 };
+    QtPrefetch pf = { (const char *)w->data + next_row * w->row_bytes, NULL, w->row_bytes, (w->row_bytes + 63) / 64,
+                      rows > 0 ? rows : 0, brows, 0, 0, 0, 0, 0, 0, 1, 0, 1 };
     const int64_t lines = pf.rows * pf.cols64, per = (lines + tiles - 1) / tiles, first = tile * per;
     pf.left = lines - first < per ? lines - first : per;
     if (pf.left <= 0) { pf.left = 0; return pf; }
     /* line `first` in repack order: every block before the last has brows rows */
-    const int64_t b = first / (brows * pf.cols64), rem = first % (brows * pf.cols64);
-    pf.blk0 = b * brows;
-    pf.blk1 = pf.blk0 + brows < pf.rows ? pf.blk0 + brows : pf.rows;
+    qt_prefetch_block(&pf, first / (brows * pf.cols64) * brows);
+    const int64_t rem = first % (brows * pf.cols64);
     pf.col = rem / (pf.blk1 - pf.blk0);
     pf.row = pf.blk0 + rem % (pf.blk1 - pf.blk0);
+    pf.p = pf.next + pf.row * pf.row_bytes + pf.col * 64;
     if (nsteps < 1) nsteps = 1;
     if (pf.left > nsteps) pf.lines = 2;
     pf.every = nsteps * pf.lines / pf.left > 1 ? nsteps * pf.lines / pf.left : 1;
@@ -2122,7 +2130,10 @@ QT_YMM_TARGET static void QT_YMM(gemm)(const QTensor *w, const QtActs *a, int s0
         const int tiles = (s1 - s0 + QT_YMM_SB - 1) / QT_YMM_SB;
         for (int s = s0; s < s1; s += QT_YMM_SB) {
             const int sb = s1 - s < QT_YMM_SB ? s1 - s : QT_YMM_SB;
-            QtPrefetch pf = qt_prefetch_share(w, r + n, next_rows, 8, tiles, (s - s0) / QT_YMM_SB,
+            /* in address order (repack blocks of one row): the repack's order cost the AVX2 kernel
+               5 % on the Zen 5 (gate shape, 2 threads, DRAM, medians of 20 runs: 2.305 → 2.415 ms;
+               address order 2.323) */
+            QtPrefetch pf = qt_prefetch_share(w, r + n, next_rows, 1, tiles, (s - s0) / QT_YMM_SB,
                                               qt_gemm_cols(w) * qt_gemm_steps_per_col(w->format) / 2);
 #define QT_TILE(RB, SB) QT_YMM(gemm_tile)(w, a, pk, bstride, wsT, lanes, s, RB, SB, r, n, y, &pf)
             if (nb == 2) switch (sb) {
