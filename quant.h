@@ -999,8 +999,9 @@ static uint8_t *qt_gemm_scratch(size_t n) {
    line per step it fetched half the next block, and the expert FFN at S = 8 from the page cache
    ran at 405-453 GOP/s on 2 threads against 496-577 with all of it (two runs of 3 pairs).
    The AVX-512 kernel takes the lines in the order its repack reads them (64-byte column c of each
-   row of a repack block, then column c + 1; block by block), not in address order: the repack's first columns
-   need every row of the block, and in address order the last rows' lines were the last fetched.
+   row of a repack block, then column c + 1; block by block), not in address order: the repack's
+   first columns need every row of the block, and in address order the last rows' lines were the
+   last fetched.
    Measured (session 13, Zen 5, gate shape 2048 × 6144 at S = 32, 2 threads, weights in DRAM, 30
    interleaved runs): median 1.050 → 1.030 ms, and 1.009 ms with the scales fetched as the repack
    starts (qt_vnni_gemm_pack); a timing-only build whose repack re-reads rows already in L2 ran 8 %
