@@ -397,13 +397,13 @@ static double bench_peak(QtKernel k, int threads, const char **name) {
 /* The cost of the group-64 GEMM tile's other instructions next to vpdpbusd zmm: 24 independent
    vpdpbusd per iteration (register-resident), alone and with one kind of instruction added; a
    figure near 1.00 means the addition issues alongside the multiply-adds for free. */
+#define KB_TWENTY_FOUR(op) KB_TWELVE(op) op(12) op(13) op(14) op(15) op(16) op(17) op(18) op(19) op(20) op(21) op(22) op(23)
 #define KB_D(i) "vpdpbusd %%zmm28, %%zmm29, %%zmm" #i "\n"
-#define KB_D24 KB_TWELVE(KB_D) KB_D(12) KB_D(13) KB_D(14) KB_D(15) KB_D(16) KB_D(17) KB_D(18) KB_D(19) KB_D(20) KB_D(21) KB_D(22) KB_D(23)
 #define KB_MIX(name, extra)                                                                                   \
     __attribute__((target("avx512f,avx512vnni"))) static void name(long it, const int *mem) {                 \
         __asm__ volatile("vpternlogd $0xff, %%zmm28, %%zmm28, %%zmm28\n vpternlogd $0xff, %%zmm29, %%zmm29, %%zmm29\n" \
                          "vmovdqa64 %%zmm28, %%zmm24\n vmovdqa64 %%zmm28, %%zmm31\n"                       \
-                         "1:\n" KB_D24 extra "dec %0\n jnz 1b\n" : "+r"(it) : "r"(mem) : "memory", "cc");     \
+                         "1:\n" KB_TWENTY_FOUR(KB_D) extra "dec %0\n jnz 1b\n" : "+r"(it) : "r"(mem) : "memory", "cc");     \
     }
 KB_MIX(mix_none, "")
 KB_MIX(mix_bcast, "vpbroadcastd (%1), %%zmm25\n vpbroadcastd 4(%1), %%zmm26\n vpbroadcastd 8(%1), %%zmm27\n vpbroadcastd 12(%1), %%zmm25\n"
@@ -420,7 +420,7 @@ KB_MIX(mix_fma, "vfmadd231ps %%zmm31, %%zmm24, %%zmm25\n vfmadd231ps %%zmm31, %%
 #define KB_E(i) "vpdpbusd " #i "*4(%1)%{1to16%}, %%zmm29, %%zmm" #i "\n"
 __attribute__((target("avx512f,avx512vnni"))) static void mix_embedded(long it, const int *mem) {
     __asm__ volatile("vpternlogd $0xff, %%zmm29, %%zmm29, %%zmm29\n"
-                     "1:\n" KB_TWELVE(KB_E) KB_E(12) KB_E(13) KB_E(14) KB_E(15) KB_E(16) KB_E(17) KB_E(18) KB_E(19) KB_E(20) KB_E(21) KB_E(22) KB_E(23)
+                     "1:\n" KB_TWENTY_FOUR(KB_E)
                      "dec %0\n jnz 1b\n" : "+r"(it) : "r"(mem) : "memory", "cc");
 }
 
