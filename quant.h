@@ -64,10 +64,10 @@
        p[g] = ws[g] * (xs[g] * (float)isum[g])
        y = (((0.0f + p[0]) + p[1]) + ...) + p[G-1]       (one running sum, in group order)
    For the per-row formats (one group) this is y = 0.0f + p[0]. One running sum per output is what
-   the GEMM tiles can hold in a register next to their integer accumulators (the 16 lanes of an
-   earlier spec lived in memory there: a load and a store per group and output); the row kernels
-   scale 16 groups at a time with vector operations and then add them to the sum in order. f32 tensors always take
-   the float path. An int32 group sum must not overflow: cols ≤ 130000 for int8 weights (all
+   a GEMM tile can hold in a register next to its integer accumulator (the 16 lanes of an earlier
+   spec lived in memory there: a load and a store per group and output); the row kernels scale 16
+   groups of a row at a time, then transpose those of 16 rows so that one vector add per group
+   extends 16 rows' sums in order. f32 tensors always take the float path. An int32 group sum must not overflow: cols ≤ 130000 for int8 weights (all
    GLM-5.2 shapes are far below).
 
    Batches (S >= 3 for int4-group, else S >= 4 and on AVX-512 S >= 5; int8-row, int4-row and int4-group
@@ -753,17 +753,17 @@ static void qt_rows_scalar(const QTensor *w, const QtActs *a, int s0, int s1, in
 
 /* Per-thread scratch of the SIMD kernels: the GEMM's repacked weights and transposed scales, the
    grouped row kernels' scaled group sums of a block of rows. */
-static _Thread_local uint8_t *qt_gemm_buf;
-static _Thread_local size_t qt_gemm_buf_size;
+static _Thread_local uint8_t *qt_kernel_buf;
+static _Thread_local size_t qt_kernel_buf_size;
 
-static uint8_t *qt_gemm_scratch(size_t n) {
-    if (n > qt_gemm_buf_size) {
-        free(qt_gemm_buf);
-        qt_gemm_buf_size = (n + 4095) / 4096 * 4096;
-        qt_gemm_buf = aligned_alloc(64, qt_gemm_buf_size);
-        if (!qt_gemm_buf) { fprintf(stderr, "quant: out of memory allocating %zu bytes of kernel scratch\n", n); exit(1); }
+static uint8_t *qt_kernel_scratch(size_t n) {
+    if (n > qt_kernel_buf_size) {
+        free(qt_kernel_buf);
+        qt_kernel_buf_size = (n + 4095) / 4096 * 4096;
+        qt_kernel_buf = aligned_alloc(64, qt_kernel_buf_size);
+        if (!qt_kernel_buf) { fprintf(stderr, "quant: out of memory allocating %zu bytes of kernel scratch\n", n); exit(1); }
     }
-    return qt_gemm_buf;
+    return qt_kernel_buf;
 }
 
 #ifdef QT_X86
@@ -1002,7 +1002,7 @@ QT_VNNI static void qt_rows_vnni(const QTensor *w, const QtActs *a, int s0, int 
            row j, weight row k at P + (16j + k)·Gp), then added up by qt_vnni_serial_sums */
         if (lanes <= 8) {
             const int64_t Gp = qt_round_up(G, 16), nr = r1 - r < 16 ? r1 - r : 16;
-            float *P = (float *)qt_gemm_scratch((size_t)(4 * 16 * Gp) * sizeof(float));
+            float *P = (float *)qt_kernel_scratch((size_t)(4 * 16 * Gp) * sizeof(float));
             for (int sb = s0; sb < s1; sb += 4) {
                 const int ns = s1 - sb < 4 ? s1 - sb : 4;
                 for (int64_t k = 0; k < nr; k++)
@@ -1202,7 +1202,7 @@ QT_VNNI QT_INLINE __m512 qt_vnni_group_p(__m512i sums, const int32_t *off, const
    then p = ws·(xs·(isum - off)) added to the output's running sum, all vectorized over the 16
    rows. Every output keeps its sum in a register: the grouped tiles are 7 rows high so that the
    14 sums fit beside the 14 accumulators (16 lanes per output in memory, the earlier spec, cost
-   a load and a store per group and output: 8 % of the expert FFN at S = 32). */
+   a load and a store per group and output: ~10 % of the group-64 expert FFN at S = 32). */
 QT_VNNI QT_INLINE void qt_vnni_gemm_tile(const QTensor *w, const QtActs *a, const uint8_t *pk, int64_t bstride,
                                          const float *wsT, int s0, const int RB, const int SB,
                                          int64_t r0, int64_t n, float *y, QtPrefetch *pf) {
@@ -1252,7 +1252,7 @@ QT_VNNI static void qt_gemm_vnni(const QTensor *w, const QtActs *a, int s0, int 
     const int64_t G = qt_groups_per_row(w);
     const int64_t bstride = qt_gemm_cols_padded(w) * 64;   /* one vector per column, int4 and int8 */
     const size_t pk_bytes = (size_t)(QT_VNNI_RB * bstride), ws_bytes = (size_t)qt_round_up(QT_VNNI_RB * G * 16 * 4, 64);
-    uint8_t *pk = qt_gemm_scratch(pk_bytes + ws_bytes);
+    uint8_t *pk = qt_kernel_scratch(pk_bytes + ws_bytes);
     float *wsT = (float *)(pk + pk_bytes);
     const int sbmax = G == 1 ? QT_VNNI_SB : QT_VNNI_SB_GROUPED;
     for (int64_t r = r0; r < r1; r += 16 * QT_VNNI_RB) {
@@ -1581,7 +1581,7 @@ typedef struct {
    int4-row weights (2026-12-02, one thread, 16 matrices beyond the caches, GOP/s row kernel /
    GEMM: S = 4: 171 / 225 and 278 / 216, S = 5: 179 / 325 and 279 / 343 on 2048x6144 and
    6144x2048); the 256-bit GEMM kernels from S = 3-4. Grouped weights take the GEMM from S = 3 on
-   every kernel since their row kernels add the serial sums of the spec (2026-12-03, expert FFN
+   every kernel since their row kernels add the serial sums of the spec (2026-12-02, expert FFN
    g64, 2 threads, weights beyond the caches, GOP/s row / GEMM: S = 3: vnni 226 / 313 and
    229 / 277, avx2 149 / 214 and 135 / 213; S = 2: vnni 208 / 184, avx2 145 / 143). */
 static int qt_gemm_min_rows_set;
@@ -1978,7 +1978,7 @@ QT_YMM_TARGET static void QT_YMM(rows)(const QTensor *w, const QtActs *a, int s0
         const float *ws = w->scales + r * G;
         if (G > 1 && lanes <= 8) {   /* as in qt_rows_vnni: a block of 8 rows, then their sums */
             const int64_t Gp = qt_round_up(G, 8), nr = r1 - r < 8 ? r1 - r : 8;
-            float *P = (float *)qt_gemm_scratch((size_t)(4 * 8 * Gp) * sizeof(float));
+            float *P = (float *)qt_kernel_scratch((size_t)(4 * 8 * Gp) * sizeof(float));
             for (int sb = s0; sb < s1; sb += 4) {
                 const int ns = s1 - sb < 4 ? s1 - sb : 4;
                 for (int64_t k = 0; k < nr; k++) {
@@ -2167,7 +2167,7 @@ QT_YMM_TARGET static void QT_YMM(gemm)(const QTensor *w, const QtActs *a, int s0
     const int64_t G = qt_groups_per_row(w);
     const int64_t bstride = qt_gemm_cols_padded(w) * qt_gemm_steps_per_col(w->format) * 32;
     const size_t pk_bytes = (size_t)(QT_YMM_RB * bstride), ws_bytes = (size_t)qt_round_up(QT_YMM_RB * G * 8 * 4, 64);
-    uint8_t *pk = qt_gemm_scratch(pk_bytes + ws_bytes);
+    uint8_t *pk = qt_kernel_scratch(pk_bytes + ws_bytes);
     float *wsT = (float *)(pk + pk_bytes);
     for (int64_t r = r0; r < r1; r += 8 * QT_YMM_RB) {
         const int64_t n = r1 - r < 8 * QT_YMM_RB ? r1 - r : 8 * QT_YMM_RB;
