@@ -162,6 +162,7 @@ void qt_set_gemm_min_rows(int s);
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <threads.h>
 #include <time.h>
 #ifdef _OPENMP
 #include <omp.h>
@@ -629,17 +630,37 @@ static int64_t qt_acts_stride(const QTensor *w, QtActsLayout l) {
     return 0;
 }
 
-static _Thread_local float *qt_steps_tmp;
-static _Thread_local int64_t qt_steps_tmp_n;
+/* Per-thread buffers, grown on demand and kept (no malloc per call once the largest shape has
+   been seen): one activation row's scales, the prepared activations, the SIMD kernels' scratch
+   (the GEMM's repacked weights and transposed scales, the grouped row kernels' scaled group sums
+   of a block of rows), the float path's dequantized rows. A thread that ends (a caller's own
+   thread, or the OpenMP team that belonged to it) frees its buffers through a C11 thread-specific
+   storage destructor, which the first allocation of each thread arms. */
+enum { QT_BUF_SCALES, QT_BUF_ACTS, QT_BUF_KERNEL, QT_BUF_ROWS, QT_NBUFS };
+static _Thread_local struct { void *p; size_t size; } qt_bufs[QT_NBUFS];
+static tss_t qt_bufs_key;
+static once_flag qt_bufs_once = ONCE_FLAG_INIT;
 
-static float *qt_steps_scales_tmp(int64_t n) {
-    if (n > qt_steps_tmp_n) {
-        free(qt_steps_tmp);
-        qt_steps_tmp = malloc((size_t)n * sizeof(float));
-        if (!qt_steps_tmp) { fprintf(stderr, "quant: out of memory for %lld activation scales\n", (long long)n); exit(1); }
-        qt_steps_tmp_n = n;
+static void qt_bufs_free(void *unused) {
+    (void)unused;
+    for (int i = 0; i < QT_NBUFS; i++) { free(qt_bufs[i].p); qt_bufs[i].p = NULL; qt_bufs[i].size = 0; }
+}
+
+static void qt_bufs_key_create(void) {
+    if (tss_create(&qt_bufs_key, qt_bufs_free) != thrd_success) { fprintf(stderr, "quant: cannot create thread-specific storage\n"); exit(1); }
+}
+
+/* This thread's buffer `which`, at least n bytes, 64-byte aligned (contents not kept on growth). */
+static void *qt_buf(int which, size_t n, const char *what) {
+    if (n > qt_bufs[which].size) {
+        call_once(&qt_bufs_once, qt_bufs_key_create);
+        if (!tss_get(qt_bufs_key)) tss_set(qt_bufs_key, (void *)1);   /* arms the destructor */
+        free(qt_bufs[which].p);
+        qt_bufs[which].size = (n + 4095) / 4096 * 4096;
+        qt_bufs[which].p = aligned_alloc(64, qt_bufs[which].size);
+        if (!qt_bufs[which].p) { fprintf(stderr, "quant: out of memory allocating %zu bytes of %s\n", n, what); exit(1); }
     }
-    return qt_steps_tmp;
+    return qt_bufs[which].p;
 }
 
 /* QT_ACTS_STEPS: row s's scales and offsets into the group-major arrays (the codes follow per 8
@@ -660,7 +681,7 @@ static void qt_prepare_acts_row(const QTensor *w, const float *x, const QtActs *
     const int64_t C = w->cols, G = qt_groups_per_row(w);
     int8_t *raw = a->raw + (int64_t)s * C;
     if (a->layout == QT_ACTS_STEPS) {
-        float *xs = qt_steps_scales_tmp(G);
+        float *xs = qt_buf(QT_BUF_SCALES, (size_t)G * sizeof(float), "activation scales");
         qt_quantize_activation(x + (int64_t)s * C, C, w->group, raw, xs);
         qt_prepare_steps_row(w, a, s, raw, xs);
         return;
@@ -708,24 +729,6 @@ static void qt_prepare_acts_row(const QTensor *w, const float *x, const QtActs *
     }
 }
 
-/* Per-thread scratch for the quantized activations, grown on demand and kept (no malloc per call
-   once the largest shape has been seen). */
-static _Thread_local uint8_t *qt_scratch;
-static _Thread_local size_t qt_scratch_size;
-
-static void *qt_scratch_get(size_t n) {
-    if (n > qt_scratch_size) {
-        free(qt_scratch);
-        qt_scratch_size = (n + 4095) / 4096 * 4096;
-        qt_scratch = aligned_alloc(64, qt_scratch_size);
-        if (!qt_scratch) {
-            fprintf(stderr, "quant: out of memory allocating %zu bytes of activation scratch\n", n);
-            exit(1);
-        }
-    }
-    return qt_scratch;
-}
-
 /* Whether the SIMD kernels handle this tensor's grouping: groups a multiple of 8 inputs, and
    either a power of two up to 128 inputs (several groups per 64-byte chunk) or a multiple of 128. */
 static int qt_simd_shape_ok(const QTensor *w) {
@@ -749,21 +752,6 @@ static void qt_rows_scalar(const QTensor *w, const QtActs *a, int s0, int s1, in
             y[(int64_t)s * w->rows + r] = qt_dot_int_row(w, r, a->raw + (int64_t)s * w->cols,
                                                          a->scale + (int64_t)s * a->gstride, wq);
     free(wq);
-}
-
-/* Per-thread scratch of the SIMD kernels: the GEMM's repacked weights and transposed scales, the
-   grouped row kernels' scaled group sums of a block of rows. */
-static _Thread_local uint8_t *qt_kernel_buf;
-static _Thread_local size_t qt_kernel_buf_size;
-
-static uint8_t *qt_kernel_scratch(size_t n) {
-    if (n > qt_kernel_buf_size) {
-        free(qt_kernel_buf);
-        qt_kernel_buf_size = (n + 4095) / 4096 * 4096;
-        qt_kernel_buf = aligned_alloc(64, qt_kernel_buf_size);
-        if (!qt_kernel_buf) { fprintf(stderr, "quant: out of memory allocating %zu bytes of kernel scratch\n", n); exit(1); }
-    }
-    return qt_kernel_buf;
 }
 
 #ifdef QT_X86
@@ -899,13 +887,17 @@ QT_VNNI QT_INLINE void qt_vnni_transpose16(__m512i *v) {
     }
 }
 
-/* Grouped int4 row with `lanes` (1, 2, 4 or 8) int32 lanes per group: 16 groups come from
-   `lanes` chunks, reduced by a pairsum tree into one vector of 16 group sums, scaled, and stored
-   at p (Gp = G rounded up to 16 floats; qt_vnni_serial_sums adds them up). */
-QT_VNNI QT_INLINE void qt_vnni_i4_group_block(const uint8_t *wr, int64_t nch, __mmask64 tail, const int8_t *xq,
-                                              const float *xs, const int32_t *off, const float *ws, int64_t G,
-                                              const int lanes, int pf, float *p, int64_t g0, const int full) {
-    __m512i v[8];
+/* Grouped int4 row against na (1 or 2) activation rows, `lanes` (1, 2, 4 or 8) int32 lanes per
+   group: 16 groups come from `lanes` chunks, reduced by a pairsum tree into one vector of 16 group
+   sums, scaled, and stored at p[j] for activation row j (Gp = G rounded up to 16 floats;
+   qt_vnni_serial_sums adds them up). Two activation rows share the chunk loads, the nibble split
+   and the scales. */
+QT_VNNI QT_INLINE void qt_vnni_i4_group_block(const uint8_t *wr, int64_t nch, __mmask64 tail, const int8_t *const *xq,
+                                              const float *const *xs, const int32_t *const *off, const float *ws,
+                                              int64_t G, const int lanes, const int na, int pf, float *const *p,
+                                              int64_t g0, const int full) {
+    const __m512i m4 = _mm512_set1_epi8(0x0F);
+    __m512i v[2][8];
     const int64_t c0 = g0 / 16 * lanes;
     _mm_prefetch((const char *)(wr + 64 * c0 + pf), QT_PREFETCH_HINT);
     if (lanes >= 2) _mm_prefetch((const char *)(wr + 64 * c0 + pf + 64), QT_PREFETCH_HINT);
@@ -914,24 +906,31 @@ QT_VNNI QT_INLINE void qt_vnni_i4_group_block(const uint8_t *wr, int64_t nch, __
     if (lanes >= 8) for (int k = 4; k < 8; k++) _mm_prefetch((const char *)(wr + 64 * (c0 + k) + pf), QT_PREFETCH_HINT);
     for (int k = 0; k < lanes; k++) {
         const int64_t c = c0 + k;
-        __m512i wb = full || c + 1 < nch ? _mm512_loadu_si512((const void *)(wr + 64 * c))
-                   : c + 1 == nch ? _mm512_maskz_loadu_epi8(tail, wr + 64 * c) : _mm512_setzero_si512();
-        v[k] = qt_vnni_i4(_mm512_setzero_si512(), wb, xq + 128 * c);
+        const __m512i wb = full || c + 1 < nch ? _mm512_loadu_si512((const void *)(wr + 64 * c))
+                         : c + 1 == nch ? _mm512_maskz_loadu_epi8(tail, wr + 64 * c) : _mm512_setzero_si512();
+        const __m512i lo = _mm512_and_si512(wb, m4), hi = _mm512_and_si512(_mm512_srli_epi16(wb, 4), m4);
+        QT_UNROLL for (int j = 0; j < na; j++) {
+            const int8_t *xp = xq[j] + 128 * c;
+            v[j][k] = _mm512_dpbusd_epi32(_mm512_dpbusd_epi32(_mm512_setzero_si512(), lo, _mm512_load_si512((const void *)xp)),
+                                          hi, _mm512_load_si512((const void *)(xp + 64)));
+        }
     }
-    __m512i isum = _mm512_sub_epi32(qt_vnni_group_sums(v, lanes), _mm512_loadu_si512((const void *)(off + g0)));
-    __m512 t = _mm512_mul_ps(_mm512_loadu_ps(xs + g0), _mm512_cvtepi32_ps(isum));
     const int ng = full || G - g0 >= 16 ? 16 : (int)(G - g0);
     const __m512 wsv = full ? _mm512_loadu_ps(ws + g0) : _mm512_maskz_loadu_ps((__mmask16)((1u << ng) - 1), ws + g0);
-    _mm512_store_ps(p + g0, _mm512_mul_ps(wsv, t));
+    QT_UNROLL for (int j = 0; j < na; j++) {
+        __m512i isum = _mm512_sub_epi32(qt_vnni_group_sums(v[j], lanes), _mm512_loadu_si512((const void *)(off[j] + g0)));
+        __m512 t = _mm512_mul_ps(_mm512_loadu_ps(xs[j] + g0), _mm512_cvtepi32_ps(isum));
+        _mm512_store_ps(p[j] + g0, _mm512_mul_ps(wsv, t));
+    }
 }
 
-QT_VNNI QT_INLINE void qt_vnni_i4_grouped(const uint8_t *wr, int64_t nch, __mmask64 tail, const int8_t *xq,
-                                          const float *xs, const int32_t *off, const float *ws, int64_t G,
-                                          const int lanes, int pf, float *p) {
+QT_VNNI QT_INLINE void qt_vnni_i4_grouped(const uint8_t *wr, int64_t nch, __mmask64 tail, const int8_t *const *xq,
+                                          const float *const *xs, const int32_t *const *off, const float *ws, int64_t G,
+                                          const int lanes, const int na, int pf, float *const *p) {
     int64_t g0 = 0;
     for (; g0 / 16 * lanes + lanes < nch; g0 += 16)   /* blocks before the last chunk: no masks */
-        qt_vnni_i4_group_block(wr, nch, tail, xq, xs, off, ws, G, lanes, pf, p, g0, 1);
-    for (; g0 < G; g0 += 16) qt_vnni_i4_group_block(wr, nch, tail, xq, xs, off, ws, G, lanes, pf, p, g0, 0);
+        qt_vnni_i4_group_block(wr, nch, tail, xq, xs, off, ws, G, lanes, na, pf, p, g0, 1);
+    for (; g0 < G; g0 += 16) qt_vnni_i4_group_block(wr, nch, tail, xq, xs, off, ws, G, lanes, na, pf, p, g0, 0);
 }
 
 /* The spec's running sums of 16 rows at once: P holds row k's scaled group sums at P + k·Gp; 16
@@ -997,29 +996,36 @@ QT_VNNI static void qt_rows_vnni(const QTensor *w, const QtActs *a, int s0, int 
             continue;
         }
         /* grouped, groups within a chunk: a block of 16 rows, each row once for up to 4 activation
-           rows (one at a time: a shared unpack did not pay, 16 live chunk vectors for two rows
-           spill; the row is in L1 for the next one), their scaled group sums into P (activation
-           row j, weight row k at P + (16j + k)·Gp), then added up by qt_vnni_serial_sums */
+           rows (two at a time: qt_vnni_i4_group_block), their scaled group sums into P
+           (activation row j, weight row k at P + (16j + k)·Gp), then added up by
+           qt_vnni_serial_sums */
         if (lanes <= 8) {
             const int64_t Gp = qt_round_up(G, 16), nr = r1 - r < 16 ? r1 - r : 16;
-            float *P = (float *)qt_kernel_scratch((size_t)(4 * 16 * Gp) * sizeof(float));
+            float *P = qt_buf(QT_BUF_KERNEL, (size_t)(4 * 16 * Gp) * sizeof(float), "kernel scratch");
             for (int sb = s0; sb < s1; sb += 4) {
                 const int ns = s1 - sb < 4 ? s1 - sb : 4;
                 for (int64_t k = 0; k < nr; k++)
-                    for (int j = 0; j < ns; j++) {
-                        const int s = sb + j;
-                        const int8_t *xq = a->q + (int64_t)s * a->qstride;
-                        const float *xs = a->scale + (int64_t)s * a->gstride;
-                        const int32_t *off = a->off + (int64_t)s * a->gstride;
-                        const uint8_t *wk = wr + k * rb;
-                        const float *wsk = ws + k * G;
-                        float *pk = P + (16 * j + k) * Gp;
-                        switch (lanes) {
-                        case 1: qt_vnni_i4_grouped(wk, nch, tail, xq, xs, off, wsk, G, 1, pf, pk); break;
-                        case 2: qt_vnni_i4_grouped(wk, nch, tail, xq, xs, off, wsk, G, 2, pf, pk); break;
-                        case 4: qt_vnni_i4_grouped(wk, nch, tail, xq, xs, off, wsk, G, 4, pf, pk); break;
-                        default: qt_vnni_i4_grouped(wk, nch, tail, xq, xs, off, wsk, G, 8, pf, pk); break;
+                    for (int j = 0; j < ns; j += 2) {
+                        const int na = ns - j < 2 ? 1 : 2;
+                        const int8_t *xq[2];
+                        const float *xs[2];
+                        const int32_t *off[2];
+                        float *pk[2];
+                        for (int i = 0; i < na; i++) {
+                            const int64_t s = sb + j + i;
+                            xq[i] = a->q + s * a->qstride;
+                            xs[i] = a->scale + s * a->gstride;
+                            off[i] = a->off + s * a->gstride;
+                            pk[i] = P + (16 * (j + i) + k) * Gp;
                         }
+#define QT_GROUPED(L, NA) qt_vnni_i4_grouped(wr + k * rb, nch, tail, xq, xs, off, ws + k * G, G, L, NA, pf, pk)
+                        switch (lanes * 2 + na) {
+                        case 3: QT_GROUPED(1, 1); break; case 4: QT_GROUPED(1, 2); break;
+                        case 5: QT_GROUPED(2, 1); break; case 6: QT_GROUPED(2, 2); break;
+                        case 9: QT_GROUPED(4, 1); break; case 10: QT_GROUPED(4, 2); break;
+                        case 17: QT_GROUPED(8, 1); break; default: QT_GROUPED(8, 2); break;
+                        }
+#undef QT_GROUPED
                     }
                 for (int j = 0; j < ns; j++) {   /* rows past the block's end: zero, their lanes unused */
                     if (nr < 16) memset(P + (16 * j + nr) * Gp, 0, (size_t)((16 - nr) * Gp) * sizeof(float));
@@ -1252,7 +1258,7 @@ QT_VNNI static void qt_gemm_vnni(const QTensor *w, const QtActs *a, int s0, int 
     const int64_t G = qt_groups_per_row(w);
     const int64_t bstride = qt_gemm_cols_padded(w) * 64;   /* one vector per column, int4 and int8 */
     const size_t pk_bytes = (size_t)(QT_VNNI_RB * bstride), ws_bytes = (size_t)qt_round_up(QT_VNNI_RB * G * 16 * 4, 64);
-    uint8_t *pk = qt_kernel_scratch(pk_bytes + ws_bytes);
+    uint8_t *pk = qt_buf(QT_BUF_KERNEL, pk_bytes + ws_bytes, "kernel scratch");
     float *wsT = (float *)(pk + pk_bytes);
     const int sbmax = G == 1 ? QT_VNNI_SB : QT_VNNI_SB_GROUPED;
     for (int64_t r = r0; r < r1; r += 16 * QT_VNNI_RB) {
@@ -1609,9 +1615,6 @@ static int64_t qt_rows_per_chunk(const QTensor *w, int S) {
 
 /* Exact float path: each row dequantized once (into per-thread scratch), then qt_dot_f32 with
    each of the S activation rows. */
-static _Thread_local float *qt_rowbuf;   /* 4 dequantized rows */
-static _Thread_local int64_t qt_rowbuf_n;
-
 /* Four dot products at once, each with exactly qt_dot_f32's operations and order (the same 16
    lanes, the same tail and the same final tree), so each result equals qt_dot_f32(a[j], b, n) bit
    for bit; four independent chains instead of one hide the float add latency. */
@@ -1696,14 +1699,9 @@ static void qt_float_chunk(void *p, int64_t c) {
     const QtMatmulJob *j = p;
     const QTensor *w = j->w;
     const int64_t R = w->rows, C = w->cols;
-    if (w->format != QT_F32 && qt_rowbuf_n < C) {
-        free(qt_rowbuf);
-        qt_rowbuf = aligned_alloc(64, (size_t)qt_round_up(C, 16) * 4 * sizeof(float));
-        if (!qt_rowbuf) { fprintf(stderr, "quant: out of memory for a row of %lld values\n", (long long)C); exit(1); }
-        qt_rowbuf_n = C;
-    }
     enum { T = QT_DOT_TILE };
     const int64_t stride = qt_round_up(C, 16);
+    float *rowbuf = w->format == QT_F32 ? NULL : qt_buf(QT_BUF_ROWS, (size_t)(4 * stride) * sizeof(float), "dequantized rows");   /* 4 rows */
     const int64_t r0 = c * j->rows_per_chunk, r1 = r0 + j->rows_per_chunk < R ? r0 + j->rows_per_chunk : R;
     int panel = j->S;   /* dequantized rows: one panel, so each row is dequantized once */
     if (w->format == QT_F32) {
@@ -1719,8 +1717,8 @@ static void qt_float_chunk(void *p, int64_t c) {
                 int64_t rr = r + (k < nr ? k : 0);   /* a short block repeats its first row */
                 if (w->format == QT_F32) rows[k] = (const float *)(w->data + rr * w->row_bytes);
                 else {
-                    if (k < nr) qt_dequant_fast(w, rr, qt_rowbuf + k * stride);
-                    rows[k] = qt_rowbuf + (k < nr ? k : 0) * stride;
+                    if (k < nr) qt_dequant_fast(w, rr, rowbuf + k * stride);
+                    rows[k] = rowbuf + (k < nr ? k : 0) * stride;
                 }
             }
             int s = p0;
@@ -1824,7 +1822,7 @@ static int64_t qt_acts_buffers(QtMatmulJob *j) {
     size_t raw_bytes = (size_t)qt_round_up((int64_t)S * j->w->cols, 64);
     size_t q_bytes = (size_t)qt_round_up(rows_alloc * a->qstride, 64);
     size_t g_bytes = (size_t)qt_round_up(rows_alloc * a->gstride * 4, 64);
-    uint8_t *buf = qt_scratch_get(raw_bytes + q_bytes + 2 * g_bytes);
+    uint8_t *buf = qt_buf(QT_BUF_ACTS, raw_bytes + q_bytes + 2 * g_bytes, "activation scratch");
     a->raw = (int8_t *)buf;
     a->q = (int8_t *)(buf + raw_bytes);
     a->scale = (float *)(buf + raw_bytes + q_bytes);
@@ -1978,7 +1976,7 @@ QT_YMM_TARGET static void QT_YMM(rows)(const QTensor *w, const QtActs *a, int s0
         const float *ws = w->scales + r * G;
         if (G > 1 && lanes <= 8) {   /* as in qt_rows_vnni: a block of 8 rows, then their sums */
             const int64_t Gp = qt_round_up(G, 8), nr = r1 - r < 8 ? r1 - r : 8;
-            float *P = (float *)qt_kernel_scratch((size_t)(4 * 8 * Gp) * sizeof(float));
+            float *P = qt_buf(QT_BUF_KERNEL, (size_t)(4 * 8 * Gp) * sizeof(float), "kernel scratch");
             for (int sb = s0; sb < s1; sb += 4) {
                 const int ns = s1 - sb < 4 ? s1 - sb : 4;
                 for (int64_t k = 0; k < nr; k++) {
@@ -2167,7 +2165,7 @@ QT_YMM_TARGET static void QT_YMM(gemm)(const QTensor *w, const QtActs *a, int s0
     const int64_t G = qt_groups_per_row(w);
     const int64_t bstride = qt_gemm_cols_padded(w) * qt_gemm_steps_per_col(w->format) * 32;
     const size_t pk_bytes = (size_t)(QT_YMM_RB * bstride), ws_bytes = (size_t)qt_round_up(QT_YMM_RB * G * 8 * 4, 64);
-    uint8_t *pk = qt_kernel_scratch(pk_bytes + ws_bytes);
+    uint8_t *pk = qt_buf(QT_BUF_KERNEL, pk_bytes + ws_bytes, "kernel scratch");
     float *wsT = (float *)(pk + pk_bytes);
     for (int64_t r = r0; r < r1; r += 8 * QT_YMM_RB) {
         const int64_t n = r1 - r < 8 * QT_YMM_RB ? r1 - r : 8 * QT_YMM_RB;
