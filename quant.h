@@ -62,23 +62,23 @@
    exact int32 dot products per group, combined in a fixed order (qt_dot_int_row, the scalar
    reference, is the spec; every SIMD kernel, row or GEMM, equals it bit for bit):
        p[g] = ws[g] * (xs[g] * (float)isum[g])
-       y = (((0.0f + p[0]) + p[1]) + ...) + p[G-1]       (one running sum, in group order)
-   For the per-row formats (one group) this is y = 0.0f + p[0]. One running sum per output is what
-   a GEMM tile can hold in a register next to its integer accumulator (the 16 lanes of an earlier
-   spec lived in memory there: a load and a store per group and output); the row kernels scale 16
-   groups of a row at a time, then transpose those of 16 rows so that one vector add per group
-   extends 16 rows' sums in order. f32 tensors always take the float path. An int32 group sum must not overflow: cols ≤ 130000 for int8 weights (all
+       lane[k] = Σ p[g] over g ≡ k (mod 16), in increasing g          (16 lanes, start at +0)
+       y = qt_lanes_sum(lane): the same 16→1 tree as qt_dot_f32
+   For the per-row formats (one group) this is y = 0.0f + p[0]. Sixteen lanes instead of one
+   running sum let the SIMD kernels add 16 groups with one vector add (a single chain of ~100
+   dependent float adds per row was the bottleneck of the grouped kernel). f32 tensors always take
+   the float path. An int32 group sum must not overflow: cols ≤ 130000 for int8 weights (all
    GLM-5.2 shapes are far below).
 
-   Batches (S >= 3 for int4-group, else S >= 4 and on AVX-512 S >= 5; int8-row, int4-row and int4-group
+   Batches (S >= 4; on AVX-512 S >= 5 for the per-row formats; int8-row, int4-row and int4-group
    with groups of a multiple of 8 inputs): the GEMM kernels. A row kernel reads a weight row once per call but decodes it
    again for every activation row and ends each dot product with a horizontal sum; the GEMM path
    repacks a block of weight rows once into per-thread scratch (one vector then holds the same few
    inputs of 8 or 16 rows, so each int32 lane is one output's exact group sum; the 256-bit kernels
    store int4 as nibble planes, the 512-bit one as it is and splits the nibbles per tile, which
    costs less than the repack's extra stores) and applies it to a tile of activation rows held in
-   registers. The group epilogue and the running sums of the spec then run vectorized over rows,
-   in the same order: same result bit for bit.
+   registers. The group epilogue and the 16 float
+   lanes of the spec then run vectorized over rows, in the same order: same result bit for bit.
 
    Threads: one OpenMP parallel region per call (the engine's team). Each thread streams its own
    contiguous range of rows and steals chunks (~64 KB of weights) from the others' ranges when it
@@ -500,19 +500,27 @@ static void qt_quantize_activation(const float *x, int64_t n, int64_t group, int
     }
 }
 
-/* Scalar reference of the integer path (the spec): exact int32 sums per group, scaled, added to
-   one running sum in group order. The SIMD kernels below must equal it bit for bit. */
+/* The fixed 16 → 1 combination of lane sums (the same tree as qt_dot_f32's). */
+static inline float qt_lanes_sum(float *a) {
+    for (int k = 0; k < 8; k++) a[k] += a[k + 8];
+    for (int k = 0; k < 4; k++) a[k] += a[k + 4];
+    return (a[0] + a[2]) + (a[1] + a[3]);
+}
+
+/* Scalar reference of the integer path (the spec): exact int32 sums per group, scaled, added
+   into lane g mod 16 in group order, lanes combined by qt_lanes_sum. The SIMD kernels below must
+   equal it bit for bit. */
 static float qt_dot_int_row(const QTensor *w, int64_t row, const int8_t *xq, const float *xs, int8_t *wq) {
     qt_unpack_codes(w, row, wq);
     const float *ws = w->scales + row * qt_groups_per_row(w);
-    float y = 0.0f;
+    float lane[16] = { 0 };
     for (int64_t g0 = 0, gi = 0; g0 < w->cols; g0 += w->group, gi++) {
         int64_t g1 = g0 + w->group < w->cols ? g0 + w->group : w->cols;
         int32_t isum = 0;
         for (int64_t i = g0; i < g1; i++) isum += (int32_t)wq[i] * (int32_t)xq[i];
-        y += ws[gi] * (xs[gi] * (float)isum);
+        lane[gi & 15] += ws[gi] * (xs[gi] * (float)isum);
     }
-    return y;
+    return qt_lanes_sum(lane);
 }
 
 /* ---- Kernel selection ---------------------------------------------------------------------- */
@@ -631,12 +639,12 @@ static int64_t qt_acts_stride(const QTensor *w, QtActsLayout l) {
 }
 
 /* Per-thread buffers, grown on demand and kept (no malloc per call once the largest shape has
-   been seen): one activation row's scales, the prepared activations, the SIMD kernels' scratch
-   (the GEMM's repacked weights and transposed scales, the grouped row kernels' scaled group sums
-   of a block of rows), the float path's dequantized rows. A thread that ends (a caller's own
-   thread, or the OpenMP team that belonged to it) frees its buffers through a C11 thread-specific
-   storage destructor, which the first allocation of each thread arms. */
-enum { QT_BUF_SCALES, QT_BUF_ACTS, QT_BUF_KERNEL, QT_BUF_ROWS, QT_NBUFS };
+   been seen): one activation row's scales, the prepared activations, the GEMM kernels' scratch
+   (repacked weights, transposed scales, float lanes), the float path's dequantized rows. A thread
+   that ends (a caller's own thread, or the OpenMP team that belonged to it) frees its buffers
+   through a C11 thread-specific storage destructor, which the first allocation of each thread
+   arms. */
+enum { QT_BUF_SCALES, QT_BUF_ACTS, QT_BUF_GEMM, QT_BUF_ROWS, QT_NBUFS };
 static _Thread_local struct { void *p; size_t size; } qt_bufs[QT_NBUFS];
 static tss_t qt_bufs_key;
 static once_flag qt_bufs_once = ONCE_FLAG_INIT;
@@ -863,96 +871,45 @@ QT_VNNI QT_INLINE __m512i qt_vnni_group_sums(__m512i *v, const int lanes) {
     return _mm512_add_epi32(_mm512_permutex2var_epi32(a, first, b), _mm512_permutex2var_epi32(a, second, b));
 }
 
-/* v[m] = dword m of the 16 rows v[0..15] (row i in lane i): unpacks within 128-bit lanes give
-   4x4 blocks, then a 4x4 transpose of the 128-bit lanes. */
-QT_VNNI QT_INLINE void qt_vnni_transpose16(__m512i *v) {
-    __m512i t[16], u[16];
-    for (int i = 0; i < 16; i += 2) {
-        t[i] = _mm512_unpacklo_epi32(v[i], v[i + 1]);
-        t[i + 1] = _mm512_unpackhi_epi32(v[i], v[i + 1]);
-    }
-    for (int i = 0; i < 16; i += 4) {   /* u[4q + j], lane L: rows 4q..4q+3 of dword 4L + j */
-        u[i] = _mm512_unpacklo_epi64(t[i], t[i + 2]);
-        u[i + 1] = _mm512_unpackhi_epi64(t[i], t[i + 2]);
-        u[i + 2] = _mm512_unpacklo_epi64(t[i + 1], t[i + 3]);
-        u[i + 3] = _mm512_unpackhi_epi64(t[i + 1], t[i + 3]);
-    }
-    for (int j = 0; j < 4; j++) {
-        __m512i a = _mm512_shuffle_i32x4(u[j], u[4 + j], 0x44), b = _mm512_shuffle_i32x4(u[j], u[4 + j], 0xEE);
-        __m512i c = _mm512_shuffle_i32x4(u[8 + j], u[12 + j], 0x44), d = _mm512_shuffle_i32x4(u[8 + j], u[12 + j], 0xEE);
-        v[j] = _mm512_shuffle_i32x4(a, c, 0x88);
-        v[4 + j] = _mm512_shuffle_i32x4(a, c, 0xDD);
-        v[8 + j] = _mm512_shuffle_i32x4(b, d, 0x88);
-        v[12 + j] = _mm512_shuffle_i32x4(b, d, 0xDD);
-    }
-}
-
-/* Grouped int4 row against na (1 or 2) activation rows, `lanes` (1, 2, 4 or 8) int32 lanes per
-   group: 16 groups come from `lanes` chunks, reduced by a pairsum tree into one vector of 16 group
-   sums, scaled, and stored at p[j] for activation row j (Gp = G rounded up to 16 floats;
-   qt_vnni_serial_sums adds them up). Two activation rows share the chunk loads, the nibble split
-   and the scales. */
-QT_VNNI QT_INLINE void qt_vnni_i4_group_block(const uint8_t *wr, int64_t nch, __mmask64 tail, const int8_t *const *xq,
-                                              const float *const *xs, const int32_t *const *off, const float *ws,
-                                              int64_t G, const int lanes, const int na, int pf, float *const *p,
-                                              int64_t g0, const int full) {
-    const __m512i m4 = _mm512_set1_epi8(0x0F);
-    __m512i v[2][8];
-    const int64_t c0 = g0 / 16 * lanes;
-    _mm_prefetch((const char *)(wr + 64 * c0 + pf), QT_PREFETCH_HINT);
-    if (lanes >= 2) _mm_prefetch((const char *)(wr + 64 * c0 + pf + 64), QT_PREFETCH_HINT);
-    if (lanes >= 4) { _mm_prefetch((const char *)(wr + 64 * c0 + pf + 128), QT_PREFETCH_HINT);
-                      _mm_prefetch((const char *)(wr + 64 * c0 + pf + 192), QT_PREFETCH_HINT); }
-    if (lanes >= 8) for (int k = 4; k < 8; k++) _mm_prefetch((const char *)(wr + 64 * (c0 + k) + pf), QT_PREFETCH_HINT);
-    for (int k = 0; k < lanes; k++) {
-        const int64_t c = c0 + k;
-        const __m512i wb = full || c + 1 < nch ? _mm512_loadu_si512((const void *)(wr + 64 * c))
-                         : c + 1 == nch ? _mm512_maskz_loadu_epi8(tail, wr + 64 * c) : _mm512_setzero_si512();
-        const __m512i lo = _mm512_and_si512(wb, m4), hi = _mm512_and_si512(_mm512_srli_epi16(wb, 4), m4);
-        QT_UNROLL for (int j = 0; j < na; j++) {
-            const int8_t *xp = xq[j] + 128 * c;
-            v[j][k] = _mm512_dpbusd_epi32(_mm512_dpbusd_epi32(_mm512_setzero_si512(), lo, _mm512_load_si512((const void *)xp)),
-                                          hi, _mm512_load_si512((const void *)(xp + 64)));
-        }
-    }
-    const int ng = full || G - g0 >= 16 ? 16 : (int)(G - g0);
-    const __m512 wsv = full ? _mm512_loadu_ps(ws + g0) : _mm512_maskz_loadu_ps((__mmask16)((1u << ng) - 1), ws + g0);
-    QT_UNROLL for (int j = 0; j < na; j++) {
-        __m512i isum = _mm512_sub_epi32(qt_vnni_group_sums(v[j], lanes), _mm512_loadu_si512((const void *)(off[j] + g0)));
-        __m512 t = _mm512_mul_ps(_mm512_loadu_ps(xs[j] + g0), _mm512_cvtepi32_ps(isum));
-        _mm512_store_ps(p[j] + g0, _mm512_mul_ps(wsv, t));
-    }
-}
-
-QT_VNNI QT_INLINE void qt_vnni_i4_grouped(const uint8_t *wr, int64_t nch, __mmask64 tail, const int8_t *const *xq,
-                                          const float *const *xs, const int32_t *const *off, const float *ws, int64_t G,
-                                          const int lanes, const int na, int pf, float *const *p) {
-    int64_t g0 = 0;
-    for (; g0 / 16 * lanes + lanes < nch; g0 += 16)   /* blocks before the last chunk: no masks */
-        qt_vnni_i4_group_block(wr, nch, tail, xq, xs, off, ws, G, lanes, na, pf, p, g0, 1);
-    for (; g0 < G; g0 += 16) qt_vnni_i4_group_block(wr, nch, tail, xq, xs, off, ws, G, lanes, na, pf, p, g0, 0);
-}
-
-/* The spec's running sums of 16 rows at once: P holds row k's scaled group sums at P + k·Gp; 16
-   of them at a time are transposed so that one vector holds group g of all 16 rows, which are
-   then added in group order (one vector add per group, lane k = row k). */
-QT_VNNI QT_INLINE __m512 qt_vnni_serial_sums(const float *P, int64_t Gp, int64_t G) {
-    __m512 sum = _mm512_setzero_ps();
+/* Grouped int4 row with `lanes` (1, 2, 4 or 8) int32 lanes per group: 16 groups come from
+   `lanes` chunks, reduced by a pairsum tree into one vector of 16 group sums, then scaled and
+   added to acc in group order, exactly as the scalar reference does. */
+QT_VNNI QT_INLINE float qt_vnni_i4_grouped(const uint8_t *wr, int64_t nch, __mmask64 tail, const int8_t *xq,
+                                           const float *xs, const int32_t *off, const float *ws, int64_t G,
+                                           const int lanes, int pf) {
+    __m512 lanes_acc = _mm512_setzero_ps();
     for (int64_t g0 = 0; g0 < G; g0 += 16) {
-        __m512i v[16];
-        for (int k = 0; k < 16; k++) v[k] = _mm512_load_si512((const void *)(P + k * Gp + g0));
-        qt_vnni_transpose16(v);
+        __m512i v[8];
+        const int64_t c0 = g0 / 16 * lanes;
+        _mm_prefetch((const char *)(wr + 64 * c0 + pf), QT_PREFETCH_HINT);
+        if (lanes >= 2) _mm_prefetch((const char *)(wr + 64 * c0 + pf + 64), QT_PREFETCH_HINT);
+        if (lanes >= 4) { _mm_prefetch((const char *)(wr + 64 * c0 + pf + 128), QT_PREFETCH_HINT);
+                          _mm_prefetch((const char *)(wr + 64 * c0 + pf + 192), QT_PREFETCH_HINT); }
+        if (lanes >= 8) for (int k = 4; k < 8; k++) _mm_prefetch((const char *)(wr + 64 * (c0 + k) + pf), QT_PREFETCH_HINT);
+        for (int k = 0; k < lanes; k++) {
+            const int64_t c = c0 + k;
+            __m512i wb = c + 1 < nch ? _mm512_loadu_si512((const void *)(wr + 64 * c))
+                       : c + 1 == nch ? _mm512_maskz_loadu_epi8(tail, wr + 64 * c) : _mm512_setzero_si512();
+            v[k] = qt_vnni_i4(_mm512_setzero_si512(), wb, xq + 128 * c);
+        }
+        __m512i sums = qt_vnni_group_sums(v, lanes);
+        __m512i isum = _mm512_sub_epi32(sums, _mm512_loadu_si512((const void *)(off + g0)));
         const int ng = G - g0 < 16 ? (int)(G - g0) : 16;
-        for (int i = 0; i < ng; i++) sum = _mm512_add_ps(sum, _mm512_castsi512_ps(v[i]));
+        __m512 t = _mm512_mul_ps(_mm512_loadu_ps(xs + g0), _mm512_cvtepi32_ps(isum));
+        const __mmask16 valid = (__mmask16)((1u << ng) - 1);
+        __m512 p = _mm512_mul_ps(_mm512_maskz_loadu_ps(valid, ws + g0), t);
+        lanes_acc = _mm512_mask_add_ps(lanes_acc, valid, lanes_acc, p);   /* group g0+i → lane i */
     }
-    return sum;
+    float lane[16];
+    _mm512_storeu_ps(lane, lanes_acc);
+    return qt_lanes_sum(lane);
 }
 
 /* Grouped int4 row whose groups span whole chunks (group a multiple of 128 inputs). */
 QT_VNNI QT_INLINE float qt_vnni_i4_wide_groups(const uint8_t *wr, int64_t nch, __mmask64 tail, const int8_t *xq,
                                                const float *xs, const int32_t *off, const float *ws, int64_t G,
                                                int64_t chunks_per_group, int pf) {
-    float y = 0.0f;
+    float lane[16] = { 0 };
     for (int64_t g = 0; g < G; g++) {
         __m512i v = _mm512_setzero_si512();
         for (int64_t c = g * chunks_per_group; c < (g + 1) * chunks_per_group && c < nch; c++) {
@@ -961,9 +918,9 @@ QT_VNNI QT_INLINE float qt_vnni_i4_wide_groups(const uint8_t *wr, int64_t nch, _
             v = qt_vnni_i4(v, wb, xq + 128 * c);
         }
         int32_t isum = _mm512_reduce_add_epi32(v) - off[g];
-        y += ws[g] * (xs[g] * (float)isum);
+        lane[g & 15] += ws[g] * (xs[g] * (float)isum);
     }
-    return y;
+    return qt_lanes_sum(lane);
 }
 
 QT_VNNI static void qt_rows_vnni(const QTensor *w, const QtActs *a, int s0, int s1, int64_t r0, int64_t r1, float *y) {
@@ -995,51 +952,22 @@ QT_VNNI static void qt_rows_vnni(const QTensor *w, const QtActs *a, int s0, int 
             }
             continue;
         }
-        /* grouped, groups within a chunk: a block of 16 rows, each row once for up to 4 activation
-           rows (two at a time: qt_vnni_i4_group_block), their scaled group sums into P
-           (activation row j, weight row k at P + (16j + k)·Gp), then added up by
-           qt_vnni_serial_sums */
-        if (lanes <= 8) {
-            const int64_t Gp = qt_round_up(G, 16), nr = r1 - r < 16 ? r1 - r : 16;
-            float *P = qt_buf(QT_BUF_KERNEL, (size_t)(4 * 16 * Gp) * sizeof(float), "kernel scratch");
-            for (int sb = s0; sb < s1; sb += 4) {
-                const int ns = s1 - sb < 4 ? s1 - sb : 4;
-                for (int64_t k = 0; k < nr; k++)
-                    for (int j = 0; j < ns; j += 2) {
-                        const int na = ns - j < 2 ? 1 : 2;
-                        const int8_t *xq[2];
-                        const float *xs[2];
-                        const int32_t *off[2];
-                        float *pk[2];
-                        for (int i = 0; i < na; i++) {
-                            const int64_t s = sb + j + i;
-                            xq[i] = a->q + s * a->qstride;
-                            xs[i] = a->scale + s * a->gstride;
-                            off[i] = a->off + s * a->gstride;
-                            pk[i] = P + (16 * (j + i) + k) * Gp;
-                        }
-#define QT_GROUPED(L, NA) qt_vnni_i4_grouped(wr + k * rb, nch, tail, xq, xs, off, ws + k * G, G, L, NA, pf, pk)
-                        switch (lanes * 2 + na) {
-                        case 3: QT_GROUPED(1, 1); break; case 4: QT_GROUPED(1, 2); break;
-                        case 5: QT_GROUPED(2, 1); break; case 6: QT_GROUPED(2, 2); break;
-                        case 9: QT_GROUPED(4, 1); break; case 10: QT_GROUPED(4, 2); break;
-                        case 17: QT_GROUPED(8, 1); break; default: QT_GROUPED(8, 2); break;
-                        }
-#undef QT_GROUPED
-                    }
-                for (int j = 0; j < ns; j++) {   /* rows past the block's end: zero, their lanes unused */
-                    if (nr < 16) memset(P + (16 * j + nr) * Gp, 0, (size_t)((16 - nr) * Gp) * sizeof(float));
-                    _mm512_mask_storeu_ps(y + (int64_t)(sb + j) * w->rows + r, (__mmask16)((1u << nr) - 1),
-                                          qt_vnni_serial_sums(P + 16 * j * Gp, Gp, G));
-                }
+        /* grouped: one activation row at a time (a shared unpack did not pay: 16 live chunk vectors
+           for two rows spill; the row is in L1 for the second pass anyway) */
+        for (int s = s0; s < s1; s++) {
+            const int8_t *xq = a->q + (int64_t)s * a->qstride;
+            const float *xs = a->scale + (int64_t)s * a->gstride;
+            const int32_t *off = a->off + (int64_t)s * a->gstride;
+            float acc;
+            switch (lanes) {
+            case 1: acc = qt_vnni_i4_grouped(wr, nch, tail, xq, xs, off, ws, G, 1, pf); break;
+            case 2: acc = qt_vnni_i4_grouped(wr, nch, tail, xq, xs, off, ws, G, 2, pf); break;
+            case 4: acc = qt_vnni_i4_grouped(wr, nch, tail, xq, xs, off, ws, G, 4, pf); break;
+            case 8: acc = qt_vnni_i4_grouped(wr, nch, tail, xq, xs, off, ws, G, 8, pf); break;
+            default: acc = qt_vnni_i4_wide_groups(wr, nch, tail, xq, xs, off, ws, G, lanes / 16, pf); break;
             }
-            r += nr - 1;
-            continue;
+            y[(int64_t)s * w->rows + r] = acc;
         }
-        for (int s = s0; s < s1; s++)
-            y[(int64_t)s * w->rows + r] = qt_vnni_i4_wide_groups(wr, nch, tail, a->q + (int64_t)s * a->qstride,
-                                                                 a->scale + (int64_t)s * a->gstride, a->off + (int64_t)s * a->gstride,
-                                                                 ws, G, lanes / 16, pf);
     }
 }
 
@@ -1124,6 +1052,30 @@ static QtPrefetch qt_prefetch_share(const QTensor *w, int64_t next_row, int64_t 
     return pf;
 }
 
+/* v[m] = dword m of the 16 rows v[0..15] (row i in lane i): unpacks within 128-bit lanes give
+   4x4 blocks, then a 4x4 transpose of the 128-bit lanes. */
+QT_VNNI QT_INLINE void qt_vnni_transpose16(__m512i *v) {
+    __m512i t[16], u[16];
+    for (int i = 0; i < 16; i += 2) {
+        t[i] = _mm512_unpacklo_epi32(v[i], v[i + 1]);
+        t[i + 1] = _mm512_unpackhi_epi32(v[i], v[i + 1]);
+    }
+    for (int i = 0; i < 16; i += 4) {   /* u[4q + j], lane L: rows 4q..4q+3 of dword 4L + j */
+        u[i] = _mm512_unpacklo_epi64(t[i], t[i + 2]);
+        u[i + 1] = _mm512_unpackhi_epi64(t[i], t[i + 2]);
+        u[i + 2] = _mm512_unpacklo_epi64(t[i + 1], t[i + 3]);
+        u[i + 3] = _mm512_unpackhi_epi64(t[i + 1], t[i + 3]);
+    }
+    for (int j = 0; j < 4; j++) {
+        __m512i a = _mm512_shuffle_i32x4(u[j], u[4 + j], 0x44), b = _mm512_shuffle_i32x4(u[j], u[4 + j], 0xEE);
+        __m512i c = _mm512_shuffle_i32x4(u[8 + j], u[12 + j], 0x44), d = _mm512_shuffle_i32x4(u[8 + j], u[12 + j], 0xEE);
+        v[j] = _mm512_shuffle_i32x4(a, c, 0x88);
+        v[4 + j] = _mm512_shuffle_i32x4(a, c, 0xDD);
+        v[8 + j] = _mm512_shuffle_i32x4(b, d, 0x88);
+        v[12 + j] = _mm512_shuffle_i32x4(b, d, 0xDD);
+    }
+}
+
 /* Repack weight rows [r0, r0+n) into nb blocks of 16 rows: column c (4 bytes of each row) of block
    b at pk + b·bstride + 64c (unsigned codes: int8 xor 0x80; int4 as stored, both nibbles: the tile
    splits them), the scales at wsT[(b·G + g)·16 + i]. Rows past n are zero. The repack is bound by
@@ -1168,8 +1120,7 @@ QT_VNNI static void qt_vnni_gemm_pack(const QTensor *w, int64_t r0, int64_t n, i
 }
 
 #define QT_VNNI_RB 2   /* row blocks per tile: 32 weight rows */
-#define QT_VNNI_SB 12   /* activation rows per tile: 24 int32 accumulators */
-#define QT_VNNI_SB_GROUPED 7   /* grouped formats: 14 accumulators and 14 running float sums */
+#define QT_VNNI_SB 12   /* activation rows per tile */
 
 /* One step of the tile: acc[rb][j] += the step vectors wv[rb] times row j's activation step xt[j]. */
 #define QT_VNNI_STEP(wv, xt)                                                                                    \
@@ -1205,12 +1156,11 @@ QT_VNNI QT_INLINE __m512 qt_vnni_group_p(__m512i sums, const int32_t *off, const
 
 /* One tile: RB blocks of 16 repacked weight rows × SB activation rows from s0, the whole row.
    Per group: exact int32 sums (vpdpbusd of each step vector with the broadcast activation step),
-   then p = ws·(xs·(isum - off)) added to the output's running sum, all vectorized over the 16
-   rows. Every output keeps its sum in a register: the grouped tiles are 7 rows high so that the
-   14 sums fit beside the 14 accumulators (16 lanes per output in memory, the earlier spec, cost
-   a load and a store per group and output: ~10 % of the group-64 expert FFN at S = 32). */
+   then p = ws·(xs·(isum - off)) into lane g mod 16, all vectorized over the 16 rows; at the end
+   the lanes' fixed tree (qt_lanes_sum). lanes: scratch for RB·SB·16 vectors. The per-row formats
+   (one group) keep p in registers. */
 QT_VNNI QT_INLINE void qt_vnni_gemm_tile(const QTensor *w, const QtActs *a, const uint8_t *pk, int64_t bstride,
-                                         const float *wsT, int s0, const int RB, const int SB,
+                                         const float *wsT, __m512 *lanes, int s0, const int RB, const int SB,
                                          int64_t r0, int64_t n, float *y, QtPrefetch *pf) {
     const int64_t G = qt_groups_per_row(w), ncols = qt_gemm_cols(w);
     const int i8 = w->format == QT_INT8_ROW;
@@ -1229,18 +1179,31 @@ QT_VNNI QT_INLINE void qt_vnni_gemm_tile(const QTensor *w, const QtActs *a, cons
             QT_UNROLL for (int j = 0; j < SB; j++) out[rb][j] = _mm512_add_ps(_mm512_setzero_ps(), qt_vnni_group_p(acc[rb][j], &off[j], &xs[j], wsv));
         }
     } else {
-        QT_UNROLL for (int rb = 0; rb < RB; rb++) QT_UNROLL for (int j = 0; j < SB; j++) out[rb][j] = _mm512_setzero_ps();
+        /* lanes 0..15 start as 0 + p of groups 0..15; only lanes no group reaches are zeroed here
+           (zeroing all 16·RB·SB vectors per tile was 2 % of a 2,048-token prefill) */
+        if (G < 16)
+            for (int e = 0; e < RB * SB; e++) for (int k = (int)G; k < 16; k++) lanes[e * 16 + k] = _mm512_setzero_ps();
         const int64_t gcols = w->group / 8;   /* int4 only: a GEMM group covers whole columns */
         for (int64_t g = 0; g < G; g++) {
             const int64_t c1 = (g + 1) * gcols < ncols ? (g + 1) * gcols : ncols;
             QT_VNNI_GROUP_SUMS(g * gcols, c1)
+            __m512 *lg = lanes + (g & 15);   /* lane g mod 16 of tile element (rb, j): lg[(rb·SB + j)·16] */
             QT_UNROLL for (int rb = 0; rb < RB; rb++) {
                 const __m512 wsv = _mm512_load_ps(wsT + (rb * G + g) * 16);
                 QT_UNROLL for (int j = 0; j < SB; j++) {
-                    out[rb][j] = _mm512_add_ps(out[rb][j], qt_vnni_group_p(acc[rb][j], &off[g * sp + j], &xs[g * sp + j], wsv));
+                    const __m512 p = qt_vnni_group_p(acc[rb][j], &off[g * sp + j], &xs[g * sp + j], wsv);
                     acc[rb][j] = _mm512_setzero_si512();
+                    if (g < 16) lg[(rb * SB + j) * 16] = _mm512_add_ps(_mm512_setzero_ps(), p);
+                    else lg[(rb * SB + j) * 16] = _mm512_add_ps(lg[(rb * SB + j) * 16], p);
                 }
             }
+        }
+        QT_UNROLL for (int rb = 0; rb < RB; rb++) QT_UNROLL for (int j = 0; j < SB; j++) {
+            const __m512 *l = lanes + (rb * SB + j) * 16;
+            __m512 b[8];
+            QT_UNROLL for (int k = 0; k < 8; k++) b[k] = _mm512_add_ps(l[k], l[k + 8]);
+            QT_UNROLL for (int k = 0; k < 4; k++) b[k] = _mm512_add_ps(b[k], b[k + 4]);
+            out[rb][j] = _mm512_add_ps(_mm512_add_ps(b[0], b[2]), _mm512_add_ps(b[1], b[3]));
         }
     }
     QT_UNROLL for (int rb = 0; rb < RB; rb++) {
@@ -1258,9 +1221,10 @@ QT_VNNI static void qt_gemm_vnni(const QTensor *w, const QtActs *a, int s0, int 
     const int64_t G = qt_groups_per_row(w);
     const int64_t bstride = qt_gemm_cols_padded(w) * 64;   /* one vector per column, int4 and int8 */
     const size_t pk_bytes = (size_t)(QT_VNNI_RB * bstride), ws_bytes = (size_t)qt_round_up(QT_VNNI_RB * G * 16 * 4, 64);
-    uint8_t *pk = qt_buf(QT_BUF_KERNEL, pk_bytes + ws_bytes, "kernel scratch");
-    float *wsT = (float *)(pk + pk_bytes);
-    const int sbmax = G == 1 ? QT_VNNI_SB : QT_VNNI_SB_GROUPED;
+    uint8_t *buf = qt_buf(QT_BUF_GEMM, pk_bytes + ws_bytes + QT_VNNI_RB * QT_VNNI_SB * 16 * 64, "GEMM scratch");
+    uint8_t *pk = buf;
+    float *wsT = (float *)(buf + pk_bytes);
+    __m512 *lanes = (__m512 *)(buf + pk_bytes + ws_bytes);
     for (int64_t r = r0; r < r1; r += 16 * QT_VNNI_RB) {
         const int64_t n = r1 - r < 16 * QT_VNNI_RB ? r1 - r : 16 * QT_VNNI_RB;
         const int nb = (int)((n + 15) / 16);
@@ -1268,22 +1232,12 @@ QT_VNNI static void qt_gemm_vnni(const QTensor *w, const QtActs *a, int s0, int 
         /* past r1 too: a chunk is often one block, and this thread usually takes the next one */
         const int64_t next_rows = w->rows - r - n < 16 * QT_VNNI_RB ? w->rows - r - n : 16 * QT_VNNI_RB;
         /* the activation rows evenly over the fewest tiles (32 rows: 11 + 11 + 10, not 12 + 12 + 8) */
-        const int tiles = (s1 - s0 + sbmax - 1) / sbmax;
+        const int tiles = (s1 - s0 + QT_VNNI_SB - 1) / QT_VNNI_SB;
         for (int s = s0, tile = 0, sb; s < s1; s += sb, tile++) {
             sb = (s1 - s + (tiles - tile) - 1) / (tiles - tile);
             QtPrefetch pf = qt_prefetch_share(w, r + n, next_rows, 16, tiles, tile, qt_gemm_cols(w));
-#define QT_TILE(RB, SB) qt_vnni_gemm_tile(w, a, pk, bstride, wsT, s, RB, SB, r, n, y, &pf)
-            if (G > 1) {   /* sb <= QT_VNNI_SB_GROUPED */
-                if (nb == 2) switch (sb) {
-                    case 1: QT_TILE(2, 1); break; case 2: QT_TILE(2, 2); break; case 3: QT_TILE(2, 3); break;
-                    case 4: QT_TILE(2, 4); break; case 5: QT_TILE(2, 5); break; case 6: QT_TILE(2, 6); break;
-                    default: QT_TILE(2, 7); break;
-                } else switch (sb) {
-                    case 1: QT_TILE(1, 1); break; case 2: QT_TILE(1, 2); break; case 3: QT_TILE(1, 3); break;
-                    case 4: QT_TILE(1, 4); break; case 5: QT_TILE(1, 5); break; case 6: QT_TILE(1, 6); break;
-                    default: QT_TILE(1, 7); break;
-                }
-            } else if (nb == 2) switch (sb) {
+#define QT_TILE(RB, SB) qt_vnni_gemm_tile(w, a, pk, bstride, wsT, lanes, s, RB, SB, r, n, y, &pf)
+            if (nb == 2) switch (sb) {
                 case 1: QT_TILE(2, 1); break; case 2: QT_TILE(2, 2); break; case 3: QT_TILE(2, 3); break;
                 case 4: QT_TILE(2, 4); break; case 5: QT_TILE(2, 5); break; case 6: QT_TILE(2, 6); break;
                 case 7: QT_TILE(2, 7); break; case 8: QT_TILE(2, 8); break; case 9: QT_TILE(2, 9); break;
@@ -1583,20 +1537,19 @@ typedef struct {
     int64_t nchunks;   /* integer path: chunks of rows (× activation panels) */
 } QtMatmulJob;
 
-/* 0: measured per kernel and format (bench/README.md): the AVX-512 GEMM wins from S = 5 on
-   int4-row weights (2026-12-02, one thread, 16 matrices beyond the caches, GOP/s row kernel /
-   GEMM: S = 4: 171 / 225 and 278 / 216, S = 5: 179 / 325 and 279 / 343 on 2048x6144 and
-   6144x2048); the 256-bit GEMM kernels from S = 3-4. Grouped weights take the GEMM from S = 3 on
-   every kernel since their row kernels add the serial sums of the spec (2026-12-02, expert FFN
-   g64, 2 threads, weights beyond the caches, GOP/s row / GEMM: S = 3: vnni 226 / 313 and
-   229 / 277, avx2 149 / 214 and 135 / 213; S = 2: vnni 208 / 184, avx2 145 / 143). */
+/* 0: measured per kernel and format (bench/README.md): the AVX-512 GEMM wins from S = 4 on
+   grouped weights and from S = 5 on int4-row ones (2026-12-02, once its prefetch fetched the whole
+   next block; one thread, 16 matrices beyond the caches, GOP/s row kernel / GEMM: group 64 S = 3:
+   151 / 157 and 159 / 157, S = 4: 131 / 212 and 175 / 203 on 2048x6144 and 6144x2048; int4-row
+   S = 4: 171 / 225 and 278 / 216, S = 5: 179 / 325 and 279 / 343); the 256-bit GEMM kernels win
+   from S = 3-4. */
 static int qt_gemm_min_rows_set;
 void qt_set_gemm_min_rows(int s) { qt_gemm_min_rows_set = s < 0 ? 0 : s; }
 
 static int qt_gemm_min_rows(QtKernel k, const QTensor *w) {
     if (qt_gemm_min_rows_set) return qt_gemm_min_rows_set;
-    if (qt_groups_per_row(w) > 1) return 3;   /* the grouped row kernels' serial sums cost more */
-    return k == QT_KERNEL_VNNI ? 5 : 4;
+    if (k == QT_KERNEL_VNNI) return qt_groups_per_row(w) > 1 ? 4 : 5;
+    return 4;
 }
 
 /* Formats the GEMM kernels take: a group must cover whole steps (8 int4 inputs). */
@@ -1925,11 +1878,11 @@ QT_YMM_TARGET QT_INLINE __m256i QT_YMM(half)(QtFormat f, __m256i acc, __m256i wb
 }
 
 /* Grouped int4 row, `lanes` (1, 2, 4 or 8) int32 lanes per group: 8 groups per step from `lanes`
-   32-byte halves, scaled, and stored at p (Gp = G rounded up to 8 floats; QT_YMM(serial_sums)
-   adds them up). */
-QT_YMM_TARGET QT_INLINE void QT_YMM(i4_grouped)(const uint8_t *wr, const uint8_t *tailbuf, int64_t nch, const int8_t *xq,
-                                                const float *xs, const int32_t *off, const float *ws, int64_t G,
-                                                const int lanes, int pf, float *p) {
+   32-byte halves; group g goes to lane g mod 16 (the low or the high 8 of the 16 lanes). */
+QT_YMM_TARGET QT_INLINE float QT_YMM(i4_grouped)(const uint8_t *wr, const uint8_t *tailbuf, int64_t nch, const int8_t *xq,
+                                                 const float *xs, const int32_t *off, const float *ws, int64_t G,
+                                                 const int lanes, int pf) {
+    __m256 lanes_lo = _mm256_setzero_ps(), lanes_hi = lanes_lo;
     for (int64_t g0 = 0; g0 < G; g0 += 8) {
         __m256i v[8];
         const int64_t h0 = g0 / 8 * lanes;
@@ -1941,27 +1894,20 @@ QT_YMM_TARGET QT_INLINE void QT_YMM(i4_grouped)(const uint8_t *wr, const uint8_t
         __m256i isum = _mm256_sub_epi32(qt_avx2_group_sums(v, lanes), _mm256_loadu_si256((const __m256i *)(off + g0)));
         __m256 wsv;
         if (G - g0 >= 8) wsv = _mm256_loadu_ps(ws + g0);
-        else {   /* groups past the last are never added */
+        else {   /* lanes past the last group add 0·(0·0) = +0, which leaves a lane (never -0) unchanged */
             float wsg[8] = { 0 };
             for (int i = 0; i < G - g0; i++) wsg[i] = ws[g0 + i];
             wsv = _mm256_loadu_ps(wsg);
         }
         __m256 t = _mm256_mul_ps(_mm256_loadu_ps(xs + g0), _mm256_cvtepi32_ps(isum));
-        _mm256_store_ps(p + g0, _mm256_mul_ps(wsv, t));
+        __m256 p = _mm256_mul_ps(wsv, t);
+        if (g0 & 8) lanes_hi = _mm256_add_ps(lanes_hi, p);
+        else lanes_lo = _mm256_add_ps(lanes_lo, p);
     }
-}
-
-/* As qt_vnni_serial_sums, 8 rows at a time (rows at P + k·Gp). */
-QT_YMM_TARGET QT_INLINE __m256 QT_YMM(serial_sums)(const float *P, int64_t Gp, int64_t G) {
-    __m256 sum = _mm256_setzero_ps();
-    for (int64_t g0 = 0; g0 < G; g0 += 8) {
-        __m256i v[8];
-        for (int k = 0; k < 8; k++) v[k] = _mm256_load_si256((const __m256i *)(P + k * Gp + g0));
-        qt_avx2_transpose8(v);
-        const int ng = G - g0 < 8 ? (int)(G - g0) : 8;
-        for (int i = 0; i < ng; i++) sum = _mm256_add_ps(sum, _mm256_castsi256_ps(v[i]));
-    }
-    return sum;
+    float lane[16];
+    _mm256_storeu_ps(lane, lanes_lo);
+    _mm256_storeu_ps(lane + 8, lanes_hi);
+    return qt_lanes_sum(lane);
 }
 
 QT_YMM_TARGET static void QT_YMM(rows)(const QTensor *w, const QtActs *a, int s0, int s1, int64_t r0, int64_t r1, float *y) {
@@ -1974,39 +1920,6 @@ QT_YMM_TARGET static void QT_YMM(rows)(const QTensor *w, const QtActs *a, int s0
     for (int64_t r = r0; r < r1; r++) {
         const uint8_t *wr = w->data + r * rb;
         const float *ws = w->scales + r * G;
-        if (G > 1 && lanes <= 8) {   /* as in qt_rows_vnni: a block of 8 rows, then their sums */
-            const int64_t Gp = qt_round_up(G, 8), nr = r1 - r < 8 ? r1 - r : 8;
-            float *P = qt_buf(QT_BUF_KERNEL, (size_t)(4 * 8 * Gp) * sizeof(float), "kernel scratch");
-            for (int sb = s0; sb < s1; sb += 4) {
-                const int ns = s1 - sb < 4 ? s1 - sb : 4;
-                for (int64_t k = 0; k < nr; k++) {
-                    const uint8_t *wk = wr + k * rb;
-                    memset(tailbuf, 0, 64);
-                    memcpy(tailbuf, wk + 64 * (nch - 1), (size_t)(rb - 64 * (nch - 1)));
-                    for (int j = 0; j < ns; j++) {
-                        const int s = sb + j;
-                        const int8_t *xq = a->q + (int64_t)s * a->qstride;
-                        const float *xs = a->scale + (int64_t)s * a->gstride;
-                        const int32_t *off = a->off + (int64_t)s * a->gstride;
-                        float *pk = P + (8 * j + k) * Gp;
-                        switch (lanes) {
-                        case 1: QT_YMM(i4_grouped)(wk, tailbuf, nch, xq, xs, off, ws + k * G, G, 1, pf, pk); break;
-                        case 2: QT_YMM(i4_grouped)(wk, tailbuf, nch, xq, xs, off, ws + k * G, G, 2, pf, pk); break;
-                        case 4: QT_YMM(i4_grouped)(wk, tailbuf, nch, xq, xs, off, ws + k * G, G, 4, pf, pk); break;
-                        default: QT_YMM(i4_grouped)(wk, tailbuf, nch, xq, xs, off, ws + k * G, G, 8, pf, pk); break;
-                        }
-                    }
-                }
-                for (int j = 0; j < ns; j++) {
-                    if (nr < 8) memset(P + (8 * j + nr) * Gp, 0, (size_t)((8 - nr) * Gp) * sizeof(float));
-                    float sums[8];
-                    _mm256_storeu_ps(sums, QT_YMM(serial_sums)(P + 8 * j * Gp, Gp, G));
-                    for (int64_t k = 0; k < nr; k++) y[(int64_t)(sb + j) * w->rows + r + k] = sums[k];
-                }
-            }
-            r += nr - 1;
-            continue;
-        }
         memset(tailbuf, 0, 64);
         memcpy(tailbuf, wr + 64 * (nch - 1), (size_t)(rb - 64 * (nch - 1)));
         for (int s = s0; s < s1; s++) {
@@ -2032,8 +1945,16 @@ QT_YMM_TARGET static void QT_YMM(rows)(const QTensor *w, const QtActs *a, int s0
                 }
                 int32_t isum = qt_avx2_hsum(_mm256_add_epi32(_mm256_add_epi32(a0, a1), _mm256_add_epi32(a2, a3))) - off[0];
                 acc += ws[0] * (xs[0] * (float)isum);
+            } else if (lanes <= 8) {
+                switch (lanes) {
+                case 1: acc = QT_YMM(i4_grouped)(wr, tailbuf, nch, xq, xs, off, ws, G, 1, pf); break;
+                case 2: acc = QT_YMM(i4_grouped)(wr, tailbuf, nch, xq, xs, off, ws, G, 2, pf); break;
+                case 4: acc = QT_YMM(i4_grouped)(wr, tailbuf, nch, xq, xs, off, ws, G, 4, pf); break;
+                default: acc = QT_YMM(i4_grouped)(wr, tailbuf, nch, xq, xs, off, ws, G, 8, pf); break;
+                }
             } else {
                 const int64_t hpg = lanes / 8;   /* halves per group */
+                float lane[16] = { 0 };
                 for (int64_t g = 0; g < G; g++) {
                     __m256i v = _mm256_setzero_si256();
                     for (int64_t hc = g * hpg; hc < (g + 1) * hpg && hc < 2 * nch; hc++) {
@@ -2041,8 +1962,9 @@ QT_YMM_TARGET static void QT_YMM(rows)(const QTensor *w, const QtActs *a, int s0
                         v = QT_YMM(half)(f, v, qt_avx2_load_half(wr, tailbuf, nch, hc), xq + 128 * (hc / 2), (int)(hc & 1));
                     }
                     int32_t isum = qt_avx2_hsum(v) - off[g];
-                    acc += ws[g] * (xs[g] * (float)isum);
+                    lane[g & 15] += ws[g] * (xs[g] * (float)isum);
                 }
+                acc = qt_lanes_sum(lane);
             }
             y[(int64_t)s * w->rows + r] = acc;
         }
@@ -2102,7 +2024,7 @@ QT_YMM_TARGET static void QT_YMM(gemm_pack)(const QTensor *w, int64_t r0, int64_
 }
 
 QT_YMM_TARGET QT_INLINE void QT_YMM(gemm_tile)(const QTensor *w, const QtActs *a, const uint8_t *pk, int64_t bstride,
-                                               const float *wsT, int s0, const int RB, const int SB,
+                                               const float *wsT, __m256 *lanes, int s0, const int RB, const int SB,
                                                int64_t r0, int64_t n, float *y, QtPrefetch *pf) {
     const int64_t G = qt_groups_per_row(w), nsteps = qt_gemm_cols(w) * qt_gemm_steps_per_col(w->format);
     const int64_t gsteps = G == 1 ? nsteps : w->group / 4;
@@ -2111,6 +2033,10 @@ QT_YMM_TARGET QT_INLINE void QT_YMM(gemm_tile)(const QTensor *w, const QtActs *a
     const int32_t *xq = (const int32_t *)a->q + s0;   /* as in qt_vnni_gemm_tile */
     const float *xs = a->scale + s0;
     const int32_t *off = a->off + s0;
+    /* lanes 0..15 start as 0 + p of groups 0..15 (below); only lanes no group reaches are zeroed
+       here (zeroing all 16·RB·SB vectors per tile was 2 % of a 2,048-token prefill) */
+    if (G > 1 && G < 16)
+        for (int e = 0; e < RB * SB; e++) for (int k = (int)G; k < 16; k++) lanes[e * 16 + k] = _mm256_setzero_ps();
     __m256 out[QT_YMM_RB][QT_YMM_SB];
     QT_UNROLL for (int rb = 0; rb < RB; rb++) QT_UNROLL for (int j = 0; j < SB; j++) out[rb][j] = _mm256_setzero_ps();
     for (int64_t g = 0; g < G; g++) {
@@ -2137,12 +2063,14 @@ QT_YMM_TARGET QT_INLINE void QT_YMM(gemm_tile)(const QTensor *w, const QtActs *a
                 }
             }
         }
+        __m256 *lg = lanes + (g & 15);
         QT_UNROLL for (int rb = 0; rb < RB; rb++) {
             const __m256 wsv = _mm256_load_ps(wsT + (rb * G + g) * 8);
             QT_UNROLL for (int j = 0; j < SB; j++) {
                 const __m256i isum = _mm256_sub_epi32(acc[rb][j], _mm256_set1_epi32(off[g * sp + j]));
                 const __m256 p = _mm256_mul_ps(wsv, _mm256_mul_ps(_mm256_set1_ps(xs[g * sp + j]), _mm256_cvtepi32_ps(isum)));
-                out[rb][j] = _mm256_add_ps(out[rb][j], p);
+                if (G == 1) out[rb][j] = _mm256_add_ps(_mm256_setzero_ps(), p);
+                else lg[(rb * SB + j) * 16] = _mm256_add_ps(g < 16 ? _mm256_setzero_ps() : lg[(rb * SB + j) * 16], p);
             }
         }
     }
@@ -2150,6 +2078,13 @@ QT_YMM_TARGET QT_INLINE void QT_YMM(gemm_tile)(const QTensor *w, const QtActs *a
         const int64_t rows = n - 8 * rb;
         if (rows <= 0) continue;
         QT_UNROLL for (int j = 0; j < SB; j++) {
+            if (G > 1) {
+                const __m256 *l = lanes + (rb * SB + j) * 16;
+                __m256 b[8];
+                QT_UNROLL for (int k = 0; k < 8; k++) b[k] = _mm256_add_ps(l[k], l[k + 8]);
+                QT_UNROLL for (int k = 0; k < 4; k++) b[k] = _mm256_add_ps(b[k], b[k + 4]);
+                out[rb][j] = _mm256_add_ps(_mm256_add_ps(b[0], b[2]), _mm256_add_ps(b[1], b[3]));
+            }
             float *dst = y + (int64_t)(s0 + j) * w->rows + r0 + 8 * rb;
             if (rows >= 8) _mm256_storeu_ps(dst, out[rb][j]);
             else {
@@ -2165,8 +2100,10 @@ QT_YMM_TARGET static void QT_YMM(gemm)(const QTensor *w, const QtActs *a, int s0
     const int64_t G = qt_groups_per_row(w);
     const int64_t bstride = qt_gemm_cols_padded(w) * qt_gemm_steps_per_col(w->format) * 32;
     const size_t pk_bytes = (size_t)(QT_YMM_RB * bstride), ws_bytes = (size_t)qt_round_up(QT_YMM_RB * G * 8 * 4, 64);
-    uint8_t *pk = qt_buf(QT_BUF_KERNEL, pk_bytes + ws_bytes, "kernel scratch");
-    float *wsT = (float *)(pk + pk_bytes);
+    uint8_t *buf = qt_buf(QT_BUF_GEMM, pk_bytes + ws_bytes + QT_YMM_RB * QT_YMM_SB * 16 * 32, "GEMM scratch");
+    uint8_t *pk = buf;
+    float *wsT = (float *)(buf + pk_bytes);
+    __m256 *lanes = (__m256 *)(buf + pk_bytes + ws_bytes);
     for (int64_t r = r0; r < r1; r += 8 * QT_YMM_RB) {
         const int64_t n = r1 - r < 8 * QT_YMM_RB ? r1 - r : 8 * QT_YMM_RB;
         const int nb = (int)((n + 7) / 8);
@@ -2180,7 +2117,7 @@ QT_YMM_TARGET static void QT_YMM(gemm)(const QTensor *w, const QtActs *a, int s0
                address order 2.323) */
             QtPrefetch pf = qt_prefetch_share(w, r + n, next_rows, 1, tiles, (s - s0) / QT_YMM_SB,
                                               qt_gemm_cols(w) * qt_gemm_steps_per_col(w->format) / 2);
-#define QT_TILE(RB, SB) QT_YMM(gemm_tile)(w, a, pk, bstride, wsT, s, RB, SB, r, n, y, &pf)
+#define QT_TILE(RB, SB) QT_YMM(gemm_tile)(w, a, pk, bstride, wsT, lanes, s, RB, SB, r, n, y, &pf)
             if (nb == 2) switch (sb) {
                 case 1: QT_TILE(2, 1); break; case 2: QT_TILE(2, 2); break;
                 case 3: QT_TILE(2, 3); break; default: QT_TILE(2, 4); break;
