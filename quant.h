@@ -1566,8 +1566,6 @@ static int64_t qt_rows_per_chunk(const QTensor *w, int S) {
     return r;
 }
 
-/* Exact float path: each row dequantized once (into per-thread scratch), then qt_dot_f32 with
-   each of the S activation rows. */
 /* Four dot products at once, each with exactly qt_dot_f32's operations and order (the same 16
    lanes, the same tail and the same final tree), so each result equals qt_dot_f32(a[j], b, n) bit
    for bit; four independent chains instead of one hide the float add latency. */
