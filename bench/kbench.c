@@ -396,7 +396,8 @@ static double bench_peak(QtKernel k, int threads, const char **name) {
 
 /* The cost of the group-64 GEMM tile's other instructions next to vpdpbusd zmm: 24 independent
    vpdpbusd per iteration (register-resident), alone and with one kind of instruction added; a
-   figure near 1.00 means the addition issues alongside the multiply-adds for free. */
+   figure near 1.00 means the addition issues alongside the multiply-adds for free (the stores go
+   to a small static buffer; everything else stays in registers). */
 #define KB_TWENTY_FOUR(op) KB_TWELVE(op) op(12) op(13) op(14) op(15) op(16) op(17) op(18) op(19) op(20) op(21) op(22) op(23)
 #define KB_D(i) "vpdpbusd %%zmm28, %%zmm29, %%zmm" #i "\n"
 #define KB_MIX(name, extra)                                                                                   \
@@ -415,6 +416,13 @@ KB_MIX(mix_cvt, "vcvtdq2ps %%zmm24, %%zmm25\n vcvtdq2ps %%zmm24, %%zmm26\n vcvtd
 KB_MIX(mix_add, "vaddps %%zmm31, %%zmm24, %%zmm25\n vaddps %%zmm31, %%zmm24, %%zmm26\n vaddps %%zmm31, %%zmm24, %%zmm27\n vaddps %%zmm31, %%zmm24, %%zmm25\n")
 KB_MIX(mix_mul, "vmulps %%zmm31, %%zmm24, %%zmm25\n vmulps %%zmm31, %%zmm24, %%zmm26\n vmulps %%zmm31, %%zmm24, %%zmm27\n vmulps %%zmm31, %%zmm24, %%zmm25\n")
 KB_MIX(mix_load, "vmovdqa64 (%1), %%zmm25\n vmovdqa64 64(%1), %%zmm26\n")
+KB_MIX(mix_shuffle, "vpunpckldq %%zmm31, %%zmm24, %%zmm25\n vpunpckhdq %%zmm31, %%zmm24, %%zmm26\n"
+                    "vpunpcklqdq %%zmm31, %%zmm24, %%zmm27\n vpunpckhqdq %%zmm31, %%zmm24, %%zmm25\n"
+                    "vshufi32x4 $0x44, %%zmm31, %%zmm24, %%zmm25\n vshufi32x4 $0xee, %%zmm31, %%zmm24, %%zmm26\n"
+                    "vshufi32x4 $0x88, %%zmm31, %%zmm24, %%zmm27\n vshufi32x4 $0xdd, %%zmm31, %%zmm24, %%zmm25\n")
+KB_MIX(mix_store, "vmovdqa64 %%zmm24, 64(%1)\n vmovdqa64 %%zmm24, 128(%1)\n")
+KB_MIX(mix_store_halves, "vmovdqa64 %%ymm24, 64(%1)\n vextracti64x4 $1, %%zmm24, 96(%1)\n"
+                         "vmovdqa64 %%ymm24, 128(%1)\n vextracti64x4 $1, %%zmm24, 160(%1)\n")
 KB_MIX(mix_fma, "vfmadd231ps %%zmm31, %%zmm24, %%zmm25\n vfmadd231ps %%zmm31, %%zmm24, %%zmm26\n")
 /* the 24 multiply-adds reading their activation step by an embedded broadcast instead */
 #define KB_E(i) "vpdpbusd " #i "*4(%1)%{1to16%}, %%zmm29, %%zmm" #i "\n"
@@ -426,11 +434,12 @@ __attribute__((target("avx512f,avx512vnni"))) static void mix_embedded(long it, 
 
 static void bench_mix(void) {
     if (!qt_kernel_supported(QT_KERNEL_VNNI)) { printf("kbench: --mix needs AVX-512 VNNI\n"); return; }
-    static _Alignas(64) int mem[64];
+    static _Alignas(64) int mem[64];   /* the stores write mem[16..47] */
     const struct { void (*fn)(long, const int *); const char *name; } mixes[] = {
         { mix_none, "24 vpdpbusd zmm" }, { mix_bcast, "+ 12 vpbroadcastd (memory)" }, { mix_mask, "+ 6 vpandd/vpsrlw" },
         { mix_cvt, "+ 4 vcvtdq2ps" }, { mix_add, "+ 4 vaddps" }, { mix_mul, "+ 4 vmulps" }, { mix_fma, "+ 2 vfmadd231ps" },
-        { mix_load, "+ 2 zmm loads" }, { mix_embedded, "24 with embedded broadcast" } };
+        { mix_load, "+ 2 zmm loads" }, { mix_shuffle, "+ 8 shuffles (the repack's)" }, { mix_store, "+ 2 zmm stores" },
+        { mix_store_halves, "+ the same as 4 ymm stores" }, { mix_embedded, "24 with embedded broadcast" } };
     const long it = 2000000;
     double base = 0;
     printf("instruction mix next to vpdpbusd zmm, 1 thread, TSC cycles per iteration (best of %d):\n", REPS);
