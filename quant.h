@@ -141,8 +141,9 @@ int qt_kernel_parse(const char *name, QtKernel *k);
 int qt_kernel_supported(QtKernel k);
 int qt_set_kernel(QtKernel k);
 QtKernel qt_get_kernel(void);
-/* Bytes the integer kernels prefetch (into L2) ahead of what they read (default 1024).
-   For benchmarks; results never depend on it. */
+/* Bytes the integer kernels prefetch (into L2) ahead of what they read (default
+   QT_PREFETCH_DEFAULT). For benchmarks; results never depend on it. */
+#define QT_PREFETCH_DEFAULT 4096
 void qt_set_prefetch(int bytes);
 /* Threads for qt_matmul (0 = omp_get_max_threads(), i.e. OMP_NUM_THREADS). */
 void qt_set_threads(int n);
@@ -181,7 +182,8 @@ void qt_set_gemm_min_rows(int s);
    in a stack array at each group end (16 spills and reloads per group; 780 → 865 GOP/s). */
 #define QT_UNROLL _Pragma("GCC unroll 16")
 /* Prefetch into L2, not L1: measured on the 2-vCPU Zen machines, prefetcht0 at any distance
-   cut the int4 row kernel to ~0.55 of a plain read, prefetcht1 at 512-1024 bytes gives ~0.95. */
+   cut the int4 row kernel to ~0.55 of a plain read, prefetcht1 ~0.95 (round 1). How far ahead:
+   QT_PREFETCH_DEFAULT (4096 since round 2's session 15, see bench/README.md). */
 #ifndef QT_PREFETCH_HINT
 #define QT_PREFETCH_HINT _MM_HINT_T1
 #endif
@@ -576,7 +578,7 @@ static QtKernel qt_kernel_resolve(QtKernel k) {
 }
 
 static QtKernel qt_active_kernel = QT_KERNEL_AUTO;   /* resolved on first use */
-static int qt_prefetch_bytes = 1024;
+static int qt_prefetch_bytes = QT_PREFETCH_DEFAULT;
 
 int qt_set_kernel(QtKernel k) {
     if (!qt_kernel_supported(k)) return -1;

@@ -193,8 +193,8 @@ static Pair bench_ffn(QtFormat f, int64_t group, int threads, QtKernel k) {
 
 /* Prefetch distance scan: the distances interleaved within each repetition. */
 static void bench_prefetch_scan(void) {
-    const int dist[] = { 0, 512, 1024, 2048, 4096 };
-    const int nd = 5;
+    const int dist[] = { 0, 512, 1024, 2048, 4096, 8192 };
+    const int nd = 6;
     printf("\nprefetch distance scan, int4 expert FFN (vnni/best kernel), ratio to the plain read, median of %d:\n", REPS);
     const struct { QtFormat f; int64_t g; const char *name; } fm[] = { { QT_INT4_ROW, 0, "int4-row" }, { QT_INT4_GROUP, 64, "int4-g64" } };
     for (int fi = 0; fi < 2; fi++) {
@@ -209,7 +209,7 @@ static void bench_prefetch_scan(void) {
             fflush(stdout);
         }
     }
-    qt_set_prefetch(1024);
+    qt_set_prefetch(QT_PREFETCH_DEFAULT);
 }
 
 /* ---- Dense shapes: copies of one tensor cycling through the arena --------------------------- */
@@ -549,7 +549,7 @@ static void bench_gemm(int quick) {
 }
 
 int main(int argc, char **argv) {
-    int quick = 0, threading_only = 0, ffn_only = 0, pfscan = 0, l2_only = 0, gemm = 0, prefetch = 1024;
+    int quick = 0, threading_only = 0, ffn_only = 0, pfscan = 0, l2_only = 0, gemm = 0, prefetch = QT_PREFETCH_DEFAULT;
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--quick")) quick = 1;
         else if (!strcmp(argv[i], "--threading")) threading_only = 1;
