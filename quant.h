@@ -873,15 +873,18 @@ QT_VNNI QT_INLINE __m512i qt_vnni_group_sums(__m512i *v, const int lanes) {
     return _mm512_add_epi32(_mm512_permutex2var_epi32(a, first, b), _mm512_permutex2var_epi32(a, second, b));
 }
 
-/* Grouped int4 row with `lanes` (1, 2, 4 or 8) int32 lanes per group: 16 groups come from
-   `lanes` chunks, reduced by a pairsum tree into one vector of 16 group sums, then scaled and
-   added to acc in group order, exactly as the scalar reference does. */
-QT_VNNI QT_INLINE float qt_vnni_i4_grouped(const uint8_t *wr, int64_t nch, __mmask64 tail, const int8_t *xq,
-                                           const float *xs, const int32_t *off, const float *ws, int64_t G,
-                                           const int lanes, int pf) {
-    __m512 lanes_acc = _mm512_setzero_ps();
+/* Grouped int4 row with `lanes` (1, 2, 4 or 8) int32 lanes per group against na (1 or 2)
+   activation rows: 16 groups come from `lanes` chunks, reduced by a pairsum tree into one vector
+   of 16 group sums per activation row, then scaled and added to its 16 lanes in group order,
+   exactly as the scalar reference does; out[j] = the result of activation row j. Two rows share
+   the chunk loads, the nibble split and the weight scales (a speculative verify pass is 2-5 rows). */
+QT_VNNI QT_INLINE void qt_vnni_i4_grouped(const uint8_t *wr, int64_t nch, __mmask64 tail, const int8_t *const *xq,
+                                          const float *const *xs, const int32_t *const *off, const float *ws, int64_t G,
+                                          const int lanes, const int na, int pf, float *out) {
+    const __m512i m4 = _mm512_set1_epi8(0x0F);
+    __m512 lanes_acc[2] = { _mm512_setzero_ps(), _mm512_setzero_ps() };
     for (int64_t g0 = 0; g0 < G; g0 += 16) {
-        __m512i v[8];
+        __m512i v[2][8];
         const int64_t c0 = g0 / 16 * lanes;
         _mm_prefetch((const char *)(wr + 64 * c0 + pf), QT_PREFETCH_HINT);
         if (lanes >= 2) _mm_prefetch((const char *)(wr + 64 * c0 + pf + 64), QT_PREFETCH_HINT);
@@ -890,21 +893,28 @@ QT_VNNI QT_INLINE float qt_vnni_i4_grouped(const uint8_t *wr, int64_t nch, __mma
         if (lanes >= 8) for (int k = 4; k < 8; k++) _mm_prefetch((const char *)(wr + 64 * (c0 + k) + pf), QT_PREFETCH_HINT);
         for (int k = 0; k < lanes; k++) {
             const int64_t c = c0 + k;
-            __m512i wb = c + 1 < nch ? _mm512_loadu_si512((const void *)(wr + 64 * c))
-                       : c + 1 == nch ? _mm512_maskz_loadu_epi8(tail, wr + 64 * c) : _mm512_setzero_si512();
-            v[k] = qt_vnni_i4(_mm512_setzero_si512(), wb, xq + 128 * c);
+            const __m512i wb = c + 1 < nch ? _mm512_loadu_si512((const void *)(wr + 64 * c))
+                             : c + 1 == nch ? _mm512_maskz_loadu_epi8(tail, wr + 64 * c) : _mm512_setzero_si512();
+            const __m512i lo = _mm512_and_si512(wb, m4), hi = _mm512_and_si512(_mm512_srli_epi16(wb, 4), m4);
+            for (int j = 0; j < na; j++)
+                v[j][k] = _mm512_dpbusd_epi32(_mm512_dpbusd_epi32(_mm512_setzero_si512(), lo, _mm512_load_si512((const void *)(xq[j] + 128 * c))),
+                                              hi, _mm512_load_si512((const void *)(xq[j] + 128 * c + 64)));
         }
-        __m512i sums = qt_vnni_group_sums(v, lanes);
-        __m512i isum = _mm512_sub_epi32(sums, _mm512_loadu_si512((const void *)(off + g0)));
         const int ng = G - g0 < 16 ? (int)(G - g0) : 16;
-        __m512 t = _mm512_mul_ps(_mm512_loadu_ps(xs + g0), _mm512_cvtepi32_ps(isum));
         const __mmask16 valid = (__mmask16)((1u << ng) - 1);
-        __m512 p = _mm512_mul_ps(_mm512_maskz_loadu_ps(valid, ws + g0), t);
-        lanes_acc = _mm512_mask_add_ps(lanes_acc, valid, lanes_acc, p);   /* group g0+i → lane i */
+        const __m512 wsv = _mm512_maskz_loadu_ps(valid, ws + g0);
+        for (int j = 0; j < na; j++) {
+            __m512i isum = _mm512_sub_epi32(qt_vnni_group_sums(v[j], lanes), _mm512_loadu_si512((const void *)(off[j] + g0)));
+            __m512 t = _mm512_mul_ps(_mm512_loadu_ps(xs[j] + g0), _mm512_cvtepi32_ps(isum));
+            __m512 p = _mm512_mul_ps(wsv, t);
+            lanes_acc[j] = _mm512_mask_add_ps(lanes_acc[j], valid, lanes_acc[j], p);   /* group g0+i → lane i */
+        }
     }
-    float lane[16];
-    _mm512_storeu_ps(lane, lanes_acc);
-    return qt_lanes_sum(lane);
+    for (int j = 0; j < na; j++) {
+        float lane[16];
+        _mm512_storeu_ps(lane, lanes_acc[j]);
+        out[j] = qt_lanes_sum(lane);
+    }
 }
 
 /* Grouped int4 row whose groups span whole chunks (group a multiple of 128 inputs). */
@@ -954,21 +964,31 @@ QT_VNNI static void qt_rows_vnni(const QTensor *w, const QtActs *a, int s0, int 
             }
             continue;
         }
-        /* grouped: one activation row at a time (a shared unpack did not pay: 16 live chunk vectors
-           for two rows spill; the row is in L1 for the second pass anyway) */
-        for (int s = s0; s < s1; s++) {
-            const int8_t *xq = a->q + (int64_t)s * a->qstride;
-            const float *xs = a->scale + (int64_t)s * a->gstride;
-            const int32_t *off = a->off + (int64_t)s * a->gstride;
-            float acc;
-            switch (lanes) {
-            case 1: acc = qt_vnni_i4_grouped(wr, nch, tail, xq, xs, off, ws, G, 1, pf); break;
-            case 2: acc = qt_vnni_i4_grouped(wr, nch, tail, xq, xs, off, ws, G, 2, pf); break;
-            case 4: acc = qt_vnni_i4_grouped(wr, nch, tail, xq, xs, off, ws, G, 4, pf); break;
-            case 8: acc = qt_vnni_i4_grouped(wr, nch, tail, xq, xs, off, ws, G, 8, pf); break;
-            default: acc = qt_vnni_i4_wide_groups(wr, nch, tail, xq, xs, off, ws, G, lanes / 16, pf); break;
+        /* grouped: two activation rows at a time */
+        for (int s = s0; s < s1; s += 2) {
+            const int na = s1 - s >= 2 ? 2 : 1;
+            const int8_t *xq[2];
+            const float *xs[2];
+            const int32_t *off[2];
+            float acc[2];
+            for (int j = 0; j < na; j++) {
+                xq[j] = a->q + (int64_t)(s + j) * a->qstride;
+                xs[j] = a->scale + (int64_t)(s + j) * a->gstride;
+                off[j] = a->off + (int64_t)(s + j) * a->gstride;
             }
-            y[(int64_t)s * w->rows + r] = acc;
+#define QT_GROUPED(L) (na == 2 ? qt_vnni_i4_grouped(wr, nch, tail, xq, xs, off, ws, G, L, 2, pf, acc) \
+                               : qt_vnni_i4_grouped(wr, nch, tail, xq, xs, off, ws, G, L, 1, pf, acc))
+            switch (lanes) {
+            case 1: QT_GROUPED(1); break;
+            case 2: QT_GROUPED(2); break;
+            case 4: QT_GROUPED(4); break;
+            case 8: QT_GROUPED(8); break;
+            default:
+                for (int j = 0; j < na; j++) acc[j] = qt_vnni_i4_wide_groups(wr, nch, tail, xq[j], xs[j], off[j], ws, G, lanes / 16, pf);
+                break;
+            }
+#undef QT_GROUPED
+            for (int j = 0; j < na; j++) y[(int64_t)(s + j) * w->rows + r] = acc[j];
         }
     }
 }
