@@ -13,7 +13,8 @@
      --pfscan     only the prefetch distance scan
      --threading  only the thread wake-up comparison
      --mix        what other instructions cost next to vpdpbusd zmm (AVX-512 VNNI): a register-resident
-                  loop of 24 of them, alone and with each addition, 1 thread, TSC cycles per iteration
+                  loop of 24 of them, alone and with each addition, 1 thread, TSC cycles per iteration;
+                  then one group of the group-64 GEMM tile, with and without its epilogue
      --gemm       batches: the peak of the int8 multiply-add instruction the kernel is built on
                   (the best one, or --kernel's; register-resident), then GOP/s of the engine's
                   expert FFN (ffn_swiglu) and
@@ -435,6 +436,51 @@ __attribute__((target("avx512f,avx512vnni"))) static void mix_embedded(long it, 
                      "dec %0\n jnz 1b\n" : "+r"(it) : "r"(mem) : "memory", "cc");
 }
 
+/* One group of the group-64 GEMM tile as straight-line code, register-resident: 8 weight columns
+   (two nibble planes each) of 2 row blocks × 11 activation rows, i.e. 16 steps of 22 vpdpbusd
+   (accumulators zmm0-21, activation steps broadcast from a small buffer), then the group's
+   epilogue for the 22 tile elements, variant by variant: none (the accumulators only restart),
+   the spec's p = ws·(xs·(isum - off)) added into a lane in memory, the same without the two
+   multiplies, and with an fma spec (lane = fma(ws·xs, isum - off, lane)). */
+#define KB_GSTEP(X)                                                                                           \
+    "vpbroadcastd " X "0(%1), %%zmm24\n vpdpbusd %%zmm24, %%zmm22, %%zmm0\n vpdpbusd %%zmm24, %%zmm23, %%zmm1\n"    \
+    "vpbroadcastd " X "4(%1), %%zmm25\n vpdpbusd %%zmm25, %%zmm22, %%zmm2\n vpdpbusd %%zmm25, %%zmm23, %%zmm3\n"    \
+    "vpbroadcastd " X "8(%1), %%zmm24\n vpdpbusd %%zmm24, %%zmm22, %%zmm4\n vpdpbusd %%zmm24, %%zmm23, %%zmm5\n"    \
+    "vpbroadcastd " X "12(%1), %%zmm25\n vpdpbusd %%zmm25, %%zmm22, %%zmm6\n vpdpbusd %%zmm25, %%zmm23, %%zmm7\n"   \
+    "vpbroadcastd " X "16(%1), %%zmm24\n vpdpbusd %%zmm24, %%zmm22, %%zmm8\n vpdpbusd %%zmm24, %%zmm23, %%zmm9\n"   \
+    "vpbroadcastd " X "20(%1), %%zmm25\n vpdpbusd %%zmm25, %%zmm22, %%zmm10\n vpdpbusd %%zmm25, %%zmm23, %%zmm11\n" \
+    "vpbroadcastd " X "24(%1), %%zmm24\n vpdpbusd %%zmm24, %%zmm22, %%zmm12\n vpdpbusd %%zmm24, %%zmm23, %%zmm13\n" \
+    "vpbroadcastd " X "28(%1), %%zmm25\n vpdpbusd %%zmm25, %%zmm22, %%zmm14\n vpdpbusd %%zmm25, %%zmm23, %%zmm15\n" \
+    "vpbroadcastd " X "32(%1), %%zmm24\n vpdpbusd %%zmm24, %%zmm22, %%zmm16\n vpdpbusd %%zmm24, %%zmm23, %%zmm17\n" \
+    "vpbroadcastd " X "36(%1), %%zmm25\n vpdpbusd %%zmm25, %%zmm22, %%zmm18\n vpdpbusd %%zmm25, %%zmm23, %%zmm19\n" \
+    "vpbroadcastd " X "40(%1), %%zmm24\n vpdpbusd %%zmm24, %%zmm22, %%zmm20\n vpdpbusd %%zmm24, %%zmm23, %%zmm21\n"
+#define KB_GCOL(X)                                                                                            \
+    "vmovdqa64 " X "(%2), %%zmm26\n vmovdqa64 " X "+64(%2), %%zmm27\n"                                          \
+    "vpandd %%zmm31, %%zmm26, %%zmm22\n vpandd %%zmm31, %%zmm27, %%zmm23\n" KB_GSTEP("")                         \
+    "vpsrlw $4, %%zmm26, %%zmm26\n vpsrlw $4, %%zmm27, %%zmm27\n"                                                 \
+    "vpandd %%zmm31, %%zmm26, %%zmm22\n vpandd %%zmm31, %%zmm27, %%zmm23\n" KB_GSTEP("64+")
+#define KB_GROUP KB_GCOL("0") KB_GCOL("128") KB_GCOL("256") KB_GCOL("384") KB_GCOL("512") KB_GCOL("640") KB_GCOL("768") KB_GCOL("896")
+#define KB_E_NONE(i) "vpxord %%zmm" #i ", %%zmm" #i ", %%zmm" #i "\n"
+#define KB_E_SPEC(i) "vpsubd " #i "*4(%1)%{1to16%}, %%zmm" #i ", %%zmm30\n vcvtdq2ps %%zmm30, %%zmm30\n"            \
+    "vmulps 128+" #i "*4(%1)%{1to16%}, %%zmm30, %%zmm30\n vmulps %%zmm29, %%zmm30, %%zmm30\n"                      \
+    "vaddps " #i "*1024(%3), %%zmm30, %%zmm30\n vmovaps %%zmm30, " #i "*1024(%3)\n" KB_E_NONE(i)
+#define KB_E_NOMUL(i) "vpsubd " #i "*4(%1)%{1to16%}, %%zmm" #i ", %%zmm30\n vcvtdq2ps %%zmm30, %%zmm30\n"           \
+    "vaddps " #i "*1024(%3), %%zmm30, %%zmm30\n vmovaps %%zmm30, " #i "*1024(%3)\n" KB_E_NONE(i)
+#define KB_E_FMA(i) "vpsubd " #i "*4(%1)%{1to16%}, %%zmm" #i ", %%zmm30\n vcvtdq2ps %%zmm30, %%zmm30\n"             \
+    "vmulps 128+" #i "*4(%1)%{1to16%}, %%zmm29, %%zmm26\n vfmadd213ps " #i "*1024(%3), %%zmm26, %%zmm30\n"        \
+    "vmovaps %%zmm30, " #i "*1024(%3)\n" KB_E_NONE(i)
+#define KB_EPI(E) KB_TWENTY_FOUR_LESS2(E)
+#define KB_TWENTY_FOUR_LESS2(op) KB_TWELVE(op) op(12) op(13) op(14) op(15) op(16) op(17) op(18) op(19) op(20) op(21)
+#define KB_GMIX(name, E)                                                                                      \
+    __attribute__((target("avx512f,avx512bw,avx512vnni"))) static void name(long it, const int *mem, const char *w, float *lanes) { \
+        __asm__ volatile("vpternlogd $0xff, %%zmm31, %%zmm31, %%zmm31\n vpabsb %%zmm31, %%zmm31\n vxorps %%zmm29, %%zmm29, %%zmm29\n" \
+                         "1:\n" KB_GROUP KB_EPI(E) "dec %0\n jnz 1b\n" : "+r"(it) : "r"(mem), "r"(w), "r"(lanes) : "memory", "cc"); \
+    }
+KB_GMIX(gmix_none, KB_E_NONE)
+KB_GMIX(gmix_spec, KB_E_SPEC)
+KB_GMIX(gmix_nomul, KB_E_NOMUL)
+KB_GMIX(gmix_fma, KB_E_FMA)
+
 static void bench_mix(void) {
     if (!qt_kernel_supported(QT_KERNEL_VNNI)) { printf("kbench: --mix needs AVX-512 VNNI\n"); return; }
     static _Alignas(64) int mem[64];   /* the stores write mem[16..47] */
@@ -456,6 +502,25 @@ static void bench_mix(void) {
         }
         if (m == 0) base = best;
         printf("  %-28s %6.2f  (%.2f x alone)\n", mixes[m].name, best, best / base);
+    }
+    static _Alignas(64) char wbuf[1024];
+    static _Alignas(64) float lanes[22 * 256];
+    static _Alignas(64) int steps[64];
+    const struct { void (*fn)(long, const int *, const char *, float *); const char *name; } groups[] = {
+        { gmix_none, "16 steps of 22 vpdpbusd" }, { gmix_spec, "+ the spec's epilogue" },
+        { gmix_nomul, "+ it without the 2 vmulps" }, { gmix_fma, "+ an fma spec's epilogue" } };
+    printf("one group of the group-64 GEMM tile (2 x 16 weight rows, 11 activation rows), register-resident,\n"
+           "TSC cycles per group (best of %d):\n", REPS);
+    for (size_t m = 0; m < sizeof groups / sizeof groups[0]; m++) {
+        double best = 1e30;
+        for (int rep = 0; rep < REPS; rep++) {
+            const uint64_t t0 = __rdtsc();
+            groups[m].fn(it / 20, steps, wbuf, lanes);
+            const double t = (double)(__rdtsc() - t0) / (it / 20);
+            if (t < best) best = t;
+        }
+        if (m == 0) base = best;
+        printf("  %-28s %6.1f  (%.2f x the steps alone)\n", groups[m].name, best, best / base);
     }
 }
 
