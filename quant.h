@@ -1559,18 +1559,23 @@ typedef struct {
     int64_t nchunks;   /* integer path: chunks of rows (× activation panels) */
 } QtMatmulJob;
 
-/* 0: measured per kernel and format (bench/README.md): the AVX-512 GEMM wins from S = 4 on
+/* 0: measured per kernel and format (bench/README.md): the AVX-512 GEMM wins from S = 3 on
    grouped weights and from S = 5 on int4-row ones (2026-12-02, once its prefetch fetched the whole
    next block; one thread, 16 matrices beyond the caches, GOP/s row kernel / GEMM: group 64 S = 3:
    151 / 157 and 159 / 157, S = 4: 131 / 212 and 175 / 203 on 2048x6144 and 6144x2048; int4-row
-   S = 4: 171 / 225 and 278 / 216, S = 5: 179 / 325 and 279 / 343); the 256-bit GEMM kernels win
-   from S = 3-4. */
+   S = 4: 171 / 225 and 278 / 216, S = 5: 179 / 325 and 279 / 343). Grouped S = 3 remeasured after
+   the two-row row kernel (2026-12-03, expert FFN, 64 experts beyond the caches, three alternating
+   runs): 2 threads 274 260 264 / 301 292 305, 1 thread 116 123 130 / 153 139 174; from the caches
+   the row kernel wins (one gate matrix, 1 thread, 252-258 / 198-199), but a verify pass reads its
+   weights from memory. The 256-bit GEMM kernels win from S = 4 (S = 3 from DRAM after their
+   two-row row kernels, 2 threads: AVX2 190 181 189 / 182 184 192, AVX-VNNI 209 198 211 / 182 166
+   168). */
 static int qt_gemm_min_rows_set;
 void qt_set_gemm_min_rows(int s) { qt_gemm_min_rows_set = s < 0 ? 0 : s; }
 
 static int qt_gemm_min_rows(QtKernel k, const QTensor *w) {
     if (qt_gemm_min_rows_set) return qt_gemm_min_rows_set;
-    if (k == QT_KERNEL_VNNI) return qt_groups_per_row(w) > 1 ? 4 : 5;
+    if (k == QT_KERNEL_VNNI) return qt_groups_per_row(w) > 1 ? 3 : 5;
     return 4;
 }
 
