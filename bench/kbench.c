@@ -364,6 +364,8 @@ static void bench_l2_table(int quick, QtKernel best) {
    (more than latency × throughput on the machines we have), it iterations. */
 #define KB_TWELVE(op) op(0) op(1) op(2) op(3) op(4) op(5) op(6) op(7) op(8) op(9) op(10) op(11)
 #define KB_CLOBBER "xmm0", "xmm1", "xmm2", "xmm3", "xmm4", "xmm5", "xmm6", "xmm7", "xmm8", "xmm9", "xmm10", "xmm11", "xmm12", "xmm13"
+#define KB_CLOBBER_ALL KB_CLOBBER, "xmm14", "xmm15", "xmm16", "xmm17", "xmm18", "xmm19", "xmm20", "xmm21", "xmm22", \
+    "xmm23", "xmm24", "xmm25", "xmm26", "xmm27", "xmm28", "xmm29", "xmm30", "xmm31"
 __attribute__((target("avx512f,avx512vnni"))) static void peak_loop_vnni(long it) {
 #define KB_ZMM(i) "vpdpbusd %%zmm12, %%zmm13, %%zmm" #i "\n"
     __asm__ volatile("vpternlogd $0xff, %%zmm12, %%zmm12, %%zmm12\n vpternlogd $0xff, %%zmm13, %%zmm13, %%zmm13\n"
@@ -408,7 +410,7 @@ static double bench_peak(QtKernel k, int threads, const char **name) {
     __attribute__((target("avx512f,avx512vnni"))) static void name(long it, const int *mem) {                 \
         __asm__ volatile("vpternlogd $0xff, %%zmm28, %%zmm28, %%zmm28\n vpternlogd $0xff, %%zmm29, %%zmm29, %%zmm29\n" \
                          "vmovdqa64 %%zmm28, %%zmm24\n vmovdqa64 %%zmm28, %%zmm31\n"                       \
-                         "1:\n" KB_TWENTY_FOUR(KB_D) extra "dec %0\n jnz 1b\n" : "+r"(it) : "r"(mem) : "memory", "cc");     \
+                         "1:\n" KB_TWENTY_FOUR(KB_D) extra "dec %0\n jnz 1b\n" : "+r"(it) : "r"(mem) : KB_CLOBBER_ALL, "memory", "cc");     \
     }
 KB_MIX(mix_none, "")
 KB_MIX(mix_bcast, "vpbroadcastd (%1), %%zmm25\n vpbroadcastd 4(%1), %%zmm26\n vpbroadcastd 8(%1), %%zmm27\n vpbroadcastd 12(%1), %%zmm25\n"
@@ -433,7 +435,7 @@ KB_MIX(mix_fma, "vfmadd231ps %%zmm31, %%zmm24, %%zmm25\n vfmadd231ps %%zmm31, %%
 __attribute__((target("avx512f,avx512vnni"))) static void mix_embedded(long it, const int *mem) {
     __asm__ volatile("vpternlogd $0xff, %%zmm29, %%zmm29, %%zmm29\n"
                      "1:\n" KB_TWENTY_FOUR(KB_E)
-                     "dec %0\n jnz 1b\n" : "+r"(it) : "r"(mem) : "memory", "cc");
+                     "dec %0\n jnz 1b\n" : "+r"(it) : "r"(mem) : KB_CLOBBER_ALL, "memory", "cc");
 }
 
 /* One group of the group-64 GEMM tile as straight-line code, register-resident: 8 weight columns
@@ -469,12 +471,12 @@ __attribute__((target("avx512f,avx512vnni"))) static void mix_embedded(long it, 
 #define KB_E_FMA(i) "vpsubd " #i "*4(%1)%{1to16%}, %%zmm" #i ", %%zmm30\n vcvtdq2ps %%zmm30, %%zmm30\n"             \
     "vmulps 128+" #i "*4(%1)%{1to16%}, %%zmm29, %%zmm26\n vfmadd213ps " #i "*1024(%3), %%zmm26, %%zmm30\n"        \
     "vmovaps %%zmm30, " #i "*1024(%3)\n" KB_E_NONE(i)
-#define KB_EPI(E) KB_TWENTY_FOUR_LESS2(E)
-#define KB_TWENTY_FOUR_LESS2(op) KB_TWELVE(op) op(12) op(13) op(14) op(15) op(16) op(17) op(18) op(19) op(20) op(21)
+#define KB_TWENTY_TWO(op) KB_TWELVE(op) op(12) op(13) op(14) op(15) op(16) op(17) op(18) op(19) op(20) op(21)
 #define KB_GMIX(name, E)                                                                                      \
     __attribute__((target("avx512f,avx512bw,avx512vnni"))) static void name(long it, const int *mem, const char *w, float *lanes) { \
         __asm__ volatile("vpternlogd $0xff, %%zmm31, %%zmm31, %%zmm31\n vpabsb %%zmm31, %%zmm31\n vxorps %%zmm29, %%zmm29, %%zmm29\n" \
-                         "1:\n" KB_GROUP KB_EPI(E) "dec %0\n jnz 1b\n" : "+r"(it) : "r"(mem), "r"(w), "r"(lanes) : "memory", "cc"); \
+                         "1:\n" KB_GROUP KB_TWENTY_TWO(E) "dec %0\n jnz 1b\n" : "+r"(it) : "r"(mem), "r"(w), "r"(lanes)              \
+                         : KB_CLOBBER_ALL, "memory", "cc");                                                   \
     }
 KB_GMIX(gmix_none, KB_E_NONE)
 KB_GMIX(gmix_spec, KB_E_SPEC)
