@@ -623,6 +623,19 @@ typedef struct {
     int64_t spad;       /* QT_ACTS_STEPS: q, scale and off are [step or group][spad] */
 } QtActs;
 
+/* Activation rows s and s+1 (only s when s+1 = s1) as the two-row grouped kernels take them:
+   codes, scales and offsets per row. Returns how many rows (1 or 2). */
+typedef struct { const int8_t *q[2]; const float *scale[2]; const int32_t *off[2]; } QtRowPair;
+static inline int qt_row_pair(const QtActs *a, int s, int s1, QtRowPair *p) {
+    const int n = s1 - s >= 2 ? 2 : 1;
+    for (int j = 0; j < n; j++) {
+        p->q[j] = a->q + (int64_t)(s + j) * a->qstride;
+        p->scale[j] = a->scale + (int64_t)(s + j) * a->gstride;
+        p->off[j] = a->off + (int64_t)(s + j) * a->gstride;
+    }
+    return n;
+}
+
 static int64_t qt_chunk_inputs(QtFormat f) { return f == QT_INT8_ROW ? 64 : f == QT_INT2_ROW ? 256 : 128; }
 static int64_t qt_round_up(int64_t a, int64_t m) { return (a + m - 1) / m * m; }
 
@@ -966,25 +979,18 @@ QT_VNNI static void qt_rows_vnni(const QTensor *w, const QtActs *a, int s0, int 
         }
         /* grouped: two activation rows at a time */
         for (int s = s0; s < s1; s += 2) {
-            const int na = s1 - s >= 2 ? 2 : 1;
-            const int8_t *xq[2];
-            const float *xs[2];
-            const int32_t *off[2];
+            QtRowPair x;
+            const int na = qt_row_pair(a, s, s1, &x);
             float acc[2];
-            for (int j = 0; j < na; j++) {
-                xq[j] = a->q + (int64_t)(s + j) * a->qstride;
-                xs[j] = a->scale + (int64_t)(s + j) * a->gstride;
-                off[j] = a->off + (int64_t)(s + j) * a->gstride;
-            }
-#define QT_GROUPED(L) (na == 2 ? qt_vnni_i4_grouped(wr, nch, tail, xq, xs, off, ws, G, L, 2, pf, acc) \
-                               : qt_vnni_i4_grouped(wr, nch, tail, xq, xs, off, ws, G, L, 1, pf, acc))
+#define QT_GROUPED(L) (na == 2 ? qt_vnni_i4_grouped(wr, nch, tail, x.q, x.scale, x.off, ws, G, L, 2, pf, acc) \
+                               : qt_vnni_i4_grouped(wr, nch, tail, x.q, x.scale, x.off, ws, G, L, 1, pf, acc))
             switch (lanes) {
             case 1: QT_GROUPED(1); break;
             case 2: QT_GROUPED(2); break;
             case 4: QT_GROUPED(4); break;
             case 8: QT_GROUPED(8); break;
             default:
-                for (int j = 0; j < na; j++) acc[j] = qt_vnni_i4_wide_groups(wr, nch, tail, xq[j], xs[j], off[j], ws, G, lanes / 16, pf);
+                for (int j = 0; j < na; j++) acc[j] = qt_vnni_i4_wide_groups(wr, nch, tail, x.q[j], x.scale[j], x.off[j], ws, G, lanes / 16, pf);
                 break;
             }
 #undef QT_GROUPED
@@ -1959,18 +1965,11 @@ QT_YMM_TARGET static void QT_YMM(rows)(const QTensor *w, const QtActs *a, int s0
            below: through this block it ran 7-9 % slower from the caches, 94-98 against 101-108 GOP/s) */
         if (G > 1 && lanes <= 8 && s1 - s0 > 1) {
             for (int s = s0; s < s1; s += 2) {
-                const int na = s1 - s >= 2 ? 2 : 1;
-                const int8_t *xq[2];
-                const float *xs[2];
-                const int32_t *off[2];
+                QtRowPair x;
+                const int na = qt_row_pair(a, s, s1, &x);
                 float acc[2];
-                for (int j = 0; j < na; j++) {
-                    xq[j] = a->q + (int64_t)(s + j) * a->qstride;
-                    xs[j] = a->scale + (int64_t)(s + j) * a->gstride;
-                    off[j] = a->off + (int64_t)(s + j) * a->gstride;
-                }
-#define QT_GROUPED(L) (na == 2 ? QT_YMM(i4_grouped)(wr, tailbuf, nch, xq, xs, off, ws, G, L, 2, pf, acc) \
-                               : QT_YMM(i4_grouped)(wr, tailbuf, nch, xq, xs, off, ws, G, L, 1, pf, acc))
+#define QT_GROUPED(L) (na == 2 ? QT_YMM(i4_grouped)(wr, tailbuf, nch, x.q, x.scale, x.off, ws, G, L, 2, pf, acc) \
+                               : QT_YMM(i4_grouped)(wr, tailbuf, nch, x.q, x.scale, x.off, ws, G, L, 1, pf, acc))
                 switch (lanes) {
                 case 1: QT_GROUPED(1); break;
                 case 2: QT_GROUPED(2); break;
