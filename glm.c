@@ -1183,12 +1183,13 @@ static void prequantized_format(Loader *ld, const char *name, const StTensor *da
         die("%s: tensor %s: colibri.fmt says %s but its byte counts mean %s", file, name, declared, qt_format_name(*f));
 }
 
-/* The memory of a resident tensor (every loader allocates it here): its codes advised for huge
-   pages before anything fills them (advise_huge_pages: pread() into plain 4 KiB pages made the
-   first matmul over them ~30x slower on these VMs). */
+/* The memory of a resident tensor (every loader allocates it here): its codes and scales (one
+   block) advised for huge pages before anything fills them (advise_huge_pages: pread() into plain
+   4 KiB pages made the first matmul over them ~30x slower on these VMs; and the GEMM's TLB misses
+   on scales in 4 KiB pages, qt_alloc). */
 static void alloc_resident(QTensor *t, QtFormat f, int64_t group, int64_t rows, int64_t cols, const char *name) {
     if (qt_alloc(t, f, group, rows, cols)) die("out of memory for tensor %s", name);
-    advise_huge_pages(t->data, (size_t)(rows * t->row_bytes));
+    advise_huge_pages(t->data, qt_alloc_bytes(t));
 }
 
 /* Reads a pre-quantized tensor (NAME + NAME.qs) as a [rows, cols] QTensor. */
