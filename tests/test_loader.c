@@ -119,6 +119,8 @@ static void test_resident_huge_pages(void) {
     const uintptr_t huge = 2 << 20, inside = ((uintptr_t)w.data + huge - 1) & ~(huge - 1);
     CHECK("a pre-quantized resident tensor loads as int8-row with its codes and scales",
           w.format == QT_INT8_ROW && !memcmp(w.data, codes, (size_t)ROWS * COLS) && !memcmp(w.scales, scales, sizeof scales));
+    CHECK("its scales follow its codes in the same block (the huge-page advice covers both)",
+          (const uint8_t *)w.scales >= w.data + (size_t)ROWS * COLS && (const uint8_t *)(w.scales + ROWS) <= w.data + qt_alloc_bytes(&w));
     const int advised = advised_huge((const void *)inside);
     if (advised < 0) printf("SKIP resident tensors in huge pages: /proc/self/smaps has no VmFlags\n");
     else CHECK("its memory is advised for huge pages (smaps VmFlags hg)", advised == 1);
