@@ -47,13 +47,14 @@ TMP=$(mktemp -d /tmp/prefill-bench.XXXXXX)
 trap 'rm -rf "$TMP"' EXIT
 NEW=$ROOT/glm
 OLD=${OLD:-}
+OLD_NAME=${OLD:+$OLD (given as OLD)}; OLD_NAME=${OLD_NAME:-22b670a}
 if [ -z "$OLD" ]; then
   mkdir -p "$TMP/r1" && git archive 22b670a | tar -x -C "$TMP/r1" && make -s -C "$TMP/r1" glm >/dev/null || { echo "cannot build commit 22b670a"; exit 1; }
   OLD=$TMP/r1/glm
 fi
 FILES=("$MODEL"/*.safetensors)
 echo "bench: prefill, model $MODEL, RAM_GB=$RAM, THREADS=$THR, REPS=$REPS, $(nproc) cores, $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | xargs), load average $(cut -d' ' -f1-3 /proc/loadavg), $(date -u +%FT%TZ)"
-echo "bench: new $(git rev-parse --short HEAD)$(git diff --quiet HEAD -- glm.c quant.h || echo '+changes'), old 22b670a"
+echo "bench: new $(git rev-parse --short HEAD)$(git diff --quiet HEAD -- glm.c quant.h || echo '+changes'), old $OLD_NAME"
 
 # prompt of n random ids (and one more in full_ids), NGEN=1: the run is one prefill of n tokens
 make_ref() {
