@@ -233,24 +233,26 @@ QTensor qt_view(QtFormat f, int64_t group, int64_t rows, int64_t cols, uint8_t *
     return t;
 }
 
+static size_t qt_alloc_codes_bytes(const QTensor *t) { return (size_t)(t->rows * t->row_bytes + 63) / 64 * 64 + 64; }
+
 int qt_alloc(QTensor *t, QtFormat f, int64_t group, int64_t rows, int64_t cols) {
     *t = qt_view(f, group, rows, cols, NULL, NULL);
     /* 64-byte alignment keeps SIMD loads aligned and rows cache-line friendly. The scales follow
        the codes in the same block (qt_alloc_bytes), so memory advised for huge pages covers both:
        the GEMM reads a block's scales with its codes, and in 4 KiB pages their TLB misses cost the
        group-64 expert FFN ~20 % on 1 thread (kbench, 2026-12-03). */
-    const size_t codes = (size_t)(rows * t->row_bytes + 63) / 64 * 64 + 64;
     t->data = aligned_alloc(64, qt_alloc_bytes(t));
     if (!t->data) return -1;
-    if (f != QT_F32) t->scales = (float *)(t->data + codes);
+    if (f != QT_F32) t->scales = (float *)(t->data + qt_alloc_codes_bytes(t));
     t->owns_memory = 1;
     return 0;
 }
 
-/* The bytes qt_alloc takes for t's shape: codes (64-byte rounded, plus 64), then the scales. */
+/* The bytes qt_alloc takes for t's shape: the codes (64-byte rounded, plus 64 bytes of slack),
+   then the scales, rounded up to 64 bytes (aligned_alloc wants a multiple of the alignment). */
 size_t qt_alloc_bytes(const QTensor *t) {
-    const size_t codes = (size_t)(t->rows * t->row_bytes + 63) / 64 * 64 + 64;
-    return t->format == QT_F32 ? codes : codes + (size_t)(t->rows * qt_groups_per_row(t) + 16) * sizeof(float);
+    const size_t ns = (size_t)(t->rows * qt_groups_per_row(t));
+    return qt_alloc_codes_bytes(t) + (t->format == QT_F32 ? 0 : (ns * sizeof(float) + 63) / 64 * 64 + 64);
 }
 
 void qt_free(QTensor *t) {
