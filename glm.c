@@ -5646,23 +5646,24 @@ static void reference_free(Reference *r) {
     memset(r, 0, sizeof *r);
 }
 
-/* REF's text → Reference: 0, or -1 with one line in err naming `path` (fuzzed: tests/fuzz/fuzz_ref.c). */
+/* REF's text → Reference: 0, or -1 with one line in err naming `path` (its first 200 bytes, so the
+   reason always fits) (fuzzed: tests/fuzz/fuzz_ref.c). */
 static int reference_parse(const char *text, size_t len, const char *path, Reference *r, char *err, size_t err_len) {
     memset(r, 0, sizeof *r);
     char jerr[256];
     JsonDoc *doc = json_parse(text, len, jerr, sizeof jerr);
-    if (!doc) { snprintf(err, err_len, "%s: %s", path, jerr); return -1; }
+    if (!doc) { snprintf(err, err_len, "%.200s: %s", path, jerr); return -1; }
     const JsonValue *root = json_root(doc);
     int rc = -1;
     if (json_id_list(root, "prompt_ids", path, 1, &r->prompt, err, err_len) ||
         json_id_list(root, "full_ids", path, 1, &r->full, err, err_len) ||
         json_id_list(root, "tf_pred", path, 0, &r->tf_pred, err, err_len) ||
         json_id_list(root, "mtp_pred", path, 0, &r->mtp_pred, err, err_len)) goto done;
-    if (r->prompt.n < 1) { snprintf(err, err_len, "%s: prompt_ids is empty", path); goto done; }
-    if (r->full.n < r->prompt.n) { snprintf(err, err_len, "%s: full_ids is shorter than prompt_ids", path); goto done; }
+    if (r->prompt.n < 1) { snprintf(err, err_len, "%.200s: prompt_ids is empty", path); goto done; }
+    if (r->full.n < r->prompt.n) { snprintf(err, err_len, "%.200s: full_ids is shorter than prompt_ids", path); goto done; }
     for (int i = 0; i < r->prompt.n; i++)
         if (r->full.ids[i] != r->prompt.ids[i]) {
-            snprintf(err, err_len, "%s: full_ids does not start with prompt_ids (position %d)", path, i);
+            snprintf(err, err_len, "%.200s: full_ids does not start with prompt_ids (position %d)", path, i);
             goto done;
         }
     rc = 0;
