@@ -461,8 +461,26 @@ void qt_dot_f32_block(const float *const *a, int na, const float *const *b, int 
      |x / s| ≤ 127·(1 + 2^-23) (s ≥ absmax / 127 rounded; s = 1e-8 only when every |x| < 1.27e-6),
      so the clamp never acts on a whole piece; a NaN quotient (a NaN input, or ±inf / inf) gives 0,
      as the scalar conversion does on x86. */
-static void qt_quantize_activation(const float *x, int64_t n, int64_t group, int8_t *q, float *scales) {
+/* 16 integral floats in [-127, 127] as int8 codes. gcc narrows a 16-float vector well with
+   AVX-512 (vpmovdb) but lane by lane through general registers with AVX2 only (the quantizer then
+   took ~10 % of a 1,024 x 6,144 matmul at S = 32 on the Zen 3): the AVX2 version packs with
+   saturation, which never acts on these values. */
+static inline void qt_store_codes16(int8_t *q, qt_v16 r) {
+#if defined(__AVX2__) && !defined(__AVX512F__)
+    __m256 lo, hi;
+    memcpy(&lo, &r, 32);
+    memcpy(&hi, (const char *)&r + 32, 32);
+    const __m256i w = _mm256_packs_epi32(_mm256_cvtps_epi32(lo), _mm256_cvtps_epi32(hi));   /* lo0-3 hi0-3 | lo4-7 hi4-7 */
+    const __m128i b = _mm_packs_epi16(_mm256_castsi256_si128(w), _mm256_extracti128_si256(w, 1));
+    _mm_storeu_si128((__m128i *)q, _mm_shuffle_epi8(b, _mm_setr_epi8(0, 1, 2, 3, 8, 9, 10, 11, 4, 5, 6, 7, 12, 13, 14, 15)));
+#else
     typedef int8_t qt_v16b __attribute__((vector_size(16)));
+    const qt_v16b b = __builtin_convertvector(__builtin_convertvector(r, qt_v16i), qt_v16b);
+    memcpy(q, &b, sizeof b);
+#endif
+}
+
+static void qt_quantize_activation(const float *x, int64_t n, int64_t group, int8_t *q, float *scales) {
     typedef int32_t qt_v8i __attribute__((vector_size(32)));
     typedef int32_t qt_v4i __attribute__((vector_size(16)));
     const qt_v16 round_magic = (qt_v16){ 0 } + 12582912.0f;
@@ -500,8 +518,7 @@ static void qt_quantize_activation(const float *x, int64_t n, int64_t group, int
         for (i = g0; i + 16 <= g1; i += 16) {
             qt_v16 r = (*(const qt_v16u *)(x + i) / sv + round_magic) - round_magic;
             r = (qt_v16)((qt_v16i)r & (r == r));
-            const qt_v16b b = __builtin_convertvector(__builtin_convertvector(r, qt_v16i), qt_v16b);
-            memcpy(q + i, &b, sizeof b);
+            qt_store_codes16(q + i, r);
         }
         for (; i < g1; i++) {
             float r = rintf(x[i] / s);
@@ -1400,7 +1417,11 @@ QT_AVX2 static void qt_avx2_steps(const QTensor *w, const QtActs *a, int s0, int
 #define QT_YMM_DOT2 QT_AVX2_DOT2
 #define QT_YMM_DOT4 QT_AVX2_DOT4
 #define QT_YMM_SIGNED_I8 1   /* int8 GEMM: |w| × sign-moved x (a pair of 255·127 would saturate) */
+#define QT_YMM_I16 1         /* int4 GEMM: up to 8 steps summed in int16 (gemm_tile_i16) ... */
+#define QT_YMM_SB16 4        /* ... in tiles of 2 blocks of 8 weight rows × this many activation rows */
 #include "quant.h"
+#undef QT_YMM_I16
+#undef QT_YMM_SB16
 #undef QT_YMM
 #undef QT_YMM_TARGET
 #undef QT_YMM_DOT1
@@ -1413,7 +1434,11 @@ QT_AVX2 static void qt_avx2_steps(const QTensor *w, const QtActs *a, int s0, int
 #define QT_YMM_DOT2 QT_AVXVNNI_DOT2
 #define QT_YMM_DOT4 QT_AVXVNNI_DOT4
 #define QT_YMM_SIGNED_I8 0   /* int8 GEMM: w xor 0x80 = q + 128, unsigned */
+#define QT_YMM_I16 0         /* vpdpbusd sums into int32 itself */
+#define QT_YMM_SB16 QT_YMM_SB
 #include "quant.h"
+#undef QT_YMM_I16
+#undef QT_YMM_SB16
 #undef QT_YMM_PASS
 #endif /* QT_X86 */
 
@@ -2090,6 +2115,34 @@ QT_YMM_TARGET static void QT_YMM(gemm_pack)(const QTensor *w, int64_t r0, int64_
     }
 }
 
+/* A tile's outputs into y: row-format sums as they are (out[rb·SB + j]), group sums through the
+   16 lanes' fixed tree (qt_lanes_sum's order). */
+QT_YMM_TARGET QT_INLINE void QT_YMM(tile_store)(const QTensor *w, const __m256 *lanes, __m256 *out, int64_t G, const int RB,
+                                                const int SB, int s0, int64_t r0, int64_t n, float *y) {
+    QT_UNROLL for (int rb = 0; rb < RB; rb++) {
+        const int64_t rows = n - 8 * rb;
+        if (rows <= 0) continue;
+        QT_UNROLL for (int j = 0; j < SB; j++) {
+            __m256 o;
+            if (G == 1) o = out[rb * SB + j];
+            else {
+                const __m256 *l = lanes + (rb * SB + j) * 16;
+                __m256 b[8];
+                QT_UNROLL for (int k = 0; k < 8; k++) b[k] = _mm256_add_ps(l[k], l[k + 8]);
+                QT_UNROLL for (int k = 0; k < 4; k++) b[k] = _mm256_add_ps(b[k], b[k + 4]);
+                o = _mm256_add_ps(_mm256_add_ps(b[0], b[2]), _mm256_add_ps(b[1], b[3]));
+            }
+            float *dst = y + (int64_t)(s0 + j) * w->rows + r0 + 8 * rb;
+            if (rows >= 8) _mm256_storeu_ps(dst, o);
+            else {
+                float tmp[8];
+                _mm256_storeu_ps(tmp, o);
+                memcpy(dst, tmp, (size_t)rows * sizeof(float));
+            }
+        }
+    }
+}
+
 QT_YMM_TARGET QT_INLINE void QT_YMM(gemm_tile)(const QTensor *w, const QtActs *a, const uint8_t *pk, int64_t bstride,
                                                const float *wsT, __m256 *lanes, int s0, const int RB, const int SB,
                                                int64_t r0, int64_t n, float *y, QtPrefetch *pf) {
@@ -2104,8 +2157,8 @@ QT_YMM_TARGET QT_INLINE void QT_YMM(gemm_tile)(const QTensor *w, const QtActs *a
        here (zeroing all 16·RB·SB vectors per tile was 2 % of a 2,048-token prefill) */
     if (G > 1 && G < 16)
         for (int e = 0; e < RB * SB; e++) for (int k = (int)G; k < 16; k++) lanes[e * 16 + k] = _mm256_setzero_ps();
-    __m256 out[QT_YMM_RB][QT_YMM_SB];
-    QT_UNROLL for (int rb = 0; rb < RB; rb++) QT_UNROLL for (int j = 0; j < SB; j++) out[rb][j] = _mm256_setzero_ps();
+    __m256 out[QT_YMM_RB * QT_YMM_SB];
+    QT_UNROLL for (int e = 0; e < RB * SB; e++) out[e] = _mm256_setzero_ps();
     for (int64_t g = 0; g < G; g++) {
         __m256i acc[QT_YMM_RB][QT_YMM_SB];
         QT_UNROLL for (int rb = 0; rb < RB; rb++) QT_UNROLL for (int j = 0; j < SB; j++) acc[rb][j] = _mm256_setzero_si256();
@@ -2136,53 +2189,162 @@ QT_YMM_TARGET QT_INLINE void QT_YMM(gemm_tile)(const QTensor *w, const QtActs *a
             QT_UNROLL for (int j = 0; j < SB; j++) {
                 const __m256i isum = _mm256_sub_epi32(acc[rb][j], _mm256_set1_epi32(off[g * sp + j]));
                 const __m256 p = _mm256_mul_ps(wsv, _mm256_mul_ps(_mm256_set1_ps(xs[g * sp + j]), _mm256_cvtepi32_ps(isum)));
-                if (G == 1) out[rb][j] = _mm256_add_ps(_mm256_setzero_ps(), p);
+                if (G == 1) out[rb * SB + j] = _mm256_add_ps(_mm256_setzero_ps(), p);
                 else lg[(rb * SB + j) * 16] = _mm256_add_ps(g < 16 ? _mm256_setzero_ps() : lg[(rb * SB + j) * 16], p);
             }
         }
     }
-    QT_UNROLL for (int rb = 0; rb < RB; rb++) {
-        const int64_t rows = n - 8 * rb;
-        if (rows <= 0) continue;
+    QT_YMM(tile_store)(w, lanes, out, G, RB, SB, s0, r0, n, y);
+}
+
+#if QT_YMM_I16
+/* The int4 tile for AVX2: the products of up to 8 steps are summed in int16, and one vpmaddwd
+   widens them. Each step adds at most 2·15·127 = 3810 to an int16 lane, so 8 add at most 30480 <
+   32767. The pairwise sum of QT_AVX2_DOT2 put one vpmaddwd on the two multiply pipes for every two
+   vpmaddubsw; here it is one for every eight. Integer sums are exact in any order, so every
+   group's int32 sum, and all that follows it, is what the pairwise tile computes. The int32 sums
+   of a group's earlier blocks wait in memory (sum32): a second set of RB × SB registers would not
+   fit beside the int16 ones in 16 ymm registers. */
+QT_YMM_TARGET QT_INLINE void QT_YMM(i16_block)(const uint8_t *pk, int64_t bstride, const int32_t *xt, int64_t sp, int64_t t0,
+                                               int64_t t1, const int RB, const int SB, __m256i *sum32, int first, QtPrefetch *pf) {
+    __m256i acc[QT_YMM_RB][QT_YMM_SB16];
+    QT_UNROLL for (int rb = 0; rb < RB; rb++) QT_UNROLL for (int j = 0; j < SB; j++) acc[rb][j] = _mm256_setzero_si256();
+    for (int64_t t = t0; t < t1; t += 2) {
+        qt_prefetch_step(pf);
+        __m256i w0[QT_YMM_RB], w1[QT_YMM_RB];
+        QT_UNROLL for (int rb = 0; rb < RB; rb++) {
+            w0[rb] = _mm256_load_si256((const __m256i *)(pk + rb * bstride + 32 * t));
+            w1[rb] = _mm256_load_si256((const __m256i *)(pk + rb * bstride + 32 * t + 32));
+        }
         QT_UNROLL for (int j = 0; j < SB; j++) {
-            if (G > 1) {
-                const __m256 *l = lanes + (rb * SB + j) * 16;
-                __m256 b[8];
-                QT_UNROLL for (int k = 0; k < 8; k++) b[k] = _mm256_add_ps(l[k], l[k + 8]);
-                QT_UNROLL for (int k = 0; k < 4; k++) b[k] = _mm256_add_ps(b[k], b[k + 4]);
-                out[rb][j] = _mm256_add_ps(_mm256_add_ps(b[0], b[2]), _mm256_add_ps(b[1], b[3]));
-            }
-            float *dst = y + (int64_t)(s0 + j) * w->rows + r0 + 8 * rb;
-            if (rows >= 8) _mm256_storeu_ps(dst, out[rb][j]);
-            else {
-                float tmp[8];
-                _mm256_storeu_ps(tmp, out[rb][j]);
-                memcpy(dst, tmp, (size_t)rows * sizeof(float));
-            }
+            const __m256i x0 = _mm256_set1_epi32(xt[t * sp + j]), x1 = _mm256_set1_epi32(xt[(t + 1) * sp + j]);
+            QT_UNROLL for (int rb = 0; rb < RB; rb++)
+                acc[rb][j] = _mm256_add_epi16(_mm256_add_epi16(acc[rb][j], _mm256_maddubs_epi16(w0[rb], x0)),
+                                              _mm256_maddubs_epi16(w1[rb], x1));
+        }
+    }
+    QT_UNROLL for (int rb = 0; rb < RB; rb++) QT_UNROLL for (int j = 0; j < SB; j++) {
+        const __m256i s = _mm256_madd_epi16(acc[rb][j], QT_AVX2_ONES);
+        sum32[rb * SB + j] = first ? s : _mm256_add_epi32(sum32[rb * SB + j], s);
+    }
+}
+
+/* Steps [t0, t1) of one tile (activation rows s.., weight blocks pk) into its int32 sums; when
+   they end group g (g ≥ 0), the group's epilogue: p = ws·(xs·(isum - off)) into lane g mod 16
+   (into out[] for row formats, whose one group is the whole row). */
+QT_YMM_TARGET QT_INLINE void QT_YMM(tile_i16)(const QtActs *a, const uint8_t *pk, int64_t bstride, const float *wsT, int64_t G,
+                                              __m256 *lanes, __m256i *sum32, int s, const int RB, const int SB, int64_t t0,
+                                              int64_t t1, int first, int64_t g, QtPrefetch *pf) {
+    const int64_t sp = a->spad;
+    const int32_t *xq = (const int32_t *)a->q + s;
+    for (int64_t t = t0; t < t1; t += 8) {
+        if (t + 8 <= t1) QT_YMM(i16_block)(pk, bstride, xq, sp, t, t + 8, RB, SB, sum32, first && t == t0, pf);
+        else QT_YMM(i16_block)(pk, bstride, xq, sp, t, t1, RB, SB, sum32, first && t == t0, pf);
+    }
+    if (g < 0) return;
+    const float *xs = a->scale + s;
+    const int32_t *off = a->off + s;
+    __m256 *lg = G == 1 ? lanes : lanes + (g & 15);
+    const int stride = G == 1 ? 1 : 16;
+    QT_UNROLL for (int rb = 0; rb < RB; rb++) {
+        const __m256 wsv = _mm256_load_ps(wsT + (rb * G + g) * 8);
+        QT_UNROLL for (int j = 0; j < SB; j++) {
+            const __m256i isum = _mm256_sub_epi32(sum32[rb * SB + j], _mm256_set1_epi32(off[g * sp + j]));
+            const __m256 p = _mm256_mul_ps(wsv, _mm256_mul_ps(_mm256_set1_ps(xs[g * sp + j]), _mm256_cvtepi32_ps(isum)));
+            __m256 *l = lg + (rb * SB + j) * stride;
+            *l = _mm256_add_ps(g < 16 ? _mm256_setzero_ps() : *l, p);
         }
     }
 }
 
+/* tile_i16 for each tile shape, each its own function: inlined into one, the twelve shapes' loops
+   shared one register allocation and spilled their accumulators. */
+typedef void (*QT_YMM(tile_i16_fn))(const QtActs *, const uint8_t *, int64_t, const float *, int64_t, __m256 *, __m256i *, int,
+                                    int64_t, int64_t, int, int64_t, QtPrefetch *);
+#define QT_I16_SHAPE(RB, SB)                                                                                               \
+    QT_YMM_TARGET __attribute__((noinline)) static void QT_YMM(tile_i16_##RB##x##SB)(                                   \
+        const QtActs *a, const uint8_t *pk, int64_t bstride, const float *wsT, int64_t G, __m256 *lanes, __m256i *sum32, \
+        int s, int64_t t0, int64_t t1, int first, int64_t g, QtPrefetch *pf) {                                            \
+        QT_YMM(tile_i16)(a, pk, bstride, wsT, G, lanes, sum32, s, RB, SB < QT_YMM_SB16 ? SB : QT_YMM_SB16, t0, t1, first, g, pf); \
+    }
+QT_I16_SHAPE(1, 1) QT_I16_SHAPE(1, 2) QT_I16_SHAPE(1, 3) QT_I16_SHAPE(1, 4) QT_I16_SHAPE(1, 5) QT_I16_SHAPE(1, 6)
+QT_I16_SHAPE(2, 1) QT_I16_SHAPE(2, 2) QT_I16_SHAPE(2, 3) QT_I16_SHAPE(2, 4) QT_I16_SHAPE(2, 5) QT_I16_SHAPE(2, 6)
+#undef QT_I16_SHAPE
+static const QT_YMM(tile_i16_fn) QT_YMM(tiles_i16)[2][6] = {
+    { QT_YMM(tile_i16_1x1), QT_YMM(tile_i16_1x2), QT_YMM(tile_i16_1x3), QT_YMM(tile_i16_1x4), QT_YMM(tile_i16_1x5), QT_YMM(tile_i16_1x6) },
+    { QT_YMM(tile_i16_2x1), QT_YMM(tile_i16_2x2), QT_YMM(tile_i16_2x3), QT_YMM(tile_i16_2x4), QT_YMM(tile_i16_2x5), QT_YMM(tile_i16_2x6) } };
+
+/* The int4 GEMM of one repack block (nb blocks of 8 weight rows) against activation rows [s0, s1),
+   in k-blocks: each k-block of steps (a group, or 64 steps of a longer one) goes through every
+   tile of activation rows before the next, so that its weights and activations are read from L1
+   by all the tiles. Tile after tile over all the steps instead streamed the repacked block (98 KB
+   for a 6144-wide row pair) from L2 for every tile: 256 bytes per 16 vpmaddubsw, L2's whole
+   bandwidth on the Zen 3 (32 bytes a cycle), and 0.24-0.26 of the vpmaddubsw peak. The tiles'
+   int32 sums and float lanes wait in memory between k-blocks. */
+QT_YMM_TARGET static void QT_YMM(gemm_i16)(const QTensor *w, const QtActs *a, const uint8_t *pk, int64_t bstride, const float *wsT,
+                                           __m256 *lanes, __m256i *sum32, int s0, int s1, int nb, int64_t r0, int64_t n, float *y,
+                                           QtPrefetch *pf) {
+    const int64_t G = qt_groups_per_row(w), nsteps = qt_gemm_cols(w) * 2;
+    const int64_t gsteps = G == 1 ? nsteps : w->group / 4, kb = gsteps < 64 ? gsteps : 64;
+    const int SB = QT_YMM_SB16, per_tile = QT_YMM_RB * QT_YMM_SB16;
+    const int ntiles = (s1 - s0 + SB - 1) / SB;
+    if (G > 1 && G < 16)
+        for (int e = 0; e < ntiles * per_tile; e++) for (int k = (int)G; k < 16; k++) lanes[e * 16 + k] = _mm256_setzero_ps();
+    const int lane_stride = G == 1 ? 1 : 16;
+    for (int64_t g = 0; g < G; g++) {
+        const int64_t g1 = (g + 1) * gsteps < nsteps ? (g + 1) * gsteps : nsteps;
+        for (int64_t t = g * gsteps; t < g1; t += kb) {
+            const int64_t te = t + kb < g1 ? t + kb : g1;
+            const int first = t == g * gsteps;
+            const int64_t gend = te == g1 ? g : -1;
+            for (int tile = 0; tile < ntiles; tile++) {
+                const int s = s0 + tile * SB, sb = s1 - s < SB ? s1 - s : SB;
+                QT_YMM(tiles_i16)[nb - 1][sb - 1](a, pk, bstride, wsT, G, lanes + (int64_t)tile * per_tile * lane_stride,
+                                                  sum32 + tile * per_tile, s, t, te, first, gend, pf);
+            }
+        }
+    }
+    for (int tile = 0; tile < ntiles; tile++) {
+        const int s = s0 + tile * SB, sb = s1 - s < SB ? s1 - s : SB;
+        __m256 *lt = lanes + (int64_t)tile * per_tile * lane_stride;
+        QT_YMM(tile_store)(w, lt, lt, G, nb, sb, s, r0, n, y);
+    }
+}
+#endif
+
 QT_YMM_TARGET static void QT_YMM(gemm)(const QTensor *w, const QtActs *a, int s0, int s1, int64_t r0, int64_t r1, float *y) {
     const int64_t G = qt_groups_per_row(w);
+    const int i16 = QT_YMM_I16 && w->format != QT_INT8_ROW;
+    const int SBMAX = i16 ? QT_YMM_SB16 : QT_YMM_SB;   /* activation rows per tile */
     const int64_t bstride = qt_gemm_cols_padded(w) * qt_gemm_steps_per_col(w->format) * 32;
     const size_t pk_bytes = (size_t)(QT_YMM_RB * bstride), ws_bytes = (size_t)qt_round_up(QT_YMM_RB * G * 8 * 4, 64);
-    uint8_t *buf = qt_buf(QT_BUF_GEMM, pk_bytes + ws_bytes + QT_YMM_RB * QT_YMM_SB * 16 * 32, "GEMM scratch");
+    const int tiles = (s1 - s0 + SBMAX - 1) / SBMAX;
+    const int lane_tiles = i16 ? tiles : 1;   /* the int4 path keeps every tile's lanes and sums */
+    const size_t lanes_bytes = (size_t)lane_tiles * QT_YMM_RB * SBMAX * 16 * 32;
+    uint8_t *buf = qt_buf(QT_BUF_GEMM, pk_bytes + ws_bytes + lanes_bytes + (size_t)lane_tiles * QT_YMM_RB * SBMAX * 32, "GEMM scratch");
     uint8_t *pk = buf;
     float *wsT = (float *)(buf + pk_bytes);
     __m256 *lanes = (__m256 *)(buf + pk_bytes + ws_bytes);
+    __m256i *sum32 = (__m256i *)(buf + pk_bytes + ws_bytes + lanes_bytes);
+    (void)sum32;
     for (int64_t r = r0; r < r1; r += 8 * QT_YMM_RB) {
         const int64_t n = r1 - r < 8 * QT_YMM_RB ? r1 - r : 8 * QT_YMM_RB;
         const int nb = (int)((n + 7) / 8);
         QT_YMM(gemm_pack)(w, r, n, nb, bstride, pk, wsT);
         const int64_t next_rows = w->rows - r - n < 8 * QT_YMM_RB ? w->rows - r - n : 8 * QT_YMM_RB;   /* as above */
-        const int tiles = (s1 - s0 + QT_YMM_SB - 1) / QT_YMM_SB;
-        for (int s = s0; s < s1; s += QT_YMM_SB) {
-            const int sb = s1 - s < QT_YMM_SB ? s1 - s : QT_YMM_SB;
+#if QT_YMM_I16
+        if (i16) {   /* one pass over the steps for all the tiles: the prefetch spread over all of it */
+            QtPrefetch pf = qt_prefetch_share(w, r + n, next_rows, 1, 1, 0, qt_gemm_cols(w) * tiles);
+            QT_YMM(gemm_i16)(w, a, pk, bstride, wsT, lanes, sum32, s0, s1, nb, r, n, y, &pf);
+            continue;
+        }
+#endif
+        for (int s = s0; s < s1; s += SBMAX) {
+            const int sb = s1 - s < SBMAX ? s1 - s : SBMAX;
             /* in address order (repack blocks of one row): the repack's order cost the AVX2 kernel
                5 % on the Zen 5 (gate shape, 2 threads, DRAM, medians of 20 runs: 2.305 → 2.415 ms;
                address order 2.323) */
-            QtPrefetch pf = qt_prefetch_share(w, r + n, next_rows, 1, tiles, (s - s0) / QT_YMM_SB,
+            QtPrefetch pf = qt_prefetch_share(w, r + n, next_rows, 1, tiles, (s - s0) / SBMAX,
                                               qt_gemm_cols(w) * qt_gemm_steps_per_col(w->format) / 2);
 #define QT_TILE(RB, SB) QT_YMM(gemm_tile)(w, a, pk, bstride, wsT, lanes, s, RB, SB, r, n, y, &pf)
             if (nb == 2) switch (sb) {
