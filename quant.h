@@ -465,17 +465,17 @@ void qt_dot_f32_block(const float *const *a, int na, const float *const *b, int 
    AVX-512 (vpmovdb) but lane by lane through general registers with AVX2 only (the quantizer then
    took ~10 % of a 1,024 x 6,144 matmul at S = 32 on the Zen 3): the AVX2 version packs with
    saturation, which never acts on these values. */
-static inline void qt_store_codes16(int8_t *q, qt_v16 r) {
+static inline void qt_store_codes16(int8_t *q, const qt_v16 *r) {
 #if defined(__AVX2__) && !defined(__AVX512F__)
     __m256 lo, hi;
-    memcpy(&lo, &r, 32);
-    memcpy(&hi, (const char *)&r + 32, 32);
+    memcpy(&lo, r, 32);
+    memcpy(&hi, (const char *)r + 32, 32);
     const __m256i w = _mm256_packs_epi32(_mm256_cvtps_epi32(lo), _mm256_cvtps_epi32(hi));   /* lo0-3 hi0-3 | lo4-7 hi4-7 */
     const __m128i b = _mm_packs_epi16(_mm256_castsi256_si128(w), _mm256_extracti128_si256(w, 1));
     _mm_storeu_si128((__m128i *)q, _mm_shuffle_epi8(b, _mm_setr_epi8(0, 1, 2, 3, 8, 9, 10, 11, 4, 5, 6, 7, 12, 13, 14, 15)));
 #else
     typedef int8_t qt_v16b __attribute__((vector_size(16)));
-    const qt_v16b b = __builtin_convertvector(__builtin_convertvector(r, qt_v16i), qt_v16b);
+    const qt_v16b b = __builtin_convertvector(__builtin_convertvector(*r, qt_v16i), qt_v16b);
     memcpy(q, &b, sizeof b);
 #endif
 }
@@ -518,7 +518,7 @@ static void qt_quantize_activation(const float *x, int64_t n, int64_t group, int
         for (i = g0; i + 16 <= g1; i += 16) {
             qt_v16 r = (*(const qt_v16u *)(x + i) / sv + round_magic) - round_magic;
             r = (qt_v16)((qt_v16i)r & (r == r));
-            qt_store_codes16(q + i, r);
+            qt_store_codes16(q + i, &r);
         }
         for (; i < g1; i++) {
             float r = rintf(x[i] / s);
@@ -2205,9 +2205,44 @@ QT_YMM_TARGET QT_INLINE void QT_YMM(gemm_tile)(const QTensor *w, const QtActs *a
    group's int32 sum, and all that follows it, is what the pairwise tile computes. The int32 sums
    of a group's earlier blocks wait in memory (sum32): a second set of RB × SB registers would not
    fit beside the int16 ones in 16 ymm registers. */
+/* The full tile's 8-step block as written out by hand: gcc unrolled the C loop below, turned each
+   accumulator's chain of adds into a tree of 8 products per step pair and spilled them (16 ymm
+   registers), or reloaded weights inside the loop; on the Zen 3 the C block ran at 0.36-0.39 of
+   the vpmaddubsw peak, this one at 0.51-0.55 (register- and L1-resident, 12 interleaved runs).
+   Per step pair: the two steps' weight vectors of both row blocks (ymm8-11), then per activation
+   row j its two broadcast steps (ymm12, 13), the two products of each row block summed (ymm14,
+   15, or the x registers once free) and added to the accumulators acc[rb][j] = a{4rb + j}. */
+#define QT_AVX2_I16_ROW(J, A0, A1)                                                                                      \
+    "vpbroadcastd " #J "*4(%[px]), %%ymm12\n\t vpbroadcastd " #J "*4(%[px],%[spb]), %%ymm13\n\t"                      \
+    "vpmaddubsw %%ymm12, %%ymm8, %%ymm14\n\t vpmaddubsw %%ymm13, %%ymm10, %%ymm15\n\t"                                  \
+    "vpaddw %%ymm15, %%ymm14, %%ymm14\n\t vpaddw %%ymm14, %[" #A0 "], %[" #A0 "]\n\t"                                   \
+    "vpmaddubsw %%ymm12, %%ymm9, %%ymm12\n\t vpmaddubsw %%ymm13, %%ymm11, %%ymm13\n\t"                                  \
+    "vpaddw %%ymm13, %%ymm12, %%ymm12\n\t vpaddw %%ymm12, %[" #A1 "], %[" #A1 "]\n\t"
+#define QT_AVX2_I16_PAIR(P)                                                                                             \
+    "vmovdqa " #P "*64(%[pw]), %%ymm8\n\t vmovdqa " #P "*64(%[pw],%[bs]), %%ymm9\n\t"                                  \
+    "vmovdqa " #P "*64+32(%[pw]), %%ymm10\n\t vmovdqa " #P "*64+32(%[pw],%[bs]), %%ymm11\n\t"                           \
+    QT_AVX2_I16_ROW(0, a0, a4) QT_AVX2_I16_ROW(1, a1, a5) QT_AVX2_I16_ROW(2, a2, a6) QT_AVX2_I16_ROW(3, a3, a7)          \
+    "lea (%[px],%[spb],2), %[px]\n\t"
+
 QT_YMM_TARGET QT_INLINE void QT_YMM(i16_block)(const uint8_t *pk, int64_t bstride, const int32_t *xt, int64_t sp, int64_t t0,
                                                int64_t t1, const int RB, const int SB, __m256i *sum32, int first, QtPrefetch *pf) {
     __m256i acc[QT_YMM_RB][QT_YMM_SB16];
+#if QT_YMM_I16 && QT_YMM_RB == 2 && QT_YMM_SB16 == 4
+    if (RB == 2 && SB == 4 && t1 - t0 == 8) {
+        QT_UNROLL for (int k = 0; k < 4; k++) qt_prefetch_step(pf);
+        __m256i a0 = _mm256_setzero_si256(), a1 = a0, a2 = a0, a3 = a0, a4 = a0, a5 = a0, a6 = a0, a7 = a0;
+        const uint8_t *pw = pk + 32 * t0;
+        const int32_t *px = xt + t0 * sp;
+        __asm__(QT_AVX2_I16_PAIR(0) QT_AVX2_I16_PAIR(1) QT_AVX2_I16_PAIR(2) QT_AVX2_I16_PAIR(3)
+                : [a0] "+x"(a0), [a1] "+x"(a1), [a2] "+x"(a2), [a3] "+x"(a3), [a4] "+x"(a4), [a5] "+x"(a5), [a6] "+x"(a6),
+                  [a7] "+x"(a7), [px] "+r"(px)
+                : [pw] "r"(pw), [bs] "r"(bstride), [spb] "r"(sp * 4)
+                : "xmm8", "xmm9", "xmm10", "xmm11", "xmm12", "xmm13", "xmm14", "xmm15", "memory");
+        acc[0][0] = a0; acc[0][1] = a1; acc[0][2] = a2; acc[0][3] = a3;
+        acc[1][0] = a4; acc[1][1] = a5; acc[1][2] = a6; acc[1][3] = a7;
+    } else
+#endif
+    {
     QT_UNROLL for (int rb = 0; rb < RB; rb++) QT_UNROLL for (int j = 0; j < SB; j++) acc[rb][j] = _mm256_setzero_si256();
     for (int64_t t = t0; t < t1; t += 2) {
         qt_prefetch_step(pf);
@@ -2222,6 +2257,7 @@ QT_YMM_TARGET QT_INLINE void QT_YMM(i16_block)(const uint8_t *pk, int64_t bstrid
                 acc[rb][j] = _mm256_add_epi16(_mm256_add_epi16(acc[rb][j], _mm256_maddubs_epi16(w0[rb], x0)),
                                               _mm256_maddubs_epi16(w1[rb], x1));
         }
+    }
     }
     QT_UNROLL for (int rb = 0; rb < RB; rb++) QT_UNROLL for (int j = 0; j < SB; j++) {
         const __m256i s = _mm256_madd_epi16(acc[rb][j], QT_AVX2_ONES);
@@ -2257,56 +2293,71 @@ QT_YMM_TARGET QT_INLINE void QT_YMM(tile_i16)(const QtActs *a, const uint8_t *pk
     }
 }
 
-/* tile_i16 for each tile shape, each its own function: inlined into one, the twelve shapes' loops
-   shared one register allocation and spilled their accumulators. */
-typedef void (*QT_YMM(tile_i16_fn))(const QtActs *, const uint8_t *, int64_t, const float *, int64_t, __m256 *, __m256i *, int,
-                                    int64_t, int64_t, int, int64_t, QtPrefetch *);
+/* A k-block of one tile, through tile_i16: groups [g0, g1), each clipped to steps [t0, t1) (a
+   long group spans several k-blocks). One function per tile shape: inlined into one, the twelve
+   shapes' loops shared one register allocation and spilled their accumulators. */
+QT_YMM_TARGET QT_INLINE void QT_YMM(kblock_i16)(const QtActs *a, const uint8_t *pk, int64_t bstride, const float *wsT, int64_t G,
+                                                int64_t gsteps, int64_t nsteps, __m256 *lanes, __m256i *sum32, int s, const int RB,
+                                                const int SB, int64_t g0, int64_t g1, int64_t t0, int64_t t1, QtPrefetch *pf) {
+    for (int64_t g = g0; g < g1; g++) {
+        const int64_t gs = g * gsteps, ge = gs + gsteps < nsteps ? gs + gsteps : nsteps;
+        const int64_t t = gs > t0 ? gs : t0, te = ge < t1 ? ge : t1;
+        QT_YMM(tile_i16)(a, pk, bstride, wsT, G, lanes, sum32, s, RB, SB, t, te, t == gs, te == ge ? g : -1, pf);
+    }
+}
+typedef void (*QT_YMM(kblock_i16_fn))(const QtActs *, const uint8_t *, int64_t, const float *, int64_t, int64_t, int64_t, __m256 *,
+                                      __m256i *, int, int64_t, int64_t, int64_t, int64_t, QtPrefetch *);
 #define QT_I16_SHAPE(RB, SB)                                                                                               \
-    QT_YMM_TARGET __attribute__((noinline)) static void QT_YMM(tile_i16_##RB##x##SB)(                                   \
-        const QtActs *a, const uint8_t *pk, int64_t bstride, const float *wsT, int64_t G, __m256 *lanes, __m256i *sum32, \
-        int s, int64_t t0, int64_t t1, int first, int64_t g, QtPrefetch *pf) {                                            \
-        QT_YMM(tile_i16)(a, pk, bstride, wsT, G, lanes, sum32, s, RB, SB < QT_YMM_SB16 ? SB : QT_YMM_SB16, t0, t1, first, g, pf); \
+    QT_YMM_TARGET __attribute__((noinline)) static void QT_YMM(kblock_i16_##RB##x##SB)(                                 \
+        const QtActs *a, const uint8_t *pk, int64_t bstride, const float *wsT, int64_t G, int64_t gsteps, int64_t nsteps,  \
+        __m256 *lanes, __m256i *sum32, int s, int64_t g0, int64_t g1, int64_t t0, int64_t t1, QtPrefetch *pf) {           \
+        QT_YMM(kblock_i16)(a, pk, bstride, wsT, G, gsteps, nsteps, lanes, sum32, s, RB, SB < QT_YMM_SB16 ? SB : QT_YMM_SB16, \
+                           g0, g1, t0, t1, pf);                                                                          \
     }
 QT_I16_SHAPE(1, 1) QT_I16_SHAPE(1, 2) QT_I16_SHAPE(1, 3) QT_I16_SHAPE(1, 4) QT_I16_SHAPE(1, 5) QT_I16_SHAPE(1, 6)
 QT_I16_SHAPE(2, 1) QT_I16_SHAPE(2, 2) QT_I16_SHAPE(2, 3) QT_I16_SHAPE(2, 4) QT_I16_SHAPE(2, 5) QT_I16_SHAPE(2, 6)
 #undef QT_I16_SHAPE
-static const QT_YMM(tile_i16_fn) QT_YMM(tiles_i16)[2][6] = {
-    { QT_YMM(tile_i16_1x1), QT_YMM(tile_i16_1x2), QT_YMM(tile_i16_1x3), QT_YMM(tile_i16_1x4), QT_YMM(tile_i16_1x5), QT_YMM(tile_i16_1x6) },
-    { QT_YMM(tile_i16_2x1), QT_YMM(tile_i16_2x2), QT_YMM(tile_i16_2x3), QT_YMM(tile_i16_2x4), QT_YMM(tile_i16_2x5), QT_YMM(tile_i16_2x6) } };
+static const QT_YMM(kblock_i16_fn) QT_YMM(kblocks_i16)[2][6] = {
+    { QT_YMM(kblock_i16_1x1), QT_YMM(kblock_i16_1x2), QT_YMM(kblock_i16_1x3), QT_YMM(kblock_i16_1x4), QT_YMM(kblock_i16_1x5),
+      QT_YMM(kblock_i16_1x6) },
+    { QT_YMM(kblock_i16_2x1), QT_YMM(kblock_i16_2x2), QT_YMM(kblock_i16_2x3), QT_YMM(kblock_i16_2x4), QT_YMM(kblock_i16_2x5),
+      QT_YMM(kblock_i16_2x6) } };
 
 /* The int4 GEMM of one repack block (nb blocks of 8 weight rows) against activation rows [s0, s1),
-   in k-blocks: each k-block of steps (a group, or 64 steps of a longer one) goes through every
-   tile of activation rows before the next, so that its weights and activations are read from L1
-   by all the tiles. Tile after tile over all the steps instead streamed the repacked block (98 KB
-   for a 6144-wide row pair) from L2 for every tile: 256 bytes per 16 vpmaddubsw, L2's whole
-   bandwidth on the Zen 3 (32 bytes a cycle), and 0.24-0.26 of the vpmaddubsw peak. The tiles'
-   int32 sums and float lanes wait in memory between k-blocks. */
+   in k-blocks of about 64 steps (whole groups, or 64 steps of a longer group or of a row format's
+   one group): each k-block goes through every tile of activation rows before the next, so that
+   its weights and activations (4 + 8 KB at S = 32) are read from L1 by all the tiles. Tile after
+   tile over all the steps instead streamed the repacked block (98 KB for a 6144-wide row pair)
+   from L2 for every tile. A k-block of whole groups also spreads a call's cost over several
+   groups' epilogues. The tiles' int32 sums and float lanes wait in memory between k-blocks. */
 QT_YMM_TARGET static void QT_YMM(gemm_i16)(const QTensor *w, const QtActs *a, const uint8_t *pk, int64_t bstride, const float *wsT,
                                            __m256 *lanes, __m256i *sum32, int s0, int s1, int nb, int64_t r0, int64_t n, float *y,
                                            QtPrefetch *pf) {
+    enum { KSTEPS = 64 };
     const int64_t G = qt_groups_per_row(w), nsteps = qt_gemm_cols(w) * 2;
-    const int64_t gsteps = G == 1 ? nsteps : w->group / 4, kb = gsteps < 64 ? gsteps : 64;
+    const int64_t gsteps = G == 1 ? nsteps : w->group / 4;
     const int SB = QT_YMM_SB16, per_tile = QT_YMM_RB * QT_YMM_SB16;
     const int ntiles = (s1 - s0 + SB - 1) / SB;
     if (G > 1 && G < 16)
         for (int e = 0; e < ntiles * per_tile; e++) for (int k = (int)G; k < 16; k++) lanes[e * 16 + k] = _mm256_setzero_ps();
-    const int lane_stride = G == 1 ? 1 : 16;
-    for (int64_t g = 0; g < G; g++) {
-        const int64_t g1 = (g + 1) * gsteps < nsteps ? (g + 1) * gsteps : nsteps;
-        for (int64_t t = g * gsteps; t < g1; t += kb) {
-            const int64_t te = t + kb < g1 ? t + kb : g1;
-            const int first = t == g * gsteps;
-            const int64_t gend = te == g1 ? g : -1;
+    const int64_t tile_lanes = (int64_t)per_tile * (G == 1 ? 1 : 16);
+    const int64_t kg = gsteps < KSTEPS ? KSTEPS / gsteps : 1;   /* whole groups per k-block */
+    for (int64_t g0 = 0; g0 < G; g0 += kg) {
+        const int64_t g1 = g0 + kg < G ? g0 + kg : G;
+        const int64_t end = g1 * gsteps < nsteps ? g1 * gsteps : nsteps;
+        for (int64_t t = g0 * gsteps; t < end; t += KSTEPS) {   /* one pass when the k-block is whole groups */
+            const int64_t te = kg > 1 || t + KSTEPS > end ? end : t + KSTEPS;
             for (int tile = 0; tile < ntiles; tile++) {
                 const int s = s0 + tile * SB, sb = s1 - s < SB ? s1 - s : SB;
-                QT_YMM(tiles_i16)[nb - 1][sb - 1](a, pk, bstride, wsT, G, lanes + (int64_t)tile * per_tile * lane_stride,
-                                                  sum32 + tile * per_tile, s, t, te, first, gend, pf);
+                QT_YMM(kblocks_i16)[nb - 1][sb - 1](a, pk, bstride, wsT, G, gsteps, nsteps, lanes + tile * tile_lanes,
+                                                    sum32 + tile * per_tile, s, g0, g1, t, te, pf);
             }
+            if (te == end) break;
         }
     }
     for (int tile = 0; tile < ntiles; tile++) {
         const int s = s0 + tile * SB, sb = s1 - s < SB ? s1 - s : SB;
-        __m256 *lt = lanes + (int64_t)tile * per_tile * lane_stride;
+        __m256 *lt = lanes + tile * tile_lanes;
         QT_YMM(tile_store)(w, lt, lt, G, nb, sb, s, r0, n, y);
     }
 }
