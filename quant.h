@@ -2278,19 +2278,27 @@ QT_YMM_TARGET QT_INLINE void QT_YMM(tile_i16)(const QtActs *a, const uint8_t *pk
         else QT_YMM(i16_block)(pk, bstride, xq, sp, t, t1, RB, SB, sum32, first && t == t0, pf);
     }
     if (g < 0) return;
-    const float *xs = a->scale + s;
-    const int32_t *off = a->off + s;
+    /* the group's activation scales and offsets, its weight scales, its lane: pointers set once,
+       and the first 16 groups (whose lanes start at 0 + p) as a loop of their own, so that the
+       epilogue is straight-line code */
+    const float *xs = a->scale + s + g * sp;
+    const int32_t *off = a->off + s + g * sp;
+    const float *ws = wsT + g * 8;
     __m256 *lg = G == 1 ? lanes : lanes + (g & 15);
     const int stride = G == 1 ? 1 : 16;
-    QT_UNROLL for (int rb = 0; rb < RB; rb++) {
-        const __m256 wsv = _mm256_load_ps(wsT + (rb * G + g) * 8);
-        QT_UNROLL for (int j = 0; j < SB; j++) {
-            const __m256i isum = _mm256_sub_epi32(sum32[rb * SB + j], _mm256_set1_epi32(off[g * sp + j]));
-            const __m256 p = _mm256_mul_ps(wsv, _mm256_mul_ps(_mm256_set1_ps(xs[g * sp + j]), _mm256_cvtepi32_ps(isum)));
-            __m256 *l = lg + (rb * SB + j) * stride;
-            *l = _mm256_add_ps(g < 16 ? _mm256_setzero_ps() : *l, p);
-        }
+#define QT_I16_EPILOGUE(ADD)                                                                                           \
+    QT_UNROLL for (int rb = 0; rb < RB; rb++) {                                                                         \
+        const __m256 wsv = _mm256_load_ps(ws + rb * G * 8);                                                             \
+        QT_UNROLL for (int j = 0; j < SB; j++) {                                                                        \
+            const __m256i isum = _mm256_sub_epi32(sum32[rb * SB + j], _mm256_set1_epi32(off[j]));                     \
+            const __m256 p = _mm256_mul_ps(wsv, _mm256_mul_ps(_mm256_set1_ps(xs[j]), _mm256_cvtepi32_ps(isum)));         \
+            __m256 *l = lg + (rb * SB + j) * stride;                                                                    \
+            *l = _mm256_add_ps(ADD, p);                                                                                 \
+        }                                                                                                               \
     }
+    if (g < 16) { QT_I16_EPILOGUE(_mm256_setzero_ps()) }
+    else { QT_I16_EPILOGUE(*l) }
+#undef QT_I16_EPILOGUE
 }
 
 /* A k-block of one tile, through tile_i16: groups [g0, g1), each clipped to steps [t0, t1) (a
