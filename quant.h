@@ -1315,7 +1315,8 @@ QT_VNNI static void qt_gemm_vnni(const QTensor *w, const QtActs *a, int s0, int 
    target("avx2"), qt_avxvnni_* with target("avx2,avxvnni") (an AVX2 kernel never contains a VNNI
    instruction, so it runs on CPUs without one). No vpmaddubsw pair sum can saturate: |w| ≤ 128
    and |x| ≤ 127 give at most 2·128·127 = 32512 for int8 (sign moved to the activation); the int4
-   and int2 paths add two or four planes of at most 2·15·127 and 2·3·127 in int16. */
+   and int2 paths add two or four planes of at most 2·15·127 and 2·3·127 in int16, and the AVX2
+   int4 GEMM up to eight (QT_YMM(gemm_i16) below). */
 
 #define QT_AVX2_ONES _mm256_set1_epi16(1)
 #define QT_AVX2_DOT1(acc, u, s) _mm256_add_epi32(acc, _mm256_madd_epi16(_mm256_maddubs_epi16(u, s), QT_AVX2_ONES))
@@ -1417,7 +1418,7 @@ QT_AVX2 static void qt_avx2_steps(const QTensor *w, const QtActs *a, int s0, int
 #define QT_YMM_DOT2 QT_AVX2_DOT2
 #define QT_YMM_DOT4 QT_AVX2_DOT4
 #define QT_YMM_SIGNED_I8 1   /* int8 GEMM: |w| × sign-moved x (a pair of 255·127 would saturate) */
-#define QT_YMM_I16 1         /* int4 GEMM: up to 8 steps summed in int16 (gemm_tile_i16) ... */
+#define QT_YMM_I16 1         /* int4 GEMM: up to 8 steps summed in int16 (gemm_i16) ... */
 #define QT_YMM_SB16 4        /* ... in tiles of 2 blocks of 8 weight rows × this many activation rows */
 #include "quant.h"
 #undef QT_YMM_I16
