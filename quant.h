@@ -2228,7 +2228,6 @@ QT_YMM_TARGET QT_INLINE void QT_YMM(gemm_tile)(const QTensor *w, const QtActs *a
 QT_YMM_TARGET QT_INLINE void QT_YMM(i16_block)(const uint8_t *pk, int64_t bstride, const int32_t *xt, int64_t sp, int64_t t0,
                                                int64_t t1, const int RB, const int SB, __m256i *sum32, int first, QtPrefetch *pf) {
     __m256i acc[QT_YMM_RB][QT_YMM_SB16];
-#if QT_YMM_I16 && QT_YMM_RB == 2 && QT_YMM_SB16 == 4
     if (RB == 2 && SB == 4 && t1 - t0 == 8) {
         QT_UNROLL for (int k = 0; k < 4; k++) qt_prefetch_step(pf);
         __m256i a0 = _mm256_setzero_si256(), a1 = a0, a2 = a0, a3 = a0, a4 = a0, a5 = a0, a6 = a0, a7 = a0;
@@ -2241,9 +2240,7 @@ QT_YMM_TARGET QT_INLINE void QT_YMM(i16_block)(const uint8_t *pk, int64_t bstrid
                 : "xmm8", "xmm9", "xmm10", "xmm11", "xmm12", "xmm13", "xmm14", "xmm15", "memory");
         acc[0][0] = a0; acc[0][1] = a1; acc[0][2] = a2; acc[0][3] = a3;
         acc[1][0] = a4; acc[1][1] = a5; acc[1][2] = a6; acc[1][3] = a7;
-    } else
-#endif
-    {
+    } else {
     QT_UNROLL for (int rb = 0; rb < RB; rb++) QT_UNROLL for (int j = 0; j < SB; j++) acc[rb][j] = _mm256_setzero_si256();
     for (int64_t t = t0; t < t1; t += 2) {
         qt_prefetch_step(pf);
@@ -2320,17 +2317,15 @@ typedef void (*QT_YMM(kblock_i16_fn))(const QtActs *, const uint8_t *, int64_t, 
     QT_YMM_TARGET __attribute__((noinline)) static void QT_YMM(kblock_i16_##RB##x##SB)(                                 \
         const QtActs *a, const uint8_t *pk, int64_t bstride, const float *wsT, int64_t G, int64_t gsteps, int64_t nsteps,  \
         __m256 *lanes, __m256i *sum32, int s, int64_t g0, int64_t g1, int64_t t0, int64_t t1, QtPrefetch *pf) {           \
-        QT_YMM(kblock_i16)(a, pk, bstride, wsT, G, gsteps, nsteps, lanes, sum32, s, RB, SB < QT_YMM_SB16 ? SB : QT_YMM_SB16, \
-                           g0, g1, t0, t1, pf);                                                                          \
+        QT_YMM(kblock_i16)(a, pk, bstride, wsT, G, gsteps, nsteps, lanes, sum32, s, RB, SB, g0, g1, t0, t1, pf);          \
     }
-QT_I16_SHAPE(1, 1) QT_I16_SHAPE(1, 2) QT_I16_SHAPE(1, 3) QT_I16_SHAPE(1, 4) QT_I16_SHAPE(1, 5) QT_I16_SHAPE(1, 6)
-QT_I16_SHAPE(2, 1) QT_I16_SHAPE(2, 2) QT_I16_SHAPE(2, 3) QT_I16_SHAPE(2, 4) QT_I16_SHAPE(2, 5) QT_I16_SHAPE(2, 6)
+QT_I16_SHAPE(1, 1) QT_I16_SHAPE(1, 2) QT_I16_SHAPE(1, 3) QT_I16_SHAPE(1, 4)
+QT_I16_SHAPE(2, 1) QT_I16_SHAPE(2, 2) QT_I16_SHAPE(2, 3) QT_I16_SHAPE(2, 4)
 #undef QT_I16_SHAPE
-static const QT_YMM(kblock_i16_fn) QT_YMM(kblocks_i16)[2][6] = {
-    { QT_YMM(kblock_i16_1x1), QT_YMM(kblock_i16_1x2), QT_YMM(kblock_i16_1x3), QT_YMM(kblock_i16_1x4), QT_YMM(kblock_i16_1x5),
-      QT_YMM(kblock_i16_1x6) },
-    { QT_YMM(kblock_i16_2x1), QT_YMM(kblock_i16_2x2), QT_YMM(kblock_i16_2x3), QT_YMM(kblock_i16_2x4), QT_YMM(kblock_i16_2x5),
-      QT_YMM(kblock_i16_2x6) } };
+_Static_assert(QT_YMM_RB == 2 && QT_YMM_SB16 == 4, "the int4 AVX2 GEMM's shape table (and its asm block) is for 2 x 4 tiles");
+static const QT_YMM(kblock_i16_fn) QT_YMM(kblocks_i16)[2][4] = {
+    { QT_YMM(kblock_i16_1x1), QT_YMM(kblock_i16_1x2), QT_YMM(kblock_i16_1x3), QT_YMM(kblock_i16_1x4) },
+    { QT_YMM(kblock_i16_2x1), QT_YMM(kblock_i16_2x2), QT_YMM(kblock_i16_2x3), QT_YMM(kblock_i16_2x4) } };
 
 /* The int4 GEMM of one repack block (nb blocks of 8 weight rows) against activation rows [s0, s1),
    in k-blocks of about 64 steps (whole groups, or 64 steps of a longer group or of a row format's
