@@ -2206,10 +2206,11 @@ QT_YMM_TARGET QT_INLINE void QT_YMM(gemm_tile)(const QTensor *w, const QtActs *a
    group's int32 sum, and all that follows it, is what the pairwise tile computes. The int32 sums
    of a group's earlier blocks wait in memory (sum32): a second set of RB × SB registers would not
    fit beside the int16 ones in 16 ymm registers. */
-/* The full tile's 8-step block as written out by hand: gcc unrolled the C loop below, turned each
-   accumulator's chain of adds into a tree of 8 products per step pair and spilled them (16 ymm
-   registers), or reloaded weights inside the loop; on the Zen 3 the C block ran at 0.36-0.39 of
-   the vpmaddubsw peak, this one at 0.51-0.55 (register- and L1-resident, 12 interleaved runs).
+/* The full tile's 8-step block as written out by hand. Given the C loop below, gcc either unrolled
+   it and turned each accumulator's chain of adds into trees that spilled (16 ymm registers), or
+   reloaded weights inside the loop; in a microbenchmark of the block alone (register- and
+   L1-resident, Zen 3, 12 interleaved runs) the C version ran at 0.36-0.39 of the vpmaddubsw peak
+   and this one at 0.51-0.55.
    Per step pair: the two steps' weight vectors of both row blocks (ymm8-11), then per activation
    row j its two broadcast steps (ymm12, 13), the two products of each row block summed (ymm14,
    15, or the x registers once free) and added to the accumulators acc[rb][j] = a{4rb + j}. */
