@@ -2116,6 +2116,12 @@ QT_YMM_TARGET static void QT_YMM(gemm_pack)(const QTensor *w, int64_t r0, int64_
     }
 }
 
+/* The spec's p = ws·(xs·(isum - off)) of one group for 8 weight rows (qt_vnni_group_p's 256-bit
+   twin): sums are the int32 group sums, off and xs the activation row's offset and scale. */
+QT_YMM_TARGET QT_INLINE __m256 QT_YMM(group_p)(__m256i sums, const int32_t *off, const float *xs, __m256 ws) {
+    return _mm256_mul_ps(ws, _mm256_mul_ps(_mm256_set1_ps(*xs), _mm256_cvtepi32_ps(_mm256_sub_epi32(sums, _mm256_set1_epi32(*off)))));
+}
+
 /* A tile's outputs into y: row-format sums as they are (out[rb·SB + j]), group sums through the
    16 lanes' fixed tree (qt_lanes_sum's order). */
 QT_YMM_TARGET QT_INLINE void QT_YMM(tile_store)(const QTensor *w, const __m256 *lanes, __m256 *out, int64_t G, const int RB,
@@ -2188,8 +2194,7 @@ QT_YMM_TARGET QT_INLINE void QT_YMM(gemm_tile)(const QTensor *w, const QtActs *a
         QT_UNROLL for (int rb = 0; rb < RB; rb++) {
             const __m256 wsv = _mm256_load_ps(wsT + (rb * G + g) * 8);
             QT_UNROLL for (int j = 0; j < SB; j++) {
-                const __m256i isum = _mm256_sub_epi32(acc[rb][j], _mm256_set1_epi32(off[g * sp + j]));
-                const __m256 p = _mm256_mul_ps(wsv, _mm256_mul_ps(_mm256_set1_ps(xs[g * sp + j]), _mm256_cvtepi32_ps(isum)));
+                const __m256 p = QT_YMM(group_p)(acc[rb][j], &off[g * sp + j], &xs[g * sp + j], wsv);
                 if (G == 1) out[rb * SB + j] = _mm256_add_ps(_mm256_setzero_ps(), p);
                 else lg[(rb * SB + j) * 16] = _mm256_add_ps(g < 16 ? _mm256_setzero_ps() : lg[(rb * SB + j) * 16], p);
             }
@@ -2266,7 +2271,8 @@ QT_YMM_TARGET QT_INLINE void QT_YMM(i16_block)(const uint8_t *pk, int64_t bstrid
 
 /* Steps [t0, t1) of one tile (activation rows s.., weight blocks pk) into its int32 sums; when
    they end group g (g ≥ 0), the group's epilogue: p = ws·(xs·(isum - off)) into lane g mod 16
-   (into out[] for row formats, whose one group is the whole row). */
+   (for row formats, whose one group is the whole row, into lanes[rb·SB + j]: tile_store reads
+   those as the outputs). */
 QT_YMM_TARGET QT_INLINE void QT_YMM(tile_i16)(const QtActs *a, const uint8_t *pk, int64_t bstride, const float *wsT, int64_t G,
                                               __m256 *lanes, __m256i *sum32, int s, const int RB, const int SB, int64_t t0,
                                               int64_t t1, int first, int64_t g, QtPrefetch *pf) {
@@ -2289,8 +2295,7 @@ QT_YMM_TARGET QT_INLINE void QT_YMM(tile_i16)(const QtActs *a, const uint8_t *pk
     QT_UNROLL for (int rb = 0; rb < RB; rb++) {                                                                         \
         const __m256 wsv = _mm256_load_ps(ws + rb * G * 8);                                                             \
         QT_UNROLL for (int j = 0; j < SB; j++) {                                                                        \
-            const __m256i isum = _mm256_sub_epi32(sum32[rb * SB + j], _mm256_set1_epi32(off[j]));                     \
-            const __m256 p = _mm256_mul_ps(wsv, _mm256_mul_ps(_mm256_set1_ps(xs[j]), _mm256_cvtepi32_ps(isum)));         \
+            const __m256 p = QT_YMM(group_p)(sum32[rb * SB + j], &off[j], &xs[j], wsv);                                 \
             __m256 *l = lg + (rb * SB + j) * stride;                                                                    \
             *l = _mm256_add_ps(ADD, p);                                                                                 \
         }                                                                                                               \
