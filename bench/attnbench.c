@@ -12,7 +12,9 @@
      env: THREADS (default: all cores), REPS (default 5), KERNEL, IDOT (as ./glm)
 
    Prints per case: wall ms per row (= per token and layer), CPU ms per row (all threads; other
-   processes do not count), GFLOP/s (2 per multiply-add of the absorbed form's four products). */
+   processes do not count), GFLOP/s (2 per multiply-add of the absorbed form's four products), and
+   an FNV-1a hash of the output's bytes: two builds that print the same hash computed the same bits
+   (a change to the kernels' order of work must not change it). */
 #define GLM_NO_MAIN
 #pragma GCC diagnostic ignored "-Wunused-function"
 #include "../glm.c"
@@ -80,7 +82,7 @@ int main(int argc, char **argv) {
 
     printf("attnbench: %s kernel, IDOT=%d, %d threads, %d reps (median); GLM-5.2 attention shapes, kv_b int4 group 64\n",
            qt_kernel_name(qt_get_kernel()), g_integer_dot, max_threads(), reps);
-    printf("  %-14s %6s %10s %10s %9s\n", "case", "keys", "wall ms/row", "cpu ms/row", "GFLOP/s");
+    printf("  %-14s %6s %10s %10s %9s  %-16s\n", "case", "keys", "wall ms/row", "cpu ms/row", "GFLOP/s", "output hash");
     for (int ci = 0; ci < ncases; ci++) {
         int S = 0, pos0 = 0, K = 0;
         if (sscanf(cases[ci], "%d@%d/%d", &S, &pos0, &K) < 2 || S < 1 || pos0 < 0 || K < 0) die("attnbench: bad case '%s' (S@POS[/K])", cases[ci]);
@@ -120,7 +122,12 @@ int main(int argc, char **argv) {
         qsort(wall, (size_t)reps, sizeof(double), cmp_double);
         qsort(cpu, (size_t)reps, sizeof(double), cmp_double);
         const double wm = wall[reps / 2], cm = cpu[reps / 2];
-        printf("  %-14s %6.0f %10.3f %10.3f %9.1f\n", cases[ci], keys / S, wm / S * 1e3, cm / S * 1e3, 2 * macs / wm * 1e-9);
+        uint64_t hash = 0xcbf29ce484222325ull;   /* the last piece's output rows */
+        const unsigned char *out = (const unsigned char *)s.attn;
+        for (size_t i = 0; i < (size_t)(S - (S - 1) / piece * piece) * c->n_heads * c->v_head * sizeof(float); i++)
+            hash = (hash ^ out[i]) * 0x100000001b3ull;
+        printf("  %-14s %6.0f %10.3f %10.3f %9.1f  %016llx\n", cases[ci], keys / S, wm / S * 1e3, cm / S * 1e3, 2 * macs / wm * 1e-9,
+               (unsigned long long)hash);
         fflush(stdout);
         session_free(&s);
     }
