@@ -1489,6 +1489,7 @@ typedef struct {
    heads (one work item: the row's visible keys are read once per group, not once per head). */
 enum { ATT_ROWS = 64 };   /* 16 -> 64: W_UK dequantized and W_UV repacked 4x less often (attnbench 1024@0 -3..7 %) */
 enum { ATT_UK_BLOCK = 16 };   /* W_UK rows per block when a call has fewer than ATT_TILE rows */
+enum { ATT_POOL_KEYS = 16 };  /* keys per block of the pooling (attention_row_heads): 32 KB of latents */
 /* Rows of one piece of a forward's attention (attention_piece): what the query and output scratch
    holds. A multiple of ATT_ROWS, so the row chunks of a long prefill stay where they were. */
 enum { ATT_PIECE = 256 };
@@ -1823,7 +1824,8 @@ static int visible_keys(const Session *s, const Config *c, int r, int i, const i
      2. per (row, group of ATT_HG heads): Q transposed to [d][head], the heads in vector lanes; the
         scores in tiles of ATT_MK keys × ATT_HG heads over all d (each key element is loaded once
         and broadcast to the group's heads); the softmax along the keys, heads in lanes; z in tiles
-        of ATT_MK latent dimensions × ATT_HG heads over all keys;
+        of ATT_MK latent dimensions × ATT_HG heads, over blocks of ATT_POOL_KEYS keys (every tile
+        of a block before the next block);
      3. per head, W_UV[h]·z of the chunk's rows in one matmul (the batched kernels).
    Fixed arithmetic per output element: a score is one fused multiply-add chain over d = 0 ..
    kvl+dr−1 from +0, times scale; max and Σe run over the keys in visible order; z[u][h] is one fma
@@ -1905,12 +1907,15 @@ static inline __attribute__((always_inline)) void att_scores_tile(const float *Q
         for (int v = 0; v < ATT_NV; v++) attv_store(s + (size_t)(t + m) * ATT_HG + v * ATT_VW, attv_mul(acc[m][v], sc));
 }
 
-/* out[m][·] = Σ_t c_{key t}[u0+m]·e[t][·] over the n keys in list order, for M latent dimensions. */
-static inline __attribute__((always_inline)) void att_pool_tile(const float *e, const float *latent, const int *keys, int n,
-                                                                int kvl, int u0, AttV out[][ATT_NV], const int M) {
+/* zt[u0+m][·] += Σ_t c_{key t}[u0+m]·e[t][·] over the keys t0 .. t1-1 of the list, in list order,
+   for M latent dimensions: the fma chains go on from the sums zt holds (from +0 when t0 = 0), so
+   splitting the keys into blocks gives the same bits. */
+static inline __attribute__((always_inline)) void att_pool_tile(const float *e, const float *latent, const int *keys, int t0, int t1,
+                                                                int kvl, int u0, float *zt, const int M) {
     AttV acc[ATT_MK][ATT_NV];
-    for (int m = 0; m < M; m++) for (int v = 0; v < ATT_NV; v++) acc[m][v] = attv_set1(0.0f);
-    for (int t = 0; t < n; t++) {
+    for (int m = 0; m < M; m++)
+        for (int v = 0; v < ATT_NV; v++) acc[m][v] = t0 ? attv_load(zt + (size_t)(u0 + m) * ATT_HG + v * ATT_VW) : attv_set1(0.0f);
+    for (int t = t0; t < t1; t++) {
         const float *c = latent + (size_t)(keys ? keys[t] : t) * kvl + u0;
         AttV p[ATT_NV];
         for (int v = 0; v < ATT_NV; v++) p[v] = attv_load(e + (size_t)t * ATT_HG + v * ATT_VW);
@@ -1919,7 +1924,7 @@ static inline __attribute__((always_inline)) void att_pool_tile(const float *e, 
             for (int v = 0; v < ATT_NV; v++) acc[m][v] = attv_fma(cv, p[v], acc[m][v]);
         }
     }
-    for (int m = 0; m < M; m++) for (int v = 0; v < ATT_NV; v++) out[m][v] = acc[m][v];
+    for (int m = 0; m < M; m++) for (int v = 0; v < ATT_NV; v++) attv_store(zt + (size_t)(u0 + m) * ATT_HG + v * ATT_VW, acc[m][v]);
 }
 
 /* Step 2 for one row and the heads h0 .. h0+nhg-1 (nhg ≤ ATT_HG): Q from qc (the chunk row's
@@ -1948,17 +1953,22 @@ static void attention_row_heads(const float *qc, const float *q, int dqk, int dn
         }
         inv[v] = attv_div(attv_set1(1.0f), sum);
     }
-    /* z = Σ e·c / Σ e: tiles into zt [kvl][ATT_HG] (Q's space, no longer needed), then per head */
+    /* z = Σ e·c / Σ e into zt [kvl][ATT_HG] (Q's space, no longer needed), then per head. In blocks
+       of ATT_POOL_KEYS keys, each through every tile of latent dimensions before the next: tile
+       after tile over all the keys read each key's cache line once per tile, from L2 or L3 in
+       the DSA's scattered order (the pooling was 2/3 of the attention at 4,000 tokens of context);
+       a block's key rows stay in L1 across its tiles. */
     float *zt = Q;
-    AttV acc[ATT_MK][ATT_NV];
-    for (int u0 = 0; u0 < kvl;) {
-        const int m = kvl - u0 >= ATT_MK ? ATT_MK : 1;
-        if (m == ATT_MK) att_pool_tile(e, latent, keys, n, kvl, u0, acc, ATT_MK);
-        else att_pool_tile(e, latent, keys, n, kvl, u0, acc, 1);
-        for (int k = 0; k < m; k++)
-            for (int v = 0; v < ATT_NV; v++) attv_store(zt + (size_t)(u0 + k) * ATT_HG + v * ATT_VW, attv_mul(acc[k][v], inv[v]));
-        u0 += m;
-    }
+    int t0 = 0;
+    do {
+        const int t1 = n - t0 < ATT_POOL_KEYS ? n : t0 + ATT_POOL_KEYS;
+        int u0 = 0;
+        for (; u0 + ATT_MK <= kvl; u0 += ATT_MK) att_pool_tile(e, latent, keys, t0, t1, kvl, u0, zt, ATT_MK);
+        for (; u0 < kvl; u0++) att_pool_tile(e, latent, keys, t0, t1, kvl, u0, zt, 1);
+        t0 = t1;
+    } while (t0 < n);
+    for (int u = 0; u < kvl; u++)
+        for (int v = 0; v < ATT_NV; v++) attv_store(zt + (size_t)u * ATT_HG + v * ATT_VW, attv_mul(attv_load(zt + (size_t)u * ATT_HG + v * ATT_VW), inv[v]));
     att_transpose(zt, ATT_HG, kvl, nhg, z, zstride);
 }
 
