@@ -1489,7 +1489,8 @@ typedef struct {
    heads (one work item: the row's visible keys are read once per group, not once per head). */
 enum { ATT_ROWS = 64 };   /* 16 -> 64: W_UK dequantized and W_UV repacked 4x less often (attnbench 1024@0 -3..7 %) */
 enum { ATT_UK_BLOCK = 16 };   /* W_UK rows per block when a call has fewer than ATT_TILE rows */
-enum { ATT_POOL_KEYS = 16 };  /* keys per block of the pooling (attention_row_heads): 32 KB of latents */
+enum { ATT_POOL_KEYS = 16 };
+enum { ATT_SCORE_DIMS = 128 };  /* keys per block of the pooling (attention_row_heads): 32 KB of latents */
 /* Rows of one piece of a forward's attention (attention_piece): what the query and output scratch
    holds. A multiple of ATT_ROWS, so the row chunks of a long prefill stay where they were. */
 enum { ATT_PIECE = 256 };
@@ -1873,38 +1874,35 @@ static void absorb_queries(const float *W, int d0, int d1, int kvl, const float 
 }
 
 /* s[t+m][·] = scale · Σ_d k[d]·Q[d][·] for the M keys t..t+M-1 of the list (the group's ATT_HG
-   heads): the latent part over d < kvl, then the rope part; Q is [kvl+dr][ATT_HG], s [n][ATT_HG]. */
+   heads), over the dimensions d0 .. d1-1 of k = (latent, rope key), all of one part; Q is
+   [kvl+dr][ATT_HG], s [n][ATT_HG]. The fma chains go on from the sums s holds when d0 > 0, and
+   the product with scale comes after the last dimension, so splitting d into blocks gives the
+   same bits. */
 static inline __attribute__((always_inline)) void att_scores_tile(const float *Q, const float *latent, const float *rope_key,
-                                                                  const int *keys, int t, int kvl, int dr, float scale,
-                                                                  float *s, const int M) {
-    const float *kc[ATT_MK], *kr[ATT_MK];
+                                                                  const int *keys, int t, int kvl, int dr, int d0, int d1,
+                                                                  float scale, float *s, const int M) {
+    const int rope = d0 >= kvl, width = rope ? dr : kvl, off = rope ? kvl : 0;
+    const float *k[ATT_MK];
     for (int m = 0; m < M; m++) {
         const int j = keys ? keys[t + m] : t + m;
-        kc[m] = latent + (size_t)j * kvl;
-        kr[m] = rope_key + (size_t)j * dr;
+        k[m] = (rope ? rope_key : latent) + (size_t)j * width - off;
     }
     AttV acc[ATT_MK][ATT_NV];
-    for (int m = 0; m < M; m++) for (int v = 0; v < ATT_NV; v++) acc[m][v] = attv_set1(0.0f);
-    for (int d = 0; d < kvl; d++) {
+    for (int m = 0; m < M; m++)
+        for (int v = 0; v < ATT_NV; v++) acc[m][v] = d0 ? attv_load(s + (size_t)(t + m) * ATT_HG + v * ATT_VW) : attv_set1(0.0f);
+    for (int d = d0; d < d1; d++) {
         AttV q[ATT_NV];
         for (int v = 0; v < ATT_NV; v++) q[v] = attv_load(Q + (size_t)d * ATT_HG + v * ATT_VW);
         for (int m = 0; m < M; m++) {
-            const AttV k = attv_set1(kc[m][d]);
-            for (int v = 0; v < ATT_NV; v++) acc[m][v] = attv_fma(k, q[v], acc[m][v]);
+            const AttV kv = attv_set1(k[m][d]);
+            for (int v = 0; v < ATT_NV; v++) acc[m][v] = attv_fma(kv, q[v], acc[m][v]);
         }
     }
-    const float *Qr = Q + (size_t)kvl * ATT_HG;
-    for (int d = 0; d < dr; d++) {
-        AttV q[ATT_NV];
-        for (int v = 0; v < ATT_NV; v++) q[v] = attv_load(Qr + (size_t)d * ATT_HG + v * ATT_VW);
-        for (int m = 0; m < M; m++) {
-            const AttV k = attv_set1(kr[m][d]);
-            for (int v = 0; v < ATT_NV; v++) acc[m][v] = attv_fma(k, q[v], acc[m][v]);
-        }
-    }
+    const int last = d1 == kvl + dr;
     const AttV sc = attv_set1(scale);
     for (int m = 0; m < M; m++)
-        for (int v = 0; v < ATT_NV; v++) attv_store(s + (size_t)(t + m) * ATT_HG + v * ATT_VW, attv_mul(acc[m][v], sc));
+        for (int v = 0; v < ATT_NV; v++)
+            attv_store(s + (size_t)(t + m) * ATT_HG + v * ATT_VW, last ? attv_mul(acc[m][v], sc) : acc[m][v]);
 }
 
 /* zt[u0+m][·] += Σ_t c_{key t}[u0+m]·e[t][·] over the keys t0 .. t1-1 of the list, in list order,
@@ -1936,9 +1934,16 @@ static void attention_row_heads(const float *qc, const float *q, int dqk, int dn
     if (nhg < ATT_HG) memset(Q, 0, (size_t)(kvl + dr) * ATT_HG * sizeof(float));   /* the unused heads are 0 */
     att_transpose(qc, (size_t)kvl, nhg, kvl, Q, ATT_HG);                           /* heads as columns */
     att_transpose(q + dn, (size_t)dqk, nhg, dr, Q + (size_t)kvl * ATT_HG, ATT_HG);
-    int t = 0;
-    for (; t + ATT_MK <= n; t += ATT_MK) att_scores_tile(Q, latent, rope_key, keys, t, kvl, dr, scale, e, ATT_MK);
-    for (; t < n; t++) att_scores_tile(Q, latent, rope_key, keys, t, kvl, dr, scale, e, 1);
+    /* the scores in blocks of ATT_SCORE_DIMS dimensions, every key through a block before the
+       next: the block of Q stays in L1 while the keys stream past it (all of Q, 36 KB with 16
+       heads, did not fit beside them) */
+    for (int d0 = 0; d0 < kvl + dr;) {
+        const int end = d0 < kvl ? kvl : kvl + dr, d1 = end - d0 < ATT_SCORE_DIMS ? end : d0 + ATT_SCORE_DIMS;
+        int t = 0;
+        for (; t + ATT_MK <= n; t += ATT_MK) att_scores_tile(Q, latent, rope_key, keys, t, kvl, dr, d0, d1, scale, e, ATT_MK);
+        for (; t < n; t++) att_scores_tile(Q, latent, rope_key, keys, t, kvl, dr, d0, d1, scale, e, 1);
+        d0 = d1;
+    }
     /* softmax along the keys; the lanes are the heads */
     AttV inv[ATT_NV];
     for (int v = 0; v < ATT_NV; v++) {
