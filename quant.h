@@ -2222,14 +2222,63 @@ QT_YMM_TARGET QT_INLINE void QT_YMM(gemm_tile)(const QTensor *w, const QtActs *a
 #define QT_AVX2_I16_ROW(J, A0, A1)                                                                                      \
     "vpbroadcastd " #J "*4(%[px]), %%ymm12\n\t vpbroadcastd " #J "*4(%[px],%[spb]), %%ymm13\n\t"                      \
     "vpmaddubsw %%ymm12, %%ymm8, %%ymm14\n\t vpmaddubsw %%ymm13, %%ymm10, %%ymm15\n\t"                                  \
-    "vpaddw %%ymm15, %%ymm14, %%ymm14\n\t vpaddw %%ymm14, %[" #A0 "], %[" #A0 "]\n\t"                                   \
+    "vpaddw %%ymm15, %%ymm14, %%ymm14\n\t vpaddw %%ymm14, " A0 ", " A0 "\n\t"                                          \
     "vpmaddubsw %%ymm12, %%ymm9, %%ymm12\n\t vpmaddubsw %%ymm13, %%ymm11, %%ymm13\n\t"                                  \
-    "vpaddw %%ymm13, %%ymm12, %%ymm12\n\t vpaddw %%ymm12, %[" #A1 "], %[" #A1 "]\n\t"
-#define QT_AVX2_I16_PAIR(P)                                                                                             \
+    "vpaddw %%ymm13, %%ymm12, %%ymm12\n\t vpaddw %%ymm12, " A1 ", " A1 "\n\t"
+/* ACC(i) names accumulator i: an operand of the asm statement or a fixed register */
+#define QT_AVX2_I16_PAIR(P, ACC)                                                                                        \
     "vmovdqa " #P "*64(%[pw]), %%ymm8\n\t vmovdqa " #P "*64(%[pw],%[bs]), %%ymm9\n\t"                                  \
     "vmovdqa " #P "*64+32(%[pw]), %%ymm10\n\t vmovdqa " #P "*64+32(%[pw],%[bs]), %%ymm11\n\t"                           \
-    QT_AVX2_I16_ROW(0, a0, a4) QT_AVX2_I16_ROW(1, a1, a5) QT_AVX2_I16_ROW(2, a2, a6) QT_AVX2_I16_ROW(3, a3, a7)          \
-    "lea (%[px],%[spb],2), %[px]\n\t"
+    QT_AVX2_I16_ROW(0, ACC(0), ACC(4)) QT_AVX2_I16_ROW(1, ACC(1), ACC(5)) QT_AVX2_I16_ROW(2, ACC(2), ACC(6))             \
+    QT_AVX2_I16_ROW(3, ACC(3), ACC(7)) "lea (%[px],%[spb],2), %[px]\n\t"
+#define QT_AVX2_ACC_OPERAND(i) "%[a" #i "]"
+#define QT_AVX2_ACC_YMM(i) "%%ymm" #i
+
+/* A whole group of 16 steps of the full tile, epilogue included, for group formats whose group is
+   16 steps (64 columns): the two 8-step blocks, each widened to int32 by one vpmaddwd (the first
+   block's sums wait in tmp), then per accumulator the group's p = ws·(xs·(isum - off)) added to
+   its lane (LANE: the lane's old value, or a zero register for the first 16 groups: 0 + p) and
+   stored. Accumulator 4·rb + j (ymm0-7) is weight block rb, activation row j; its lane is
+   (4·rb + j)·512 bytes past lane. In C, gcc kept the int32 sums and the epilogue's pointers on
+   the stack between the blocks. */
+#define QT_AVX2_I16_WIDEN(I) "vpmaddwd %[ones], %%ymm" #I ", %%ymm" #I "\n\t"
+#define QT_AVX2_I16_SAVE(I) QT_AVX2_I16_WIDEN(I) "vmovdqa %%ymm" #I ", " #I "*32+%[tmp]\n\t vpxor %%xmm" #I ", %%xmm" #I ", %%xmm" #I "\n\t"
+#define QT_AVX2_I16_ADD(I) QT_AVX2_I16_WIDEN(I) "vpaddd " #I "*32+%[tmp], %%ymm" #I ", %%ymm" #I "\n\t"
+#define QT_AVX2_I16_P(R, WS, LANE)                                                                                      \
+    "vpsubd %%ymm12, %%ymm" #R ", %%ymm" #R "\n\t vcvtdq2ps %%ymm" #R ", %%ymm" #R "\n\t"                               \
+    "vmulps %%ymm13, %%ymm" #R ", %%ymm" #R "\n\t vmulps " WS ", %%ymm" #R ", %%ymm" #R "\n\t"                          \
+    "vaddps " LANE(R) ", %%ymm" #R ", %%ymm" #R "\n\t vmovaps %%ymm" #R ", " #R "*512(%[lane])\n\t"
+#define QT_AVX2_I16_ROWP(J, J4, LANE)                                                                                   \
+    "vpbroadcastd " #J "*4(%[off]), %%ymm12\n\t vbroadcastss " #J "*4(%[xs]), %%ymm13\n\t"                            \
+    QT_AVX2_I16_P(J, "%[ws0]", LANE) QT_AVX2_I16_P(J4, "%[ws1]", LANE)
+#define QT_AVX2_LANE_OLD(R) #R "*512(%[lane])"
+#define QT_AVX2_LANE_ZERO(R) "%%ymm15"
+#define QT_AVX2_I16_EIGHT(OP) OP(0) OP(1) OP(2) OP(3) OP(4) OP(5) OP(6) OP(7)
+#define QT_AVX2_I16_GROUP(LANE)                                                                                         \
+    "vpxor %%xmm0, %%xmm0, %%xmm0\n\t vpxor %%xmm1, %%xmm1, %%xmm1\n\t vpxor %%xmm2, %%xmm2, %%xmm2\n\t"              \
+    "vpxor %%xmm3, %%xmm3, %%xmm3\n\t vpxor %%xmm4, %%xmm4, %%xmm4\n\t vpxor %%xmm5, %%xmm5, %%xmm5\n\t"              \
+    "vpxor %%xmm6, %%xmm6, %%xmm6\n\t vpxor %%xmm7, %%xmm7, %%xmm7\n\t"                                                 \
+    QT_AVX2_I16_PAIR(0, QT_AVX2_ACC_YMM) QT_AVX2_I16_PAIR(1, QT_AVX2_ACC_YMM) QT_AVX2_I16_PAIR(2, QT_AVX2_ACC_YMM)       \
+    QT_AVX2_I16_PAIR(3, QT_AVX2_ACC_YMM) QT_AVX2_I16_EIGHT(QT_AVX2_I16_SAVE)                                            \
+    QT_AVX2_I16_PAIR(4, QT_AVX2_ACC_YMM) QT_AVX2_I16_PAIR(5, QT_AVX2_ACC_YMM) QT_AVX2_I16_PAIR(6, QT_AVX2_ACC_YMM)       \
+    QT_AVX2_I16_PAIR(7, QT_AVX2_ACC_YMM) QT_AVX2_I16_EIGHT(QT_AVX2_I16_ADD)                                             \
+    "vxorps %%xmm15, %%xmm15, %%xmm15\n\t"                                                                               \
+    QT_AVX2_I16_ROWP(0, 4, LANE) QT_AVX2_I16_ROWP(1, 5, LANE) QT_AVX2_I16_ROWP(2, 6, LANE) QT_AVX2_I16_ROWP(3, 7, LANE)
+
+QT_YMM_TARGET QT_INLINE void QT_YMM(i16_group)(const uint8_t *pw, int64_t bstride, const int32_t *px, int64_t sp, const int32_t *off,
+                                               const float *xs, const float *ws0, const float *ws1, __m256 *lane, int first16) {
+    static const int16_t ones[16] __attribute__((aligned(32))) = { 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1 };
+    __m256i tmp[8];
+#define QT_AVX2_I16_GROUP_OPERANDS                                                                                      \
+    : [px] "+r"(px), [tmp] "=m"(tmp)                                                                                    \
+    : [pw] "r"(pw), [bs] "r"(bstride), [spb] "r"(sp * 4), [off] "r"(off), [xs] "r"(xs), [lane] "r"(lane),               \
+      [ws0] "m"(*(const __m256 *)ws0), [ws1] "m"(*(const __m256 *)ws1), [ones] "m"(*(const __m256i *)ones)               \
+    : "xmm0", "xmm1", "xmm2", "xmm3", "xmm4", "xmm5", "xmm6", "xmm7", "xmm8", "xmm9", "xmm10", "xmm11", "xmm12", "xmm13", \
+      "xmm14", "xmm15", "memory"
+    if (first16) __asm__ volatile(QT_AVX2_I16_GROUP(QT_AVX2_LANE_ZERO) QT_AVX2_I16_GROUP_OPERANDS);
+    else __asm__ volatile(QT_AVX2_I16_GROUP(QT_AVX2_LANE_OLD) QT_AVX2_I16_GROUP_OPERANDS);
+#undef QT_AVX2_I16_GROUP_OPERANDS
+}
 
 QT_YMM_TARGET QT_INLINE void QT_YMM(i16_block)(const uint8_t *pk, int64_t bstride, const int32_t *xt, int64_t sp, int64_t t0,
                                                int64_t t1, const int RB, const int SB, __m256i *sum32, int first, QtPrefetch *pf) {
@@ -2239,7 +2288,8 @@ QT_YMM_TARGET QT_INLINE void QT_YMM(i16_block)(const uint8_t *pk, int64_t bstrid
         __m256i a0 = _mm256_setzero_si256(), a1 = a0, a2 = a0, a3 = a0, a4 = a0, a5 = a0, a6 = a0, a7 = a0;
         const uint8_t *pw = pk + 32 * t0;
         const int32_t *px = xt + t0 * sp;
-        __asm__(QT_AVX2_I16_PAIR(0) QT_AVX2_I16_PAIR(1) QT_AVX2_I16_PAIR(2) QT_AVX2_I16_PAIR(3)
+        __asm__(QT_AVX2_I16_PAIR(0, QT_AVX2_ACC_OPERAND) QT_AVX2_I16_PAIR(1, QT_AVX2_ACC_OPERAND) QT_AVX2_I16_PAIR(2, QT_AVX2_ACC_OPERAND)
+                QT_AVX2_I16_PAIR(3, QT_AVX2_ACC_OPERAND)
                 : [a0] "+x"(a0), [a1] "+x"(a1), [a2] "+x"(a2), [a3] "+x"(a3), [a4] "+x"(a4), [a5] "+x"(a5), [a6] "+x"(a6),
                   [a7] "+x"(a7), [px] "+r"(px)
                 : [pw] "r"(pw), [bs] "r"(bstride), [spb] "r"(sp * 4)
@@ -2278,6 +2328,12 @@ QT_YMM_TARGET QT_INLINE void QT_YMM(tile_i16)(const QtActs *a, const uint8_t *pk
                                               int64_t t1, int first, int64_t g, QtPrefetch *pf) {
     const int64_t sp = a->spad;
     const int32_t *xq = (const int32_t *)a->q + s;
+    if (RB == 2 && SB == 4 && G > 1 && g >= 0 && first && t1 - t0 == 16) {   /* a whole 64-column group */
+        QT_UNROLL for (int k = 0; k < 8; k++) qt_prefetch_step(pf);
+        QT_YMM(i16_group)(pk + 32 * t0, bstride, xq + t0 * sp, sp, a->off + s + g * sp, a->scale + s + g * sp, wsT + g * 8,
+                          wsT + (G + g) * 8, lanes + (g & 15), g < 16);
+        return;
+    }
     for (int64_t t = t0; t < t1; t += 8) {
         if (t + 8 <= t1) QT_YMM(i16_block)(pk, bstride, xq, sp, t, t + 8, RB, SB, sum32, first && t == t0, pf);
         else QT_YMM(i16_block)(pk, bstride, xq, sp, t, t1, RB, SB, sum32, first && t == t0, pf);
