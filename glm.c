@@ -1713,6 +1713,42 @@ static void select_top_keys(ScoredKey *sk, int n, int keep) {
 
 static int int_cmp(const void *a, const void *b) { return *(const int *)a - *(const int *)b; }
 
+/* The indexer's scores of nk ≤ 8 consecutive cached keys k (rows of id floats) for one query row
+   (q: [ih][id], w: [ih] head weights): out[y] = Σ_h w[h]·relu(scale·dot(q_h, k_y)) over the heads
+   in order, each dot in qt_dot_f32's order (16 lanes of multiply-then-add, then its fixed tree),
+   the keys in the 8 lanes of a vector: the block is transposed once ([id][8], missing keys 0) and
+   serves all the heads. The same operations lane by lane in every build (vector extensions, no
+   fma), so the scores, and the selection, do not depend on the build. It replaced 4 × 4 dots at
+   a time through qt_dot_f32_block (a 16-lane tree per dot): the indexer's time in a 1,024-token
+   prefill with INDEXER=always, AVX2 Zen 3, 1.58 s -> 0.64-0.70 s. */
+typedef float IdxV __attribute__((vector_size(32)));
+typedef int32_t IdxVi __attribute__((vector_size(32)));
+static void index_scores8(const float *q, const float *w, const float *k, int nk, int ih, int id, float scale, float *out) {
+    float kt_buf[8 * 256] __attribute__((aligned(32)));
+    float *kt = id <= 256 ? kt_buf : xmalloc((size_t)id * 8 * sizeof(float));
+    for (int i = 0; i < id; i++)
+        for (int y = 0; y < 8; y++) kt[i * 8 + y] = y < nk ? k[(size_t)y * id + i] : 0.0f;
+    const IdxV *KT = (const IdxV *)kt;
+    const IdxV zero = { 0 };
+    IdxV total = zero;
+    for (int h = 0; h < ih; h++) {
+        const float *qh = q + (size_t)h * id;
+        IdxV A[16];
+        for (int l = 0; l < 16; l++) A[l] = zero;
+        int i = 0;
+        for (; i + 16 <= id; i += 16)
+            for (int l = 0; l < 16; l++) A[l] += qh[i + l] * KT[i + l];
+        for (int l = 0; i < id; i++, l++) A[l] += qh[i] * KT[i];
+        for (int l = 0; l < 8; l++) A[l] += A[l + 8];
+        for (int l = 0; l < 4; l++) A[l] += A[l + 4];
+        const IdxV t = ((A[0] + A[2]) + (A[1] + A[3])) * scale;
+        const IdxV relu = (IdxV)((IdxVi)t & (t > zero));   /* t > 0 ? t : +0, as the scalar form (NaN: 0) */
+        total += w[h] * relu;
+    }
+    memcpy(out, &total, sizeof total);
+    if (kt != kt_buf) free(kt);
+}
+
 /* Indexer keys: kI of the S new positions into the cache (all rows of a forward, before any
    piece picks keys). */
 static void indexer_keys(AttentionCall *ac, const float *xn, int S, int pos0) {
@@ -1761,9 +1797,9 @@ static void indexer_select(AttentionCall *ac, const float *xn, const float *qr, 
         float *w = s->index_w + (size_t)r * ih;
         for (int h = 0; h < ih; h++) w[h] *= head_scale;
     }
-    /* score of key j for row r: Σ_h w[h]·relu(q_h·k_j·scale), heads in order. Work items of
-       INDEX_KEYS keys of one row, so decode uses every thread too; within an item, 4 heads × 4
-       keys at a time (each key row read once per 4 heads; every dot as qt_dot_f32) */
+    /* score of key j for row r: Σ_h w[h]·relu(q_h·k_j·scale), heads in order, each dot in
+       qt_dot_f32's order. Work items of INDEX_KEYS keys of one row, so decode uses every thread
+       too; within an item, 8 keys at a time in vector lanes (index_scores8) */
     enum { INDEX_KEYS = 256 };
     const int row_items = (pos0 + S + INDEX_KEYS - 1) / INDEX_KEYS;
     #pragma omp parallel for schedule(dynamic, 1)
@@ -1773,22 +1809,10 @@ static void indexer_select(AttentionCall *ac, const float *xn, const float *qr, 
         const float *q = s->index_q + (size_t)r * ih * id, *w = s->index_w + (size_t)r * ih;
         ScoredKey *sk = (ScoredKey *)(s->index_scores + (size_t)r * s->capacity * 2);
         const int j1 = ncand - j0 < INDEX_KEYS ? ncand : j0 + INDEX_KEYS;
-        for (int j = j0; j < j1; j += 4) {
-            const int nb = j1 - j < 4 ? j1 - j : 4;
-            const float *kp[4], *qp[4];
-            for (int y = 0; y < nb; y++) kp[y] = kcache + (size_t)(j + y) * id;
-            float total[4] = { 0.0f, 0.0f, 0.0f, 0.0f }, d[16];
-            for (int h0 = 0; h0 < ih; h0 += 4) {
-                const int na = ih - h0 < 4 ? ih - h0 : 4;
-                for (int x = 0; x < na; x++) qp[x] = q + (size_t)(h0 + x) * id;
-                qt_dot_f32_block(qp, na, kp, nb, id, d);
-                for (int x = 0; x < na; x++)
-                    for (int y = 0; y < nb; y++) {
-                        float t = d[x * nb + y] * score_scale;
-                        total[y] += w[h0 + x] * (t > 0.0f ? t : 0.0f);
-                    }
-            }
-            for (int y = 0; y < nb; y++) { sk[j + y].v = total[y]; sk[j + y].j = j + y; }
+        for (int j = j0; j < j1; j += 8) {
+            float total[8];
+            index_scores8(q, w, kcache + (size_t)j * id, j1 - j < 8 ? j1 - j : 8, ih, id, score_scale, total);
+            for (int y = 0; y < 8 && j + y < j1; y++) { sk[j + y].v = total[y]; sk[j + y].j = j + y; }
         }
     }
     #pragma omp parallel for schedule(dynamic, 1) if (S > 1)

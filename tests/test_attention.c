@@ -8,7 +8,7 @@
    - a row's output is bit-identical whatever shares its call: all rows in one call, one row per
      call (decode), chunks of 7 rows, on 1 and on 2 threads; with every key visible and with a
      DSA selection (per-row key lists).
-   Also silu_mul (SwiGLU's gate, on the same vector exp): within a few ulp of double precision
+   Also the DSA indexer's scores of 8 keys at a time against the scalar formula, and silu_mul (SwiGLU's gate, on the same vector exp): within a few ulp of double precision
    from -120 to 120, and a value's result does not depend on the call's length or its position;
    and ffn_swiglu, which works in pieces of FFN_ROWS rows: a row's output does not depend on them.
    glm.c is included with GLM_NO_MAIN. Deterministic: fixed seeds. */
@@ -220,7 +220,48 @@ static void test_swiglu_pieces(void) {
     free(row); free(x); free(all); free(part); free(h1); free(h2);
 }
 
+/* The DSA indexer's scores (index_scores8: 8 keys in vector lanes) equal the scalar formula
+   Σ_h w[h]·relu(scale·qt_dot_f32(q_h, k_y)) bit for bit: GLM-5.2's 32 heads × 128 dims and odd
+   dims (a remainder shorter than 16 lanes), 1..8 keys, dots of both signs, zero and NaN. */
+static void test_index_scores(void) {
+    const int dims[] = { 128, 37, 16, 5 }, heads[] = { 32, 3 };
+    int ok = 1;
+    char why[200] = "";
+    const uint64_t saved_rng = rng_state;   /* the other tests keep the inputs they always had */
+    rng_state = 0x5DEECE66Dull;
+    for (size_t di = 0; di < sizeof dims / sizeof dims[0] && ok; di++)
+        for (size_t hi = 0; hi < sizeof heads / sizeof heads[0] && ok; hi++) {
+            const int id = dims[di], ih = heads[hi];
+            float *q = malloc(sizeof(float) * ih * id), *k = malloc(sizeof(float) * 8 * id), w[32];
+            for (int i = 0; i < ih * id; i++) q[i] = rng_float();
+            for (int i = 0; i < 8 * id; i++) k[i] = rng_float();
+            for (int h = 0; h < ih; h++) w[h] = rng_float();
+            for (int i = 0; i < id; i++) k[2 * id + i] = 0.0f;             /* a zero key: every dot +0 */
+            if (id > 3) k[5 * id + 3] = NAN;                                /* a NaN key: relu gives 0 */
+            const float scale = 1.0f / sqrtf((float)id);
+            for (int nk = 1; nk <= 8 && ok; nk++) {
+                float got[8];
+                index_scores8(q, w, k, nk, ih, id, scale, got);
+                for (int y = 0; y < nk && ok; y++) {
+                    float ref = 0.0f;
+                    for (int h = 0; h < ih; h++) {
+                        const float t = qt_dot_f32(q + (size_t)h * id, k + (size_t)y * id, id) * scale;
+                        ref += w[h] * (t > 0.0f ? t : 0.0f);
+                    }
+                    if (memcmp(&ref, &got[y], sizeof ref)) {
+                        ok = 0;
+                        snprintf(why, sizeof why, "dim %d, %d heads, %d keys: key %d %.9g vs %.9g", id, ih, nk, y, got[y], ref);
+                    }
+                }
+            }
+            free(q); free(k);
+        }
+    rng_state = saved_rng;
+    CHECK("indexer scores of 8 keys in vector lanes equal the scalar formula (qt_dot_f32), bit for bit", ok, "%s", why);
+}
+
 int main(void) {
+    test_index_scores();
     test_silu();
     test_swiglu_pieces();
     test_shape("GLM-5.2 shapes, 40 keys", (Shape){ .nh = 64, .kvl = 512, .dn = 192, .dr = 64, .dv = 256, .T = 40, .K = 0 });
