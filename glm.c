@@ -1489,8 +1489,8 @@ typedef struct {
    heads (one work item: the row's visible keys are read once per group, not once per head). */
 enum { ATT_ROWS = 64 };   /* 16 -> 64: W_UK dequantized and W_UV repacked 4x less often (attnbench 1024@0 -3..7 %) */
 enum { ATT_UK_BLOCK = 16 };   /* W_UK rows per block when a call has fewer than ATT_TILE rows */
-enum { ATT_POOL_KEYS = 16 };
-enum { ATT_SCORE_DIMS = 128 };  /* keys per block of the pooling (attention_row_heads): 32 KB of latents */
+enum { ATT_POOL_KEYS = 16 };    /* keys per block of the pooling (attention_row_heads): 32 KB of latents */
+enum { ATT_SCORE_DIMS = 128 };  /* dimensions per block of the scores: 8 KB of Q with 16 heads, 16 KB with 32 */
 /* Rows of one piece of a forward's attention (attention_piece): what the query and output scratch
    holds. A multiple of ATT_ROWS, so the row chunks of a long prefill stay where they were. */
 enum { ATT_PIECE = 256 };
