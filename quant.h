@@ -2242,8 +2242,8 @@ QT_YMM_TARGET QT_INLINE void QT_YMM(gemm_tile)(const QTensor *w, const QtActs *a
    (4·rb + j)·512 bytes past lane. In C, gcc kept the int32 sums and the epilogue's pointers on
    the stack between the blocks. */
 #define QT_AVX2_I16_WIDEN(I) "vpmaddwd %[ones], %%ymm" #I ", %%ymm" #I "\n\t"
-#define QT_AVX2_I16_SAVE(I) QT_AVX2_I16_WIDEN(I) "vmovdqa %%ymm" #I ", " #I "*32+%[tmp]\n\t vpxor %%xmm" #I ", %%xmm" #I ", %%xmm" #I "\n\t"
-#define QT_AVX2_I16_ADD(I) QT_AVX2_I16_WIDEN(I) "vpaddd " #I "*32+%[tmp], %%ymm" #I ", %%ymm" #I "\n\t"
+#define QT_AVX2_I16_SAVE(I) QT_AVX2_I16_WIDEN(I) "vmovdqa %%ymm" #I ", " #I "*32(%[tmp])\n\t vpxor %%xmm" #I ", %%xmm" #I ", %%xmm" #I "\n\t"
+#define QT_AVX2_I16_ADD(I) QT_AVX2_I16_WIDEN(I) "vpaddd " #I "*32(%[tmp]), %%ymm" #I ", %%ymm" #I "\n\t"
 #define QT_AVX2_I16_P(R, WS, LANE)                                                                                      \
     "vpsubd %%ymm12, %%ymm" #R ", %%ymm" #R "\n\t vcvtdq2ps %%ymm" #R ", %%ymm" #R "\n\t"                               \
     "vmulps %%ymm13, %%ymm" #R ", %%ymm" #R "\n\t vmulps " WS ", %%ymm" #R ", %%ymm" #R "\n\t"                          \
@@ -2270,8 +2270,8 @@ QT_YMM_TARGET QT_INLINE void QT_YMM(i16_group)(const uint8_t *pw, int64_t bstrid
     static const int16_t ones[16] __attribute__((aligned(32))) = { 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1 };
     __m256i tmp[8];
 #define QT_AVX2_I16_GROUP_OPERANDS                                                                                      \
-    : [px] "+r"(px), [tmp] "=m"(tmp)                                                                                    \
-    : [pw] "r"(pw), [bs] "r"(bstride), [spb] "r"(sp * 4), [off] "r"(off), [xs] "r"(xs), [lane] "r"(lane),               \
+    : [px] "+r"(px), "=m"(tmp)                                                                                          \
+    : [pw] "r"(pw), [bs] "r"(bstride), [spb] "r"(sp * 4), [off] "r"(off), [xs] "r"(xs), [lane] "r"(lane), [tmp] "r"(tmp), \
       [ws0] "m"(*(const __m256 *)ws0), [ws1] "m"(*(const __m256 *)ws1), [ones] "m"(*(const __m256i *)ones)               \
     : "xmm0", "xmm1", "xmm2", "xmm3", "xmm4", "xmm5", "xmm6", "xmm7", "xmm8", "xmm9", "xmm10", "xmm11", "xmm12", "xmm13", \
       "xmm14", "xmm15", "memory"
