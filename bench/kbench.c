@@ -14,7 +14,9 @@
      --threading  only the thread wake-up comparison
      --mix        what other instructions cost next to vpdpbusd zmm (AVX-512 VNNI): a register-resident
                   loop of 24 of them, alone and with each addition, 1 thread, TSC cycles per iteration;
-                  then one group of the group-64 GEMM tile, with and without its epilogue
+                  then one group of the group-64 GEMM tile, with and without its epilogue. Without
+                  AVX-512 VNNI, the same next to vpmaddubsw ymm for the AVX2 int4 GEMM: its vpaddw,
+                  broadcasts and loads, then the tile's 8-step block
      --gemm       batches: the peak of the int8 multiply-add instruction the kernel is built on
                   (the best one, or --kernel's; register-resident), then GOP/s of the engine's
                   expert FFN (ffn_swiglu) and
@@ -491,8 +493,102 @@ KB_GMIX(gmix_spec, KB_E_SPEC)
 KB_GMIX(gmix_nomul, KB_E_NOMUL)
 KB_GMIX(gmix_fma, KB_E_FMA)
 
+/* The AVX2 int4 GEMM's instruction mix: vpmaddubsw cannot accumulate, so each of its int16 results
+   costs a vpaddw on the vector pipes as well (the tile sums up to 8 steps in int16: QT_YMM(i16_block)
+   in quant.h), and each step broadcasts its activations and loads its weights. 12 independent
+   vpmaddubsw ymm per iteration, register-resident, alone and with the kernel's additions in its
+   proportions (per 16 vpmaddubsw: 16 vpaddw, 8 vpbroadcastd, 4 loads); then the tile's own 8-step
+   block (quant.h's QT_AVX2_I16_PAIR, 64 vpmaddubsw) and a whole group-64 group with its epilogue, on
+   L1-resident data. */
+#define KB_M(i) "vpmaddubsw %%ymm12, %%ymm13, %%ymm" #i "\n"
+#define KB_MIX2(name, extra)                                                                                  \
+    __attribute__((target("avx2"))) static void name(long it, const int *mem) {                              \
+        __asm__ volatile("vpcmpeqd %%ymm12, %%ymm12, %%ymm12\n vpabsb %%ymm12, %%ymm13\n"                     \
+                         "1:\n" KB_TWELVE(KB_M) extra "dec %0\n jnz 1b\n" : "+r"(it) : "r"(mem) : KB_CLOBBER, "xmm14", "xmm15", "memory", "cc"); \
+    }
+#define KB_ADDS2 "vpaddw %%ymm12, %%ymm13, %%ymm14\n vpaddw %%ymm13, %%ymm12, %%ymm15\n"
+#define KB_ADDS12 KB_ADDS2 KB_ADDS2 KB_ADDS2 KB_ADDS2 KB_ADDS2 KB_ADDS2
+#define KB_BCASTS6 "vpbroadcastd (%1), %%ymm14\n vpbroadcastd 4(%1), %%ymm15\n vpbroadcastd 8(%1), %%ymm14\n" \
+                   "vpbroadcastd 12(%1), %%ymm15\n vpbroadcastd 16(%1), %%ymm14\n vpbroadcastd 20(%1), %%ymm15\n"
+#define KB_LOADS3 "vmovdqa (%1), %%ymm14\n vmovdqa 32(%1), %%ymm15\n vmovdqa 64(%1), %%ymm14\n"
+KB_MIX2(mix2_none, "")
+KB_MIX2(mix2_add, KB_ADDS12)
+KB_MIX2(mix2_bcast, KB_BCASTS6)
+KB_MIX2(mix2_load, KB_LOADS3)
+KB_MIX2(mix2_all, KB_ADDS12 KB_BCASTS6 KB_LOADS3)
+/* the int4 tile's 8-step block: weights w (2 row blocks x 8 steps x 32 bytes, bs apart), 4 activation
+   rows of 8 steps (sp = 4 rows apart) */
+__attribute__((target("avx2"))) static void mix2_block(long it, const int *mem, const uint8_t *w) {
+    const int64_t bs = 512, spb = 16;
+    for (long i = 0; i < it; i++) {
+        const int32_t *px = mem;
+        __asm__ volatile(QT_AVX2_I16_PAIR(0, QT_AVX2_ACC_YMM) QT_AVX2_I16_PAIR(1, QT_AVX2_ACC_YMM) QT_AVX2_I16_PAIR(2, QT_AVX2_ACC_YMM)
+                         QT_AVX2_I16_PAIR(3, QT_AVX2_ACC_YMM)
+                         : [px] "+r"(px) : [pw] "r"(w), [bs] "r"(bs), [spb] "r"(spb)
+                         : KB_CLOBBER, "xmm14", "xmm15", "memory");
+    }
+}
+
+/* a whole group of the group-64 tile: the two 8-step blocks, their widening and the spec's epilogue
+   into 8 lanes (quant.h's QT_AVX2_I16_GROUP) */
+__attribute__((target("avx2"))) static void mix2_group(long it, const int *mem, const uint8_t *w) {
+    static _Alignas(32) float lane[8 * 128], ws[16];
+    static _Alignas(32) const int16_t ones[16] = { 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1 };
+    __m256i tmp[8];
+    const int64_t bs = 1024, spb = 16;
+    for (long i = 0; i < it; i++) {
+        const int32_t *px = mem;
+        __asm__ volatile(QT_AVX2_I16_GROUP(QT_AVX2_LANE_OLD)
+                         : [px] "+r"(px), "=m"(tmp)
+                         : [pw] "r"(w), [bs] "r"(bs), [spb] "r"(spb), [off] "r"(mem), [xs] "r"((const float *)mem + 8),
+                           [lane] "r"(lane), [tmp] "r"(tmp), [ws0] "m"(*(const __m256 *)ws), [ws1] "m"(*(const __m256 *)(ws + 8)),
+                           [ones] "m"(*(const __m256i *)ones)
+                         : KB_CLOBBER, "xmm14", "xmm15", "memory");
+    }
+}
+
+/* TSC cycles per call of fn(it, mem, w), the best of REPS */
+static double kb_best_cycles(void (*fn)(long, const int *, const uint8_t *), long it, const int *mem, const uint8_t *w) {
+    double best = 1e30;
+    for (int rep = 0; rep < REPS; rep++) {
+        const uint64_t t0 = __rdtsc();
+        fn(it, mem, w);
+        const double t = (double)(__rdtsc() - t0) / it;
+        if (t < best) best = t;
+    }
+    return best;
+}
+#define KB_MIX2_CALL(name) static void name##_w(long it, const int *mem, const uint8_t *w) { (void)w; name(it, mem); }
+KB_MIX2_CALL(mix2_none) KB_MIX2_CALL(mix2_add) KB_MIX2_CALL(mix2_bcast) KB_MIX2_CALL(mix2_load) KB_MIX2_CALL(mix2_all)
+
+/* The AVX2 table: cycles per iteration, and each line's vpmaddubsw rate as a share of the rate alone
+   (the --gemm peak): the ceiling of a kernel built from that mix. */
+static void bench_mix_avx2(void) {
+    static _Alignas(64) int mem[64];
+    static _Alignas(64) uint8_t w[2048];
+    for (int i = 0; i < 2048; i++) w[i] = (uint8_t)(i * 7 & 15);
+    for (int i = 0; i < 64; i++) mem[i] = i * 0x01020304;
+    const struct { void (*fn)(long, const int *, const uint8_t *); const char *name; int mb; long it; } mixes[] = {
+        { mix2_none_w, "12 vpmaddubsw ymm", 12, 2000000 }, { mix2_add_w, "+ 12 vpaddw", 12, 2000000 },
+        { mix2_bcast_w, "+ 6 vpbroadcastd (memory)", 12, 2000000 }, { mix2_load_w, "+ 3 ymm loads", 12, 2000000 },
+        { mix2_all_w, "+ all three (the int4 tile's mix)", 12, 2000000 }, { mix2_block, "the int4 tile's 8-step block", 64, 400000 },
+        { mix2_group, "a group-64 group with its epilogue", 128, 200000 } };
+    double base = 0;
+    printf("instruction mix next to vpmaddubsw ymm, 1 thread, TSC cycles per iteration (best of %d);\n"
+           "last column: vpmaddubsw per cycle as a share of the rate alone\n", REPS);
+    for (size_t m = 0; m < sizeof mixes / sizeof mixes[0]; m++) {
+        const double c = kb_best_cycles(mixes[m].fn, mixes[m].it, mem, w) / mixes[m].mb;   /* per vpmaddubsw */
+        if (m == 0) base = c;
+        printf("  %-36s %6.2f  (%.2f)\n", mixes[m].name, c * mixes[m].mb, base / c);
+    }
+}
+
 static void bench_mix(void) {
-    if (!qt_kernel_supported(QT_KERNEL_VNNI)) { printf("kbench: --mix needs AVX-512 VNNI\n"); return; }
+    if (!qt_kernel_supported(QT_KERNEL_VNNI)) {
+        if (!qt_kernel_supported(QT_KERNEL_AVX2)) { printf("kbench: --mix needs AVX2\n"); return; }
+        bench_mix_avx2();
+        return;
+    }
     static _Alignas(64) int mem[64];   /* the stores write mem[16..47] */
     const struct { void (*fn)(long, const int *); const char *name; } mixes[] = {
         { mix_none, "24 vpdpbusd zmm" }, { mix_bcast, "+ 12 vpbroadcastd (memory)" }, { mix_mask, "+ 6 vpandd/vpsrlw" },
