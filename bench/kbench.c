@@ -16,7 +16,8 @@
                   loop of 24 of them, alone and with each addition, 1 thread, TSC cycles per iteration;
                   then one group of the group-64 GEMM tile, with and without its epilogue. Without
                   AVX-512 VNNI, the same next to vpmaddubsw ymm for the AVX2 int4 GEMM: its vpaddw,
-                  broadcasts and loads, then the tile's 8-step block
+                  broadcasts and loads, then the tile's 8-step block and a whole group-64 group
+                  with its epilogue
      --gemm       batches: the peak of the int8 multiply-add instruction the kernel is built on
                   (the best one, or --kernel's; register-resident), then GOP/s of the engine's
                   expert FFN (ffn_swiglu) and
