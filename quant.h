@@ -2218,19 +2218,27 @@ QT_YMM_TARGET QT_INLINE void QT_YMM(gemm_tile)(const QTensor *w, const QtActs *a
    and this one at 0.51-0.55.
    Per step pair: the two steps' weight vectors of both row blocks (ymm8-11), then per activation
    row j its two broadcast steps (ymm12, 13), the two products of each row block summed (ymm14,
-   15, or the x registers once free) and added to the accumulators acc[rb][j] = a{4rb + j}. */
-#define QT_AVX2_I16_ROW(J, A0, A1)                                                                                      \
+   15, or the x registers once free) and added to the accumulators acc[rb][j] = a{4rb + j}; in a
+   block's first pair, the sum is the accumulator's start (no zeroing, one vpaddw fewer in 16: the
+   vector pipes' issue slots are what bound this block). */
+#define QT_AVX2_I16_ADD_TO(X, Y, A) "vpaddw %%ymm" #X ", %%ymm" #Y ", %%ymm" #Y "\n\t vpaddw %%ymm" #Y ", " A ", " A "\n\t"
+#define QT_AVX2_I16_START(X, Y, A) "vpaddw %%ymm" #X ", %%ymm" #Y ", " A "\n\t"
+#define QT_AVX2_I16_ROW(J, A0, A1, SUM)                                                                                 \
     "vpbroadcastd " #J "*4(%[px]), %%ymm12\n\t vpbroadcastd " #J "*4(%[px],%[spb]), %%ymm13\n\t"                      \
-    "vpmaddubsw %%ymm12, %%ymm8, %%ymm14\n\t vpmaddubsw %%ymm13, %%ymm10, %%ymm15\n\t"                                  \
-    "vpaddw %%ymm15, %%ymm14, %%ymm14\n\t vpaddw %%ymm14, " A0 ", " A0 "\n\t"                                          \
-    "vpmaddubsw %%ymm12, %%ymm9, %%ymm12\n\t vpmaddubsw %%ymm13, %%ymm11, %%ymm13\n\t"                                  \
-    "vpaddw %%ymm13, %%ymm12, %%ymm12\n\t vpaddw %%ymm12, " A1 ", " A1 "\n\t"
-/* ACC(i) names accumulator i: an operand of the asm statement or a fixed register */
-#define QT_AVX2_I16_PAIR(P, ACC)                                                                                        \
+    "vpmaddubsw %%ymm12, %%ymm8, %%ymm14\n\t vpmaddubsw %%ymm13, %%ymm10, %%ymm15\n\t" SUM(15, 14, A0)               \
+    "vpmaddubsw %%ymm12, %%ymm9, %%ymm12\n\t vpmaddubsw %%ymm13, %%ymm11, %%ymm13\n\t" SUM(13, 12, A1)
+/* ACC(i) names accumulator i: an operand of the asm statement or a fixed register; SUM is
+   QT_AVX2_I16_START for a block's first pair, else QT_AVX2_I16_ADD_TO */
+#define QT_AVX2_I16_PAIR_SUM(P, ACC, SUM)                                                                               \
     "vmovdqa " #P "*64(%[pw]), %%ymm8\n\t vmovdqa " #P "*64(%[pw],%[bs]), %%ymm9\n\t"                                  \
     "vmovdqa " #P "*64+32(%[pw]), %%ymm10\n\t vmovdqa " #P "*64+32(%[pw],%[bs]), %%ymm11\n\t"                           \
-    QT_AVX2_I16_ROW(0, ACC(0), ACC(4)) QT_AVX2_I16_ROW(1, ACC(1), ACC(5)) QT_AVX2_I16_ROW(2, ACC(2), ACC(6))             \
-    QT_AVX2_I16_ROW(3, ACC(3), ACC(7)) "lea (%[px],%[spb],2), %[px]\n\t"
+    QT_AVX2_I16_ROW(0, ACC(0), ACC(4), SUM) QT_AVX2_I16_ROW(1, ACC(1), ACC(5), SUM) QT_AVX2_I16_ROW(2, ACC(2), ACC(6), SUM) \
+    QT_AVX2_I16_ROW(3, ACC(3), ACC(7), SUM) "lea (%[px],%[spb],2), %[px]\n\t"
+#define QT_AVX2_I16_PAIR(P, ACC) QT_AVX2_I16_PAIR_SUM(P, ACC, QT_AVX2_I16_ADD_TO)
+#define QT_AVX2_I16_FIRST_PAIR(P, ACC) QT_AVX2_I16_PAIR_SUM(P, ACC, QT_AVX2_I16_START)
+/* the 4 pairs of an 8-step block starting at pair P0 */
+#define QT_AVX2_I16_BLOCK(P0, P1, P2, P3, ACC)                                                                          \
+    QT_AVX2_I16_FIRST_PAIR(P0, ACC) QT_AVX2_I16_PAIR(P1, ACC) QT_AVX2_I16_PAIR(P2, ACC) QT_AVX2_I16_PAIR(P3, ACC)
 #define QT_AVX2_ACC_OPERAND(i) "%[a" #i "]"
 #define QT_AVX2_ACC_YMM(i) "%%ymm" #i
 
@@ -2242,7 +2250,7 @@ QT_YMM_TARGET QT_INLINE void QT_YMM(gemm_tile)(const QTensor *w, const QtActs *a
    (4·rb + j)·512 bytes past lane. In C, gcc kept the int32 sums and the epilogue's pointers on
    the stack between the blocks. */
 #define QT_AVX2_I16_WIDEN(I) "vpmaddwd %[ones], %%ymm" #I ", %%ymm" #I "\n\t"
-#define QT_AVX2_I16_SAVE(I) QT_AVX2_I16_WIDEN(I) "vmovdqa %%ymm" #I ", " #I "*32(%[tmp])\n\t vpxor %%xmm" #I ", %%xmm" #I ", %%xmm" #I "\n\t"
+#define QT_AVX2_I16_SAVE(I) QT_AVX2_I16_WIDEN(I) "vmovdqa %%ymm" #I ", " #I "*32(%[tmp])\n\t"
 #define QT_AVX2_I16_ADD(I) QT_AVX2_I16_WIDEN(I) "vpaddd " #I "*32(%[tmp]), %%ymm" #I ", %%ymm" #I "\n\t"
 #define QT_AVX2_I16_P(R, WS, LANE)                                                                                      \
     "vpsubd %%ymm12, %%ymm" #R ", %%ymm" #R "\n\t vcvtdq2ps %%ymm" #R ", %%ymm" #R "\n\t"                               \
@@ -2255,13 +2263,8 @@ QT_YMM_TARGET QT_INLINE void QT_YMM(gemm_tile)(const QTensor *w, const QtActs *a
 #define QT_AVX2_LANE_ZERO(R) "%%ymm15"
 #define QT_AVX2_I16_EIGHT(OP) OP(0) OP(1) OP(2) OP(3) OP(4) OP(5) OP(6) OP(7)
 #define QT_AVX2_I16_GROUP(LANE)                                                                                         \
-    "vpxor %%xmm0, %%xmm0, %%xmm0\n\t vpxor %%xmm1, %%xmm1, %%xmm1\n\t vpxor %%xmm2, %%xmm2, %%xmm2\n\t"              \
-    "vpxor %%xmm3, %%xmm3, %%xmm3\n\t vpxor %%xmm4, %%xmm4, %%xmm4\n\t vpxor %%xmm5, %%xmm5, %%xmm5\n\t"              \
-    "vpxor %%xmm6, %%xmm6, %%xmm6\n\t vpxor %%xmm7, %%xmm7, %%xmm7\n\t"                                                 \
-    QT_AVX2_I16_PAIR(0, QT_AVX2_ACC_YMM) QT_AVX2_I16_PAIR(1, QT_AVX2_ACC_YMM) QT_AVX2_I16_PAIR(2, QT_AVX2_ACC_YMM)       \
-    QT_AVX2_I16_PAIR(3, QT_AVX2_ACC_YMM) QT_AVX2_I16_EIGHT(QT_AVX2_I16_SAVE)                                            \
-    QT_AVX2_I16_PAIR(4, QT_AVX2_ACC_YMM) QT_AVX2_I16_PAIR(5, QT_AVX2_ACC_YMM) QT_AVX2_I16_PAIR(6, QT_AVX2_ACC_YMM)       \
-    QT_AVX2_I16_PAIR(7, QT_AVX2_ACC_YMM) QT_AVX2_I16_EIGHT(QT_AVX2_I16_ADD)                                             \
+    QT_AVX2_I16_BLOCK(0, 1, 2, 3, QT_AVX2_ACC_YMM) QT_AVX2_I16_EIGHT(QT_AVX2_I16_SAVE)                                  \
+    QT_AVX2_I16_BLOCK(4, 5, 6, 7, QT_AVX2_ACC_YMM) QT_AVX2_I16_EIGHT(QT_AVX2_I16_ADD)                                   \
     "vxorps %%xmm15, %%xmm15, %%xmm15\n\t"                                                                               \
     QT_AVX2_I16_ROWP(0, 4, LANE) QT_AVX2_I16_ROWP(1, 5, LANE) QT_AVX2_I16_ROWP(2, 6, LANE) QT_AVX2_I16_ROWP(3, 7, LANE)
 
@@ -2285,13 +2288,12 @@ QT_YMM_TARGET QT_INLINE void QT_YMM(i16_block)(const uint8_t *pk, int64_t bstrid
     __m256i acc[QT_YMM_RB][QT_YMM_SB16];
     if (RB == 2 && SB == 4 && t1 - t0 == 8) {
         QT_UNROLL for (int k = 0; k < 4; k++) qt_prefetch_step(pf);
-        __m256i a0 = _mm256_setzero_si256(), a1 = a0, a2 = a0, a3 = a0, a4 = a0, a5 = a0, a6 = a0, a7 = a0;
+        __m256i a0, a1, a2, a3, a4, a5, a6, a7;   /* set by the block's first pair */
         const uint8_t *pw = pk + 32 * t0;
         const int32_t *px = xt + t0 * sp;
-        __asm__(QT_AVX2_I16_PAIR(0, QT_AVX2_ACC_OPERAND) QT_AVX2_I16_PAIR(1, QT_AVX2_ACC_OPERAND) QT_AVX2_I16_PAIR(2, QT_AVX2_ACC_OPERAND)
-                QT_AVX2_I16_PAIR(3, QT_AVX2_ACC_OPERAND)
-                : [a0] "+x"(a0), [a1] "+x"(a1), [a2] "+x"(a2), [a3] "+x"(a3), [a4] "+x"(a4), [a5] "+x"(a5), [a6] "+x"(a6),
-                  [a7] "+x"(a7), [px] "+r"(px)
+        __asm__(QT_AVX2_I16_BLOCK(0, 1, 2, 3, QT_AVX2_ACC_OPERAND)
+                : [a0] "=&x"(a0), [a1] "=&x"(a1), [a2] "=&x"(a2), [a3] "=&x"(a3), [a4] "=&x"(a4), [a5] "=&x"(a5), [a6] "=&x"(a6),
+                  [a7] "=&x"(a7), [px] "+r"(px)
                 : [pw] "r"(pw), [bs] "r"(bstride), [spb] "r"(sp * 4)
                 : "xmm8", "xmm9", "xmm10", "xmm11", "xmm12", "xmm13", "xmm14", "xmm15", "memory");
         acc[0][0] = a0; acc[0][1] = a1; acc[0][2] = a2; acc[0][3] = a3;

@@ -499,7 +499,7 @@ KB_GMIX(gmix_fma, KB_E_FMA)
    in quant.h), and each step broadcasts its activations and loads its weights. 12 independent
    vpmaddubsw ymm per iteration, register-resident, alone and with the kernel's additions in its
    proportions (per 16 vpmaddubsw: 16 vpaddw, 8 vpbroadcastd, 4 loads); then the tile's own 8-step
-   block (quant.h's QT_AVX2_I16_PAIR, 64 vpmaddubsw) and a whole group-64 group with its epilogue, on
+   block (quant.h's QT_AVX2_I16_BLOCK, 64 vpmaddubsw) and a whole group-64 group with its epilogue, on
    L1-resident data. */
 #define KB_M(i) "vpmaddubsw %%ymm12, %%ymm13, %%ymm" #i "\n"
 #define KB_MIX2(name, extra)                                                                                  \
@@ -523,8 +523,7 @@ __attribute__((target("avx2"))) static void mix2_block(long it, const int *mem, 
     const int64_t bs = 512, spb = 16;
     for (long i = 0; i < it; i++) {
         const int32_t *px = mem;
-        __asm__ volatile(QT_AVX2_I16_PAIR(0, QT_AVX2_ACC_YMM) QT_AVX2_I16_PAIR(1, QT_AVX2_ACC_YMM) QT_AVX2_I16_PAIR(2, QT_AVX2_ACC_YMM)
-                         QT_AVX2_I16_PAIR(3, QT_AVX2_ACC_YMM)
+        __asm__ volatile(QT_AVX2_I16_BLOCK(0, 1, 2, 3, QT_AVX2_ACC_YMM)
                          : [px] "+r"(px) : [pw] "r"(w), [bs] "r"(bs), [spb] "r"(spb)
                          : KB_CLOBBER, "xmm14", "xmm15", "memory");
     }
