@@ -503,7 +503,8 @@ KB_GMIX(gmix_fma, KB_E_FMA)
    L1-resident data. */
 #define KB_M(i) "vpmaddubsw %%ymm12, %%ymm13, %%ymm" #i "\n"
 #define KB_MIX2(name, extra)                                                                                  \
-    __attribute__((target("avx2"))) static void name(long it, const int *mem) {                              \
+    __attribute__((target("avx2"))) static void name(long it, const int *mem, const uint8_t *w) {             \
+        (void)w;                                                                                              \
         __asm__ volatile("vpcmpeqd %%ymm12, %%ymm12, %%ymm12\n vpabsb %%ymm12, %%ymm13\n"                     \
                          "1:\n" KB_TWELVE(KB_M) extra "dec %0\n jnz 1b\n" : "+r"(it) : "r"(mem) : KB_CLOBBER, "xmm14", "xmm15", "memory", "cc"); \
     }
@@ -558,8 +559,6 @@ static double kb_best_cycles(void (*fn)(long, const int *, const uint8_t *), lon
     }
     return best;
 }
-#define KB_MIX2_CALL(name) static void name##_w(long it, const int *mem, const uint8_t *w) { (void)w; name(it, mem); }
-KB_MIX2_CALL(mix2_none) KB_MIX2_CALL(mix2_add) KB_MIX2_CALL(mix2_bcast) KB_MIX2_CALL(mix2_load) KB_MIX2_CALL(mix2_all)
 
 /* The AVX2 table: cycles per iteration, and each line's vpmaddubsw rate as a share of the rate alone
    (the --gemm peak): the ceiling of a kernel built from that mix. */
@@ -569,9 +568,9 @@ static void bench_mix_avx2(void) {
     for (int i = 0; i < 2048; i++) w[i] = (uint8_t)(i * 7 & 15);
     for (int i = 0; i < 64; i++) mem[i] = i * 0x01020304;
     const struct { void (*fn)(long, const int *, const uint8_t *); const char *name; int mb; long it; } mixes[] = {
-        { mix2_none_w, "12 vpmaddubsw ymm", 12, 2000000 }, { mix2_add_w, "+ 12 vpaddw", 12, 2000000 },
-        { mix2_bcast_w, "+ 6 vpbroadcastd (memory)", 12, 2000000 }, { mix2_load_w, "+ 3 ymm loads", 12, 2000000 },
-        { mix2_all_w, "+ all three (the int4 tile's mix)", 12, 2000000 }, { mix2_block, "the int4 tile's 8-step block", 64, 400000 },
+        { mix2_none, "12 vpmaddubsw ymm", 12, 2000000 }, { mix2_add, "+ 12 vpaddw", 12, 2000000 },
+        { mix2_bcast, "+ 6 vpbroadcastd (memory)", 12, 2000000 }, { mix2_load, "+ 3 ymm loads", 12, 2000000 },
+        { mix2_all, "+ all three (the int4 tile's mix)", 12, 2000000 }, { mix2_block, "the int4 tile's 8-step block", 64, 400000 },
         { mix2_group, "a group-64 group with its epilogue", 128, 200000 } };
     double base = 0;
     printf("instruction mix next to vpmaddubsw ymm, 1 thread, TSC cycles per iteration (best of %d);\n"
