@@ -2610,8 +2610,10 @@ static int64_t tensor_probe_page_cache(const ExpertStore *store, const StTensor 
     const uint8_t *map = store->maps[t->file];
     if (!map || t->offset + t->nbytes > store->map_len[t->file]) return -1;
     const uint64_t page = page_bytes(), first = t->offset / page * page, last = (t->offset + t->nbytes - 1) / page * page;
+    /* (stride may be PAGE_CACHE_GUESS: stride × page would overflow where pages are 64 KiB) */
+    const uint64_t step = stride >= (last - first) / page ? last - first : stride * page;
     int64_t missing = 0;
-    for (uint64_t a = first;; a = a + stride * page < last ? a + stride * page : last) {
+    for (uint64_t a = first;; a = a + step < last ? a + step : last) {
         unsigned char in;
         if (mincore((void *)(map + a), page, &in)) return -1;
         ++*probed;
