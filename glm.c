@@ -4702,15 +4702,19 @@ static void embed_rows(const Model *m, const int *tokens, int S, float *x) {
    on a big model, so when *interrupt (may be NULL) becomes non-zero it stops between layers and
    returns -1 with nothing written: the K/V rows it wrote are past the caller's position and are
    simply overwritten later. Returns 0 when done. */
-/* How far ahead the kernels prefetch weights, by the rows of a forward (a hint: results never
-   depend on it). A forward of a few rows (a decode step, a verify pass of up to DRAFT + 1 rows)
-   streams the hit experts' weights while the missed ones are read from the disk, and the device's
-   transfers into memory compete with that stream: on the AVX2 Zen 3 VM, 7 alternating rounds of a
-   cold decode (REPLAY, 64 tokens) read the same 3.9 GB in 1.39-1.68 s with 1,024 bytes against
-   1.32-2.13 s with 4,096 (round 1, which prefetched 1,024: 1.39-1.57), 10.2 against 9.7 tok/s
-   (medians). A prefill's batched kernels keep QT_PREFETCH_DEFAULT, which they were tuned with. */
-enum { FEW_ROWS = 16 + 1, FEW_ROWS_PREFETCH = 1024 };   /* DRAFT at most 16, plus the verified token */
-static void prefetch_for_rows(int S) { qt_set_prefetch(S <= FEW_ROWS ? FEW_ROWS_PREFETCH : QT_PREFETCH_DEFAULT); }
+/* How far ahead the kernels prefetch weights, by the rows of a forward and the kernel (a hint:
+   results never depend on it). A forward of a few rows (a decode step, a verify pass of up to
+   DRAFT + 1 rows) streams the hit experts' weights while the missed ones are read from the disk.
+   With the AVX2 kernels on the AVX2-only Zen 3 VM, the device's transfers into memory lost to
+   that stream at 4,096 bytes: 7 alternating rounds of a cold decode (REPLAY, 64 tokens) read the
+   same 3.9 GB in 1.39-1.68 s with 1,024 bytes against 1.32-2.13 s with 4,096 (round 1, which
+   prefetched 1,024: 1.39-1.57), 10.2 against 9.7 tok/s (medians). On the Zen 5 VM the VNNI and
+   AVX-VNNI kernels streamed 10-20 % faster at 4,096 and decode gained 1.08x from it (session 15,
+   bench/README.md), so they keep it; so do a prefill's batched kernels, which were tuned with it. */
+enum { FEW_ROWS = 16 + 1, FEW_ROWS_PREFETCH_AVX2 = 1024 };   /* DRAFT at most 16, plus the verified token */
+static void prefetch_for_rows(int S) {
+    qt_set_prefetch(S <= FEW_ROWS && qt_get_kernel() == QT_KERNEL_AVX2 ? FEW_ROWS_PREFETCH_AVX2 : QT_PREFETCH_DEFAULT);
+}
 
 static int model_forward(Model *m, Session *s, const ForwardOptions *opt, const int *tokens, int S, int pos0,
                          float *hidden_out, float *logits, int last_only, const volatile sig_atomic_t *interrupt) {
