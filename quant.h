@@ -143,7 +143,8 @@ int qt_kernel_supported(QtKernel k);
 int qt_set_kernel(QtKernel k);
 QtKernel qt_get_kernel(void);
 /* Bytes the integer kernels prefetch (into L2) ahead of what they read (default
-   QT_PREFETCH_DEFAULT). For benchmarks; results never depend on it. */
+   QT_PREFETCH_DEFAULT; glm.c shortens it for decode steps on AVX2, benchmarks scan it). Process-
+   wide, set between matmuls; results never depend on it. */
 #define QT_PREFETCH_DEFAULT 4096
 void qt_set_prefetch(int bytes);
 /* Threads for qt_matmul (0 = omp_get_max_threads(), i.e. OMP_NUM_THREADS). */
