@@ -4696,12 +4696,6 @@ static void embed_rows(const Model *m, const int *tokens, int S, float *x) {
     }
 }
 
-/* The main model over S tokens at positions pos0..pos0+S-1 (S ≤ max_batch). Writes the
-   final-normed hidden states [S][hidden] (the MTP input) and, if logits != NULL, the logits
-   [S][vocab] (only of the last row when last_only). A chunk of a long prefill takes many seconds
-   on a big model, so when *interrupt (may be NULL) becomes non-zero it stops between layers and
-   returns -1 with nothing written: the K/V rows it wrote are past the caller's position and are
-   simply overwritten later. Returns 0 when done. */
 /* How far ahead the kernels prefetch weights, by the rows of a forward and the kernel (a hint:
    results never depend on it). A forward of a few rows (a decode step, a verify pass of up to
    DRAFT + 1 rows) streams the hit experts' weights while the missed ones are read from the disk.
@@ -4716,6 +4710,12 @@ static void prefetch_for_rows(int S) {
     qt_set_prefetch(S <= FEW_ROWS && qt_get_kernel() == QT_KERNEL_AVX2 ? FEW_ROWS_PREFETCH_AVX2 : QT_PREFETCH_DEFAULT);
 }
 
+/* The main model over S tokens at positions pos0..pos0+S-1 (S ≤ max_batch). Writes the
+   final-normed hidden states [S][hidden] (the MTP input) and, if logits != NULL, the logits
+   [S][vocab] (only of the last row when last_only). A chunk of a long prefill takes many seconds
+   on a big model, so when *interrupt (may be NULL) becomes non-zero it stops between layers and
+   returns -1 with nothing written: the K/V rows it wrote are past the caller's position and are
+   simply overwritten later. Returns 0 when done. */
 static int model_forward(Model *m, Session *s, const ForwardOptions *opt, const int *tokens, int S, int pos0,
                          float *hidden_out, float *logits, int last_only, const volatile sig_atomic_t *interrupt) {
     const Config *c = &m->c;
