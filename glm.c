@@ -2602,11 +2602,9 @@ static int expert_view_mapped(ExpertStore *store, const ExpertSource *src, Exper
 }
 
 /* INPLACE: mincore on one page in every `stride` of `t` and on its last page (mincore of every
-   page cost ~0.4 ms per 21 MB expert here, about a third of mapping it). Adds the pages probed to
-   *probed and returns how many of them the page cache lacks, stopping once *missing would pass
-   max_missing; -1: t is not mapped. */
-static int64_t tensor_probe_page_cache(const ExpertStore *store, const StTensor *t, uint64_t stride, int64_t max_missing,
-                                       int64_t *probed) {
+   page cost ~0.4 ms per 21 MB expert here, about a third of mapping it). Returns how many of them
+   the page cache lacks, stopping once that passes max_missing; -1: t is not mapped. */
+static int64_t tensor_probe_page_cache(const ExpertStore *store, const StTensor *t, uint64_t stride, int64_t max_missing) {
     const uint8_t *map = store->maps[t->file];
     if (!map || t->offset + t->nbytes > store->map_len[t->file]) return -1;
     const uint64_t page = page_bytes(), first = t->offset / page * page, last = (t->offset + t->nbytes - 1) / page * page;
@@ -2616,7 +2614,6 @@ static int64_t tensor_probe_page_cache(const ExpertStore *store, const StTensor 
     for (uint64_t a = first;; a = a + step < last ? a + step : last) {
         unsigned char in;
         if (mincore((void *)(map + a), page, &in)) return -1;
-        ++*probed;
         if (!(in & 1) && ++missing > max_missing) return missing;
         if (a == last) return missing;
     }
@@ -2632,9 +2629,9 @@ static int64_t tensor_probe_count(const StTensor *t, uint64_t stride) {
    once they pass max_missing; -1: a tensor is not mapped (or INPLACE is off). */
 static int64_t expert_probe_page_cache(const ExpertStore *store, const ExpertSource *src, uint64_t stride, int64_t max_missing) {
     if (!store->in_place) return -1;
-    int64_t missing = 0, probed = 0;
+    int64_t missing = 0;
     for (int k = 0; k < 6 && missing <= max_missing; k++) {
-        const int64_t m = tensor_probe_page_cache(store, k < 3 ? src->data[k] : src->scales[k - 3], stride, max_missing - missing, &probed);
+        const int64_t m = tensor_probe_page_cache(store, k < 3 ? src->data[k] : src->scales[k - 3], stride, max_missing - missing);
         if (m < 0) return -1;
         missing += m;
     }
@@ -2683,10 +2680,10 @@ enum { IN_PLACE_MISSING_SHARE = 8 };
    the full count, 1.30 s with the probe first). */
 static int expert_use_in_place(const ExpertStore *store, const ExpertSource *src, double *missing_bytes) {
     *missing_bytes = 0;
-    if (!store->in_place) return 0;
+    const uint64_t stride = 16;
     int64_t probes = 0;
-    for (int k = 0; k < 3; k++) probes += tensor_probe_count(src->data[k], 16) + tensor_probe_count(src->scales[k], 16);
-    const int64_t sampled_missing = expert_probe_page_cache(store, src, 16, probes / IN_PLACE_MISSING_SHARE);
+    for (int k = 0; k < 3; k++) probes += tensor_probe_count(src->data[k], stride) + tensor_probe_count(src->scales[k], stride);
+    const int64_t sampled_missing = expert_probe_page_cache(store, src, stride, probes / IN_PLACE_MISSING_SHARE);
     if (sampled_missing < 0 || sampled_missing > probes / IN_PLACE_MISSING_SHARE) return 0;
     if (sampled_missing == 0) return 1;
     int64_t pages = 0, missing = 0;
