@@ -3685,9 +3685,67 @@ static void moe_windows(const Config *c, int layer, ExpertStore *store, Session 
     }
 }
 
+/* Union expert u's output rows y, weighted, into their rows of out. */
+static void moe_add_expert(const Session *s, int u, const float *y, int H, float *out) {
+    for (int i = s->moe_first[u]; i < s->moe_first[u + 1]; i++) {
+        float *o = out + (size_t)s->moe_rows[i] * H;
+        const float wgt = s->moe_weights[i];
+        for (int d = 0; d < H; d++) o[d] += wgt * y[(size_t)(i - s->moe_first[u]) * H + d];
+    }
+}
+
+/* Whether `expert` of `layer` is in RAM now (a hint: expert_acquire looks again, under the lock). */
+static int expert_in_ram(ExpertStore *store, int layer, int expert) {
+    const LayerCache *lc = &store->caches[layer];
+    const int slot = lc->cache.expert_slot[expert];
+    return slot >= 0 && __atomic_load_n(&lc->slots[slot].ready, __ATOMIC_ACQUIRE);
+}
+
+/* Decode (and one thread): one expert at a time, its matmuls on every thread, the loads of the
+   missing ones running meanwhile. The experts in RAM go first, then the shared expert, then the
+   others as their reads end (the first one queued first). In ascending order, a step whose first
+   expert missed waited for that read with the hits and the shared expert still to do. The outputs
+   wait in expert_y and are added in ascending expert order, then the shared expert's, as in
+   moe_windows: the order of the work changes nothing in the result. Where the S·(k + 1) rows do
+   not fit expert_y (one thread, long prompts), ascending, each expert added as it ends. Returns
+   the shared expert's output rows when it computed them, else NULL. */
+static const float *moe_one_by_one(const Config *c, const Layer *L, int layer, ExpertStore *store, Session *s, const float *m, int S,
+                           int n_union, float *out) {
+    const int H = c->hidden, rows = s->moe_first[n_union];
+    const int keep = rows + S <= s->max_batch;
+    float *shared_y = s->expert_y + (size_t)rows * H;
+    unsigned char done[n_union > 0 ? n_union : 1];
+    memset(done, 0, sizeof done);
+    int shared_done = 0;
+    for (int left = n_union; left > 0;) {
+        int u = -1;
+        for (int v = 0; v < n_union && keep && u < 0; v++) if (!done[v] && expert_in_ram(store, layer, s->union_experts[v])) u = v;
+        if (u < 0 && keep && L->has_shared && !shared_done) {
+            ffn_swiglu(&L->mlp, m, S, shared_y, s->ffn_h1, s->ffn_h2, s->ffn_rows);
+            shared_done = 1;
+            continue;
+        }
+        for (int v = 0; v < n_union && u < 0; v++) if (!done[v]) u = v;
+        const int e = s->union_experts[u], n = s->moe_first[u + 1] - s->moe_first[u];
+        const int *rw = s->moe_rows + s->moe_first[u];
+        float *y = keep ? s->expert_y + (size_t)s->moe_first[u] * H : s->expert_y;
+        for (int i = 0; i < n; i++) memcpy(s->expert_x + (size_t)i * H, m + (size_t)rw[i] * H, (size_t)H * sizeof(float));
+        const FfnWeights *w = expert_acquire(store, layer, e);
+        double t0 = now_seconds();
+        ffn_swiglu(w, s->expert_x, n, y, s->ffn_h1, s->ffn_h2, s->ffn_rows);
+        store->compute_seconds += now_seconds() - t0;
+        expert_release(store, layer, e);
+        if (!keep) moe_add_expert(s, u, y, H, out);
+        done[u] = 1;
+        left--;
+    }
+    for (int u = 0; u < n_union && keep; u++) moe_add_expert(s, u, s->expert_y + (size_t)s->moe_first[u] * H, H, out);
+    return L->has_shared && shared_done ? shared_y : NULL;
+}
+
 /* MoE over S rows of normalized input m. Each distinct expert chosen by any row is acquired once
-   and applied to all rows routed to it (batch union); experts run in ascending id, so each
-   row accumulates its experts in ascending order, then the shared expert (§5.3). */
+   and applied to all rows routed to it (batch union); whatever order they run in, each row
+   accumulates its experts in ascending id, then the shared expert (§5.3). */
 static void moe_forward(const Config *c, const Layer *L, int layer_index, ExpertStore *store, Session *s,
                         const float *m, int S, float *out) {
     const int H = c->hidden, E = c->n_experts, k = c->experts_per_tok;
@@ -3713,29 +3771,15 @@ static void moe_forward(const Config *c, const Layer *L, int layer_index, Expert
     expert_prefetch(store, layer_index, s->union_experts, n_union);
     expert_read_ahead(store, layer_index + 1, S);
     memset(out, 0, (size_t)S * H * sizeof(float));
+    const float *shared_y = NULL;   /* the shared expert's output, where moe_one_by_one computed it already */
     if (S >= 4 && max_threads() > 1) moe_windows(c, layer_index, store, s, m, n_union, out);
-    else
-        /* decode: one expert at a time, its matmuls on every thread, loads of the next ones
-           running meanwhile */
-        for (int u = 0; u < n_union; u++) {
-            const int e = s->union_experts[u], n = s->moe_first[u + 1] - s->moe_first[u];
-            const int *rw = s->moe_rows + s->moe_first[u];
-            for (int i = 0; i < n; i++) memcpy(s->expert_x + (size_t)i * H, m + (size_t)rw[i] * H, (size_t)H * sizeof(float));
-            const FfnWeights *w = expert_acquire(store, layer_index, e);
-            double t0 = now_seconds();
-            ffn_swiglu(w, s->expert_x, n, s->expert_y, s->ffn_h1, s->ffn_h2, s->ffn_rows);
-            store->compute_seconds += now_seconds() - t0;
-            expert_release(store, layer_index, e);
-            for (int i = 0; i < n; i++) {
-                float *o = out + (size_t)rw[i] * H;
-                const float *y = s->expert_y + (size_t)i * H;
-                const float wgt = s->moe_weights[s->moe_first[u] + i];
-                for (int d = 0; d < H; d++) o[d] += wgt * y[d];
-            }
-        }
+    else shared_y = moe_one_by_one(c, L, layer_index, store, s, m, S, n_union, out);
     if (L->has_shared) {
-        ffn_swiglu(&L->mlp, m, S, s->expert_y, s->ffn_h1, s->ffn_h2, s->ffn_rows);
-        vec_add(out, s->expert_y, S * H);
+        if (!shared_y) {
+            ffn_swiglu(&L->mlp, m, S, s->expert_y, s->ffn_h1, s->ffn_h2, s->ffn_rows);
+            shared_y = s->expert_y;
+        }
+        vec_add(out, shared_y, S * H);
     }
 }
 

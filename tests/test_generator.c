@@ -69,6 +69,42 @@ int main(void) {
     CHECK("max_tokens stops the run (resumable: the last token is cached)", a->stop == STOP_LIMIT && a->pos == N && a->generated == N - P);
     CHECK("a stopped run steps no more", generator_step(a, &id, 1) == 0 && a->pos == N);
 
+    /* 2 expert slots per layer: most experts miss; the ones in RAM and the shared expert run
+       first, the misses as their loads end. Each row still adds its experts in ascending id, so
+       the order they ran in changes nothing, bit for bit. */
+    {
+        Settings few_set = set;
+        few_set.cache_slots = 2;
+        few_set.cache_slots_given = 1;
+        Model few;
+        model_load(&few, &few_set, cap);
+        Session fs;
+        ForwardOptions fo = engine_start(&few_set, &few, &fs, cap);
+        /* one MoE step twice on one input: the first ends with its last two experts in the two
+           slots, so the second runs those two first and loads the others after */
+        const int layer = 1, k = few.c.experts_per_tok;
+        float *m = xmalloc((size_t)H * sizeof(float)), *out1 = xmalloc((size_t)H * sizeof(float)), *out2 = xmalloc((size_t)H * sizeof(float));
+        for (int d = 0; d < H; d++) m[d] = sinf(0.7f * (float)d + 0.3f);
+        moe_forward(&few.c, &few.layers[layer], layer, &few.experts, &fs, m, 1, out1);
+        const int *slot_of = few.experts.caches[layer].cache.expert_slot;
+        const int reordered = few.experts.caches[layer].cache.n_slots == 2 && k > 2 && slot_of[fs.union_experts[k - 1]] >= 0 &&
+                              slot_of[fs.union_experts[0]] < 0;
+        moe_forward(&few.c, &few.layers[layer], layer, &few.experts, &fs, m, 1, out2);
+        CHECK("2 slots: a MoE step run last experts first == the same step run in ascending order, bit for bit",
+              reordered && same_floats(out1, out2, (size_t)H));
+        free(m); free(out1); free(out2);
+        Generator *f = generator_create(&few, &fs, &fo, greedy);
+        generator_prefill(f, ref.prompt.ids, P);
+        f->stop_rules = (StopRules){ NULL, 0, N - P, 1 };
+        generator_begin(f);
+        int same = same_floats(f->logits, step_logits + (size_t)P * V, (size_t)V), fsteps = 0;
+        while (generator_step(f, &id, 1) == 1) { same &= same_floats(f->logits, step_logits + (size_t)f->pos * V, (size_t)V); fsteps++; }
+        CHECK("2 slots: every decode step's logits == with every expert cached", same && fsteps == N - P);
+        generator_free(f);
+        session_free(&fs);
+        model_free(&few);
+    }
+
     /* rollback: the logits are recomputed by re-running the token at pos-1, bit for bit */
     generator_rollback(a, P + 3);
     CHECK("rollback moves pos, leaves the logits stale", a->pos == P + 3 && a->logits_pos != a->pos);
