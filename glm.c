@@ -3586,16 +3586,14 @@ static void router_select(const Config *c, const float *logits, const float *bia
     }
 }
 
-/* Batches: experts in windows, several at once on the threads. A window is a run of the union
-   whose weights are in RAM or already queued for loading (at most MOE_WINDOW experts and max_batch
-   rows); they are acquired in ascending order, computed as tasks of at most MOE_PIECE_ROWS of an
-   expert's rows, largest first, each task by one thread in its own share of the SwiGLU scratch
-   (its matmuls then run on that thread: no fork and join per matmul, which cost more than the few
-   rows of an expert took: routed-expert compute scaled 1.2x from 1 to 2 threads), released, and
-   their outputs added
-   to each row in ascending expert order, as one expert at a time would. While a window computes,
-   the loads of the next experts are already queued (the disk and the cores overlap as in decode). */
+/* The routed experts of one MoE step run as units: one expert with its matmuls on every thread,
+   or (batches of at least 4 rows on several threads) a window of up to MOE_WINDOW experts computed
+   as tasks of at most MOE_PIECE_ROWS of an expert's rows, largest first, each task by one thread in
+   its own share of the SwiGLU scratch (its matmuls then run on that thread: no fork and join per
+   matmul, which cost more than the few rows of an expert took: routed-expert compute scaled 1.2x
+   from 1 to 2 threads). An expert's rows go to expert_x/expert_y from the row its unit gives it. */
 enum { MOE_WINDOW = 8, MOE_PIECE_ROWS = 128, MOE_MAX_PIECES = 32 };
+enum { FEW_ROWS = 16 + 1 };   /* the most rows of a decode step or a verification pass: DRAFT at most 16, plus the verified token */
 
 typedef struct { int window_index, row0, row1; } MoeTask;   /* rows [row0, row1) of a window's expert */
 
@@ -3606,91 +3604,83 @@ static int moe_task_larger_first(const void *a, const void *b) {
     return x->window_index != y->window_index ? x->window_index - y->window_index : x->row0 - y->row0;
 }
 
-/* Queue loads of union experts from u onwards that are not in RAM yet, while slots are free,
-   never evicting one of them (expert_prefetch's rule; a read ahead, so never into a fresh slot
-   while the arena faults in: see expert_pick_slot). */
-static void moe_queue_loads(ExpertStore *store, int layer, const int *experts, int u, int n) {
+/* Queue loads of the union experts not done yet (done may be NULL) that are not in RAM, while
+   slots are free, never evicting one of them (expert_prefetch's rule; a read ahead, so never into
+   a fresh slot while the arena faults in: see expert_pick_slot). */
+static void moe_queue_loads(ExpertStore *store, int layer, const int *experts, const unsigned char *done, int n) {
     LayerCache *lc = &store->caches[layer];
     for (int k = 0; k < lc->cache.n_slots; k++) lc->avoid[k] = lc->busy[k];
-    for (int v = u; v < n; v++)
-        if (lc->cache.expert_slot[experts[v]] >= 0) lc->avoid[lc->cache.expert_slot[experts[v]]] = 1;
-    for (; u < n; u++) {
-        if (lc->cache.expert_slot[experts[u]] >= 0) continue;
+    for (int v = 0; v < n; v++)
+        if ((!done || !done[v]) && lc->cache.expert_slot[experts[v]] >= 0) lc->avoid[lc->cache.expert_slot[experts[v]]] = 1;
+    for (int u = 0; u < n; u++) {
+        if ((done && done[u]) || lc->cache.expert_slot[experts[u]] >= 0) continue;
         int slot = expert_schedule_load(store, layer, experts[u], lc->avoid, 0);
         if (slot < 0) break;
         lc->avoid[slot] = 1;
     }
 }
 
-static void moe_windows(const Config *c, int layer, ExpertStore *store, Session *s, const float *m, int n_union, float *out) {
+/* Union experts unit[0..n) (union indices), expert unit[i]'s rows at row[i] of expert_x/expert_y:
+   one expert on every thread, or several as a window. */
+static void moe_run_unit(const Config *c, int layer, ExpertStore *store, Session *s, const float *m, const int *unit,
+                         const int *row, int n) {
     const int H = c->hidden, I = c->moe_inter;
-    /* each thread's share of the SwiGLU scratch, in expert rows (at least 1: see session_init) */
-    const int h_rows = (int)((int64_t)s->ffn_rows * s->ffn_width / I / s->nthreads);
-    const LayerCache *lc = &store->caches[layer];
     const FfnWeights *w[MOE_WINDOW];
-    int first_row[MOE_WINDOW + 1];
-    for (int u = 0; u < n_union;) {
-        int u1 = u, rows = 0;
-        while (u1 < n_union && u1 - u < MOE_WINDOW) {
-            const int e = s->union_experts[u1], n = s->moe_first[u1 + 1] - s->moe_first[u1];
-            if (u1 > u && (rows + n > s->max_batch || lc->cache.expert_slot[e] < 0)) break;
-            first_row[u1 - u] = rows;
-            rows += n;
-            u1++;
-        }
-        first_row[u1 - u] = rows;
-        for (int v = u; v < u1; v++) w[v - u] = expert_acquire(store, layer, s->union_experts[v]);
+    for (int i = 0; i < n; i++) w[i] = expert_acquire(store, layer, s->union_experts[unit[i]]);
+    double t0 = now_seconds();
+    if (n == 1) {
+        const int u = unit[0], rows = s->moe_first[u + 1] - s->moe_first[u];
+        const int *rw = s->moe_rows + s->moe_first[u];
+        float *x = s->expert_x + (size_t)row[0] * H;
+        for (int i = 0; i < rows; i++) memcpy(x + (size_t)i * H, m + (size_t)rw[i] * H, (size_t)H * sizeof(float));
+        ffn_swiglu(w[0], x, rows, s->expert_y + (size_t)row[0] * H, s->ffn_h1, s->ffn_h2, s->ffn_rows);
+    } else {
+        /* each thread's share of the SwiGLU scratch, in expert rows (at least 1: see session_init) */
+        const int h_rows = (int)((int64_t)s->ffn_rows * s->ffn_width / I / s->nthreads);
         /* the window's tasks, largest first, so the threads finish together (an expert that 1,337
            of 2,048 rows chose, on one thread, left the other idle); a row's result does not
            depend on the rows beside it, so the pieces change nothing */
         MoeTask task[MOE_WINDOW * MOE_MAX_PIECES];
         int n_tasks = 0;
-        for (int v = u; v < u1; v++) {
-            const int n = s->moe_first[v + 1] - s->moe_first[v];
-            int pieces = (n + MOE_PIECE_ROWS - 1) / MOE_PIECE_ROWS;
+        for (int i = 0; i < n; i++) {
+            const int rows = s->moe_first[unit[i] + 1] - s->moe_first[unit[i]];
+            int pieces = (rows + MOE_PIECE_ROWS - 1) / MOE_PIECE_ROWS;
             if (pieces > MOE_MAX_PIECES) pieces = MOE_MAX_PIECES;
-            for (int p = 0; p < pieces; p++)
-                task[n_tasks++] = (MoeTask){ v - u, n * p / pieces, n * (p + 1) / pieces };
+            for (int p = 0; p < pieces; p++) task[n_tasks++] = (MoeTask){ i, rows * p / pieces, rows * (p + 1) / pieces };
         }
         qsort(task, (size_t)n_tasks, sizeof *task, moe_task_larger_first);
-        double t0 = now_seconds();
         #pragma omp parallel for schedule(dynamic, 1)
         for (int t = 0; t < n_tasks; t++) {
-            const int tid = thread_index();
-            const int v = u + task[t].window_index, o = first_row[task[t].window_index] + task[t].row0;
-            const size_t h = (size_t)tid * h_rows * I;
-            const int n = task[t].row1 - task[t].row0;
-            const int *rw = s->moe_rows + s->moe_first[v] + task[t].row0;
-            for (int i = 0; i < n; i++) memcpy(s->expert_x + (size_t)(o + i) * H, m + (size_t)rw[i] * H, (size_t)H * sizeof(float));
-            ffn_swiglu(w[task[t].window_index], s->expert_x + (size_t)o * H, n, s->expert_y + (size_t)o * H,
-                       s->ffn_h1 + h, s->ffn_h2 + h, h_rows);
+            const int i = task[t].window_index, o = row[i] + task[t].row0, rows = task[t].row1 - task[t].row0;
+            const size_t h = (size_t)thread_index() * h_rows * I;
+            const int *rw = s->moe_rows + s->moe_first[unit[i]] + task[t].row0;
+            for (int r = 0; r < rows; r++) memcpy(s->expert_x + (size_t)(o + r) * H, m + (size_t)rw[r] * H, (size_t)H * sizeof(float));
+            ffn_swiglu(w[i], s->expert_x + (size_t)o * H, rows, s->expert_y + (size_t)o * H, s->ffn_h1 + h, s->ffn_h2 + h, h_rows);
         }
-        store->compute_seconds += now_seconds() - t0;
-        for (int v = u; v < u1; v++) expert_release(store, layer, s->union_experts[v]);
-        moe_queue_loads(store, layer, s->union_experts, u1, n_union);
-        /* each row gets its experts in ascending order; threads split the hidden dimension */
-        #pragma omp parallel
-        {
-            const int t = thread_index(), nt = team_threads();
-            const int d0 = H * t / nt, d1 = H * (t + 1) / nt;
-            for (int v = u; v < u1; v++)
-                for (int i = s->moe_first[v]; i < s->moe_first[v + 1]; i++) {
-                    float *o = out + (size_t)s->moe_rows[i] * H;
-                    const float *y = s->expert_y + (size_t)(first_row[v - u] + i - s->moe_first[v]) * H;
-                    const float wgt = s->moe_weights[i];
-                    for (int d = d0; d < d1; d++) o[d] += wgt * y[d];
-                }
-        }
-        u = u1;
     }
+    store->compute_seconds += now_seconds() - t0;
+    for (int i = 0; i < n; i++) expert_release(store, layer, s->union_experts[unit[i]]);
 }
 
-/* Union expert u's output rows y, weighted, into their rows of out. */
-static void moe_add_expert(const Session *s, int u, const float *y, int H, float *out) {
-    for (int i = s->moe_first[u]; i < s->moe_first[u + 1]; i++) {
-        float *o = out + (size_t)s->moe_rows[i] * H;
-        const float wgt = s->moe_weights[i];
-        for (int d = 0; d < H; d++) o[d] += wgt * y[(size_t)(i - s->moe_first[u]) * H + d];
+/* Adds union experts unit[0..n)'s weighted output rows (at row[i] of expert_y) to their rows of
+   out, in the order given; threads split the hidden dimension where there are at least
+   MOE_ADD_PARALLEL_ROWS rows (a decode step's 8 take microseconds: a fork would cost as much). */
+enum { MOE_ADD_PARALLEL_ROWS = 16 };
+static void moe_add_units(const Config *c, Session *s, const int *unit, const int *row, int n, float *out) {
+    const int H = c->hidden;
+    int rows = 0;
+    for (int i = 0; i < n; i++) rows += s->moe_first[unit[i] + 1] - s->moe_first[unit[i]];
+    #pragma omp parallel if (rows >= MOE_ADD_PARALLEL_ROWS)
+    {
+        const int t = thread_index(), nt = team_threads();
+        const int d0 = H * t / nt, d1 = H * (t + 1) / nt;
+        for (int i = 0; i < n; i++)
+            for (int j = s->moe_first[unit[i]]; j < s->moe_first[unit[i] + 1]; j++) {
+                float *o = out + (size_t)s->moe_rows[j] * H;
+                const float *y = s->expert_y + (size_t)(row[i] + j - s->moe_first[unit[i]]) * H;
+                const float wgt = s->moe_weights[j];
+                for (int d = d0; d < d1; d++) o[d] += wgt * y[d];
+            }
     }
 }
 
@@ -3701,45 +3691,65 @@ static int expert_in_ram(ExpertStore *store, int layer, int expert) {
     return slot >= 0 && __atomic_load_n(&lc->slots[slot].ready, __ATOMIC_ACQUIRE);
 }
 
-/* Decode (and one thread): one expert at a time, its matmuls on every thread, the loads of the
-   missing ones running meanwhile. The experts in RAM go first, then the shared expert, then the
-   others as their reads end (the first one queued first). In ascending order, a step whose first
-   expert missed waited for that read with the hits and the shared expert still to do. The outputs
-   wait in expert_y and are added in ascending expert order, then the shared expert's, as in
-   moe_windows: the order of the work changes nothing in the result. Where the S·(k + 1) rows do
-   not fit expert_y (one thread, long prompts), ascending, each expert added as it ends. Returns
-   the shared expert's output rows when it computed them, else NULL. */
-static const float *moe_one_by_one(const Config *c, const Layer *L, int layer, ExpertStore *store, Session *s, const float *m, int S,
-                           int n_union, float *out) {
-    const int H = c->hidden, rows = s->moe_first[n_union];
-    const int keep = rows + S <= s->max_batch;
-    float *shared_y = s->expert_y + (size_t)rows * H;
+/* The routed experts of one step, into out (zeroed). While the disk reads, the cores work:
+   - A decode step or a verification pass (at most FEW_ROWS rows, whose S·(k + 1) output rows fit
+     expert_y): the experts in RAM first (a window of them where the threads want one), then the
+     shared expert (its output is added after the routed ones'), then the first expert not done
+     with those on their way, as their reads end. Run in ascending id, a step whose first expert
+     missed waited for that read with the hits and the shared expert still to do. The outputs wait
+     in expert_y and are added in ascending id at the end: the order of the work changes nothing
+     in the result.
+   - Prefill (nearly every expert runs, in RAM or not): in ascending id, windows of a run of the
+     union whose weights are in RAM or queued (at most MOE_WINDOW experts and max_batch rows),
+     each added to out once computed, the loads of the next experts queued meanwhile.
+   Returns the shared expert's output rows where it computed them, else NULL. */
+static const float *moe_experts(const Config *c, const Layer *L, int layer, ExpertStore *store, Session *s, const float *m,
+                                int S, int n_union, float *out) {
+    const int H = c->hidden, total = s->moe_first[n_union];
+    const int kept = S <= FEW_ROWS && total + S <= s->max_batch, windows = S >= 4 && max_threads() > 1, most = windows ? MOE_WINDOW : 1;
+    const LayerCache *lc = &store->caches[layer];
+    float *shared_y = kept ? s->expert_y + (size_t)total * H : NULL;
+    int shared_done = 0, unit[MOE_WINDOW], row[MOE_WINDOW];
     unsigned char done[n_union > 0 ? n_union : 1];
     memset(done, 0, sizeof done);
-    int shared_done = 0;
-    for (int left = n_union; left > 0;) {
-        int u = -1;
-        for (int v = 0; v < n_union && keep && u < 0; v++) if (!done[v] && expert_in_ram(store, layer, s->union_experts[v])) u = v;
-        if (u < 0 && keep && L->has_shared && !shared_done) {
-            ffn_swiglu(&L->mlp, m, S, shared_y, s->ffn_h1, s->ffn_h2, s->ffn_rows);
-            shared_done = 1;
-            continue;
-        }
-        for (int v = 0; v < n_union && u < 0; v++) if (!done[v]) u = v;
-        const int e = s->union_experts[u], n = s->moe_first[u + 1] - s->moe_first[u];
-        const int *rw = s->moe_rows + s->moe_first[u];
-        float *y = keep ? s->expert_y + (size_t)s->moe_first[u] * H : s->expert_y;
-        for (int i = 0; i < n; i++) memcpy(s->expert_x + (size_t)i * H, m + (size_t)rw[i] * H, (size_t)H * sizeof(float));
-        const FfnWeights *w = expert_acquire(store, layer, e);
-        double t0 = now_seconds();
-        ffn_swiglu(w, s->expert_x, n, y, s->ffn_h1, s->ffn_h2, s->ffn_rows);
-        store->compute_seconds += now_seconds() - t0;
-        expert_release(store, layer, e);
-        if (!keep) moe_add_expert(s, u, y, H, out);
-        done[u] = 1;
-        left--;
+    for (int next = 0, left = n_union; left > 0;) {
+        int n = 0;
+        if (kept) {
+            for (int v = 0; v < n_union && n < most; v++)
+                if (!done[v] && expert_in_ram(store, layer, s->union_experts[v])) { unit[n] = v; row[n++] = s->moe_first[v]; }
+            const int want = windows ? 2 : 1;
+            if (n < want && L->has_shared && !shared_done) {
+                ffn_swiglu(&L->mlp, m, S, shared_y, s->ffn_h1, s->ffn_h2, s->ffn_rows);
+                shared_done = 1;
+                continue;
+            }
+            /* none in RAM, or one where the threads want a window: the first not done and the
+               experts on their way join it (waited for) */
+            for (int v = 0, fill = n < want; v < n_union && fill && n < most; v++)
+                if (!done[v] && (n == 0 || (v != unit[0] && lc->cache.expert_slot[s->union_experts[v]] >= 0))) {
+                    unit[n] = v;
+                    row[n++] = s->moe_first[v];
+                }
+        } else
+            for (int rows = 0; next < n_union && n < most; next++) {
+                const int v = next, e = s->union_experts[v], k = s->moe_first[v + 1] - s->moe_first[v];
+                if (n && (rows + k > s->max_batch || lc->cache.expert_slot[e] < 0)) break;
+                unit[n] = v;
+                row[n++] = rows;
+                rows += k;
+            }
+        moe_run_unit(c, layer, store, s, m, unit, row, n);
+        for (int i = 0; i < n; i++) done[unit[i]] = 1;
+        left -= n;
+        if (windows) moe_queue_loads(store, layer, s->union_experts, done, n_union);
+        if (!kept) moe_add_units(c, s, unit, row, n, out);
     }
-    for (int u = 0; u < n_union && keep; u++) moe_add_expert(s, u, s->expert_y + (size_t)s->moe_first[u] * H, H, out);
+    if (kept)
+        for (int v = 0; v < n_union; v += MOE_WINDOW) {
+            const int n = n_union - v < MOE_WINDOW ? n_union - v : MOE_WINDOW;
+            for (int i = 0; i < n; i++) { unit[i] = v + i; row[i] = s->moe_first[v + i]; }
+            moe_add_units(c, s, unit, row, n, out);
+        }
     return L->has_shared && shared_done ? shared_y : NULL;
 }
 
@@ -3771,9 +3781,7 @@ static void moe_forward(const Config *c, const Layer *L, int layer_index, Expert
     expert_prefetch(store, layer_index, s->union_experts, n_union);
     expert_read_ahead(store, layer_index + 1, S);
     memset(out, 0, (size_t)S * H * sizeof(float));
-    const float *shared_y = NULL;   /* the shared expert's output, where moe_one_by_one computed it already */
-    if (S >= 4 && max_threads() > 1) moe_windows(c, layer_index, store, s, m, n_union, out);
-    else shared_y = moe_one_by_one(c, L, layer_index, store, s, m, S, n_union, out);
+    const float *shared_y = moe_experts(c, L, layer_index, store, s, m, S, n_union, out);
     if (L->has_shared) {
         if (!shared_y) {
             ffn_swiglu(&L->mlp, m, S, s->expert_y, s->ffn_h1, s->ffn_h2, s->ffn_rows);
@@ -4746,7 +4754,7 @@ static void embed_rows(const Model *m, const int *tokens, int S, float *x) {
    prefetched 1,024: 1.39-1.57), 10.2 against 9.7 tok/s (medians). On the Zen 5 VM the VNNI and
    AVX-VNNI kernels streamed 10-20 % faster at 4,096 and decode gained 1.08x from it (session 15,
    bench/README.md), so they keep it; so do a prefill's batched kernels, which were tuned with it. */
-enum { FEW_ROWS = 16 + 1, FEW_ROWS_PREFETCH_AVX2 = 1024 };   /* DRAFT at most 16, plus the verified token */
+enum { FEW_ROWS_PREFETCH_AVX2 = 1024 };
 static void prefetch_for_rows(int S) {
     qt_set_prefetch(S <= FEW_ROWS && qt_get_kernel() == QT_KERNEL_AVX2 ? FEW_ROWS_PREFETCH_AVX2 : QT_PREFETCH_DEFAULT);
 }
@@ -5049,6 +5057,7 @@ enum { DRAFTER_MTP, DRAFTER_NGRAM, DRAFTER_CALLER, N_DRAFTERS };
 static const char *const DRAFTER_NAMES[] = { "mtp", "ngram", "caller" };
 
 #define SPEC_MAX_DRAFT 16       /* DRAFT's upper bound */
+_Static_assert(SPEC_MAX_DRAFT + 1 == FEW_ROWS, "FEW_ROWS is a verification pass's rows");
 #define MTP_RING 32             /* main hidden states kept for the MTP cache's lazy update (> SPEC_MAX_DRAFT) */
 #define NGRAM_LONGEST 4         /* the n-gram drafter matches the last 4, else 3, else 2 tokens */
 #define NGRAM_SHORTEST 2
