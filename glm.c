@@ -2827,7 +2827,7 @@ static void io_load_slot(ExpertStore *store, int layer, ExpertSlot *slot, int pr
     pthread_mutex_lock(&store->lock);
     slot->loading = 0;
     slot->failed = failed;
-    slot->ready = 1;
+    __atomic_store_n(&slot->ready, 1, __ATOMIC_RELEASE);   /* expert_in_ram reads it without the lock */
     if (slot->mapped_len) slot->faulted = 0;   /* used in place: its slot's memory was released or never touched */
     else {
         store->read_loads++;
