@@ -3691,6 +3691,11 @@ static int expert_in_ram(ExpertStore *store, int layer, int expert) {
     return slot >= 0 && __atomic_load_n(&lc->slots[slot].ready, __ATOMIC_ACQUIRE);
 }
 
+/* Whether union expert v is in RAM or on its way (in a slot). A window's experts all are, or it
+   is one expert that is not: acquiring that one loads it on demand into a slot that no acquired
+   expert holds, which could be a later member's (with 1 slot per layer: "no free expert slot"). */
+static int moe_in_slot(const LayerCache *lc, const Session *s, int v) { return lc->cache.expert_slot[s->union_experts[v]] >= 0; }
+
 /* The routed experts of one step, into out (zeroed). While the disk reads, the cores work:
    - A decode step or a verification pass (at most FEW_ROWS rows, whose S·(k + 1) output rows fit
      expert_y): the experts in RAM first (a window of them where the threads want one), then the
@@ -3726,14 +3731,14 @@ static const float *moe_experts(const Config *c, const Layer *L, int layer, Expe
             /* none in RAM, or one where the threads want a window: the first not done and the
                experts on their way join it (waited for) */
             for (int v = 0, fill = n < want; v < n_union && fill && n < most; v++)
-                if (!done[v] && (n == 0 || (v != unit[0] && lc->cache.expert_slot[s->union_experts[v]] >= 0))) {
+                if (!done[v] && (n == 0 || (v != unit[0] && moe_in_slot(lc, s, unit[0]) && moe_in_slot(lc, s, v)))) {
                     unit[n] = v;
                     row[n++] = s->moe_first[v];
                 }
         } else
             for (int rows = 0; next < n_union && n < most; next++) {
-                const int v = next, e = s->union_experts[v], k = s->moe_first[v + 1] - s->moe_first[v];
-                if (n && (rows + k > s->max_batch || lc->cache.expert_slot[e] < 0)) break;
+                const int v = next, k = s->moe_first[v + 1] - s->moe_first[v];
+                if (n && (rows + k > s->max_batch || !moe_in_slot(lc, s, unit[0]) || !moe_in_slot(lc, s, v))) break;
                 unit[n] = v;
                 row[n++] = rows;
                 rows += k;
