@@ -100,7 +100,7 @@ int main(void) {
         int same = same_floats(f->logits, step_logits + (size_t)P * V, (size_t)V), fsteps = 0;
         while (generator_step(f, &id, 1) == 1) { same &= same_floats(f->logits, step_logits + (size_t)f->pos * V, (size_t)V); fsteps++; }
         CHECK("2 slots: every decode step's logits == with every expert cached", same && fsteps == N - P);
-        /* chunks of 5 rows (as verification runs them): several experts at once on the threads */
+        /* chunks of 5 rows (as verification of 4 drafts runs them): windows of experts on the threads */
         Session f5;
         session_init(&f5, &few, cap, 5, 0);
         Generator *g5 = generator_create(&few, &f5, &fo, greedy);
