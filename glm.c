@@ -3604,16 +3604,16 @@ static int moe_task_larger_first(const void *a, const void *b) {
     return x->window_index != y->window_index ? x->window_index - y->window_index : x->row0 - y->row0;
 }
 
-/* Queue loads of the union experts not done yet (done may be NULL) that are not in RAM, while
-   slots are free, never evicting one of them (expert_prefetch's rule; a read ahead, so never into
-   a fresh slot while the arena faults in: see expert_pick_slot). */
-static void moe_queue_loads(ExpertStore *store, int layer, const int *experts, const unsigned char *done, int n) {
+/* Queue loads of union experts from u onwards that are not in RAM yet, while slots are free,
+   never evicting one of them (expert_prefetch's rule; a read ahead, so never into a fresh slot
+   while the arena faults in: see expert_pick_slot). */
+static void moe_queue_loads(ExpertStore *store, int layer, const int *experts, int u, int n) {
     LayerCache *lc = &store->caches[layer];
     for (int k = 0; k < lc->cache.n_slots; k++) lc->avoid[k] = lc->busy[k];
-    for (int v = 0; v < n; v++)
-        if ((!done || !done[v]) && lc->cache.expert_slot[experts[v]] >= 0) lc->avoid[lc->cache.expert_slot[experts[v]]] = 1;
-    for (int u = 0; u < n; u++) {
-        if ((done && done[u]) || lc->cache.expert_slot[experts[u]] >= 0) continue;
+    for (int v = u; v < n; v++)
+        if (lc->cache.expert_slot[experts[v]] >= 0) lc->avoid[lc->cache.expert_slot[experts[v]]] = 1;
+    for (; u < n; u++) {
+        if (lc->cache.expert_slot[experts[u]] >= 0) continue;
         int slot = expert_schedule_load(store, layer, experts[u], lc->avoid, 0);
         if (slot < 0) break;
         lc->avoid[slot] = 1;
@@ -3685,7 +3685,7 @@ static void moe_add_units(const Config *c, Session *s, const int *unit, const in
 }
 
 /* Whether `expert` of `layer` is in RAM now (a hint: expert_acquire looks again, under the lock). */
-static int expert_in_ram(ExpertStore *store, int layer, int expert) {
+static int expert_in_ram(const ExpertStore *store, int layer, int expert) {
     const LayerCache *lc = &store->caches[layer];
     const int slot = lc->cache.expert_slot[expert];
     return slot >= 0 && __atomic_load_n(&lc->slots[slot].ready, __ATOMIC_ACQUIRE);
@@ -3742,7 +3742,7 @@ static const float *moe_experts(const Config *c, const Layer *L, int layer, Expe
         moe_run_unit(c, layer, store, s, m, unit, row, n);
         for (int i = 0; i < n; i++) done[unit[i]] = 1;
         left -= n;
-        if (windows) moe_queue_loads(store, layer, s->union_experts, done, n_union);
+        if (windows) moe_queue_loads(store, layer, s->union_experts, next, n_union);   /* windows: not kept, next is the cursor */
         if (!kept) moe_add_units(c, s, unit, row, n, out);
     }
     if (kept)
