@@ -462,66 +462,98 @@ void qt_dot_f32_block(const float *const *a, int na, const float *const *b, int 
      |x / s| ≤ 127·(1 + 2^-23) (s ≥ absmax / 127 rounded; s = 1e-8 only when every |x| < 1.27e-6),
      so the clamp never acts on a whole piece; a NaN quotient (a NaN input, or ±inf / inf) gives 0,
      as the scalar conversion does on x86. */
-/* 16 integral floats in [-127, 127] as int8 codes. gcc narrows a 16-float vector well with
-   AVX-512 (vpmovdb) but lane by lane through general registers with AVX2 only (the quantizer then
-   took ~10 % of a 1,024 x 6,144 matmul at S = 32 on the Zen 3): the AVX2 version packs with
-   saturation, which never acts on these values. */
-static inline void qt_store_codes16(int8_t *q, const qt_v16 *r) {
 #if defined(__AVX2__) && !defined(__AVX512F__)
-    __m256 lo, hi;
-    memcpy(&lo, r, 32);
-    memcpy(&hi, (const char *)r + 32, 32);
-    const __m256i w = _mm256_packs_epi32(_mm256_cvtps_epi32(lo), _mm256_cvtps_epi32(hi));   /* lo0-3 hi0-3 | lo4-7 hi4-7 */
-    const __m128i b = _mm_packs_epi16(_mm256_castsi256_si128(w), _mm256_extracti128_si256(w, 1));
-    _mm_storeu_si128((__m128i *)q, _mm_shuffle_epi8(b, _mm_setr_epi8(0, 1, 2, 3, 8, 9, 10, 11, 4, 5, 6, 7, 12, 13, 14, 15)));
-#else
-    typedef int8_t qt_v16b __attribute__((vector_size(16)));
-    const qt_v16b b = __builtin_convertvector(__builtin_convertvector(*r, qt_v16i), qt_v16b);
-    memcpy(q, &b, sizeof b);
-#endif
+/* The AVX2 build's pieces are 8 floats in ymm registers. gcc split the generic 16-float vectors
+   into halves that went through the stack (a 32-byte load of two 16-byte stores, which the CPU
+   cannot forward) and masked the NaN lanes one at a time with cmovp: the quantizer was ~5 % of a
+   warm 255-token prefill on the Zen 3. vmaxps(a, m) is `a > m ? a : m` (a NaN a keeps m), and
+   cvtps2dq rounds an integral float exactly; packs saturate, which never acts on [-127, 127]. */
+static inline float qt_group_absmax(const float *x, int64_t g0, int64_t g1) {
+    const __m256 abs_mask = _mm256_castsi256_ps(_mm256_set1_epi32(0x7FFFFFFF));
+    __m256 m0 = _mm256_setzero_ps(), m1 = m0;
+    int64_t i = g0;
+    for (; i + 16 <= g1; i += 16) {
+        m0 = _mm256_max_ps(_mm256_and_ps(_mm256_loadu_ps(x + i), abs_mask), m0);
+        m1 = _mm256_max_ps(_mm256_and_ps(_mm256_loadu_ps(x + i + 8), abs_mask), m1);
+    }
+    m0 = _mm256_max_ps(m0, m1);
+    __m128 m = _mm_max_ps(_mm256_castps256_ps128(m0), _mm256_extractf128_ps(m0, 1));
+    m = _mm_max_ps(m, _mm_movehl_ps(m, m));
+    m = _mm_max_ss(m, _mm_shuffle_ps(m, m, 1));
+    float absmax = _mm_cvtss_f32(m);
+    for (; i < g1; i++) { float a = fabsf(x[i]); absmax = a > absmax ? a : absmax; }
+    return absmax;
 }
 
-static void qt_quantize_activation(const float *x, int64_t n, int64_t group, int8_t *q, float *scales) {
+/* whole 16-input pieces of [g0, g1) as codes; returns where the scalar tail starts */
+static inline int64_t qt_group_codes(const float *x, int64_t g0, int64_t g1, float s, int8_t *q) {
+    const __m256 sv = _mm256_set1_ps(s), magic = _mm256_set1_ps(12582912.0f);
+    const __m128i order = _mm_setr_epi8(0, 1, 2, 3, 8, 9, 10, 11, 4, 5, 6, 7, 12, 13, 14, 15);
+    int64_t i = g0;
+    for (; i + 16 <= g1; i += 16) {
+        __m256 lo = _mm256_sub_ps(_mm256_add_ps(_mm256_div_ps(_mm256_loadu_ps(x + i), sv), magic), magic);
+        __m256 hi = _mm256_sub_ps(_mm256_add_ps(_mm256_div_ps(_mm256_loadu_ps(x + i + 8), sv), magic), magic);
+        lo = _mm256_and_ps(lo, _mm256_cmp_ps(lo, lo, _CMP_ORD_Q));   /* NaN → 0 */
+        hi = _mm256_and_ps(hi, _mm256_cmp_ps(hi, hi, _CMP_ORD_Q));
+        const __m256i w = _mm256_packs_epi32(_mm256_cvtps_epi32(lo), _mm256_cvtps_epi32(hi));   /* lo0-3 hi0-3 | lo4-7 hi4-7 */
+        const __m128i b = _mm_packs_epi16(_mm256_castsi256_si128(w), _mm256_extracti128_si256(w, 1));
+        _mm_storeu_si128((__m128i *)(q + i), _mm_shuffle_epi8(b, order));
+    }
+    return i;
+}
+#else
+static inline float qt_group_absmax(const float *x, int64_t g0, int64_t g1) {
     typedef int32_t qt_v8i __attribute__((vector_size(32)));
     typedef int32_t qt_v4i __attribute__((vector_size(16)));
-    const qt_v16 round_magic = (qt_v16){ 0 } + 12582912.0f;
+    qt_v16 mv = { 0 };
+    int64_t i = g0;
+    for (; i + 16 <= g1; i += 16) {
+        const qt_v16i a = *(const qt_v16iu *)(x + i) & 0x7FFFFFFF;
+        const qt_v16i gt = (qt_v16)a > mv;
+        mv = (qt_v16)((a & gt) | ((qt_v16i)mv & ~gt));
+    }
+    float absmax = 0.0f;
+    if (i < g1) {   /* a partial piece: its lanes one at a time */
+        float m[16];
+        memcpy(m, &mv, sizeof m);
+        for (int k = 0; i < g1; i++, k++) { float a = fabsf(x[i]); m[k] = a > m[k] ? a : m[k]; }
+        for (int k = 0; k < 16; k++) if (m[k] > absmax) absmax = m[k];
+    } else {   /* halving the lanes: max is exact and the lanes are never NaN, so the order does not matter */
+        typedef float qt_v8 __attribute__((vector_size(32)));
+        typedef float qt_v4 __attribute__((vector_size(16)));
+        qt_v8 a8 = __builtin_shufflevector(mv, mv, 0, 1, 2, 3, 4, 5, 6, 7), b8 = __builtin_shufflevector(mv, mv, 8, 9, 10, 11, 12, 13, 14, 15);
+        const qt_v8i ge8 = a8 >= b8;
+        a8 = (qt_v8)(((qt_v8i)a8 & ge8) | ((qt_v8i)b8 & ~ge8));
+        qt_v4 a4 = __builtin_shufflevector(a8, a8, 0, 1, 2, 3), b4 = __builtin_shufflevector(a8, a8, 4, 5, 6, 7);
+        const qt_v4i ge4 = a4 >= b4;
+        a4 = (qt_v4)(((qt_v4i)a4 & ge4) | ((qt_v4i)b4 & ~ge4));
+        const float m0 = a4[0] > a4[1] ? a4[0] : a4[1], m1 = a4[2] > a4[3] ? a4[2] : a4[3];
+        absmax = m0 > m1 ? m0 : m1;
+    }
+    return absmax;
+}
+
+static inline int64_t qt_group_codes(const float *x, int64_t g0, int64_t g1, float s, int8_t *q) {
+    typedef int8_t qt_v16b __attribute__((vector_size(16)));
+    const qt_v16 round_magic = (qt_v16){ 0 } + 12582912.0f, sv = (qt_v16){ 0 } + s;
+    int64_t i = g0;
+    for (; i + 16 <= g1; i += 16) {
+        qt_v16 r = (*(const qt_v16u *)(x + i) / sv + round_magic) - round_magic;
+        r = (qt_v16)((qt_v16i)r & (r == r));
+        const qt_v16b b = __builtin_convertvector(__builtin_convertvector(r, qt_v16i), qt_v16b);
+        memcpy(q + i, &b, sizeof b);
+    }
+    return i;
+}
+#endif
+
+static void qt_quantize_activation(const float *x, int64_t n, int64_t group, int8_t *q, float *scales) {
     for (int64_t g0 = 0, gi = 0; g0 < n; g0 += group, gi++) {
-        int64_t g1 = g0 + group < n ? g0 + group : n;
-        qt_v16 mv = { 0 };
-        int64_t i = g0;
-        for (; i + 16 <= g1; i += 16) {
-            const qt_v16i a = *(const qt_v16iu *)(x + i) & 0x7FFFFFFF;
-            const qt_v16i gt = (qt_v16)a > mv;
-            mv = (qt_v16)((a & gt) | ((qt_v16i)mv & ~gt));
-        }
-        float absmax = 0.0f;
-        if (i < g1) {   /* a partial piece: its lanes one at a time */
-            float m[16];
-            memcpy(m, &mv, sizeof m);
-            for (int k = 0; i < g1; i++, k++) { float a = fabsf(x[i]); m[k] = a > m[k] ? a : m[k]; }
-            for (int k = 0; k < 16; k++) if (m[k] > absmax) absmax = m[k];
-        } else {   /* halving the lanes: max is exact and the lanes are never NaN, so the order does not matter */
-            typedef float qt_v8 __attribute__((vector_size(32)));
-            typedef float qt_v4 __attribute__((vector_size(16)));
-            qt_v8 a8 = __builtin_shufflevector(mv, mv, 0, 1, 2, 3, 4, 5, 6, 7), b8 = __builtin_shufflevector(mv, mv, 8, 9, 10, 11, 12, 13, 14, 15);
-            const qt_v8i ge8 = a8 >= b8;
-            a8 = (qt_v8)(((qt_v8i)a8 & ge8) | ((qt_v8i)b8 & ~ge8));
-            qt_v4 a4 = __builtin_shufflevector(a8, a8, 0, 1, 2, 3), b4 = __builtin_shufflevector(a8, a8, 4, 5, 6, 7);
-            const qt_v4i ge4 = a4 >= b4;
-            a4 = (qt_v4)(((qt_v4i)a4 & ge4) | ((qt_v4i)b4 & ~ge4));
-            const float m0 = a4[0] > a4[1] ? a4[0] : a4[1], m1 = a4[2] > a4[3] ? a4[2] : a4[3];
-            absmax = m0 > m1 ? m0 : m1;
-        }
-        float s = absmax / 127.0f;
+        const int64_t g1 = g0 + group < n ? g0 + group : n;
+        float s = qt_group_absmax(x, g0, g1) / 127.0f;
         if (!(s >= 1e-8f)) s = 1e-8f;
         scales[gi] = s;
-        const qt_v16 sv = (qt_v16){ 0 } + s;
-        for (i = g0; i + 16 <= g1; i += 16) {
-            qt_v16 r = (*(const qt_v16u *)(x + i) / sv + round_magic) - round_magic;
-            r = (qt_v16)((qt_v16i)r & (r == r));
-            qt_store_codes16(q + i, &r);
-        }
-        for (; i < g1; i++) {
+        for (int64_t i = qt_group_codes(x, g0, g1, s, q); i < g1; i++) {
             float r = rintf(x[i] / s);
             q[i] = r != r ? 0 : (int8_t)(r > 127.f ? 127 : r < -127.f ? -127 : (int)r);
         }

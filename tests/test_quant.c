@@ -370,7 +370,7 @@ static void test_quantize_activation(void) {
     const int64_t lens[] = { 1, 15, 16, 17, 63, 64, 65, 200, 1029, 6144 };
     int ok = 1;
     char why[200] = "";
-    for (int mode = 0; mode < 6 && ok; mode++)
+    for (int mode = 0; mode < 7 && ok; mode++)
         for (size_t gi = 0; gi < sizeof groups / sizeof groups[0] && ok; gi++)
             for (size_t li = 0; li < sizeof lens / sizeof lens[0] && ok; li++) {
                 const int64_t n = lens[li], g = groups[gi] < n ? groups[gi] : n;
@@ -382,6 +382,7 @@ static void test_quantize_activation(void) {
                     case 3: v *= 1e-8f; if (i % 9 == 0) v = -0.0f; break;   /* s = 1e-8 */
                     case 4: v *= 1e37f; break;
                     case 5: v = (i % 3 == 0) ? 0.0f : (float)(i % 255) * 0.5f - 63.5f; break;
+                    case 6: if (rng_next() % 4 == 0) v = NAN; break;   /* NaN in any lane of a piece, last ones included */
                     }
                     x[i] = v;
                 }
