@@ -132,8 +132,48 @@ static void test_resident_huge_pages(void) {
     rmdir(dir);
 }
 
+/* The loaders' value checks (blocks tested without an early exit, then searched) find exactly the
+   first value the plain definitions refuse: bad values in the first, a middle and the last block,
+   at block edges, in a short tail; -0 and FLT_MAX pass, the smallest denormal too. */
+static int64_t plain_first_nonfinite(const float *v, int64_t n) {
+    for (int64_t i = 0; i < n; i++) if (!isfinite(v[i])) return i;
+    return -1;
+}
+static int64_t plain_first_bad_scale(const float *v, int64_t n) {
+    for (int64_t i = 0; i < n; i++) if (!isfinite(v[i]) || v[i] < 0) return i;
+    return -1;
+}
+
+static void test_value_checks(void) {
+    enum { N = 5 * VALUE_CHECK_BLOCK + 37 };
+    float *v = malloc(sizeof(float) * N);
+    const float bad[] = { NAN, -NAN, INFINITY, -INFINITY, -1.0f, -FLT_MIN, -1e-45f };
+    const int64_t where[] = { 0, 1, VALUE_CHECK_BLOCK - 1, VALUE_CHECK_BLOCK, 3 * VALUE_CHECK_BLOCK + 500, N - 37, N - 1 };
+    const int64_t lens[] = { 1, 7, VALUE_CHECK_BLOCK, VALUE_CHECK_BLOCK + 1, N };
+    int ok = 1;
+    for (size_t li = 0; li < sizeof lens / sizeof lens[0]; li++)
+        for (size_t bi = 0; bi < sizeof bad / sizeof bad[0]; bi++)
+            for (size_t wi = 0; wi <= sizeof where / sizeof where[0]; wi++) {
+                const int64_t n = lens[li];
+                for (int64_t i = 0; i < n; i++) v[i] = (i % 5 == 0) ? -0.0f : (i % 7 == 0) ? FLT_MAX : (i % 11 == 0) ? 1e-45f : (float)(i % 97) * 0.25f;
+                if (wi < sizeof where / sizeof where[0] && where[wi] < n) {
+                    v[where[wi]] = bad[bi];
+                    if (where[wi] + 2 < n) v[where[wi] + 2] = bad[(bi + 1) % (sizeof bad / sizeof bad[0])];   /* a second one after it */
+                }
+                if (first_nonfinite(v, n) != plain_first_nonfinite(v, n) || first_bad_scale(v, n) != plain_first_bad_scale(v, n)) {
+                    ok = 0;
+                    printf("  n %lld, bad value %g at %lld: %lld / %lld, plain %lld / %lld\n", (long long)n, bad[bi],
+                           (long long)(wi < sizeof where / sizeof where[0] ? where[wi] : -1), (long long)first_nonfinite(v, n),
+                           (long long)first_bad_scale(v, n), (long long)plain_first_nonfinite(v, n), (long long)plain_first_bad_scale(v, n));
+                }
+            }
+    CHECK("the value checks find the first non-finite value and the first bad scale, as the plain loops do", ok);
+    free(v);
+}
+
 int main(void) {
     char dir[] = "/tmp/test_loader.XXXXXX", path[64];
+    test_value_checks();
     if (!mkdtemp(dir)) { printf("FAIL mkdtemp: %s\n", strerror(errno)); return 1; }
     snprintf(path, sizeof path, "%s/model.safetensors", dir);
     char header[256];
