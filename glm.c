@@ -1160,27 +1160,22 @@ static void loader_release_snapshot(Loader *ld) {
    I/O thread's time in a warm 255-token prefill on 2 cores), and only a bad block is searched. */
 enum { VALUE_CHECK_BLOCK = 1024 };
 
-static int64_t first_nonfinite(const float *v, int64_t n) {
+/* finite, and for scales also >= 0 (-0 passes); written with & so that a block's test vectorizes */
+static inline int value_ok(float x, int scale) { return scale ? (x >= 0.0f) & (x <= FLT_MAX) : fabsf(x) <= FLT_MAX; }
+
+static int64_t first_failing_value(const float *v, int64_t n, int scale) {
     for (int64_t i0 = 0; i0 < n; i0 += VALUE_CHECK_BLOCK) {
         const int64_t i1 = n - i0 < VALUE_CHECK_BLOCK ? n : i0 + VALUE_CHECK_BLOCK;
         int ok = 1;
-        for (int64_t i = i0; i < i1; i++) ok &= fabsf(v[i]) <= FLT_MAX;   /* false for NaN and ±inf */
+        for (int64_t i = i0; i < i1; i++) ok &= value_ok(v[i], scale);
         if (!ok)
-            for (int64_t i = i0; i < i1; i++) if (!isfinite(v[i])) return i;
+            for (int64_t i = i0; i < i1; i++) if (!value_ok(v[i], scale)) return i;
     }
     return -1;
 }
 
-static int64_t first_bad_scale(const float *v, int64_t n) {
-    for (int64_t i0 = 0; i0 < n; i0 += VALUE_CHECK_BLOCK) {
-        const int64_t i1 = n - i0 < VALUE_CHECK_BLOCK ? n : i0 + VALUE_CHECK_BLOCK;
-        int ok = 1;
-        for (int64_t i = i0; i < i1; i++) ok &= (v[i] >= 0.0f) & (v[i] <= FLT_MAX);   /* -0 passes, as it did */
-        if (!ok)
-            for (int64_t i = i0; i < i1; i++) if (!isfinite(v[i]) || v[i] < 0) return i;
-    }
-    return -1;
-}
+static int64_t first_nonfinite(const float *v, int64_t n) { return first_failing_value(v, n, 0); }
+static int64_t first_bad_scale(const float *v, int64_t n) { return first_failing_value(v, n, 1); }
 
 /* The format of a pre-quantized tensor (NAME + NAME.qs) of logical shape [rows, cols], from its byte
    counts, checked against dtypes and the file's colibri.fmt stamp. Used for resident tensors and
