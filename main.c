@@ -1,0 +1,58 @@
+/* main.c — the glm program: the engine (glm.c) and its front ends, one translation unit.
+
+   The engine knows nothing of its front ends; each front end drives it through the Model, the
+   RunState and the Generator. One translation unit keeps every function static and visible to the
+   compiler at once (inlining across the seam), and keeps the build one command:
+     glm.c        the engine: settings, model, kernels, attention, experts, MoE, forward, Generator
+     validate.c   REF=file: teacher forcing, greedy decoding and replay against the oracle
+     text.c       tokenizer glue, TOKENIZE, TEMPLATE, PROMPT and the terminal chat
+     server.c     SERVE: the HTTP APIs over http.h
+     plan.c       PLAN and DOCTOR
+   Tests include glm.c alone for the engine, and a front end's file after it to test that front end
+   (GLM_NO_MAIN leaves main() out). */
+
+#include "glm.c"
+#include "validate.c"
+#include "text.c"
+#include "server.c"
+#include "plan.c"
+
+/* OpenMP workers that spin at barriers take the CPU that the expert I/O thread and the main
+   thread need on a 2-core machine: measured on the bench model, REPLAY decode ran at 0.98 tok/s
+   with libgomp's default spinning and 5.8 tok/s with OMP_WAIT_POLICY=passive. libgomp reads the
+   policy before main() runs, so when the user has not chosen one, set it and re-execute once. */
+static void openmp_passive_wait(char **argv) {
+#ifdef _OPENMP
+    if (getenv("OMP_WAIT_POLICY") || getenv("GOMP_SPINCOUNT")) return;
+    setenv("OMP_WAIT_POLICY", "passive", 1);
+    execv("/proc/self/exe", argv);
+    /* exec failed (no /proc): carry on with the default policy */
+#else
+    (void)argv;
+#endif
+}
+
+#ifndef GLM_NO_MAIN   /* tests and fuzz targets that include main.c leave main() out */
+int main(int argc, char **argv) {
+    openmp_passive_wait(argv);
+    Settings set = settings_from_env(argc, argv);
+#ifdef _OPENMP
+    if (set.threads) omp_set_num_threads(set.threads);
+#endif
+    g_integer_dot = set.idot;
+    if (set.kernel != QT_KERNEL_AUTO) qt_set_kernel(set.kernel);
+    if (set.prompt_from_stdin) read_stdin_prompt(&set);
+    int rc;
+    switch (set.mode) {
+    case MODE_TOKENIZE: rc = run_tokenize(&set); break;
+    case MODE_TEMPLATE: rc = run_template_only(&set); break;
+    case MODE_VALIDATE: rc = run_validation(&set); break;
+    case MODE_SERVE: rc = run_serve(&set); break;
+    case MODE_PLAN: rc = run_plan(&set); break;
+    case MODE_DOCTOR: rc = run_doctor(&set); break;
+    default: rc = run_text(set); break;
+    }
+    free(set.stdin_prompt);
+    return rc;
+}
+#endif /* GLM_NO_MAIN */
