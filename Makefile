@@ -7,6 +7,9 @@ ARCH    ?= native
 CFLAGS  ?= -O3 -march=$(ARCH) -fopenmp -std=gnu11 -Wall -Wextra -ffp-contract=off
 LDLIBS  = -lm
 HEADERS = $(wildcard *.h)
+# The engine (glm.c) and its front ends: main.c includes them all, one translation unit.
+FRONT_ENDS = main.c validate.c text.c server.c plan.c
+SOURCES = glm.c $(FRONT_ENDS) $(HEADERS)
 # --version names the commit it was built from
 GLM_COMMIT := $(shell git rev-parse --short HEAD 2>/dev/null || echo unknown)
 # ./glm --version names the commit: a stamp file that changes with it makes a new commit rebuild glm
@@ -31,13 +34,13 @@ HAVE_CLANG  := $(shell command -v $(CLANG) 2>/dev/null)
 # -O1, except for the targets that include glm.c: clang 14's UBSan instrumentation at -O1 takes over
 # ten minutes of CPU on glm.c (4 s at -O0), which alone would blow CI's budget.
 FUZZ_OPT    ?= -O1
-$(patsubst tests/fuzz/%.c,tests/bin/%,$(shell grep -lE '^\#include "(\.\./)*glm\.c"' tests/fuzz/fuzz_*.c)): FUZZ_OPT = -O0
+$(patsubst tests/fuzz/%.c,tests/bin/%,$(shell grep -lE '^\#include "(\.\./)*(glm|main)\.c"' tests/fuzz/fuzz_*.c)): FUZZ_OPT = -O0
 
 .PHONY: all test test-bins asan bench clean clean-bins fuzz fuzz-bins
 all: glm
 
-glm: glm.c $(HEADERS) $(COMMIT_STAMP)
-	$(CC) $(CFLAGS) -DGLM_COMMIT='"$(GLM_COMMIT)"' -o $@ glm.c $(LDLIBS)
+glm: $(SOURCES) $(COMMIT_STAMP)
+	$(CC) $(CFLAGS) -DGLM_COMMIT='"$(GLM_COMMIT)"' -o $@ main.c $(LDLIBS)
 
 tests/bin/%: tests/%.c $(HEADERS) $(wildcard tests/*.h)
 	@mkdir -p tests/bin
@@ -46,11 +49,11 @@ tests/bin/%: tests/%.c $(HEADERS) $(wildcard tests/*.h)
 tools/iobench: tools/iobench.c
 	$(CC) $(CFLAGS) -pthread -o $@ $< $(LDLIBS)
 
-tests/bin/fuzz_replay_%: tests/fuzz/fuzz_%.c tests/fuzz/replay.c $(wildcard tests/fuzz/fuzz_*.c) glm.c $(HEADERS)
+tests/bin/fuzz_replay_%: tests/fuzz/fuzz_%.c tests/fuzz/replay.c $(wildcard tests/fuzz/fuzz_*.c) $(SOURCES)
 	@mkdir -p tests/bin
 	$(CC) $(CFLAGS) -I. -o $@ $< tests/fuzz/replay.c $(LDLIBS)
 
-tests/bin/fuzz_%: tests/fuzz/fuzz_%.c $(wildcard tests/fuzz/fuzz_*.c) glm.c $(HEADERS)
+tests/bin/fuzz_%: tests/fuzz/fuzz_%.c $(wildcard tests/fuzz/fuzz_*.c) $(SOURCES)
 	@mkdir -p tests/bin
 	$(CLANG) $(FUZZ_CFLAGS) -I. -o $@ $< $(LDLIBS)
 
@@ -61,8 +64,8 @@ fuzz-bins: $(FUZZ_BINS)
 fuzz: $(FUZZ_BINS)
 	FUZZ_SECONDS=$(FUZZ_SECONDS) bash tests/fuzz/run.sh $(FUZZ_NAMES)
 
-# tests that include glm.c itself (GLM_NO_MAIN)
-tests/bin/test_attention tests/bin/test_generator tests/bin/test_loader tests/bin/test_session tests/bin/test_server tests/bin/test_spec: glm.c
+# tests that include the engine (glm.c) or a front end
+tests/bin/test_attention tests/bin/test_generator tests/bin/test_loader tests/bin/test_session tests/bin/test_server tests/bin/test_spec: $(SOURCES)
 
 # The binaries build in parallel (one job per core: about 20 compilations include glm.c), then
 # the suite runs.
@@ -90,9 +93,9 @@ asan:
 	  rm -rf $(ASAN_LOGS); exit $$rc
 
 bench: bench/kbench bench/session_bench bench/specbench bench/attnbench
-bench/kbench: bench/kbench.c glm.c $(HEADERS)
+bench/kbench: bench/kbench.c $(SOURCES)
 	$(CC) $(CFLAGS) -I. -o $@ $< $(LDLIBS)
-bench/session_bench bench/specbench bench/attnbench: bench/%: bench/%.c glm.c $(HEADERS)
+bench/session_bench bench/specbench bench/attnbench: bench/%: bench/%.c $(SOURCES)
 	$(CC) $(CFLAGS) -I. -o $@ $< $(LDLIBS)
 
 clean-bins:

@@ -6,20 +6,20 @@
    multi-token-prediction (MTP) layer. The math follows ../shared/docs/glm_moe_dsa.md; section
    numbers (§) below refer to it.
 
-   The file reads top to bottom in data-flow order:
+   This file is the engine; it reads top to bottom in data-flow order:
      1. Settings     every environment variable, its default and meaning (`./glm --help`)
      2. Config       config.json → validated model shape
      3. Weights      tensors from safetensors (st.h), quantized at load or pre-quantized (quant.h)
      4. Kernels      the one matmul dispatch and the small vector helpers
      5. Attention    RMSNorm, RoPE, MLA (weight-absorbed; explicit K/V as a cross-check), the DSA indexer
-     6. Experts      where a routed expert's weights come from (ExpertStore)
+     6. Experts      where a routed expert's weights come from (ExpertStore): slots, I/O, history
      7. MoE          router, batch union of chosen experts, SwiGLU, shared expert
      8. Model        the RAM plan, loading and the forward pass over S positions, the MTP head
-     9. Generation   sampling, the Generator (the one decode loop every mode drives; speculative
-                    decoding: MTP and n-gram drafts, batched verification), oracle validation
-    10. Text         tokenizer glue, chat template, prompt mode, terminal chat
-    11. Server       the OpenAI API over HTTP (http.h): endpoints → the Generator
-    12. main         settings → mode → effective configuration → stats; PLAN and DOCTOR
+     9. Generation   sampling, the Generator (the one decode loop every front end drives;
+                    speculative decoding: MTP and n-gram drafts, batched verification), session files
+    10. Runs         starting and ending a run: the configuration line, statistics, profile
+   The front ends (validate.c, text.c, server.c, plan.c) sit beside it and main.c joins them into
+   one program; nothing here names a front-end symbol.
 
    Build: `make` (see Makefile). Run: `./glm --help`. */
 
@@ -363,7 +363,7 @@ static const SettingSpec SETTINGS[] = {
     { "DOCTOR",   SET_BOOL,  "0",    0, 1, "check this machine for SNAP (kernels, cores, RAM, huge pages, O_DIRECT, a short disk read probe, free disk), one line per finding; exit 0 ready, 1 warnings, 2 cannot run" },
     { "SPEC",     SET_STR,   "auto", 0, 0, "speculative decoding, never changes the output: auto (MTP head and n-gram drafts where they pay, measured as it runs), mtp, ngram (prompt lookup) or off" },
     { "DRAFT",    SET_INT,   "4",    1, 16, "most tokens drafted per verify pass (SPEC=auto may draft fewer)" },
-    /* text modes (section 10): need tokenizer.json in SNAP */
+    /* text modes (text.c): need tokenizer.json in SNAP */
     { "PROMPT",   SET_STR,   "",     0, 0, "answer this user message: the reply streams to stdout, one stats line to stderr (PROMPT=-: read it from stdin, at most 16 MB)" },
     { "CHAT",     SET_INT,   "-1",  -1, 1, "terminal chat: 1 on, 0 off, -1 on when stdin is a terminal and no PROMPT, REF or TOKENIZE is set" },
     { "SYSTEM",   SET_STR,   "",     0, 0, "system prompt placed before the first user message" },
@@ -380,7 +380,7 @@ static const SettingSpec SETTINGS[] = {
     { "TOKENIZE", SET_STR,   "",     0, 0, "file of JSON strings, one per line: print each one's token ids on a line, then exit (no weights needed)" },
     { "TEMPLATE_ONLY", SET_BOOL, "0", 0, 1, "print the rendered prompt (as a JSON string, then its ids) and exit (no weights needed)" },
     { "SESSION",  SET_STR,   "",     0, 0, "file holding the conversation (token ids + KV cache): continued when it exists, saved after every answer (PROMPT, CHAT; SERVE: the server's cache)" },
-    /* the server (section 11) */
+    /* the server (server.c) */
     { "SERVE",    SET_STR,   "",     0, 0, "OpenAI-compatible HTTP server on [host:]port (host default 127.0.0.1; port 0 picks a free one): /v1/chat/completions, /v1/completions, /v1/models, /health" },
     { "API_KEY",  SET_STR,   "",     0, 0, "with SERVE: the key every request must carry (Authorization: Bearer KEY or x-api-key: KEY); required to listen on an address other machines can reach" },
     { "QUEUE",    SET_INT,   "8",    0, 4096, "with SERVE: requests that may wait while one is answered (one generates at a time); more get 429 with Retry-After" },
@@ -1491,11 +1491,14 @@ typedef struct {
     int *union_experts;      /* [n_experts] distinct experts of one MoE step, ascending */
     float *chosen_w;
     int nthreads;
-    double bytes;            /* what session_init allocated */
-    int size_only;           /* session_init counts bytes and allocates nothing (the RAM plan) */
-    int progress;            /* show prefill progress on stderr (a terminal) */
+    double bytes;            /* what run_state_init allocated */
+    int size_only;           /* run_state_init counts bytes and allocates nothing (the RAM plan) */
+    /* called before each layer of model_forward (layer < n_layers) and once when it ends or is
+       interrupted (layer == n_layers): a front end shows a long prefill's progress with it */
+    void (*on_layer)(void *user, int layer, int n_layers, int S, int pos0);
+    void *on_layer_user;
     struct { double attention, indexer, attention_core, dense_mlp, moe, lm_head; long long forwards, positions; } profile;   /* seconds */
-} Session;
+} RunState;
 
 /* The absorbed attention works on chunks of ATT_ROWS query rows, and per row on groups of ATT_HG
    heads (one work item: the row's visible keys are read once per group, not once per head). */
@@ -1506,7 +1509,7 @@ enum { ATT_SCORE_DIMS = 128 };  /* dimensions per block of the scores: 8 KB of Q
 /* Rows of one piece of a forward's attention (attention_piece): what the query and output scratch
    holds. A multiple of ATT_ROWS, so the row chunks of a long prefill stay where they were. */
 enum { ATT_PIECE = 256 };
-/* Rows of one piece of a SwiGLU (ffn_swiglu): what its scratch (Session.ffn_h1, ffn_h2) holds. */
+/* Rows of one piece of a SwiGLU (ffn_swiglu): what its scratch (RunState.ffn_h1, ffn_h2) holds. */
 enum { FFN_ROWS = 256 };
 
 /* Float lanes for the attention kernels: the native vector of the build (16 lanes with AVX-512,
@@ -1690,7 +1693,7 @@ static void softmax(float *s, int n) {
 typedef struct {
     const Config *c;
     const Layer *L;
-    Session *s;
+    RunState *s;
     int layer_index;
     const float *inv_freq;
     const ForwardOptions *opt;
@@ -1766,7 +1769,7 @@ static void index_scores8(const float *q, const float *w, const float *k, int nk
 static void indexer_keys(AttentionCall *ac, const float *xn, int S, int pos0) {
     const Config *c = ac->c;
     const Layer *L = ac->L;
-    Session *s = ac->s;
+    RunState *s = ac->s;
     const int id = c->index_dim, half = c->qk_rope / 2;
     float *kcache = s->index_key[ac->layer_index];
     matmul(s->tmp, &L->index_wk, xn, S);
@@ -1785,7 +1788,7 @@ static void indexer_keys(AttentionCall *ac, const float *xn, int S, int pos0) {
 static void indexer_select(AttentionCall *ac, const float *xn, const float *qr, int S, int pos0) {
     const Config *c = ac->c;
     const Layer *L = ac->L;
-    Session *s = ac->s;
+    RunState *s = ac->s;
     const int ih = c->index_heads, id = c->index_dim, half = c->qk_rope / 2, K = c->index_topk;
     const float *kcache = s->index_key[ac->layer_index];
     int *selection_count = s->selection_count + ac->row0, *selection = s->selection + (size_t)ac->row0 * K;
@@ -1842,7 +1845,7 @@ static void indexer_select(AttentionCall *ac, const float *xn, const float *qr, 
 }
 
 /* Keys visible to query row r at absolute position i: the selection, or all of 0..i. */
-static int visible_keys(const Session *s, const Config *c, int r, int i, const int **list) {
+static int visible_keys(const RunState *s, const Config *c, int r, int i, const int **list) {
     if (s->selection_count[r] < 0) { *list = NULL; return i + 1; }
     *list = s->selection + (size_t)r * c->index_topk;
     return s->selection_count[r];
@@ -2025,7 +2028,7 @@ static size_t attention_thread_floats(const Config *c, int capacity) {
     return total > explicit_scores ? total + 16 : explicit_scores + 16;
 }
 
-static float *attention_thread_scratch(Session *s, int tid) {
+static float *attention_thread_scratch(RunState *s, int tid) {
     float *p = s->att_thread + (size_t)tid * s->att_thread_floats;
     return p + ((16 - ((uintptr_t)p / sizeof(float)) % 16) % 16);
 }
@@ -2034,7 +2037,7 @@ static float *attention_thread_scratch(Session *s, int tid) {
 static void attention_absorbed_rows(AttentionCall *ac, int r0, int nr, int pos0, float scale) {
     const Config *c = ac->c;
     const Layer *L = ac->L;
-    Session *s = ac->s;
+    RunState *s = ac->s;
     const int nh = c->n_heads, dn = c->qk_nope, dr = c->qk_rope, dqk = c->qk_head, dv = c->v_head, kvl = c->kv_lora;
     const float *latent = s->latent[ac->layer_index], *rope_key = s->rope_key[ac->layer_index];
     const int groups = (nh + ATT_HG - 1) / ATT_HG;
@@ -2097,7 +2100,7 @@ static void attention_core(AttentionCall *ac, int S, int pos0, float scale) {
 static void attention_piece(AttentionCall *ac, const float *xn, int S, int pos0, float *out) {
     const Config *c = ac->c;
     const Layer *L = ac->L;
-    Session *s = ac->s;
+    RunState *s = ac->s;
     const int nh = c->n_heads, dn = c->qk_nope, dr = c->qk_rope, dqk = c->qk_head, dv = c->v_head;
     const int half = dr / 2;
     const float *latent = s->latent[ac->layer_index], *rope_key = s->rope_key[ac->layer_index];
@@ -2179,7 +2182,7 @@ static void attention_piece(AttentionCall *ac, const float *xn, int S, int pos0,
 static void attention(AttentionCall *ac, const float *xn, int S, int pos0, float *out) {
     const Config *c = ac->c;
     const Layer *L = ac->L;
-    Session *s = ac->s;
+    RunState *s = ac->s;
     const int dr = c->qk_rope, kvl = c->kv_lora, half = dr / 2, H = c->hidden;
     float *latent = s->latent[ac->layer_index], *rope_key = s->rope_key[ac->layer_index];
     /* compressed KV of the new positions → cache */
@@ -2237,6 +2240,8 @@ static void attention(AttentionCall *ac, const float *xn, int S, int pos0, float
    slot's own memory is released meanwhile.
    ============================================================================================= */
 
+
+/* ---- 6.1 The store: sources on disk, slots in RAM, one cache per layer ----------------------- */
 
 #ifndef MADV_POPULATE_READ   /* Linux 5.14; older kernels answer EINVAL and glm falls back */
 #define MADV_POPULATE_READ 22
@@ -2468,6 +2473,8 @@ static void expert_slot_sizes(ExpertStore *store, size_t *slab, size_t *scales) 
     *slab = store->io_mode == IO_MMAP ? 0 : max_slab + 8 * DIRECT_ALIGN;
     *scales = max_scales;
 }
+
+/* ---- 6.2 Reading an expert: the I/O modes and the page cache --------------------------------- */
 
 static int pread_all(int fd, void *dst, size_t n, uint64_t off, size_t *got) {
     size_t done = 0;
@@ -2828,6 +2835,8 @@ static int expert_load(ExpertStore *store, int layer, int e, ExpertSlot *slot) {
     return 0;
 }
 
+/* ---- 6.3 The I/O thread: demanded reads first, prefetches between them ----------------------- */
+
 /* Loads `slot` of `layer` on the I/O thread; called and returns with the lock held. */
 static void io_load_slot(ExpertStore *store, int layer, ExpertSlot *slot, int prefetch) {
     slot->loading = 1;
@@ -2896,6 +2905,8 @@ static void *expert_io_thread(void *arg) {
     pthread_mutex_unlock(&store->lock);
     return NULL;
 }
+
+/* ---- 6.4 Opening the files and faulting the slot arena in ------------------------------------ */
 
 /* Maps model file f read-only (MMAP, INPLACE): 0, or -1 with the reason in err (the file is shorter
    than its header says, or mmap refused). Pages come in by reads, not by faults: MADV_RANDOM. */
@@ -3000,6 +3011,8 @@ done:
     __atomic_store_n(&store->populate_running, 0, __ATOMIC_RELEASE);
     return NULL;
 }
+
+/* ---- 6.5 The usage history: what earlier runs routed ----------------------------------------- */
 
 /* The model's identity for what glm remembers about it: the config's shape and the layout of
    every routed expert's tensors (name, file name, offset, size, dtype). Moving the model folder
@@ -3136,6 +3149,8 @@ static void expert_usage_tick(ExpertStore *store, int positions) {
     store->usage_since_save += positions;
     if (store->usage_since_save >= USAGE_SAVE_EVERY) expert_usage_save(store);
 }
+
+/* ---- 6.6 Prefetch while idle; starting and stopping the store -------------------------------- */
 
 /* The engine has nothing to compute (before the first token; between chat turns): queue history
    prefetches of each layer's most requested experts that are not in RAM, into the slots of
@@ -3330,6 +3345,8 @@ static void expert_store_free(ExpertStore *store) {
     free(store->usage_history);
     memset(store, 0, sizeof *store);
 }
+
+/* ---- 6.7 A MoE step's experts: slot choice, demanded loads, read-ahead ----------------------- */
 
 /* The slot a demanded expert goes to: the cache policy's victim among the slots `avoid` does not
    mark. While the helper is still faulting the arena in, a fresh slot costs a page fault per
@@ -3634,7 +3651,7 @@ static void moe_queue_loads(ExpertStore *store, int layer, const int *experts, i
 
 /* Union experts unit[0..n) (union indices), expert unit[i]'s rows at row[i] of expert_x/expert_y:
    one expert on every thread, or several as a window. */
-static void moe_run_unit(const Config *c, int layer, ExpertStore *store, Session *s, const float *m, const int *unit,
+static void moe_run_unit(const Config *c, int layer, ExpertStore *store, RunState *s, const float *m, const int *unit,
                          const int *row, int n) {
     const int H = c->hidden, I = c->moe_inter;
     const FfnWeights *w[MOE_WINDOW];
@@ -3647,7 +3664,7 @@ static void moe_run_unit(const Config *c, int layer, ExpertStore *store, Session
         for (int i = 0; i < rows; i++) memcpy(x + (size_t)i * H, m + (size_t)rw[i] * H, (size_t)H * sizeof(float));
         ffn_swiglu(w[0], x, rows, s->expert_y + (size_t)row[0] * H, s->ffn_h1, s->ffn_h2, s->ffn_rows);
     } else {
-        /* each thread's share of the SwiGLU scratch, in expert rows (at least 1: see session_init) */
+        /* each thread's share of the SwiGLU scratch, in expert rows (at least 1: see run_state_init) */
         const int h_rows = (int)((int64_t)s->ffn_rows * s->ffn_width / I / s->nthreads);
         /* the window's tasks, largest first, so the threads finish together (an expert that 1,337
            of 2,048 rows chose, on one thread, left the other idle); a row's result does not
@@ -3678,7 +3695,7 @@ static void moe_run_unit(const Config *c, int layer, ExpertStore *store, Session
    out, in the order given; threads split the hidden dimension where there are at least
    MOE_ADD_PARALLEL_ROWS rows (a decode step's 8 take microseconds: a fork would cost as much). */
 enum { MOE_ADD_PARALLEL_ROWS = 16 };
-static void moe_add_units(const Config *c, Session *s, const int *unit, const int *row, int n, float *out) {
+static void moe_add_units(const Config *c, RunState *s, const int *unit, const int *row, int n, float *out) {
     const int H = c->hidden;
     int rows = 0;
     for (int i = 0; i < n; i++) rows += s->moe_first[unit[i] + 1] - s->moe_first[unit[i]];
@@ -3706,7 +3723,7 @@ static int expert_in_ram(const ExpertStore *store, int layer, int expert) {
 /* Whether union expert v is in RAM or on its way (in a slot). A window's experts all are, or it
    is one expert that is not: acquiring that one loads it on demand into a slot that no acquired
    expert holds, which could be a later member's (with 1 slot per layer: "no free expert slot"). */
-static int moe_in_slot(const LayerCache *lc, const Session *s, int v) { return lc->cache.expert_slot[s->union_experts[v]] >= 0; }
+static int moe_in_slot(const LayerCache *lc, const RunState *s, int v) { return lc->cache.expert_slot[s->union_experts[v]] >= 0; }
 
 /* The routed experts of one step, into out (zeroed). While the disk reads, the cores work:
    - A step of 1-3 rows, or of up to FEW_ROWS on one thread (decode; verification of 1-2 drafts),
@@ -3722,7 +3739,7 @@ static int moe_in_slot(const LayerCache *lc, const Session *s, int v) { return l
      order above, with windows of the experts in RAM, was no faster there: cold 128-token prompts
      in 5-row forwards, 4 alternating rounds, MoE 2.19-2.52 s against 2.14-2.26.)
    Returns the shared expert's output rows where it computed them, else NULL. */
-static const float *moe_experts(const Config *c, const Layer *L, int layer, ExpertStore *store, Session *s, const float *m,
+static const float *moe_experts(const Config *c, const Layer *L, int layer, ExpertStore *store, RunState *s, const float *m,
                                 int S, int n_union, float *out) {
     const int H = c->hidden, total = s->moe_first[n_union];
     const int windows = S >= 4 && max_threads() > 1, most = windows ? MOE_WINDOW : 1;
@@ -3769,7 +3786,7 @@ static const float *moe_experts(const Config *c, const Layer *L, int layer, Expe
 /* MoE over S rows of normalized input m. Each distinct expert chosen by any row is acquired once
    and applied to all rows routed to it (batch union); whatever order they run in, each row
    accumulates its experts in ascending id, then the shared expert (§5.3). */
-static void moe_forward(const Config *c, const Layer *L, int layer_index, ExpertStore *store, Session *s,
+static void moe_forward(const Config *c, const Layer *L, int layer_index, ExpertStore *store, RunState *s,
                         const float *m, int S, float *out) {
     const int H = c->hidden, E = c->n_experts, k = c->experts_per_tok;
     matmul(s->router_logits, &L->router, m, S);
@@ -3812,7 +3829,7 @@ static void moe_forward(const Config *c, const Layer *L, int layer_index, Expert
 typedef struct {
     double budget, avail;            /* avail: MemAvailable when the plan was made (0: unknown) */
     int from_ram_gb;                 /* the budget is RAM_GB (else MemAvailable minus a reserve) */
-    double dense, session, overhead, reserve, cache, unused;
+    double dense, run_state, overhead, reserve, cache, unused;
     double slot_bytes;               /* one expert slot */
     int moe_layers, n_experts, slots, slots_allowed;   /* slots per layer; allowed: what the budget holds */
     int capacity, batch;             /* the context and batch the session was sized for */
@@ -4014,13 +4031,13 @@ static void model_free(Model *m) {
 }
 
 /* Every session allocation goes through here, so the RAM budget knows what the session holds. */
-static void *session_calloc(Session *s, size_t count, size_t size) {
+static void *run_state_calloc(RunState *s, size_t count, size_t size) {
     s->bytes += (double)count * size;
     return s->size_only ? NULL : xcalloc_huge(count, size);
 }
 
 /* size_only: count what the session would allocate (s->bytes) without allocating it. */
-static void session_init(Session *s, const Model *m, int capacity, int max_batch, int size_only) {
+static void run_state_init(RunState *s, const Model *m, int capacity, int max_batch, int size_only) {
     const Config *c = &m->c;
     memset(s, 0, sizeof *s);
     s->size_only = size_only;
@@ -4028,13 +4045,13 @@ static void session_init(Session *s, const Model *m, int capacity, int max_batch
     s->capacity = capacity;
     s->max_batch = max_batch;
     s->n_layers = nl;
-    s->latent = session_calloc(s, (size_t)nl, sizeof(float *));
-    s->rope_key = session_calloc(s, (size_t)nl, sizeof(float *));
-    s->index_key = session_calloc(s, (size_t)nl, sizeof(float *));
+    s->latent = run_state_calloc(s, (size_t)nl, sizeof(float *));
+    s->rope_key = run_state_calloc(s, (size_t)nl, sizeof(float *));
+    s->index_key = run_state_calloc(s, (size_t)nl, sizeof(float *));
     for (int l = 0; l < nl; l++) {
-        float *latent = session_calloc(s, (size_t)capacity * c->kv_lora, sizeof(float));
-        float *rope_key = session_calloc(s, (size_t)capacity * c->qk_rope, sizeof(float));
-        float *index_key = c->layer_indexer[l] ? session_calloc(s, (size_t)capacity * c->index_dim, sizeof(float)) : NULL;
+        float *latent = run_state_calloc(s, (size_t)capacity * c->kv_lora, sizeof(float));
+        float *rope_key = run_state_calloc(s, (size_t)capacity * c->qk_rope, sizeof(float));
+        float *index_key = c->layer_indexer[l] ? run_state_calloc(s, (size_t)capacity * c->index_dim, sizeof(float)) : NULL;
         if (size_only) continue;
         s->latent[l] = latent;
         s->rope_key[l] = rope_key;
@@ -4043,47 +4060,47 @@ static void session_init(Session *s, const Model *m, int capacity, int max_batch
     const size_t q_width = (size_t)c->n_heads * c->qk_head;
     const int moe_width = c->moe_inter * (c->n_shared > 1 ? c->n_shared : 1);   /* a routed or the shared expert */
     const int ffn_width = c->inter > moe_width ? c->inter : moe_width;
-    s->x = session_calloc(s, (size_t)B * H, sizeof(float));
-    s->xn = session_calloc(s, (size_t)B * H, sizeof(float));
+    s->x = run_state_calloc(s, (size_t)B * H, sizeof(float));
+    s->xn = run_state_calloc(s, (size_t)B * H, sizeof(float));
     const int P = B < ATT_PIECE ? B : ATT_PIECE;   /* rows of an attention piece */
-    s->cq = session_calloc(s, (size_t)P * c->q_lora, sizeof(float));
-    s->qr = session_calloc(s, (size_t)P * c->q_lora, sizeof(float));
-    s->q = session_calloc(s, (size_t)P * q_width, sizeof(float));
-    s->kv = session_calloc(s, (size_t)B * (c->kv_lora + c->qk_rope), sizeof(float));
-    s->attn = session_calloc(s, (size_t)P * c->n_heads * c->v_head, sizeof(float));
-    s->attn_out = session_calloc(s, (size_t)B * H, sizeof(float));
-    s->ffn_out = session_calloc(s, (size_t)B * H, sizeof(float));
+    s->cq = run_state_calloc(s, (size_t)P * c->q_lora, sizeof(float));
+    s->qr = run_state_calloc(s, (size_t)P * c->q_lora, sizeof(float));
+    s->q = run_state_calloc(s, (size_t)P * q_width, sizeof(float));
+    s->kv = run_state_calloc(s, (size_t)B * (c->kv_lora + c->qk_rope), sizeof(float));
+    s->attn = run_state_calloc(s, (size_t)P * c->n_heads * c->v_head, sizeof(float));
+    s->attn_out = run_state_calloc(s, (size_t)B * H, sizeof(float));
+    s->ffn_out = run_state_calloc(s, (size_t)B * H, sizeof(float));
     size_t tmp_n = (size_t)B * (c->index_dim > c->experts_per_tok ? c->index_dim : c->experts_per_tok);
-    s->tmp = session_calloc(s, tmp_n > (size_t)B * c->experts_per_tok ? tmp_n : (size_t)B * c->experts_per_tok, sizeof(float));
-    s->router_logits = session_calloc(s, (size_t)B * c->n_experts, sizeof(float));
-    s->index_q = session_calloc(s, (size_t)P * c->index_heads * c->index_dim, sizeof(float));
-    s->index_w = session_calloc(s, (size_t)P * c->index_heads, sizeof(float));
-    s->index_scores = session_calloc(s, (size_t)P * capacity * 2, sizeof(float));
-    s->selection = session_calloc(s, (size_t)B * c->index_topk, sizeof(int));
-    s->selection_count = session_calloc(s, (size_t)B, sizeof(int));
+    s->tmp = run_state_calloc(s, tmp_n > (size_t)B * c->experts_per_tok ? tmp_n : (size_t)B * c->experts_per_tok, sizeof(float));
+    s->router_logits = run_state_calloc(s, (size_t)B * c->n_experts, sizeof(float));
+    s->index_q = run_state_calloc(s, (size_t)P * c->index_heads * c->index_dim, sizeof(float));
+    s->index_w = run_state_calloc(s, (size_t)P * c->index_heads, sizeof(float));
+    s->index_scores = run_state_calloc(s, (size_t)P * capacity * 2, sizeof(float));
+    s->selection = run_state_calloc(s, (size_t)B * c->index_topk, sizeof(int));
+    s->selection_count = run_state_calloc(s, (size_t)B, sizeof(int));
     s->nthreads = max_threads();
-    s->att_qc = session_calloc(s, (size_t)ATT_ROWS * c->n_heads * c->kv_lora, sizeof(float));
-    s->att_z = session_calloc(s, (size_t)ATT_ROWS * c->n_heads * c->kv_lora, sizeof(float));
+    s->att_qc = run_state_calloc(s, (size_t)ATT_ROWS * c->n_heads * c->kv_lora, sizeof(float));
+    s->att_z = run_state_calloc(s, (size_t)ATT_ROWS * c->n_heads * c->kv_lora, sizeof(float));
     s->att_thread_floats = attention_thread_floats(c, capacity);
-    s->att_thread = session_calloc(s, (size_t)s->nthreads * s->att_thread_floats, sizeof(float));
+    s->att_thread = run_state_calloc(s, (size_t)s->nthreads * s->att_thread_floats, sizeof(float));
     /* at least a row per thread: MoE windows give each thread its own share of h1/h2 */
     s->ffn_rows = B < FFN_ROWS ? B : FFN_ROWS;
     if (s->ffn_rows < s->nthreads) s->ffn_rows = s->nthreads;
     s->ffn_width = ffn_width;
-    s->ffn_h1 = session_calloc(s, (size_t)s->ffn_rows * ffn_width, sizeof(float));
-    s->ffn_h2 = session_calloc(s, (size_t)s->ffn_rows * ffn_width, sizeof(float));
-    s->mtp_in = session_calloc(s, (size_t)B * 2 * H, sizeof(float));   /* [enorm rows][hnorm rows] */
-    s->expert_x = session_calloc(s, (size_t)B * H, sizeof(float));
-    s->expert_y = session_calloc(s, (size_t)B * H, sizeof(float));
-    s->chosen = session_calloc(s, (size_t)B * c->experts_per_tok, sizeof(int));
-    s->chosen_w = session_calloc(s, (size_t)B * c->experts_per_tok, sizeof(float));
-    s->union_experts = session_calloc(s, (size_t)c->n_experts, sizeof(int));
-    s->moe_rows = session_calloc(s, (size_t)B * c->experts_per_tok, sizeof(int));
-    s->moe_weights = session_calloc(s, (size_t)B * c->experts_per_tok, sizeof(float));
-    s->moe_first = session_calloc(s, (size_t)c->n_experts + 1, sizeof(int));
+    s->ffn_h1 = run_state_calloc(s, (size_t)s->ffn_rows * ffn_width, sizeof(float));
+    s->ffn_h2 = run_state_calloc(s, (size_t)s->ffn_rows * ffn_width, sizeof(float));
+    s->mtp_in = run_state_calloc(s, (size_t)B * 2 * H, sizeof(float));   /* [enorm rows][hnorm rows] */
+    s->expert_x = run_state_calloc(s, (size_t)B * H, sizeof(float));
+    s->expert_y = run_state_calloc(s, (size_t)B * H, sizeof(float));
+    s->chosen = run_state_calloc(s, (size_t)B * c->experts_per_tok, sizeof(int));
+    s->chosen_w = run_state_calloc(s, (size_t)B * c->experts_per_tok, sizeof(float));
+    s->union_experts = run_state_calloc(s, (size_t)c->n_experts, sizeof(int));
+    s->moe_rows = run_state_calloc(s, (size_t)B * c->experts_per_tok, sizeof(int));
+    s->moe_weights = run_state_calloc(s, (size_t)B * c->experts_per_tok, sizeof(float));
+    s->moe_first = run_state_calloc(s, (size_t)c->n_experts + 1, sizeof(int));
 }
 
-static void session_free(Session *s) {
+static void run_state_free(RunState *s) {
     for (int l = 0; l < s->n_layers; l++) {
         free(s->latent[l]);
         free(s->rope_key[l]);
@@ -4099,7 +4116,7 @@ static void session_free(Session *s) {
 }
 
 /* ---- session files: one conversation's cache on disk ------------------------------------------
-   SESSION=file, chat's :save / :load (section 10) and a server keep a conversation across
+   SESSION=file, chat's :save / :load (text.c) and a server keep a conversation across
    processes: the token history, the K/V rows of every decoder layer for those tokens (latent,
    rope key, the indexer key on full-indexer layers; not the MTP head's, which only ever shape
    drafts and are recomputed as drafting needs them), and the small state the
@@ -4342,7 +4359,7 @@ static int session_put(FILE *f, Hash64 *h, const void *buf, size_t n) {
 
 /* Writes the conversation (snap + the cache rows of its tokens) to path, atomically. 0, or -1
    with err filled (the file at path is then untouched). */
-static int session_save(const Session *s, const SessionKey *k, const SessionSnapshot *snap, const char *path, char *err, size_t err_len) {
+static int session_save(const RunState *s, const SessionKey *k, const SessionSnapshot *snap, const char *path, char *err, size_t err_len) {
     if (snap->n_tokens < 0 || snap->n_tokens > s->capacity) { snprintf(err, err_len, "internal: %d tokens to save", snap->n_tokens); return -1; }
     AtomicFile af;
     FILE *f = atomic_begin(&af, path, err, err_len);
@@ -4518,7 +4535,7 @@ static int session_read_floats(SessionSource *src, float *dst, uint64_t n, float
 
 /* One pass over the payload after the header. into_cache 0: through scratch (checks only);
    1: into the cache rows and snap's buffers. Ends with the hash check. */
-static int session_read_payload(SessionSource *src, Session *s, const SessionKey *k, SessionSnapshot *snap, int into_cache,
+static int session_read_payload(SessionSource *src, RunState *s, const SessionKey *k, SessionSnapshot *snap, int into_cache,
                                 char *err, size_t err_len) {
     enum { SCRATCH = 1 << 16 };
     float *scratch = xmalloc(SCRATCH * sizeof(float));
@@ -4560,7 +4577,7 @@ done:
    hidden [hidden]). 0 when loaded; -1 when refused, with s and snap's buffers untouched; -2 when
    the file changed between the check and the load (only a writer that ignores atomic replacement
    can do that): then the rows and buffers hold garbage and the caller must start over. */
-static int session_load(Session *s, const SessionKey *k, SessionSource *src, SessionSnapshot *snap, char *err, size_t err_len) {
+static int session_load(RunState *s, const SessionKey *k, SessionSource *src, SessionSnapshot *snap, char *err, size_t err_len) {
     SessionSnapshot head = *snap;
     if (session_read_header(src, k, s->capacity, &head, err, err_len) ||
         session_read_payload(src, s, k, &head, 0, err, err_len))
@@ -4595,7 +4612,7 @@ static int session_file_tokens(const char *path, char *err, size_t err_len) {
    The RAM plan: how the budget (RAM_GB, or MemAvailable minus a reserve) splits between the dense
    weights, the KV cache and scratch, the process's own overhead, a page-cache reserve and the
    expert cache. It comes from config.json, the safetensors headers and the settings alone, through
-   the code that loads (a dry Loader, a size-only Session), so PLAN=1 on a folder of headers prints
+   the code that loads (a dry Loader, a size-only RunState), so PLAN=1 on a folder of headers prints
    what a real run prints, and a budget that is too small is refused before any weight is read.
    --------------------------------------------------------------------------------------------- */
 
@@ -4625,13 +4642,13 @@ static RamPlan ram_plan(Model *m, Loader *ld, const Settings *set, int capacity)
     ld->dry = 0;
     p.dense = ld->resident_bytes;
     ld->resident_bytes = 0;
-    Session sized;
-    session_init(&sized, m, capacity, set->batch, 1);
+    RunState sized;
+    run_state_init(&sized, m, capacity, set->batch, 1);
     p.capacity = capacity;
     p.batch = set->batch;
     for (int l = 0; l < store->n_layers; l++) p.moe_layers += !c->layer_dense[l];
     /* float experts are read through an f32 staging buffer of one matrix */
-    p.session = sized.bytes + (p.moe_layers && !store->prequantized ? (double)c->moe_inter * c->hidden * sizeof(float) : 0.0);
+    p.run_state = sized.bytes + (p.moe_layers && !store->prequantized ? (double)c->moe_inter * c->hidden * sizeof(float) : 0.0);
     p.overhead = ram_overhead_estimate(m);
     p.avail = mem_available_bytes();
     p.from_ram_gb = set->ram_gb > 0;
@@ -4642,7 +4659,7 @@ static RamPlan ram_plan(Model *m, Loader *ld, const Settings *set, int capacity)
     p.n_experts = c->n_experts;
     TierBudget b = {
         .budget_bytes = p.budget,
-        .fixed_bytes = p.dense + p.session + p.overhead,
+        .fixed_bytes = p.dense + p.run_state + p.overhead,
         .reserve_bytes = p.reserve,
         .slot_bytes = p.slot_bytes,
         .moe_layers = p.moe_layers,
@@ -4669,15 +4686,15 @@ static void ram_plan_print(FILE *out, const RamPlan *p, const Settings *set) {
         const double one_slot = p->slot_bytes * p->moe_layers;
         fprintf(out, "glm: error: RAM budget %.2f GB is too small: dense weights %.2f GB + KV cache and scratch %.2f GB + "
                         "overhead %.2f GB + page-cache reserve %.2f GB",
-                p->budget / G, p->dense / G, p->session / G, p->overhead / G, p->reserve / G);
+                p->budget / G, p->dense / G, p->run_state / G, p->overhead / G, p->reserve / G);
         if (p->moe_layers) fprintf(out, " + one expert slot per MoE layer %.2f GB", one_slot / G);
         fprintf(out, " = %.2f GB (raise RAM_GB, lower CTX/BATCH, or use fewer dense bits)\n",
-                (p->dense + p->session + p->overhead + p->reserve + (p->moe_layers ? one_slot : 0)) / G);
+                (p->dense + p->run_state + p->overhead + p->reserve + (p->moe_layers ? one_slot : 0)) / G);
         return;
     }
     fprintf(out, "glm: RAM budget %.2f GB%s: dense weights %.2f GB + KV cache and scratch %.2f GB + overhead %.2f GB + "
                     "page-cache reserve %.2f GB + expert cache %.2f GB (%d slots x %d MoE layers x %.3g MB) + unused %.2f GB\n",
-            p->budget / G, p->from_ram_gb ? " (RAM_GB)" : " (MemAvailable minus reserve)", p->dense / G, p->session / G,
+            p->budget / G, p->from_ram_gb ? " (RAM_GB)" : " (MemAvailable minus reserve)", p->dense / G, p->run_state / G,
             p->overhead / G, p->reserve / G, p->cache / G, p->slots, p->moe_layers, p->slot_bytes / 1e6, p->unused / G);
     if (!p->moe_layers) return;
     if (set->cache_slots_given && p->slots < set->cache_slots)
@@ -4728,7 +4745,7 @@ static void model_load(Model *m, const Settings *set, int capacity) {
 }
 
 /* One decoder layer over S rows of s->x at positions pos0.. (attention + FFN, residuals). */
-static void layer_forward(Model *m, Session *s, const ForwardOptions *opt, int l, int S, int pos0) {
+static void layer_forward(Model *m, RunState *s, const ForwardOptions *opt, int l, int S, int pos0) {
     const Config *c = &m->c;
     const Layer *L = &m->layers[l];
     const int H = c->hidden;
@@ -4778,7 +4795,7 @@ static void prefetch_for_rows(int S) {
    on a big model, so when *interrupt (may be NULL) becomes non-zero it stops between layers and
    returns -1 with nothing written: the K/V rows it wrote are past the caller's position and are
    simply overwritten later. Returns 0 when done. */
-static int model_forward(Model *m, Session *s, const ForwardOptions *opt, const int *tokens, int S, int pos0,
+static int model_forward(Model *m, RunState *s, const ForwardOptions *opt, const int *tokens, int S, int pos0,
                          float *hidden_out, float *logits, int last_only, const volatile sig_atomic_t *interrupt) {
     const Config *c = &m->c;
     const int H = c->hidden;
@@ -4787,17 +4804,15 @@ static int model_forward(Model *m, Session *s, const ForwardOptions *opt, const 
     if (pos0 + S > s->capacity) die("context full: %d tokens do not fit the KV cache of %d (raise CTX)", pos0 + S, s->capacity);
     embed_rows(m, tokens, S, s->x);
     expert_read_ahead(&m->experts, 0, S);
-    /* a long prefill of a big model reads nearly every expert of every layer: show where it is */
-    const int show = s->progress && S >= 32;
     for (int l = 0; l < c->n_layers; l++) {
         if (interrupt && *interrupt) {
-            if (show) fputs("\r\033[K", stderr);
+            if (s->on_layer) s->on_layer(s->on_layer_user, c->n_layers, c->n_layers, S, pos0);
             return -1;
         }
-        if (show) fprintf(stderr, "\rglm: prefill of %d tokens at position %d: layer %d/%d ", S, pos0, l + 1, c->n_layers);
+        if (s->on_layer) s->on_layer(s->on_layer_user, l, c->n_layers, S, pos0);
         layer_forward(m, s, opt, l, S, pos0);
     }
-    if (show) fputs("\r\033[K", stderr);
+    if (s->on_layer) s->on_layer(s->on_layer_user, c->n_layers, c->n_layers, S, pos0);
     #pragma omp parallel for schedule(static) if (S >= ROWS_PARALLEL)
     for (int r = 0; r < S; r++) rmsnorm(hidden_out + (size_t)r * H, s->x + (size_t)r * H, m->final_norm, H, c->rms_eps);
     if (logits) {
@@ -4808,7 +4823,6 @@ static int model_forward(Model *m, Session *s, const ForwardOptions *opt, const 
     }
     s->profile.forwards++;
     s->profile.positions += S;
-    expert_usage_tick(&m->experts, S);
     return 0;
 }
 
@@ -4818,7 +4832,7 @@ static int model_forward(Model *m, Session *s, const ForwardOptions *opt, const 
    the last slot's [vocab] when last_only (drafting needs no more), none when logits is NULL (the
    cache update of a prefill). main_hidden may be hidden_out (it is read first). eh_proj is applied as its two
    column halves (load_eh_proj): x = eh_e · enorm(e) + eh_h · hnorm(h). */
-static void mtp_forward(Model *m, Session *s, const ForwardOptions *opt, const int *next_tokens, const float *main_hidden,
+static void mtp_forward(Model *m, RunState *s, const ForwardOptions *opt, const int *next_tokens, const float *main_hidden,
                         int S, int pos0, float *hidden_out, float *logits, int last_only) {
     const Config *c = &m->c;
     const int H = c->hidden, l = c->n_layers;
@@ -4848,11 +4862,8 @@ static void mtp_forward(Model *m, Session *s, const ForwardOptions *opt, const i
 /* =============================================================================================
    9. Generation
    What turns forward passes into a sequence of tokens: token lists, sampling, and the Generator,
-   the one decode loop that every mode drives (the validation modes below, prompt and chat in
-   section 10; next speculation, saved sessions and a server). Then validation against the
-   oracle: TF=1 teacher-forces REF's full_ids (argmax per position vs tf_pred; MTP=1 adds the
-   MTP head vs mtp_pred), greedy decoding continues prompt_ids and is compared with full_ids,
-   REPLAY=1 decodes full_ids one token at a time as fixed input (the decode benchmark).
+   the one decode loop that every front end drives (validation, prompt and chat, the server):
+   speculative drafts and their batched verification, prefix reuse, and session files.
    ============================================================================================= */
 
 /* A growable list of token ids. */
@@ -4994,7 +5005,7 @@ static void sampler_free(Sampler *sp) {
 
 /* ---- the generator ---------------------------------------------------------------------------- */
 
-/* A Generator owns one conversation's decode state over a Session (whose KV cache it fills):
+/* A Generator owns one conversation's decode state over a RunState (whose KV cache it fills):
    the token history, the position, the sampler, the stop rules, speculation, and where tokens go.
    Invariants:
    - history[0, pos) are exactly the tokens whose K/V rows are in the cache. Rows past pos may
@@ -5119,7 +5130,7 @@ typedef struct {
 
 typedef struct {
     Model *model;
-    Session *session;
+    RunState *state;
     const ForwardOptions *opt;
     Sampler sampler;
     StopRules stop_rules;                       /* default: the model's EOS ids, no limit */
@@ -5142,10 +5153,10 @@ typedef struct {
     Speculation spec;                           /* generator_set_speculation; off by default */
 } Generator;
 
-static Generator *generator_create(Model *m, Session *s, const ForwardOptions *opt, SamplerSettings sampling) {
+static Generator *generator_create(Model *m, RunState *s, const ForwardOptions *opt, SamplerSettings sampling) {
     Generator *g = xcalloc(1, sizeof *g);
     g->model = m;
-    g->session = s;
+    g->state = s;
     g->opt = opt;
     sampler_init(&g->sampler, m->c.vocab, sampling.temperature, sampling.top_p, sampling.seed);
     g->stop_rules = (StopRules){ m->c.eos, m->c.n_eos, -1, 0 };
@@ -5199,7 +5210,7 @@ static void generator_set_speculation(Generator *g, SpecMode mode, int max_draft
     sp->mode = mode;
     sp->max_draft = max_draft;
     if (mode == SPEC_OFF) return;
-    const int H = c->hidden, V = c->vocab, B = g->session->max_batch;
+    const int H = c->hidden, V = c->vocab, B = g->state->max_batch;
     free(sp->verify_logits);
     sp->verify_logits = xmalloc((size_t)(max_draft + 1) * V * sizeof(float));
     if (c->n_mtp && (mode == SPEC_MTP || mode == SPEC_AUTO) && !sp->ring) {
@@ -5237,24 +5248,31 @@ static void generator_commit(Generator *g, const int *tokens, int n, const float
     g->last_hidden = g->hidden + (size_t)(n - 1) * H;
 }
 
+/* After each forward of the main model over S rows: the count, and the usage history's tick (it
+   is saved every USAGE_SAVE_EVERY tokens, so the forward pass itself never writes a file). */
+static void generator_forward_done(Generator *g, int S) {
+    g->forwards++;
+    expert_usage_tick(&g->model->experts, S);
+}
+
 /* With a logits sink (teacher forcing) a prefill keeps every row's logits of a chunk: chunks of
    at most SINK_ROWS rows whatever BATCH, so that buffer stays [SINK_ROWS][vocab] floats (634 MB
    on GLM-5.2). */
 enum { SINK_ROWS = 1024 };
 
 /* Rows of one prefill chunk with a logits sink in session s. */
-static int sink_rows(const Session *s) { return s->max_batch < SINK_ROWS ? s->max_batch : SINK_ROWS; }
+static int sink_rows(const RunState *s) { return s->max_batch < SINK_ROWS ? s->max_batch : SINK_ROWS; }
 
 /* Runs tokens[0, S) at positions pos.. and commits them (history, pos, logits, last_hidden).
    with_sink: every row's logits go to on_logits (S ≤ sink_rows). -1 when interrupted (nothing committed). */
 static int generator_forward(Generator *g, const int *tokens, int S, int with_sink, const volatile sig_atomic_t *interrupt) {
     const int V = g->model->c.vocab;
     const int all_rows = with_sink && g->on_logits;
-    if (all_rows && S > sink_rows(g->session)) die("internal: %d rows for the logits sink, at most %d", S, sink_rows(g->session));
-    if (all_rows && !g->chunk_logits) g->chunk_logits = xmalloc((size_t)sink_rows(g->session) * V * sizeof(float));
+    if (all_rows && S > sink_rows(g->state)) die("internal: %d rows for the logits sink, at most %d", S, sink_rows(g->state));
+    if (all_rows && !g->chunk_logits) g->chunk_logits = xmalloc((size_t)sink_rows(g->state) * V * sizeof(float));
     float *logits = all_rows ? g->chunk_logits : g->logits;
-    if (model_forward(g->model, g->session, g->opt, tokens, S, g->pos, g->hidden, logits, !all_rows, interrupt)) return -1;
-    g->forwards++;
+    if (model_forward(g->model, g->state, g->opt, tokens, S, g->pos, g->hidden, logits, !all_rows, interrupt)) return -1;
+    generator_forward_done(g, S);
     generator_commit(g, tokens, S, all_rows ? g->chunk_logits + (size_t)(S - 1) * V : g->logits);
     if (all_rows) g->on_logits(g->on_logits_user, g->pos - S, S, g->chunk_logits, g->hidden);
     return 0;
@@ -5305,7 +5323,7 @@ static const float *spec_main_hidden(const Generator *g, int q) {
    want_logits, the last slot's logits go to spec.mtp_logits; returns its post-norm hidden state. */
 static const float *spec_mtp_fill(Generator *g, int q_end, int next_token, int want_logits, int most) {
     Speculation *sp = &g->spec;
-    const int H = g->model->c.hidden, B = g->session->max_batch;
+    const int H = g->model->c.hidden, B = g->state->max_batch;
     int q = sp->mtp_pos > q_end - most ? sp->mtp_pos : q_end - most;
     while (q < q_end && !spec_main_hidden(g, q)) q++;
     sp->mtp_stale += q - sp->mtp_pos;
@@ -5317,7 +5335,7 @@ static const float *spec_mtp_fill(Generator *g, int q_end, int next_token, int w
             memcpy(sp->mtp_rows + (size_t)r * H, spec_main_hidden(g, q + r), (size_t)H * sizeof(float));
         }
         const int final = q + S == q_end;
-        mtp_forward(g->model, g->session, g->opt, sp->mtp_tokens, sp->mtp_rows, S, q, sp->mtp_rows,
+        mtp_forward(g->model, g->state, g->opt, sp->mtp_tokens, sp->mtp_rows, S, q, sp->mtp_rows,
                     want_logits && final ? sp->mtp_logits : NULL, 1);
         last = sp->mtp_rows + (size_t)(S - 1) * H;
         q += S;
@@ -5338,7 +5356,7 @@ static int spec_draft_mtp(Generator *g, int t, int k, int *out) {
         out[n++] = d;
         if (n == k || generator_is_eos(g, d)) return n;
         if (h != sp->mtp_rows) memmove(sp->mtp_rows, h, (size_t)H * sizeof(float));
-        mtp_forward(g->model, g->session, g->opt, &d, sp->mtp_rows, 1, g->pos + n - 1, sp->mtp_rows, sp->mtp_logits, 1);
+        mtp_forward(g->model, g->state, g->opt, &d, sp->mtp_rows, 1, g->pos + n - 1, sp->mtp_rows, sp->mtp_logits, 1);
         h = sp->mtp_rows;
     }
 }
@@ -5515,7 +5533,7 @@ static void spec_account(Speculation *sp, int which, int drafted, int accepted, 
    them). Returns the tokens done: n, or fewer when the interrupt stopped it, and then pos is
    back where it was (the chunks done are dropped). */
 static int generator_prefill(Generator *g, const int *tokens, int n) {
-    const int start = g->pos, B = g->on_logits ? sink_rows(g->session) : g->session->max_batch;
+    const int start = g->pos, B = g->on_logits ? sink_rows(g->state) : g->state->max_batch;
     int done = 0;
     g->spec.shadow_pos = -1;
     while (done < n) {
@@ -5556,7 +5574,7 @@ static int generator_save(const Generator *g, const SessionKey *k, const Session
     snap.hidden = (float *)g->last_hidden;
     snap.seed = g->sampler.seed;
     snap.rng_state = g->sampler.draws;
-    return session_save(g->session, k, &snap, path, err, err_len);
+    return session_save(g->state, k, &snap, path, err, err_len);
 }
 
 /* Replaces the conversation with a saved one: history, pos, the cache rows, the logits (stale if
@@ -5567,7 +5585,7 @@ static int generator_load(Generator *g, const SessionKey *k, const char *path, S
     SessionSource src;
     if (session_source_open(&src, path, err, err_len)) return -1;
     SessionSnapshot snap = { .tokens = g->history, .logits = g->logits, .hidden = g->hidden };
-    const int rc = session_load(g->session, k, &src, &snap, err, err_len);
+    const int rc = session_load(g->state, k, &src, &snap, err, err_len);
     session_source_close(&src);
     if (rc == -2) {
         g->pos = 0;
@@ -5621,8 +5639,8 @@ static int generator_verify(Generator *g, int id, const int *drafts, int n, int 
     tokens[0] = id;
     memcpy(tokens + 1, drafts, (size_t)n * sizeof(int));
     const double t0 = now_seconds();
-    model_forward(g->model, g->session, g->opt, tokens, n + 1, g->pos, g->hidden, sp->verify_logits, 0, NULL);
-    g->forwards++;
+    model_forward(g->model, g->state, g->opt, tokens, n + 1, g->pos, g->hidden, sp->verify_logits, 0, NULL);
+    generator_forward_done(g, n + 1);
     int accepted = 0;
     while (accepted < n &&
            sampler_pick(&g->sampler, sp->verify_logits + (size_t)accepted * V, g->sampler.draws + (uint64_t)accepted) == drafts[accepted])
@@ -5661,11 +5679,11 @@ static int generator_step(Generator *g, int *ids, int max) {
     const int id = sampler_sample(&g->sampler, g->logits);
     if (g->spec.shadow_pos == g->pos) spec_shadow_check(&g->spec, id);
     if (generator_is_eos(g, id)) { g->stop = STOP_EOS; return 0; }
-    if (g->pos >= g->session->capacity) { g->stop = STOP_CONTEXT; return 0; }
+    if (g->pos >= g->state->capacity) { g->stop = STOP_CONTEXT; return 0; }
     /* room for drafts after id: the caller's buffer, the cache, one forward's rows, the limit */
     int room = max - 1;
-    if (room > g->session->capacity - g->pos - 1) room = g->session->capacity - g->pos - 1;
-    if (room > g->session->max_batch - 1) room = g->session->max_batch - 1;
+    if (room > g->state->capacity - g->pos - 1) room = g->state->capacity - g->pos - 1;
+    if (room > g->state->max_batch - 1) room = g->state->max_batch - 1;
     if (r->max_tokens >= 0 && room > r->max_tokens - g->generated - 1) room = r->max_tokens - g->generated - 1;
     int drafts[SPEC_MAX_DRAFT], which = 0;
     const double t0 = now_seconds();
@@ -5761,1896 +5779,11 @@ static void print_spec_stats(const Generator *g, const SpecCounts *since) {
     fprintf(stderr, "glm: %s\n", line);
 }
 
-/* ---- validation against the oracle ------------------------------------------------------------ */
-
-typedef struct { TokenList prompt, full, tf_pred, mtp_pred; } Reference;
-
-/* One list of token ids from REF: 0, or -1 with err naming the file and the list. */
-static int json_id_list(const JsonValue *root, const char *key, const char *path, int required, TokenList *l,
-                        char *err, size_t err_len) {
-    l->ids = NULL;
-    l->n = l->cap = 0;
-    const JsonValue *v = json_get(root, key);
-    if (!v) {
-        if (required) { snprintf(err, err_len, "%s: field \"%s\" is missing", path, key); return -1; }
-        return 0;
-    }
-    if (json_type(v) != JSON_ARRAY || json_len(v) > INT32_MAX) {
-        snprintf(err, err_len, "%s: field \"%s\" must be a list of token ids", path, key);
-        return -1;
-    }
-    l->n = l->cap = (int)json_len(v);
-    l->ids = xmalloc((size_t)(l->n ? l->n : 1) * sizeof(int));
-    for (int i = 0; i < l->n; i++) {
-        int64_t id;
-        if (!json_is_int(json_at(v, (size_t)i), &id) || id < 0 || id > INT32_MAX) {
-            snprintf(err, err_len, "%s: %s[%d] is not a token id", path, key, i);
-            return -1;
-        }
-        l->ids[i] = (int)id;
-    }
-    return 0;
-}
-
-static void reference_free(Reference *r) {
-    free(r->prompt.ids); free(r->full.ids); free(r->tf_pred.ids); free(r->mtp_pred.ids);
-    memset(r, 0, sizeof *r);
-}
-
-/* REF's text → Reference: 0, or -1 with one line in err naming `path` (its first 200 bytes, so the
-   reason always fits) (fuzzed: tests/fuzz/fuzz_ref.c). */
-static int reference_parse(const char *text, size_t len, const char *path, Reference *r, char *err, size_t err_len) {
-    memset(r, 0, sizeof *r);
-    char jerr[256];
-    JsonDoc *doc = json_parse(text, len, jerr, sizeof jerr);
-    if (!doc) { snprintf(err, err_len, "%.200s: %s", path, jerr); return -1; }
-    const JsonValue *root = json_root(doc);
-    int rc = -1;
-    if (json_id_list(root, "prompt_ids", path, 1, &r->prompt, err, err_len) ||
-        json_id_list(root, "full_ids", path, 1, &r->full, err, err_len) ||
-        json_id_list(root, "tf_pred", path, 0, &r->tf_pred, err, err_len) ||
-        json_id_list(root, "mtp_pred", path, 0, &r->mtp_pred, err, err_len)) goto done;
-    if (r->prompt.n < 1) { snprintf(err, err_len, "%.200s: prompt_ids is empty", path); goto done; }
-    if (r->full.n < r->prompt.n) { snprintf(err, err_len, "%.200s: full_ids is shorter than prompt_ids", path); goto done; }
-    for (int i = 0; i < r->prompt.n; i++)
-        if (r->full.ids[i] != r->prompt.ids[i]) {
-            snprintf(err, err_len, "%.200s: full_ids does not start with prompt_ids (position %d)", path, i);
-            goto done;
-        }
-    rc = 0;
-done:
-    json_free(doc);
-    if (rc) reference_free(r);
-    return rc;
-}
-
-static Reference reference_load(const char *path) {
-    char err[512];
-    size_t len;
-    char *text = json_read_file(path, &len, err, sizeof err);
-    if (!text) die("cannot read REF: %s", err);
-    Reference r;
-    if (reference_parse(text, len, path, &r, err, sizeof err)) die("%s", err);
-    free(text);
-    return r;
-}
-
-static void print_ids(FILE *f, const char *label, const int *ids, int n) {
-    fprintf(f, "%s:", label);
-    for (int i = 0; i < n; i++) fprintf(f, " %d", ids[i]);
-    fputc('\n', f);
-}
-
-/* Counts matches and lists every mismatch on stderr. */
-static int compare_predictions(const char *what, const int *got, const int *expected, int n) {
-    int ok = 0;
-    for (int i = 0; i < n; i++) {
-        if (got[i] == expected[i]) ok++;
-        else fprintf(stderr, "%s mismatch at position %d: expected %d, got %d\n", what, i, expected[i], got[i]);
-    }
-    return ok;
-}
-
-/* 64-bit FNV-1a over raw bytes: tests compare whole logit tensors bit for bit through it. */
-static uint64_t fnv1a(uint64_t h, const void *data, size_t n) {
-    const unsigned char *p = data;
-    for (size_t i = 0; i < n; i++) { h ^= p[i]; h *= 0x100000001b3ull; }
-    return h;
-}
-
-/* Teacher forcing goes through the generator's logits sink: per chunk, the argmax of every
-   position, a hash of the whole logits tensor, and (MTP=1) the MTP head over the same chunk:
-   slot q takes the token at q+1 and the main model's hidden state at q, and predicts q+2. */
-typedef struct {
-    Model *model;
-    Session *session;
-    const ForwardOptions *opt;
-    const Reference *ref;
-    int *pred, *mtp_pred;           /* [full.n], [full.n - 1] */
-    uint64_t logits_hash;
-    int with_mtp;
-    float *mtp_hidden, *mtp_logits; /* [sink rows][hidden], [sink rows][vocab] */
-    double mtp_seconds;
-} TeacherForcing;
-
-static void teacher_forcing_chunk(void *user, int pos0, int S, const float *logits, const float *hidden) {
-    TeacherForcing *tf = user;
-    const int V = tf->model->c.vocab, slots = tf->ref->full.n - 1;
-    for (int r = 0; r < S; r++) tf->pred[pos0 + r] = argmax(logits + (size_t)r * V, V);
-    tf->logits_hash = fnv1a(tf->logits_hash, logits, (size_t)S * V * sizeof(float));
-    const int n = slots - pos0 < S ? slots - pos0 : S;
-    if (!tf->with_mtp || n <= 0) return;
-    double t0 = now_seconds();
-    mtp_forward(tf->model, tf->session, tf->opt, tf->ref->full.ids + pos0 + 1, hidden, n, pos0, tf->mtp_hidden, tf->mtp_logits, 0);
-    for (int r = 0; r < n; r++) tf->mtp_pred[pos0 + r] = argmax(tf->mtp_logits + (size_t)r * V, V);
-    tf->mtp_seconds += now_seconds() - t0;
-}
-
-static int run_teacher_forcing(Model *m, Session *s, const ForwardOptions *opt, const Reference *ref, int with_mtp) {
-    const Config *c = &m->c;
-    const int N = ref->full.n, M = N - 1, H = c->hidden, V = c->vocab, B = sink_rows(s);   /* the sink's chunks */
-    if (with_mtp && !c->n_mtp) die("MTP=1 but the model has no MTP layer");
-    TeacherForcing tf = { m, s, opt, ref, xmalloc((size_t)N * sizeof(int)), xmalloc((size_t)(M > 0 ? M : 1) * sizeof(int)),
-                          0xcbf29ce484222325ull, with_mtp, NULL, NULL, 0.0 };
-    if (with_mtp) {
-        tf.mtp_hidden = xmalloc((size_t)B * H * sizeof(float));
-        tf.mtp_logits = xmalloc((size_t)B * V * sizeof(float));
-    }
-    Generator *g = generator_create(m, s, opt, (SamplerSettings){ 0.0f, 1.0f, 1 });
-    g->on_logits = teacher_forcing_chunk;
-    g->on_logits_user = &tf;
-    double t0 = now_seconds();
-    generator_prefill(g, ref->full.ids, N);
-    double dt = now_seconds() - t0 - tf.mtp_seconds;
-    generator_free(g);
-    print_ids(stdout, "TF pred", tf.pred, N);
-    printf("TF logits hash: %016llx\n", (unsigned long long)tf.logits_hash);   /* bitwise identity checks */
-    int failed = 0;
-    if (ref->tf_pred.n) {
-        if (ref->tf_pred.n != N) die("REF: tf_pred has %d entries, full_ids %d", ref->tf_pred.n, N);
-        int ok = compare_predictions("TF", tf.pred, ref->tf_pred.ids, N);
-        printf("PREFILL (teacher-forcing) C vs oracle: %d/%d positions\n", ok, N);
-        failed |= ok != N;
-    }
-    fprintf(stderr, "glm: teacher-forced prefill of %d tokens in %.3f s (%.1f tok/s)\n", N, dt, N / dt);
-    if (with_mtp) {
-        print_ids(stdout, "MTP pred", tf.mtp_pred, M);
-        if (ref->mtp_pred.n) {
-            if (ref->mtp_pred.n != M) die("REF: mtp_pred has %d entries, expected %d", ref->mtp_pred.n, M);
-            int ok = compare_predictions("MTP", tf.mtp_pred, ref->mtp_pred.ids, M);
-            printf("MTP C vs oracle: %d/%d\n", ok, M);
-            failed |= ok != M;
-        }
-    }
-    free(tf.pred); free(tf.mtp_pred); free(tf.mtp_hidden); free(tf.mtp_logits);
-    return failed;
-}
-
-static void collect_token(void *user, int id) { tokens_push(user, id); }
-
-/* Decoding from prompt_ids, NGEN tokens (EOS does not stop it: the oracle's continuation does not
-   stop either), compared with the reference continuation: greedy by default; TEMPERATURE > 0
-   samples (the comparison is then only informative), so sampled runs can be checked against
-   each other, e.g. across SPEC modes. */
-static int run_greedy(Model *m, Session *s, const ForwardOptions *opt, const Reference *ref, int ngen, SamplerSettings sampling,
-                      SpecMode spec, int draft) {
-    const int P = ref->prompt.n;
-    Generator *g = generator_create(m, s, opt, sampling);
-    generator_set_speculation(g, spec, draft);
-    g->stop_rules = (StopRules){ NULL, 0, ngen, 0 };
-    TokenList out = { 0 };
-    g->on_token = collect_token;
-    g->on_token_user = &out;
-    double t0 = now_seconds();
-    generator_prefill(g, ref->prompt.ids, P);
-    double t1 = now_seconds();
-    int run[SPEC_MAX_DRAFT + 1];
-    while (generator_step(g, run, SPEC_MAX_DRAFT + 1) > 0) {}
-    double t2 = now_seconds();
-    print_ids(stdout, "Generated", out.ids, out.n);
-    int expected = ref->full.n - P < out.n ? ref->full.n - P : out.n;
-    int ok = compare_predictions(sampling.temperature > 0 ? "Sampled" : "Greedy", out.ids, ref->full.ids + P, expected);
-    printf("Matching tokens: %d/%d%s\n", ok, expected, sampling.temperature > 0 ? " (sampled: not expected to match)" : "");
-    fprintf(stderr, "glm: prefill %d tokens %.3f s | decode %d tokens %.3f s (%.2f tok/s) | peak RSS %.2f GB\n",
-            P, t1 - t0, out.n, t2 - t1, out.n > 1 ? (out.n - 1) / (t2 - t1) : 0.0, peak_rss_gb());
-    print_spec_stats(g, NULL);
-    generator_free(g);
-    free(out.ids);
-    return sampling.temperature > 0 ? 0 : ok != expected;
-}
-
-/* REPLAY: full_ids fed one token at a time as fixed input — the decode benchmark. It measures
-   decode with the expert cache's memory in place: the slot helper finishes first (round 1 faulted
-   every slot in before any work, too). Otherwise the helper's page faults land inside the timer:
-   on a VM whose fresh memory came at 0.35 GB/s, 64 tokens on the small bench model ran at 7.5
-   tok/s with the cache growing only as fast as the helper (hit 38 %), 13-14 tok/s after it. */
-static void run_replay(Model *m, Session *s, const ForwardOptions *opt, const Reference *ref) {
-    const int N = ref->full.n;
-    Generator *g = generator_create(m, s, opt, (SamplerSettings){ 0.0f, 1.0f, 1 });
-    ExpertStore *store = &m->experts;
-    const double faulting = expert_store_end_populate(store, 0);
-    if (faulting > 0) fprintf(stderr, "glm: expert slots faulted in before the REPLAY timer started: %.2f s\n", faulting);
-    long long h0 = store->hits, m0 = store->misses;
-    double t0 = now_seconds();
-    for (int i = 0; i < N; i++) generator_prefill(g, &ref->full.ids[i], 1);
-    double dt = now_seconds() - t0;
-    generator_free(g);
-    long long hits = store->hits - h0, total = hits + store->misses - m0;
-    printf("REPLAY decode: %d tokens in %.3fs | %.3f tok/s | expert hit %.1f%%\n", N, dt, N / dt,
-           total ? 100.0 * hits / total : 0.0);
-}
-
 /* =============================================================================================
-   10. Text: tokenizer glue, chat template, prompt mode, terminal chat
-   Everything a person reads or types. Text becomes ids through tok.h (SNAP/tokenizer.json).
-   Conversations are chat.h's: it reads MESSAGES (messages, tool calls, tool results, the tools
-   list) and renders the chat template of the model's version into pieces, template tags and
-   text. chat_to_ids turns the pieces into ids: a tag by its id, text encoded as text, so a message
-   cannot smuggle in a tag unless SPECIAL=1 (the ids equal HF's tokenization of the rendered string
-   whenever the contents hold no tag). The form is GLM-5.2's (tokenizer.md §3.6) unless CHAT_FORMAT
-   or the template text shipped in SNAP says GLM-5.0/5.1 (§3.4); glm says which on stderr.
-   Replies come from the Generator (section 9), which samples exactly over the whole vocabulary
-   and stops at an EOS id of generation_config.json / config.json (not printed), at NGEN, when the
-   KV cache is full, or at Ctrl-C; here they are streamed as text that never splits a UTF-8
-   character.
-
-   Chat history lives in the KV cache: the first turn prefills the rendered opening (SYSTEM,
-   MESSAGES, the user line, the generation prompt); a later turn renders only its user message
-   and generation prompt as a continuation (<|user|>text<|assistant|><think>) after what is
-   already there, and a reply stays in the cache exactly as it was generated, reasoning included.
-   So the cache holds the conversation rendered with reasoning kept (chat.h's keep_reasoning=1,
-   the template's clear_thinking=false: GLM-5.1's "preserved thinking"), the opening included;
-   the templates' default would drop earlier reasoning, which means rewriting the cache and
-   prefilling the last answer again on every turn. With GLM-5.2 and thinking on, the cache starts
-   [gMASK]<sop><|system|>Reasoning Effort: Max. The stop token that ended a reply (usually
-   <|user|>) is not in the cache; the next turn writes <|user|> itself, so the cache holds a valid
-   rendering (the template would also strip() whitespace around an answer; the cache keeps the
-   model's). Limits: :think switches only the generation prompt of later turns (the GLM-5.2 effort
-   line is written, or not, by the first turn; :reset renders a new opening); a reply cut by NGEN or
-   Ctrl-C is in the cache up to its last printed token (:more goes on from there); a tool call the
-   model ends with <|observation|> is followed by the next user turn, as there is no tool to run.
-   :reset empties the cache (and reseeds the sampler, so a conversation can be replayed).
-   ============================================================================================= */
-
-/* ---- tokenizer glue -------------------------------------------------------------------------- */
-
-typedef struct {
-    Tokenizer *tok;
-    char path[4096];                /* SNAP/tokenizer.json, for messages */
-    TokSpecialMode text_mode;       /* how message text is encoded: SPECIAL=1 recognises every added token */
-    int tag[CHAT_TAG_COUNT];        /* the id of each chat template tag (chat.h's ChatTag); -1 when missing */
-} TextCodec;
-
-static TextCodec codec_load(const char *model_dir, int special) {
-    TextCodec tc;
-    memset(&tc, 0, sizeof tc);
-    snprintf(tc.path, sizeof tc.path, "%s/tokenizer.json", model_dir);
-    char err[1024];
-    tc.tok = tok_load(tc.path, err, sizeof err);
-    if (!tc.tok) die("cannot load the tokenizer (text modes need tokenizer.json in SNAP): %s", err);
-    tc.text_mode = special ? TOK_SPECIAL_ALL : TOK_SPECIAL_NONE;
-    for (int t = 0; t < CHAT_TAG_COUNT; t++) tc.tag[t] = tok_id(tc.tok, chat_tag_text(t));
-    return tc;
-}
-
-/* The tokenizer must belong to the model: every id it produces needs a row of the embedding, and
-   it must cover nearly every row. Checkpoints pad vocab_size above the tokenizer's ids (GLM-5:
-   154,880 rows for ~154,856 ids; DeepSeek-V3 ~465 spare rows), so up to VOCAB_PADDING_MAX rows
-   without a token are accepted; a tokenizer covering less is another model's (the 512-id test
-   tokenizer on a 154,880-row model printed nothing for 8 tokens). Ids without text that are
-   generated anyway are shown as <|id N|> (dialog_show_token). */
-#define VOCAB_PADDING_MAX 1024
-
-static void codec_check_vocab(const TextCodec *tc, int vocab) {
-    const int n = tok_vocab_size(tc->tok);
-    if (n > vocab)
-        die("%s has ids up to %d but the model's vocab_size is %d: tokenizer and model do not match", tc->path, n - 1, vocab);
-    if (n < vocab - VOCAB_PADDING_MAX)
-        die("%s has ids up to %d but the model's vocab_size is %d (at most %d rows may be padding): tokenizer and model do not match",
-            tc->path, n - 1, vocab, VOCAB_PADDING_MAX);
-}
-
-static void codec_free(TextCodec *tc) {
-    tok_free(tc->tok);
-    tc->tok = NULL;
-}
-
-static void tokens_push_text(TokenList *l, const TextCodec *tc, const char *text, size_t len) {
-    int32_t *ids;
-    size_t n;
-    if (tok_encode(tc->tok, text, len, tc->text_mode, &ids, &n)) die("out of memory while tokenizing %zu bytes", len);
-    for (size_t i = 0; i < n; i++) tokens_push(l, ids[i]);
-    free(ids);
-}
-
-/* ---- conversations as ids (chat.h) ------------------------------------------------------------ */
-
-/* Appends the ids of `conv` rendered with `o`: each tag by its id, each run of text encoded in the
-   codec's text mode. 0, or -1 with err naming the tokenizer and the tag it lacks (then nothing is
-   appended). Dies only when out of memory. */
-static int chat_to_ids(const TextCodec *tc, const ChatConv *conv, const ChatOptions *o, TokenList *out, char *err,
-                       size_t err_len) {
-    ChatPieces p = { 0 };
-    if (chat_render(conv, o, &p)) die("out of memory rendering the chat template");
-    for (size_t i = 0; i < p.n; i++)
-        if (p.v[i].tag >= 0 && tc->tag[p.v[i].tag] < 0) {
-            snprintf(err, err_len, "%s has no %s token, so the %s chat template cannot be rendered", tc->path,
-                     chat_tag_text(p.v[i].tag), chat_format_name(o->format));
-            chat_pieces_free(&p);
-            return -1;
-        }
-    for (size_t i = 0; i < p.n; i++) {
-        if (p.v[i].tag >= 0) tokens_push(out, tc->tag[p.v[i].tag]);
-        else tokens_push_text(out, tc, p.text + p.v[i].off, p.v[i].len);
-    }
-    chat_pieces_free(&p);
-    return 0;
-}
-
-/* The rendering every conversation of this run shares: the form (CHAT_FORMAT; auto reads SNAP's
-   template text), THINK and REASONING_EFFORT. Says on stderr which form and why. */
-static ChatOptions chat_options_from_settings(const Settings *set) {
-    ChatFormat format;
-    char msg[5000];
-    if (chat_model_format(set->model_dir, set->chat_format, &format, msg, sizeof msg)) die("%s", msg);
-    say("%s", msg);
-    ChatOptions o = chat_options(format);
-    o.thinking = set->think;
-    o.reasoning_effort = set->reasoning_effort;
-    return o;
-}
-
-/* The opening of a conversation, appended to c: SYSTEM, then MESSAGES (messages and tools), then
-   user_text if not NULL. */
-static void conversation_opening(const Settings *set, ChatConv *c, const char *user_text, size_t user_len) {
-    char err[5000];
-    if (set->system_prompt[0] && chat_conv_add(c, CHAT_SYSTEM, set->system_prompt, strlen(set->system_prompt)))
-        die("out of memory");
-    if (set->messages_path[0] && chat_conv_load(c, set->messages_path, err, sizeof err)) die("MESSAGES: %s", err);
-    if (user_text && chat_conv_add(c, CHAT_USER, user_text, user_len)) die("out of memory");
-}
-
-/* The ids of PROMPT mode (and of TEMPLATE_ONLY): the conversation's opening rendered with `o`
-   and a generation prompt, or the raw text with CHAT_TEMPLATE=0 (o unused). */
-static void build_prompt(const Settings *set, const TextCodec *tc, const ChatOptions *o, TokenList *out) {
-    if (!set->chat_template) { tokens_push_text(out, tc, set->prompt, strlen(set->prompt)); return; }
-    ChatConv conv;
-    chat_conv_init(&conv);
-    conversation_opening(set, &conv, set->prompt_given ? set->prompt : NULL, strlen(set->prompt));
-    char err[5000];
-    if (chat_to_ids(tc, &conv, o, out, err, sizeof err)) die("%s (CHAT_TEMPLATE=0 sends raw text)", err);
-    chat_conv_free(&conv);
-}
-
-/* ---- a conversation as text: the Generator's tokens on the terminal -------------------------- */
-
-/* Ctrl-C: the handler only counts; the generator reads the count (handed to it as its interrupt
-   flag) between tokens, prefill chunks and layers. A second Ctrl-C before it noticed the first
-   leaves at once. */
-static volatile sig_atomic_t g_interrupts;
-
-static void on_sigint(int sig) {
-    (void)sig;
-    if (++g_interrupts >= 2) {
-        lined_terminal_restore();   /* tcsetattr and write are async-signal-safe */
-        if (write(STDERR_FILENO, "\nglm: interrupted\n", 18) < 0) { /* nothing more to do */ }
-        _exit(130);
-    }
-}
-
-static void install_sigint_handler(void) {
-    struct sigaction sa;
-    memset(&sa, 0, sizeof sa);
-    sa.sa_handler = on_sigint;
-    sigemptyset(&sa.sa_mask);
-    sa.sa_flags = 0;   /* no SA_RESTART: a Ctrl-C at a plain (non-terminal) read ends the read */
-    sigaction(SIGINT, &sa, NULL);
-}
-
-#define ANSI_DIM "\033[2m"
-#define ANSI_RESET "\033[0m"
-
-typedef struct {
-    int prompt_tokens, generated, forwards;
-    double prefill_seconds, decode_seconds;
-    long long hits0, misses0;      /* expert counters at the start of the turn */
-    double bytes0, read_seconds0, wait_seconds0;
-    long long in_place0;
-    SpecCounts spec0;              /* speculation counters at the start of the turn */
-    StopReason stop;
-} TurnStats;
-
-typedef struct {
-    Generator *gen;
-    const TextCodec *codec;
-    ChatOptions chat;              /* the template form and settings (CHAT_TEMPLATE=1) */
-    int can_continue;              /* the last reply was cut (NGEN, Ctrl-C): :more may go on */
-    int in_thinking;               /* the reply is between <think> and </think> */
-    int out_tty;                   /* stdout is a terminal: dim the reasoning, show control bytes as ^X */
-    TokStream stream;
-    char *text;                    /* [text_cap] one token's text */
-    size_t text_cap;
-    /* totals for :stats */
-    int replies;
-    long long total_generated, total_forwards;
-    double total_decode_seconds;
-    /* the conversation on disk (SESSION, :save, :load) */
-    int think;                     /* thinking mode of the next turns (THINK, :think, a resumed session) */
-    const SessionKey *session_key; /* what a session file must match */
-    const char *session_path;      /* SESSION, saved after every answer; NULL: none */
-    int resumed;                   /* tokens SESSION brought back, until the first turn says so; -1 */
-} Dialog;
-
-static void dialog_show_token(void *user, int id);
-static void dialog_note_resume(Dialog *d, int reused, int prefill);
-
-/* The dialog prints what `gen` generates and hands it the Ctrl-C counter as its interrupt. */
-static void dialog_init(Dialog *d, Generator *gen, const TextCodec *tc) {
-    memset(d, 0, sizeof *d);
-    d->resumed = -1;
-    d->gen = gen;
-    d->codec = tc;
-    d->out_tty = isatty(STDOUT_FILENO);
-    d->text_cap = tok_stream_out_cap(tc->tok);
-    d->text = xmalloc(d->text_cap);
-    tok_stream_init(&d->stream);
-    gen->on_token = dialog_show_token;
-    gen->on_token_user = d;
-    gen->interrupt = &g_interrupts;
-}
-
-static void dialog_free(Dialog *d) {
-    free(d->text);
-    d->text = NULL;
-}
-
-/* Model text to stdout. On a terminal, control bytes (ESC, CR, BEL, C1 controls) are shown as
-   ^X / U+FFFD instead of being obeyed: a model must not be able to drive the terminal. */
-static void emit_text(const Dialog *d, const char *s, size_t n) {
-    if (d->out_tty) put_terminal_safe(stdout, s, n, 0);
-    else fwrite(s, 1, n, stdout);
-}
-
-static void dialog_show_token(void *user, int id) {
-    Dialog *d = user;
-    const TextCodec *tc = d->codec;
-    if (!tok_piece(tc->tok, id, NULL)) {   /* a row without a token (vocab padding): shown, never dropped */
-        size_t n = tok_stream_flush(&d->stream, d->text, d->text_cap);
-        emit_text(d, d->text, n < d->text_cap ? n : d->text_cap);
-        char mark[32];
-        emit_text(d, mark, (size_t)snprintf(mark, sizeof mark, "<|id %d|>", id));
-        fflush(stdout);
-        return;
-    }
-    const int think = tc->tag[CHAT_TAG_THINK], end_think = tc->tag[CHAT_TAG_END_THINK];
-    if (id == think && d->out_tty && !d->in_thinking) fputs(ANSI_DIM, stdout);
-    size_t n = tok_stream_feed(tc->tok, &d->stream, id, d->text, d->text_cap);
-    emit_text(d, d->text, n < d->text_cap ? n : d->text_cap);
-    if (id == think) d->in_thinking = 1;
-    if (id == end_think) {
-        if (d->out_tty && d->in_thinking) fputs(ANSI_RESET, stdout);
-        d->in_thinking = 0;
-    }
-    fflush(stdout);
-}
-
-/* End of the reply as text: an incomplete UTF-8 tail becomes U+FFFD, as a whole decode would. */
-static void dialog_flush_text(Dialog *d) {
-    size_t n = tok_stream_flush(&d->stream, d->text, d->text_cap);
-    emit_text(d, d->text, n < d->text_cap ? n : d->text_cap);
-    fflush(stdout);
-}
-
-static void turn_begin(const Dialog *d, TurnStats *ts) {
-    const ExpertStore *store = &d->gen->model->experts;
-    memset(ts, 0, sizeof *ts);
-    ts->hits0 = store->hits;
-    ts->misses0 = store->misses;
-    ts->bytes0 = store->bytes_read;
-    ts->in_place0 = store->in_place_loads;
-    ts->read_seconds0 = store->read_seconds;
-    ts->wait_seconds0 = store->wait_seconds;
-    ts->spec0 = spec_counts(d->gen);
-}
-
-/* Prefills `ids` at the end of the cache. Returns 0, or -1 when Ctrl-C stopped it (said on
-   stderr): then the cache is as it was before. */
-static int dialog_prefill(Dialog *d, const TokenList *ids, TurnStats *ts) {
-    dialog_note_resume(d, d->gen->pos, ids->n);
-    double t0 = now_seconds();
-    int done = generator_prefill(d->gen, ids->ids, ids->n);
-    ts->prefill_seconds = now_seconds() - t0;
-    ts->prompt_tokens = ids->n;
-    d->can_continue = 0;   /* the logits now belong to this turn */
-    if (done == ids->n) return 0;
-    fprintf(stderr, "glm: prefill interrupted after %d of %d tokens\n", done, ids->n);
-    return -1;
-}
-
-/* Generates, prints and caches up to `limit` tokens (-1: no limit). resumable: also run the last
-   token's forward when the limit is reached, so that :more can go on (prompt mode skips that). */
-static void dialog_generate(Dialog *d, int limit, int resumable, TurnStats *ts) {
-    Generator *g = d->gen;
-    g->stop_rules.max_tokens = limit;
-    g->stop_rules.resumable = resumable;
-    generator_begin(g);
-    const double t0 = now_seconds();
-    const long long forwards0 = g->forwards;
-    if (d->out_tty && d->in_thinking) fputs(ANSI_DIM, stdout);
-    int run[SPEC_MAX_DRAFT + 1];   /* on_token prints each token; a step may return a run of them */
-    while (generator_step(g, run, SPEC_MAX_DRAFT + 1) > 0) {}
-    if (d->out_tty && d->in_thinking) fputs(ANSI_RESET, stdout);
-    fflush(stdout);
-    ts->generated += g->generated;
-    ts->forwards += (int)(g->forwards - forwards0);
-    ts->decode_seconds += now_seconds() - t0;
-    ts->stop = g->stop;
-    d->can_continue = resumable && (g->stop == STOP_LIMIT || g->stop == STOP_INTERRUPT);
-    d->replies++;
-    d->total_generated += g->generated;
-    d->total_forwards += ts->forwards;
-    d->total_decode_seconds += ts->decode_seconds;
-}
-
-static void print_hit_rate(char *buf, size_t n, long long hits, long long misses) {
-    if (hits + misses) snprintf(buf, n, "%.1f%%", 100.0 * hits / (hits + misses));
-    else snprintf(buf, n, "-");
-}
-
-/* The stats line after a prompt-mode answer and after each chat turn. */
-static void print_turn_stats(const Dialog *d, const TurnStats *ts) {
-    const ExpertStore *store = &d->gen->model->experts;
-    char hit[32];
-    print_hit_rate(hit, sizeof hit, store->hits - ts->hits0, store->misses - ts->misses0);
-    char speed[32] = "-";
-    if (ts->generated && ts->decode_seconds > 0) snprintf(speed, sizeof speed, "%.2f", ts->generated / ts->decode_seconds);
-    const double mb = (store->bytes_read - ts->bytes0) / 1e6, rs = store->read_seconds - ts->read_seconds0;
-    char in_place[48] = "";   /* INPLACE loads: not reads, so not in the MB and the rate */
-    if (store->in_place_loads > ts->in_place0) snprintf(in_place, sizeof in_place, ", %lld experts in place", store->in_place_loads - ts->in_place0);
-    fprintf(stderr, "glm: [%d prompt tokens, prefill %.3f s | %d tokens, decode %s tok/s | expert hit %s, read %.0f MB "
-                    "(%.2f GB/s)%s, waited on disk %.2f s | peak RSS %.2f GB | context %d/%d | stop: %s]\n",
-            ts->prompt_tokens, ts->prefill_seconds, ts->generated, speed, hit, mb, rs > 0 ? mb / 1e3 / rs : 0.0, in_place,
-            store->wait_seconds - ts->wait_seconds0, peak_rss_gb(), d->gen->pos, d->gen->session->capacity, STOP_NAMES[ts->stop]);
-    print_spec_stats(d->gen, &ts->spec0);
-}
-
-/* ---- the conversation on disk: SESSION, :save, :load -------------------------------------------
-   A session file (section 8) holds the conversation's tokens and cache rows, the sampler's stream
-   and the chat's state: the thinking mode, whether the last reply was cut (so :more goes on in a
-   later process) and the unfinished UTF-8 character such a reply may end in. With SESSION, chat
-   resumes the file at start and saves after every answer and every command that changes the
-   conversation; PROMPT continues it with one user message. */
-
-/* Says once, at the first turn after SESSION brought a conversation back, what was reused. */
-static void dialog_note_resume(Dialog *d, int reused, int prefill) {
-    if (d->resumed < 0) return;
-    if (reused < d->resumed)
-        say("session %s: resumed %d tokens, prefilling %d new (its last %d tokens differ from this conversation and were dropped)",
-            d->session_path, reused, prefill, d->resumed - reused);
-    else
-        say("session %s: resumed %d tokens, prefilling %d new", d->session_path, reused, prefill);
-    d->resumed = -1;
-}
-
-/* Makes the cache hold `conversation` (every token of it): the prefix it shares with what the
-   cache holds is kept and only the rest is prefilled (generator_reuse_prefix). 0, or -1 when
-   Ctrl-C stopped it (said on stderr; the cache then holds the kept prefix). */
-static int dialog_prefill_conversation(Dialog *d, const TokenList *conversation, TurnStats *ts) {
-    double t0 = now_seconds();
-    int reused = 0;
-    const int got = generator_reuse_prefix(d->gen, conversation->ids, conversation->n, &reused);
-    ts->prefill_seconds = now_seconds() - t0;
-    ts->prompt_tokens = conversation->n - reused;
-    dialog_note_resume(d, reused, conversation->n - reused);
-    d->can_continue = 0;
-    if (got == conversation->n) return 0;
-    fprintf(stderr, "glm: prefill interrupted (%d new tokens); the cache keeps the first %d\n", conversation->n - reused, reused);
-    return -1;
-}
-
-/* Saves the conversation with the chat's state: thinking mode, a cut reply, its unfinished
-   UTF-8 character. */
-static int dialog_save(const Dialog *d, const char *path, int think, char *err, size_t err_len) {
-    SessionSnapshot chat = { 0 };
-    chat.chat_flags = (think ? SESSION_THINK : 0) | (d->can_continue ? SESSION_REPLY_CUT : 0) | (d->in_thinking ? SESSION_IN_REASONING : 0);
-    chat.text_npending = d->stream.npending;
-    memcpy(chat.text_pending, d->stream.pending, (size_t)d->stream.npending);
-    return generator_save(d->gen, d->session_key, &chat, path, err, err_len);
-}
-
-/* Replaces the conversation with a saved one; *think gets its thinking mode. generator_load's
-   return codes (-2: the conversation is now empty). */
-static int dialog_load(Dialog *d, const char *path, int *think, char *err, size_t err_len) {
-    SessionSnapshot chat;
-    const int rc = generator_load(d->gen, d->session_key, path, &chat, err, err_len);
-    tok_stream_init(&d->stream);
-    if (rc == -1) return rc;
-    d->can_continue = d->in_thinking = 0;
-    if (rc) return rc;
-    *think = (chat.chat_flags & SESSION_THINK) != 0;
-    d->can_continue = (chat.chat_flags & SESSION_REPLY_CUT) && d->gen->pos > 0;
-    d->in_thinking = (chat.chat_flags & SESSION_IN_REASONING) != 0;
-    memcpy(d->stream.pending, chat.text_pending, sizeof d->stream.pending);
-    d->stream.npending = chat.text_npending;
-    return 0;
-}
-
-/* After every answer (and every command that changes the conversation) with SESSION set. A save
-   that fails is said; the conversation goes on. -1 when it failed. */
-static int dialog_autosave(const Dialog *d, int think) {
-    if (!d->session_path) return 0;
-    char err[8500];
-    if (!dialog_save(d, d->session_path, think, err, sizeof err)) return 0;
-    say("error: SESSION=%s was not saved: %s", d->session_path, err);
-    return -1;
-}
-
-/* SESSION at the start: the file's conversation comes back when the file exists, with its
-   thinking mode (unless THINK is set) and its sampler stream (unless SEED names another seed).
-   A file that cannot be used is an error: it is never overwritten by another conversation. */
-static void dialog_resume(Dialog *d, const Settings *set, int seed_from_clock) {
-    const char *path = d->session_path;
-    if (!session_file_present(path)) {
-        say("session %s: a new conversation (saved after every answer)", path);
-        return;
-    }
-    char err[8500];
-    const uint64_t seed = d->gen->sampler.seed;
-    int think = d->think;
-    const double t0 = now_seconds();
-    if (dialog_load(d, path, &think, err, sizeof err)) die("SESSION=%s %s", path, err);
-    if (!set->think_given) d->think = think;
-    if (!seed_from_clock && seed != d->gen->sampler.seed) {   /* SEED names another stream: it starts over */
-        say("note: SEED=%llu replaces the session's sampler stream (seed %llu)", (unsigned long long)seed, (unsigned long long)d->gen->sampler.seed);
-        d->gen->sampler.seed = seed;
-        d->gen->sampler.draws = 0;
-    }
-    d->resumed = d->gen->pos;
-    struct stat st;
-    const double mb = stat(path, &st) ? 0.0 : (double)st.st_size / 1e6;
-    say("session %s: %d tokens on disk (%.1f MB, read in %.2f s), thinking %s%s", path, d->gen->pos, mb, now_seconds() - t0,
-        d->think ? "on" : "off", d->can_continue ? ", the last reply was cut (:more goes on)" : "");
-    const int renders_opening = set->mode == MODE_PROMPT && set->messages_path[0];   /* then compared with the file's */
-    if (d->gen->pos && !renders_opening && (set->system_prompt[0] || set->messages_path[0]))
-        say("note: SYSTEM and MESSAGES are not used: the session already holds the conversation's opening");
-}
-
-/* ---- terminal input: lined.h ------------------------------------------------------------------ */
-
-/* Chat input: the line editor when stdin is a terminal, else one plain line per message. While a
-   line is edited the terminal is raw (Ctrl-C arrives as a key); while a reply is generated it
-   only stops echoing, and Ctrl-C raises SIGINT. Keys typed during a reply stay queued for the
-   next prompt. The original mode comes back at exit (and in the SIGINT handler). */
-typedef struct {
-    int tty;                  /* stdin is a terminal */
-    LineEditor editor;
-    char *line;               /* a plain line (not a terminal) */
-    size_t cap;
-} ChatInput;
-
-static void chat_input_open(ChatInput *in) {
-    memset(in, 0, sizeof *in);
-    in->tty = isatty(STDIN_FILENO);
-    /* the line is drawn where the replies go, or on stderr when stdout is a file */
-    lined_init(&in->editor, STDIN_FILENO, isatty(STDOUT_FILENO) || !isatty(STDERR_FILENO) ? STDOUT_FILENO : STDERR_FILENO);
-    if (in->tty && lined_terminal_save(STDIN_FILENO) == 0) atexit(lined_terminal_restore);
-}
-
-static void chat_input_close(ChatInput *in) {
-    lined_free(&in->editor);
-    free(in->line);
-}
-
-/* One line of input (without the newline) into *line. */
-static LinedStatus chat_input_read(ChatInput *in, const char *prompt, const char **line) {
-    if (in->tty) {
-        LinedStatus status = lined_read(&in->editor, prompt);
-        *line = in->editor.buf;
-        return status;
-    }
-    ssize_t n = getline(&in->line, &in->cap, stdin);
-    if (n < 0) return errno == EINTR ? LINED_QUIT : LINED_EOF;
-    while (n > 0 && (in->line[n - 1] == '\n' || in->line[n - 1] == '\r')) in->line[--n] = 0;
-    *line = in->line;
-    return LINED_OK;
-}
-
-/* ---- the modes --------------------------------------------------------------------------------- */
-
-/* TOKENIZE=file: each line is one JSON string; prints its ids on one line. Blank lines stay blank. */
-static int run_tokenize(const Settings *set) {
-    TextCodec tc = codec_load(set->model_dir, set->special);
-    FILE *f = fopen(set->tokenize_path, "r");
-    if (!f) die("TOKENIZE=%s: cannot open: %s", set->tokenize_path, strerror(errno));
-    struct stat sb;   /* a device such as /dev/zero is one endless line */
-    if (fstat(fileno(f), &sb) == 0 && !S_ISREG(sb.st_mode) && !S_ISFIFO(sb.st_mode))
-        die("TOKENIZE=%s: not a file or a pipe", set->tokenize_path);
-    char *line = NULL;
-    size_t cap = 0;
-    ssize_t n;
-    for (int lineno = 1; (n = getline(&line, &cap, f)) >= 0; lineno++) {
-        while (n > 0 && (line[n - 1] == '\n' || line[n - 1] == '\r')) line[--n] = 0;
-        if (n == 0) { putchar('\n'); continue; }
-        char err[256];
-        JsonDoc *doc = json_parse(line, (size_t)n, err, sizeof err);
-        if (!doc) die("TOKENIZE=%s: line %d: %s", set->tokenize_path, lineno, err);
-        size_t len;
-        const char *text = json_str(json_root(doc), &len);
-        if (!text) die("TOKENIZE=%s: line %d is not a JSON string (write each text as \"...\")", set->tokenize_path, lineno);
-        TokenList ids = { 0 };
-        tokens_push_text(&ids, &tc, text, len);
-        for (int i = 0; i < ids.n; i++) printf(i ? " %d" : "%d", ids.ids[i]);
-        putchar('\n');
-        free(ids.ids);
-        json_free(doc);
-    }
-    free(line);
-    fclose(f);
-    codec_free(&tc);
-    return 0;
-}
-
-/* Prints s as a JSON string to f (UTF-8 kept; escaped: what JSON requires, and DEL and C1 controls). */
-static void print_json_string(FILE *f, const char *s, size_t n) {
-    fputc('"', f);
-    for (size_t i = 0; i < n; i++) {
-        unsigned char b = (unsigned char)s[i];
-        if (b == '"' || b == '\\') { fputc('\\', f); fputc(b, f); }
-        else if (b == '\n') fputs("\\n", f);
-        else if (b == '\t') fputs("\\t", f);
-        else if (b == '\r') fputs("\\r", f);
-        else if (b < 0x20 || b == 0x7F) fprintf(f, "\\u%04x", b);
-        else if (b == 0xC2 && i + 1 < n && (unsigned char)s[i + 1] <= 0x9F && (unsigned char)s[i + 1] >= 0x80)
-            fprintf(f, "\\u%04x", (unsigned char)s[++i]);   /* C1 controls: escaped, as a terminal might obey them */
-        else fputc(b, f);
-    }
-    fputc('"', f);
-}
-
-/* TEMPLATE_ONLY=1: the prompt PROMPT mode would send, as text (a JSON string) and as ids. */
-static int run_template_only(const Settings *set) {
-    TextCodec tc = codec_load(set->model_dir, set->special);
-    TokenList ids = { 0 };
-    ChatOptions chat = { 0 };
-    if (set->chat_template) chat = chat_options_from_settings(set);
-    build_prompt(set, &tc, &chat, &ids);
-    char *text;
-    size_t len;
-    if (tok_decode(tc.tok, ids.ids, (size_t)ids.n, 0, &text, &len)) die("out of memory decoding the prompt");
-    print_json_string(stdout, text, len);
-    putchar('\n');
-    for (int i = 0; i < ids.n; i++) printf(i ? " %d" : "%d", ids.ids[i]);
-    putchar('\n');
-    free(text);
-    free(ids.ids);
-    codec_free(&tc);
-    return 0;
-}
-
-/* The ids of one turn after what the cache holds: the conversation's opening with the user message
-   when the cache is empty, else the user message as a continuation; then the generation prompt
-   (thinking per `think`). CHAT_TEMPLATE=0: the raw text. Chat's turns, and PROMPT continuing a
-   SESSION, render through here. */
-static void build_turn(const Settings *set, const Dialog *d, const char *text, int think, TokenList *out) {
-    if (!set->chat_template) { tokens_push_text(out, d->codec, text, strlen(text)); return; }
-    ChatConv turn;
-    chat_conv_init(&turn);
-    ChatOptions o = d->chat;
-    o.thinking = think;
-    o.keep_reasoning = 1;   /* what the cache holds: see the section comment */
-    o.continuation = d->gen->pos > 0;
-    if (o.continuation) { if (chat_conv_add(&turn, CHAT_USER, text, strlen(text))) die("out of memory"); }
-    else conversation_opening(set, &turn, text, strlen(text));
-    char err[5000];
-    if (chat_to_ids(d->codec, &turn, &o, out, err, sizeof err)) die("%s (CHAT_TEMPLATE=0 sends raw text)", err);
-    chat_conv_free(&turn);
-}
-
-/* PROMPT mode: one answer to stdout, the stats line to stderr. Exit 130 after a Ctrl-C.
-   With SESSION the answer continues the saved conversation: PROMPT is its next user message
-   (with MESSAGES, the whole rendered conversation is compared with the file's and only what
-   differs is prefilled); the reply is cached whole, as chat caches it, and saved. */
-static int run_prompt(const Settings *set, Dialog *d, const TokenList *prompt) {
-    TurnStats ts;
-    turn_begin(d, &ts);
-    const int think = d->session_path && !set->messages_path[0] ? d->think : set->think;
-    d->in_thinking = set->chat_template && think;
-    install_sigint_handler();
-    int prefilled;
-    if (!d->session_path) {
-        prefilled = dialog_prefill(d, prompt, &ts);
-    } else {
-        TokenList conversation = { 0 };
-        if (d->gen->pos && !set->messages_path[0]) {   /* the saved conversation, then PROMPT */
-            for (int i = 0; i < d->gen->pos; i++) tokens_push(&conversation, d->gen->history[i]);
-            build_turn(set, d, set->prompt, think, &conversation);
-        } else {
-            for (int i = 0; i < prompt->n; i++) tokens_push(&conversation, prompt->ids[i]);
-        }
-        if (conversation.n >= d->gen->session->capacity)
-            die("SESSION=%s: the conversation and this prompt need %d tokens, CTX=%d leaves no room for an answer (raise CTX)",
-                d->session_path, conversation.n, d->gen->session->capacity);
-        tok_stream_init(&d->stream);   /* an unfinished character of a cut reply is dropped */
-        prefilled = dialog_prefill_conversation(d, &conversation, &ts);
-        free(conversation.ids);
-    }
-    if (prefilled == 0) dialog_generate(d, set->ngen, d->session_path != NULL, &ts);
-    else ts.stop = STOP_INTERRUPT;
-    /* a reply cut by NGEN keeps an unfinished character for whoever continues it */
-    if (!d->session_path || ts.stop == STOP_EOS) dialog_flush_text(d);
-    if (d->out_tty) putchar('\n');
-    fflush(stdout);
-    print_turn_stats(d, &ts);
-    const int saved = prefilled == 0 ? dialog_autosave(d, think) : 0;
-    return ts.stop == STOP_INTERRUPT ? 130 : saved ? 1 : 0;
-}
-
-static void chat_print_help(void) {
-    fprintf(stderr, "glm: commands: :more (continue a reply cut by NGEN or Ctrl-C), :reset (new conversation), "
-                    ":think on|off, :save [FILE] (the conversation to FILE, or to SESSION), :load FILE (continue the "
-                    "conversation FILE holds), :stats, :quit (or Ctrl-D). A line starting with \"::\" is sent with one ':' removed.\n");
-}
-
-static void chat_print_totals(const Dialog *d, const Settings *set, int think) {
-    const Generator *g = d->gen;
-    const ExpertStore *store = &g->model->experts;
-    char hit[32];
-    print_hit_rate(hit, sizeof hit, store->hits, store->misses);
-    fprintf(stderr, "glm: context %d/%d tokens | %d replies, %lld tokens, decode %.2f tok/s | expert hit %s since start | "
-                    "peak RSS %.2f GB | TEMP %g, NUCLEUS %g, SEED %llu | thinking %s\n",
-            g->pos, g->session->capacity, d->replies, d->total_generated,
-            d->total_decode_seconds > 0 ? d->total_generated / d->total_decode_seconds : 0.0, hit, peak_rss_gb(),
-            set->temperature, set->top_p, (unsigned long long)g->sampler.seed, think ? "on" : "off");
-    print_spec_stats(g, NULL);
-}
-
-/* CHAT mode. Each turn prefills only its own tokens; see the section comment for how the cache
-   and the template stay consistent. */
-static int run_chat(const Settings *set, Dialog *d) {
-    Generator *g = d->gen;
-    ChatInput input;
-    chat_input_open(&input);
-    install_sigint_handler();
-    const char *prompt = input.tty ? "> " : "";
-    int think = d->think;
-    fprintf(stderr, "glm: chat: type a message and press Enter; :help lists the commands. Ctrl-C stops a reply; "
-                    "Ctrl-D (or Ctrl-C on an empty line) quits.\n");
-    for (;;) {
-        fflush(stdout);
-        expert_store_idle(&d->gen->model->experts);   /* the disk is free while the user types: bring in the hot experts */
-        const char *line;
-        if (chat_input_read(&input, prompt, &line) != LINED_OK) break;
-        TurnStats ts;
-        turn_begin(d, &ts);
-        g_interrupts = 0;
-        if (line[0] == ':' && line[1] != ':') {
-            if (!strcmp(line, ":quit") || !strcmp(line, ":q") || !strcmp(line, ":exit")) break;
-            if (!strcmp(line, ":help")) chat_print_help();
-            else if (!strcmp(line, ":stats")) chat_print_totals(d, set, think);
-            else if (!strcmp(line, ":think on") || !strcmp(line, ":think off")) {
-                think = !strcmp(line, ":think on");
-                fprintf(stderr, "glm: thinking %s for the next turns\n", think ? "on" : "off");
-                dialog_autosave(d, think);
-            }
-            else if (!strcmp(line, ":think")) fprintf(stderr, "glm: thinking is %s (:think on|off)\n", think ? "on" : "off");
-            else if (!strcmp(line, ":reset")) {
-                generator_rollback(g, 0);
-                sampler_restart(&g->sampler);
-                d->can_continue = 0;
-                d->in_thinking = 0;
-                tok_stream_init(&d->stream);
-                fprintf(stderr, "glm: conversation cleared\n");
-                dialog_autosave(d, think);
-            } else if (!strncmp(line, ":save", 5) && (line[5] == ' ' || !line[5])) {
-                const char *path = line + 5 + strspn(line + 5, " ");
-                if (!path[0] && !d->session_path) { say(":save needs a file name (or SESSION set)"); continue; }
-                if (!path[0]) path = d->session_path;
-                char err[8500];
-                const double t0 = now_seconds();
-                if (dialog_save(d, path, think, err, sizeof err)) say("error: :save %s: %s", path, err);
-                else say("saved %d tokens to %s in %.2f s", g->pos, path, now_seconds() - t0);
-            } else if (!strncmp(line, ":load ", 6) && line[6 + strspn(line + 6, " ")]) {
-                const char *path = line + 6 + strspn(line + 6, " ");
-                char err[8500];
-                const double t0 = now_seconds();
-                const int rc = dialog_load(d, path, &think, err, sizeof err);
-                if (rc == -1) { say("error: :load %s %s; the conversation is as it was", path, err); continue; }
-                if (rc) say("error: :load %s %s; the conversation is now empty", path, err);
-                else say("loaded %d tokens from %s in %.2f s, thinking %s%s", g->pos, path, now_seconds() - t0, think ? "on" : "off",
-                         d->can_continue ? ", the last reply was cut (:more goes on)" : "");
-                d->resumed = -1;
-                dialog_autosave(d, think);
-            } else if (!strcmp(line, ":more")) {
-                if (!d->can_continue) {
-                    fprintf(stderr, "glm: nothing to continue: %s\n",
-                            g->pos ? "the last reply ended (EOS, a full context, or a cancelled turn)" : "no reply yet");
-                    continue;
-                }
-                dialog_note_resume(d, g->pos, 0);
-                dialog_generate(d, set->ngen, 1, &ts);
-                putchar('\n');
-                fflush(stdout);
-                print_turn_stats(d, &ts);
-                dialog_autosave(d, think);
-            } else {
-                say("unknown command %s (:help lists them)", line);
-            }
-            continue;
-        }
-        if (line[0] == ':') line++;   /* "::text" sends ":text" */
-        if (!line[0]) continue;
-        TokenList ids = { 0 };
-        build_turn(set, d, line, think, &ids);
-        if (g->pos + ids.n >= g->session->capacity) {
-            fprintf(stderr, "glm: context full: %d tokens used, this turn needs %d more and room to answer, CTX=%d "
-                            "(:reset starts over; a larger CTX keeps more)\n", g->pos, ids.n, g->session->capacity);
-            putchar('\n');   /* every message gets an answer line, an empty one here */
-            free(ids.ids);
-            continue;
-        }
-        tok_stream_init(&d->stream);   /* an unfinished character of a cut reply is dropped */
-        d->in_thinking = set->chat_template && think;
-        if (dialog_prefill(d, &ids, &ts) == 0) {
-            dialog_generate(d, set->ngen, 1, &ts);
-            if (ts.stop == STOP_EOS) dialog_flush_text(d);
-            putchar('\n');
-            fflush(stdout);
-            print_turn_stats(d, &ts);
-            if (ts.stop == STOP_CONTEXT) fprintf(stderr, "glm: the context is full (CTX=%d): :reset to start over\n", g->session->capacity);
-            dialog_autosave(d, think);
-        } else {
-            putchar('\n');
-            fprintf(stderr, "glm: turn cancelled during prefill; the conversation is as it was before it\n");
-        }
-        free(ids.ids);
-    }
-    fflush(stdout);
-    chat_input_close(&input);
-    return 0;
-}
-
-/* =============================================================================================
-   11. Server: the OpenAI API over HTTP (SERVE=[host:]port)
-   http.h does the HTTP: parsing with limits, an I/O thread, the bounded queue (429 + Retry-After
-   beyond QUEUE), SSE, the constant-time key compare, SIGINT/SIGTERM. This section maps endpoints
-   to the Generator. The I/O thread answers what is cheap (GET /health, GET /v1/models, a missing
-   key with 401, unknown paths with 404); completions go to the worker, this thread, one at a time:
-   cores and disk are one resource, and a second generation would only slow the first down.
-
-   One completion: the JSON body → ApiRequest (each known field checked for type and range and
-   refused by name; unknown fields ignored) → prompt ids (chat: chat.h renders messages and tools
-   in the model's form exactly as PROMPT mode does; completions: the raw prompt, where a written
-   template tag is its token, as in vLLM) → the Generator. generator_reuse_prefix keeps the
-   longest common prefix of the KV cache and prefills the rest, so a client that sends its
-   conversation again with one more message prefills only what is new ("prefix reuse" on stderr).
-   There is one cache: two clients taking turns evict each other's conversation. Tokens → text
-   (tok.h's stream decoder, never half a character) → stop strings (text is held back while it
-   could still begin one; the stop text is not returned) → chat.h's output parser
-   (reasoning_content, content, tool_calls) → one JSON answer or SSE chunks. A client that disconnects stops its
-   generation: between tokens (http_client_gone), and during a prefill, which writes nothing,
-   through a watcher thread that raises the Generator's interrupt. Between requests, as between
-   chat turns, the I/O thread reads the usage history's hot experts (expert_store_idle). The
-   prompt plus max_tokens must fit the cache (CTX, default 4096): otherwise 400
-   context_length_exceeded with the numbers.
-   Per request: temperature, top_p, seed (defaults TEMPERATURE, NUCLEUS, SEED; with SEED=0 and no
-   seed, a new one each time); thinking from chat_template_kwargs.enable_thinking or .thinking
-   (vLLM, SGLang) or "thinking": {"type": "enabled"|"disabled"} (Z.ai's API), default THINK;
-   reasoning_effort max|high, default REASONING_EFFORT; chat_template_kwargs.clear_thinking=false
-   keeps earlier reasoning in the prompt (GLM's preserved thinking).
-   ============================================================================================= */
-
-#define API_MAX_STOP 4                  /* stop strings per request (OpenAI's limit) */
-#define API_STOP_MAX_BYTES 1024         /* bytes per stop string */
-
-typedef struct {
-    const Settings *set;
-    const TextCodec *codec;
-    ChatOptions chat;                   /* the form (CHAT_FORMAT), thinking and effort defaults */
-    Generator *gen;
-    const char *model_name;
-    int capacity;                       /* KV cache tokens: prompt + max_tokens must fit */
-    uint64_t rng;                       /* answer ids, tool call ids, per-request seeds (worker only) */
-    volatile sig_atomic_t interrupt;    /* the Generator's interrupt: the client left during a prefill */
-    long long created;                  /* start time: the model's "created" */
-    const char *session_path;           /* SESSION: the cache is saved there after every answer; NULL: none */
-    SessionKey session_key;             /* what a session file must match to be this server's */
-} Server;
-
-typedef struct {
-    int chat;                           /* /v1/chat/completions; else /v1/completions */
-    ChatConv conv;                      /* chat: messages and tools */
-    ChatOptions render;                 /* chat: the form with this request's thinking and effort */
-    const char *prompt;                 /* completions: the raw prompt (in the request's JSON) */
-    size_t prompt_len;
-    int max_tokens;                     /* -1: not given */
-    SamplerSettings sampling;
-    int seed_given;
-    const char *stop[API_MAX_STOP];     /* in the request's JSON */
-    size_t stop_len[API_MAX_STOP];
-    int n_stop;
-    int stream, include_usage;
-    char *prediction;                   /* "prediction" content joined (xmalloc'd; NULL: none) */
-    size_t prediction_len;
-} ApiRequest;
-
-typedef struct {
-    int status;                         /* 0: none */
-    const char *param, *code;           /* the OpenAI error's "param" and "code" (NULL: null) */
-    char message[800];
-} ApiError;
-
-static int api_fail(ApiError *e, int status, const char *param, const char *code, const char *fmt, ...) {
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(e->message, sizeof e->message, fmt, ap);
-    va_end(ap);
-    e->status = status;
-    e->param = param;
-    e->code = code;
-    return -1;
-}
-
-/* ---- request fields: absent or null keeps the default; a wrong type or range is refused by name ---- */
-
-static int api_given(const JsonValue *v) { return v && json_type(v) != JSON_NULL; }
-
-static int api_number(const JsonValue *obj, const char *key, double lo, double hi, double *out, ApiError *e) {
-    const JsonValue *v = json_get(obj, key);
-    if (!api_given(v)) return 0;
-    if (json_type(v) != JSON_NUMBER) return api_fail(e, 400, key, NULL, "\"%s\" must be a number", key);
-    double d = json_num(v);
-    if (!(d >= lo && d <= hi)) return api_fail(e, 400, key, NULL, "\"%s\" is %g: it must be in [%g, %g]", key, d, lo, hi);
-    *out = d;
-    return 0;
-}
-
-static int api_int(const JsonValue *obj, const char *key, int64_t lo, int64_t hi, int64_t *out, ApiError *e) {
-    const JsonValue *v = json_get(obj, key);
-    if (!api_given(v)) return 0;
-    int64_t i;
-    if (!json_is_int(v, &i)) return api_fail(e, 400, key, NULL, "\"%s\" must be an integer", key);
-    if (i < lo || i > hi)
-        return api_fail(e, 400, key, NULL, "\"%s\" is %lld: it must be in [%lld, %lld]", key, (long long)i, (long long)lo, (long long)hi);
-    *out = i;
-    return 0;
-}
-
-/* A boolean field; param names it in errors (nested fields: "stream_options.include_usage"). */
-static int api_bool(const JsonValue *obj, const char *key, const char *param, int *out, ApiError *e) {
-    const JsonValue *v = json_get(obj, key);
-    if (!api_given(v)) return 0;
-    if (json_type(v) != JSON_BOOL) return api_fail(e, 400, param, NULL, "\"%s\" must be true or false", param);
-    *out = json_bool(v);
-    return 0;
-}
-
-static int api_object(const JsonValue *obj, const char *key, const JsonValue **out, ApiError *e) {
-    const JsonValue *v = json_get(obj, key);
-    *out = NULL;
-    if (!api_given(v)) return 0;
-    if (json_type(v) != JSON_OBJECT) return api_fail(e, 400, key, NULL, "\"%s\" must be an object", key);
-    *out = v;
-    return 0;
-}
-
-/* reasoning_effort (top level or in chat_template_kwargs): what the GLM-5.2 template knows. */
-static int api_effort(const JsonValue *obj, const char *param, const char **effort, ApiError *e) {
-    const JsonValue *v = json_get(obj, "reasoning_effort");
-    if (!api_given(v)) return 0;
-    const char *s = json_str(v, NULL);
-    if (!s) return api_fail(e, 400, param, NULL, "\"%s\" must be a string", param);
-    if (!chat_effort_valid(s))
-        return api_fail(e, 400, param, NULL, "\"%s\" is \"%.40s\": this model knows \"max\" and \"high\"", param, s);
-    *effort = s;
-    return 0;
-}
-
-/* stop: a string or a list of up to 4, none empty. */
-static int api_stop(const JsonValue *root, ApiRequest *r, ApiError *e) {
-    const JsonValue *v = json_get(root, "stop");
-    if (!api_given(v)) return 0;
-    const int list = json_type(v) == JSON_ARRAY;
-    const size_t n = list ? json_len(v) : 1;
-    if (!list && json_type(v) != JSON_STRING) return api_fail(e, 400, "stop", NULL, "\"stop\" must be a string or a list of strings");
-    if (n > API_MAX_STOP) return api_fail(e, 400, "stop", NULL, "\"stop\" has %zu strings: at most %d", n, API_MAX_STOP);
-    for (size_t i = 0; i < n; i++) {
-        size_t len;
-        const char *s = json_str(list ? json_at(v, i) : v, &len);
-        if (!s) return api_fail(e, 400, "stop", NULL, "\"stop\"[%zu] must be a string", i);
-        if (!len || len > API_STOP_MAX_BYTES)
-            return api_fail(e, 400, "stop", NULL, "\"stop\"[%zu] has %zu bytes: it must have 1 to %d", i, len, API_STOP_MAX_BYTES);
-        r->stop[r->n_stop] = s;
-        r->stop_len[r->n_stop++] = len;
-    }
-    return 0;
-}
-
-/* Fields that change what a completion is, which this server does not do: refused rather than ignored. */
-static int api_unsupported(const JsonValue *root, int chat, ApiError *e) {
-    int64_t one = 1, zero = 0;
-    int flag = 0;
-    double penalty = 0;
-    const JsonValue *v;
-    if (api_int(root, "n", 1, 1, &one, e)) return -1;
-    /* logprobs false (chat) or 0 (completions) ask for none, as leaving them out does */
-    const char *const logprobs[] = { "logprobs", "top_logprobs" };
-    for (int i = 0; i < 2; i++)
-        if (api_given(v = json_get(root, logprobs[i])) && !(json_type(v) == JSON_BOOL && !json_bool(v)) &&
-            !(json_is_int(v, &zero) && zero == 0))
-            return api_fail(e, 400, logprobs[i], NULL, "\"%s\" is not supported", logprobs[i]);
-    const char *const penalties[] = { "frequency_penalty", "presence_penalty" };
-    for (int i = 0; i < 2; i++) {
-        if (api_number(root, penalties[i], -2, 2, &penalty, e)) return -1;
-        if (penalty != 0) return api_fail(e, 400, penalties[i], NULL, "\"%s\" is not supported (only 0)", penalties[i]);
-    }
-    if (api_given(v = json_get(root, "logit_bias")) && (json_type(v) != JSON_OBJECT || json_len(v)))
-        return api_fail(e, 400, "logit_bias", NULL, "\"logit_bias\" is not supported");
-    const JsonValue *format;
-    if (api_object(root, "response_format", &format, e)) return -1;
-    const char *type = format ? json_str(json_get(format, "type"), NULL) : NULL;
-    if (format && (!type || strcmp(type, "text")))
-        return api_fail(e, 400, "response_format", NULL, "\"response_format\" %s%.40s%s is not supported (no constrained decoding; only \"text\")",
-                        type ? "\"" : "", type ? type : "without a type", type ? "\"" : "");
-    if (chat) return 0;
-    if (api_bool(root, "echo", "echo", &flag, e)) return -1;
-    if (flag) return api_fail(e, 400, "echo", NULL, "\"echo\" is not supported");
-    size_t len = 0;
-    if (api_given(v = json_get(root, "suffix")) && (!json_str(v, &len) || len))
-        return api_fail(e, 400, "suffix", NULL, "\"suffix\" is not supported");
-    return api_int(root, "best_of", 1, 1, &one, e);
-}
-
-/* The chat-only fields: messages, tools, tool_choice, thinking, reasoning effort. */
-static int api_chat_fields(const Server *srv, const JsonValue *root, ApiRequest *r, ApiError *e) {
-    char err[600];
-    ChatOptions *o = &r->render;
-    *o = srv->chat;
-    int use_tools = 1;
-    const JsonValue *v = json_get(root, "tool_choice");
-    if (api_given(v)) {
-        const char *choice = json_str(v, NULL);
-        if (!choice) return api_fail(e, 400, "tool_choice", NULL, "\"tool_choice\" naming a function is not supported (\"auto\" or \"none\")");
-        if (!strcmp(choice, "none")) use_tools = 0;
-        else if (strcmp(choice, "auto"))
-            return api_fail(e, 400, "tool_choice", NULL, "\"tool_choice\" \"%.40s\" is not supported (\"auto\" or \"none\")", choice);
-    }
-    /* thinking: {"type": "enabled" | "disabled"} (Z.ai's API) or a boolean */
-    if (api_given(v = json_get(root, "thinking"))) {
-        const char *type = json_str(json_get(v, "type"), NULL);
-        if (json_type(v) == JSON_BOOL) o->thinking = json_bool(v);
-        else if (type && (!strcmp(type, "enabled") || !strcmp(type, "disabled"))) o->thinking = !strcmp(type, "enabled");
-        else return api_fail(e, 400, "thinking", NULL, "\"thinking\" must be {\"type\": \"enabled\"} or {\"type\": \"disabled\"}");
-    }
-    if (api_effort(root, "reasoning_effort", &o->reasoning_effort, e)) return -1;
-    const JsonValue *kwargs;
-    if (api_object(root, "chat_template_kwargs", &kwargs, e)) return -1;
-    int clear = !o->keep_reasoning;
-    if (kwargs && (api_bool(kwargs, "enable_thinking", "chat_template_kwargs.enable_thinking", &o->thinking, e) ||
-                   api_bool(kwargs, "thinking", "chat_template_kwargs.thinking", &o->thinking, e) ||
-                   api_bool(kwargs, "clear_thinking", "chat_template_kwargs.clear_thinking", &clear, e) ||
-                   api_effort(kwargs, "chat_template_kwargs.reasoning_effort", &o->reasoning_effort, e)))
-        return -1;
-    o->keep_reasoning = !clear;
-    const JsonValue *messages = json_get(root, "messages");
-    if (json_type(messages) != JSON_ARRAY || !json_len(messages))
-        return api_fail(e, 400, "messages", NULL, "\"messages\" must be a non-empty list");
-    if (use_tools && chat_conv_parse_tools(&r->conv, json_get(root, "tools"), err, sizeof err))
-        return api_fail(e, 400, "tools", NULL, "%s", err);
-    if (chat_conv_parse(&r->conv, messages, err, sizeof err)) return api_fail(e, 400, "messages", NULL, "messages: %s", err);
-    return 0;
-}
-
-/* OpenAI's predicted output: {"type": "content", "content": a string or a list of text parts}, the
-   text the answer is expected to mostly repeat (an edited file, say). Its tokens become a drafter
-   for speculative decoding (predicted_output_draft), so a prediction can make an answer faster,
-   never different. */
-static int api_prediction(const JsonValue *root, ApiRequest *r, ApiError *e) {
-    const JsonValue *p;
-    if (api_object(root, "prediction", &p, e) || !p) return e->status ? -1 : 0;
-    const char *type = json_str(json_get(p, "type"), NULL);
-    if (!type || strcmp(type, "content"))
-        return api_fail(e, 400, "prediction", NULL, "\"prediction\" must be {\"type\": \"content\", \"content\": ...}");
-    const JsonValue *content = json_get(p, "content");
-    const int parts = json_type(content) == JSON_ARRAY ? (int)json_len(content) : -1;
-    size_t total = 0, n;
-    if (parts < 0 && !json_str(content, &total))
-        return api_fail(e, 400, "prediction", NULL, "\"prediction\".content must be a string or a list of text parts");
-    for (int i = 0; i < parts; i++) {
-        const JsonValue *part = json_at(content, (size_t)i);
-        const char *part_type = json_str(json_get(part, "type"), NULL);
-        if (!part_type || strcmp(part_type, "text") || !json_str(json_get(part, "text"), &n))
-            return api_fail(e, 400, "prediction", NULL, "\"prediction\".content part %d must be {\"type\": \"text\", \"text\": ...}", i);
-        total += n;
-    }
-    r->prediction = xmalloc(total + 1);
-    if (parts < 0) memcpy(r->prediction, json_str(content, NULL), total);
-    size_t at = 0;
-    for (int i = 0; i < parts; i++) {
-        const char *text = json_str(json_get(json_at(content, (size_t)i), "text"), &n);
-        memcpy(r->prediction + at, text, n);
-        at += n;
-    }
-    r->prediction[total] = 0;
-    r->prediction_len = total;
-    return 0;
-}
-
-static void api_request_free(ApiRequest *r) {
-    chat_conv_free(&r->conv);
-    free(r->prediction);
-    r->prediction = NULL;
-}
-
-/* The request body → ApiRequest (api_request_free frees it, whatever the outcome). */
-static int api_request_parse(const Server *srv, const JsonValue *root, int chat, ApiRequest *r, ApiError *e) {
-    const Settings *set = srv->set;
-    r->chat = chat;
-    r->max_tokens = -1;
-    r->sampling = (SamplerSettings){ set->temperature, set->top_p, set->seed };
-    const JsonValue *v = json_get(root, "model");
-    if (api_given(v) && json_type(v) != JSON_STRING) return api_fail(e, 400, "model", NULL, "\"model\" must be a string");
-    int64_t max_tokens = -1, max_completion_tokens = -1, seed = 0;
-    double temperature = r->sampling.temperature, top_p = r->sampling.top_p;
-    if (api_int(root, "max_tokens", 1, INT32_MAX, &max_tokens, e) ||
-        api_int(root, "max_completion_tokens", 1, INT32_MAX, &max_completion_tokens, e) ||
-        api_number(root, "temperature", 0, 100, &temperature, e) || api_number(root, "top_p", 0, 1, &top_p, e) ||
-        api_int(root, "seed", INT64_MIN, INT64_MAX, &seed, e) || api_stop(root, r, e) ||
-        api_bool(root, "stream", "stream", &r->stream, e) || api_unsupported(root, chat, e) || api_prediction(root, r, e))
-        return -1;
-    r->max_tokens = (int)(max_completion_tokens >= 0 ? max_completion_tokens : max_tokens);
-    r->sampling.temperature = (float)temperature;
-    r->sampling.top_p = (float)top_p;
-    r->seed_given = api_given(json_get(root, "seed"));
-    if (r->seed_given) r->sampling.seed = (uint64_t)seed;
-    const JsonValue *options;
-    if (api_object(root, "stream_options", &options, e) ||
-        (options && api_bool(options, "include_usage", "stream_options.include_usage", &r->include_usage, e)))
-        return -1;
-    if (chat) return api_chat_fields(srv, root, r, e);
-    v = json_get(root, "prompt");
-    if (json_type(v) == JSON_ARRAY && json_len(v) == 1) v = json_at(v, 0);   /* ["text"]: one prompt */
-    if (!(r->prompt = json_str(v, &r->prompt_len)))
-        return api_fail(e, 400, "prompt", NULL, "\"prompt\" must be a string (one prompt per request)");
-    if (!r->prompt_len) return api_fail(e, 400, "prompt", NULL, "\"prompt\" is empty: there is no token to continue from");
-    return 0;
-}
-
-/* The prompt's ids, then the room it leaves: 0 and *limit (max_tokens for the Generator, -1: until
-   EOS or a full cache), or -1 with a 400. */
-static int api_prompt_ids(const Server *srv, ApiRequest *r, TokenList *ids, int *limit, ApiError *e) {
-    if (r->chat) {
-        char err[5000];
-        if (chat_to_ids(srv->codec, &r->conv, &r->render, ids, err, sizeof err)) return api_fail(e, 400, "messages", NULL, "%s", err);
-    } else {
-        TextCodec raw = *srv->codec;     /* a raw prompt is written in the model's own terms: tags are tags */
-        raw.text_mode = TOK_SPECIAL_ALL;
-        tokens_push_text(ids, &raw, r->prompt, r->prompt_len);
-    }
-    const int room = srv->capacity - ids->n;
-    if (room < 1)
-        return api_fail(e, 400, r->chat ? "messages" : "prompt", "context_length_exceeded",
-                        "context length exceeded: the prompt has %d tokens and this server's context holds %d (CTX), "
-                        "leaving no room for an answer", ids->n, srv->capacity);
-    if (r->max_tokens > room)
-        return api_fail(e, 400, "max_tokens", "context_length_exceeded",
-                        "context length exceeded: this server's context holds %d tokens (CTX) but the request needs %lld "
-                        "(%d in the prompt, max_tokens %d); shorten the messages or lower max_tokens",
-                        srv->capacity, (long long)ids->n + r->max_tokens, ids->n, r->max_tokens);
-    *limit = r->max_tokens >= 0 ? r->max_tokens : srv->set->ngen;
-    return 0;
-}
-
-/* ---- the answer: tokens → text → stop strings → reasoning / content / tool calls → JSON -------- */
-
-typedef struct {
-    Server *srv;
-    HttpResponse *res;
-    const ApiRequest *req;
-    char id[48];
-    long long created;
-    TokStream tokens;                   /* token → text */
-    char *text;
-    size_t text_cap;
-    char *held;                         /* text that may still begin a stop string */
-    size_t held_len, held_cap;
-    int stop_hit;                       /* a stop string ended the answer */
-    ChatOutParser *parser;              /* chat: reasoning, content, tool calls */
-    ChatOutput out;                     /* everything released so far, parsed (completions: content) */
-    char (*call_ids)[32];               /* the id of each tool call in out.calls */
-} Reply;
-
-static void server_new_id(Server *srv, const char *prefix, char *dst, size_t n) {
-    const uint64_t a = splitmix64_next(&srv->rng), b = splitmix64_next(&srv->rng);
-    snprintf(dst, n, "%s%016llx%08llx", prefix, (unsigned long long)a, (unsigned long long)(b >> 32));
-}
-
-/* The fields every answer and chunk starts with. */
-static void api_write_head(JsonWriter *w, const Reply *r, const char *object) {
-    jw_kstr(w, "id", r->id);
-    jw_kstr(w, "object", object);
-    jw_kint(w, "created", r->created);
-    jw_kstr(w, "model", r->srv->model_name);
-}
-
-typedef struct {
-    int prompt, completion, cached;     /* cached: the prefix kept in the KV cache */
-    int predicted;                      /* a prediction was given: then its drafts' fate below */
-    long long accepted_prediction, rejected_prediction;
-} ApiUsage;
-
-static void api_write_usage(JsonWriter *w, const ApiUsage *u) {
-    jw_key(w, "usage");
-    jw_obj(w);
-    jw_kint(w, "prompt_tokens", u->prompt);
-    jw_kint(w, "completion_tokens", u->completion);
-    jw_kint(w, "total_tokens", u->prompt + u->completion);
-    jw_key(w, "prompt_tokens_details");
-    jw_obj(w);
-    jw_kint(w, "cached_tokens", u->cached);
-    jw_obj_end(w);
-    if (u->predicted) {   /* OpenAI's names: drafted tokens of the prediction kept, and not kept */
-        jw_key(w, "completion_tokens_details");
-        jw_obj(w);
-        jw_kint(w, "accepted_prediction_tokens", u->accepted_prediction);
-        jw_kint(w, "rejected_prediction_tokens", u->rejected_prediction);
-        jw_obj_end(w);
-    }
-    jw_obj_end(w);
-}
-
-/* One tool call as OpenAI writes it; index >= 0 for a streamed delta. */
-static void api_write_tool_call(JsonWriter *w, int index, const char *id, const char *name, size_t name_len,
-                                const char *arguments, size_t arguments_len) {
-    jw_obj(w);
-    if (index >= 0) jw_kint(w, "index", index);
-    jw_kstr(w, "id", id);
-    jw_kstr(w, "type", "function");
-    jw_key(w, "function");
-    jw_obj(w);
-    jw_key(w, "name");
-    jw_strn(w, name, name_len);
-    jw_key(w, "arguments");                       /* a JSON object, sent as a string (OpenAI's form) */
-    jw_strn(w, arguments, arguments_len);
-    jw_obj_end(w);
-    jw_obj_end(w);
-}
-
-/* The message of a whole chat answer: content (null when there is only tool calls), reasoning_content
-   (null when there is none), tool_calls (when there are some). */
-static void api_write_message(JsonWriter *w, const ChatOutput *o, char (*call_ids)[32]) {
-    jw_obj(w);
-    jw_kstr(w, "role", "assistant");
-    jw_key(w, "content");
-    if (o->content_len || !o->n_calls) jw_strn(w, o->content ? o->content : "", o->content_len);
-    else jw_null(w);
-    jw_key(w, "reasoning_content");
-    if (o->reasoning_len) jw_strn(w, o->reasoning, o->reasoning_len);
-    else jw_null(w);
-    if (o->n_calls) {
-        jw_key(w, "tool_calls");
-        jw_arr(w);
-        for (int i = 0; i < o->n_calls; i++)
-            api_write_tool_call(w, -1, call_ids[i], o->calls[i].name, o->calls[i].name_len, o->calls[i].arguments,
-                                o->calls[i].arguments_len);
-        jw_arr_end(w);
-    }
-    jw_obj_end(w);
-}
-
-static int reply_send(Reply *r, JsonWriter *w) {
-    size_t n;
-    const char *t = jw_text(w, &n);
-    if (!t) die("internal: a streamed chunk is not valid JSON");
-    int rc = http_sse_event(r->res, t, n);
-    jw_free(w);
-    return rc;
-}
-
-/* A streamed chunk: a chat delta (role first; then reasoning_content, content or one tool call;
-   ev NULL and finish set: the last one) or a completion's text. */
-static void reply_send_chunk(Reply *r, const ChatOutEvent *ev, int call_index, int role, const char *finish) {
-    JsonWriter w;
-    jw_init(&w);
-    jw_obj(&w);
-    api_write_head(&w, r, r->req->chat ? "chat.completion.chunk" : "text_completion");
-    jw_key(&w, "choices");
-    jw_arr(&w);
-    jw_obj(&w);
-    jw_kint(&w, "index", 0);
-    if (r->req->chat) {
-        jw_key(&w, "delta");
-        jw_obj(&w);
-        if (role) { jw_kstr(&w, "role", "assistant"); jw_kstr(&w, "content", ""); }
-        if (ev && ev->kind == CHAT_OUT_TOOL_CALL) {
-            jw_key(&w, "tool_calls");
-            jw_arr(&w);
-            api_write_tool_call(&w, call_index, r->call_ids[call_index], ev->name, ev->name_len, ev->arguments, ev->arguments_len);
-            jw_arr_end(&w);
-        } else if (ev) {
-            jw_key(&w, ev->kind == CHAT_OUT_REASONING ? "reasoning_content" : "content");
-            jw_strn(&w, ev->text, ev->len);
-        }
-        jw_obj_end(&w);
-    } else {
-        jw_key(&w, "text");
-        jw_strn(&w, ev ? ev->text : "", ev ? ev->len : 0);
-    }
-    jw_key(&w, "logprobs");
-    jw_null(&w);
-    jw_key(&w, "finish_reason");
-    if (finish) jw_str(&w, finish);
-    else jw_null(&w);
-    jw_obj_end(&w);
-    jw_arr_end(&w);
-    jw_obj_end(&w);
-    reply_send(r, &w);
-}
-
-/* Each piece of the answer, in order: kept for the whole answer (and the log), streamed at once. */
-static int reply_event(void *user, const ChatOutEvent *ev) {
-    Reply *r = user;
-    if (chat_output_add(&r->out, ev)) die("out of memory for the answer");
-    const int call = r->out.n_calls - 1;
-    if (ev->kind == CHAT_OUT_TOOL_CALL) {
-        char (*grown)[32] = realloc(r->call_ids, (size_t)r->out.n_calls * sizeof *grown);
-        if (!grown) die("out of memory for the answer");
-        r->call_ids = grown;
-        server_new_id(r->srv, "call_", r->call_ids[call], sizeof r->call_ids[call]);
-    }
-    if (r->req->stream) reply_send_chunk(r, ev, call, 0, NULL);
-    return 0;
-}
-
-/* Text past the stop strings: to the output parser (chat) or as it is (completions). */
-static void reply_release(Reply *r, const char *s, size_t n) {
-    if (!n) return;
-    if (!r->parser) {
-        ChatOutEvent ev = { CHAT_OUT_CONTENT, s, n, NULL, NULL, 0, 0 };
-        reply_event(r, &ev);
-    } else if (chat_out_feed(r->parser, s, n, reply_event, r)) {
-        die("out of memory parsing the answer");
-    }
-}
-
-/* Decoded text of the answer, matched against the stop strings across token boundaries: the answer
-   ends at the first stop string to complete (when several complete with the same token, the one
-   that starts first), and only the text before it is released; text that may still begin a stop
-   string (the longest suffix that is a proper prefix of one) is held back until it cannot. */
-static void reply_text(Reply *r, const char *s, size_t n) {
-    const ApiRequest *q = r->req;
-    if (r->stop_hit || !n) return;
-    if (!q->n_stop) { reply_release(r, s, n); return; }
-    if (r->held_len + n + 1 > r->held_cap) {
-        r->held_cap = 2 * (r->held_len + n + 1);
-        char *grown = realloc(r->held, r->held_cap);
-        if (!grown) die("out of memory for the answer");
-        r->held = grown;
-    }
-    memcpy(r->held + r->held_len, s, n);
-    r->held_len += n;
-    size_t cut = SIZE_MAX;
-    for (int k = 0; k < q->n_stop; k++) {
-        const char *at = memmem(r->held, r->held_len, q->stop[k], q->stop_len[k]);
-        if (at && (size_t)(at - r->held) < cut) cut = (size_t)(at - r->held);
-    }
-    if (cut != SIZE_MAX) {
-        r->stop_hit = 1;
-        reply_release(r, r->held, cut);
-        r->held_len = 0;
-        return;
-    }
-    size_t keep = 0;
-    for (int k = 0; k < q->n_stop; k++)
-        for (size_t len = q->stop_len[k] - 1 < r->held_len ? q->stop_len[k] - 1 : r->held_len; len > keep; len--)
-            if (!memcmp(r->held + r->held_len - len, q->stop[k], len)) { keep = len; break; }
-    reply_release(r, r->held, r->held_len - keep);
-    memmove(r->held, r->held + r->held_len - keep, keep);
-    r->held_len = keep;
-}
-
-/* The Generator's on_token. */
-static void reply_token(void *user, int id) {
-    Reply *r = user;
-    size_t n = tok_stream_feed(r->srv->codec->tok, &r->tokens, id, r->text, r->text_cap);
-    reply_text(r, r->text, n < r->text_cap ? n : r->text_cap);
-}
-
-/* The end of the text: an unfinished UTF-8 character becomes U+FFFD (as PROMPT mode prints it),
-   held-back text that never became a stop string is released, the parser says what it kept. */
-static void reply_text_end(Reply *r) {
-    size_t n = tok_stream_flush(&r->tokens, r->text, r->text_cap);
-    reply_text(r, r->text, n < r->text_cap ? n : r->text_cap);
-    if (!r->stop_hit) reply_release(r, r->held, r->held_len);
-    r->held_len = 0;
-    if (r->parser && chat_out_finish(r->parser, reply_event, r)) die("out of memory parsing the answer");
-}
-
-static void reply_init(Reply *r, Server *srv, HttpResponse *res, const ApiRequest *q) {
-    memset(r, 0, sizeof *r);
-    r->srv = srv;
-    r->res = res;
-    r->req = q;
-    server_new_id(srv, q->chat ? "chatcmpl-" : "cmpl-", r->id, sizeof r->id);
-    r->created = (long long)time(NULL);
-    tok_stream_init(&r->tokens);
-    r->text_cap = tok_stream_out_cap(srv->codec->tok);
-    r->text = xmalloc(r->text_cap);
-    if (q->chat && !(r->parser = chat_out_new(q->render.thinking, &q->conv))) die("out of memory");
-}
-
-static void reply_free(Reply *r) {
-    free(r->text);
-    free(r->held);
-    chat_out_free(r->parser);
-    chat_output_free(&r->out);
-    free(r->call_ids);
-    memset(r, 0, sizeof *r);
-}
-
-/* finish_reason: "length" when max_tokens or the cache ended the answer, else "tool_calls" when it
-   called tools, else "stop" (an EOS token or a stop string). */
-static const char *reply_finish_reason(const Reply *r, StopReason stop) {
-    if (!r->stop_hit && (stop == STOP_LIMIT || stop == STOP_CONTEXT)) return "length";
-    return r->out.n_calls ? "tool_calls" : "stop";
-}
-
-/* The whole answer as one JSON object (stream: false). */
-static void api_write_answer(JsonWriter *w, const Reply *r, const char *finish, const ApiUsage *usage) {
-    jw_obj(w);
-    api_write_head(w, r, r->req->chat ? "chat.completion" : "text_completion");
-    jw_key(w, "choices");
-    jw_arr(w);
-    jw_obj(w);
-    jw_kint(w, "index", 0);
-    if (r->req->chat) {
-        jw_key(w, "message");
-        api_write_message(w, &r->out, r->call_ids);
-    } else {
-        jw_key(w, "text");
-        jw_strn(w, r->out.content ? r->out.content : "", r->out.content_len);
-    }
-    jw_key(w, "logprobs");
-    jw_null(w);
-    jw_kstr(w, "finish_reason", finish);
-    jw_obj_end(w);
-    jw_arr_end(w);
-    api_write_usage(w, usage);
-    jw_obj_end(w);
-}
-
-/* ---- watching the client while a prefill writes nothing ---------------------------------------- */
-
-typedef struct {
-    HttpResponse *res;
-    volatile sig_atomic_t *interrupt;
-    pthread_mutex_t mu;
-    pthread_cond_t cv;
-    int done, running;
-    pthread_t thread;
-} ClientWatch;
-
-static void *client_watch_main(void *arg) {
-    ClientWatch *w = arg;
-    pthread_mutex_lock(&w->mu);
-    while (!w->done) {
-        struct timespec ts;
-        clock_gettime(CLOCK_REALTIME, &ts);
-        ts.tv_nsec += 20 * 1000000L;
-        if (ts.tv_nsec >= 1000000000L) { ts.tv_sec++; ts.tv_nsec -= 1000000000L; }
-        pthread_cond_timedwait(&w->cv, &w->mu, &ts);
-        /* the worker does not touch the response until it has joined this thread */
-        if (!w->done && http_client_gone(w->res)) { *w->interrupt = 1; break; }
-    }
-    pthread_mutex_unlock(&w->mu);
-    return NULL;
-}
-
-static void client_watch_start(ClientWatch *w, HttpResponse *res, volatile sig_atomic_t *interrupt) {
-    memset(w, 0, sizeof *w);
-    w->res = res;
-    w->interrupt = interrupt;
-    pthread_mutex_init(&w->mu, NULL);
-    pthread_cond_init(&w->cv, NULL);
-    w->running = pthread_create(&w->thread, NULL, client_watch_main, w) == 0;   /* without it: noticed after the prefill */
-}
-
-static void client_watch_stop(ClientWatch *w) {
-    pthread_mutex_lock(&w->mu);
-    w->done = 1;
-    pthread_cond_signal(&w->cv);
-    pthread_mutex_unlock(&w->mu);
-    if (w->running) pthread_join(w->thread, NULL);
-    pthread_mutex_destroy(&w->mu);
-    pthread_cond_destroy(&w->cv);
-}
-
-/* ---- the endpoints ----------------------------------------------------------------------------- */
-
-/* One line per request on stderr: method, path, status, what happened, seconds. */
-static void server_log(const HttpRequest *req, int status, double t0, const char *fmt, ...) {
-    char what[1000] = "";
-    if (fmt) {
-        va_list ap;
-        va_start(ap, fmt);
-        vsnprintf(what, sizeof what, fmt, ap);
-        va_end(ap);
-    }
-    fprintf(stderr, "glm: %s %s %d%s%s | %.3f s\n", req->method, req->path, status, what[0] ? " | " : "", what, now_seconds() - t0);
-}
-
-static void server_respond_error(const HttpRequest *req, HttpResponse *res, const ApiError *e, double t0) {
-    http_respond_error_ex(res, e->status, e->message, e->param, e->code);
-    server_log(req, e->status, t0, "%s", e->message);
-}
-
-/* "/v1/models" and "/models" are the same endpoint (clients differ in whether the base URL ends in /v1). */
-static const char *api_route(const char *path) { return !strncmp(path, "/v1/", 4) ? path + 3 : path; }
-
-static void api_write_model(JsonWriter *w, const Server *srv) {
-    jw_obj(w);
-    jw_kstr(w, "id", srv->model_name);
-    jw_kstr(w, "object", "model");
-    jw_kint(w, "created", srv->created);
-    jw_kstr(w, "owned_by", "glm.c");
-    jw_kint(w, "max_model_len", srv->capacity);   /* vLLM's field: the context (CTX) */
-    jw_obj_end(w);
-}
-
-static void server_respond_writer(HttpResponse *res, JsonWriter *w) {
-    size_t n;
-    const char *t = jw_text(w, &n);
-    if (!t) die("internal: an answer is not valid JSON");
-    http_respond_json(res, 200, t, n);
-    jw_free(w);
-}
-
-/* The I/O thread's part: everything that needs no model. Returns 0 to hand a completion to the worker. */
-static int server_quick(const HttpRequest *req, HttpResponse *res, void *user) {
-    const Server *srv = user;
-    const double t0 = now_seconds();
-    const char *route = api_route(req->path);
-    const int get = !strcmp(req->method, "GET") || !strcmp(req->method, "HEAD");
-    const int completion = !strcmp(route, "/chat/completions") || !strcmp(route, "/completions");
-    ApiError e = { 0 };
-    if (!strcmp(req->path, "/health")) {   /* open without a key: for load balancers and scripts */
-        if (!get) api_fail(&e, 405, NULL, NULL, "/health takes GET");
-        else {
-            static const char ok[] = "{\"status\":\"ok\"}";
-            http_respond_json(res, 200, ok, sizeof ok - 1);
-            server_log(req, 200, t0, NULL);
-            return 1;
-        }
-    } else if (!http_auth_ok(req, srv->set->api_key)) {
-        api_fail(&e, 401, NULL, "invalid_api_key", "missing or wrong API key (send Authorization: Bearer KEY or x-api-key: KEY)");
-    } else if (completion) {
-        if (!strcmp(req->method, "POST")) return 0;
-        api_fail(&e, 405, NULL, NULL, "%s takes POST", req->path);
-    } else if (!strcmp(route, "/models") || !strncmp(route, "/models/", 8)) {
-        if (!get) api_fail(&e, 405, NULL, NULL, "%s takes GET", req->path);
-        else if (route[7] == '/' && strcmp(route + 8, srv->model_name))
-            api_fail(&e, 404, "model", "model_not_found", "no model \"%.200s\" here: this server has \"%s\"", route + 8, srv->model_name);
-        else {
-            JsonWriter w;
-            jw_init(&w);
-            if (route[7] == '/') api_write_model(&w, srv);
-            else {
-                jw_obj(&w);
-                jw_kstr(&w, "object", "list");
-                jw_key(&w, "data");
-                jw_arr(&w);
-                api_write_model(&w, srv);
-                jw_arr_end(&w);
-                jw_obj_end(&w);
-            }
-            server_respond_writer(res, &w);
-            server_log(req, 200, t0, NULL);
-            return 1;
-        }
-    } else {
-        api_fail(&e, 404, NULL, NULL, "no endpoint %.200s (this server has /v1/chat/completions, /v1/completions, /v1/models and /health)",
-                 req->path);
-    }
-    if (e.status == 405) http_add_header(res, "Allow", completion ? "POST" : "GET, HEAD");
-    server_respond_error(req, res, &e, t0);
-    return 1;
-}
-
-/* One completion after its request was read: prefill (reusing the cached prefix), generate, answer. */
-/* A request's predicted output as a drafter (Speculation's caller). The answer usually follows the
-   prediction with edits: the answer's last tokens (up to NGRAM_LONGEST of them, then fewer) are
-   looked up in the prediction from where the last match ended (else from its start), and what
-   follows there is drafted. Verification keeps what the model would have said anyway. */
-typedef struct {
-    const int *ids;
-    int n;
-    int answer_start;                   /* the history position of the answer's first token */
-    int cursor;                         /* where in ids the last match ended */
-} PredictedOutput;
-
-static int predicted_output_draft(void *user, const int *history, int n, int k, int *out) {
-    PredictedOutput *p = user;
-    const int *answer = history + p->answer_start;
-    const int len = n - p->answer_start;   /* answer tokens so far, the one just sampled included */
-    for (int m = len < NGRAM_LONGEST ? len : NGRAM_LONGEST; m >= 1; m--) {
-        const int tail = len - m;
-        for (int pass = 0; pass < 2; pass++) {
-            const int from = pass == 0 ? (p->cursor > m ? p->cursor - m : 0) : 0;
-            const int to = pass == 0 ? p->n - m : (p->cursor - m < p->n - m ? p->cursor - m : p->n - m);
-            for (int start = from; start <= to; start++) {
-                if (memcmp(p->ids + start, answer + tail, (size_t)m * sizeof(int))) continue;
-                p->cursor = start + m;
-                int count = 0;
-                while (count < k && p->cursor + count < p->n) { out[count] = p->ids[p->cursor + count]; count++; }
-                return count;
-            }
-        }
-    }
-    return 0;
-}
-
-static void server_answer(Server *srv, const HttpRequest *req, HttpResponse *res, const ApiRequest *q, const TokenList *ids,
-                          int limit, double t0) {
-    Generator *g = srv->gen;
-    generator_set_sampling(g, q->sampling);
-    g->stop_rules.max_tokens = limit;
-    g->stop_rules.resumable = 0;   /* the last token's forward is skipped; the next request re-runs at most that one */
-    Reply r;
-    reply_init(&r, srv, res, q);
-    g->on_token = reply_token;
-    g->on_token_user = &r;
-    srv->interrupt = 0;
-    g->interrupt = &srv->interrupt;
-
-    ClientWatch watch;
-    client_watch_start(&watch, res, &srv->interrupt);
-    int reused = 0;
-    const int prefilled = generator_reuse_prefix(g, ids->ids, ids->n, &reused) == ids->n;
-    client_watch_stop(&watch);
-    fprintf(stderr, "glm: prefix reuse: %d of %d prompt tokens\n", reused, ids->n);
-    int gone = !prefilled;
-    if (!gone && q->stream) {
-        http_sse_begin(res);
-        if (q->chat) reply_send_chunk(&r, NULL, 0, 1, NULL);
-    }
-    generator_begin(g);
-    TokenList predicted = { 0 };
-    PredictedOutput prediction = { 0 };
-    if (q->prediction && g->spec.mode != SPEC_OFF) {   /* text as in a message: a written tag is text */
-        tokens_push_text(&predicted, srv->codec, q->prediction, q->prediction_len);
-        prediction = (PredictedOutput){ predicted.ids, predicted.n, ids->n, 0 };
-        g->spec.caller = predicted_output_draft;
-        g->spec.caller_user = &prediction;
-        drafter_restart(&g->spec, DRAFTER_CALLER);   /* another prediction: its acceptance is unknown again */
-    }
-    const SpecCounts spec_before = spec_counts(g);
-    int run[64];   /* a step may return a run of ids (speculation); on_token has seen each of them */
-    while (!gone && !r.stop_hit && generator_step(g, run, (int)(sizeof run / sizeof run[0])) > 0)
-        gone = http_client_gone(res);
-    g->on_token = NULL;
-    g->interrupt = NULL;
-    g->spec.caller = NULL;
-    g->spec.caller_user = NULL;
-    free(predicted.ids);
-    const SpecCounts spec_after = spec_counts(g);
-    const ApiUsage usage = { ids->n, g->generated, reused, q->prediction != NULL,
-                             spec_after.accepted[DRAFTER_CALLER] - spec_before.accepted[DRAFTER_CALLER],
-                             (spec_after.drafted[DRAFTER_CALLER] - spec_before.drafted[DRAFTER_CALLER]) -
-                                 (spec_after.accepted[DRAFTER_CALLER] - spec_before.accepted[DRAFTER_CALLER]) };
-    if (gone) {
-        /* The client left, or the server is stopping: end properly in case someone still listens. */
-        static const char why[] = "the generation was stopped (the client left or the server is stopping)";
-        int status = 200;
-        if (q->stream && prefilled) {
-            JsonWriter w;
-            jw_init(&w);
-            jw_obj(&w);
-            jw_key(&w, "error");
-            jw_obj(&w);
-            jw_kstr(&w, "message", why);
-            jw_kstr(&w, "type", "server_error");
-            jw_obj_end(&w);
-            jw_obj_end(&w);
-            reply_send(&r, &w);
-            http_sse_end(res);
-        } else {
-            http_respond_error(res, status = 503, why);
-        }
-        server_log(req, status, t0, "client gone or server stopping: stopped %s after %d generated tokens",
-                   prefilled ? "generating" : "during the prefill", g->generated);
-    } else {
-        reply_text_end(&r);
-        const char *finish = reply_finish_reason(&r, g->stop);
-        if (q->stream) {
-            reply_send_chunk(&r, NULL, 0, 0, finish);
-            if (q->include_usage) {   /* OpenAI's usage chunk: no choices */
-                JsonWriter w;
-                jw_init(&w);
-                jw_obj(&w);
-                api_write_head(&w, &r, q->chat ? "chat.completion.chunk" : "text_completion");
-                jw_key(&w, "choices");
-                jw_arr(&w);
-                jw_arr_end(&w);
-                api_write_usage(&w, &usage);
-                jw_obj_end(&w);
-                reply_send(&r, &w);
-            }
-            http_sse_end(res);
-        } else {
-            JsonWriter w;
-            jw_init(&w);
-            api_write_answer(&w, &r, finish, &usage);
-            server_respond_writer(res, &w);
-        }
-        long long drafted, accepted;
-        spec_totals(&spec_after, &spec_before, &drafted, &accepted);
-        char spec_note[96] = "";
-        if (g->spec.mode != SPEC_OFF) snprintf(spec_note, sizeof spec_note, ", %lld of %lld drafts accepted", accepted, drafted);
-        server_log(req, 200, t0, "%d prompt tokens (%d reused), %d generated%s, finish %s%s", ids->n, reused, g->generated,
-                   spec_note, finish, q->stream ? ", streamed" : "");
-    }
-    reply_free(&r);
-}
-
-/* SESSION: the cache as the last answer left it, saved once the answer has gone out (the I/O
-   thread sends it while the worker writes), so a restarted server prefills only what a client's
-   next request adds. A failed save is logged; the server goes on. */
-static void server_save_session(Server *srv) {
-    if (!srv->session_path) return;
-    char err[8500];
-    const double t0 = now_seconds();
-    if (generator_save(srv->gen, &srv->session_key, NULL, srv->session_path, err, sizeof err))
-        fprintf(stderr, "glm: error: SESSION=%s was not saved: %s\n", srv->session_path, err);
-    else if (now_seconds() - t0 > 1.0)
-        fprintf(stderr, "glm: SESSION=%s: %d tokens saved in %.1f s\n", srv->session_path, srv->gen->pos, now_seconds() - t0);
-}
-
-/* SESSION at the start: the cache a previous server saved comes back (its conversation is then
-   the prefix a request can reuse); a missing file is created by the first answer. A file that
-   cannot be used is an error, as in the CLI: it is never overwritten by another model's cache. */
-static void server_resume_session(Server *srv) {
-    const char *path = srv->session_path;
-    if (!session_file_present(path)) {
-        fprintf(stderr, "glm: SESSION=%s: a new file, written after every answer\n", path);
-        return;
-    }
-    char err[8500];
-    const double t0 = now_seconds();
-    if (generator_load(srv->gen, &srv->session_key, path, NULL, err, sizeof err)) die("SESSION=%s %s", path, err);
-    fprintf(stderr, "glm: SESSION=%s: %d tokens back in the KV cache (read in %.2f s); a request that starts with them reuses them\n",
-            path, srv->gen->pos, now_seconds() - t0);
-}
-
-/* The worker's part: a completion request, from its body to the last byte of the answer. */
-static void server_handle(const HttpRequest *req, HttpResponse *res, void *user) {
-    Server *srv = user;
-    const double t0 = now_seconds();
-    ApiRequest q;
-    memset(&q, 0, sizeof q);
-    chat_conv_init(&q.conv);
-    ApiError e = { 0 };
-    TokenList ids = { 0 };
-    int limit = -1;
-    char jerr[256];
-    JsonDoc *doc = json_parse(req->body, req->body_len, jerr, sizeof jerr);
-    if (!doc) api_fail(&e, 400, NULL, NULL, "the request body is not valid JSON: %s", jerr);
-    else if (json_type(json_root(doc)) != JSON_OBJECT) api_fail(&e, 400, NULL, NULL, "the request body must be a JSON object");
-    else if (!api_request_parse(srv, json_root(doc), !strcmp(api_route(req->path), "/chat/completions"), &q, &e))
-        api_prompt_ids(srv, &q, &ids, &limit, &e);
-    if (e.status) {
-        server_respond_error(req, res, &e, t0);
-    } else {
-        if (!q.seed_given && !srv->set->seed) q.sampling.seed = splitmix64_next(&srv->rng);
-        server_answer(srv, req, res, &q, &ids, limit, t0);
-        server_save_session(srv);
-        expert_store_idle(&srv->gen->model->experts);   /* the disk is free until the next request: bring in the hot experts */
-    }
-    free(ids.ids);
-    api_request_free(&q);
-    json_free(doc);
-}
-
-/* =============================================================================================
-   12. main: settings → model → one mode
+   10. Runs: what every front end does before and after it drives the engine
+   Start: the RunState, the configuration line, the expert cache populated. End: the profile, the
+   routing counts (STATS), then everything released. The statistics lines are printed by the
+   front ends through print_expert_stats and print_spec_stats.
    ============================================================================================= */
 
 static void print_configuration(const Settings *set, const Model *m, int capacity) {
@@ -7671,7 +5804,7 @@ static void print_configuration(const Settings *set, const Model *m, int capacit
 
 
 /* PROFILE=1: where the time of the forward passes went. */
-static void print_profile(const Session *s, const ExpertStore *store) {
+static void print_profile(const RunState *s, const ExpertStore *store) {
     const double moe_other = s->profile.moe - store->wait_seconds - store->compute_seconds;
     fprintf(stderr, "PROFILE: %lld forwards, %lld positions | attention %.3f s (indexer %.3f s, scores+pooling %.3f s) | dense MLP %.3f s | "
                     "MoE %.3f s = routed experts %.3f s + disk wait %.3f s + router/shared/combine %.3f s | lm_head %.3f s\n",
@@ -7713,13 +5846,23 @@ static void write_route_stats(const ExpertStore *store, const char *path) {
     if (atomic_commit(&af, err, sizeof err)) die("STATS=%s: %s", path, err);
 }
 
+/* A long prefill of a big model reads nearly every expert of every layer: on a terminal, one
+   line shows which layer the pass is in (RunState.on_layer), erased when the pass ends. */
+static void print_prefill_progress(void *user, int layer, int n_layers, int S, int pos0) {
+    (void)user;
+    if (S < 32) return;
+    if (layer < n_layers)
+        fprintf(stderr, "\rglm: prefill of %d tokens at position %d: layer %d/%d ", S, pos0, layer + 1, n_layers);
+    else fputs("\r\033[K", stderr);
+}
+
 /* The KV cache, the expert cache and the forward options: what every mode that runs the model needs. */
-static ForwardOptions engine_start(const Settings *set, Model *model, Session *session, int capacity) {
-    session_init(session, model, capacity, set->batch, 0);
-    if (capacity != model->ram.capacity || session->bytes > model->ram.session)
+static ForwardOptions engine_start(const Settings *set, Model *model, RunState *state, int capacity) {
+    run_state_init(state, model, capacity, set->batch, 0);
+    if (capacity != model->ram.capacity || state->bytes > model->ram.run_state)
         fprintf(stderr, "glm: warning: internal: the session takes %.0f bytes for %d tokens, the RAM plan counted %.0f for %d\n",
-                session->bytes, capacity, model->ram.session, model->ram.capacity);
-    session->progress = isatty(STDERR_FILENO);
+                state->bytes, capacity, model->ram.run_state, model->ram.capacity);
+    if (isatty(STDERR_FILENO)) state->on_layer = print_prefill_progress;
     print_configuration(set, model, capacity);
     expert_store_populate(&model->experts);
     ForwardOptions opt = { set->absorb,
@@ -7729,10 +5872,10 @@ static ForwardOptions engine_start(const Settings *set, Model *model, Session *s
 }
 
 /* The end of a run that loaded a model: its statistics, then everything is released. */
-static void engine_stop(const Settings *set, Model *model, Session *session) {
-    if (set->profile) print_profile(session, &model->experts);
+static void engine_stop(const Settings *set, Model *model, RunState *state) {
+    if (set->profile) print_profile(state, &model->experts);
     if (set->stats_path[0]) write_route_stats(&model->experts, set->stats_path);
-    session_free(session);
+    run_state_free(state);
     model_free(model);
 }
 
@@ -7741,673 +5884,3 @@ static uint64_t clock_seed(void) {
     uint64_t mix = (uint64_t)time(NULL) * 0x9E3779B97F4A7C15ull ^ (uint64_t)getpid() ^ (uint64_t)(now_seconds() * 1e9);
     return (splitmix64_next(&mix) >> 11) | 1;
 }
-
-/* REF=file: teacher forcing, greedy decoding or REPLAY against the oracle's ids. */
-static int run_validation(const Settings *set) {
-    Reference ref = reference_load(set->ref_path);
-    int ngen = set->ngen >= 0 ? set->ngen : ref.full.n - ref.prompt.n;
-    int need = (set->teacher_forcing || set->replay ? ref.full.n : ref.prompt.n + ngen) + 1;
-    int capacity = set->ctx ? set->ctx : need;
-    if (capacity < need) die("CTX=%d is smaller than the %d tokens this run needs", set->ctx, need);
-    Model model;
-    model_load(&model, set, capacity);
-    const TokenList *lists[] = { &ref.prompt, &ref.full, &ref.tf_pred, &ref.mtp_pred };
-    const char *list_names[] = { "prompt_ids", "full_ids", "tf_pred", "mtp_pred" };
-    for (int k = 0; k < 4; k++)
-        for (int i = 0; i < lists[k]->n; i++)
-            if (lists[k]->ids[i] >= model.c.vocab)
-                die("%s: %s[%d] = %d is outside the model's vocabulary (%d)", set->ref_path, list_names[k], i, lists[k]->ids[i], model.c.vocab);
-    Session session;
-    ForwardOptions opt = engine_start(set, &model, &session, capacity);
-    double t0 = now_seconds();
-    int failed = 0;
-    if (set->replay) run_replay(&model, &session, &opt, &ref);
-    else if (set->teacher_forcing) failed = run_teacher_forcing(&model, &session, &opt, &ref, set->mtp);
-    else {
-        const uint64_t seed = set->seed ? set->seed : clock_seed();
-        if (set->temperature > 0)
-            fprintf(stderr, "glm: sampling: TEMPERATURE %g, NUCLEUS %g, SEED %llu\n", set->temperature, set->top_p, (unsigned long long)seed);
-        failed = run_greedy(&model, &session, &opt, &ref, ngen, (SamplerSettings){ set->temperature, set->top_p, seed },
-                            set->spec_mode, set->draft);
-    }
-    print_expert_stats(&model.experts, now_seconds() - t0);
-    fprintf(stderr, "glm: peak RSS %.2f GB\n", peak_rss_gb());
-    engine_stop(set, &model, &session);
-    reference_free(&ref);
-    return failed ? 3 : 0;
-}
-
-/* The model a text mode talks to, loaded after checking that the tokenizer belongs to it (a
-   tokenizer with ids the model has no rows for is another model's: said before the long load).
-   The RAM plan needs the KV cache's size before the load: CTX, else `needed` tokens plus, for
-   open-ended answers, chat and the server, default_context. Returns that size. */
-static int text_model_load(const Settings *set, const TextCodec *tc, Model *model, int needed, int open_ended) {
-    Config config = config_load(set->model_dir);
-    codec_check_vocab(tc, config.vocab);
-    const int capacity = set->ctx ? set->ctx : needed + (open_ended ? default_context(&config) : 0);
-    config_free(&config);
-    model_load(model, set, capacity);
-    if (!model->c.n_eos)
-        fprintf(stderr, "glm: warning: no eos_token_id in config.json or generation_config.json: answers stop only at NGEN or a full context\n");
-    return capacity;
-}
-
-/* PROMPT and CHAT: the tokenizer first (a missing tokenizer.json fails before a long load). */
-static int run_text(Settings set) {
-    TextCodec tc = codec_load(set.model_dir, set.special);
-    ChatOptions chat = { 0 };
-    if (set.chat_template) chat = chat_options_from_settings(&set);
-    TokenList prompt = { 0 };
-    if (set.mode == MODE_PROMPT) {
-        build_prompt(&set, &tc, &chat, &prompt);
-        if (!prompt.n) die("PROMPT is empty and CHAT_TEMPLATE=0: there is no token to continue from");
-    }
-    const int seed_from_clock = !set.seed;
-    if (!set.seed) set.seed = clock_seed();   /* printed below, so the run can be repeated with SEED */
-    /* SESSION: the cache needs room for the tokens the file holds too (checked fully after the load) */
-    int session_tokens = 0;
-    if (set.session_path[0] && access(set.session_path, F_OK) == 0) {
-        char err[512];
-        session_tokens = session_file_tokens(set.session_path, err, sizeof err);
-        if (session_tokens < 0) die("SESSION=%s %s", set.session_path, err);
-    }
-    if (set.mode == MODE_PROMPT && set.ctx && prompt.n >= set.ctx)
-        die("the prompt has %d tokens and CTX=%d leaves no room for an answer", prompt.n, set.ctx);
-    /* KV cache: a saved conversation, the prompt, then NGEN or a default window for open-ended answers and chat */
-    const int bounded = set.mode == MODE_PROMPT && set.ngen >= 0;
-    Model model;
-    const int capacity = text_model_load(&set, &tc, &model, session_tokens + prompt.n + (bounded ? set.ngen + 1 : 0), !bounded);
-    Session session;
-    ForwardOptions opt = engine_start(&set, &model, &session, capacity);
-    Generator *gen = generator_create(&model, &session, &opt, (SamplerSettings){ set.temperature, set.top_p, set.seed });
-    generator_set_speculation(gen, set.spec_mode, set.draft);
-    Dialog dialog;
-    dialog_init(&dialog, gen, &tc);
-    dialog.chat = chat;
-    dialog.think = set.think;
-    const SessionKey key = session_key(&model, &set, &opt);
-    dialog.session_key = &key;
-    if (set.session_path[0]) {
-        dialog.session_path = set.session_path;
-        dialog_resume(&dialog, &set, seed_from_clock);
-    }
-    if (set.temperature > 0)
-        fprintf(stderr, "glm: sampling: TEMP %g, NUCLEUS %g, SEED %llu%s\n", set.temperature, set.top_p,
-                (unsigned long long)gen->sampler.seed, gen->sampler.draws ? " (the session's stream goes on)" : "");
-    else
-        fprintf(stderr, "glm: sampling: greedy (TEMP=0)\n");
-    int rc = set.mode == MODE_PROMPT ? run_prompt(&set, &dialog, &prompt) : run_chat(&set, &dialog);
-    dialog_free(&dialog);
-    generator_free(gen);
-    engine_stop(&set, &model, &session);
-    free(prompt.ids);
-    codec_free(&tc);
-    return rc;
-}
-
-/* ---------------------------------------------------------------------------------------------
-   PLAN and DOCTOR: before a 370 GB download, will this machine run the model, with what cache,
-   at what speed? DOCTOR measures the machine (and saves its disk and kernel rates in the cache
-   directory); PLAN reads only config.json and the headers, prints the RAM plan a run would make,
-   the disk the model takes, and a projection of decode and prefill speed from DOCTOR's rates.
-   --------------------------------------------------------------------------------------------- */
-
-/* The rates DOCTOR measured, as kept in CACHE_DIR/glm/doctor.json. */
-typedef struct {
-    double disk_gbps;          /* random 19 MiB reads of the model's files (0: not measured) */
-    double decode_gbps;        /* GB/s of int4 weights through qt_matmul at 1 token */
-    double prefill_gbps;       /* the same at 64 tokens, counting each weight byte once per token */
-    int threads;
-    char cpu[128], kernel[16], disk_mode[16], disk_dir[1024], when[32];
-} MachineRates;
-
-static void cpu_model_name(char *buf, size_t n) {
-    snprintf(buf, n, "unknown CPU");
-    FILE *f = fopen("/proc/cpuinfo", "r");
-    if (!f) return;
-    char line[512];
-    while (fgets(line, sizeof line, f)) {
-        if (strncmp(line, "model name", 10)) continue;
-        const char *colon = strchr(line, ':');
-        if (!colon) continue;
-        colon += 1 + (colon[1] == ' ');
-        snprintf(buf, n, "%.*s", (int)strcspn(colon, "\n"), colon);
-        break;
-    }
-    fclose(f);
-}
-
-static void machine_rates_path(const Settings *set, char *path, size_t n) {
-    if (set->cache_dir[0]) snprintf(path, n, "%s/glm/doctor.json", set->cache_dir);
-    else path[0] = 0;
-}
-
-/* Saves the rates atomically (they are a cache: a failure is a note, not an error). */
-static void machine_rates_save(const Settings *set, const MachineRates *r) {
-    char path[4200], err[8800];
-    machine_rates_path(set, path, sizeof path);
-    if (!path[0]) return;
-    char dir[4200];
-    snprintf(dir, sizeof dir, "%s/glm", set->cache_dir);
-    mkdir(set->cache_dir, 0700);
-    mkdir(dir, 0700);
-    AtomicFile af;
-    FILE *f = atomic_begin(&af, path, err, sizeof err);
-    if (f) {
-        fprintf(f, "{\"version\": 1, \"cpu\": ");
-        print_json_string(f, r->cpu, strlen(r->cpu));
-        fprintf(f, ", \"kernel\": \"%s\", \"threads\": %d, \"decode_gbps\": %.4g, \"prefill_gbps\": %.4g, \"disk_gbps\": %.4g, "
-                   "\"disk_mode\": \"%s\", \"when\": \"%s\", \"disk_dir\": ", r->kernel, r->threads, r->decode_gbps, r->prefill_gbps,
-                r->disk_gbps, r->disk_mode, r->when);
-        print_json_string(f, r->disk_dir, strlen(r->disk_dir));
-        fprintf(f, "}\n");
-    }
-    if (!f || atomic_commit(&af, err, sizeof err)) say("note: DOCTOR's rates not saved: %s", err);
-}
-
-/* Reads DOCTOR's rates; 0 (with a reason) when there are none for this CPU. */
-static int machine_rates_load(const Settings *set, MachineRates *r, char *why, size_t why_len) {
-    char path[4200], err[512];
-    machine_rates_path(set, path, sizeof path);
-    memset(r, 0, sizeof *r);
-    struct stat sb;
-    if (!path[0] || stat(path, &sb)) { snprintf(why, why_len, "no rates measured yet"); return 0; }
-    if (!S_ISREG(sb.st_mode) || sb.st_size > 65536) { snprintf(why, why_len, "%s is not a rates file", path); return 0; }
-    size_t len;
-    char *text = json_read_file(path, &len, err, sizeof err);
-    JsonDoc *doc = text ? json_parse(text, len, err, sizeof err) : NULL;
-    const JsonValue *root = doc ? json_root(doc) : NULL;
-    int ok = 0;
-    char cpu[128];
-    cpu_model_name(cpu, sizeof cpu);
-    if (!root || json_type(root) != JSON_OBJECT || json_num(json_get(root, "version")) != 1) snprintf(why, why_len, "%s is unreadable", path);
-    else if (!json_str(json_get(root, "cpu"), NULL) || strcmp(json_str(json_get(root, "cpu"), NULL), cpu))
-        snprintf(why, why_len, "the rates in %s were measured on another CPU", path);
-    else {
-        r->decode_gbps = json_num(json_get(root, "decode_gbps"));
-        r->prefill_gbps = json_num(json_get(root, "prefill_gbps"));
-        r->disk_gbps = json_num(json_get(root, "disk_gbps"));
-        r->threads = (int)json_num(json_get(root, "threads"));
-        const char *k = json_str(json_get(root, "kernel"), NULL), *m = json_str(json_get(root, "disk_mode"), NULL);
-        const char *w = json_str(json_get(root, "when"), NULL), *d = json_str(json_get(root, "disk_dir"), NULL);
-        snprintf(r->cpu, sizeof r->cpu, "%s", cpu);
-        snprintf(r->kernel, sizeof r->kernel, "%s", k ? k : "?");
-        snprintf(r->disk_mode, sizeof r->disk_mode, "%s", m ? m : "?");
-        snprintf(r->when, sizeof r->when, "%s", w ? w : "?");
-        snprintf(r->disk_dir, sizeof r->disk_dir, "%s", d ? d : "?");
-        ok = r->decode_gbps > 0 && r->prefill_gbps > 0 && r->disk_gbps > 0 && isfinite(r->decode_gbps) &&
-             isfinite(r->prefill_gbps) && isfinite(r->disk_gbps);
-        if (!ok) snprintf(why, why_len, "%s has no disk rate (DOCTOR had no model files to read)", path);
-    }
-    json_free(doc);
-    free(text);
-    return ok;
-}
-
-/* Kernel rates: GB/s of int4 weights through the matmul this run would use, at 1 token (decode:
-   memory-bound, so the matrix is larger than any cache) and at 64 tokens (prefill), ~0.3 s. */
-static void measure_kernel_rates(MachineRates *r, int idot) {
-    QTensor w;
-    const int64_t rows = 8192, cols = 8192;   /* 32 MB of int4 */
-    if (qt_alloc(&w, QT_INT4_ROW, 0, rows, cols)) die("out of memory for the kernel probe");
-    uint64_t seed = 0x9E3779B97F4A7C15ull;
-    for (int64_t i = 0; i < rows * w.row_bytes; i++) { seed = seed * 6364136223846793005ull + 1442695040888963407ull; w.data[i] = (uint8_t)(seed >> 56); }
-    for (int64_t i = 0; i < rows; i++) w.scales[i] = 1e-3f;
-    const int S = 64;
-    float *x = xmalloc((size_t)S * cols * sizeof(float)), *y = xmalloc((size_t)S * rows * sizeof(float));
-    for (int64_t i = 0; i < S * cols; i++) x[i] = (float)((i * 7919) % 2001 - 1000) * 1e-3f;
-    const double bytes = (double)rows * w.row_bytes;
-    for (int pass = 0; pass < 2; pass++) {
-        const int s = pass ? S : 1;
-        qt_matmul(&w, x, y, s, idot);   /* warm-up */
-        int reps = 0;
-        double t0 = now_seconds(), dt;
-        do { qt_matmul(&w, x, y, s, idot); reps++; dt = now_seconds() - t0; } while (dt < 0.15);
-        *(pass ? &r->prefill_gbps : &r->decode_gbps) = bytes * s * reps / dt / 1e9;
-    }
-    free(x); free(y); qt_free(&w);
-    snprintf(r->kernel, sizeof r->kernel, "%s", qt_kernel_name(qt_get_kernel()));
-    r->threads = max_threads();
-}
-
-/* The *.safetensors of dir with their sizes; returns how many (at most `max`). */
-static int list_shards(const char *dir, char paths[][4200], off_t *sizes, int max) {
-    DIR *d = opendir(dir);
-    if (!d) return 0;
-    int n = 0;
-    struct dirent *de;
-    while ((de = readdir(d)) && n < max) {
-        size_t len = strlen(de->d_name);
-        if (len < 12 || strcmp(de->d_name + len - 12, ".safetensors")) continue;
-        snprintf(paths[n], 4200, "%s/%s", dir, de->d_name);
-        struct stat sb;
-        if (stat(paths[n], &sb) || !S_ISREG(sb.st_mode)) continue;
-        sizes[n++] = sb.st_size;
-    }
-    closedir(d);
-    return n;
-}
-
-/* A short random read probe of the model's files, as experts are read: 19 MiB at a time, O_DIRECT
-   into a 2 MiB-page buffer (buffered pread after evicting the range where O_DIRECT fails), at
-   most 24 reads or ~1.5 s. Returns GB/s, 0 when the files are too small to probe. */
-static double disk_probe(const char *dir, int *reads_out, double *seconds_out, const char **mode_out) {
-    enum { MAX_SHARDS = 64 };
-    static char paths[MAX_SHARDS][4200];
-    off_t sizes[MAX_SHARDS];
-    const size_t chunk = (size_t)19 << 20;
-    int n = list_shards(dir, paths, sizes, MAX_SHARDS), usable = 0;
-    for (int i = 0; i < n; i++) usable += sizes[i] >= (off_t)(2 * chunk);
-    *reads_out = 0; *seconds_out = 0; *mode_out = "direct";
-    if (!usable) return 0;
-    const size_t huge = (size_t)2 << 20;
-    uint8_t *map = mmap(NULL, chunk + 2 * huge, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-    if (map == MAP_FAILED) return 0;
-    uint8_t *buf = (uint8_t *)(((uintptr_t)map + huge - 1) & ~(uintptr_t)(huge - 1));
-    madvise(buf, chunk + huge, MADV_HUGEPAGE);
-    memset(buf, 1, chunk + huge);   /* fault it in before the clock starts */
-    uint64_t seed = (uint64_t)now_seconds() * 0x9E3779B97F4A7C15ull | 1;
-    double bytes = 0, t0 = now_seconds();
-    int reads = 0;
-    while (reads < 24 && now_seconds() - t0 < 1.5) {
-        seed ^= seed << 13; seed ^= seed >> 7; seed ^= seed << 17;
-        int f = (int)(seed % (uint64_t)n);
-        if (sizes[f] < (off_t)(2 * chunk)) continue;
-        off_t off = (off_t)((seed >> 20) % (uint64_t)(sizes[f] - (off_t)chunk)) / DIRECT_ALIGN * DIRECT_ALIGN;
-        int fd = open(paths[f], O_RDONLY | O_DIRECT | O_CLOEXEC);
-        if (fd < 0) {
-            fd = open(paths[f], O_RDONLY | O_CLOEXEC);
-            if (fd < 0) break;
-            posix_fadvise(fd, off, (off_t)chunk, POSIX_FADV_DONTNEED);
-            *mode_out = "buffered";
-        }
-        size_t got = 0;
-        int rc = pread_all(fd, buf, chunk, (uint64_t)off, &got);
-        close(fd);
-        if (rc || got != chunk) break;
-        bytes += (double)chunk;
-        reads++;
-    }
-    *seconds_out = now_seconds() - t0;
-    *reads_out = reads;
-    munmap(map, chunk + 2 * huge);
-    return reads ? bytes / *seconds_out / 1e9 : 0;
-}
-
-/* A projection, not a measurement: speeds from DOCTOR's rates and the plan's shapes. Decode: per
-   token, every MoE layer reads its top-k experts that miss the cache (hit rate taken as slots /
-   experts, i.e. uniform routing, a floor: real routing is skewed) from disk, then the kernels
-   stream the dense weights (not the embedding) and the k experts; disk and compute are added
-   (no overlap assumed). Prefill: a BATCH-token chunk reads each distinct expert it needs once
-   and computes at the 64-token kernel rate. Attention is left out (it grows with the context). */
-typedef struct { double decode_tok_s, prefill_tok_s, hit, decode_disk_gb, decode_weights_gb; } Projection;
-
-static Projection project_speed(Model *m, Loader *ld, const Settings *set, const RamPlan *p, const MachineRates *r) {
-    const Config *c = &m->c;
-    const ExpertStore *store = &m->experts;
-    Projection pr;
-    memset(&pr, 0, sizeof pr);
-    int moe_main = 0;   /* decode runs the main layers; the MTP layer only drafts */
-    for (int l = 0; l < c->n_layers; l++) moe_main += !c->layer_dense[l];
-    double disk_per_expert = 0, ram_per_expert = 0;
-    long long n = 0;
-    for (int l = 0; l < c->n_layers; l++) {
-        if (c->layer_dense[l]) continue;
-        for (int e = 0; e < c->n_experts; e++, n++) {
-            const ExpertSource *src = &store->sources[(size_t)l * c->n_experts + e];
-            for (int k = 0; k < 3; k++) {
-                const double on_disk = (double)src->rows[k] * src->cols[k] * st_dtype_size(src->data[k]->dtype);
-                disk_per_expert += src->scales[k] ? (double)src->data[k]->nbytes + src->scales[k]->nbytes : on_disk;
-                ram_per_expert += src->scales[k] ? (double)src->data[k]->nbytes + src->scales[k]->nbytes
-                                                 : (double)src->rows[k] * qt_row_bytes(src->format[k], src->cols[k]);
-            }
-        }
-    }
-    if (n) { disk_per_expert /= (double)n; ram_per_expert /= (double)n; }
-    /* dense bytes a token streams: all resident weights but the embedding (one row) and the MTP layer */
-    Loader dry = *ld;
-    dry.dry = 1;
-    dry.resident_bytes = 0;
-    QTensor unused;
-    load_matrix(&dry, "model.embed_tokens.weight", c->vocab, c->hidden, set->dense_bits, &unused);
-    for (int l = c->n_layers; l < c->n_layers + c->n_mtp; l++) load_layer(&dry, m, l, set);
-    const double dense_per_token = p->dense - dry.resident_bytes;
-    if (dry.format_stamps != ld->format_stamps) loader_free(&dry);   /* stamps the copy read itself */
-    const int k = c->experts_per_tok, E = c->n_experts;
-    pr.hit = p->slots >= E ? 1.0 : (double)p->slots / E;
-    const double routed = (double)moe_main * k * ram_per_expert;
-    pr.decode_disk_gb = moe_main * k * (1 - pr.hit) * disk_per_expert / 1e9;
-    pr.decode_weights_gb = (dense_per_token + routed) / 1e9;
-    pr.decode_tok_s = 1.0 / (pr.decode_disk_gb / r->disk_gbps + pr.decode_weights_gb / r->decode_gbps);
-    const int B = set->batch;
-    const double distinct = E * (1.0 - pow(1.0 - (double)k / E, B));   /* experts a B-token chunk touches, per layer */
-    const double chunk_disk = moe_main * distinct * (1 - pr.hit) * disk_per_expert / 1e9;
-    const double chunk_compute = (double)B * pr.decode_weights_gb / r->prefill_gbps;
-    pr.prefill_tok_s = B / (chunk_disk / r->disk_gbps + chunk_compute);
-    return pr;
-}
-
-static int plan_end(Model *m, Loader *ld, int fits) {
-    loader_free(ld);
-    model_free(m);
-    return fits ? 0 : 2;
-}
-
-/* PLAN=1 / PLAN=json. Exit 0 when the model fits the budget, 2 when it does not. */
-static int run_plan(const Settings *set) {
-    Model m;
-    Loader ld;
-    model_open(&m, set, &ld);
-    const Config *c = &m.c;
-    const int capacity = set->ctx ? set->ctx : default_context(c);
-    m.ram = ram_plan(&m, &ld, set, capacity);
-    const RamPlan *p = &m.ram;
-    /* the disk: each file up to the end of its last tensor (what a full download takes) */
-    const int nfiles = st_file_count(m.index);
-    double *file_end = xcalloc((size_t)nfiles, sizeof(double)), disk = 0;
-    for (size_t i = 0; i < st_count(m.index); i++) {
-        const StTensor *t = st_tensor_at(m.index, i);
-        if ((double)(t->offset + t->nbytes) > file_end[t->file]) file_end[t->file] = (double)(t->offset + t->nbytes);
-    }
-    for (int f = 0; f < nfiles; f++) disk += file_end[f];
-    free(file_end);
-    struct statvfs vfs;
-    const double disk_free = statvfs(set->model_dir, &vfs) ? -1 : (double)vfs.f_bavail * vfs.f_frsize;
-    MachineRates rates;
-    char why[512] = "";
-    const int have_rates = machine_rates_load(set, &rates, why, sizeof why);
-    Projection pr;
-    memset(&pr, 0, sizeof pr);
-    if (have_rates && ram_plan_fits(p)) pr = project_speed(&m, &ld, set, p, &rates);
-    const int fits = ram_plan_fits(p);
-    if (set->plan_json) {
-        printf("{\"model\": ");
-        print_json_string(stdout, set->model_dir, strlen(set->model_dir));
-        printf(", \"layers\": %d, \"mtp_layers\": %d, \"moe_layers\": %d, \"experts\": %d, \"experts_per_token\": %d, "
-               "\"prequantized\": %s, \"context\": %d, \"batch\": %d, \"fits\": %s, \"budget_from\": \"%s\", \"budget_bytes\": %.0f, "
-               "\"dense_bytes\": %.0f, \"kv_scratch_bytes\": %.0f, \"overhead_bytes\": %.0f, \"reserve_bytes\": %.0f, "
-               "\"expert_cache_bytes\": %.0f, \"unused_bytes\": %.0f, \"slots_per_layer\": %d, \"slot_bytes\": %.0f, "
-               "\"disk_bytes\": %.0f, \"disk_free_bytes\": %.0f, \"projection\": ",
-               c->n_layers, c->n_mtp, p->moe_layers, c->n_experts, c->experts_per_tok, m.experts.prequantized ? "true" : "false",
-               capacity, set->batch, fits ? "true" : "false", p->from_ram_gb ? "RAM_GB" : "MemAvailable", p->budget, p->dense,
-               p->session, p->overhead, p->reserve, p->cache, p->unused, p->slots, p->slot_bytes, disk, disk_free);
-        if (pr.decode_tok_s > 0)
-            printf("{\"decode_tok_s\": %.4g, \"prefill_tok_s\": %.4g, \"hit_rate\": %.4g, \"disk_gbps\": %.4g, \"disk_mode\": \"%s\", "
-                   "\"decode_kernel_gbps\": %.4g, \"prefill_kernel_gbps\": %.4g, \"kernel\": \"%s\", \"threads\": %d, \"measured\": \"%s\"}}\n",
-                   pr.decode_tok_s, pr.prefill_tok_s, pr.hit, rates.disk_gbps, rates.disk_mode, rates.decode_gbps, rates.prefill_gbps,
-                   rates.kernel, rates.threads, rates.when);
-        else {
-            printf("null, \"projection_missing\": ");
-            const char *reason = fits ? why : "the model does not fit the budget";
-            print_json_string(stdout, reason, strlen(reason));
-            printf("}\n");
-        }
-        return plan_end(&m, &ld, fits);
-    }
-    printf("glm: plan for %s: %d layers (+%d MTP), %d routed experts top-%d per MoE layer, %s experts; context %d tokens, "
-           "BATCH %d\n", set->model_dir, c->n_layers, c->n_mtp, c->n_experts, c->experts_per_tok,
-           m.experts.prequantized ? "pre-quantized" : "float", capacity, set->batch);
-    ram_plan_print(stdout, p, set);
-    printf("glm: disk: the model takes %.1f GB in %d files", disk / 1e9, nfiles);
-    if (disk_free >= 0) printf("; %.1f GB free on that filesystem", disk_free / 1e9);
-    printf("\n");
-    if (pr.decode_tok_s > 0)
-        printf("glm: projection (not a measurement): decode %.2f tok/s (%.2f GB from disk + %.2f GB through the kernels per token, "
-               "hit rate %.1f%% if routing were uniform), prefill %.1f tok/s in %d-token chunks; from DOCTOR's rates of %s on this CPU "
-               "(disk %.2f GB/s %s in %s, kernels %.1f GB/s at 1 token and %.1f GB/s at 64 tokens, %s, %d threads); attention is "
-               "left out\n", pr.decode_tok_s, pr.decode_disk_gb, pr.decode_weights_gb, 100 * pr.hit, pr.prefill_tok_s, set->batch,
-               rates.when, rates.disk_gbps, rates.disk_mode, rates.disk_dir, rates.decode_gbps, rates.prefill_gbps, rates.kernel,
-               rates.threads);
-    else if (fits)
-        printf("glm: projection: none (%s): run DOCTOR=1 SNAP=<a model folder on the disk that will hold the model> once; "
-               "it measures the disk and kernel rates PLAN projects from\n", why);
-    return plan_end(&m, &ld, fits);
-}
-
-/* One DOCTOR finding: "DOCTOR ok|warn|FAIL topic: what was found; what to do". */
-static void doctor_say(int *worst, int level, const char *topic, const char *fmt, ...) {
-    static const char *const LEVEL[] = { "ok  ", "warn", "FAIL" };
-    if (level > *worst) *worst = level;
-    printf("DOCTOR %s %s: ", LEVEL[level], topic);
-    va_list ap;
-    va_start(ap, fmt);
-    vprintf(fmt, ap);
-    va_end(ap);
-    putchar('\n');
-    fflush(stdout);
-}
-
-/* The model's checks in a child process, so that a model glm cannot open (which dies with a named
-   error) becomes one FAIL line instead of ending DOCTOR. Returns the worst level. */
-static int doctor_model(const Settings *set) {
-    fflush(stdout);
-    fflush(stderr);
-    pid_t pid = fork();
-    if (pid == 0) {
-        Model m;
-        Loader ld;
-        model_open(&m, set, &ld);
-        const Config *c = &m.c;
-        const int capacity = set->ctx ? set->ctx : default_context(c);
-        m.ram = ram_plan(&m, &ld, set, capacity);
-        const RamPlan *p = &m.ram;
-        int worst = 0;
-        doctor_say(&worst, 0, "model", "%s: %d layers (+%d MTP), %d experts top-%d; experts %s", set->model_dir, c->n_layers,
-                   c->n_mtp, c->n_experts, c->experts_per_tok, m.experts.prequantized ? "pre-quantized" : "float (quantized "
-                   "on every read: convert the model with tools/convert_fp8_to_int4.py)");
-        const double total = proc_kb_field("/proc/meminfo", "MemTotal");
-        if (ram_plan_fits(p))
-            doctor_say(&worst, 0, "RAM", "%.1f GB total, %.1f GB available; a %d-token context leaves %d of %d experts per layer "
-                       "in a %.1f GB cache (%s %.1f GB)", total / 1e9, p->avail / 1e9, capacity, p->slots, c->n_experts, p->cache / 1e9,
-                       p->from_ram_gb ? "RAM_GB" : "budget", p->budget / 1e9);
-        else
-            doctor_say(&worst, 2, "RAM", "%.1f GB total, %.1f GB available: a budget of %.1f GB cannot hold the dense weights "
-                       "(%.1f GB), KV cache and scratch (%.1f GB) and one expert slot per layer; free memory, or lower CTX/BATCH "
-                       "or the dense bits (PLAN=1 shows the terms)", total / 1e9, p->avail / 1e9, p->budget / 1e9, p->dense / 1e9,
-                       p->session / 1e9);
-        if (p->from_ram_gb && p->budget > total && total > 0)
-            doctor_say(&worst, 1, "RAM", "RAM_GB=%g is more than the machine has (%.1f GB): lower it", set->ram_gb, total / 1e9);
-        fflush(stdout);
-        _exit(10 + worst);
-    }
-    int status = 0;
-    if (pid < 0 || waitpid(pid, &status, 0) < 0) {
-        int worst = 0;
-        doctor_say(&worst, 2, "model", "cannot check %s (fork failed)", set->model_dir);
-        return 2;
-    }
-    if (WIFEXITED(status) && WEXITSTATUS(status) >= 10 && WEXITSTATUS(status) <= 12) return WEXITSTATUS(status) - 10;
-    int worst = 0;
-    doctor_say(&worst, 2, "model", "%s cannot be loaded (the error above says why)", set->model_dir);
-    return 2;
-}
-
-/* DOCTOR=1: is this machine ready for SNAP? Exit 0 ready, 1 warnings, 2 cannot run. */
-static int run_doctor(const Settings *set) {
-    int worst = 0;
-    char cpu[128];
-    cpu_model_name(cpu, sizeof cpu);
-    const int vnni = qt_kernel_supported(QT_KERNEL_VNNI), avxvnni = qt_kernel_supported(QT_KERNEL_AVXVNNI);
-    const int avx2 = qt_kernel_supported(QT_KERNEL_AVX2);
-    doctor_say(&worst, vnni || avx2 ? 0 : 1, "CPU", "%s; integer kernels: %s%s%sscalar (glm uses %s)%s", cpu, vnni ? "vnni, " : "",
-               avxvnni ? "avxvnni, " : "", avx2 ? "avx2, " : "", qt_kernel_name(qt_get_kernel()),
-               vnni || avx2 ? "" : "; without AVX2 every matmul runs the scalar kernel, several times slower: use an AVX2 machine");
-    const long cores = sysconf(_SC_NPROCESSORS_ONLN);
-    doctor_say(&worst, cores >= 2 ? 0 : 1, "cores", "%ld online%s", cores,
-               cores >= 2 ? "" : ": disk reads and compute cannot overlap on one core; use a machine with two or more");
-    char thp[256] = "";
-    FILE *f = fopen("/sys/kernel/mm/transparent_hugepage/enabled", "r");
-    if (f) { if (!fgets(thp, sizeof thp, f)) thp[0] = 0; fclose(f); }
-    const char *sel = strchr(thp, '['), *end = sel ? strchr(sel, ']') : NULL;
-    char mode[32] = "unknown";
-    if (sel && end && end - sel < 32) snprintf(mode, sizeof mode, "%.*s", (int)(end - sel - 1), sel + 1);
-    if (!strcmp(mode, "always") || !strcmp(mode, "madvise"))
-        doctor_say(&worst, 0, "huge pages", "transparent huge pages \"%s\": expert slots get 2 MiB pages (O_DIRECT reads ~3x faster)", mode);
-    else
-        doctor_say(&worst, 1, "huge pages", "transparent huge pages \"%s\": O_DIRECT reads into 4 KiB pages are ~3x slower; "
-                   "as root: echo madvise > /sys/kernel/mm/transparent_hugepage/enabled", mode);
-    MachineRates r;
-    memset(&r, 0, sizeof r);
-    snprintf(r.cpu, sizeof r.cpu, "%s", cpu);
-    /* the model's checks fork: before the kernel probe starts OpenMP's threads */
-    const int model_level = set->model_dir[0] ? doctor_model(set) : 0;
-    if (model_level > worst) worst = model_level;
-    measure_kernel_rates(&r, set->idot);
-    doctor_say(&worst, 0, "kernels", "%.1f GB/s of int4 weights at 1 token (decode), %.1f GB/s at 64 tokens (prefill), %s, "
-               "%d threads", r.decode_gbps, r.prefill_gbps, r.kernel, r.threads);
-    if (!set->model_dir[0]) {
-        doctor_say(&worst, 1, "model", "SNAP is not set: the model, O_DIRECT and disk checks are skipped; run DOCTOR=1 SNAP=<model folder>");
-    } else {
-        static char paths[1][4200];
-        off_t size;
-        int n = list_shards(set->model_dir, paths, &size, 1);
-        if (n) {
-            int fd = open(paths[0], O_RDONLY | O_DIRECT | O_CLOEXEC);
-            if (fd >= 0) {
-                close(fd);
-                doctor_say(&worst, 0, "O_DIRECT", "works on %s: expert reads bypass the page cache (DIRECT=-1 uses it)", set->model_dir);
-            } else
-                doctor_say(&worst, 1, "O_DIRECT", "not available on %s (%s): experts are read with buffered pread, ~2.6x slower "
-                           "here and doubly cached; keep the model on a filesystem that supports it (ext4, xfs; not tmpfs)",
-                           set->model_dir, strerror(errno));
-        }
-        int reads;
-        double seconds;
-        const char *how;
-        r.disk_gbps = disk_probe(set->model_dir, &reads, &seconds, &how);
-        snprintf(r.disk_mode, sizeof r.disk_mode, "%s", how);
-        if (!realpath(set->model_dir, r.disk_dir)) snprintf(r.disk_dir, sizeof r.disk_dir, "%s", set->model_dir);
-        if (reads)
-            doctor_say(&worst, r.disk_gbps >= 1.0 ? 0 : 1, "disk", "%.2f GB/s in %d random 19 MB %s reads of the model's files "
-                       "(%.2f s)%s", r.disk_gbps, reads, how, seconds,
-                       r.disk_gbps >= 1.0 ? "" : ": decode is disk-bound, so expect it slow; an NVMe drive reads 3-7 GB/s");
-        else
-            doctor_say(&worst, 1, "disk", "no read probe: the model's files are too small to read 19 MB from (a header-only "
-                       "copy?); run DOCTOR=1 on the full model to measure the disk");
-        struct statvfs vfs;
-        if (!statvfs(set->model_dir, &vfs)) {
-            double free_bytes = (double)vfs.f_bavail * vfs.f_frsize;
-            doctor_say(&worst, free_bytes >= 1e9 ? 0 : 1, "free disk", "%.1f GB free where the model is%s", free_bytes / 1e9,
-                       free_bytes >= 1e9 ? "" : ": converting or downloading needs room for a shard plus the output");
-        }
-    }
-    time_t now = time(NULL);
-    strftime(r.when, sizeof r.when, "%Y-%m-%d %H:%M", localtime(&now));
-    if (r.disk_gbps > 0) machine_rates_save(set, &r);
-    printf("DOCTOR: %s (exit %d)\n", worst == 0 ? "ready" : worst == 1 ? "ready, with warnings" : "cannot run", worst);
-    return worst;
-}
-
-/* SIGTERM outside http_server_run (which handles it while serving): during the load it ends glm
-   as it always does; once serving has begun it is ignored, so the second SIGTERM that timeout(1)
-   sends (to the process and to its group) cannot kill the cleanup after a clean stop. */
-static volatile sig_atomic_t g_serving;
-
-static void on_sigterm_outside_serving(int sig) {
-    if (g_serving) return;
-    signal(sig, SIG_DFL);
-    raise(sig);
-}
-
-/* SERVE=[host:]port: load the model once, then answer until SIGINT/SIGTERM. */
-static int run_serve(const Settings *set) {
-    struct sigaction sa;
-    memset(&sa, 0, sizeof sa);
-    sa.sa_handler = on_sigterm_outside_serving;
-    sigemptyset(&sa.sa_mask);
-    sigaction(SIGTERM, &sa, NULL);
-    TextCodec tc = codec_load(set->model_dir, set->special);
-    Server srv;
-    memset(&srv, 0, sizeof srv);
-    srv.set = set;
-    srv.codec = &tc;
-    srv.chat = chat_options_from_settings(set);
-    char folder[8192];   /* MODEL_NAME, else SNAP's folder name */
-    srv.model_name = set->model_name;
-    if (!srv.model_name[0]) {
-        char *real = realpath(set->model_dir, NULL);
-        snprintf(folder, sizeof folder, "%s", real ? real : set->model_dir);
-        free(real);
-        size_t n = strlen(folder);
-        while (n > 1 && folder[n - 1] == '/') folder[--n] = 0;
-        srv.model_name = strrchr(folder, '/') && folder[1] ? strrchr(folder, '/') + 1 : folder;
-    }
-    Model model;
-    srv.capacity = text_model_load(set, &tc, &model, 0, 1);
-    Session session;
-    ForwardOptions opt = engine_start(set, &model, &session, srv.capacity);
-    srv.gen = generator_create(&model, &session, &opt, (SamplerSettings){ set->temperature, set->top_p, set->seed });
-    generator_set_speculation(srv.gen, set->spec_mode, set->draft);
-    if (set->session_path[0]) {
-        srv.session_path = set->session_path;
-        srv.session_key = session_key(&model, set, &opt);
-        server_resume_session(&srv);
-    }
-    srv.rng = clock_seed();
-    srv.created = (long long)time(NULL);
-    HttpServerConfig cfg;
-    memset(&cfg, 0, sizeof cfg);
-    cfg.listen = set->serve;
-    cfg.queue = set->queue;
-    cfg.quick = server_quick;
-    cfg.handle = server_handle;
-    cfg.user = &srv;
-    char err[512];
-    HttpServer *http = http_server_create(&cfg, err, sizeof err);
-    if (!http) die("SERVE=%s: %s", set->serve, err);
-    const HttpAddr *a = http_server_addr(http);
-    const int v6 = strchr(a->host, ':') != NULL;
-    fprintf(stderr, "glm: serving %s at http://%s%s%s:%d/v1 (context %d tokens, one answer at a time, %d may wait; "
-                    "sampling defaults TEMPERATURE %g, NUCLEUS %g; thinking %s; %s). Ctrl-C stops.\n",
-            srv.model_name, v6 ? "[" : "", a->host, v6 ? "]" : "", http_server_port(http), srv.capacity, set->queue,
-            set->temperature, set->top_p, set->think ? "on" : "off", set->api_key[0] ? "API_KEY required" : "no API key");
-    g_serving = 1;
-    const int rc = http_server_run(http);
-    http_server_free(http);
-    generator_free(srv.gen);
-    engine_stop(set, &model, &session);
-    codec_free(&tc);
-    if (rc) fprintf(stderr, "glm: the server's I/O thread could not start\n");
-    else fprintf(stderr, "glm: server stopped cleanly\n");
-    return rc ? 1 : 0;
-}
-
-/* OpenMP workers that spin at barriers take the CPU that the expert I/O thread and the main
-   thread need on a 2-core machine: measured on the bench model, REPLAY decode ran at 0.98 tok/s
-   with libgomp's default spinning and 5.8 tok/s with OMP_WAIT_POLICY=passive. libgomp reads the
-   policy before main() runs, so when the user has not chosen one, set it and re-execute once. */
-static void openmp_passive_wait(char **argv) {
-#ifdef _OPENMP
-    if (getenv("OMP_WAIT_POLICY") || getenv("GOMP_SPINCOUNT")) return;
-    setenv("OMP_WAIT_POLICY", "passive", 1);
-    execv("/proc/self/exe", argv);
-    /* exec failed (no /proc): carry on with the default policy */
-#else
-    (void)argv;
-#endif
-}
-
-#ifndef GLM_NO_MAIN   /* tests and fuzz targets include glm.c with GLM_NO_MAIN to call its functions */
-int main(int argc, char **argv) {
-    openmp_passive_wait(argv);
-    Settings set = settings_from_env(argc, argv);
-#ifdef _OPENMP
-    if (set.threads) omp_set_num_threads(set.threads);
-#endif
-    g_integer_dot = set.idot;
-    if (set.kernel != QT_KERNEL_AUTO) qt_set_kernel(set.kernel);
-    if (set.prompt_from_stdin) read_stdin_prompt(&set);
-    int rc;
-    switch (set.mode) {
-    case MODE_TOKENIZE: rc = run_tokenize(&set); break;
-    case MODE_TEMPLATE: rc = run_template_only(&set); break;
-    case MODE_VALIDATE: rc = run_validation(&set); break;
-    case MODE_SERVE: rc = run_serve(&set); break;
-    case MODE_PLAN: rc = run_plan(&set); break;
-    case MODE_DOCTOR: rc = run_doctor(&set); break;
-    default: rc = run_text(set); break;
-    }
-    free(set.stdin_prompt);
-    return rc;
-}
-#endif /* GLM_NO_MAIN */

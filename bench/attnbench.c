@@ -1,7 +1,7 @@
 /* attnbench: the absorbed MLA attention core (scores, softmax, pooled latents, W_UK / W_UV) on
    GLM-5.2's attention shapes (64 heads, kv_lora 512, qk_nope 192, qk_rope 64, v_head 256; kv_b
-   int4 group 64 with random codes), on a synthetic latent cache. glm.c is included with
-   GLM_NO_MAIN and its attention_core() is timed as the forward pass calls it: the projections
+   int4 group 64 with random codes), on a synthetic latent cache. glm.c is included whole
+   and its attention_core() is timed as the forward pass calls it: the projections
    (q_a, q_b, kv_a, o_proj) and the indexer are not part of it.
 
      bench/attnbench [CASE...]       CASE = S@POS[/K]: S query rows at positions POS..POS+S-1,
@@ -15,7 +15,6 @@
    processes do not count), GFLOP/s (2 per multiply-add of the absorbed form's four products), and
    an FNV-1a hash of the output's bytes: two builds that print the same hash computed the same bits
    (a change to the kernels' order of work must not change it). */
-#define GLM_NO_MAIN
 #pragma GCC diagnostic ignored "-Wunused-function"
 #include "../glm.c"
 
@@ -87,9 +86,9 @@ int main(int argc, char **argv) {
         int S = 0, pos0 = 0, K = 0;
         if (sscanf(cases[ci], "%d@%d/%d", &S, &pos0, &K) < 2 || S < 1 || pos0 < 0 || K < 0) die("attnbench: bad case '%s' (S@POS[/K])", cases[ci]);
         const int T = pos0 + S;
-        Session s;
+        RunState s;
         c->index_topk = K > 0 ? K : 2048;
-        session_init(&s, &m, T, S, 0);
+        run_state_init(&s, &m, T, S, 0);
         for (int64_t i = 0; i < (int64_t)T * c->kv_lora; i++) s.latent[0][i] = rng_normalish();
         for (int64_t i = 0; i < (int64_t)T * c->qk_rope; i++) s.rope_key[0][i] = rng_normalish();
         /* the forward's pieces: s.q holds ATT_PIECE rows; every piece gets the same queries */
@@ -129,7 +128,7 @@ int main(int argc, char **argv) {
         printf("  %-14s %6.0f %10.3f %10.3f %9.1f  %016llx\n", cases[ci], keys / S, wm / S * 1e3, cm / S * 1e3, 2 * macs / wm * 1e-9,
                (unsigned long long)hash);
         fflush(stdout);
-        session_free(&s);
+        run_state_free(&s);
     }
     qt_free(&L.kv_b);
     return 0;

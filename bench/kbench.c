@@ -26,7 +26,6 @@
                   just before each repetition: the median of the per-repetition ratios)
    Last line otherwise: "bench: int4-ffn-2t ratio=R" (the int4 expert FFN, S=1, 2 threads, vs the
    plain read; the lower of the per-row and group-64 variants). */
-#define GLM_NO_MAIN   /* the engine itself: --gemm runs its expert FFN (ffn_swiglu) */
 #pragma GCC diagnostic ignored "-Wunused-function"
 #include "glm.c"
 

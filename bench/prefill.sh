@@ -54,7 +54,7 @@ if [ -z "$OLD" ]; then
 fi
 FILES=("$MODEL"/*.safetensors)
 echo "bench: prefill, model $MODEL, RAM_GB=$RAM, THREADS=$THR, REPS=$REPS, $(nproc) cores, $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | xargs), load average $(cut -d' ' -f1-3 /proc/loadavg), $(date -u +%FT%TZ)"
-echo "bench: new $(git rev-parse --short HEAD)$(git diff --quiet HEAD -- glm.c quant.h || echo '+changes'), old $OLD_NAME"
+echo "bench: new $(git rev-parse --short HEAD)$(git diff --quiet HEAD -- *.c *.h || echo '+changes'), old $OLD_NAME"
 
 # prompt of n random ids (and one more in full_ids), NGEN=1: the run is one prefill of n tokens
 make_ref() {

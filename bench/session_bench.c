@@ -1,12 +1,11 @@
 /* Session files at GLM-5.2 shapes: what SESSION writes and reads for a conversation of N tokens
-   (default 2000), through glm.c's own session_save / session_load (glm.c included with
-   GLM_NO_MAIN). The cache is GLM-5.2's (78 layers + the MTP layer, kv_lora 512, rope 64, indexer
+   (default 2000), through glm.c's own session_save / session_load (the engine, glm.c,
+   included whole). The cache is GLM-5.2's (78 layers + the MTP layer, kv_lora 512, rope 64, indexer
    keys of 128 on the 21 full-indexer layers + MTP, vocab 154880, hidden 6144), filled with
    pseudo-random finite floats: no model is needed, the bytes are the same. Prints the file size,
    the bytes per 1,000 tokens, and the save (write + fsync + rename) and load (check pass + load
    pass) times, median of 3, and checks the loaded rows are bit-identical.
      make bench/session_bench && ./bench/session_bench [tokens] [dir]    (dir: where the file goes, default /tmp) */
-#define GLM_NO_MAIN
 #pragma GCC diagnostic ignored "-Wunused-function"
 #include "../glm.c"
 
@@ -27,7 +26,7 @@ int main(int argc, char **argv) {
     SessionKey key = { .config = 1, .tensors = 2, .weights = 3, .formats = 4, .idot = 1, .absorb = 1, .latent_eps = 1e-6f,
                        .mtp_zero_pos0 = 1, .expert_bits = 4, .dense_bits = 4, .layers = CACHED, .kv_lora = 512, .qk_rope = 64,
                        .index_dim = 128, .vocab = 154880, .hidden = 6144, .layer_indexer = indexer };
-    Session s[2];
+    RunState s[2];
     memset(s, 0, sizeof s);
     uint64_t rng = 42;
     for (int k = 0; k < 2; k++) {

@@ -1,5 +1,5 @@
 /* specbench: what speculative decoding costs and yields on a model (the GLM-5.2-shaped bench
-   fixture: tools/make_glm_bench_model.py). glm.c is included with GLM_NO_MAIN; the model and its
+   fixture: tools/make_glm_bench_model.py). glm.c and validate.c are included; the model and its
    settings come from the environment exactly as ./glm reads them (SNAP, REF, RAM_GB, THREADS, ...).
 
      bench/specbench verify TRIALS
@@ -19,9 +19,9 @@
        process would) and must reproduce the SPEC=off tokens (checked: a mismatch aborts).
 
    Output lines start with VERIFY, MTPSTEP or DECODE, KEY=VALUE pairs; bench/spec.sh summarizes. */
-#define GLM_NO_MAIN
 #pragma GCC diagnostic ignored "-Wunused-function"
 #include "../glm.c"
+#include "../validate.c"   /* the oracle reference files */
 
 /* Empties every layer's expert cache (between passes: no demanded load is in flight; a usage-history
    prefetch may be: it is waited for, and the waiting ones are cancelled). */
@@ -50,11 +50,11 @@ static void evict_all_experts(ExpertStore *store) {
 
 typedef struct { double seconds, attention, dense, moe, lm_head, mb_read; } PassTime;
 
-static PassTime pass_begin(const Session *s, const ExpertStore *store) {
+static PassTime pass_begin(const RunState *s, const ExpertStore *store) {
     return (PassTime){ now_seconds(), s->profile.attention, s->profile.dense_mlp, s->profile.moe, s->profile.lm_head, store->bytes_read / 1e6 };
 }
 
-static PassTime pass_end(PassTime t0, const Session *s, const ExpertStore *store) {
+static PassTime pass_end(PassTime t0, const RunState *s, const ExpertStore *store) {
     return (PassTime){ now_seconds() - t0.seconds, s->profile.attention - t0.attention, s->profile.dense_mlp - t0.dense,
                        s->profile.moe - t0.moe, s->profile.lm_head - t0.lm_head, store->bytes_read / 1e6 - t0.mb_read };
 }
@@ -65,7 +65,7 @@ static void print_pass(const char *what, int S, const char *phase, int trial, Pa
     fflush(stdout);
 }
 
-typedef struct { Model model; Session session; ForwardOptions opt; Reference ref; Settings set; } Bench;
+typedef struct { Model model; RunState state; ForwardOptions opt; Reference ref; Settings set; } Bench;
 
 static void bench_open(Bench *b, int extra) {
     char *argv[] = { "specbench", NULL };
@@ -78,11 +78,11 @@ static void bench_open(Bench *b, int extra) {
     b->ref = reference_load(b->set.ref_path);
     const int capacity = b->ref.prompt.n + extra + 8;
     model_load(&b->model, &b->set, capacity);
-    b->opt = engine_start(&b->set, &b->model, &b->session, capacity);
+    b->opt = engine_start(&b->set, &b->model, &b->state, capacity);
 }
 
 static void bench_close(Bench *b) {
-    engine_stop(&b->set, &b->model, &b->session);
+    engine_stop(&b->set, &b->model, &b->state);
     reference_free(&b->ref);
 }
 
@@ -90,7 +90,7 @@ static int verify(int trials) {
     Bench b;
     bench_open(&b, SPEC_MAX_DRAFT + 2);
     Model *m = &b.model;
-    Session *s = &b.session;
+    RunState *s = &b.state;
     ExpertStore *store = &m->experts;
     const int P = b.ref.prompt.n, V = m->c.vocab, H = m->c.hidden;
     Generator *g = generator_create(m, s, &b.opt, (SamplerSettings){ 0.0f, 1.0f, 1 });
@@ -161,7 +161,7 @@ static int decode(int ngen, int nconf, char **confs) {
     Bench b;
     bench_open(&b, ngen + SPEC_MAX_DRAFT + 2);
     Model *m = &b.model;
-    Session *s = &b.session;
+    RunState *s = &b.state;
     ExpertStore *store = &m->experts;
     const int P = b.ref.prompt.n;
     int *plain = NULL;

@@ -22,7 +22,7 @@ ref=$(hashes "$GLM")
 if [ "$(grep -o 'TF logits hash' <<<"$ref" | wc -l)" -ne 3 ]; then echo "FAIL ./glm printed no logits hash: $ref"; exit 1; fi
 for arch in x86-64-v3 x86-64; do
   if [ "$arch" = x86-64-v3 ] && ! grep -qw avx2 /proc/cpuinfo; then echo "SKIP build $arch: this CPU has no AVX2"; continue; fi
-  if ! ${CC:-gcc} -O3 -march=$arch -fopenmp -std=gnu11 -ffp-contract=off -o "$TMP/glm-$arch" glm.c -lm 2>"$TMP/cc.log"; then
+  if ! ${CC:-gcc} -O3 -march=$arch -fopenmp -std=gnu11 -ffp-contract=off -o "$TMP/glm-$arch" main.c -lm 2>"$TMP/cc.log"; then
     echo "FAIL build -march=$arch does not compile"; tail -5 "$TMP/cc.log"; continue
   fi
   got=$(hashes "$TMP/glm-$arch")

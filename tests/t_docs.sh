@@ -15,9 +15,9 @@ grep -q '^\./setup\.sh' "$ROOT/README.md" && grep -q '^make test' "$ROOT/README.
 grep -qx 'make test' "$ROOT/.ci/run" && echo "PASS .ci/run runs the README's test command" || echo "FAIL .ci/run does not run make test"
 # Environment variables glm reads besides its settings table must be in --help and the README too.
 for v in OMP_WAIT_POLICY GOMP_SPINCOUNT; do
-  grep -q "$v" "$ROOT/glm.c" || continue
+  cat "$ROOT"/*.c | grep -q "$v" || continue
   if grep -q "$v" <<<"$help" && grep -q "\b$v\b" "$ROOT/README.md"; then echo "PASS --help and README document $v, which glm reads"
-  else echo "FAIL $v is read by glm.c but missing from --help or README"; fi
+  else echo "FAIL $v is read by glm but missing from --help or README"; fi
 done
 # The README quotes ./glm --help whole (after "This is `./glm --help`:"): it must be today's.
 quoted=$(awk '/This is `\.\/glm --help`:/ { on = 1; next } on && /^```/ { if (inside) exit; inside = 1; next } inside' "$ROOT/README.md")

@@ -11,8 +11,7 @@
    Also the DSA indexer's scores of 8 keys at a time against the scalar formula, and silu_mul (SwiGLU's gate, on the same vector exp): within a few ulp of double precision
    from -120 to 120, and a value's result does not depend on the call's length or its position;
    and ffn_swiglu, which works in pieces of FFN_ROWS rows: a row's output does not depend on them.
-   glm.c is included with GLM_NO_MAIN. Deterministic: fixed seeds. */
-#define GLM_NO_MAIN
+   The engine (glm.c) is included whole. Deterministic: fixed seeds. */
 #pragma GCC diagnostic ignored "-Wunused-function"
 #include "../glm.c"
 
@@ -42,7 +41,7 @@ static void set_threads(int n) {
    to the call's rows 0..S-1); outputs into out[r][nh·dv]. */
 static void run_rows(AttentionCall *ac, const float *q_all, const int *sel_all, const int *count_all, int r0, int S,
                      float *out) {
-    Session *s = ac->s;
+    RunState *s = ac->s;
     const Config *c = ac->c;
     const size_t qw = (size_t)c->n_heads * c->qk_head, ow = (size_t)c->n_heads * c->v_head;
     memcpy(s->q, q_all + (size_t)r0 * qw, (size_t)S * qw * sizeof(float));
@@ -74,8 +73,8 @@ static void test_shape(const char *label, Shape sh) {
     ForwardOptions opt = { .absorb = 1, .indexer_mode = INDEXER_AUTO, .latent_eps = 1e-6f };
 
     set_threads(2);   /* the session's per-thread scratch is sized for 2 */
-    Session s;
-    session_init(&s, &m, sh.T, sh.T, 0);
+    RunState s;
+    run_state_init(&s, &m, sh.T, sh.T, 0);
     for (int64_t i = 0; i < (int64_t)sh.T * sh.kvl; i++) s.latent[0][i] = rng_float();
     for (int64_t i = 0; i < (int64_t)sh.T * sh.dr; i++) s.rope_key[0][i] = rng_float();
     const size_t qw = (size_t)sh.nh * c->qk_head, ow = (size_t)sh.nh * sh.dv;
@@ -157,7 +156,7 @@ static void test_shape(const char *label, Shape sh) {
     set_threads(2);
     g_integer_dot = 1;
     free(q_all); free(sel_all); free(count_all); free(whole); free(other); free(wkv); free(qc); free(p); free(z);
-    session_free(&s);
+    run_state_free(&s);
     qt_free(&L.kv_b);
 }
 

@@ -1,10 +1,10 @@
 /* Unit tests of glm.c's Generator on the sparse oracle fixture (f32 weights, so greedy decoding
    must reproduce the oracle): its invariants (history = the cache's tokens; the logits predict
    position pos, restored after a rollback), chunked prefill, the stop rules, the logits sink,
-   reuse_prefix and the interrupt flag. glm.c is included with GLM_NO_MAIN. */
-#define GLM_NO_MAIN
+   reuse_prefix and the interrupt flag. The engine (glm.c) is included whole. */
 #pragma GCC diagnostic ignored "-Wunused-function"   /* the modes main() would call */
 #include "../glm.c"
+#include "../validate.c"   /* the oracle reference files */
 #include "glm_fixture.h"
 
 static int failures;
@@ -38,9 +38,9 @@ int main(void) {
     Model model;
     model_load(&model, &set, cap);
     const int V = model.c.vocab, H = model.c.hidden;
-    Session big, small;
+    RunState big, small;
     ForwardOptions opt = engine_start(&set, &model, &big, cap);
-    session_init(&small, &model, cap, 5, 0);
+    run_state_init(&small, &model, cap, 5, 0);
     const SamplerSettings greedy = { 0.0f, 1.0f, 1 };
 
     /* prefill in chunks of 5 == one chunk: logits and hidden state of the last position */
@@ -78,7 +78,7 @@ int main(void) {
         few_set.cache_slots_given = 1;
         Model few;
         model_load(&few, &few_set, cap);
-        Session fs;
+        RunState fs;
         ForwardOptions fo = engine_start(&few_set, &few, &fs, cap);
         /* one MoE step twice on one input: the first ends with its last two experts in the two
            slots, so the second runs those two first and loads the others after */
@@ -101,15 +101,15 @@ int main(void) {
         while (generator_step(f, &id, 1) == 1) { same &= same_floats(f->logits, step_logits + (size_t)f->pos * V, (size_t)V); fsteps++; }
         CHECK("2 slots: every decode step's logits == with every expert cached", same && fsteps == N - P);
         /* chunks of 5 rows (as verification of 4 drafts runs them): windows of experts on the threads */
-        Session f5;
-        session_init(&f5, &few, cap, 5, 0);
+        RunState f5;
+        run_state_init(&f5, &few, cap, 5, 0);
         Generator *g5 = generator_create(&few, &f5, &fo, greedy);
         generator_prefill(g5, ref.full.ids, N);
         CHECK("2 slots, chunks of 5 rows: the last logits == with every expert cached", same_floats(g5->logits, step_logits + (size_t)N * V, (size_t)V));
         generator_free(g5);
-        session_free(&f5);
+        run_state_free(&f5);
         generator_free(f);
-        session_free(&fs);
+        run_state_free(&fs);
         model_free(&few);
     }
 
@@ -231,8 +231,8 @@ int main(void) {
     free(filler); free(other); free(sunk); free(step_logits);
     generator_free(a);
     generator_free(b);
-    session_free(&small);
-    session_free(&big);
+    run_state_free(&small);
+    run_state_free(&big);
     model_free(&model);
     reference_free(&ref);
     printf("%s\n", failures ? "some generator tests failed" : "all generator tests passed");

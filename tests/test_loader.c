@@ -4,9 +4,8 @@
    residency is counted with mincore over each tensor's pages but its first and last 2 MiB (a large
    folio that also holds the header or the other tensor may outlive a drop of one range). Then
    INPLACE's choice of experts to use where the page cache holds them (expert_use_in_place), and
-   the memory a resident tensor is read into (advise_huge_pages). glm.c is included with
-   GLM_NO_MAIN. */
-#define GLM_NO_MAIN
+   the memory a resident tensor is read into (advise_huge_pages). glm.c is included
+   whole. */
 #pragma GCC diagnostic ignored "-Wunused-function"   /* the modes main() would call */
 #include "../glm.c"
 

@@ -4,10 +4,10 @@
    content and tool calls (chat.h's parser) mapped to OpenAI's JSON and to SSE chunks, with unique
    call ids. A random-weight model almost never writes a well-formed tool call, so this is where
    the tool_calls mapping is checked; tests/t_server.sh drives the whole server with real clients.
-   glm.c is included with GLM_NO_MAIN; the tokenizer is tests/fixtures/tiny_tokenizer. */
+   main.c (the engine and its front ends) is included with GLM_NO_MAIN; the tokenizer is tests/fixtures/tiny_tokenizer. */
 #define GLM_NO_MAIN
 #pragma GCC diagnostic ignored "-Wunused-function"   /* the modes main() would call */
-#include "../glm.c"
+#include "../main.c"   /* the engine and its front ends, without main() */
 
 #include <sys/socket.h>
 #include <poll.h>

@@ -3,10 +3,10 @@
    into a fresh session bit for bit (history, every decoder layer's rows, logits, hidden state, sampler
    stream) and continues exactly as the original does; a file of another model or other settings
    is refused by name; a truncated or corrupted file is refused and leaves the conversation it
-   was loaded over untouched. glm.c is included with GLM_NO_MAIN. */
-#define GLM_NO_MAIN
+   was loaded over untouched. The engine (glm.c) is included whole. */
 #pragma GCC diagnostic ignored "-Wunused-function"   /* the modes main() would call */
 #include "../glm.c"
+#include "../validate.c"   /* the oracle reference files */
 #include "glm_fixture.h"
 
 static int failures;
@@ -15,7 +15,7 @@ static int failures;
 static const char *FIXTURE = "tests/fixtures/oracle_sparse";
 
 /* Rows [0, n) of every layer of two sessions are bit-identical. */
-static int same_rows(const Session *a, const Session *b, const Config *c, int n) {
+static int same_rows(const RunState *a, const RunState *b, const Config *c, int n) {
     for (int l = 0; l < c->n_layers; l++) {   /* the decoder layers: the MTP head's rows are not kept */
         if (memcmp(a->latent[l], b->latent[l], (size_t)n * c->kv_lora * sizeof(float))) return 0;
         if (memcmp(a->rope_key[l], b->rope_key[l], (size_t)n * c->qk_rope * sizeof(float))) return 0;
@@ -40,7 +40,7 @@ static unsigned char *read_all(const char *path, size_t *n) {
 static int load_bytes(Generator *g, const SessionKey *k, const unsigned char *bytes, size_t n, char *err, size_t err_len) {
     SessionSource src = { .fd = -1, .mem = bytes, .size = n };
     SessionSnapshot snap = { .tokens = g->history, .logits = g->logits, .hidden = g->hidden };
-    return session_load(g->session, k, &src, &snap, err, err_len);
+    return session_load(g->state, k, &src, &snap, err, err_len);
 }
 
 static int refused_with(Generator *g, const SessionKey *k, const char *path, const char *words) {
@@ -61,9 +61,9 @@ int main(void) {
     model_load(&model, &set, cap);
     const Config *c = &model.c;
     const int V = c->vocab, H = c->hidden;
-    Session a_s, b_s;
+    RunState a_s, b_s;
     ForwardOptions opt = engine_start(&set, &model, &a_s, cap);
-    session_init(&b_s, &model, cap + 16, 5, 0);   /* another capacity and batch: neither is in the file */
+    run_state_init(&b_s, &model, cap + 16, 5, 0);   /* another capacity and batch: neither is in the file */
     const SessionKey key = session_key(&model, &set, &opt);
     char path[256], other[256], err[8500];
     snprintf(path, sizeof path, "/tmp/test_session.%d", (int)getpid());
@@ -195,20 +195,20 @@ int main(void) {
     }
     CHECK("the conversation survived every refusal", b->pos == pos - 2 && same_rows(&a_s, &b_s, c, pos - 2));
     {
-        Session tiny;
-        session_init(&tiny, &model, pos - 2, 4, 0);
+        RunState tiny;
+        run_state_init(&tiny, &model, pos - 2, 4, 0);
         Generator *t = generator_create(&model, &tiny, &opt, (SamplerSettings){ 0.0f, 1.0f, 1 });
         CHECK("a cache too small for the file: refused, naming CTX", refused_with(t, &key, path, "no room to continue (raise CTX)"));
         generator_free(t);
-        session_free(&tiny);
+        run_state_free(&tiny);
     }
 
     /* hostile bytes: every truncation, every single-byte change, a header of lies. Each is refused
        (never a crash) and leaves the conversation in b as it was. */
     free(file);
     file = read_all(path, &file_n);
-    Session keep;
-    session_init(&keep, &model, cap + 16, 5, 0);
+    RunState keep;
+    run_state_init(&keep, &model, cap + 16, 5, 0);
     for (int l = 0; l < c->n_layers; l++) {   /* the decoder layers: the MTP head's rows are not kept */
         memcpy(keep.latent[l], b_s.latent[l], (size_t)cap * c->kv_lora * sizeof(float));
         memcpy(keep.rope_key[l], b_s.rope_key[l], (size_t)cap * c->qk_rope * sizeof(float));
@@ -283,8 +283,8 @@ int main(void) {
     free(bad); free(file); free(keep_history); free(mtp_hidden); free(mtp_logits);
     generator_free(a);
     generator_free(b);
-    session_free(&keep);
-    session_free(&b_s);
+    run_state_free(&keep);
+    run_state_free(&b_s);
     engine_stop(&set, &model, &a_s);
     reference_free(&ref);
     return failures ? 1 : 0;

@@ -15,10 +15,10 @@
    - SPEC=auto's policy on set costs: probes checked against the next token, no drafting when a
      verify pass costs as much as its rows, sit-out, doubling backoff, a plain step every 16
      passes, drafting at DRAFT when verification is cheap; a caller's drafter as a candidate.
-   glm.c is included with GLM_NO_MAIN. Deterministic: fixed seeds, fixed thresholds. */
-#define GLM_NO_MAIN
+   The engine (glm.c) is included whole. Deterministic: fixed seeds, fixed thresholds. */
 #pragma GCC diagnostic ignored "-Wunused-function"
 #include "../glm.c"
+#include "../validate.c"   /* the oracle reference files */
 #include "glm_fixture.h"
 
 static int failures;
@@ -27,7 +27,7 @@ static int failures;
 typedef struct {
     Reference ref;
     Model model;
-    Session session;
+    RunState state;
     ForwardOptions opt;
     int cap;
 } Fixture;
@@ -39,15 +39,15 @@ static void fixture_open(Fixture *f, const char *dir, int batch) {
     Settings set = fixture_settings(dir, batch);
     f->cap = f->ref.full.n + 32;
     model_load(&f->model, &set, f->cap);
-    f->opt = engine_start(&set, &f->model, &f->session, f->cap);
+    f->opt = engine_start(&set, &f->model, &f->state, f->cap);
 }
 
 static void fixture_close(Fixture *f) {
-    engine_stop(&(Settings){ .stats_path = "" }, &f->model, &f->session);
+    engine_stop(&(Settings){ .stats_path = "" }, &f->model, &f->state);
     reference_free(&f->ref);
 }
 
-static Generator *new_generator(Fixture *f, Session *s, SpecMode mode, int draft, SamplerSettings sampling) {
+static Generator *new_generator(Fixture *f, RunState *s, SpecMode mode, int draft, SamplerSettings sampling) {
     Generator *g = generator_create(&f->model, s, &f->opt, sampling);
     generator_set_speculation(g, mode, draft);
     g->stop_rules = (StopRules){ NULL, 0, -1, 1 };
@@ -66,7 +66,7 @@ static void test_mtp_drafter(const char *dir) {
     char name[256];
 
     /* first drafts along the oracle's greedy continuation: slot pos-1 takes full[pos] */
-    Generator *g = new_generator(&f, &f.session, SPEC_MTP, 1, GREEDY);
+    Generator *g = new_generator(&f, &f.state, SPEC_MTP, 1, GREEDY);
     generator_prefill(g, ref->prompt.ids, P);
     int ok = 1, checked = 0;
     for (int pos = P; pos < N - 1; pos++) {
@@ -86,8 +86,8 @@ static void test_mtp_drafter(const char *dir) {
     generator_refresh_logits(g);
     int drafts[3];
     const int n = spec_draft_mtp(g, t, 3, drafts);
-    Session fresh;
-    session_init(&fresh, &f.model, f.cap, 64, 0);
+    RunState fresh;
+    run_state_init(&fresh, &f.model, f.cap, 64, 0);
     float *hs = xmalloc((size_t)pos * H * sizeof(float)), *out = xmalloc((size_t)pos * H * sizeof(float));
     float *logits = xmalloc((size_t)pos * V * sizeof(float));
     model_forward(&f.model, &fresh, &f.opt, ref->full.ids, pos, 0, hs, NULL, 0, NULL);
@@ -106,14 +106,14 @@ static void test_mtp_drafter(const char *dir) {
     snprintf(name, sizeof name, "%s: 3 recursive MTP drafts == a batched MTP pass + the recursion by hand (%d %d %d)", dir, want[0], want[1], want[2]);
     CHECK(name, n == 3 && !memcmp(drafts, want, sizeof want));
     free(hs); free(out); free(logits);
-    session_free(&fresh);
+    run_state_free(&fresh);
     generator_free(g);
     fixture_close(&f);
 }
 
 /* ---- the MTP head's cache after speculation and rollbacks -------------------------------------- */
 
-static int same_rows(const Session *a, const Session *b, int layer, const Config *c, int rows) {
+static int same_rows(const RunState *a, const RunState *b, int layer, const Config *c, int rows) {
     if (memcmp(a->latent[layer], b->latent[layer], (size_t)rows * c->kv_lora * sizeof(float))) return 0;
     if (memcmp(a->rope_key[layer], b->rope_key[layer], (size_t)rows * c->qk_rope * sizeof(float))) return 0;
     if (a->index_key[layer] && memcmp(a->index_key[layer], b->index_key[layer], (size_t)rows * c->index_dim * sizeof(float))) return 0;
@@ -124,16 +124,16 @@ static int same_rows(const Session *a, const Session *b, int layer, const Config
    equal g's (after g brings its own up to date). */
 static int mtp_rows_match_fresh(Fixture *f, Generator *g) {
     spec_mtp_fill(g, g->pos - 1, -1, 0, INT32_MAX);
-    Session fresh;
-    session_init(&fresh, &f->model, f->cap, 64, 0);
+    RunState fresh;
+    run_state_init(&fresh, &f->model, f->cap, 64, 0);
     Generator *h = new_generator(f, &fresh, SPEC_MTP, 1, GREEDY);
     generator_prefill(h, g->history, g->pos);
     const int l = f->model.c.n_layers;
     const int ok = g->spec.mtp_pos == g->pos - 1 && h->spec.mtp_pos == g->pos - 1 &&
-                   same_rows(g->session, &fresh, l, &f->model.c, g->pos - 1) &&
-                   same_rows(g->session, &fresh, 0, &f->model.c, g->pos);   /* and a main layer */
+                   same_rows(g->state, &fresh, l, &f->model.c, g->pos - 1) &&
+                   same_rows(g->state, &fresh, 0, &f->model.c, g->pos);   /* and a main layer */
     generator_free(h);
-    session_free(&fresh);
+    run_state_free(&fresh);
     return ok;
 }
 
@@ -161,7 +161,7 @@ static void test_mtp_cache_and_verify(void) {
     int run[SPEC_MAX_DRAFT + 1];
 
     /* MTP drafts (random head: nearly all rejected) through the whole continuation */
-    Generator *g = new_generator(&f, &f.session, SPEC_MTP, 4, GREEDY);
+    Generator *g = new_generator(&f, &f.state, SPEC_MTP, 4, GREEDY);
     generator_prefill(g, ref->prompt.ids, P);
     g->stop_rules.max_tokens = N - P;
     generator_begin(g);
@@ -180,8 +180,8 @@ static void test_mtp_cache_and_verify(void) {
 
     /* a caller's drafter proposing the oracle continuation: every draft accepted */
     OracleDrafter od = { ref, -1, V, 0 };
-    Session s2;
-    session_init(&s2, &f.model, f.cap, 64, 0);
+    RunState s2;
+    run_state_init(&s2, &f.model, f.cap, 64, 0);
     g = new_generator(&f, &s2, SPEC_NGRAM, 4, GREEDY);
     g->spec.caller = oracle_draft;
     g->spec.caller_user = &od;
@@ -207,8 +207,8 @@ static void test_mtp_cache_and_verify(void) {
     CHECK("... and decoding goes on with the oracle's tokens", g->pos == P + 12 && !memcmp(g->history, ref->full.ids, (size_t)g->pos * sizeof(int)));
 
     /* EOS and max_tokens inside an accepted run: the state equals plain decoding's */
-    Session s3;
-    session_init(&s3, &f.model, f.cap, 64, 0);
+    RunState s3;
+    run_state_init(&s3, &f.model, f.cap, 64, 0);
     Generator *plain = new_generator(&f, &s3, SPEC_OFF, 1, GREEDY);
     generator_prefill(plain, ref->prompt.ids, P);
     const int eos[1] = { ref->full.ids[P + 6] };
@@ -237,8 +237,8 @@ static void test_mtp_cache_and_verify(void) {
     }
     generator_free(plain);
     generator_free(g);
-    session_free(&s3);
-    session_free(&s2);
+    run_state_free(&s3);
+    run_state_free(&s2);
     fixture_close(&f);
 }
 
@@ -281,11 +281,11 @@ static void test_sampling(void) {
     enum { SEEDS = 400, TOKENS = 4 };
     const float top_ps[2] = { 0.9f, 1.0f };
     int run[SPEC_MAX_DRAFT + 1];
-    Session s2;
-    session_init(&s2, &f.model, f.cap, 64, 0);
+    RunState s2;
+    run_state_init(&s2, &f.model, f.cap, 64, 0);
     for (int tp = 0; tp < 2; tp++) {
         const SamplerSettings sampling = { 0.6f, top_ps[tp], 1 };
-        Generator *plain = new_generator(&f, &f.session, SPEC_OFF, 1, sampling);
+        Generator *plain = new_generator(&f, &f.state, SPEC_OFF, 1, sampling);
         Generator *spec[3] = { new_generator(&f, &s2, SPEC_MTP, 3, sampling), NULL, NULL };
         generator_prefill(plain, ref->prompt.ids, P);
         generator_prefill(spec[0], ref->prompt.ids, P);
@@ -344,7 +344,7 @@ static void test_sampling(void) {
     }
 
     /* the sampler draws from its exact distribution: goodness of fit over 6000 draws */
-    Generator *g = new_generator(&f, &f.session, SPEC_OFF, 1, (SamplerSettings){ 0.6f, 0.9f, 77 });
+    Generator *g = new_generator(&f, &f.state, SPEC_OFF, 1, (SamplerSettings){ 0.6f, 0.9f, 77 });
     generator_rollback(g, 0);
     generator_prefill(g, ref->prompt.ids, P);
     for (int wrong = 0; wrong < 2; wrong++) {
@@ -382,7 +382,7 @@ static void test_sampling(void) {
         free(count);
     }
     generator_free(g);
-    session_free(&s2);
+    run_state_free(&s2);
     fixture_close(&f);
 }
 
@@ -392,7 +392,7 @@ static void test_auto_policy(void) {
     Fixture f;
     fixture_open(&f, "tests/fixtures/oracle_dense", 64);
     const Reference *ref = &f.ref;
-    Generator *g = new_generator(&f, &f.session, SPEC_AUTO, 4, GREEDY);
+    Generator *g = new_generator(&f, &f.state, SPEC_AUTO, 4, GREEDY);
     /* a history whose end repeats an earlier 4-gram, so the n-gram drafter always has drafts */
     int hist[32];
     for (int i = 0; i < 16; i++) hist[i] = ref->full.ids[i % 8];
@@ -474,7 +474,7 @@ static void test_auto_end_to_end(void) {
     fixture_open(&f, "tests/fixtures/oracle_sparse", 64);
     const Reference *ref = &f.ref;
     const int P = ref->prompt.n, N = ref->full.n;
-    Generator *g = new_generator(&f, &f.session, SPEC_AUTO, 4, GREEDY);
+    Generator *g = new_generator(&f, &f.state, SPEC_AUTO, 4, GREEDY);
     OracleDrafter od = { ref, -1, f.model.c.vocab, 0 };
     g->spec.caller = oracle_draft;
     g->spec.caller_user = &od;

@@ -1,10 +1,10 @@
-/* Fuzz target: the REF loader of glm.c (reference_parse: the oracle reference JSON with prompt_ids,
-   full_ids, tf_pred, mtp_pred). glm.c is included whole with GLM_NO_MAIN; reference_parse returns
+/* Fuzz target: the REF loader of validate.c (reference_parse: the oracle reference JSON with prompt_ids,
+   full_ids, tf_pred, mtp_pred). glm.c and validate.c are included whole; reference_parse returns
    an error instead of exiting, so every input must end in a Reference that keeps its promises or
    in one error line. */
-#define GLM_NO_MAIN
 #pragma GCC diagnostic ignored "-Wunused-function"   /* most of glm.c is not called from here */
 #include "glm.c"
+#include "validate.c"   /* reference_parse */
 
 #define REQUIRE(cond) do { if (!(cond)) abort(); } while (0)
 

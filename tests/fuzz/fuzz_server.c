@@ -7,12 +7,12 @@
  *      request when it was accepted, else two fixed ones; output parsing for chat) whole and in
  *      pieces whose sizes come from the input: the content, reasoning, tool calls and stop must
  *      not depend on the split, and the answer must be valid JSON.
- * glm.c is included with GLM_NO_MAIN; run from the repository root (it loads
+ * main.c (the engine and its front ends) is included with GLM_NO_MAIN; run from the repository root (it loads
  * tests/fixtures/tiny_tokenizer/tokenizer.json).
  * Seeds: tests/fuzz/corpus/server (tests/fuzz/make_seeds.py). Built and run by make fuzz / tests/t_fuzz.sh. */
 #define GLM_NO_MAIN
 #pragma GCC diagnostic ignored "-Wunused-function"   /* most of glm.c is not called from here */
-#include "glm.c"
+#include "main.c"   /* the engine and its front ends, without main() */
 
 static Settings fz_settings;
 static TextCodec fz_codec;

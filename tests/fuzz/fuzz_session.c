@@ -10,12 +10,11 @@
  * aborts.
  * Build: clang -g -O1 -fopenmp -fsanitize=fuzzer,address,undefined -I. tests/fuzz/fuzz_session.c -o fuzz_session -lm
  * Run:   ./fuzz_session -max_total_time=300 tests/fuzz/corpus/session   (from the repository root) */
-#define GLM_NO_MAIN
 #pragma GCC diagnostic ignored "-Wunused-function"
 #include "../../glm.c"
 
 static Model model;
-static Session session;
+static RunState session;
 static Generator *gen;
 static SessionKey key;
 static ForwardOptions opt;
@@ -37,7 +36,7 @@ static void setup(void) {
     set.usage = "off";   /* no routing history from or into the user's cache directory */
     set.cache_dir = "";
     model_load(&model, &set, 64);
-    session_init(&session, &model, 64, 8, 0);
+    run_state_init(&session, &model, 64, 8, 0);
     opt = (ForwardOptions){ 1, INDEXER_AUTO, 1e-6f, 1 };
     key = session_key(&model, &set, &opt);
     gen = generator_create(&model, &session, &opt, (SamplerSettings){ 0.0f, 1.0f, 1 });
