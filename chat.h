@@ -119,10 +119,10 @@
  *     itself would print "None").
  *   - Sources. The GLM-5.0 form is GLM-4.7's template, checked with tools/chat_xcheck.py: 15,000
  *     random conversations rendered by Jinja2 are byte-identical. GLM-5.2's template text was not
- *     at hand verbatim: its form follows tokenizer.md §3.6 and lines quoted from the shipped file
- *     (the effort line; the assistant block "... and reasoning_content is defined" -> <think> +
- *     reasoning + </think>, else <think></think>), with the reasoning cut and the tools block as in
- *     GLM-5.3's template and colibri's GLM-5.2 renderer. Run tools/chat_xcheck.py on the real
+ *     at hand verbatim: its form follows docs/tokenizer.md §3.6 and lines quoted from the shipped
+ *     file (the effort line; the assistant block "... and reasoning_content is defined" -> <think>
+ *     + reasoning + </think>, else <think></think>), with the reasoning cut and the tools block as
+ *     in GLM-5.3's template and colibri's GLM-5.2 renderer. Run tools/chat_xcheck.py on the real
  *     GLM-5.2 chat_template.jinja once a model folder has it.
  */
 #ifndef CHAT_H

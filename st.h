@@ -8,9 +8,9 @@
  *     #define ST_IMPLEMENTATION
  *     #include "st.h"
  *
- * Format (container.md §1): u64 little-endian header length N, N bytes of JSON mapping each tensor
- * name to {"dtype", "shape", "data_offsets": [begin, end]} (offsets relative to the end of the
- * header) plus an optional "__metadata__" map of strings, then the data.
+ * Format (docs/format.md §1): u64 little-endian header length N, N bytes of JSON mapping each
+ * tensor name to {"dtype", "shape", "data_offsets": [begin, end]} (offsets relative to the end of
+ * the header) plus an optional "__metadata__" map of strings, then the data.
  *
  * API
  *     StIndex *st_open_dir(const char *dir, char *err, size_t err_len);

@@ -18,7 +18,7 @@ int main(int argc, char **argv) {
     enum { LAYERS = 78, CACHED = LAYERS };   /* a session holds the decoder layers, not the MTP head */
     unsigned char indexer[CACHED];
     int full = 0;
-    for (int l = 0; l < LAYERS; l++) {   /* glm_moe_dsa.md §4.6: index_topk_freq 4, index_skip_topk_offset 3 */
+    for (int l = 0; l < LAYERS; l++) {   /* docs/model.md §4.6: index_topk_freq 4, index_skip_topk_offset 3 */
         int k = l - 3 + 1;
         indexer[l] = (k > 0 ? k : 0) % 4 == 0;
         full += indexer[l];

@@ -48,7 +48,7 @@ on() {
 good() { local args=(); while [ $# -gt 0 ] && [[ $1 == *=* ]]; do args+=("$1"); shift; done
          env SNAP=$F/oracle_dense REF="$DREF" TF=1 "${args[@]}" "$GLM" "$@"; }
 
-# ---- safetensors container (container.md §1) ------------------------------------------------
+# ---- safetensors container (docs/format.md §1) --------------------------------------------
 expect_error "st: truncated shard names file and the cut tensor" 'st_truncated/model\.safetensors.*lm_head\.weight.*(outside|past|end)' on st_truncated
 expect_error "st: 3-byte file is named" 'st_tiny_file/model\.safetensors.*too short' on st_tiny_file
 expect_error "st: header length past EOF names the file" 'st_header_past_eof/model\.safetensors: header length' on st_header_past_eof
@@ -108,7 +108,7 @@ check "mtp: ... and greedy decoding N/N" all_match_of on mtp_absent TF=0
 check "mtp: without its MTP shard the sparse model loads, teacher forcing N/N" all_match_of on mtp_absent_shard
 expect_error "mtp: MTP=1 on a model without MTP tensors says so" 'MTP=1 but the model has no MTP layer' on mtp_absent MTP=1
 
-# ---- pre-quantized tensors (container.md §3) ------------------------------------------------
+# ---- pre-quantized tensors (docs/format.md §3) --------------------------------------------
 # A valid pre-quantized pair must be accepted and used: with dense_bits 8 the engine quantizes the
 # float tensor to the same int8-row bytes itself, so the predictions must be identical.
 tf_pred() { env SNAP="$1" REF="$DREF" TF=1 "$GLM" 64 8 8 2>&1 | grep '^TF pred'; }

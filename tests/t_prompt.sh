@@ -57,7 +57,7 @@ printf '"ok"\n42\n' > "$T/num.txt"
 expect_fail "TOKENIZE: a line that is not a string names the line" 'num\.txt: line 2 is not a JSON string' env SNAP=$M TOKENIZE=$T/num.txt "$GLM"
 expect_fail "TOKENIZE: a model directory without tokenizer.json is named" 'oracle_dense/tokenizer\.json' env SNAP=$F/oracle_dense TOKENIZE=$T/tags.txt "$GLM"
 
-# ---- the chat template (tokenizer.md §3.6 GLM-5.2 and §3.4 GLM-5.0, literal strings) ----------
+# ---- the chat template (docs/tokenizer.md §3.6 GLM-5.2 and §3.4 GLM-5.0, literal strings) -----
 # The fixture folder has no template text, so auto means GLM-5.2.
 tmpl() { env SNAP=$M TEMPLATE_ONLY=1 "$@" "$GLM" 2>/dev/null </dev/null | head -1; }
 same "template 5.2: user Hello, thinking on (effort Max)" '"[gMASK]<sop><|system|>Reasoning Effort: Max<|user|>Hello<|assistant|><think>"' "$(tmpl PROMPT=Hello)"

@@ -81,7 +81,7 @@ static ChatOptions opts(ChatFormat f, int thinking, int keep) {
     return o;
 }
 
-/* ---- tokenizer.md §3.4: GLM-5.0/5.1 ------------------------------------------------------------ */
+/* ---- docs/tokenizer.md §3.4: GLM-5.0/5.1 ------------------------------------------------------- */
 
 static const char *TWO_TURNS =
     "[{\"role\": \"system\", \"content\": \"You are a helpful assistant.\"},"
@@ -126,7 +126,7 @@ static void test_glm50_literals(void) {
     chat_conv_free(&c);
 }
 
-/* ---- tokenizer.md §3.6: GLM-5.2 ---------------------------------------------------------------- */
+/* ---- docs/tokenizer.md §3.6: GLM-5.2 ----------------------------------------------------------- */
 
 static void test_glm52_literals(void) {
     ChatConv c;

@@ -1,10 +1,10 @@
 #!/usr/bin/python3
 """convert_fp8_to_int4.py: convert a GLM-5.x checkpoint (FP8, BF16, F16 or F32 safetensors) into the
-quantized container that glm.c reads (docs: container.md).
+quantized container that glm.c reads (docs/format.md).
 
     /usr/bin/python3 tools/convert_fp8_to_int4.py SRC_DIR DST_DIR [options]
 
-Precision per tensor class (container.md section 5; every option takes 8, 4, 2 or 16 = keep f32):
+Precision per tensor class (docs/format.md section 5; every option takes 8, 4, 2 or 16 = keep f32):
     --expert-bits B   routed experts of layers < num_hidden_layers          (default 4)
     --dense-bits B    attention, shared expert, dense MLP of those layers   (default 4)
     --io-bits B       model.embed_tokens.weight, lm_head.weight             (default 8)

@@ -14,7 +14,7 @@ safetensors reader/writer here is deliberately separate from tools/safetensors_i
 the shared helper must not hide the same bug in what the engine is tested against.
 
 The one valid non-fixture model, `q_valid`, holds a pre-quantized int8-row tensor
-(container.md §3) computed exactly as the engine's load-time quantizer does, in float32:
+(docs/format.md §3) computed exactly as the engine's load-time quantizer does, in float32:
 s = max(absmax / 127, 1e-8); q = clamp(round_half_even(w / s), -128, 127). Each step is done
 in double and rounded once to float32, which gives the correctly rounded float32 result for a
 single division (a double carries more than 2*24+2 bits). So glm on q_valid with dense_bits 8
@@ -426,8 +426,9 @@ def is_routed_expert(name):
 
 def write_prequant_experts(fix, out, corrupt=None, extra_pad=0):
     """oracle_dense with EVERY routed expert tensor as int8-row + .qs, each expert's three payloads
-    adjacent and its three scale arrays right after (container.md §4). corrupt(name, codes, scales)
-    may return replacements for one tensor; extra_pad shifts the data region off 4-byte alignment."""
+    adjacent and its three scale arrays right after (docs/format.md §4). corrupt(name, codes,
+    scales) may return replacements for one tensor; extra_pad shifts the data region off 4-byte
+    alignment."""
     copy_model(os.path.join(fix, DENSE), out)
     path = only_shard(out)
     st = StFile(path)

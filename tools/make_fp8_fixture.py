@@ -5,7 +5,7 @@ into the layout of the vendor's FP8 release, for testing the converter and the e
     /usr/bin/python3 tools/make_fp8_fixture.py SRC DST [--dequant-out DIR] [--shard-mb MB]
                                                [--bf16-rest] [--fuse-experts] [--index]
 
-Every Linear weight that the FP8 release quantizes (glm_moe_dsa.md section 2.4) becomes F8_E4M3
+Every Linear weight that the FP8 release quantizes (docs/model.md section 2.4) becomes F8_E4M3
 (e4m3fn) with a NAME_scale_inv F32 companion [ceil(O/128), ceil(I/128)]: per 128x128 block,
 scale = blockabsmax / 448 (1 for an all-zero block), code = round-to-nearest-even e4m3fn of w/scale,
 saturating at +-448. Not quantized: embed_tokens, lm_head, norms, the router mlp.gate.weight,

@@ -1,11 +1,11 @@
 #!/usr/bin/python3
 """make_glm_bench_model.py: write a random model with GLM-5.2's true per-layer dimensions directly in
-the glm.c container format (container.md), for disk/expert-streaming benchmarks.
+the glm.c container format (docs/format.md), for disk/expert-streaming benchmarks.
 
     /usr/bin/python3 tools/make_glm_bench_model.py DST [--layers-dense 1] [--layers-moe 3] [--seed S]
                                                     [--shard-gb 3] [--experts 256] [--vocab 154880] [--mtp 1]
 
-Dimensions (glm_moe_dsa.md section 1): hidden 6144, 64 heads, q_lora 2048, kv_lora 512, qk_nope 192,
+Dimensions (docs/model.md section 1): hidden 6144, 64 heads, q_lora 2048, kv_lora 512, qk_nope 192,
 qk_rope 64, v 256, dense intermediate 12288, 256 experts x moe_intermediate 2048, top-8, 1 shared
 expert, n_group 1, indexer 32 heads x 128, index_topk 2048, vocab 154880, rope theta 8e6.
 num_hidden_layers = dense + moe; --mtp 1 (default) appends the MTP layer (a MoE layer with a full
@@ -20,7 +20,7 @@ codes; scales are chosen so a unit-RMS input gives unit-RMS outputs (int4 codes 
 int8 73.6; the one unpaired code, -8 or -128, is remapped to 0 so codes have mean 0), with
 +-25% jitter. The router is skewed: e_score_correction_bias follows a Zipf-like
 profile 0.5*(rank+1)^-0.7 over a random permutation of experts, so a few experts win most tokens.
-Each expert's three payloads are adjacent, its three .qs arrays right after (container.md section 4);
+Each expert's three payloads are adjacent, its three .qs arrays right after (docs/format.md §4);
 shards of about --shard-gb GB never split an expert. reference.json holds random prompt_ids (16) and
 full_ids (64) for replay. Prints the write rate.
 """
@@ -121,7 +121,7 @@ def build_units(a, rng):
     u = Unit()
     u.matrix("model.embed_tokens.weight", a.vocab, H, "int8-row", base=1.0 / RMS_INT8)
     units.append(u)
-    # the MTP layer (index n_layers, glm_moe_dsa.md section 2.3) is a MoE layer with its own full indexer
+    # the MTP layer (index n_layers, docs/model.md section 2.3) is a MoE layer with its own full indexer
     for L in range(n_layers + a.mtp):
         mtp = L == n_layers
         p = f"model.layers.{L}."

@@ -1,7 +1,7 @@
 #!/usr/bin/python3
 """Independent float32 reference ("oracle") for GLM-5.x (`glm_moe_dsa`) and the tiny test fixtures.
 
-Written only from docs/glm_moe_dsa.md (the architecture spec), with numpy and nothing else, so that the C
+Written only from docs/model.md (the architecture spec), with numpy and nothing else, so that the C
 engine can be checked against a second implementation that shares no code with it.
 
 What it makes

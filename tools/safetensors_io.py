@@ -2,7 +2,7 @@
 
 Only /usr/bin/python3 and Debian's numpy; no torch, no safetensors package.
 
-Reading (container.md section 1):
+Reading (docs/format.md section 1):
     f = SafeFile(path)              # validates the header; raises StError naming file and tensor
     SafeFile(path, size=N)          # a header-only copy: path holds the first bytes (at least the
                                     #   header) of a file of N bytes; names/info work, raw() raises
