@@ -3,7 +3,7 @@
 CC      ?= gcc
 ARCH    ?= native
 # -ffp-contract=off: no silent FMA contraction, so float results match the scalar reference and the
-# oracle's separately rounded operations (glm_moe_dsa.md §7.8).
+# oracle's separately rounded operations (docs/model.md §7.8).
 CFLAGS  ?= -O3 -march=$(ARCH) -fopenmp -std=gnu11 -Wall -Wextra -ffp-contract=off
 LDLIBS  = -lm
 HEADERS = $(wildcard *.h)

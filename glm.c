@@ -3,7 +3,7 @@
    The model: a 78-layer Mixture-of-Experts transformer with Multi-head Latent Attention (MLA),
    a DeepSeek-sparse-attention "lightning indexer" that picks which past tokens each query may
    see, a sigmoid router over 256 routed experts (8 per token) plus one shared expert, and a
-   multi-token-prediction (MTP) layer. The math follows ../shared/docs/glm_moe_dsa.md; section
+   multi-token-prediction (MTP) layer. The math follows docs/model.md; section
    numbers (§) below refer to it.
 
    This file is the engine; it reads top to bottom in data-flow order:
@@ -169,14 +169,13 @@ static void *xcalloc(size_t count, size_t size) {
 
 /* Asks for transparent huge pages over the 2 MiB-aligned part of [p, p + n), before anything
    touches it (with THP in "madvise" mode, the default of most distributions, only advised memory
-   gets them). Why it matters on these VMs: limits.md measured ~12 us per 4 KiB page of first
-   touch; on 2026-12-02, 2 MiB pages freed a moment ago faulted in at 14-20 GB/s, ones the guest
-   had already handed back to the host (free page reporting, a few seconds after a free) at
-   0.33-0.41 GB/s, and 4 KiB pages at 2.4-2.8 GB/s. And memory that pread() filled in 4 KiB pages
-   was slow to read afterwards, once: lm_head (951 MB of int8) read from the page cache into
-   plain 4 KiB pages took 0.69-0.88 s in its first matmul and 0.019-0.030 s after; read into advised
-   memory, 0.022 s the first time, and the pread itself took 1.7 s instead of 2.8 (one run each,
-   2026-12-02, bench fixture's file). The advice changes nothing else: free() releases the block. */
+   gets them). Why: a first touch costs ~12 us per 4 KiB page; 2 MiB pages freed a moment ago
+   fault in at 14-20 GB/s, against 2.4-2.8 GB/s for 4 KiB pages (and 0.33-0.41 GB/s for memory a
+   virtual machine's guest has already handed back to its host). Memory that pread() filled in
+   4 KiB pages is also slow to read once afterwards: lm_head (951 MB of int8) read into plain pages
+   took 0.69-0.88 s in its first matmul and 0.019-0.030 s after; read into advised memory, 0.022 s
+   the first time, and the pread itself took 1.7 s instead of 2.8. The advice changes nothing
+   else: free() releases the block. */
 static void advise_huge_pages(void *p, size_t n) {
     const size_t huge = (size_t)2 << 20;
     if (n < 2 * huge) return;
@@ -997,7 +996,7 @@ static Config config_load(const char *dir) {
 /* =============================================================================================
    3. Weights
    Every matrix is a QTensor (quant.h). A tensor NAME with a companion NAME.qs is pre-quantized
-   (container.md §3): its format is inferred from byte counts and checked against the file's
+   (docs/format.md §3): its format is inferred from byte counts and checked against the file's
    optional colibri.fmt stamp. Any other tensor is float on disk (F32/BF16/F16/F8_E4M3) and is
    quantized here, at load, to the bits the user asked for — in row chunks, so a huge tensor
    never needs a full f32 copy.
@@ -1064,8 +1063,8 @@ static void loader_free(Loader *ld) {
    or the KV cache fault in and have to wait for it. Pages that were cached before the load stay,
    so a warm machine still loads from RAM next time. On the bench fixture, 7 alternating pairs of
    cold 255-token runs (medians): load 1.45 s against 2.22, prefill 2.69 s against 3.08, start to
-   exit 4.6 s against 5.8 (on these VMs, memory the process has just given back faults in far faster
-   than memory that has been free for a few seconds). What was cached is noted for every range
+   exit 4.6 s against 5.8 (memory the process has just given back faults in far faster than memory
+   that has been free for a few seconds). What was cached is noted for every range
    before the first read (the RAM plan's dry walk, loader_snapshot): reading one tensor caches the
    start of the next one too (read-ahead, large folios), so a note taken tensor by tensor would keep
    those pages. What stays: the headers (read before the snapshot, ~1.3 MB per file here) and a
@@ -1197,7 +1196,7 @@ static void prequantized_format(Loader *ld, const char *name, const StTensor *da
 
 /* The memory of a resident tensor (every loader allocates it here): its codes and scales (one
    block) advised for huge pages before anything fills them (advise_huge_pages: pread() into plain
-   4 KiB pages made the first matmul over them ~30x slower on these VMs; and the GEMM's TLB misses
+   4 KiB pages made the first matmul over them ~30x slower; and the GEMM's TLB misses
    on scales in 4 KiB pages, qt_alloc). */
 static void alloc_resident(QTensor *t, QtFormat f, int64_t group, int64_t rows, int64_t cols, const char *name) {
     if (qt_alloc(t, f, group, rows, cols)) die("out of memory for tensor %s", name);
@@ -1273,7 +1272,7 @@ static void load_matrix(Loader *ld, const char *name, int64_t rows, int64_t cols
 }
 
 /* The MTP layer drafts well only at >= 8 bits (an int4 head loses nearly all draft acceptance,
-   container.md §5), so whatever dense_bits / expert_bits say, its matrices are quantized at load to
+   docs/format.md §5), so whatever dense_bits / expert_bits say, its matrices are quantized at load to
    at least int8 (16 = f32 stays f32). Pre-quantized tensors are used as they are (model_load notes
    an MTP layer stored below 8 bits). */
 static int mtp_bits(int bits) { return bits >= 8 ? bits : 8; }
@@ -1735,7 +1734,7 @@ static int int_cmp(const void *a, const void *b) { return *(const int *)a - *(co
    serves all the heads. The same operations lane by lane in every build (vector extensions, no
    fma), so the scores, and the selection, do not depend on the build. It replaced 4 × 4 dots at
    a time through qt_dot_f32_block (a 16-lane tree per dot): the indexer's time in a 1,024-token
-   prefill with INDEXER=always, AVX2 Zen 3, 1.58 s -> 0.64-0.70 s. */
+   prefill with INDEXER=always on an AVX2 CPU, 1.58 s -> 0.64-0.70 s. */
 typedef float IdxV __attribute__((vector_size(32)));
 typedef int32_t IdxVi __attribute__((vector_size(32)));
 static void index_scores8(const float *q, const float *w, const float *k, int nk, int ih, int id, float scale, float *out) {
@@ -2218,7 +2217,7 @@ static void attention(AttentionCall *ac, const float *xn, int S, int pos0, float
    and the I/O thread reads the historically hottest experts into the slots while the engine is
    idle (as the dense weights load, between chat turns), never ahead of a demanded read (history
    prefetch: lower priority, cancelled or promoted by a demand for its slot). A miss reads the
-   expert with ONE read into its slot's slab (container.md §4 keeps the three weight payloads and
+   expert with ONE read into its slot's slab (docs/format.md §4 keeps the three weight payloads and
    then their scales adjacent; other layouts take up to six reads); the QTensors are views into
    the slab, no copy. Which expert a miss evicts is tier.h's decision. A background I/O thread
    loads the misses of a layer in ascending expert order while the compute threads work through
@@ -2353,7 +2352,7 @@ typedef struct {
 /* DIRECT=-1 (auto) starts as IO_DIRECT and is settled later: expert_sources_init falls back to
    pread for float experts, model_load where a file cannot be opened with O_DIRECT. O_DIRECT is the
    default because cold decode is disk-bound and it reads ~2.7x faster here than buffered pread
-   (README, "I/O modes"); the page cache can hold only a sliver of a 370 GB model anyway. */
+   (docs/design.md, "Experts: streaming and the cache"); the page cache can hold only a sliver of a 370 GB model anyway. */
 static int io_mode_from_settings(int direct, int drop, int mmap_mode) {
     if ((direct == 1) + drop + mmap_mode > 1) die("DIRECT=1, DROP=1 and MMAP=1 are exclusive: set at most one");
     return drop ? IO_DROP : mmap_mode ? IO_MMAP : direct != 0 ? IO_DIRECT : IO_PREAD;
@@ -2685,8 +2684,8 @@ static int64_t tensor_pages_missing(const ExpertStore *store, const StTensor *t,
 
 /* An expert the page cache holds all but at most 1/IN_PLACE_MISSING_SHARE of is used in place too:
    mapping it reads the missing pages, far less than reading all of it into a slot, which also
-   faults fresh slot memory in. The page cache loses folios here and there (memory pressure; on
-   these VMs DAMON pages out what nobody touched for a few seconds), seldom whole experts. With
+   faults fresh slot memory in. The page cache loses folios here and there (memory pressure, or a
+   host that pages out what nobody touched for a few seconds), seldom whole experts. With
    64 KiB of every 2 MiB of the bench model dropped, a warm 255-token prefill read 5.1 GB into
    fresh slots in 7.3 s; used in place, 1.9 s. */
 enum { IN_PLACE_MISSING_SHARE = 8 };
@@ -2695,8 +2694,8 @@ enum { IN_PLACE_MISSING_SHARE = 8 };
    (that mapping it reads) in *missing_bytes. One page in 16 is probed first, and only an expert
    whose probes miss at most that share is counted page by page: the full count of a cold expert
    (every load of a cold decode) kept the I/O thread from its next read long enough to cost decode
-   ~5 % here (Zen 3: a cold decode's reads of 64 tokens, medians of 6 alternating runs, 1.67 s with
-   the full count, 1.30 s with the probe first). */
+   ~5 % (a cold decode's reads of 64 tokens, medians of 6 alternating runs: 1.67 s with the full
+   count, 1.30 s with the probe first). */
 static int expert_use_in_place(const ExpertStore *store, const ExpertSource *src, double *missing_bytes) {
     *missing_bytes = 0;
     const uint64_t stride = 16;
@@ -2977,7 +2976,7 @@ static void expert_store_open_files(ExpertStore *store) {
    layer first), at SCHED_IDLE priority: it runs only on a CPU nothing else wants, so the first
    token never waits for it. While experts used in place from the page cache (which need no slot
    memory) outnumber reads, it stays experts_per_tok slots ahead of the slots reads have used
-   (populate_wanted), no further: on these VMs faulting fresh memory cost a warm 255-token prefill
+   (populate_wanted), no further: faulting fresh memory cost a warm 255-token prefill
    ~20 % even at idle priority (the faults stall the other CPU's work too). Otherwise it goes on:
    kept at that distance while reads came from the disk, the cache grew too slowly (cold decode hit
    56 % instead of 64 %). MADV_POPULATE_WRITE maps the pages without writing to them, so it is
@@ -3217,7 +3216,7 @@ static void expert_store_start(ExpertStore *store, int slots_per_layer, const ch
     int moe_layers = 0;
     for (int l = 0; l < store->n_layers; l++) moe_layers += !store->c->layer_dense[l];
     /* one arena for every slab, 2 MiB-aligned and huge-page-backed: 2 MiB pages make O_DIRECT
-       requests 4x larger (limits.md: ~3x the read rate) and fault 512x fewer times */
+       requests 4x larger (~3x the read rate) and fault 512x fewer times */
     const size_t page = page_bytes();
     store->slab_stride = (store->slab_bytes + page - 1) / page * page;   /* whole pages: madvise per slot */
     store->arena_bytes = store->slab_stride * (size_t)slots_per_layer * (size_t)moe_layers;
@@ -3350,8 +3349,7 @@ static void expert_store_free(ExpertStore *store) {
 
 /* The slot a demanded expert goes to: the cache policy's victim among the slots `avoid` does not
    mark. While the helper is still faulting the arena in, a fresh slot costs a page fault per
-   2 MiB on top of its read (fresh memory came at 0.2-0.45 GB/s on these VMs, slower than the
-   disk), so the cache then grows only as fast as the helper: an expert goes to a slot that is
+   2 MiB on top of its read (fresh memory can come at 0.2-0.45 GB/s, slower than the disk), so the cache then grows only as fast as the helper: an expert goes to a slot that is
    faulted in (the helper reached it, or a load wrote it), and to a fresh one only when there is no
    such slot or the layer has fewer than top-k slots in use (and never for a read ahead, !fresh_ok:
    that one waits for expert_acquire, which evicts the experts this step is done with). Without
@@ -3491,7 +3489,7 @@ static void expert_prefetch(ExpertStore *store, int layer, const int *experts, i
 /* Prefill read-ahead. A batch of S rows routes to nearly every expert of a layer once S·k ≥ 4E
    (an expert is then left out with probability about e^-4 < 2 %), so the experts of the next MoE
    layer from `from` on start loading before its router runs, overlapping the disk with the
-   attention in between (a cold 255-token prompt used to start reading only at the first router).
+   attention in between (otherwise a cold 255-token prompt starts reading only at the first router).
    They go only into EMPTY slots, as history prefetches (expert_store_idle) in ascending expert
    order: never evicting anything, served when no demand waits, promoted by the router's demand,
    dropped if still waiting for a fresh slot (expert_drop_fresh_prefetch), cancelled when their slot
@@ -3904,7 +3902,7 @@ static void load_layer(Loader *ld, Model *m, int l, const Settings *set) {
 }
 
 /* Pre-quantized MTP weights are used as stored; below 8 bits the drafts are rarely accepted
-   (container.md §5), so say so once. */
+   (docs/format.md §5), so say so once. */
 static void note_low_precision_mtp(const Model *m) {
     const Config *c = &m->c;
     if (!c->n_mtp) return;
@@ -4778,12 +4776,11 @@ static void embed_rows(const Model *m, const int *tokens, int S, float *x) {
 /* How far ahead the kernels prefetch weights, by the rows of a forward and the kernel (a hint:
    results never depend on it). A forward of a few rows (a decode step, a verify pass of up to
    DRAFT + 1 rows) streams the hit experts' weights while the missed ones are read from the disk.
-   With the AVX2 kernels on the AVX2-only Zen 3 VM, the device's transfers into memory lost to
-   that stream at 4,096 bytes: 7 alternating rounds of a cold decode (REPLAY, 64 tokens) read the
-   same 3.9 GB in 1.39-1.68 s with 1,024 bytes against 1.32-2.13 s with 4,096 (round 1, which
-   prefetched 1,024: 1.39-1.57), 10.2 against 9.7 tok/s (medians). On the Zen 5 VM the VNNI and
-   AVX-VNNI kernels streamed 10-20 % faster at 4,096 and decode gained 1.08x from it (session 15,
-   bench/README.md), so they keep it; so do a prefill's batched kernels, which were tuned with it. */
+   With the AVX2 kernels on an AVX2-only CPU, the device's transfers into memory lose to that
+   stream at 4,096 bytes: 7 alternating runs of a cold decode (REPLAY, 64 tokens) read the same
+   3.9 GB in 1.39-1.68 s with 1,024 bytes against 1.32-2.13 s with 4,096, 10.2 against 9.7 tok/s
+   (medians). The VNNI and AVX-VNNI kernels stream 10-20 % faster at 4,096 and decode gains 1.08x
+   from it (bench/RESULTS.md), so they keep it; so do a prefill's batched kernels, tuned with it. */
 enum { FEW_ROWS_PREFETCH_AVX2 = 1024 };
 static void prefetch_for_rows(int S) {
     qt_set_prefetch(S <= FEW_ROWS && qt_get_kernel() == QT_KERNEL_AVX2 ? FEW_ROWS_PREFETCH_AVX2 : QT_PREFETCH_DEFAULT);

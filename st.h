@@ -220,7 +220,7 @@ static int st__load_file(StIndex *ix, int file, char *err, size_t err_len) {
     if (!S_ISREG(sb.st_mode)) { st__err(err, err_len, "%s: is %s, not a safetensors file", path, st__file_kind(sb.st_mode)); return -1; }
     fcntl(f->fd, F_SETFL, fcntl(f->fd, F_GETFL) & ~O_NONBLOCK);
     /* the header is read without read-ahead, which would also bring the first megabytes of tensor
-       data into the page cache (up to read_ahead_kb: 8 MB on our VMs, and GLM-5.2 has ~80 files)
+       data into the page cache (up to read_ahead_kb, often 8 MB, and GLM-5.2 has ~80 files)
        before anyone asked for them; whole-file reads go on with the kernel's default (below) */
     posix_fadvise(f->fd, 0, 0, POSIX_FADV_RANDOM);
     f->size = (uint64_t)sb.st_size;

@@ -5,7 +5,7 @@
    list) and renders the chat template of the model's version into pieces, template tags and
    text. chat_to_ids turns the pieces into ids: a tag by its id, text encoded as text, so a message
    cannot smuggle in a tag unless SPECIAL=1 (the ids equal HF's tokenization of the rendered string
-   whenever the contents hold no tag). The form is GLM-5.2's (tokenizer.md §3.6) unless CHAT_FORMAT
+   whenever the contents hold no tag). The form is GLM-5.2's (docs/tokenizer.md §3.6) unless CHAT_FORMAT
    or the template text shipped in SNAP says GLM-5.0/5.1 (§3.4); glm says which on stderr.
    Replies come from the Generator (glm.c), which samples exactly over the whole vocabulary
    and stops at an EOS id of generation_config.json / config.json (not printed), at NGEN, when the

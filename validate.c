@@ -204,10 +204,10 @@ static int run_greedy(Model *m, RunState *s, const ForwardOptions *opt, const Re
 }
 
 /* REPLAY: full_ids fed one token at a time as fixed input — the decode benchmark. It measures
-   decode with the expert cache's memory in place: the slot helper finishes first (round 1 faulted
-   every slot in before any work, too). Otherwise the helper's page faults land inside the timer:
-   on a VM whose fresh memory came at 0.35 GB/s, 64 tokens on the small bench model ran at 7.5
-   tok/s with the cache growing only as fast as the helper (hit 38 %), 13-14 tok/s after it. */
+   decode with the expert cache's memory in place: the slot helper finishes first. Otherwise the
+   helper's page faults land inside the timer: where fresh memory comes at 0.35 GB/s, 64 tokens on
+   the small bench model ran at 7.5 tok/s with the cache growing only as fast as the helper
+   (hit 38 %), 13-14 tok/s after it. */
 static void run_replay(Model *m, RunState *s, const ForwardOptions *opt, const Reference *ref) {
     const int N = ref->full.n;
     Generator *g = generator_create(m, s, opt, (SamplerSettings){ 0.0f, 1.0f, 1 });

@@ -24,7 +24,7 @@ done
 # Batches of 5 rows (windows of several experts at once) with 1-3 slots per layer, the cache seeded
 # by a routing history from the run before: an expert that is not in a slot is acquired alone, so
 # its load never takes a slot from another member of its window (with 1 slot that stopped the
-# engine with "internal: no free expert slot" before session 23); the oracle still matches.
+# engine with "internal: no free expert slot"); the oracle still matches.
 for slots in 1 2 3; do
   for run in 1 2; do
     out=$(USAGE="$T/usage$slots.bin" BATCH=5 SNAP="$F/oracle_sparse" REF="$F/oracle_sparse/reference.json" TF=1 MTP=1 "$GLM" $slots 16 16 2>&1)
@@ -84,7 +84,7 @@ expect_fail "a budget below the model's needs is refused with the numbers" 'RAM 
 # REPLAY is the decode benchmark on any model; STATS writes routing counts atomically.
 out=$(REPLAY=1 STATS="$T/routes.txt" SNAP="$T/c8" REF="$F/oracle_sparse/reference.json" "$GLM" 4 8 8 2>&1)
 if grep -qE '^REPLAY decode: 36 tokens in [0-9.]+s \| [0-9.]+ tok/s \| expert hit [0-9.]+%' <<<"$out"; then echo "PASS REPLAY line"; else echo "FAIL REPLAY line"; echo "$out" | tail -3; fi
-# its timer starts once the slot helper has faulted the expert cache in (as round 1's did)
+# its timer starts once the slot helper has faulted the expert cache in
 if grep -qE '^glm: expert slots faulted in before the REPLAY timer started: [0-9.]+ s$' <<<"$out" &&
    [ "$(grep -n 'faulted in before the REPLAY timer' <<<"$out" | cut -d: -f1)" -lt "$(grep -n '^REPLAY decode' <<<"$out" | cut -d: -f1)" ]; then
   echo "PASS REPLAY waits for the slot helper before its timer"; else echo "FAIL REPLAY does not say it waited for the slot helper"; echo "$out" | tail -3; fi

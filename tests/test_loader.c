@@ -85,7 +85,7 @@ static int advised_huge(const void *p) {
 }
 
 /* A pre-quantized resident tensor is read into memory advised for huge pages (advise_huge_pages:
-   on these VMs, pread() into plain 4 KiB pages made its first matmul ~30x slower), and read right. */
+   pread() into plain 4 KiB pages made its first matmul ~30x slower), and read right. */
 static void test_resident_huge_pages(void) {
     if (access("/sys/kernel/mm/transparent_hugepage/enabled", R_OK)) {
         printf("SKIP resident tensors in huge pages: this kernel has no transparent huge pages\n");
