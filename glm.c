@@ -137,6 +137,19 @@ static void say(const char *fmt, ...) {
     va_end(ap);
 }
 
+/* VERBOSE=1: the lines that say how a run was set up (template, RAM plan, expert I/O, history,
+   load, model, settings, sampling, speculation). Without it a run prints its warnings and one
+   statistics line, so a one-line prompt answers with one line on stderr. */
+static int g_verbose;
+
+static void say_detail(const char *fmt, ...) {
+    if (!g_verbose) return;
+    va_list ap;
+    va_start(ap, fmt);
+    vsay("glm: ", fmt, ap);
+    va_end(ap);
+}
+
 static void die(const char *fmt, ...) {
     va_list ap;
     va_start(ap, fmt);
@@ -166,6 +179,12 @@ static void *xcalloc(size_t count, size_t size) {
     if (!p) die("out of memory allocating %zu x %zu bytes", count, size);
     return p;
 }
+
+/* Little-endian fields of the files glm writes (sessions, the usage history's header). */
+static void put_u32(unsigned char *p, uint32_t v) { for (int i = 0; i < 4; i++) p[i] = (unsigned char)(v >> 8 * i); }
+static void put_u64(unsigned char *p, uint64_t v) { for (int i = 0; i < 8; i++) p[i] = (unsigned char)(v >> 8 * i); }
+static uint32_t get_u32(const unsigned char *p) { uint32_t v = 0; for (int i = 3; i >= 0; i--) v = v << 8 | p[i]; return v; }
+static uint64_t get_u64(const unsigned char *p) { uint64_t v = 0; for (int i = 7; i >= 0; i--) v = v << 8 | p[i]; return v; }
 
 /* Asks for transparent huge pages over the 2 MiB-aligned part of [p, p + n), before anything
    touches it (with THP in "madvise" mode, the default of most distributions, only advised memory
@@ -355,6 +374,7 @@ static const SettingSpec SETTINGS[] = {
     { "REPLAY",   SET_BOOL,  "0",    0, 1, "decode REF's full_ids one token at a time as fixed input (decode benchmark)" },
     { "STATS",    SET_STR,   "",     0, 0, "write per-(layer, expert) routing counts to this file at exit" },
     { "PROFILE",  SET_BOOL,  "0",    0, 1, "print where the time went (attention, experts, disk wait, lm_head)" },
+    { "VERBOSE",  SET_BOOL,  "0",    0, 1, "1: also print how the run was set up (template, RAM plan, expert I/O, model, settings, sampling, speculation); 0: warnings and one stats line" },
     { "CACHE_POLICY", SET_STR, "lfu", 0, 0, "which cached expert a miss evicts: lfu (the one the router chose least often, recent use breaks ties) or lru" },
     { "KERNEL",   SET_STR,   "auto", 0, 0, "integer kernels: auto (best this CPU has), vnni (AVX-512 VNNI), avxvnni (AVX-VNNI), avx2 or scalar (all give identical results)" },
     { "USAGE",    SET_STR,   "",     0, 0, "routing history that seeds the expert cache and is updated every 256 tokens and at exit: a file, off, or empty for $XDG_CACHE_HOME/glm (else ~/.cache/glm)/usage-<model fingerprint>.bin" },
@@ -401,7 +421,7 @@ typedef struct {
     int cache_slots, expert_bits, dense_bits;   /* positional arguments */
     int cache_slots_given;
     double ram_gb;
-    int direct, drop, mmap_mode, in_place, replay, profile;
+    int direct, drop, mmap_mode, in_place, replay, profile, verbose;
     QtKernel kernel;
     int cache_policy;
     SpecMode spec_mode;      /* SPEC */
@@ -609,6 +629,7 @@ static Settings settings_from_env(int argc, char **argv) {
     s.in_place = (int)setting_number("INPLACE");
     s.replay = (int)setting_number("REPLAY");
     s.profile = (int)setting_number("PROFILE");
+    s.verbose = (int)setting_number("VERBOSE");
     const char *policy = setting_value("CACHE_POLICY");
     if (!strcmp(policy, "lfu")) s.cache_policy = TIER_LFU;
     else if (!strcmp(policy, "lru")) s.cache_policy = TIER_LRU;
@@ -2334,6 +2355,7 @@ typedef struct {
     pthread_cond_t populate_more; /* populate_wanted grew, or populate_stop was set */
     /* usage history (USAGE) */
     char usage_path[4096];        /* "" when off */
+    int usage_named;              /* USAGE named the file (else it is the cache directory's) */
     uint64_t fingerprint;         /* of config + expert tensor layout */
     uint32_t *usage_history;      /* [n_layers][n_experts] the counts read at start (NULL: none) */
     uint64_t usage_tokens;        /* positions counted by this history, this run included */
@@ -3045,7 +3067,11 @@ static uint64_t expert_layout_fingerprint(const ExpertStore *store) {
 static void expert_usage_path(ExpertStore *store, const char *setting, const char *cache_dir) {
     store->usage_path[0] = 0;
     if (!strcmp(setting, "off")) return;
-    if (setting[0]) { snprintf(store->usage_path, sizeof store->usage_path, "%s", setting); return; }
+    if (setting[0]) {
+        snprintf(store->usage_path, sizeof store->usage_path, "%s", setting);
+        store->usage_named = 1;
+        return;
+    }
     if (!cache_dir[0]) return;   /* no HOME and no XDG_CACHE_HOME: nowhere to keep it */
     char dir[4000];
     snprintf(dir, sizeof dir, "%s/glm", cache_dir);
@@ -3057,23 +3083,54 @@ static void expert_usage_path(ExpertStore *store, const char *setting, const cha
     snprintf(store->usage_path, sizeof store->usage_path, "%s/usage-%016llx.bin", dir, (unsigned long long)store->fingerprint);
 }
 
-/* Reads the usage history into the LFU counts. Anything but a well-formed history of this very
-   model is ignored with one line (never trusted): the file is read with a size bound, its magic,
+/* A file at the usage history's path that is not a glm usage history, or is another model's, is
+   never trusted and never overwritten: a file USAGE names stops the run with its name and why (as
+   SESSION does); one in the cache directory is left alone with one line, and this run keeps no
+   history. (A damaged or older history of glm's own is ignored and replaced at the next save.) */
+static void expert_usage_refuse(ExpertStore *store, const char *why) {
+    if (store->usage_named)
+        die("USAGE=%s is not a usage history of this model (%s): glm does not overwrite it; "
+            "name another file, or USAGE=off", store->usage_path, why);
+    say("note: usage history %s ignored and left as it is (%s); no history this run (delete the "
+        "file to start a new one)", store->usage_path, why);
+    store->usage_path[0] = 0;
+}
+
+/* Reads the usage history into the LFU counts: the file is read with a size bound, its magic,
    version, shape, fingerprint and checksum are checked (tier.h). Returns 1 when it was used. */
 static int expert_usage_load(ExpertStore *store) {
     const int E = store->n_experts;
     const size_t want = tier_usage_size(store->n_layers, E);
     int fd = open(store->usage_path, O_RDONLY | O_NONBLOCK | O_CLOEXEC);   /* O_NONBLOCK: a FIFO cannot hang us */
     if (fd < 0) {
-        if (errno != ENOENT) say("note: usage history %s ignored: %s", store->usage_path, strerror(errno));
+        if (errno != ENOENT) expert_usage_refuse(store, strerror(errno));
         return 0;
     }
     struct stat sb;
-    uint8_t *buf = NULL;
+    uint8_t *buf = NULL, magic[8];
     size_t got = 0;
     char why[256] = "";
-    if (fstat(fd, &sb) || !S_ISREG(sb.st_mode)) snprintf(why, sizeof why, "not a regular file");
-    else if ((uint64_t)sb.st_size != want) snprintf(why, sizeof why, "%lld bytes, a history of this model has %zu", (long long)sb.st_size, want);
+    if (fstat(fd, &sb) || !S_ISREG(sb.st_mode)) {
+        close(fd);
+        expert_usage_refuse(store, "not a regular file");
+        return 0;
+    }
+    if (sb.st_size > 0 && (pread_all(fd, magic, sizeof magic, 0, &got) || got != sizeof magic
+                           || memcmp(magic, "GLMUSAGE", sizeof magic))) {
+        close(fd);
+        expert_usage_refuse(store, "not a glm usage history");
+        return 0;
+    }
+    /* the header says whose history it is: another model's shape or fingerprint is refused */
+    uint8_t head[TIER_USAGE_HEADER];
+    if (sb.st_size >= (off_t)sizeof head && !pread_all(fd, head, sizeof head, 0, &got) && got == sizeof head
+        && (get_u32(head + 12) != (uint32_t)store->n_layers || get_u32(head + 16) != (uint32_t)E
+            || get_u64(head + 24) != store->fingerprint)) {
+        close(fd);
+        expert_usage_refuse(store, "a usage history written for another model");
+        return 0;
+    }
+    if ((uint64_t)sb.st_size != want) snprintf(why, sizeof why, "%lld bytes, a history of this model has %zu", (long long)sb.st_size, want);
     else {
         buf = xmalloc(want);
         if (pread_all(fd, buf, want, 0, &got) || got != want) snprintf(why, sizeof why, "cannot read it: %s", got != want ? "short read" : strerror(errno));
@@ -3087,15 +3144,15 @@ static int expert_usage_load(ExpertStore *store) {
     }
     free(buf);
     if (why[0]) {
-        say("note: usage history %s ignored: %s", store->usage_path, why);
         free(counts);
+        say("note: usage history %s ignored: %s; it is replaced at the next save", store->usage_path, why);
         return 0;
     }
     for (int l = 0; l < store->n_layers; l++)
         if (!store->c->layer_dense[l]) tier_seed_requests(&store->caches[l].cache, counts + (size_t)l * E);
     store->usage_history = counts;
     store->usage_tokens = tokens;
-    say("usage history %s: the routing of %llu earlier tokens seeds the expert cache", store->usage_path, (unsigned long long)tokens);
+    say_detail("usage history %s: the routing of %llu earlier tokens seeds the expert cache", store->usage_path, (unsigned long long)tokens);
     return 1;
 }
 
@@ -3996,7 +4053,7 @@ static void model_load_weights(Model *m, Loader *ld, const Settings *set) {
     for (int j = 0; j < half; j++)
         m->inv_freq[j] = 1.0f / powf(c->rope_theta, (float)(2 * j) / (float)c->qk_rope);
     m->resident_bytes = ld->resident_bytes;
-    fprintf(stderr, "glm: loaded %.1f MB of resident tensors in %.2f s (routed experts stream on demand)\n",
+    if (g_verbose) fprintf(stderr, "glm: loaded %.1f MB of resident tensors in %.2f s (routed experts stream on demand)\n",
             ld->bytes_loaded / 1e6, now_seconds() - t0);
 }
 
@@ -4205,11 +4262,6 @@ static uint64_t hash64_final(const Hash64 *h) {
     acc ^= acc >> 29; acc *= HASH64_P3;
     return acc ^ (acc >> 32);
 }
-
-static void put_u32(unsigned char *p, uint32_t v) { for (int i = 0; i < 4; i++) p[i] = (unsigned char)(v >> 8 * i); }
-static void put_u64(unsigned char *p, uint64_t v) { for (int i = 0; i < 8; i++) p[i] = (unsigned char)(v >> 8 * i); }
-static uint32_t get_u32(const unsigned char *p) { uint32_t v = 0; for (int i = 3; i >= 0; i--) v = v << 8 | p[i]; return v; }
-static uint64_t get_u64(const unsigned char *p) { uint64_t v = 0; for (int i = 7; i >= 0; i--) v = v << 8 | p[i]; return v; }
 
 /* What a session file must match: the model (as the loader saw it), the settings that change the
    arithmetic, and the cache's shapes. One per loaded model and settings (session_key). */
@@ -4709,7 +4761,7 @@ static void ram_plan_print(FILE *out, const RamPlan *p, const Settings *set) {
 static void expert_cache_start(Model *m, const Settings *set) {
     ExpertStore *store = &m->experts;
     if (!m->ram.moe_layers) return;
-    fprintf(stderr, "glm: expert I/O: %s, %s experts\n", IO_MODE_NAMES[store->io_mode],
+    say_detail("expert I/O: %s, %s experts", IO_MODE_NAMES[store->io_mode],
             store->prequantized ? "pre-quantized" : "float (quantized on every load: convert the model for speed)");
     expert_store_start(store, m->ram.slots, set->usage, set->cache_dir);
 }
@@ -4725,7 +4777,7 @@ static void model_load(Model *m, const Settings *set, int capacity) {
     model_open(m, set, &ld);
     ld.noting = 1;   /* the plan's dry walk notes the ranges the load reads */
     m->ram = ram_plan(m, &ld, set, capacity);
-    ram_plan_print(stderr, &m->ram, set);
+    if (g_verbose || !ram_plan_fits(&m->ram)) ram_plan_print(stderr, &m->ram, set);
     if (!ram_plan_fits(&m->ram)) exit(1);
     expert_store_open_files(&m->experts);
     expert_cache_start(m, set);   /* history prefetches read experts while the resident weights load */
@@ -5860,7 +5912,7 @@ static ForwardOptions engine_start(const Settings *set, Model *model, RunState *
         fprintf(stderr, "glm: warning: internal: the session takes %.0f bytes for %d tokens, the RAM plan counted %.0f for %d\n",
                 state->bytes, capacity, model->ram.run_state, model->ram.capacity);
     if (isatty(STDERR_FILENO)) state->on_layer = print_prefill_progress;
-    print_configuration(set, model, capacity);
+    if (g_verbose) print_configuration(set, model, capacity);
     expert_store_populate(&model->experts);
     ForwardOptions opt = { set->absorb,
                            !strcmp(set->indexer_mode, "always") ? INDEXER_ALWAYS : !strcmp(set->indexer_mode, "off") ? INDEXER_OFF : INDEXER_AUTO,

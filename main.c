@@ -40,6 +40,7 @@ int main(int argc, char **argv) {
     if (set.threads) omp_set_num_threads(set.threads);
 #endif
     g_integer_dot = set.idot;
+    g_verbose = set.verbose;
     if (set.kernel != QT_KERNEL_AUTO) qt_set_kernel(set.kernel);
     if (set.prompt_from_stdin) read_stdin_prompt(&set);
     int rc;

@@ -111,7 +111,7 @@ static ChatOptions chat_options_from_settings(const Settings *set) {
     ChatFormat format;
     char msg[5000];
     if (chat_model_format(set->model_dir, set->chat_format, &format, msg, sizeof msg)) die("%s", msg);
-    say("%s", msg);
+    say_detail("%s", msg);
     ChatOptions o = chat_options(format);
     o.thinking = set->think;
     o.reasoning_effort = set->reasoning_effort;
@@ -329,7 +329,7 @@ static void print_turn_stats(const Dialog *d, const TurnStats *ts) {
                     "(%.2f GB/s)%s, waited on disk %.2f s | peak RSS %.2f GB | context %d/%d | stop: %s]\n",
             ts->prompt_tokens, ts->prefill_seconds, ts->generated, speed, hit, mb, rs > 0 ? mb / 1e3 / rs : 0.0, in_place,
             store->wait_seconds - ts->wait_seconds0, peak_rss_gb(), d->gen->pos, d->gen->state->capacity, STOP_NAMES[ts->stop]);
-    print_spec_stats(d->gen, &ts->spec0);
+    if (g_verbose) print_spec_stats(d->gen, &ts->spec0);
 }
 
 /* ---- the conversation on disk: SESSION, :save, :load -------------------------------------------
@@ -619,7 +619,7 @@ static void chat_print_totals(const Dialog *d, const Settings *set, int think) {
             g->pos, g->state->capacity, d->replies, d->total_generated,
             d->total_decode_seconds > 0 ? d->total_generated / d->total_decode_seconds : 0.0, hit, peak_rss_gb(),
             set->temperature, set->top_p, (unsigned long long)g->sampler.seed, think ? "on" : "off");
-    print_spec_stats(g, NULL);
+    if (g_verbose) print_spec_stats(g, NULL);
 }
 
 /* CHAT mode. Each turn prefills only its own tokens; see the section comment for how the cache
@@ -782,10 +782,10 @@ static int run_text(Settings set) {
         dialog_resume(&dialog, &set, seed_from_clock);
     }
     if (set.temperature > 0)
-        fprintf(stderr, "glm: sampling: TEMP %g, NUCLEUS %g, SEED %llu%s\n", set.temperature, set.top_p,
-                (unsigned long long)gen->sampler.seed, gen->sampler.draws ? " (the session's stream goes on)" : "");
+        say_detail("sampling: TEMP %g, NUCLEUS %g, SEED %llu%s", set.temperature, set.top_p,
+                   (unsigned long long)gen->sampler.seed, gen->sampler.draws ? " (the session's stream goes on)" : "");
     else
-        fprintf(stderr, "glm: sampling: greedy (TEMP=0)\n");
+        say_detail("sampling: greedy (TEMP=0)");
     int rc = set.mode == MODE_PROMPT ? run_prompt(&set, &dialog, &prompt) : run_chat(&set, &dialog);
     dialog_free(&dialog);
     generator_free(gen);

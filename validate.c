@@ -197,7 +197,7 @@ static int run_greedy(Model *m, RunState *s, const ForwardOptions *opt, const Re
     printf("Matching tokens: %d/%d%s\n", ok, expected, sampling.temperature > 0 ? " (sampled: not expected to match)" : "");
     fprintf(stderr, "glm: prefill %d tokens %.3f s | decode %d tokens %.3f s (%.2f tok/s) | peak RSS %.2f GB\n",
             P, t1 - t0, out.n, t2 - t1, out.n > 1 ? (out.n - 1) / (t2 - t1) : 0.0, peak_rss_gb());
-    print_spec_stats(g, NULL);
+    if (g_verbose) print_spec_stats(g, NULL);
     generator_free(g);
     free(out.ids);
     return sampling.temperature > 0 ? 0 : ok != expected;
@@ -248,7 +248,7 @@ static int run_validation(const Settings *set) {
     else {
         const uint64_t seed = set->seed ? set->seed : clock_seed();
         if (set->temperature > 0)
-            fprintf(stderr, "glm: sampling: TEMPERATURE %g, NUCLEUS %g, SEED %llu\n", set->temperature, set->top_p, (unsigned long long)seed);
+            say_detail("sampling: TEMPERATURE %g, NUCLEUS %g, SEED %llu", set->temperature, set->top_p, (unsigned long long)seed);
         failed = run_greedy(&model, &state, &opt, &ref, ngen, (SamplerSettings){ set->temperature, set->top_p, seed },
                             set->spec_mode, set->draft);
     }

@@ -126,26 +126,41 @@ damage() {   # damage NAME PYTHON-ON-b: expect a one-line note, no use, identica
   $PY -c "import sys; b=bytearray(open('$T/bad.bin','rb').read()); $2; open('$T/bad.bin','wb').write(bytes(b))"
   local o; o=$(USAGE="$T/bad.bin" SNAP="$T/c8" REF="$R" "$GLM" 2 8 8 2>&1)
   if [ "$(grep -cE "usage history $T/bad.bin ignored: $3" <<<"$o")" = 1 ] && ! grep -q 'seeds the expert cache' <<<"$o" \
-     && [ "$(grep '^Generated' <<<"$o")" = "$base" ]; then echo "PASS history $1: ignored with one line ($3)"
+     && [ "$(grep '^Generated' <<<"$o")" = "$base" ] && cmp -s "$T/bad.bin" "$T/good.bin"; then
+    echo "PASS history $1: ignored with one line ($3), replaced by this run's"
   else echo "FAIL history $1"; echo "$o" | grep -iE 'usage|error' | head -3; fi
 }
+# glm's own history, damaged or older: ignored and replaced at the next save
 damage "with a flipped bit" "b[100] ^= 4" "checksum mismatch"
 damage "truncated" "del b[-3:]" "[0-9]+ bytes, a history of this model has"
-damage "with bad magic" "b[0:8] = b'NOTUSAGE'" "not a glm usage history"
 damage "of another version" "b[8] = 9" "version 9"
 damage "empty" "del b[:]" "0 bytes"
-# another model's history: same shape, other layout (the float model's tensors)
+# Anything else at a path USAGE names is refused by name and left as it was: another model's
+# history, a file that is no history (a README), a directory, a FIFO (without hanging).
+refuse() {   # refuse NAME PATH WHY
+  local before o rc; before=$(md5sum "$2" 2>/dev/null)
+  o=$(USAGE="$2" SNAP="$T/c8" REF="$R" timeout 20 "$GLM" 2 8 8 2>&1); rc=$?
+  if [ $rc -ne 0 ] && [ $rc -lt 124 ] && grep -q "USAGE=$2 is not a usage history of this model ($3)" <<<"$o" \
+     && [ "$(md5sum "$2" 2>/dev/null)" = "$before" ] && ! ls "$(dirname "$2")" | grep -q '\.tmp\.'; then
+    echo "PASS history $1: refused by name, left untouched"
+  else echo "FAIL history $1 (exit $rc)"; echo "$o" | grep -iE 'usage|error' | head -3; fi
+}
 USAGE="$T/other.bin" SNAP="$F/oracle_sparse" REF="$R" "$GLM" 2 8 8 >/dev/null 2>&1
-o=$(USAGE="$T/other.bin" SNAP="$T/c8" REF="$R" "$GLM" 2 8 8 2>&1)
-grep -q "ignored: written for another model" <<<"$o" && echo "PASS another model's history is ignored by its fingerprint" \
-  || { echo "FAIL foreign history"; echo "$o" | grep -i usage; }
+refuse "of another model (same shape, other fingerprint)" "$T/other.bin" "a usage history written for another model"
+cp "$ROOT/README.md" "$T/readme-copy.md"
+refuse "that is a README" "$T/readme-copy.md" "not a glm usage history"
+cp "$T/good.bin" "$T/magic.bin"; $PY -c "b=bytearray(open('$T/magic.bin','rb').read()); b[0:8]=b'NOTUSAGE'; open('$T/magic.bin','wb').write(bytes(b))"
+refuse "with bad magic" "$T/magic.bin" "not a glm usage history"
 mkdir -p "$T/adir"; mkfifo "$T/fifo"
-o=$(USAGE="$T/adir" SNAP="$T/c8" REF="$R" timeout 20 "$GLM" 2 8 8 2>&1); rc=$?
-[ "$(grep '^Generated' <<<"$o")" = "$base" ] && grep -q "ignored: not a regular file" <<<"$o" && ! ls "$T" | grep -q 'adir\.tmp' && echo "PASS a directory as history: ignored, the run goes on (and says it cannot save)" \
-  || { echo "FAIL directory history (exit $rc)"; echo "$o" | grep -i usage; }
-o=$(USAGE="$T/fifo" SNAP="$T/c8" REF="$R" timeout 20 "$GLM" 2 8 8 2>&1); rc=$?
-[ "$(grep '^Generated' <<<"$o")" = "$base" ] && grep -q "ignored: not a regular file" <<<"$o" && echo "PASS a FIFO as history: ignored without hanging" \
-  || { echo "FAIL FIFO history (exit $rc)"; echo "$o" | grep -i usage; }
+refuse "that is a directory" "$T/adir" "not a regular file"
+refuse "that is a FIFO" "$T/fifo" "not a regular file"
+# in the cache directory (no USAGE): a foreign file is left alone with a note; the run goes on
+cp "$ROOT/README.md" "$hist"
+o=$(run_hist)
+[ "$(grep '^Generated' <<<"$o")" = "$base" ] && grep -q "usage history $hist ignored and left as it is (not a glm usage history)" <<<"$o" \
+  && cmp -s "$hist" "$ROOT/README.md" && echo "PASS a foreign file at the default history path: noted, left as it is, the run goes on" \
+  || { echo "FAIL foreign file at the default path"; echo "$o" | grep -i usage; }
+rm -f "$hist"
 
 # kill -9 at random moments of runs that save the history every 256 tokens: the file is always
 # the old or a new history (never torn) and no temporary file is left behind.
