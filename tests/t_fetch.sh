@@ -132,16 +132,15 @@ cut_resume() {
     || { echo "expected a cut at 30000, then Range bytes=30000-; got:"; echo "$d"; return 1; }
 }
 check "dropped connection: continued with Range in the same run" cut_resume
-check "header-only copy: a header longer than the first read takes a second Range read" \
+check "header-only copy: two Range reads, the header length then the header, nothing more" \
   $PY - $BASE $REPO $S1 $T/fp8 $T/hdr $LOG <<'EOF'
 import json, os, sys
 import fetch_convert as fc
 from safetensors_io import SafeFile
 base, repo, name, src, tmp, log = sys.argv[1:]
 os.makedirs(tmp)
-fc.HEADER_PROBE = 16                     # far shorter than the header: the second read must happen
 class Opts:
-    timeout, retries, retry_wait = 10, 1, 0.01
+    timeout, retries, retry_wait, offline_after = 10, 1, 0.01, 5
 hub = fc.Hub(base, repo, None, None, Opts)
 fetcher = fc.Fetcher(hub, "main", fc.list_files(hub, "main"), tmp)
 stub = fetcher.header(name)
@@ -155,7 +154,7 @@ try:
 except fc.StError as e:
     assert "header-only" in str(e)
 reads = [json.loads(l)["range"] for l in open(log) if json.loads(l)["file"] == name]
-assert reads[-2:] == ["bytes=0-15", f"bytes=16-{n - 1}"], reads
+assert reads[-2:] == ["bytes=0-7", f"bytes=8-{n - 1}"], reads
 EOF
 serve norange --no-range --cut $S2:30000
 norange() {
@@ -236,8 +235,29 @@ no_index() {
 }
 check "no index: the listed *.safetensors files, same shards" no_index
 port=$($PY -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
-expect_fail "no server: retried with backoff, then the file is named" \
-  "config.json: .*refused.*gave up after 3 tries" $FETCH $REPO $T/out_i --base-url http://127.0.0.1:$port --retries 2 --retry-wait 0.01
+# No server: the default --offline-after (10 s) bounds it, whatever --retries and --retry-wait say.
+no_server() {
+  local t0=$SECONDS out
+  out=$(timeout 60 $FETCH $REPO $T/out_i/sub --base-url http://127.0.0.1:$port --retries 8 --retry-wait 30 2>&1) && return 1
+  local dt=$((SECONDS - t0)) want="cannot reach 127.0.0.1:$port: .*refused.*gave up after [2-9] tries"
+  [ $dt -le 15 ] || { echo "gave up after $dt s"; return 1; }
+  grep -qE "config.json: $want in [0-9.]+ s \(--offline-after 10\): this machine looks offline" <<<"$out" \
+    || { echo "$out"; return 1; }
+  [ ! -e $T/out_i ] || { echo "left $(find $T/out_i) behind"; return 1; }
+}
+check "no server: a few quick tries within ~10 s, then 'looks offline' naming the host; no folder left" no_server
+expect_fail "no server, --offline-after 1: fewer tries" "gave up after [1-2] tries in .*--offline-after 1\)" \
+  $FETCH $REPO $T/out_i --base-url http://127.0.0.1:$port --offline-after 1
+check "network errors: connection failures are told apart from broken transfers" $PY - <<'EOF'
+import errno, socket
+from fetch_convert import connect_failure
+assert connect_failure(socket.gaierror(-2, "Name or service not known"))
+assert connect_failure(ConnectionRefusedError(errno.ECONNREFUSED, "Connection refused"))
+assert connect_failure(OSError(errno.ENETUNREACH, "Network is unreachable"))
+assert connect_failure(socket.timeout("timed out"))
+assert not connect_failure(ConnectionResetError(errno.ECONNRESET, "Connection reset by peer"))
+assert not connect_failure(OSError(errno.EPIPE, "Broken pipe"))
+EOF
 
 check "network parsers: random input raises only FetchError" $PY - <<'EOF'
 import json, random
