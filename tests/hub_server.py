@@ -34,6 +34,9 @@ import time
 import urllib.parse
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "tools"))
+from tool_help import HelpFormatter  # noqa: E402
+
 
 class Repo:
     def __init__(self, args):
@@ -251,18 +254,22 @@ def make_handler(repo, state, role, cdn_base):
 
 
 def main():
-    ap = argparse.ArgumentParser(description="Hugging Face hub stand-in for tests")
-    ap.add_argument("dir")
-    ap.add_argument("--repo", required=True)
-    ap.add_argument("--port-file", required=True)
-    ap.add_argument("--log", required=True)
-    ap.add_argument("--token")
-    ap.add_argument("--redirect", action="store_true")
-    ap.add_argument("--cut", action="append", default=[])
-    ap.add_argument("--stall", action="append", default=[])
-    ap.add_argument("--corrupt", action="append", default=[])
-    ap.add_argument("--no-range", action="store_true")
-    ap.add_argument("--page-size", type=int, default=0)
+    ap = argparse.ArgumentParser(description="Hugging Face hub stand-in for tests (see the top of this file)",
+                                 formatter_class=HelpFormatter)
+    ap.add_argument("dir", help="its top-level files are the repository's files")
+    ap.add_argument("--repo", required=True, help="ORG/NAME the files are served as")
+    ap.add_argument("--port-file", required=True, help="receives BASE_URL once listening")
+    ap.add_argument("--log", required=True, help="one JSON line per request is appended here")
+    ap.add_argument("--token", help="require this bearer token: 401 without one, 403 for another (default: none needed)")
+    ap.add_argument("--redirect", action="store_true", help="LFS files: 302 to a second 'CDN' server")
+    ap.add_argument("--cut", action="append", default=[], metavar="NAME:B",
+                    help="the first download of NAME drops the connection after B bytes (repeatable; default: none)")
+    ap.add_argument("--stall", action="append", default=[], metavar="NAME:B",
+                    help="the first download of NAME goes silent after B bytes (repeatable; default: none)")
+    ap.add_argument("--corrupt", action="append", default=[], metavar="NAME[:K]",
+                    help="flip a byte in the first K downloads of NAME, every one without K (repeatable; default: none)")
+    ap.add_argument("--no-range", action="store_true", help="ignore Range headers (always 200, whole file)")
+    ap.add_argument("--page-size", type=int, default=0, metavar="N", help="tree entries per page, 0: one page")
     args = ap.parse_args()
     repo = Repo(args)
     state = State(args)
