@@ -55,10 +55,8 @@ Testing hook: CONVERT_KILL_AFTER_TENSORS=N makes the process SIGKILL itself afte
 import argparse
 import glob
 import json
-import math
 import os
 import re
-import shutil
 import signal
 import sys
 import time

@@ -779,7 +779,7 @@ def run(args, made):
     commit, resumed = pin_commit(hub, args, ddir)
     say(f"{'resuming' if resumed else 'revision ' + args.revision + ':'} commit {commit}")
     fetcher = Fetcher(hub, commit, list_files(hub, commit), ddir)
-    shards, weight_map = fetch_metadata(fetcher, args)
+    shards, _ = fetch_metadata(fetcher, args)
 
     # the converter asks for the headers of the shards it still has to convert, and checks them
     # against the index (downloaded into ddir)
