@@ -16,7 +16,8 @@
 #                 small files, and glm's PLAN on that copy equals its PLAN on the whole release
 #   leftovers     a failed run removes the folders it created unless a rerun continues from them
 #   offline       connection refused: a few quick tries (--offline-after, default 10 s), then a
-#                 message naming the host; errors that mean "no connection" told from broken ones
+#                 message naming the host; errors that mean "no connection" told from broken ones;
+#                 HTTP 503 keeps the --retries backoff
 #   parsers       random input to the network-facing parsers raises only their own error
 source "$(dirname "$0")/lib.sh"
 cd "$ROOT" || exit 2
@@ -311,6 +312,16 @@ no_server() {
 check "no server: a few quick tries within ~10 s, then 'looks offline' naming the host; no folder left" no_server
 expect_fail "no server, --offline-after 1: fewer tries" "gave up after [1-2] tries in .*--offline-after 1\)" \
   $FETCH $REPO $T/out_i --base-url http://127.0.0.1:$port --offline-after 1
+serve busy --busy config.json:2
+busy_retried() {
+  local out; out=$($FETCH $REPO $T/out_j --base-url $BASE $QUICK 2>&1) || { echo "$out"; return 1; }
+  same_as_local $T/out_j || return 1
+  [ "$(grep -c 'config.json: HTTP 503 .*; retry [12]/8 in' <<<"$out")" -eq 2 ] || { echo "$out"; return 1; }
+}
+check "HTTP 503 twice: retried with backoff (not taken for offline), result identical" busy_retried
+serve busy_always --busy config.json
+expect_fail "HTTP 503 every time: gives up after --retries, naming the file" \
+  "config.json: HTTP 503 .*gave up after 3 tries in a row" $FETCH $REPO $T/out_k --base-url $BASE $QUICK --retries 2
 check "network errors: connection failures are told apart from broken transfers" $PY - <<'EOF'
 import errno, socket
 from fetch_convert import connect_failure
