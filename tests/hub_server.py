@@ -20,6 +20,7 @@ Options (faults apply to data downloads only: GETs without a Range or with an op
     --stall NAME:B     the first download of NAME sends B bytes, then holds the connection silent
     --corrupt NAME[:K] flip one byte (offset size/2) in the first K downloads of NAME (default: all)
     --no-range         ignore Range headers (always 200 with the whole file)
+    --busy NAME[:K]    answer 503 to the first K requests for NAME (default: all of them)
     --page-size N      tree entries per page
 The port file gets "BASE_URL" once listening. The log gets one JSON line per request: server
 (main/cdn), method, path, file, range, status, sent (body bytes), auth (header present).
@@ -33,6 +34,9 @@ import threading
 import time
 import urllib.parse
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "tools"))
+from tool_help import HelpFormatter  # noqa: E402
 
 
 class Repo:
@@ -65,10 +69,17 @@ class State:
         self.log = open(args.log, "a")
         self.cut = dict(self._pairs(args.cut, int))
         self.stall = dict(self._pairs(args.stall, int))
-        self.corrupt = {}
-        for spec in args.corrupt:
+        self.corrupt = self._counts(args.corrupt)
+        self.busy = self._counts(args.busy)
+
+    @staticmethod
+    def _counts(specs):
+        """NAME[:K] -> {NAME: K}, -1 for every time."""
+        table = {}
+        for spec in specs:
             name, _, k = spec.partition(":")
-            self.corrupt[name] = int(k) if k else -1      # -1: every time
+            table[name] = int(k) if k else -1
+        return table
 
     @staticmethod
     def _pairs(specs, conv):
@@ -81,13 +92,14 @@ class State:
         with self.lock:
             return table.pop(name, None)
 
-    def take_corrupt(self, name):
+    def take_count(self, table, name):
+        """Consume one use of a counted fault; whether it applies to this request."""
         with self.lock:
-            k = self.corrupt.get(name, 0)
+            k = table.get(name, 0)
             if k == 0:
                 return False
             if k > 0:
-                self.corrupt[name] = k - 1
+                table[name] = k - 1
             return True
 
     def record(self, **kw):
@@ -180,6 +192,8 @@ def make_handler(repo, state, role, cdn_base):
         def resolve(self, fn):
             if fn not in repo.files:
                 return self.error(404, "EntryNotFound", f"{fn} does not exist on main", fn)
+            if state.take_count(state.busy, fn):
+                return self.error(503, "ServiceUnavailable", "try again later", fn)
             entry, data = repo.files[fn]
             headers = [("X-Repo-Commit", repo.commit)]
             if "lfs" in entry:
@@ -245,24 +259,30 @@ def make_handler(repo, state, role, cdn_base):
                 self.close_connection = True
 
         def server_faults_corrupt(self, fn):
-            return state.take_corrupt(fn)
+            return state.take_count(state.corrupt, fn)
 
     return Handler
 
 
 def main():
-    ap = argparse.ArgumentParser(description="Hugging Face hub stand-in for tests")
-    ap.add_argument("dir")
-    ap.add_argument("--repo", required=True)
-    ap.add_argument("--port-file", required=True)
-    ap.add_argument("--log", required=True)
-    ap.add_argument("--token")
-    ap.add_argument("--redirect", action="store_true")
-    ap.add_argument("--cut", action="append", default=[])
-    ap.add_argument("--stall", action="append", default=[])
-    ap.add_argument("--corrupt", action="append", default=[])
-    ap.add_argument("--no-range", action="store_true")
-    ap.add_argument("--page-size", type=int, default=0)
+    ap = argparse.ArgumentParser(description="Hugging Face hub stand-in for tests (see the top of this file)",
+                                 formatter_class=HelpFormatter)
+    ap.add_argument("dir", help="its top-level files are the repository's files")
+    ap.add_argument("--repo", required=True, help="ORG/NAME the files are served as")
+    ap.add_argument("--port-file", required=True, help="receives BASE_URL once listening")
+    ap.add_argument("--log", required=True, help="one JSON line per request is appended here")
+    ap.add_argument("--token", help="require this bearer token: 401 without one, 403 for another (default: none needed)")
+    ap.add_argument("--redirect", action="store_true", help="LFS files: 302 to a second 'CDN' server")
+    ap.add_argument("--cut", action="append", default=[], metavar="NAME:B",
+                    help="the first download of NAME drops the connection after B bytes (repeatable; default: none)")
+    ap.add_argument("--stall", action="append", default=[], metavar="NAME:B",
+                    help="the first download of NAME goes silent after B bytes (repeatable; default: none)")
+    ap.add_argument("--corrupt", action="append", default=[], metavar="NAME[:K]",
+                    help="flip a byte in the first K downloads of NAME, every one without K (repeatable; default: none)")
+    ap.add_argument("--no-range", action="store_true", help="ignore Range headers (always 200, whole file)")
+    ap.add_argument("--busy", action="append", default=[], metavar="NAME[:K]",
+                    help="answer 503 to the first K requests for NAME, every one without K (repeatable; default: none)")
+    ap.add_argument("--page-size", type=int, default=0, metavar="N", help="tree entries per page, 0: one page")
     args = ap.parse_args()
     repo = Repo(args)
     state = State(args)

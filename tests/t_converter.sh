@@ -11,6 +11,8 @@
 #   resume (b)       a run killed mid-shard (several kill points, also with --delete-source) and
 #                    rerun gives byte-identical output
 #   refusals (c)     corrupt inputs, option mismatch and low free space are refused with a named cause
+#   leftovers (d)    an error removes the folders the run created, unless they hold finished shards
+#   index (e)        model.safetensors.index.json: a missing shard is named by file, strays refused
 source "$(dirname "$0")/lib.sh"
 cd "$ROOT" || exit 2
 PY=/usr/bin/python3
@@ -353,3 +355,73 @@ expect_fail "refuse malformed header" "json/s0.safetensors: header is not valid"
 expect_fail "refuse byte length mismatch" "tensor $W: 512 bytes but F32 \[8, 15\] needs 480" $CONV $B/length $T/o11
 expect_fail "refuse overlapping tensors" "overlap/s0.safetensors: tensors a.weight and b.weight overlap" $CONV $B/overlap $T/o12
 check "no output published for refused inputs" test -z "$(ls $T/o[0-9]*/*.safetensors 2>/dev/null)"
+
+# (d) what an error leaves behind: nothing this run created unless a rerun continues from it; a
+# folder that existed before is never removed.
+check "refused inputs leave no output folder behind" test -z "$(ls -d $T/o[0-9]* $T/out_x $T/out_space 2>/dev/null)"
+nested_removed() {
+  $CONV $B/nan $T/nest/a/b >/dev/null 2>&1 && { echo "NaN input accepted"; return 1; }
+  [ ! -e $T/nest ] || { echo "left $(find $T/nest) behind"; return 1; }
+}
+check "error: every folder the run created is removed (DST and its new parents)" nested_removed
+existing_kept() {
+  mkdir -p $T/mine/out && echo keep > $T/mine/note
+  $CONV $B/nan $T/mine/out >/dev/null 2>&1 && { echo "NaN input accepted"; return 1; }
+  [ -d $T/mine/out ] && [ -f $T/mine/note ] || { echo "a folder that existed before was removed"; return 1; }
+  $CONV $B/nan $T/mine/out/new >/dev/null 2>&1
+  [ -d $T/mine/out ] && [ ! -e $T/mine/out/new ] || { echo "removed the wrong folder"; return 1; }
+}
+check "error: a folder that existed before is kept" existing_kept
+$PY - $T <<'PYEOF'
+# a good first shard and a NaN in the second: the first is finished before the error
+import sys, os, json
+import numpy as np
+from safetensors_io import write_file
+d = sys.argv[1] + "/bad/nan2"; os.makedirs(d)
+json.dump({"num_hidden_layers": 1}, open(d + "/config.json", "w"))
+w = np.ones((8, 16), np.float32)
+write_file(d + "/s0.safetensors", [("model.layers.0.mlp.up_proj.weight", "F32", w)])
+w[2, 3] = np.inf
+write_file(d + "/s1.safetensors", [("model.layers.0.mlp.down_proj.weight", "F32", w)])
+PYEOF
+finished_kept() {
+  local out; out=$($CONV $B/nan2 $T/o_nan2 2>&1) && { echo "Inf input accepted"; return 1; }
+  grep -q "s1.safetensors: tensor .*non-finite" <<<"$out" || { echo "$out"; return 1; }
+  grep -q "o_nan2 kept: it holds finished output shards; rerun" <<<"$out" || { echo "$out"; return 1; }
+  [ -f $T/o_nan2/s0.safetensors ] && [ ! -e $T/o_nan2/s1.safetensors.tmp ] || { ls -a $T/o_nan2; return 1; }
+}
+check "error after a finished shard: the output folder is kept for the rerun, the partial shard removed" finished_kept
+
+# (e) model.safetensors.index.json: the shards it names are the source; a missing one is named
+check "make fp8 fixture with an index" $PY tools/make_fp8_fixture.py $FIX $T/fp8i --shard-mb 0.1 --bf16-rest --index
+check "with an index: same output as without" bash -c "$CONV $T/fp8i $T/out_i >/dev/null 2>&1 &&
+  diff <(cd $T/out_fp8 && sha256sum *.safetensors) <(cd $T/out_i && sha256sum *.safetensors)"
+S2=model-00002-of-$(printf %05d "$nshards").safetensors
+rm -rf $T/miss && cp -r $T/fp8i $T/miss && rm $T/miss/$S2
+expect_fail "missing shard: named by its file and the index" \
+  "miss/$S2: missing: model.safetensors.index.json names this file for [0-9]+ tensor" $CONV $T/miss $T/out_miss
+check "missing shard: no output folder left behind" test ! -e $T/out_miss
+rm -rf $T/extra && cp -r $T/fp8i $T/extra && cp $T/fp8i/$S2 $T/extra/model-extra.safetensors
+expect_fail "a shard the index does not name: refused by name" \
+  "extra/model-extra.safetensors: not named in model.safetensors.index.json" $CONV $T/extra $T/out_extra
+rm -rf $T/moved && cp -r $T/fp8i $T/moved && $PY - $T/moved <<'PYEOF'
+import json, sys
+p = sys.argv[1] + "/model.safetensors.index.json"
+idx = json.load(open(p))
+wm = idx["weight_map"]
+name = next(n for n in sorted(wm) if list(wm.values()).count(wm[n]) > 1)    # its shard keeps others
+other = sorted(set(wm.values()) - {wm[name]})[0]
+wm[name] = other
+json.dump(idx, open(p, "w"))
+PYEOF
+expect_fail "index and header disagree: named" "its header and model.safetensors.index.json disagree: tensor" \
+  $CONV $T/moved $T/out_moved
+index_delete_source() {
+  rm -rf $T/src_i $T/out_di; cp -r $T/fp8i $T/src_i
+  CONVERT_KILL_AFTER_TENSORS=150 $CONV $T/src_i $T/out_di --delete-source >/dev/null 2>&1
+  [ $? -eq 137 ] || { echo "first run was not killed"; return 1; }
+  [ "$(ls $T/src_i/*.safetensors | wc -l)" -lt "$nshards" ] || { echo "no source shard deleted"; return 1; }
+  $CONV $T/src_i $T/out_di --delete-source >/dev/null 2>&1 || { echo "rerun failed"; return 1; }
+  diff <(cd $T/out_fp8 && sha256sum *.safetensors) <(cd $T/out_di && sha256sum *.safetensors)
+}
+check "with an index and --delete-source: the deleted (finished) shards are not missing on a rerun" index_delete_source

@@ -11,7 +11,13 @@
 #   corrupt       a shard corrupted once is downloaded again; corrupted every time: named, exit 1,
 #                 its partial data deleted
 #   refusals      no room (small tmpfs, else SKIP; and --margin-mb), no token / wrong token (401/403),
-#                 unknown repository / revision (404), no server (retries, then the file is named)
+#                 unknown repository / revision (404)
+#   plan          --plan transfers only each shard's 8 + N header bytes (two Range reads) and the
+#                 small files, and glm's PLAN on that copy equals its PLAN on the whole release
+#   leftovers     a failed run removes the folders it created unless a rerun continues from them
+#   offline       connection refused: a few quick tries (--offline-after, default 10 s), then a
+#                 message naming the host; errors that mean "no connection" told from broken ones;
+#                 HTTP 503 keeps the --retries backoff
 #   parsers       random input to the network-facing parsers raises only their own error
 source "$(dirname "$0")/lib.sh"
 cd "$ROOT" || exit 2
@@ -108,6 +114,12 @@ expect_fail "gated, wrong token: 403 says the token has no access" \
   "config.json: HTTP 403 .*token from HF_TOKEN has no access" env HF_TOKEN=hf_other $FETCH $REPO $T/out_x --base-url $BASE $QUICK
 expect_fail "unknown repository: 404 named" "HTTP 404: repository zai-org/nope not found" \
   env HF_TOKEN=hf_secret $FETCH zai-org/nope $T/out_x --base-url $BASE $QUICK
+check "failed fetch: the folders it created are removed" test ! -e $T/out_x
+mkdir -p $T/mine
+expect_fail "unknown repository, into a folder that exists: 404 named" "HTTP 404: repository zai-org/nope" \
+  env HF_TOKEN=hf_secret $FETCH zai-org/nope $T/mine --base-url $BASE $QUICK
+check "failed fetch: a folder that existed is kept, the download folder it created is removed" \
+  bash -c "[ -d $T/mine ] && [ -z \"\$(ls -A $T/mine)\" ]"
 expect_fail "unknown revision: 404 named" "config.json: HTTP 404: revision not found" \
   env HF_TOKEN=hf_secret $FETCH $REPO $T/out_y --base-url $BASE --revision v9 $QUICK
 expect_fail "no room: refused with the numbers (--margin-mb)" \
@@ -132,16 +144,15 @@ cut_resume() {
     || { echo "expected a cut at 30000, then Range bytes=30000-; got:"; echo "$d"; return 1; }
 }
 check "dropped connection: continued with Range in the same run" cut_resume
-check "header-only copy: a header longer than the first read takes a second Range read" \
+check "header-only copy: two Range reads, the header length then the header, nothing more" \
   $PY - $BASE $REPO $S1 $T/fp8 $T/hdr $LOG <<'EOF'
 import json, os, sys
 import fetch_convert as fc
 from safetensors_io import SafeFile
 base, repo, name, src, tmp, log = sys.argv[1:]
 os.makedirs(tmp)
-fc.HEADER_PROBE = 16                     # far shorter than the header: the second read must happen
 class Opts:
-    timeout, retries, retry_wait = 10, 1, 0.01
+    timeout, retries, retry_wait, offline_after = 10, 1, 0.01, 5
 hub = fc.Hub(base, repo, None, None, Opts)
 fetcher = fc.Fetcher(hub, "main", fc.list_files(hub, "main"), tmp)
 stub = fetcher.header(name)
@@ -155,7 +166,7 @@ try:
 except fc.StError as e:
     assert "header-only" in str(e)
 reads = [json.loads(l)["range"] for l in open(log) if json.loads(l)["file"] == name]
-assert reads[-2:] == ["bytes=0-15", f"bytes=16-{n - 1}"], reads
+assert reads[-2:] == ["bytes=0-7", f"bytes=8-{n - 1}"], reads
 EOF
 serve norange --no-range --cut $S2:30000
 norange() {
@@ -226,6 +237,58 @@ expect_fail "shard corrupted every time: named, exit 1" "$S2: SHA-256 mismatch a
 check "corrupted shard: no partial data left" test -z "$(ls $T/out_g/.download/$S2{,.part} 2>/dev/null)"
 check "corrupted shard: the shard before it was converted" test -f $T/out_g/$S1
 
+# --- --plan: only the headers cross the network, then glm's PLAN reads them ---------------------------
+serve plan
+plan_headers() {
+  local out; out=$(RAM_GB=8 $FETCH $REPO $T/plan/p --base-url $BASE --plan --glm "$GLM" $QUICK 2>&1) \
+    || { echo "$out"; return 1; }
+  grep -q "^glm: plan for $T/plan/p: " <<<"$out" || { echo "no plan printed:"; echo "$out"; return 1; }
+  # the same plan as on the full release (the free disk space, which moves, left out)
+  diff <(RAM_GB=8 PLAN=json SNAP=$T/plan/p "$GLM" | sed 's/"model": "[^"]*", //; s/"disk_free_bytes": [0-9]*, //') \
+       <(RAM_GB=8 PLAN=json SNAP=$T/fp8 "$GLM" | sed 's/"model": "[^"]*", //; s/"disk_free_bytes": [0-9]*, //') \
+    || { echo "PLAN on the header-only copy differs from PLAN on the release"; return 1; }
+  $PY - $T/fp8 $T/plan/p $LOG <<'EOF'
+import glob, json, os, sys
+src, plan, log = sys.argv[1:]
+recs = [json.loads(l) for l in open(log)]
+want = {}
+for p in sorted(glob.glob(src + "/*.safetensors")):
+    name = os.path.basename(p)
+    head = open(p, "rb").read(8)
+    n = 8 + int.from_bytes(head, "little")
+    want[name] = n
+    assert open(os.path.join(plan, name), "rb").read() == open(p, "rb").read(n), f"{name}: not its header"
+    reads = [(r["range"], r["status"], r["sent"]) for r in recs if r["file"] == name]
+    assert reads == [("bytes=0-7", 206, 8), (f"bytes=8-{n - 1}", 206, n - 8)], f"{name}: {reads}"
+sent = sum(r["sent"] for r in recs if r["file"] in want)
+assert sent == sum(want.values()), (sent, sum(want.values()))
+assert sorted(n for n in os.listdir(plan) if n.endswith(".safetensors")) == sorted(want)
+for f in ("config.json", "model.safetensors.index.json", "tokenizer_config.json"):
+    assert open(os.path.join(plan, f), "rb").read() == open(os.path.join(src, f), "rb").read(), f
+EOF
+}
+if [ -x "$GLM" ]; then
+  unset_settings
+  check "--plan: only the 8 + N header bytes of each shard are transferred; glm's plan = the release's" plan_headers
+  check "--plan again into its own folder: accepted" \
+    $FETCH $REPO $T/plan/p --base-url $BASE --plan --glm "$GLM" $QUICK
+else
+  echo "FAIL --plan: $GLM is not built (run make)"
+fi
+plan_no_glm() {
+  local out; out=$($FETCH $REPO $T/plan/q --base-url $BASE --plan --glm $T/nope $QUICK 2>&1) || { echo "$out"; return 1; }
+  grep -q "$T/nope is not built (make glm); the plan is then: PLAN=1 SNAP=$T/plan/q $T/nope" <<<"$out" \
+    || { echo "$out"; return 1; }
+}
+check "--plan without a built glm: prints the command" plan_no_glm
+expect_fail "--plan into a folder with real shards: refused, nothing removed" \
+  "out_a/[^:]*: (a shard with its data|a file --plan does not write); --plan writes its header-only copy" \
+  $FETCH $REPO $T/out_a --base-url $BASE --plan --glm $T/nope $QUICK
+check "--plan refused: the converted folder is intact" same_as_local $T/out_a
+expect_fail "--plan, unknown repository: 404 named" "HTTP 404: repository zai-org/nope not found" \
+  $FETCH zai-org/nope $T/plan/r --base-url $BASE --plan --glm $T/nope $QUICK
+check "--plan error: the folder it created is removed" test ! -e $T/plan/r
+
 # --- no index, no server ---------------------------------------------------------------------------
 mkdir -p $T/noindex && cp $T/fp8/*.safetensors $T/fp8/config.json $T/noindex/
 SERVE_DIR=$T/noindex serve noindex
@@ -236,8 +299,39 @@ no_index() {
 }
 check "no index: the listed *.safetensors files, same shards" no_index
 port=$($PY -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
-expect_fail "no server: retried with backoff, then the file is named" \
-  "config.json: .*refused.*gave up after 3 tries" $FETCH $REPO $T/out_i --base-url http://127.0.0.1:$port --retries 2 --retry-wait 0.01
+# No server: the default --offline-after (10 s) bounds it, whatever --retries and --retry-wait say.
+no_server() {
+  local t0=$SECONDS out
+  out=$(timeout 60 $FETCH $REPO $T/out_i/sub --base-url http://127.0.0.1:$port --retries 8 --retry-wait 30 2>&1) && return 1
+  local dt=$((SECONDS - t0)) want="cannot reach 127.0.0.1:$port: .*refused.*gave up after [2-9] tries"
+  [ $dt -le 15 ] || { echo "gave up after $dt s"; return 1; }
+  grep -qE "config.json: $want in [0-9.]+ s \(--offline-after 10\): this machine looks offline" <<<"$out" \
+    || { echo "$out"; return 1; }
+  [ ! -e $T/out_i ] || { echo "left $(find $T/out_i) behind"; return 1; }
+}
+check "no server: a few quick tries within ~10 s, then 'looks offline' naming the host; no folder left" no_server
+expect_fail "no server, --offline-after 1: fewer tries" "gave up after [1-2] tries in .*--offline-after 1\)" \
+  $FETCH $REPO $T/out_i --base-url http://127.0.0.1:$port --offline-after 1
+serve busy --busy config.json:2
+busy_retried() {
+  local out; out=$($FETCH $REPO $T/out_j --base-url $BASE $QUICK 2>&1) || { echo "$out"; return 1; }
+  same_as_local $T/out_j || return 1
+  [ "$(grep -c 'config.json: HTTP 503 .*; retry [12]/8 in' <<<"$out")" -eq 2 ] || { echo "$out"; return 1; }
+}
+check "HTTP 503 twice: retried with backoff (not taken for offline), result identical" busy_retried
+serve busy_always --busy config.json
+expect_fail "HTTP 503 every time: gives up after --retries, naming the file" \
+  "config.json: HTTP 503 .*gave up after 3 tries in a row" $FETCH $REPO $T/out_k --base-url $BASE $QUICK --retries 2
+check "network errors: connection failures are told apart from broken transfers" $PY - <<'EOF'
+import errno, socket
+from fetch_convert import connect_failure
+assert connect_failure(socket.gaierror(-2, "Name or service not known"))
+assert connect_failure(ConnectionRefusedError(errno.ECONNREFUSED, "Connection refused"))
+assert connect_failure(OSError(errno.ENETUNREACH, "Network is unreachable"))
+assert connect_failure(socket.timeout("timed out"))
+assert not connect_failure(ConnectionResetError(errno.ECONNRESET, "Connection reset by peer"))
+assert not connect_failure(OSError(errno.EPIPE, "Broken pipe"))
+EOF
 
 check "network parsers: random input raises only FetchError" $PY - <<'EOF'
 import json, random

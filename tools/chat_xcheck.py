@@ -14,7 +14,9 @@ rendering is identical.
 
 Verified so far: GLM-4.7's template (the GLM-5.0 form) on 15,000 conversations, identical.
 """
-import json, os, random, subprocess, sys, tempfile
+import argparse, json, os, random, subprocess, sys, tempfile
+
+from tool_help import HelpFormatter
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -95,11 +97,14 @@ def reference(template_text, cases):
 
 
 def main():
-    if len(sys.argv) < 3:
-        sys.exit(__doc__)
-    template_path, form = sys.argv[1], sys.argv[2]
-    n = int(sys.argv[3]) if len(sys.argv) > 3 else 3000
-    rng = random.Random(int(sys.argv[4]) if len(sys.argv) > 4 else 1)
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], formatter_class=HelpFormatter)
+    ap.add_argument("template", metavar="TEMPLATE", help="the model's chat_template.jinja")
+    ap.add_argument("form", metavar="FORM", help="the chat.h template form to compare with, e.g. glm-5.2")
+    ap.add_argument("n", nargs="?", type=int, default=3000, metavar="N", help="random conversations")
+    ap.add_argument("seed", nargs="?", type=int, default=1, metavar="SEED", help="random seed")
+    a = ap.parse_args()
+    template_path, form, n = a.template, a.form, a.n
+    rng = random.Random(a.seed)
     cases = [case(rng) for _ in range(n)]
     with tempfile.NamedTemporaryFile("w", suffix=".jsonl", delete=False) as f:
         for c in cases: f.write(json.dumps(c, ensure_ascii=False) + "\n")

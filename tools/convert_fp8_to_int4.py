@@ -23,6 +23,14 @@ Other options:
     --margin-mb M     free space to keep on DST beyond the estimated output (default 1024)
     --restart         ignore DST/.convert-state.json from an earlier run (it must otherwise match)
 
+Source shards: the files model.safetensors.index.json names when SRC_DIR has it (a missing one is an
+error naming it; a *.safetensors file it does not name is refused; each shard's header must hold the
+tensors the index lists for it), else every *.safetensors file in SRC_DIR.
+
+On an error, the folders this run created are removed again where they hold nothing (the partial
+shard is always removed); a folder that holds finished output shards is kept for the rerun that
+resumes it, and a folder that existed before is never removed.
+
 Quantization (bit-exact with the engine's load-time quantizer, all float32): per row or per group
 absmax; s = max(absmax/qmax, 1e-8); q = clamp(rint(w/s), -2^(b-1), qmax), rint = half to even.
 int4: stored q+8, element 2j in the low nibble; int2: stored q+2, element 4j+k in bits 2k..2k+1; an
@@ -47,10 +55,8 @@ Testing hook: CONVERT_KILL_AFTER_TENSORS=N makes the process SIGKILL itself afte
 import argparse
 import glob
 import json
-import math
 import os
 import re
-import shutil
 import signal
 import sys
 import time
@@ -59,8 +65,11 @@ import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from safetensors_io import SafeFile, ShardWriter, StError, atomic_write_bytes, header_bytes, to_f32  # noqa: E402
+from tool_help import HelpFormatter  # noqa: E402
 
 STATE_NAME = ".convert-state.json"
+INDEX_NAME = "model.safetensors.index.json"
+SHARD_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*\.safetensors$")     # a plain file name, no path
 COPY_PATTERNS = ("config.json", "generation_config.json", "tokenizer*.json", "chat_template.jinja")
 CHUNK_ELEMS = 8 * 1024 * 1024      # rows per read/quantize step: about 32 MB of float32
 QMAX = {8: 127, 4: 7, 2: 1}
@@ -544,6 +553,69 @@ def write_shard(path, units, src, progress, label, killer):
 
 # ----------------------------------------------------------------------------------------------
 
+def parse_index(data, what):
+    """The bytes of model.safetensors.index.json -> {tensor name: shard file name}."""
+    try:
+        idx = json.loads(data.decode("utf-8"))
+    except (UnicodeDecodeError, json.JSONDecodeError) as e:
+        raise ConvertError(f"{what}: not valid JSON ({e})")
+    wm = idx.get("weight_map") if isinstance(idx, dict) else None
+    if not isinstance(wm, dict) or not wm:
+        raise ConvertError(f"{what}: no weight_map")
+    for name, fn in wm.items():
+        if not isinstance(fn, str) or not SHARD_RE.match(fn):
+            raise ConvertError(f"{what}: tensor {name}: shard name {fn!r} is not a plain *.safetensors file name")
+    return wm
+
+
+def read_index(src_dir):
+    """SRC_DIR's index as parse_index returns it, or None when SRC_DIR has none."""
+    path = os.path.join(src_dir, INDEX_NAME)
+    try:
+        with open(path, "rb") as fh:
+            return parse_index(fh.read(), path)
+    except FileNotFoundError:
+        return None
+    except OSError as e:
+        raise ConvertError(f"{path}: cannot read: {e.strerror}")
+
+
+def check_shard_against_index(weight_map, shard, names):
+    """A shard's header (tensor names) must hold exactly the tensors the index lists for it."""
+    listed = {n for n, f in weight_map.items() if f == shard}
+    extra, missing = sorted(set(names) - listed), sorted(listed - set(names))
+    if extra or missing:
+        raise ConvertError(f"{shard}: its header and {INDEX_NAME} disagree: " +
+                           (f"tensor {extra[0]} is not listed for it" if extra else
+                            f"tensor {missing[0]} is listed for it but not in it"))
+
+
+def make_dirs(path):
+    """os.makedirs(path, exist_ok=True); returns the folders it created, outermost first, for
+    remove_made_dirs."""
+    made = []
+    p = os.path.abspath(path)
+    while not os.path.lexists(p):
+        made.append(p)
+        p = os.path.dirname(p)
+    os.makedirs(path, exist_ok=True)
+    return made[::-1]
+
+
+def remove_made_dirs(made):
+    """Remove the folders make_dirs created, innermost first, each only if it is empty (rmdir never
+    deletes content). Returns the ones left in place."""
+    kept = []
+    for d in reversed(made):
+        try:
+            os.rmdir(d)
+        except FileNotFoundError:
+            pass
+        except OSError:
+            kept.append(d)
+    return kept
+
+
 def load_state(path):
     try:
         with open(path) as fh:
@@ -567,15 +639,21 @@ def free_bytes(d):
 def add_conversion_args(ap):
     """Options that decide the output, plus --margin-mb and --restart (shared with fetch_convert.py)."""
     bits = lambda s: int(s) if s in ("2", "4", "8", "16") else ap.error(f"bits must be 2, 4, 8 or 16, not {s}")
-    ap.add_argument("--expert-bits", type=bits, default=4)
-    ap.add_argument("--dense-bits", type=bits, default=4)
-    ap.add_argument("--io-bits", type=bits, default=8)
-    ap.add_argument("--mtp-bits", type=bits, default=8)
-    ap.add_argument("--indexer-bits", type=bits, default=8)
-    ap.add_argument("--group", type=int, default=64)
-    ap.add_argument("--per-row", action="store_true")
-    ap.add_argument("--margin-mb", type=float, default=1024)
-    ap.add_argument("--restart", action="store_true")
+    g = ap.add_argument_group("conversion (bits: 8 = int8-row, 4 = int4, 2 = int2-row, 16 = keep f32)")
+    g.add_argument("--expert-bits", type=bits, default=4, metavar="B",
+                   help="routed experts of the layers below num_hidden_layers")
+    g.add_argument("--dense-bits", type=bits, default=4, metavar="B",
+                   help="attention, shared expert and dense MLP weights of those layers")
+    g.add_argument("--io-bits", type=bits, default=8, metavar="B", help="model.embed_tokens and lm_head")
+    g.add_argument("--mtp-bits", type=bits, default=8, metavar="B",
+                   help="the MTP layer's 2-D weights (a value below 8 is raised to 8; eh_proj stays f32)")
+    g.add_argument("--indexer-bits", type=bits, default=8, metavar="B", help="self_attn.indexer.* 2-D weights")
+    g.add_argument("--group", type=int, default=64, metavar="N", help="int4 group size (columns per scale)")
+    g.add_argument("--per-row", action="store_true", help="int4 with one scale per row instead of per group")
+    g.add_argument("--margin-mb", type=float, default=1024, metavar="M",
+                   help="free space (MB) to keep on DST_DIR beyond the estimated output")
+    g.add_argument("--restart", action="store_true",
+                   help="ignore the state an earlier run left (DST_DIR/.convert-state.json) and redo every shard")
 
 
 def check_conversion_args(ap, a):
@@ -587,11 +665,14 @@ def check_conversion_args(ap, a):
 
 
 def parse_args(argv):
-    ap = argparse.ArgumentParser(description="Convert FP8/BF16/F32 GLM safetensors into the glm.c container.")
-    ap.add_argument("src")
-    ap.add_argument("dst")
+    ap = argparse.ArgumentParser(description="Convert FP8/BF16/F32 GLM safetensors into the glm.c container.",
+                                 formatter_class=HelpFormatter)
+    ap.add_argument("src", metavar="SRC_DIR", help="the model folder: config.json and *.safetensors")
+    ap.add_argument("dst", metavar="DST_DIR", help="the output folder (created if needed)")
     add_conversion_args(ap)
-    ap.add_argument("--delete-source", action="store_true")
+    ap.add_argument("--delete-source", action="store_true",
+                    help="DELETES each source shard in SRC_DIR as soon as no unfinished output shard needs it, "
+                         "so the disk holds about one copy of the model instead of two")
     a = ap.parse_args(argv)
     check_conversion_args(ap, a)
     return a
@@ -638,10 +719,16 @@ class Conversion:
             state = {"options": self.policy.as_dict(), "finished": {}}
         self.state = state
 
-        if shard_names is None:
-            shard_names = sorted(os.path.basename(p) for p in glob.glob(os.path.join(src_dir, "*.safetensors")))
-            shard_names = sorted(set(shard_names) | set(state["finished"]))
-        else:
+        self.weight_map = read_index(src_dir)
+        explicit = shard_names is not None
+        if not explicit:
+            present = sorted(os.path.basename(p) for p in glob.glob(os.path.join(src_dir, "*.safetensors")))
+            if self.weight_map is None:
+                shard_names = sorted(set(present) | set(state["finished"]))
+            else:
+                shard_names = sorted(set(self.weight_map.values()))
+                self._check_listed(present, shard_names, state)
+        if explicit or self.weight_map is not None:
             stray = sorted(set(state["finished"]) - set(shard_names))
             if stray:
                 raise ConvertError(f"{self.state_path}: lists finished shard {stray[0]}, which this source does not "
@@ -672,6 +759,9 @@ class Conversion:
             os.remove(stale)     # a partial shard from a killed run: redone below
 
         self.src = Source(src_dir, shard_names, headers)
+        if self.weight_map is not None:
+            for i, f in self.src.files.items():
+                check_shard_against_index(self.weight_map, shard_names[i], f.names())
         units = build_units(self.src, self.policy, done_outputs)
         self.todo = [i for i, sn in enumerate(shard_names) if sn not in state["finished"]]
         self.by_shard = {i: [u for u in units if u.shard == i] for i in self.todo}
@@ -688,6 +778,21 @@ class Conversion:
             for f in u.needs:
                 self.needed_by.setdefault(f, set()).add(u.shard)
         self.killer = Killer()
+
+    def _check_listed(self, present, listed, state):
+        """SRC_DIR's *.safetensors files against the index: each listed shard is there (or finished
+        by an earlier run, which may have deleted it), and no other one is."""
+        unlisted = sorted(set(present) - set(listed))
+        if unlisted:
+            raise ConvertError(f"{os.path.join(self.src_dir, unlisted[0])}: not named in {INDEX_NAME}; move "
+                               f"it out of SRC_DIR or fix the index")
+        for sn in listed:
+            if sn in present or sn in state["finished"]:
+                continue
+            tensors = sorted(n for n, f in self.weight_map.items() if f == sn)
+            raise ConvertError(f"{os.path.join(self.src_dir, sn)}: missing: {INDEX_NAME} names this file for "
+                               f"{len(tensors)} tensor(s) ({tensors[0]}{', ...' if len(tensors) > 1 else ''}); "
+                               f"download it into SRC_DIR")
 
     def needs(self, i):
         """Source shards whose data output shard i reads (usually i; also a neighbour holding a
@@ -738,8 +843,7 @@ class Conversion:
         return copied, [n for n in EXTRA_FILES if n not in copied]
 
 
-def main(argv):
-    args = parse_args(argv)
+def convert(args):
     conv = Conversion(args.src, args.dst, args)
     src_dir, dst_dir = args.src, args.dst
     same_fs = os.stat(src_dir).st_dev == os.stat(dst_dir).st_dev
@@ -773,10 +877,25 @@ def main(argv):
           f"{len(conv.todo)} shard(s) written to {dst_dir}", file=sys.stderr)
 
 
-if __name__ == "__main__":
+def main(argv):
+    args = parse_args(argv)
+    made = []
     try:
-        main(sys.argv[1:])
-    except (ConvertError, StError) as e:
-        die(str(e))
-    except KeyboardInterrupt:
-        die("interrupted (finished shards are kept; rerun to continue)")
+        made = make_dirs(args.dst)
+        convert(args)
+    except BaseException as e:
+        kept = remove_made_dirs(made)     # an error before any finished shard leaves no folder behind
+        if kept:
+            print(f"convert: {kept[0]} kept: it holds finished output shards; rerun the same command to "
+                  f"continue", file=sys.stderr)
+        if isinstance(e, (ConvertError, StError)):
+            die(str(e))
+        if isinstance(e, OSError):
+            die(f"{e.filename + ': ' if e.filename else ''}{e.strerror or e}")
+        if isinstance(e, KeyboardInterrupt):
+            die("interrupted (finished shards are kept; rerun to continue)")
+        raise
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])

@@ -4,7 +4,9 @@ container glm.c reads, so the disk holds one shard (two when a tensor's scale or
 the next one) plus the growing output, instead of the whole FP8 release and then the output.
 
     /usr/bin/python3 tools/fetch_convert.py ORG/NAME DST_DIR [--revision REV] [--base-url URL]
-        [--download-dir DIR] [--retries N] [--retry-wait S] [--timeout S] [converter options]
+        [--download-dir DIR] [--retries N] [--retry-wait S] [--offline-after S] [--timeout S]
+        [converter options]
+    /usr/bin/python3 tools/fetch_convert.py ORG/NAME PLAN_DIR --plan [--glm PATH]
 
 Converter options (tools/convert_fp8_to_int4.py, the same code does the work): --expert-bits,
 --dense-bits, --io-bits, --mtp-bits, --indexer-bits, --group, --per-row, --margin-mb, --restart.
@@ -16,8 +18,9 @@ What it does:
     files, oid = git blob id for the others).
  2. Downloads model.safetensors.index.json, config.json and, where the repository has them,
     generation_config.json, tokenizer.json, tokenizer_config.json, chat_template.jinja; then the
-    first bytes of every shard up to the end of its header (HTTP Range), which is all the converter
-    needs to plan the job and to size its output exactly.
+    first bytes of every shard up to the end of its header (two HTTP Range reads: the 8-byte header
+    length, then the JSON header), which is all the converter needs to plan the job and to size its
+    output exactly.
  3. Refuses to start unless DST has room for the remaining output plus the largest set of shards on
     disk at once, plus --margin-mb (the numbers are printed).
  4. Per output shard: downloads the shards it reads (BASE/REPO/resolve/COMMIT/FILE; redirects are
@@ -29,20 +32,34 @@ Resume: rerun the same command. Finished output shards are skipped (the converte
 DST/.convert-state.json); a download continues from its partial file NAME.part with
 "Range: bytes=N-" (a server that answers 200 instead of 206 sends the whole file: it starts over).
 Network errors and HTTP 5xx/429 are retried with exponential backoff (--retries in a row without
-progress; --retry-wait doubles up to 60 s). A hash mismatch deletes the partial data and downloads
-the file once more; a second mismatch is an error naming the file.
+progress; --retry-wait doubles up to 60 s). Until the hub has answered once, a host that cannot be
+reached (DNS failure, connection refused, no route, no answer) is given --offline-after seconds in
+all (a few quick tries) and then reported as the machine looking offline. A hash mismatch deletes
+the partial data and downloads the file once more; a second mismatch is an error naming the file.
+On an error, the folders this run created are removed again unless they hold something a rerun
+continues from (downloaded shard data, finished output shards); folders that existed are kept.
+
+Plan before the download (--plan): fetches config.json, the index, the tokenizer files and each
+shard's header (a few MB for GLM-5.2) into PLAN_DIR, a header-only copy of the release (each
+NAME.safetensors cut right after its header), then runs PLAN=1 SNAP=PLAN_DIR on glm (--glm, default
+the repository's ./glm; glm's RAM_GB, CTX and BATCH come from the environment) and exits with its
+status: the RAM plan, the disk the release takes and the projected speed. Without a built glm it
+prints the command. PLAN_DIR must be new, empty or an earlier --plan's folder.
 
 Token for gated repositories: HF_TOKEN, else the file $HF_TOKEN_PATH, else $HF_HOME/token (HF_HOME
 defaults to $XDG_CACHE_HOME/huggingface, else ~/.cache/huggingface), as huggingface_hub does.
 Base URL: --base-url, else HF_ENDPOINT, else https://huggingface.co.
 """
 import argparse
+import errno
 import hashlib
 import http.client
 import json
 import os
 import re
+import shlex
 import socket
+import subprocess
 import sys
 import time
 import urllib.error
@@ -50,21 +67,23 @@ import urllib.parse
 import urllib.request
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from convert_fp8_to_int4 import (Conversion, ConvertError, Progress, add_conversion_args,  # noqa: E402
-                                 check_conversion_args, free_bytes)
+from convert_fp8_to_int4 import (INDEX_NAME, SHARD_RE, Conversion, ConvertError, Progress,  # noqa: E402
+                                 add_conversion_args, check_conversion_args, check_shard_against_index,
+                                 free_bytes, make_dirs, remove_made_dirs)
+import convert_fp8_to_int4  # noqa: E402
 from safetensors_io import MAX_HEADER, SafeFile, StError, atomic_write_bytes  # noqa: E402
+from tool_help import HelpFormatter  # noqa: E402
 
-INDEX = "model.safetensors.index.json"
+INDEX = INDEX_NAME
 SMALL_FILES = ("config.json", "generation_config.json", "tokenizer.json", "tokenizer_config.json",
                "chat_template.jinja")
 REQUIRED = ("config.json",)
 STATE = "fetch-state.json"
-HEADER_PROBE = 256 * 1024          # first request for a shard's header; most headers fit
 MAX_JSON = 64 * 1024 * 1024        # a tree page or index larger than this is refused
 MAX_PAGES = 10000
 CHUNK = 1 << 20
 REPO_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*/[A-Za-z0-9._-]+$")
-SHARD_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*\.safetensors$")
+GLM = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "glm")
 
 
 class FetchError(Exception):
@@ -73,6 +92,24 @@ class FetchError(Exception):
 
 class Retryable(Exception):
     """A network error or a server error worth another try."""
+
+
+class Unreachable(Retryable):
+    """No connection to a host at all (DNS failure, refused, no route, no answer in time)."""
+
+    def __init__(self, host, why):
+        super().__init__(f"cannot reach {host}: {why}")
+        self.host, self.why = host, why
+
+
+UNREACHABLE_ERRNOS = (errno.ECONNREFUSED, errno.ENETUNREACH, errno.EHOSTUNREACH, errno.ENETDOWN,
+                      errno.EHOSTDOWN, errno.EADDRNOTAVAIL)
+
+
+def connect_failure(reason):
+    """Whether a URLError's reason says no connection was made (versus one that broke)."""
+    return (isinstance(reason, (socket.gaierror, socket.timeout, ConnectionRefusedError)) or
+            (isinstance(reason, OSError) and reason.errno in UNREACHABLE_ERRNOS))
 
 
 def human(n):
@@ -146,18 +183,11 @@ def parse_tree(data, what):
 
 
 def parse_index(data, what):
-    """model.safetensors.index.json -> {tensor name: shard file name}."""
+    """model.safetensors.index.json -> {tensor name: shard file name} (the converter's parser)."""
     try:
-        idx = json.loads(data.decode("utf-8"))
-    except (UnicodeDecodeError, json.JSONDecodeError) as e:
-        raise FetchError(f"{what}: not valid JSON ({e})")
-    wm = idx.get("weight_map") if isinstance(idx, dict) else None
-    if not isinstance(wm, dict) or not wm:
-        raise FetchError(f"{what}: no weight_map")
-    for name, fn in wm.items():
-        if not isinstance(fn, str) or not SHARD_RE.match(fn):
-            raise FetchError(f"{what}: tensor {name}: shard name {fn!r} is not a plain *.safetensors file name")
-    return wm
+        return convert_fp8_to_int4.parse_index(data, what)
+    except ConvertError as e:
+        raise FetchError(str(e))
 
 
 def header_length(first8, size, what):
@@ -187,6 +217,8 @@ class Hub:
         self.timeout = args.timeout
         self.retries = args.retries
         self.retry_wait = args.retry_wait
+        self.offline_after = args.offline_after
+        self.online = False        # a server has answered in this run: connection failures are transient
         self.opener = urllib.request.build_opener(_NoRedirect)
 
     @staticmethod
@@ -207,10 +239,14 @@ class Hub:
             h.update(headers or {})
             if self.token and self._origin(url) == self.origin:
                 h["Authorization"] = f"Bearer {self.token}"
+            # Until a server has answered, no answer within --offline-after is "unreachable" too.
+            timeout = self.timeout if self.online else min(self.timeout, self.offline_after)
             try:
-                resp = self.opener.open(urllib.request.Request(url, headers=h), timeout=self.timeout)
+                resp = self.opener.open(urllib.request.Request(url, headers=h), timeout=timeout)
+                self.online = True
                 return resp, first if first is not None else resp.headers
             except urllib.error.HTTPError as e:
+                self.online = True
                 if e.code in (301, 302, 303, 307, 308) and e.headers.get("Location"):
                     if first is None:
                         first = e.headers
@@ -218,8 +254,15 @@ class Hub:
                     e.close()
                     continue
                 raise self._http_error(e, what)
-            except (urllib.error.URLError, socket.timeout, ConnectionError, http.client.HTTPException) as e:
-                raise Retryable(f"{getattr(e, 'reason', None) or e}")
+            except urllib.error.URLError as e:
+                if connect_failure(e.reason):
+                    u = urllib.parse.urlsplit(url)
+                    why = getattr(e.reason, "strerror", None) or str(e.reason) or "no answer"
+                    raise Unreachable(u.netloc, f"DNS lookup failed ({why})" if isinstance(e.reason, socket.gaierror)
+                                      else why)
+                raise Retryable(f"{e.reason}")
+            except (socket.timeout, ConnectionError, http.client.HTTPException) as e:
+                raise Retryable(f"{e or type(e).__name__}")
         raise FetchError(f"{what}: more than 10 redirects")
 
     def _http_error(self, e, what):
@@ -250,14 +293,28 @@ class Hub:
 
     def retrying(self, what, fn):
         """Run fn() until it returns, retrying Retryable errors with exponential backoff; a try that
-        moved data (fn sets self.progressed) resets the count and the wait."""
+        moved data (fn sets self.progressed) resets the count and the wait. Before any server has
+        answered, an unreachable host gets quick tries for --offline-after seconds in all."""
         fails = 0
         wait = self.retry_wait
+        t0, quick, quick_wait = time.monotonic(), 0, 0.5
         while True:
             self.progressed = False
             try:
                 return fn()
             except Retryable as e:
+                if isinstance(e, Unreachable) and not self.online:
+                    quick += 1
+                    spent = time.monotonic() - t0
+                    if spent + quick_wait > self.offline_after:
+                        raise FetchError(f"{what}: {e}; gave up after {quick} tries in {spent:.1f} s "
+                                         f"(--offline-after {self.offline_after:g}): this machine looks offline, "
+                                         f"or {e.host} is down or blocked (check --base-url, HF_ENDPOINT and any "
+                                         f"proxy setting); rerun when it can be reached")
+                    say(f"{what}: {e}; try {quick + 1} in {quick_wait:.1f} s")
+                    time.sleep(quick_wait)
+                    quick_wait *= 2
+                    continue
                 fails = 1 if self.progressed else fails + 1
                 if self.progressed:
                     wait = self.retry_wait
@@ -453,21 +510,25 @@ class Fetcher:
         self.hub.retrying(fn, once)
         return st["digest"].hexdigest(), st["moved"]
 
-    def header(self, fn):
-        """A header-only copy of shard fn (NAME.header): its bytes up to the end of the header."""
+    def header_bytes(self, fn):
+        """Shard fn's first 8 + N bytes and nothing more: two Range reads, the header length N and
+        then the JSON header."""
         size = self.files[fn][0]
-        path = os.path.join(self.dir, fn + ".header")
-        if not os.path.exists(path):
-            url = self.hub.resolve_url(self.commit, fn)
-            head = self.hub.get_range(url, fn, 0, min(size, HEADER_PROBE) - 1, size)
-            if len(head) < 8:
-                raise FetchError(f"{fn}: {size} bytes, too short for a safetensors file")
-            n = header_length(head[:8], size, fn)
-            if 8 + n > len(head):
-                head += self.hub.get_range(url, fn, len(head), 8 + n - 1, size)
-            atomic_write_bytes(path, head[:8 + n])
+        if size < 8:
+            raise FetchError(f"{fn}: {size} bytes, too short for a safetensors file")
+        url = self.hub.resolve_url(self.commit, fn)
+        head = self.hub.get_range(url, fn, 0, 7, size)
+        n = header_length(head, size, fn)
+        return head + self.hub.get_range(url, fn, 8, 8 + n - 1, size) if n else head
+
+    def header(self, fn, path=None, refetch=False):
+        """A header-only copy of shard fn at path (default NAME.header in the download folder),
+        fetched unless it is there already; returns it as a SafeFile."""
+        path = path or os.path.join(self.dir, fn + ".header")
+        if refetch or not os.path.exists(path):
+            atomic_write_bytes(path, self.header_bytes(fn))
         try:
-            return SafeFile(path, size=size)
+            return SafeFile(path, size=self.files[fn][0])
         except StError:
             os.remove(path)         # refetched by the next run; the error names the shard
             raise
@@ -476,15 +537,34 @@ class Fetcher:
 # ----------------------------------------------------------------------------------------------
 
 def parse_args(argv):
-    ap = argparse.ArgumentParser(description="Download a Hugging Face GLM release shard by shard and convert it.")
-    ap.add_argument("repo", help="ORG/NAME on the hub")
-    ap.add_argument("dst")
-    ap.add_argument("--revision", default="main")
-    ap.add_argument("--base-url", default=os.environ.get("HF_ENDPOINT") or "https://huggingface.co")
-    ap.add_argument("--download-dir", help="where shards are downloaded (default DST_DIR/.download)")
-    ap.add_argument("--retries", type=int, default=8)
-    ap.add_argument("--retry-wait", type=float, default=2.0)
-    ap.add_argument("--timeout", type=float, default=60.0)
+    ap = argparse.ArgumentParser(description="Download a Hugging Face GLM release shard by shard and convert it;\n"
+                                 "with --plan, fetch only its headers and run glm's PLAN on them.",
+                                 formatter_class=HelpFormatter)
+    ap.add_argument("repo", metavar="ORG/NAME", help="the model repository on the hub, e.g. zai-org/GLM-5.2-FP8")
+    ap.add_argument("dst", metavar="DST_DIR", help="the output folder (created if needed); with --plan, the "
+                    "folder that receives the header-only copy")
+    ap.add_argument("--revision", default="main", help="branch, tag or commit to fetch (pinned to one commit by "
+                    "the first run)")
+    ap.add_argument("--base-url", default=os.environ.get("HF_ENDPOINT") or "https://huggingface.co",
+                    help="the hub or a mirror (default: %(default)s, which is $HF_ENDPOINT when set, else "
+                    "https://huggingface.co)")
+    ap.add_argument("--download-dir", metavar="DIR", help="where shards are downloaded, one or two at a time "
+                    "(default: DST_DIR/.download)")
+    ap.add_argument("--plan", action="store_true", help="fetch only config.json, the index, the tokenizer files and "
+                    "each shard's header into DST_DIR, then run PLAN=1 SNAP=DST_DIR glm (RAM plan, disk, projected "
+                    "speed) and exit with its status; nothing is converted")
+    ap.add_argument("--glm", default=GLM, metavar="PATH", help="the glm binary --plan runs; when it is not built, "
+                    "--plan prints the command instead")
+    g = ap.add_argument_group("network")
+    g.add_argument("--retries", type=int, default=8, metavar="N", help="tries in a row without progress after a "
+                   "network error, HTTP 5xx or 429, before giving up (the wait doubles each time)")
+    g.add_argument("--retry-wait", type=float, default=2.0, metavar="S", help="seconds before the first retry; "
+                   "doubles up to 60")
+    g.add_argument("--offline-after", type=float, default=10.0, metavar="S", help="until the hub has answered once, "
+                   "seconds of failed connection attempts (DNS failure, refused, no route, no answer) after which "
+                   "the machine is reported offline")
+    g.add_argument("--timeout", type=float, default=60.0, metavar="S", help="seconds without data before a request "
+                   "is abandoned (and retried)")
     add_conversion_args(ap)
     a = ap.parse_args(argv)
     check_conversion_args(ap, a)
@@ -492,8 +572,8 @@ def parse_args(argv):
         ap.error(f"repository {a.repo!r} is not ORG/NAME")
     if not re.match(r"^https?://[^/]+", a.base_url):
         ap.error(f"--base-url {a.base_url!r} is not an http(s) URL")
-    if a.retries < 0 or a.retry_wait < 0 or a.timeout <= 0:
-        ap.error("--retries and --retry-wait must be >= 0, --timeout > 0")
+    if a.retries < 0 or a.retry_wait < 0 or a.timeout <= 0 or a.offline_after <= 0:
+        ap.error("--retries and --retry-wait must be >= 0, --timeout and --offline-after > 0")
     return a
 
 
@@ -513,16 +593,22 @@ def pin_commit(hub, args, ddir):
                              f"--revision, another DST_DIR, or --restart")
         return commit, True
 
+    pinned = hub_commit(hub, args.revision)
+    atomic_write_bytes(sp, (json.dumps({"repo": args.repo, "revision": args.revision, "commit": pinned}) + "\n").encode())
+    return pinned, False
+
+
+def hub_commit(hub, revision):
+    """The commit the hub names for a revision (X-Repo-Commit of the resolve reply for config.json;
+    a mirror without it: the revision as is)."""
     def once():
-        resp, first = hub.open(hub.resolve_url(args.revision, "config.json"), "config.json")
+        resp, first = hub.open(hub.resolve_url(revision, "config.json"), "config.json")
         resp.close()
         return first.get("X-Repo-Commit") or resp.headers.get("X-Repo-Commit")
     commit = hub.retrying("config.json", once)
     if commit is not None and not re.fullmatch(r"[0-9a-f]{40}", commit.strip()):
         raise FetchError(f"config.json: malformed X-Repo-Commit {commit!r}")
-    pinned = commit.strip() if commit else args.revision
-    atomic_write_bytes(sp, (json.dumps({"repo": args.repo, "revision": args.revision, "commit": pinned}) + "\n").encode())
-    return pinned, False
+    return commit.strip() if commit else revision
 
 
 def list_files(hub, commit):
@@ -660,33 +746,44 @@ def download_for(conv, fetcher, shards, sizes, i, tag):
     return f"downloaded {' + '.join(notes)} in {secs:.1f} s ({moved / max(secs, 1e-6) / 1e6:.1f} MB/s)"
 
 
-def run(args):
+def download_dir(args):
+    return args.download_dir or os.path.join(args.dst, ".download")
+
+
+def has_shard_data(d):
+    """d holds downloaded shard bytes (whole or partial) that a rerun continues from."""
+    return any((n.endswith(".safetensors") or n.endswith(".safetensors.part")) and
+               os.path.getsize(os.path.join(d, n)) > 0 for n in os.listdir(d))
+
+
+def cleanup(args, made):
+    """After an error: remove what this run created, except what a rerun continues from (shard data
+    in the download folder, finished output shards in DST_DIR); folders that existed stay."""
+    folder = args.dst if args.plan else download_dir(args)
+    if os.path.abspath(folder) in made and os.path.isdir(folder) and (args.plan or not has_shard_data(folder)):
+        clear_download_dir(folder)
+    remove_made_dirs(made)
+
+
+def run(args, made):
     t_start = time.time()
     dst = args.dst
-    ddir = args.download_dir or os.path.join(dst, ".download")
+    ddir = download_dir(args)
     if args.restart and os.path.isdir(ddir):
         clear_download_dir(ddir)         # files of another commit may be there
-    os.makedirs(ddir, exist_ok=True)
+    made += make_dirs(dst)
+    made += make_dirs(ddir)
     token, token_from = find_token()
     hub = Hub(args.base_url, args.repo, token, token_from, args)
     say(f"{args.repo} from {hub.base}" + (f", token from {token_from}" if token else ", no token"))
     commit, resumed = pin_commit(hub, args, ddir)
     say(f"{'resuming' if resumed else 'revision ' + args.revision + ':'} commit {commit}")
     fetcher = Fetcher(hub, commit, list_files(hub, commit), ddir)
-    shards, weight_map = fetch_metadata(fetcher, args)
+    shards, _ = fetch_metadata(fetcher, args)
 
-    def header_for(sn):     # the converter asks for the shards it still has to convert
-        hf = fetcher.header(sn)
-        if weight_map is not None:
-            listed = {n for n, f in weight_map.items() if f == sn}
-            extra, missing = sorted(set(hf.names()) - listed), sorted(listed - set(hf.names()))
-            if extra or missing:
-                raise FetchError(f"{sn}: its header and {INDEX} disagree: " +
-                                 (f"tensor {extra[0]} is not listed for it" if extra else
-                                  f"tensor {missing[0]} is listed for it but not in it"))
-        return hf
-
-    conv = Conversion(ddir, dst, args, shards, header_for)
+    # the converter asks for the headers of the shards it still has to convert, and checks them
+    # against the index (downloaded into ddir)
+    conv = Conversion(ddir, dst, args, shards, fetcher.header)
     sizes = {i: fetcher.files[sn][0] for i, sn in enumerate(shards)}
 
     def release(f):      # nothing unfinished reads shard f: delete its data and header copy
@@ -719,20 +816,81 @@ def run(args):
     say(f"done: {args.repo} at {commit} -> {dst} in {hms(time.time() - t_start)}")
 
 
+def is_header_only(path):
+    """path is a file that ends right after its safetensors header."""
+    try:
+        with open(path, "rb") as fh:
+            head = fh.read(8)
+        return len(head) == 8 and os.path.getsize(path) == 8 + int.from_bytes(head, "little")
+    except OSError:
+        return False
+
+
+def check_plan_dir(pdir):
+    """--plan writes into a new or empty folder, or one an earlier --plan wrote (its files only)."""
+    if not os.path.lexists(pdir):
+        return
+    if not os.path.isdir(pdir):
+        raise FetchError(f"{pdir}: not a folder")
+    for n in sorted(os.listdir(pdir)):
+        p = os.path.join(pdir, n)
+        base = n[:-4] if n.endswith(".tmp") else n
+        if os.path.isfile(p) and (base in SMALL_FILES or base == INDEX or
+                                  (SHARD_RE.match(base) and (base != n or is_header_only(p)))):
+            continue
+        what = "a shard with its data" if SHARD_RE.match(n) and os.path.isfile(p) else "a file --plan does not write"
+        raise FetchError(f"{p}: {what}; --plan writes its header-only copy into a new or empty folder, or one an "
+                         f"earlier --plan wrote")
+
+
+def plan(args, made):
+    """--plan: a header-only copy of the release in DST_DIR, then glm's PLAN on it."""
+    pdir = args.dst
+    check_plan_dir(pdir)
+    made += make_dirs(pdir)
+    token, token_from = find_token()
+    hub = Hub(args.base_url, args.repo, token, token_from, args)
+    say(f"{args.repo} from {hub.base}" + (f", token from {token_from}" if token else ", no token"))
+    commit = hub_commit(hub, args.revision)
+    say(f"revision {args.revision}: commit {commit}")
+    fetcher = Fetcher(hub, commit, list_files(hub, commit), pdir)
+    shards, weight_map = fetch_metadata(fetcher, args)
+    for n in os.listdir(pdir):           # header copies of another release or revision
+        if SHARD_RE.match(n) and n not in shards:
+            os.remove(os.path.join(pdir, n))
+    head_bytes = 0
+    for sn in shards:
+        hf = fetcher.header(sn, os.path.join(pdir, sn), refetch=True)
+        if weight_map is not None:
+            check_shard_against_index(weight_map, sn, hf.names())
+        head_bytes += hf.data_start
+    say(f"{len(shards)} shard headers ({human(head_bytes)} of a {human(sum(fetcher.files[f][0] for f in shards))} "
+        f"release) in {pdir}")
+    cmd = f"PLAN=1 SNAP={shlex.quote(pdir)} {shlex.quote(args.glm)}"
+    if not (os.path.isfile(args.glm) and os.access(args.glm, os.X_OK)):
+        say(f"{args.glm} is not built (make glm); the plan is then: {cmd}")
+        return 0
+    say(f"running {cmd}")
+    sys.stderr.flush()
+    return subprocess.run([args.glm], env=dict(os.environ, PLAN="1", SNAP=pdir)).returncode
+
+
 def main(argv):
     args = parse_args(argv)
+    made = []
     try:
-        run(args)
-    except (FetchError, ConvertError, StError) as e:
-        print(f"fetch: error: {e}", file=sys.stderr)
-        sys.exit(1)
-    except OSError as e:
-        print(f"fetch: error: {e}", file=sys.stderr)
-        sys.exit(1)
-    except KeyboardInterrupt:
-        print("fetch: interrupted; rerun the same command to continue (finished shards are kept, a partial "
-              "download continues)", file=sys.stderr)
-        sys.exit(130)
+        rc = plan(args, made) if args.plan else run(args, made)
+    except BaseException as e:
+        cleanup(args, made)
+        if isinstance(e, (FetchError, ConvertError, StError, OSError)):
+            print(f"fetch: error: {e}", file=sys.stderr)
+            sys.exit(1)
+        if isinstance(e, KeyboardInterrupt):
+            print("fetch: interrupted; rerun the same command to continue (finished shards are kept, a partial "
+                  "download continues)", file=sys.stderr)
+            sys.exit(130)
+        raise
+    sys.exit(rc or 0)
 
 
 if __name__ == "__main__":

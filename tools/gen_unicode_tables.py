@@ -19,12 +19,20 @@ Tables written (all sorted, searched by binary search in tok.h):
 
 The tables come from the data files only; nothing is hand-written.
 """
+import argparse
 import os
 import sys
 
-ucd = sys.argv[1] if len(sys.argv) > 1 else "/usr/share/unicode"
-out_path = sys.argv[2] if len(sys.argv) > 2 else os.path.join(
-    os.path.dirname(os.path.abspath(__file__)), "..", "tok_unicode.h")
+from tool_help import HelpFormatter
+
+ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], formatter_class=HelpFormatter)
+ap.add_argument("ucd", nargs="?", default="/usr/share/unicode", metavar="UCD_DIR",
+                help="the Unicode Character Database (Debian package unicode-data)")
+ap.add_argument("out_path", nargs="?", metavar="OUTPUT", help="the header to write (default: tok_unicode.h at "
+                "the top of the repository)",
+                default=os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "tok_unicode.h"))
+args = ap.parse_args()
+ucd, out_path = args.ucd, args.out_path
 
 
 def ucd_file(name):

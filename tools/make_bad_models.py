@@ -20,11 +20,14 @@ in double and rounded once to float32, which gives the correctly rounded float32
 single division (a double carries more than 2*24+2 bits). So glm on q_valid with dense_bits 8
 must predict exactly what it predicts on the float fixture with dense_bits 8.
 """
+import argparse
 import json
 import os
 import shutil
 import struct
 import sys
+
+from tool_help import HelpFormatter
 
 DENSE, SPARSE, FUSED = "oracle_dense", "oracle_sparse", "oracle_fused_bf16"
 # The tensor that the pre-quantized cases replace: [64, 96] F32 in oracle_dense.
@@ -795,16 +798,27 @@ CASES = [
 ]
 
 
-def main(argv):
-    if len(argv) >= 2 and argv[1] == "--list":
+class ListCases(argparse.Action):
+    """--list: print every case and exit, whatever else the command line holds."""
+
+    def __call__(self, parser, namespace, values, option_string=None):
         for name, desc, _ in CASES:
             print("%-26s %s" % (name, desc))
-        return 0
-    if len(argv) < 3:
-        sys.stderr.write(__doc__)
-        return 2
-    fix, out = argv[1], argv[2]
-    wanted = set(argv[3:])
+        parser.exit()
+
+
+def main(argv):
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], formatter_class=HelpFormatter)
+    ap.add_argument("fixtures", metavar="FIXTURES_DIR", help="holds oracle_dense, oracle_sparse and "
+                    "oracle_fused_bf16 (tests/fixtures)")
+    ap.add_argument("out", metavar="OUT_DIR", help="receives one folder per case, and refs/")
+    ap.add_argument("cases", nargs="*", default=[], metavar="CASE", help="only these cases, 'refs' for the reference files "
+                    "(default: all)")
+    ap.add_argument("--list", action=ListCases, nargs=0, default=False,
+                    help="print every case with what it breaks, and exit")
+    a = ap.parse_args(argv[1:])
+    fix, out = a.fixtures, a.out
+    wanted = set(a.cases)
     unknown = wanted - {c[0] for c in CASES} - {"refs"}
     if unknown:
         sys.stderr.write("make_bad_models.py: unknown case(s): %s (see --list)\n" % ", ".join(sorted(unknown)))

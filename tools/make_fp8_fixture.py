@@ -36,6 +36,7 @@ import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from safetensors_io import SafeFile, StError, to_f32, write_file  # noqa: E402
+from tool_help import HelpFormatter  # noqa: E402
 
 E4M3_MAX = np.float32(448.0)
 NOT_FP8 = re.compile(r"(^model\.embed_tokens\.weight$|^lm_head\.weight$|norm\.|\.mlp\.gate\.weight$|"
@@ -153,14 +154,17 @@ def fuse_experts(tensors):
 
 
 def main():
-    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("src")
-    ap.add_argument("dst")
-    ap.add_argument("--dequant-out")
-    ap.add_argument("--shard-mb", type=float)
-    ap.add_argument("--bf16-rest", action="store_true")
-    ap.add_argument("--fuse-experts", action="store_true")
-    ap.add_argument("--index", action="store_true")
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], formatter_class=HelpFormatter)
+    ap.add_argument("src", metavar="SRC", help="a float model folder in Hugging Face layout")
+    ap.add_argument("dst", metavar="DST", help="the FP8 copy to write")
+    ap.add_argument("--dequant-out", metavar="DIR", help="also write the exact F32 dequantization of DST there "
+                    "(default: not written)")
+    ap.add_argument("--shard-mb", type=float, metavar="MB", help="shards of about MB megabytes (default: the "
+                    "source's shards)")
+    ap.add_argument("--bf16-rest", action="store_true", help="store the unquantized tensors as BF16, as the "
+                    "release does")
+    ap.add_argument("--fuse-experts", action="store_true", help="write the experts in the fused 3-D form")
+    ap.add_argument("--index", action="store_true", help="also write model.safetensors.index.json")
     a = ap.parse_args()
 
     tensors = load_source(a.src)

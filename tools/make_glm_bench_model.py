@@ -37,6 +37,7 @@ import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from safetensors_io import ShardWriter, atomic_write_bytes, header_bytes  # noqa: E402
+from tool_help import HelpFormatter  # noqa: E402
 
 H, NH, RQ, RKV, DN, DR, DV = 6144, 64, 2048, 512, 192, 64, 256
 INTER, MOE_INTER, TOPK = 12288, 2048, 8
@@ -235,15 +236,15 @@ class BackgroundWriter:
 
 
 def main():
-    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("dst")
-    ap.add_argument("--layers-dense", type=int, default=1)
-    ap.add_argument("--layers-moe", type=int, default=3)
-    ap.add_argument("--seed", type=int, default=1)
-    ap.add_argument("--shard-gb", type=float, default=3.0)
-    ap.add_argument("--experts", type=int, default=256)
-    ap.add_argument("--vocab", type=int, default=154880)
-    ap.add_argument("--mtp", type=int, default=1, choices=(0, 1), help="append GLM-5.2's MTP layer (default 1)")
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], formatter_class=HelpFormatter)
+    ap.add_argument("dst", metavar="DST", help="the model folder to write (tens of GB at the defaults)")
+    ap.add_argument("--layers-dense", type=int, default=1, metavar="N", help="dense layers first")
+    ap.add_argument("--layers-moe", type=int, default=3, metavar="N", help="MoE layers after them")
+    ap.add_argument("--seed", type=int, default=1, help="random seed of the weights and the prompt")
+    ap.add_argument("--shard-gb", type=float, default=3.0, metavar="GB", help="about this many GB per shard")
+    ap.add_argument("--experts", type=int, default=256, metavar="N", help="routed experts per MoE layer")
+    ap.add_argument("--vocab", type=int, default=154880, metavar="N", help="vocabulary size")
+    ap.add_argument("--mtp", type=int, default=1, choices=(0, 1), help="1: append GLM-5.2's MTP layer")
     a = ap.parse_args()
     if a.layers_dense < 0 or a.layers_moe < 0 or a.layers_dense + a.layers_moe < 1:
         ap.error("need at least one layer")

@@ -68,6 +68,7 @@ import sys
 os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
 os.environ.setdefault("OMP_NUM_THREADS", "1")
 import numpy as np  # noqa: E402
+from tool_help import HelpFormatter  # noqa: E402  (next to this file)
 
 F32 = np.float32
 
@@ -1012,12 +1013,12 @@ def check_fixture(d):
 
 
 def main():
-    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0],
-                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0], formatter_class=HelpFormatter)
     ap.add_argument("names", nargs="*", help="fixtures to build (default: all): " + " ".join(RECIPES))
     ap.add_argument("--out", default=os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "tests", "fixtures"),
                     help="directory that receives oracle_NAME/ (default: tests/fixtures)")
-    ap.add_argument("--check", nargs="+", metavar="DIR", help="recompute and compare existing fixture dirs")
+    ap.add_argument("--check", nargs="+", metavar="DIR", help="recompute and compare existing fixture dirs "
+                    "instead of building (default: build)")
     ap.add_argument("--list", action="store_true", help="print the fixture recipes")
     ap.add_argument("--selftest", action="store_true", help="internal consistency checks of the oracle")
     args = ap.parse_args()

@@ -14,11 +14,14 @@ A genuine byte-level BPE in Hugging Face format, laid out like the GLM-5 tokeniz
 
 usage: tools/make_tiny_tokenizer.py [OUTPUT_DIR]   (default: tests/fixtures/tiny_tokenizer)
 """
+import argparse
 import collections
 import json
 import os
 import re
 import sys
+
+from tool_help import HelpFormatter
 
 GLM_REGEX = ("(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\\r\\n\\p{L}\\p{N}]?\\p{L}+|\\p{N}{1,3}| ?[^\\s\\p{L}\\p{N}]+[\\r\\n]*"
              "|\\s*[\\r\\n]+|\\s+(?!\\S)|\\s+")
@@ -109,8 +112,12 @@ def train(text, n_merges, byte_sym):
 
 
 def main():
-    out_dir = sys.argv[1] if len(sys.argv) > 1 else os.path.join(
-        os.path.dirname(os.path.abspath(__file__)), "..", "tests", "fixtures", "tiny_tokenizer")
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], formatter_class=HelpFormatter)
+    ap.add_argument("out_dir", nargs="?", metavar="OUTPUT_DIR", help="where to write the two files (default: "
+                    "tests/fixtures/tiny_tokenizer)",
+                    default=os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "tests", "fixtures",
+                                         "tiny_tokenizer"))
+    out_dir = ap.parse_args().out_dir
     table = bytes_to_unicode()
     byte_sym = dict(table)
     vocab = {sym: i for i, (_, sym) in enumerate(table)}
