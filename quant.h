@@ -36,7 +36,8 @@
      void    qt_free(QTensor *t);
 
      Kernel choice (integer path only; the float path is the same code everywhere):
-     int      qt_kernel_parse(const char *name, QtKernel *k);   "auto|scalar|avx2|avxvnni|vnni"; -1 if unknown
+     int      qt_kernel_parse(const char *name, QtKernel *k);
+                  "auto|scalar|avx2|avxvnni|vnni|neon|dotprod|i8mm"; -1 if unknown
      int      qt_kernel_supported(QtKernel k);                  1 if this CPU can run it
      int      qt_set_kernel(QtKernel k);     process-wide choice; -1 (and no change) if unsupported
      QtKernel qt_get_kernel(void);           the kernel qt_matmul uses (never QT_KERNEL_AUTO)
@@ -44,9 +45,10 @@
      void     qt_set_threads(int n);         0 = omp_get_max_threads()
      void     qt_set_gemm_min_rows(int s);   smallest S for the GEMM kernels (0 = measured default)
 
-     Kernels: scalar (the reference), avx2 (vpmaddubsw), avxvnni (VEX vpdpbusd on 256 bits: Alder
-     Lake and later, Zen 5) and vnni (AVX-512 VNNI vpdpbusd on 512 bits); auto picks the last one
-     this CPU has in that order.
+     Kernels: scalar (the reference); x86: avx2 (vpmaddubsw), avxvnni (VEX vpdpbusd on 256 bits:
+     Alder Lake and later, Zen 5) and vnni (AVX-512 VNNI vpdpbusd on 512 bits); aarch64: neon
+     (base ARMv8-A SIMD), dotprod (sdot) and i8mm (smmla). auto picks the last one this CPU has
+     in its architecture's order (x86: cpuid; aarch64 Linux: getauxval(AT_HWCAP, AT_HWCAP2)).
 
    qt_matmul computes y[s*rows + r] = Σ_i W[r][i]·x[s*cols + i] for s < S, with the kernel from
    qt_set_kernel (default: the best this CPU supports). qt_matmul_with takes the kernel per call
@@ -101,7 +103,8 @@ typedef enum { QT_F32 = 0, QT_INT8_ROW, QT_INT4_ROW, QT_INT4_GROUP, QT_INT2_ROW 
 /* in order of preference: qt_kernel_resolve falls back to the next one below */
 /* within each architecture's run (x86: AVX2 .. VNNI; aarch64: NEON .. I8MM); the first of a run
    falls back to SCALAR */
-typedef enum { QT_KERNEL_AUTO = 0, QT_KERNEL_SCALAR, QT_KERNEL_AVX2, QT_KERNEL_AVXVNNI, QT_KERNEL_VNNI,
+typedef enum { QT_KERNEL_AUTO = 0, QT_KERNEL_SCALAR,
+               QT_KERNEL_AVX2, QT_KERNEL_AVXVNNI, QT_KERNEL_VNNI,
                QT_KERNEL_NEON, QT_KERNEL_DOTPROD, QT_KERNEL_I8MM } QtKernel;
 
 typedef struct {
@@ -158,8 +161,8 @@ void qt_set_threads(int n);
    next ones run on the calling thread alone for 10 .. 100 ms; bench/README.md). */
 void qt_set_stealing(int on);
 void qt_set_stall_guard(int on);
-/* Smallest batch S that takes the GEMM kernels (0 = the measured default per kernel: 4, 6 or 8;
-   1 = always). Results never depend on it. */
+/* Smallest batch S that takes the GEMM kernels (0 = the default per kernel and format, 3 to 5:
+   qt_gemm_min_rows; 1 = always). Results never depend on it. */
 void qt_set_gemm_min_rows(int s);
 
 #endif /* QUANT_H */
@@ -183,9 +186,9 @@ void qt_set_gemm_min_rows(int s);
 #define QT_AVXVNNI __attribute__((target("avx2,avxvnni")))
 #define QT_VNNI __attribute__((target("avx2,avx512f,avx512bw,avx512vl,avx512vnni")))
 #include <cpuid.h>
-/* Prefetch into L2, not L1: measured on the 2-vCPU Zen machines, prefetcht0 at any distance
-   cut the int4 row kernel to ~0.55 of a plain read, prefetcht1 ~0.95 (round 1). How far ahead:
-   QT_PREFETCH_DEFAULT (4096 since round 2's session 15, see bench/README.md). */
+/* Prefetch into L2, not L1: on 2-vCPU Zen VMs prefetcht0 at any distance cut the int4 row kernel
+   to ~0.55 of a plain read, prefetcht1 to ~0.95. How far ahead: QT_PREFETCH_DEFAULT
+   (bench/README.md). */
 #ifndef QT_PREFETCH_HINT
 #define QT_PREFETCH_HINT _MM_HINT_T1
 #endif
@@ -273,7 +276,7 @@ int qt_alloc(QTensor *t, QtFormat f, int64_t group, int64_t rows, int64_t cols) 
     /* 64-byte alignment keeps SIMD loads aligned and rows cache-line friendly. The scales follow
        the codes in the same block (qt_alloc_bytes), so memory advised for huge pages covers both:
        the GEMM reads a block's scales with its codes, and in 4 KiB pages their TLB misses cost the
-       group-64 expert FFN ~20 % on 1 thread (kbench, 2026-12-03). */
+       group-64 expert FFN ~20 % on 1 thread (kbench). */
     t->data = aligned_alloc(64, qt_alloc_bytes(t));
     if (!t->data) return -1;
     if (f != QT_F32) t->scales = (float *)(t->data + qt_alloc_codes_bytes(t));
@@ -632,8 +635,9 @@ const char *qt_kernel_name(QtKernel k) {
 }
 
 int qt_kernel_parse(const char *name, QtKernel *k) {
-    static const QtKernel all[] = { QT_KERNEL_AUTO, QT_KERNEL_SCALAR, QT_KERNEL_AVX2, QT_KERNEL_AVXVNNI, QT_KERNEL_VNNI,
-                                    QT_KERNEL_NEON, QT_KERNEL_DOTPROD, QT_KERNEL_I8MM };
+    static const QtKernel all[] = { QT_KERNEL_AUTO, QT_KERNEL_SCALAR, QT_KERNEL_AVX2,
+                                    QT_KERNEL_AVXVNNI, QT_KERNEL_VNNI, QT_KERNEL_NEON,
+                                    QT_KERNEL_DOTPROD, QT_KERNEL_I8MM };
     for (size_t i = 0; name && i < sizeof all / sizeof all[0]; i++)
         if (!strcmp(name, qt_kernel_name(all[i]))) { *k = all[i]; return 0; }
     return -1;
@@ -664,11 +668,12 @@ int qt_kernel_supported(QtKernel k) {
     /* Linux reports the extensions in the auxiliary vector; elsewhere only what the build's
        -march promises is used. */
 #ifdef __linux__
-    case QT_KERNEL_NEON: return (getauxval(AT_HWCAP) >> 1) & 1;                  /* HWCAP_ASIMD */
+    /* HWCAP_ASIMD, HWCAP_ASIMDDP, HWCAP2_I8MM */
+    case QT_KERNEL_NEON: return (getauxval(AT_HWCAP) >> 1) & 1;
     case QT_KERNEL_DOTPROD:
-        return qt_kernel_supported(QT_KERNEL_NEON) && ((getauxval(AT_HWCAP) >> 20) & 1);   /* HWCAP_ASIMDDP */
+        return qt_kernel_supported(QT_KERNEL_NEON) && ((getauxval(AT_HWCAP) >> 20) & 1);
     case QT_KERNEL_I8MM:
-        return qt_kernel_supported(QT_KERNEL_DOTPROD) && ((getauxval(AT_HWCAP2) >> 13) & 1);   /* HWCAP2_I8MM */
+        return qt_kernel_supported(QT_KERNEL_DOTPROD) && ((getauxval(AT_HWCAP2) >> 13) & 1);
 #else
     case QT_KERNEL_NEON: return 1;
 #if defined(__ARM_FEATURE_DOTPROD)
@@ -750,7 +755,7 @@ typedef struct {
     int64_t gstride;
     QtActsLayout layout;
     int int8_bias;      /* bias of int8 weight codes in the kernel: 0 or 128 */
-    int64_t spad;       /* QT_ACTS_STEPS, _K8: q, scale and off are [step or block or group][spad] */
+    int64_t spad;       /* QT_ACTS_STEPS, _K8: q, scale and off are [step, block or group][spad] */
 } QtActs;
 
 /* Activation rows s and s+1 (only s when s+1 = s1) as the two-row grouped kernels take them:
@@ -823,7 +828,10 @@ static void qt_prepare_steps_row(const QTensor *w, const QtActs *a, int s, const
     const int64_t C = w->cols, G = qt_groups_per_row(w), sp = a->spad;
     const int bias = w->format == QT_INT8_ROW ? a->int8_bias : 8;
     if (a->layout == QT_ACTS_K8) {   /* signed weight codes: no offset */
-        for (int64_t gi = 0; gi < G; gi++) { a->off[gi * sp + s] = 0; a->scale[gi * sp + s] = xs[gi]; }
+        for (int64_t gi = 0; gi < G; gi++) {
+            a->off[gi * sp + s] = 0;
+            a->scale[gi * sp + s] = xs[gi];
+        }
         return;
     }
     for (int64_t g0 = 0, gi = 0; gi < G; g0 += w->group, gi++) {
@@ -1161,19 +1169,19 @@ QT_VNNI QT_INLINE __m512i qt_dpbusd(__m512i acc, __m512i w, __m512i x) {
 }
 
 /* While the tiles of a row block run, the next block's rows stream toward L2, one or two lines
-   every `every` steps, so its repack does not wait on DRAM (gate 2048x6144, S = 32, weights in
-   DRAM: 445 GOP/s before; the same from L3: 662). Two lines per step where a block has more lines
+   every `every` steps, so its repack does not wait on DRAM (gate 2048x6144, S = 32, without it:
+   445 GOP/s from DRAM, 662 from L3). Two lines per step where a block has more lines
    than its tiles have steps: one AVX-512 tile (S <= 12) over 32 rows has twice as many; with one
    line per step it fetched half the next block, and the expert FFN at S = 8 from the page cache
    ran at 405-453 GOP/s on 2 threads against 496-577 with all of it (two runs of 3 pairs).
    The AVX-512 kernel takes the lines in the order its repack reads them (64-byte column c of each
    row of a repack block, then column c + 1; block by block), not in address order: the repack's
    first columns need every row of the block, and in address order the last rows' lines were the
-   last fetched.
-   Measured (session 13, Zen 5, gate shape 2048 × 6144 at S = 32, 2 threads, weights in DRAM, 30
-   interleaved runs): median 1.050 → 1.030 ms, and 1.009 ms with the scales fetched as the repack
-   starts (qt_vnni_gemm_pack); a timing-only build whose repack re-reads rows already in L2 ran 8 %
-   faster than the address order, so the repack still waits a little. */
+   last fetched. Zen 5, gate shape 2048 × 6144 at S = 32, 2 threads, weights in DRAM, 30
+   interleaved runs: median 1.050 ms in address order, 1.030 in repack order, 1.009 with the
+   scales fetched as the repack starts (qt_vnni_gemm_pack); a timing-only build whose repack
+   re-reads rows already in L2 ran 8 % faster than the address order, so the repack still waits a
+   little. */
 typedef struct {
     const char *next, *p;             /* the next block's first row; the next line */
     int64_t row_bytes, cols64, rows;  /* the next block's rows: bytes, 64-byte columns; how many */
@@ -1570,7 +1578,7 @@ QT_AVX2 static void qt_avx2_steps(const QTensor *w, const QtActs *a, int s0, int
 #endif /* QT_X86 */
 
 #ifdef QT_ARM
-/* ---------------- NEON kernels (aarch64) ----------------------------------------------------------
+/* ---------------- NEON kernels (aarch64) ---------------------------------------------------------
    Three kernels: neon (base ARMv8-A SIMD), dotprod (sdot: 4 s8 × s8 products into each int32
    lane) and i8mm (smmla: a 2×8 by 8×2 s8 matrix product into a 2×2 int32 block). Their code is
    written once, at the end of this file, and compiled once per instruction set by including this
@@ -1595,7 +1603,8 @@ QT_AVX2 static void qt_avx2_steps(const QTensor *w, const QtActs *a, int s0, int
 /* Repack weight rows [r0, r0+n), n ≤ 8, into pk: K-block kb at pk + 64kb, row i's signed codes of
    inputs 8kb..8kb+7 at +8i; rows past n are zero. Codes past the row's inputs are whatever the
    padding bytes hold: the activations there are zero. wsT[g·8 + i] = row i's scale of group g. */
-static void qt_neon_gemm_pack(const QTensor *w, int64_t r0, int64_t n, int64_t nkb, int8_t *pk, float *wsT) {
+static void qt_neon_gemm_pack(const QTensor *w, int64_t r0, int64_t n, int64_t nkb, int8_t *pk,
+                              float *wsT) {
     const int64_t rb = w->row_bytes, G = qt_groups_per_row(w);
     for (int i = 0; i < QT_NEON_ROWS_PER_BLOCK; i++) {
         int8_t *dst = pk + 8 * i;
@@ -1622,8 +1631,10 @@ static void qt_neon_gemm_pack(const QTensor *w, int64_t r0, int64_t n, int64_t n
                 const uint8x16_t p0 = vandq_u8(v, m2), p1 = vandq_u8(vshrq_n_u8(v, 2), m2);
                 const uint8x16_t p2 = vandq_u8(vshrq_n_u8(v, 4), m2), p3 = vshrq_n_u8(v, 6);
                 /* byte t's planes k = 0..3 are inputs 4t+k: interleave bytes, then byte pairs */
-                const uint16x8_t a0 = vreinterpretq_u16_u8(vzip1q_u8(p0, p1)), a1 = vreinterpretq_u16_u8(vzip2q_u8(p0, p1));
-                const uint16x8_t b0 = vreinterpretq_u16_u8(vzip1q_u8(p2, p3)), b1 = vreinterpretq_u16_u8(vzip2q_u8(p2, p3));
+                const uint16x8_t a0 = vreinterpretq_u16_u8(vzip1q_u8(p0, p1));
+                const uint16x8_t a1 = vreinterpretq_u16_u8(vzip2q_u8(p0, p1));
+                const uint16x8_t b0 = vreinterpretq_u16_u8(vzip1q_u8(p2, p3));
+                const uint16x8_t b1 = vreinterpretq_u16_u8(vzip2q_u8(p2, p3));
                 const int8x16_t two = vdupq_n_s8(2);
                 c[0] = vsubq_s8(vreinterpretq_s8_u16(vzip1q_u16(a0, b0)), two);
                 c[1] = vsubq_s8(vreinterpretq_s8_u16(vzip2q_u16(a0, b0)), two);
@@ -1645,17 +1656,22 @@ static void qt_neon_gemm_pack(const QTensor *w, int64_t r0, int64_t n, int64_t n
         }
     }
     for (int64_t g = 0; g < G; g++)
-        for (int i = 0; i < QT_NEON_ROWS_PER_BLOCK; i++) wsT[g * 8 + i] = i < n ? w->scales[(r0 + i) * G + g] : 0.0f;
+        for (int i = 0; i < QT_NEON_ROWS_PER_BLOCK; i++)
+            wsT[g * 8 + i] = i < n ? w->scales[(r0 + i) * G + g] : 0.0f;
 }
 
 /* The spec's float combine of one row's G group sums isum[] (zero-padded to a multiple of 4)
    against one activation row (off, xs: padded to 16 with zeros): p = ws·(xs·(isum - off)) into
    lane g mod 16, 4 groups per vector, then qt_lanes_sum. Groups past G add 0·(0·0) = +0, which
-   leaves a lane unchanged (a lane is never -0: it starts at +0, and x + y is -0 only for -0 + -0). */
-static float qt_neon_combine(const int32_t *isum, const int32_t *off, const float *xs, const float *ws, int64_t G) {
+   leaves a lane unchanged (a lane is never -0: it starts at +0, and x + y is -0 only for
+   -0 + -0). */
+static float qt_neon_combine(const int32_t *isum, const int32_t *off, const float *xs,
+                             const float *ws, int64_t G) {
     float32x4_t l0 = vdupq_n_f32(0.0f), l1 = l0, l2 = l0, l3 = l0;
-#define QT_NEON_P(g, wsp) \
-    vmulq_f32(vld1q_f32(wsp), vmulq_f32(vld1q_f32(xs + (g)), vcvtq_f32_s32(vsubq_s32(vld1q_s32(isum + (g)), vld1q_s32(off + (g))))))
+#define QT_NEON_P(g, wsp)                                                                          \
+    vmulq_f32(vld1q_f32(wsp),                                                                      \
+              vmulq_f32(vld1q_f32(xs + (g)),                                                       \
+                        vcvtq_f32_s32(vsubq_s32(vld1q_s32(isum + (g)), vld1q_s32(off + (g))))))
     int64_t g = 0;
     for (; g + 16 <= G; g += 16) {
         l0 = vaddq_f32(l0, QT_NEON_P(g, ws + g));
@@ -1675,8 +1691,8 @@ static float qt_neon_combine(const int32_t *isum, const int32_t *off, const floa
     return qt_lanes_sum(lane);
 }
 
-/* sdot's lanes with base NEON: lane i += Σ_k<4 a[4i+k]·b[4i+k] (exact: each product fits int16). */
-static inline __attribute__((always_inline)) int32x4_t qt_neon_dot_base(int32x4_t acc, int8x16_t a, int8x16_t b) {
+/* sdot's lanes with base NEON: lane i += Σ_k<4 a[4i+k]·b[4i+k] (each product fits int16). */
+QT_INLINE int32x4_t qt_neon_dot_base(int32x4_t acc, int8x16_t a, int8x16_t b) {
     const int16x8_t lo = vmull_s8(vget_low_s8(a), vget_low_s8(b)), hi = vmull_high_s8(a, b);
     return vaddq_s32(acc, vpaddq_s32(vpaddlq_s16(lo), vpaddlq_s16(hi)));
 }
@@ -1792,7 +1808,7 @@ static void qt_note_wait(int64_t waited_ns, int64_t now) {
 /* Run first(first_arg, c) for every c < nfirst, then fn(arg, c) for every c < nchunks, on up to
    qt_thread_count() threads, in one parallel region: the first phase (a matmul's activations)
    split statically, a barrier, then the chunks with stealing. One region instead of two saves a
-   wake-up and a join of the threads per matmul (~10-20 us each on these VMs: kbench's thread
+   wake-up and a join of the threads per matmul (~10-20 us each on 2-vCPU VMs: kbench's thread
    wake-up table). first may be NULL. */
 static void qt_parallel_phases(QtChunkFn first, void *first_arg, int64_t nfirst, QtChunkFn fn, void *arg, int64_t nchunks) {
     if (nchunks <= 0) return;
@@ -1868,21 +1884,20 @@ typedef struct {
     int64_t nchunks;   /* integer path: chunks of rows (× activation panels) */
 } QtMatmulJob;
 
-/* 0: measured per kernel and format (bench/README.md): the AVX-512 GEMM wins from S = 3 on
-   grouped weights and from S = 5 on int4-row ones (2026-12-02, once its prefetch fetched the whole
-   next block; one thread, 16 matrices beyond the caches, GOP/s row kernel / GEMM: group 64 S = 3:
+/* 0: the default per kernel and format, where the GEMM overtakes the row kernels
+   (bench/README.md; GOP/s row kernel / GEMM). The AVX-512 GEMM wins from S = 3 on grouped weights
+   and from S = 5 on int4-row ones (one thread, 16 matrices beyond the caches: group 64 S = 3:
    151 / 157 and 159 / 157, S = 4: 131 / 212 and 175 / 203 on 2048x6144 and 6144x2048; int4-row
-   S = 4: 171 / 225 and 278 / 216, S = 5: 179 / 325 and 279 / 343). Grouped S = 3 remeasured after
-   the two-row row kernel (2026-12-03, expert FFN, 64 experts beyond the caches, three alternating
-   runs): 2 threads 274 260 264 / 301 292 305, 1 thread 116 123 130 / 153 139 174; from the caches
-   the row kernel wins (one gate matrix, 1 thread, 252-258 / 198-199), but a verify pass reads its
-   weights from memory. The 256-bit GEMM kernels win from S = 4 (S = 3 from DRAM after their
-   two-row row kernels, 2 threads: AVX2 190 181 189 / 182 184 192, AVX-VNNI 209 198 211 / 182 166
-   168). */
+   S = 4: 171 / 225 and 278 / 216, S = 5: 179 / 325 and 279 / 343). Grouped S = 3 against the
+   two-row row kernel (expert FFN, 64 experts beyond the caches, three alternating runs): 2
+   threads 274 260 264 / 301 292 305, 1 thread 116 123 130 / 153 139 174; from the caches the row
+   kernel wins (one gate matrix, 1 thread, 252-258 / 198-199), but a verify pass reads its weights
+   from memory. The 256-bit GEMM kernels win from S = 4 (S = 3 from DRAM against their two-row
+   row kernels, 2 threads: AVX2 190 181 189 / 182 184 192, AVX-VNNI 209 198 211 / 182 166 168).
+   The NEON kernels take 4 as the 256-bit ones do: not measured on ARM hardware. */
 static int qt_gemm_min_rows_set;
 void qt_set_gemm_min_rows(int s) { qt_gemm_min_rows_set = s < 0 ? 0 : s; }
 
-/* The NEON kernels take 4 as the 256-bit ones do: not yet measured on ARM hardware. */
 static int qt_gemm_min_rows(QtKernel k, const QTensor *w) {
     if (qt_gemm_min_rows_set) return qt_gemm_min_rows_set;
     if (k == QT_KERNEL_VNNI) return qt_groups_per_row(w) > 1 ? 3 : 5;
@@ -2037,12 +2052,14 @@ static void qt_acts_chunk(void *p, int64_t c) {
     const QtMatmulJob *j = p;
     const int per = j->acts.layout == QT_ACTS_STEPS || j->acts.layout == QT_ACTS_K8 ? 16 : 1;
     for (int s = (int)c * per; s < (int)(c + 1) * per && s < j->S; s++) qt_prepare_acts_row(j->w, j->x, &j->acts, s);
-    if (j->acts.layout == QT_ACTS_K8)   /* the padding rows a tile reads: zero codes */
-        for (int s = j->S > (int)c * per ? j->S : (int)c * per; s < (int)(c + 1) * per && s < j->acts.spad; s++)
-        {
+    if (j->acts.layout == QT_ACTS_K8) {   /* the padding rows a tile reads: zero codes and scales */
+        const int pad1 = (int)(c + 1) * per < j->acts.spad ? (int)(c + 1) * per : (int)j->acts.spad;
+        for (int s = j->S > (int)c * per ? j->S : (int)c * per; s < pad1; s++) {
             qt_k8_row(j->w, &j->acts, s, NULL);
-            for (int64_t g = 0; g < qt_groups_per_row(j->w); g++) j->acts.scale[g * j->acts.spad + s] = 0.0f;
+            for (int64_t g = 0; g < qt_groups_per_row(j->w); g++)
+                j->acts.scale[g * j->acts.spad + s] = 0;
         }
+    }
 #ifdef QT_X86
     if (j->acts.layout == QT_ACTS_STEPS)
         for (int s0 = (int)c * 16; s0 < (int)c * 16 + 16 && s0 < j->S; s0 += 8) qt_avx2_steps(j->w, &j->acts, s0, j->S - s0 < 8 ? j->S - s0 : 8);
@@ -2079,13 +2096,15 @@ static void qt_plan_int(QtMatmulJob *j, const QTensor *w, const float *x, float 
     if (!gemm && !qt_simd_shape_ok(w, k)) k = QT_KERNEL_SCALAR;
     QtActs *a = &j->acts;
     const int arm = qt_kernel_is_arm(k);
-    a->layout = k == QT_KERNEL_SCALAR ? QT_ACTS_NATURAL : gemm ? (arm ? QT_ACTS_K8 : QT_ACTS_STEPS) : QT_ACTS_CHUNKS;
+    a->layout = k == QT_KERNEL_SCALAR ? QT_ACTS_NATURAL
+              : gemm ? (arm ? QT_ACTS_K8 : QT_ACTS_STEPS) : QT_ACTS_CHUNKS;
     a->int8_bias = gemm && k != QT_KERNEL_AVX2 && !arm ? 128 : 0;
     j->rows = qt_rows_scalar;
     int block = 1;   /* weight rows the kernel repacks at a time */
 #ifdef QT_ARM
     if (gemm) {
-        j->rows = k == QT_KERNEL_I8MM ? qt_i8mm_gemm : k == QT_KERNEL_DOTPROD ? qt_dotprod_gemm : qt_neon_gemm;
+        j->rows = k == QT_KERNEL_I8MM ? qt_i8mm_gemm
+                : k == QT_KERNEL_DOTPROD ? qt_dotprod_gemm : qt_neon_gemm;
         block = QT_NEON_ROWS_PER_BLOCK;
     } else if (k == QT_KERNEL_NEON) j->rows = qt_neon_rows;
     else if (k != QT_KERNEL_SCALAR) j->rows = qt_dotprod_rows;   /* i8mm: the dotprod row kernels */
@@ -2206,7 +2225,7 @@ void qt_matmul(const QTensor *w, const float *x, float *y, int S, int idot) {
 
 #endif /* QUANT_IMPLEMENTATION */
 
-#elif defined(QT_YMM_PASS) /* -------------------------------------------------------------------------------
+#elif defined(QT_YMM_PASS) /* -----------------------------------------------------------------
    The 256-bit kernels, compiled once per instruction set from the include in the "256-bit
    kernels" section above: QT_YMM(name) is qt_avx2_name or qt_avxvnni_name, QT_YMM_DOTn(acc, u8,
    s8, ...) adds n planes of u8 × s8 products into the int32 lanes of acc. */
@@ -2776,27 +2795,35 @@ QT_YMM_TARGET static void QT_YMM(gemm)(const QTensor *w, const QtActs *a, int s0
 /* Piece b of a row (16 weight bytes wb; xp: the activation codes of its chunk + 16·(b mod 4))
    added to acc: int8 as it is, int4 as two nibble planes, int2 as four 2-bit planes (unsigned
    codes: the caller removes the bias with off). */
-QT_NEON_TARGET QT_INLINE int32x4_t QT_NEON(piece)(QtFormat f, int32x4_t acc, uint8x16_t wb, const int8_t *xp) {
-    if (f == QT_INT8_ROW) return QT_NEON_DOT(acc, vreinterpretq_s8_u8(wb), vld1q_s8(xp));
-    if (f == QT_INT2_ROW) {
+QT_NEON_TARGET QT_INLINE int32x4_t QT_NEON(piece)(QtFormat f, int32x4_t acc, uint8x16_t wb,
+                                                  const int8_t *xp) {
+#define QT_NEON_PLANE(u, x) acc = QT_NEON_DOT(acc, vreinterpretq_s8_u8(u), vld1q_s8(x))
+    if (f == QT_INT8_ROW) QT_NEON_PLANE(wb, xp);
+    else if (f == QT_INT2_ROW) {
         const uint8x16_t m2 = vdupq_n_u8(3);
-        acc = QT_NEON_DOT(acc, vreinterpretq_s8_u8(vandq_u8(wb, m2)), vld1q_s8(xp));
-        acc = QT_NEON_DOT(acc, vreinterpretq_s8_u8(vandq_u8(vshrq_n_u8(wb, 2), m2)), vld1q_s8(xp + 64));
-        acc = QT_NEON_DOT(acc, vreinterpretq_s8_u8(vandq_u8(vshrq_n_u8(wb, 4), m2)), vld1q_s8(xp + 128));
-        return QT_NEON_DOT(acc, vreinterpretq_s8_u8(vshrq_n_u8(wb, 6)), vld1q_s8(xp + 192));
+        QT_NEON_PLANE(vandq_u8(wb, m2), xp);
+        QT_NEON_PLANE(vandq_u8(vshrq_n_u8(wb, 2), m2), xp + 64);
+        QT_NEON_PLANE(vandq_u8(vshrq_n_u8(wb, 4), m2), xp + 128);
+        QT_NEON_PLANE(vshrq_n_u8(wb, 6), xp + 192);
+    } else {
+        QT_NEON_PLANE(vandq_u8(wb, vdupq_n_u8(0x0F)), xp);
+        QT_NEON_PLANE(vshrq_n_u8(wb, 4), xp + 64);
     }
-    acc = QT_NEON_DOT(acc, vreinterpretq_s8_u8(vandq_u8(wb, vdupq_n_u8(0x0F))), vld1q_s8(xp));
-    return QT_NEON_DOT(acc, vreinterpretq_s8_u8(vshrq_n_u8(wb, 4)), vld1q_s8(xp + 64));
+#undef QT_NEON_PLANE
+    return acc;
 }
 
-QT_NEON_TARGET static void QT_NEON(rows)(const QTensor *w, const QtActs *a, int s0, int s1, int64_t r0, int64_t r1, float *y) {
+QT_NEON_TARGET static void QT_NEON(rows)(const QTensor *w, const QtActs *a, int s0, int s1,
+                                         int64_t r0, int64_t r1, float *y) {
     const QtFormat f = w->format;
-    const int64_t rb = w->row_bytes, np = (rb + 15) / 16, G = qt_groups_per_row(w), xc = qt_chunk_inputs(f);
+    const int64_t rb = w->row_bytes, np = (rb + 15) / 16, G = qt_groups_per_row(w);
+    const int64_t xc = qt_chunk_inputs(f);
     const int64_t m = w->group / 8;   /* grouped: 8-input lanes per group */
     const int pf = qt_prefetch_bytes;
     const int64_t gpad = qt_round_up(G, 4);
-    int32_t *isum = G > 1 ? qt_buf(QT_BUF_ROWS, (size_t)(gpad + 4 * np) * sizeof(int32_t), "NEON group sums") : NULL;
-    int32_t *lanes = isum ? isum + gpad : NULL;   /* lane sums of every piece, groups of < 32 inputs */
+    const size_t isum_bytes = (size_t)(gpad + 4 * np) * sizeof(int32_t);
+    int32_t *isum = G > 1 ? qt_buf(QT_BUF_ROWS, isum_bytes, "NEON group sums") : NULL;
+    int32_t *lanes = isum ? isum + gpad : NULL;   /* every piece's lane sums (groups < 32 inputs) */
 #define QT_NEON_X(b) (xq + xc * ((b) >> 2) + 16 * ((b) & 3))
     _Alignas(16) uint8_t tail[16];
     for (int64_t r = r0; r < r1; r++) {
@@ -2820,9 +2847,10 @@ QT_NEON_TARGET static void QT_NEON(rows)(const QTensor *w, const QtActs *a, int 
                     a3 = QT_NEON(piece)(f, a3, vld1q_u8(wr + 16 * b + 48), QT_NEON_X(b + 3));
                 }
                 for (; b < np; b++) a0 = QT_NEON(piece)(f, a0, QT_NEON_W(b), QT_NEON_X(b));
-                const int32_t is = vaddvq_s32(vaddq_s32(vaddq_s32(a0, a1), vaddq_s32(a2, a3))) - off[0];
+                const int32_t is = vaddvq_s32(vaddq_s32(vaddq_s32(a0, a1), vaddq_s32(a2, a3)));
+                const int32_t isum0 = is - off[0];
                 float acc = 0.0f;
-                acc += ws[0] * (xs[0] * (float)is);
+                acc += ws[0] * (xs[0] * (float)isum0);
                 y[(int64_t)s * w->rows + r] = acc;
                 continue;
             }
@@ -2840,7 +2868,8 @@ QT_NEON_TARGET static void QT_NEON(rows)(const QTensor *w, const QtActs *a, int 
             } else {   /* groups of 8, 16 or 24 inputs: each lane's sum, then m lanes per group */
                 for (int64_t b = 0; b < np; b++) {
                     if ((b & 3) == 0) __builtin_prefetch(wr + 16 * b + pf, 0, 2);
-                    vst1q_s32(lanes + 4 * b, QT_NEON(piece)(f, vdupq_n_s32(0), QT_NEON_W(b), QT_NEON_X(b)));
+                    vst1q_s32(lanes + 4 * b, QT_NEON(piece)(f, vdupq_n_s32(0), QT_NEON_W(b),
+                                                            QT_NEON_X(b)));
                 }
                 for (int64_t g = 0; g < G; g++) {
                     const int64_t u1 = (g + 1) * m < 4 * np ? (g + 1) * m : 4 * np;
@@ -2867,30 +2896,35 @@ QT_NEON_TARGET static void QT_NEON(rows)(const QTensor *w, const QtActs *a, int 
    every (weight row, activation row), as vectors of 4 weight rows; then the spec's
    p = ws·(xs·isum) into lane g mod 16 (lanes: 2·SB·16 vectors of scratch), vectorized over the 4
    rows; at the end the lanes' fixed tree. The per-row formats (one group) keep p in registers. */
-QT_NEON_TARGET QT_INLINE void QT_NEON(gemm_tile)(const QTensor *w, const QtActs *a, const int8_t *pk, const float *wsT,
-                                                 float32x4_t *lanes, int s, int s1, const int SB, int64_t r0, int64_t n,
-                                                 float *y) {
+QT_NEON_TARGET QT_INLINE void QT_NEON(gemm_tile)(const QTensor *w, const QtActs *a,
+                                                 const int8_t *pk, const float *wsT,
+                                                 float32x4_t *lanes, int s, int s1, const int SB,
+                                                 int64_t r0, int64_t n, float *y) {
     const int64_t G = qt_groups_per_row(w), nkb = a->qstride / 8, sp = a->spad;
     const int64_t gkb = G == 1 ? nkb : w->group / 8;
-    const int8_t *X = a->q + (int64_t)s * 8;   /* K-block kb of activation row s+j: X + 8·(kb·sp + j) */
+    const int8_t *X = a->q + (int64_t)s * 8;   /* K-block kb of row s+j: X + 8·(kb·sp + j) */
     const float *xs = a->scale + s;            /* group g: xs[g·sp + j] */
     float32x4_t out[2][QT_NEON_SB];
-    QT_UNROLL for (int q = 0; q < 2; q++) QT_UNROLL for (int j = 0; j < SB; j++) out[q][j] = vdupq_n_f32(0.0f);   /* G ≥ 1 */
+    QT_UNROLL for (int q = 0; q < 2; q++)
+        QT_UNROLL for (int j = 0; j < SB; j++) out[q][j] = vdupq_n_f32(0.0f);
     if (G > 1 && G < 16)
-        for (int e = 0; e < 2 * SB; e++) for (int k = (int)G; k < 16; k++) lanes[e * 16 + k] = vdupq_n_f32(0.0f);
+        for (int e = 0; e < 2 * SB; e++)
+            for (int k = (int)G; k < 16; k++) lanes[e * 16 + k] = vdupq_n_f32(0.0f);
     for (int64_t g = 0; g < G; g++) {
         const int64_t k1 = (g + 1) * gkb < nkb ? (g + 1) * gkb : nkb;
         int32x4_t isum[2][QT_NEON_SB];   /* [quad of weight rows][activation row] */
 #if QT_NEON_MMLA
         int32x4_t acc[4][QT_NEON_SB / 2];   /* [weight row pair][activation row pair]: 2×2 blocks */
-        QT_UNROLL for (int rp = 0; rp < 4; rp++) QT_UNROLL for (int p = 0; p < SB / 2; p++) acc[rp][p] = vdupq_n_s32(0);
+        QT_UNROLL for (int rp = 0; rp < 4; rp++)
+            QT_UNROLL for (int p = 0; p < SB / 2; p++) acc[rp][p] = vdupq_n_s32(0);
         for (int64_t kb = g * gkb; kb < k1; kb++) {
             const int8_t *pw = pk + 64 * kb, *px = X + 8 * kb * sp;
             int8x16_t wv[4];
             QT_UNROLL for (int rp = 0; rp < 4; rp++) wv[rp] = vld1q_s8(pw + 16 * rp);
             QT_UNROLL for (int p = 0; p < SB / 2; p++) {
                 const int8x16_t xv = vld1q_s8(px + 16 * p);
-                QT_UNROLL for (int rp = 0; rp < 4; rp++) acc[rp][p] = vmmlaq_s32(acc[rp][p], wv[rp], xv);
+                QT_UNROLL for (int rp = 0; rp < 4; rp++)
+                    acc[rp][p] = vmmlaq_s32(acc[rp][p], wv[rp], xv);
             }
         }
         /* block [w0·x0, w0·x1, w1·x0, w1·x1]: the even lanes of two row pairs are activation row
@@ -2900,8 +2934,10 @@ QT_NEON_TARGET QT_INLINE void QT_NEON(gemm_tile)(const QTensor *w, const QtActs 
             isum[q][2 * p + 1] = vuzp2q_s32(acc[2 * q][p], acc[2 * q + 1][p]);
         }
 #else
-        int32x4_t acc[4][QT_NEON_SB];   /* [weight row pair][activation row]: [r 0-3, r 4-7, r+1 0-3, r+1 4-7] */
-        QT_UNROLL for (int rp = 0; rp < 4; rp++) QT_UNROLL for (int j = 0; j < SB; j++) acc[rp][j] = vdupq_n_s32(0);
+        /* [weight row pair][activation row]: [r 0-3, r 4-7, r+1 0-3, r+1 4-7] (block inputs) */
+        int32x4_t acc[4][QT_NEON_SB];
+        QT_UNROLL for (int rp = 0; rp < 4; rp++)
+            QT_UNROLL for (int j = 0; j < SB; j++) acc[rp][j] = vdupq_n_s32(0);
         for (int64_t kb = g * gkb; kb < k1; kb++) {
             const int8_t *pw = pk + 64 * kb, *px = X + 8 * kb * sp;
             int8x16_t wv[4];
@@ -2909,7 +2945,8 @@ QT_NEON_TARGET QT_INLINE void QT_NEON(gemm_tile)(const QTensor *w, const QtActs 
             QT_UNROLL for (int j = 0; j < SB; j++) {
                 const int8x8_t x8 = vld1_s8(px + 8 * j);
                 const int8x16_t xv = vcombine_s8(x8, x8);
-                QT_UNROLL for (int rp = 0; rp < 4; rp++) acc[rp][j] = QT_NEON_DOT(acc[rp][j], wv[rp], xv);
+                QT_UNROLL for (int rp = 0; rp < 4; rp++)
+                    acc[rp][j] = QT_NEON_DOT(acc[rp][j], wv[rp], xv);
             }
         }
         QT_UNROLL for (int q = 0; q < 2; q++) QT_UNROLL for (int j = 0; j < SB; j++)
@@ -2918,7 +2955,8 @@ QT_NEON_TARGET QT_INLINE void QT_NEON(gemm_tile)(const QTensor *w, const QtActs 
         QT_UNROLL for (int q = 0; q < 2; q++) {
             const float32x4_t wsv = vld1q_f32(wsT + g * 8 + 4 * q);
             QT_UNROLL for (int j = 0; j < SB; j++) {
-                const float32x4_t p = vmulq_f32(wsv, vmulq_f32(vdupq_n_f32(xs[g * sp + j]), vcvtq_f32_s32(isum[q][j])));
+                const float32x4_t xv = vdupq_n_f32(xs[g * sp + j]);
+                const float32x4_t p = vmulq_f32(wsv, vmulq_f32(xv, vcvtq_f32_s32(isum[q][j])));
                 if (G == 1) out[q][j] = vaddq_f32(vdupq_n_f32(0.0f), p);
                 else {
                     float32x4_t *l = lanes + (q * SB + j) * 16 + (g & 15);
@@ -2951,10 +2989,13 @@ QT_NEON_TARGET QT_INLINE void QT_NEON(gemm_tile)(const QTensor *w, const QtActs 
     }
 }
 
-QT_NEON_TARGET static void QT_NEON(gemm)(const QTensor *w, const QtActs *a, int s0, int s1, int64_t r0, int64_t r1, float *y) {
+QT_NEON_TARGET static void QT_NEON(gemm)(const QTensor *w, const QtActs *a, int s0, int s1,
+                                         int64_t r0, int64_t r1, float *y) {
     const int64_t G = qt_groups_per_row(w), nkb = a->qstride / 8;
-    const size_t pk_bytes = (size_t)qt_round_up(64 * nkb, 64), ws_bytes = (size_t)qt_round_up(G * 8 * 4, 64);
-    uint8_t *buf = qt_buf(QT_BUF_GEMM, pk_bytes + ws_bytes + 2 * QT_NEON_SB * 16 * sizeof(float32x4_t), "GEMM scratch");
+    const size_t pk_bytes = (size_t)qt_round_up(64 * nkb, 64);
+    const size_t ws_bytes = (size_t)qt_round_up(G * 8 * 4, 64);
+    const size_t lanes_bytes = 2 * QT_NEON_SB * 16 * sizeof(float32x4_t);
+    uint8_t *buf = qt_buf(QT_BUF_GEMM, pk_bytes + ws_bytes + lanes_bytes, "GEMM scratch");
     int8_t *pk = (int8_t *)buf;
     float *wsT = (float *)(buf + pk_bytes);
     float32x4_t *lanes = (float32x4_t *)(buf + pk_bytes + ws_bytes);
@@ -2962,7 +3003,8 @@ QT_NEON_TARGET static void QT_NEON(gemm)(const QTensor *w, const QtActs *a, int 
         const int64_t n = r1 - r < QT_NEON_ROWS_PER_BLOCK ? r1 - r : QT_NEON_ROWS_PER_BLOCK;
         qt_neon_gemm_pack(w, r, n, nkb, pk, wsT);
         for (int s = s0; s < s1; s += QT_NEON_SB) {   /* s - s0 stays even: smmla's row pairs */
-            if (s1 - s <= QT_NEON_SB / 2) QT_NEON(gemm_tile)(w, a, pk, wsT, lanes, s, s1, QT_NEON_SB / 2, r, n, y);
+            const int half = s1 - s <= QT_NEON_SB / 2;
+            if (half) QT_NEON(gemm_tile)(w, a, pk, wsT, lanes, s, s1, QT_NEON_SB / 2, r, n, y);
             else QT_NEON(gemm_tile)(w, a, pk, wsT, lanes, s, s1, QT_NEON_SB, r, n, y);
         }
     }
