@@ -36,11 +36,32 @@ HAVE_CLANG  := $(shell command -v $(CLANG) 2>/dev/null)
 FUZZ_OPT    ?= -O1
 $(patsubst tests/fuzz/%.c,tests/bin/%,$(shell grep -lE '^\#include "(\.\./)*(glm|main)\.c"' tests/fuzz/fuzz_*.c)): FUZZ_OPT = -O0
 
-.PHONY: all test test-bins asan bench clean clean-bins fuzz fuzz-bins
+# aarch64 by cross-compilation (Debian: gcc-aarch64-linux-gnu; tests run under qemu-user):
+# `make glm-aarch64` builds ./glm-aarch64 for any ARMv8-A (the NEON kernels pick dotprod or i8mm at
+# run time), `make test-aarch64` runs tests/t_aarch64.sh (kernel tests under emulated CPUs with and
+# without the extensions, the oracle fixtures, integer logits equal to the x86 build's). GLM_MAIN
+# is the file that holds main().
+AARCH64_CC     ?= aarch64-linux-gnu-gcc
+AARCH64_CFLAGS ?= -O3 -march=armv8-a -fopenmp -std=gnu11 -Wall -Wextra -ffp-contract=off
+GLM_MAIN       ?= glm.c
+HAVE_AARCH64   := $(shell command -v $(AARCH64_CC) 2>/dev/null)
+AARCH64_BINS    = glm-aarch64 tests/bin/aarch64/test_quant tests/bin/aarch64/cpu_kernels
+
+.PHONY: all test test-bins test-aarch64 asan bench clean clean-bins fuzz fuzz-bins
 all: glm
 
 glm: $(SOURCES) $(COMMIT_STAMP)
 	$(CC) $(CFLAGS) -DGLM_COMMIT='"$(GLM_COMMIT)"' -o $@ main.c $(LDLIBS)
+
+glm-aarch64: $(wildcard *.c) $(HEADERS) $(COMMIT_STAMP)
+	$(AARCH64_CC) $(AARCH64_CFLAGS) -DGLM_COMMIT='"$(GLM_COMMIT)"' -o $@ $(GLM_MAIN) $(LDLIBS)
+
+tests/bin/aarch64/%: tests/%.c $(HEADERS) $(wildcard tests/*.h)
+	@mkdir -p tests/bin/aarch64
+	$(AARCH64_CC) $(AARCH64_CFLAGS) -I. -o $@ $< $(LDLIBS)
+
+test-aarch64: glm $(AARCH64_BINS)
+	bash tests/t_aarch64.sh
 
 tests/bin/%: tests/%.c $(HEADERS) $(wildcard tests/*.h)
 	@mkdir -p tests/bin
@@ -73,7 +94,7 @@ NPROC       := $(shell nproc 2>/dev/null || echo 2)
 test:
 	$(MAKE) -j$(NPROC) test-bins
 	bash tests/run.sh
-test-bins: glm $(TEST_BINS) $(TOOL_BINS) $(FUZZ_REPLAYS) $(if $(HAVE_CLANG),$(FUZZ_BINS))
+test-bins: glm $(TEST_BINS) $(TOOL_BINS) $(FUZZ_REPLAYS) $(if $(HAVE_CLANG),$(FUZZ_BINS)) $(if $(HAVE_AARCH64),$(AARCH64_BINS))
 
 # The whole suite once more under AddressSanitizer + UBSan with leak detection (a separate build).
 # Every sanitizer report goes to a log file, so one found in a test that does not look at exit
@@ -99,7 +120,7 @@ bench/session_bench bench/specbench bench/attnbench: bench/%: bench/%.c $(SOURCE
 	$(CC) $(CFLAGS) -I. -o $@ $< $(LDLIBS)
 
 clean-bins:
-	rm -f glm $(TEST_BINS) $(TOOL_BINS) $(FUZZ_REPLAYS) bench/kbench bench/session_bench bench/specbench bench/attnbench
+	rm -f glm $(AARCH64_BINS) $(TEST_BINS) $(TOOL_BINS) $(FUZZ_REPLAYS) bench/kbench bench/session_bench bench/specbench bench/attnbench
 
 clean: clean-bins
 	rm -rf tests/bin

@@ -36,7 +36,8 @@
      void    qt_free(QTensor *t);
 
      Kernel choice (integer path only; the float path is the same code everywhere):
-     int      qt_kernel_parse(const char *name, QtKernel *k);   "auto|scalar|avx2|avxvnni|vnni"; -1 if unknown
+     int      qt_kernel_parse(const char *name, QtKernel *k);
+                  "auto|scalar|avx2|avxvnni|vnni|neon|dotprod|i8mm"; -1 if unknown
      int      qt_kernel_supported(QtKernel k);                  1 if this CPU can run it
      int      qt_set_kernel(QtKernel k);     process-wide choice; -1 (and no change) if unsupported
      QtKernel qt_get_kernel(void);           the kernel qt_matmul uses (never QT_KERNEL_AUTO)
@@ -44,9 +45,10 @@
      void     qt_set_threads(int n);         0 = omp_get_max_threads()
      void     qt_set_gemm_min_rows(int s);   smallest S for the GEMM kernels (0 = measured default)
 
-     Kernels: scalar (the reference), avx2 (vpmaddubsw), avxvnni (VEX vpdpbusd on 256 bits: Alder
-     Lake and later, Zen 5) and vnni (AVX-512 VNNI vpdpbusd on 512 bits); auto picks the last one
-     this CPU has in that order.
+     Kernels: scalar (the reference); x86: avx2 (vpmaddubsw), avxvnni (VEX vpdpbusd on 256 bits:
+     Alder Lake and later, Zen 5) and vnni (AVX-512 VNNI vpdpbusd on 512 bits); aarch64: neon
+     (base ARMv8-A SIMD), dotprod (sdot) and i8mm (smmla). auto picks the last one this CPU has
+     in its architecture's order (x86: cpuid; aarch64 Linux: getauxval(AT_HWCAP, AT_HWCAP2)).
 
    qt_matmul computes y[s*rows + r] = Σ_i W[r][i]·x[s*cols + i] for s < S, with the kernel from
    qt_set_kernel (default: the best this CPU supports). qt_matmul_with takes the kernel per call
@@ -89,7 +91,8 @@
    runs on its caller's thread alone.
 
    Define QUANT_IMPLEMENTATION in exactly one translation unit before including. */
-#ifndef QT_YMM_PASS   /* (the file's own second and third inclusion: see "256-bit kernels") */
+#if !defined(QT_YMM_PASS) && !defined(QT_NEON_PASS)   /* the file's own later inclusions: see
+                                                         "256-bit kernels" and "NEON kernels" */
 #ifndef QUANT_H
 #define QUANT_H
 
@@ -98,7 +101,11 @@
 
 typedef enum { QT_F32 = 0, QT_INT8_ROW, QT_INT4_ROW, QT_INT4_GROUP, QT_INT2_ROW } QtFormat;
 /* in order of preference: qt_kernel_resolve falls back to the next one below */
-typedef enum { QT_KERNEL_AUTO = 0, QT_KERNEL_SCALAR, QT_KERNEL_AVX2, QT_KERNEL_AVXVNNI, QT_KERNEL_VNNI } QtKernel;
+/* within each architecture's run (x86: AVX2 .. VNNI; aarch64: NEON .. I8MM); the first of a run
+   falls back to SCALAR */
+typedef enum { QT_KERNEL_AUTO = 0, QT_KERNEL_SCALAR,
+               QT_KERNEL_AVX2, QT_KERNEL_AVXVNNI, QT_KERNEL_VNNI,
+               QT_KERNEL_NEON, QT_KERNEL_DOTPROD, QT_KERNEL_I8MM } QtKernel;
 
 typedef struct {
     QtFormat format;
@@ -154,8 +161,8 @@ void qt_set_threads(int n);
    next ones run on the calling thread alone for 10 .. 100 ms; bench/README.md). */
 void qt_set_stealing(int on);
 void qt_set_stall_guard(int on);
-/* Smallest batch S that takes the GEMM kernels (0 = the measured default per kernel: 4, 6 or 8;
-   1 = always). Results never depend on it. */
+/* Smallest batch S that takes the GEMM kernels (0 = the default per kernel and format, 3 to 5:
+   qt_gemm_min_rows; 1 = always). Results never depend on it. */
 void qt_set_gemm_min_rows(int s);
 
 #endif /* QUANT_H */
@@ -179,17 +186,45 @@ void qt_set_gemm_min_rows(int s);
 #define QT_AVXVNNI __attribute__((target("avx2,avxvnni")))
 #define QT_VNNI __attribute__((target("avx2,avx512f,avx512bw,avx512vl,avx512vnni")))
 #include <cpuid.h>
-#define QT_INLINE static inline __attribute__((always_inline))
-/* Full unrolling of the tile loops over registers: without it gcc 12 kept the tile's accumulators
-   in a stack array at each group end (16 spills and reloads per group; 780 → 865 GOP/s). */
-#define QT_UNROLL _Pragma("GCC unroll 16")
-/* Prefetch into L2, not L1: measured on the 2-vCPU Zen machines, prefetcht0 at any distance
-   cut the int4 row kernel to ~0.55 of a plain read, prefetcht1 ~0.95 (round 1). How far ahead:
-   QT_PREFETCH_DEFAULT (4096 since round 2's session 15, see bench/README.md). */
+/* Prefetch into L2, not L1: on 2-vCPU Zen VMs prefetcht0 at any distance cut the int4 row kernel
+   to ~0.55 of a plain read, prefetcht1 to ~0.95. How far ahead: QT_PREFETCH_DEFAULT
+   (bench/README.md). */
 #ifndef QT_PREFETCH_HINT
 #define QT_PREFETCH_HINT _MM_HINT_T1
 #endif
 #endif
+#if defined(__aarch64__) && (defined(__GNUC__) || defined(__clang__))
+#define QT_ARM 1
+#include <arm_neon.h>
+#ifdef __linux__
+#include <sys/auxv.h>
+#endif
+/* The dotprod and i8mm kernels carry their own target, so that a build for plain ARMv8-A still
+   contains them (the run-time check picks one the CPU has). gcc's arm_neon.h declares vdotq_s32
+   for armv8.2-a+dotprod: a "+dotprod" added to armv8-a is not enough to inline it. A build whose
+   -march already has the extension needs no attribute (and must not lower its arch). */
+#ifdef __clang__
+#define QT_DOTPROD_TARGET __attribute__((target("dotprod")))
+#define QT_I8MM_TARGET __attribute__((target("dotprod,i8mm")))
+#else
+#if defined(__ARM_FEATURE_DOTPROD)
+#define QT_DOTPROD_TARGET
+#else
+#define QT_DOTPROD_TARGET __attribute__((target("arch=armv8.2-a+dotprod")))
+#endif
+#if defined(__ARM_FEATURE_MATMUL_INT8)
+#define QT_I8MM_TARGET
+#elif defined(__ARM_FEATURE_DOTPROD)
+#define QT_I8MM_TARGET __attribute__((target("+i8mm")))
+#else
+#define QT_I8MM_TARGET __attribute__((target("arch=armv8.2-a+dotprod+i8mm")))
+#endif
+#endif
+#endif
+#define QT_INLINE static inline __attribute__((always_inline))
+/* Full unrolling of the tile loops over registers: without it gcc 12 kept the tile's accumulators
+   in a stack array at each group end (16 spills and reloads per group; 780 → 865 GOP/s). */
+#define QT_UNROLL _Pragma("GCC unroll 16")
 
 const char *qt_format_name(QtFormat f) {
     switch (f) {
@@ -241,7 +276,7 @@ int qt_alloc(QTensor *t, QtFormat f, int64_t group, int64_t rows, int64_t cols) 
     /* 64-byte alignment keeps SIMD loads aligned and rows cache-line friendly. The scales follow
        the codes in the same block (qt_alloc_bytes), so memory advised for huge pages covers both:
        the GEMM reads a block's scales with its codes, and in 4 KiB pages their TLB misses cost the
-       group-64 expert FFN ~20 % on 1 thread (kbench, 2026-12-03). */
+       group-64 expert FFN ~20 % on 1 thread (kbench). */
     t->data = aligned_alloc(64, qt_alloc_bytes(t));
     if (!t->data) return -1;
     if (f != QT_F32) t->scales = (float *)(t->data + qt_alloc_codes_bytes(t));
@@ -592,12 +627,17 @@ const char *qt_kernel_name(QtKernel k) {
     case QT_KERNEL_AVX2: return "avx2";
     case QT_KERNEL_AVXVNNI: return "avxvnni";
     case QT_KERNEL_VNNI: return "vnni";
+    case QT_KERNEL_NEON: return "neon";
+    case QT_KERNEL_DOTPROD: return "dotprod";
+    case QT_KERNEL_I8MM: return "i8mm";
     }
     return "?";
 }
 
 int qt_kernel_parse(const char *name, QtKernel *k) {
-    static const QtKernel all[] = { QT_KERNEL_AUTO, QT_KERNEL_SCALAR, QT_KERNEL_AVX2, QT_KERNEL_AVXVNNI, QT_KERNEL_VNNI };
+    static const QtKernel all[] = { QT_KERNEL_AUTO, QT_KERNEL_SCALAR, QT_KERNEL_AVX2,
+                                    QT_KERNEL_AVXVNNI, QT_KERNEL_VNNI, QT_KERNEL_NEON,
+                                    QT_KERNEL_DOTPROD, QT_KERNEL_I8MM };
     for (size_t i = 0; name && i < sizeof all / sizeof all[0]; i++)
         if (!strcmp(name, qt_kernel_name(all[i]))) { *k = all[i]; return 0; }
     return -1;
@@ -624,16 +664,50 @@ int qt_kernel_supported(QtKernel k) {
 #else
     case QT_KERNEL_AVX2: case QT_KERNEL_AVXVNNI: case QT_KERNEL_VNNI: return 0;
 #endif
+#ifdef QT_ARM
+    /* Linux reports the extensions in the auxiliary vector; elsewhere only what the build's
+       -march promises is used. */
+#ifdef __linux__
+    /* HWCAP_ASIMD, HWCAP_ASIMDDP, HWCAP2_I8MM */
+    case QT_KERNEL_NEON: return (getauxval(AT_HWCAP) >> 1) & 1;
+    case QT_KERNEL_DOTPROD:
+        return qt_kernel_supported(QT_KERNEL_NEON) && ((getauxval(AT_HWCAP) >> 20) & 1);
+    case QT_KERNEL_I8MM:
+        return qt_kernel_supported(QT_KERNEL_DOTPROD) && ((getauxval(AT_HWCAP2) >> 13) & 1);
+#else
+    case QT_KERNEL_NEON: return 1;
+#if defined(__ARM_FEATURE_DOTPROD)
+    case QT_KERNEL_DOTPROD: return 1;
+#else
+    case QT_KERNEL_DOTPROD: return 0;
+#endif
+#if defined(__ARM_FEATURE_DOTPROD) && defined(__ARM_FEATURE_MATMUL_INT8)
+    case QT_KERNEL_I8MM: return 1;
+#else
+    case QT_KERNEL_I8MM: return 0;
+#endif
+#endif
+#else
+    case QT_KERNEL_NEON: case QT_KERNEL_DOTPROD: case QT_KERNEL_I8MM: return 0;
+#endif
     }
     return 0;
 }
 
-/* The best supported kernel not above k (AUTO = the best of all). */
+/* The best supported kernel not above k in its architecture's run (AUTO = the best of all). */
 static QtKernel qt_kernel_resolve(QtKernel k) {
+#ifdef QT_ARM
+    if (k == QT_KERNEL_AUTO) k = QT_KERNEL_I8MM;
+#else
     if (k == QT_KERNEL_AUTO) k = QT_KERNEL_VNNI;
-    while (k > QT_KERNEL_SCALAR && !qt_kernel_supported(k)) k = (QtKernel)(k - 1);
+#endif
+    while (k > QT_KERNEL_SCALAR && !qt_kernel_supported(k))
+        k = k == QT_KERNEL_AVX2 || k == QT_KERNEL_NEON ? QT_KERNEL_SCALAR : (QtKernel)(k - 1);
     return k;
 }
+
+/* The aarch64 kernels (QT_KERNEL_NEON and above) */
+static int qt_kernel_is_arm(QtKernel k) { return k >= QT_KERNEL_NEON; }
 
 static QtKernel qt_active_kernel = QT_KERNEL_AUTO;   /* resolved on first use */
 static int qt_prefetch_bytes = QT_PREFETCH_DEFAULT;
@@ -666,8 +740,11 @@ void qt_set_prefetch(int bytes) { qt_prefetch_bytes = bytes < 0 ? 0 : bytes; }
    Stored step-major, [step][spad] int32 (and the scales and offsets [group][spad]), so that a tile
    of activation rows reads one contiguous run per step through a single pointer.
    The weights are unsigned in the SIMD code (int4 q+8, int2 q+2, int8 in the VNNI GEMM kernels
-   q+128); off[g] = bias·Σx over group g removes the bias exactly. */
-typedef enum { QT_ACTS_NATURAL, QT_ACTS_CHUNKS, QT_ACTS_STEPS } QtActsLayout;
+   q+128); off[g] = bias·Σx over group g removes the bias exactly.
+   The NEON GEMM kernels take "K-blocks" of 8 codes in natural order (QT_ACTS_K8: block k = inputs
+   8k..8k+7), stored [block][spad][8 codes], so that two activation rows' blocks are one 16-byte
+   vector (smmla's operand); their weights are repacked as signed codes, so no offset. */
+typedef enum { QT_ACTS_NATURAL, QT_ACTS_CHUNKS, QT_ACTS_STEPS, QT_ACTS_K8 } QtActsLayout;
 
 typedef struct {
     int8_t *raw;        /* S rows of cols codes, natural order (the scalar kernel reads these) */
@@ -678,7 +755,7 @@ typedef struct {
     int64_t gstride;
     QtActsLayout layout;
     int int8_bias;      /* bias of int8 weight codes in the kernel: 0 or 128 */
-    int64_t spad;       /* QT_ACTS_STEPS: q, scale and off are [step or group][spad] */
+    int64_t spad;       /* QT_ACTS_STEPS, _K8: q, scale and off are [step, block or group][spad] */
 } QtActs;
 
 /* Activation rows s and s+1 (only s when s+1 = s1) as the two-row grouped kernels take them:
@@ -707,6 +784,7 @@ static int64_t qt_gemm_cols_padded(const QTensor *w) { return qt_round_up(qt_gem
 /* Bytes of one prepared activation row in layout l. */
 static int64_t qt_acts_stride(const QTensor *w, QtActsLayout l) {
     if (l == QT_ACTS_STEPS) return qt_gemm_cols_padded(w) * qt_gemm_steps_per_col(w->format) * 4;
+    if (l == QT_ACTS_K8) return qt_round_up(w->cols, 8);
     if (l == QT_ACTS_CHUNKS) return qt_round_up((w->row_bytes + 63) / 64, 16) * qt_chunk_inputs(w->format);
     return 0;
 }
@@ -744,11 +822,18 @@ static void *qt_buf(int which, size_t n, const char *what) {
     return qt_bufs[which].p;
 }
 
-/* QT_ACTS_STEPS: row s's scales and offsets into the group-major arrays (the codes follow per 8
-   rows: qt_avx2_steps). */
+/* QT_ACTS_STEPS, QT_ACTS_K8: row s's scales and offsets into the group-major arrays (the codes
+   follow: per 8 rows in qt_avx2_steps; qt_k8_row). */
 static void qt_prepare_steps_row(const QTensor *w, const QtActs *a, int s, const int8_t *raw, const float *xs) {
     const int64_t C = w->cols, G = qt_groups_per_row(w), sp = a->spad;
     const int bias = w->format == QT_INT8_ROW ? a->int8_bias : 8;
+    if (a->layout == QT_ACTS_K8) {   /* signed weight codes: no offset */
+        for (int64_t gi = 0; gi < G; gi++) {
+            a->off[gi * sp + s] = 0;
+            a->scale[gi * sp + s] = xs[gi];
+        }
+        return;
+    }
     for (int64_t g0 = 0, gi = 0; gi < G; g0 += w->group, gi++) {
         int64_t g1 = g0 + w->group < C ? g0 + w->group : C;
         int32_t sum = 0;
@@ -758,13 +843,27 @@ static void qt_prepare_steps_row(const QTensor *w, const QtActs *a, int s, const
     }
 }
 
+/* QT_ACTS_K8 codes of row s (raw: its natural-order codes, NULL for a padding row of zeros). */
+static void qt_k8_row(const QTensor *w, const QtActs *a, int s, const int8_t *raw) {
+    const int64_t C = w->cols, nkb = a->qstride / 8, sp = a->spad;
+    for (int64_t kb = 0; kb < nkb; kb++) {
+        int8_t *d = a->q + (kb * sp + s) * 8;
+        if (raw && 8 * kb + 8 <= C) memcpy(d, raw + 8 * kb, 8);
+        else {
+            memset(d, 0, 8);
+            if (raw) memcpy(d, raw + 8 * kb, (size_t)(C - 8 * kb));
+        }
+    }
+}
+
 static void qt_prepare_acts_row(const QTensor *w, const float *x, const QtActs *a, int s) {
     const int64_t C = w->cols, G = qt_groups_per_row(w);
     int8_t *raw = a->raw + (int64_t)s * C;
-    if (a->layout == QT_ACTS_STEPS) {
+    if (a->layout == QT_ACTS_STEPS || a->layout == QT_ACTS_K8) {
         float *xs = qt_buf(QT_BUF_SCALES, (size_t)G * sizeof(float), "activation scales");
         qt_quantize_activation(x + (int64_t)s * C, C, w->group, raw, xs);
         qt_prepare_steps_row(w, a, s, raw, xs);
+        if (a->layout == QT_ACTS_K8) qt_k8_row(w, a, s, raw);
         return;
     }
     float *xs = a->scale + (int64_t)s * a->gstride;
@@ -810,12 +909,14 @@ static void qt_prepare_acts_row(const QTensor *w, const float *x, const QtActs *
     }
 }
 
-/* Whether the SIMD kernels handle this tensor's grouping: groups a multiple of 8 inputs, and
-   either a power of two up to 128 inputs (several groups per 64-byte chunk) or a multiple of 128. */
-static int qt_simd_shape_ok(const QTensor *w) {
+/* Whether the SIMD row kernels of k handle this tensor's grouping: groups a multiple of 8 inputs,
+   and for x86 either a power of two up to 128 inputs (several groups per 64-byte chunk) or a
+   multiple of 128. */
+static int qt_simd_shape_ok(const QTensor *w, QtKernel k) {
     if (w->format != QT_INT4_GROUP || qt_groups_per_row(w) == 1) return 1;
     int64_t g = w->group;
     if (g % 8) return 0;
+    if (qt_kernel_is_arm(k)) return 1;
     int64_t lanes = g / 8;
     return lanes == 1 || lanes == 2 || lanes == 4 || lanes == 8 || lanes % 16 == 0;
 }
@@ -1068,19 +1169,19 @@ QT_VNNI QT_INLINE __m512i qt_dpbusd(__m512i acc, __m512i w, __m512i x) {
 }
 
 /* While the tiles of a row block run, the next block's rows stream toward L2, one or two lines
-   every `every` steps, so its repack does not wait on DRAM (gate 2048x6144, S = 32, weights in
-   DRAM: 445 GOP/s before; the same from L3: 662). Two lines per step where a block has more lines
+   every `every` steps, so its repack does not wait on DRAM (gate 2048x6144, S = 32, without it:
+   445 GOP/s from DRAM, 662 from L3). Two lines per step where a block has more lines
    than its tiles have steps: one AVX-512 tile (S <= 12) over 32 rows has twice as many; with one
    line per step it fetched half the next block, and the expert FFN at S = 8 from the page cache
    ran at 405-453 GOP/s on 2 threads against 496-577 with all of it (two runs of 3 pairs).
    The AVX-512 kernel takes the lines in the order its repack reads them (64-byte column c of each
    row of a repack block, then column c + 1; block by block), not in address order: the repack's
    first columns need every row of the block, and in address order the last rows' lines were the
-   last fetched.
-   Measured (session 13, Zen 5, gate shape 2048 × 6144 at S = 32, 2 threads, weights in DRAM, 30
-   interleaved runs): median 1.050 → 1.030 ms, and 1.009 ms with the scales fetched as the repack
-   starts (qt_vnni_gemm_pack); a timing-only build whose repack re-reads rows already in L2 ran 8 %
-   faster than the address order, so the repack still waits a little. */
+   last fetched. Zen 5, gate shape 2048 × 6144 at S = 32, 2 threads, weights in DRAM, 30
+   interleaved runs: median 1.050 ms in address order, 1.030 in repack order, 1.009 with the
+   scales fetched as the repack starts (qt_vnni_gemm_pack); a timing-only build whose repack
+   re-reads rows already in L2 ran 8 % faster than the address order, so the repack still waits a
+   little. */
 typedef struct {
     const char *next, *p;             /* the next block's first row; the next line */
     int64_t row_bytes, cols64, rows;  /* the next block's rows: bytes, 64-byte columns; how many */
@@ -1476,6 +1577,157 @@ QT_AVX2 static void qt_avx2_steps(const QTensor *w, const QtActs *a, int s0, int
 #undef QT_YMM_PASS
 #endif /* QT_X86 */
 
+#ifdef QT_ARM
+/* ---------------- NEON kernels (aarch64) ---------------------------------------------------------
+   Three kernels: neon (base ARMv8-A SIMD), dotprod (sdot: 4 s8 × s8 products into each int32
+   lane) and i8mm (smmla: a 2×8 by 8×2 s8 matrix product into a 2×2 int32 block). Their code is
+   written once, at the end of this file, and compiled once per instruction set by including this
+   file again with QT_NEON_PASS defined, as the 256-bit x86 kernels are. Every integer sum is
+   exact; the float combine is the spec's, in its order, so every kernel equals qt_dot_int_row bit
+   for bit.
+   Row kernels (neon, dotprod; i8mm uses dotprod's): the QT_ACTS_CHUNKS activations, the weights
+   read in 16-byte pieces (a quarter of a chunk) and split into nibbles or 2-bit planes as the x86
+   kernels do; the int32 lane i of a piece covers its bytes 4i..4i+3, so for int4 the 8 inputs
+   32b + 8i .. +7 of piece b: a group of a multiple of 8 inputs never splits a lane. The base
+   kernel emulates sdot's lanes with widening multiplies and pairwise adds.
+   GEMM kernels (all three): blocks of QT_NEON_ROWS_PER_BLOCK = 8 weight rows repacked as signed
+   codes in K-blocks of 8 inputs, [K-block][row][8 codes] (qt_neon_gemm_pack), against the
+   QT_ACTS_K8 activations. A 16-byte load of a K-block is two rows' 8 codes: smmla multiplies it by
+   two activation rows' 8 codes into a 2×2 block; sdot by one activation row's 8 codes, twice
+   over, into [row r: inputs 0-3, 4-7; row r+1: 0-3, 4-7]. Per group, 4 weight rows' int32 sums
+   then form one vector and the epilogue runs over them as the x86 GEMM's does over 8 or 16.
+   No explicit prefetch in the GEMM: the pack reads 8 sequential streams, which the cores'
+   hardware prefetchers follow. */
+#define QT_NEON_ROWS_PER_BLOCK 8
+
+/* Repack weight rows [r0, r0+n), n ≤ 8, into pk: K-block kb at pk + 64kb, row i's signed codes of
+   inputs 8kb..8kb+7 at +8i; rows past n are zero. Codes past the row's inputs are whatever the
+   padding bytes hold: the activations there are zero. wsT[g·8 + i] = row i's scale of group g. */
+static void qt_neon_gemm_pack(const QTensor *w, int64_t r0, int64_t n, int64_t nkb, int8_t *pk,
+                              float *wsT) {
+    const int64_t rb = w->row_bytes, G = qt_groups_per_row(w);
+    for (int i = 0; i < QT_NEON_ROWS_PER_BLOCK; i++) {
+        int8_t *dst = pk + 8 * i;
+        if (i >= n) {
+            for (int64_t kb = 0; kb < nkb; kb++) memset(dst + 64 * kb, 0, 8);
+            continue;
+        }
+        const uint8_t *src = w->data + (r0 + i) * rb;
+        /* bytes per 16-byte piece: 16 (int8: 2 K-blocks), 16 (int4: 4), 16 (int2: 8) */
+        const int kpp = w->format == QT_INT8_ROW ? 2 : w->format == QT_INT2_ROW ? 8 : 4;
+        for (int64_t j = 0; j * kpp < nkb; j++) {
+            uint8x16_t v;
+            if (16 * j + 16 <= rb) v = vld1q_u8(src + 16 * j);
+            else {
+                uint8_t tail[16] = { 0 };
+                memcpy(tail, src + 16 * j, (size_t)(rb - 16 * j));
+                v = vld1q_u8(tail);
+            }
+            int8x16_t c[4];   /* 16 codes each, natural order */
+            int nc;
+            if (w->format == QT_INT8_ROW) { c[0] = vreinterpretq_s8_u8(v); nc = 1; }
+            else if (w->format == QT_INT2_ROW) {
+                const uint8x16_t m2 = vdupq_n_u8(3);
+                const uint8x16_t p0 = vandq_u8(v, m2), p1 = vandq_u8(vshrq_n_u8(v, 2), m2);
+                const uint8x16_t p2 = vandq_u8(vshrq_n_u8(v, 4), m2), p3 = vshrq_n_u8(v, 6);
+                /* byte t's planes k = 0..3 are inputs 4t+k: interleave bytes, then byte pairs */
+                const uint16x8_t a0 = vreinterpretq_u16_u8(vzip1q_u8(p0, p1));
+                const uint16x8_t a1 = vreinterpretq_u16_u8(vzip2q_u8(p0, p1));
+                const uint16x8_t b0 = vreinterpretq_u16_u8(vzip1q_u8(p2, p3));
+                const uint16x8_t b1 = vreinterpretq_u16_u8(vzip2q_u8(p2, p3));
+                const int8x16_t two = vdupq_n_s8(2);
+                c[0] = vsubq_s8(vreinterpretq_s8_u16(vzip1q_u16(a0, b0)), two);
+                c[1] = vsubq_s8(vreinterpretq_s8_u16(vzip2q_u16(a0, b0)), two);
+                c[2] = vsubq_s8(vreinterpretq_s8_u16(vzip1q_u16(a1, b1)), two);
+                c[3] = vsubq_s8(vreinterpretq_s8_u16(vzip2q_u16(a1, b1)), two);
+                nc = 4;
+            } else {   /* element 2t in the low nibble of byte t */
+                const uint8x16_t lo = vandq_u8(v, vdupq_n_u8(0x0F)), hi = vshrq_n_u8(v, 4);
+                const int8x16_t eight = vdupq_n_s8(8);
+                c[0] = vsubq_s8(vreinterpretq_s8_u8(vzip1q_u8(lo, hi)), eight);
+                c[1] = vsubq_s8(vreinterpretq_s8_u8(vzip2q_u8(lo, hi)), eight);
+                nc = 2;
+            }
+            for (int k = 0; k < nc; k++) {
+                const int64_t kb = j * kpp + 2 * k;
+                if (kb < nkb) vst1_s8(dst + 64 * kb, vget_low_s8(c[k]));
+                if (kb + 1 < nkb) vst1_s8(dst + 64 * (kb + 1), vget_high_s8(c[k]));
+            }
+        }
+    }
+    for (int64_t g = 0; g < G; g++)
+        for (int i = 0; i < QT_NEON_ROWS_PER_BLOCK; i++)
+            wsT[g * 8 + i] = i < n ? w->scales[(r0 + i) * G + g] : 0.0f;
+}
+
+/* The spec's float combine of one row's G group sums isum[] (zero-padded to a multiple of 4)
+   against one activation row (off, xs: padded to 16 with zeros): p = ws·(xs·(isum - off)) into
+   lane g mod 16, 4 groups per vector, then qt_lanes_sum. Groups past G add 0·(0·0) = +0, which
+   leaves a lane unchanged (a lane is never -0: it starts at +0, and x + y is -0 only for
+   -0 + -0). */
+static float qt_neon_combine(const int32_t *isum, const int32_t *off, const float *xs,
+                             const float *ws, int64_t G) {
+    float32x4_t l0 = vdupq_n_f32(0.0f), l1 = l0, l2 = l0, l3 = l0;
+#define QT_NEON_P(g, wsp)                                                                          \
+    vmulq_f32(vld1q_f32(wsp),                                                                      \
+              vmulq_f32(vld1q_f32(xs + (g)),                                                       \
+                        vcvtq_f32_s32(vsubq_s32(vld1q_s32(isum + (g)), vld1q_s32(off + (g))))))
+    int64_t g = 0;
+    for (; g + 16 <= G; g += 16) {
+        l0 = vaddq_f32(l0, QT_NEON_P(g, ws + g));
+        l1 = vaddq_f32(l1, QT_NEON_P(g + 4, ws + g + 4));
+        l2 = vaddq_f32(l2, QT_NEON_P(g + 8, ws + g + 8));
+        l3 = vaddq_f32(l3, QT_NEON_P(g + 12, ws + g + 12));
+    }
+    float32x4_t *l[4] = { &l0, &l1, &l2, &l3 };
+    for (int k = 0; g < G; g += 4, k++) {
+        float wt[4] = { 0 };
+        memcpy(wt, ws + g, (size_t)(G - g < 4 ? G - g : 4) * sizeof(float));
+        *l[k] = vaddq_f32(*l[k], QT_NEON_P(g, wt));
+    }
+#undef QT_NEON_P
+    float lane[16];
+    vst1q_f32(lane, l0); vst1q_f32(lane + 4, l1); vst1q_f32(lane + 8, l2); vst1q_f32(lane + 12, l3);
+    return qt_lanes_sum(lane);
+}
+
+/* sdot's lanes with base NEON: lane i += Σ_k<4 a[4i+k]·b[4i+k] (each product fits int16). */
+QT_INLINE int32x4_t qt_neon_dot_base(int32x4_t acc, int8x16_t a, int8x16_t b) {
+    const int16x8_t lo = vmull_s8(vget_low_s8(a), vget_low_s8(b)), hi = vmull_high_s8(a, b);
+    return vaddq_s32(acc, vpaddq_s32(vpaddlq_s16(lo), vpaddlq_s16(hi)));
+}
+
+#define QT_NEON_PASS 1
+#define QT_NEON(name) qt_neon_##name
+#define QT_NEON_TARGET
+#define QT_NEON_DOT qt_neon_dot_base
+#define QT_NEON_HAS_ROWS 1
+#define QT_NEON_MMLA 0
+#include "quant.h"
+#undef QT_NEON
+#undef QT_NEON_TARGET
+#undef QT_NEON_DOT
+#define QT_NEON(name) qt_dotprod_##name
+#define QT_NEON_TARGET QT_DOTPROD_TARGET
+#define QT_NEON_DOT vdotq_s32
+#include "quant.h"
+#undef QT_NEON
+#undef QT_NEON_TARGET
+#undef QT_NEON_HAS_ROWS
+#undef QT_NEON_MMLA
+#define QT_NEON(name) qt_i8mm_##name
+#define QT_NEON_TARGET QT_I8MM_TARGET
+#define QT_NEON_HAS_ROWS 0
+#define QT_NEON_MMLA 1
+#include "quant.h"
+#undef QT_NEON
+#undef QT_NEON_TARGET
+#undef QT_NEON_DOT
+#undef QT_NEON_HAS_ROWS
+#undef QT_NEON_MMLA
+#undef QT_NEON_PASS
+#endif /* QT_ARM */
+
 /* ---- Threads -------------------------------------------------------------------------------
 
    One OpenMP parallel region per matmul, on the same team as the engine's own OpenMP code (a
@@ -1556,7 +1808,7 @@ static void qt_note_wait(int64_t waited_ns, int64_t now) {
 /* Run first(first_arg, c) for every c < nfirst, then fn(arg, c) for every c < nchunks, on up to
    qt_thread_count() threads, in one parallel region: the first phase (a matmul's activations)
    split statically, a barrier, then the chunks with stealing. One region instead of two saves a
-   wake-up and a join of the threads per matmul (~10-20 us each on these VMs: kbench's thread
+   wake-up and a join of the threads per matmul (~10-20 us each on 2-vCPU VMs: kbench's thread
    wake-up table). first may be NULL. */
 static void qt_parallel_phases(QtChunkFn first, void *first_arg, int64_t nfirst, QtChunkFn fn, void *arg, int64_t nchunks) {
     if (nchunks <= 0) return;
@@ -1632,17 +1884,17 @@ typedef struct {
     int64_t nchunks;   /* integer path: chunks of rows (× activation panels) */
 } QtMatmulJob;
 
-/* 0: measured per kernel and format (bench/README.md): the AVX-512 GEMM wins from S = 3 on
-   grouped weights and from S = 5 on int4-row ones (2026-12-02, once its prefetch fetched the whole
-   next block; one thread, 16 matrices beyond the caches, GOP/s row kernel / GEMM: group 64 S = 3:
+/* 0: the default per kernel and format, where the GEMM overtakes the row kernels
+   (bench/README.md; GOP/s row kernel / GEMM). The AVX-512 GEMM wins from S = 3 on grouped weights
+   and from S = 5 on int4-row ones (one thread, 16 matrices beyond the caches: group 64 S = 3:
    151 / 157 and 159 / 157, S = 4: 131 / 212 and 175 / 203 on 2048x6144 and 6144x2048; int4-row
-   S = 4: 171 / 225 and 278 / 216, S = 5: 179 / 325 and 279 / 343). Grouped S = 3 remeasured after
-   the two-row row kernel (2026-12-03, expert FFN, 64 experts beyond the caches, three alternating
-   runs): 2 threads 274 260 264 / 301 292 305, 1 thread 116 123 130 / 153 139 174; from the caches
-   the row kernel wins (one gate matrix, 1 thread, 252-258 / 198-199), but a verify pass reads its
-   weights from memory. The 256-bit GEMM kernels win from S = 4 (S = 3 from DRAM after their
-   two-row row kernels, 2 threads: AVX2 190 181 189 / 182 184 192, AVX-VNNI 209 198 211 / 182 166
-   168). */
+   S = 4: 171 / 225 and 278 / 216, S = 5: 179 / 325 and 279 / 343). Grouped S = 3 against the
+   two-row row kernel (expert FFN, 64 experts beyond the caches, three alternating runs): 2
+   threads 274 260 264 / 301 292 305, 1 thread 116 123 130 / 153 139 174; from the caches the row
+   kernel wins (one gate matrix, 1 thread, 252-258 / 198-199), but a verify pass reads its weights
+   from memory. The 256-bit GEMM kernels win from S = 4 (S = 3 from DRAM against their two-row
+   row kernels, 2 threads: AVX2 190 181 189 / 182 184 192, AVX-VNNI 209 198 211 / 182 166 168).
+   The NEON kernels take 4 as the 256-bit ones do: not measured on ARM hardware. */
 static int qt_gemm_min_rows_set;
 void qt_set_gemm_min_rows(int s) { qt_gemm_min_rows_set = s < 0 ? 0 : s; }
 
@@ -1652,9 +1904,11 @@ static int qt_gemm_min_rows(QtKernel k, const QTensor *w) {
     return 4;
 }
 
-/* Formats the GEMM kernels take: a group must cover whole steps (8 int4 inputs). */
-static int qt_gemm_shape_ok(const QTensor *w) {
+/* Formats the GEMM kernels of k take: a group must cover whole steps (8 int4 inputs); int2 only
+   on ARM (its repack unpacks every format to signed codes). */
+static int qt_gemm_shape_ok(const QTensor *w, QtKernel k) {
     if (w->format == QT_INT8_ROW || w->format == QT_INT4_ROW) return 1;
+    if (w->format == QT_INT2_ROW) return qt_kernel_is_arm(k);
     return w->format == QT_INT4_GROUP && (qt_groups_per_row(w) == 1 || w->group % 8 == 0);
 }
 
@@ -1796,8 +2050,16 @@ static void qt_float_chunk(void *p, int64_t c) {
    otherwise. */
 static void qt_acts_chunk(void *p, int64_t c) {
     const QtMatmulJob *j = p;
-    const int per = j->acts.layout == QT_ACTS_STEPS ? 16 : 1;
+    const int per = j->acts.layout == QT_ACTS_STEPS || j->acts.layout == QT_ACTS_K8 ? 16 : 1;
     for (int s = (int)c * per; s < (int)(c + 1) * per && s < j->S; s++) qt_prepare_acts_row(j->w, j->x, &j->acts, s);
+    if (j->acts.layout == QT_ACTS_K8) {   /* the padding rows a tile reads: zero codes and scales */
+        const int pad1 = (int)(c + 1) * per < j->acts.spad ? (int)(c + 1) * per : (int)j->acts.spad;
+        for (int s = j->S > (int)c * per ? j->S : (int)c * per; s < pad1; s++) {
+            qt_k8_row(j->w, &j->acts, s, NULL);
+            for (int64_t g = 0; g < qt_groups_per_row(j->w); g++)
+                j->acts.scale[g * j->acts.spad + s] = 0;
+        }
+    }
 #ifdef QT_X86
     if (j->acts.layout == QT_ACTS_STEPS)
         for (int s0 = (int)c * 16; s0 < (int)c * 16 + 16 && s0 < j->S; s0 += 8) qt_avx2_steps(j->w, &j->acts, s0, j->S - s0 < 8 ? j->S - s0 : 8);
@@ -1830,13 +2092,23 @@ static void qt_plan_int(QtMatmulJob *j, const QTensor *w, const float *x, float 
     j->rows_per_chunk = qt_rows_per_chunk(w, S);
     j->s_panels = 1; j->s_per_panel = S;
     QtKernel k = kernel == QT_KERNEL_AUTO ? qt_get_kernel() : qt_kernel_resolve(kernel);
-    const int gemm = k != QT_KERNEL_SCALAR && S >= qt_gemm_min_rows(k, w) && qt_gemm_shape_ok(w);
-    if (!gemm && !qt_simd_shape_ok(w)) k = QT_KERNEL_SCALAR;
+    const int gemm = k != QT_KERNEL_SCALAR && S >= qt_gemm_min_rows(k, w) && qt_gemm_shape_ok(w, k);
+    if (!gemm && !qt_simd_shape_ok(w, k)) k = QT_KERNEL_SCALAR;
     QtActs *a = &j->acts;
-    a->layout = k == QT_KERNEL_SCALAR ? QT_ACTS_NATURAL : gemm ? QT_ACTS_STEPS : QT_ACTS_CHUNKS;
-    a->int8_bias = gemm && k != QT_KERNEL_AVX2 ? 128 : 0;
+    const int arm = qt_kernel_is_arm(k);
+    a->layout = k == QT_KERNEL_SCALAR ? QT_ACTS_NATURAL
+              : gemm ? (arm ? QT_ACTS_K8 : QT_ACTS_STEPS) : QT_ACTS_CHUNKS;
+    a->int8_bias = gemm && k != QT_KERNEL_AVX2 && !arm ? 128 : 0;
     j->rows = qt_rows_scalar;
     int block = 1;   /* weight rows the kernel repacks at a time */
+#ifdef QT_ARM
+    if (gemm) {
+        j->rows = k == QT_KERNEL_I8MM ? qt_i8mm_gemm
+                : k == QT_KERNEL_DOTPROD ? qt_dotprod_gemm : qt_neon_gemm;
+        block = QT_NEON_ROWS_PER_BLOCK;
+    } else if (k == QT_KERNEL_NEON) j->rows = qt_neon_rows;
+    else if (k != QT_KERNEL_SCALAR) j->rows = qt_dotprod_rows;   /* i8mm: the dotprod row kernels */
+#endif
 #ifdef QT_X86
     if (gemm) {
         j->rows = k == QT_KERNEL_VNNI ? qt_gemm_vnni : k == QT_KERNEL_AVXVNNI ? qt_avxvnni_gemm : qt_avx2_gemm;
@@ -1861,7 +2133,8 @@ static void qt_plan_int(QtMatmulJob *j, const QTensor *w, const float *x, float 
     j->nchunks = (R + j->rows_per_chunk - 1) / j->rows_per_chunk * j->s_panels;
     a->qstride = qt_acts_stride(w, a->layout);
     a->gstride = qt_round_up(qt_groups_per_row(w), 16);
-    a->spad = a->layout == QT_ACTS_STEPS ? qt_round_up(S, 16) : 0;   /* 16: each thread writes whole cache lines */
+    /* 16: each thread writes whole cache lines */
+    a->spad = a->layout == QT_ACTS_STEPS || a->layout == QT_ACTS_K8 ? qt_round_up(S, 16) : 0;
 }
 
 /* The activation buffers of j in the calling thread's scratch; returns how many chunks of
@@ -1952,7 +2225,7 @@ void qt_matmul(const QTensor *w, const float *x, float *y, int S, int idot) {
 
 #endif /* QUANT_IMPLEMENTATION */
 
-#else /* QT_YMM_PASS ------------------------------------------------------------------------------
+#elif defined(QT_YMM_PASS) /* -----------------------------------------------------------------
    The 256-bit kernels, compiled once per instruction set from the include in the "256-bit
    kernels" section above: QT_YMM(name) is qt_avx2_name or qt_avxvnni_name, QT_YMM_DOTn(acc, u8,
    s8, ...) adds n planes of u8 × s8 products into the int32 lanes of acc. */
@@ -2511,4 +2784,230 @@ QT_YMM_TARGET static void QT_YMM(gemm)(const QTensor *w, const QtActs *a, int s0
     }
 }
 
-#endif /* QT_YMM_PASS */
+
+#else /* QT_NEON_PASS ------------------------------------------------------------------------------
+   The NEON kernels, compiled once per instruction set from the include in the "NEON kernels"
+   section above: QT_NEON(name) is qt_neon_name, qt_dotprod_name or qt_i8mm_name; QT_NEON_DOT(acc,
+   a, b) adds sdot's lanes of a × b to acc; QT_NEON_HAS_ROWS: the pass has row kernels;
+   QT_NEON_MMLA: its GEMM uses smmla. */
+
+#if QT_NEON_HAS_ROWS
+/* Piece b of a row (16 weight bytes wb; xp: the activation codes of its chunk + 16·(b mod 4))
+   added to acc: int8 as it is, int4 as two nibble planes, int2 as four 2-bit planes (unsigned
+   codes: the caller removes the bias with off). */
+QT_NEON_TARGET QT_INLINE int32x4_t QT_NEON(piece)(QtFormat f, int32x4_t acc, uint8x16_t wb,
+                                                  const int8_t *xp) {
+#define QT_NEON_PLANE(u, x) acc = QT_NEON_DOT(acc, vreinterpretq_s8_u8(u), vld1q_s8(x))
+    if (f == QT_INT8_ROW) QT_NEON_PLANE(wb, xp);
+    else if (f == QT_INT2_ROW) {
+        const uint8x16_t m2 = vdupq_n_u8(3);
+        QT_NEON_PLANE(vandq_u8(wb, m2), xp);
+        QT_NEON_PLANE(vandq_u8(vshrq_n_u8(wb, 2), m2), xp + 64);
+        QT_NEON_PLANE(vandq_u8(vshrq_n_u8(wb, 4), m2), xp + 128);
+        QT_NEON_PLANE(vshrq_n_u8(wb, 6), xp + 192);
+    } else {
+        QT_NEON_PLANE(vandq_u8(wb, vdupq_n_u8(0x0F)), xp);
+        QT_NEON_PLANE(vshrq_n_u8(wb, 4), xp + 64);
+    }
+#undef QT_NEON_PLANE
+    return acc;
+}
+
+QT_NEON_TARGET static void QT_NEON(rows)(const QTensor *w, const QtActs *a, int s0, int s1,
+                                         int64_t r0, int64_t r1, float *y) {
+    const QtFormat f = w->format;
+    const int64_t rb = w->row_bytes, np = (rb + 15) / 16, G = qt_groups_per_row(w);
+    const int64_t xc = qt_chunk_inputs(f);
+    const int64_t m = w->group / 8;   /* grouped: 8-input lanes per group */
+    const int pf = qt_prefetch_bytes;
+    const int64_t gpad = qt_round_up(G, 4);
+    const size_t isum_bytes = (size_t)(gpad + 4 * np) * sizeof(int32_t);
+    int32_t *isum = G > 1 ? qt_buf(QT_BUF_ROWS, isum_bytes, "NEON group sums") : NULL;
+    int32_t *lanes = isum ? isum + gpad : NULL;   /* every piece's lane sums (groups < 32 inputs) */
+#define QT_NEON_X(b) (xq + xc * ((b) >> 2) + 16 * ((b) & 3))
+    _Alignas(16) uint8_t tail[16];
+    for (int64_t r = r0; r < r1; r++) {
+        const uint8_t *wr = w->data + r * rb;
+        const float *ws = w->scales + r * G;
+        memset(tail, 0, 16);
+        memcpy(tail, wr + 16 * (np - 1), (size_t)(rb - 16 * (np - 1)));
+#define QT_NEON_W(b) ((b) + 1 < np ? vld1q_u8(wr + 16 * (b)) : vld1q_u8(tail))
+        for (int s = s0; s < s1; s++) {
+            const int8_t *xq = a->q + (int64_t)s * a->qstride;
+            const float *xs = a->scale + (int64_t)s * a->gstride;
+            const int32_t *off = a->off + (int64_t)s * a->gstride;
+            if (G == 1) {   /* four accumulators: one chunk per step */
+                int32x4_t a0 = vdupq_n_s32(0), a1 = a0, a2 = a0, a3 = a0;
+                int64_t b = 0;
+                for (; b + 4 < np; b += 4) {
+                    __builtin_prefetch(wr + 16 * b + pf, 0, 2);
+                    a0 = QT_NEON(piece)(f, a0, vld1q_u8(wr + 16 * b), QT_NEON_X(b));
+                    a1 = QT_NEON(piece)(f, a1, vld1q_u8(wr + 16 * b + 16), QT_NEON_X(b + 1));
+                    a2 = QT_NEON(piece)(f, a2, vld1q_u8(wr + 16 * b + 32), QT_NEON_X(b + 2));
+                    a3 = QT_NEON(piece)(f, a3, vld1q_u8(wr + 16 * b + 48), QT_NEON_X(b + 3));
+                }
+                for (; b < np; b++) a0 = QT_NEON(piece)(f, a0, QT_NEON_W(b), QT_NEON_X(b));
+                const int32_t is = vaddvq_s32(vaddq_s32(vaddq_s32(a0, a1), vaddq_s32(a2, a3)));
+                const int32_t isum0 = is - off[0];
+                float acc = 0.0f;
+                acc += ws[0] * (xs[0] * (float)isum0);
+                y[(int64_t)s * w->rows + r] = acc;
+                continue;
+            }
+            if (m % 4 == 0) {   /* a group is m/4 whole pieces */
+                const int64_t ppg = m / 4;
+                for (int64_t g = 0; g < G; g++) {
+                    int32x4_t v = vdupq_n_s32(0);
+                    const int64_t b1 = (g + 1) * ppg < np ? (g + 1) * ppg : np;
+                    for (int64_t b = g * ppg; b < b1; b++) {
+                        if ((b & 3) == 0) __builtin_prefetch(wr + 16 * b + pf, 0, 2);
+                        v = QT_NEON(piece)(f, v, QT_NEON_W(b), QT_NEON_X(b));
+                    }
+                    isum[g] = vaddvq_s32(v);
+                }
+            } else {   /* groups of 8, 16 or 24 inputs: each lane's sum, then m lanes per group */
+                for (int64_t b = 0; b < np; b++) {
+                    if ((b & 3) == 0) __builtin_prefetch(wr + 16 * b + pf, 0, 2);
+                    vst1q_s32(lanes + 4 * b, QT_NEON(piece)(f, vdupq_n_s32(0), QT_NEON_W(b),
+                                                            QT_NEON_X(b)));
+                }
+                for (int64_t g = 0; g < G; g++) {
+                    const int64_t u1 = (g + 1) * m < 4 * np ? (g + 1) * m : 4 * np;
+                    int32_t t = 0;
+                    for (int64_t u = g * m; u < u1; u++) t += lanes[u];
+                    isum[g] = t;
+                }
+            }
+            for (int64_t g = G; g < gpad; g++) isum[g] = 0;
+            y[(int64_t)s * w->rows + r] = qt_neon_combine(isum, off, xs, ws, G);
+        }
+#undef QT_NEON_W
+    }
+#undef QT_NEON_X
+}
+#endif /* QT_NEON_HAS_ROWS */
+
+/* Activation rows per GEMM tile: 4 pairs for smmla (16 accumulators of 2×2), 4 rows for sdot
+   (16 accumulators: 4 row pairs × 4). */
+#define QT_NEON_SB (QT_NEON_MMLA ? 8 : 4)
+
+/* One tile: the 8 repacked weight rows (pk, scales wsT) × SB activation rows from s (those from
+   s1 on are computed on padding and dropped), the whole row. Per group: the exact int32 sums of
+   every (weight row, activation row), as vectors of 4 weight rows; then the spec's
+   p = ws·(xs·isum) into lane g mod 16 (lanes: 2·SB·16 vectors of scratch), vectorized over the 4
+   rows; at the end the lanes' fixed tree. The per-row formats (one group) keep p in registers. */
+QT_NEON_TARGET QT_INLINE void QT_NEON(gemm_tile)(const QTensor *w, const QtActs *a,
+                                                 const int8_t *pk, const float *wsT,
+                                                 float32x4_t *lanes, int s, int s1, const int SB,
+                                                 int64_t r0, int64_t n, float *y) {
+    const int64_t G = qt_groups_per_row(w), nkb = a->qstride / 8, sp = a->spad;
+    const int64_t gkb = G == 1 ? nkb : w->group / 8;
+    const int8_t *X = a->q + (int64_t)s * 8;   /* K-block kb of row s+j: X + 8·(kb·sp + j) */
+    const float *xs = a->scale + s;            /* group g: xs[g·sp + j] */
+    float32x4_t out[2][QT_NEON_SB];
+    QT_UNROLL for (int q = 0; q < 2; q++)
+        QT_UNROLL for (int j = 0; j < SB; j++) out[q][j] = vdupq_n_f32(0.0f);
+    if (G > 1 && G < 16)
+        for (int e = 0; e < 2 * SB; e++)
+            for (int k = (int)G; k < 16; k++) lanes[e * 16 + k] = vdupq_n_f32(0.0f);
+    for (int64_t g = 0; g < G; g++) {
+        const int64_t k1 = (g + 1) * gkb < nkb ? (g + 1) * gkb : nkb;
+        int32x4_t isum[2][QT_NEON_SB];   /* [quad of weight rows][activation row] */
+#if QT_NEON_MMLA
+        int32x4_t acc[4][QT_NEON_SB / 2];   /* [weight row pair][activation row pair]: 2×2 blocks */
+        QT_UNROLL for (int rp = 0; rp < 4; rp++)
+            QT_UNROLL for (int p = 0; p < SB / 2; p++) acc[rp][p] = vdupq_n_s32(0);
+        for (int64_t kb = g * gkb; kb < k1; kb++) {
+            const int8_t *pw = pk + 64 * kb, *px = X + 8 * kb * sp;
+            int8x16_t wv[4];
+            QT_UNROLL for (int rp = 0; rp < 4; rp++) wv[rp] = vld1q_s8(pw + 16 * rp);
+            QT_UNROLL for (int p = 0; p < SB / 2; p++) {
+                const int8x16_t xv = vld1q_s8(px + 16 * p);
+                QT_UNROLL for (int rp = 0; rp < 4; rp++)
+                    acc[rp][p] = vmmlaq_s32(acc[rp][p], wv[rp], xv);
+            }
+        }
+        /* block [w0·x0, w0·x1, w1·x0, w1·x1]: the even lanes of two row pairs are activation row
+           2p against 4 weight rows, the odd ones row 2p + 1 */
+        QT_UNROLL for (int q = 0; q < 2; q++) QT_UNROLL for (int p = 0; p < SB / 2; p++) {
+            isum[q][2 * p] = vuzp1q_s32(acc[2 * q][p], acc[2 * q + 1][p]);
+            isum[q][2 * p + 1] = vuzp2q_s32(acc[2 * q][p], acc[2 * q + 1][p]);
+        }
+#else
+        /* [weight row pair][activation row]: [r 0-3, r 4-7, r+1 0-3, r+1 4-7] (block inputs) */
+        int32x4_t acc[4][QT_NEON_SB];
+        QT_UNROLL for (int rp = 0; rp < 4; rp++)
+            QT_UNROLL for (int j = 0; j < SB; j++) acc[rp][j] = vdupq_n_s32(0);
+        for (int64_t kb = g * gkb; kb < k1; kb++) {
+            const int8_t *pw = pk + 64 * kb, *px = X + 8 * kb * sp;
+            int8x16_t wv[4];
+            QT_UNROLL for (int rp = 0; rp < 4; rp++) wv[rp] = vld1q_s8(pw + 16 * rp);
+            QT_UNROLL for (int j = 0; j < SB; j++) {
+                const int8x8_t x8 = vld1_s8(px + 8 * j);
+                const int8x16_t xv = vcombine_s8(x8, x8);
+                QT_UNROLL for (int rp = 0; rp < 4; rp++)
+                    acc[rp][j] = QT_NEON_DOT(acc[rp][j], wv[rp], xv);
+            }
+        }
+        QT_UNROLL for (int q = 0; q < 2; q++) QT_UNROLL for (int j = 0; j < SB; j++)
+            isum[q][j] = vpaddq_s32(acc[2 * q][j], acc[2 * q + 1][j]);
+#endif
+        QT_UNROLL for (int q = 0; q < 2; q++) {
+            const float32x4_t wsv = vld1q_f32(wsT + g * 8 + 4 * q);
+            QT_UNROLL for (int j = 0; j < SB; j++) {
+                const float32x4_t xv = vdupq_n_f32(xs[g * sp + j]);
+                const float32x4_t p = vmulq_f32(wsv, vmulq_f32(xv, vcvtq_f32_s32(isum[q][j])));
+                if (G == 1) out[q][j] = vaddq_f32(vdupq_n_f32(0.0f), p);
+                else {
+                    float32x4_t *l = lanes + (q * SB + j) * 16 + (g & 15);
+                    *l = vaddq_f32(g < 16 ? vdupq_n_f32(0.0f) : *l, p);
+                }
+            }
+        }
+    }
+    if (G > 1)
+        QT_UNROLL for (int q = 0; q < 2; q++) QT_UNROLL for (int j = 0; j < SB; j++) {
+            const float32x4_t *l = lanes + (q * SB + j) * 16;
+            float32x4_t b[8];
+            QT_UNROLL for (int k = 0; k < 8; k++) b[k] = vaddq_f32(l[k], l[k + 8]);
+            QT_UNROLL for (int k = 0; k < 4; k++) b[k] = vaddq_f32(b[k], b[k + 4]);
+            out[q][j] = vaddq_f32(vaddq_f32(b[0], b[2]), vaddq_f32(b[1], b[3]));
+        }
+    QT_UNROLL for (int q = 0; q < 2; q++) {
+        const int64_t rows = n - 4 * q;
+        if (rows <= 0) continue;
+        QT_UNROLL for (int j = 0; j < SB; j++) {
+            if (s + j >= s1) break;
+            float *dst = y + (int64_t)(s + j) * w->rows + r0 + 4 * q;
+            if (rows >= 4) vst1q_f32(dst, out[q][j]);
+            else {
+                float tmp[4];
+                vst1q_f32(tmp, out[q][j]);
+                memcpy(dst, tmp, (size_t)rows * sizeof(float));
+            }
+        }
+    }
+}
+
+QT_NEON_TARGET static void QT_NEON(gemm)(const QTensor *w, const QtActs *a, int s0, int s1,
+                                         int64_t r0, int64_t r1, float *y) {
+    const int64_t G = qt_groups_per_row(w), nkb = a->qstride / 8;
+    const size_t pk_bytes = (size_t)qt_round_up(64 * nkb, 64);
+    const size_t ws_bytes = (size_t)qt_round_up(G * 8 * 4, 64);
+    const size_t lanes_bytes = 2 * QT_NEON_SB * 16 * sizeof(float32x4_t);
+    uint8_t *buf = qt_buf(QT_BUF_GEMM, pk_bytes + ws_bytes + lanes_bytes, "GEMM scratch");
+    int8_t *pk = (int8_t *)buf;
+    float *wsT = (float *)(buf + pk_bytes);
+    float32x4_t *lanes = (float32x4_t *)(buf + pk_bytes + ws_bytes);
+    for (int64_t r = r0; r < r1; r += QT_NEON_ROWS_PER_BLOCK) {
+        const int64_t n = r1 - r < QT_NEON_ROWS_PER_BLOCK ? r1 - r : QT_NEON_ROWS_PER_BLOCK;
+        qt_neon_gemm_pack(w, r, n, nkb, pk, wsT);
+        for (int s = s0; s < s1; s += QT_NEON_SB) {   /* s - s0 stays even: smmla's row pairs */
+            const int half = s1 - s <= QT_NEON_SB / 2;
+            if (half) QT_NEON(gemm_tile)(w, a, pk, wsT, lanes, s, s1, QT_NEON_SB / 2, r, n, y);
+            else QT_NEON(gemm_tile)(w, a, pk, wsT, lanes, s, s1, QT_NEON_SB, r, n, y);
+        }
+    }
+}
+
+#endif /* QT_NEON_PASS */

@@ -22,6 +22,9 @@ static const struct { const char *kernel, *needs, *flags; } TEST_KERNEL_NEEDS[] 
     { "avx2", "AVX2", "avx2" },
     { "vnni", "AVX-512 VNNI", "avx2 avx512f avx512bw avx512vl avx512_vnni" },
     { "avxvnni", "AVX-VNNI", "avx2 avx_vnni" },
+    { "neon", "NEON (aarch64 asimd)", "asimd" },
+    { "dotprod", "NEON dot product (asimddp)", "asimd asimddp" },
+    { "i8mm", "NEON int8 matrix multiply (i8mm)", "asimd asimddp i8mm" },
 };
 
 /* 1 if the word `w` (length n) is in the space-separated list. */

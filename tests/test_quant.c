@@ -288,10 +288,13 @@ static void test_kernels_exact(void) {
 /* The GEMM kernels (and the row kernels below qt_gemm_min_rows): every batch size S = 1..67 on
    every kernel this CPU has equals the scalar reference bit for bit, for shapes with odd sizes,
    partial last groups and last row blocks, few rows (the activation rows then split into panels),
-   extreme codes, on 1 and 2 threads. */
+   extreme codes, on 1 and 2 threads. int2 takes the GEMM on the NEON kernels, the row kernels on
+   x86. With the default threshold only S below it (at most 5) take another path than with
+   threshold 1, so that pass stops at S = 15. */
 static void test_gemm_exact(void) {
     const struct { QtFormat f; int64_t g; } fm[] = {
-        { QT_INT8_ROW, 0 }, { QT_INT4_ROW, 0 }, { QT_INT4_GROUP, 32 }, { QT_INT4_GROUP, 64 }, { QT_INT4_GROUP, 128 } };
+        { QT_INT8_ROW, 0 }, { QT_INT4_ROW, 0 }, { QT_INT4_GROUP, 32 }, { QT_INT4_GROUP, 64 }, { QT_INT4_GROUP, 128 },
+        { QT_INT2_ROW, 0 } };
     const struct { int64_t R, C; int wmode, xmode; } sh[] = {
         { 37, 1029, 0, 0 },   /* 2 full row blocks + 5 rows; partial last group and last byte */
         { 16, 264, 1, 4 },    /* one block, every code, activation codes +-127 */
@@ -316,7 +319,7 @@ static void test_gemm_exact(void) {
                 qt_matmul_with(&t, x, ref, SMAX, 1, QT_KERNEL_SCALAR);
                 for (int gemm_from = 1; gemm_from >= 0 && ok; gemm_from--) {   /* GEMM for every S, then the default */
                     qt_set_gemm_min_rows(gemm_from);
-                    for (int S = 1; S <= SMAX && ok; S++) {
+                    for (int S = 1; S <= (gemm_from ? SMAX : 15) && ok; S++) {
                         set_threads(S % 2 ? 1 : 2);
                         memset(got, 0xFF, sizeof(float) * SMAX * R);
                         qt_matmul_with(&t, x, got, S, 1, simd_kernels[k]);
@@ -589,6 +592,9 @@ static void test_kernel_api(void) {
              qt_kernel_parse("avx2", &k) == 0 && k == QT_KERNEL_AVX2 &&
              qt_kernel_parse("vnni", &k) == 0 && k == QT_KERNEL_VNNI &&
              qt_kernel_parse("avxvnni", &k) == 0 && k == QT_KERNEL_AVXVNNI &&
+             qt_kernel_parse("neon", &k) == 0 && k == QT_KERNEL_NEON &&
+             qt_kernel_parse("dotprod", &k) == 0 && k == QT_KERNEL_DOTPROD &&
+             qt_kernel_parse("i8mm", &k) == 0 && k == QT_KERNEL_I8MM &&
              qt_kernel_parse("auto", &k) == 0 && k == QT_KERNEL_AUTO;
     report(ok, "kernel names parse", "a known name was refused");
     k = QT_KERNEL_SCALAR;
@@ -608,7 +614,7 @@ static void test_kernel_api(void) {
     ok &= first_diff(a, b, 8) < 0;
     ok &= qt_set_kernel(QT_KERNEL_AUTO) == 0 && qt_get_kernel() == best;
     report(ok, "qt_set_kernel selects the kernel qt_matmul uses", "mismatch");
-    for (int kk = QT_KERNEL_AVX2; kk <= QT_KERNEL_VNNI; kk++)
+    for (int kk = QT_KERNEL_SCALAR + 1; strcmp(qt_kernel_name((QtKernel)kk), "?"); kk++)
         if (!qt_kernel_supported((QtKernel)kk)) {
             char name[80];
             snprintf(name, sizeof name, "qt_set_kernel refuses unsupported %s", qt_kernel_name((QtKernel)kk));
