@@ -39,11 +39,9 @@ $(patsubst tests/fuzz/%.c,tests/bin/%,$(shell grep -lE '^\#include "(\.\./)*(glm
 # aarch64 by cross-compilation (Debian: gcc-aarch64-linux-gnu; tests run under qemu-user):
 # `make glm-aarch64` builds ./glm-aarch64 for any ARMv8-A (the NEON kernels pick dotprod or i8mm at
 # run time), `make test-aarch64` runs tests/t_aarch64.sh (kernel tests under emulated CPUs with and
-# without the extensions, the oracle fixtures, integer logits equal to the x86 build's). GLM_MAIN
-# is the file that holds main().
+# without the extensions, the oracle fixtures, integer logits equal to the x86 build's).
 AARCH64_CC     ?= aarch64-linux-gnu-gcc
 AARCH64_CFLAGS ?= -O3 -march=armv8-a -fopenmp -std=gnu11 -Wall -Wextra -ffp-contract=off
-GLM_MAIN       ?= glm.c
 HAVE_AARCH64   := $(shell command -v $(AARCH64_CC) 2>/dev/null)
 AARCH64_BINS    = glm-aarch64 tests/bin/aarch64/test_quant tests/bin/aarch64/cpu_kernels
 
@@ -53,8 +51,8 @@ all: glm
 glm: $(SOURCES) $(COMMIT_STAMP)
 	$(CC) $(CFLAGS) -DGLM_COMMIT='"$(GLM_COMMIT)"' -o $@ main.c $(LDLIBS)
 
-glm-aarch64: $(wildcard *.c) $(HEADERS) $(COMMIT_STAMP)
-	$(AARCH64_CC) $(AARCH64_CFLAGS) -DGLM_COMMIT='"$(GLM_COMMIT)"' -o $@ $(GLM_MAIN) $(LDLIBS)
+glm-aarch64: $(SOURCES) $(COMMIT_STAMP)
+	$(AARCH64_CC) $(AARCH64_CFLAGS) -DGLM_COMMIT='"$(GLM_COMMIT)"' -o $@ main.c $(LDLIBS)
 
 tests/bin/aarch64/%: tests/%.c $(HEADERS) $(wildcard tests/*.h)
 	@mkdir -p tests/bin/aarch64
