@@ -906,8 +906,26 @@ static void jw_ids(JsonWriter *w, const char *key, const TokenList *l) {
     jw_arr_end(w);
 }
 
-/* 95 % interval of an accuracy: ± 1.96 standard errors (the normal approximation) */
-static double accuracy_ci(double p, int n) { return n > 1 ? 1.96 * sqrt(p * (1 - p) / (n - 1)) : 1.0; }
+/* The 95 % Wilson score interval of an accuracy of `right` out of n: sound at 0 % and 100 % and
+   for few questions, where the normal approximation's ± collapses to nothing. */
+static void accuracy_ci(int right, int n, double *lo, double *hi) {
+    const double z = 1.959963984540054, p = (double)right / n, z2n = z * z / n;
+    const double mid = (p + z2n / 2) / (1 + z2n), half = z * sqrt(p * (1 - p) / n + z2n / (4.0 * n)) / (1 + z2n);
+    *lo = mid - half > 0 ? mid - half : 0;
+    *hi = mid + half < 1 ? mid + half : 1;
+}
+
+static void jw_accuracy(JsonWriter *w, const char *key, int right, int n) {
+    double lo, hi;
+    accuracy_ci(right, n, &lo, &hi);
+    jw_key(w, key);
+    jw_obj(w);
+    jw_kint(w, "right", right);
+    jw_knum(w, "accuracy", (double)right / n);
+    jw_knum(w, "ci95_low", lo);
+    jw_knum(w, "ci95_high", hi);
+    jw_obj_end(w);
+}
 
 static int run_score(const Settings *set) {
     if (set->ppl_json[0] || set->logits_save[0] || set->kld_path[0])
@@ -1037,12 +1055,9 @@ static int run_score(const Settings *set) {
     }
     jw_arr_end(&w);
     const double seconds = now_seconds() - t0;
-    const double acc = (double)right / n_items, acc_norm = (double)right_norm / n_items;
     jw_kint(&w, "n", n_items);
-    jw_knum(&w, "accuracy", acc);
-    jw_knum(&w, "accuracy_ci95", accuracy_ci(acc, n_items));
-    jw_knum(&w, "accuracy_per_byte", acc_norm);
-    jw_knum(&w, "accuracy_per_byte_ci95", accuracy_ci(acc_norm, n_items));
+    jw_accuracy(&w, "by_sum", right, n_items);
+    jw_accuracy(&w, "by_byte", right_norm, n_items);
     jw_kint(&w, "context_tokens", ctx_total);
     jw_kint(&w, "context_tokens_prefilled", ctx_prefilled);
     jw_kint(&w, "context_tokens_reused", ctx_reused);
@@ -1053,8 +1068,12 @@ static int run_score(const Settings *set) {
     const char *json = jw_text(&w, &jlen);
     if (!json) die("SCORE_JSON: out of memory");
     FILE *summary = to_stdout ? stderr : stdout;
-    fprintf(summary, "SCORE: accuracy %.2f%% +/- %.2f%% (sum of log-likelihood), %.2f%% +/- %.2f%% (per byte); %d questions, 95%% intervals\n",
-            100 * acc, 100 * accuracy_ci(acc, n_items), 100 * acc_norm, 100 * accuracy_ci(acc_norm, n_items), n_items);
+    double lo, hi, lo_n, hi_n;
+    accuracy_ci(right, n_items, &lo, &hi);
+    accuracy_ci(right_norm, n_items, &lo_n, &hi_n);
+    fprintf(summary, "SCORE: accuracy %.2f%% (95%% CI %.1f-%.1f%%) by log-likelihood, %.2f%% (95%% CI %.1f-%.1f%%) by "
+                     "log-likelihood per byte; %d/%d and %d/%d questions\n", 100.0 * right / n_items, 100 * lo, 100 * hi,
+            100.0 * right_norm / n_items, 100 * lo_n, 100 * hi_n, right, n_items, right_norm, n_items);
     if (to_stdout) { fwrite(json, 1, jlen, stdout); fputc('\n', stdout); }
     else if (set->score_json[0]) {
         AtomicFile af;
