@@ -399,6 +399,16 @@ static const SettingSpec SETTINGS[] = {
     { "TOKENIZE", SET_STR,   "",     0, 0, "file of JSON strings, one per line: print each one's token ids on a line, then exit (no weights needed)" },
     { "TEMPLATE_ONLY", SET_BOOL, "0", 0, 1, "print the rendered prompt (as a JSON string, then its ids) and exit (no weights needed)" },
     { "SESSION",  SET_STR,   "",     0, 0, "file holding the conversation (token ids + KV cache): continued when it exists, saved after every answer (PROMPT, CHAT; SERVE: the server's cache)" },
+    /* quality measurement (quality.c): need tokenizer.json in SNAP */
+    { "PPL",      SET_STR,   "",     0, 0, "perplexity of this text file: windows of CTX tokens (0: 512), each scoring its last PPL_STRIDE tokens (at most half a window); the result to stdout" },
+    { "PPL_STRIDE", SET_INT, "0",    0, 1048576, "with PPL: tokens between window starts (0: half of CTX)" },
+    { "PPL_JSON", SET_STR,   "",     0, 0, "with PPL: write the result and the per-window figures to this JSON file" },
+    { "BOS",      SET_BOOL,  "0",    0, 1, "with PPL: begin every window with config.json's bos_token_id" },
+    { "LOGITS_SAVE", SET_STR, "",    0, 0, "with PPL: save each scored position's distribution to this file (the reference for KLD)" },
+    { "LOGITS_TOP", SET_INT, "64",   0, 65536, "with LOGITS_SAVE: keep the top this-many logits and the rest's mass per position, 24+8k bytes (0: full rows, 24+4*vocab bytes)" },
+    { "KLD",      SET_STR,   "",     0, 0, "with PPL: KL divergence, top-1 agreement and perplexity ratio of this run against a LOGITS_SAVE file of the same text and model" },
+    { "SCORE",    SET_STR,   "",     0, 0, "multiple choice from this JSONL file (HellaSwag ctx/endings/label, ARC/MMLU question/choices/answer): log-likelihood of each choice, accuracy" },
+    { "SCORE_JSON", SET_STR, "",     0, 0, "with SCORE: write the per-item results as JSON to this file (-: stdout)" },
     /* the server (server.c) */
     { "SERVE",    SET_STR,   "",     0, 0, "OpenAI-compatible HTTP server on [host:]port (host default 127.0.0.1; port 0 picks a free one): /v1/chat/completions, /v1/completions, /v1/models, /health" },
     { "API_KEY",  SET_STR,   "",     0, 0, "with SERVE: the key every request must carry (Authorization: Bearer KEY or x-api-key: KEY); required to listen on an address other machines can reach" },
@@ -412,7 +422,7 @@ typedef enum { SPEC_OFF, SPEC_MTP, SPEC_NGRAM, SPEC_AUTO } SpecMode;
 static const char *const SPEC_MODE_NAMES[] = { "off", "mtp", "ngram", "auto" };
 
 /* What one run does. VALIDATE compares with an oracle reference (REF): TF=1, greedy, REPLAY=1. */
-typedef enum { MODE_VALIDATE, MODE_TOKENIZE, MODE_TEMPLATE, MODE_PROMPT, MODE_CHAT, MODE_SERVE, MODE_PLAN, MODE_DOCTOR } RunMode;
+typedef enum { MODE_VALIDATE, MODE_TOKENIZE, MODE_TEMPLATE, MODE_PROMPT, MODE_CHAT, MODE_SERVE, MODE_PLAN, MODE_DOCTOR, MODE_QUALITY } RunMode;
 
 typedef struct {
     const char *model_dir, *ref_path, *indexer_mode;
@@ -444,6 +454,9 @@ typedef struct {
     /* the server: SERVE (its address, checked), API_KEY, QUEUE, MODEL_NAME */
     const char *serve, *api_key, *model_name;
     int queue;
+    /* quality measurement (quality.c): PPL, PPL_JSON, LOGITS_SAVE, KLD, SCORE, SCORE_JSON */
+    const char *ppl_path, *ppl_json, *logits_save, *kld_path, *score_path, *score_json;
+    int ppl_stride, bos, logits_top;
 } Settings;
 
 static const char *setting_value(const char *name) {
@@ -543,6 +556,8 @@ static void print_help(void) {
            "  TOKENIZE=file ./glm   token ids of each JSON-string line of file (only tokenizer.json is read)\n"
            "  REF=file ./glm        validation against an oracle reference: greedy, TF=1 [MTP=1] or REPLAY=1\n"
            "  SERVE=8080 ./glm      OpenAI-compatible HTTP API on 127.0.0.1:8080 (base URL http://127.0.0.1:8080/v1)\n"
+           "  PPL=file ./glm        perplexity of a text file (KLD=file: against a LOGITS_SAVE run; docs/quality.md)\n"
+           "  SCORE=file ./glm      multiple-choice accuracy from a JSONL file (HellaSwag, ARC, MMLU)\n"
            "  PLAN=1 ./glm          RAM plan, disk and projected speed from the headers alone (PLAN=json for scripts)\n"
            "  DOCTOR=1 ./glm        is this machine ready for SNAP? one line per finding, exit 0/1/2\n\n"
            "  cache_slots   routed-expert cache slots per layer (default: as many as RAM_GB allows)\n"
@@ -673,6 +688,15 @@ static Settings settings_from_env(int argc, char **argv) {
     s.api_key = setting_value("API_KEY");
     s.queue = (int)setting_number("QUEUE");
     s.model_name = setting_value("MODEL_NAME");
+    s.ppl_path = setting_value("PPL");
+    s.ppl_stride = (int)setting_number("PPL_STRIDE");
+    s.ppl_json = setting_value("PPL_JSON");
+    s.bos = (int)setting_number("BOS");
+    s.logits_save = setting_value("LOGITS_SAVE");
+    s.logits_top = (int)setting_number("LOGITS_TOP");
+    s.kld_path = setting_value("KLD");
+    s.score_path = setting_value("SCORE");
+    s.score_json = setting_value("SCORE_JSON");
     if (s.replay && s.teacher_forcing) die("REPLAY=1 and TF=1 are different modes: set one");
     if (s.group && s.group < 2) die("GROUP=%d: a group needs at least 2 inputs", s.group);
     /* PLAN and DOCTOR describe a run instead of doing one: the other modes' settings are theirs to read */
@@ -686,7 +710,15 @@ static Settings settings_from_env(int argc, char **argv) {
     const int has_ref = s.ref_path[0] != 0, has_tokenize = s.tokenize_path[0] != 0, has_messages = s.messages_path[0] != 0;
     if ((s.teacher_forcing || s.replay) && !has_ref)
         die("%s=1 needs REF, an oracle reference JSON (see --help)", s.teacher_forcing ? "TF" : "REPLAY");
-    if (s.serve[0]) {
+    if (s.ppl_path[0] || s.score_path[0]) {   /* quality.c checks the rest of its settings */
+        if (s.serve[0] || has_ref || has_tokenize || s.prompt_given || chat == 1 || template_only || has_messages)
+            die("%s=%s is a mode of its own: unset SERVE, REF, TOKENIZE, PROMPT, CHAT, TEMPLATE_ONLY and MESSAGES",
+                s.ppl_path[0] ? "PPL" : "SCORE", s.ppl_path[0] ? s.ppl_path : s.score_path);
+        s.mode = MODE_QUALITY;
+    } else if (s.ppl_json[0] || s.logits_save[0] || s.kld_path[0] || s.score_json[0]) {
+        die("%s is set without its mode: set %s=file", s.score_json[0] ? "SCORE_JSON" : s.ppl_json[0] ? "PPL_JSON" :
+            s.logits_save[0] ? "LOGITS_SAVE" : "KLD", s.score_json[0] ? "SCORE" : "PPL");
+    } else if (s.serve[0]) {
         if (has_ref || has_tokenize || s.prompt_given || chat == 1 || template_only || has_messages || s.system_prompt[0])
             die("SERVE=%s is a mode of its own (conversations come from the requests): unset PROMPT, CHAT, REF, TOKENIZE, "
                 "TEMPLATE_ONLY, MESSAGES and SYSTEM", s.serve);
@@ -724,7 +756,8 @@ static Settings settings_from_env(int argc, char **argv) {
     if (s.prompt_given && !strcmp(s.prompt, "-")) s.prompt_from_stdin = 1;
     if (s.session_path[0] && s.mode != MODE_PROMPT && s.mode != MODE_CHAT && s.mode != MODE_SERVE)
         die("SESSION=%s holds a conversation: it works with PROMPT, CHAT and SERVE, not with %s", s.session_path,
-            s.mode == MODE_TOKENIZE ? "TOKENIZE" : s.mode == MODE_TEMPLATE ? "TEMPLATE_ONLY" : "REF");
+            s.mode == MODE_TOKENIZE ? "TOKENIZE" : s.mode == MODE_TEMPLATE ? "TEMPLATE_ONLY" :
+            s.mode == MODE_QUALITY ? "PPL or SCORE" : "REF");
     /* only the modes that sample read the temperature (and may note an unrelated TEMP); REF decodes
        greedily unless TEMPERATURE (or a numeric TEMP) is given */
     const int temperature_given = getenv("TEMPERATURE") || (getenv("TEMP") && parses_as_number(getenv("TEMP")));

@@ -6,6 +6,7 @@
      glm.c        the engine: settings, model, kernels, attention, experts, MoE, forward, Generator
      validate.c   REF=file: teacher forcing, greedy decoding and replay against the oracle
      text.c       tokenizer glue, TOKENIZE, TEMPLATE, PROMPT and the terminal chat
+     quality.c    PPL, KLD and SCORE: perplexity, divergence from a saved run, multiple choice
      server.c     SERVE: the HTTP APIs over http.h
      plan.c       PLAN and DOCTOR
    Tests include glm.c alone for the engine, and a front end's file after it to test that front end
@@ -14,6 +15,7 @@
 #include "glm.c"
 #include "validate.c"
 #include "text.c"
+#include "quality.c"   /* after text.c: its tokenizer glue */
 #include "server.c"
 #include "plan.c"
 
@@ -51,6 +53,7 @@ int main(int argc, char **argv) {
     case MODE_SERVE: rc = run_serve(&set); break;
     case MODE_PLAN: rc = run_plan(&set); break;
     case MODE_DOCTOR: rc = run_doctor(&set); break;
+    case MODE_QUALITY: rc = run_quality(&set); break;
     default: rc = run_text(set); break;
     }
     free(set.stdin_prompt);
