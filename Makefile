@@ -45,7 +45,7 @@ AARCH64_CFLAGS ?= -O3 -march=armv8-a -fopenmp -std=gnu11 -Wall -Wextra -ffp-cont
 HAVE_AARCH64   := $(shell command -v $(AARCH64_CC) 2>/dev/null)
 AARCH64_BINS    = glm-aarch64 tests/bin/aarch64/test_quant tests/bin/aarch64/cpu_kernels
 
-.PHONY: all test test-bins test-aarch64 asan bench clean clean-bins fuzz fuzz-bins
+.PHONY: all demo test test-bins test-aarch64 asan bench clean clean-bins fuzz fuzz-bins
 all: glm
 
 glm: $(SOURCES) $(COMMIT_STAMP)
@@ -110,6 +110,22 @@ asan:
 	  for f in $(ASAN_LOGS)/*; do [ -f "$$f" ] && ! grep -qv 'Unable to get registers from thread' "$$f" && rm -f "$$f"; done; \
 	  if ls $(ASAN_LOGS)/* >/dev/null 2>&1; then echo "FAIL sanitizer reports ($(ASAN_LOGS)):"; head -40 $(ASAN_LOGS)/*; exit 1; fi; \
 	  rm -rf $(ASAN_LOGS); exit $$rc
+
+# A first run without the big model: DEMO_DIR gets the small oracle model of the tests (GLM-5.2's
+# architecture at toy sizes, random weights) and the tiny test tokenizer, in the formats glm reads.
+# Its text is meaningless: it shows the engine working, not the model.
+DEMO_DIR ?= demo-model
+DEMO_FILES = tests/fixtures/oracle_sparse/config.json tests/fixtures/oracle_sparse/generation_config.json \
+             tests/fixtures/oracle_sparse/model-00001-of-00001.safetensors \
+             tests/fixtures/oracle_sparse/out-mtp-00000.safetensors tests/fixtures/tiny_tokenizer/tokenizer.json
+demo: glm
+	@mkdir -p $(DEMO_DIR) && cp $(DEMO_FILES) $(DEMO_DIR)/
+	@echo
+	@echo "$(DEMO_DIR)/ holds a small model with random weights (4 layers, 16 experts, a 512-token vocabulary)."
+	@echo "Its answers are meaningless text: it shows the engine working, not GLM-5.2. Try:"
+	@echo "  SNAP=$(DEMO_DIR) ./glm                              # chat in the terminal (:help, Ctrl-D quits)"
+	@echo "  SNAP=$(DEMO_DIR) PROMPT='Hello' NGEN=40 ./glm      # one answer"
+	@echo "  SNAP=$(DEMO_DIR) SERVE=8080 ./glm                  # the API at http://127.0.0.1:8080/v1"
 
 bench: bench/kbench bench/session_bench bench/specbench bench/attnbench
 bench/kbench: bench/kbench.c $(SOURCES)

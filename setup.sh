@@ -39,3 +39,4 @@ for fx in oracle_dense oracle_sparse oracle_fused_bf16; do
 done
 [ $ok = 1 ] || fail "the engine does not match the oracle"
 printf '\nsetup: done. ./glm is built and matches the oracle. Run the full suite with: make test\n'
+printf 'No model yet? "make demo" builds a small random-weight one to try glm with in seconds.\n'
