@@ -4827,19 +4827,31 @@ static void model_load(Model *m, const Settings *set, int capacity) {
                         "%.2f GB: the budget may be exceeded by the difference\n", overhead / 1e9, m->ram.overhead / 1e9);
 }
 
-/* One decoder layer over S rows of s->x at positions pos0.. (attention + FFN, residuals). */
-static void layer_forward(Model *m, RunState *s, const ForwardOptions *opt, int l, int S, int pos0) {
+/* Rows of one forward that belong to one conversation: rows [row0, row0 + S) of the forward are
+   its positions pos0.. in its KV cache (state). A forward over several groups (the decode steps of
+   several conversations at once) runs attention per group and everything else over all rows:
+   the weights are read once for all of them, and a row's result never depends on its batch. */
+typedef struct { RunState *state; int row0, S, pos0; } RowGroup;
+
+/* One decoder layer over the S rows of work->x (attention + FFN, residuals): attention per group
+   in the group's own KV cache and scratch, the rest in work's scratch. */
+static void layer_forward(Model *m, RunState *work, const RowGroup *groups, int n_groups, const ForwardOptions *opt,
+                          int l, int S) {
     const Config *c = &m->c;
     const Layer *L = &m->layers[l];
     const int H = c->hidden;
+    RunState *s = work;
     #pragma omp parallel for schedule(static) if (S >= ROWS_PARALLEL)
     for (int r = 0; r < S; r++) rmsnorm(s->xn + (size_t)r * H, s->x + (size_t)r * H, L->input_norm, H, c->rms_eps);
     /* absorbed by default, for every batch: then a row's result never depends on how many rows
        share the forward (decode, any prefill chunk). The explicit form was no faster for prefill
        here (bench model, 256-token chunk: attention 2.31 s explicit vs 2.44 s absorbed). */
-    AttentionCall ac = { c, L, s, l, m->inv_freq, opt, 0 };
     double t0 = now_seconds();
-    attention(&ac, s->xn, S, pos0, s->attn_out);
+    for (int k = 0; k < n_groups; k++) {
+        const RowGroup *gr = &groups[k];
+        AttentionCall ac = { c, L, gr->state, l, m->inv_freq, opt, 0 };
+        attention(&ac, s->xn + (size_t)gr->row0 * H, gr->S, gr->pos0, s->attn_out + (size_t)gr->row0 * H);
+    }
     double t1 = now_seconds();
     s->profile.attention += t1 - t0;
     vec_add(s->x, s->attn_out, S * H);
@@ -4849,6 +4861,12 @@ static void layer_forward(Model *m, RunState *s, const ForwardOptions *opt, int 
     else moe_forward(c, L, l, &m->experts, s, s->xn, S, s->ffn_out);
     *(L->dense ? &s->profile.dense_mlp : &s->profile.moe) += now_seconds() - t1;
     vec_add(s->x, s->ffn_out, S * H);
+}
+
+/* A forward of one conversation: its own state is the work state too. */
+static void layer_forward_one(Model *m, RunState *s, const ForwardOptions *opt, int l, int S, int pos0) {
+    const RowGroup one = { s, 0, S, pos0 };
+    layer_forward(m, s, &one, 1, opt, l, S);
 }
 
 static void embed_rows(const Model *m, const int *tokens, int S, float *x) {
@@ -4877,13 +4895,21 @@ static void prefetch_for_rows(int S) {
    on a big model, so when *interrupt (may be NULL) becomes non-zero it stops between layers and
    returns -1 with nothing written: the K/V rows it wrote are past the caller's position and are
    simply overwritten later. Returns 0 when done. */
-static int model_forward(Model *m, RunState *s, const ForwardOptions *opt, const int *tokens, int S, int pos0,
-                         float *hidden_out, float *logits, int last_only, const volatile sig_atomic_t *interrupt) {
+static int model_forward_groups(Model *m, RunState *work, const RowGroup *groups, int n_groups, const ForwardOptions *opt,
+                                const int *tokens, int S, float *hidden_out, float *logits, int last_only,
+                                const volatile sig_atomic_t *interrupt) {
     const Config *c = &m->c;
     const int H = c->hidden;
+    RunState *s = work;
     if (S > s->max_batch) die("internal: batch %d exceeds %d", S, s->max_batch);
+    for (int k = 0; k < n_groups; k++) {
+        const RowGroup *gr = &groups[k];
+        if (gr->pos0 + gr->S > gr->state->capacity)
+            die("context full: %d tokens do not fit the KV cache of %d (raise CTX)", gr->pos0 + gr->S, gr->state->capacity);
+        if (gr->S > gr->state->max_batch) die("internal: batch %d exceeds %d", gr->S, gr->state->max_batch);
+    }
+    const int pos0 = groups[0].pos0;   /* what the progress line shows */
     prefetch_for_rows(S);
-    if (pos0 + S > s->capacity) die("context full: %d tokens do not fit the KV cache of %d (raise CTX)", pos0 + S, s->capacity);
     embed_rows(m, tokens, S, s->x);
     expert_read_ahead(&m->experts, 0, S);
     for (int l = 0; l < c->n_layers; l++) {
@@ -4892,7 +4918,7 @@ static int model_forward(Model *m, RunState *s, const ForwardOptions *opt, const
             return -1;
         }
         if (s->on_layer) s->on_layer(s->on_layer_user, l, c->n_layers, S, pos0);
-        layer_forward(m, s, opt, l, S, pos0);
+        layer_forward(m, s, groups, n_groups, opt, l, S);
     }
     if (s->on_layer) s->on_layer(s->on_layer_user, c->n_layers, c->n_layers, S, pos0);
     #pragma omp parallel for schedule(static) if (S >= ROWS_PARALLEL)
@@ -4906,6 +4932,13 @@ static int model_forward(Model *m, RunState *s, const ForwardOptions *opt, const
     s->profile.forwards++;
     s->profile.positions += S;
     return 0;
+}
+
+/* The main model over one conversation's S tokens at positions pos0.. (see above). */
+static int model_forward(Model *m, RunState *s, const ForwardOptions *opt, const int *tokens, int S, int pos0,
+                         float *hidden_out, float *logits, int last_only, const volatile sig_atomic_t *interrupt) {
+    const RowGroup one = { s, 0, S, pos0 };
+    return model_forward_groups(m, s, &one, 1, opt, tokens, S, hidden_out, logits, last_only, interrupt);
 }
 
 /* The MTP head over S slots (§6.1): slot q takes the token at q+1 and the main model's
@@ -4934,7 +4967,7 @@ static void mtp_forward(Model *m, RunState *s, const ForwardOptions *opt, const 
     matmul(s->x, &L->eh_proj[0], e_normed, S);
     matmul(s->ffn_out, &L->eh_proj[1], h_normed, S);
     vec_add(s->x, s->ffn_out, S * H);
-    layer_forward(m, s, opt, l, S, pos0);
+    layer_forward_one(m, s, opt, l, S, pos0);
     for (int r = 0; r < S; r++) rmsnorm(hidden_out + (size_t)r * H, s->x + (size_t)r * H, L->shared_head_norm, H, c->rms_eps);
     if (!logits) return;
     if (last_only) matmul(logits, &m->lm_head, hidden_out + (size_t)(S - 1) * H, 1);
