@@ -455,7 +455,9 @@ static int parses_as_number(const char *v) {
 }
 
 /* The words a boolean setting takes for 1 and for 0, in any case. */
-static const char *const BOOL_WORDS[][2] = { { "1", "0" }, { "yes", "no" }, { "true", "false" }, { "on", "off" } };
+static const char *const BOOL_WORDS[][2] = {
+    { "1", "0" }, { "yes", "no" }, { "true", "false" }, { "on", "off" },
+};
 
 /* `value` checked against the kind and range of setting `spec`; errors name `name=value`. */
 static double setting_number_of(const SettingSpec *spec, const char *name, const char *v) {
@@ -502,7 +504,8 @@ static int edit_distance(const char *a, const char *b) {
     for (size_t i = 1; i <= la; i++) {
         cur[0] = (int)i;
         for (size_t j = 1; j <= lb; j++) {
-            const int sub = prev[j - 1] + (a[i - 1] != b[j - 1]), del = prev[j] + 1, ins = cur[j - 1] + 1;
+            const int sub = prev[j - 1] + (a[i - 1] != b[j - 1]);
+            const int del = prev[j] + 1, ins = cur[j - 1] + 1;
             cur[j] = sub < del ? (sub < ins ? sub : ins) : (del < ins ? del : ins);
         }
         memcpy(prev, cur, (lb + 1) * sizeof(int));
@@ -512,11 +515,13 @@ static int edit_distance(const char *a, const char *b) {
 
 /* Names other programs use for one of our settings. */
 static const char *const SETTING_SYNONYMS[][2] = {
-    { "TOP_P", "NUCLEUS" }, { "TOPP", "NUCLEUS" }, { "MAX_TOKENS", "NGEN" }, { "MAX_NEW_TOKENS", "NGEN" },
-    { "N_PREDICT", "NGEN" }, { "SYSTEM_PROMPT", "SYSTEM" }, { "MODEL", "SNAP" }, { "MODEL_DIR", "SNAP" },
-    { "MODEL_PATH", "SNAP" }, { "CONTEXT", "CTX" }, { "N_CTX", "CTX" }, { "CTX_SIZE", "CTX" },
-    { "CONTEXT_SIZE", "CTX" }, { "CONTEXT_LENGTH", "CTX" }, { "THREAD", "THREADS" }, { "N_THREADS", "THREADS" },
-    { "THINKING", "THINK" }, { "ENABLE_THINKING", "THINK" }, { "PORT", "SERVE" }, { "OPENAI_API_KEY", "API_KEY" },
+    { "TOP_P", "NUCLEUS" }, { "TOPP", "NUCLEUS" }, { "MAX_TOKENS", "NGEN" },
+    { "MAX_NEW_TOKENS", "NGEN" }, { "N_PREDICT", "NGEN" }, { "SYSTEM_PROMPT", "SYSTEM" },
+    { "MODEL", "SNAP" }, { "MODEL_DIR", "SNAP" }, { "MODEL_PATH", "SNAP" }, { "CONTEXT", "CTX" },
+    { "N_CTX", "CTX" }, { "CTX_SIZE", "CTX" }, { "CONTEXT_SIZE", "CTX" },
+    { "CONTEXT_LENGTH", "CTX" },
+    { "THREAD", "THREADS" }, { "N_THREADS", "THREADS" }, { "THINKING", "THINK" },
+    { "ENABLE_THINKING", "THINK" }, { "PORT", "SERVE" }, { "OPENAI_API_KEY", "API_KEY" },
 };
 
 /* Variables a shell, a desktop or a build usually exports: a few are two letters away from a
@@ -525,9 +530,10 @@ static const char *const SYSTEM_VARIABLES[] = {
     "HOME", "PATH", "TERM", "LANG", "LANGUAGE", "SHELL", "USER", "LOGNAME", "PWD", "OLDPWD", "MAIL",
     "HOSTNAME", "HOST", "EDITOR", "VISUAL", "PAGER", "LESS", "DISPLAY", "COLUMNS", "LINES", "SHLVL",
     "TMP", "TMPDIR", "TEMPDIR", "TZ", "COLORTERM", "LS_COLORS", "MANPATH", "INFOPATH", "HISTFILE",
-    "HISTSIZE", "MAKEFLAGS", "MAKELEVEL", "MFLAGS", "CFLAGS", "CPPFLAGS", "LDFLAGS", "CC", "CXX", "GOPATH",
-    "PYTHONPATH", "VIRTUAL_ENV", "SSH_TTY", "SUDO_USER", "SUDO_UID", "SUDO_GID", "SUDO_COMMAND", "TERM_PROGRAM",
-    "XAUTHORITY", "DBUS_SESSION_BUS_ADDRESS", "DESKTOP_SESSION", "WAYLAND_DISPLAY", "MOTD_SHOWN", "CI",
+    "HISTSIZE", "MAKEFLAGS", "MAKELEVEL", "MFLAGS", "CFLAGS", "CPPFLAGS", "LDFLAGS", "CC", "CXX",
+    "GOPATH", "PYTHONPATH", "VIRTUAL_ENV", "SSH_TTY", "SUDO_USER", "SUDO_UID", "SUDO_GID",
+    "SUDO_COMMAND", "TERM_PROGRAM", "XAUTHORITY", "DBUS_SESSION_BUS_ADDRESS", "DESKTOP_SESSION",
+    "WAYLAND_DISPLAY", "MOTD_SHOWN", "CI", "CPATH", "ROOT", "TIME",
 };
 
 /* The setting an unknown environment variable was probably meant to be, or NULL: another
@@ -540,15 +546,17 @@ static const char *near_miss_setting(const char *name) {
     for (size_t i = 0; i < N_SETTINGS; i++)   /* prompt=..., Snap=...: settings are upper case */
         if (!strcasecmp(SETTINGS[i].name, name)) return SETTINGS[i].name;
     for (const char *p = name; *p; p++)   /* settings look like THIS_NAME: others are left alone */
-        if (!isupper((unsigned char)*p) && !isdigit((unsigned char)*p) && *p != '_') return NULL;
+        if (!isupper((unsigned char)*p) && !isdigit((unsigned char)*p) && *p != '_')
+            return NULL;
     for (size_t i = 0; i < sizeof SYSTEM_VARIABLES / sizeof SYSTEM_VARIABLES[0]; i++)
         if (!strcmp(SYSTEM_VARIABLES[i], name)) return NULL;
     const char *two = NULL;
     for (size_t i = 0; i < N_SETTINGS; i++) {
-        if (strlen(SETTINGS[i].name) < 3) continue;   /* TF: every two-letter name is one edit away */
+        if (strlen(SETTINGS[i].name) < 3) continue;   /* TF: any two letters are one edit away */
         const int d = edit_distance(SETTINGS[i].name, name);
         if (d == 1) return SETTINGS[i].name;
-        if (d == 2 && !two && strlen(name) >= 4 && strlen(SETTINGS[i].name) >= 4) two = SETTINGS[i].name;
+        if (d == 2 && !two && strlen(name) >= 4 && strlen(SETTINGS[i].name) >= 4)
+            two = SETTINGS[i].name;
     }
     return two;
 }
@@ -587,7 +595,8 @@ static void print_help(void) {
            "environment variables (booleans take 1/0, yes/no, true/false or on/off):\n");
     for (size_t i = 0; i < N_SETTINGS; i++) {
         for (size_t g = 0; g < sizeof SETTING_GROUPS / sizeof SETTING_GROUPS[0]; g++)
-            if (!strcmp(SETTING_GROUPS[g].first, SETTINGS[i].name)) printf("\n%s:\n", SETTING_GROUPS[g].heading);
+            if (!strcmp(SETTING_GROUPS[g].first, SETTINGS[i].name))
+                printf("\n%s:\n", SETTING_GROUPS[g].heading);
         printf("  %-14s default %-6s %s\n", SETTINGS[i].name,
                SETTINGS[i].default_value[0] ? SETTINGS[i].default_value : "-", SETTINGS[i].help);
     }
@@ -629,13 +638,14 @@ static int usable_cpus(void) {
 /* SNAP must name a folder: 0, or -1 with `why` saying what it is instead (before any mode looks
    for a file in it and blames the file). */
 static int model_dir_check(const char *dir, char *why, size_t n) {
+    static const char what[] = "SNAP is the model's folder, with config.json, *.safetensors and "
+                               "tokenizer.json";
     struct stat sb;
-    if (stat(dir, &sb))
-        snprintf(why, n, "SNAP=%s: %s", dir, errno == ENOENT ? "no such folder (SNAP is the model's folder, with "
-                 "config.json, *.safetensors and tokenizer.json)" : errno == ENOTDIR ? "is not a folder" : strerror(errno));
-    else if (!S_ISDIR(sb.st_mode))
-        snprintf(why, n, "SNAP=%s is not a folder (SNAP is the model's folder, with config.json, *.safetensors and "
-                 "tokenizer.json)", dir);
+    const int err = stat(dir, &sb) ? errno : 0;
+    if (err == ENOENT) snprintf(why, n, "SNAP=%s: no such folder (%s)", dir, what);
+    else if (err == ENOTDIR || (!err && !S_ISDIR(sb.st_mode)))
+        snprintf(why, n, "SNAP=%s is not a folder (%s)", dir, what);
+    else if (err) snprintf(why, n, "SNAP=%s: %s", dir, strerror(err));
     else return 0;
     return -1;
 }
@@ -678,8 +688,8 @@ static Settings settings_from_env(int argc, char **argv) {
     s.threads = (int)setting_number("THREADS");
     const int cpus = usable_cpus();
     if (s.threads > cpus) {   /* extra threads only take turns on the CPUs and wait on each other */
-        say("warning: THREADS=%d is more than the %d CPU%s this process can run on: using %d", s.threads, cpus,
-            cpus == 1 ? "" : "s", cpus);
+        say("warning: THREADS=%d is more than the %d CPU%s this process can run on: using %d",
+            s.threads, cpus, cpus == 1 ? "" : "s", cpus);
         s.threads = cpus;
     }
     s.batch = (int)setting_number("BATCH");
@@ -719,7 +729,8 @@ static Settings settings_from_env(int argc, char **argv) {
     s.prompt_given = getenv("PROMPT") != NULL;
     s.prompt = setting_value("PROMPT");
     if (s.prompt_given && !s.prompt[0])
-        die("PROMPT is empty: set it to the message to answer (PROMPT=- reads it from stdin), or unset it");
+        die("PROMPT is empty: set it to the message to answer (PROMPT=- reads it from stdin), "
+            "or unset it");
     s.system_prompt = setting_value("SYSTEM");
     s.messages_path = setting_value("MESSAGES");
     s.tokenize_path = setting_value("TOKENIZE");
@@ -1126,7 +1137,9 @@ static int index_json_file_of(const char *dir, const char *name, char *file, siz
     const JsonValue *map = doc ? json_get(json_root(doc), "weight_map") : NULL;
     size_t klen = 0;
     const char *first = name || !map ? NULL : json_key_at(map, 0, &klen);
-    const char *s = !map ? NULL : json_str(name ? json_get(map, name) : first ? json_getn(map, first, klen) : NULL, NULL);
+    const JsonValue *v = !map ? NULL : name ? json_get(map, name)
+                                     : first ? json_getn(map, first, klen) : NULL;
+    const char *s = json_str(v, NULL);
     if (s) snprintf(file, n, "%s", s);
     json_free(doc);
     free(text);
@@ -1136,10 +1149,12 @@ static int index_json_file_of(const char *dir, const char *name, char *file, siz
 /* A tensor the model needs and no shard holds: named with the file the index puts it in. */
 static void die_missing_tensor(const char *dir, const char *name) {
     char file[1024], path[5300];
-    if (!index_json_file_of(dir, name, file, sizeof file)) die("%s: tensor %s is missing", dir, name);
+    if (!index_json_file_of(dir, name, file, sizeof file))
+        die("%s: tensor %s is missing", dir, name);
     snprintf(path, sizeof path, "%s/%s", dir, file);
     struct stat sb;
-    die("%s: tensor %s is missing: model.safetensors.index.json puts it in %s, which %s", dir, name, file,
+    die("%s: tensor %s is missing: model.safetensors.index.json puts it in %s, which %s", dir, name,
+        file,
         strchr(file, '/') ? "is outside the folder (glm reads only the folder's own *.safetensors)"
         : stat(path, &sb) ? "is not in the folder (an incomplete download or conversion?)"
                           : "does not hold it (the index and the shards disagree)");
@@ -4062,8 +4077,10 @@ static void model_open(Model *m, const Settings *set, Loader *ld) {
     /* PLAN reads no tensor data, so it works on files cut right after their headers */
     m->index = set->mode == MODE_PLAN ? st_open_dir_headers(set->model_dir, err, sizeof err) : st_open_dir(set->model_dir, err, sizeof err);
     char shard[1024];
-    if (!m->index && strstr(err, "no *.safetensors") && index_json_file_of(set->model_dir, NULL, shard, sizeof shard))
-        die("%s: model.safetensors.index.json names the shards (%s, ...): none is here (an incomplete download?)", err, shard);
+    if (!m->index && strstr(err, "no *.safetensors") &&
+        index_json_file_of(set->model_dir, NULL, shard, sizeof shard))
+        die("%s: model.safetensors.index.json names the shards (%s, ...): none is here "
+            "(an incomplete download?)", err, shard);
     if (!m->index) die("%s", err);
     *ld = (Loader){ .index = m->index, .dir = set->model_dir, .group = set->group };
     /* An MTP layer is optional on disk: without its tensors the model simply has no MTP head

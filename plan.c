@@ -267,9 +267,10 @@ static int plan_context(const Settings *set, const Config *c) {
     const int prompt_mode = set->prompt_given || set->messages_path[0];
     char tokenizer[4200];
     snprintf(tokenizer, sizeof tokenizer, "%s/tokenizer.json", set->model_dir);
-    if (prompt_mode && (!strcmp(set->prompt, "-") || access(tokenizer, R_OK)))
-        say("note: the plan's context leaves out the prompt's tokens (%s)",
-            !strcmp(set->prompt, "-") ? "PROMPT=-: PLAN does not read stdin" : "no tokenizer.json in SNAP to count them");
+    const int from_stdin = !strcmp(set->prompt, "-");
+    if (prompt_mode && (from_stdin || access(tokenizer, R_OK)))
+        say("note: the plan's context leaves out the prompt's tokens (%s)", from_stdin
+            ? "PROMPT=-: PLAN does not read stdin" : "no tokenizer.json in SNAP to count them");
     else if (prompt_mode) {
         TextCodec tc = codec_load(set->model_dir, set->special);
         ChatOptions chat = { 0 };
@@ -280,7 +281,7 @@ static int plan_context(const Settings *set, const Config *c) {
         free(prompt.ids);
         codec_free(&tc);
     }
-    const int bounded = prompt_mode && set->ngen >= 0;   /* as run_text: NGEN bounds a PROMPT answer */
+    const int bounded = prompt_mode && set->ngen >= 0;   /* as in run_text */
     return run_context(set, c, held + (bounded ? set->ngen + 1 : 0), !bounded);
 }
 

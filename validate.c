@@ -232,8 +232,9 @@ static int validation_ngen(const Settings *set, const Reference *ref) {
 /* The KV cache a REF run sizes (run_context): TF and REPLAY hold full_ids, greedy decoding
    prompt_ids and its NGEN tokens, plus one. PLAN=1 with REF sizes its plan with it too. */
 static int validation_context(const Settings *set, const Reference *ref) {
-    const int need = (set->teacher_forcing || set->replay ? ref->full.n : ref->prompt.n + validation_ngen(set, ref)) + 1;
-    const int capacity = run_context(set, NULL, need, 0);
+    const int decoded = ref->prompt.n + validation_ngen(set, ref);
+    const int held = set->teacher_forcing || set->replay ? ref->full.n : decoded;
+    const int need = held + 1, capacity = run_context(set, NULL, need, 0);
     if (capacity < need) die("CTX=%d is smaller than the %d tokens this run needs", set->ctx, need);
     return capacity;
 }
@@ -243,17 +244,19 @@ static int validation_context(const Settings *set, const Reference *ref) {
    must match it at every position, while quantized weights (the default: int4) drift from it. */
 static void explain_mismatch(const Settings *set, int prequantized) {
     static const char *const BITS[] = { [2] = "int2", [4] = "int4", [8] = "int8", [16] = "f32" };
+    static const char oracle[] = "exit 3: the predictions differ from the oracle, an f32 reference "
+                                 "implementation";
     if (set->expert_bits == 16 && set->dense_bits == 16 && !prequantized) {
-        say("exit 3: the predictions differ from the oracle, an f32 reference implementation; this run used the f32 "
-            "path (expert_bits and dense_bits 16), which must match it exactly, so this is a real mismatch");
+        say("%s; this run used the f32 path (expert_bits and dense_bits 16), which must match it "
+            "exactly, so this is a real mismatch", oracle);
         return;
     }
-    say("exit 3: the predictions differ from the oracle, an f32 reference implementation. This run quantized the "
-        "weights (routed experts %s, other matrices %s: the positional arguments expert_bits and dense_bits, 4 and 4 "
-        "by default), which drifts from it, so mismatches are expected. The f32 path must match every position: "
-        "./glm 64 16 16 (cache_slots 64, expert_bits 16, dense_bits 16)%s", BITS[set->expert_bits],
-        BITS[set->dense_bits], prequantized ? "; the model's pre-quantized experts stay quantized, so check a float "
-        "copy of the model" : "");
+    say("%s. This run quantized the weights (routed experts %s, other matrices %s: the positional "
+        "arguments expert_bits and dense_bits, 4 and 4 by default), which drifts from it, so "
+        "mismatches are expected. The f32 path must match every position: ./glm 64 16 16 "
+        "(cache_slots 64, expert_bits 16, dense_bits 16)%s", oracle, BITS[set->expert_bits],
+        BITS[set->dense_bits], prequantized ? "; the model's pre-quantized experts stay quantized, "
+        "so check a float copy of the model" : "");
 }
 
 /* REF=file: teacher forcing, greedy decoding or REPLAY against the oracle's ids. */
