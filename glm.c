@@ -583,6 +583,8 @@ static void print_help(void) {
            "                        (with SERVE: the server's KV cache, back at start and saved after every answer)\n"
            "  TOKENIZE=file ./glm   token ids of each JSON-string line of file (only tokenizer.json is read)\n"
            "  REF=file ./glm        validation against an oracle reference: greedy, TF=1 [MTP=1] or REPLAY=1\n"
+           "                        (the oracle is f32: `./glm 64 16 16` must match it exactly; int4 drifts;\n"
+           "                        exit 3: the predictions differ)\n"
            "  SERVE=8080 ./glm      OpenAI-compatible HTTP API on 127.0.0.1:8080 (base URL http://127.0.0.1:8080/v1)\n"
            "  PLAN=1 ./glm          RAM plan, disk and projected speed from the headers alone (PLAN=json for scripts)\n"
            "  DOCTOR=1 ./glm        is this machine ready for SNAP? one line per finding, exit 0/1/2\n\n"
