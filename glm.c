@@ -337,8 +337,10 @@ static double current_rss_bytes(void) { return proc_kb_field("/proc/self/status"
 /* =============================================================================================
    1. Settings
    Every knob is an environment variable (plus three optional positional arguments). One table
-   holds name, default and meaning; it drives --help, parsing and validation, and a variable one
-   letter away from a known name gets a warning, so a typo never silently does nothing.
+   holds name, default and meaning, in the order --help lists them (what a user sets first, the
+   validation and debugging knobs last); it drives --help, parsing and validation, and a variable
+   a typo or two away from a known name, or another program's name for one, gets a warning, so a
+   mistake never silently does nothing.
    ============================================================================================= */
 
 typedef enum { SET_STR, SET_INT, SET_FLOAT, SET_BOOL } SettingKind;
@@ -347,59 +349,49 @@ typedef struct {
     const char *name;
     SettingKind kind;
     const char *default_value;
-    double min, max;   /* for SET_INT / SET_FLOAT */
+    double min, max;   /* for SET_INT / SET_FLOAT; SET_BOOL: min -1 allows -1 ("decide for me") */
     const char *help;
 } SettingSpec;
 
 static const SettingSpec SETTINGS[] = {
     { "SNAP",     SET_STR,   "",     0, 0, "model directory (config.json + *.safetensors); required" },
-    { "REF",      SET_STR,   "",     0, 0, "oracle reference JSON (prompt_ids, full_ids, tf_pred, mtp_pred) for validation" },
-    { "TF",       SET_BOOL,  "0",    0, 1, "teacher forcing: a batched prefill of REF's full_ids (chunks of at most BATCH and 1,024 positions), compare argmax with tf_pred" },
-    { "MTP",      SET_BOOL,  "0",    0, 1, "with TF=1: also run the MTP head and compare with mtp_pred" },
-    { "NGEN",     SET_INT,   "-1",  -1, 1e9, "tokens to generate per answer (-1: until EOS or a full context; with REF: as many as full_ids continues the prompt)" },
-    { "ABSORB",   SET_INT,   "1",    0, 1, "MLA form: 1 weight-absorbed (for every batch size), 0 explicit K/V of every key (a cross-check; memory grows with the context)" },
-    { "IDOT",     SET_BOOL,  "1",    0, 1, "integer dot products with int8 activations for quantized weights (0: exact float path)" },
-    { "GROUP",    SET_INT,   "0",    0, 4096, "group size for load-time int4 quantization (0: one scale per row)" },
-    { "THREADS",  SET_INT,   "0",    0, 1024, "worker threads (0: all cores)" },
-    { "INDEXER",  SET_STR,   "auto", 0, 0, "DSA indexer: auto (skip scoring while every key fits top-k), always (score and select anyway), off (diagnostic: every causal key visible, not the model's math)" },
-    { "BATCH",    SET_INT,   "2048", 1, 65536, "largest number of positions one forward processes (longer prompts go in chunks; each chunk reads the experts it needs once, so bigger chunks prefill faster but take ~0.2 MB per position on GLM-5.2)" },
-    { "CTX",      SET_INT,   "0",    0, 1048576, "KV cache capacity in tokens (0: what the run needs; 4096 for chat and for PROMPT with NGEN=-1)" },
-    { "LATENT_EPS", SET_FLOAT, "1e-6", 0, 1, "eps of q_a_layernorm / kv_a_layernorm (HF: 1e-6; vLLM uses rms_norm_eps)" },
-    { "MTP_ZERO_POS0", SET_BOOL, "1", 0, 1, "MTP: zero the token embedding at position 0 (vLLM rule)" },
-    { "RAM_GB",   SET_FLOAT, "0",    0, 1e6, "RAM budget for the whole process in GB (0: MemAvailable minus a reserve); sizes the expert cache" },
-    { "DIRECT",   SET_INT,   "-1",  -1, 1, "O_DIRECT expert reads into huge-page slabs, bypassing the page cache: 1 on, 0 off (buffered pread), -1 on for pre-quantized experts where the filesystem allows it" },
-    { "DROP",     SET_BOOL,  "0",    0, 1, "buffered reads, then evict the pages read from the page cache" },
-    { "MMAP",     SET_BOOL,  "0",    0, 1, "map the model files and use experts in place" },
-    { "INPLACE",  SET_BOOL,  "1",    0, 1, "pread and O_DIRECT modes: an expert the OS page cache holds (all but at most an eighth of it) is used where it lies (mapped, not copied into its slot); 0: always read" },
-    { "REPLAY",   SET_BOOL,  "0",    0, 1, "decode REF's full_ids one token at a time as fixed input (decode benchmark)" },
-    { "STATS",    SET_STR,   "",     0, 0, "write per-(layer, expert) routing counts to this file at exit" },
-    { "PROFILE",  SET_BOOL,  "0",    0, 1, "print where the time went (attention, experts, disk wait, lm_head)" },
-    { "VERBOSE",  SET_BOOL,  "0",    0, 1, "1: also print how the run was set up (template, RAM plan, expert I/O, model, settings, sampling, speculation); 0: warnings and one stats line" },
-    { "CACHE_POLICY", SET_STR, "lfu", 0, 0, "which cached expert a miss evicts: lfu (the one the router chose least often, recent use breaks ties) or lru" },
-    { "KERNEL",   SET_STR,   "auto", 0, 0, "integer kernels: auto (best this CPU has), vnni (AVX-512 VNNI), avxvnni (AVX-VNNI), avx2 or scalar (all give identical results)" },
-    { "USAGE",    SET_STR,   "",     0, 0, "routing history that seeds the expert cache and is updated every 256 tokens and at exit: a file, off, or empty for $XDG_CACHE_HOME/glm (else ~/.cache/glm)/usage-<model fingerprint>.bin" },
-    { "PLAN",     SET_STR,   "0",    0, 0, "1: print the RAM plan (same accounting as a run), disk needed and projected speeds from config.json and the safetensors headers alone (a folder of files cut after their headers will do), then exit; json: the same as JSON" },
-    { "DOCTOR",   SET_BOOL,  "0",    0, 1, "check this machine for SNAP (kernels, cores, RAM, huge pages, O_DIRECT, a short disk read probe, free disk), one line per finding; exit 0 ready, 1 warnings, 2 cannot run" },
-    { "SPEC",     SET_STR,   "auto", 0, 0, "speculative decoding, never changes the output: auto (MTP head and n-gram drafts where they pay, measured as it runs), mtp, ngram (prompt lookup) or off" },
-    { "DRAFT",    SET_INT,   "4",    1, 16, "most tokens drafted per verify pass (SPEC=auto may draft fewer)" },
-    /* text modes (text.c): need tokenizer.json in SNAP */
     { "PROMPT",   SET_STR,   "",     0, 0, "answer this user message: the reply streams to stdout, one stats line to stderr (PROMPT=-: read it from stdin, at most 16 MB)" },
-    { "CHAT",     SET_INT,   "-1",  -1, 1, "terminal chat: 1 on, 0 off, -1 on when stdin is a terminal and no PROMPT, REF or TOKENIZE is set" },
+    { "CHAT",     SET_BOOL,  "-1",  -1, 1, "terminal chat: 1 on, 0 off, -1 on when stdin is a terminal and no PROMPT, REF or TOKENIZE is set" },
+    { "SERVE",    SET_STR,   "",     0, 0, "OpenAI-compatible HTTP server on [host:]port (host default 127.0.0.1; port 0 picks a free one): /v1/chat/completions, /v1/completions, /v1/models, /health" },
     { "SYSTEM",   SET_STR,   "",     0, 0, "system prompt placed before the first user message" },
     { "MESSAGES", SET_STR,   "",     0, 0, "JSON file: earlier conversation, OpenAI-style: a list of {role: system|user|assistant|tool, content[, reasoning_content, tool_calls]}, or {\"messages\": [...], \"tools\": [...]}" },
-    { "CHAT_TEMPLATE", SET_BOOL, "1", 0, 1, "apply the GLM-5 chat template (0: send PROMPT / each chat line as raw text)" },
-    { "CHAT_FORMAT", SET_STR, "auto", 0, 0, "chat template form: auto (from SNAP's chat_template.jinja or tokenizer_config.json; none there: glm-5.2), glm-5.2, or glm-5.0 (also GLM-5.1)" },
-    { "THINK",    SET_BOOL,  "1",    0, 1, "thinking on: the answer starts with reasoning (<think>); 0 skips it (GLM-5.2: <think></think>, GLM-5.0: </think>)" },
-    { "REASONING_EFFORT", SET_STR, "max", 0, 0, "GLM-5.2 with thinking on: max or high (the prompt's <|system|>Reasoning Effort line)" },
+    { "SESSION",  SET_STR,   "",     0, 0, "file holding the conversation (token ids + KV cache): continued when it exists, saved after every answer (PROMPT, CHAT; SERVE: the server's cache)" },
+    { "PLAN",     SET_STR,   "0",    0, 0, "1: print the RAM plan (same accounting as a run), disk needed and projected speeds from config.json and the safetensors headers alone (a folder of files cut after their headers will do), then exit; json: the same as JSON" },
+    { "DOCTOR",   SET_BOOL,  "0",    0, 1, "check this machine for SNAP (kernels, cores, RAM, huge pages, O_DIRECT, a short disk read probe, free disk), one line per finding; exit 0 ready, 1 warnings, 2 cannot run" },
+    { "NGEN",     SET_INT,   "-1",  -1, 1e9, "tokens to generate per answer (-1: until EOS or a full context; with REF: as many as full_ids continues the prompt)" },
     { "TEMPERATURE", SET_FLOAT, "0.7", 0, 100, "sampling temperature (0: greedy, always the most likely token)" },
     { "TEMP",     SET_FLOAT, "",     0, 100, "alias of TEMPERATURE, honoured only when it is a number (TEMP is often the temp directory: then it is ignored with a note)" },
     { "NUCLEUS",  SET_FLOAT, "0.9",  0, 1, "top-p: sample among the most likely tokens whose probabilities sum to at least this" },
     { "SEED",     SET_INT,   "0",    0, 9007199254740991.0, "random seed for sampling (0: from the clock; the seed used is printed)" },
+    { "THINK",    SET_BOOL,  "1",    0, 1, "thinking on: the answer starts with reasoning (<think>); 0 skips it (GLM-5.2: <think></think>, GLM-5.0: </think>)" },
+    { "REASONING_EFFORT", SET_STR, "max", 0, 0, "GLM-5.2 with thinking on: max or high (the prompt's <|system|>Reasoning Effort line)" },
+    { "SPEC",     SET_STR,   "auto", 0, 0, "speculative decoding, never changes the output: auto (MTP head and n-gram drafts where they pay, measured as it runs), mtp, ngram (prompt lookup) or off" },
+    { "DRAFT",    SET_INT,   "4",    1, 16, "most tokens drafted per verify pass (SPEC=auto may draft fewer)" },
+    { "CHAT_TEMPLATE", SET_BOOL, "1", 0, 1, "apply the GLM-5 chat template (0: send PROMPT / each chat line as raw text)" },
+    { "CHAT_FORMAT", SET_STR, "auto", 0, 0, "chat template form: auto (from SNAP's chat_template.jinja or tokenizer_config.json; none there: glm-5.2), glm-5.2, or glm-5.0 (also GLM-5.1)" },
     { "SPECIAL",  SET_BOOL,  "0",    0, 1, "recognise special tokens such as <|user|> written in the text (0: text is only text)" },
-    { "TOKENIZE", SET_STR,   "",     0, 0, "file of JSON strings, one per line: print each one's token ids on a line, then exit (no weights needed)" },
-    { "TEMPLATE_ONLY", SET_BOOL, "0", 0, 1, "print the rendered prompt (as a JSON string, then its ids) and exit (no weights needed)" },
-    { "SESSION",  SET_STR,   "",     0, 0, "file holding the conversation (token ids + KV cache): continued when it exists, saved after every answer (PROMPT, CHAT; SERVE: the server's cache)" },
-    /* quality measurement (quality.c): need tokenizer.json in SNAP */
+    { "RAM_GB",   SET_FLOAT, "0",    0, 1e6, "RAM budget for the whole process in GB (0: MemAvailable minus a reserve); sizes the expert cache" },
+    { "CTX",      SET_INT,   "0",    0, 1048576, "KV cache capacity in tokens (0: what the run needs; 4096 for chat and for PROMPT with NGEN=-1)" },
+    { "BATCH",    SET_INT,   "2048", 1, 65536, "largest number of positions one forward processes (longer prompts go in chunks; each chunk reads the experts it needs once, so bigger chunks prefill faster but take ~0.2 MB per position on GLM-5.2)" },
+    { "THREADS",  SET_INT,   "0",    0, 1024, "worker threads (0: all cores)" },
+    { "GROUP",    SET_INT,   "0",    0, 4096, "group size for load-time int4 quantization (0: one scale per row)" },
+    { "DIRECT",   SET_BOOL,  "-1",  -1, 1, "O_DIRECT expert reads into huge-page slabs, bypassing the page cache: 1 on, 0 off (buffered pread), -1 on for pre-quantized experts where the filesystem allows it" },
+    { "DROP",     SET_BOOL,  "0",    0, 1, "buffered reads, then evict the pages read from the page cache" },
+    { "MMAP",     SET_BOOL,  "0",    0, 1, "map the model files and use experts in place" },
+    { "INPLACE",  SET_BOOL,  "1",    0, 1, "pread and O_DIRECT modes: an expert the OS page cache holds (all but at most an eighth of it) is used where it lies (mapped, not copied into its slot); 0: always read" },
+    { "CACHE_POLICY", SET_STR, "lfu", 0, 0, "which cached expert a miss evicts: lfu (the one the router chose least often, recent use breaks ties) or lru" },
+    { "USAGE",    SET_STR,   "",     0, 0, "routing history that seeds the expert cache and is updated every 256 tokens and at exit: a file, off, or empty for $XDG_CACHE_HOME/glm (else ~/.cache/glm)/usage-<model fingerprint>.bin" },
+    { "KERNEL",   SET_STR,   "auto", 0, 0, "integer kernels: auto (best this CPU has), vnni (AVX-512 VNNI), avxvnni (AVX-VNNI), avx2 or scalar (all give identical results)" },
+    { "PROFILE",  SET_BOOL,  "0",    0, 1, "print where the time went (attention, experts, disk wait, lm_head)" },
+    { "VERBOSE",  SET_BOOL,  "0",    0, 1, "1: also print how the run was set up (template, RAM plan, expert I/O, model, settings, sampling, speculation); 0: warnings and one stats line" },
+    { "API_KEY",  SET_STR,   "",     0, 0, "with SERVE: the key every request must carry (Authorization: Bearer KEY or x-api-key: KEY); required to listen on an address other machines can reach" },
+    { "QUEUE",    SET_INT,   "8",    0, 4096, "with SERVE: requests that may wait while one is answered (one generates at a time); more get 429 with Retry-After" },
+    { "MODEL_NAME", SET_STR, "",     0, 0, "with SERVE: the model id /v1/models lists and answers carry (default: SNAP's folder name)" },
     { "PPL",      SET_STR,   "",     0, 0, "perplexity of this text file: windows of CTX tokens (0: 512), each scoring its last PPL_STRIDE tokens (at most half a window); the result to stdout" },
     { "PPL_STRIDE", SET_INT, "0",    0, 1048576, "with PPL: tokens between window starts (0: half of CTX)" },
     { "PPL_JSON", SET_STR,   "",     0, 0, "with PPL: write the result and the per-window figures to this JSON file" },
@@ -409,13 +401,27 @@ static const SettingSpec SETTINGS[] = {
     { "KLD",      SET_STR,   "",     0, 0, "with PPL: KL divergence, top-1 agreement and perplexity ratio of this run against a LOGITS_SAVE file of the same text and model" },
     { "SCORE",    SET_STR,   "",     0, 0, "multiple choice from this JSONL file (HellaSwag ctx/endings/label, ARC/MMLU question/choices/answer): log-likelihood of each choice, accuracy" },
     { "SCORE_JSON", SET_STR, "",     0, 0, "with SCORE: write the per-item results as JSON to this file (-: stdout)" },
-    /* the server (server.c) */
-    { "SERVE",    SET_STR,   "",     0, 0, "OpenAI-compatible HTTP server on [host:]port (host default 127.0.0.1; port 0 picks a free one): /v1/chat/completions, /v1/completions, /v1/models, /health" },
-    { "API_KEY",  SET_STR,   "",     0, 0, "with SERVE: the key every request must carry (Authorization: Bearer KEY or x-api-key: KEY); required to listen on an address other machines can reach" },
-    { "QUEUE",    SET_INT,   "8",    0, 4096, "with SERVE: requests that may wait while one is answered (one generates at a time); more get 429 with Retry-After" },
-    { "MODEL_NAME", SET_STR, "",     0, 0, "with SERVE: the model id /v1/models lists and answers carry (default: SNAP's folder name)" },
+    { "REF",      SET_STR,   "",     0, 0, "oracle reference JSON (prompt_ids, full_ids, tf_pred, mtp_pred) for validation" },
+    { "TF",       SET_BOOL,  "0",    0, 1, "teacher forcing: a batched prefill of REF's full_ids (chunks of at most BATCH and 1,024 positions), compare argmax with tf_pred" },
+    { "MTP",      SET_BOOL,  "0",    0, 1, "with TF=1: also run the MTP head and compare with mtp_pred" },
+    { "REPLAY",   SET_BOOL,  "0",    0, 1, "decode REF's full_ids one token at a time as fixed input (decode benchmark)" },
+    { "TOKENIZE", SET_STR,   "",     0, 0, "file of JSON strings, one per line: print each one's token ids on a line, then exit (no weights needed)" },
+    { "TEMPLATE_ONLY", SET_BOOL, "0", 0, 1, "print the rendered prompt (as a JSON string, then its ids) and exit (no weights needed)" },
+    { "STATS",    SET_STR,   "",     0, 0, "write per-(layer, expert) routing counts to this file at exit" },
+    { "IDOT",     SET_BOOL,  "1",    0, 1, "integer dot products with int8 activations for quantized weights (0: exact float path)" },
+    { "ABSORB",   SET_INT,   "1",    0, 1, "MLA form: 1 weight-absorbed (for every batch size), 0 explicit K/V of every key (a cross-check; memory grows with the context)" },
+    { "INDEXER",  SET_STR,   "auto", 0, 0, "DSA indexer: auto (skip scoring while every key fits top-k), always (score and select anyway), off (diagnostic: every causal key visible, not the model's math)" },
+    { "LATENT_EPS", SET_FLOAT, "1e-6", 0, 1, "eps of q_a_layernorm / kv_a_layernorm (HF: 1e-6; vLLM uses rms_norm_eps)" },
+    { "MTP_ZERO_POS0", SET_BOOL, "1", 0, 1, "MTP: zero the token embedding at position 0 (vLLM rule)" },
 };
 #define N_SETTINGS (sizeof SETTINGS / sizeof SETTINGS[0])
+
+/* --help's groups: the heading printed before each group's first setting. */
+static const struct { const char *first, *heading; } SETTING_GROUPS[] = {
+    { "SNAP", "model and mode" }, { "NGEN", "generation" }, { "RAM_GB", "memory and performance" },
+    { "API_KEY", "the server (with SERVE)" }, { "PPL", "quality measurement (PPL, SCORE)" },
+    { "REF", "validation and debugging" },
+};
 
 /* SPEC: which drafters speculative decoding uses (section 9). */
 typedef enum { SPEC_OFF, SPEC_MTP, SPEC_NGRAM, SPEC_AUTO } SpecMode;
@@ -481,8 +487,21 @@ static int parses_as_number(const char *v) {
     return end != v && !*end && !errno;
 }
 
+/* The words a boolean setting takes for 1 and for 0, in any case. */
+static const char *const BOOL_WORDS[][2] = {
+    { "1", "0" }, { "yes", "no" }, { "true", "false" }, { "on", "off" },
+};
+
 /* `value` checked against the kind and range of setting `spec`; errors name `name=value`. */
 static double setting_number_of(const SettingSpec *spec, const char *name, const char *v) {
+    if (spec->kind == SET_BOOL) {
+        for (size_t i = 0; i < sizeof BOOL_WORDS / sizeof BOOL_WORDS[0]; i++)
+            for (int w = 0; w < 2; w++)
+                if (!strcasecmp(v, BOOL_WORDS[i][w])) return w ? 0 : 1;
+        if (spec->min < 0 && !strcmp(v, "-1")) return -1;
+        die("%s=%s: expected 1 or 0 (yes/no, true/false and on/off also do)%s", name, v,
+            spec->min < 0 ? ", or -1 to let glm decide (see --help)" : "");
+    }
     if (!parses_as_number(v)) die("%s=%s is not a number", name, v);
     double d = strtod(v, NULL);
     if (spec->kind != SET_FLOAT && d != floor(d)) die("%s=%s must be a whole number", name, v);
@@ -507,22 +526,73 @@ static double temperature_from_env(void) {
     return setting_number("TEMPERATURE");
 }
 
-/* Levenshtein distance ≤ 1 between two short names. */
-static int one_edit_apart(const char *a, const char *b) {
-    size_t la = strlen(a), lb = strlen(b);
-    if (la > lb) { const char *t = a; a = b; b = t; size_t tl = la; la = lb; lb = tl; }
-    if (lb - la > 1) return 0;
-    size_t i = 0;
-    while (i < la && a[i] == b[i]) i++;
-    if (la == lb) return !strcmp(a + i + (i < la), b + i + (i < lb));
-    return !strcmp(a + i, b + i + 1);
+/* Levenshtein distance between two names, counted up to 3 (3 means "3 or more"). */
+static int edit_distance(const char *a, const char *b) {
+    enum { MAX = 48 };
+    const size_t la = strlen(a), lb = strlen(b);
+    if (la >= MAX || lb >= MAX) return 3;
+    if ((la > lb ? la - lb : lb - la) >= 3) return 3;
+    int prev[MAX], cur[MAX];
+    for (size_t j = 0; j <= lb; j++) prev[j] = (int)j;
+    for (size_t i = 1; i <= la; i++) {
+        cur[0] = (int)i;
+        for (size_t j = 1; j <= lb; j++) {
+            const int sub = prev[j - 1] + (a[i - 1] != b[j - 1]);
+            const int del = prev[j] + 1, ins = cur[j - 1] + 1;
+            cur[j] = sub < del ? (sub < ins ? sub : ins) : (del < ins ? del : ins);
+        }
+        memcpy(prev, cur, (lb + 1) * sizeof(int));
+    }
+    return prev[lb] < 3 ? prev[lb] : 3;
 }
 
 /* Names other programs use for one of our settings. */
 static const char *const SETTING_SYNONYMS[][2] = {
-    { "TOP_P", "NUCLEUS" }, { "TOPP", "NUCLEUS" }, { "MAX_TOKENS", "NGEN" }, { "N_PREDICT", "NGEN" },
-    { "SYSTEM_PROMPT", "SYSTEM" }, { "MODEL_DIR", "SNAP" }, { "CTX_SIZE", "CTX" }, { "THREAD", "THREADS" },
+    { "TOP_P", "NUCLEUS" }, { "TOPP", "NUCLEUS" }, { "MAX_TOKENS", "NGEN" },
+    { "MAX_NEW_TOKENS", "NGEN" }, { "N_PREDICT", "NGEN" }, { "SYSTEM_PROMPT", "SYSTEM" },
+    { "MODEL", "SNAP" }, { "MODEL_DIR", "SNAP" }, { "MODEL_PATH", "SNAP" }, { "CONTEXT", "CTX" },
+    { "N_CTX", "CTX" }, { "CTX_SIZE", "CTX" }, { "CONTEXT_SIZE", "CTX" },
+    { "CONTEXT_LENGTH", "CTX" },
+    { "THREAD", "THREADS" }, { "N_THREADS", "THREADS" }, { "THINKING", "THINK" },
+    { "ENABLE_THINKING", "THINK" }, { "PORT", "SERVE" }, { "OPENAI_API_KEY", "API_KEY" },
 };
+
+/* Variables a shell, a desktop or a build usually exports: a few are two letters away from a
+   setting (TERM from TEMP, USER from USAGE), so the two-letter check leaves them alone. */
+static const char *const SYSTEM_VARIABLES[] = {
+    "HOME", "PATH", "TERM", "LANG", "LANGUAGE", "SHELL", "USER", "LOGNAME", "PWD", "OLDPWD", "MAIL",
+    "HOSTNAME", "HOST", "EDITOR", "VISUAL", "PAGER", "LESS", "DISPLAY", "COLUMNS", "LINES", "SHLVL",
+    "TMP", "TMPDIR", "TEMPDIR", "TZ", "COLORTERM", "LS_COLORS", "MANPATH", "INFOPATH", "HISTFILE",
+    "HISTSIZE", "MAKEFLAGS", "MAKELEVEL", "MFLAGS", "CFLAGS", "CPPFLAGS", "LDFLAGS", "CC", "CXX",
+    "GOPATH", "PYTHONPATH", "VIRTUAL_ENV", "SSH_TTY", "SUDO_USER", "SUDO_UID", "SUDO_GID",
+    "SUDO_COMMAND", "TERM_PROGRAM", "XAUTHORITY", "DBUS_SESSION_BUS_ADDRESS", "DESKTOP_SESSION",
+    "WAYLAND_DISPLAY", "MOTD_SHOWN", "CI", "CPATH", "ROOT", "TIME",
+};
+
+/* The setting an unknown environment variable was probably meant to be, or NULL: another
+   program's name for it, the name in lower case, or (for an upper-case name) one typo away, or
+   two for a name of 4 letters or more that is not a well-known system variable. */
+static const char *near_miss_setting(const char *name) {
+    for (size_t i = 0; i < N_SETTINGS; i++) if (!strcmp(SETTINGS[i].name, name)) return NULL;
+    for (size_t i = 0; i < sizeof SETTING_SYNONYMS / sizeof SETTING_SYNONYMS[0]; i++)
+        if (!strcasecmp(SETTING_SYNONYMS[i][0], name)) return SETTING_SYNONYMS[i][1];
+    for (size_t i = 0; i < N_SETTINGS; i++)   /* prompt=..., Snap=...: settings are upper case */
+        if (!strcasecmp(SETTINGS[i].name, name)) return SETTINGS[i].name;
+    for (const char *p = name; *p; p++)   /* settings look like THIS_NAME: others are left alone */
+        if (!isupper((unsigned char)*p) && !isdigit((unsigned char)*p) && *p != '_')
+            return NULL;
+    for (size_t i = 0; i < sizeof SYSTEM_VARIABLES / sizeof SYSTEM_VARIABLES[0]; i++)
+        if (!strcmp(SYSTEM_VARIABLES[i], name)) return NULL;
+    const char *two = NULL;
+    for (size_t i = 0; i < N_SETTINGS; i++) {
+        if (strlen(SETTINGS[i].name) < 3) continue;   /* TF: any two letters are one edit away */
+        const int d = edit_distance(SETTINGS[i].name, name);
+        if (d == 1) return SETTINGS[i].name;
+        if (d == 2 && !two && strlen(name) >= 4 && strlen(SETTINGS[i].name) >= 4)
+            two = SETTINGS[i].name;
+    }
+    return two;
+}
 
 static void warn_near_miss_variables(void) {
     for (char **e = environ; *e; e++) {
@@ -531,16 +601,7 @@ static void warn_near_miss_variables(void) {
         char name[48];
         memcpy(name, *e, (size_t)(eq - *e));
         name[eq - *e] = 0;
-        int known = 0;
-        for (size_t i = 0; i < N_SETTINGS; i++) if (!strcmp(SETTINGS[i].name, name)) known = 1;
-        if (known) continue;
-        const char *hint = NULL;
-        for (size_t i = 0; i < sizeof SETTING_SYNONYMS / sizeof SETTING_SYNONYMS[0] && !hint; i++)
-            if (!strcasecmp(SETTING_SYNONYMS[i][0], name)) hint = SETTING_SYNONYMS[i][1];
-        for (size_t i = 0; i < N_SETTINGS && !hint; i++)   /* prompt=..., Snap=...: settings are upper case */
-            if (!strcasecmp(SETTINGS[i].name, name)) hint = SETTINGS[i].name;
-        for (size_t i = 0; i < N_SETTINGS && !hint; i++)
-            if (strlen(SETTINGS[i].name) >= 3 && one_edit_apart(SETTINGS[i].name, name)) hint = SETTINGS[i].name;
+        const char *hint = near_miss_setting(name);
         if (hint) say("warning: environment variable %s is not a setting; did you mean %s?", name, hint);
     }
 }
@@ -555,6 +616,8 @@ static void print_help(void) {
            "                        (with SERVE: the server's KV cache, back at start and saved after every answer)\n"
            "  TOKENIZE=file ./glm   token ids of each JSON-string line of file (only tokenizer.json is read)\n"
            "  REF=file ./glm        validation against an oracle reference: greedy, TF=1 [MTP=1] or REPLAY=1\n"
+           "                        (the oracle is f32: `./glm 64 16 16` must match it exactly; int4 drifts;\n"
+           "                        exit 3: the predictions differ)\n"
            "  SERVE=8080 ./glm      OpenAI-compatible HTTP API on 127.0.0.1:8080 (base URL http://127.0.0.1:8080/v1)\n"
            "  PPL=file ./glm        perplexity of a text file (KLD=file: against a LOGITS_SAVE run; docs/quality.md)\n"
            "  SCORE=file ./glm      multiple-choice accuracy from a JSONL file (HellaSwag, ARC, MMLU)\n"
@@ -566,10 +629,14 @@ static void print_help(void) {
            "  Pre-quantized tensors (NAME + NAME.qs) are used as they are.\n\n"
            "  Sampling temperature: TEMPERATURE=0.7 (0: greedy). TEMP is accepted too when it is a number;\n"
            "  a TEMP that is not one (TEMP=/tmp, the temp directory) is ignored.\n\n"
-           "environment variables:\n");
-    for (size_t i = 0; i < N_SETTINGS; i++)
+           "environment variables (booleans take 1/0, yes/no, true/false or on/off):\n");
+    for (size_t i = 0; i < N_SETTINGS; i++) {
+        for (size_t g = 0; g < sizeof SETTING_GROUPS / sizeof SETTING_GROUPS[0]; g++)
+            if (!strcmp(SETTING_GROUPS[g].first, SETTINGS[i].name))
+                printf("\n%s:\n", SETTING_GROUPS[g].heading);
         printf("  %-14s default %-6s %s\n", SETTINGS[i].name,
                SETTINGS[i].default_value[0] ? SETTINGS[i].default_value : "-", SETTINGS[i].help);
+    }
     printf("\nOpenMP: unless OMP_WAIT_POLICY or GOMP_SPINCOUNT is set, glm re-executes itself once with\n"
            "OMP_WAIT_POLICY=passive (spinning workers starve the expert I/O thread); either one set keeps\n"
            "libgomp's own waiting.\n");
@@ -595,6 +662,29 @@ static int parse_bits(const char *arg, const char *what) {
     if (*end || (v != 16 && v != 8 && v != 4 && v != 2))
         die("%s '%s' must be 16, 8, 4 or 2", what, arg);
     return (int)v;
+}
+
+/* The CPUs this process may run on (its affinity mask; the online count where that is unknown). */
+static int usable_cpus(void) {
+    cpu_set_t set;
+    if (!sched_getaffinity(0, sizeof set, &set) && CPU_COUNT(&set) > 0) return CPU_COUNT(&set);
+    const long n = sysconf(_SC_NPROCESSORS_ONLN);
+    return n > 0 ? (int)n : 1;
+}
+
+/* SNAP must name a folder: 0, or -1 with `why` saying what it is instead (before any mode looks
+   for a file in it and blames the file). */
+static int model_dir_check(const char *dir, char *why, size_t n) {
+    static const char what[] = "SNAP is the model's folder, with config.json, *.safetensors and "
+                               "tokenizer.json";
+    struct stat sb;
+    const int err = stat(dir, &sb) ? errno : 0;
+    if (err == ENOENT) snprintf(why, n, "SNAP=%s: no such folder (%s)", dir, what);
+    else if (err == ENOTDIR || (!err && !S_ISDIR(sb.st_mode)))
+        snprintf(why, n, "SNAP=%s is not a folder (%s)", dir, what);
+    else if (err) snprintf(why, n, "SNAP=%s: %s", dir, strerror(err));
+    else return 0;
+    return -1;
 }
 
 static Settings settings_from_env(int argc, char **argv) {
@@ -633,6 +723,12 @@ static Settings settings_from_env(int argc, char **argv) {
     s.idot = (int)setting_number("IDOT");
     s.group = (int)setting_number("GROUP");
     s.threads = (int)setting_number("THREADS");
+    const int cpus = usable_cpus();
+    if (s.threads > cpus) {   /* extra threads only take turns on the CPUs and wait on each other */
+        say("warning: THREADS=%d is more than the %d CPU%s this process can run on: using %d",
+            s.threads, cpus, cpus == 1 ? "" : "s", cpus);
+        s.threads = cpus;
+    }
     s.batch = (int)setting_number("BATCH");
     s.ctx = (int)setting_number("CTX");
     s.latent_eps = (float)setting_number("LATENT_EPS");
@@ -670,6 +766,9 @@ static Settings settings_from_env(int argc, char **argv) {
     const int doctor = (int)setting_number("DOCTOR");
     s.prompt_given = getenv("PROMPT") != NULL;
     s.prompt = setting_value("PROMPT");
+    if (s.prompt_given && !s.prompt[0])
+        die("PROMPT is empty: set it to the message to answer (PROMPT=- reads it from stdin), "
+            "or unset it");
     s.system_prompt = setting_value("SYSTEM");
     s.messages_path = setting_value("MESSAGES");
     s.tokenize_path = setting_value("TOKENIZE");
@@ -703,6 +802,8 @@ static Settings settings_from_env(int argc, char **argv) {
     if (doctor && strcmp(plan, "0")) die("PLAN and DOCTOR are different modes: set one");
     if (doctor) { s.mode = MODE_DOCTOR; return s; }
     if (!s.model_dir[0]) die("SNAP is not set: point it at a model directory (see --help)");
+    char why[4400];
+    if (model_dir_check(s.model_dir, why, sizeof why)) die("%s", why);
     if (strcmp(plan, "0")) { s.mode = MODE_PLAN; return s; }
     if (s.mtp && !s.teacher_forcing) die("MTP=1 needs TF=1 (the MTP head is validated in teacher forcing)");
 
@@ -1079,9 +1180,45 @@ static QtFormat format_for_bits(int bits, int group) {
     }
 }
 
+/* The shard file model.safetensors.index.json (Hugging Face's map from tensor to file) in `dir`
+   names for tensor `name` (NULL: for its first tensor), in `file`: 1, or 0 when there is no such
+   index or it does not name it. glm does not need the index (it reads every *.safetensors in the
+   folder); it only says which file a missing tensor should have come from. */
+static int index_json_file_of(const char *dir, const char *name, char *file, size_t n) {
+    char path[4200], err[512];
+    snprintf(path, sizeof path, "%s/model.safetensors.index.json", dir);
+    size_t len;
+    char *text = access(path, F_OK) ? NULL : json_read_file(path, &len, err, sizeof err);
+    JsonDoc *doc = text ? json_parse(text, len, err, sizeof err) : NULL;
+    const JsonValue *map = doc ? json_get(json_root(doc), "weight_map") : NULL;
+    size_t klen = 0;
+    const char *first = name || !map ? NULL : json_key_at(map, 0, &klen);
+    const JsonValue *v = !map ? NULL : name ? json_get(map, name)
+                                     : first ? json_getn(map, first, klen) : NULL;
+    const char *s = json_str(v, NULL);
+    if (s) snprintf(file, n, "%s", s);
+    json_free(doc);
+    free(text);
+    return s != NULL;
+}
+
+/* A tensor the model needs and no shard holds: named with the file the index puts it in. */
+static void die_missing_tensor(const char *dir, const char *name) {
+    char file[1024], path[5300];
+    if (!index_json_file_of(dir, name, file, sizeof file))
+        die("%s: tensor %s is missing", dir, name);
+    snprintf(path, sizeof path, "%s/%s", dir, file);
+    struct stat sb;
+    die("%s: tensor %s is missing: model.safetensors.index.json puts it in %s, which %s", dir, name,
+        file,
+        strchr(file, '/') ? "is outside the folder (glm reads only the folder's own *.safetensors)"
+        : stat(path, &sb) ? "is not in the folder (an incomplete download or conversion?)"
+                          : "does not hold it (the index and the shards disagree)");
+}
+
 static const StTensor *loader_require(Loader *ld, const char *name) {
     const StTensor *t = st_find(ld->index, name);
-    if (!t) die("%s: tensor %s is missing", ld->dir, name);
+    if (!t) die_missing_tensor(ld->dir, name);
     return t;
 }
 
@@ -4031,6 +4168,11 @@ static void model_open(Model *m, const Settings *set, Loader *ld) {
     char err[1024];
     /* PLAN reads no tensor data, so it works on files cut right after their headers */
     m->index = set->mode == MODE_PLAN ? st_open_dir_headers(set->model_dir, err, sizeof err) : st_open_dir(set->model_dir, err, sizeof err);
+    char shard[1024];
+    if (!m->index && strstr(err, "no *.safetensors") &&
+        index_json_file_of(set->model_dir, NULL, shard, sizeof shard))
+        die("%s: model.safetensors.index.json names the shards (%s, ...): none is here "
+            "(an incomplete download?)", err, shard);
     if (!m->index) die("%s", err);
     *ld = (Loader){ .index = m->index, .dir = set->model_dir, .group = set->group };
     /* An MTP layer is optional on disk: without its tensors the model simply has no MTP head
@@ -4802,6 +4944,14 @@ static void expert_cache_start(Model *m, const Settings *set) {
 /* The KV cache of chat and of open-ended answers when CTX is not set: 4096 tokens, or fewer when
    the model allows fewer. */
 static int default_context(const Config *c) { return c->max_positions > 0 && c->max_positions < 4096 ? c->max_positions : 4096; }
+
+/* The KV cache a run sizes, in tokens: CTX when set, else the `needed` tokens the run knows it
+   holds (REF's lists; a saved session, the prompt and NGEN + 1) plus, for an open-ended run
+   (NGEN=-1, chat, the server), default_context (only then is `c` read). Every run and PLAN size
+   the cache with it, so PLAN's figures are the run's. */
+static int run_context(const Settings *set, const Config *c, int needed, int open_ended) {
+    return set->ctx ? set->ctx : needed + (open_ended ? default_context(c) : 0);
+}
 
 /* Opens the model, plans the RAM for a context of `capacity` tokens (a budget that cannot hold
    it is refused here, before any weight is read), then loads the resident weights. */

@@ -246,13 +246,52 @@ static int plan_end(Model *m, Loader *ld, int fits) {
     return fits ? 0 : 2;
 }
 
+/* The context the run these settings describe would size, through the functions the run uses:
+   REF's (validation_context); the server's; or a PROMPT or chat run's: the tokens of a saved
+   SESSION and of the prompt (rendered and tokenized as the run does, when SNAP has tokenizer.json;
+   without it the prompt is left out, and said so), NGEN + 1 when NGEN bounds a PROMPT answer. */
+static int plan_context(const Settings *set, const Config *c) {
+    if (set->ref_path[0]) {
+        Reference ref = reference_load(set->ref_path);
+        const int capacity = validation_context(set, &ref);
+        reference_free(&ref);
+        return capacity;
+    }
+    if (set->ctx || set->serve[0]) return run_context(set, c, 0, 1);
+    int held = 0;
+    if (set->session_path[0] && access(set->session_path, F_OK) == 0) {
+        char err[512];
+        held = session_file_tokens(set->session_path, err, sizeof err);
+        if (held < 0) die("SESSION=%s %s", set->session_path, err);
+    }
+    const int prompt_mode = set->prompt_given || set->messages_path[0];
+    char tokenizer[4200];
+    snprintf(tokenizer, sizeof tokenizer, "%s/tokenizer.json", set->model_dir);
+    const int from_stdin = !strcmp(set->prompt, "-");
+    if (prompt_mode && (from_stdin || access(tokenizer, R_OK)))
+        say("note: the plan's context leaves out the prompt's tokens (%s)", from_stdin
+            ? "PROMPT=-: PLAN does not read stdin" : "no tokenizer.json in SNAP to count them");
+    else if (prompt_mode) {
+        TextCodec tc = codec_load(set->model_dir, set->special);
+        ChatOptions chat = { 0 };
+        if (set->chat_template) chat = chat_options_from_settings(set);
+        TokenList prompt = { 0 };
+        build_prompt(set, &tc, &chat, &prompt);
+        held += prompt.n;
+        free(prompt.ids);
+        codec_free(&tc);
+    }
+    const int bounded = prompt_mode && set->ngen >= 0;   /* as in run_text */
+    return run_context(set, c, held + (bounded ? set->ngen + 1 : 0), !bounded);
+}
+
 /* PLAN=1 / PLAN=json. Exit 0 when the model fits the budget, 2 when it does not. */
 static int run_plan(const Settings *set) {
     Model m;
     Loader ld;
     model_open(&m, set, &ld);
     const Config *c = &m.c;
-    const int capacity = set->ctx ? set->ctx : default_context(c);
+    const int capacity = plan_context(set, c);
     m.ram = ram_plan(&m, &ld, set, capacity);
     const RamPlan *p = &m.ram;
     /* the disk: each file up to the end of its last tensor (what a full download takes) */
@@ -341,7 +380,7 @@ static int doctor_model(const Settings *set) {
         Loader ld;
         model_open(&m, set, &ld);
         const Config *c = &m.c;
-        const int capacity = set->ctx ? set->ctx : default_context(c);
+        const int capacity = plan_context(set, c);
         m.ram = ram_plan(&m, &ld, set, capacity);
         const RamPlan *p = &m.ram;
         int worst = 0;
@@ -402,15 +441,20 @@ static int run_doctor(const Settings *set) {
     MachineRates r;
     memset(&r, 0, sizeof r);
     snprintf(r.cpu, sizeof r.cpu, "%s", cpu);
+    /* SNAP that is no folder: said once, and the checks that read it are skipped */
+    char why[4400];
+    const int have_dir = set->model_dir[0] && !model_dir_check(set->model_dir, why, sizeof why);
+    if (set->model_dir[0] && !have_dir)
+        doctor_say(&worst, 2, "model", "%s; the model, O_DIRECT and disk checks are skipped", why);
     /* the model's checks fork: before the kernel probe starts OpenMP's threads */
-    const int model_level = set->model_dir[0] ? doctor_model(set) : 0;
+    const int model_level = have_dir ? doctor_model(set) : 0;
     if (model_level > worst) worst = model_level;
     measure_kernel_rates(&r, set->idot);
     doctor_say(&worst, 0, "kernels", "%.1f GB/s of int4 weights at 1 token (decode), %.1f GB/s at 64 tokens (prefill), %s, "
                "%d threads", r.decode_gbps, r.prefill_gbps, r.kernel, r.threads);
     if (!set->model_dir[0]) {
         doctor_say(&worst, 1, "model", "SNAP is not set: the model, O_DIRECT and disk checks are skipped; run DOCTOR=1 SNAP=<model folder>");
-    } else {
+    } else if (have_dir) {
         static char paths[1][4200];
         off_t size;
         int n = list_shards(set->model_dir, paths, &size, 1);

@@ -734,7 +734,7 @@ static int run_chat(const Settings *set, Dialog *d) {
 static int text_model_load(const Settings *set, const TextCodec *tc, Model *model, int needed, int open_ended) {
     Config config = config_load(set->model_dir);
     codec_check_vocab(tc, config.vocab);
-    const int capacity = set->ctx ? set->ctx : needed + (open_ended ? default_context(&config) : 0);
+    const int capacity = run_context(set, &config, needed, open_ended);
     config_free(&config);
     model_load(model, set, capacity);
     if (!model->c.n_eos)

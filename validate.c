@@ -224,13 +224,45 @@ static void run_replay(Model *m, RunState *s, const ForwardOptions *opt, const R
            total ? 100.0 * hits / total : 0.0);
 }
 
+/* Greedy decoding's length: NGEN, or as many tokens as full_ids continues the prompt. */
+static int validation_ngen(const Settings *set, const Reference *ref) {
+    return set->ngen >= 0 ? set->ngen : ref->full.n - ref->prompt.n;
+}
+
+/* The KV cache a REF run sizes (run_context): TF and REPLAY hold full_ids, greedy decoding
+   prompt_ids and its NGEN tokens, plus one. PLAN=1 with REF sizes its plan with it too. */
+static int validation_context(const Settings *set, const Reference *ref) {
+    const int decoded = ref->prompt.n + validation_ngen(set, ref);
+    const int held = set->teacher_forcing || set->replay ? ref->full.n : decoded;
+    const int need = held + 1, capacity = run_context(set, NULL, need, 0);
+    if (capacity < need) die("CTX=%d is smaller than the %d tokens this run needs", set->ctx, need);
+    return capacity;
+}
+
+/* A run whose predictions differ from the oracle ends with exit 3; this says what that means.
+   The oracle is an independent f32 implementation: the f32 path (expert_bits and dense_bits 16)
+   must match it at every position, while quantized weights (the default: int4) drift from it. */
+static void explain_mismatch(const Settings *set, int prequantized) {
+    static const char *const BITS[] = { [2] = "int2", [4] = "int4", [8] = "int8", [16] = "f32" };
+    static const char oracle[] = "exit 3: the predictions differ from the oracle, an f32 reference "
+                                 "implementation";
+    if (set->expert_bits == 16 && set->dense_bits == 16 && !prequantized) {
+        say("%s; this run used the f32 path (expert_bits and dense_bits 16), which must match it "
+            "exactly, so this is a real mismatch", oracle);
+        return;
+    }
+    say("%s. This run quantized the weights (routed experts %s, other matrices %s: the positional "
+        "arguments expert_bits and dense_bits, 4 and 4 by default), which drifts from it, so "
+        "mismatches are expected. The f32 path must match every position: ./glm 64 16 16 "
+        "(cache_slots 64, expert_bits 16, dense_bits 16)%s", oracle, BITS[set->expert_bits],
+        BITS[set->dense_bits], prequantized ? "; the model's pre-quantized experts stay quantized, "
+        "so check a float copy of the model" : "");
+}
+
 /* REF=file: teacher forcing, greedy decoding or REPLAY against the oracle's ids. */
 static int run_validation(const Settings *set) {
     Reference ref = reference_load(set->ref_path);
-    int ngen = set->ngen >= 0 ? set->ngen : ref.full.n - ref.prompt.n;
-    int need = (set->teacher_forcing || set->replay ? ref.full.n : ref.prompt.n + ngen) + 1;
-    int capacity = set->ctx ? set->ctx : need;
-    if (capacity < need) die("CTX=%d is smaller than the %d tokens this run needs", set->ctx, need);
+    const int ngen = validation_ngen(set, &ref), capacity = validation_context(set, &ref);
     Model model;
     model_load(&model, set, capacity);
     const TokenList *lists[] = { &ref.prompt, &ref.full, &ref.tf_pred, &ref.mtp_pred };
@@ -254,6 +286,7 @@ static int run_validation(const Settings *set) {
     }
     print_expert_stats(&model.experts, now_seconds() - t0);
     fprintf(stderr, "glm: peak RSS %.2f GB\n", peak_rss_gb());
+    if (failed) explain_mismatch(set, model.experts.prequantized);
     engine_stop(set, &model, &state);
     reference_free(&ref);
     return failed ? 3 : 0;

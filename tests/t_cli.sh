@@ -81,3 +81,80 @@ expect_fail "a prompt over 16 MB on stdin is refused" 'prompt on stdin is longer
   bash -c "head -c 17000000 /dev/zero | tr '\\0' a | env SNAP=$M TEMPLATE_ONLY=1 PROMPT=- '$GLM'"
 expect_fail "a NUL byte in the stdin prompt is refused with its offset" 'NUL byte at offset 1' \
   bash -c "printf 'a\\0b' | env SNAP=$M '$GLM'"
+
+# ---- what a new user meets: validation's exit 3 explained, --help's order, silent mistakes ------
+DREF=$F/oracle_dense/reference.json
+out=$(env SNAP=$F/oracle_dense REF=$DREF TF=1 "$GLM" 2>&1 >/dev/null); rc=$?
+has "validation with int4 weights (no 64 16 16): exit 3 says the oracle is f32 and the drift expected" \
+  '^glm: exit 3: the predictions differ from the oracle, an f32 reference implementation\. This run quantized .*int4.*mismatches are expected' \
+  "$(echo "rc=$rc"; grep 'exit 3' <<<"$out")"
+has "...names the f32 path and what 64 16 16 means" \
+  'must match every position: \./glm 64 16 16 \(cache_slots 64, expert_bits 16, dense_bits 16\)' "$out"
+[ $rc = 3 ] && echo "PASS ...and exits 3" || echo "FAIL validation with int4 weights exited $rc, not 3"
+out=$(env SNAP=$F/oracle_dense REF=$DREF TF=1 "$GLM" 64 16 16 2>&1); rc=$?
+if [ $rc = 0 ] && grep -q '24/24' <<<"$out" && ! grep -q 'exit 3' <<<"$out"; then echo "PASS the f32 path matches and explains nothing"
+else echo "FAIL f32 validation (exit $rc)"; echo "$out" | tail -3; fi
+
+# --help: the settings a user sets come first, validation and debugging last, under headings
+order=$(awk '$2 == "default" { print $1 }' <<<"$help" | tr '\n' ' ')
+first_of() { local i=0 w; for w in $order; do i=$((i + 1)); [ "$w" = "$1" ] && { echo $i; return; }; done; echo 999; }
+late=999; for v in REF TF MTP REPLAY ABSORB INDEXER LATENT_EPS IDOT; do n=$(first_of $v); [ $n -lt $late ] && late=$n; done
+early=0; for v in SNAP PROMPT CHAT SERVE NGEN TEMPERATURE NUCLEUS SEED THINK RAM_GB THREADS; do
+  n=$(first_of $v); [ $n -gt $early ] && early=$n; done
+if [ "$(first_of SNAP)" = 1 ] && [ $early -lt $late ]; then echo "PASS --help lists SNAP first and every user setting before REF, TF, ABSORB..."
+else echo "FAIL --help order: $order"; fi
+has "--help has group headings" '^model and mode:$' "$help"
+has "...validation and debugging last" '^validation and debugging:$' "$(grep -E '^[a-z].*:$' <<<"$help" | tail -1)"
+
+# booleans: 1/0, yes/no, true/false, on/off in any case; anything else says what is accepted
+yes_tf=$(env SNAP=$F/oracle_dense REF=$DREF TF=Yes "$GLM" 64 16 16 2>&1 | grep '^PREFILL')
+has "TF=Yes is teacher forcing" '24/24' "$yes_tf"
+same "CHAT=no with PROMPT answers as without CHAT" "$greedy" "$(answer TEMPERATURE=0 CHAT=no)"
+same "CHAT=off, THINK=true: accepted" "$(answer TEMPERATURE=0 THINK=1)" "$(answer TEMPERATURE=0 CHAT=off THINK=true)"
+expect_fail "CHAT=maybe: the error lists what a boolean takes" \
+  '^glm: error: CHAT=maybe: expected 1 or 0 \(yes/no, true/false and on/off also do\), or -1' env SNAP=$M PROMPT=x CHAT=maybe "$GLM"
+expect_fail "an empty PROMPT is refused (it would generate from nothing)" '^glm: error: PROMPT is empty' \
+  env SNAP=$M PROMPT= "$GLM" 64 16 16
+out=$(env SNAP=$M PROMPT=Hello NGEN=2 THREADS=100 "$GLM" 64 16 16 2>&1 </dev/null)
+cpus=$(nproc)
+has "THREADS=100 warns and is capped at the CPUs" "^glm: warning: THREADS=100 is more than the $cpus CPUs? this process can run on: using $cpus\$" "$out"
+has "...which the run then uses" "threads $cpus " "$(grep '^glm: settings:' <<<"$out")"
+has "NUCLUES (two letters swapped) hints NUCLEUS" 'variable NUCLUES is not a setting; did you mean NUCLEUS\?' "$(hint NUCLUES=0.5)"
+for pair in THINKING:THINK MAX_TOKENS:NGEN N_CTX:CTX CONTEXT:CTX PORT:SERVE MODEL:SNAP TOP_P:NUCLEUS; do
+  has "${pair%:*} hints ${pair#*:}" "variable ${pair%:*} is not a setting; did you mean ${pair#*:}\\?" "$(hint ${pair%:*}=1)"
+done
+# the variables a shell or desktop exports are not settings and get no hint (TERM and TMP are
+# within two edits of TEMP, USER of USAGE...)
+quiet=$(env -i PATH="$PATH" HOME=/root TERM=xterm LANG=C.UTF-8 SHELL=/bin/bash USER=me LOGNAME=me PWD=/ OLDPWD=/ \
+  TMP=/tmp TMPDIR=/tmp TEMP=/tmp EDITOR=vi PAGER=less MAIL=/var/mail/me HOSTNAME=h DISPLAY=:0 LINES=40 COLUMNS=80 \
+  SHLVL=1 TZ=UTC LC_ALL=C LANGUAGE=en XDG_RUNTIME_DIR=/run PS1='$ ' COLORTERM=truecolor LS_COLORS=x HISTSIZE=1 \
+  MAKEFLAGS= VIRTUAL_ENV=/v SSH_TTY=/dev/pts/0 SUDO_USER=me USAGE=off THREADS=2 \
+  SNAP=$F/oracle_dense REF=$DREF TF=1 "$GLM" 64 16 16 2>&1 >/dev/null | grep -E 'warning|did you mean')
+same "common system variables get no near-miss warning" "" "$quiet"
+
+# SNAP that is no folder is said so, by name, in every mode (not as a missing file inside it)
+for mode in "PROMPT=hi" "REF=$DREF TF=1" "PLAN=1" "TOKENIZE=$T/x" "SERVE=0" "CHAT=1" "TEMPLATE_ONLY=1 PROMPT=hi"; do
+  expect_fail "SNAP=/no/such/dir with ${mode%%=*}: no such folder" '^glm: error: SNAP=/no/such/dir: no such folder' \
+    env SNAP=/no/such/dir $mode "$GLM"
+done
+expect_fail "SNAP naming a file: not a folder" "^glm: error: SNAP=$M/config\\.json is not a folder" env SNAP=$M/config.json PROMPT=hi "$GLM"
+out=$(env SNAP=/no/such/dir DOCTOR=1 "$GLM" 2>&1); rc=$?
+if [ $rc = 2 ] && grep -q '^DOCTOR FAIL model: SNAP=/no/such/dir: no such folder' <<<"$out" && ! grep -q 'header-only' <<<"$out"; then
+  echo "PASS DOCTOR on a missing folder says so (no talk of a header-only copy), exit 2"
+else echo "FAIL DOCTOR on a missing folder (exit $rc)"; echo "$out"; fi
+
+# PLAN sizes the context as the run with the same settings does (REF: its lists; PROMPT: its tokens)
+plan_vs_run() {   # plan_vs_run NAME ENV...: PLAN=1's context and RAM line are the run's
+  local run plan
+  run=$(env RAM_GB=4 "${@:2}" "$GLM" 64 16 16 2>&1 </dev/null)
+  plan=$(env RAM_GB=4 PLAN=1 "${@:2}" "$GLM" 64 16 16 2>&1 </dev/null)
+  local rc_ctx pc_ctx
+  rc_ctx=$(grep '^glm: settings:' <<<"$run" | grep -oE 'context [0-9]+'); pc_ctx=$(grep '^glm: plan for' <<<"$plan" | grep -oE 'context [0-9]+')
+  if [ -n "$rc_ctx" ] && [ "$rc_ctx" = "$pc_ctx" ] && [ "$(grep '^glm: RAM budget' <<<"$run")" = "$(grep '^glm: RAM budget' <<<"$plan")" ]; then
+    echo "PASS PLAN=1 $1: the run's $rc_ctx and RAM plan line"
+  else echo "FAIL PLAN=1 $1: run '$rc_ctx', plan '$pc_ctx'"; grep '^glm: RAM budget' <<<"$run"; grep '^glm: RAM budget' <<<"$plan"; fi
+}
+plan_vs_run "with REF, TF=1" SNAP=$F/oracle_dense REF=$DREF TF=1
+plan_vs_run "with REF, greedy NGEN=5" SNAP=$F/oracle_dense REF=$DREF NGEN=5
+plan_vs_run "with PROMPT and NGEN=5" SNAP=$M PROMPT="Hello there" NGEN=5
+plan_vs_run "with PROMPT, NGEN=-1" SNAP=$M PROMPT="Hello there" NGEN=-1 TEMPERATURE=0 CTX=0

@@ -78,6 +78,28 @@ expect_error "st: BF16 NaN in a fused expert tensor is named" 'layers\.1\.mlp\.e
 expect_error "st: fused expert tensor with the wrong shape" 'layers\.2\.mlp\.experts\.down_proj.*shape' on st_fused_wrong_shape
 expect_error "st: F8_E4M3 weight without its block scale names both" 'q_b_proj\.weight.*q_b_proj\.weight_scale_inv' on st_f8_without_scale
 expect_error "st: directory without any *.safetensors is named" 'st_none.*no \*\.safetensors' on st_none
+# A shard missing from a folder whose model.safetensors.index.json maps every tensor to its file:
+# the error names the file the tensor should have come from (and the tensor, and the index).
+index_case() {   # index_case NAME SHARD...: oracle_sparse with its index.json, without SHARD...
+  cp -r $F/oracle_sparse "$T/$1" && "$PY" -c '
+import json, os, struct, sys
+d = sys.argv[1]; wm = {}
+for f in sorted(os.listdir(d)):
+    if f.endswith(".safetensors"):
+        with open(os.path.join(d, f), "rb") as fh:
+            n = struct.unpack("<Q", fh.read(8))[0]
+            wm.update({k: f for k in json.loads(fh.read(n)) if k != "__metadata__"})
+json.dump({"metadata": {}, "weight_map": wm}, open(os.path.join(d, "model.safetensors.index.json"), "w"))' "$T/$1"
+  local name=$1; shift; for s in "$@"; do rm "$T/$name/$s"; done
+}
+index_case idx_missing_shard model-00001-of-00001.safetensors
+expect_error "st: a shard the index names is missing: the file, the tensor and the index are named" \
+  'idx_missing_shard: tensor model\.[a-z_.0-9]+ is missing: model\.safetensors\.index\.json puts it in model-00001-of-00001\.safetensors, which is not in the folder' \
+  env SNAP="$T/idx_missing_shard" REF=$F/oracle_sparse/reference.json TF=1 "$GLM" 64 16 16
+index_case idx_no_shard model-00001-of-00001.safetensors out-mtp-00000.safetensors
+expect_error "st: every shard the index names is missing: the index and a shard are named" \
+  'idx_no_shard: no \*\.safetensors file in the directory: model\.safetensors\.index\.json names the shards \(model-00001-of-00001\.safetensors' \
+  env SNAP="$T/idx_no_shard" REF=$F/oracle_sparse/reference.json TF=1 "$GLM" 64 16 16
 
 # Hostile folders: whatever sits in a model folder, glm ends with one named error, never a signal
 # or a hang. Regression guards (glm.c / st.h / json.h bugs these tests found, fixed since): a
@@ -291,7 +313,7 @@ expect_error "set: bad expert_bits" "expert_bits '3'" good 64 3 16
 expect_error "set: bad dense_bits" "dense_bits '5'" good 64 16 5
 expect_error "set: cache_slots 0" "cache_slots '0'" good 0 16 16
 expect_error "set: too many arguments" 'too many arguments' good 64 16 16 16
-expect_error "set: non-numeric TF=yes" 'TF=yes' good TF=yes 64 16 16
+expect_error "set: TF=maybe is no boolean: the error says what is" 'TF=maybe: expected 1 or 0 \(yes/no' good TF=maybe 64 16 16
 expect_error "set: empty TF=" 'TF=' good TF= 64 16 16
 expect_error "set: out of range ABSORB=5" 'ABSORB=5.*range' good ABSORB=5 64 16 16
 expect_error "set: fractional ABSORB=0.5" 'ABSORB=0\.5' good ABSORB=0.5 64 16 16
@@ -306,7 +328,7 @@ expect_error "set: MTP=1 without TF=1" 'MTP=1.*TF' good TF=0 MTP=1 64 16 16
 # is accepted and every prediction becomes token 0 (exit 3, no error naming LATENT_EPS).
 expect_error "set: LATENT_EPS=nan is refused" 'LATENT_EPS' good LATENT_EPS=nan 64 16 16
 expect_error "set: SNAP not set" 'SNAP' env REF="$DREF" TF=1 "$GLM" 64 16 16
-expect_error "set: SNAP is not a model directory" '/nonexistent/model/config\.json' env SNAP=/nonexistent/model REF="$DREF" TF=1 "$GLM" 64 16 16
+expect_error "set: SNAP is not a model directory" 'SNAP=/nonexistent/model: no such folder' env SNAP=/nonexistent/model REF="$DREF" TF=1 "$GLM" 64 16 16
 expect_error "set: REF not set" 'REF' env SNAP=$F/oracle_dense TF=1 "$GLM" 64 16 16
 expect_error "set: REF file missing" 'REF.*/nonexistent/ref\.json' good REF=/nonexistent/ref.json 64 16 16
 expect_error "set: REF=/dev/zero is refused at once" 'REF: /dev/zero: is a character device' good REF=/dev/zero 64 16 16
