@@ -19,21 +19,6 @@
 #include "server.c"
 #include "plan.c"
 
-/* OpenMP workers that spin at barriers take the CPU that the expert I/O thread and the main
-   thread need on a 2-core machine: measured on the bench model, REPLAY decode ran at 0.98 tok/s
-   with libgomp's default spinning and 5.8 tok/s with OMP_WAIT_POLICY=passive. libgomp reads the
-   policy before main() runs, so when the user has not chosen one, set it and re-execute once. */
-static void openmp_passive_wait(char **argv) {
-#ifdef _OPENMP
-    if (getenv("OMP_WAIT_POLICY") || getenv("GOMP_SPINCOUNT")) return;
-    setenv("OMP_WAIT_POLICY", "passive", 1);
-    execv("/proc/self/exe", argv);
-    /* exec failed (no /proc): carry on with the default policy */
-#else
-    (void)argv;
-#endif
-}
-
 #ifndef GLM_NO_MAIN   /* tests and fuzz targets that include main.c leave main() out */
 int main(int argc, char **argv) {
     openmp_passive_wait(argv);
