@@ -4,7 +4,10 @@
 # `openai` npm client (models, chat JSON + streaming, completions, error classes, keep-alive),
 # hostile raw-socket requests (tests/http_hostile.py: bad Content-Length, huge headers,
 # pipelining, slow clients, disconnects), a load test of 50 concurrent requests, QUEUE=1 with six
-# concurrent requests (200 or 429 only), API_KEY, MAX_CONNS, and SIGTERM during a stream.
+# concurrent requests (200 or 429 only), API_KEY (checked from the head, before a body), MAX_CONNS
+# and MAX_CONNS_PER_ADDR, 200 idle plus 200 slow-head connections against /health and a chat, the
+# buffer budget, log lines for requests ended without an answer, and SIGTERM during a stream (also
+# one nobody reads).
 # The openai package is expected in $OPENAI_NPM_DIR (default /tmp/glm_openai_npm); if missing it
 # is installed there with `npm install --prefix` (needs the npm registry). Nothing goes into the repo.
 source "$(dirname "$0")/lib.sh"
@@ -141,10 +144,47 @@ hostile auth sk-test-key
 timeout 60 node tests/http_openai.mjs "$NPM_DIR" "http://127.0.0.1:$PORT/v1" wrong-key wrong_key
 stop auth
 
-# ---- MAX_CONNS.
+grep -q '^http_echo: POST /v1/chat/completions 429 | ' "$T/queue1.err" && echo "PASS queue_full_429_logged" \
+  || echo "FAIL queue_full_429_logged: no log line"
+grep -q '^http_echo: POST /v1/chat/completions 408 | request not received within 1500 ms | ' "$T/main.err" \
+  && echo "PASS timeout_408_logged" || echo "FAIL timeout_408_logged: no log line"
+start early API_KEY=sk-test-key
+hostile early401 sk-test-key
+stop early
+
+# ---- Admission: MAX_CONNS and MAX_CONNS_PER_ADDR (127.0.0.2 is this machine too).
 start conns MAX_CONNS=3
 hostile maxconns 3
 stop conns
+start peraddr MAX_CONNS=8 MAX_CONNS_PER_ADDR=2
+hostile peraddr 2
+stop peraddr
+# Default settings: 200 idle and 200 slow-head connections lock nobody out.
+start flood
+hostile flood 200
+stop flood
+# The buffer budget across connections.
+start budget MAX_BODY=400000 MAX_BUFFERED=600000
+hostile budget "$T/budget.err"
+stop budget
+
+# ---- SIGTERM while the worker streams to a client that stopped reading: exit within 2 s.
+start stall
+timeout 60 "$PY" tests/http_hostile.py "$PORT" stall >"$T/stall.out" 2>&1 &
+stall_pid=$!
+for _ in $(seq 100); do grep -q stalled "$T/stall.out" && break; sleep 0.05; done
+kill -TERM "$PID"
+t0=$(date +%s%N)
+for _ in $(seq 40); do kill -0 "$PID" 2>/dev/null || break; sleep 0.05; done
+if kill -0 "$PID" 2>/dev/null; then
+  echo "FAIL sigterm_stalled_reader_exits_in_2s: still running"; kill -KILL "$PID"
+else
+  wait "$PID"; rc=$?
+  ms=$(( ($(date +%s%N) - t0) / 1000000 ))
+  grep -q stalled "$T/stall.out" && [ $rc -eq 0 ] && echo "PASS sigterm_stalled_reader_exits_in_2s" \
+    || { echo "FAIL sigterm_stalled_reader_exits_in_2s: exit $rc after $ms ms"; cat "$T/stall.out"; }
+fi
+kill "$stall_pid" 2>/dev/null; wait "$stall_pid" 2>/dev/null
 
 # ---- A non-loopback address needs API_KEY (the policy glm applies; http.h reports loopback).
 expect_fail http_non_loopback_needs_key "reachable from other machines: set API_KEY" env -u API_KEY LISTEN=0.0.0.0:0 timeout 10 "$ECHO"
