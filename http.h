@@ -70,6 +70,11 @@
  *
  * Threads and scheduling. http_server_run starts one I/O thread that accepts connections, reads
  * and parses requests, and writes small responses; the caller's thread is the one worker.
+ *   - When the head of a request with a body is in and the body is not, the I/O thread calls
+ *     cfg->head (if set) with that head (empty body). It must not block; it returns 1 after
+ *     answering (the body is then never read and the connection closes), or 0 to read the body.
+ *     This is where a wrong API key is refused, before megabytes arrive; a quick callback that
+ *     does not look at the body can serve as the head callback too.
  *   - For each complete request the I/O thread calls cfg->quick (if set). It must not block; it
  *     answers cheap things itself (health, model list, auth failures, 404) and returns 1, or
  *     returns 0 to hand the request to the worker.
@@ -79,11 +84,28 @@
  *     it may take minutes and stream (SSE), checking http_client_gone between steps.
  *   - Requests on one connection are answered in order (pipelining): the next request on a
  *     connection is parsed only after the previous response is out.
- *   - A request must arrive completely within timeout_ms of the connection becoming ready for it
- *     (408 and close otherwise; idle keep-alive connections are closed silently); a write that
- *     makes no progress for timeout_ms fails (the client counts as gone).
+ *   - A request head must arrive within head_timeout_ms, and the whole request within
+ *     timeout_ms, of the connection becoming ready for it (408 and close otherwise; a connection
+ *     idle that long is closed silently); a write that makes no progress for timeout_ms fails
+ *     (the client counts as gone).
+ *   - Admission. At max_conns open connections, or max_conns_per_addr from the new one's
+ *     address, a new connection takes the place of one that is closing, else of the oldest idle
+ *     keep-alive one, else of the oldest still sending its head (an unfinished head gets a
+ *     best-effort 503); only when all of them are busy with a request (body arriving, queued,
+ *     being answered) is the new one refused with 503. So no number of idle or slow
+ *     connections keeps /health or a new request out.
+ *   - Input buffers: a connection holds at most one request (head, body); all of them together
+ *     at most max_buffered_bytes. A Content-Length body is given its room when its head is
+ *     accepted, or 503 if the budget cannot hold it; a chunked body grows into it, or 503.
+ *   - Logging. The callbacks log the answers they give; http.h calls cfg->log (if set) for every
+ *     request it ends itself: its own errors (400, 408, 413, 429, 503...), 499 for a client that
+ *     closes (or shuts its sending side) while its request arrives or waits in the queue, 500 for
+ *     a callback that sent nothing. Before the head is parsed, method and path are "-"; seconds
+ *     count from the request's first byte. Called on the I/O thread or the worker, maybe at the
+ *     same time; it must not call into the server.
  *   - Stop: listening ends, waiting requests get 503, the running handler sees
- *     http_client_gone() = 1, pending output is flushed (up to 2 s), then run returns 0.
+ *     http_client_gone() = 1 and its writes give up after 0.5 s without progress, pending
+ *     output is flushed (up to 1 s), then run returns 0.
  * Responses: Content-Length always; SSE streams use chunked encoding for HTTP/1.1 clients (the
  * connection stays usable) and close-delimited bodies for HTTP/1.0. HEAD gets headers only.
  * Parsing is strict: CRLF line ends only, no obsolete line folding, one Host for HTTP/1.1,
@@ -150,7 +172,7 @@ typedef struct {
     int queue;                   /* requests that may wait for the worker (0: none); more get 429 */
     int max_conns;               /* open connections. 0: max(64, queue + 16) */
     int max_conns_per_addr;      /* open connections from one client address. 0: max_conns on a
-                                    loopback listener (every client is 127.0.0.1), else half of it */
+                                    loopback listener (all clients are 127.0.0.1), else half */
     int timeout_ms;              /* request arrival / write stall limit. 0: 30000 */
     int head_timeout_ms;         /* request head arrival, keep-alive idle limit. 0: 10000
                                     (never above timeout_ms) */
@@ -727,7 +749,8 @@ HttpServer *http_server_create(const HttpServerConfig *cfg, char *err, size_t er
     if (c->max_buffered_bytes < one_request) c->max_buffered_bytes = one_request;
     if (!c->handle) { snprintf(err, err_len, "no request handler"); free(s); return NULL; }
     if (http_addr_parse(c->listen, &s->addr, err, err_len)) { free(s); return NULL; }
-    if (c->max_conns_per_addr <= 0) c->max_conns_per_addr = s->addr.loopback ? c->max_conns : (c->max_conns + 1) / 2;
+    if (c->max_conns_per_addr <= 0)
+        c->max_conns_per_addr = s->addr.loopback ? c->max_conns : (c->max_conns + 1) / 2;
     if (c->max_conns_per_addr > c->max_conns) c->max_conns_per_addr = c->max_conns;
     int fds[2];
     int fd = socket(s->addr.ss.ss_family, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
@@ -984,7 +1007,7 @@ static void http__response_init(HttpResponse *res, HttpServer *s, HttpConn *c, i
 }
 
 /* The log line of a request that http.h ends itself (the callbacks log the answers they give):
- * method and path once the head is known ("-" before), status, why, seconds since its first byte. */
+ * method and path once the head is known ("-" before), status, why, seconds from the first byte. */
 static void http__log(HttpServer *s, HttpConn *c, int status, const char *why) {
     if (!s->cfg.log) return;
     HttpRequest head;
@@ -999,6 +1022,9 @@ static void http__log(HttpServer *s, HttpConn *c, int status, const char *why) {
     }
     s->cfg.log(req, status, (double)(http__now_ms() - c->t0) / 1000.0, why, s->cfg.user);
 }
+
+static const char http__lost[] = "connection lost before the request was complete";
+static const char http__cut_off[] = "client closed the connection before the request was complete";
 
 /* Closes a connection without an answer; a request that had begun to arrive is logged. */
 static void http__drop(HttpServer *s, HttpConn *c, int status, const char *why) {
@@ -1082,7 +1108,8 @@ static void http__error(HttpServer *s, HttpConn *c, int status, const char *why)
     http__after_response(s, c, 0);
 }
 
-static const char http__busy_buffers[] = "the server is busy: too much request data in flight; retry later";
+static const char http__busy_buffers[] =
+    "the server is busy: too much request data in flight; retry later";
 
 /* The head is in and the body is still to come. cfg->head may answer now (a wrong API key), and
  * a body the buffer budget cannot hold is refused, both before the client sends it. Returns 1 when
@@ -1130,14 +1157,15 @@ static void http__advance(HttpServer *s, HttpConn *c) {
         int rc = http_parse(&c->parser, c->in, c->in_len, &c->req, &c->consumed);
         if (c->parser.phase != HTTP__HEAD && !c->head_seen) {
             c->head_seen = 1;
-            c->deadline = c->since + s->cfg.timeout_ms;   /* the head deadline is met; now the body's */
+            c->deadline = c->since + s->cfg.timeout_ms;   /* the head was in time; now the body */
             if (rc == 0 && http__check_head(s, c)) return;
         }
         if (rc == 0) {
             if (http_parser_wants_continue(&c->parser) && !c->continue_sent) {
                 c->continue_sent = 1;
                 static const char cont[] = "HTTP/1.1 100 Continue\r\n\r\n";
-                if (http__out_append(c, cont, sizeof cont - 1) || http__flush(s, c)) http__drop(s, c, 499, "connection lost");
+                if (http__out_append(c, cont, sizeof cont - 1) || http__flush(s, c))
+                    http__drop(s, c, 499, http__lost);
             }
             return;
         }
@@ -1155,7 +1183,7 @@ static void http__advance(HttpServer *s, HttpConn *c) {
             continue;
         }
         if (c->eof) {
-            /* Whoever shut their sending side counts as gone (as in the queue and on the worker). */
+            /* Whoever shut their sending side counts as gone (as in the queue, on the worker). */
             http__log(s, c, 499, "client closed the connection before the answer");
             c->state = HC_CLOSED;
             return;
@@ -1196,7 +1224,10 @@ static void http__on_readable(HttpServer *s, HttpConn *c) {
             size_t cap = c->in_cap ? c->in_cap * 2 : 8192;
             if (cap > s->conn_max_bytes) cap = s->conn_max_bytes;
             if (cap > c->in_cap) {
-                if (s->buffered - c->in_cap + cap > s->cfg.max_buffered_bytes) { http__error(s, c, 503, http__busy_buffers); return; }
+                if (s->buffered - c->in_cap + cap > s->cfg.max_buffered_bytes) {
+                    http__error(s, c, 503, http__busy_buffers);
+                    return;
+                }
                 char *n = realloc(c->in, cap);
                 if (!n) { http__error(s, c, 503, "out of memory"); return; }
                 s->buffered += cap - c->in_cap;
@@ -1211,10 +1242,10 @@ static void http__on_readable(HttpServer *s, HttpConn *c) {
             /* A complete request already here is still answered if the I/O thread can. */
             c->eof = 1;
             http__advance(s, c);
-            if (c->state == HC_READ) http__drop(s, c, 499, "client closed the connection before the request was complete");
+            if (c->state == HC_READ) http__drop(s, c, 499, http__cut_off);
             return;
         }
-        if (r < 0) { http__drop(s, c, 499, "connection lost before the request was complete"); return; }
+        if (r < 0) { http__drop(s, c, 499, http__lost); return; }
         if (!c->in_len) c->t0 = http__now_ms();
         c->in_len += (size_t)r;
         int filled = c->in_len == c->in_cap;
@@ -1262,7 +1293,10 @@ static int http__victim(HttpServer *s, const HttpConn *like) {
         HttpConn *c = s->conns[i];
         if (like && !http__same_peer(c, like)) continue;
         int r = http__rank(c);
-        if (r >= 0 && (r < best_rank || (r == best_rank && c->since < s->conns[best]->since))) { best = i; best_rank = r; }
+        if (r >= 0 && (r < best_rank || (r == best_rank && c->since < s->conns[best]->since))) {
+            best = i;
+            best_rank = r;
+        }
     }
     pthread_mutex_unlock(&s->mu);
     return best;
@@ -1275,8 +1309,9 @@ static void http__send_503(int fd, const char *message) {
     int bn = snprintf(body, sizeof body, "{\"error\":{\"message\":\"%s\",\"type\":\"server_error\","
                       "\"param\":null,\"code\":null}}", message);
     if (bn < 0 || (size_t)bn >= sizeof body) return;
-    int n = snprintf(busy, sizeof busy, "HTTP/1.1 503 Service Unavailable\r\nContent-Type: application/json\r\n"
-                     "Retry-After: 1\r\nConnection: close\r\nContent-Length: %d\r\n\r\n%s", bn, body);
+    int n = snprintf(busy, sizeof busy, "HTTP/1.1 503 Service Unavailable\r\n"
+                     "Content-Type: application/json\r\nRetry-After: 1\r\nConnection: close\r\n"
+                     "Content-Length: %d\r\n\r\n%s", bn, body);
     if (n > 0 && (size_t)n < sizeof busy) {
         ssize_t w = send(fd, busy, (size_t)n, MSG_NOSIGNAL | MSG_DONTWAIT);
         (void)w;
@@ -1325,8 +1360,9 @@ static void http__accept(HttpServer *s, int64_t *accept_paused_until) {
         if (same >= s->cfg.max_conns_per_addr) victim = http__victim(s, c);
         else if (s->nconns >= s->cfg.max_conns) victim = http__victim(s, NULL);
         if (victim == -1) {
-            http__send_503(fd, same >= s->cfg.max_conns_per_addr ? "too many open connections from this address"
-                                                                 : "too many open connections");
+            http__send_503(fd, same >= s->cfg.max_conns_per_addr
+                                   ? "too many open connections from this address"
+                                   : "too many open connections");
             http__conn_free(s, c);
             continue;
         }
@@ -1354,7 +1390,8 @@ static void http__begin_stop(HttpServer *s) {
     s->nqueued = 0;
     pthread_cond_broadcast(&s->cv);
     for (int i = 0; i < s->nconns; i++)
-        if (s->conns[i]->state == HC_READ) http__drop(s, s->conns[i], 503, "server stopped before the request was complete");
+        if (s->conns[i]->state == HC_READ)
+            http__drop(s, s->conns[i], 503, "server stopped before the request was complete");
     pthread_mutex_unlock(&s->mu);
     for (HttpConn *c = waiting, *next; c; c = next) {
         next = c->next;
@@ -1441,8 +1478,11 @@ static void *http__io_main(void *arg) {
                 if (left) http__log(s, c, 499, "client closed the connection while queued");
                 continue;
             }
-            if (re & (POLLERR | POLLNVAL)) { http__drop(s, c, 499, "connection lost before the request was complete"); continue; }
-            if ((re & POLLOUT) && http__flush(s, c)) { http__drop(s, c, 499, "connection lost"); continue; }
+            if (re & (POLLERR | POLLNVAL)) { http__drop(s, c, 499, http__lost); continue; }
+            if ((re & POLLOUT) && http__flush(s, c)) {
+                http__drop(s, c, 499, http__lost);
+                continue;
+            }
             if (c->state == HC_WRITE && c->out_len == 0) {
                 http__output_done(s, c);
                 if (c->state == HC_READ) http__advance(s, c);   /* a pipelined request may be waiting */
@@ -1465,8 +1505,12 @@ static void *http__io_main(void *arg) {
                 if (c->in_len == 0) c->state = HC_CLOSED;    /* idle keep-alive connection */
                 else {
                     char why[96];
-                    if (c->head_seen) snprintf(why, sizeof why, "request not received within %d ms", s->cfg.timeout_ms);
-                    else snprintf(why, sizeof why, "request head not received within %d ms", s->cfg.head_timeout_ms);
+                    if (c->head_seen)
+                        snprintf(why, sizeof why, "request not received within %d ms",
+                                 s->cfg.timeout_ms);
+                    else
+                        snprintf(why, sizeof why, "request head not received within %d ms",
+                                 s->cfg.head_timeout_ms);
                     http__error(s, c, 408, why);
                 }
             } else if (c->state == HC_READ) {
@@ -1483,7 +1527,8 @@ static void *http__io_main(void *arg) {
         s->nconns = kept;
         pthread_mutex_unlock(&s->mu);
         /* New connections last: admitting one may close another, which no pollfd names now. */
-        if (listen_slot >= 0 && (pfd[listen_slot].revents & POLLIN)) http__accept(s, &accept_paused_until);
+        if (listen_slot >= 0 && (pfd[listen_slot].revents & POLLIN))
+            http__accept(s, &accept_paused_until);
     }
     free(pfd);
     free(polled);
@@ -1542,7 +1587,7 @@ int http_server_run(HttpServer *s) {
         http__response_init(&res, s, c, 0);
         if (!http_client_gone(&res)) s->cfg.handle(&c->req, &res, s->cfg.user);
         else if (http__stop_requested(s)) {
-            /* still queued when a stop began: the same answer the I/O thread gives the others waiting */
+            /* still queued when a stop began: the answer the I/O thread gives the others waiting */
             http__log(s, c, 503, "server is shutting down");
             http_respond_error(&res, 503, "server is shutting down");
         } else http__log(s, c, 499, "client closed the connection while queued");

@@ -83,10 +83,11 @@ static int quick(const HttpRequest *req, HttpResponse *res, void *user) {
     return 1;
 }
 
-static void echo_log(const HttpRequest *req, int status, double seconds, const char *what, void *user) {
+static void echo_log(const HttpRequest *req, int status, double seconds, const char *what,
+                     void *user) {
     (void)user;
-    fprintf(stderr, "http_echo: %s %s %d%s%s | %.3f s\n", req->method, req->path, status, what[0] ? " | " : "", what,
-            seconds);
+    fprintf(stderr, "http_echo: %s %s %d%s%s | %.3f s\n", req->method, req->path, status,
+            what[0] ? " | " : "", what, seconds);
 }
 
 /* Waits ms on the worker, giving up early when the client leaves. */

@@ -363,8 +363,8 @@ def check_queue_leave(log):
     # Every request leaves a log line: B's says 499 with the time it waited.
     queued = "client closed the connection while queued"
     got = wait_log(log, 499, queued, 1)
-    check("queue_leaver_logged_499", len(got) == 1 and got[0].startswith("http_echo: POST /v1/chat/completions 499 | ")
-          and got[0].endswith(" s"), repr(got))
+    check("queue_leaver_logged_499", len(got) == 1 and got[0].endswith(" s")
+          and got[0].startswith("http_echo: POST /v1/chat/completions 499 | "), repr(got))
     # A client that shuts only its sending side while queued is gone too, and logged the same way.
     a = connect()
     a.sendall(request("POST", "/v1/chat/completions", chat_body("leave-A2", x_work_ms=1000)))
@@ -384,7 +384,8 @@ def check_queue_leave(log):
     time.sleep(0.2)
     s.close()
     got = wait_log(log, 499, "client closed the connection before the request was complete", 1)
-    check("partial_request_logged_499", len(got) == 1 and " POST /v1/chat/completions " in got[0], repr(got))
+    check("partial_request_logged_499", len(got) == 1 and " POST /v1/chat/completions " in got[0],
+          repr(got))
 
 
 def run_concurrently(n, worker):
@@ -576,15 +577,19 @@ def check_flood(n):
             t0 = time.time()
             st = health_status(timeout=5)
             dt = time.time() - t0
-            check(f"flood_{n}_health_answers_{round_}", st == 200 and dt < 1.0, f"{st} after {dt:.2f} s")
+            check(f"flood_{n}_health_answers_{round_}", st == 200 and dt < 1.0,
+                  f"{st} after {dt:.2f} s")
             t0 = time.time()
-            s, r, (st, _, b) = one(request("POST", "/v1/chat/completions", chat_body(f"flood-{round_}")), timeout=5)
+            chat = request("POST", "/v1/chat/completions", chat_body(f"flood-{round_}"))
+            s, r, (st, _, b) = one(chat, timeout=5)
             dt = time.time() - t0
             s.close()
-            check(f"flood_{n}_chat_answers_{round_}", st == 200 and f"echo: flood-{round_}".encode() in b and dt < 1.0,
+            check(f"flood_{n}_chat_answers_{round_}",
+                  st == 200 and f"echo: flood-{round_}".encode() in b and dt < 1.0,
                   f"{st} after {dt:.2f} s")
             time.sleep(1.5)
-        check(f"flood_{n}_attackers_connected", opened[0] >= 2 * n, f"{opened[0]} connections opened")
+        check(f"flood_{n}_attackers_connected", opened[0] >= 2 * n,
+              f"{opened[0]} connections opened")
     finally:
         stop.set()
         t.join()
@@ -597,7 +602,8 @@ def check_early401(key):
     # The key is checked when the head is in: no 8 MB body is read (or even sent) first.
     big = b"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Length: 8000000\r\n\r\n"
     s, r, (st, h, b) = one(big, timeout=3)
-    check("early_401_before_body", st == 401 and is_error_object(b) and h.get("connection") == "close", f"{st} {h}")
+    check("early_401_before_body",
+          st == 401 and is_error_object(b) and h.get("connection") == "close", f"{st} {h}")
     check("early_401_closes", r.closed(), "the connection stayed open")
     s.close()
     # With "Expect: 100-continue" the answer is 401, never "100 Continue".
@@ -607,7 +613,8 @@ def check_early401(key):
     # With the key, the server waits for the body and answers it.
     body = chat_body("keyed")
     s = connect()
-    s.sendall(request("POST", "/v1/chat/completions", body, headers={"Authorization": "Bearer " + key})[:-len(body)])
+    keyed = request("POST", "/v1/chat/completions", body, {"Authorization": "Bearer " + key})
+    s.sendall(keyed[:-len(body)])
     r = Reader(s)
     s.settimeout(0.5)
     try:
@@ -617,30 +624,41 @@ def check_early401(key):
     s.settimeout(10)
     s.sendall(body)
     st, _, b = r.response()
-    check("keyed_head_waits_for_body", early is None and st == 200 and b"echo: keyed" in b, f"{early} {st}")
+    check("keyed_head_waits_for_body", early is None and st == 200 and b"echo: keyed" in b,
+          f"{early} {st}")
     s.close()
 
 
 def check_budget(log):
     def head(n):
-        return f"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Length: {n}\r\n\r\n".encode()
+        return (f"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\n"
+                f"Content-Length: {n}\r\n\r\n").encode()
     body = chat_body("b" * 349000)              # one such request fits the budget, two do not
     n = len(body)
     a = connect()
     a.sendall(head(n) + body[:100000])
     time.sleep(0.3)
     b, rb, (st, h, eb) = one(head(n), timeout=3)
-    check("budget_503_from_head", st == 503 and h.get("retry-after", "").isdigit() and is_error_object(eb), f"{st} {h}")
+    check("budget_503_from_head",
+          st == 503 and h.get("retry-after", "").isdigit() and is_error_object(eb), f"{st} {h}")
     b.close()
     a.sendall(body[100000:])
     sta, _, ba = Reader(a).response()
     a.close()
     check("budget_first_request_answered", sta == 200, f"{sta} {ba[:100]!r}")
-    c, rc, (stc, _, _) = one(head(n) + body)
-    c.close()
-    check("budget_room_again", stc == 200, f"{stc}")
-    check("budget_503_logged", len(wait_log(log, 503, "the server is busy: too much request data in flight; retry later",
-                                            1)) == 1, "no log line")
+    # A's buffer returns to the budget once the worker hands A's connection back, which may be
+    # a moment after A has its answer: retry on 503, as Retry-After says.
+    codes = []
+    for _ in range(5):
+        c, rc, (stc, _, _) = one(head(n) + body)
+        c.close()
+        codes.append(stc)
+        if stc != 503:
+            break
+        time.sleep(0.3)
+    check("budget_room_again", codes[-1] == 200, f"{codes}")
+    busy = "the server is busy: too much request data in flight; retry later"
+    check("budget_503_logged", len(wait_log(log, 503, busy, 1)) >= 1, "no log line")
 
 
 def check_stall():
@@ -661,7 +679,8 @@ if __name__ == "__main__":
          "slow": lambda: check_slow(int(args[0])), "disconnect": lambda: check_disconnect(args[0]),
          "queue_leave": lambda: check_queue_leave(args[0]), "load": lambda: check_load(int(args[0])),
          "queue1": lambda: check_queue1(int(args[0])), "auth": lambda: check_auth(args[0]),
-         "early401": lambda: check_early401(args[0]), "maxconns": lambda: check_maxconns(int(args[0])),
+         "early401": lambda: check_early401(args[0]),
+         "maxconns": lambda: check_maxconns(int(args[0])),
          "peraddr": lambda: check_peraddr(int(args[0])), "flood": lambda: check_flood(int(args[0])),
          "budget": lambda: check_budget(args[0]), "stall": check_stall}[what]()
     except Exception as e:
