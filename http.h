@@ -1151,14 +1151,15 @@ static int http__check_head(HttpServer *s, HttpConn *c) {
 }
 
 /* Parses what has arrived and acts on complete requests, until more input is needed, output is
- * pending, or the connection left the I/O thread. */
-static void http__advance(HttpServer *s, HttpConn *c) {
+ * pending, or the connection left the I/O thread. Returns 1 when it waits for input here (state
+ * HC_READ); 0 otherwise, and then a queued connection's state belongs to the worker: not read. */
+static int http__advance(HttpServer *s, HttpConn *c) {
     while (c->state == HC_READ) {
         int rc = http_parse(&c->parser, c->in, c->in_len, &c->req, &c->consumed);
         if (c->parser.phase != HTTP__HEAD && !c->head_seen) {
             c->head_seen = 1;
             c->deadline = c->since + s->cfg.timeout_ms;   /* the head was in time; now the body */
-            if (rc == 0 && http__check_head(s, c)) return;
+            if (rc == 0 && http__check_head(s, c)) return 0;
         }
         if (rc == 0) {
             if (http_parser_wants_continue(&c->parser) && !c->continue_sent) {
@@ -1167,18 +1168,18 @@ static void http__advance(HttpServer *s, HttpConn *c) {
                 if (http__out_append(c, cont, sizeof cont - 1) || http__flush(s, c))
                     http__drop(s, c, 499, http__lost);
             }
-            return;
+            return c->state == HC_READ;
         }
-        if (rc != 1) { http__error(s, c, rc, c->parser.error); return; }
+        if (rc != 1) { http__error(s, c, rc, c->parser.error); return 0; }
         HttpResponse res;
         http__response_init(&res, s, c, 1);
-        if (http__stop_requested(s)) { http__error(s, c, 503, "server is shutting down"); return; }
+        if (http__stop_requested(s)) { http__error(s, c, 503, "server is shutting down"); return 0; }
         if (s->cfg.quick && s->cfg.quick(&c->req, &res, s->cfg.user)) {
             if (!res.state) {
                 http__log(s, c, 500, "the server sent no response");
                 http_respond_error(&res, 500, "the server sent no response");
             }
-            if (res.failed) { c->state = HC_CLOSED; return; }
+            if (res.failed) { c->state = HC_CLOSED; return 0; }
             http__after_response(s, c, res.keep_alive);
             continue;
         }
@@ -1186,7 +1187,14 @@ static void http__advance(HttpServer *s, HttpConn *c) {
             /* Whoever shut their sending side counts as gone (as in the queue, on the worker). */
             http__log(s, c, 499, "client closed the connection before the answer");
             c->state = HC_CLOSED;
-            return;
+            return 0;
+        }
+        if (c->out_off < c->out_len) {
+            /* A "100 Continue" not yet sent although the body came: the worker must not write
+             * while the I/O thread still does. Unstarted, it is moot now; half sent, the
+             * connection cannot go on. */
+            if (c->out_off) { http__drop(s, c, 499, http__lost); return 0; }
+            c->out_len = 0;
         }
         pthread_mutex_lock(&s->mu);
         int full = s->nqueued >= s->cfg.queue;
@@ -1199,7 +1207,7 @@ static void http__advance(HttpServer *s, HttpConn *c) {
             pthread_cond_signal(&s->cv);
         }
         pthread_mutex_unlock(&s->mu);
-        if (!full) return;
+        if (!full) return 0;
         /* The request was read completely, so the connection can stay open after a 429. */
         http__response_init(&res, s, c, 1);
         char ra[16];
@@ -1208,15 +1216,16 @@ static void http__advance(HttpServer *s, HttpConn *c) {
         static const char busy[] = "the server is busy: too many requests waiting; retry later";
         http__log(s, c, 429, busy);
         http_respond_error(&res, 429, busy);
-        if (res.failed) { c->state = HC_CLOSED; return; }
+        if (res.failed) { c->state = HC_CLOSED; return 0; }
         http__after_response(s, c, res.keep_alive);
     }
+    return 0;
 }
 
 /* Reads and parses; what is read is parsed before more is read, so that a head is checked before
  * its body is taken in. */
 static void http__on_readable(HttpServer *s, HttpConn *c) {
-    while (c->state == HC_READ) {
+    for (;;) {
         /* A body of known length has its room already (http__check_head): the next request waits
          * in the socket. */
         int sized = c->head_seen && !c->parser.chunked;
@@ -1241,16 +1250,14 @@ static void http__on_readable(HttpServer *s, HttpConn *c) {
         if (r == 0) {
             /* A complete request already here is still answered if the I/O thread can. */
             c->eof = 1;
-            http__advance(s, c);
-            if (c->state == HC_READ) http__drop(s, c, 499, http__cut_off);
+            if (http__advance(s, c)) http__drop(s, c, 499, http__cut_off);
             return;
         }
         if (r < 0) { http__drop(s, c, 499, http__lost); return; }
         if (!c->in_len) c->t0 = http__now_ms();
         c->in_len += (size_t)r;
         int filled = c->in_len == c->in_cap;
-        http__advance(s, c);
-        if (!filled) return;                         /* drained the socket for now */
+        if (!http__advance(s, c) || !filled) return;   /* gone from HC_READ, or drained for now */
     }
 }
 
@@ -1485,7 +1492,8 @@ static void *http__io_main(void *arg) {
             }
             if (c->state == HC_WRITE && c->out_len == 0) {
                 http__output_done(s, c);
-                if (c->state == HC_READ) http__advance(s, c);   /* a pipelined request may be waiting */
+                /* A pipelined request may be waiting; if it was queued, c is the worker's now. */
+                if (c->state == HC_READ && !http__advance(s, c)) continue;
             }
             if (c->state == HC_READ && (re & (POLLIN | POLLHUP))) http__on_readable(s, c);
             else if (c->state == HC_LINGER && (re & (POLLIN | POLLHUP))) {
