@@ -21,6 +21,7 @@ usage: http_hostile.py PORT CHECK [ARGS...]
   budget LOG       (MAX_BODY=400000 MAX_BUFFERED=600000) a body the buffer budget cannot hold gets
                    503 from its head; it fits again once the other request is done
   stall            streams a long answer without reading it; prints "stalled" and waits
+  headtime H T     (HEAD_TIMEOUT_MS=H, TIMEOUT_MS=T, H < T) a head gets H ms, the whole request T
 """
 import json
 import socket
@@ -661,6 +662,28 @@ def check_budget(log):
     check("budget_503_logged", len(wait_log(log, 503, busy, 1)) >= 1, "no log line")
 
 
+def check_headtime(head_ms, total_ms):
+    def wait_answer(sock):
+        t0 = time.time()
+        try:
+            st, _, b = Reader(sock).response()
+        except (EOFError, ConnectionResetError, socket.timeout):
+            st, b = 0, b""
+        return st, b, time.time() - t0
+    slow_head = connect(timeout=total_ms / 1000 + 5)
+    slow_head.sendall(b"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\n")
+    st, b, dt = wait_answer(slow_head)
+    check("head_deadline_408", st == 408 and b"request head not received" in b and
+          head_ms / 1000 * 0.8 <= dt <= head_ms / 1000 + 1.5, f"{st} after {dt:.2f} s {b[:80]!r}")
+    slow_head.close()
+    slow_body = connect(timeout=total_ms / 1000 + 5)
+    slow_body.sendall(b"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Length: 50\r\n\r\n{")
+    st, b, dt = wait_answer(slow_body)
+    check("body_gets_the_whole_request_deadline", st == 408 and
+          total_ms / 1000 * 0.8 <= dt <= total_ms / 1000 + 1.5, f"{st} after {dt:.2f} s")
+    slow_body.close()
+
+
 def check_stall():
     s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
     s.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
@@ -682,7 +705,8 @@ if __name__ == "__main__":
          "early401": lambda: check_early401(args[0]),
          "maxconns": lambda: check_maxconns(int(args[0])),
          "peraddr": lambda: check_peraddr(int(args[0])), "flood": lambda: check_flood(int(args[0])),
-         "budget": lambda: check_budget(args[0]), "stall": check_stall}[what]()
+         "budget": lambda: check_budget(args[0]), "stall": check_stall,
+         "headtime": lambda: check_headtime(int(args[0]), int(args[1]))}[what]()
     except Exception as e:
         import traceback
         traceback.print_exc()

@@ -163,6 +163,10 @@ stop conns
 start peraddr MAX_CONNS=8 MAX_CONNS_PER_ADDR=2
 hostile peraddr 2
 stop peraddr
+# A head has less time than the whole request.
+start headtime HEAD_TIMEOUT_MS=1000 TIMEOUT_MS=4000
+hostile headtime 1000 4000
+stop headtime
 # Default settings: 200 idle and 200 slow-head connections lock nobody out.
 start flood
 hostile flood 200
