@@ -18,6 +18,10 @@
  *         into buf. For the next request, parse buf + *consumed with a fresh parser.
  *     int http_parser_wants_continue(const HttpParser *p);
  *         The head is complete, asked "Expect: 100-continue", and the body has not fully arrived.
+ *     int http_parser_head(const HttpParser *p, char *buf, HttpRequest *req);
+ *         1 once the head has been parsed without error (also while the body is still arriving,
+ *         and after a body error): *req gets the head of the request in buf (the same bytes
+ *         http_parse saw) with an empty body. 0 before that.
  *     const char *http_header(const HttpRequest *req, const char *name);  case-insensitive; first
  *
  * Listening address
@@ -66,6 +70,11 @@
  *
  * Threads and scheduling. http_server_run starts one I/O thread that accepts connections, reads
  * and parses requests, and writes small responses; the caller's thread is the one worker.
+ *   - When the head of a request with a body is in and the body is not, the I/O thread calls
+ *     cfg->head (if set) with that head (empty body). It must not block; it returns 1 after
+ *     answering (the body is then never read and the connection closes), or 0 to read the body.
+ *     This is where a wrong API key is refused, before megabytes arrive; a quick callback that
+ *     does not look at the body can serve as the head callback too.
  *   - For each complete request the I/O thread calls cfg->quick (if set). It must not block; it
  *     answers cheap things itself (health, model list, auth failures, 404) and returns 1, or
  *     returns 0 to hand the request to the worker.
@@ -75,11 +84,28 @@
  *     it may take minutes and stream (SSE), checking http_client_gone between steps.
  *   - Requests on one connection are answered in order (pipelining): the next request on a
  *     connection is parsed only after the previous response is out.
- *   - A request must arrive completely within timeout_ms of the connection becoming ready for it
- *     (408 and close otherwise; idle keep-alive connections are closed silently); a write that
- *     makes no progress for timeout_ms fails (the client counts as gone).
+ *   - A request head must arrive within head_timeout_ms, and the whole request within
+ *     timeout_ms, of the connection becoming ready for it (408 and close otherwise; a connection
+ *     idle that long is closed silently); a write that makes no progress for timeout_ms fails
+ *     (the client counts as gone).
+ *   - Admission. At max_conns open connections, or max_conns_per_addr from the new one's
+ *     address, a new connection takes the place of one that is closing, else of the oldest idle
+ *     keep-alive one, else of the oldest still sending its head (an unfinished head gets a
+ *     best-effort 503); only when all of them are busy with a request (body arriving, queued,
+ *     being answered) is the new one refused with 503. So no number of idle or slow
+ *     connections keeps /health or a new request out.
+ *   - Input buffers: a connection holds at most one request (head, body); all of them together
+ *     at most max_buffered_bytes. A Content-Length body is given its room when its head is
+ *     accepted, or 503 if the budget cannot hold it; a chunked body grows into it, or 503.
+ *   - Logging. The callbacks log the answers they give; http.h calls cfg->log (if set) for every
+ *     request it ends itself: its own errors (400, 408, 413, 429, 503...), 499 for a client that
+ *     closes (or shuts its sending side) while its request arrives or waits in the queue, 500 for
+ *     a callback that sent nothing. Before the head is parsed, method and path are "-"; seconds
+ *     count from the request's first byte. Called on the I/O thread or the worker, maybe at the
+ *     same time; it must not call into the server.
  *   - Stop: listening ends, waiting requests get 503, the running handler sees
- *     http_client_gone() = 1, pending output is flushed (up to 2 s), then run returns 0.
+ *     http_client_gone() = 1 and its writes give up after 0.5 s without progress, pending
+ *     output is flushed (up to 1 s), then run returns 0.
  * Responses: Content-Length always; SSE streams use chunked encoding for HTTP/1.1 clients (the
  * connection stays usable) and close-delimited bodies for HTTP/1.0. HEAD gets headers only.
  * Parsing is strict: CRLF line ends only, no obsolete line folding, one Host for HTTP/1.1,
@@ -144,12 +170,20 @@ typedef struct HttpResponse HttpResponse;
 typedef struct {
     const char *listen;          /* "[host:]port" */
     int queue;                   /* requests that may wait for the worker (0: none); more get 429 */
-    int max_conns;               /* open connections; more get 503. 0: max(64, queue + 16) */
+    int max_conns;               /* open connections. 0: max(64, queue + 16) */
+    int max_conns_per_addr;      /* open connections from one client address. 0: max_conns on a
+                                    loopback listener (all clients are 127.0.0.1), else half */
     int timeout_ms;              /* request arrival / write stall limit. 0: 30000 */
-    int retry_after_s;           /* Retry-After on 429. 0: 1 */
+    int head_timeout_ms;         /* request head arrival, keep-alive idle limit. 0: 10000
+                                    (never above timeout_ms) */
+    size_t max_buffered_bytes;   /* request bytes held across all connections; 503 beyond.
+                                    0: room for four requests at the limits (about 64 MiB) */
+    int retry_after_s;           /* Retry-After on 429 and 503. 0: 1 */
     HttpLimits limits;           /* zero fields: defaults (16 KiB head, 8 MiB body) */
+    int (*head)(const HttpRequest *req, HttpResponse *res, void *user);    /* I/O thread */
     int (*quick)(const HttpRequest *req, HttpResponse *res, void *user);   /* I/O thread */
     void (*handle)(const HttpRequest *req, HttpResponse *res, void *user); /* worker */
+    void (*log)(const HttpRequest *req, int status, double seconds, const char *what, void *user);
     void *user;
 } HttpServerConfig;
 
@@ -168,6 +202,7 @@ struct HttpResponse {
 void http_parser_init(HttpParser *p, const HttpLimits *lim);
 int http_parse(HttpParser *p, char *buf, size_t len, HttpRequest *req, size_t *consumed);
 int http_parser_wants_continue(const HttpParser *p);
+int http_parser_head(const HttpParser *p, char *buf, HttpRequest *req);
 const char *http_header(const HttpRequest *req, const char *name);
 int http_addr_parse(const char *spec, HttpAddr *a, char *err, size_t err_len);
 HttpServer *http_server_create(const HttpServerConfig *cfg, char *err, size_t err_len);
@@ -447,6 +482,22 @@ static int http__chunked(HttpParser *p, char *buf, size_t len) {
     return 0;
 }
 
+/* *req from a parsed head; the body is empty. */
+static void http__fill_head(const HttpParser *p, char *buf, HttpRequest *req) {
+    memset(req, 0, sizeof *req);
+    req->method = buf + p->method;
+    req->path = p->abs_root ? "/" : buf + p->path;
+    req->query = buf + p->query;
+    req->minor = p->minor;
+    req->keep_alive = p->keep_alive;
+    req->nheaders = p->nheaders;
+    for (int i = 0; i < p->nheaders; i++) {
+        req->headers[i].name = buf + p->hname[i];
+        req->headers[i].value = buf + p->hvalue[i];
+    }
+    req->body = buf + p->head_end;
+}
+
 int http_parse(HttpParser *p, char *buf, size_t len, HttpRequest *req, size_t *consumed) {
     if (p->status) return p->status;                     /* an earlier call already failed */
     if (p->phase == HTTP__HEAD) {
@@ -488,20 +539,16 @@ int http_parse(HttpParser *p, char *buf, size_t len, HttpRequest *req, size_t *c
         if (rc != 1) return rc;
         p->phase = HTTP__DONE;
     }
-    memset(req, 0, sizeof *req);
-    req->method = buf + p->method;
-    req->path = p->abs_root ? "/" : buf + p->path;
-    req->query = buf + p->query;
-    req->minor = p->minor;
-    req->keep_alive = p->keep_alive;
-    req->nheaders = p->nheaders;
-    for (int i = 0; i < p->nheaders; i++) {
-        req->headers[i].name = buf + p->hname[i];
-        req->headers[i].value = buf + p->hvalue[i];
-    }
+    http__fill_head(p, buf, req);
     req->body = buf + p->head_end;
     req->body_len = p->dst - p->head_end;
     *consumed = p->raw;
+    return 1;
+}
+
+int http_parser_head(const HttpParser *p, char *buf, HttpRequest *req) {
+    if (p->phase == HTTP__HEAD) return 0;
+    http__fill_head(p, buf, req);
     return 1;
 }
 
@@ -628,7 +675,14 @@ typedef struct HttpConn {
     char *out; size_t out_len, out_off, out_cap;   /* output written by the I/O thread */
     int close_after;                       /* close once out[] is flushed */
     int continue_sent;
+    int head_seen;                         /* the head callback and the budget saw this head */
+    int served;                            /* requests answered on this connection */
+    int eof;                               /* the client shut its sending side */
+    int64_t since;                         /* ms, monotonic: ready for the current request */
+    int64_t t0;                            /* ms: the current request's first byte (or since) */
     int64_t deadline;                      /* ms, monotonic */
+    unsigned char peer[16];                /* the client's address (IPv4 in its first 4 bytes) */
+    int peer_len;
     struct HttpConn *next;                 /* queue / returned list */
 } HttpConn;
 
@@ -647,6 +701,7 @@ struct HttpServer {
     /* I/O thread only */
     HttpConn **conns;
     int nconns;
+    size_t buffered;                       /* sum of the connections' in_cap */
 };
 
 static int64_t http__now_ms(void) {
@@ -681,13 +736,22 @@ HttpServer *http_server_create(const HttpServerConfig *cfg, char *err, size_t er
     if (c->queue < 0) c->queue = 0;
     if (c->max_conns <= 0) c->max_conns = c->queue + 16 > 64 ? c->queue + 16 : 64;
     if (c->timeout_ms <= 0) c->timeout_ms = 30000;
+    if (c->head_timeout_ms <= 0) c->head_timeout_ms = 10000;
+    if (c->head_timeout_ms > c->timeout_ms) c->head_timeout_ms = c->timeout_ms;
     if (c->retry_after_s <= 0) c->retry_after_s = 1;
     HttpParser tmp;
     http_parser_init(&tmp, &c->limits);
     c->limits = tmp.lim;
+    /* A chunked body's framing may cost as much again as the body (see http__chunked). */
     s->conn_max_bytes = c->limits.max_header_bytes + 2 * c->limits.max_body_bytes + 65536 + 4096;
+    size_t one_request = c->limits.max_header_bytes + c->limits.max_body_bytes + 4096;
+    if (!c->max_buffered_bytes) c->max_buffered_bytes = 4 * s->conn_max_bytes;
+    if (c->max_buffered_bytes < one_request) c->max_buffered_bytes = one_request;
     if (!c->handle) { snprintf(err, err_len, "no request handler"); free(s); return NULL; }
     if (http_addr_parse(c->listen, &s->addr, err, err_len)) { free(s); return NULL; }
+    if (c->max_conns_per_addr <= 0)
+        c->max_conns_per_addr = s->addr.loopback ? c->max_conns : (c->max_conns + 1) / 2;
+    if (c->max_conns_per_addr > c->max_conns) c->max_conns_per_addr = c->max_conns;
     int fds[2];
     int fd = socket(s->addr.ss.ss_family, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
     int one = 1;
@@ -721,8 +785,9 @@ HttpServer *http_server_create(const HttpServerConfig *cfg, char *err, size_t er
     return s;
 }
 
-static void http__conn_free(HttpConn *c) {
+static void http__conn_free(HttpServer *s, HttpConn *c) {
     if (!c) return;
+    s->buffered -= c->in_cap;
     if (c->fd >= 0) close(c->fd);
     free(c->in);
     free(c->out);
@@ -731,7 +796,7 @@ static void http__conn_free(HttpConn *c) {
 
 void http_server_free(HttpServer *s) {
     if (!s) return;
-    for (int i = 0; i < s->nconns; i++) http__conn_free(s->conns[i]);
+    for (int i = 0; i < s->nconns; i++) http__conn_free(s, s->conns[i]);
     free(s->conns);
     if (s->listen_fd >= 0) close(s->listen_fd);
     if (s->wake_rd >= 0) { close(s->wake_rd); close(s->wake_wr); pthread_mutex_destroy(&s->mu); pthread_cond_destroy(&s->cv); }
@@ -753,10 +818,17 @@ static int http__out_append(HttpConn *c, const char *data, size_t n) {
     return 0;
 }
 
+/* Once a stop is requested, a write on the worker may stall this long: a client that stopped
+ * reading must not hold up the shutdown. */
+#define HTTP__STOP_WRITE_MS 500
+
 /* Writes every byte of iov on the worker's side; a write that makes no progress for timeout_ms
- * fails, so a client that stops reading cannot hold the worker. MSG_NOSIGNAL: no SIGPIPE. */
+ * fails, so a client that stops reading cannot hold the worker. The wait is polled in short
+ * slices because a stop (a flag, maybe set by a signal on another thread) shortens it.
+ * MSG_NOSIGNAL: no SIGPIPE. */
 static int http__sendv(HttpResponse *res, struct iovec *iov, int n) {
     while (n > 0 && !iov->iov_len) { iov++; n--; }
+    int64_t deadline = http__now_ms() + res->timeout_ms;
     while (n > 0) {
         struct msghdr m;
         memset(&m, 0, sizeof m);
@@ -765,15 +837,18 @@ static int http__sendv(HttpResponse *res, struct iovec *iov, int n) {
         ssize_t w = sendmsg(res->fd, &m, MSG_NOSIGNAL | MSG_DONTWAIT);
         if (w < 0) {
             if (errno == EINTR) continue;
-            if (errno == EAGAIN || errno == EWOULDBLOCK) {
-                struct pollfd pf = {res->fd, POLLOUT, 0};
-                int pr = poll(&pf, 1, res->timeout_ms);
-                if (pr < 0 && errno == EINTR) continue;
-                if (pr <= 0 || (pf.revents & (POLLERR | POLLHUP | POLLNVAL))) return res->failed = 1, -1;
-                continue;
-            }
-            return res->failed = 1, -1;
+            if (errno != EAGAIN && errno != EWOULDBLOCK) return res->failed = 1, -1;
+            int64_t now = http__now_ms();
+            if (res->srv && http__stop_requested(res->srv) && deadline > now + HTTP__STOP_WRITE_MS)
+                deadline = now + HTTP__STOP_WRITE_MS;
+            if (now >= deadline) return res->failed = 1, -1;
+            struct pollfd pf = {res->fd, POLLOUT, 0};
+            int pr = poll(&pf, 1, deadline - now < 50 ? (int)(deadline - now) : 50);
+            if (pr < 0 && errno != EINTR) return res->failed = 1, -1;
+            if (pr > 0 && (pf.revents & (POLLERR | POLLHUP | POLLNVAL))) return res->failed = 1, -1;
+            continue;
         }
+        deadline = http__now_ms() + res->timeout_ms;      /* progress: the stall clock restarts */
         size_t left = (size_t)w;
         while (n > 0 && left >= iov->iov_len) { left -= iov->iov_len; iov++; n--; }
         if (n > 0) { iov->iov_base = (char *)iov->iov_base + left; iov->iov_len -= left; }
@@ -926,9 +1001,35 @@ static void http__response_init(HttpResponse *res, HttpServer *s, HttpConn *c, i
     res->conn = on_io_thread ? c : NULL;
     res->fd = c->fd;
     res->minor = c->req.minor;
-    res->keep_alive = c->req.keep_alive && !http__stop_requested(s);
+    res->keep_alive = c->req.keep_alive && !c->eof && !http__stop_requested(s);
     res->head_only = c->req.method && strcmp(c->req.method, "HEAD") == 0;
     res->timeout_ms = s->cfg.timeout_ms;
+}
+
+/* The log line of a request that http.h ends itself (the callbacks log the answers they give):
+ * method and path once the head is known ("-" before), status, why, seconds from the first byte. */
+static void http__log(HttpServer *s, HttpConn *c, int status, const char *why) {
+    if (!s->cfg.log) return;
+    HttpRequest head;
+    const HttpRequest *req = &c->req;
+    if (!c->req.method) {
+        req = &head;
+        if (!http_parser_head(&c->parser, c->in, &head)) {
+            memset(&head, 0, sizeof head);
+            head.method = head.path = "-";
+            head.query = "";
+        }
+    }
+    s->cfg.log(req, status, (double)(http__now_ms() - c->t0) / 1000.0, why, s->cfg.user);
+}
+
+static const char http__lost[] = "connection lost before the request was complete";
+static const char http__cut_off[] = "client closed the connection before the request was complete";
+
+/* Closes a connection without an answer; a request that had begun to arrive is logged. */
+static void http__drop(HttpServer *s, HttpConn *c, int status, const char *why) {
+    if (c->state == HC_READ && c->in_len) http__log(s, c, status, why);
+    c->state = HC_CLOSED;
 }
 
 /* Sends what is buffered without blocking; -1 on a dead connection. */
@@ -965,18 +1066,20 @@ static void http__begin_request(HttpServer *s, HttpConn *c) {
     /* One big request must not pin megabytes to a connection for its whole keep-alive life. */
     if (c->in_cap > (64u << 10) && c->in_len <= (16u << 10)) {
         char *n = realloc(c->in, 16u << 10);
-        if (n) { c->in = n; c->in_cap = 16u << 10; }
+        if (n) { s->buffered -= c->in_cap - (16u << 10); c->in = n; c->in_cap = 16u << 10; }
     }
     http_parser_init(&c->parser, &s->cfg.limits);
     memset(&c->req, 0, sizeof c->req);
-    c->continue_sent = 0;
+    c->continue_sent = c->head_seen = 0;
     c->state = HC_READ;
-    c->deadline = http__now_ms() + s->cfg.timeout_ms;
+    c->since = c->t0 = http__now_ms();
+    c->deadline = c->since + s->cfg.head_timeout_ms;
 }
 
 /* A response was written into out[]: send it; the connection then reads the next request, or
  * closes. */
 static void http__output_done(HttpServer *s, HttpConn *c) {
+    c->served = 1;
     if (c->close_after) http__linger(c);
     else http__begin_request(s, c);
 }
@@ -989,6 +1092,7 @@ static void http__after_response(HttpServer *s, HttpConn *c, int keep_alive) {
     else if (c->out_len == 0) http__output_done(s, c);
 }
 
+/* An error answer from http.h itself (logged); the connection closes after it. */
 static void http__error(HttpServer *s, HttpConn *c, int status, const char *why) {
     HttpResponse res;
     http__response_init(&res, s, c, 1);
@@ -999,32 +1103,98 @@ static void http__error(HttpServer *s, HttpConn *c, int status, const char *why)
         snprintf(ra, sizeof ra, "%d", s->cfg.retry_after_s);
         http_add_header(&res, "Retry-After", ra);
     }
+    http__log(s, c, status, why);
     http_respond_error(&res, status, why);
     http__after_response(s, c, 0);
 }
 
+static const char http__busy_buffers[] =
+    "the server is busy: too much request data in flight; retry later";
+
+/* The head is in and the body is still to come. cfg->head may answer now (a wrong API key), and
+ * a body the buffer budget cannot hold is refused, both before the client sends it. Returns 1 when
+ * the request was answered: the connection then closes without reading the body. */
+static int http__check_head(HttpServer *s, HttpConn *c) {
+    if (s->cfg.head) {
+        HttpRequest req;
+        http_parser_head(&c->parser, c->in, &req);
+        HttpResponse res;
+        http__response_init(&res, s, c, 1);
+        res.minor = req.minor;
+        res.keep_alive = 0;
+        res.head_only = strcmp(req.method, "HEAD") == 0;
+        if (s->cfg.head(&req, &res, s->cfg.user)) {
+            if (!res.state) {
+                http__log(s, c, 500, "the server sent no response");
+                http_respond_error(&res, 500, "the server sent no response");
+            }
+            if (res.failed) c->state = HC_CLOSED;
+            else http__after_response(s, c, 0);
+            return 1;
+        }
+    }
+    /* A body of known length takes its share of the budget now, whole: what is promised to
+     * requests already accepted never exceeds the budget. head_end + content_length is within the
+     * head and body limits: no overflow. */
+    size_t need = c->parser.head_end + c->parser.content_length;
+    if (c->parser.chunked || need <= c->in_cap) return 0;
+    if (s->buffered - c->in_cap + need > s->cfg.max_buffered_bytes) {
+        http__error(s, c, 503, http__busy_buffers);
+        return 1;
+    }
+    char *n = realloc(c->in, need);
+    if (!n) { http__error(s, c, 503, "out of memory"); return 1; }
+    s->buffered += need - c->in_cap;
+    c->in = n;
+    c->in_cap = need;
+    return 0;
+}
+
 /* Parses what has arrived and acts on complete requests, until more input is needed, output is
- * pending, or the connection left the I/O thread. */
-static void http__advance(HttpServer *s, HttpConn *c) {
+ * pending, or the connection left the I/O thread. Returns 1 when it waits for input here (state
+ * HC_READ); 0 otherwise, and then a queued connection's state belongs to the worker: not read. */
+static int http__advance(HttpServer *s, HttpConn *c) {
     while (c->state == HC_READ) {
         int rc = http_parse(&c->parser, c->in, c->in_len, &c->req, &c->consumed);
+        if (c->parser.phase != HTTP__HEAD && !c->head_seen) {
+            c->head_seen = 1;
+            c->deadline = c->since + s->cfg.timeout_ms;   /* the head was in time; now the body */
+            if (rc == 0 && http__check_head(s, c)) return 0;
+        }
         if (rc == 0) {
             if (http_parser_wants_continue(&c->parser) && !c->continue_sent) {
                 c->continue_sent = 1;
                 static const char cont[] = "HTTP/1.1 100 Continue\r\n\r\n";
-                if (http__out_append(c, cont, sizeof cont - 1) || http__flush(s, c)) c->state = HC_CLOSED;
+                if (http__out_append(c, cont, sizeof cont - 1) || http__flush(s, c))
+                    http__drop(s, c, 499, http__lost);
             }
-            return;
+            return c->state == HC_READ;
         }
-        if (rc != 1) { http__error(s, c, rc, c->parser.error); return; }
+        if (rc != 1) { http__error(s, c, rc, c->parser.error); return 0; }
         HttpResponse res;
         http__response_init(&res, s, c, 1);
-        if (http__stop_requested(s)) { http__error(s, c, 503, "server is shutting down"); return; }
+        if (http__stop_requested(s)) { http__error(s, c, 503, "server is shutting down"); return 0; }
         if (s->cfg.quick && s->cfg.quick(&c->req, &res, s->cfg.user)) {
-            if (!res.state) http_respond_error(&res, 500, "the server sent no response");
-            if (res.failed) { c->state = HC_CLOSED; return; }
+            if (!res.state) {
+                http__log(s, c, 500, "the server sent no response");
+                http_respond_error(&res, 500, "the server sent no response");
+            }
+            if (res.failed) { c->state = HC_CLOSED; return 0; }
             http__after_response(s, c, res.keep_alive);
             continue;
+        }
+        if (c->eof) {
+            /* Whoever shut their sending side counts as gone (as in the queue, on the worker). */
+            http__log(s, c, 499, "client closed the connection before the answer");
+            c->state = HC_CLOSED;
+            return 0;
+        }
+        if (c->out_off < c->out_len) {
+            /* A "100 Continue" not yet sent although the body came: the worker must not write
+             * while the I/O thread still does. Unstarted, it is moot now; half sent, the
+             * connection cannot go on. */
+            if (c->out_off) { http__drop(s, c, 499, http__lost); return 0; }
+            c->out_len = 0;
         }
         pthread_mutex_lock(&s->mu);
         int full = s->nqueued >= s->cfg.queue;
@@ -1037,41 +1207,146 @@ static void http__advance(HttpServer *s, HttpConn *c) {
             pthread_cond_signal(&s->cv);
         }
         pthread_mutex_unlock(&s->mu);
-        if (!full) return;
+        if (!full) return 0;
         /* The request was read completely, so the connection can stay open after a 429. */
         http__response_init(&res, s, c, 1);
         char ra[16];
         snprintf(ra, sizeof ra, "%d", s->cfg.retry_after_s);
         http_add_header(&res, "Retry-After", ra);
-        http_respond_error(&res, 429, "the server is busy: too many requests waiting; retry later");
-        if (res.failed) { c->state = HC_CLOSED; return; }
+        static const char busy[] = "the server is busy: too many requests waiting; retry later";
+        http__log(s, c, 429, busy);
+        http_respond_error(&res, 429, busy);
+        if (res.failed) { c->state = HC_CLOSED; return 0; }
         http__after_response(s, c, res.keep_alive);
     }
+    return 0;
 }
 
+/* Reads and parses; what is read is parsed before more is read, so that a head is checked before
+ * its body is taken in. */
 static void http__on_readable(HttpServer *s, HttpConn *c) {
     for (;;) {
-        if (c->in_cap - c->in_len < 4096 && c->in_cap < s->conn_max_bytes) {
+        /* A body of known length has its room already (http__check_head): the next request waits
+         * in the socket. */
+        int sized = c->head_seen && !c->parser.chunked;
+        if (c->in_cap - c->in_len < 4096 && c->in_cap < s->conn_max_bytes && !sized) {
             size_t cap = c->in_cap ? c->in_cap * 2 : 8192;
             if (cap > s->conn_max_bytes) cap = s->conn_max_bytes;
-            char *n = realloc(c->in, cap);
-            if (!n) { c->state = HC_CLOSED; return; }
-            c->in = n; c->in_cap = cap;
+            if (cap > c->in_cap) {
+                if (s->buffered - c->in_cap + cap > s->cfg.max_buffered_bytes) {
+                    http__error(s, c, 503, http__busy_buffers);
+                    return;
+                }
+                char *n = realloc(c->in, cap);
+                if (!n) { http__error(s, c, 503, "out of memory"); return; }
+                s->buffered += cap - c->in_cap;
+                c->in = n; c->in_cap = cap;
+            }
         }
         if (c->in_len == c->in_cap) { http__error(s, c, 413, "request too large"); return; }
         ssize_t r = recv(c->fd, c->in + c->in_len, c->in_cap - c->in_len, MSG_DONTWAIT);
         if (r < 0 && errno == EINTR) continue;
-        if (r < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) break;
-        if (r <= 0) { c->state = HC_CLOSED; return; }   /* EOF or error: nothing to answer */
+        if (r < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) return;
+        if (r == 0) {
+            /* A complete request already here is still answered if the I/O thread can. */
+            c->eof = 1;
+            if (http__advance(s, c)) http__drop(s, c, 499, http__cut_off);
+            return;
+        }
+        if (r < 0) { http__drop(s, c, 499, http__lost); return; }
+        if (!c->in_len) c->t0 = http__now_ms();
         c->in_len += (size_t)r;
-        if (c->in_len < c->in_cap) break;               /* drained the socket for now */
+        int filled = c->in_len == c->in_cap;
+        if (!http__advance(s, c) || !filled) return;   /* gone from HC_READ, or drained for now */
     }
-    http__advance(s, c);
 }
 
+/* ---- Admission ---- */
+
+/* The client's address as a key: IPv4 (also IPv4-mapped IPv6) in 4 bytes, IPv6 in 16. */
+static void http__set_peer(HttpConn *c, const struct sockaddr_storage *ss) {
+    static const unsigned char mapped[12] = {0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0xff, 0xff};
+    const unsigned char *b = ((const struct sockaddr_in6 *)ss)->sin6_addr.s6_addr;
+    if (ss->ss_family == AF_INET) {
+        memcpy(c->peer, &((const struct sockaddr_in *)ss)->sin_addr, 4);
+        c->peer_len = 4;
+    } else if (ss->ss_family == AF_INET6 && memcmp(b, mapped, 12) == 0) {
+        memcpy(c->peer, b + 12, 4);
+        c->peer_len = 4;
+    } else if (ss->ss_family == AF_INET6) {
+        memcpy(c->peer, b, 16);
+        c->peer_len = 16;
+    }
+}
+
+static int http__same_peer(const HttpConn *a, const HttpConn *b) {
+    return a->peer_len == b->peer_len && memcmp(a->peer, b->peer, (size_t)a->peer_len) == 0;
+}
+
+/* How readily a connection gives way to a new one: 0 closing already, 1 idle between keep-alive
+ * requests, 2 waiting for (the rest of) a request head; -1 busy with a request. */
+static int http__rank(const HttpConn *c) {
+    if (c->state == HC_LINGER) return 0;
+    if (c->state != HC_READ || c->out_len || c->parser.phase != HTTP__HEAD) return -1;
+    return c->served && !c->in_len ? 1 : 2;
+}
+
+/* The connection to close so that a new one can be admitted (from the same address as like, if
+ * given): lowest rank first, then the oldest. NULL when every candidate is busy with a request. */
+static int http__victim(HttpServer *s, const HttpConn *like) {
+    int best = -1, best_rank = 3;
+    pthread_mutex_lock(&s->mu);                 /* the worker writes the state of those it holds */
+    for (int i = 0; i < s->nconns; i++) {
+        HttpConn *c = s->conns[i];
+        if (like && !http__same_peer(c, like)) continue;
+        int r = http__rank(c);
+        if (r >= 0 && (r < best_rank || (r == best_rank && c->since < s->conns[best]->since))) {
+            best = i;
+            best_rank = r;
+        }
+    }
+    pthread_mutex_unlock(&s->mu);
+    return best;
+}
+
+/* A best-effort 503 to a connection about to be closed (nothing waits for the write). message:
+ * plain text without quotes or backslashes. */
+static void http__send_503(int fd, const char *message) {
+    char body[256], busy[512];
+    int bn = snprintf(body, sizeof body, "{\"error\":{\"message\":\"%s\",\"type\":\"server_error\","
+                      "\"param\":null,\"code\":null}}", message);
+    if (bn < 0 || (size_t)bn >= sizeof body) return;
+    int n = snprintf(busy, sizeof busy, "HTTP/1.1 503 Service Unavailable\r\n"
+                     "Content-Type: application/json\r\nRetry-After: 1\r\nConnection: close\r\n"
+                     "Content-Length: %d\r\n\r\n%s", bn, body);
+    if (n > 0 && (size_t)n < sizeof busy) {
+        ssize_t w = send(fd, busy, (size_t)n, MSG_NOSIGNAL | MSG_DONTWAIT);
+        (void)w;
+    }
+}
+
+/* Closes conns[i] to make room; only between polls (no pollfd refers to it then). */
+static void http__evict(HttpServer *s, int i) {
+    HttpConn *c = s->conns[i];
+    if (c->state == HC_READ && c->in_len) {
+        static const char why[] = "unfinished request closed to admit another connection";
+        http__log(s, c, 503, why);
+        http__send_503(c->fd, why);
+    }
+    s->conns[i] = s->conns[--s->nconns];
+    http__conn_free(s, c);
+}
+
+/* Accepts waiting connections. At a limit (all connections, or those of one address) the new one
+ * takes the place of a connection that is closing, idle, or still sending a head; only when
+ * every one is busy with a request is the new one refused (503). So idle or slow clients, however
+ * many, cannot lock others out. Runs between polls: evicted connections are freed at once. */
 static void http__accept(HttpServer *s, int64_t *accept_paused_until) {
-    for (;;) {
-        int fd = accept(s->listen_fd, NULL, NULL);
+    for (int k = 0; k < 64; k++) {             /* then poll again: others' turn */
+        struct sockaddr_storage ss;
+        socklen_t sl = sizeof ss;
+        memset(&ss, 0, sizeof ss);
+        int fd = accept(s->listen_fd, (struct sockaddr *)&ss, &sl);
         if (fd < 0) {
             if (errno == EINTR || errno == ECONNABORTED) continue;
             /* Out of descriptors: pause accepting instead of spinning on a readable listener. */
@@ -1082,19 +1357,23 @@ static void http__accept(HttpServer *s, int64_t *accept_paused_until) {
         if (http__nonblock_cloexec(fd)) { close(fd); continue; }
         int one = 1;
         setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);   /* each SSE event goes out now */
-        HttpConn *c = s->nconns < s->cfg.max_conns ? calloc(1, sizeof *c) : NULL;
-        if (!c) {
-            static const char body[] = "{\"error\":{\"message\":\"too many open connections\",\"type\":"
-                                       "\"server_error\",\"param\":null,\"code\":null}}";
-            char busy[512];
-            int n = snprintf(busy, sizeof busy, "HTTP/1.1 503 Service Unavailable\r\nContent-Type: application/json\r\n"
-                             "Retry-After: 1\r\nConnection: close\r\nContent-Length: %zu\r\n\r\n%s", sizeof body - 1, body);
-            ssize_t w = send(fd, busy, (size_t)n, MSG_NOSIGNAL | MSG_DONTWAIT);   /* best effort */
-            (void)w;
-            close(fd);
+        HttpConn *c = calloc(1, sizeof *c);
+        if (!c) { http__send_503(fd, "out of memory"); close(fd); continue; }
+        c->fd = fd;
+        http__set_peer(c, &ss);
+        int same = 0;
+        for (int i = 0; i < s->nconns; i++) same += http__same_peer(s->conns[i], c);
+        int victim = -2;
+        if (same >= s->cfg.max_conns_per_addr) victim = http__victim(s, c);
+        else if (s->nconns >= s->cfg.max_conns) victim = http__victim(s, NULL);
+        if (victim == -1) {
+            http__send_503(fd, same >= s->cfg.max_conns_per_addr
+                                   ? "too many open connections from this address"
+                                   : "too many open connections");
+            http__conn_free(s, c);
             continue;
         }
-        c->fd = fd;
+        if (victim >= 0) http__evict(s, victim);
         s->conns[s->nconns++] = c;
         http__begin_request(s, c);
     }
@@ -1102,6 +1381,7 @@ static void http__accept(HttpServer *s, int64_t *accept_paused_until) {
 
 /* The worker handed a connection back: next request, or close. */
 static void http__on_returned(HttpServer *s, HttpConn *c) {
+    c->served = 1;
     if (c->close_after || http__stop_requested(s)) { http__linger(c); return; }
     http__begin_request(s, c);
     http__advance(s, c);
@@ -1117,13 +1397,17 @@ static void http__begin_stop(HttpServer *s) {
     s->nqueued = 0;
     pthread_cond_broadcast(&s->cv);
     for (int i = 0; i < s->nconns; i++)
-        if (s->conns[i]->state == HC_READ) s->conns[i]->state = HC_CLOSED;
+        if (s->conns[i]->state == HC_READ)
+            http__drop(s, s->conns[i], 503, "server stopped before the request was complete");
     pthread_mutex_unlock(&s->mu);
     for (HttpConn *c = waiting, *next; c; c = next) {
         next = c->next;
         http__error(s, c, 503, "server is shutting down");
     }
 }
+
+/* Once a stop is requested, output still pending is flushed for this long. */
+#define HTTP__STOP_FLUSH_MS 1000
 
 static void *http__io_main(void *arg) {
     HttpServer *s = arg;
@@ -1136,7 +1420,7 @@ static void *http__io_main(void *arg) {
         int64_t now = http__now_ms();
         if (http__stop_requested(s) && !stop_seen) {
             stop_seen = 1;
-            stop_deadline = now + 2000;
+            stop_deadline = now + HTTP__STOP_FLUSH_MS;
             http__begin_stop(s);
         }
         int n = 0;
@@ -1162,8 +1446,8 @@ static void *http__io_main(void *arg) {
             n++;
         }
         pthread_mutex_unlock(&s->mu);
-        /* Stopping: wait for the worker (its handler sees http_client_gone), then flush what is
-         * pending for up to 2 s. */
+        /* Stopping: wait for the worker (its handler sees http_client_gone, and its writes give
+         * up soon), then flush what is pending for a moment. */
         if (stop_seen && worker_exited && (!pending || now >= stop_deadline)) break;
         int timeout = next_deadline > now ? (int)(next_deadline - now) : 0;
         if (stop_seen && timeout > 50) timeout = 50;
@@ -1178,7 +1462,6 @@ static void *http__io_main(void *arg) {
         s->returned = NULL;
         pthread_mutex_unlock(&s->mu);
         for (HttpConn *c = back, *next; c; c = next) { next = c->next; http__on_returned(s, c); }
-        if (listen_slot >= 0 && (pfd[listen_slot].revents & POLLIN)) http__accept(s, &accept_paused_until);
         for (int i = listen_slot >= 0 ? 2 : 1; i < n; i++) {
             HttpConn *c = polled[i];
             short re = pfd[i].revents;
@@ -1187,7 +1470,8 @@ static void *http__io_main(void *arg) {
                 /* Polled while waiting in the queue and the client hung up: take it out (unless the
                  * worker took it meanwhile; the state is only trusted under the lock). */
                 pthread_mutex_lock(&s->mu);
-                if (c->state == HC_QUEUED) {
+                int left = c->state == HC_QUEUED;
+                if (left) {
                     HttpConn **pp = &s->queue_head, *prev = NULL;
                     while (*pp && *pp != c) { prev = *pp; pp = &(*pp)->next; }
                     if (*pp) {
@@ -1198,13 +1482,18 @@ static void *http__io_main(void *arg) {
                     c->state = HC_CLOSED;
                 }
                 pthread_mutex_unlock(&s->mu);
+                if (left) http__log(s, c, 499, "client closed the connection while queued");
                 continue;
             }
-            if (re & (POLLERR | POLLNVAL)) { c->state = HC_CLOSED; continue; }
-            if ((re & POLLOUT) && http__flush(s, c)) { c->state = HC_CLOSED; continue; }
+            if (re & (POLLERR | POLLNVAL)) { http__drop(s, c, 499, http__lost); continue; }
+            if ((re & POLLOUT) && http__flush(s, c)) {
+                http__drop(s, c, 499, http__lost);
+                continue;
+            }
             if (c->state == HC_WRITE && c->out_len == 0) {
                 http__output_done(s, c);
-                if (c->state == HC_READ) http__advance(s, c);   /* a pipelined request may be waiting */
+                /* A pipelined request may be waiting; if it was queued, c is the worker's now. */
+                if (c->state == HC_READ && !http__advance(s, c)) continue;
             }
             if (c->state == HC_READ && (re & (POLLIN | POLLHUP))) http__on_readable(s, c);
             else if (c->state == HC_LINGER && (re & (POLLIN | POLLHUP))) {
@@ -1224,20 +1513,30 @@ static void *http__io_main(void *arg) {
                 if (c->in_len == 0) c->state = HC_CLOSED;    /* idle keep-alive connection */
                 else {
                     char why[96];
-                    snprintf(why, sizeof why, "request not received within %d ms", s->cfg.timeout_ms);
+                    if (c->head_seen)
+                        snprintf(why, sizeof why, "request not received within %d ms",
+                                 s->cfg.timeout_ms);
+                    else
+                        snprintf(why, sizeof why, "request head not received within %d ms",
+                                 s->cfg.head_timeout_ms);
                     http__error(s, c, 408, why);
                 }
-            } else if (c->state == HC_WRITE || c->state == HC_LINGER || c->state == HC_READ) {
+            } else if (c->state == HC_READ) {
+                http__drop(s, c, 408, "request not received in time");
+            } else if (c->state == HC_WRITE || c->state == HC_LINGER) {
                 c->state = HC_CLOSED;
             }
         }
         int kept = 0;
         for (int i = 0; i < s->nconns; i++) {
-            if (s->conns[i]->state == HC_CLOSED) http__conn_free(s->conns[i]);
+            if (s->conns[i]->state == HC_CLOSED) http__conn_free(s, s->conns[i]);
             else s->conns[kept++] = s->conns[i];
         }
         s->nconns = kept;
         pthread_mutex_unlock(&s->mu);
+        /* New connections last: admitting one may close another, which no pollfd names now. */
+        if (listen_slot >= 0 && (pfd[listen_slot].revents & POLLIN))
+            http__accept(s, &accept_paused_until);
     }
     free(pfd);
     free(polled);
@@ -1295,9 +1594,15 @@ int http_server_run(HttpServer *s) {
         HttpResponse res;
         http__response_init(&res, s, c, 0);
         if (!http_client_gone(&res)) s->cfg.handle(&c->req, &res, s->cfg.user);
-        /* still queued when a stop began: the same answer the I/O thread gives the others waiting */
-        else if (http__stop_requested(s)) http_respond_error(&res, 503, "server is shutting down");
-        if (!res.state && !res.failed) http_respond_error(&res, 500, "the server sent no response");
+        else if (http__stop_requested(s)) {
+            /* still queued when a stop began: the answer the I/O thread gives the others waiting */
+            http__log(s, c, 503, "server is shutting down");
+            http_respond_error(&res, 503, "server is shutting down");
+        } else http__log(s, c, 499, "client closed the connection while queued");
+        if (!res.state && !res.failed) {
+            http__log(s, c, 500, "the server sent no response");
+            http_respond_error(&res, 500, "the server sent no response");
+        }
         int keep = res.state == 1 && !res.failed && res.keep_alive;   /* an unfinished stream: close */
 
         pthread_mutex_lock(&s->mu);

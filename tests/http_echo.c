@@ -7,9 +7,12 @@
  *   POST /v1/chat/completions    JSON or SSE ("stream": true), on the worker
  *   POST /v1/completions         "prompt" echoed back, on the worker
  * Settings (environment): LISTEN ([host:]port, default 127.0.0.1:0), QUEUE (default 4), API_KEY,
- * TIMEOUT_MS, MAX_CONNS, WORK_MS (worker time per request), DELAY_MS (pause between SSE events),
- * MAX_BODY (bytes). The request fields "x_work_ms" and "x_delay_ms" override WORK_MS and DELAY_MS.
- * Prints "port N" on stdout once listening; logs "gone after K events" / "handled ..." to stderr;
+ * TIMEOUT_MS, HEAD_TIMEOUT_MS, MAX_CONNS, MAX_CONNS_PER_ADDR, MAX_BUFFERED (bytes), WORK_MS (worker
+ * time per request), DELAY_MS (pause between SSE events), MAX_BODY (bytes). The request fields
+ * "x_work_ms" and "x_delay_ms" override WORK_MS and DELAY_MS. The quick callback also serves as
+ * the head callback, so a wrong key is answered before a body is read.
+ * Prints "port N" on stdout once listening; logs "gone after K events" / "handled ..." to stderr,
+ * and the requests http.h ends itself as glm does ("http_echo: POST /path 499 | why | 0.012 s");
  * exits 0 after SIGINT/SIGTERM. A non-loopback LISTEN without API_KEY is refused, as glm will. */
 #define JSON_IMPLEMENTATION
 #include "json.h"
@@ -78,6 +81,13 @@ static int quick(const HttpRequest *req, HttpResponse *res, void *user) {
     }
     http_respond_error(res, 404, "no such endpoint");
     return 1;
+}
+
+static void echo_log(const HttpRequest *req, int status, double seconds, const char *what,
+                     void *user) {
+    (void)user;
+    fprintf(stderr, "http_echo: %s %s %d%s%s | %.3f s\n", req->method, req->path, status,
+            what[0] ? " | " : "", what, seconds);
 }
 
 /* Waits ms on the worker, giving up early when the client leaves. */
@@ -253,8 +263,13 @@ int main(void) {
     cfg.listen = getenv("LISTEN") ? getenv("LISTEN") : "127.0.0.1:0";
     cfg.queue = env_int("QUEUE", 4);
     cfg.timeout_ms = env_int("TIMEOUT_MS", 0);
+    cfg.head_timeout_ms = env_int("HEAD_TIMEOUT_MS", 0);
     cfg.max_conns = env_int("MAX_CONNS", 0);
+    cfg.max_conns_per_addr = env_int("MAX_CONNS_PER_ADDR", 0);
+    cfg.max_buffered_bytes = (size_t)env_int("MAX_BUFFERED", 0);
     cfg.limits.max_body_bytes = (size_t)env_int("MAX_BODY", 0);
+    cfg.head = quick;
+    cfg.log = echo_log;
     cfg.quick = quick;
     cfg.handle = handle;
     cfg.user = &e;

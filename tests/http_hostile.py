@@ -12,7 +12,16 @@ usage: http_hostile.py PORT CHECK [ARGS...]
   load N           N concurrent chats, JSON and SSE mixed: every answer 200 and its own
   queue1 N         (QUEUE=1) N concurrent slow chats: only 200 or 429, at least one of each
   auth KEY         401 without / with a wrong key; 200 with Bearer or x-api-key; /health open
-  maxconns N       (MAX_CONNS=N) connection N+1 gets 503
+  early401 KEY     (API_KEY=KEY) a keyless head announcing a big body gets 401 before the body
+  maxconns N       (MAX_CONNS=N) N connections busy with a request: one more gets 503; idle ones
+                   give way to a new connection, keep-alive idle ones first
+  peraddr N        (MAX_CONNS_PER_ADDR=N, MAX_CONNS > N) the cap counts one address only
+  flood N          N idle and N slow-head connections (evicted ones reopened): /health and a
+                   chat still answer within 1 s
+  budget LOG       (MAX_BODY=400000 MAX_BUFFERED=600000) a body the buffer budget cannot hold gets
+                   503 from its head; it fits again once the other request is done
+  stall            streams a long answer without reading it; prints "stalled" and waits
+  headtime H T     (HEAD_TIMEOUT_MS=H, TIMEOUT_MS=T, H < T) a head gets H ms, the whole request T
 """
 import json
 import socket
@@ -34,8 +43,8 @@ def check(name, ok, why=""):
     sys.stdout.flush()
 
 
-def connect(timeout=10):
-    s = socket.create_connection(("127.0.0.1", PORT), timeout=timeout)
+def connect(timeout=10, source="127.0.0.1"):
+    s = socket.create_connection(("127.0.0.1", PORT), timeout=timeout, source_address=(source, 0))
     s.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
     return s
 
@@ -324,6 +333,18 @@ def check_disconnect(log):
     s.close()
 
 
+def log_lines(log, status, why):
+    """The server's log lines (http_echo's format) with this status and reason."""
+    return [ln for ln in log_text(log).splitlines() if f" {status} | {why} | " in ln]
+
+
+def wait_log(log, status, why, count, wait=3.0):
+    t0 = time.time()
+    while time.time() - t0 < wait and len(log_lines(log, status, why)) < count:
+        time.sleep(0.02)
+    return log_lines(log, status, why)
+
+
 def check_queue_leave(log):
     # A holds the worker; B waits in the only queue slot, then leaves; C must get B's slot.
     a = connect()
@@ -340,6 +361,32 @@ def check_queue_leave(log):
     check("queue_leaver_not_handled", "[leave-B]" not in log_text(log), "B was handled after leaving")
     a.close()
     c.close()
+    # Every request leaves a log line: B's says 499 with the time it waited.
+    queued = "client closed the connection while queued"
+    got = wait_log(log, 499, queued, 1)
+    check("queue_leaver_logged_499", len(got) == 1 and got[0].endswith(" s")
+          and got[0].startswith("http_echo: POST /v1/chat/completions 499 | "), repr(got))
+    # A client that shuts only its sending side while queued is gone too, and logged the same way.
+    a = connect()
+    a.sendall(request("POST", "/v1/chat/completions", chat_body("leave-A2", x_work_ms=1000)))
+    time.sleep(0.3)
+    b = connect()
+    b.sendall(request("POST", "/v1/chat/completions", chat_body("leave-B2")))
+    time.sleep(0.3)
+    b.shutdown(socket.SHUT_WR)
+    got = wait_log(log, 499, queued, 2)
+    check("queue_half_close_logged_499", len(got) == 2, repr(got))
+    Reader(a).response()
+    a.close()
+    b.close()
+    # A request cut off halfway is logged as well.
+    s = connect()
+    s.sendall(b"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Length: 50\r\n\r\n{\"mess")
+    time.sleep(0.2)
+    s.close()
+    got = wait_log(log, 499, "client closed the connection before the request was complete", 1)
+    check("partial_request_logged_499", len(got) == 1 and " POST /v1/chat/completions " in got[0],
+          repr(got))
 
 
 def run_concurrently(n, worker):
@@ -407,17 +454,244 @@ def check_auth(key):
     check("auth_health_open", one(request("GET", "/health"))[2][0] == 200, "")
 
 
+def head_pending_body(source="127.0.0.1"):
+    """A connection busy with a request: its head is in, its body still to come."""
+    s = connect(source=source)
+    s.sendall(b"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Length: 100\r\n\r\n{")
+    return s
+
+
+def health_status(source="127.0.0.1", timeout=10):
+    s, r, (st, _, _) = one_from(request("GET", "/health"), source, timeout)
+    s.close()
+    return st
+
+
+def one_from(raw, source, timeout=10):
+    s = connect(timeout, source)
+    s.sendall(raw)
+    r = Reader(s)
+    try:
+        resp = r.response()
+    except (EOFError, ConnectionResetError, socket.timeout):
+        resp = (0, {}, b"")
+    return s, r, resp
+
+
+def is_open(sock):
+    """True while the server keeps the connection open (no EOF, no reset)."""
+    sock.settimeout(0.3)
+    try:
+        return sock.recv(1) != b""
+    except socket.timeout:
+        return True
+    except OSError:
+        return False
+
+
 def check_maxconns(n):
-    held = [connect() for _ in range(n)]
+    held = [head_pending_body() for _ in range(n)]
     time.sleep(0.3)
     s, r, (st, h, b) = one(request("GET", "/health"))
-    check("max_conns_503", st == 503 and is_error_object(b), f"{st}")
+    check("max_conns_busy_503", st == 503 and is_error_object(b), f"{st}")
     s.close()
     for c in held:
         c.close()
     time.sleep(0.3)
-    s, r, (st, _, _) = one(request("GET", "/health"))
-    check("max_conns_freed", st == 200, f"{st}")
+    check("max_conns_freed", health_status() == 200, "")
+    # Idle connections give way: the oldest fresh one, but a keep-alive idle one before it.
+    oldest = connect()
+    time.sleep(0.05)
+    served, r, (st, _, _) = one(request("GET", "/health"))
+    held = [connect() for _ in range(n - 2)]
+    time.sleep(0.3)
+    st2 = health_status()
+    check("max_conns_idle_give_way", st == 200 and st2 == 200, f"{st} {st2}")
+    check("max_conns_keepalive_idle_closed_first", not is_open(served) and is_open(oldest),
+          f"served open={is_open(served)} oldest open={is_open(oldest)}")
+    for c in held + [oldest, served]:
+        c.close()
+
+
+def check_peraddr(n):
+    held = [head_pending_body() for _ in range(n)]
+    time.sleep(0.3)
+    st1 = health_status("127.0.0.1")
+    st2 = health_status("127.0.0.2")
+    check("per_addr_cap_503", st1 == 503, f"{st1}")
+    check("per_addr_cap_other_address_200", st2 == 200, f"{st2}")
+    for c in held:
+        c.close()
+    time.sleep(0.3)
+    check("per_addr_cap_freed", health_status("127.0.0.1") == 200, "")
+
+
+def check_flood(n):
+    """n idle and n slow-head connections, reopened when the server closes them."""
+    stop = threading.Event()
+    idle, slow = [], []
+    opened = [0]
+
+    def open_conn():
+        try:
+            c = connect(timeout=5)
+            c.setblocking(False)
+            opened[0] += 1
+            return c
+        except OSError:
+            return None
+
+    def attacker():
+        head = request("POST", "/v1/chat/completions", b"{}")
+        pos = {}
+        while not stop.is_set():
+            for group, slow_group in ((idle, False), (slow, True)):
+                for i, c in enumerate(group):
+                    if stop.is_set():
+                        return
+                    try:
+                        if c is None:
+                            raise OSError
+                        if slow_group:
+                            k = pos.get(id(c), 0) % (len(head) - 4)   # never completes the head
+                            c.send(head[k:k + 1])
+                            pos[id(c)] = k + 1
+                        elif c.recv(1) == b"":
+                            raise OSError
+                    except BlockingIOError:
+                        pass
+                    except OSError:
+                        if c is not None:
+                            c.close()
+                        group[i] = open_conn()
+            stop.wait(0.2)
+
+    for _ in range(n):
+        idle.append(open_conn())
+    for _ in range(n):
+        slow.append(open_conn())
+    t = threading.Thread(target=attacker)
+    t.start()
+    try:
+        time.sleep(1.0)
+        for round_ in (1, 2):
+            t0 = time.time()
+            st = health_status(timeout=5)
+            dt = time.time() - t0
+            check(f"flood_{n}_health_answers_{round_}", st == 200 and dt < 1.0,
+                  f"{st} after {dt:.2f} s")
+            t0 = time.time()
+            chat = request("POST", "/v1/chat/completions", chat_body(f"flood-{round_}"))
+            s, r, (st, _, b) = one(chat, timeout=5)
+            dt = time.time() - t0
+            s.close()
+            check(f"flood_{n}_chat_answers_{round_}",
+                  st == 200 and f"echo: flood-{round_}".encode() in b and dt < 1.0,
+                  f"{st} after {dt:.2f} s")
+            time.sleep(1.5)
+        check(f"flood_{n}_attackers_connected", opened[0] >= 2 * n,
+              f"{opened[0]} connections opened")
+    finally:
+        stop.set()
+        t.join()
+        for c in idle + slow:
+            if c is not None:
+                c.close()
+
+
+def check_early401(key):
+    # The key is checked when the head is in: no 8 MB body is read (or even sent) first.
+    big = b"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Length: 8000000\r\n\r\n"
+    s, r, (st, h, b) = one(big, timeout=3)
+    check("early_401_before_body",
+          st == 401 and is_error_object(b) and h.get("connection") == "close", f"{st} {h}")
+    check("early_401_closes", r.closed(), "the connection stayed open")
+    s.close()
+    # With "Expect: 100-continue" the answer is 401, never "100 Continue".
+    s, r, (st, h, b) = one(big[:-2] + b"Expect: 100-continue\r\n\r\n", timeout=3)
+    check("early_401_instead_of_continue", st == 401, f"{st}")
+    s.close()
+    # With the key, the server waits for the body and answers it.
+    body = chat_body("keyed")
+    s = connect()
+    keyed = request("POST", "/v1/chat/completions", body, {"Authorization": "Bearer " + key})
+    s.sendall(keyed[:-len(body)])
+    r = Reader(s)
+    s.settimeout(0.5)
+    try:
+        early = r.response()[0]
+    except socket.timeout:
+        early = None
+    s.settimeout(10)
+    s.sendall(body)
+    st, _, b = r.response()
+    check("keyed_head_waits_for_body", early is None and st == 200 and b"echo: keyed" in b,
+          f"{early} {st}")
+    s.close()
+
+
+def check_budget(log):
+    def head(n):
+        return (f"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\n"
+                f"Content-Length: {n}\r\n\r\n").encode()
+    body = chat_body("b" * 349000)              # one such request fits the budget, two do not
+    n = len(body)
+    a = connect()
+    a.sendall(head(n) + body[:100000])
+    time.sleep(0.3)
+    b, rb, (st, h, eb) = one(head(n), timeout=3)
+    check("budget_503_from_head",
+          st == 503 and h.get("retry-after", "").isdigit() and is_error_object(eb), f"{st} {h}")
+    b.close()
+    a.sendall(body[100000:])
+    sta, _, ba = Reader(a).response()
+    a.close()
+    check("budget_first_request_answered", sta == 200, f"{sta} {ba[:100]!r}")
+    # A's buffer returns to the budget once the worker hands A's connection back, which may be
+    # a moment after A has its answer: retry on 503, as Retry-After says.
+    codes = []
+    for _ in range(5):
+        c, rc, (stc, _, _) = one(head(n) + body)
+        c.close()
+        codes.append(stc)
+        if stc != 503:
+            break
+        time.sleep(0.3)
+    check("budget_room_again", codes[-1] == 200, f"{codes}")
+    busy = "the server is busy: too much request data in flight; retry later"
+    check("budget_503_logged", len(wait_log(log, 503, busy, 1)) >= 1, "no log line")
+
+
+def check_headtime(head_ms, total_ms):
+    def wait_answer(sock):
+        t0 = time.time()
+        try:
+            st, _, b = Reader(sock).response()
+        except (EOFError, ConnectionResetError, socket.timeout):
+            st, b = 0, b""
+        return st, b, time.time() - t0
+    slow_head = connect(timeout=total_ms / 1000 + 5)
+    slow_head.sendall(b"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\n")
+    st, b, dt = wait_answer(slow_head)
+    check("head_deadline_408", st == 408 and b"request head not received" in b and
+          head_ms / 1000 * 0.8 <= dt <= head_ms / 1000 + 1.5, f"{st} after {dt:.2f} s {b[:80]!r}")
+    slow_head.close()
+    slow_body = connect(timeout=total_ms / 1000 + 5)
+    slow_body.sendall(b"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Length: 50\r\n\r\n{")
+    st, b, dt = wait_answer(slow_body)
+    check("body_gets_the_whole_request_deadline", st == 408 and
+          total_ms / 1000 * 0.8 <= dt <= total_ms / 1000 + 1.5, f"{st} after {dt:.2f} s")
+    slow_body.close()
+
+
+def check_stall():
+    s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    s.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+    s.connect(("127.0.0.1", PORT))
+    s.sendall(request("POST", "/v1/chat/completions", chat_body("s" * 600000, True)))
+    time.sleep(1.5)                                  # the server's buffers fill; nothing is read
+    print("stalled", flush=True)
+    time.sleep(30)
     s.close()
 
 
@@ -428,7 +702,11 @@ if __name__ == "__main__":
          "slow": lambda: check_slow(int(args[0])), "disconnect": lambda: check_disconnect(args[0]),
          "queue_leave": lambda: check_queue_leave(args[0]), "load": lambda: check_load(int(args[0])),
          "queue1": lambda: check_queue1(int(args[0])), "auth": lambda: check_auth(args[0]),
-         "maxconns": lambda: check_maxconns(int(args[0]))}[what]()
+         "early401": lambda: check_early401(args[0]),
+         "maxconns": lambda: check_maxconns(int(args[0])),
+         "peraddr": lambda: check_peraddr(int(args[0])), "flood": lambda: check_flood(int(args[0])),
+         "budget": lambda: check_budget(args[0]), "stall": check_stall,
+         "headtime": lambda: check_headtime(int(args[0]), int(args[1]))}[what]()
     except Exception as e:
         import traceback
         traceback.print_exc()

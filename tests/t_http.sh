@@ -4,7 +4,10 @@
 # `openai` npm client (models, chat JSON + streaming, completions, error classes, keep-alive),
 # hostile raw-socket requests (tests/http_hostile.py: bad Content-Length, huge headers,
 # pipelining, slow clients, disconnects), a load test of 50 concurrent requests, QUEUE=1 with six
-# concurrent requests (200 or 429 only), API_KEY, MAX_CONNS, and SIGTERM during a stream.
+# concurrent requests (200 or 429 only), API_KEY (checked from the head, before a body), MAX_CONNS
+# and MAX_CONNS_PER_ADDR, 200 idle plus 200 slow-head connections against /health and a chat, the
+# buffer budget, log lines for requests ended without an answer, and SIGTERM during a stream (also
+# one nobody reads).
 # The openai package is expected in $OPENAI_NPM_DIR (default /tmp/glm_openai_npm); if missing it
 # is installed there with `npm install --prefix` (needs the npm registry). Nothing goes into the repo.
 source "$(dirname "$0")/lib.sh"
@@ -26,7 +29,9 @@ export ASAN_OPTIONS="${ASAN_OPTIONS:+$ASAN_OPTIONS:}exitcode=199"
 # start NAME [VAR=VALUE...]: runs http_echo with those settings; sets PORT and PID.
 start() {
   local name=$1; shift
-  env -u API_KEY -u QUEUE -u LISTEN "$@" timeout 600 "$ECHO" >"$T/$name.out" 2>"$T/$name.err" &
+  # --foreground: a SIGTERM to timeout goes to http_echo once, not again to its process group,
+  # where it may land after the server has stopped and put back the default disposition.
+  env -u API_KEY -u QUEUE -u LISTEN "$@" timeout --foreground 600 "$ECHO" >"$T/$name.out" 2>"$T/$name.err" &
   PID=$!; PIDS+=("$PID")
   PORT=
   for _ in $(seq 200); do
@@ -135,16 +140,60 @@ wait $p1 $p2
 [ "$(cat "$T/wait.code")" = 503 ] && grep -q 'shutting down' "$T/wait.json" && [ "$(cat "$T/run.code")" = 503 ] \
   && echo "PASS stop_answers_waiting_and_running" || echo "FAIL stop_answers_waiting_and_running: waiting $(cat "$T/wait.code"), running $(cat "$T/run.code")"
 
+# Requests that http.h ends itself are logged like the others (stderr).
+LOGGED='^http_echo: POST /v1/chat/completions'
+grep -q "$LOGGED 429 | " "$T/queue1.err" && echo "PASS queue_full_429_logged" \
+  || echo "FAIL queue_full_429_logged: no log line"
+grep -q "$LOGGED 503 | server is shutting down | " "$T/queue1.err" && echo "PASS stop_503_logged" \
+  || echo "FAIL stop_503_logged: no log line"
+grep -q "$LOGGED 408 | request not received within 1500 ms | " "$T/main.err" \
+  && echo "PASS timeout_408_logged" || echo "FAIL timeout_408_logged: no log line"
+
 # ---- API_KEY.
 start auth API_KEY=sk-test-key
 hostile auth sk-test-key
+hostile early401 sk-test-key
 timeout 60 node tests/http_openai.mjs "$NPM_DIR" "http://127.0.0.1:$PORT/v1" wrong-key wrong_key
 stop auth
 
-# ---- MAX_CONNS.
+# ---- Admission: MAX_CONNS and MAX_CONNS_PER_ADDR (127.0.0.2 is this machine too).
 start conns MAX_CONNS=3
 hostile maxconns 3
 stop conns
+start peraddr MAX_CONNS=8 MAX_CONNS_PER_ADDR=2
+hostile peraddr 2
+stop peraddr
+# A head has less time than the whole request.
+start headtime HEAD_TIMEOUT_MS=1000 TIMEOUT_MS=4000
+hostile headtime 1000 4000
+stop headtime
+# Default settings: 200 idle and 200 slow-head connections lock nobody out.
+start flood
+hostile flood 200
+stop flood
+# The buffer budget across connections.
+start budget MAX_BODY=400000 MAX_BUFFERED=600000
+hostile budget "$T/budget.err"
+stop budget
+
+# ---- SIGTERM while the worker streams to a client that stopped reading: exit within 2 s.
+start stall
+timeout 60 "$PY" tests/http_hostile.py "$PORT" stall >"$T/stall.out" 2>&1 &
+stall_pid=$!
+for _ in $(seq 100); do grep -q stalled "$T/stall.out" && break; sleep 0.05; done
+kill -TERM "$PID"
+t0=$(date +%s%N)
+for _ in $(seq 40); do kill -0 "$PID" 2>/dev/null || break; sleep 0.05; done
+if kill -0 "$PID" 2>/dev/null; then
+  echo "FAIL sigterm_stalled_reader_exits_in_2s: still running"; kill -KILL "$PID"
+else
+  wait "$PID"; rc=$?
+  ms=$(( ($(date +%s%N) - t0) / 1000000 ))
+  if grep -q stalled "$T/stall.out" && [ $rc -eq 0 ]; then
+    echo "PASS sigterm_stalled_reader_exits_in_2s"
+  else echo "FAIL sigterm_stalled_reader_exits_in_2s: exit $rc after $ms ms"; cat "$T/stall.out"; fi
+fi
+kill "$stall_pid" 2>/dev/null; wait "$stall_pid" 2>/dev/null
 
 # ---- A non-loopback address needs API_KEY (the policy glm applies; http.h reports loopback).
 expect_fail http_non_loopback_needs_key "reachable from other machines: set API_KEY" env -u API_KEY LISTEN=0.0.0.0:0 timeout 10 "$ECHO"

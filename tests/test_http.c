@@ -429,6 +429,38 @@ static void test_auth(void) {
           !http_const_eq("abc\0", 4, "abc", 3), "const_eq");
 }
 
+/* The head of a request is readable once it is in, before the body (the server's head callback). */
+static void test_head(void) {
+    const char *text = "POST /v1/chat/completions?x=1 HTTP/1.1\r\nHost: h\r\nContent-Length: 8000000\r\n"
+                       "Authorization: Bearer k\r\n\r\n{\"a\"";
+    size_t len = strlen(text), head_len = strstr(text, "\r\n\r\n") + 4 - text;
+    char *buf = malloc(len);
+    memcpy(buf, text, len);
+    HttpParser p;
+    HttpRequest req;
+    size_t consumed = 0;
+    http_parser_init(&p, NULL);
+    int rc = http_parse(&p, buf, head_len - 1, &req, &consumed);
+    check("head_not_before_blank_line", rc == 0 && http_parser_head(&p, buf, &req) == 0, "head reported early");
+    rc = http_parse(&p, buf, len, &req, &consumed);
+    memset(&req, 0x55, sizeof req);
+    int got = http_parser_head(&p, buf, &req);
+    check("head_while_body_arrives", rc == 0 && got == 1 && !strcmp(req.method, "POST") &&
+          !strcmp(req.path, "/v1/chat/completions") && !strcmp(req.query, "x=1") && req.keep_alive &&
+          req.nheaders == 3 && !strcmp(http_header(&req, "content-length"), "8000000") && req.body_len == 0 &&
+          http_auth_ok(&req, "k") && !http_auth_ok(&req, "other"), "head fields");
+    free(buf);
+
+    /* A body error leaves the head readable (for the log line); a head error does not. */
+    Parsed r = parse("POST /up HTTP/1.1\r\nHost: h\r\nTransfer-Encoding: chunked\r\n\r\nzz\r\n");
+    check("head_after_body_error", r.rc == 400 && http_parser_head(&r.p, r.buf, &req) == 1 && !strcmp(req.path, "/up"),
+          "head lost after a chunk error");
+    free(r.buf);
+    r = parse("POST /up HTTP/1.1\r\nHost: h\r\nContent-Length: x\r\n\r\n");
+    check("no_head_after_head_error", r.rc == 400 && http_parser_head(&r.p, r.buf, &req) == 0, "a bad head reported");
+    free(r.buf);
+}
+
 /* ---- Responses on a socket pair ---- */
 
 static void res_init(HttpResponse *res, int fd, int minor, int keep_alive) {
@@ -450,6 +482,10 @@ static size_t read_all(int fd, char *buf, size_t cap) {
     }
     buf[n] = 0;
     return n;
+}
+
+static void no_handler(const HttpRequest *req, HttpResponse *res, void *user) {
+    (void)req; (void)res; (void)user;
 }
 
 static void test_responses(void) {
@@ -545,6 +581,31 @@ static void test_responses(void) {
     clock_gettime(CLOCK_MONOTONIC, &t1);
     double s = (double)(t1.tv_sec - t0.tv_sec) + (double)(t1.tv_nsec - t0.tv_nsec) / 1e9;
     check("stalled_reader_times_out", rc == -1 && res.failed && s < 5.0, "write did not time out");
+    close(sv[0]);
+    close(sv[1]);
+
+    /* Once the server is stopping, a stalled write gives up long before timeout_ms (10 s here):
+     * a client that stopped reading must not hold up the shutdown. */
+    HttpServerConfig cfg;
+    memset(&cfg, 0, sizeof cfg);
+    cfg.listen = "127.0.0.1:0";
+    cfg.handle = no_handler;
+    char err[200];
+    HttpServer *srv = http_server_create(&cfg, err, sizeof err);
+    if (!srv || socketpair(AF_UNIX, SOCK_STREAM, 0, sv)) { check("stop_server", 0, err); free(big); return; }
+    res_init(&res, sv[0], 1, 1);
+    res.timeout_ms = 10000;
+    res.srv = srv;
+    fcntl(sv[0], F_SETFL, fcntl(sv[0], F_GETFL) | O_NONBLOCK);
+    http_server_stop(srv);
+    clock_gettime(CLOCK_MONOTONIC, &t0);
+    rc = http_respond(&res, 200, "text/plain", big, big_len);
+    clock_gettime(CLOCK_MONOTONIC, &t1);
+    s = (double)(t1.tv_sec - t0.tv_sec) + (double)(t1.tv_nsec - t0.tv_nsec) / 1e9;
+    char why[64];
+    snprintf(why, sizeof why, "rc %d after %.2f s", rc, s);
+    check("stalled_write_gives_up_after_stop", rc == -1 && res.failed && s < 2.0, why);
+    http_server_free(srv);
     free(big);
     close(sv[0]);
     close(sv[1]);
@@ -559,6 +620,7 @@ int main(void) {
     test_pipelining();
     test_addr();
     test_auth();
+    test_head();
     test_responses();
     return failures ? 1 : 0;
 }

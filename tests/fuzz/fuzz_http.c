@@ -4,6 +4,8 @@
  *     equals the one parsed from the whole buffer at once (status, length, method, path, body);
  *   - a complete request lies inside the bytes given, its body within the limit, its strings
  *     NUL-terminated inside the buffer; an error is one of the statuses the parser documents;
+ *   - once http_parser_head reports a head (also before the body is in), its strings lie inside
+ *     the bytes given, and on a complete request they are the request's own;
  *   - http_auth_ok, http_addr_parse and the SSE line writer accept whatever they are given.
  * Build: clang -g -O1 -fsanitize=fuzzer,address,undefined -I. tests/fuzz/fuzz_http.c */
 #define JSON_IMPLEMENTATION
@@ -55,6 +57,22 @@ static void record(Outcome *o, int rc, size_t consumed, const HttpRequest *req, 
     (void)http_header(req, "content-type");
 }
 
+/* The head as the server's head callback and log lines see it, after a call that returned rc. */
+static void check_head(const HttpParser *p, char *buf, size_t len, int rc, const HttpRequest *req) {
+    HttpRequest h;
+    if (!http_parser_head(p, buf, &h)) {
+        if (rc == 1) abort();                            /* a complete request has a head */
+        return;
+    }
+    if (h.body_len || h.nheaders < 0 || h.nheaders > HTTP_MAX_HEADERS) abort();
+    if (!inside(h.method, buf, len) || !inside(h.query, buf, len)) abort();
+    if (strcmp(h.path, "/") != 0 && !inside(h.path, buf, len)) abort();
+    for (int i = 0; i < h.nheaders; i++)
+        if (!inside(h.headers[i].name, buf, len) || !inside(h.headers[i].value, buf, len)) abort();
+    (void)http_auth_ok(&h, "key");
+    if (rc == 1 && (h.method != req->method || h.path != req->path || h.nheaders != req->nheaders)) abort();
+}
+
 /* Parses data as pipelined requests; step() gives the size of the next piece that "arrives".
  * Returns the number of outcomes written. */
 static int run(const uint8_t *data, size_t size, const HttpLimits *lim, uint32_t seed, int whole, Outcome *out) {
@@ -77,6 +95,7 @@ static int run(const uint8_t *data, size_t size, const HttpLimits *lim, uint32_t
             HttpRequest req;
             size_t consumed = 0;
             int rc = http_parse(&p, buf + off, have - off, &req, &consumed);
+            check_head(&p, buf + off, have - off, rc, &req);
             if (rc == 0) {
                 if (have == size) { record(&out[n++], 0, 0, NULL, NULL, 0, lim); goto done; }
                 break;                                   /* wait for the next piece */
