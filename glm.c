@@ -5911,21 +5911,30 @@ static void generator_report(Generator *g, int id) {
    and committed, with the logits after the last one. The draw of the first rejected position
    is not consumed: the next step draws it again from those logits and gets the same token.
    Returns the run's length. */
-static int generator_verify(Generator *g, int id, const int *drafts, int n, int which, double draft_seconds, int *ids) {
+/* What one step runs through the model: the sampled id and the drafts after it (rows 1..), at
+   positions pos.. of the generator's cache. generator_step_begin fills it, a forward runs it (alone
+   or beside other generators' steps), generator_step_end takes its logits. */
+typedef struct {
+    int tokens[SPEC_MAX_DRAFT + 1];
+    int rows;                   /* 1 + drafts; 0: the step needs no forward (it ended, or a last token) */
+    int which;                  /* the drafter, with drafts */
+    double draft_seconds;
+} StepRows;
+
+/* The verify pass's acceptance, after its forward wrote the logits of rows 0..n into
+   spec.verify_logits and their hidden states into g->hidden. */
+static int generator_verify_end(Generator *g, const StepRows *p, double forward_seconds, int *ids) {
     Speculation *sp = &g->spec;
     const StopRules *r = &g->stop_rules;
-    const int V = g->model->c.vocab, old_pos = g->pos;
-    int tokens[SPEC_MAX_DRAFT + 1];
-    tokens[0] = id;
-    memcpy(tokens + 1, drafts, (size_t)n * sizeof(int));
-    const double t0 = now_seconds();
-    model_forward(g->model, g->state, g->opt, tokens, n + 1, g->pos, g->hidden, sp->verify_logits, 0, NULL);
+    const int V = g->model->c.vocab, old_pos = g->pos, n = p->rows - 1, which = p->which;
+    const int *tokens = p->tokens, *drafts = p->tokens + 1;
+    const double draft_seconds = p->draft_seconds;
     generator_forward_done(g, n + 1);
     int accepted = 0;
     while (accepted < n &&
            sampler_pick(&g->sampler, sp->verify_logits + (size_t)accepted * V, g->sampler.draws + (uint64_t)accepted) == drafts[accepted])
         accepted++;
-    spec_account(sp, which, n, accepted, now_seconds() - t0, draft_seconds);
+    spec_account(sp, which, n, accepted, forward_seconds, draft_seconds);
     /* report id and the kept drafts in order; the room given to the drafter keeps the run within
        max_tokens, so the limit can only fall on its last token */
     int count = 0, cached = -1;
@@ -5947,11 +5956,12 @@ static int generator_verify(Generator *g, int id, const int *drafts, int n, int 
     return count;
 }
 
-/* One step: the next id(s) into ids[0, max), reported to on_token and (unless the run ends there
-   and is not resumable) run through the model. Returns how many; 0 when the run has stopped,
-   and g->stop says why. */
-static int generator_step(Generator *g, int *ids, int max) {
+/* The part of a step before its forward: checks, the sampled id, the drafts. Returns -1 when
+   p->rows rows are to run through the model, else the step's result (ids written, as
+   generator_step returns). */
+static int generator_step_begin(Generator *g, int *ids, int max, StepRows *p) {
     const StopRules *r = &g->stop_rules;
+    p->rows = 0;
     if (g->stop != STOP_NONE || max < 1) return 0;
     if (g->interrupt && *g->interrupt) { g->stop = STOP_INTERRUPT; return 0; }
     if (r->max_tokens >= 0 && g->generated >= r->max_tokens) { g->stop = STOP_LIMIT; return 0; }
@@ -5965,20 +5975,45 @@ static int generator_step(Generator *g, int *ids, int max) {
     if (room > g->state->capacity - g->pos - 1) room = g->state->capacity - g->pos - 1;
     if (room > g->state->max_batch - 1) room = g->state->max_batch - 1;
     if (r->max_tokens >= 0 && room > r->max_tokens - g->generated - 1) room = r->max_tokens - g->generated - 1;
-    int drafts[SPEC_MAX_DRAFT], which = 0;
+    p->which = 0;
     const double t0 = now_seconds();
-    const int n = room > 0 ? spec_draft(g, id, room, drafts, &which) : 0;
-    if (n > 0) return generator_verify(g, id, drafts, n, which, now_seconds() - t0, ids);
+    const int n = room > 0 ? spec_draft(g, id, room, p->tokens + 1, &p->which) : 0;
+    p->draft_seconds = now_seconds() - t0;
+    p->tokens[0] = id;
+    if (n > 0) { p->rows = n + 1; return -1; }
     ids[0] = id;
     generator_report(g, id);
     if (!r->resumable && r->max_tokens >= 0 && g->generated >= r->max_tokens) { g->stop = STOP_LIMIT; return 1; }
-    const double t1 = now_seconds();
-    generator_forward(g, &id, 1, 0, NULL);
+    p->rows = 1;
+    return -1;
+}
+
+/* Where a step's forward writes its logits: a verify pass every row's, a plain step its one. */
+static float *generator_step_logits(Generator *g, const StepRows *p) { return p->rows > 1 ? g->spec.verify_logits : g->logits; }
+
+/* The part of a step after its forward (logits and g->hidden written): returns the ids. */
+static int generator_step_end(Generator *g, const StepRows *p, double forward_seconds, int *ids) {
+    if (p->rows > 1) return generator_verify_end(g, p, forward_seconds, ids);
+    generator_forward_done(g, 1);
+    generator_commit(g, p->tokens, 1, g->logits);
     if (g->spec.mode != SPEC_OFF) {
-        spec_note_cost(&g->spec, 1, now_seconds() - t1);
+        spec_note_cost(&g->spec, 1, forward_seconds);
         g->spec.passes_since_plain = 0;
     }
     return 1;
+}
+
+/* One step: the next id(s) into ids[0, max), reported to on_token and (unless the run ends there
+   and is not resumable) run through the model. Returns how many; 0 when the run has stopped,
+   and g->stop says why. */
+static int generator_step(Generator *g, int *ids, int max) {
+    StepRows p;
+    const int done = generator_step_begin(g, ids, max, &p);
+    if (done >= 0) return done;
+    const double t0 = now_seconds();
+    model_forward(g->model, g->state, g->opt, p.tokens, p.rows, g->pos, g->hidden, generator_step_logits(g, &p), p.rows == 1,
+                  NULL);
+    return generator_step_end(g, &p, now_seconds() - t0, ids);
 }
 
 /* ---- speculation statistics -------------------------------------------------------------------- */
