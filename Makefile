@@ -89,14 +89,17 @@ asan:
 	  if ls $(ASAN_LOGS)/* >/dev/null 2>&1; then echo "FAIL sanitizer reports ($(ASAN_LOGS)):"; head -40 $(ASAN_LOGS)/*; exit 1; fi; \
 	  rm -rf $(ASAN_LOGS); exit $$rc
 
-bench: bench/kbench bench/session_bench bench/specbench bench/attnbench
+bench: bench/kbench bench/session_bench bench/specbench bench/attnbench bench/grammarbench
 bench/kbench: bench/kbench.c glm.c $(HEADERS)
 	$(CC) $(CFLAGS) -I. -o $@ $< $(LDLIBS)
 bench/session_bench bench/specbench bench/attnbench: bench/%: bench/%.c glm.c $(HEADERS)
 	$(CC) $(CFLAGS) -I. -o $@ $< $(LDLIBS)
+# grammar.h alone (no engine): allowed-token masks on a 154,880-token vocabulary
+bench/grammarbench: bench/grammarbench.c $(HEADERS)
+	$(CC) $(CFLAGS) -I. -o $@ $< $(LDLIBS)
 
 clean-bins:
-	rm -f glm $(TEST_BINS) $(TOOL_BINS) $(FUZZ_REPLAYS) bench/kbench bench/session_bench bench/specbench bench/attnbench
+	rm -f glm $(TEST_BINS) $(TOOL_BINS) $(FUZZ_REPLAYS) bench/kbench bench/session_bench bench/specbench bench/attnbench bench/grammarbench
 
 clean: clean-bins
 	rm -rf tests/bin

@@ -304,21 +304,43 @@ static int gm_elem_nullable(const GmElem *e, const uint8_t *nullable) {
     return 1;
 }
 
-/* Left recursion: rule r reaches itself before consuming a byte. 0 none, else writes the rule. */
-static int gm_left_dfs(GmB *b, uint32_t r, uint8_t *mark, const uint8_t *nullable, uint32_t *bad) {
-    if (mark[r] == 1) { *bad = r; return 1; }
-    if (mark[r] == 2) return 0;
-    mark[r] = 1;
-    for (uint32_t a = 0; a < b->r[r].n; a++) {
-        const GmSeq *s = &b->r[r].alts[a];
-        for (uint32_t i = 0; i < s->n; i++) {
-            const GmElem *e = &s->e[i];
-            if ((e->kind == GM_RULE || e->kind == GM_REP) && gm_left_dfs(b, e->arg, mark, nullable, bad)) return 1;
-            if (!gm_elem_nullable(e, nullable)) break;
+/* Left recursion: a rule that reaches itself before consuming a byte. A depth-first search over
+   the left corners with an explicit stack (a long chain of rules must not overflow the C stack).
+   Returns 0, or 1 and the rule in *bad. */
+static int gm_left_recursion(GmB *b, const uint8_t *nullable, uint32_t *bad) {
+    uint32_t n = b->n;
+    uint8_t *mark = calloc(n + 1, 1);
+    uint32_t *st = malloc(((size_t)n + 1) * 3 * sizeof *st);   /* rule, alternative, element */
+    if (!mark || !st) { free(mark); free(st); gm_fail(b, "out of memory"); return 0; }
+    int found = 0;
+    for (uint32_t r0 = 0; r0 < n && !found; r0++) {
+        if (mark[r0]) continue;
+        size_t sp = 0;
+        st[0] = r0; st[1] = 0; st[2] = 0;
+        sp = 1;
+        mark[r0] = 1;
+        while (sp && !found) {
+            uint32_t *f = &st[(sp - 1) * 3];
+            const GmBRule *R = &b->r[f[0]];
+            if (f[1] >= R->n) { mark[f[0]] = 2; sp--; continue; }
+            const GmSeq *q = &R->alts[f[1]];
+            if (f[2] >= q->n) { f[1]++; f[2] = 0; continue; }
+            const GmElem *e = &q->e[f[2]];
+            /* the next left corner of this alternative: past e only if e can match nothing */
+            if (gm_elem_nullable(e, nullable)) f[2]++;
+            else { f[1]++; f[2] = 0; }
+            if (e->kind != GM_RULE && e->kind != GM_REP) continue;
+            if (mark[e->arg] == 1) { *bad = e->arg; found = 1; break; }
+            if (mark[e->arg] == 2) continue;
+            mark[e->arg] = 1;
+            uint32_t *c = &st[sp * 3];
+            c[0] = e->arg; c[1] = 0; c[2] = 0;
+            sp++;
         }
     }
-    mark[r] = 2;
-    return 0;
+    free(mark);
+    free(st);
+    return found;
 }
 
 /* Checks the grammar (left recursion, empty repetitions), drops what can never complete and lays
@@ -326,9 +348,9 @@ static int gm_left_dfs(GmB *b, uint32_t r, uint8_t *mark, const uint8_t *nullabl
 static Grammar *gm_finish(GmB *b, int root, const char *what) {
     if (b->failed || root < 0) { gm_build_free(b); return NULL; }
     uint32_t n = b->n;
-    uint8_t *nullable = calloc(n, 1), *prod = calloc(n, 1), *mark = calloc(n, 1);
+    uint8_t *nullable = calloc(n + 1, 1), *prod = calloc(n + 1, 1);
     Grammar *g = NULL;
-    if (!nullable || !prod || !mark) { gm_fail(b, "out of memory"); goto done; }
+    if (!nullable || !prod) { gm_fail(b, "out of memory"); goto done; }
     for (int changed = 1; changed;) {
         changed = 0;
         for (uint32_t r = 0; r < n; r++) {
@@ -359,11 +381,11 @@ static Grammar *gm_finish(GmB *b, int root, const char *what) {
     }
     if (!prod[root]) { gm_fail(b, "%s: %s can never complete", what, b->r[root].name); goto done; }
     uint32_t bad = 0;
-    for (uint32_t r = 0; r < n; r++)
-        if (gm_left_dfs(b, r, mark, nullable, &bad)) {
-            gm_fail(b, "%s: left recursion through %s", what, b->r[bad].name);
-            goto done;
-        }
+    if (gm_left_recursion(b, nullable, &bad)) {
+        gm_fail(b, "%s: left recursion through %s", what, b->r[bad].name);
+        goto done;
+    }
+    if (b->failed) goto done;
     g = calloc(1, sizeof *g);
     if (!g) { gm_fail(b, "out of memory"); goto done; }
     uint32_t n_alt = 0, n_el = 0;
@@ -404,7 +426,6 @@ static Grammar *gm_finish(GmB *b, int root, const char *what) {
 done:
     free(nullable);
     free(prod);
-    free(mark);
     int failed = b->failed;
     gm_build_free(b);
     if (failed && g) { grammar_free(g); g = NULL; }
@@ -600,8 +621,8 @@ GrammarVocab *grammar_vocab_new(int n, const char *const *piece, const size_t *l
     size_t total = 0;
     for (int i = 0; i < n; i++) {
         size_t l = piece[i] ? len[i] : 0;
-        if (l > 65536) {
-            if (err && err_len) snprintf(err, err_len, "vocabulary: token %d is %zu bytes long (most 65536)", i, l);
+        if (l > 4096) {   /* the trie walk recurses once per byte */
+            if (err && err_len) snprintf(err, err_len, "vocabulary: token %d is %zu bytes long (most 4096)", i, l);
             grammar_vocab_free(v);
             return NULL;
         }
@@ -696,6 +717,8 @@ struct GrammarMatcher {
     int done, oom;
     uint32_t *key;
     uint32_t cap_key;
+    int32_t *work;             /* gm_close's work list */
+    uint32_t nwork, cap_work;
     uint64_t *hit;             /* exit entries whose suffix fits */
 };
 
@@ -723,57 +746,63 @@ static void gm_add(GrammarMatcher *m, uint32_t out, int32_t n) {
     m->ss[m->ns++] = n;
 }
 
-static void gm_close(GrammarMatcher *m, int32_t n, uint32_t out);
+static void gm_work(GrammarMatcher *m, int32_t n) {
+    if (n < -1) return;   /* -2: allocation failed (m->oom is set) */
+    if (gm_grow((void **)&m->work, &m->cap_work, m->nwork + 1, sizeof *m->work)) { m->oom = 1; return; }
+    m->work[m->nwork++] = n;
+}
 
-static void gm_push_rule(GrammarMatcher *m, uint32_t rule, int32_t parent, uint32_t out) {
+static void gm_work_rule(GrammarMatcher *m, uint32_t rule, int32_t parent) {
     const Grammar *g = m->g;
     if ((parent < 0 ? 0 : m->nd[parent].depth) + 1 > GRAMMAR_MAX_DEPTH) return;
-    for (uint32_t a = 0; a < g->rule_nalt[rule]; a++) {
-        int32_t c = gm_new(m, g->alt[g->rule_alt[rule] + a], 0, parent);
-        if (c == -2) return;
-        gm_close(m, c, out);
-    }
+    for (uint32_t a = 0; a < g->rule_nalt[rule]; a++) gm_work(m, gm_new(m, g->alt[g->rule_alt[rule] + a], 0, parent));
 }
 
 /* Adds to ss[out..] the stacks reachable from stack n without consuming a byte, each with a
-   consuming element (BYTES, STR) on top, or -1 for the empty stack. */
-static void gm_close(GrammarMatcher *m, int32_t n, uint32_t out) {
+   consuming element (BYTES, STR) on top, or -1 for the empty stack. Iterative (a work list), so
+   long chains of rules cost no C stack; a closure that creates more than GM_CLOSE_BUDGET frames
+   (a grammar with exponentially many ways to match nothing) fails like running out of memory. */
+#define GM_CLOSE_BUDGET (1u << 22)
+static void gm_close(GrammarMatcher *m, int32_t n0, uint32_t out) {
     const Grammar *g = m->g;
-    for (;;) {
-        if (n == -2 || m->oom) return;
-        if (n < 0) { gm_add(m, out, -1); return; }
+    uint32_t base = m->nwork, budget = m->nn + GM_CLOSE_BUDGET;
+    gm_work(m, n0);
+    while (m->nwork > base && !m->oom) {
+        int32_t n = m->work[--m->nwork];
+        if (m->nn > budget) { m->oom = 1; break; }
+        if (n < 0) { gm_add(m, out, -1); continue; }
         GmNode d = m->nd[n];
         const GmElem *e = &g->el[d.pos];
         switch (e->kind) {
-        case GM_BYTES: gm_add(m, out, n); return;
+        case GM_BYTES: gm_add(m, out, n); break;
         case GM_END:
-            if (d.parent < 0) { gm_add(m, out, -1); return; }
-            if (g->el[m->nd[d.parent].pos].kind == GM_REP) { n = d.parent; continue; }
-            n = gm_new(m, m->nd[d.parent].pos + 1, 0, m->nd[d.parent].parent);
-            continue;
+            if (d.parent < 0) gm_add(m, out, -1);
+            else if (g->el[m->nd[d.parent].pos].kind == GM_REP) gm_work(m, d.parent);   /* repeat again? */
+            else gm_work(m, gm_new(m, m->nd[d.parent].pos + 1, 0, m->nd[d.parent].parent));
+            break;
         case GM_RULE:   /* a rule that ends its alternative replaces the frame (tail call) */
-            gm_push_rule(m, e->arg, g->el[d.pos + 1].kind == GM_END ? d.parent : n, out);
-            return;
+            gm_work_rule(m, e->arg, g->el[d.pos + 1].kind == GM_END ? d.parent : n);
+            break;
         case GM_STR: {
             uint32_t sub = d.aux & 31, c = d.aux >> 5;
-            if (sub == GS_IDLE && c >= e->min) gm_close(m, gm_new(m, d.pos + 1, 0, d.parent), out);
+            if (sub == GS_IDLE && c >= e->min) gm_work(m, gm_new(m, d.pos + 1, 0, d.parent));
             if (sub != GS_IDLE || e->max == GM_INF || c < e->max) gm_add(m, out, n);
-            return;
+            break;
         }
         case GM_REP: {
             uint32_t c = d.aux;
-            if (c >= e->min) gm_close(m, gm_new(m, d.pos + 1, 0, d.parent), out);
+            if (c >= e->min) gm_work(m, gm_new(m, d.pos + 1, 0, d.parent));
             if (e->max == GM_INF || c < e->max) {
                 uint32_t c1 = c + 1;
                 if (e->max == GM_INF && c1 > e->min) c1 = e->min;   /* only "reached min" matters */
                 int32_t rp = gm_new(m, d.pos, c1, d.parent);
-                if (rp >= 0) gm_push_rule(m, e->arg, rp, out);
+                if (rp >= 0) gm_work_rule(m, e->arg, rp);
             }
-            return;
+            break;
         }
         }
-        return;
     }
+    m->nwork = base;
 }
 
 /* Steps the set ss[xo, xo + nx) by byte b; the result is appended to ss. Returns its size. */
@@ -904,7 +933,14 @@ GrammarMatcher *grammar_matcher_new(Grammar *g, const GrammarVocab *v) {
     m->v = v;
     m->hit = calloc(((size_t)v->n_exit + 63) / 64 + 1, 8);
     if (!m->hit) { free(m); return NULL; }
-    gm_push_rule(m, g->root, -1, 0);
+    gm_work_rule(m, g->root, -1);
+    uint32_t k = m->nwork;
+    int32_t *roots = malloc(((size_t)k + 1) * sizeof *roots);
+    if (!roots) m->oom = 1;
+    else memcpy(roots, m->work, (size_t)k * sizeof *roots);
+    m->nwork = 0;
+    for (uint32_t i = 0; i < k && !m->oom; i++) gm_close(m, roots[i], 0);
+    free(roots);
     if (m->oom || gm_commit(m, 0, m->ns)) { grammar_matcher_free(m); return NULL; }
     return m;
 }
@@ -919,6 +955,8 @@ GrammarMatcher *grammar_matcher_clone(const GrammarMatcher *src) {
     m->hit = calloc(((size_t)src->v->n_exit + 63) / 64 + 1, 8);
     m->key = NULL;
     m->cap_key = 0;
+    m->work = NULL;
+    m->nwork = m->cap_work = 0;
     if (!m->nd || !m->ss || !m->hit) { grammar_matcher_free(m); return NULL; }
     memcpy(m->nd, src->nd, (size_t)src->live * sizeof *m->nd);
     memcpy(m->ss, src->ss, (size_t)src->nx * sizeof *m->ss);
@@ -935,6 +973,7 @@ void grammar_matcher_free(GrammarMatcher *m) {
     free(m->ss);
     free(m->key);
     free(m->hit);
+    free(m->work);
     free(m);
 }
 
@@ -1144,7 +1183,8 @@ typedef struct {
     const JsonValue **memo_v;
     int *memo_r;
     uint32_t n_memo, cap_memo, cap_memo_r;
-    int r_wsb, r_value, r_object, r_digit, r_digit19;
+    int r_wsb, r_value, r_object, r_digit;
+    int depth;                 /* schema nesting, $ref included */
 } GmSC;
 
 static const char *const gm_annotations[] = {"title", "description", "default", "examples", "$schema", "$id",
@@ -1278,9 +1318,11 @@ static int sc_lit_rule(GmB *b, const GmItem *it, uint32_t lo, uint32_t hi, uint3
         while (j < hi && it[j].p[depth] == it[i].p[depth]) j++;
         if (j == i + 1) {
             gm_seq_lit(b, &s, (const char *)it[i].p + depth, it[i].len - depth);
-        } else {
-            gm_seq_range(b, &s, it[i].p[depth], it[i].p[depth]);
-            gm_seq_push(b, &s, GM_RULE, (uint32_t)sc_lit_rule(b, it, i, j, depth + 1), 0, 0);
+        } else {   /* the group's common prefix, then a rule for where it branches */
+            uint32_t cp = depth, lim = it[i].len < it[j - 1].len ? it[i].len : it[j - 1].len;
+            while (cp < lim && it[i].p[cp] == it[j - 1].p[cp]) cp++;
+            gm_seq_lit(b, &s, (const char *)it[i].p + depth, cp - depth);
+            gm_seq_push(b, &s, GM_RULE, (uint32_t)sc_lit_rule(b, it, i, j, cp), 0, 0);
         }
         gm_alt(b, r, &s);
         i = j;
@@ -1991,10 +2033,12 @@ static int sc_schema_body(GmSC *c, const JsonValue *s) {
     return sc_typed(c, s, kinds);
 }
 
+#define GM_SCHEMA_DEPTH 256
 static int sc_schema(GmSC *c, const JsonValue *s) {
     if (c->b.failed) return -1;
     int r = sc_memo(c, s);
     if (r >= 0) return r;
+    if (c->depth >= GM_SCHEMA_DEPTH) return sc_fail(c, "schemas nest deeper than %d (counting $ref)", GM_SCHEMA_DEPTH);
     /* register first: a $ref cycle back to s finds this rule */
     r = gm_rule(&c->b, c->plen ? c->path : "#");
     if (r < 0) return -1;
@@ -2002,7 +2046,9 @@ static int sc_schema(GmSC *c, const JsonValue *s) {
         gm_grow((void **)&c->memo_r, &c->cap_memo_r, c->n_memo + 1, sizeof *c->memo_r)) return gm_fail(&c->b, "out of memory");
     c->memo_v[c->n_memo] = s;
     c->memo_r[c->n_memo++] = r;
+    c->depth++;
     int body = sc_schema_body(c, s);
+    c->depth--;
     if (body < 0) return -1;
     GmSeq q = {0};
     gm_seq_push(&c->b, &q, GM_RULE, (uint32_t)body, 0, 0);
@@ -2067,6 +2113,7 @@ typedef struct {
     int *rule_of;
     uint8_t *defined;
     uint32_t n_names, cap_names, cap_rule_of, cap_def;
+    int depth;                 /* ( groups ) open */
 } GmPG;
 
 static int pg_line(const GmPG *g) {
@@ -2263,8 +2310,10 @@ static int pg_item(GmPG *g, GmSeq *s) {
         if (r >= 0 && b->r[r].n == 0) return pg_fail(g, "class matches no character");
     } else if (ch == '(') {
         g->p++;
+        if (++g->depth > 64) return pg_fail(g, "groups nest deeper than 64");
         r = gm_rule(b, "group");
         if (pg_alternatives(g, r, 1) < 0) return -1;
+        g->depth--;
         pg_space(g, 1);
         if (g->p >= g->end || *g->p != ')') return pg_fail(g, "missing )");
         g->p++;
