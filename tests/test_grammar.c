@@ -427,7 +427,10 @@ static void test_integer_ranges(void) {
         snprintf(s, sizeof s, "{\"type\":\"integer\",\"minimum\":%lld,\"maximum\":%lld}", (long long)a, (long long)b2);
         Grammar *g = schema_grammar(s, 0, err, sizeof err);
         if (!g) { snprintf(why, sizeof why, "%s", err); ok = 0; break; }
-        int64_t probes[8] = {a, b2, a + (b2 - a) / 2, a + (int64_t)(rnd() % 1000), b2 - (int64_t)(rnd() % 1000), 0, 1, -1};
+        int64_t up = (int64_t)(rnd() % 1000), down = (int64_t)(rnd() % 1000), p3, p4;
+        if (__builtin_add_overflow(a, up, &p3)) p3 = a;
+        if (__builtin_sub_overflow(b2, down, &p4)) p4 = b2;
+        int64_t probes[8] = {a, b2, a / 2 + b2 / 2, p3, p4, 0, 1, -1};
         for (int i = 0; i < 8 && ok; i++) {
             char t[32];
             snprintf(t, sizeof t, "%lld", (long long)probes[i]);
