@@ -155,6 +155,7 @@ void grammar_apply_mask(float *logits, const uint64_t *mask, int n);
 #ifndef GRAMMAR_IMPLEMENTATION_DONE
 #define GRAMMAR_IMPLEMENTATION_DONE
 
+#include <limits.h>
 #include <math.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -705,7 +706,7 @@ oom:
 /* Stacks are linked lists of frames in an arena (shared tails); a state is a set of stack tops in
    ss, -1 standing for the empty stack (the answer is complete). [0, live) of the arena and [0, nx)
    of ss hold the current state; everything above is scratch for one operation. */
-typedef struct { uint32_t pos, aux; int32_t parent; uint32_t depth; } GmNode;
+typedef struct { uint32_t pos, aux; int32_t parent; uint32_t depth, h; } GmNode;   /* h: of the chain */
 
 struct GrammarMatcher {
     Grammar *g;
@@ -719,13 +720,22 @@ struct GrammarMatcher {
     uint32_t cap_key;
     int32_t *work;             /* gm_close's work list */
     uint32_t nwork, cap_work;
+    /* one walk's distinct sets (ss[w_off, w_off + w_n)) and their byte transitions (GM_UNSEEN,
+       GM_DEAD or a set id), so that the walk steps each set by each byte at most once */
+    uint32_t *w_off, *w_n, *w_h, w_count, cap_w, cap_w2, cap_w3, cap_wt;
+    uint8_t *w_live;
+    uint32_t cap_wl;
+    int32_t *w_trans;
+    uint32_t *w_ht, w_htcap;
     uint64_t *hit;             /* exit entries whose suffix fits */
 };
 
 static int32_t gm_new(GrammarMatcher *m, uint32_t pos, uint32_t aux, int32_t parent) {
     if (m->oom) return -2;
     if (gm_grow((void **)&m->nd, &m->cap_nd, m->nn + 1, sizeof *m->nd)) { m->oom = 1; return -2; }
-    m->nd[m->nn] = (GmNode){pos, aux, parent, parent < 0 ? 1 : m->nd[parent].depth + 1};
+    uint32_t h = (parent < 0 ? 0x9E3779B9u : m->nd[parent].h) ^ (pos * 0x85EBCA6Bu + aux * 0xC2B2AE35u);
+    h = (h ^ h >> 15) * 0x2C1B3C6Du;
+    m->nd[m->nn] = (GmNode){pos, aux, parent, parent < 0 ? 1 : m->nd[parent].depth + 1, h ^ h >> 13};
     return (int32_t)m->nn++;
 }
 
@@ -837,20 +847,100 @@ static int gm_has_consumer(const GrammarMatcher *m, uint32_t o, uint32_t n) {
     return 0;
 }
 
-/* Marks in hit every token of trie t whose bytes can be consumed from the set ss[xo, xo + nx). */
-static void gm_walk(GrammarMatcher *m, const GmTrie *t, uint32_t node, uint32_t xo, uint32_t nx, uint64_t *hit) {
+#define GM_UNSEEN (-1)
+#define GM_DEAD (-2)
+
+static uint32_t gm_set_hash(const GrammarMatcher *m, uint32_t o, uint32_t n) {
+    uint32_t h = n * 0x9E3779B9u;
+    for (uint32_t i = 0; i < n; i++) {   /* order-independent: a set */
+        uint32_t x = m->ss[o + i] < 0 ? 0x7F4A7C15u : m->nd[m->ss[o + i]].h;
+        x = (x ^ x >> 16) * 0x45D9F3Bu;
+        h += x ^ x >> 16;
+    }
+    return h;
+}
+
+static int gm_set_same(const GrammarMatcher *m, uint32_t a, uint32_t na, uint32_t b, uint32_t nb) {
+    if (na != nb) return 0;
+    for (uint32_t i = 0; i < na; i++) {
+        uint32_t j = 0;
+        while (j < nb && !gm_same(m, m->ss[a + i], m->ss[b + j])) j++;
+        if (j == nb) return 0;
+    }
+    return 1;
+}
+
+/* The id of the set ss[o, o + n) among this walk's sets; a new set is added (it stays in ss and
+   the arena), a known one is reported through *known (the caller then drops its copy). -1: out of
+   memory. */
+static int32_t gm_intern(GrammarMatcher *m, uint32_t o, uint32_t n, int *known) {
+    uint32_t h = gm_set_hash(m, o, n);
+    *known = 0;
+    if ((m->w_count + 1) * 2 > m->w_htcap) {
+        uint32_t nc = m->w_htcap ? m->w_htcap * 2 : 1024;
+        uint32_t *t = calloc(nc, sizeof *t);
+        if (!t) { m->oom = 1; return -1; }
+        for (uint32_t id = 0; id < m->w_count; id++) {
+            uint32_t i = m->w_h[id] & (nc - 1);
+            while (t[i]) i = (i + 1) & (nc - 1);
+            t[i] = id + 1;
+        }
+        free(m->w_ht);
+        m->w_ht = t;
+        m->w_htcap = nc;
+    }
+    uint32_t i = h & (m->w_htcap - 1);
+    for (; m->w_ht[i]; i = (i + 1) & (m->w_htcap - 1)) {
+        uint32_t id = m->w_ht[i] - 1;
+        if (m->w_h[id] == h && gm_set_same(m, m->w_off[id], m->w_n[id], o, n)) { *known = 1; return (int32_t)id; }
+    }
+    uint32_t id = m->w_count;
+    if (gm_grow((void **)&m->w_off, &m->cap_w, id + 1, 4) || gm_grow((void **)&m->w_n, &m->cap_w2, id + 1, 4) ||
+        gm_grow((void **)&m->w_h, &m->cap_w3, id + 1, 4) || gm_grow((void **)&m->w_live, &m->cap_wl, id + 1, 1) ||
+        gm_grow((void **)&m->w_trans, &m->cap_wt, (id + 1) * 256, 4)) { m->oom = 1; return -1; }
+    m->w_off[id] = o;
+    m->w_n[id] = n;
+    m->w_h[id] = h;
+    m->w_live[id] = (uint8_t)gm_has_consumer(m, o, n);
+    memset(m->w_trans + (size_t)id * 256, 0xFF, 256 * sizeof *m->w_trans);   /* GM_UNSEEN */
+    m->w_ht[i] = id + 1;
+    m->w_count++;
+    return (int32_t)id;
+}
+
+/* The set that set id becomes on byte b (GM_DEAD: none survives), computed once per walk. */
+static int32_t gm_trans(GrammarMatcher *m, int32_t id, unsigned b) {
+    int32_t d = m->w_trans[(size_t)id * 256 + b];
+    if (d != GM_UNSEEN) return d;
+    uint32_t mk = m->nn, so = m->ns;
+    uint32_t ny = gm_step(m, m->w_off[id], m->w_n[id], b);
+    int known = 0;
+    d = ny && !m->oom ? gm_intern(m, so, ny, &known) : GM_DEAD;
+    if (d < 0) d = GM_DEAD;
+    if (d == GM_DEAD || known) { m->nn = mk; m->ns = so; }
+    m->w_trans[(size_t)id * 256 + b] = d;
+    return d;
+}
+
+static void gm_walk_from(GrammarMatcher *m, const GmTrie *t, uint32_t node, int32_t id, uint64_t *hit) {
     const GmTNode *tn = &t->node[node];
     for (uint32_t e = tn->first; e < tn->first + tn->n; e++) {
-        uint32_t mk = m->nn, so = m->ns;
-        uint32_t ny = gm_step(m, xo, nx, t->eb[e]);
-        if (ny) {
-            const GmTNode *c = &t->node[t->en[e]];
-            for (uint32_t k = c->tfirst; k < c->tfirst + c->ntok; k++) hit[t->tok[k] >> 6] |= 1ull << (t->tok[k] & 63);
-            if (c->n && gm_has_consumer(m, so, ny)) gm_walk(m, t, t->en[e], so, ny, hit);
-        }
-        m->nn = mk;
-        m->ns = so;
+        int32_t d = gm_trans(m, id, t->eb[e]);
+        if (d == GM_DEAD) continue;
+        const GmTNode *c = &t->node[t->en[e]];
+        for (uint32_t k = c->tfirst; k < c->tfirst + c->ntok; k++) hit[t->tok[k] >> 6] |= 1ull << (t->tok[k] & 63);
+        if (c->n && m->w_live[d]) gm_walk_from(m, t, t->en[e], d, hit);
     }
+}
+
+/* Marks in hit every token of trie t whose bytes can be consumed from the set ss[xo, xo + nx). The
+   caller drops the arena and ss above its mark afterwards. */
+static void gm_walk(GrammarMatcher *m, const GmTrie *t, uint32_t xo, uint32_t nx, uint64_t *hit) {
+    m->w_count = 0;
+    if (m->w_htcap) memset(m->w_ht, 0, (size_t)m->w_htcap * sizeof *m->w_ht);
+    int known;
+    int32_t root = gm_intern(m, xo, nx, &known);
+    if (root >= 0) gm_walk_from(m, t, 0, root, hit);
 }
 
 /* Tokens allowed from a stack whose top is string content in the idle sub-state (see GrammarVocab). */
@@ -883,7 +973,7 @@ static void gm_str_mask(GrammarMatcher *m, int32_t n, uint64_t *mask) {
             uint32_t j = v->exit_trie.tok[k];
             m->hit[j >> 6] |= 1ull << (j & 63);
         }
-        if (gm_has_consumer(m, yo, ny)) gm_walk(m, &v->exit_trie, 0, yo, ny, m->hit);
+        if (gm_has_consumer(m, yo, ny)) gm_walk(m, &v->exit_trie, yo, ny, m->hit);
         for (uint32_t j = 0; j < v->n_exit; j++)
             if ((m->hit[j >> 6] >> (j & 63) & 1) && v->exit_d[j] >= dlo && v->exit_d[j] <= rem)
                 mask[v->exit_tok[j] >> 6] |= 1ull << (v->exit_tok[j] & 63);
@@ -957,6 +1047,10 @@ GrammarMatcher *grammar_matcher_clone(const GrammarMatcher *src) {
     m->cap_key = 0;
     m->work = NULL;
     m->nwork = m->cap_work = 0;
+    m->w_off = m->w_n = m->w_h = m->w_ht = NULL;
+    m->w_live = NULL;
+    m->w_trans = NULL;
+    m->w_count = m->cap_w = m->cap_w2 = m->cap_w3 = m->cap_wt = m->cap_wl = m->w_htcap = 0;
     if (!m->nd || !m->ss || !m->hit) { grammar_matcher_free(m); return NULL; }
     memcpy(m->nd, src->nd, (size_t)src->live * sizeof *m->nd);
     memcpy(m->ss, src->ss, (size_t)src->nx * sizeof *m->ss);
@@ -974,6 +1068,12 @@ void grammar_matcher_free(GrammarMatcher *m) {
     free(m->key);
     free(m->hit);
     free(m->work);
+    free(m->w_off);
+    free(m->w_n);
+    free(m->w_h);
+    free(m->w_live);
+    free(m->w_trans);
+    free(m->w_ht);
     free(m);
 }
 
@@ -1142,7 +1242,7 @@ int grammar_matcher_mask(GrammarMatcher *m, uint64_t *mask) {
         int32_t n = m->ss[i];
         if (n >= 0 && g->el[m->nd[n].pos].kind == GM_STR && (m->nd[n].aux & 31) == GS_IDLE) gm_str_mask(m, n, mask);
     }
-    if (gn) gm_walk(m, &v->trie, 0, go, gn, mask);
+    if (gn) gm_walk(m, &v->trie, go, gn, mask);
     int oom = m->oom;
     m->nn = m->live;
     m->ns = m->nx;
@@ -1531,7 +1631,8 @@ static const JsonValue *sc_resolve(GmSC *c, const char *ref, size_t n) {
                 char hx[3] = {ref[i], ref[i + 1], 0};
                 if (sscanf(hx, "%2x", &hv) == 1) { ch = (char)hv; i += 2; }
             }
-            if (k + 1 < sizeof seg) seg[k++] = ch;
+            if (k + 1 >= sizeof seg) return NULL;   /* no key that long is resolved */
+            seg[k++] = ch;
         }
         seg[k] = 0;
         if (json_type(v) == JSON_OBJECT) v = json_getn(v, seg, k);
@@ -2252,6 +2353,18 @@ static void pg_utf8_range(GmB *b, int r, long lo, long hi) {
 
 static int pg_alternatives(GmPG *g, int r, int nested);
 
+/* A repetition count (digits, within the text); ULONG_MAX if there is none. Large values are
+   capped above the limit so that the caller refuses them. */
+static unsigned long pg_count(GmPG *g) {
+    const char *p0 = g->p;
+    unsigned long v = 0;
+    while (g->p < g->end && *g->p >= '0' && *g->p <= '9') {
+        if (v < 100000000ul) v = v * 10 + (unsigned long)(*g->p - '0');
+        g->p++;
+    }
+    return g->p == p0 ? ULONG_MAX : v;
+}
+
 /* One item with its postfix operator, appended to s. */
 static int pg_item(GmPG *g, GmSeq *s) {
     GmB *b = &g->b;
@@ -2329,20 +2442,17 @@ static int pg_item(GmPG *g, GmSeq *s) {
         mx = *g->p == '?' ? 1 : GM_INF;
         g->p++;
     } else if (g->p < g->end && *g->p == '{') {
-        char *e;
         g->p++;
-        unsigned long a = strtoul(g->p, &e, 10);
-        if (e == g->p) return pg_fail(g, "bad repetition");
-        unsigned long z = a;
-        g->p = e;
+        unsigned long a = pg_count(g), z = a;
+        if (a == ULONG_MAX) { gm_seq_free(&lit); return pg_fail(g, "bad repetition"); }
         if (g->p < g->end && *g->p == ',') {
             g->p++;
             if (g->p < g->end && *g->p == '}') z = GM_INF;
-            else { z = strtoul(g->p, &e, 10); if (e == g->p) return pg_fail(g, "bad repetition"); g->p = e; }
+            else if ((z = pg_count(g)) == ULONG_MAX) { gm_seq_free(&lit); return pg_fail(g, "bad repetition"); }
         }
-        if (g->p >= g->end || *g->p != '}') return pg_fail(g, "bad repetition");
+        if (g->p >= g->end || *g->p != '}') { gm_seq_free(&lit); return pg_fail(g, "bad repetition"); }
         g->p++;
-        if (a > 1000000 || (z != GM_INF && (z > 1000000 || z < a))) return pg_fail(g, "bad repetition count");
+        if (a > 1000000 || (z != GM_INF && (z > 1000000 || z < a))) { gm_seq_free(&lit); return pg_fail(g, "bad repetition count"); }
         mn = (uint32_t)a;
         mx = (uint32_t)z;
     }
