@@ -113,7 +113,7 @@
 #define GRAMMAR_MAX_DEPTH 512               /* stack frames */
 #endif
 #ifndef GRAMMAR_CACHE_BYTES
-#define GRAMMAR_CACHE_BYTES ((size_t)64 << 20)   /* cached masks per grammar */
+#define GRAMMAR_CACHE_BYTES ((size_t)16 << 20)   /* cached masks per grammar (~800 of 154,880 tokens) */
 #endif
 
 typedef struct Grammar Grammar;
@@ -352,9 +352,9 @@ static Grammar *gm_finish(GmB *b, int root, const char *what) {
     uint8_t *nullable = calloc(n + 1, 1), *prod = calloc(n + 1, 1);
     Grammar *g = NULL;
     if (!nullable || !prod) { gm_fail(b, "out of memory"); goto done; }
-    for (int changed = 1; changed;) {
+    for (int changed = 1; changed;) {   /* to a fixed point; rules written top-down settle in one pass */
         changed = 0;
-        for (uint32_t r = 0; r < n; r++) {
+        for (uint32_t r = n; r-- > 0;) {
             int nu = 0, pr = 0;
             for (uint32_t a = 0; a < b->r[r].n; a++) {
                 const GmSeq *s = &b->r[r].alts[a];
@@ -398,7 +398,7 @@ static Grammar *gm_finish(GmB *b, int root, const char *what) {
     g->rule_nalt = malloc((size_t)n * sizeof *g->rule_nalt);
     g->cls = malloc((size_t)(b->ncls + 1) * sizeof *g->cls);
     if (!g->el || !g->alt || !g->rule_alt || !g->rule_nalt || !g->cls) { gm_fail(b, "out of memory"); goto done; }
-    memcpy(g->cls, b->cls, (size_t)b->ncls * sizeof *g->cls);
+    if (b->ncls) memcpy(g->cls, b->cls, (size_t)b->ncls * sizeof *g->cls);
     g->n_cls = b->ncls;
     g->n_rules = n;
     g->root = (uint32_t)root;

@@ -672,6 +672,9 @@ static void test_gbnf(void) {
           !accepts_str(g, v, "b\xc3\xa9") && !accepts_str(g, v, "\xce\xb2" "aA") && !accepts_str(g, v, "\xce\xb2\"A"),
           g ? "class mismatch" : err);
     grammar_free(g);
+    g = grammar_from_gbnf("root ::= \"\"\n", 12, err, sizeof err);   /* only the empty answer */
+    check("gbnf_empty_answer", g && accepts_str(g, v, "") && !accepts_str(g, v, "a"), err);
+    grammar_free(g);
     const char *dot = "root ::= . . \"!\"\n";
     g = grammar_from_gbnf(dot, strlen(dot), err, sizeof err);
     check("gbnf_dot_any_character", g && accepts_str(g, v, "\xe4\xb8\xad" "a!") && accepts_str(g, v, "\xf4\x8f\xbf\xbf" "b!") &&
@@ -701,6 +704,65 @@ static void test_gbnf(void) {
     grammar_vocab_free(v);
 }
 
+static void test_limits_and_literals(void) {
+    GrammarVocab *v = byte_vocab();
+    char err[256], *sch = malloc(1 << 16);
+    /* enum values sharing long prefixes (factored into one trie of rules) */
+    size_t n = (size_t)snprintf(sch, 1 << 16, "{\"enum\":[");
+    for (int i = 0; i < 300; i++) n += (size_t)snprintf(sch + n, (1 << 16) - n, "%s\"%s%d\"", i ? "," : "", "aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa", i * 7);
+    snprintf(sch + n, (1 << 16) - n, ",\"b\",\"\"]}");
+    Grammar *g = schema_grammar(sch, 0, err, sizeof err);
+    int ok = g != NULL;
+    for (int i = 0; ok && i < 300; i++) {
+        char lit[64];
+        snprintf(lit, sizeof lit, "\"%s%d\"", "aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa", i * 7);
+        ok = accepts_str(g, v, lit);
+        snprintf(lit, sizeof lit, "\"%s%d\"", "aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa", i * 7 + 1);
+        if (ok && (i * 7 + 1) % 7) ok = !accepts_str(g, v, lit);
+    }
+    check("enum_shared_prefixes", ok && accepts_str(g, v, "\"b\"") && accepts_str(g, v, "\"\"") && !accepts_str(g, v, "\"a\""),
+          g ? "enum accept/refuse" : err);
+    grammar_free(g);
+    /* a chain of 400 $refs is refused by depth, not by a crash */
+    n = (size_t)snprintf(sch, 1 << 16, "{\"$defs\":{");
+    for (int i = 0; i < 400; i++) n += (size_t)snprintf(sch + n, (1 << 16) - n, "%s\"d%d\":{\"$ref\":\"#/$defs/d%d\"}", i ? "," : "", i, i + 1);
+    snprintf(sch + n, (1 << 16) - n, ",\"d400\":{\"type\":\"null\"}},\"$ref\":\"#/$defs/d0\"}");
+    g = schema_grammar(sch, 0, err, sizeof err);
+    check("ref_chain_depth_refused", !g && strstr(err, "nest deeper"), g ? "compiled" : err);
+    grammar_free(g);
+    n = 0;
+    n += (size_t)snprintf(sch, 1 << 16, "root ::= ");
+    for (int i = 0; i < 100; i++) sch[n++] = '(';
+    sch[n++] = '"'; sch[n++] = 'x'; sch[n++] = '"';
+    for (int i = 0; i < 100; i++) sch[n++] = ')';
+    sch[n++] = '\n';
+    g = grammar_from_gbnf(sch, n, err, sizeof err);
+    check("gbnf_group_depth_refused", !g && strstr(err, "nest deeper"), g ? "compiled" : err);
+    grammar_free(g);
+    /* a long chain of rules: no C recursion per rule in the compiler or the matcher */
+    free(sch);
+    sch = malloc(1 << 20);
+    n = 0;
+    for (int i = 0; i < 20000; i++) {
+        char name[16];
+        snprintf(name, sizeof name, i ? "r%d" : "root", i);
+        n += (size_t)snprintf(sch + n, (1 << 20) - n, "%s ::= r%d | \"y\"\n", name, i + 1);
+    }
+    n += (size_t)snprintf(sch + n, (1 << 20) - n, "r20000 ::= \"z\"\n");
+    g = grammar_from_gbnf(sch, n, err, sizeof err);
+    check("gbnf_long_rule_chain", g && accepts_str(g, v, "z") && accepts_str(g, v, "y") && !accepts_str(g, v, "x"), g ? "accept" : err);
+    grammar_free(g);
+    free(sch);
+    /* grammar_apply_mask */
+    float logits[130];
+    uint64_t mask[3] = {1ull << 3, 0, 1ull << (129 - 128)};
+    for (int i = 0; i < 130; i++) logits[i] = 1.0f;
+    grammar_apply_mask(logits, mask, 130);
+    int am = logits[3] == 1.0f && logits[129] == 1.0f && isinf(logits[0]) && logits[0] < 0 && isinf(logits[128]);
+    check("apply_mask", am, "logits after grammar_apply_mask");
+    grammar_vocab_free(v);
+}
+
 int main(void) {
     make_vocab();
     test_strings();
@@ -709,6 +771,7 @@ int main(void) {
     test_refusals();
     test_eos_check_clone();
     test_gbnf();
+    test_limits_and_literals();
     test_generation();
     printf("%d failures\n", failures);
     return failures != 0;
