@@ -205,12 +205,19 @@ typedef struct {
     size_t err_len;
 } GmB;
 
+/* Messages are one line: a control byte from the input (a key, a name) becomes '?'. */
+static void gm_one_line(char *s) {
+    for (; s && *s; s++)
+        if ((unsigned char)*s < 0x20 || *s == 0x7F) *s = '?';
+}
+
 static int gm_fail(GmB *b, const char *fmt, ...) {
     if (!b->failed && b->err && b->err_len) {
         va_list ap;
         va_start(ap, fmt);
         vsnprintf(b->err, b->err_len, fmt, ap);
         va_end(ap);
+        gm_one_line(b->err);
     }
     b->failed = 1;
     return -1;
@@ -1309,6 +1316,7 @@ static int sc_fail(GmSC *c, const char *fmt, ...) {
         vsnprintf(msg, sizeof msg, fmt, ap);
         va_end(ap);
         snprintf(c->b.err, c->b.err_len, "%s: %s", c->plen ? c->path : "#", msg);
+        gm_one_line(c->b.err);
     }
     c->b.failed = 1;
     return -1;
@@ -2191,6 +2199,7 @@ Grammar *grammar_from_schema_text(const char *json, size_t len, const GrammarOpt
     JsonDoc *d = json_parse(json, len, jerr, sizeof jerr);
     if (!d) {
         if (err && err_len) snprintf(err, err_len, "schema: %.200s", jerr);
+        gm_one_line(err);
         return NULL;
     }
     Grammar *g = grammar_from_schema(json_root(d), opt, err, err_len);
@@ -2231,6 +2240,7 @@ static int pg_fail(GmPG *g, const char *fmt, ...) {
         vsnprintf(msg, sizeof msg, fmt, ap);
         va_end(ap);
         snprintf(g->b.err, g->b.err_len, "line %d: %s", pg_line(g), msg);
+        gm_one_line(g->b.err);
     }
     g->b.failed = 1;
     return -1;
@@ -2267,6 +2277,14 @@ static int pg_rule_named(GmPG *g, const char *s, size_t n, int define) {
     return g->rule_of[g->n_names++];
 }
 
+/* A byte for a message: itself when printable, else \xHH (messages are one line). */
+static const char *pg_show(char ch, char buf[8]) {
+    unsigned char u = (unsigned char)ch;
+    if (u >= 0x21 && u < 0x7F) snprintf(buf, 8, "'%c'", ch);
+    else snprintf(buf, 8, "\\x%02x", u);
+    return buf;
+}
+
 /* One character of a literal or class: an escape or a UTF-8 sequence. Returns the code point. */
 static long pg_char(GmPG *g) {
     const unsigned char *p = (const unsigned char *)g->p;
@@ -2282,7 +2300,7 @@ static long pg_char(GmPG *g) {
             case 'r': return '\r';
             case 't': return '\t';
             case '\\': case '"': case '[': case ']': case '-': case '^': case '\'': return (unsigned char)e;
-            default: return pg_fail(g, "unknown escape \\%c", e);
+            default: return pg_fail(g, "unknown escape: a backslash then %s", pg_show(e, (char[8]){0}));
             }
         }
         long v = 0;
@@ -2434,7 +2452,7 @@ static int pg_item(GmPG *g, GmSeq *s) {
         const char *s0 = g->p;
         while (g->p < g->end && pg_is_name(*g->p)) g->p++;
         r = pg_rule_named(g, s0, (size_t)(g->p - s0), 0);
-    } else return pg_fail(g, "unexpected '%c'", ch);
+    } else return pg_fail(g, "unexpected %s", pg_show(ch, (char[8]){0}));
     /* postfix */
     uint32_t mn = 1, mx = 1;
     if (g->p < g->end && (*g->p == '*' || *g->p == '+' || *g->p == '?')) {

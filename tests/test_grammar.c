@@ -585,6 +585,7 @@ static void test_refusals(void) {
         {"false", "false"},
         {"{\"enum\":[1,2],\"type\":\"string\"}", "enum"},
         {"{\"type\":\"string\",\"maxLength\":-1}", "maxLength"},
+        {"{\"pat\\ntern\":1}", "keyword 'pat?tern' is not enforced"},
     };
     for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
         char err[256] = "", name[64];
@@ -691,6 +692,7 @@ static void test_gbnf(void) {
         {"root ::= \"a\"\nroot ::= \"b\"\n", "defined twice"},
         {"root ::= (\"a\"\n", "missing )"},
         {"root ::= \"\\q\"\n", "escape"},
+        {"root ::= \"\\\n\"\n", "a backslash then \\x0a"},
     };
     for (size_t i = 0; i < sizeof bad / sizeof *bad; i++) {
         char name[64], why[400];
