@@ -920,16 +920,49 @@ static int32_t gm_intern(GrammarMatcher *m, uint32_t o, uint32_t n, int *known) 
     return (int32_t)id;
 }
 
-/* The set that set id becomes on byte b (GM_DEAD: none survives), computed once per walk. */
-static int32_t gm_trans(GrammarMatcher *m, int32_t id, unsigned b) {
+/* Walks without the transition tables: every trie edge steps the set. */
+static void gm_walk_plain(GrammarMatcher *m, const GmTrie *t, uint32_t node, uint32_t xo, uint32_t nx, uint64_t *hit) {
+    const GmTNode *tn = &t->node[node];
+    for (uint32_t e = tn->first; e < tn->first + tn->n; e++) {
+        uint32_t mk = m->nn, so = m->ns;
+        uint32_t ny = gm_step(m, xo, nx, t->eb[e]);
+        if (ny) {
+            const GmTNode *c = &t->node[t->en[e]];
+            for (uint32_t k = c->tfirst; k < c->tfirst + c->ntok; k++) hit[t->tok[k] >> 6] |= 1ull << (t->tok[k] & 63);
+            if (c->n && gm_has_consumer(m, so, ny)) gm_walk_plain(m, t, t->en[e], so, ny, hit);
+        }
+        m->nn = mk;
+        m->ns = so;
+    }
+}
+
+/* One walk keeps at most this many sets (256 transitions each: 4 MiB); a grammar whose states
+   tell every prefix apart (a large alternation of literals) walks on without tables past it. */
+#ifndef GRAMMAR_WALK_SETS
+#define GRAMMAR_WALK_SETS 4096
+#endif
+#define GM_PLAIN (-3)
+
+/* The set that set id becomes on byte b (GM_DEAD: none survives), computed once per walk; GM_PLAIN
+   when the tables are full: the new set is then at ss[*so, *so + *ny), above the marks *mk / *so. */
+static int32_t gm_trans(GrammarMatcher *m, int32_t id, unsigned b, uint32_t *mk, uint32_t *so, uint32_t *ny) {
     int32_t d = m->w_trans[(size_t)id * 256 + b];
     if (d != GM_UNSEEN) return d;
-    uint32_t mk = m->nn, so = m->ns;
-    uint32_t ny = gm_step(m, m->w_off[id], m->w_n[id], b);
+    *mk = m->nn;
+    *so = m->ns;
+    *ny = gm_step(m, m->w_off[id], m->w_n[id], b);
     int known = 0;
-    d = ny && !m->oom ? gm_intern(m, so, ny, &known) : GM_DEAD;
+    if (!*ny || m->oom) d = GM_DEAD;
+    else if (m->w_count >= GRAMMAR_WALK_SETS) {
+        uint32_t h = gm_set_hash(m, *so, *ny), i = h & (m->w_htcap - 1);   /* a known set still */
+        for (d = GM_PLAIN; m->w_ht[i]; i = (i + 1) & (m->w_htcap - 1)) {
+            uint32_t k = m->w_ht[i] - 1;
+            if (m->w_h[k] == h && gm_set_same(m, m->w_off[k], m->w_n[k], *so, *ny)) { d = (int32_t)k; known = 1; break; }
+        }
+        if (d == GM_PLAIN) return d;
+    } else d = gm_intern(m, *so, *ny, &known);
     if (d < 0) d = GM_DEAD;
-    if (d == GM_DEAD || known) { m->nn = mk; m->ns = so; }
+    if (d == GM_DEAD || known) { m->nn = *mk; m->ns = *so; }
     m->w_trans[(size_t)id * 256 + b] = d;
     return d;
 }
@@ -937,11 +970,16 @@ static int32_t gm_trans(GrammarMatcher *m, int32_t id, unsigned b) {
 static void gm_walk_from(GrammarMatcher *m, const GmTrie *t, uint32_t node, int32_t id, uint64_t *hit) {
     const GmTNode *tn = &t->node[node];
     for (uint32_t e = tn->first; e < tn->first + tn->n; e++) {
-        int32_t d = gm_trans(m, id, t->eb[e]);
+        uint32_t mk = 0, so = 0, ny = 0;
+        int32_t d = gm_trans(m, id, t->eb[e], &mk, &so, &ny);
         if (d == GM_DEAD) continue;
         const GmTNode *c = &t->node[t->en[e]];
         for (uint32_t k = c->tfirst; k < c->tfirst + c->ntok; k++) hit[t->tok[k] >> 6] |= 1ull << (t->tok[k] & 63);
-        if (c->n && m->w_live[d]) gm_walk_from(m, t, t->en[e], d, hit);
+        if (d == GM_PLAIN) {
+            if (c->n && gm_has_consumer(m, so, ny)) gm_walk_plain(m, t, t->en[e], so, ny, hit);
+            m->nn = mk;
+            m->ns = so;
+        } else if (c->n && m->w_live[d]) gm_walk_from(m, t, t->en[e], d, hit);
     }
 }
 

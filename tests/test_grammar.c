@@ -7,6 +7,8 @@
  * plus multi-byte tokens that span JSON structure characters, escapes and partial UTF-8. */
 #define JSON_IMPLEMENTATION
 #include "json.h"
+/* Few sets per walk: both the walk with transition tables and the one past them run here. */
+#define GRAMMAR_WALK_SETS 12
 #define GRAMMAR_IMPLEMENTATION
 #include "grammar.h"
 
