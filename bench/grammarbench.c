@@ -301,5 +301,9 @@ int main(int argc, char **argv) {
     }
     printf("bench: grammar worst-cold-share=%.4f%%\n", worst);
     grammar_vocab_free(v);
+    free(mask);
+    free(logits);
+    free(toks);
+    free(times);
     return 0;
 }
