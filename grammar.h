@@ -118,7 +118,8 @@
 #define GRAMMAR_MAX_DEPTH 512               /* stack frames */
 #endif
 #ifndef GRAMMAR_CACHE_BYTES
-#define GRAMMAR_CACHE_BYTES ((size_t)16 << 20)   /* cached masks per grammar (~800 of 154,880 tokens) */
+/* cached masks per grammar: about 800 of a 154,880-token vocabulary */
+#define GRAMMAR_CACHE_BYTES ((size_t)16 << 20)
 #endif
 
 typedef struct Grammar Grammar;
@@ -240,7 +241,10 @@ static int gm_grow(void **p, uint32_t *cap, uint32_t need, size_t elsize) {
 }
 
 static void gm_seq_push(GmB *b, GmSeq *s, uint8_t kind, uint32_t arg, uint32_t min, uint32_t max) {
-    if (gm_grow((void **)&s->e, &s->cap, s->n + 1, sizeof *s->e)) { gm_fail(b, "out of memory"); return; }
+    if (gm_grow((void **)&s->e, &s->cap, s->n + 1, sizeof *s->e)) {
+        gm_fail(b, "out of memory");
+        return;
+    }
     s->e[s->n++] = (GmElem){kind, arg, min, max};
 }
 
@@ -251,7 +255,10 @@ static void gm_seq_cls(GmB *b, GmSeq *s, const uint64_t c[4]) {
     for (i = 0; i < b->ncls; i++)
         if (!memcmp(b->cls[i], c, 32)) break;
     if (i == b->ncls) {
-        if (gm_grow((void **)&b->cls, &b->capcls, b->ncls + 1, sizeof *b->cls)) { gm_fail(b, "out of memory"); return; }
+        if (gm_grow((void **)&b->cls, &b->capcls, b->ncls + 1, sizeof *b->cls)) {
+            gm_fail(b, "out of memory");
+            return;
+        }
         memcpy(b->cls[b->ncls++], c, 32);
     }
     gm_seq_push(b, s, GM_BYTES, i, 0, 0);
@@ -268,11 +275,13 @@ static void gm_seq_lit(GmB *b, GmSeq *s, const char *p, size_t n) {
 }
 
 static void gm_seq_cat(GmB *b, GmSeq *s, const GmSeq *t) {
-    for (uint32_t i = 0; i < t->n; i++) gm_seq_push(b, s, t->e[i].kind, t->e[i].arg, t->e[i].min, t->e[i].max);
+    for (uint32_t i = 0; i < t->n; i++)
+        gm_seq_push(b, s, t->e[i].kind, t->e[i].arg, t->e[i].min, t->e[i].max);
 }
 
 static int gm_rule(GmB *b, const char *name) {
-    if (gm_grow((void **)&b->r, &b->cap, b->n + 1, sizeof *b->r)) return gm_fail(b, "out of memory");
+    if (gm_grow((void **)&b->r, &b->cap, b->n + 1, sizeof *b->r))
+        return gm_fail(b, "out of memory");
     GmBRule *r = &b->r[b->n];
     memset(r, 0, sizeof *r);
     r->name = strdup(name ? name : "?");
@@ -284,7 +293,11 @@ static int gm_rule(GmB *b, const char *name) {
 static void gm_alt(GmB *b, int r, GmSeq *s) {
     if (r < 0 || b->failed) { gm_seq_free(s); return; }
     GmBRule *R = &b->r[r];
-    if (gm_grow((void **)&R->alts, &R->cap, R->n + 1, sizeof *R->alts)) { gm_fail(b, "out of memory"); gm_seq_free(s); return; }
+    if (gm_grow((void **)&R->alts, &R->cap, R->n + 1, sizeof *R->alts)) {
+        gm_fail(b, "out of memory");
+        gm_seq_free(s);
+        return;
+    }
     R->alts[R->n++] = *s;
     memset(s, 0, sizeof *s);
 }
@@ -364,7 +377,8 @@ static Grammar *gm_finish(GmB *b, int root, const char *what) {
     uint8_t *nullable = calloc(n + 1, 1), *prod = calloc(n + 1, 1);
     Grammar *g = NULL;
     if (!nullable || !prod) { gm_fail(b, "out of memory"); goto done; }
-    for (int changed = 1; changed;) {   /* to a fixed point; rules written top-down settle in one pass */
+    /* to a fixed point; rules written top-down settle in one pass */
+    for (int changed = 1; changed;) {
         changed = 0;
         for (uint32_t r = n; r-- > 0;) {
             int nu = 0, pr = 0;
@@ -374,12 +388,18 @@ static Grammar *gm_finish(GmB *b, int root, const char *what) {
                 for (uint32_t i = 0; i < s->n; i++) {
                     const GmElem *e = &s->e[i];
                     if (!gm_elem_nullable(e, nullable)) an = 0;
-                    if ((e->kind == GM_RULE && !prod[e->arg]) || (e->kind == GM_REP && e->min > 0 && !prod[e->arg])) ap = 0;
+                    if ((e->kind == GM_RULE && !prod[e->arg]) ||
+                        (e->kind == GM_REP && e->min > 0 && !prod[e->arg]))
+                        ap = 0;
                 }
                 nu |= an;
                 pr |= ap;
             }
-            if (nu != nullable[r] || pr != prod[r]) { nullable[r] = (uint8_t)nu; prod[r] = (uint8_t)pr; changed = 1; }
+            if (nu != nullable[r] || pr != prod[r]) {
+                nullable[r] = (uint8_t)nu;
+                prod[r] = (uint8_t)pr;
+                changed = 1;
+            }
         }
     }
     for (uint32_t r = 0; r < n; r++) {
@@ -387,7 +407,8 @@ static Grammar *gm_finish(GmB *b, int root, const char *what) {
             const GmSeq *s = &b->r[r].alts[a];
             for (uint32_t i = 0; i < s->n; i++)
                 if (s->e[i].kind == GM_REP && nullable[s->e[i].arg] && prod[s->e[i].arg]) {
-                    gm_fail(b, "%s: %s repeats something that can match nothing", what, b->r[r].name);
+                    gm_fail(b, "%s: %s repeats something that can match nothing", what,
+                            b->r[r].name);
                     goto done;
                 }
         }
@@ -409,7 +430,10 @@ static Grammar *gm_finish(GmB *b, int root, const char *what) {
     g->rule_alt = malloc((size_t)n * sizeof *g->rule_alt);
     g->rule_nalt = malloc((size_t)n * sizeof *g->rule_nalt);
     g->cls = malloc((size_t)(b->ncls + 1) * sizeof *g->cls);
-    if (!g->el || !g->alt || !g->rule_alt || !g->rule_nalt || !g->cls) { gm_fail(b, "out of memory"); goto done; }
+    if (!g->el || !g->alt || !g->rule_alt || !g->rule_nalt || !g->cls) {
+        gm_fail(b, "out of memory");
+        goto done;
+    }
     if (b->ncls) memcpy(g->cls, b->cls, (size_t)b->ncls * sizeof *g->cls);
     g->n_cls = b->ncls;
     g->n_rules = n;
@@ -461,9 +485,28 @@ typedef struct {
 
 /* Sub-states of a JSON string's content automaton (GM_STR): the low 5 bits of a frame's aux. */
 enum {
-    GS_IDLE, GS_C1, GS_C2, GS_C3, GS_E0, GS_ED, GS_F0, GS_F4,   /* UTF-8: continuation bytes due */
-    GS_BS, GS_U0, GS_U1, GS_U1D, GS_U2, GS_U2H, GS_U3, GS_U3H,  /* after \, \u + digits */
-    GS_LBS, GS_LU, GS_L0, GS_L1, GS_L2, GS_L3                   /* the low surrogate's \uDC00-DFFF */
+    GS_IDLE,
+    GS_C1,
+    GS_C2,
+    GS_C3,
+    GS_E0,
+    GS_ED,
+    GS_F0,
+    GS_F4, /* UTF-8: continuation bytes due */
+    GS_BS,
+    GS_U0,
+    GS_U1,
+    GS_U1D,
+    GS_U2,
+    GS_U2H,
+    GS_U3,
+    GS_U3H, /* after \, \u + digits */
+    GS_LBS,
+    GS_LU,
+    GS_L0,
+    GS_L1,
+    GS_L2,
+    GS_L3 /* the low surrogate's \uDC00-DFFF */
 };
 
 enum { GP_REJECT, GP_WITHIN, GP_EXIT };
@@ -635,7 +678,8 @@ GrammarVocab *grammar_vocab_new(int n, const char *const *piece, const size_t *l
     for (int i = 0; i < n; i++) {
         size_t l = piece[i] ? len[i] : 0;
         if (l > 4096) {   /* the trie walk recurses once per byte */
-            if (err && err_len) snprintf(err, err_len, "vocabulary: token %d is %zu bytes long (most 4096)", i, l);
+            if (err && err_len)
+                snprintf(err, err_len, "vocabulary: token %d is %zu bytes long (most 4096)", i, l);
             grammar_vocab_free(v);
             return NULL;
         }
@@ -659,7 +703,9 @@ GrammarVocab *grammar_vocab_new(int n, const char *const *piece, const size_t *l
         v->len[i] = (uint32_t)l;
         if (l) memcpy(v->bytes + pos, piece[i], l);
         pos += l;
-        if (l && !v->is_eos[i]) it[m++] = (GmItem){(const unsigned char *)v->bytes + v->off[i], (uint32_t)l, (uint32_t)i};
+        if (l && !v->is_eos[i])
+            it[m++] =
+                (GmItem){(const unsigned char *)v->bytes + v->off[i], (uint32_t)l, (uint32_t)i};
     }
     /* string profiles (m bounds every list) */
     uint32_t *exit_sfx = malloc((size_t)(m + 1) * 4);
@@ -667,7 +713,10 @@ GrammarVocab *grammar_vocab_new(int n, const char *const *piece, const size_t *l
     v->long_d = malloc((size_t)(m + 1) * 4);
     v->exit_tok = malloc((size_t)(m + 1) * 4);
     v->exit_d = malloc((size_t)(m + 1) * 4);
-    if (!exit_sfx || !v->long_tok || !v->long_d || !v->exit_tok || !v->exit_d) { free(exit_sfx); goto oom; }
+    if (!exit_sfx || !v->long_tok || !v->long_d || !v->exit_tok || !v->exit_d) {
+        free(exit_sfx);
+        goto oom;
+    }
     for (uint32_t k = 0; k < m; k++) {
         const unsigned char *p = it[k].p;
         uint32_t l = it[k].len, d = 0, i;
@@ -683,7 +732,8 @@ GrammarVocab *grammar_vocab_new(int n, const char *const *piece, const size_t *l
         if (kind == GP_WITHIN) {
             v->within_all[id >> 6] |= 1ull << (id & 63);
             if (d > v->dmax) v->dmax = d;
-            for (uint32_t w = d; w < GM_WLE; w++) v->wle[(size_t)w * v->words + (id >> 6)] |= 1ull << (id & 63);
+            for (uint32_t w = d; w < GM_WLE; w++)
+                v->wle[(size_t)w * v->words + (id >> 6)] |= 1ull << (id & 63);
             if (d >= GM_WLE) {
                 v->long_tok[v->n_long] = id;
                 v->long_d[v->n_long++] = d;
@@ -698,7 +748,8 @@ GrammarVocab *grammar_vocab_new(int n, const char *const *piece, const size_t *l
     if (!sit) { free(exit_sfx); goto oom; }
     for (uint32_t j = 0; j < v->n_exit; j++) {
         uint32_t id = v->exit_tok[j];
-        sit[j] = (GmItem){(const unsigned char *)v->bytes + v->off[id] + exit_sfx[j], v->len[id] - exit_sfx[j], j};
+        sit[j] = (GmItem){(const unsigned char *)v->bytes + v->off[id] + exit_sfx[j],
+                          v->len[id] - exit_sfx[j], j};
     }
     free(exit_sfx);
     int bad = gm_trie_make(&v->exit_trie, sit, v->n_exit);
@@ -718,7 +769,11 @@ oom:
 /* Stacks are linked lists of frames in an arena (shared tails); a state is a set of stack tops in
    ss, -1 standing for the empty stack (the answer is complete). [0, live) of the arena and [0, nx)
    of ss hold the current state; everything above is scratch for one operation. */
-typedef struct { uint32_t pos, aux; int32_t parent; uint32_t depth, h; } GmNode;   /* h: of the chain */
+typedef struct {
+    uint32_t pos, aux;
+    int32_t parent;
+    uint32_t depth, h;
+} GmNode; /* h: of the chain */
 
 struct GrammarMatcher {
     Grammar *g;
@@ -745,9 +800,11 @@ struct GrammarMatcher {
 static int32_t gm_new(GrammarMatcher *m, uint32_t pos, uint32_t aux, int32_t parent) {
     if (m->oom) return -2;
     if (gm_grow((void **)&m->nd, &m->cap_nd, m->nn + 1, sizeof *m->nd)) { m->oom = 1; return -2; }
-    uint32_t h = (parent < 0 ? 0x9E3779B9u : m->nd[parent].h) ^ (pos * 0x85EBCA6Bu + aux * 0xC2B2AE35u);
+    uint32_t h =
+        (parent < 0 ? 0x9E3779B9u : m->nd[parent].h) ^ (pos * 0x85EBCA6Bu + aux * 0xC2B2AE35u);
     h = (h ^ h >> 15) * 0x2C1B3C6Du;
-    m->nd[m->nn] = (GmNode){pos, aux, parent, parent < 0 ? 1 : m->nd[parent].depth + 1, h ^ h >> 13};
+    m->nd[m->nn] =
+        (GmNode){pos, aux, parent, parent < 0 ? 1 : m->nd[parent].depth + 1, h ^ h >> 13};
     return (int32_t)m->nn++;
 }
 
@@ -770,14 +827,18 @@ static void gm_add(GrammarMatcher *m, uint32_t out, int32_t n) {
 
 static void gm_work(GrammarMatcher *m, int32_t n) {
     if (n < -1) return;   /* -2: allocation failed (m->oom is set) */
-    if (gm_grow((void **)&m->work, &m->cap_work, m->nwork + 1, sizeof *m->work)) { m->oom = 1; return; }
+    if (gm_grow((void **)&m->work, &m->cap_work, m->nwork + 1, sizeof *m->work)) {
+        m->oom = 1;
+        return;
+    }
     m->work[m->nwork++] = n;
 }
 
 static void gm_work_rule(GrammarMatcher *m, uint32_t rule, int32_t parent) {
     const Grammar *g = m->g;
     if ((parent < 0 ? 0 : m->nd[parent].depth) + 1 > GRAMMAR_MAX_DEPTH) return;
-    for (uint32_t a = 0; a < g->rule_nalt[rule]; a++) gm_work(m, gm_new(m, g->alt[g->rule_alt[rule] + a], 0, parent));
+    for (uint32_t a = 0; a < g->rule_nalt[rule]; a++)
+        gm_work(m, gm_new(m, g->alt[g->rule_alt[rule] + a], 0, parent));
 }
 
 /* Adds to ss[out..] the stacks reachable from stack n without consuming a byte, each with a
@@ -799,7 +860,8 @@ static void gm_close(GrammarMatcher *m, int32_t n0, uint32_t out) {
         case GM_BYTES: gm_add(m, out, n); break;
         case GM_END:
             if (d.parent < 0) gm_add(m, out, -1);
-            else if (g->el[m->nd[d.parent].pos].kind == GM_REP) gm_work(m, d.parent);   /* repeat again? */
+            else if (g->el[m->nd[d.parent].pos].kind == GM_REP)
+                gm_work(m, d.parent); /* repeat again? */
             else gm_work(m, gm_new(m, m->nd[d.parent].pos + 1, 0, m->nd[d.parent].parent));
             break;
         case GM_RULE:   /* a rule that ends its alternative replaces the frame (tail call) */
@@ -837,7 +899,8 @@ static uint32_t gm_step(GrammarMatcher *m, uint32_t xo, uint32_t nx, unsigned b)
         GmNode d = m->nd[n];
         const GmElem *e = &g->el[d.pos];
         if (e->kind == GM_BYTES) {
-            if (g->cls[e->arg][b >> 6] >> (b & 63) & 1) gm_close(m, gm_new(m, d.pos + 1, 0, d.parent), out);
+            if (g->cls[e->arg][b >> 6] >> (b & 63) & 1)
+                gm_close(m, gm_new(m, d.pos + 1, 0, d.parent), out);
         } else if (e->kind == GM_STR) {
             int start, sub = gm_str_sub((int)(d.aux & 31), b, &start);
             uint32_t c = d.aux >> 5;
@@ -904,12 +967,20 @@ static int32_t gm_intern(GrammarMatcher *m, uint32_t o, uint32_t n, int *known) 
     uint32_t i = h & (m->w_htcap - 1);
     for (; m->w_ht[i]; i = (i + 1) & (m->w_htcap - 1)) {
         uint32_t id = m->w_ht[i] - 1;
-        if (m->w_h[id] == h && gm_set_same(m, m->w_off[id], m->w_n[id], o, n)) { *known = 1; return (int32_t)id; }
+        if (m->w_h[id] == h && gm_set_same(m, m->w_off[id], m->w_n[id], o, n)) {
+            *known = 1;
+            return (int32_t)id;
+        }
     }
     uint32_t id = m->w_count;
-    if (gm_grow((void **)&m->w_off, &m->cap_w, id + 1, 4) || gm_grow((void **)&m->w_n, &m->cap_w2, id + 1, 4) ||
-        gm_grow((void **)&m->w_h, &m->cap_w3, id + 1, 4) || gm_grow((void **)&m->w_live, &m->cap_wl, id + 1, 1) ||
-        gm_grow((void **)&m->w_trans, &m->cap_wt, (id + 1) * 256, 4)) { m->oom = 1; return -1; }
+    if (gm_grow((void **)&m->w_off, &m->cap_w, id + 1, 4) ||
+        gm_grow((void **)&m->w_n, &m->cap_w2, id + 1, 4) ||
+        gm_grow((void **)&m->w_h, &m->cap_w3, id + 1, 4) ||
+        gm_grow((void **)&m->w_live, &m->cap_wl, id + 1, 1) ||
+        gm_grow((void **)&m->w_trans, &m->cap_wt, (id + 1) * 256, 4)) {
+        m->oom = 1;
+        return -1;
+    }
     m->w_off[id] = o;
     m->w_n[id] = n;
     m->w_h[id] = h;
@@ -921,14 +992,16 @@ static int32_t gm_intern(GrammarMatcher *m, uint32_t o, uint32_t n, int *known) 
 }
 
 /* Walks without the transition tables: every trie edge steps the set. */
-static void gm_walk_plain(GrammarMatcher *m, const GmTrie *t, uint32_t node, uint32_t xo, uint32_t nx, uint64_t *hit) {
+static void gm_walk_plain(GrammarMatcher *m, const GmTrie *t, uint32_t node, uint32_t xo,
+                          uint32_t nx, uint64_t *hit) {
     const GmTNode *tn = &t->node[node];
     for (uint32_t e = tn->first; e < tn->first + tn->n; e++) {
         uint32_t mk = m->nn, so = m->ns;
         uint32_t ny = gm_step(m, xo, nx, t->eb[e]);
         if (ny) {
             const GmTNode *c = &t->node[t->en[e]];
-            for (uint32_t k = c->tfirst; k < c->tfirst + c->ntok; k++) hit[t->tok[k] >> 6] |= 1ull << (t->tok[k] & 63);
+            for (uint32_t k = c->tfirst; k < c->tfirst + c->ntok; k++)
+                hit[t->tok[k] >> 6] |= 1ull << (t->tok[k] & 63);
             if (c->n && gm_has_consumer(m, so, ny)) gm_walk_plain(m, t, t->en[e], so, ny, hit);
         }
         m->nn = mk;
@@ -943,9 +1016,11 @@ static void gm_walk_plain(GrammarMatcher *m, const GmTrie *t, uint32_t node, uin
 #endif
 #define GM_PLAIN (-3)
 
-/* The set that set id becomes on byte b (GM_DEAD: none survives), computed once per walk; GM_PLAIN
-   when the tables are full: the new set is then at ss[*so, *so + *ny), above the marks *mk / *so. */
-static int32_t gm_trans(GrammarMatcher *m, int32_t id, unsigned b, uint32_t *mk, uint32_t *so, uint32_t *ny) {
+/* The set that set id becomes on byte b (GM_DEAD: none survives), computed once per walk;
+   GM_PLAIN when the tables are full: the new set is then at ss[*so, *so + *ny), above the marks
+   *mk / *so. */
+static int32_t gm_trans(GrammarMatcher *m, int32_t id, unsigned b, uint32_t *mk, uint32_t *so,
+                        uint32_t *ny) {
     int32_t d = m->w_trans[(size_t)id * 256 + b];
     if (d != GM_UNSEEN) return d;
     *mk = m->nn;
@@ -957,7 +1032,11 @@ static int32_t gm_trans(GrammarMatcher *m, int32_t id, unsigned b, uint32_t *mk,
         uint32_t h = gm_set_hash(m, *so, *ny), i = h & (m->w_htcap - 1);   /* a known set still */
         for (d = GM_PLAIN; m->w_ht[i]; i = (i + 1) & (m->w_htcap - 1)) {
             uint32_t k = m->w_ht[i] - 1;
-            if (m->w_h[k] == h && gm_set_same(m, m->w_off[k], m->w_n[k], *so, *ny)) { d = (int32_t)k; known = 1; break; }
+            if (m->w_h[k] == h && gm_set_same(m, m->w_off[k], m->w_n[k], *so, *ny)) {
+                d = (int32_t)k;
+                known = 1;
+                break;
+            }
         }
         if (d == GM_PLAIN) return d;
     } else d = gm_intern(m, *so, *ny, &known);
@@ -967,14 +1046,16 @@ static int32_t gm_trans(GrammarMatcher *m, int32_t id, unsigned b, uint32_t *mk,
     return d;
 }
 
-static void gm_walk_from(GrammarMatcher *m, const GmTrie *t, uint32_t node, int32_t id, uint64_t *hit) {
+static void gm_walk_from(GrammarMatcher *m, const GmTrie *t, uint32_t node, int32_t id,
+                         uint64_t *hit) {
     const GmTNode *tn = &t->node[node];
     for (uint32_t e = tn->first; e < tn->first + tn->n; e++) {
         uint32_t mk = 0, so = 0, ny = 0;
         int32_t d = gm_trans(m, id, t->eb[e], &mk, &so, &ny);
         if (d == GM_DEAD) continue;
         const GmTNode *c = &t->node[t->en[e]];
-        for (uint32_t k = c->tfirst; k < c->tfirst + c->ntok; k++) hit[t->tok[k] >> 6] |= 1ull << (t->tok[k] & 63);
+        for (uint32_t k = c->tfirst; k < c->tfirst + c->ntok; k++)
+            hit[t->tok[k] >> 6] |= 1ull << (t->tok[k] & 63);
         if (d == GM_PLAIN) {
             if (c->n && gm_has_consumer(m, so, ny)) gm_walk_plain(m, t, t->en[e], so, ny, hit);
             m->nn = mk;
@@ -993,7 +1074,8 @@ static void gm_walk(GrammarMatcher *m, const GmTrie *t, uint32_t xo, uint32_t nx
     if (root >= 0) gm_walk_from(m, t, 0, root, hit);
 }
 
-/* Tokens allowed from a stack whose top is string content in the idle sub-state (see GrammarVocab). */
+/* Tokens allowed from a stack whose top is string content in the idle sub-state (see
+   GrammarVocab). */
 static void gm_str_mask(GrammarMatcher *m, int32_t n, uint64_t *mask) {
     const GrammarVocab *v = m->v;
     GmNode d = m->nd[n];
@@ -1141,7 +1223,8 @@ int grammar_matcher_can_continue(const GrammarMatcher *m) {
 int grammar_matcher_finished(const GrammarMatcher *m) { return m && m->done; }
 
 /* Runs bytes from the set at ss[o, o + n): returns the new set's offset via *ro, its size. */
-static uint32_t gm_run(GrammarMatcher *m, uint32_t o, uint32_t n, const unsigned char *s, size_t len, uint32_t *ro) {
+static uint32_t gm_run(GrammarMatcher *m, uint32_t o, uint32_t n, const unsigned char *s,
+                       size_t len, uint32_t *ro) {
     for (size_t i = 0; i < len && n; i++) {
         uint32_t yo = m->ns;
         n = gm_step(m, o, n, s[i]);
@@ -1172,7 +1255,8 @@ int grammar_matcher_accept(GrammarMatcher *m, int token) {
         m->done = 1;
         return 1;
     }
-    return gm_accept_run(m, (const unsigned char *)m->v->bytes + m->v->off[token], m->v->len[token]);
+    return gm_accept_run(m, (const unsigned char *)m->v->bytes + m->v->off[token],
+                         m->v->len[token]);
 }
 
 int grammar_matcher_check(GrammarMatcher *m, const int *tokens, int n) {
@@ -1191,7 +1275,8 @@ int grammar_matcher_check(GrammarMatcher *m, const int *tokens, int n) {
             continue;
         }
         if (!m->v->len[t]) break;
-        cnt = gm_run(m, o, cnt, (const unsigned char *)m->v->bytes + m->v->off[t], m->v->len[t], &o);
+        cnt =
+            gm_run(m, o, cnt, (const unsigned char *)m->v->bytes + m->v->off[t], m->v->len[t], &o);
         if (!cnt || m->oom) break;
         ok++;
     }
@@ -1240,8 +1325,8 @@ static GmCacheEnt *gm_cache_find(Grammar *g, uint64_t h, const uint32_t *k, uint
     }
 }
 
-static void gm_cache_put(Grammar *g, const GrammarVocab *v, uint64_t h, const uint32_t *k, uint32_t n,
-                         const uint64_t *mask, int count) {
+static void gm_cache_put(Grammar *g, const GrammarVocab *v, uint64_t h, const uint32_t *k,
+                         uint32_t n, const uint64_t *mask, int count) {
     size_t bytes = v->words * 8 + (size_t)n * 4 + sizeof(GmCacheEnt);
     if (g->cache_bytes + bytes > GRAMMAR_CACHE_BYTES) gm_cache_clear(g);
     if ((g->cache_n + 1) * 2 > g->cache_cap) {
@@ -1285,12 +1370,14 @@ int grammar_matcher_mask(GrammarMatcher *m, uint64_t *mask) {
     uint32_t go = m->ns;
     for (uint32_t i = 0; i < m->nx; i++) {
         int32_t n = m->ss[i];
-        if (n >= 0 && !(g->el[m->nd[n].pos].kind == GM_STR && (m->nd[n].aux & 31) == GS_IDLE)) gm_add(m, go, n);
+        if (n >= 0 && !(g->el[m->nd[n].pos].kind == GM_STR && (m->nd[n].aux & 31) == GS_IDLE))
+            gm_add(m, go, n);
     }
     uint32_t gn = m->ns - go;
     for (uint32_t i = 0; i < m->nx; i++) {
         int32_t n = m->ss[i];
-        if (n >= 0 && g->el[m->nd[n].pos].kind == GM_STR && (m->nd[n].aux & 31) == GS_IDLE) gm_str_mask(m, n, mask);
+        if (n >= 0 && g->el[m->nd[n].pos].kind == GM_STR && (m->nd[n].aux & 31) == GS_IDLE)
+            gm_str_mask(m, n, mask);
     }
     if (gn) gm_walk(m, &v->trie, go, gn, mask);
     int oom = m->oom;
@@ -1322,7 +1409,16 @@ void grammar_free(Grammar *g) {
 
 /* ==== JSON schema ============================================================================ */
 
-enum { JK_NULL = 1, JK_BOOL = 2, JK_OBJ = 4, JK_ARR = 8, JK_STR = 16, JK_INT = 32, JK_FRAC = 64, JK_ALL = 127 };
+enum {
+    JK_NULL = 1,
+    JK_BOOL = 2,
+    JK_OBJ = 4,
+    JK_ARR = 8,
+    JK_STR = 16,
+    JK_INT = 32,
+    JK_FRAC = 64,
+    JK_ALL = 127
+};
 
 typedef struct {
     GmB b;
@@ -1337,13 +1433,30 @@ typedef struct {
     int depth;                 /* schema nesting, $ref included */
 } GmSC;
 
-static const char *const gm_annotations[] = {"title", "description", "default", "examples", "$schema", "$id",
-                                             "$comment", "$anchor", "deprecated", "readOnly", "writeOnly",
-                                             "$defs", "definitions", NULL};
-static const char *const gm_supported[] = {"type", "properties", "required", "additionalProperties", "enum", "const",
-                                           "items", "minItems", "maxItems", "minLength", "maxLength", "anyOf", "oneOf",
-                                           "allOf", "$ref", "minimum", "maximum", "exclusiveMinimum",
-                                           "exclusiveMaximum", "uniqueItems", NULL};
+static const char *const gm_annotations[] = {
+    "title",   "description", "default",  "examples",  "$schema", "$id",         "$comment",
+    "$anchor", "deprecated",  "readOnly", "writeOnly", "$defs",   "definitions", NULL};
+static const char *const gm_supported[] = {"type",
+                                           "properties",
+                                           "required",
+                                           "additionalProperties",
+                                           "enum",
+                                           "const",
+                                           "items",
+                                           "minItems",
+                                           "maxItems",
+                                           "minLength",
+                                           "maxLength",
+                                           "anyOf",
+                                           "oneOf",
+                                           "allOf",
+                                           "$ref",
+                                           "minimum",
+                                           "maximum",
+                                           "exclusiveMinimum",
+                                           "exclusiveMaximum",
+                                           "uniqueItems",
+                                           NULL};
 
 static int gm_in(const char *k, size_t kl, const char *const *list) {
     for (int i = 0; list[i]; i++)
@@ -1458,8 +1571,8 @@ static int gm_lit_cmp(const void *a, const void *b) {
     return gm_item_cmp(x, y);
 }
 
-/* A rule matching exactly the literals it[lo, hi) (sorted, distinct), factored as a trie so that the
-   matcher follows one stack. */
+/* A rule matching exactly the literals it[lo, hi) (sorted, distinct), factored as a trie so that
+   the matcher follows one stack. */
 static int sc_lit_rule(GmB *b, const GmItem *it, uint32_t lo, uint32_t hi, uint32_t depth) {
     int r = gm_rule(b, "literal");
     GmSeq s = {0};
@@ -1484,11 +1597,13 @@ static int sc_lit_rule(GmB *b, const GmItem *it, uint32_t lo, uint32_t hi, uint3
 static int sc_literals(GmB *b, char **lits, size_t *lens, uint32_t n) {
     GmItem *it = malloc((size_t)(n + 1) * sizeof *it);
     if (!it) return gm_fail(b, "out of memory");
-    for (uint32_t i = 0; i < n; i++) it[i] = (GmItem){(const unsigned char *)lits[i], (uint32_t)lens[i], 0};
+    for (uint32_t i = 0; i < n; i++)
+        it[i] = (GmItem){(const unsigned char *)lits[i], (uint32_t)lens[i], 0};
     qsort(it, n, sizeof *it, gm_lit_cmp);
     uint32_t m = 0;
     for (uint32_t i = 0; i < n; i++)
-        if (!m || it[i].len != it[m - 1].len || memcmp(it[i].p, it[m - 1].p, it[i].len)) it[m++] = it[i];
+        if (!m || it[i].len != it[m - 1].len || memcmp(it[i].p, it[m - 1].p, it[i].len))
+            it[m++] = it[i];
     int r = sc_lit_rule(b, it, 0, m, 0);
     free(it);
     return r;
@@ -1537,7 +1652,8 @@ static int sc_number_rule(GmSC *c) {
 }
 
 /* "open" ws "close" | "open" ws item (ws "," ws item){min-1, max-1} ws "close" */
-static int sc_list(GmSC *c, const char *name, char open, char close, int item, uint32_t min, uint32_t max) {
+static int sc_list(GmSC *c, const char *name, char open, char close, int item, uint32_t min,
+                   uint32_t max) {
     GmB *b = &c->b;
     int r = gm_rule(b, name);
     GmSeq s = {0};
@@ -1556,7 +1672,8 @@ static int sc_list(GmSC *c, const char *name, char open, char close, int item, u
         gm_seq_lit(b, &s, &open, 1);
         sc_ws(c, &s);
         gm_seq_push(b, &s, GM_RULE, (uint32_t)item, 0, 0);
-        gm_seq_push(b, &s, GM_REP, (uint32_t)more, min > 1 ? min - 1 : 0, max == GM_INF ? GM_INF : max - 1);
+        gm_seq_push(b, &s, GM_REP, (uint32_t)more, min > 1 ? min - 1 : 0,
+                    max == GM_INF ? GM_INF : max - 1);
         sc_ws(c, &s);
         gm_seq_lit(b, &s, &close, 1);
         gm_alt(b, r, &s);
@@ -1585,7 +1702,10 @@ static int sc_free_value(GmSC *c) {
     int num = sc_number_rule(c);
     const int rules[4] = {c->r_object, arr, str, num};
     GmSeq s = {0};
-    for (int i = 0; i < 4; i++) { gm_seq_push(b, &s, GM_RULE, (uint32_t)rules[i], 0, 0); gm_alt(b, v, &s); }
+    for (int i = 0; i < 4; i++) {
+        gm_seq_push(b, &s, GM_RULE, (uint32_t)rules[i], 0, 0);
+        gm_alt(b, v, &s);
+    }
     const char *words[3] = {"true", "false", "null"};
     for (int i = 0; i < 3; i++) { gm_seq_lit(b, &s, words[i], strlen(words[i])); gm_alt(b, v, &s); }
     return v;
@@ -1676,7 +1796,8 @@ static const JsonValue *sc_resolve(GmSC *c, const char *ref, size_t n) {
         size_t k = 0;
         while (i < n && ref[i] != '/') {
             char ch = ref[i++];
-            if (ch == '~' && i < n && (ref[i] == '0' || ref[i] == '1')) ch = ref[i++] == '0' ? '~' : '/';
+            if (ch == '~' && i < n && (ref[i] == '0' || ref[i] == '1'))
+                ch = ref[i++] == '0' ? '~' : '/';
             else if (ch == '%' && i + 1 < n) {   /* percent-encoding (URI fragment) */
                 unsigned hv;
                 char hx[3] = {ref[i], ref[i + 1], 0};
@@ -1813,12 +1934,14 @@ static int sc_discriminated(GmSC *c, const JsonValue *a, const JsonValue *b) {
     for (size_t i = 0; i < json_len(pa); i++) {
         const char *k = json_key_at(pa, i, &n);
         const JsonValue *x = json_value_at(pa, i), *y = json_getn(pb, k, n);
-        if (y && sc_required(a, k, n) && sc_required(b, k, n) && sc_lits_disjoint(c, x, y)) return 1;
+        if (y && sc_required(a, k, n) && sc_required(b, k, n) && sc_lits_disjoint(c, x, y))
+            return 1;
     }
     return 0;
 }
 
-static int sc_get_count(GmSC *c, const JsonValue *s, const char *key, uint32_t limit, uint32_t *out) {
+static int sc_get_count(GmSC *c, const JsonValue *s, const char *key, uint32_t limit,
+                        uint32_t *out) {
     const JsonValue *v = json_get(s, key);
     if (!v) return 0;
     int64_t i;
@@ -1835,7 +1958,8 @@ static int sc_alone(GmSC *c, const JsonValue *s, const char *what, const char *c
         const char *k = json_key_at(s, i, &kl);
         if (gm_in(k, kl, gm_annotations) || (kl == strlen(what) && !memcmp(k, what, kl))) continue;
         if (also_ok && gm_in(k, kl, also_ok)) continue;
-        if (kl == 11 && !memcmp(k, "uniqueItems", 11) && json_bool(json_value_at(s, i)) == 0) continue;
+        if (kl == 11 && !memcmp(k, "uniqueItems", 11) && json_bool(json_value_at(s, i)) == 0)
+            continue;
         return sc_fail(c, "keyword '%.*s' next to %s is not enforced", (int)kl, k, what);
     }
     return 0;
@@ -1856,7 +1980,8 @@ static int sc_object(GmSC *c, const JsonValue *s) {
     if (addl && json_type(addl) != JSON_OBJECT && json_type(addl) != JSON_BOOL)
         return sc_fail(c, "additionalProperties must be a schema");
     for (size_t i = 0; i < json_len(req); i++)
-        if (json_type(json_at(req, i)) != JSON_STRING) return sc_fail(c, "required must list strings");
+        if (json_type(json_at(req, i)) != JSON_STRING)
+            return sc_fail(c, "required must list strings");
     /* the members, in order: properties, then names that are only in required */
     size_t np = json_len(props), nr = json_len(req), n = 0;
     const char **key = calloc(np + nr + 1, sizeof *key);
@@ -1882,7 +2007,11 @@ static int sc_object(GmSC *c, const JsonValue *s) {
         int dup = 0;
         for (size_t j = np; j < n; j++) dup |= kl[j] == l && !memcmp(key[j], k, l);
         if (dup) continue;
-        if (json_bool(addl) == 0) { sc_fail(c, "required '%.*s' is not in properties and additionalProperties is false", (int)l, k); goto out; }
+        if (json_bool(addl) == 0) {
+            sc_fail(c, "required '%.*s' is not in properties and additionalProperties is false",
+                    (int)l, k);
+            goto out;
+        }
         key[n] = k;
         kl[n] = l;
         val[n] = json_type(addl) == JSON_OBJECT ? sc_schema(c, addl) : sc_free_value(c);
@@ -1895,7 +2024,8 @@ static int sc_object(GmSC *c, const JsonValue *s) {
             int vr = sc_schema(c, addl);
             sc_pop(c, old);
             if (vr < 0) goto out;
-            r = sc_list(c, "map", '{', '}', sc_member(c, sc_string_rule(c, 0, GM_INF), vr), 0, GM_INF);
+            r = sc_list(c, "map", '{', '}', sc_member(c, sc_string_rule(c, 0, GM_INF), vr), 0,
+                        GM_INF);
         } else if (json_bool(addl) == 0 || props) {
             GmSeq e = {0};
             gm_seq_lit(b, &e, "{", 1);
@@ -1911,7 +2041,14 @@ static int sc_object(GmSC *c, const JsonValue *s) {
     /* member i written first (no comma) or after another (comma) */
     int *first = calloc(n, sizeof *first), *later = calloc(n, sizeof *later);
     int *tail = calloc(n + 1, sizeof *tail), *head = calloc(n + 1, sizeof *head);
-    if (!first || !later || !tail || !head) { free(first); free(later); free(tail); free(head); gm_fail(b, "out of memory"); goto out; }
+    if (!first || !later || !tail || !head) {
+        free(first);
+        free(later);
+        free(tail);
+        free(head);
+        gm_fail(b, "out of memory");
+        goto out;
+    }
     GmSeq q = {0};
     for (size_t i = 0; i < n; i++) {
         JsonWriter w;
@@ -1938,12 +2075,18 @@ static int sc_object(GmSC *c, const JsonValue *s) {
         gm_seq_push(b, &q, GM_RULE, (uint32_t)later[i], 0, 0);
         gm_seq_push(b, &q, GM_RULE, (uint32_t)tail[i + 1], 0, 0);
         gm_alt(b, tail[i], &q);
-        if (!isreq[i]) { gm_seq_push(b, &q, GM_RULE, (uint32_t)tail[i + 1], 0, 0); gm_alt(b, tail[i], &q); }
+        if (!isreq[i]) {
+            gm_seq_push(b, &q, GM_RULE, (uint32_t)tail[i + 1], 0, 0);
+            gm_alt(b, tail[i], &q);
+        }
         head[i] = gm_rule(b, "members");
         gm_seq_push(b, &q, GM_RULE, (uint32_t)first[i], 0, 0);
         gm_seq_push(b, &q, GM_RULE, (uint32_t)tail[i + 1], 0, 0);
         gm_alt(b, head[i], &q);
-        if (!isreq[i] && head[i + 1] >= 0) { gm_seq_push(b, &q, GM_RULE, (uint32_t)head[i + 1], 0, 0); gm_alt(b, head[i], &q); }
+        if (!isreq[i] && head[i + 1] >= 0) {
+            gm_seq_push(b, &q, GM_RULE, (uint32_t)head[i + 1], 0, 0);
+            gm_alt(b, head[i], &q);
+        }
     }
     int all_optional = 1;
     for (size_t i = 0; i < n; i++) all_optional &= !isreq[i];
@@ -1975,7 +2118,8 @@ out:
 static int sc_bound(GmSC *c, const JsonValue *s, const char *k, int upper, int64_t *out) {
     const JsonValue *v = json_get(s, k);
     if (!v) return 0;
-    if (json_type(v) != JSON_NUMBER) return sc_fail(c, "%s must be a number (draft-4 booleans are not enforced)", k);
+    if (json_type(v) != JSON_NUMBER)
+        return sc_fail(c, "%s must be a number (draft-4 booleans are not enforced)", k);
     int excl = k[0] == 'e';
     int64_t i, lit;
     if (json_int_literal(v, &lit)) {
@@ -1985,7 +2129,8 @@ static int sc_bound(GmSC *c, const JsonValue *s, const char *k, int upper, int64
     } else {
         double d = json_num(v);
         double x = upper ? (excl ? ceil(d) - 1 : floor(d)) : (excl ? floor(d) + 1 : ceil(d));
-        if (x < -9.2e18 || x > 9.2e18) return sc_fail(c, "%s beyond the 64-bit integer range is not enforced", k);
+        if (x < -9.2e18 || x > 9.2e18)
+            return sc_fail(c, "%s beyond the 64-bit integer range is not enforced", k);
         i = (int64_t)x;
     }
     if (upper ? i < *out : i > *out) *out = i;
@@ -1996,8 +2141,8 @@ static int sc_typed(GmSC *c, const JsonValue *s, int kinds) {
     GmB *b = &c->b;
     int r = gm_rule(b, "value");
     GmSeq q = {0};
-    int has_num = json_get(s, "minimum") || json_get(s, "maximum") || json_get(s, "exclusiveMinimum") ||
-                  json_get(s, "exclusiveMaximum");
+    int has_num = json_get(s, "minimum") || json_get(s, "maximum") ||
+                  json_get(s, "exclusiveMinimum") || json_get(s, "exclusiveMaximum");
     if ((kinds & JK_FRAC) && has_num)
         return sc_fail(c, "minimum / maximum are enforced only for type integer, not number");
     if (kinds & JK_NULL) { gm_seq_lit(b, &q, "null", 4); gm_alt(b, r, &q); }
@@ -2018,24 +2163,31 @@ static int sc_typed(GmSC *c, const JsonValue *s, int kinds) {
         const int64_t lim = 9999999999999999LL;
         if (!hl) lo = hh && hi < -lim ? hi : -lim;
         if (!hh) hi = hl && lo > lim ? lo : lim;
-        if (lo > hi) return sc_fail(c, "no integer lies between minimum %lld and maximum %lld", (long long)lo, (long long)hi);
+        if (lo > hi)
+            return sc_fail(c, "no integer lies between minimum %lld and maximum %lld",
+                           (long long)lo, (long long)hi);
         gm_seq_push(b, &q, GM_RULE, (uint32_t)sc_int_range(c, lo, hi), 0, 0);
         gm_alt(b, r, &q);
     }
     if (kinds & JK_STR) {
         uint32_t mn = 0, mx = GM_INF;
-        if (sc_get_count(c, s, "minLength", GM_STR_MAXCOUNT, &mn) || sc_get_count(c, s, "maxLength", GM_STR_MAXCOUNT, &mx)) return -1;
+        if (sc_get_count(c, s, "minLength", GM_STR_MAXCOUNT, &mn) ||
+            sc_get_count(c, s, "maxLength", GM_STR_MAXCOUNT, &mx))
+            return -1;
         if (mn > mx) return sc_fail(c, "minLength %u > maxLength %u", mn, mx);
         gm_seq_push(b, &q, GM_RULE, (uint32_t)sc_string_rule(c, mn, mx), 0, 0);
         gm_alt(b, r, &q);
     }
     if (kinds & JK_ARR) {
         uint32_t mn = 0, mx = GM_INF;
-        if (sc_get_count(c, s, "minItems", 1u << 30, &mn) || sc_get_count(c, s, "maxItems", 1u << 30, &mx)) return -1;
+        if (sc_get_count(c, s, "minItems", 1u << 30, &mn) ||
+            sc_get_count(c, s, "maxItems", 1u << 30, &mx))
+            return -1;
         if (mn > mx) return sc_fail(c, "minItems %u > maxItems %u", mn, mx);
         const JsonValue *items = json_get(s, "items");
         int ir;
-        if (json_type(items) == JSON_ARRAY) return sc_fail(c, "keyword 'items' as an array (a tuple) is not enforced");
+        if (json_type(items) == JSON_ARRAY)
+            return sc_fail(c, "keyword 'items' as an array (a tuple) is not enforced");
         if (json_bool(items) == 0) {
             if (mn > 0) return sc_fail(c, "items is false but minItems is %u", mn);
             mx = 0;
@@ -2069,7 +2221,8 @@ static int sc_schema_body(GmSC *c, const JsonValue *s) {
         size_t kl;
         const char *k = json_key_at(s, i, &kl);
         if (gm_in(k, kl, gm_annotations)) continue;
-        if (!gm_in(k, kl, gm_supported)) return sc_fail(c, "keyword '%.*s' is not enforced", (int)kl, k);
+        if (!gm_in(k, kl, gm_supported))
+            return sc_fail(c, "keyword '%.*s' is not enforced", (int)kl, k);
     }
     const JsonValue *uq = json_get(s, "uniqueItems");
     if (uq && json_bool(uq) != 0) return sc_fail(c, "keyword 'uniqueItems' (true) is not enforced");
@@ -2079,7 +2232,9 @@ static int sc_schema_body(GmSC *c, const JsonValue *s) {
         size_t n;
         const char *rs = json_str(v, &n);
         const JsonValue *t = rs ? sc_resolve(c, rs, n) : NULL;
-        if (!t) return sc_fail(c, "$ref '%.*s' does not resolve to a local schema", rs ? (int)n : 0, rs ? rs : "");
+        if (!t)
+            return sc_fail(c, "$ref '%.*s' does not resolve to a local schema", rs ? (int)n : 0,
+                           rs ? rs : "");
         size_t old = c->plen;
         int r = sc_memo(c, t);
         if (r < 0) {
@@ -2098,15 +2253,18 @@ static int sc_schema_body(GmSC *c, const JsonValue *s) {
     for (int ci = 0; ci < 3; ci++) {
         if (!(v = json_get(s, combs[ci]))) continue;
         if (sc_alone(c, s, combs[ci], NULL)) return -1;
-        if (json_type(v) != JSON_ARRAY || !json_len(v)) return sc_fail(c, "%s must be a non-empty array", combs[ci]);
-        if (ci == 2 && json_len(v) != 1) return sc_fail(c, "allOf with more than one schema is not enforced");
+        if (json_type(v) != JSON_ARRAY || !json_len(v))
+            return sc_fail(c, "%s must be a non-empty array", combs[ci]);
+        if (ci == 2 && json_len(v) != 1)
+            return sc_fail(c, "allOf with more than one schema is not enforced");
         if (ci == 1)
             for (size_t i = 0; i < json_len(v); i++)
                 for (size_t j = i + 1; j < json_len(v); j++) {
                     const JsonValue *x = json_at(v, i), *y = json_at(v, j);
                     if (!(sc_kinds(c, x, 0) & sc_kinds(c, y, 0))) continue;
                     if (sc_lits_disjoint(c, x, y) || sc_discriminated(c, x, y)) continue;
-                    return sc_fail(c, "oneOf: branches %zu and %zu may both match (not enforced)", i, j);
+                    return sc_fail(c, "oneOf: branches %zu and %zu may both match (not enforced)",
+                                   i, j);
                 }
         int r = gm_rule(b, combs[ci]);
         for (size_t i = 0; i < json_len(v); i++) {
@@ -2126,7 +2284,8 @@ static int sc_schema_body(GmSC *c, const JsonValue *s) {
     const JsonValue *t = json_get(s, "type");
     if (t) {
         size_t m = json_type(t) == JSON_ARRAY ? json_len(t) : 1;
-        if (json_type(t) != JSON_ARRAY && json_type(t) != JSON_STRING) return sc_fail(c, "type must be a string or an array");
+        if (json_type(t) != JSON_ARRAY && json_type(t) != JSON_STRING)
+            return sc_fail(c, "type must be a string or an array");
         for (size_t i = 0; i < m; i++) {
             size_t n;
             const char *ts = json_str(json_type(t) == JSON_ARRAY ? json_at(t, i) : t, &n);
@@ -2171,15 +2330,21 @@ static int sc_schema_body(GmSC *c, const JsonValue *s) {
             lits[nl] = sc_literal(x, &lens[nl]);
             if (lits[nl]) nl++;
         }
-        int r = nl ? sc_literals(b, lits, lens, nl) : sc_fail(c, "%s: no value matches the schema", en ? "enum" : "const");
+        int r = nl ? sc_literals(b, lits, lens, nl)
+                   : sc_fail(c, "%s: no value matches the schema", en ? "enum" : "const");
         sc_lits_free(lits, lens, nl);
         return r;
     }
     if (!t) {   /* no type: what the keywords imply, else anything */
-        if (json_get(s, "properties") || json_get(s, "required") || json_get(s, "additionalProperties")) kinds |= JK_OBJ;
-        if (json_get(s, "items") || json_get(s, "minItems") || json_get(s, "maxItems")) kinds |= JK_ARR;
+        if (json_get(s, "properties") || json_get(s, "required") ||
+            json_get(s, "additionalProperties"))
+            kinds |= JK_OBJ;
+        if (json_get(s, "items") || json_get(s, "minItems") || json_get(s, "maxItems"))
+            kinds |= JK_ARR;
         if (json_get(s, "minLength") || json_get(s, "maxLength")) kinds |= JK_STR;
-        if (json_get(s, "minimum") || json_get(s, "maximum") || json_get(s, "exclusiveMinimum") || json_get(s, "exclusiveMaximum")) kinds |= JK_INT;
+        if (json_get(s, "minimum") || json_get(s, "maximum") || json_get(s, "exclusiveMinimum") ||
+            json_get(s, "exclusiveMaximum"))
+            kinds |= JK_INT;
         if (!kinds) return sc_free_value(c);
     }
     return sc_typed(c, s, kinds);
@@ -2190,12 +2355,14 @@ static int sc_schema(GmSC *c, const JsonValue *s) {
     if (c->b.failed) return -1;
     int r = sc_memo(c, s);
     if (r >= 0) return r;
-    if (c->depth >= GM_SCHEMA_DEPTH) return sc_fail(c, "schemas nest deeper than %d (counting $ref)", GM_SCHEMA_DEPTH);
+    if (c->depth >= GM_SCHEMA_DEPTH)
+        return sc_fail(c, "schemas nest deeper than %d (counting $ref)", GM_SCHEMA_DEPTH);
     /* register first: a $ref cycle back to s finds this rule */
     r = gm_rule(&c->b, c->plen ? c->path : "#");
     if (r < 0) return -1;
     if (gm_grow((void **)&c->memo_v, &c->cap_memo, c->n_memo + 1, sizeof *c->memo_v) ||
-        gm_grow((void **)&c->memo_r, &c->cap_memo_r, c->n_memo + 1, sizeof *c->memo_r)) return gm_fail(&c->b, "out of memory");
+        gm_grow((void **)&c->memo_r, &c->cap_memo_r, c->n_memo + 1, sizeof *c->memo_r))
+        return gm_fail(&c->b, "out of memory");
     c->memo_v[c->n_memo] = s;
     c->memo_r[c->n_memo++] = r;
     c->depth++;
@@ -2228,7 +2395,8 @@ static Grammar *sc_done(GmSC *c, int root) {
     return gm_finish(&c->b, root, "schema");
 }
 
-Grammar *grammar_from_schema(const JsonValue *schema, const GrammarOptions *opt, char *err, size_t err_len) {
+Grammar *grammar_from_schema(const JsonValue *schema, const GrammarOptions *opt, char *err,
+                             size_t err_len) {
     if (err && err_len) err[0] = 0;
     GmSC c;
     sc_init(&c, opt, err, err_len);
@@ -2237,7 +2405,8 @@ Grammar *grammar_from_schema(const JsonValue *schema, const GrammarOptions *opt,
     return sc_done(&c, r);
 }
 
-Grammar *grammar_from_schema_text(const char *json, size_t len, const GrammarOptions *opt, char *err, size_t err_len) {
+Grammar *grammar_from_schema_text(const char *json, size_t len, const GrammarOptions *opt,
+                                  char *err, size_t err_len) {
     char jerr[256];
     JsonDoc *d = json_parse(json, len, jerr, sizeof jerr);
     if (!d) {
@@ -2294,12 +2463,16 @@ static void pg_space(GmPG *g, int nl) {
     while (g->p < g->end) {
         if (*g->p == '#') { while (g->p < g->end && *g->p != '\n') g->p++; }
         else if (*g->p == ' ' || *g->p == '\t' || *g->p == '\r' || (nl && *g->p == '\n')) g->p++;
-        else if (*g->p == '\n' && g->p + 1 < g->end && (g->p[1] == ' ' || g->p[1] == '\t')) g->p++;  /* continuation */
+        else if (*g->p == '\n' && g->p + 1 < g->end && (g->p[1] == ' ' || g->p[1] == '\t'))
+            g->p++; /* continuation */
         else break;
     }
 }
 
-static int pg_is_name(char ch) { return (ch >= 'a' && ch <= 'z') || (ch >= 'A' && ch <= 'Z') || (ch >= '0' && ch <= '9') || ch == '-' || ch == '_'; }
+static int pg_is_name(char ch) {
+    return (ch >= 'a' && ch <= 'z') || (ch >= 'A' && ch <= 'Z') || (ch >= '0' && ch <= '9') ||
+           ch == '-' || ch == '_';
+}
 
 static int pg_rule_named(GmPG *g, const char *s, size_t n, int define) {
     for (uint32_t i = 0; i < g->n_names; i++)
@@ -2312,7 +2485,8 @@ static int pg_rule_named(GmPG *g, const char *s, size_t n, int define) {
         }
     if (gm_grow((void **)&g->names, &g->cap_names, g->n_names + 1, sizeof *g->names) ||
         gm_grow((void **)&g->rule_of, &g->cap_rule_of, g->n_names + 1, sizeof *g->rule_of) ||
-        gm_grow((void **)&g->defined, &g->cap_def, g->n_names + 1, 1)) return gm_fail(&g->b, "out of memory");
+        gm_grow((void **)&g->defined, &g->cap_def, g->n_names + 1, 1))
+        return gm_fail(&g->b, "out of memory");
     g->names[g->n_names] = strndup(s, n);
     if (!g->names[g->n_names]) return gm_fail(&g->b, "out of memory");
     g->rule_of[g->n_names] = gm_rule(&g->b, g->names[g->n_names]);
@@ -2342,29 +2516,44 @@ static long pg_char(GmPG *g) {
             case 'n': return '\n';
             case 'r': return '\r';
             case 't': return '\t';
-            case '\\': case '"': case '[': case ']': case '-': case '^': case '\'': return (unsigned char)e;
-            default: return pg_fail(g, "unknown escape: a backslash then %s", pg_show(e, (char[8]){0}));
+            case '\\':
+            case '"':
+            case '[':
+            case ']':
+            case '-':
+            case '^':
+            case '\'': return (unsigned char)e;
+            default:
+                return pg_fail(g, "unknown escape: a backslash then %s", pg_show(e, (char[8]){0}));
             }
         }
         long v = 0;
         for (int i = 0; i < digits; i++) {
             if (g->p >= g->end) return pg_fail(g, "unfinished \\%c escape", e);
             char h = *g->p++;
-            int d = h >= '0' && h <= '9' ? h - '0' : (h | 32) >= 'a' && (h | 32) <= 'f' ? (h | 32) - 'a' + 10 : -1;
+            int d = h >= '0' && h <= '9'                 ? h - '0'
+                    : (h | 32) >= 'a' && (h | 32) <= 'f' ? (h | 32) - 'a' + 10
+                                                         : -1;
             if (d < 0) return pg_fail(g, "bad hex digit in \\%c escape", e);
             v = v * 16 + d;
         }
-        if (v > 0x10FFFF || (v >= 0xD800 && v <= 0xDFFF)) return pg_fail(g, "escape \\%c names no character", e);
+        if (v > 0x10FFFF || (v >= 0xD800 && v <= 0xDFFF))
+            return pg_fail(g, "escape \\%c names no character", e);
         return v;
     }
-    int need = *p < 0x80 ? 0 : *p >= 0xC2 && *p <= 0xDF ? 1 : *p >= 0xE0 && *p <= 0xEF ? 2 : *p >= 0xF0 && *p <= 0xF4 ? 3 : -1;
+    int need = *p < 0x80                  ? 0
+               : *p >= 0xC2 && *p <= 0xDF ? 1
+               : *p >= 0xE0 && *p <= 0xEF ? 2
+               : *p >= 0xF0 && *p <= 0xF4 ? 3
+                                          : -1;
     if (need < 0 || g->end - g->p <= need) return pg_fail(g, "invalid UTF-8");
     long v = need == 0 ? *p : *p & (0x3F >> need);
     for (int i = 1; i <= need; i++) {
         if ((p[i] & 0xC0) != 0x80) return pg_fail(g, "invalid UTF-8");
         v = v << 6 | (p[i] & 0x3F);
     }
-    if ((need == 2 && v < 0x800) || (need == 3 && (v < 0x10000 || v > 0x10FFFF)) || (v >= 0xD800 && v <= 0xDFFF))
+    if ((need == 2 && v < 0x800) || (need == 3 && (v < 0x10000 || v > 0x10FFFF)) ||
+        (v >= 0xD800 && v <= 0xDFFF))
         return pg_fail(g, "invalid UTF-8");
     g->p += need + 1;
     return v;
@@ -2372,9 +2561,15 @@ static long pg_char(GmPG *g) {
 
 static int pg_utf8(long cp, unsigned char *o) {
     if (cp < 0x80) { o[0] = (unsigned char)cp; return 1; }
-    if (cp < 0x800) { o[0] = (unsigned char)(0xC0 | cp >> 6); o[1] = (unsigned char)(0x80 | (cp & 63)); return 2; }
+    if (cp < 0x800) {
+        o[0] = (unsigned char)(0xC0 | cp >> 6);
+        o[1] = (unsigned char)(0x80 | (cp & 63));
+        return 2;
+    }
     if (cp < 0x10000) {
-        o[0] = (unsigned char)(0xE0 | cp >> 12); o[1] = (unsigned char)(0x80 | (cp >> 6 & 63)); o[2] = (unsigned char)(0x80 | (cp & 63));
+        o[0] = (unsigned char)(0xE0 | cp >> 12);
+        o[1] = (unsigned char)(0x80 | (cp >> 6 & 63));
+        o[2] = (unsigned char)(0x80 | (cp & 63));
         return 3;
     }
     o[0] = (unsigned char)(0xF0 | cp >> 18); o[1] = (unsigned char)(0x80 | (cp >> 12 & 63));
@@ -2382,7 +2577,8 @@ static int pg_utf8(long cp, unsigned char *o) {
     return 4;
 }
 
-/* Adds to rule r alternatives matching the UTF-8 encodings of code points lo..hi (no surrogates). */
+/* Adds to rule r alternatives matching the UTF-8 encodings of code points lo..hi (surrogates
+   excluded). */
 static void pg_utf8_range(GmB *b, int r, long lo, long hi) {
     static const long bounds[] = {0x7F, 0x7FF, 0xFFFF};
     if (lo > hi) return;
@@ -2403,8 +2599,16 @@ static void pg_utf8_range(GmB *b, int r, long lo, long hi) {
     for (int i = 1; i < n; i++) {   /* split until every continuation position spans a full range */
         long m = (1L << (6 * i)) - 1;
         if ((lo & ~m) != (hi & ~m)) {
-            if ((lo & m) != 0) { pg_utf8_range(b, r, lo, lo | m); pg_utf8_range(b, r, (lo | m) + 1, hi); return; }
-            if ((hi & m) != m) { pg_utf8_range(b, r, lo, (hi & ~m) - 1); pg_utf8_range(b, r, hi & ~m, hi); return; }
+            if ((lo & m) != 0) {
+                pg_utf8_range(b, r, lo, lo | m);
+                pg_utf8_range(b, r, (lo | m) + 1, hi);
+                return;
+            }
+            if ((hi & m) != m) {
+                pg_utf8_range(b, r, lo, (hi & ~m) - 1);
+                pg_utf8_range(b, r, hi & ~m, hi);
+                return;
+            }
         }
     }
     GmSeq s = {0};
@@ -2441,7 +2645,10 @@ static int pg_item(GmPG *g, GmSeq *s) {
             int n = pg_utf8(cp, u);
             gm_seq_lit(b, &lit, (const char *)u, (size_t)n);
         }
-        if (g->p >= g->end || *g->p != '"') { gm_seq_free(&lit); return pg_fail(g, "unterminated literal"); }
+        if (g->p >= g->end || *g->p != '"') {
+            gm_seq_free(&lit);
+            return pg_fail(g, "unterminated literal");
+        }
         g->p++;
     } else if (ch == '[' || ch == '.') {
         long lo[512], hi[512];
@@ -2453,7 +2660,11 @@ static int pg_item(GmPG *g, GmSeq *s) {
             while (g->p < g->end && *g->p != ']') {
                 long a = pg_char(g), z = a;
                 if (a < 0) return -1;
-                if (g->p + 1 < g->end && *g->p == '-' && g->p[1] != ']') { g->p++; z = pg_char(g); if (z < 0) return -1; }
+                if (g->p + 1 < g->end && *g->p == '-' && g->p[1] != ']') {
+                    g->p++;
+                    z = pg_char(g);
+                    if (z < 0) return -1;
+                }
                 if (z < a) return pg_fail(g, "class range out of order");
                 if (n == 512) return pg_fail(g, "class with more than 512 ranges");
                 lo[n] = a;
@@ -2509,11 +2720,20 @@ static int pg_item(GmPG *g, GmSeq *s) {
         if (g->p < g->end && *g->p == ',') {
             g->p++;
             if (g->p < g->end && *g->p == '}') z = GM_INF;
-            else if ((z = pg_count(g)) == ULONG_MAX) { gm_seq_free(&lit); return pg_fail(g, "bad repetition"); }
+            else if ((z = pg_count(g)) == ULONG_MAX) {
+                gm_seq_free(&lit);
+                return pg_fail(g, "bad repetition");
+            }
         }
-        if (g->p >= g->end || *g->p != '}') { gm_seq_free(&lit); return pg_fail(g, "bad repetition"); }
+        if (g->p >= g->end || *g->p != '}') {
+            gm_seq_free(&lit);
+            return pg_fail(g, "bad repetition");
+        }
         g->p++;
-        if (a > 1000000 || (z != GM_INF && (z > 1000000 || z < a))) { gm_seq_free(&lit); return pg_fail(g, "bad repetition count"); }
+        if (a > 1000000 || (z != GM_INF && (z > 1000000 || z < a))) {
+            gm_seq_free(&lit);
+            return pg_fail(g, "bad repetition count");
+        }
         mn = (uint32_t)a;
         mx = (uint32_t)z;
     }
@@ -2562,7 +2782,10 @@ Grammar *grammar_from_gbnf(const char *text, size_t len, char *err, size_t err_l
         if (g.p == s0) { pg_fail(&g, "expected a rule name"); break; }
         int r = pg_rule_named(&g, s0, (size_t)(g.p - s0), 1);
         pg_space(&g, 0);
-        if (g.end - g.p < 3 || memcmp(g.p, "::=", 3)) { pg_fail(&g, "expected ::= after the rule name"); break; }
+        if (g.end - g.p < 3 || memcmp(g.p, "::=", 3)) {
+            pg_fail(&g, "expected ::= after the rule name");
+            break;
+        }
         g.p += 3;
         pg_space(&g, 1);
         if (r < 0 || pg_alternatives(&g, r, 0) < 0) break;
@@ -2570,7 +2793,10 @@ Grammar *grammar_from_gbnf(const char *text, size_t len, char *err, size_t err_l
     }
     int root = -1;
     for (uint32_t i = 0; i < g.n_names && !g.b.failed; i++) {
-        if (!g.defined[i]) { g.p = g.text; gm_fail(&g.b, "rule '%s' is used but not defined", g.names[i]); }
+        if (!g.defined[i]) {
+            g.p = g.text;
+            gm_fail(&g.b, "rule '%s' is used but not defined", g.names[i]);
+        }
         if (!strcmp(g.names[i], "root")) root = g.rule_of[i];
     }
     if (!g.b.failed && root < 0) gm_fail(&g.b, "no rule named root");

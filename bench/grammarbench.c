@@ -79,16 +79,26 @@ static void add(const char *s, size_t n) {
 static int utf8(uint32_t cp, char *o) {
     if (cp < 0x80) { o[0] = (char)cp; return 1; }
     if (cp < 0x800) { o[0] = (char)(0xC0 | cp >> 6); o[1] = (char)(0x80 | (cp & 63)); return 2; }
-    if (cp < 0x10000) { o[0] = (char)(0xE0 | cp >> 12); o[1] = (char)(0x80 | (cp >> 6 & 63)); o[2] = (char)(0x80 | (cp & 63)); return 3; }
-    o[0] = (char)(0xF0 | cp >> 18); o[1] = (char)(0x80 | (cp >> 12 & 63)); o[2] = (char)(0x80 | (cp >> 6 & 63)); o[3] = (char)(0x80 | (cp & 63));
+    if (cp < 0x10000) {
+        o[0] = (char)(0xE0 | cp >> 12);
+        o[1] = (char)(0x80 | (cp >> 6 & 63));
+        o[2] = (char)(0x80 | (cp & 63));
+        return 3;
+    }
+    o[0] = (char)(0xF0 | cp >> 18);
+    o[1] = (char)(0x80 | (cp >> 12 & 63));
+    o[2] = (char)(0x80 | (cp >> 6 & 63));
+    o[3] = (char)(0x80 | (cp & 63));
     return 4;
 }
 
 static void word(char *buf, size_t *n, int syllables) {
-    static const char *cons[] = {"b", "c", "d", "f", "g", "h", "j", "k", "l", "m", "n", "p", "r", "s", "t", "v", "w",
-                                 "th", "st", "ch", "tr", "pr", "str", "sh", "qu", "x", "z", "y", "gr", "pl"};
+    static const char *cons[] = {"b",  "c",  "d",   "f",  "g",  "h", "j", "k",  "l",  "m",
+                                 "n",  "p",  "r",   "s",  "t",  "v", "w", "th", "st", "ch",
+                                 "tr", "pr", "str", "sh", "qu", "x", "z", "y",  "gr", "pl"};
     static const char *vow[] = {"a", "e", "i", "o", "u", "ea", "ou", "io", "ai", "ee", "y"};
-    static const char *tail[] = {"", "", "", "n", "r", "s", "t", "ng", "ed", "ing", "tion", "ly", "er", "al"};
+    static const char *tail[] = {"",   "",   "",    "n",    "r",  "s",  "t",
+                                 "ng", "ed", "ing", "tion", "ly", "er", "al"};
     for (int k = 0; k < syllables; k++) {
         const char *c = cons[rnd() % 30], *v = vow[rnd() % 11];
         memcpy(buf + *n, c, strlen(c)); *n += strlen(c);
@@ -128,19 +138,26 @@ static void build_vocab(void) {
         for (int k = 0; k < len; k++) b[k] = punct[rnd() % (sizeof punct - 1)];
         add(b, (size_t)len);
     }
-    for (uint32_t cp = 0x4E00; cp <= 0x9FFF; cp++) { n = (size_t)utf8(cp, b); add(b, n); }   /* CJK */
+    for (uint32_t cp = 0x4E00; cp <= 0x9FFF; cp++) {
+        n = (size_t)utf8(cp, b);
+        add(b, n);
+    } /* CJK */
     for (int i = 0; i < 14000; i++) {
         n = (size_t)utf8(0x4E00 + rnd() % 0x5200, b);
         n += (size_t)utf8(0x4E00 + rnd() % 0x5200, b + n);
         add(b, n);
     }
-    for (int i = 0; i < 600; i++) {   /* partial UTF-8: a CJK lead + one continuation, lone continuations */
+    for (int i = 0; i < 600;
+         i++) { /* partial UTF-8: a CJK lead + one continuation, lone continuations */
         n = (size_t)utf8(0x4E00 + rnd() % 0x5200, b);
         add(b, 2);
         add(b + 1, 2);
         add(b + 2, 1);
     }
-    for (int i = 0; i < 1500; i++) { n = (size_t)utf8(0x1F300 + rnd() % 0x500, b); add(b, n); }   /* emoji */
+    for (int i = 0; i < 1500; i++) {
+        n = (size_t)utf8(0x1F300 + rnd() % 0x500, b);
+        add(b, n);
+    } /* emoji */
     for (int i = 0; i < 9000; i++) {   /* Cyrillic, Greek, accented Latin words */
         uint32_t base = (uint32_t[]){0x430, 0x3B1, 0xE0}[rnd() % 3];
         n = 0;
@@ -185,44 +202,62 @@ typedef struct { const char *name, *kind, *grammar, *answer; } Scenario;
 static const Scenario scenarios[] = {
     {"tool_call", "schema",
      "{\"type\":\"object\",\"properties\":{\"location\":{\"type\":\"string\",\"maxLength\":64},"
-     "\"unit\":{\"enum\":[\"celsius\",\"fahrenheit\"]},\"days\":{\"type\":\"integer\",\"minimum\":1,\"maximum\":14},"
-     "\"hours\":{\"type\":\"array\",\"items\":{\"type\":\"integer\",\"minimum\":0,\"maximum\":23},\"maxItems\":24},"
+     "\"unit\":{\"enum\":[\"celsius\",\"fahrenheit\"]},\"days\":{\"type\":\"integer\",\"minimum\":"
+     "1,\"maximum\":14},"
+     "\"hours\":{\"type\":\"array\",\"items\":{\"type\":\"integer\",\"minimum\":0,\"maximum\":23},"
+     "\"maxItems\":24},"
      "\"notes\":{\"anyOf\":[{\"type\":\"string\"},{\"type\":\"null\"}]},"
      "\"filters\":{\"type\":\"array\",\"items\":{\"$ref\":\"#/$defs/filter\"}}},"
      "\"required\":[\"location\",\"unit\",\"days\"],\"additionalProperties\":false,"
      "\"$defs\":{\"filter\":{\"type\":\"object\",\"properties\":{\"field\":{\"type\":\"string\"},"
-     "\"op\":{\"enum\":[\"eq\",\"lt\",\"gt\"]},\"value\":{\"type\":\"number\"}},\"required\":[\"field\",\"op\",\"value\"]}}}",
-     "{\"location\": \"San Francisco, California, United States\", \"unit\": \"celsius\", \"days\": 7, "
-     "\"hours\": [6, 9, 12, 15, 18, 21], \"notes\": \"Prefer the hourly forecast; the user mentioned a "
+     "\"op\":{\"enum\":[\"eq\",\"lt\",\"gt\"]},\"value\":{\"type\":\"number\"}},\"required\":["
+     "\"field\",\"op\",\"value\"]}}}",
+     "{\"location\": \"San Francisco, California, United States\", \"unit\": \"celsius\", "
+     "\"days\": 7, "
+     "\"hours\": [6, 9, 12, 15, 18, 21], \"notes\": \"Prefer the hourly forecast; the user "
+     "mentioned a "
      "trip to the coast on the weekend and wants to know whether to bring a jacket.\", "
      "\"filters\": [{\"field\": \"precipitation\", \"op\": \"lt\", \"value\": 0.25}, "
      "{\"field\": \"wind_speed\", \"op\": \"gt\", \"value\": 12}]}"},
     {"json_object", "object", NULL,
-     "{\n  \"title\": \"Quarterly report\",\n  \"year\": 2026,\n  \"sections\": [\n    {\"name\": \"Revenue\", "
-     "\"values\": [1.5, 2.25, -3e2], \"ok\": true},\n    {\"name\": \"\xe4\xb8\xad\xe6\x96\x87\xe6\x91\x98\xe8\xa6\x81\", "
-     "\"values\": [], \"ok\": null}\n  ],\n  \"summary\": \"Growth was strong in the second half, \\\"driven\\\" by "
+     "{\n  \"title\": \"Quarterly report\",\n  \"year\": 2026,\n  \"sections\": [\n    {\"name\": "
+     "\"Revenue\", "
+     "\"values\": [1.5, 2.25, -3e2], \"ok\": true},\n    {\"name\": "
+     "\"\xe4\xb8\xad\xe6\x96\x87\xe6\x91\x98\xe8\xa6\x81\", "
+     "\"values\": [], \"ok\": null}\n  ],\n  \"summary\": \"Growth was strong in the second half, "
+     "\\\"driven\\\" by "
      "new customers.\\nSee the appendix.\"\n}"},
     {"long_string_maxlen", "schema",
-     "{\"type\":\"object\",\"properties\":{\"essay\":{\"type\":\"string\",\"minLength\":100,\"maxLength\":2000}},"
+     "{\"type\":\"object\",\"properties\":{\"essay\":{\"type\":\"string\",\"minLength\":100,"
+     "\"maxLength\":2000}},"
      "\"required\":[\"essay\"]}",
-     "{\"essay\": \"The history of the printing press begins long before Gutenberg: woodblock printing in "
-     "China and Korea, movable type of ceramic and then metal, and the slow spread of paper westwards along "
-     "the trade routes all prepared the ground. What changed in Mainz in the middle of the fifteenth century "
-     "was the combination of an adjustable type mould, an oil-based ink and a screw press adapted from wine "
-     "making, which together made it cheap to print many identical copies. Within fifty years presses were "
-     "running in more than two hundred European towns, and the price of books fell by an order of magnitude.\"}"},
-    {"gbnf_free_text", "gbnf",
-     "root ::= line{1,6}\nline ::= [^\\n]+ \"\\n\"\n",
-     "The answer, in plain text: the grammar only limits lines.\nEach line may hold any character except "
+     "{\"essay\": \"The history of the printing press begins long before Gutenberg: woodblock "
+     "printing in "
+     "China and Korea, movable type of ceramic and then metal, and the slow spread of paper "
+     "westwards along "
+     "the trade routes all prepared the ground. What changed in Mainz in the middle of the "
+     "fifteenth century "
+     "was the combination of an adjustable type mould, an oil-based ink and a screw press adapted "
+     "from wine "
+     "making, which together made it cheap to print many identical copies. Within fifty years "
+     "presses were "
+     "running in more than two hundred European towns, and the price of books fell by an order of "
+     "magnitude.\"}"},
+    {"gbnf_free_text", "gbnf", "root ::= line{1,6}\nline ::= [^\\n]+ \"\\n\"\n",
+     "The answer, in plain text: the grammar only limits lines.\nEach line may hold any character "
+     "except "
      "a newline.\nA new state per line: one full walk of the trie each, then the cache.\n"},
     /* the slow path: a counted repetition of a wide class makes every step a new state */
-    {"gbnf_counted_text", "gbnf",
-     "root ::= line{1,6}\nline ::= [^\\n]{1,200} \"\\n\"\n",
-     "The answer, in plain text: the grammar only limits lines.\nEach line may hold any character except "
+    {"gbnf_counted_text", "gbnf", "root ::= line{1,6}\nline ::= [^\\n]{1,200} \"\\n\"\n",
+     "The answer, in plain text: the grammar only limits lines.\nEach line may hold any character "
+     "except "
      "a newline, and at most 200 of them.\nThis is the worst case for the generic trie walk.\n"},
 };
 
-static int cmp_d(const void *a, const void *b) { double x = *(const double *)a, y = *(const double *)b; return x < y ? -1 : x > y; }
+static int cmp_d(const void *a, const void *b) {
+    double x = *(const double *)a, y = *(const double *)b;
+    return x < y ? -1 : x > y;
+}
 
 int main(int argc, char **argv) {
     int reps = argc > 1 ? atoi(argv[1]) : 3;
@@ -233,13 +268,15 @@ int main(int argc, char **argv) {
     char err[256];
     int eos = N_VOCAB - 1;
     t0 = now();
-    GrammarVocab *v = grammar_vocab_new(n_tok, (const char *const *)piece, plen, &eos, 1, err, sizeof err);
+    GrammarVocab *v =
+        grammar_vocab_new(n_tok, (const char *const *)piece, plen, &eos, 1, err, sizeof err);
     double t_vocab = now() - t0;
     if (!v) { fprintf(stderr, "grammarbench: %s\n", err); return 1; }
     size_t W = grammar_mask_words(v);
     uint64_t *mask = malloc(W * 8);
     float *logits = malloc(sizeof(float) * N_VOCAB);
-    printf("ONCE vocabulary tokens=%d synthesize_s=%.3f grammar_vocab_new_s=%.3f trie_nodes=%u string_exit_tokens=%u\n",
+    printf("ONCE vocabulary tokens=%d synthesize_s=%.3f grammar_vocab_new_s=%.3f trie_nodes=%u "
+           "string_exit_tokens=%u\n",
            n_tok, t_build, t_vocab, v->trie.n_node, v->n_exit);
     for (int i = 0; i < N_VOCAB; i++) logits[i] = (float)(i % 7);
     t0 = now();
@@ -259,14 +296,20 @@ int main(int argc, char **argv) {
                 if (pass == 0 || !g) {
                     grammar_free(g);
                     t0 = now();
-                    if (!strcmp(sc->kind, "schema")) g = grammar_from_schema_text(sc->grammar, strlen(sc->grammar), NULL, err, sizeof err);
-                    else if (!strcmp(sc->kind, "gbnf")) g = grammar_from_gbnf(sc->grammar, strlen(sc->grammar), err, sizeof err);
+                    if (!strcmp(sc->kind, "schema"))
+                        g = grammar_from_schema_text(sc->grammar, strlen(sc->grammar), NULL, err,
+                                                     sizeof err);
+                    else if (!strcmp(sc->kind, "gbnf"))
+                        g = grammar_from_gbnf(sc->grammar, strlen(sc->grammar), err, sizeof err);
                     else g = grammar_json_object(NULL);
                     compile += now() - t0;
                     if (!g) { fprintf(stderr, "grammarbench: %s: %s\n", sc->name, err); return 1; }
                     if (pass == 1) {   /* fill the cache once */
                         GrammarMatcher *m = grammar_matcher_new(g, v);
-                        for (int i = 0; i < nt; i++) { grammar_matcher_mask(m, mask); grammar_matcher_accept(m, toks[i]); }
+                        for (int i = 0; i < nt; i++) {
+                            grammar_matcher_mask(m, mask);
+                            grammar_matcher_accept(m, toks[i]);
+                        }
                         grammar_matcher_free(m);
                     }
                 }
@@ -280,7 +323,8 @@ int main(int argc, char **argv) {
                     allowed_sum += c;
                     int t = i < nt ? toks[i] : eos;
                     if (!(mask[t >> 6] >> (t & 63) & 1) || grammar_matcher_accept(m, t) != 1) {
-                        fprintf(stderr, "grammarbench: %s: token %d of the answer refused\n", sc->name, i);
+                        fprintf(stderr, "grammarbench: %s: token %d of the answer refused\n",
+                                sc->name, i);
                         return 1;
                     }
                 }
@@ -293,9 +337,11 @@ int main(int argc, char **argv) {
             }
             double mean = sum_mean / reps, share = mean / 0.5 * 100;
             if (pass == 0 && share > worst) worst = share;
-            printf("SCENARIO %s %s steps=%d mean_ms=%.3f median_ms=%.3f max_ms=%.3f share_of_0.5s=%.4f%% "
-                   "avg_allowed=%d compile_ms=%.2f\n", sc->name, pass ? "warm" : "cold", nt + 1, mean * 1e3,
-                   sum_med / reps * 1e3, max_all * 1e3, share, allowed_sum / reps / (nt + 1),
+            printf("SCENARIO %s %s steps=%d mean_ms=%.3f median_ms=%.3f max_ms=%.3f "
+                   "share_of_0.5s=%.4f%% "
+                   "avg_allowed=%d compile_ms=%.2f\n",
+                   sc->name, pass ? "warm" : "cold", nt + 1, mean * 1e3, sum_med / reps * 1e3,
+                   max_all * 1e3, share, allowed_sum / reps / (nt + 1),
                    pass == 0 ? compile / reps * 1e3 : 0.0);
         }
     }

@@ -27,17 +27,129 @@ static void check(const char *name, int ok, const char *why) {
 /* ---- the vocabulary ---- */
 
 static const char *const multi[] = {
-    "{\"", "\":", "\",", "\"}", "},", "}]", "]}", "\":\"", "\", \"", " \"", "\n  ", "\n    ", "  ",
-    "\\\"", "\\\\", "\\n", "\\u00", "\\u", "e9", "\\ud83d", "\\ude00", "\\udc00", "\"\\", "\\\"}",
-    "12", "345", "-1", "0.", "e+", "1,", "9]", "-0", "00", "007", "100", "999", "-20", "35", "1e5",
-    "name", "age", "tags", "true", "fals", "false", "null", "nul", " true", "kind", "circle", "color",
-    "red", "kids", "\"v\":", "\"kids\":[", "\":[", "\":{\"", "],\"", "\"t\":\"a\"", "\"x\":", "\"y\":\"",
-    "a\"", "\"b", "c d", "\"c d\"", "\"a\",\"", "[\"", "[[", "]]", "[]", "{}", ",\"", ", ", ",\n",
-    "\xe4\xb8", "\xad", "\xe4\xb8\xad", "\xe6\x96\x87", "\xe4\xb8\xad\xe6\x96\x87", "\xc3\xa9", "\xc3",
-    "\xa9\"", "\xf0\x9f", "\x98\x80", "\xf0\x9f\x98\x80", "\x9f\x98\x80\"", "caf\xc3\xa9", "\xed\xa0\x80",
-    "\xc0\x80", "abc", "hello", " world", "x\"}", "\"}]", "\"]}", "\"},{\"", "null,", "true]", "1}",
-    "42", "-7", "3.14", "E-2", "\t", "\r\n", "\": ", "\" :", "\"r\":", "\"r\": 1", "hel", "lo\"",
-    "\"\"", "\"a", "b\"", "é", "\"é\"", "ab\\", "\\t\"", "x\\u", "0041", "d83d", "de00", "\\/",
+    "{\"",
+    "\":",
+    "\",",
+    "\"}",
+    "},",
+    "}]",
+    "]}",
+    "\":\"",
+    "\", \"",
+    " \"",
+    "\n  ",
+    "\n    ",
+    "  ",
+    "\\\"",
+    "\\\\",
+    "\\n",
+    "\\u00",
+    "\\u",
+    "e9",
+    "\\ud83d",
+    "\\ude00",
+    "\\udc00",
+    "\"\\",
+    "\\\"}",
+    "12",
+    "345",
+    "-1",
+    "0.",
+    "e+",
+    "1,",
+    "9]",
+    "-0",
+    "00",
+    "007",
+    "100",
+    "999",
+    "-20",
+    "35",
+    "1e5",
+    "name",
+    "age",
+    "tags",
+    "true",
+    "fals",
+    "false",
+    "null",
+    "nul",
+    " true",
+    "kind",
+    "circle",
+    "color",
+    "red",
+    "kids",
+    "\"v\":",
+    "\"kids\":[",
+    "\":[",
+    "\":{\"",
+    "],\"",
+    "\"t\":\"a\"",
+    "\"x\":",
+    "\"y\":\"",
+    "a\"",
+    "\"b",
+    "c d",
+    "\"c d\"",
+    "\"a\",\"",
+    "[\"",
+    "[[",
+    "]]",
+    "[]",
+    "{}",
+    ",\"",
+    ", ",
+    ",\n",
+    "\xe4\xb8",
+    "\xad",
+    "\xe4\xb8\xad",
+    "\xe6\x96\x87",
+    "\xe4\xb8\xad\xe6\x96\x87",
+    "\xc3\xa9",
+    "\xc3",
+    "\xa9\"",
+    "\xf0\x9f",
+    "\x98\x80",
+    "\xf0\x9f\x98\x80",
+    "\x9f\x98\x80\"",
+    "caf\xc3\xa9",
+    "\xed\xa0\x80",
+    "\xc0\x80",
+    "abc",
+    "hello",
+    " world",
+    "x\"}",
+    "\"}]",
+    "\"]}",
+    "\"},{\"",
+    "null,",
+    "true]",
+    "1}",
+    "42",
+    "-7",
+    "3.14",
+    "E-2",
+    "\t",
+    "\r\n",
+    "\": ",
+    "\" :",
+    "\"r\":",
+    "\"r\": 1",
+    "hel",
+    "lo\"",
+    "\"\"",
+    "\"a",
+    "b\"",
+    "é",
+    "\"é\"",
+    "ab\\",
+    "\\t\"",
+    "x\\u",
+    "0041",
+    "d83d",
+    "de00",
+    "\\/",
 };
 
 static const char **pieces;
@@ -172,7 +284,8 @@ static int validate(const JsonValue *v, const JsonValue *s, const JsonValue *roo
                 if (!validate(json_at(v, i), k, root)) return 0;
     }
     if (json_type(v) == JSON_OBJECT) {
-        const JsonValue *props = json_get(s, "properties"), *addl = json_get(s, "additionalProperties");
+        const JsonValue *props = json_get(s, "properties"),
+                        *addl = json_get(s, "additionalProperties");
         k = json_get(s, "required");
         for (size_t i = 0; i < json_len(k); i++)
             if (!json_get(v, json_str(json_at(k, i), NULL))) return 0;
@@ -218,7 +331,8 @@ static int bit(const uint64_t *m, int t) { return (int)(m[t >> 6] >> (t & 63) & 
    the tokens that close things, until eos. Checks at every step that some token is allowed and
    that the mask equals token-by-token checks (all tokens when full, else 24 random ones).
    Returns the text (malloc'ed) or NULL with why. */
-static char *generate(Grammar *g, GrammarVocab *v, uint64_t seed, int full, size_t *len, char *why, size_t wl) {
+static char *generate(Grammar *g, GrammarVocab *v, uint64_t seed, int full, size_t *len, char *why,
+                      size_t wl) {
     GrammarMatcher *m = grammar_matcher_new(g, v);
     size_t W = grammar_mask_words(v);
     uint64_t *mask = malloc(W * 8);
@@ -236,15 +350,21 @@ static char *generate(Grammar *g, GrammarVocab *v, uint64_t seed, int full, size
         if (grammar_matcher_can_continue(m)) {
             int non_eos = 0;
             for (int i = 0; i < na; i++) non_eos |= allowed[i] != eos_id;
-            if (!non_eos) { snprintf(why, wl, "can continue but only eos allowed after \"%.*s\"", (int)n, text); goto fail; }
+            if (!non_eos) {
+                snprintf(why, wl, "can continue but only eos allowed after \"%.*s\"", (int)n, text);
+                goto fail;
+            }
         }
-        if (bit(mask, eos_id) != grammar_matcher_complete(m)) { snprintf(why, wl, "eos bit != complete"); goto fail; }
+        if (bit(mask, eos_id) != grammar_matcher_complete(m)) {
+            snprintf(why, wl, "eos bit != complete");
+            goto fail;
+        }
         for (int k = 0; k < (full ? n_vocab : 24); k++) {
             int t = full ? k : (int)(rnd() % (uint32_t)n_vocab);
             int c = grammar_matcher_check(m, &t, 1);
             if (c != bit(mask, t)) {
-                snprintf(why, wl, "token %d \"%.*s\": mask %d, check %d after \"%.*s\"", t, (int)plens[t],
-                         pieces[t] ? pieces[t] : "", bit(mask, t), c, (int)n, text);
+                snprintf(why, wl, "token %d \"%.*s\": mask %d, check %d after \"%.*s\"", t,
+                         (int)plens[t], pieces[t] ? pieces[t] : "", bit(mask, t), c, (int)n, text);
                 goto fail;
             }
         }
@@ -264,7 +384,10 @@ static char *generate(Grammar *g, GrammarVocab *v, uint64_t seed, int full, size
         n += plens[pick];
         text[n] = 0;
     }
-    if (!grammar_matcher_finished(m) || grammar_matcher_can_continue(m)) { snprintf(why, wl, "not finished after eos"); goto fail; }
+    if (!grammar_matcher_finished(m) || grammar_matcher_can_continue(m)) {
+        snprintf(why, wl, "not finished after eos");
+        goto fail;
+    }
     grammar_matcher_free(m);
     free(mask);
     free(allowed);
@@ -281,30 +404,40 @@ fail:
 static const char *const schemas[] = {
     "{\"type\":\"object\",\"properties\":{\"name\":{\"type\":\"string\",\"maxLength\":8},"
     "\"age\":{\"type\":\"integer\",\"minimum\":0,\"maximum\":130},\"tags\":{\"type\":\"array\","
-    "\"items\":{\"type\":\"string\",\"enum\":[\"a\",\"b\",\"c d\"]},\"minItems\":1,\"maxItems\":3}},"
+    "\"items\":{\"type\":\"string\",\"enum\":[\"a\",\"b\",\"c "
+    "d\"]},\"minItems\":1,\"maxItems\":3}},"
     "\"required\":[\"name\",\"age\"],\"additionalProperties\":false}",
-    "{\"type\":\"array\",\"items\":{\"type\":\"array\",\"items\":{\"type\":\"integer\",\"minimum\":-20,"
+    "{\"type\":\"array\",\"items\":{\"type\":\"array\",\"items\":{\"type\":\"integer\",\"minimum\":"
+    "-20,"
     "\"maximum\":35},\"maxItems\":4},\"minItems\":2,\"maxItems\":3}",
-    "{\"anyOf\":[{\"type\":\"string\",\"minLength\":2,\"maxLength\":4},{\"type\":\"integer\",\"minimum\":100,"
+    "{\"anyOf\":[{\"type\":\"string\",\"minLength\":2,\"maxLength\":4},{\"type\":\"integer\","
+    "\"minimum\":100,"
     "\"maximum\":999},{\"type\":\"null\"}]}",
-    "{\"$defs\":{\"node\":{\"type\":\"object\",\"properties\":{\"v\":{\"type\":\"integer\",\"minimum\":-5,"
-    "\"maximum\":5},\"kids\":{\"type\":\"array\",\"items\":{\"$ref\":\"#/$defs/node\"},\"maxItems\":2}},"
+    "{\"$defs\":{\"node\":{\"type\":\"object\",\"properties\":{\"v\":{\"type\":\"integer\","
+    "\"minimum\":-5,"
+    "\"maximum\":5},\"kids\":{\"type\":\"array\",\"items\":{\"$ref\":\"#/$defs/"
+    "node\"},\"maxItems\":2}},"
     "\"required\":[\"v\"]}},\"$ref\":\"#/$defs/node\"}",
     "{\"type\":[\"string\",\"null\",\"boolean\"],\"maxLength\":3}",
-    "{\"type\":\"object\",\"properties\":{\"kind\":{\"const\":\"circle\"},\"r\":{\"type\":\"number\"},"
-    "\"color\":{\"enum\":[\"red\",1,null,{\"x\":[1,2]},\"caf\xc3\xa9\"]}},\"required\":[\"kind\",\"r\"]}",
-    "{\"oneOf\":[{\"type\":\"object\",\"properties\":{\"t\":{\"const\":\"a\"},\"x\":{\"type\":\"integer\"}},"
+    "{\"type\":\"object\",\"properties\":{\"kind\":{\"const\":\"circle\"},\"r\":{\"type\":"
+    "\"number\"},"
+    "\"color\":{\"enum\":[\"red\",1,null,{\"x\":[1,2]},\"caf\xc3\xa9\"]}},\"required\":[\"kind\","
+    "\"r\"]}",
+    "{\"oneOf\":[{\"type\":\"object\",\"properties\":{\"t\":{\"const\":\"a\"},\"x\":{\"type\":"
+    "\"integer\"}},"
     "\"required\":[\"t\",\"x\"]},{\"type\":\"object\",\"properties\":{\"t\":{\"const\":\"b\"},"
     "\"y\":{\"type\":\"string\",\"minLength\":1}},\"required\":[\"t\",\"y\"]}]}",
     "{}",
-    "{\"type\":\"object\",\"additionalProperties\":{\"type\":\"integer\",\"minimum\":1,\"maximum\":3}}",
+    "{\"type\":\"object\",\"additionalProperties\":{\"type\":\"integer\",\"minimum\":1,\"maximum\":"
+    "3}}",
     "{\"type\":\"string\",\"minLength\":3,\"maxLength\":5}",
     "{\"type\":\"integer\",\"minimum\":-9223372036854775808,\"maximum\":9223372036854775807}",
     "{\"type\":\"object\",\"required\":[\"a\",\"b\"]}",
     "{\"type\":\"array\",\"maxItems\":0}",
     "{\"type\":\"integer\",\"exclusiveMinimum\":-3,\"exclusiveMaximum\":3}",
     "{\"type\":\"array\",\"items\":{\"type\":\"string\",\"maxLength\":1},\"minItems\":3}",
-    "{\"definitions\":{\"a\":{\"type\":\"string\",\"minLength\":1,\"maxLength\":2}},\"type\":\"object\","
+    "{\"definitions\":{\"a\":{\"type\":\"string\",\"minLength\":1,\"maxLength\":2}},\"type\":"
+    "\"object\","
     "\"properties\":{\"p\":{\"$ref\":\"#/definitions/a\"},\"q\":{\"type\":\"number\"},"
     "\"r\":{\"type\":\"boolean\"}},\"required\":[\"r\"],\"title\":\"t\",\"description\":\"d\"}",
     "{\"type\":\"string\",\"minLength\":6}",
@@ -341,18 +474,24 @@ static void test_generation(void) {
                 size_t n;
                 char *t = generate(g, v, seed + 1000 * (uint64_t)si, seed < 3, &n, why, sizeof why);
                 if (!t) { ok = 0; break; }
-                if (getenv("GRAMMAR_TEST_SHOW")) printf("  %s seed %llu: %.*s\n", name, (unsigned long long)seed, (int)n, t);
+                if (getenv("GRAMMAR_TEST_SHOW"))
+                    printf("  %s seed %llu: %.*s\n", name, (unsigned long long)seed, (int)n, t);
                 char jerr[256];
                 JsonDoc *d = json_parse(t, n, jerr, sizeof jerr);
-                if (!d) { snprintf(why, sizeof why, "seed %llu: \"%.200s\" does not parse: %s", (unsigned long long)seed, t, jerr); ok = 0; }
-                else if (si < ns && !validate(json_root(d), json_root(sd), json_root(sd))) {
-                    snprintf(why, sizeof why, "seed %llu: \"%.300s\" does not validate", (unsigned long long)seed, t);
+                if (!d) {
+                    snprintf(why, sizeof why, "seed %llu: \"%.200s\" does not parse: %s",
+                             (unsigned long long)seed, t, jerr);
+                    ok = 0;
+                } else if (si < ns && !validate(json_root(d), json_root(sd), json_root(sd))) {
+                    snprintf(why, sizeof why, "seed %llu: \"%.300s\" does not validate",
+                             (unsigned long long)seed, t);
                     ok = 0;
                 } else if (si == ns && json_type(json_root(d)) != JSON_OBJECT) {
                     snprintf(why, sizeof why, "json_object gave \"%.200s\"", t);
                     ok = 0;
                 } else if (longest_ws(t, n) > (wi ? 0 : 20)) {
-                    snprintf(why, sizeof why, "seed %llu: whitespace run of %d in \"%.200s\"", (unsigned long long)seed, longest_ws(t, n), t);
+                    snprintf(why, sizeof why, "seed %llu: whitespace run of %d in \"%.200s\"",
+                             (unsigned long long)seed, longest_ws(t, n), t);
                     ok = 0;
                 } else if (n && (t[0] == ' ' || t[n - 1] == ' ' || t[n - 1] == '\n')) {
                     snprintf(why, sizeof why, "whitespace around the value: \"%.200s\"", t);
@@ -390,28 +529,38 @@ static int accepts(Grammar *g, GrammarVocab *v, const char *s, size_t n) {
     return ok;
 }
 
-static int accepts_str(Grammar *g, GrammarVocab *v, const char *s) { return accepts(g, v, s, strlen(s)); }
+static int accepts_str(Grammar *g, GrammarVocab *v, const char *s) {
+    return accepts(g, v, s, strlen(s));
+}
 
 static void test_integer_ranges(void) {
     GrammarVocab *v = byte_vocab();
-    const int64_t ranges[][2] = {{-20, 35}, {5, 12}, {0, 0}, {-1, -1}, {-100, -7}, {7, 1000}, {0, 9}, {10, 99},
-                                 {-999, 999}, {123, 4567}, {-5000, -4990}, {19, 21}, {99, 101}};
+    const int64_t ranges[][2] = {{-20, 35},      {5, 12},  {0, 0},   {-1, -1},    {-100, -7},
+                                 {7, 1000},      {0, 9},   {10, 99}, {-999, 999}, {123, 4567},
+                                 {-5000, -4990}, {19, 21}, {99, 101}};
     char why[256] = "";
     int ok = 1;
     for (size_t r = 0; r < sizeof ranges / sizeof *ranges && ok; r++) {
         char s[160], err[256];
-        snprintf(s, sizeof s, "{\"type\":\"integer\",\"minimum\":%lld,\"maximum\":%lld}", (long long)ranges[r][0], (long long)ranges[r][1]);
+        snprintf(s, sizeof s, "{\"type\":\"integer\",\"minimum\":%lld,\"maximum\":%lld}",
+                 (long long)ranges[r][0], (long long)ranges[r][1]);
         Grammar *g = schema_grammar(s, 0, err, sizeof err);
         if (!g) { snprintf(why, sizeof why, "%s", err); ok = 0; break; }
         for (int64_t x = ranges[r][0] - 60; x <= ranges[r][1] + 60 && ok; x++) {
             char t[32];
             snprintf(t, sizeof t, "%lld", (long long)x);
             int in = x >= ranges[r][0] && x <= ranges[r][1];
-            if (accepts_str(g, v, t) != in) { snprintf(why, sizeof why, "%s: %s %s", s, t, in ? "refused" : "accepted"); ok = 0; }
+            if (accepts_str(g, v, t) != in) {
+                snprintf(why, sizeof why, "%s: %s %s", s, t, in ? "refused" : "accepted");
+                ok = 0;
+            }
         }
         const char *never[] = {"-0", "007", "01", "00", "+1", "1.0", "1e1", " 1", "--1", ""};
         for (size_t i = 0; i < sizeof never / sizeof *never && ok; i++)
-            if (accepts_str(g, v, never[i])) { snprintf(why, sizeof why, "%s: accepted \"%s\"", s, never[i]); ok = 0; }
+            if (accepts_str(g, v, never[i])) {
+                snprintf(why, sizeof why, "%s: accepted \"%s\"", s, never[i]);
+                ok = 0;
+            }
         grammar_free(g);
     }
     check("integer_ranges_exact", ok, why);
@@ -420,13 +569,15 @@ static void test_integer_ranges(void) {
     ok = 1;
     rng_state = 7;
     for (int r = 0; r < 60 && ok; r++) {
-        int64_t a = (int64_t)((uint64_t)rnd() << 32 | rnd()) >> (rnd() % 63), b2 = (int64_t)((uint64_t)rnd() << 32 | rnd()) >> (rnd() % 63);
+        int64_t a = (int64_t)((uint64_t)rnd() << 32 | rnd()) >> (rnd() % 63),
+                b2 = (int64_t)((uint64_t)rnd() << 32 | rnd()) >> (rnd() % 63);
         if (r == 0) { a = INT64_MIN; b2 = INT64_MAX; }
         if (r == 1) { a = INT64_MIN; b2 = INT64_MIN + 3; }
         if (r == 2) { a = INT64_MAX - 3; b2 = INT64_MAX; }
         if (a > b2) { int64_t t = a; a = b2; b2 = t; }
         char s[160], err[256];
-        snprintf(s, sizeof s, "{\"type\":\"integer\",\"minimum\":%lld,\"maximum\":%lld}", (long long)a, (long long)b2);
+        snprintf(s, sizeof s, "{\"type\":\"integer\",\"minimum\":%lld,\"maximum\":%lld}",
+                 (long long)a, (long long)b2);
         Grammar *g = schema_grammar(s, 0, err, sizeof err);
         if (!g) { snprintf(why, sizeof why, "%s", err); ok = 0; break; }
         int64_t up = (int64_t)(rnd() % 1000), down = (int64_t)(rnd() % 1000), p3, p4;
@@ -437,25 +588,39 @@ static void test_integer_ranges(void) {
             char t[32];
             snprintf(t, sizeof t, "%lld", (long long)probes[i]);
             int in = probes[i] >= a && probes[i] <= b2;
-            if (accepts_str(g, v, t) != in) { snprintf(why, sizeof why, "%s: %s %s", s, t, in ? "refused" : "accepted"); ok = 0; }
+            if (accepts_str(g, v, t) != in) {
+                snprintf(why, sizeof why, "%s: %s %s", s, t, in ? "refused" : "accepted");
+                ok = 0;
+            }
         }
         char t[32];
         if (ok && a > INT64_MIN) {
             snprintf(t, sizeof t, "%lld", (long long)(a - 1));
-            if (accepts_str(g, v, t)) { snprintf(why, sizeof why, "%s: accepted %s", s, t); ok = 0; }
+            if (accepts_str(g, v, t)) {
+                snprintf(why, sizeof why, "%s: accepted %s", s, t);
+                ok = 0;
+            }
         }
         if (ok && b2 < INT64_MAX) {
             snprintf(t, sizeof t, "%lld", (long long)(b2 + 1));
-            if (accepts_str(g, v, t)) { snprintf(why, sizeof why, "%s: accepted %s", s, t); ok = 0; }
+            if (accepts_str(g, v, t)) {
+                snprintf(why, sizeof why, "%s: accepted %s", s, t);
+                ok = 0;
+            }
         }
-        if (ok && accepts_str(g, v, "99999999999999999999")) { snprintf(why, sizeof why, "%s: accepted 20 nines", s); ok = 0; }
+        if (ok && accepts_str(g, v, "99999999999999999999")) {
+            snprintf(why, sizeof why, "%s: accepted 20 nines", s);
+            ok = 0;
+        }
         grammar_free(g);
     }
     check("integer_ranges_wide", ok, why);
     char err[256];
     Grammar *g = schema_grammar("{\"type\":\"integer\"}", 0, err, sizeof err);
-    check("integer_default_16_digits", g && accepts_str(g, v, "9999999999999999") && accepts_str(g, v, "-9999999999999999") &&
-          !accepts_str(g, v, "10000000000000000"), err);
+    check("integer_default_16_digits",
+          g && accepts_str(g, v, "9999999999999999") && accepts_str(g, v, "-9999999999999999") &&
+              !accepts_str(g, v, "10000000000000000"),
+          err);
     grammar_free(g);
     g = schema_grammar("{\"type\":\"integer\",\"minimum\":5,\"maximum\":4}", 0, err, sizeof err);
     check("integer_empty_range_refused", !g && strstr(err, "minimum"), err);
@@ -467,30 +632,66 @@ static void test_strings(void) {
     GrammarVocab *v = byte_vocab();
     char err[256];
     Grammar *g = schema_grammar("{\"type\":\"string\"}", 0, err, sizeof err);
-    struct { const char *s; int ok; } cases[] = {
-        {"\"\"", 1}, {"\"abc\"", 1}, {"\"\\\"\\\\\\/\\b\\f\\n\\r\\t\"", 1}, {"\"\\u00e9\\u0000\"", 1},
-        {"\"\\ud83d\\ude00\"", 1}, {"\"\\uD83D\\uDE00\"", 1}, {"\"\\udc00\"", 0}, {"\"\\ud83d\"", 0},
-        {"\"\\ud83dx\"", 0}, {"\"\\ud83d\\u0041\"", 0}, {"\"\\x\"", 0}, {"\"\\u12g4\"", 0}, {"\"a\nb\"", 0},
-        {"\"\t\"", 0}, {"\"\xc3\xa9\"", 1}, {"\"\xe4\xb8\xad\"", 1}, {"\"\xf0\x9f\x98\x80\"", 1},
-        {"\"\xc0\x80\"", 0}, {"\"\xed\xa0\x80\"", 0}, {"\"\xf5\x80\x80\x80\"", 0}, {"\"\xe4\xb8\"", 0},
-        {"\"\x80\"", 0}, {"\"\x7f\"", 1}, {"\"a\"b", 0}, {"abc", 0},
+    struct { const char *s; int ok;
+    } cases[] = {
+        {"\"\"", 1},
+        {"\"abc\"", 1},
+        {"\"\\\"\\\\\\/\\b\\f\\n\\r\\t\"", 1},
+        {"\"\\u00e9\\u0000\"", 1},
+        {"\"\\ud83d\\ude00\"", 1},
+        {"\"\\uD83D\\uDE00\"", 1},
+        {"\"\\udc00\"", 0},
+        {"\"\\ud83d\"", 0},
+        {"\"\\ud83dx\"", 0},
+        {"\"\\ud83d\\u0041\"", 0},
+        {"\"\\x\"", 0},
+        {"\"\\u12g4\"", 0},
+        {"\"a\nb\"", 0},
+        {"\"\t\"", 0},
+        {"\"\xc3\xa9\"", 1},
+        {"\"\xe4\xb8\xad\"", 1},
+        {"\"\xf0\x9f\x98\x80\"", 1},
+        {"\"\xc0\x80\"", 0},
+        {"\"\xed\xa0\x80\"", 0},
+        {"\"\xf5\x80\x80\x80\"", 0},
+        {"\"\xe4\xb8\"", 0},
+        {"\"\x80\"", 0},
+        {"\"\x7f\"", 1},
+        {"\"a\"b", 0},
+        {"abc", 0},
     };
     char why[256] = "";
     int ok = g != NULL;
     for (size_t i = 0; ok && i < sizeof cases / sizeof *cases; i++)
-        if (accepts_str(g, v, cases[i].s) != cases[i].ok) { snprintf(why, sizeof why, "%s %s", cases[i].s, cases[i].ok ? "refused" : "accepted"); ok = 0; }
+        if (accepts_str(g, v, cases[i].s) != cases[i].ok) {
+            snprintf(why, sizeof why, "%s %s", cases[i].s, cases[i].ok ? "refused" : "accepted");
+            ok = 0;
+        }
     check("string_escapes_and_utf8", ok, g ? why : err);
     grammar_free(g);
 
     g = schema_grammar("{\"type\":\"string\",\"minLength\":2,\"maxLength\":3}", 0, err, sizeof err);
-    struct { const char *s; int ok; } len_cases[] = {
-        {"\"a\"", 0}, {"\"ab\"", 1}, {"\"abc\"", 1}, {"\"abcd\"", 0}, {"\"\xc3\xa9\xc3\xa9\"", 1},
-        {"\"\xe4\xb8\xad\xe6\x96\x87\xe4\xb8\xad\"", 1}, {"\"\xe4\xb8\xad\xe6\x96\x87\xe4\xb8\xad\xe4\xb8\xad\"", 0},
-        {"\"\\ud83d\\ude00\\n\"", 1}, {"\"\\ud83d\\ude00\"", 0}, {"\"\\n\\t\\\"\"", 1}, {"\"\\n\\t\\\"x\"", 0},
+    struct { const char *s; int ok;
+    } len_cases[] = {
+        {"\"a\"", 0},
+        {"\"ab\"", 1},
+        {"\"abc\"", 1},
+        {"\"abcd\"", 0},
+        {"\"\xc3\xa9\xc3\xa9\"", 1},
+        {"\"\xe4\xb8\xad\xe6\x96\x87\xe4\xb8\xad\"", 1},
+        {"\"\xe4\xb8\xad\xe6\x96\x87\xe4\xb8\xad\xe4\xb8\xad\"", 0},
+        {"\"\\ud83d\\ude00\\n\"", 1},
+        {"\"\\ud83d\\ude00\"", 0},
+        {"\"\\n\\t\\\"\"", 1},
+        {"\"\\n\\t\\\"x\"", 0},
     };
     ok = g != NULL;
     for (size_t i = 0; ok && i < sizeof len_cases / sizeof *len_cases; i++)
-        if (accepts_str(g, v, len_cases[i].s) != len_cases[i].ok) { snprintf(why, sizeof why, "%s %s", len_cases[i].s, len_cases[i].ok ? "refused" : "accepted"); ok = 0; }
+        if (accepts_str(g, v, len_cases[i].s) != len_cases[i].ok) {
+            snprintf(why, sizeof why, "%s %s", len_cases[i].s,
+                     len_cases[i].ok ? "refused" : "accepted");
+            ok = 0;
+        }
     check("string_length_in_code_points", ok, g ? why : err);
 
     /* at the length limit, a partial UTF-8 lead byte is refused (it could never finish) */
@@ -504,11 +705,14 @@ static void test_strings(void) {
         if (plens[t] == 2 && !memcmp(pieces[t], "\xe4\xb8", 2)) tok_part = t;
         if (plens[t] == 2 && !memcmp(pieces[t], "\"}", 2)) tok_close = t;
     }
-    check("string_partial_utf8_token_allowed", bit(mask, tok_part) && bit(mask, tok_ed) && bit(mask, '"') && !bit(mask, tok_close),
+    check("string_partial_utf8_token_allowed",
+          bit(mask, tok_part) && bit(mask, tok_ed) && bit(mask, '"') && !bit(mask, tok_close),
           "mask at \"ab with maxLength 3");
     grammar_matcher_accept_bytes(m, "c", 1);
     grammar_matcher_mask(m, mask);
-    check("string_at_max_only_quote", bit(mask, '"') && !bit(mask, 'd') && !bit(mask, 0xe4) && !bit(mask, '\\') && !bit(mask, tok_part),
+    check("string_at_max_only_quote",
+          bit(mask, '"') && !bit(mask, 'd') && !bit(mask, 0xe4) && !bit(mask, '\\') &&
+              !bit(mask, tok_part),
           "mask at \"abc with maxLength 3");
     grammar_matcher_free(m);
     m = grammar_matcher_new(g, v);
@@ -517,8 +721,11 @@ static void test_strings(void) {
     grammar_matcher_mask(m, mask);
     int only_cont = 1;
     for (int t = 0; t < n_vocab; t++)
-        if (bit(mask, t) && !(plens[t] >= 1 && (unsigned char)pieces[t][0] >= 0x80 && (unsigned char)pieces[t][0] <= 0xBF)) only_cont = 0;
-    check("string_after_partial_utf8_only_continuations", only_cont && bit(mask, 0xad), "mask after \"\\xe4\\xb8");
+        if (bit(mask, t) && !(plens[t] >= 1 && (unsigned char)pieces[t][0] >= 0x80 &&
+                              (unsigned char)pieces[t][0] <= 0xBF))
+            only_cont = 0;
+    check("string_after_partial_utf8_only_continuations", only_cont && bit(mask, 0xad),
+          "mask after \"\\xe4\\xb8");
     grammar_matcher_free(m);
     free(mask);
     grammar_free(g);
@@ -528,38 +735,57 @@ static void test_strings(void) {
 static void test_objects_and_ws(void) {
     GrammarVocab *v = byte_vocab();
     char err[256];
-    Grammar *g = schema_grammar("{\"type\":\"object\",\"properties\":{\"a\":{\"type\":\"integer\"},\"b\":{\"type\":\"boolean\"},"
-                                "\"c\":{\"type\":\"null\"}},\"required\":[\"b\"]}", 4, err, sizeof err);
-    int ok = g && accepts_str(g, v, "{\"b\":true}") && accepts_str(g, v, "{\"a\":1,\"b\":false,\"c\":null}") &&
+    Grammar *g = schema_grammar("{\"type\":\"object\",\"properties\":{\"a\":{\"type\":\"integer\"},"
+                                "\"b\":{\"type\":\"boolean\"},"
+                                "\"c\":{\"type\":\"null\"}},\"required\":[\"b\"]}",
+                                4, err, sizeof err);
+    int ok = g && accepts_str(g, v, "{\"b\":true}") &&
+             accepts_str(g, v, "{\"a\":1,\"b\":false,\"c\":null}") &&
              accepts_str(g, v, "{ \"a\" : 1 ,\n\"b\":true }") && !accepts_str(g, v, "{}") &&
              !accepts_str(g, v, "{\"b\":true,\"a\":1}") && !accepts_str(g, v, "{\"a\":1}") &&
              !accepts_str(g, v, "{\"b\":true,}") && !accepts_str(g, v, "{\"b\":true,\"d\":1}") &&
              !accepts_str(g, v, " {\"b\":true}") && !accepts_str(g, v, "{\"b\":true} ");
     check("object_fixed_order_required_optional", ok, g ? "accept/refuse mismatch" : err);
-    check("whitespace_bounded", g && accepts_str(g, v, "{    \"b\":true}") && !accepts_str(g, v, "{     \"b\":true}"),
+    check("whitespace_bounded",
+          g && accepts_str(g, v, "{    \"b\":true}") && !accepts_str(g, v, "{     \"b\":true}"),
           "4 spaces allowed, 5 refused");
     grammar_free(g);
     g = grammar_json_object(NULL);
-    check("json_object_mode", g && accepts_str(g, v, "{\"x\":[1,{\"y\":null}],\"z\":\"\"}") && accepts_str(g, v, "{}") &&
-          !accepts_str(g, v, "[1]") && !accepts_str(g, v, "\"s\"") && !accepts_str(g, v, "{\"x\":01}"), "json_object");
+    check("json_object_mode",
+          g && accepts_str(g, v, "{\"x\":[1,{\"y\":null}],\"z\":\"\"}") &&
+              accepts_str(g, v, "{}") && !accepts_str(g, v, "[1]") && !accepts_str(g, v, "\"s\"") &&
+              !accepts_str(g, v, "{\"x\":01}"),
+          "json_object");
     grammar_free(g);
     /* a map, and all-optional properties (the empty object allowed) */
-    g = schema_grammar("{\"type\":\"object\",\"additionalProperties\":{\"type\":\"integer\",\"minimum\":0,\"maximum\":9}}", 0, err, sizeof err);
-    check("object_map", g && accepts_str(g, v, "{\"k\":1,\"\xc3\xa9\":9}") && accepts_str(g, v, "{}") && !accepts_str(g, v, "{\"k\":10}"), err);
+    g = schema_grammar("{\"type\":\"object\",\"additionalProperties\":{\"type\":\"integer\","
+                       "\"minimum\":0,\"maximum\":9}}",
+                       0, err, sizeof err);
+    check("object_map",
+          g && accepts_str(g, v, "{\"k\":1,\"\xc3\xa9\":9}") && accepts_str(g, v, "{}") &&
+              !accepts_str(g, v, "{\"k\":10}"),
+          err);
     grammar_free(g);
-    g = schema_grammar("{\"type\":\"object\",\"properties\":{\"a\":{\"type\":\"null\"}}}", 0, err, sizeof err);
-    check("object_all_optional", g && accepts_str(g, v, "{}") && accepts_str(g, v, "{\"a\":null}"), err);
+    g = schema_grammar("{\"type\":\"object\",\"properties\":{\"a\":{\"type\":\"null\"}}}", 0, err,
+                       sizeof err);
+    check("object_all_optional", g && accepts_str(g, v, "{}") && accepts_str(g, v, "{\"a\":null}"),
+          err);
     grammar_free(g);
-    g = schema_grammar("{\"type\":\"array\",\"items\":{\"enum\":[\"x\",\"xy\",\"xyz\",2]},\"minItems\":2,\"maxItems\":3}", 0, err, sizeof err);
-    check("array_counts_and_enum", g && accepts_str(g, v, "[\"x\",2]") && accepts_str(g, v, "[\"xy\",\"xyz\",\"x\"]") &&
-          !accepts_str(g, v, "[\"x\"]") && !accepts_str(g, v, "[2,2,2,2]") && !accepts_str(g, v, "[\"xyzz\",2]") &&
-          !accepts_str(g, v, "[\"\",2]"), err);
+    g = schema_grammar("{\"type\":\"array\",\"items\":{\"enum\":[\"x\",\"xy\",\"xyz\",2]},"
+                       "\"minItems\":2,\"maxItems\":3}",
+                       0, err, sizeof err);
+    check("array_counts_and_enum",
+          g && accepts_str(g, v, "[\"x\",2]") && accepts_str(g, v, "[\"xy\",\"xyz\",\"x\"]") &&
+              !accepts_str(g, v, "[\"x\"]") && !accepts_str(g, v, "[2,2,2,2]") &&
+              !accepts_str(g, v, "[\"xyzz\",2]") && !accepts_str(g, v, "[\"\",2]"),
+          err);
     grammar_free(g);
     grammar_vocab_free(v);
 }
 
 static void test_refusals(void) {
-    struct { const char *schema, *needle; } cases[] = {
+    struct { const char *schema, *needle;
+    } cases[] = {
         {"{\"type\":\"string\",\"pattern\":\"^a\"}", "'pattern'"},
         {"{\"type\":\"string\",\"format\":\"date-time\"}", "'format'"},
         {"{\"type\":\"object\",\"minProperties\":1}", "'minProperties'"},
@@ -572,16 +798,20 @@ static void test_refusals(void) {
         {"{\"type\":\"array\",\"contains\":{}}", "'contains'"},
         {"{\"type\":\"number\",\"minimum\":0}", "minimum"},
         {"{\"oneOf\":[{\"type\":\"integer\"},{\"type\":\"number\"}]}", "oneOf"},
-        {"{\"$defs\":{\"a\":{}},\"$ref\":\"#/$defs/a\",\"type\":\"string\"}", "'type' next to $ref"},
+        {"{\"$defs\":{\"a\":{}},\"$ref\":\"#/$defs/a\",\"type\":\"string\"}",
+         "'type' next to $ref"},
         {"{\"$ref\":\"#/$defs/missing\"}", "$ref"},
         {"{\"$ref\":\"http://example.com/s.json\"}", "$ref"},
-        {"{\"properties\":{\"a\":{\"type\":\"string\",\"pattern\":\"x\"}}}", "#/properties/a: keyword 'pattern'"},
+        {"{\"properties\":{\"a\":{\"type\":\"string\",\"pattern\":\"x\"}}}",
+         "#/properties/a: keyword 'pattern'"},
         {"{\"type\":\"integer\",\"exclusiveMinimum\":true}", "exclusiveMinimum"},
         {"{\"allOf\":[{},{}]}", "allOf"},
         {"{\"anyOf\":[{}],\"type\":\"string\"}", "'type' next to anyOf"},
         {"{\"type\":\"array\",\"items\":[{}]}", "'items'"},
-        {"{\"$defs\":{\"n\":{\"type\":\"object\",\"properties\":{\"k\":{\"$ref\":\"#/$defs/n\"}},\"required\":[\"k\"]}},"
-         "\"$ref\":\"#/$defs/n\"}", "never complete"},
+        {"{\"$defs\":{\"n\":{\"type\":\"object\",\"properties\":{\"k\":{\"$ref\":\"#/$defs/"
+         "n\"}},\"required\":[\"k\"]}},"
+         "\"$ref\":\"#/$defs/n\"}",
+         "never complete"},
         {"{\"type\":\"strin\"}", "strin"},
         {"{\"type\":\"object\",\"required\":[\"x\"],\"additionalProperties\":false}", "required"},
         {"false", "false"},
@@ -594,13 +824,15 @@ static void test_refusals(void) {
         Grammar *g = schema_grammar(cases[i].schema, -1, err, sizeof err);
         snprintf(name, sizeof name, "refusal_%zu", i);
         char why[600];
-        snprintf(why, sizeof why, "%s -> %s (want \"%s\")", cases[i].schema, g ? "compiled" : err, cases[i].needle);
+        snprintf(why, sizeof why, "%s -> %s (want \"%s\")", cases[i].schema, g ? "compiled" : err,
+                 cases[i].needle);
         check(name, !g && strstr(err, cases[i].needle) != NULL, why);
         grammar_free(g);
     }
     /* accepted: annotations, uniqueItems false, oneOf with disjoint types or literals */
     const char *fine[] = {
-        "{\"title\":\"x\",\"description\":\"y\",\"default\":1,\"examples\":[1],\"$schema\":\"s\",\"$comment\":\"c\",\"type\":\"integer\"}",
+        "{\"title\":\"x\",\"description\":\"y\",\"default\":1,\"examples\":[1],\"$schema\":\"s\","
+        "\"$comment\":\"c\",\"type\":\"integer\"}",
         "{\"type\":\"array\",\"uniqueItems\":false}",
         "{\"oneOf\":[{\"type\":\"string\"},{\"type\":\"integer\"}]}",
         "{\"oneOf\":[{\"enum\":[1,2]},{\"const\":3}]}",
@@ -618,13 +850,19 @@ static void test_refusals(void) {
 static void test_eos_check_clone(void) {
     GrammarVocab *v = byte_vocab();
     char err[256];
-    Grammar *g = schema_grammar("{\"type\":\"array\",\"items\":{\"type\":\"integer\",\"minimum\":0,\"maximum\":99}}", 0, err, sizeof err);
+    Grammar *g = schema_grammar(
+        "{\"type\":\"array\",\"items\":{\"type\":\"integer\",\"minimum\":0,\"maximum\":99}}", 0,
+        err, sizeof err);
     GrammarMatcher *m = grammar_matcher_new(g, v);
     uint64_t *mask = malloc(grammar_mask_words(v) * 8);
     grammar_matcher_mask(m, mask);
-    check("eos_refused_before_complete", !bit(mask, eos_id) && grammar_matcher_accept(m, eos_id) == 0 && !grammar_matcher_complete(m), "eos at start");
+    check("eos_refused_before_complete",
+          !bit(mask, eos_id) && grammar_matcher_accept(m, eos_id) == 0 &&
+              !grammar_matcher_complete(m),
+          "eos at start");
     int special = eos_id - 1;
-    check("empty_token_never_allowed", !bit(mask, special) && grammar_matcher_accept(m, special) == 0, "special token");
+    check("empty_token_never_allowed",
+          !bit(mask, special) && grammar_matcher_accept(m, special) == 0, "special token");
     int t12 = -1, t345 = -1, t9b = -1;
     for (int t = 256; t < n_vocab; t++) {
         if (plens[t] == 2 && !memcmp(pieces[t], "12", 2)) t12 = t;
@@ -635,17 +873,22 @@ static void test_eos_check_clone(void) {
     check("check_draft_all", grammar_matcher_check(m, draft, 5) == 5, "[12,9] eos");
     int draft2[4] = {'[', t12, t345, ']'};
     check("check_draft_prefix", grammar_matcher_check(m, draft2, 4) == 2, "[12345 exceeds 99");
-    check("check_leaves_state", !grammar_matcher_complete(m) && grammar_matcher_can_continue(m), "state changed by check");
+    check("check_leaves_state", !grammar_matcher_complete(m) && grammar_matcher_can_continue(m),
+          "state changed by check");
     GrammarMatcher *c = grammar_matcher_clone(m);
     grammar_matcher_accept(c, '[');
     grammar_matcher_accept(c, ']');
-    check("clone_independent", grammar_matcher_complete(c) && !grammar_matcher_complete(m) && !grammar_matcher_can_continue(c),
+    check("clone_independent",
+          grammar_matcher_complete(c) && !grammar_matcher_complete(m) &&
+              !grammar_matcher_can_continue(c),
           "clone shares state");
     grammar_matcher_mask(c, mask);
     int n_allowed = 0;
     for (int t = 0; t < n_vocab; t++) n_allowed += bit(mask, t);
     check("complete_only_eos", n_allowed == 1 && bit(mask, eos_id), "after [] only eos");
-    check("eos_finishes", grammar_matcher_accept(c, eos_id) == 1 && grammar_matcher_finished(c) && grammar_matcher_mask(c, mask) == 0,
+    check("eos_finishes",
+          grammar_matcher_accept(c, eos_id) == 1 && grammar_matcher_finished(c) &&
+              grammar_matcher_mask(c, mask) == 0,
           "eos");
     grammar_matcher_free(c);
     grammar_matcher_free(m);
@@ -665,14 +908,24 @@ static void test_gbnf(void) {
         "ws   ::= [ \\t\\n]{0,2}\n";
     Grammar *g = grammar_from_gbnf(text, strlen(text), err, sizeof err);
     check("gbnf_compiles", g != NULL, err);
-    check("gbnf_accepts", g && accepts_str(g, v, "{ab:1,\n c:999}") && accepts_str(g, v, "{x:-5}") &&
-          !accepts_str(g, v, "{x:1000}") && !accepts_str(g, v, "{x:-0}") && !accepts_str(g, v, "{   x:1}") &&
-          !accepts_str(g, v, "{X:1}"), "gbnf accept/refuse");
+    check("gbnf_accepts",
+          g && accepts_str(g, v, "{ab:1,\n c:999}") && accepts_str(g, v, "{x:-5}") &&
+              !accepts_str(g, v, "{x:1000}") && !accepts_str(g, v, "{x:-0}") &&
+              !accepts_str(g, v, "{   x:1}") && !accepts_str(g, v, "{X:1}"),
+          "gbnf accept/refuse");
     grammar_free(g);
     const char *u = "root ::= [\xce\xb1-\xcf\x89]+ [^\"a]? (\"\\u00e9\" | \"\\x41\")\n";
     g = grammar_from_gbnf(u, strlen(u), err, sizeof err);
-    check("gbnf_utf8_classes", g && accepts_str(g, v, "\xce\xb2\xce\xb3\xc3\xa9") && accepts_str(g, v, "\xce\xb2\xf0\x9f\x98\x80" "A") &&
-          !accepts_str(g, v, "b\xc3\xa9") && !accepts_str(g, v, "\xce\xb2" "aA") && !accepts_str(g, v, "\xce\xb2\"A"),
+    check("gbnf_utf8_classes",
+          g && accepts_str(g, v, "\xce\xb2\xce\xb3\xc3\xa9") &&
+              accepts_str(g, v,
+                          "\xce\xb2\xf0\x9f\x98\x80"
+                          "A") &&
+              !accepts_str(g, v, "b\xc3\xa9") &&
+              !accepts_str(g, v,
+                           "\xce\xb2"
+                           "aA") &&
+              !accepts_str(g, v, "\xce\xb2\"A"),
           g ? "class mismatch" : err);
     grammar_free(g);
     g = grammar_from_gbnf("root ::= \"\"\n", 12, err, sizeof err);   /* only the empty answer */
@@ -680,8 +933,19 @@ static void test_gbnf(void) {
     grammar_free(g);
     const char *dot = "root ::= . . \"!\"\n";
     g = grammar_from_gbnf(dot, strlen(dot), err, sizeof err);
-    check("gbnf_dot_any_character", g && accepts_str(g, v, "\xe4\xb8\xad" "a!") && accepts_str(g, v, "\xf4\x8f\xbf\xbf" "b!") &&
-          !accepts_str(g, v, "\xed\xa0\x80" "a!") && !accepts_str(g, v, "a!"), err);
+    check("gbnf_dot_any_character",
+          g &&
+              accepts_str(g, v,
+                          "\xe4\xb8\xad"
+                          "a!") &&
+              accepts_str(g, v,
+                          "\xf4\x8f\xbf\xbf"
+                          "b!") &&
+              !accepts_str(g, v,
+                           "\xed\xa0\x80"
+                           "a!") &&
+              !accepts_str(g, v, "a!"),
+          err);
     grammar_free(g);
     struct { const char *g, *needle; } bad[] = {
         {"root ::= x\n", "'x' is used but not defined"},
@@ -713,7 +977,9 @@ static void test_limits_and_literals(void) {
     char err[256], *sch = malloc(1 << 16);
     /* enum values sharing long prefixes (factored into one trie of rules) */
     size_t n = (size_t)snprintf(sch, 1 << 16, "{\"enum\":[");
-    for (int i = 0; i < 300; i++) n += (size_t)snprintf(sch + n, (1 << 16) - n, "%s\"%s%d\"", i ? "," : "", "aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa", i * 7);
+    for (int i = 0; i < 300; i++)
+        n += (size_t)snprintf(sch + n, (1 << 16) - n, "%s\"%s%d\"", i ? "," : "",
+                              "aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa", i * 7);
     snprintf(sch + n, (1 << 16) - n, ",\"b\",\"\"]}");
     Grammar *g = schema_grammar(sch, 0, err, sizeof err);
     int ok = g != NULL;
@@ -721,15 +987,20 @@ static void test_limits_and_literals(void) {
         char lit[64];
         snprintf(lit, sizeof lit, "\"%s%d\"", "aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa", i * 7);
         ok = accepts_str(g, v, lit);
-        snprintf(lit, sizeof lit, "\"%s%d\"", "aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa", i * 7 + 1);
+        snprintf(lit, sizeof lit, "\"%s%d\"", "aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa",
+                 i * 7 + 1);
         if (ok && (i * 7 + 1) % 7) ok = !accepts_str(g, v, lit);
     }
-    check("enum_shared_prefixes", ok && accepts_str(g, v, "\"b\"") && accepts_str(g, v, "\"\"") && !accepts_str(g, v, "\"a\""),
+    check("enum_shared_prefixes",
+          ok && accepts_str(g, v, "\"b\"") && accepts_str(g, v, "\"\"") &&
+              !accepts_str(g, v, "\"a\""),
           g ? "enum accept/refuse" : err);
     grammar_free(g);
     /* a chain of 400 $refs is refused by depth, not by a crash */
     n = (size_t)snprintf(sch, 1 << 16, "{\"$defs\":{");
-    for (int i = 0; i < 400; i++) n += (size_t)snprintf(sch + n, (1 << 16) - n, "%s\"d%d\":{\"$ref\":\"#/$defs/d%d\"}", i ? "," : "", i, i + 1);
+    for (int i = 0; i < 400; i++)
+        n += (size_t)snprintf(sch + n, (1 << 16) - n, "%s\"d%d\":{\"$ref\":\"#/$defs/d%d\"}",
+                              i ? "," : "", i, i + 1);
     snprintf(sch + n, (1 << 16) - n, ",\"d400\":{\"type\":\"null\"}},\"$ref\":\"#/$defs/d0\"}");
     g = schema_grammar(sch, 0, err, sizeof err);
     check("ref_chain_depth_refused", !g && strstr(err, "nest deeper"), g ? "compiled" : err);
@@ -754,7 +1025,9 @@ static void test_limits_and_literals(void) {
     }
     n += (size_t)snprintf(sch + n, (1 << 20) - n, "r20000 ::= \"z\"\n");
     g = grammar_from_gbnf(sch, n, err, sizeof err);
-    check("gbnf_long_rule_chain", g && accepts_str(g, v, "z") && accepts_str(g, v, "y") && !accepts_str(g, v, "x"), g ? "accept" : err);
+    check("gbnf_long_rule_chain",
+          g && accepts_str(g, v, "z") && accepts_str(g, v, "y") && !accepts_str(g, v, "x"),
+          g ? "accept" : err);
     grammar_free(g);
     free(sch);
     /* grammar_apply_mask */
@@ -762,7 +1035,8 @@ static void test_limits_and_literals(void) {
     uint64_t mask[3] = {1ull << 3, 0, 1ull << (129 - 128)};
     for (int i = 0; i < 130; i++) logits[i] = 1.0f;
     grammar_apply_mask(logits, mask, 130);
-    int am = logits[3] == 1.0f && logits[129] == 1.0f && isinf(logits[0]) && logits[0] < 0 && isinf(logits[128]);
+    int am = logits[3] == 1.0f && logits[129] == 1.0f && isinf(logits[0]) && logits[0] < 0 &&
+             isinf(logits[128]);
     check("apply_mask", am, "logits after grammar_apply_mask");
     grammar_vocab_free(v);
 }

@@ -4,9 +4,9 @@
      m 1  a GBNF grammar (grammar_from_gbnf);
      m 2  bytes fed one chunk at a time (chunk sizes from byte0 / 3) to the matcher of one of a few
           fixed schemas and grammars (byte 1 picks it).
-   A refused grammar must say why on one line. A compiled one is then decoded with tokens picked by a
-   generator seeded from the input (uniform among the allowed ones, then preferring eos and closing
-   brackets), checking at every step what the API promises: the mask count equals its bits, some
+   A refused grammar must say why on one line. A compiled one is then decoded with tokens picked
+   by a generator seeded from the input (uniform among the allowed ones, then preferring eos and
+   closing brackets), checking at every step what the API promises: the mask count equals its bits, some
    token is allowed (no dead ends) while the stacks stay well below GRAMMAR_MAX_DEPTH, eos is
    allowed exactly when the answer is complete, the mask agrees with grammar_matcher_check on
    sampled tokens, an allowed token is accepted; a finished schema answer parses as JSON. */
@@ -20,10 +20,12 @@
 #define REQUIRE(cond) do { if (!(cond)) abort(); } while (0)
 
 static const char *const multi[] = {
-    "{\"", "\":", "\",", "\"}", "},", "}]", "]}", "\":\"", " \"", "\n  ", "\\\"", "\\\\", "\\n", "\\u00",
-    "\\ud83d", "\\ude00", "12", "345", "-1", "0.", "e+", "true", "false", "null", "a\"", "\"b", "[\"", "[[",
-    "]]", "[]", "{}", ",\"", "\xe4\xb8", "\xad", "\xe4\xb8\xad", "\xc3\xa9", "\xf0\x9f", "\x98\x80", "abc",
-    " world", "x\"}", "\"},{\"", "\"\"", "42", "9]", "1}",
+    "{\"",      "\":",     "\",",          "\"}",      "},",       "}]",       "]}",      "\":\"",
+    " \"",      "\n  ",    "\\\"",         "\\\\",     "\\n",      "\\u00",    "\\ud83d", "\\ude00",
+    "12",       "345",     "-1",           "0.",       "e+",       "true",     "false",   "null",
+    "a\"",      "\"b",     "[\"",          "[[",       "]]",       "[]",       "{}",      ",\"",
+    "\xe4\xb8", "\xad",    "\xe4\xb8\xad", "\xc3\xa9", "\xf0\x9f", "\x98\x80", "abc",     " world",
+    "x\"}",     "\"},{\"", "\"\"",         "42",       "9]",       "1}",
 };
 enum { N_MULTI = sizeof multi / sizeof *multi, N_VOCAB = 256 + N_MULTI + 1, EOS = N_VOCAB - 1 };
 static const char *pieces[N_VOCAB];
@@ -35,7 +37,10 @@ int LLVMFuzzerInitialize(int *argc, char ***argv) {
     (void)argv;
     static char bytes[256];
     for (int i = 0; i < 256; i++) { bytes[i] = (char)i; pieces[i] = &bytes[i]; lens[i] = 1; }
-    for (int i = 0; i < N_MULTI; i++) { pieces[256 + i] = multi[i]; lens[256 + i] = strlen(multi[i]); }
+    for (int i = 0; i < N_MULTI; i++) {
+        pieces[256 + i] = multi[i];
+        lens[256 + i] = strlen(multi[i]);
+    }
     pieces[EOS] = NULL;
     int eos = EOS;
     char err[128];
@@ -45,7 +50,10 @@ int LLVMFuzzerInitialize(int *argc, char ***argv) {
 }
 
 static uint64_t rs;
-static uint32_t rnd(void) { rs = rs * 6364136223846793005ull + 1442695040888963407ull; return (uint32_t)(rs >> 33); }
+static uint32_t rnd(void) {
+    rs = rs * 6364136223846793005ull + 1442695040888963407ull;
+    return (uint32_t)(rs >> 33);
+}
 
 static int bit(const uint64_t *m, int t) { return (int)(m[t >> 6] >> (t & 63) & 1); }
 
@@ -99,9 +107,11 @@ static void decode(GrammarMatcher *m, int is_json, char *text, size_t n, size_t 
 }
 
 static const char *const fixed[] = {
-    "{\"type\":\"object\",\"properties\":{\"a\":{\"type\":\"string\",\"maxLength\":3},\"b\":{\"type\":\"integer\","
+    "{\"type\":\"object\",\"properties\":{\"a\":{\"type\":\"string\",\"maxLength\":3},\"b\":{"
+    "\"type\":\"integer\","
     "\"minimum\":-5,\"maximum\":120}},\"required\":[\"b\"]}",
-    "{\"type\":\"array\",\"items\":{\"anyOf\":[{\"type\":\"null\"},{\"enum\":[\"x\",\"xy\",1.5]}]},\"maxItems\":3}",
+    "{\"type\":\"array\",\"items\":{\"anyOf\":[{\"type\":\"null\"},{\"enum\":[\"x\",\"xy\",1.5]}]},"
+    "\"maxItems\":3}",
     "{}",
 };
 static const char *const fixed_gbnf = "root ::= \"(\" ([a-z\xce\xb1-\xcf\x89]+ | root)* \")\"\n";
@@ -131,7 +141,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     }
     if (len < 1) return 0;
     int which = (unsigned char)text[0] % 4;
-    Grammar *g = which < 3 ? grammar_from_schema_text(fixed[which], strlen(fixed[which]), NULL, err, sizeof err)
+    Grammar *g = which < 3 ? grammar_from_schema_text(fixed[which], strlen(fixed[which]), NULL, err,
+                                                      sizeof err)
                            : grammar_from_gbnf(fixed_gbnf, strlen(fixed_gbnf), err, sizeof err);
     REQUIRE(g);
     GrammarMatcher *m = grammar_matcher_new(g, vocab);
