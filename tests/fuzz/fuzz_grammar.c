@@ -6,10 +6,10 @@
           fixed schemas and grammars (byte 1 picks it).
    A refused grammar must say why on one line. A compiled one is then decoded with tokens picked
    by a generator seeded from the input (uniform among the allowed ones, then preferring eos and
-   closing brackets), checking at every step what the API promises: the mask count equals its bits, some
-   token is allowed (no dead ends) while the stacks stay well below GRAMMAR_MAX_DEPTH, eos is
-   allowed exactly when the answer is complete, the mask agrees with grammar_matcher_check on
-   sampled tokens, an allowed token is accepted; a finished schema answer parses as JSON. */
+   closing brackets), checking at every step what the API promises: the mask count equals its
+   bits, some token is allowed (no dead ends) while the stacks stay well below GRAMMAR_MAX_DEPTH,
+   eos is allowed exactly when the answer is complete, the mask agrees with grammar_matcher_check
+   on sampled tokens, an allowed token is accepted; a finished schema answer parses as JSON. */
 #define JSON_IMPLEMENTATION
 #include "json.h"
 #define GRAMMAR_IMPLEMENTATION
