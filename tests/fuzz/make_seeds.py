@@ -188,6 +188,45 @@ def server_seeds():
         write("server", name, json.dumps(body).encode() + b"\0" + text.encode() + bytes([chat]))
 
 
+def grammar_seeds():
+    """fuzz_grammar: byte 0 % 3 picks a JSON schema (0), a GBNF grammar (1) or bytes fed to a fixed
+    grammar (2, byte 1 picks it: 0-2 schemas, 3 the GBNF one)."""
+    schemas = {
+        "schema_tool": {"type": "object", "properties": {
+            "city": {"type": "string", "minLength": 1, "maxLength": 20},
+            "unit": {"enum": ["celsius", "fahrenheit"]},
+            "days": {"type": "integer", "minimum": 1, "maximum": 14},
+            "hours": {"type": "array", "items": {"type": "integer", "minimum": 0, "maximum": 23}, "maxItems": 4},
+            "note": {"anyOf": [{"type": "string"}, {"type": "null"}]}},
+            "required": ["city", "days"], "additionalProperties": False},
+        "schema_ref": {"$defs": {"node": {"type": "object", "properties": {
+            "v": {"type": "integer", "exclusiveMinimum": -3, "exclusiveMaximum": 3},
+            "kids": {"type": "array", "items": {"$ref": "#/$defs/node"}, "maxItems": 2}}, "required": ["v"]}},
+            "$ref": "#/$defs/node"},
+        "schema_oneof": {"oneOf": [
+            {"type": "object", "properties": {"t": {"const": "a"}, "x": {"type": "number"}}, "required": ["t", "x"]},
+            {"type": "object", "properties": {"t": {"const": "b"}}, "required": ["t"]}]},
+        "schema_types": {"type": ["string", "null", "boolean", "array"], "maxLength": 2, "items": {"const": [1, {"k": "\u00e9"}]}},
+        "schema_refused": {"type": "string", "pattern": "^a+$"},
+    }
+    for name, sch in schemas.items():
+        write("grammar", name, b"\x00" + json.dumps(sch).encode())
+    write("grammar", "schema_free", b"\x00{}")
+    gbnf = {
+        "gbnf_json_like": 'root ::= "{" ws pair ("," ws pair)* "}"\npair ::= [a-z]+ ":" num\n'
+                          'num ::= [0-9]{1,3} | "-" [1-9]\nws ::= [ \\t\\n]{0,2}\n',
+        "gbnf_utf8": 'root ::= [\u03b1-\u03c9]+ [^"a]? ("\\u00e9" | "\\x41") . # comment\n',
+        "gbnf_nested": 'root ::= item+\nitem ::= "(" (item | [a-c]{2,})* ")"\n',
+        "gbnf_bad": 'root ::= root "x" | y\n',
+    }
+    for name, text in gbnf.items():
+        write("grammar", name, b"\x01" + text.encode())
+    write("grammar", "feed_schema", b"\x02\x00" + b'{"a":"\xc3\xa9\\n","b":-5}')
+    write("grammar", "feed_array", b"\x05\x01" + b'["xy", null, 1.5]')
+    write("grammar", "feed_free", b"\x08\x02" + b'{"k": [true, {"x": "\\ud83d\\ude00"}]}')
+    write("grammar", "feed_gbnf", b"\x0b\x03" + "(ab(\u03b1\u03b2)(c".encode())
+
+
 def main():
     st_seeds()
     json_seeds()
@@ -195,6 +234,7 @@ def main():
     tok_seeds()
     usage_seeds()
     server_seeds()
+    grammar_seeds()
     return 0
 
 
