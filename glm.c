@@ -6016,6 +6016,69 @@ static int generator_step(Generator *g, int *ids, int max) {
     return generator_step_end(g, &p, now_seconds() - t0, ids);
 }
 
+/* ---- several conversations in one forward ----------------------------------------------------
+
+   Decoding one row is bound by reading the weights (dense ones from RAM, experts from the cache or
+   the disk), and the kernels reuse each weight across the rows of a forward: the steps of several
+   generators (each with its own KV cache) cost little more in one forward than one alone. Each
+   step is begun alone (sampling, drafting), the rows of all of them run as row groups of one
+   forward (model_forward_groups), and each ends alone. Since a row's logits do not depend on the
+   rows beside it, every generator emits exactly what it would alone. */
+typedef struct {
+    RunState work;             /* scratch for all the rows of one batched forward (no KV rows used) */
+    int max_rows;
+    int *tokens;               /* [max_rows] */
+    float *hidden, *logits;    /* [max_rows][hidden], [max_rows][vocab] */
+} StepBatch;
+
+/* A batch for up to n_gens generators' steps (each up to DRAFT + 1 rows). */
+static void step_batch_init(StepBatch *b, Model *m, int n_gens) {
+    memset(b, 0, sizeof *b);
+    b->max_rows = n_gens * (SPEC_MAX_DRAFT + 1);
+    run_state_init(&b->work, m, 1, b->max_rows, 0);
+    b->tokens = xcalloc((size_t)b->max_rows, sizeof(int));
+    b->hidden = xcalloc((size_t)b->max_rows * m->c.hidden, sizeof(float));
+    b->logits = xcalloc((size_t)b->max_rows * m->c.vocab, sizeof(float));
+}
+
+static void step_batch_free(StepBatch *b) {
+    run_state_free(&b->work);
+    free(b->tokens); free(b->hidden); free(b->logits);
+    memset(b, 0, sizeof *b);
+}
+
+/* One step of each of gens[0, n) (one model, one ForwardOptions), as generator_step(gens[k],
+   ids[k], max[k]) would take it alone: the ids into ids[k], their count (0: that generator's run
+   has stopped) into counts[k]. */
+static void generator_step_batch(Generator **gens, int n, StepBatch *b, int **ids, const int *max, int *counts) {
+    StepRows plan[n];
+    RowGroup groups[n];
+    int member[n], n_groups = 0, rows = 0;
+    for (int k = 0; k < n; k++) {
+        counts[k] = generator_step_begin(gens[k], ids[k], max[k], &plan[k]);
+        if (counts[k] >= 0) continue;
+        if (rows + plan[k].rows > b->max_rows) die("internal: %d rows for a step batch of %d", rows + plan[k].rows, b->max_rows);
+        groups[n_groups] = (RowGroup){ gens[k]->state, rows, plan[k].rows, gens[k]->pos };
+        member[n_groups++] = k;
+        memcpy(b->tokens + rows, plan[k].tokens, (size_t)plan[k].rows * sizeof(int));
+        rows += plan[k].rows;
+    }
+    if (!n_groups) return;
+    Generator *first = gens[member[0]];
+    const int H = first->model->c.hidden, V = first->model->c.vocab;
+    const double t0 = now_seconds();
+    model_forward_groups(first->model, &b->work, groups, n_groups, first->opt, b->tokens, rows, b->hidden, b->logits, 0, NULL);
+    const double seconds = now_seconds() - t0;
+    for (int i = 0; i < n_groups; i++) {
+        const int k = member[i];
+        Generator *g = gens[k];
+        const RowGroup *gr = &groups[i];
+        memcpy(g->hidden, b->hidden + (size_t)gr->row0 * H, (size_t)gr->S * H * sizeof(float));
+        memcpy(generator_step_logits(g, &plan[k]), b->logits + (size_t)gr->row0 * V, (size_t)gr->S * V * sizeof(float));
+        counts[k] = generator_step_end(g, &plan[k], seconds, ids[k]);
+    }
+}
+
 /* ---- speculation statistics -------------------------------------------------------------------- */
 
 typedef struct {
