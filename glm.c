@@ -2546,7 +2546,7 @@ typedef struct {
     uint64_t usage_tokens;        /* positions counted by this history, this run included */
     int usage_since_save;         /* positions since the last save */
     /* statistics */
-    long long hits, misses, step, prefetched, prefetch_used, read_ahead, read_ahead_used;
+    long long hits, misses, step, prefetched, prefetch_used, prefetch_skipped, read_ahead, read_ahead_used;
     double bytes_read, read_seconds, wait_seconds, compute_seconds;
     long long in_place_loads;     /* loads served where the page cache held the expert (in_place) */
     long long read_loads;         /* loads that read into their slot (under lock) */
@@ -3070,6 +3070,22 @@ static void io_load_slot(ExpertStore *store, int layer, ExpertSlot *slot, int pr
     pthread_cond_broadcast(&store->done);
 }
 
+/* A prefetch of an expert the page cache holds is dropped (INPLACE): a demand will use it where
+   it lies at the cost of a mapping, so reading or mapping it ahead gains nothing, and the work and
+   page faults it takes would land beside the compute of the prefill that follows (with a usage
+   history on a warm page cache, prefills ran up to twice as long). Only a history prefetch, whose
+   slot held nothing the cache counts on; lock held. Returns 1 when dropped. */
+static int io_prefetch_needless(ExpertStore *store, int layer, ExpertSlot *slot) {
+    if (!store->in_place || store->io_mode == IO_MMAP || slot->ahead) return 0;
+    const ExpertSource *src = &store->sources[(size_t)layer * store->n_experts + slot->expert];
+    if (!expert_in_page_cache(store, src, PAGE_CACHE_GUESS)) return 0;
+    LayerCache *lc = &store->caches[layer];
+    tier_cache_assign(&lc->cache, (int)(slot - lc->slots), -1);
+    slot->expert = -1;
+    store->prefetch_skipped++;
+    return 1;
+}
+
 /* Runs the oldest demanded load, if any; lock held. Returns 1 if it ran one. */
 static int io_serve_demands(ExpertStore *store) {
     if (store->queue_head == store->queue_tail) return 0;
@@ -3103,6 +3119,7 @@ static void *expert_io_thread(void *arg) {
         if (slot) {
             slot->prefetch_rank = -1;
             store->prefetch_pending--;
+            if (io_prefetch_needless(store, layer, slot)) continue;
             io_load_slot(store, layer, slot, 1);
             continue;
         }
@@ -6202,9 +6219,10 @@ static void print_expert_stats(const ExpertStore *store, double seconds) {
         fprintf(stderr, "glm: page cache: %lld expert loads found the expert there and used it in place (%.1f MB not copied, "
                         "%.1f MB of them missing pages that mapping read, %.3f s mapping it)\n",
                 store->in_place_loads, store->in_place_bytes / 1e6, store->in_place_missing_bytes / 1e6, store->in_place_seconds);
-    if (store->prefetched)
-        fprintf(stderr, "glm: usage history: %lld hot experts read ahead while the disk was idle, %lld of them hit\n",
-                store->prefetched, store->prefetch_used);
+    if (store->prefetched || store->prefetch_skipped)
+        fprintf(stderr, "glm: usage history: %lld hot experts read ahead while the disk was idle, %lld of them hit; "
+                        "%lld left to the page cache, which held them\n",
+                store->prefetched, store->prefetch_used, store->prefetch_skipped);
     if (store->read_ahead)
         fprintf(stderr, "glm: prefill read-ahead: %lld experts read before their layer's router ran, %lld of them hit\n",
                 store->read_ahead, store->read_ahead_used);

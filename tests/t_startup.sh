@@ -120,7 +120,7 @@ grep -q "usage history $hist: the routing of [0-9]* earlier tokens seeds the exp
 same "a history changes what is read, never what is computed" "$base" "$gen"
 out=$(USAGE=off XDG_CACHE_HOME="$T/xdg2" SNAP="$T/c8" REF="$R" "$GLM" 2 8 8 2>&1)
 [ ! -e "$T/xdg2/glm" ] && ! grep -qi 'usage history' <<<"$out" && echo "PASS USAGE=off reads and writes nothing" || echo "FAIL USAGE=off"
-cp "$hist" "$T/good.bin"
+cp "$hist" "$T/good.bin"; cp "$hist" "$T/good.bin.keep"
 damage() {   # damage NAME PYTHON-ON-b: expect a one-line note, no use, identical tokens
   cp "$T/good.bin" "$T/bad.bin"
   $PY -c "import sys; b=bytearray(open('$T/bad.bin','rb').read()); $2; open('$T/bad.bin','wb').write(bytes(b))"
@@ -161,6 +161,15 @@ o=$(run_hist)
   && cmp -s "$hist" "$ROOT/README.md" && echo "PASS a foreign file at the default history path: noted, left as it is, the run goes on" \
   || { echo "FAIL foreign file at the default path"; echo "$o" | grep -i usage; }
 rm -f "$hist"
+
+# A history never makes a run slower: with buffered reads (DIRECT=0) and the model in the page
+# cache, the history's hottest experts are left to the page cache (a demand maps them in place)
+# instead of being read ahead beside the prefill's compute; every token stays the same.
+cat "$T"/c8/*.safetensors >/dev/null
+o=$(env USAGE="$T/good.bin" DIRECT=0 SNAP="$T/c8" REF="$R" "$GLM" 2 8 8 2>&1); cp "$T/good.bin.keep" "$T/good.bin" 2>/dev/null
+if grep -qE 'usage history: 0 hot experts read ahead while the disk was idle, 0 of them hit; [1-9][0-9]* left to the page cache' <<<"$o" \
+   && [ "$(grep '^Generated' <<<"$o")" = "$base" ]; then echo "PASS a warm page cache: the history's experts are left to it, not read ahead"
+else echo "FAIL history read-ahead on a warm page cache"; echo "$o" | grep -iE 'usage|page cache|error' | head -4; fi
 
 # kill -9 at random moments of runs that save the history every 256 tokens: the file is always
 # the old or a new history (never torn) and no temporary file is left behind.
