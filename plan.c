@@ -27,6 +27,16 @@ static void cpu_model_name(char *buf, size_t n) {
         snprintf(buf, n, "%.*s", (int)strcspn(colon, "\n"), colon);
         break;
     }
+    if (!strcmp(buf, "unknown CPU")) {   /* ARM: no "model name", but an implementer and a part number */
+        unsigned implementer = 0, part = 0;
+        rewind(f);
+        while (fgets(line, sizeof line, f)) {
+            if (!strncmp(line, "CPU implementer", 15)) sscanf(strchr(line, ':') ? strchr(line, ':') + 1 : "", "%x", &implementer);
+            if (!strncmp(line, "CPU part", 8)) sscanf(strchr(line, ':') ? strchr(line, ':') + 1 : "", "%x", &part);
+            if (implementer && part) break;
+        }
+        if (implementer) snprintf(buf, n, "ARM CPU (implementer 0x%02x, part 0x%03x)", implementer, part);
+    }
     fclose(f);
 }
 
@@ -153,7 +163,7 @@ static double disk_probe(const char *dir, int *reads_out, double *seconds_out, c
     for (int i = 0; i < n; i++) usable += sizes[i] >= (off_t)(2 * chunk);
     *reads_out = 0; *seconds_out = 0; *mode_out = "direct";
     if (!usable) return 0;
-    const size_t huge = (size_t)2 << 20;
+    const size_t huge = huge_page_bytes();
     uint8_t *map = mmap(NULL, chunk + 2 * huge, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
     if (map == MAP_FAILED) return 0;
     uint8_t *buf = (uint8_t *)(((uintptr_t)map + huge - 1) & ~(uintptr_t)(huge - 1));
@@ -419,11 +429,20 @@ static int run_doctor(const Settings *set) {
     int worst = 0;
     char cpu[128];
     cpu_model_name(cpu, sizeof cpu);
-    const int vnni = qt_kernel_supported(QT_KERNEL_VNNI), avxvnni = qt_kernel_supported(QT_KERNEL_AVXVNNI);
-    const int avx2 = qt_kernel_supported(QT_KERNEL_AVX2);
-    doctor_say(&worst, vnni || avx2 ? 0 : 1, "CPU", "%s; integer kernels: %s%s%sscalar (glm uses %s)%s", cpu, vnni ? "vnni, " : "",
-               avxvnni ? "avxvnni, " : "", avx2 ? "avx2, " : "", qt_kernel_name(qt_get_kernel()),
-               vnni || avx2 ? "" : "; without AVX2 every matmul runs the scalar kernel, several times slower: use an AVX2 machine");
+    static const QtKernel kernels[] = { QT_KERNEL_VNNI, QT_KERNEL_AVXVNNI, QT_KERNEL_AVX2, QT_KERNEL_I8MM,
+                                        QT_KERNEL_DOTPROD, QT_KERNEL_NEON };
+    char have[128] = "";
+    for (size_t i = 0; i < sizeof kernels / sizeof kernels[0]; i++)
+        if (qt_kernel_supported(kernels[i]))
+            snprintf(have + strlen(have), sizeof have - strlen(have), "%s, ", qt_kernel_name(kernels[i]));
+    const int simd = have[0] != 0;
+#if defined(__aarch64__)
+    const char *advice = "; without NEON every matmul runs the scalar kernel, several times slower";
+#else
+    const char *advice = "; without AVX2 every matmul runs the scalar kernel, several times slower: use an AVX2 machine";
+#endif
+    doctor_say(&worst, simd ? 0 : 1, "CPU", "%s; integer kernels: %sscalar (glm uses %s)%s", cpu, have,
+               qt_kernel_name(qt_get_kernel()), simd ? "" : advice);
     const long cores = sysconf(_SC_NPROCESSORS_ONLN);
     doctor_say(&worst, cores >= 2 ? 0 : 1, "cores", "%ld online%s", cores,
                cores >= 2 ? "" : ": disk reads and compute cannot overlap on one core; use a machine with two or more");
