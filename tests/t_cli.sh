@@ -43,7 +43,7 @@ expect_fail "four positional arguments: the count is blamed, not dense_bits" \
   '^glm: error: too many arguments: 4 given, at most 3 \(cache_slots expert_bits dense_bits\)$' "$GLM" 1 2 3 4
 v=$("$GLM" --version)
 has "--version names the version and the git commit" "^glm\.c [0-9.]+ \(commit $(git rev-parse --short HEAD 2>/dev/null || echo unknown)" "$v"
-has "--version lists the kernels this CPU runs" '^kernels this CPU runs:( vnni)?( avx2)? scalar \(KERNEL=auto picks (vnni|avx2|scalar)\)$' "$v"
+has "--version lists the kernels this CPU runs" '^kernels this CPU runs:( vnni)?( avxvnni)?( avx2)?( i8mm)?( dotprod)?( neon)? scalar \(KERNEL=auto picks (vnni|avxvnni|avx2|i8mm|dotprod|neon|scalar)\)$' "$v"
 hint() { env SNAP=$F/oracle_dense REF=$F/oracle_dense/reference.json TF=1 "$@" "$GLM" 64 16 16 2>&1 >/dev/null | grep warning; }
 has "TOP_P hints NUCLEUS" 'environment variable TOP_P is not a setting; did you mean NUCLEUS\?' "$(hint TOP_P=0.5)"
 has "lowercase prompt hints PROMPT" 'environment variable prompt is not a setting; did you mean PROMPT\?' "$(hint prompt=hi)"
