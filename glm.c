@@ -383,7 +383,7 @@ static const SettingSpec SETTINGS[] = {
     { "SPEC",     SET_STR,   "auto", 0, 0, "speculative decoding, never changes the output: auto (MTP head and n-gram drafts where they pay, measured as it runs), mtp, ngram (prompt lookup) or off" },
     { "DRAFT",    SET_INT,   "4",    1, 16, "most tokens drafted per verify pass (SPEC=auto may draft fewer)" },
     { "KV_CACHE", SET_STR,   "",     0, 0, "prefix cache of prompts' KV rows on disk (PROMPT, CHAT, SERVE): a prompt that starts like an earlier one, in any process, prefills only the rest; a directory, off, or empty for $XDG_CACHE_HOME/glm (else ~/.cache/glm)/kv-<model fingerprint>" },
-    { "KV_CACHE_GB", SET_FLOAT, "8", 0.001, 1e6, "disk budget of the prefix cache in GB; the least recently used entries go first" },
+    { "KV_CACHE_GB", SET_FLOAT, "8", 0, 1e6, "disk budget of the prefix cache in GB; the least recently used entries go first" },
     /* text modes (text.c): need tokenizer.json in SNAP */
     { "PROMPT",   SET_STR,   "",     0, 0, "answer this user message: the reply streams to stdout, one stats line to stderr (PROMPT=-: read it from stdin, at most 16 MB)" },
     { "CHAT",     SET_INT,   "-1",  -1, 1, "terminal chat: 1 on, 0 off, -1 on when stdin is a terminal and no PROMPT, REF or TOKENIZE is set" },
@@ -5951,40 +5951,49 @@ static int generator_restore_prefix(Generator *g, const int *tokens, int n) {
     return end - pos0;
 }
 
-/* Writes the prefix cache's entries of history[0, pos) that it lacks, marks all of them used now,
-   and keeps the directory under its budget. A write that fails is said; the run goes on. */
-static void generator_store_prefix(Generator *g) {
+/* Where a prefill's writing of prefix cache entries stands: entries before `block` are done and
+   `chain` is the chain hash of history[0, block * KVCACHE_BLOCK). */
+typedef struct { int block, wrote; uint64_t chain; struct timespec now[2]; } KvStoreCursor;
+
+static void kvcache_cursor(const Generator *g, KvStoreCursor *c) {
+    memset(c, 0, sizeof *c);
+    if (!g->prefix_cache) return;
+    c->chain = g->prefix_cache->seed;
+    clock_gettime(CLOCK_REALTIME, &c->now[0]);
+    c->now[1] = c->now[0];
+}
+
+/* Writes the entries of history[0, pos) past the cursor that the prefix cache lacks and marks
+   every one as used at the cursor's instant (after each prefill chunk, so that a prefill killed
+   midway keeps what it computed). A write that fails is said; the run goes on without the rest. */
+static void generator_store_prefix(Generator *g, KvStoreCursor *c) {
     KvCache *kv = g->prefix_cache;
     const int G = KVCACHE_BLOCK, blocks = g->pos / G;
-    if (!kv || !blocks) return;
-    struct timespec now[2];
-    clock_gettime(CLOCK_REALTIME, &now[0]);
-    now[1] = now[0];
-    uint64_t chain = kv->seed;
-    int wrote = 0;
-    for (int b = 0; b < blocks; b++) {
-        const uint64_t next = kvcache_chain(chain, g->history + b * G, G);
+    if (!kv) return;
+    for (; c->block < blocks; c->block++) {
+        const int start = c->block * G;
+        const uint64_t next = kvcache_chain(c->chain, g->history + start, G);
         char path[4200], err[8500];
-        kvcache_path(kv, b * G, next, path, sizeof path);
-        if (utimensat(AT_FDCWD, path, now, 0)) {   /* not there: write it */
-            if (kvcache_save(kv, g->state, g->history, b * G, chain, next, path, err, sizeof err)) {
+        kvcache_path(kv, start, next, path, sizeof path);
+        if (utimensat(AT_FDCWD, path, c->now, 0)) {   /* not there: write it */
+            if (kvcache_save(kv, g->state, g->history, start, c->chain, next, path, err, sizeof err)) {
                 say("warning: prefix cache: %s", err);
-                break;
+                c->block = INT32_MAX;
+                return;
             }
-            utimensat(AT_FDCWD, path, now, 0);
-            wrote++;
+            utimensat(AT_FDCWD, path, c->now, 0);
+            c->wrote++;
             kv->stored++;
         }
-        chain = next;
+        c->chain = next;
     }
-    if (wrote) kvcache_evict(kv);
 }
 
 /* ---- prefill, steps ---------------------------------------------------------------------------- */
 
 /* Appends tokens[0, n) at pos in BATCH-sized chunks (and keeps the MTP head's cache up with
    them); with a prefix cache, the longest cached beginning comes from disk (g->restored says how
-   many tokens) and the history's entries are written after. Returns the tokens done: n, or fewer
+   many tokens) and the history's entries are written after each chunk. Returns the tokens done: n, or fewer
    when the interrupt stopped it, and then pos is back where it was (the chunks done are dropped). */
 static int generator_prefill(Generator *g, const int *tokens, int n) {
     const int start = g->pos, B = g->on_logits ? sink_rows(g->state) : g->state->max_batch;
@@ -5992,18 +6001,20 @@ static int generator_prefill(Generator *g, const int *tokens, int n) {
     /* the prefix cache: all but the last token may come from disk (a logits sink sees every row) */
     g->restored = g->on_logits ? 0 : generator_restore_prefix(g, tokens, n - 1);
     int done = g->restored;
+    KvStoreCursor stored;
+    kvcache_cursor(g, &stored);
     while (done < n) {
         if (g->interrupt && *g->interrupt) break;
         const int S = n - done < B ? n - done : B;
         if (generator_forward(g, tokens + done, S, 1, g->interrupt)) break;
         if (spec_keeps_mtp(g)) spec_mtp_fill(g, g->pos - 1, -1, 0, INT32_MAX);
         done += S;
+        generator_store_prefix(g, &stored);
     }
+    if (stored.wrote) kvcache_evict(g->prefix_cache);
     if (done < n) {
         generator_rollback(g, start);
         g->restored = 0;
-    } else {
-        generator_store_prefix(g);
     }
     return done;
 }
