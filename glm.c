@@ -4831,6 +4831,20 @@ static KvCache *kvcache_open(const char *setting, double gb, const char *cache_d
 
 static void kvcache_close(KvCache *kv) { free(kv); }
 
+/* An entry's header: a session header's first 104 bytes under another magic, then the entry's
+   size (as a session's token count), first position and chain hashes before and after it. */
+static void kvcache_header(const SessionKey *k, int start, uint64_t parent, uint64_t chain, unsigned char *h) {
+    SessionSnapshot snap = { .n_tokens = KVCACHE_BLOCK };
+    session_header(k, &snap, h);
+    memset(h + 104, 0, SESSION_HEADER_BYTES - 104);
+    memcpy(h, KVCACHE_MAGIC, 8);
+    put_u32(h + 8, KVCACHE_VERSION);
+    put_u32(h + 104, KVCACHE_BLOCK);
+    put_u32(h + 112, (uint32_t)start);
+    put_u64(h + 120, parent);
+    put_u64(h + 128, chain);
+}
+
 /* Writes the entry of positions [start, start + KVCACHE_BLOCK) of `history`, whose chain hashes
    before and after it are parent and chain. 0, or -1 with err filled. */
 static int kvcache_save(const KvCache *kv, const RunState *s, const int *history, int start, uint64_t parent, uint64_t chain,
@@ -4840,14 +4854,8 @@ static int kvcache_save(const KvCache *kv, const RunState *s, const int *history
     AtomicFile af;
     FILE *f = atomic_begin(&af, path, err, err_len);
     if (!f) return -1;
-    SessionSnapshot snap = { .n_tokens = G };
     unsigned char header[SESSION_HEADER_BYTES];
-    session_header(&kv->key, &snap, header);
-    memcpy(header, KVCACHE_MAGIC, 8);
-    put_u32(header + 8, KVCACHE_VERSION);
-    put_u32(header + 112, (uint32_t)start);
-    put_u64(header + 120, parent);
-    put_u64(header + 128, chain);
+    kvcache_header(&kv->key, start, parent, chain, header);
     Hash64 h;
     hash64_init(&h);
     int bad = session_put(f, &h, header, sizeof header);
@@ -4881,10 +4889,11 @@ static int kvcache_read(SessionSource *src, RunState *s, const SessionKey *k, co
         snprintf(err, err_len, "is not a glm prefix cache entry");
         return -1;
     }
-    if (get_u32(h + 8) != KVCACHE_VERSION || get_u32(h + 12) != SESSION_HEADER_BYTES) {
+    if (get_u32(h + 8) != KVCACHE_VERSION) {
         snprintf(err, err_len, "has prefix cache format version %u (this glm reads version %d)", get_u32(h + 8), KVCACHE_VERSION);
         return -1;
     }
+    if (get_u32(h + 12) != SESSION_HEADER_BYTES) { snprintf(err, err_len, "has a corrupt header (its size)"); return -1; }
     if (session_check_key(h, k, err, err_len)) return -1;
     if (get_u32(h + 104) != (uint32_t)G || get_u32(h + 108) != 0 || get_u32(h + 112) != (uint32_t)start || get_u32(h + 116) != 0 ||
         get_u64(h + 120) != parent || get_u64(h + 128) != chain || get_u64(h + 136) != 0) {
