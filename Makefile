@@ -127,17 +127,18 @@ demo: glm
 	@echo "  SNAP=$(DEMO_DIR) PROMPT='Hello' NGEN=40 ./glm      # one answer"
 	@echo "  SNAP=$(DEMO_DIR) SERVE=8080 ./glm                  # the API at http://127.0.0.1:8080/v1"
 
-bench: bench/kbench bench/session_bench bench/specbench bench/attnbench bench/grammarbench bench/slotbench
+bench: bench/kbench bench/session_bench bench/specbench bench/attnbench bench/grammarbench bench/slotbench bench/ttft_bench
 bench/kbench: bench/kbench.c $(SOURCES)
 	$(CC) $(CFLAGS) -I. -o $@ $< $(LDLIBS)
-bench/session_bench bench/specbench bench/attnbench bench/slotbench: bench/%: bench/%.c $(SOURCES)
+bench/session_bench bench/specbench bench/attnbench bench/slotbench bench/ttft_bench: bench/%: bench/%.c $(SOURCES)
 	$(CC) $(CFLAGS) -I. -o $@ $< $(LDLIBS)
 # grammar.h alone (no engine): allowed-token masks on a 154,880-token vocabulary
 bench/grammarbench: bench/grammarbench.c $(HEADERS)
 	$(CC) $(CFLAGS) -I. -o $@ $< $(LDLIBS)
 
 clean-bins:
-	rm -f glm $(AARCH64_BINS) $(TEST_BINS) $(TOOL_BINS) $(FUZZ_REPLAYS) bench/kbench bench/session_bench bench/specbench bench/attnbench bench/grammarbench bench/slotbench
+	rm -f glm $(AARCH64_BINS) $(TEST_BINS) $(TOOL_BINS) $(FUZZ_REPLAYS) bench/kbench bench/session_bench bench/specbench \
+	      bench/attnbench bench/grammarbench bench/slotbench bench/ttft_bench
 
 clean: clean-bins
 	rm -rf tests/bin

@@ -418,6 +418,8 @@ static const SettingSpec SETTINGS[] = {
     { "INPLACE",  SET_BOOL,  "1",    0, 1, "pread and O_DIRECT modes: an expert the OS page cache holds (all but at most an eighth of it) is used where it lies (mapped, not copied into its slot); 0: always read" },
     { "CACHE_POLICY", SET_STR, "lfu", 0, 0, "which cached expert a miss evicts: lfu (the one the router chose least often, recent use breaks ties) or lru" },
     { "USAGE",    SET_STR,   "",     0, 0, "routing history that seeds the expert cache and is updated every 256 tokens and at exit: a file, off, or empty for $XDG_CACHE_HOME/glm (else ~/.cache/glm)/usage-<model fingerprint>.bin" },
+    { "KV_CACHE", SET_STR,   "",     0, 0, "prefix cache of prompts' KV rows on disk (PROMPT, CHAT, SERVE): a prompt that starts like an earlier one, in any process, prefills only the rest; a directory, off, or empty for $XDG_CACHE_HOME/glm (else ~/.cache/glm)/kv-<model fingerprint>" },
+    { "KV_CACHE_GB", SET_FLOAT, "8", 0, 1e6, "disk budget of the prefix cache in GB; the least recently used entries go first" },
     { "KERNEL",   SET_STR,   "auto", 0, 0, "integer kernels: auto (best this CPU has), vnni (AVX-512 VNNI), avxvnni (AVX-VNNI), avx2 or scalar (all give identical results)" },
     { "PROFILE",  SET_BOOL,  "0",    0, 1, "print where the time went (attention, experts, disk wait, lm_head)" },
     { "VERBOSE",  SET_BOOL,  "0",    0, 1, "1: also print how the run was set up (template, RAM plan, expert I/O, model, settings, sampling, speculation); 0: warnings and one stats line" },
@@ -477,6 +479,8 @@ typedef struct {
     const char *stats_path;
     const char *usage;       /* USAGE: a file, "off", or "" for the default file under cache_dir */
     const char *cache_dir;   /* $XDG_CACHE_HOME, else $HOME/.cache; "" when neither is set */
+    const char *kv_cache;    /* KV_CACHE: a directory, "off", or "" for the default under cache_dir */
+    double kv_cache_gb;      /* KV_CACHE_GB */
     int plan_json;           /* PLAN=json */
     /* text modes */
     RunMode mode;
@@ -793,6 +797,8 @@ static Settings settings_from_env(int argc, char **argv) {
     if (xdg && xdg[0] == '/') snprintf(cache_dir, sizeof cache_dir, "%s", xdg);   /* the spec: relative paths are ignored */
     else if (home && home[0]) snprintf(cache_dir, sizeof cache_dir, "%s/.cache", home);
     s.cache_dir = cache_dir;
+    s.kv_cache = setting_value("KV_CACHE");
+    s.kv_cache_gb = setting_number("KV_CACHE_GB");
     const char *plan = setting_value("PLAN");
     if (strcmp(plan, "0") && strcmp(plan, "1") && strcmp(plan, "json")) die("PLAN=%s: expected 1, json or 0", plan);
     s.plan_json = !strcmp(plan, "json");
@@ -1720,6 +1726,7 @@ typedef struct {
        interrupted (layer == n_layers): a front end shows a long prefill's progress with it */
     void (*on_layer)(void *user, int layer, int n_layers, int S, int pos0);
     void *on_layer_user;
+    struct KvCache *prefix_cache;   /* engine_start's prefix cache on disk (KV_CACHE) for PROMPT, CHAT and SERVE; NULL: none */
     struct { double attention, indexer, attention_core, dense_mlp, moe, lm_head; long long forwards, positions; } profile;   /* seconds */
 } RunState;
 
@@ -4633,6 +4640,18 @@ static int session_put(FILE *f, Hash64 *h, const void *buf, size_t n) {
     return fwrite(buf, 1, n, f) == n ? 0 : -1;
 }
 
+/* Writes the cache rows of positions [first, first + n): per layer the latent rows, the rope-key
+   rows and (full-indexer layers) the indexer-key rows. 0, or -1 once a write failed. */
+static int session_put_rows(FILE *f, Hash64 *h, const RunState *s, const SessionKey *k, size_t first, size_t n) {
+    int bad = 0;
+    for (int l = 0; l < k->layers && !bad; l++) {
+        bad |= session_put(f, h, s->latent[l] + first * k->kv_lora, n * k->kv_lora * sizeof(float));
+        bad |= session_put(f, h, s->rope_key[l] + first * k->qk_rope, n * k->qk_rope * sizeof(float));
+        if (k->layer_indexer[l]) bad |= session_put(f, h, s->index_key[l] + first * k->index_dim, n * k->index_dim * sizeof(float));
+    }
+    return bad;
+}
+
 /* Writes the conversation (snap + the cache rows of its tokens) to path, atomically. 0, or -1
    with err filled (the file at path is then untouched). */
 static int session_save(const RunState *s, const SessionKey *k, const SessionSnapshot *snap, const char *path, char *err, size_t err_len) {
@@ -4655,11 +4674,7 @@ static int session_save(const RunState *s, const SessionKey *k, const SessionSna
         bad |= session_put(f, &h, snap->logits, (size_t)k->vocab * sizeof(float));
         bad |= session_put(f, &h, snap->hidden, (size_t)k->hidden * sizeof(float));
     }
-    for (int l = 0; l < k->layers && !bad; l++) {
-        bad |= session_put(f, &h, s->latent[l], n * k->kv_lora * sizeof(float));
-        bad |= session_put(f, &h, s->rope_key[l], n * k->qk_rope * sizeof(float));
-        if (k->layer_indexer[l]) bad |= session_put(f, &h, s->index_key[l], n * k->index_dim * sizeof(float));
-    }
+    if (!bad) bad = session_put_rows(f, &h, s, k, 0, n);
     unsigned char trailer[8];
     put_u64(trailer, hash64_final(&h));
     if (bad || fwrite(trailer, 1, 8, f) != 8) {
@@ -4718,23 +4733,12 @@ static int session_source_read(SessionSource *src, void *dst, uint64_t n, char *
     return 0;
 }
 
-/* Reads the header and checks it against k: 0 with the conversation's scalars in *snap, or -1
-   with err saying why the file cannot be used here. */
-static int session_read_header(SessionSource *src, const SessionKey *k, int capacity, SessionSnapshot *snap, char *err, size_t err_len) {
-    unsigned char h[SESSION_HEADER_BYTES];
-    src->off = 0;
-    hash64_init(&src->hash);
-    if (src->size < 16 || session_source_read(src, h, 16, err, err_len) || memcmp(h, SESSION_MAGIC, 8)) {
-        snprintf(err, err_len, "is not a glm session file");
-        return -1;
-    }
-    if (get_u32(h + 8) != SESSION_VERSION || get_u32(h + 12) != SESSION_HEADER_BYTES) {
-        snprintf(err, err_len, "has session format version %u (this glm reads version %d)", get_u32(h + 8), SESSION_VERSION);
-        return -1;
-    }
-    if (session_source_read(src, h + 16, SESSION_HEADER_BYTES - 16, err, err_len)) return -1;
-    uint32_t f[16];
-    for (int i = 0; i < 16; i++) f[i] = get_u32(h + 48 + 4 * i);
+/* Checks a header's fingerprint, settings and shapes (bytes 16..103, as session_header writes
+   them) against k: 0, or -1 with err naming what differs. Session files and the prefix cache's
+   entries share this part of the header. */
+static int session_check_key(const unsigned char *h, const SessionKey *k, char *err, size_t err_len) {
+    uint32_t f[14];
+    for (int i = 0; i < 14; i++) f[i] = get_u32(h + 48 + 4 * i);
     /* the model first: a file of another model is refused as such, whatever else differs */
     const uint32_t shapes_here[] = { (uint32_t)k->layers, (uint32_t)k->kv_lora, (uint32_t)k->qk_rope, (uint32_t)k->index_dim,
                                      (uint32_t)k->vocab, (uint32_t)k->hidden };
@@ -4764,6 +4768,26 @@ static int session_read_header(SessionSource *src, const SessionKey *k, int capa
     }
     if (f[3] != (uint32_t)k->mtp_zero_pos0) { snprintf(err, err_len, "was written with other settings (MTP_ZERO_POS0=%u there, %d here)", f[3], k->mtp_zero_pos0); return -1; }
     if (memcmp(&eps, &k->latent_eps, 4)) { snprintf(err, err_len, "was written with other settings (LATENT_EPS=%g there, %g here)", eps, k->latent_eps); return -1; }
+    return 0;
+}
+
+/* Reads the header and checks it against k: 0 with the conversation's scalars in *snap, or -1
+   with err saying why the file cannot be used here. */
+static int session_read_header(SessionSource *src, const SessionKey *k, int capacity, SessionSnapshot *snap, char *err, size_t err_len) {
+    unsigned char h[SESSION_HEADER_BYTES];
+    src->off = 0;
+    hash64_init(&src->hash);
+    if (src->size < 16 || session_source_read(src, h, 16, err, err_len) || memcmp(h, SESSION_MAGIC, 8)) {
+        snprintf(err, err_len, "is not a glm session file");
+        return -1;
+    }
+    if (get_u32(h + 8) != SESSION_VERSION || get_u32(h + 12) != SESSION_HEADER_BYTES) {
+        snprintf(err, err_len, "has session format version %u (this glm reads version %d)", get_u32(h + 8), SESSION_VERSION);
+        return -1;
+    }
+    if (session_source_read(src, h + 16, SESSION_HEADER_BYTES - 16, err, err_len) || session_check_key(h, k, err, err_len)) return -1;
+    uint32_t f[16];
+    for (int i = 0; i < 16; i++) f[i] = get_u32(h + 48 + 4 * i);
     /* the conversation */
     const uint32_t n = f[14], flags = f[15], npending = get_u32(h + 132);
     if (flags > 1 || get_u32(h + 128) > 7 || npending > 3 || get_u32(h + 140) != 0) { snprintf(err, err_len, "has a corrupt header"); return -1; }
@@ -4809,6 +4833,28 @@ static int session_read_floats(SessionSource *src, float *dst, uint64_t n, float
     return 0;
 }
 
+/* Reads the rows session_put_rows wrote for positions [first, first + n): those from position
+   first + load_from on into the cache, the earlier ones (all of them when load_from == n) only
+   through scratch, to be checked. */
+static int session_read_rows(SessionSource *src, RunState *s, const SessionKey *k, uint64_t first, uint64_t n, uint64_t load_from,
+                             float *scratch, size_t scratch_n, char *err, size_t err_len) {
+    char what[96];
+    for (int l = 0; l < k->layers; l++) {
+        float *const dst[3] = { s->latent[l], s->rope_key[l], k->layer_indexer[l] ? s->index_key[l] : NULL };
+        const uint64_t dim[3] = { (uint64_t)k->kv_lora, (uint64_t)k->qk_rope, (uint64_t)k->index_dim };
+        static const char *const names[3] = { "latent", "rope key", "indexer key" };
+        for (int j = 0; j < 3; j++) {
+            if (j == 2 && !k->layer_indexer[l]) continue;
+            snprintf(what, sizeof what, "layer %d %s", l, names[j]);
+            if (session_read_floats(src, NULL, load_from * dim[j], scratch, scratch_n, what, err, err_len) ||
+                session_read_floats(src, dst[j] + (first + load_from) * dim[j], (n - load_from) * dim[j], scratch, scratch_n, what,
+                                    err, err_len))
+                return -1;
+        }
+    }
+    return 0;
+}
+
 /* One pass over the payload after the header. into_cache 0: through scratch (checks only);
    1: into the cache rows and snap's buffers. Ends with the hash check. */
 static int session_read_payload(SessionSource *src, RunState *s, const SessionKey *k, SessionSnapshot *snap, int into_cache,
@@ -4817,7 +4863,6 @@ static int session_read_payload(SessionSource *src, RunState *s, const SessionKe
     float *scratch = xmalloc(SCRATCH * sizeof(float));
     const uint64_t n = (uint64_t)snap->n_tokens;
     int rc = -1;
-    char what[96];
     for (uint64_t i = 0; i < n; i++) {
         unsigned char id[4];
         if (session_source_read(src, id, 4, err, err_len)) goto done;
@@ -4830,15 +4875,7 @@ static int session_read_payload(SessionSource *src, RunState *s, const SessionKe
             session_read_floats(src, into_cache ? snap->hidden : NULL, (uint64_t)k->hidden, scratch, SCRATCH, "hidden state", err, err_len))
             goto done;
     }
-    for (int l = 0; l < k->layers; l++) {
-        snprintf(what, sizeof what, "layer %d latent", l);
-        if (session_read_floats(src, into_cache ? s->latent[l] : NULL, n * k->kv_lora, scratch, SCRATCH, what, err, err_len)) goto done;
-        snprintf(what, sizeof what, "layer %d rope key", l);
-        if (session_read_floats(src, into_cache ? s->rope_key[l] : NULL, n * k->qk_rope, scratch, SCRATCH, what, err, err_len)) goto done;
-        snprintf(what, sizeof what, "layer %d indexer key", l);
-        if (k->layer_indexer[l] &&
-            session_read_floats(src, into_cache ? s->index_key[l] : NULL, n * k->index_dim, scratch, SCRATCH, what, err, err_len)) goto done;
-    }
+    if (session_read_rows(src, s, k, 0, n, into_cache ? 0 : n, scratch, SCRATCH, err, err_len)) goto done;
     const uint64_t computed = hash64_final(&src->hash);
     unsigned char trailer[8];
     if (session_source_read(src, trailer, 8, err, err_len)) goto done;
@@ -4882,6 +4919,284 @@ static int session_file_tokens(const char *path, char *err, size_t err_len) {
         n = (int)get_u32(h + 104);
     session_source_close(&src);
     return n;
+}
+
+/* ---- the prefix cache: prompts' KV rows on disk, shared by every process -----------------------
+   KV_CACHE (PROMPT, CHAT, SERVE): a prompt that begins like one seen before, in this process or
+   any other, restores the cache rows of that beginning from disk and prefills only the rest.
+   The rows of every prefill are kept in entries of KVCACHE_BLOCK positions: entry b holds the
+   rows of positions [bG, (b+1)G) of a history, named by a chain hash of the history's tokens
+   [0, (b+1)G) seeded with everything the rows depend on (the model's fingerprint and the
+   settings a session file checks, SessionKey). A lookup hashes the prompt's block-aligned
+   prefixes and opens entries in order until one is missing, so no index is kept anywhere and
+   processes share a directory without talking to each other; two histories that share a
+   beginning share its entries. The rows of a position depend only on the tokens up to it and
+   the forward pass is batch-invariant, so restored rows are exactly those a prefill writes and
+   the answer is bit for bit the uncached one. At least the prompt's last token is always
+   prefilled, so the logits are fresh and nothing else needs restoring. The MTP head's rows are
+   not kept (as in session files): its slots for restored positions are stale, which can only
+   lower draft acceptance.
+   An entry file is a session file's header (magic "GLMKVBLK", the same fingerprint, settings and
+   shapes at bytes 16..103, then the entry's first position, its size, the chain hashes before
+   and after it), its token ids, the rows of its positions as session_put_rows writes them, and a
+   checksum: written through atomic_begin/atomic_commit (a kill -9 loses at most the entry being
+   written), and checked like a session file before any row is used (header against this run,
+   exact size, ids equal to the prompt's, finite floats, checksum). An entry that fails is
+   skipped with a warning naming the file, and removed: the prefill that follows writes it
+   anew. Rows land in the cache beyond the conversation's end, which is advanced only once an
+   entry is whole, so a bad entry never changes what the cache holds.
+   Least recently used out first: a prefill sets the modification time of every entry of its
+   history to one instant, and after writing, the oldest entries are removed until the directory
+   is under KV_CACHE_GB (at one instant, the later positions first, so a chain is shortened from
+   its end). The RAM side is the conversation's own KV cache, which the RAM plan counts; the
+   prefix cache reads straight into it and allocates nothing that grows. */
+
+#define KVCACHE_MAGIC "GLMKVBLK"
+#define KVCACHE_VERSION 1
+#define KVCACHE_BLOCK 64   /* positions per entry: a prompt reuses all but at most 63 of its cached tokens */
+
+typedef struct KvCache {
+    char dir[4096];
+    double budget;          /* bytes on disk (KV_CACHE_GB) */
+    SessionKey key;
+    uint64_t seed;          /* the chain hash of the empty history: everything the rows depend on */
+    long long restored, stored, rejected;   /* tokens restored, entries written, entries refused */
+} KvCache;
+
+/* The chain hash of history[0, start + n) from that of history[0, start). */
+static uint64_t kvcache_chain(uint64_t parent, const int *tokens, int n) {
+    Hash64 h;
+    hash64_init(&h);
+    hash64_update(&h, &parent, sizeof parent);
+    for (int i = 0; i < n; i++) {
+        unsigned char id[4];
+        put_u32(id, (uint32_t)tokens[i]);
+        hash64_update(&h, id, 4);
+    }
+    return hash64_final(&h);
+}
+
+static void kvcache_seed(KvCache *kv) {
+    const SessionKey *k = &kv->key;
+    Hash64 h;
+    hash64_init(&h);
+    hash64_update(&h, KVCACHE_MAGIC, 8);
+    const uint64_t words[] = { k->config, k->tensors, k->weights, k->formats, (uint64_t)k->idot, (uint64_t)k->absorb,
+                               (uint64_t)k->indexer_mode, (uint64_t)k->mtp_zero_pos0, KVCACHE_BLOCK, KVCACHE_VERSION };
+    hash64_update(&h, words, sizeof words);
+    hash64_f32(&h, k->latent_eps);
+    kv->seed = hash64_final(&h);
+}
+
+static void kvcache_path(const KvCache *kv, int start, uint64_t chain, char *path, size_t n) {
+    snprintf(path, n, "%s/%07d-%016llx.kv", kv->dir, start, (unsigned long long)chain);
+}
+
+/* The prefix cache of a run, or NULL: KV_CACHE=off, or no directory to keep it in (said once). */
+static KvCache *kvcache_open(const char *setting, double gb, const char *cache_dir, const SessionKey *key) {
+    if (!strcmp(setting, "off")) return NULL;
+    KvCache *kv = xcalloc(1, sizeof *kv);
+    kv->key = *key;
+    kv->budget = gb * 1e9;
+    kvcache_seed(kv);
+    if (setting[0]) snprintf(kv->dir, sizeof kv->dir, "%s", setting);
+    else if (cache_dir[0]) {
+        const uint64_t model[] = { key->config, key->tensors, key->weights };
+        Hash64 h;
+        hash64_init(&h);
+        hash64_update(&h, model, sizeof model);
+        snprintf(kv->dir, sizeof kv->dir, "%s/glm", cache_dir);
+        mkdir(cache_dir, 0700);
+        mkdir(kv->dir, 0700);
+        snprintf(kv->dir, sizeof kv->dir, "%s/glm/kv-%016llx", cache_dir, (unsigned long long)hash64_final(&h));
+    } else {
+        say("note: no HOME or XDG_CACHE_HOME: no prefix cache this run (KV_CACHE=DIR names one; KV_CACHE=off hides this)");
+        free(kv);
+        return NULL;
+    }
+    if ((mkdir(kv->dir, 0700) && errno != EEXIST) || access(kv->dir, R_OK | W_OK | X_OK)) {
+        say("warning: KV_CACHE=%s cannot be used (%s): no prefix cache this run", kv->dir, strerror(errno));
+        free(kv);
+        return NULL;
+    }
+    return kv;
+}
+
+static void kvcache_close(KvCache *kv) { free(kv); }
+
+/* An entry's header: a session header's first 104 bytes under another magic, then the entry's
+   size (as a session's token count), first position and chain hashes before and after it. */
+static void kvcache_header(const SessionKey *k, int start, uint64_t parent, uint64_t chain, unsigned char *h) {
+    SessionSnapshot snap = { .n_tokens = KVCACHE_BLOCK };
+    session_header(k, &snap, h);
+    memset(h + 104, 0, SESSION_HEADER_BYTES - 104);
+    memcpy(h, KVCACHE_MAGIC, 8);
+    put_u32(h + 8, KVCACHE_VERSION);
+    put_u32(h + 104, KVCACHE_BLOCK);
+    put_u32(h + 112, (uint32_t)start);
+    put_u64(h + 120, parent);
+    put_u64(h + 128, chain);
+}
+
+/* Writes the entry of positions [start, start + KVCACHE_BLOCK) of `history`, whose chain hashes
+   before and after it are parent and chain. 0, or -1 with err filled. */
+static int kvcache_save(const KvCache *kv, const RunState *s, const int *history, int start, uint64_t parent, uint64_t chain,
+                        const char *path, char *err, size_t err_len) {
+    const int G = KVCACHE_BLOCK;
+    if (start < 0 || start + G > s->capacity) { snprintf(err, err_len, "internal: entry at %d", start); return -1; }
+    AtomicFile af;
+    FILE *f = atomic_begin(&af, path, err, err_len);
+    if (!f) return -1;
+    unsigned char header[SESSION_HEADER_BYTES];
+    kvcache_header(&kv->key, start, parent, chain, header);
+    Hash64 h;
+    hash64_init(&h);
+    int bad = session_put(f, &h, header, sizeof header);
+    for (int i = 0; i < G && !bad; i++) {
+        unsigned char id[4];
+        put_u32(id, (uint32_t)history[start + i]);
+        bad |= session_put(f, &h, id, 4);
+    }
+    if (!bad) bad = session_put_rows(f, &h, s, &kv->key, (size_t)start, (size_t)G);
+    unsigned char trailer[8];
+    put_u64(trailer, hash64_final(&h));
+    if (bad || fwrite(trailer, 1, 8, f) != 8) {
+        snprintf(err, err_len, "writing %s failed: %s", path, strerror(errno));
+        atomic_abort(&af);
+        return -1;
+    }
+    return atomic_commit(&af, err, err_len);
+}
+
+/* Reads the entry of positions [start, start + KVCACHE_BLOCK) from src, which must be the one of
+   `tokens` (the history's ids at those positions) after chain hash `parent`: rows of positions
+   from `load_from` on go into the cache (rows past the conversation's end: the caller advances it
+   only on success), earlier ones are only checked. 0, or -1 with err saying why it was refused. */
+static int kvcache_read(SessionSource *src, RunState *s, const SessionKey *k, const int *tokens, int start, uint64_t parent,
+                        uint64_t chain, int load_from, char *err, size_t err_len) {
+    const int G = KVCACHE_BLOCK;
+    unsigned char h[SESSION_HEADER_BYTES];
+    src->off = 0;
+    hash64_init(&src->hash);
+    if (src->size < SESSION_HEADER_BYTES || session_source_read(src, h, SESSION_HEADER_BYTES, err, err_len) || memcmp(h, KVCACHE_MAGIC, 8)) {
+        snprintf(err, err_len, "is not a glm prefix cache entry");
+        return -1;
+    }
+    if (get_u32(h + 8) != KVCACHE_VERSION) {
+        snprintf(err, err_len, "has prefix cache format version %u (this glm reads version %d)", get_u32(h + 8), KVCACHE_VERSION);
+        return -1;
+    }
+    if (get_u32(h + 12) != SESSION_HEADER_BYTES) { snprintf(err, err_len, "has a corrupt header (its size)"); return -1; }
+    if (session_check_key(h, k, err, err_len)) return -1;
+    if (get_u32(h + 104) != (uint32_t)G || get_u32(h + 108) != 0 || get_u32(h + 112) != (uint32_t)start || get_u32(h + 116) != 0 ||
+        get_u64(h + 120) != parent || get_u64(h + 128) != chain || get_u64(h + 136) != 0) {
+        snprintf(err, err_len, "is not the entry its name promises (its header holds another position or prefix)");
+        return -1;
+    }
+    if (start < 0 || load_from < 0 || load_from > G || start + G > s->capacity) { snprintf(err, err_len, "internal: entry at %d", start); return -1; }
+    const uint64_t want = SESSION_HEADER_BYTES + session_payload_bytes(k, (uint64_t)G, 0) + 8;
+    if (src->size != want) {
+        snprintf(err, err_len, "%s (%llu bytes; its header says %llu)", src->size < want ? "is truncated" : "has trailing bytes",
+                 (unsigned long long)src->size, (unsigned long long)want);
+        return -1;
+    }
+    for (int i = 0; i < G; i++) {
+        unsigned char id[4];
+        if (session_source_read(src, id, 4, err, err_len)) return -1;
+        if (get_u32(id) != (uint32_t)tokens[i]) {
+            snprintf(err, err_len, "holds other tokens than its name promises (position %d)", start + i);
+            return -1;
+        }
+    }
+    enum { SCRATCH = 1 << 14 };
+    float *scratch = xmalloc(SCRATCH * sizeof(float));
+    int rc = session_read_rows(src, s, k, (uint64_t)start, (uint64_t)G, (uint64_t)load_from, scratch, SCRATCH, err, err_len);
+    free(scratch);
+    if (rc) return -1;
+    const uint64_t computed = hash64_final(&src->hash);
+    unsigned char trailer[8];
+    if (session_source_read(src, trailer, 8, err, err_len)) return -1;
+    if (get_u64(trailer) != computed) { snprintf(err, err_len, "is corrupt (its checksum does not match its contents)"); return -1; }
+    return 0;
+}
+
+/* Opens and reads one entry (see kvcache_read). 1 when its rows are in the cache; 0 when there is
+   none; a refused one is said, counted and removed, and is 0 too. */
+static int kvcache_load(KvCache *kv, RunState *s, const int *history, int start, uint64_t parent, uint64_t chain, int load_from) {
+    char path[4200], err[8500];
+    kvcache_path(kv, start, chain, path, sizeof path);
+    SessionSource src;
+    if (session_source_open(&src, path, err, sizeof err)) {
+        if (errno != ENOENT) say("warning: prefix cache entry %s %s; skipped", path, err);
+        return 0;
+    }
+    const int rc = kvcache_read(&src, s, &kv->key, history + start, start, parent, chain, load_from, err, sizeof err);
+    session_source_close(&src);
+    if (rc) {
+        say("warning: prefix cache entry %s %s; skipped and removed", path, err);
+        kv->rejected++;
+        unlink(path);
+        return 0;
+    }
+    return 1;
+}
+
+typedef struct { char name[28]; long long size; struct timespec mtime; int start; } KvEntryFile;
+
+static int kvcache_entry_older(const void *a, const void *b) {
+    const KvEntryFile *x = a, *y = b;
+    if (x->mtime.tv_sec != y->mtime.tv_sec) return x->mtime.tv_sec < y->mtime.tv_sec ? -1 : 1;
+    if (x->mtime.tv_nsec != y->mtime.tv_nsec) return x->mtime.tv_nsec < y->mtime.tv_nsec ? -1 : 1;
+    return (x->start < y->start) - (x->start > y->start);   /* at one instant, later positions first */
+}
+
+/* Removes the least recently used entries until the directory is under the budget, and the
+   temporary files of writers that were killed (atomic_sweep's rule). */
+static void kvcache_evict(const KvCache *kv) {
+    DIR *d = opendir(kv->dir);
+    if (!d) return;
+    KvEntryFile *files = NULL;
+    size_t n = 0, cap = 0;
+    double total = 0;
+    char path[8400];
+    for (struct dirent *e; (e = readdir(d));) {
+        int start, len = 0;
+        unsigned long long chain;
+        const char *tmp = strstr(e->d_name, ".kv.tmp.");
+        if (tmp) {
+            char *end;
+            const long pid = strtol(tmp + 8, &end, 10);
+            if (!*end && pid > 0 && kill((pid_t)pid, 0) && errno == ESRCH) {
+                snprintf(path, sizeof path, "%s/%s", kv->dir, e->d_name);
+                unlink(path);
+            }
+            continue;
+        }
+        if (sscanf(e->d_name, "%7d-%16llx.kv%n", &start, &chain, &len) != 2 || len != 27 || e->d_name[27]) continue;
+        struct stat st;
+        snprintf(path, sizeof path, "%s/%s", kv->dir, e->d_name);
+        if (stat(path, &st) || !S_ISREG(st.st_mode)) continue;
+        if (n == cap) {
+            KvEntryFile *grown = realloc(files, (cap = cap ? 2 * cap : 256) * sizeof *files);
+            if (!grown) break;   /* the entries counted so far are evicted from */
+            files = grown;
+        }
+        memcpy(files[n].name, e->d_name, 28);   /* 27 characters, checked above */
+        files[n].size = (long long)st.st_size;
+        files[n].mtime = st.st_mtim;
+        files[n].start = start;
+        total += (double)st.st_size;
+        n++;
+    }
+    closedir(d);
+    if (total > kv->budget) {
+        qsort(files, n, sizeof *files, kvcache_entry_older);
+        for (size_t i = 0; i < n && total > kv->budget; i++) {
+            snprintf(path, sizeof path, "%s/%s", kv->dir, files[i].name);
+            if (!unlink(path) || errno == ENOENT) total -= (double)files[i].size;
+        }
+    }
+    free(files);
 }
 
 /* ---------------------------------------------------------------------------------------------
@@ -5467,6 +5782,8 @@ typedef struct {
     StopReason stop;                            /* why the run ended; STOP_NONE while it goes on */
     long long forwards;                         /* forward passes run, all kinds */
     Speculation spec;                           /* generator_set_speculation; off by default */
+    struct KvCache *prefix_cache;               /* the state's prefix cache (KV_CACHE; NULL: none) */
+    int restored;                               /* tokens the last prefill restored from it */
 } Generator;
 
 static Generator *generator_create(Model *m, RunState *s, const ForwardOptions *opt, SamplerSettings sampling) {
@@ -5482,6 +5799,7 @@ static Generator *generator_create(Model *m, RunState *s, const ForwardOptions *
     g->hidden = xmalloc((size_t)s->max_batch * m->c.hidden * sizeof(float));
     g->spec.mode = SPEC_OFF;
     g->spec.shadow_pos = -1;
+    g->prefix_cache = s->prefix_cache;
     return g;
 }
 
@@ -5843,38 +6161,119 @@ static void spec_account(Speculation *sp, int which, int drafted, int accepted, 
     }
 }
 
+/* ---- the prefix cache (section 8) -------------------------------------------------------------- */
+
+/* Restores from the prefix cache the rows of the longest cached block-aligned prefix of
+   history[0, pos) + tokens[0, n) that reaches past pos, and appends its tokens to the history.
+   Returns how many it appended. The logits and hidden rows are then stale, and the MTP head's
+   recent main hidden states are gone (its slots for these positions stay stale): the caller
+   prefills at least one more token. */
+static int generator_restore_prefix(Generator *g, const int *tokens, int n) {
+    KvCache *kv = g->prefix_cache;
+    const int G = KVCACHE_BLOCK, pos0 = g->pos;
+    if (n > g->state->capacity - pos0) n = g->state->capacity - pos0;
+    if (!kv || n < 1 || (pos0 + n) / G <= pos0 / G) return 0;   /* no entry ends in (pos0, pos0 + n] */
+    memmove(g->history + pos0, tokens, (size_t)n * sizeof(int));   /* past pos: scratch until committed */
+    uint64_t chain = kv->seed;
+    int b = 0;
+    for (; (b + 1) * G <= pos0; b++) chain = kvcache_chain(chain, g->history + b * G, G);
+    int end = pos0;
+    for (; (b + 1) * G <= pos0 + n; b++) {
+        const uint64_t next = kvcache_chain(chain, g->history + b * G, G);
+        if (!kvcache_load(kv, g->state, g->history, b * G, chain, next, end - b * G)) break;
+        chain = next;
+        end = (b + 1) * G;
+    }
+    if (end == pos0) return 0;
+    g->pos = end;
+    g->logits_pos = -1;
+    g->last_hidden = NULL;
+    g->hidden_rows = 0;
+    if (g->spec.ring) for (int i = 0; i < MTP_RING; i++) g->spec.ring_pos[i] = -1;
+    kv->restored += end - pos0;
+    return end - pos0;
+}
+
+/* Where a prefill's writing of prefix cache entries stands: entries before `block` are done and
+   `chain` is the chain hash of history[0, block * KVCACHE_BLOCK). */
+typedef struct { int block, wrote; uint64_t chain; struct timespec now[2]; } KvStoreCursor;
+
+static void kvcache_cursor(const Generator *g, KvStoreCursor *c) {
+    memset(c, 0, sizeof *c);
+    if (!g->prefix_cache) return;
+    c->chain = g->prefix_cache->seed;
+    clock_gettime(CLOCK_REALTIME, &c->now[0]);
+    c->now[1] = c->now[0];
+}
+
+/* Writes the entries of history[0, pos) past the cursor that the prefix cache lacks and marks
+   every one as used at the cursor's instant (after each prefill chunk, so that a prefill killed
+   midway keeps what it computed). A write that fails is said; the run goes on without the rest. */
+static void generator_store_prefix(Generator *g, KvStoreCursor *c) {
+    KvCache *kv = g->prefix_cache;
+    const int G = KVCACHE_BLOCK, blocks = g->pos / G;
+    if (!kv) return;
+    for (; c->block < blocks; c->block++) {
+        const int start = c->block * G;
+        const uint64_t next = kvcache_chain(c->chain, g->history + start, G);
+        char path[4200], err[8500];
+        kvcache_path(kv, start, next, path, sizeof path);
+        if (utimensat(AT_FDCWD, path, c->now, 0)) {   /* not there: write it */
+            if (kvcache_save(kv, g->state, g->history, start, c->chain, next, path, err, sizeof err)) {
+                say("warning: prefix cache: %s", err);
+                c->block = INT32_MAX;
+                return;
+            }
+            utimensat(AT_FDCWD, path, c->now, 0);
+            c->wrote++;
+            kv->stored++;
+        }
+        c->chain = next;
+    }
+}
+
 /* ---- prefill, steps ---------------------------------------------------------------------------- */
 
 /* Appends tokens[0, n) at pos in BATCH-sized chunks (and keeps the MTP head's cache up with
-   them). Returns the tokens done: n, or fewer when the interrupt stopped it, and then pos is
-   back where it was (the chunks done are dropped). */
+   them); with a prefix cache, the longest cached beginning comes from disk (g->restored says how
+   many tokens) and the history's entries are written after each chunk. Returns the tokens done: n, or fewer
+   when the interrupt stopped it, and then pos is back where it was (the chunks done are dropped). */
 static int generator_prefill(Generator *g, const int *tokens, int n) {
     const int start = g->pos, B = g->on_logits ? sink_rows(g->state) : g->state->max_batch;
-    int done = 0;
     g->spec.shadow_pos = -1;
+    /* the prefix cache: all but the last token may come from disk (a logits sink sees every row) */
+    g->restored = g->on_logits ? 0 : generator_restore_prefix(g, tokens, n - 1);
+    int done = g->restored;
+    KvStoreCursor stored;
+    kvcache_cursor(g, &stored);
     while (done < n) {
         if (g->interrupt && *g->interrupt) break;
         const int S = n - done < B ? n - done : B;
         if (generator_forward(g, tokens + done, S, 1, g->interrupt)) break;
         if (spec_keeps_mtp(g)) spec_mtp_fill(g, g->pos - 1, -1, 0, INT32_MAX);
         done += S;
+        generator_store_prefix(g, &stored);
     }
-    if (done < n) generator_rollback(g, start);
+    if (stored.wrote) kvcache_evict(g->prefix_cache);
+    if (done < n) {
+        generator_rollback(g, start);
+        g->restored = 0;
+    }
     return done;
 }
 
 /* Makes the history equal tokens[0, n): keeps the longest common prefix, rolls back to it and
    prefills the rest. At least one token is always run, so the logits belong to this history.
    Returns n, or fewer when interrupted (then the history is the kept prefix); *reused (may be
-   NULL) gets the length of the prefix that was kept. (For sessions and the server; the CLI modes
-   only append, tests/test_generator.c checks it.) */
+   NULL) gets the length of the prefix that was kept or restored from the prefix cache. (For
+   sessions and the server; the CLI modes only append, tests/test_generator.c checks it.) */
 __attribute__((unused)) static int generator_reuse_prefix(Generator *g, const int *tokens, int n, int *reused) {
     int keep = 0;
     while (keep < g->pos && keep < n && g->history[keep] == tokens[keep]) keep++;
     if (keep == n && n > 0) keep = n - 1;
     generator_rollback(g, keep);
-    if (reused) *reused = keep;
     const int done = generator_prefill(g, tokens + keep, n - keep);
+    if (reused) *reused = keep + g->restored;
     return done == n - keep ? n : keep;
 }
 
@@ -6283,6 +6682,12 @@ static ForwardOptions engine_start(const Settings *set, Model *model, RunState *
     ForwardOptions opt = { set->absorb,
                            !strcmp(set->indexer_mode, "always") ? INDEXER_ALWAYS : !strcmp(set->indexer_mode, "off") ? INDEXER_OFF : INDEXER_AUTO,
                            set->latent_eps, set->mtp_zero_pos0 };
+    if (set->mode == MODE_PROMPT || set->mode == MODE_CHAT || set->mode == MODE_SERVE) {
+        const SessionKey key = session_key(model, set, &opt);
+        state->prefix_cache = kvcache_open(set->kv_cache, set->kv_cache_gb, set->cache_dir, &key);
+        if (state->prefix_cache)
+            say_detail("prefix cache: %s (at most %g GB, entries of %d tokens)", state->prefix_cache->dir, set->kv_cache_gb, KVCACHE_BLOCK);
+    }
     return opt;
 }
 
@@ -6290,6 +6695,11 @@ static ForwardOptions engine_start(const Settings *set, Model *model, RunState *
 static void engine_stop(const Settings *set, Model *model, RunState *state) {
     if (set->profile) print_profile(state, &model->experts);
     if (set->stats_path[0]) write_route_stats(&model->experts, set->stats_path);
+    const KvCache *kv = state->prefix_cache;
+    if (kv && (kv->restored || kv->stored || kv->rejected))
+        say_detail("prefix cache: %lld tokens restored, %lld entries written, %lld refused", kv->restored, kv->stored, kv->rejected);
+    kvcache_close(state->prefix_cache);
+    state->prefix_cache = NULL;
     run_state_free(state);
     model_free(model);
 }

@@ -170,6 +170,7 @@ static void install_sigint_handler(void) {
 
 typedef struct {
     int prompt_tokens, generated, forwards;
+    int reused;                    /* prompt tokens restored from the prefix cache (KV_CACHE) */
     double prefill_seconds, decode_seconds;
     long long hits0, misses0;      /* expert counters at the start of the turn */
     double bytes0, read_seconds0, wait_seconds0;
@@ -278,7 +279,8 @@ static int dialog_prefill(Dialog *d, const TokenList *ids, TurnStats *ts) {
     double t0 = now_seconds();
     int done = generator_prefill(d->gen, ids->ids, ids->n);
     ts->prefill_seconds = now_seconds() - t0;
-    ts->prompt_tokens = ids->n;
+    ts->reused = d->gen->restored;
+    ts->prompt_tokens = ids->n - ts->reused;
     d->can_continue = 0;   /* the logits now belong to this turn */
     if (done == ids->n) return 0;
     fprintf(stderr, "glm: prefill interrupted after %d of %d tokens\n", done, ids->n);
@@ -325,9 +327,11 @@ static void print_turn_stats(const Dialog *d, const TurnStats *ts) {
     const double mb = (store->bytes_read - ts->bytes0) / 1e6, rs = store->read_seconds - ts->read_seconds0;
     char in_place[48] = "";   /* INPLACE loads: not reads, so not in the MB and the rate */
     if (store->in_place_loads > ts->in_place0) snprintf(in_place, sizeof in_place, ", %lld experts in place", store->in_place_loads - ts->in_place0);
-    fprintf(stderr, "glm: [%d prompt tokens, prefill %.3f s | %d tokens, decode %s tok/s | expert hit %s, read %.0f MB "
+    char reused[48] = "";
+    if (ts->reused) snprintf(reused, sizeof reused, ", %d reused", ts->reused);
+    fprintf(stderr, "glm: [%d prompt tokens%s, prefill %.3f s | %d tokens, decode %s tok/s | expert hit %s, read %.0f MB "
                     "(%.2f GB/s)%s, waited on disk %.2f s | peak RSS %.2f GB | context %d/%d | stop: %s]\n",
-            ts->prompt_tokens, ts->prefill_seconds, ts->generated, speed, hit, mb, rs > 0 ? mb / 1e3 / rs : 0.0, in_place,
+            ts->prompt_tokens, reused, ts->prefill_seconds, ts->generated, speed, hit, mb, rs > 0 ? mb / 1e3 / rs : 0.0, in_place,
             store->wait_seconds - ts->wait_seconds0, peak_rss_gb(), d->gen->pos, d->gen->state->capacity, STOP_NAMES[ts->stop]);
     if (g_verbose) print_spec_stats(d->gen, &ts->spec0);
 }
@@ -358,8 +362,9 @@ static int dialog_prefill_conversation(Dialog *d, const TokenList *conversation,
     int reused = 0;
     const int got = generator_reuse_prefix(d->gen, conversation->ids, conversation->n, &reused);
     ts->prefill_seconds = now_seconds() - t0;
+    ts->reused = d->gen->restored;
     ts->prompt_tokens = conversation->n - reused;
-    dialog_note_resume(d, reused, conversation->n - reused);
+    dialog_note_resume(d, reused - ts->reused, conversation->n - reused + ts->reused);
     d->can_continue = 0;
     if (got == conversation->n) return 0;
     fprintf(stderr, "glm: prefill interrupted (%d new tokens); the cache keeps the first %d\n", conversation->n - reused, reused);

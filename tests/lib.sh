@@ -5,7 +5,7 @@ ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 GLM=${GLM:-$ROOT/glm}
 # Every run starts cold and leaves nothing behind: no usage history from the user's cache directory
 # (t_startup.sh turns it on where it tests it).
-export USAGE=off
+export USAGE=off KV_CACHE=off
 # Tests read the set-up lines (RAM plan, model, settings, speculation) that VERBOSE=1 prints;
 # t_cli.sh checks the quiet default without it.
 export VERBOSE=1
@@ -14,7 +14,7 @@ export VERBOSE=1
 unset_settings() {
   local v
   for v in $("$GLM" --help | awk '$2 == "default" { print $1 }'); do unset "$v"; done
-  export USAGE=off VERBOSE=1
+  export USAGE=off KV_CACHE=off VERBOSE=1
 }
 check() {
   local name=$1; shift

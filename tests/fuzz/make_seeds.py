@@ -227,6 +227,19 @@ def grammar_seeds():
     write("grammar", "feed_gbnf", b"\x0b\x03" + "(ab(\u03b1\u03b2)(c".encode())
 
 
+def kvcache_seeds():
+    """fuzz_kvcache: the first byte picks repairs (see the target); 0x0f + nothing is a valid
+    all-zero entry."""
+    write("kvcache", "valid_zero_rows", b"\x0f")
+    write("kvcache", "valid_load_from_1", b"\x1f")
+    write("kvcache", "valid_load_from_63", b"\x2f" + b"\x00" * 400 + struct.pack("<4f", 1.5, -2.0, 0.25, 3.0))
+    write("kvcache", "nan_row", b"\x0f" + b"\x00" * 600 + struct.pack("<f", float("nan")))
+    write("kvcache", "bad_checksum", b"\x07")
+    write("kvcache", "other_tokens", b"\x0b")
+    write("kvcache", "truncated", b"\x0e" + b"\x00" * 300)
+    write("kvcache", "junk", b"\x00GLMKVBLK\x01\x00\x00\x00" + bytes(range(256)))
+
+
 def main():
     st_seeds()
     json_seeds()
@@ -235,6 +248,7 @@ def main():
     usage_seeds()
     server_seeds()
     grammar_seeds()
+    kvcache_seeds()
     return 0
 
 

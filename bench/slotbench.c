@@ -1,0 +1,86 @@
+/* slotbench: aggregate decode throughput of 1, 2 and 4 conversations decoding together
+   (generator_step_batch: one forward for the next row of each) on a model, the GLM-5.2-shaped bench
+   fixture (tools/make_glm_bench_model.py) by default. Each conversation gets its own KV cache and
+   a prompt of the reference's ids rotated by its index; a warm-up pass first brings every expert
+   the run touches into the cache, so the figures are decode with warm experts. Prints tok/s per
+   configuration and the ratio against one conversation, measured in the same run.
+     SNAP=/work/glm_bench REF=/work/glm_bench/reference.json RAM_GB=20 bench/slotbench [TOKENS] */
+#pragma GCC diagnostic ignored "-Wunused-function"
+#include "../glm.c"
+#include "../validate.c"
+
+enum { MAX_GENS = 4 };
+
+static double decode(Model *m, RunState *states, const ForwardOptions *opt, const Reference *ref, int n_gens, int tokens,
+                     StepBatch *batch) {
+    Generator *gens[MAX_GENS];
+    int buf[MAX_GENS][SPEC_MAX_DRAFT + 1], *ids[MAX_GENS], max[MAX_GENS], counts[MAX_GENS];
+    const int P = ref->prompt.n;
+    for (int k = 0; k < n_gens; k++) {
+        gens[k] = generator_create(m, &states[k], opt, (SamplerSettings){ 0.0f, 1.0f, 1 });
+        gens[k]->stop_rules = (StopRules){ NULL, 0, tokens, 0 };   /* no EOS: every run makes `tokens` */
+        int prompt[4096];
+        for (int i = 0; i < P; i++) prompt[i] = ref->prompt.ids[(i + k) % P];
+        generator_prefill(gens[k], prompt, P);
+        generator_begin(gens[k]);
+        ids[k] = buf[k];
+        max[k] = 1;
+    }
+    long long made = 0;
+    const double t0 = now_seconds();
+    for (;;) {
+        generator_step_batch(gens, n_gens, batch, ids, max, counts);
+        int live = 0;
+        for (int k = 0; k < n_gens; k++) { made += counts[k]; live += counts[k] > 0; }
+        if (!live) break;
+    }
+    const double seconds = now_seconds() - t0;
+    for (int k = 0; k < n_gens; k++) generator_free(gens[k]);
+    return made / seconds;
+}
+
+int main(int argc, char **argv) {
+    openmp_passive_wait(argv);
+    const int tokens = argc > 1 ? atoi(argv[1]) : 24;
+    char *args[] = { "slotbench", NULL };
+    Settings set = settings_from_env(1, args);
+    g_integer_dot = set.idot;
+    g_verbose = set.verbose;
+    if (set.kernel != QT_KERNEL_AUTO) qt_set_kernel(set.kernel);
+#ifdef _OPENMP
+    if (set.threads) omp_set_num_threads(set.threads);
+#endif
+    set.spec_mode = SPEC_OFF;
+    Reference ref = reference_load(set.ref_path);
+    const int capacity = ref.prompt.n + tokens + 8;
+    Model model;
+    model_load(&model, &set, capacity);
+    RunState states[MAX_GENS];
+    ForwardOptions opt = engine_start(&set, &model, &states[0], capacity);
+    for (int k = 1; k < MAX_GENS; k++) run_state_init(&states[k], &model, capacity, set.batch, 0);
+    StepBatch batch;
+    step_batch_init(&batch, &model, MAX_GENS);
+    char cpu[256] = "unknown CPU";
+    FILE *f = fopen("/proc/cpuinfo", "r");
+    for (char line[512]; f && fgets(line, sizeof line, f);)
+        if (!strncmp(line, "model name", 10)) { snprintf(cpu, sizeof cpu, "%s", strchr(line, ':') + 2); cpu[strcspn(cpu, "\n")] = 0; break; }
+    if (f) fclose(f);
+    printf("slotbench: %s, %d tokens per conversation, %d threads, %s kernels\n", set.model_dir, tokens, max_threads(),
+           qt_kernel_name(qt_get_kernel()));
+    printf("cpu: %s\n", cpu);
+    decode(&model, states, &opt, &ref, MAX_GENS, tokens, &batch);   /* warm-up: every expert these runs touch */
+    const ExpertStore *store = &model.experts;
+    const long long misses0 = store->misses;
+    double one = 0;
+    for (int n = 1; n <= MAX_GENS; n *= 2) {
+        const double rate = decode(&model, states, &opt, &ref, n, tokens, &batch);
+        if (n == 1) one = rate;
+        printf("conversations %d: %.2f tok/s aggregate, %.2fx one conversation\n", n, rate, rate / one);
+    }
+    printf("expert misses after the warm-up: %lld\n", store->misses - misses0);
+    step_batch_free(&batch);
+    for (int k = 1; k < MAX_GENS; k++) run_state_free(&states[k]);
+    engine_stop(&set, &model, &states[0]);
+    reference_free(&ref);
+    return 0;
+}
