@@ -295,14 +295,21 @@ static int plan_context(const Settings *set, const Config *c) {
     return run_context(set, c, held + (bounded ? set->ngen + 1 : 0), !bounded);
 }
 
+/* The model's headers opened and its RAM planned for the context a run with these settings would
+   have (PLAN and DOCTOR account exactly as the run does). Returns that context. */
+static int plan_open(const Settings *set, Model *m, Loader *ld) {
+    model_open(m, set, ld);
+    const int capacity = plan_context(set, &m->c);
+    m->ram = ram_plan(m, ld, set, capacity);
+    return capacity;
+}
+
 /* PLAN=1 / PLAN=json. Exit 0 when the model fits the budget, 2 when it does not. */
 static int run_plan(const Settings *set) {
     Model m;
     Loader ld;
-    model_open(&m, set, &ld);
+    const int capacity = plan_open(set, &m, &ld);
     const Config *c = &m.c;
-    const int capacity = plan_context(set, c);
-    m.ram = ram_plan(&m, &ld, set, capacity);
     const RamPlan *p = &m.ram;
     /* the disk: each file up to the end of its last tensor (what a full download takes) */
     const int nfiles = st_file_count(m.index);
@@ -388,10 +395,8 @@ static int doctor_model(const Settings *set) {
     if (pid == 0) {
         Model m;
         Loader ld;
-        model_open(&m, set, &ld);
+        const int capacity = plan_open(set, &m, &ld);
         const Config *c = &m.c;
-        const int capacity = plan_context(set, c);
-        m.ram = ram_plan(&m, &ld, set, capacity);
         const RamPlan *p = &m.ram;
         int worst = 0;
         doctor_say(&worst, 0, "model", "%s: %d layers (+%d MTP), %d experts top-%d; experts %s", set->model_dir, c->n_layers,
