@@ -8,7 +8,7 @@ CFLAGS  ?= -O3 -march=$(ARCH) -fopenmp -std=gnu11 -Wall -Wextra -ffp-contract=of
 LDLIBS  = -lm
 HEADERS = $(wildcard *.h)
 # The engine (glm.c) and its front ends: main.c includes them all, one translation unit.
-FRONT_ENDS = main.c validate.c text.c server.c plan.c
+FRONT_ENDS = main.c validate.c text.c server.c api_anthropic.c api_responses.c api_ollama.c plan.c
 SOURCES = glm.c $(FRONT_ENDS) $(HEADERS)
 # --version names the commit it was built from
 GLM_COMMIT := $(shell git rev-parse --short HEAD 2>/dev/null || echo unknown)

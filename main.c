@@ -6,7 +6,8 @@
      glm.c        the engine: settings, model, kernels, attention, experts, MoE, forward, Generator
      validate.c   REF=file: teacher forcing, greedy decoding and replay against the oracle
      text.c       tokenizer glue, TOKENIZE, TEMPLATE, PROMPT and the terminal chat
-     server.c     SERVE: the HTTP APIs over http.h
+     server.c     SERVE: the HTTP server, the core every API shares, and the OpenAI chat and completions API
+     api_*.c      SERVE's other APIs: Anthropic Messages, OpenAI Responses, Ollama
      plan.c       PLAN and DOCTOR
    Tests include glm.c alone for the engine, and a front end's file after it to test that front end
    (GLM_NO_MAIN leaves main() out). */
@@ -15,6 +16,9 @@
 #include "validate.c"
 #include "text.c"
 #include "server.c"
+#include "api_anthropic.c"
+#include "api_responses.c"
+#include "api_ollama.c"
 #include "plan.c"
 
 /* OpenMP workers that spin at barriers take the CPU that the expert I/O thread and the main
