@@ -8,8 +8,8 @@
    (sent back: reasoning) and tool_use blocks become one assistant message with reasoning_content
    and tool_calls. max_tokens is required, as in Anthropic's API. thinking {"type": "enabled",
    "budget_tokens": N} or {"type": "disabled"} switches thinking (absent: the server's THINK);
-   GLM-5.2 has no thinking budget, so budget_tokens is checked (>= 1024, below max_tokens, as
-   Anthropic checks it) and does not bound the thinking: max_tokens bounds the whole answer. top_k
+   GLM-5.2 has no thinking budget, so budget_tokens is checked (an integer >= 1024, as Anthropic
+   checks it) and does not bound the thinking: max_tokens bounds the whole answer. top_k
    is taken where it is greedy decoding or changes nothing (api_top_k). tool_choice auto and none;
    any and tool (forcing a call) are refused by name. Images, documents, server tools and MCP
    servers are refused by name. cache_control is accepted and ignored: the KV cache's prefix reuse
@@ -223,8 +223,6 @@ static int anthropic_parse_common(const Server *srv, const JsonValue *root, ApiR
         if (r->render.thinking && (api_int(v, "budget_tokens", 1024, INT32_MAX, &budget, e) ||
                                    !api_given(json_get(v, "budget_tokens"))))
             return api_fail(e, 400, "thinking.budget_tokens", NULL, "\"thinking.budget_tokens\" must be an integer >= 1024");
-        if (r->render.thinking && api_given(json_get(root, "max_tokens")) && budget >= json_num(json_get(root, "max_tokens")))
-            return api_fail(e, 400, "thinking.budget_tokens", NULL, "\"thinking.budget_tokens\" must be less than max_tokens");
     }
     /* tools and tool_choice */
     int use_tools = 1;
