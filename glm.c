@@ -384,6 +384,7 @@ static const SettingSpec SETTINGS[] = {
     { "API_KEY",  SET_STR,   "",     0, 0, "with SERVE: the key every request must carry (Authorization: Bearer KEY or x-api-key: KEY); required to listen on an address other machines can reach" },
     { "QUEUE",    SET_INT,   "8",    0, 4096, "with SERVE: requests that may wait while one is answered (one generates at a time); more get 429 with Retry-After" },
     { "MODEL_NAME", SET_STR, "",     0, 0, "with SERVE: the model id /v1/models lists and answers carry (default: SNAP's folder name)" },
+    { "CORS",     SET_STR,   "",     0, 0, "with SERVE: origins a browser page may call the server from (origin,origin,... or *); empty: none (no CORS headers)" },
 };
 #define N_SETTINGS (sizeof SETTINGS / sizeof SETTINGS[0])
 
@@ -421,8 +422,8 @@ typedef struct {
     char *stdin_prompt;      /* what it read (owned) */
     float temperature, top_p;
     uint64_t seed;           /* 0: from the clock */
-    /* the server: SERVE (its address, checked), API_KEY, QUEUE, MODEL_NAME */
-    const char *serve, *api_key, *model_name;
+    /* the server: SERVE (its address, checked), API_KEY, QUEUE, MODEL_NAME, CORS */
+    const char *serve, *api_key, *model_name, *cors;
     int queue;
 } Settings;
 
@@ -652,6 +653,7 @@ static Settings settings_from_env(int argc, char **argv) {
     s.api_key = setting_value("API_KEY");
     s.queue = (int)setting_number("QUEUE");
     s.model_name = setting_value("MODEL_NAME");
+    s.cors = setting_value("CORS");
     if (s.replay && s.teacher_forcing) die("REPLAY=1 and TF=1 are different modes: set one");
     if (s.group && s.group < 2) die("GROUP=%d: a group needs at least 2 inputs", s.group);
     /* PLAN and DOCTOR describe a run instead of doing one: the other modes' settings are theirs to read */
@@ -5133,6 +5135,7 @@ typedef struct {
     StopRules stop_rules;                       /* default: the model's EOS ids, no limit */
     TokenCallback on_token;                     /* each reported token (may be NULL) */
     void *on_token_user;
+    const float *token_logits;                  /* during on_token: the logits [vocab] its token was drawn from */
     LogitsSink on_logits;                       /* may be NULL: then only the last position's logits */
     void *on_logits_user;
     const volatile sig_atomic_t *interrupt;     /* may be NULL */
@@ -5616,7 +5619,8 @@ static void generator_begin(Generator *g) {
     g->stop = STOP_NONE;
 }
 
-static void generator_report(Generator *g, int id) {
+static void generator_report(Generator *g, int id, const float *logits) {
+    g->token_logits = logits;
     g->generated++;
     g->spec.tokens++;
     if (g->on_token) g->on_token(g->on_token_user, id);
@@ -5652,7 +5656,7 @@ static int generator_verify(Generator *g, int id, const int *drafts, int n, int 
             if (generator_is_eos(g, tokens[i])) { g->stop = STOP_EOS; break; }
         }
         ids[count++] = tokens[i];
-        generator_report(g, tokens[i]);
+        generator_report(g, tokens[i], i ? sp->verify_logits + (size_t)(i - 1) * V : g->logits);
         if (r->max_tokens >= 0 && g->generated >= r->max_tokens) {
             if (!r->resumable) { g->stop = STOP_LIMIT; cached = count - 1; }
             break;
@@ -5687,7 +5691,7 @@ static int generator_step(Generator *g, int *ids, int max) {
     const int n = room > 0 ? spec_draft(g, id, room, drafts, &which) : 0;
     if (n > 0) return generator_verify(g, id, drafts, n, which, now_seconds() - t0, ids);
     ids[0] = id;
-    generator_report(g, id);
+    generator_report(g, id, g->logits);
     if (!r->resumable && r->max_tokens >= 0 && g->generated >= r->max_tokens) { g->stop = STOP_LIMIT; return 1; }
     const double t1 = now_seconds();
     generator_forward(g, &id, 1, 0, NULL);

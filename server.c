@@ -30,6 +30,15 @@
 
 #define API_MAX_STOP 4                  /* stop strings per request (OpenAI's limit) */
 #define API_STOP_MAX_BYTES 1024         /* bytes per stop string */
+#define API_MAX_TOP_LOGPROBS 20         /* top_logprobs (OpenAI's limit) */
+
+/* One generated token's log-probability and the top ones at its position. */
+typedef struct {
+    int id, n_top;
+    float logprob;
+    int top_id[API_MAX_TOP_LOGPROBS];
+    float top_logprob[API_MAX_TOP_LOGPROBS];
+} ApiLogprob;
 
 struct Server {
     const Settings *set;
@@ -282,12 +291,7 @@ static int api_unsupported(const JsonValue *root, int chat, ApiError *e) {
     double penalty = 0;
     const JsonValue *v;
     if (api_int(root, "n", 1, 1, &one, e)) return -1;
-    /* logprobs false (chat) or 0 (completions) ask for none, as leaving them out does */
-    const char *const logprobs[] = { "logprobs", "top_logprobs" };
-    for (int i = 0; i < 2; i++)
-        if (api_given(v = json_get(root, logprobs[i])) && !(json_type(v) == JSON_BOOL && !json_bool(v)) &&
-            !(json_is_int(v, &zero) && zero == 0))
-            return api_fail(e, 400, logprobs[i], NULL, "\"%s\" is not supported", logprobs[i]);
+    (void)zero;
     const char *const penalties[] = { "frequency_penalty", "presence_penalty" };
     for (int i = 0; i < 2; i++) {
         if (api_number(root, penalties[i], -2, 2, &penalty, e)) return -1;
@@ -311,6 +315,24 @@ static int api_unsupported(const JsonValue *root, int chat, ApiError *e) {
 }
 
 /* The chat-only fields: messages, tools, tool_choice, thinking, reasoning effort. */
+/* logprobs: chat's logprobs (true/false) and top_logprobs (0 to 20, with logprobs), completions'
+   logprobs (0 to 5: the chosen token's and that many top ones). */
+static int api_logprobs(const JsonValue *root, ApiRequest *r, ApiError *e) {
+    int64_t top = 0;
+    if (r->chat) {
+        if (api_bool(root, "logprobs", "logprobs", &r->logprobs, e) ||
+            api_int(root, "top_logprobs", 0, API_MAX_TOP_LOGPROBS, &top, e))
+            return -1;
+        if (api_given(json_get(root, "top_logprobs")) && !r->logprobs)
+            return api_fail(e, 400, "top_logprobs", NULL, "\"top_logprobs\" needs \"logprobs\": true");
+    } else {
+        if (api_int(root, "logprobs", 0, 5, &top, e)) return -1;
+        r->logprobs = api_given(json_get(root, "logprobs"));
+    }
+    r->top_logprobs = (int)top;
+    return 0;
+}
+
 static int api_chat_fields(const Server *srv, const JsonValue *root, ApiRequest *r, ApiError *e) {
     char err[600];
     ChatOptions *o = &r->render;
@@ -408,7 +430,8 @@ static int api_request_parse(const Server *srv, const JsonValue *root, int chat,
         api_int(root, "max_completion_tokens", 1, INT32_MAX, &max_completion_tokens, e) ||
         api_number(root, "temperature", 0, 100, &temperature, e) || api_number(root, "top_p", 0, 1, &top_p, e) ||
         api_int(root, "seed", INT64_MIN, INT64_MAX, &seed, e) || api_stop(root, r, e) ||
-        api_bool(root, "stream", "stream", &r->stream, e) || api_unsupported(root, chat, e) || api_prediction(root, r, e))
+        api_bool(root, "stream", "stream", &r->stream, e) || api_unsupported(root, chat, e) || api_prediction(root, r, e) ||
+        api_logprobs(root, r, e))
         return -1;
     r->max_tokens = (int)(max_completion_tokens >= 0 ? max_completion_tokens : max_tokens);
     r->sampling.temperature = (float)temperature;
@@ -480,6 +503,8 @@ struct Reply {
     size_t item_from;                   /* where the open item's text starts in out.reasoning / out.content */
     double start;                       /* now_seconds() when the request was read */
     int prompt_tokens, cached_tokens;   /* known once the prefill is done (a stream's first event) */
+    ApiLogprob *logprobs;               /* logprobs: one per generated token */
+    int n_logprobs, cap_logprobs, logprobs_sent;
 };
 
 static void server_new_id(Server *srv, const char *prefix, char *dst, size_t n) {
@@ -578,6 +603,116 @@ static int reply_send(Reply *r, JsonWriter *w) {
     return rc;
 }
 
+/* logprobs: the log-softmax of the logits the sampler drew the token from (the model's own
+   distribution: before temperature and top_p), for the token and the top k (ties: lower id first). */
+static void api_logprob(const float *logits, int vocab, int id, int k, ApiLogprob *out) {
+    double mx = -INFINITY, sum = 0;
+    for (int i = 0; i < vocab; i++) mx = logits[i] > mx ? logits[i] : mx;
+    for (int i = 0; i < vocab; i++) sum += exp((double)logits[i] - mx);
+    const double lse = mx + log(sum);
+    out->id = id;
+    out->logprob = (float)((double)logits[id] - lse);
+    out->n_top = 0;
+    for (int i = 0; i < vocab && k > 0; i++) {
+        if (out->n_top == k && logits[i] <= logits[out->top_id[k - 1]]) continue;
+        int at = out->n_top < k ? out->n_top++ : k - 1;
+        while (at > 0 && logits[out->top_id[at - 1]] < logits[i]) { out->top_id[at] = out->top_id[at - 1]; at--; }
+        out->top_id[at] = i;
+    }
+    for (int j = 0; j < out->n_top; j++) out->top_logprob[j] = (float)((double)logits[out->top_id[j]] - lse);
+}
+
+static void reply_logprob(Reply *r, int id) {
+    const Generator *g = r->srv->gen;
+    if (!r->req->logprobs || !g || !g->token_logits) return;
+    if (r->n_logprobs == r->cap_logprobs) {
+        r->cap_logprobs = r->cap_logprobs ? 2 * r->cap_logprobs : 64;
+        ApiLogprob *grown = realloc(r->logprobs, (size_t)r->cap_logprobs * sizeof *grown);
+        if (!grown) die("out of memory for the logprobs");
+        r->logprobs = grown;
+    }
+    api_logprob(g->token_logits, g->model->c.vocab, id, r->req->top_logprobs, &r->logprobs[r->n_logprobs++]);
+}
+
+/* A token's text (its raw bytes; jw_strn makes a broken UTF-8 piece U+FFFD, bytes keeps them). */
+static void api_write_token(JsonWriter *w, const TextCodec *codec, int id, float logprob, int with_bytes) {
+    size_t n = 0;
+    const char *piece = tok_piece(codec->tok, id, &n);
+    jw_key(w, "token");
+    jw_strn(w, piece ? piece : "", piece ? n : 0);
+    jw_knum(w, "logprob", logprob);
+    if (!with_bytes) return;
+    jw_key(w, "bytes");
+    jw_arr(w);
+    for (size_t i = 0; i < n; i++) jw_int(w, (unsigned char)piece[i]);
+    jw_arr_end(w);
+}
+
+/* "logprobs" of the tokens [from, to): chat's {"content": [...]} or completions' lists; null
+   when the request asked for none. */
+static void api_write_logprobs(JsonWriter *w, const Reply *r, int from, int to) {
+    const TextCodec *codec = r->srv->codec;
+    jw_key(w, "logprobs");
+    if (!r->req->logprobs) { jw_null(w); return; }
+    jw_obj(w);
+    if (r->req->chat) {
+        jw_key(w, "content");
+        jw_arr(w);
+        for (int i = from; i < to; i++) {
+            const ApiLogprob *p = &r->logprobs[i];
+            jw_obj(w);
+            api_write_token(w, codec, p->id, p->logprob, 1);
+            jw_key(w, "top_logprobs");
+            jw_arr(w);
+            for (int j = 0; j < p->n_top; j++) {
+                jw_obj(w);
+                api_write_token(w, codec, p->top_id[j], p->top_logprob[j], 1);
+                jw_obj_end(w);
+            }
+            jw_arr_end(w);
+            jw_obj_end(w);
+        }
+        jw_arr_end(w);
+        jw_key(w, "refusal");
+        jw_null(w);
+    } else {
+        size_t n, offset = 0;
+        jw_key(w, "tokens");
+        jw_arr(w);
+        for (int i = from; i < to; i++) {
+            const char *piece = tok_piece(codec->tok, r->logprobs[i].id, &n);
+            jw_strn(w, piece ? piece : "", piece ? n : 0);
+        }
+        jw_arr_end(w);
+        jw_key(w, "token_logprobs");
+        jw_arr(w);
+        for (int i = from; i < to; i++) jw_num(w, r->logprobs[i].logprob);
+        jw_arr_end(w);
+        jw_key(w, "top_logprobs");
+        jw_arr(w);
+        for (int i = from; i < to; i++) {
+            const ApiLogprob *p = &r->logprobs[i];
+            jw_obj(w);
+            for (int j = 0; j < p->n_top; j++) {
+                const char *piece = tok_piece(codec->tok, p->top_id[j], &n);
+                char key[256];
+                snprintf(key, sizeof key, "%.*s", (int)(piece ? n : 0), piece ? piece : "");   /* a NUL or a long piece is cut */
+                jw_knum(w, key, p->top_logprob[j]);
+            }
+            jw_obj_end(w);
+        }
+        jw_arr_end(w);
+        jw_key(w, "text_offset");   /* bytes of the pieces before each token */
+        jw_arr(w);
+        for (int i = from; i < to; i++) {
+            jw_int(w, (int64_t)offset);
+            if (tok_piece(codec->tok, r->logprobs[i].id, &n)) offset += n;
+        }
+        jw_arr_end(w);
+    }
+    jw_obj_end(w);
+}
+
 /* An SSE event with a name ("event: NAME", then the JSON as "data:" lines): Anthropic's and the
    Responses API's streams, whose clients dispatch on the name. w is freed. */
 static int reply_send_event(Reply *r, const char *event, JsonWriter *w) {
@@ -647,8 +782,10 @@ static void reply_send_chunk(Reply *r, const ChatOutEvent *ev, int call_index, i
         jw_key(&w, "text");
         jw_strn(&w, ev ? ev->text : "", ev ? ev->len : 0);
     }
-    jw_key(&w, "logprobs");
-    jw_null(&w);
+    /* the tokens generated since the last chunk (text and tokens do not align: a chunk's text may
+       have been held back by a stop string or the output parser) */
+    api_write_logprobs(&w, r, r->logprobs_sent, r->n_logprobs);
+    r->logprobs_sent = r->n_logprobs;
     jw_key(&w, "finish_reason");
     if (finish) jw_str(&w, finish);
     else jw_null(&w);
@@ -723,6 +860,7 @@ static void reply_text(Reply *r, const char *s, size_t n) {
 /* The Generator's on_token. */
 static void reply_token(void *user, int id) {
     Reply *r = user;
+    reply_logprob(r, id);
     size_t n = tok_stream_feed(r->srv->codec->tok, &r->tokens, id, r->text, r->text_cap);
     reply_text(r, r->text, n < r->text_cap ? n : r->text_cap);
 }
@@ -758,6 +896,7 @@ static void reply_free(Reply *r) {
     chat_out_free(r->parser);
     chat_output_free(&r->out);
     free(r->call_ids);
+    free(r->logprobs);
     memset(r, 0, sizeof *r);
 }
 
@@ -791,8 +930,7 @@ static void api_write_answer(JsonWriter *w, const Reply *r, const char *finish, 
         jw_key(w, "text");
         jw_strn(w, r->out.content ? r->out.content : "", r->out.content_len);
     }
-    jw_key(w, "logprobs");
-    jw_null(w);
+    api_write_logprobs(w, r, 0, r->n_logprobs);
     jw_kstr(w, "finish_reason", finish);
     jw_obj_end(w);
     jw_arr_end(w);
@@ -954,6 +1092,53 @@ static void server_respond_error(const HttpRequest *req, HttpResponse *res, cons
     server_log(req, e->status, t0, "%s", e->message);
 }
 
+/* CORS (a setting, off by default): CORS=origin,origin,... or * names the web pages that may call
+   the server from a browser. A request whose Origin is allowed gets Access-Control-Allow-Origin
+   (that origin, or * when CORS has *) and Vary: Origin; a preflight (OPTIONS) from an allowed
+   origin is answered 204 before the key check (browsers send no credentials there) with the
+   methods, the headers it asked for and a max age; from another origin 403. Responses http.h
+   writes itself (429 when the queue is full, 408, 413, ...) carry no CORS headers. */
+static const char *server_cors_origin(const Server *srv, const HttpRequest *req) {
+    const char *cors = srv->set->cors ? srv->set->cors : "", *origin = http_header(req, "Origin");
+    if (!cors[0] || !origin) return NULL;
+    const size_t n = strlen(origin);
+    for (const char *p = cors; *p;) {
+        while (*p == ' ' || *p == ',') p++;
+        size_t len = strcspn(p, ", ");
+        if (len == 1 && *p == '*') return "*";
+        if (len && len == n && !memcmp(p, origin, n)) return origin;
+        p += len;
+    }
+    return NULL;
+}
+
+static void server_cors(const Server *srv, const HttpRequest *req, HttpResponse *res) {
+    const char *allow = server_cors_origin(srv, req);
+    if (!allow) return;
+    http_add_header(res, "Access-Control-Allow-Origin", allow);
+    http_add_header(res, "Vary", "Origin");
+}
+
+/* A preflight: 1 when it was one (answered). */
+static int server_preflight(const Server *srv, const HttpRequest *req, HttpResponse *res, double t0) {
+    if (strcmp(req->method, "OPTIONS") || !srv->set->cors || !srv->set->cors[0]) return 0;
+    if (!server_cors_origin(srv, req)) {
+        ApiError e = { 0 };
+        api_fail(&e, 403, NULL, NULL, "origin %.200s is not allowed (CORS=%.200s)", http_header(req, "Origin") ? http_header(req, "Origin")
+                 : "(none)", srv->set->cors);
+        server_respond_error(req, res, &e, t0);
+        return 1;
+    }
+    const char *asked = http_header(req, "Access-Control-Request-Headers");
+    http_add_header(res, "Access-Control-Allow-Methods", "GET, HEAD, POST, OPTIONS");
+    if (!asked || http_add_header(res, "Access-Control-Allow-Headers", asked))
+        http_add_header(res, "Access-Control-Allow-Headers", "authorization, content-type, x-api-key, anthropic-version");
+    http_add_header(res, "Access-Control-Max-Age", "600");
+    http_respond(res, 204, NULL, NULL, 0);
+    server_log(req, 204, t0, "CORS preflight");
+    return 1;
+}
+
 /* Ollama's model endpoints (api_ollama.c): 1 when it answered the request. */
 static int ollama_quick(const Server *srv, const HttpRequest *req, HttpResponse *res, double t0);
 
@@ -976,6 +1161,8 @@ static int server_quick(const HttpRequest *req, HttpResponse *res, void *user) {
     int completion;
     api_skin_for_path(req->path, &completion);
     ApiError e = { 0 };
+    server_cors(srv, req, res);
+    if (server_preflight(srv, req, res, t0)) return 1;
     if (!strcmp(req->path, "/health")) {   /* open without a key: for load balancers and scripts */
         if (!get) api_fail(&e, 405, NULL, NULL, "/health takes GET");
         else {
@@ -1174,6 +1361,7 @@ static void server_handle(const HttpRequest *req, HttpResponse *res, void *user)
     TokenList ids = { 0 };
     int limit = -1;
     char jerr[256];
+    server_cors(srv, req, res);
     JsonDoc *doc = json_parse(req->body, req->body_len, jerr, sizeof jerr);
     if (!doc) api_fail(&e, 400, NULL, NULL, "the request body is not valid JSON: %s", jerr);
     else if (json_type(json_root(doc)) != JSON_OBJECT) api_fail(&e, 400, NULL, NULL, "the request body must be a JSON object");

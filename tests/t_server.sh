@@ -215,6 +215,40 @@ shape "ollama: options.repeat_penalty other than 1 is refused by name" 400 '"rep
   /api/generate '{"prompt": "x", "options": {"repeat_penalty": 1.2}}'
 shape "ollama: /api/show of another model is 404" 404 '"not found" in d["error"]' /api/show '{"model": "llama3"}'
 
+# ---- logprobs: the model's log-probabilities of the chosen and the top tokens --------------------------
+LP_BODY=$(hello_body "$NOTHINK, \"logprobs\": true, \"top_logprobs\": 5")
+post /v1/chat/completions "$LP_BODY" > "$T/lp.json"
+curl -sS --max-time 60 -N "$URL/v1/chat/completions" -d "${LP_BODY%\}}, \"stream\": true}" > "$T/lp.sse"
+$PY - "$T/lp.json" "$T/lp.sse" "$T/want_hello.txt" "$N" <<'EOF'
+import json, math, sys
+d = json.load(open(sys.argv[1]))
+c = d["choices"][0]
+lp = c["logprobs"]["content"]
+want = open(sys.argv[3], "rb").read()
+ok = len(lp) == int(sys.argv[4]) and c["message"]["content"].encode() == want
+# the tokens' bytes are the answer (where they do not form UTF-8, the answer has U+FFFD, as Python decodes them)
+ok = ok and b"".join(bytes(t["bytes"]) for t in lp).decode("utf-8", "replace").encode() == want
+for t in lp:   # temperature 0: the chosen token is the most likely one; top 5 sorted, a distribution's part
+    top = t["top_logprobs"]
+    ok = ok and len(top) == 5 and top[0]["token"] == t["token"] and top[0]["logprob"] == t["logprob"] and t["logprob"] <= 0
+    ok = ok and all(top[i]["logprob"] >= top[i + 1]["logprob"] for i in range(4)) and sum(math.exp(x["logprob"]) for x in top) <= 1 + 1e-6
+streamed = []
+for line in open(sys.argv[2]):
+    if line.startswith("data: {"):
+        ch = json.loads(line[6:])["choices"][0]
+        streamed += (ch.get("logprobs") or {}).get("content") or []
+ok = ok and streamed == lp
+print(("PASS" if ok else "FAIL") + " chat logprobs (top_logprobs 5): one per token, the tokens' bytes == the answer, the chosen == the top one at "
+      "temperature 0, sorted, the streamed chunks carry the same")
+EOF
+shape "logprobs: top_logprobs 21 is refused (at most 20)" 400 'd["error"]["param"] == "top_logprobs"' /v1/chat/completions \
+  '{"messages": [{"role": "user", "content": "x"}], "logprobs": true, "top_logprobs": 21}'
+shape "logprobs: top_logprobs without logprobs is refused" 400 '"needs" in d["error"]["message"]' /v1/chat/completions \
+  '{"messages": [{"role": "user", "content": "x"}], "top_logprobs": 2}'
+shape "completions logprobs 2: tokens, token_logprobs, top_logprobs (2 each), text_offset" 200 \
+  'len(d["choices"][0]["logprobs"]["tokens"]) == 4 and all(len(t) == 2 for t in d["choices"][0]["logprobs"]["top_logprobs"]) and d["choices"][0]["logprobs"]["text_offset"][0] == 0' \
+  /v1/completions '{"prompt": "Hello", "max_tokens": 4, "temperature": 0, "logprobs": 2}'
+
 # ---- the tool round trip renders as TEMPLATE_ONLY does -------------------------------------------
 tmpl_ids=$(env SNAP="$M" TEMPLATE_ONLY=1 MESSAGES="$T/tool.json" THINK=0 "$GLM" 2>/dev/null | sed -n 2p | wc -w)
 answer tool "$($PY -c 'import json,sys; d=json.load(open(sys.argv[1])); d.update(temperature=0, max_tokens=int(sys.argv[2]), chat_template_kwargs={"enable_thinking": False}); print(json.dumps(d))' "$T/tool.json" "$N")"
@@ -270,6 +304,9 @@ grep -qE '^glm: POST /v1/chat/completions 200 \| [0-9]+ prompt tokens \([0-9]+ r
   grep -qE '^glm: POST /v1/chat/completions 400 \| .* \| [0-9.]+ s$' "$LOG" && grep -qE '^glm: GET /v1/models 200 \| [0-9.]+ s$' "$LOG" \
   && echo "PASS one log line per request: method path status tokens seconds" || { echo "FAIL log lines"; tail -5 "$LOG"; }
 
+hdr=$(curl -sS --max-time 10 -D - -o /dev/null "$URL/v1/models" -H 'Origin: http://a.example' | tr -d '\r' | grep -ic '^access-control')
+same "CORS off (the default): no CORS headers" 0 "$hdr"
+
 # ---- load, hostile requests ----------------------------------------------------------------------
 for i in 0 1 2 3 4; do prompt_mode PROMPT=m$i THINK=0 NGEN=8 > "$T/m$i.txt"; done
 check_py load 50 "$T"/m[0-4].txt
@@ -314,6 +351,11 @@ answer specjson "$(hello_body "$NOTHINK")"
 answer specsse "$(hello_body "$NOTHINK, \"stream\": true")"
 answer specsampled "$(printf '{"messages": [{"role": "user", "content": "Hello"}], "temperature": 0.8, "seed": 7, "max_tokens": %d%s}' "$N" "$NOTHINK")"
 check_py answer "$T/predicted.json" "$T/specpredicted.txt" > "$T/specpredicted.meta"
+# logprobs of drafted tokens (the prediction makes drafts that are accepted): their logits come from the verify pass
+$PY -c 'import json,sys; d=json.load(open(sys.argv[1])); d.update(logprobs=True, top_logprobs=5); print(json.dumps(d))' "$T/predicted.json" > "$T/predlp.json"
+curl -sS --max-time 60 "$URL/v1/chat/completions" -d @"$T/predlp.json" > "$T/speclp.json"
+got=$($PY -c 'import json,sys; a, b = (json.load(open(f))["choices"][0]["logprobs"] for f in sys.argv[1:]); print(a == b and len(a["content"]) > 0)' "$T/lp.json" "$T/speclp.json")
+same "logprobs under SPEC=mtp with accepted drafts == SPEC=auto's without, bit for bit" True "$got"
 acc=$(meta specpredicted 'd["usage"]["completion_tokens_details"]["accepted_prediction_tokens"]')
 if cmp -s "$T/want_hello.txt" "$T/specpredicted.txt" && [ "${acc:-0}" -gt 0 ]; then
   echo "PASS prediction under SPEC=mtp (a prediction drafts alone): the same answer, $acc predicted tokens accepted (usage.completion_tokens_details)"
@@ -358,8 +400,22 @@ expect_fail "SERVE on a non-loopback address without API_KEY refuses to start" '
 expect_fail "SERVE with a bad port is named" 'SERVE=127\.0\.0\.1:99999: .*port' env SNAP="$M" SERVE=127.0.0.1:99999 timeout 20 "$GLM"
 expect_fail "SERVE and PROMPT together are refused" 'SERVE=8080 is a mode of its own' env SNAP="$M" SERVE=8080 PROMPT=x timeout 20 "$GLM"
 expect_fail "QUEUE out of range is refused" 'QUEUE=-1' env SNAP="$M" SERVE=127.0.0.1:0 QUEUE=-1 timeout 20 "$GLM"
-serve named MODEL_NAME=glm-5.2-test CTX=256
+serve named MODEL_NAME=glm-5.2-test CTX=256 CORS=http://a.example,http://b.example
 same "MODEL_NAME and CTX: /v1/models says glm-5.2-test, max_model_len 256" "glm-5.2-test 256" \
   "$(curl -sS --max-time 10 "$URL/v1/models" | $PY -c 'import json,sys; m=json.load(sys.stdin)["data"][0]; print(m["id"], m["max_model_len"])')"
+# ---- CORS ------------------------------------------------------------------------------------------
+pre=$(curl -sS --max-time 10 -i -X OPTIONS "$URL/v1/messages" -H 'Origin: http://b.example' -H 'Access-Control-Request-Method: POST' \
+      -H 'Access-Control-Request-Headers: x-api-key, content-type' | tr -d '\r')
+if grep -q '^HTTP/1.1 204' <<<"$pre" && grep -q '^Access-Control-Allow-Origin: http://b.example$' <<<"$pre" &&
+   grep -q '^Access-Control-Allow-Headers: x-api-key, content-type$' <<<"$pre" && grep -q '^Access-Control-Allow-Methods: .*POST' <<<"$pre"
+then echo "PASS CORS: a preflight from an allowed origin gets 204 with the origin, methods and the headers it asked for"
+else echo "FAIL CORS preflight: $pre"; fi
+code=$(curl -sS --max-time 10 -o /dev/null -w '%{http_code}' -X OPTIONS "$URL/v1/chat/completions" -H 'Origin: http://evil.example')
+same "CORS: a preflight from another origin gets 403" 403 "$code"
+hdr=$(curl -sS --max-time 60 -D - -o /dev/null "$URL/api/chat" -H 'Origin: http://a.example' \
+      -d '{"stream": false, "options": {"num_predict": 2}, "messages": [{"role": "user", "content": "x"}]}' | tr -d '\r' | grep -i '^access-control-allow-origin')
+same "CORS: an answer from the worker carries Access-Control-Allow-Origin for an allowed origin" "Access-Control-Allow-Origin: http://a.example" "$hdr"
+hdr=$(curl -sS --max-time 10 -D - -o /dev/null "$URL/v1/models" -H 'Origin: http://evil.example' | tr -d '\r' | grep -ic '^access-control')
+same "CORS: another origin gets no CORS headers" 0 "$hdr"
 stop named
 exit 0
