@@ -65,7 +65,7 @@ fuzz: $(FUZZ_BINS)
 	FUZZ_SECONDS=$(FUZZ_SECONDS) bash tests/fuzz/run.sh $(FUZZ_NAMES)
 
 # tests that include the engine (glm.c) or a front end
-tests/bin/test_attention tests/bin/test_generator tests/bin/test_loader tests/bin/test_session tests/bin/test_server tests/bin/test_spec: $(SOURCES)
+tests/bin/test_attention tests/bin/test_generator tests/bin/test_loader tests/bin/test_session tests/bin/test_server tests/bin/test_server_apis tests/bin/test_spec: $(SOURCES)
 
 # The binaries build in parallel (one job per core: about 20 compilations include glm.c), then
 # the suite runs.

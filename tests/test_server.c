@@ -358,7 +358,7 @@ static void test_tool_answer(void) {
     feed(&r, TOOL_TEXT, 0, &rng);
     JsonWriter w;
     jw_init(&w);
-    api_write_answer(&w, &r, reply_finish_reason(&r, STOP_EOS), &(ApiUsage){ 30, 40, 12, 0, 0, 0 });
+    api_write_answer(&w, &r, reply_finish_reason(&r, STOP_EOS), &(ApiUsage){ 30, 40, 12, 0, 0, 0, 0, 0, 0 });
     size_t n;
     const char *t = jw_text(&w, &n);
     char err[200];
@@ -565,7 +565,7 @@ static void test_prediction(void) {
     JsonWriter w;
     jw_init(&w);
     jw_obj(&w);
-    api_write_usage(&w, &(ApiUsage){ 5, 9, 0, 1, 6, 2 });
+    api_write_usage(&w, &(ApiUsage){ 5, 9, 0, 1, 6, 2, 0, 0, 0 });
     jw_obj_end(&w);
     size_t len;
     const char *t = jw_text(&w, &len);
