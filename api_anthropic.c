@@ -325,7 +325,7 @@ static void anthropic_write_block(JsonWriter *w, const Reply *r, ChatOutKind kin
         jw_key(w, "name");
         jw_strn(w, c->name, c->name_len);
         jw_key(w, "input");
-        if (whole) jw_raw(w, c->arguments, c->arguments_len);   /* a JSON object (chat.h's output parser) */
+        if (whole) api_write_arguments(w, c->arguments, c->arguments_len);
         else { jw_obj(w); jw_obj_end(w); }
     } else if (kind == CHAT_OUT_REASONING) {
         jw_kstr(w, "type", "thinking");

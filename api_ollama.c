@@ -226,7 +226,7 @@ static void ollama_write_body(JsonWriter *w, const Reply *r, const char *content
                 jw_key(w, "name");
                 jw_strn(w, c->name, c->name_len);
                 jw_key(w, "arguments");
-                jw_raw(w, c->arguments, c->arguments_len);
+                api_write_arguments(w, c->arguments, c->arguments_len);
                 jw_obj_end(w);
                 jw_obj_end(w);
             }

@@ -267,6 +267,29 @@ static void api_copy_json(JsonWriter *w, const JsonValue *v) {
     }
 }
 
+/* A tool call's arguments as a JSON value (Anthropic's input, Ollama's arguments). chat.h's output
+   parser writes them as a JSON object in the model's own bytes, which need not be UTF-8: they are
+   read back through a JSON string (invalid bytes become U+FFFD, as in every string glm writes)
+   and written again. An object that still cannot be read (none has been seen) is written as {}. */
+static void api_write_arguments(JsonWriter *w, const char *args, size_t len) {
+    JsonDoc *d = json_parse(args, len, NULL, 0);
+    if (!d) {
+        JsonWriter s;
+        jw_init(&s);
+        jw_strn(&s, args, len);
+        size_t n;
+        const char *t = jw_text(&s, &n);
+        JsonDoc *str = t ? json_parse(t, n, NULL, 0) : NULL;
+        const char *clean = json_str(json_root(str), &n);
+        if (clean) d = json_parse(clean, n, NULL, 0);
+        json_free(str);
+        jw_free(&s);
+    }
+    if (json_type(json_root(d)) == JSON_OBJECT) api_copy_json(w, json_root(d));
+    else { jw_obj(w); jw_obj_end(w); }
+    json_free(d);
+}
+
 /* A request translated into OpenAI's {"messages": [...], "tools": [...]} (w, which is freed) → the
    conversation, read by chat.h as an OpenAI request is. param names the field in errors. */
 static int api_read_translated(ApiRequest *r, JsonWriter *w, const char *param, ApiError *e) {

@@ -497,6 +497,21 @@ static void test_logprob(void) {
     check("logprobs: top k beyond the vocabulary lists it all, sorted", p.n_top == 8 && p.top_id[7] == 2 && p.top_id[6] == 6, NULL);
 }
 
+/* Tool call arguments in the model's bytes (not always UTF-8) written as a JSON object. */
+static void test_arguments(void) {
+    JsonWriter w;
+    jw_init(&w);
+    const char *args = "{\"city\": \"Par\xff" "is\", \"n\": [1, 2.5]}";
+    api_write_arguments(&w, args, strlen(args));
+    size_t n;
+    const char *t = jw_text(&w, &n);
+    JsonDoc *d = t ? json_parse(t, n, NULL, 0) : NULL;
+    check("tool arguments with a byte that is not UTF-8: a valid JSON object, the byte as U+FFFD, numbers kept",
+          d && json_eq_str(json_get(json_root(d), "city"), "Par\xef\xbf\xbdis") && json_num(json_at(json_get(json_root(d), "n"), 1)) == 2.5, t);
+    json_free(d);
+    jw_free(&w);
+}
+
 /* ---- routes and error shapes ------------------------------------------------------------------ */
 
 static void test_routes(void) {
@@ -547,6 +562,7 @@ int main(void) {
     test_responses_answer();
     test_ollama_answer();
     test_logprob();
+    test_arguments();
     test_routes();
     test_cors();
     codec_free(&codec);
