@@ -139,15 +139,26 @@ static int anthropic_message(const JsonValue *m, size_t index, JsonWriter *w, Ap
         return 0;
     }
     jw_arr_end(w);
-    /* thinking blocks, joined: the reasoning sent back (a redacted one has nothing to read) */
+    /* thinking blocks: the reasoning sent back, joined by blank lines when there are several
+       (interleaved thinking); a redacted one has nothing to read */
+    size_t total = 0;
     int thinking = 0;
-    for (size_t i = 0; i < json_len(content); i++) {
-        const JsonValue *b = json_at(content, i);
-        if (strcmp(json_str(json_get(b, "type"), NULL), "thinking")) continue;
-        if (!(s = json_str(json_get(b, "thinking"), &n)))
-            return api_fail(e, 400, "messages", NULL, "%s.content[%zu].thinking must be a string", where, i);
-        if (!thinking++) { jw_key(w, "reasoning_content"); jw_strn(w, s, n); }
-        else return api_fail(e, 400, "messages", NULL, "%s has more than one thinking block", where);
+    for (int pass = 0; pass < 2; pass++) {
+        char *joined = pass ? xmalloc(total + 1) : NULL;
+        size_t at = 0;
+        thinking = 0;
+        for (size_t i = 0; i < json_len(content); i++) {
+            const JsonValue *b = json_at(content, i);
+            if (strcmp(json_str(json_get(b, "type"), NULL), "thinking")) continue;
+            if (!(s = json_str(json_get(b, "thinking"), &n)))
+                return api_fail(e, 400, "messages", NULL, "%s.content[%zu].thinking must be a string", where, i);
+            if (thinking++) { if (pass) memcpy(joined + at, "\n\n", 2); at += 2; }
+            if (pass) memcpy(joined + at, s, n);
+            at += n;
+        }
+        total = at;
+        if (pass && thinking) { jw_key(w, "reasoning_content"); jw_strn(w, joined, total); }
+        free(joined);
     }
     for (size_t i = 0; i < json_len(content); i++) {
         const JsonValue *b = json_at(content, i);

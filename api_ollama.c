@@ -48,10 +48,9 @@ static double ollama_wall(void) {
     return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
 }
 
-/* options: what glm does, what it ignores, what it refuses unless turned off. */
+/* options: what glm does, and what it refuses unless turned off; the rest (the runtime options
+   num_thread, num_gpu, num_batch, use_mmap, ... and unknown ones) is ignored. */
 static int ollama_options(const Server *srv, const JsonValue *o, ApiRequest *r, ApiError *e) {
-    static const char *const runtime[] = { "num_thread", "num_gpu", "main_gpu", "num_batch", "use_mmap", "use_mlock", "numa",
-                                           "low_vram", "vocab_only", "f16_kv", "num_keep" };
     static const struct { const char *name; double off; } sampling[] = {
         { "repeat_penalty", 1 }, { "presence_penalty", 0 }, { "frequency_penalty", 0 }, { "min_p", 0 }, { "typical_p", 1 },
         { "tfs_z", 1 }, { "mirostat", 0 }, { "repeat_last_n", 0 }, { "penalize_newline", 0 },
@@ -87,7 +86,6 @@ static int ollama_options(const Server *srv, const JsonValue *o, ApiRequest *r, 
                                 sampling[k].off);
         }
     }
-    (void)runtime;   /* listed for the reader: accepted and ignored, as every other unknown option */
     return 0;
 }
 

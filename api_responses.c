@@ -317,6 +317,13 @@ static void responses_write_item(JsonWriter *w, const Reply *r, ChatOutKind kind
     jw_obj_end(w);
 }
 
+/* A float setting as the request wrote it (0.9, not the float's 0.8999999761581421). */
+static double responses_decimal(float f) {
+    char s[32];
+    snprintf(s, sizeof s, "%.7g", (double)f);
+    return strtod(s, NULL);
+}
+
 /* The response object: in_progress (no output yet) or whole. */
 static void responses_write_response(JsonWriter *w, const Reply *r, ApiFinish finish, const ApiUsage *u, int whole) {
     const ApiRequest *q = r->req;
@@ -344,8 +351,8 @@ static void responses_write_response(JsonWriter *w, const Reply *r, ApiFinish fi
     jw_key(w, "previous_response_id");
     jw_null(w);
     jw_kbool(w, "store", 0);
-    jw_knum(w, "temperature", q->sampling.temperature);
-    jw_knum(w, "top_p", q->sampling.top_p);
+    jw_knum(w, "temperature", responses_decimal(q->sampling.temperature));
+    jw_knum(w, "top_p", responses_decimal(q->sampling.top_p));
     jw_key(w, "max_output_tokens");
     if (q->max_tokens >= 0) jw_int(w, q->max_tokens);
     else jw_null(w);

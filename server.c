@@ -1,9 +1,13 @@
 /* =============================================================================================
-   server.c — the server front end: the OpenAI API over HTTP (SERVE=[host:]port)
+   server.c — the server front end: HTTP APIs over http.h (SERVE=[host:]port): the core every API
+   shares and OpenAI's chat completions and completions; Anthropic's Messages, OpenAI's Responses
+   and Ollama's API are in api_anthropic.c, api_responses.c and api_ollama.c (see "One core,
+   several skins" below).
    http.h does the HTTP: parsing with limits, an I/O thread, the bounded queue (429 + Retry-After
-   beyond QUEUE), SSE, the constant-time key compare, SIGINT/SIGTERM. This section maps endpoints
-   to the Generator. The I/O thread answers what is cheap (GET /health, GET /v1/models, a missing
-   key with 401, unknown paths with 404); completions go to the worker, this thread, one at a time:
+   beyond QUEUE), SSE and streams, the constant-time key compare, SIGINT/SIGTERM. This file maps
+   endpoints to the Generator. The I/O thread answers what is cheap (GET /health, GET /v1/models,
+   Ollama's model list, a missing key with 401, unknown paths with 404, CORS preflights);
+   generations go to the worker, this thread, one at a time:
    cores and disk are one resource, and a second generation would only slow the first down.
 
    One completion: the JSON body → ApiRequest (each known field checked for type and range and

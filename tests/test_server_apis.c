@@ -87,6 +87,7 @@ static void test_anthropic_request(void) {
         "   \"properties\": {\"city\": {\"type\": \"string\"}}}}], \"tool_choice\": {\"type\": \"auto\"},"
         " \"messages\": [{\"role\": \"user\", \"content\": \"Weather in Paris?\"},"
         "  {\"role\": \"assistant\", \"content\": [{\"type\": \"thinking\", \"thinking\": \"Look it up.\", \"signature\": \"s\"},"
+        "   {\"type\": \"redacted_thinking\", \"data\": \"x\"}, {\"type\": \"thinking\", \"thinking\": \"Then answer.\"},"
         "   {\"type\": \"text\", \"text\": \"Checking.\"}, {\"type\": \"tool_use\", \"id\": \"toolu_1\", \"name\": \"get_weather\","
         "   \"input\": {\"city\": \"Paris\"}}]},"
         "  {\"role\": \"user\", \"content\": [{\"type\": \"tool_result\", \"tool_use_id\": \"toolu_1\", \"content\": [{\"type\": \"text\","
@@ -97,9 +98,9 @@ static void test_anthropic_request(void) {
     int rc = parse(&ANTHROPIC_MESSAGES, body, &q, &e, &doc);
     const ChatConv *c = &q.conv;
     const ChatMessage *m = c->msgs;
-    check("anthropic request: system blocks, a tool_use turn with thinking sent back, a tool_result and text after it",
+    check("anthropic request: system blocks, a tool_use turn with thinking sent back (two blocks joined), a tool_result and text after it",
           rc == 0 && c->n_msgs == 5 && m[0].role == CHAT_SYSTEM && text_is(m[0].content, "Be brief.") && m[1].role == CHAT_USER &&
-          m[2].role == CHAT_ASSISTANT && text_is(m[2].reasoning, "Look it up.") && text_is(m[2].content, "Checking.") &&
+          m[2].role == CHAT_ASSISTANT && text_is(m[2].reasoning, "Look it up.\n\nThen answer.") && text_is(m[2].content, "Checking.") &&
           m[2].n_calls == 1 && text_is(m[2].calls[0].name, "get_weather") && text_is(m[2].calls[0].id, "toolu_1") &&
           m[2].calls[0].n_args == 1 && text_is(m[2].calls[0].args[0].value, "Paris") && m[3].role == CHAT_TOOL &&
           text_is(m[3].content, "20 C") && text_is(m[3].tool_call_id, "toolu_1") && m[4].role == CHAT_USER &&
