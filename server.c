@@ -1169,13 +1169,23 @@ static int server_preflight(const Server *srv, const HttpRequest *req, HttpRespo
 /* Ollama's model endpoints (api_ollama.c): 1 when it answered the request. */
 static int ollama_quick(const Server *srv, const HttpRequest *req, HttpResponse *res, double t0);
 
+/* The model as OpenAI lists it, with Anthropic's fields too (type, display_name, created_at), so
+   both APIs' clients read the one list. */
 static void api_write_model(JsonWriter *w, const Server *srv) {
+    char when[32];
+    const time_t t = (time_t)srv->created;
+    struct tm tm;
+    gmtime_r(&t, &tm);
+    strftime(when, sizeof when, "%Y-%m-%dT%H:%M:%SZ", &tm);
     jw_obj(w);
     jw_kstr(w, "id", srv->model_name);
     jw_kstr(w, "object", "model");
     jw_kint(w, "created", srv->created);
     jw_kstr(w, "owned_by", "glm.c");
     jw_kint(w, "max_model_len", srv->capacity);   /* vLLM's field: the context (CTX) */
+    jw_kstr(w, "type", "model");
+    jw_kstr(w, "display_name", srv->model_name);
+    jw_kstr(w, "created_at", when);
     jw_obj_end(w);
 }
 
@@ -1218,6 +1228,9 @@ static int server_quick(const HttpRequest *req, HttpResponse *res, void *user) {
                 jw_arr(&w);
                 api_write_model(&w, srv);
                 jw_arr_end(&w);
+                jw_kbool(&w, "has_more", 0);   /* Anthropic's page fields */
+                jw_kstr(&w, "first_id", srv->model_name);
+                jw_kstr(&w, "last_id", srv->model_name);
                 jw_obj_end(&w);
             }
             server_respond_writer(res, &w);

@@ -66,6 +66,12 @@ const anthropic = new Anthropic({ baseURL: url, apiKey: "unused", maxRetries: 0,
 const aBase = { model, max_tokens: N, temperature: 0, thinking: { type: "disabled" }, messages: hello };
 const aText = (m) => m.content.filter((b) => b.type === "text").map((b) => b.text).join("");
 
+await attempt("anthropic_models", async () => {
+  const ids = [];
+  for await (const m of anthropic.models.list()) ids.push(m.id);
+  check("anthropic models.list names the model", ids.length === 1 && ids[0] === model, JSON.stringify(ids));
+});
+
 await attempt("anthropic_create", async () => {
   const m = await anthropic.messages.create(aBase);
   check("anthropic messages.create == PROMPT mode's answer, stop_reason max_tokens", aText(m) === expected && m.stop_reason === "max_tokens" &&
