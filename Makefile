@@ -8,7 +8,7 @@ CFLAGS  ?= -O3 -march=$(ARCH) -fopenmp -std=gnu11 -Wall -Wextra -ffp-contract=of
 LDLIBS  = -lm
 HEADERS = $(wildcard *.h)
 # The engine (glm.c) and its front ends: main.c includes them all, one translation unit.
-FRONT_ENDS = main.c validate.c text.c quality.c server.c plan.c
+FRONT_ENDS = main.c validate.c text.c quality.c server.c api_anthropic.c api_responses.c api_ollama.c plan.c
 SOURCES = glm.c $(FRONT_ENDS) $(HEADERS)
 # --version names the commit it was built from
 GLM_COMMIT := $(shell git rev-parse --short HEAD 2>/dev/null || echo unknown)
@@ -84,7 +84,8 @@ fuzz: $(FUZZ_BINS)
 	FUZZ_SECONDS=$(FUZZ_SECONDS) bash tests/fuzz/run.sh $(FUZZ_NAMES)
 
 # tests that include the engine (glm.c) or a front end
-tests/bin/test_attention tests/bin/test_generator tests/bin/test_loader tests/bin/test_session tests/bin/test_server tests/bin/test_spec tests/bin/test_slots tests/bin/test_prediction: $(SOURCES)
+tests/bin/test_attention tests/bin/test_generator tests/bin/test_loader tests/bin/test_session tests/bin/test_server \
+  tests/bin/test_server_apis tests/bin/test_spec tests/bin/test_slots tests/bin/test_prediction: $(SOURCES)
 
 # The binaries build in parallel (one job per core: about 20 compilations include glm.c), then
 # the suite runs.

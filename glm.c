@@ -389,7 +389,7 @@ static const SettingSpec SETTINGS[] = {
     { "SNAP",     SET_STR,   "",     0, 0, "model directory (config.json + *.safetensors); required" },
     { "PROMPT",   SET_STR,   "",     0, 0, "answer this user message: the reply streams to stdout, one stats line to stderr (PROMPT=-: read it from stdin, at most 16 MB)" },
     { "CHAT",     SET_BOOL,  "-1",  -1, 1, "terminal chat: 1 on, 0 off, -1 on when stdin is a terminal and no PROMPT, REF or TOKENIZE is set" },
-    { "SERVE",    SET_STR,   "",     0, 0, "OpenAI-compatible HTTP server on [host:]port (host default 127.0.0.1; port 0 picks a free one): /v1/chat/completions, /v1/completions, /v1/models, /health" },
+    { "SERVE",    SET_STR,   "",     0, 0, "HTTP server on [host:]port (host default 127.0.0.1; port 0 picks a free one): the OpenAI (/v1/chat/completions, /v1/completions, /v1/responses), Anthropic (/v1/messages) and Ollama (/api/*) APIs, /v1/models, /health" },
     { "SYSTEM",   SET_STR,   "",     0, 0, "system prompt placed before the first user message" },
     { "MESSAGES", SET_STR,   "",     0, 0, "JSON file: earlier conversation, OpenAI-style: a list of {role: system|user|assistant|tool, content[, reasoning_content, tool_calls]}, or {\"messages\": [...], \"tools\": [...]}" },
     { "SESSION",  SET_STR,   "",     0, 0, "file holding the conversation (token ids + KV cache): continued when it exists, saved after every answer (PROMPT, CHAT; SERVE: the server's cache)" },
@@ -426,6 +426,7 @@ static const SettingSpec SETTINGS[] = {
     { "API_KEY",  SET_STR,   "",     0, 0, "with SERVE: the key every request must carry (Authorization: Bearer KEY or x-api-key: KEY); required to listen on an address other machines can reach" },
     { "QUEUE",    SET_INT,   "8",    0, 4096, "with SERVE: requests that may wait while one is answered (one generates at a time); more get 429 with Retry-After" },
     { "MODEL_NAME", SET_STR, "",     0, 0, "with SERVE: the model id /v1/models lists and answers carry (default: SNAP's folder name)" },
+    { "CORS",     SET_STR,   "",     0, 0, "with SERVE: origins a browser page may call the server from (origin,origin,... or *); empty: none (no CORS headers)" },
     { "PPL",      SET_STR,   "",     0, 0, "perplexity of this text file: windows of CTX tokens (0: 512), each scoring its last PPL_STRIDE tokens (at most half a window); the result to stdout" },
     { "PPL_STRIDE", SET_INT, "0",    0, 1048576, "with PPL: tokens between window starts (0: half of CTX)" },
     { "PPL_JSON", SET_STR,   "",     0, 0, "with PPL: write the result and the per-window figures to this JSON file" },
@@ -493,8 +494,8 @@ typedef struct {
     char *stdin_prompt;      /* what it read (owned) */
     float temperature, top_p;
     uint64_t seed;           /* 0: from the clock */
-    /* the server: SERVE (its address, checked), API_KEY, QUEUE, MODEL_NAME */
-    const char *serve, *api_key, *model_name;
+    /* the server: SERVE (its address, checked), API_KEY, QUEUE, MODEL_NAME, CORS */
+    const char *serve, *api_key, *model_name, *cors;
     int queue;
     /* quality measurement (quality.c): PPL, PPL_JSON, LOGITS_SAVE, KLD, SCORE, SCORE_JSON */
     const char *ppl_path, *ppl_json, *logits_save, *kld_path, *score_path, *score_json;
@@ -654,7 +655,7 @@ static void print_help(void) {
            "  REF=file ./glm        validation against an oracle reference: greedy, TF=1 [MTP=1] or REPLAY=1\n"
            "                        (the oracle is f32: `./glm 64 16 16` must match it exactly; int4 drifts;\n"
            "                        exit 3: the predictions differ)\n"
-           "  SERVE=8080 ./glm      OpenAI-compatible HTTP API on 127.0.0.1:8080 (base URL http://127.0.0.1:8080/v1)\n"
+           "  SERVE=8080 ./glm      HTTP APIs (OpenAI, Anthropic, Ollama) on 127.0.0.1:8080 (OpenAI base URL http://127.0.0.1:8080/v1)\n"
            "  PPL=file ./glm        perplexity of a text file (KLD=file: against a LOGITS_SAVE run; docs/quality.md)\n"
            "  SCORE=file ./glm      multiple-choice accuracy from a JSONL file (HellaSwag, ARC, MMLU)\n"
            "  PLAN=1 ./glm          RAM plan, disk and projected speed from the headers alone (PLAN=json for scripts)\n"
@@ -826,6 +827,7 @@ static Settings settings_from_env(int argc, char **argv) {
     s.api_key = setting_value("API_KEY");
     s.queue = (int)setting_number("QUEUE");
     s.model_name = setting_value("MODEL_NAME");
+    s.cors = setting_value("CORS");
     s.ppl_path = setting_value("PPL");
     s.ppl_stride = (int)setting_number("PPL_STRIDE");
     s.ppl_json = setting_value("PPL_JSON");
@@ -5767,6 +5769,7 @@ typedef struct {
     StopRules stop_rules;                       /* default: the model's EOS ids, no limit */
     TokenCallback on_token;                     /* each reported token (may be NULL) */
     void *on_token_user;
+    const float *token_logits;                  /* during on_token: the logits [vocab] its token was drawn from */
     LogitsSink on_logits;                       /* may be NULL: then only the last position's logits */
     void *on_logits_user;
     const volatile sig_atomic_t *interrupt;     /* may be NULL */
@@ -6334,7 +6337,8 @@ static void generator_begin(Generator *g) {
     g->stop = STOP_NONE;
 }
 
-static void generator_report(Generator *g, int id) {
+static void generator_report(Generator *g, int id, const float *logits) {
+    g->token_logits = logits;
     g->generated++;
     g->spec.tokens++;
     if (g->on_token) g->on_token(g->on_token_user, id);
@@ -6379,7 +6383,7 @@ static int generator_verify_end(Generator *g, const StepRows *p, double forward_
             if (generator_is_eos(g, tokens[i])) { g->stop = STOP_EOS; break; }
         }
         ids[count++] = tokens[i];
-        generator_report(g, tokens[i]);
+        generator_report(g, tokens[i], i ? sp->verify_logits + (size_t)(i - 1) * V : g->logits);
         if (r->max_tokens >= 0 && g->generated >= r->max_tokens) {
             if (!r->resumable) { g->stop = STOP_LIMIT; cached = count - 1; }
             break;
@@ -6417,7 +6421,7 @@ static int generator_step_begin(Generator *g, int *ids, int max, StepRows *p) {
     p->tokens[0] = id;
     if (n > 0) { p->rows = n + 1; return -1; }
     ids[0] = id;
-    generator_report(g, id);
+    generator_report(g, id, g->logits);
     if (!r->resumable && r->max_tokens >= 0 && g->generated >= r->max_tokens) { g->stop = STOP_LIMIT; return 1; }
     p->rows = 1;
     return -1;

@@ -55,6 +55,10 @@
  *     int http_sse_begin(HttpResponse *res);                200 text/event-stream (worker only)
  *     int http_sse_event(HttpResponse *res, const char *data, size_t len);   "data: ...\n\n", sent now
  *     int http_sse_end(HttpResponse *res);                  "data: [DONE]\n\n", then the stream ends
+ *     int http_stream_begin(HttpResponse *res, const char *content_type);   200, a body of unknown
+ *         length (chunked for HTTP/1.1, close-delimited for 1.0) that the worker writes piece by piece
+ *     int http_stream_write(HttpResponse *res, const char *data, size_t len);  bytes as they are, now
+ *     int http_stream_end(HttpResponse *res);               the stream ends (nothing added)
  *     int http_client_gone(HttpResponse *res);
  *         1 when the client disconnected or a write failed, or the server is stopping: the caller
  *         should stop generating (one poll() call; cheap enough to ask between tokens). Ending
@@ -219,6 +223,9 @@ int http_respond_error_ex(HttpResponse *res, int status, const char *message, co
 int http_sse_begin(HttpResponse *res);
 int http_sse_event(HttpResponse *res, const char *data, size_t len);
 int http_sse_end(HttpResponse *res);
+int http_stream_begin(HttpResponse *res, const char *content_type);
+int http_stream_write(HttpResponse *res, const char *data, size_t len);
+int http_stream_end(HttpResponse *res);
 int http_client_gone(HttpResponse *res);
 int http_auth_ok(const HttpRequest *req, const char *key);
 int http_const_eq(const char *a, size_t a_len, const char *b, size_t b_len);
@@ -928,15 +935,35 @@ int http_respond_error_ex(HttpResponse *res, int status, const char *message, co
     return rc;
 }
 
-int http_sse_begin(HttpResponse *res) {
+int http_stream_begin(HttpResponse *res, const char *content_type) {
     if (res->state || res->failed || res->conn) return -1;    /* streams belong to the worker */
     res->chunked = res->minor >= 1;
     if (!res->chunked) res->keep_alive = 0;                   /* HTTP/1.0: the close ends the body */
     if (http_add_header(res, "Cache-Control", "no-cache") || http_add_header(res, "X-Accel-Buffering", "no"))
         return -1;
     char head[1536];
-    struct iovec iov = {head, http__head(res, head, sizeof head, 200, "text/event-stream", -1)};
+    struct iovec iov = {head, http__head(res, head, sizeof head, 200, content_type, -1)};
     res->state = 2;
+    return http__emit(res, &iov, 1);
+}
+
+int http_sse_begin(HttpResponse *res) { return http_stream_begin(res, "text/event-stream"); }
+
+/* One piece in one write (one chunk), so it leaves as soon as it is made. */
+int http_stream_write(HttpResponse *res, const char *data, size_t len) {
+    if (res->state != 2 || res->failed || (!data && len)) return -1;
+    if (!len) return 0;                                       /* a zero chunk would end the body */
+    char frame[24];
+    size_t f = res->chunked ? (size_t)snprintf(frame, sizeof frame, "%zx\r\n", len) : 0;
+    struct iovec iov[3] = {{frame, f}, {(void *)data, len}, {"\r\n", res->chunked ? 2 : 0}};
+    return http__emit(res, iov, 3);
+}
+
+int http_stream_end(HttpResponse *res) {
+    if (res->state != 2 || res->failed) return -1;
+    res->state = 1;
+    if (!res->chunked) return 0;
+    struct iovec iov = {"0\r\n\r\n", 5};
     return http__emit(res, &iov, 1);
 }
 

@@ -7,7 +7,8 @@
      validate.c   REF=file: teacher forcing, greedy decoding and replay against the oracle
      text.c       tokenizer glue, TOKENIZE, TEMPLATE, PROMPT and the terminal chat
      quality.c    PPL, KLD and SCORE: perplexity, divergence from a saved run, multiple choice
-     server.c     SERVE: the HTTP APIs over http.h
+     server.c     SERVE: the HTTP server, the core every API shares, and the OpenAI chat and completions API
+     api_*.c      SERVE's other APIs: Anthropic Messages, OpenAI Responses, Ollama
      plan.c       PLAN and DOCTOR
    Tests include glm.c alone for the engine, and a front end's file after it to test that front end
    (GLM_NO_MAIN leaves main() out). */
@@ -17,6 +18,9 @@
 #include "text.c"
 #include "quality.c"   /* after text.c: its tokenizer glue */
 #include "server.c"
+#include "api_anthropic.c"
+#include "api_responses.c"
+#include "api_ollama.c"
 #include "plan.c"
 
 #ifndef GLM_NO_MAIN   /* tests and fuzz targets that include main.c leave main() out */

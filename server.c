@@ -1,9 +1,13 @@
 /* =============================================================================================
-   server.c — the server front end: the OpenAI API over HTTP (SERVE=[host:]port)
+   server.c — the server front end: HTTP APIs over http.h (SERVE=[host:]port): the core every API
+   shares and OpenAI's chat completions and completions; Anthropic's Messages, OpenAI's Responses
+   and Ollama's API are in api_anthropic.c, api_responses.c and api_ollama.c (see "One core,
+   several skins" below).
    http.h does the HTTP: parsing with limits, an I/O thread, the bounded queue (429 + Retry-After
-   beyond QUEUE), SSE, the constant-time key compare, SIGINT/SIGTERM. This section maps endpoints
-   to the Generator. The I/O thread answers what is cheap (GET /health, GET /v1/models, a missing
-   key with 401, unknown paths with 404); completions go to the worker, this thread, one at a time:
+   beyond QUEUE), SSE and streams, the constant-time key compare, SIGINT/SIGTERM. This file maps
+   endpoints to the Generator. The I/O thread answers what is cheap (GET /health, GET /v1/models,
+   Ollama's model list, a missing key with 401, unknown paths with 404, CORS preflights);
+   generations go to the worker, this thread, one at a time:
    cores and disk are one resource, and a second generation would only slow the first down.
 
    One completion: the JSON body → ApiRequest (each known field checked for type and range and
@@ -30,8 +34,17 @@
 
 #define API_MAX_STOP 4                  /* stop strings per request (OpenAI's limit) */
 #define API_STOP_MAX_BYTES 1024         /* bytes per stop string */
+#define API_MAX_TOP_LOGPROBS 20         /* top_logprobs (OpenAI's limit) */
 
+/* One generated token's log-probability and the top ones at its position. */
 typedef struct {
+    int id, n_top;
+    float logprob;
+    int top_id[API_MAX_TOP_LOGPROBS];
+    float top_logprob[API_MAX_TOP_LOGPROBS];
+} ApiLogprob;
+
+struct Server {
     const Settings *set;
     const TextCodec *codec;
     ChatOptions chat;                   /* the form (CHAT_FORMAT), thinking and effort defaults */
@@ -43,10 +56,44 @@ typedef struct {
     long long created;                  /* start time: the model's "created" */
     const char *session_path;           /* SESSION: the cache is saved there after every answer; NULL: none */
     SessionKey session_key;             /* what a session file must match to be this server's */
-} Server;
+};
 
+/* One core, several skins. Every API (a "skin": OpenAI chat and completions here, Anthropic
+   Messages in api_anthropic.c, OpenAI Responses in api_responses.c, Ollama in api_ollama.c) reads
+   its wire format into the same ApiRequest (messages and tools as a ChatConv, the thinking switch
+   and effort as ChatOptions, sampling, max_tokens, stop strings, streaming), and the same
+   generation loop (server_answer) turns the Generator's tokens into the same events (reasoning,
+   content, tool calls: chat.h's output parser) and one ApiFinish. A skin only says how these are
+   written: its stream's first events, one event per piece, its last events or its whole answer,
+   and its error shape. Requests in other shapes are translated into OpenAI's messages and tools
+   JSON and read by chat.h, the one parser of conversations. */
+typedef enum { FINISH_EOS, FINISH_STOP_STRING, FINISH_LENGTH, FINISH_TOOL_CALLS } ApiFinish;
+
+typedef struct ApiRequest ApiRequest;
+typedef struct Reply Reply;
+typedef struct ApiError ApiError;
+typedef struct ApiUsage ApiUsage;
+typedef struct Server Server;
 typedef struct {
-    int chat;                           /* /v1/chat/completions; else /v1/completions */
+    const char *name;                   /* for the log */
+    const char *id_prefix, *call_prefix; /* answer ids, tool call ids */
+    /* the request body → the ApiRequest (0, or -1 with e filled) */
+    int (*parse)(const Server *srv, const JsonValue *root, ApiRequest *r, ApiError *e);
+    void (*error)(HttpResponse *res, const ApiError *e);                   /* the error shape */
+    void (*begin)(Reply *r);                                               /* a stream's start */
+    void (*event)(Reply *r, const ChatOutEvent *ev, int call_index);       /* a stream's piece */
+    void (*finish)(Reply *r, ApiFinish finish, const ApiUsage *usage);     /* its end, or the answer */
+    void (*abort)(Reply *r, const char *why);                              /* a stream stopped early */
+    void (*count)(HttpResponse *res, int tokens);  /* set: the answer is the prompt's size alone */
+} ApiSkin;
+
+/* The skins, defined with their wire formats (OpenAI's below, the others in api_*.c). */
+static const ApiSkin OPENAI_CHAT, OPENAI_COMPLETIONS, ANTHROPIC_MESSAGES, ANTHROPIC_COUNT, OPENAI_RESPONSES, OLLAMA_CHAT,
+    OLLAMA_GENERATE;
+
+struct ApiRequest {
+    const ApiSkin *skin;
+    int chat;                           /* messages through the template; else a raw prompt */
     ChatConv conv;                      /* chat: messages and tools */
     ChatOptions render;                 /* chat: the form with this request's thinking and effort */
     const char *prompt;                 /* completions: the raw prompt (in the request's JSON) */
@@ -60,13 +107,20 @@ typedef struct {
     int stream, include_usage;
     char *prediction;                   /* "prediction" content joined (xmalloc'd; NULL: none) */
     size_t prediction_len;
-} ApiRequest;
+    int count_only;                     /* Anthropic's count_tokens: the prompt's size, no answer */
+    int logprobs, top_logprobs;         /* OpenAI logprobs: the chosen token's, and this many top ones */
+    char *translated;                   /* the request in OpenAI's terms (xmalloc'd; NULL: none) */
+};
 
-typedef struct {
+static const ApiSkin *api_skin_of(const ApiRequest *q) {
+    return q->skin ? q->skin : q->chat ? &OPENAI_CHAT : &OPENAI_COMPLETIONS;
+}
+
+struct ApiError {
     int status;                         /* 0: none */
     const char *param, *code;           /* the OpenAI error's "param" and "code" (NULL: null) */
     char message[800];
-} ApiError;
+};
 
 static int api_fail(ApiError *e, int status, const char *param, const char *code, const char *fmt, ...) {
     va_list ap;
@@ -134,24 +188,127 @@ static int api_effort(const JsonValue *obj, const char *param, const char **effo
     return 0;
 }
 
-/* stop: a string or a list of up to 4, none empty. */
-static int api_stop(const JsonValue *root, ApiRequest *r, ApiError *e) {
-    const JsonValue *v = json_get(root, "stop");
+/* Stop strings (param: the field's name in errors): a string or a list of up to 4, none empty. */
+static int api_stop_strings(const JsonValue *v, const char *param, ApiRequest *r, ApiError *e) {
     if (!api_given(v)) return 0;
     const int list = json_type(v) == JSON_ARRAY;
     const size_t n = list ? json_len(v) : 1;
-    if (!list && json_type(v) != JSON_STRING) return api_fail(e, 400, "stop", NULL, "\"stop\" must be a string or a list of strings");
-    if (n > API_MAX_STOP) return api_fail(e, 400, "stop", NULL, "\"stop\" has %zu strings: at most %d", n, API_MAX_STOP);
+    if (!list && json_type(v) != JSON_STRING) return api_fail(e, 400, param, NULL, "\"%s\" must be a string or a list of strings", param);
+    if (n > API_MAX_STOP) return api_fail(e, 400, param, NULL, "\"%s\" has %zu strings: at most %d", param, n, API_MAX_STOP);
     for (size_t i = 0; i < n; i++) {
         size_t len;
         const char *s = json_str(list ? json_at(v, i) : v, &len);
-        if (!s) return api_fail(e, 400, "stop", NULL, "\"stop\"[%zu] must be a string", i);
+        if (!s) return api_fail(e, 400, param, NULL, "\"%s\"[%zu] must be a string", param, i);
         if (!len || len > API_STOP_MAX_BYTES)
-            return api_fail(e, 400, "stop", NULL, "\"stop\"[%zu] has %zu bytes: it must have 1 to %d", i, len, API_STOP_MAX_BYTES);
+            return api_fail(e, 400, param, NULL, "\"%s\"[%zu] has %zu bytes: it must have 1 to %d", param, i, len, API_STOP_MAX_BYTES);
         r->stop[r->n_stop] = s;
         r->stop_len[r->n_stop++] = len;
     }
     return 0;
+}
+
+static int api_stop(const JsonValue *root, ApiRequest *r, ApiError *e) { return api_stop_strings(json_get(root, "stop"), "stop", r, e); }
+
+/* top_k, which the sampler does not have (temperature and top_p): 1 is greedy decoding, which
+   temperature 0 is; at temperature 0 any top_k changes nothing (0: off, as Ollama writes it).
+   Other values are refused. Read after the temperature. */
+static int api_top_k(const JsonValue *obj, const char *key, const char *param, ApiRequest *r, ApiError *e) {
+    const JsonValue *v = json_get(obj, key);
+    int64_t k;
+    if (!api_given(v)) return 0;
+    if (!json_is_int(v, &k) || k < 0) return api_fail(e, 400, param, NULL, "\"%s\" must be an integer >= 0", param);
+    if (k == 1) r->sampling.temperature = 0;
+    else if (k != 0 && r->sampling.temperature != 0)
+        return api_fail(e, 400, param, NULL, "\"%s\" %lld is not supported (the sampler has temperature and top_p; top_k 1 is greedy, "
+                        "as temperature 0 is)", param, (long long)k);
+    return 0;
+}
+
+/* Other APIs' reasoning levels on GLM-5.2's two (Max, the default, and High): "none" turns thinking
+   off; "minimal", "low", "medium" and "high" think with High, the lighter one; "xhigh" and "max"
+   with Max. Returns -1 for another word. */
+static int api_effort_level(const char *level, ChatOptions *o) {
+    static const char *const high[] = { "minimal", "low", "medium", "high" };
+    if (!strcmp(level, "none")) { o->thinking = 0; return 0; }
+    o->thinking = 1;
+    for (size_t i = 0; i < sizeof high / sizeof high[0]; i++)
+        if (!strcmp(level, high[i])) { o->reasoning_effort = "high"; return 0; }
+    if (!strcmp(level, "xhigh") || !strcmp(level, "max")) { o->reasoning_effort = "max"; return 0; }
+    return -1;
+}
+
+/* The defaults of every request: the server's sampling settings and chat form, no limit. */
+static void api_request_defaults(const Server *srv, ApiRequest *r) {
+    r->chat = 1;
+    r->max_tokens = -1;
+    r->sampling = (SamplerSettings){ srv->set->temperature, srv->set->top_p, srv->set->seed };
+    r->render = srv->chat;
+}
+
+/* A value copied as JSON. */
+static void api_copy_json(JsonWriter *w, const JsonValue *v) {
+    int64_t i;
+    size_t n;
+    switch (json_type(v)) {
+    case JSON_OBJECT:
+        jw_obj(w);
+        for (size_t k = 0; k < json_len(v); k++) {
+            const char *key = json_key_at(v, k, &n);
+            jw_key(w, key);   /* keys are NUL-terminated; one holding \u0000 is cut there */
+            api_copy_json(w, json_value_at(v, k));
+        }
+        jw_obj_end(w);
+        break;
+    case JSON_ARRAY:
+        jw_arr(w);
+        for (size_t k = 0; k < json_len(v); k++) api_copy_json(w, json_at(v, k));
+        jw_arr_end(w);
+        break;
+    case JSON_STRING: { const char *s = json_str(v, &n); jw_strn(w, s, n); break; }
+    case JSON_NUMBER: if (json_int_literal(v, &i)) jw_int(w, i); else jw_num(w, json_num(v)); break;
+    case JSON_BOOL: jw_bool(w, json_bool(v)); break;
+    default: jw_null(w); break;
+    }
+}
+
+/* A tool call's arguments as a JSON value (Anthropic's input, Ollama's arguments). chat.h's output
+   parser writes them as a JSON object in the model's own bytes, which need not be UTF-8: they are
+   read back through a JSON string (invalid bytes become U+FFFD, as in every string glm writes)
+   and written again. An object that still cannot be read (none has been seen) is written as {}. */
+static void api_write_arguments(JsonWriter *w, const char *args, size_t len) {
+    JsonDoc *d = json_parse(args, len, NULL, 0);
+    if (!d) {
+        JsonWriter s;
+        jw_init(&s);
+        jw_strn(&s, args, len);
+        size_t n;
+        const char *t = jw_text(&s, &n);
+        JsonDoc *str = t ? json_parse(t, n, NULL, 0) : NULL;
+        const char *clean = json_str(json_root(str), &n);
+        if (clean) d = json_parse(clean, n, NULL, 0);
+        json_free(str);
+        jw_free(&s);
+    }
+    if (json_type(json_root(d)) == JSON_OBJECT) api_copy_json(w, json_root(d));
+    else { jw_obj(w); jw_obj_end(w); }
+    json_free(d);
+}
+
+/* A request translated into OpenAI's {"messages": [...], "tools": [...]} (w, which is freed) → the
+   conversation, read by chat.h as an OpenAI request is. param names the field in errors. */
+static int api_read_translated(ApiRequest *r, JsonWriter *w, const char *param, ApiError *e) {
+    size_t n;
+    const char *t = jw_text(w, &n);
+    if (!t) { jw_free(w); return api_fail(e, 400, param, NULL, "\"%s\" could not be read (nested too deeply)", param); }
+    r->translated = xmalloc(n + 1);
+    memcpy(r->translated, t, n + 1);
+    jw_free(w);
+    char jerr[256], err[600];
+    JsonDoc *doc = json_parse(r->translated, n, jerr, sizeof jerr);
+    if (!doc) return api_fail(e, 400, param, NULL, "\"%s\" could not be read: %s", param, jerr);
+    const int rc = chat_conv_parse(&r->conv, json_root(doc), err, sizeof err);
+    json_free(doc);
+    return rc ? api_fail(e, 400, param, NULL, "%s: %s", param, err) : 0;
 }
 
 /* Fields that change what a completion is, which this server does not do: refused rather than ignored. */
@@ -161,12 +318,7 @@ static int api_unsupported(const JsonValue *root, int chat, ApiError *e) {
     double penalty = 0;
     const JsonValue *v;
     if (api_int(root, "n", 1, 1, &one, e)) return -1;
-    /* logprobs false (chat) or 0 (completions) ask for none, as leaving them out does */
-    const char *const logprobs[] = { "logprobs", "top_logprobs" };
-    for (int i = 0; i < 2; i++)
-        if (api_given(v = json_get(root, logprobs[i])) && !(json_type(v) == JSON_BOOL && !json_bool(v)) &&
-            !(json_is_int(v, &zero) && zero == 0))
-            return api_fail(e, 400, logprobs[i], NULL, "\"%s\" is not supported", logprobs[i]);
+    (void)zero;
     const char *const penalties[] = { "frequency_penalty", "presence_penalty" };
     for (int i = 0; i < 2; i++) {
         if (api_number(root, penalties[i], -2, 2, &penalty, e)) return -1;
@@ -190,6 +342,24 @@ static int api_unsupported(const JsonValue *root, int chat, ApiError *e) {
 }
 
 /* The chat-only fields: messages, tools, tool_choice, thinking, reasoning effort. */
+/* logprobs: chat's logprobs (true/false) and top_logprobs (0 to 20, with logprobs), completions'
+   logprobs (0 to 5: the chosen token's and that many top ones). */
+static int api_logprobs(const JsonValue *root, ApiRequest *r, ApiError *e) {
+    int64_t top = 0;
+    if (r->chat) {
+        if (api_bool(root, "logprobs", "logprobs", &r->logprobs, e) ||
+            api_int(root, "top_logprobs", 0, API_MAX_TOP_LOGPROBS, &top, e))
+            return -1;
+        if (api_given(json_get(root, "top_logprobs")) && !r->logprobs)
+            return api_fail(e, 400, "top_logprobs", NULL, "\"top_logprobs\" needs \"logprobs\": true");
+    } else {
+        if (api_int(root, "logprobs", 0, 5, &top, e)) return -1;
+        r->logprobs = api_given(json_get(root, "logprobs"));
+    }
+    r->top_logprobs = (int)top;
+    return 0;
+}
+
 static int api_chat_fields(const Server *srv, const JsonValue *root, ApiRequest *r, ApiError *e) {
     char err[600];
     ChatOptions *o = &r->render;
@@ -268,11 +438,14 @@ static void api_request_free(ApiRequest *r) {
     chat_conv_free(&r->conv);
     free(r->prediction);
     r->prediction = NULL;
+    free(r->translated);
+    r->translated = NULL;
 }
 
 /* The request body → ApiRequest (api_request_free frees it, whatever the outcome). */
 static int api_request_parse(const Server *srv, const JsonValue *root, int chat, ApiRequest *r, ApiError *e) {
     const Settings *set = srv->set;
+    r->skin = chat ? &OPENAI_CHAT : &OPENAI_COMPLETIONS;
     r->chat = chat;
     r->max_tokens = -1;
     r->sampling = (SamplerSettings){ set->temperature, set->top_p, set->seed };
@@ -284,7 +457,8 @@ static int api_request_parse(const Server *srv, const JsonValue *root, int chat,
         api_int(root, "max_completion_tokens", 1, INT32_MAX, &max_completion_tokens, e) ||
         api_number(root, "temperature", 0, 100, &temperature, e) || api_number(root, "top_p", 0, 1, &top_p, e) ||
         api_int(root, "seed", INT64_MIN, INT64_MAX, &seed, e) || api_stop(root, r, e) ||
-        api_bool(root, "stream", "stream", &r->stream, e) || api_unsupported(root, chat, e) || api_prediction(root, r, e))
+        api_bool(root, "stream", "stream", &r->stream, e) || api_unsupported(root, chat, e) || api_prediction(root, r, e) ||
+        api_logprobs(root, r, e))
         return -1;
     r->max_tokens = (int)(max_completion_tokens >= 0 ? max_completion_tokens : max_tokens);
     r->sampling.temperature = (float)temperature;
@@ -310,6 +484,7 @@ static int api_prompt_ids(const Server *srv, ApiRequest *r, TokenList *ids, int 
     if (r->chat) {
         char err[5000];
         if (chat_to_ids(srv->codec, &r->conv, &r->render, ids, err, sizeof err)) return api_fail(e, 400, "messages", NULL, "%s", err);
+        if (r->count_only) return 0;   /* a count needs no room for an answer */
     } else {
         TextCodec raw = *srv->codec;     /* a raw prompt is written in the model's own terms: tags are tags */
         raw.text_mode = TOK_SPECIAL_ALL;
@@ -331,7 +506,7 @@ static int api_prompt_ids(const Server *srv, ApiRequest *r, TokenList *ids, int 
 
 /* ---- the answer: tokens → text → stop strings → reasoning / content / tool calls → JSON -------- */
 
-typedef struct {
+struct Reply {
     Server *srv;
     HttpResponse *res;
     const ApiRequest *req;
@@ -346,7 +521,18 @@ typedef struct {
     ChatOutParser *parser;              /* chat: reasoning, content, tool calls */
     ChatOutput out;                     /* everything released so far, parsed (completions: content) */
     char (*call_ids)[32];               /* the id of each tool call in out.calls */
-} Reply;
+    int stop_which;                     /* the stop string that ended it (stop_hit) */
+    /* a skin's stream state */
+    int seq;                            /* events sent (Responses' sequence_number) */
+    int block, block_kind;              /* the content block (item) open: its index, its ChatOutKind; -1: none */
+    int items;                          /* blocks (items) opened so far */
+    char item_id[48];                   /* the open item's id (Responses) */
+    size_t item_from;                   /* where the open item's text starts in out.reasoning / out.content */
+    double start;                       /* now_seconds() when the request was read */
+    int prompt_tokens, cached_tokens;   /* known once the prefill is done (a stream's first event) */
+    ApiLogprob *logprobs;               /* logprobs: one per generated token */
+    int n_logprobs, cap_logprobs, logprobs_sent;
+};
 
 static void server_new_id(Server *srv, const char *prefix, char *dst, size_t n) {
     const uint64_t a = splitmix64_next(&srv->rng), b = splitmix64_next(&srv->rng);
@@ -361,11 +547,12 @@ static void api_write_head(JsonWriter *w, const Reply *r, const char *object) {
     jw_kstr(w, "model", r->srv->model_name);
 }
 
-typedef struct {
+struct ApiUsage {
     int prompt, completion, cached;     /* cached: the prefix kept in the KV cache */
     int predicted;                      /* a prediction was given: then its drafts' fate below */
     long long accepted_prediction, rejected_prediction;
-} ApiUsage;
+    double start, prefilled, end;       /* now_seconds(): request read, prefill done, answer done */
+};
 
 static void api_write_usage(JsonWriter *w, const ApiUsage *u) {
     jw_key(w, "usage");
@@ -426,11 +613,169 @@ static void api_write_message(JsonWriter *w, const ChatOutput *o, char (*call_id
     jw_obj_end(w);
 }
 
+static void server_respond_writer(HttpResponse *res, JsonWriter *w) {
+    size_t n;
+    const char *t = jw_text(w, &n);
+    if (!t) die("internal: an answer is not valid JSON");
+    http_respond_json(res, 200, t, n);
+    jw_free(w);
+}
+
 static int reply_send(Reply *r, JsonWriter *w) {
     size_t n;
     const char *t = jw_text(w, &n);
     if (!t) die("internal: a streamed chunk is not valid JSON");
     int rc = http_sse_event(r->res, t, n);
+    jw_free(w);
+    return rc;
+}
+
+/* logprobs: the log-softmax of the logits the sampler drew the token from (the model's own
+   distribution: before temperature and top_p), for the token and the top k (ties: lower id first). */
+static void api_logprob(const float *logits, int vocab, int id, int k, ApiLogprob *out) {
+    double mx = -INFINITY, sum = 0;
+    for (int i = 0; i < vocab; i++) mx = logits[i] > mx ? logits[i] : mx;
+    for (int i = 0; i < vocab; i++) sum += exp((double)logits[i] - mx);
+    const double lse = mx + log(sum);
+    out->id = id;
+    out->logprob = (float)((double)logits[id] - lse);
+    out->n_top = 0;
+    for (int i = 0; i < vocab && k > 0; i++) {
+        if (out->n_top == k && logits[i] <= logits[out->top_id[k - 1]]) continue;
+        int at = out->n_top < k ? out->n_top++ : k - 1;
+        while (at > 0 && logits[out->top_id[at - 1]] < logits[i]) { out->top_id[at] = out->top_id[at - 1]; at--; }
+        out->top_id[at] = i;
+    }
+    for (int j = 0; j < out->n_top; j++) out->top_logprob[j] = (float)((double)logits[out->top_id[j]] - lse);
+}
+
+static void reply_logprob(Reply *r, int id) {
+    const Generator *g = r->srv->gen;
+    if (!r->req->logprobs || !g || !g->token_logits) return;
+    if (r->n_logprobs == r->cap_logprobs) {
+        r->cap_logprobs = r->cap_logprobs ? 2 * r->cap_logprobs : 64;
+        ApiLogprob *grown = realloc(r->logprobs, (size_t)r->cap_logprobs * sizeof *grown);
+        if (!grown) die("out of memory for the logprobs");
+        r->logprobs = grown;
+    }
+    api_logprob(g->token_logits, g->model->c.vocab, id, r->req->top_logprobs, &r->logprobs[r->n_logprobs++]);
+}
+
+/* A token's text (its raw bytes; jw_strn makes a broken UTF-8 piece U+FFFD, bytes keeps them). */
+static void api_write_token(JsonWriter *w, const TextCodec *codec, int id, float logprob, int with_bytes) {
+    size_t n = 0;
+    const char *piece = tok_piece(codec->tok, id, &n);
+    jw_key(w, "token");
+    jw_strn(w, piece ? piece : "", piece ? n : 0);
+    jw_knum(w, "logprob", logprob);
+    if (!with_bytes) return;
+    jw_key(w, "bytes");
+    jw_arr(w);
+    for (size_t i = 0; i < n; i++) jw_int(w, (unsigned char)piece[i]);
+    jw_arr_end(w);
+}
+
+/* "logprobs" of the tokens [from, to): chat's {"content": [...]} or completions' lists; null
+   when the request asked for none. */
+static void api_write_logprobs(JsonWriter *w, const Reply *r, int from, int to) {
+    const TextCodec *codec = r->srv->codec;
+    jw_key(w, "logprobs");
+    if (!r->req->logprobs) { jw_null(w); return; }
+    jw_obj(w);
+    if (r->req->chat) {
+        jw_key(w, "content");
+        jw_arr(w);
+        for (int i = from; i < to; i++) {
+            const ApiLogprob *p = &r->logprobs[i];
+            jw_obj(w);
+            api_write_token(w, codec, p->id, p->logprob, 1);
+            jw_key(w, "top_logprobs");
+            jw_arr(w);
+            for (int j = 0; j < p->n_top; j++) {
+                jw_obj(w);
+                api_write_token(w, codec, p->top_id[j], p->top_logprob[j], 1);
+                jw_obj_end(w);
+            }
+            jw_arr_end(w);
+            jw_obj_end(w);
+        }
+        jw_arr_end(w);
+        jw_key(w, "refusal");
+        jw_null(w);
+    } else {
+        size_t n, offset = 0;
+        jw_key(w, "tokens");
+        jw_arr(w);
+        for (int i = from; i < to; i++) {
+            const char *piece = tok_piece(codec->tok, r->logprobs[i].id, &n);
+            jw_strn(w, piece ? piece : "", piece ? n : 0);
+        }
+        jw_arr_end(w);
+        jw_key(w, "token_logprobs");
+        jw_arr(w);
+        for (int i = from; i < to; i++) jw_num(w, r->logprobs[i].logprob);
+        jw_arr_end(w);
+        jw_key(w, "top_logprobs");
+        jw_arr(w);
+        for (int i = from; i < to; i++) {
+            const ApiLogprob *p = &r->logprobs[i];
+            jw_obj(w);
+            for (int j = 0; j < p->n_top; j++) {
+                const char *piece = tok_piece(codec->tok, p->top_id[j], &n);
+                char key[256];
+                snprintf(key, sizeof key, "%.*s", (int)(piece ? n : 0), piece ? piece : "");   /* a NUL or a long piece is cut */
+                jw_knum(w, key, p->top_logprob[j]);
+            }
+            jw_obj_end(w);
+        }
+        jw_arr_end(w);
+        jw_key(w, "text_offset");   /* bytes of the pieces before each token */
+        jw_arr(w);
+        for (int i = from; i < to; i++) {
+            jw_int(w, (int64_t)offset);
+            if (tok_piece(codec->tok, r->logprobs[i].id, &n)) offset += n;
+        }
+        jw_arr_end(w);
+    }
+    jw_obj_end(w);
+}
+
+/* An SSE event with a name ("event: NAME", then the JSON as "data:" lines): Anthropic's and the
+   Responses API's streams, whose clients dispatch on the name. w is freed. */
+static int reply_send_event(Reply *r, const char *event, JsonWriter *w) {
+    size_t n;
+    const char *t = jw_text(w, &n);
+    if (!t) die("internal: a streamed event is not valid JSON");
+    char *buf = xmalloc(strlen(event) + 8 * n + 32);
+    size_t k = (size_t)sprintf(buf, "event: %s\n", event);
+    for (size_t i = 0;;) {   /* a line break in the JSON (jw_raw text) starts another data line */
+        size_t j = i;
+        while (j < n && t[j] != '\n' && t[j] != '\r') j++;
+        memcpy(buf + k, "data: ", 6);
+        memcpy(buf + k + 6, t + i, j - i);
+        k += 6 + (j - i);
+        buf[k++] = '\n';
+        if (j == n) break;
+        i = j + 1;
+    }
+    buf[k++] = '\n';
+    const int rc = http_stream_write(r->res, buf, k);
+    free(buf);
+    jw_free(w);
+    r->seq++;
+    return rc;
+}
+
+/* One line of an NDJSON stream (Ollama's). w is freed. */
+static int reply_send_line(Reply *r, JsonWriter *w) {
+    size_t n;
+    const char *t = jw_text(w, &n);
+    if (!t) die("internal: a streamed object is not valid JSON");
+    char *buf = xmalloc(n + 1);
+    memcpy(buf, t, n);
+    buf[n] = '\n';
+    const int rc = http_stream_write(r->res, buf, n + 1);
+    free(buf);
     jw_free(w);
     return rc;
 }
@@ -464,8 +809,10 @@ static void reply_send_chunk(Reply *r, const ChatOutEvent *ev, int call_index, i
         jw_key(&w, "text");
         jw_strn(&w, ev ? ev->text : "", ev ? ev->len : 0);
     }
-    jw_key(&w, "logprobs");
-    jw_null(&w);
+    /* the tokens generated since the last chunk (text and tokens do not align: a chunk's text may
+       have been held back by a stop string or the output parser) */
+    api_write_logprobs(&w, r, r->logprobs_sent, r->n_logprobs);
+    r->logprobs_sent = r->n_logprobs;
     jw_key(&w, "finish_reason");
     if (finish) jw_str(&w, finish);
     else jw_null(&w);
@@ -484,9 +831,9 @@ static int reply_event(void *user, const ChatOutEvent *ev) {
         char (*grown)[32] = realloc(r->call_ids, (size_t)r->out.n_calls * sizeof *grown);
         if (!grown) die("out of memory for the answer");
         r->call_ids = grown;
-        server_new_id(r->srv, "call_", r->call_ids[call], sizeof r->call_ids[call]);
+        server_new_id(r->srv, api_skin_of(r->req)->call_prefix, r->call_ids[call], sizeof r->call_ids[call]);
     }
-    if (r->req->stream) reply_send_chunk(r, ev, call, 0, NULL);
+    if (r->req->stream) api_skin_of(r->req)->event(r, ev, call);
     return 0;
 }
 
@@ -520,7 +867,7 @@ static void reply_text(Reply *r, const char *s, size_t n) {
     size_t cut = SIZE_MAX;
     for (int k = 0; k < q->n_stop; k++) {
         const char *at = memmem(r->held, r->held_len, q->stop[k], q->stop_len[k]);
-        if (at && (size_t)(at - r->held) < cut) cut = (size_t)(at - r->held);
+        if (at && (size_t)(at - r->held) < cut) { cut = (size_t)(at - r->held); r->stop_which = k; }
     }
     if (cut != SIZE_MAX) {
         r->stop_hit = 1;
@@ -540,6 +887,7 @@ static void reply_text(Reply *r, const char *s, size_t n) {
 /* The Generator's on_token. */
 static void reply_token(void *user, int id) {
     Reply *r = user;
+    reply_logprob(r, id);
     size_t n = tok_stream_feed(r->srv->codec->tok, &r->tokens, id, r->text, r->text_cap);
     reply_text(r, r->text, n < r->text_cap ? n : r->text_cap);
 }
@@ -559,8 +907,10 @@ static void reply_init(Reply *r, Server *srv, HttpResponse *res, const ApiReques
     r->srv = srv;
     r->res = res;
     r->req = q;
-    server_new_id(srv, q->chat ? "chatcmpl-" : "cmpl-", r->id, sizeof r->id);
+    server_new_id(srv, api_skin_of(q)->id_prefix, r->id, sizeof r->id);
     r->created = (long long)time(NULL);
+    r->block = -1;
+    r->start = now_seconds();
     tok_stream_init(&r->tokens);
     r->text_cap = tok_stream_out_cap(srv->codec->tok);
     r->text = xmalloc(r->text_cap);
@@ -573,15 +923,24 @@ static void reply_free(Reply *r) {
     chat_out_free(r->parser);
     chat_output_free(&r->out);
     free(r->call_ids);
+    free(r->logprobs);
     memset(r, 0, sizeof *r);
 }
 
-/* finish_reason: "length" when max_tokens or the cache ended the answer, else "tool_calls" when it
-   called tools, else "stop" (an EOS token or a stop string). */
-static const char *reply_finish_reason(const Reply *r, StopReason stop) {
-    if (!r->stop_hit && (stop == STOP_LIMIT || stop == STOP_CONTEXT)) return "length";
-    return r->out.n_calls ? "tool_calls" : "stop";
+/* Why the answer ended: max_tokens or the cache (length), else tool calls when it called tools,
+   else a stop string or an EOS token. */
+static ApiFinish reply_finish(const Reply *r, StopReason stop) {
+    if (!r->stop_hit && (stop == STOP_LIMIT || stop == STOP_CONTEXT)) return FINISH_LENGTH;
+    if (r->out.n_calls) return FINISH_TOOL_CALLS;
+    return r->stop_hit ? FINISH_STOP_STRING : FINISH_EOS;
 }
+
+/* OpenAI's finish_reason: "length", "tool_calls", else "stop" (an EOS token or a stop string). */
+static const char *api_openai_finish(ApiFinish f) {
+    return f == FINISH_LENGTH ? "length" : f == FINISH_TOOL_CALLS ? "tool_calls" : "stop";
+}
+
+__attribute__((unused)) static const char *reply_finish_reason(const Reply *r, StopReason stop) { return api_openai_finish(reply_finish(r, stop)); }
 
 /* The whole answer as one JSON object (stream: false). */
 static void api_write_answer(JsonWriter *w, const Reply *r, const char *finish, const ApiUsage *usage) {
@@ -598,14 +957,76 @@ static void api_write_answer(JsonWriter *w, const Reply *r, const char *finish, 
         jw_key(w, "text");
         jw_strn(w, r->out.content ? r->out.content : "", r->out.content_len);
     }
-    jw_key(w, "logprobs");
-    jw_null(w);
+    api_write_logprobs(w, r, 0, r->n_logprobs);
     jw_kstr(w, "finish_reason", finish);
     jw_obj_end(w);
     jw_arr_end(w);
     api_write_usage(w, usage);
     jw_obj_end(w);
 }
+
+/* ---- the OpenAI skin: chat.completion(.chunk) and text_completion ----------------------------- */
+
+static void openai_error(HttpResponse *res, const ApiError *e) {
+    http_respond_error_ex(res, e->status, e->message, e->param, e->code);
+}
+
+static void openai_begin(Reply *r) {
+    http_sse_begin(r->res);
+    if (r->req->chat) reply_send_chunk(r, NULL, 0, 1, NULL);
+}
+
+static void openai_event(Reply *r, const ChatOutEvent *ev, int call_index) { reply_send_chunk(r, ev, call_index, 0, NULL); }
+
+static void openai_finish(Reply *r, ApiFinish finish, const ApiUsage *usage) {
+    JsonWriter w;
+    if (!r->req->stream) {
+        jw_init(&w);
+        api_write_answer(&w, r, api_openai_finish(finish), usage);
+        server_respond_writer(r->res, &w);
+        return;
+    }
+    reply_send_chunk(r, NULL, 0, 0, api_openai_finish(finish));
+    if (r->req->include_usage) {   /* OpenAI's usage chunk: no choices */
+        jw_init(&w);
+        jw_obj(&w);
+        api_write_head(&w, r, r->req->chat ? "chat.completion.chunk" : "text_completion");
+        jw_key(&w, "choices");
+        jw_arr(&w);
+        jw_arr_end(&w);
+        api_write_usage(&w, usage);
+        jw_obj_end(&w);
+        reply_send(r, &w);
+    }
+    http_sse_end(r->res);
+}
+
+static void openai_abort(Reply *r, const char *why) {
+    JsonWriter w;
+    jw_init(&w);
+    jw_obj(&w);
+    jw_key(&w, "error");
+    jw_obj(&w);
+    jw_kstr(&w, "message", why);
+    jw_kstr(&w, "type", "server_error");
+    jw_obj_end(&w);
+    jw_obj_end(&w);
+    reply_send(r, &w);
+    http_sse_end(r->res);
+}
+
+static int openai_chat_parse(const Server *srv, const JsonValue *root, ApiRequest *r, ApiError *e) {
+    return api_request_parse(srv, root, 1, r, e);
+}
+
+static int openai_completions_parse(const Server *srv, const JsonValue *root, ApiRequest *r, ApiError *e) {
+    return api_request_parse(srv, root, 0, r, e);
+}
+
+static const ApiSkin OPENAI_CHAT = { "openai chat", "chatcmpl-", "call_", openai_chat_parse, openai_error, openai_begin,
+                                     openai_event, openai_finish, openai_abort, NULL };
+static const ApiSkin OPENAI_COMPLETIONS = { "openai completions", "cmpl-", "call_", openai_completions_parse, openai_error,
+                                            openai_begin, openai_event, openai_finish, openai_abort, NULL };
 
 /* ---- watching the client while a prefill writes nothing ---------------------------------------- */
 
@@ -656,6 +1077,11 @@ static void client_watch_stop(ClientWatch *w) {
 /* ---- the endpoints ----------------------------------------------------------------------------- */
 
 /* One line per request on stderr: method, path, status, what happened, seconds. */
+/* One line on stderr for every request: method, path, status, what happened, seconds. */
+static void server_log_line(const HttpRequest *req, int status, double seconds, const char *what) {
+    fprintf(stderr, "glm: %s %s %d%s%s | %.3f s\n", req->method, req->path, status, what[0] ? " | " : "", what, seconds);
+}
+
 static void server_log(const HttpRequest *req, int status, double t0, const char *fmt, ...) {
     char what[1000] = "";
     if (fmt) {
@@ -664,33 +1090,115 @@ static void server_log(const HttpRequest *req, int status, double t0, const char
         vsnprintf(what, sizeof what, fmt, ap);
         va_end(ap);
     }
-    fprintf(stderr, "glm: %s %s %d%s%s | %.3f s\n", req->method, req->path, status, what[0] ? " | " : "", what, now_seconds() - t0);
+    server_log_line(req, status, now_seconds() - t0, what);
 }
 
-static void server_respond_error(const HttpRequest *req, HttpResponse *res, const ApiError *e, double t0) {
-    http_respond_error_ex(res, e->status, e->message, e->param, e->code);
-    server_log(req, e->status, t0, "%s", e->message);
+/* The requests http.h ends itself (its own errors, 499 for a client that left while its request
+   arrived or waited) get the same line: every request leaves one. */
+static void server_http_log(const HttpRequest *req, int status, double seconds, const char *what, void *user) {
+    (void)user;
+    server_log_line(req, status, seconds, what);
 }
+
 
 /* "/v1/models" and "/models" are the same endpoint (clients differ in whether the base URL ends in /v1). */
 static const char *api_route(const char *path) { return !strncmp(path, "/v1/", 4) ? path + 3 : path; }
 
+/* The generation endpoints (POST, answered by the worker), by route. */
+typedef struct { const char *route; const ApiSkin *skin; } ApiRoute;
+static const ApiRoute API_ROUTES[] = {
+    { "/chat/completions", &OPENAI_CHAT }, { "/completions", &OPENAI_COMPLETIONS },
+    { "/messages", &ANTHROPIC_MESSAGES }, { "/messages/count_tokens", &ANTHROPIC_COUNT },
+    { "/responses", &OPENAI_RESPONSES }, { "/api/chat", &OLLAMA_CHAT }, { "/api/generate", &OLLAMA_GENERATE },
+};
+
+/* The skin of a path: a generation endpoint's (*generation = 1), else its API family's, whose error
+   shape answers 401, 404 and 405 there. */
+static const ApiSkin *api_skin_for_path(const char *path, int *generation) {
+    const char *route = api_route(path);
+    *generation = 0;
+    for (size_t i = 0; i < sizeof API_ROUTES / sizeof API_ROUTES[0]; i++)
+        if (!strcmp(route, API_ROUTES[i].route)) { *generation = 1; return API_ROUTES[i].skin; }
+    if (!strncmp(route, "/messages", 9)) return &ANTHROPIC_MESSAGES;
+    if (!strncmp(route, "/responses", 10)) return &OPENAI_RESPONSES;
+    if (!strncmp(path, "/api/", 5)) return &OLLAMA_CHAT;
+    return &OPENAI_CHAT;
+}
+
+static void server_respond_error(const HttpRequest *req, HttpResponse *res, const ApiError *e, double t0) {
+    int generation;
+    api_skin_for_path(req->path, &generation)->error(res, e);
+    server_log(req, e->status, t0, "%s", e->message);
+}
+
+/* CORS (a setting, off by default): CORS=origin,origin,... or * names the web pages that may call
+   the server from a browser. A request whose Origin is allowed gets Access-Control-Allow-Origin
+   (that origin, or * when CORS has *) and Vary: Origin; a preflight (OPTIONS) from an allowed
+   origin is answered 204 before the key check (browsers send no credentials there) with the
+   methods, the headers it asked for and a max age; from another origin 403. Responses http.h
+   writes itself (429 when the queue is full, 408, 413, ...) carry no CORS headers. */
+static const char *server_cors_origin(const Server *srv, const HttpRequest *req) {
+    const char *cors = srv->set->cors ? srv->set->cors : "", *origin = http_header(req, "Origin");
+    if (!cors[0] || !origin) return NULL;
+    const size_t n = strlen(origin);
+    for (const char *p = cors; *p;) {
+        while (*p == ' ' || *p == ',') p++;
+        size_t len = strcspn(p, ", ");
+        if (len == 1 && *p == '*') return "*";
+        if (len && len == n && !memcmp(p, origin, n)) return origin;
+        p += len;
+    }
+    return NULL;
+}
+
+static void server_cors(const Server *srv, const HttpRequest *req, HttpResponse *res) {
+    const char *allow = server_cors_origin(srv, req);
+    if (!allow) return;
+    http_add_header(res, "Access-Control-Allow-Origin", allow);
+    http_add_header(res, "Vary", "Origin");
+}
+
+/* A preflight: 1 when it was one (answered). */
+static int server_preflight(const Server *srv, const HttpRequest *req, HttpResponse *res, double t0) {
+    if (strcmp(req->method, "OPTIONS") || !srv->set->cors || !srv->set->cors[0]) return 0;
+    if (!server_cors_origin(srv, req)) {
+        ApiError e = { 0 };
+        api_fail(&e, 403, NULL, NULL, "origin %.200s is not allowed (CORS=%.200s)", http_header(req, "Origin") ? http_header(req, "Origin")
+                 : "(none)", srv->set->cors);
+        server_respond_error(req, res, &e, t0);
+        return 1;
+    }
+    const char *asked = http_header(req, "Access-Control-Request-Headers");
+    http_add_header(res, "Access-Control-Allow-Methods", "GET, HEAD, POST, OPTIONS");
+    if (!asked || http_add_header(res, "Access-Control-Allow-Headers", asked))
+        http_add_header(res, "Access-Control-Allow-Headers", "authorization, content-type, x-api-key, anthropic-version");
+    http_add_header(res, "Access-Control-Max-Age", "600");
+    http_respond(res, 204, NULL, NULL, 0);
+    server_log(req, 204, t0, "CORS preflight");
+    return 1;
+}
+
+/* Ollama's model endpoints (api_ollama.c): 1 when it answered the request. */
+static int ollama_quick(const Server *srv, const HttpRequest *req, HttpResponse *res, double t0);
+
+/* The model as OpenAI lists it, with Anthropic's fields too (type, display_name, created_at), so
+   both APIs' clients read the one list. */
 static void api_write_model(JsonWriter *w, const Server *srv) {
+    char when[32];
+    const time_t t = (time_t)srv->created;
+    struct tm tm;
+    gmtime_r(&t, &tm);
+    strftime(when, sizeof when, "%Y-%m-%dT%H:%M:%SZ", &tm);
     jw_obj(w);
     jw_kstr(w, "id", srv->model_name);
     jw_kstr(w, "object", "model");
     jw_kint(w, "created", srv->created);
     jw_kstr(w, "owned_by", "glm.c");
     jw_kint(w, "max_model_len", srv->capacity);   /* vLLM's field: the context (CTX) */
+    jw_kstr(w, "type", "model");
+    jw_kstr(w, "display_name", srv->model_name);
+    jw_kstr(w, "created_at", when);
     jw_obj_end(w);
-}
-
-static void server_respond_writer(HttpResponse *res, JsonWriter *w) {
-    size_t n;
-    const char *t = jw_text(w, &n);
-    if (!t) die("internal: an answer is not valid JSON");
-    http_respond_json(res, 200, t, n);
-    jw_free(w);
 }
 
 /* The I/O thread's part: everything that needs no model. Returns 0 to hand a completion to the worker. */
@@ -699,8 +1207,11 @@ static int server_quick(const HttpRequest *req, HttpResponse *res, void *user) {
     const double t0 = now_seconds();
     const char *route = api_route(req->path);
     const int get = !strcmp(req->method, "GET") || !strcmp(req->method, "HEAD");
-    const int completion = !strcmp(route, "/chat/completions") || !strcmp(route, "/completions");
+    int completion;
+    api_skin_for_path(req->path, &completion);
     ApiError e = { 0 };
+    server_cors(srv, req, res);
+    if (server_preflight(srv, req, res, t0)) return 1;
     if (!strcmp(req->path, "/health")) {   /* open without a key: for load balancers and scripts */
         if (!get) api_fail(&e, 405, NULL, NULL, "/health takes GET");
         else {
@@ -729,15 +1240,21 @@ static int server_quick(const HttpRequest *req, HttpResponse *res, void *user) {
                 jw_arr(&w);
                 api_write_model(&w, srv);
                 jw_arr_end(&w);
+                jw_kbool(&w, "has_more", 0);   /* Anthropic's page fields */
+                jw_kstr(&w, "first_id", srv->model_name);
+                jw_kstr(&w, "last_id", srv->model_name);
                 jw_obj_end(&w);
             }
             server_respond_writer(res, &w);
             server_log(req, 200, t0, NULL);
             return 1;
         }
+    } else if (!strncmp(req->path, "/api/", 5) && ollama_quick(srv, req, res, t0)) {
+        return 1;
     } else {
-        api_fail(&e, 404, NULL, NULL, "no endpoint %.200s (this server has /v1/chat/completions, /v1/completions, /v1/models and /health)",
-                 req->path);
+        api_fail(&e, 404, NULL, NULL, "no endpoint %.200s (this server has /v1/chat/completions, /v1/completions, /v1/responses, "
+                 "/v1/messages, /v1/messages/count_tokens, /v1/models, /api/chat, /api/generate, /api/tags, /api/show, /api/ps, "
+                 "/api/version and /health)", req->path);
     }
     if (e.status == 405) http_add_header(res, "Allow", completion ? "POST" : "GET, HEAD");
     server_respond_error(req, res, &e, t0);
@@ -801,11 +1318,13 @@ static void server_answer(Server *srv, const HttpRequest *req, HttpResponse *res
     const int prefilled = generator_reuse_prefix(g, ids->ids, ids->n, &reused) == ids->n;
     client_watch_stop(&watch);
     fprintf(stderr, "glm: prefix reuse: %d of %d prompt tokens\n", reused, ids->n);
+    const double prefilled_at = now_seconds();
+    r.prompt_tokens = ids->n;
+    r.cached_tokens = reused;
+    r.start = t0;
     int gone = !prefilled;
-    if (!gone && q->stream) {
-        http_sse_begin(res);
-        if (q->chat) reply_send_chunk(&r, NULL, 0, 1, NULL);
-    }
+    const ApiSkin *skin = api_skin_of(q);
+    if (!gone && q->stream) skin->begin(&r);
     generator_begin(g);
     TokenList predicted = { 0 };
     PredictedOutput prediction = { 0 };
@@ -829,58 +1348,32 @@ static void server_answer(Server *srv, const HttpRequest *req, HttpResponse *res
     const ApiUsage usage = { ids->n, g->generated, reused, q->prediction != NULL,
                              spec_after.accepted[DRAFTER_CALLER] - spec_before.accepted[DRAFTER_CALLER],
                              (spec_after.drafted[DRAFTER_CALLER] - spec_before.drafted[DRAFTER_CALLER]) -
-                                 (spec_after.accepted[DRAFTER_CALLER] - spec_before.accepted[DRAFTER_CALLER]) };
+                                 (spec_after.accepted[DRAFTER_CALLER] - spec_before.accepted[DRAFTER_CALLER]),
+                             t0, prefilled_at, now_seconds() };
     if (gone) {
         /* The client left, or the server is stopping: end properly in case someone still listens. */
         static const char why[] = "the generation was stopped (the client left or the server is stopping)";
         int status = 200;
         if (q->stream && prefilled) {
-            JsonWriter w;
-            jw_init(&w);
-            jw_obj(&w);
-            jw_key(&w, "error");
-            jw_obj(&w);
-            jw_kstr(&w, "message", why);
-            jw_kstr(&w, "type", "server_error");
-            jw_obj_end(&w);
-            jw_obj_end(&w);
-            reply_send(&r, &w);
-            http_sse_end(res);
+            skin->abort(&r, why);
         } else {
-            http_respond_error(res, status = 503, why);
+            ApiError e = { 503, NULL, NULL, "" };
+            snprintf(e.message, sizeof e.message, "%s", why);
+            skin->error(res, &e);
+            status = 503;
         }
         server_log(req, status, t0, "client gone or server stopping: stopped %s after %d generated tokens",
                    prefilled ? "generating" : "during the prefill", g->generated);
     } else {
         reply_text_end(&r);
-        const char *finish = reply_finish_reason(&r, g->stop);
-        if (q->stream) {
-            reply_send_chunk(&r, NULL, 0, 0, finish);
-            if (q->include_usage) {   /* OpenAI's usage chunk: no choices */
-                JsonWriter w;
-                jw_init(&w);
-                jw_obj(&w);
-                api_write_head(&w, &r, q->chat ? "chat.completion.chunk" : "text_completion");
-                jw_key(&w, "choices");
-                jw_arr(&w);
-                jw_arr_end(&w);
-                api_write_usage(&w, &usage);
-                jw_obj_end(&w);
-                reply_send(&r, &w);
-            }
-            http_sse_end(res);
-        } else {
-            JsonWriter w;
-            jw_init(&w);
-            api_write_answer(&w, &r, finish, &usage);
-            server_respond_writer(res, &w);
-        }
+        const ApiFinish finish = reply_finish(&r, g->stop);
+        skin->finish(&r, finish, &usage);
         long long drafted, accepted;
         spec_totals(&spec_after, &spec_before, &drafted, &accepted);
         char spec_note[96] = "";
         if (g->spec.mode != SPEC_OFF) snprintf(spec_note, sizeof spec_note, ", %lld of %lld drafts accepted", accepted, drafted);
         server_log(req, 200, t0, "%d prompt tokens (%d reused), %d generated%s, finish %s%s", ids->n, reused, g->generated,
-                   spec_note, finish, q->stream ? ", streamed" : "");
+                   spec_note, api_openai_finish(finish), q->stream ? ", streamed" : "");
     }
     reply_free(&r);
 }
@@ -925,13 +1418,21 @@ static void server_handle(const HttpRequest *req, HttpResponse *res, void *user)
     TokenList ids = { 0 };
     int limit = -1;
     char jerr[256];
+    server_cors(srv, req, res);
     JsonDoc *doc = json_parse(req->body, req->body_len, jerr, sizeof jerr);
     if (!doc) api_fail(&e, 400, NULL, NULL, "the request body is not valid JSON: %s", jerr);
     else if (json_type(json_root(doc)) != JSON_OBJECT) api_fail(&e, 400, NULL, NULL, "the request body must be a JSON object");
-    else if (!api_request_parse(srv, json_root(doc), !strcmp(api_route(req->path), "/chat/completions"), &q, &e))
-        api_prompt_ids(srv, &q, &ids, &limit, &e);
+    else {
+        int generation;
+        const ApiSkin *skin = api_skin_for_path(req->path, &generation);
+        q.skin = skin;
+        if (!skin->parse(srv, json_root(doc), &q, &e)) api_prompt_ids(srv, &q, &ids, &limit, &e);
+    }
     if (e.status) {
         server_respond_error(req, res, &e, t0);
+    } else if (q.count_only) {
+        api_skin_of(&q)->count(res, ids.n);
+        server_log(req, 200, t0, "%d prompt tokens counted", ids.n);
     } else {
         if (!q.seed_given && !srv->set->seed) q.sampling.seed = splitmix64_next(&srv->rng);
         server_answer(srv, req, res, &q, &ids, limit, t0);
@@ -995,6 +1496,8 @@ static int run_serve(const Settings *set) {
     cfg.listen = set->serve;
     cfg.queue = set->queue;
     cfg.quick = server_quick;
+    cfg.head = server_quick;   /* it never reads a body: a wrong key is answered before one is taken in */
+    cfg.log = server_http_log;
     cfg.handle = server_handle;
     cfg.user = &srv;
     char err[512];

@@ -16,8 +16,13 @@
 #     none lost or garbled; a client that disconnects mid-stream (or mid-prefill) stops its generation; hostile
 #     requests (bad Content-Length, huge headers, pipelining); SIGTERM during a stream ends it with
 #     [DONE] and the server exits 0; settings errors (a non-loopback address without API_KEY).
+#   - the other APIs (Anthropic Messages, OpenAI Responses, Ollama) through their official npm
+#     clients (tests/server_apis.mjs): the same answer byte for byte, whole and streamed, a tool
+#     round trip, count_tokens, errors in each API's shape, API_KEY; thinking comes back as each
+#     API's reasoning; CORS.
 # The openai package is expected in $OPENAI_NPM_DIR (default /tmp/glm_openai_npm), installed there
-# with npm like tests/t_http.sh does when missing.
+# with npm like tests/t_http.sh does when missing; the three API clients in $API_NPM_DIR (default
+# /tmp/glm_api_npm), installed there when missing (SKIP without npm or the registry).
 source "$(dirname "$0")/lib.sh"
 cd "$ROOT" || exit 2
 unset_settings
@@ -25,6 +30,8 @@ export THREADS=1
 PY=/usr/bin/python3
 NPM_DIR=${OPENAI_NPM_DIR:-/tmp/glm_openai_npm}
 OPENAI_VERSION=6.49.0
+API_NPM_DIR=${API_NPM_DIR:-/tmp/glm_api_npm}
+API_PACKAGES=("@anthropic-ai/sdk@1.17.0" "ollama@0.6.4" "openai@$OPENAI_VERSION")
 F=tests/fixtures
 T=$(mktemp -d /tmp/t_server.XXXXXX)
 PIDS=()
@@ -77,6 +84,7 @@ NOTHINK=', "chat_template_kwargs": {"enable_thinking": false}'
 # ---- PROMPT mode's answers: the references -----------------------------------------------------
 prompt_mode PROMPT=Hello THINK=0 NGEN=$N > "$T/want_hello.txt"
 prompt_mode PROMPT=Hello THINK=1 NGEN=$N > "$T/want_hello_think.txt"
+prompt_mode PROMPT=Hello THINK=1 REASONING_EFFORT=high NGEN=$N > "$T/want_hello_high.txt"
 prompt_mode PROMPT=Hello CHAT_TEMPLATE=0 NGEN=$N > "$T/want_raw.txt"
 if [ -s "$T/want_hello.txt" ] && ! grep -qE '<think>|</think>|<tool_call>' "$T/want_hello.txt" "$T/want_hello_think.txt"; then
   echo "PASS references: PROMPT mode answers without reasoning or tool-call tags (so content is all of it)"
@@ -155,6 +163,92 @@ if [ ! -f "$NPM_DIR/node_modules/openai/package.json" ] || ! grep -q "\"version\
 fi
 timeout 120 node tests/server_openai.mjs "$NPM_DIR" "$URL/v1" model "$T/want_hello.txt" "$N" "$T/tool.json" "$T/want_tool.txt"
 
+# ---- the Anthropic, Responses and Ollama clients ---------------------------------------------------
+api_clients=1
+have_pkg() { local d=$API_NPM_DIR/node_modules/${1%@*}; [ -f "$d/package.json" ] && grep -q "\"version\": \"${1##*@}\"" "$d/package.json"; }
+missing=(); for p in "${API_PACKAGES[@]}"; do have_pkg "$p" || missing+=("$p"); done
+if [ ${#missing[@]} -gt 0 ]; then
+  if ! command -v npm >/dev/null; then echo "SKIP server_api_clients: $API_NPM_DIR lacks ${missing[*]} and npm is not installed"; api_clients=0
+  else
+    mkdir -p "$API_NPM_DIR"
+    if ! out=$(timeout 300 npm install --prefix "$API_NPM_DIR" --no-audit --no-fund "${API_PACKAGES[@]}" 2>&1); then
+      echo "SKIP server_api_clients: npm install --prefix $API_NPM_DIR ${API_PACKAGES[*]} failed: $(echo "$out" | tail -1)"; api_clients=0
+    fi
+  fi
+fi
+[ $api_clients = 1 ] && timeout 180 node tests/server_apis.mjs "$API_NPM_DIR" "$URL" model "$T/want_hello.txt" "$N" "$T/tool.json" "$T/want_tool.txt"
+
+# thinking on: the whole answer is each API's reasoning (PROMPT THINK=1's answer)
+post() { curl -sS --max-time 60 "$URL$1" -d "$2"; }
+pyget() { $PY -c "import json,sys; d=json.load(sys.stdin); sys.stdout.write($1)"; }
+got=$(post /v1/messages "{\"max_tokens\": $N, \"temperature\": 0, \"thinking\": {\"type\": \"enabled\", \"budget_tokens\": 1024}, \"messages\": [{\"role\": \"user\", \"content\": \"Hello\"}]}" |
+      pyget '"|".join(b["type"] for b in d["content"]) + "|" + d["content"][0]["thinking"]')
+same "anthropic thinking enabled: one thinking block == PROMPT THINK=1's answer" "thinking|$(cat "$T/want_hello_think.txt")" "$got"
+got=$(post /v1/responses "{\"max_output_tokens\": $N, \"temperature\": 0, \"reasoning\": {\"effort\": \"high\"}, \"input\": \"Hello\"}" |
+      pyget 'd["output"][0]["type"] + "|" + d["output"][0]["content"][0]["text"]')
+same "responses reasoning.effort high: a reasoning item == PROMPT THINK=1 REASONING_EFFORT=high's answer" "reasoning|$(cat "$T/want_hello_high.txt")" "$got"
+got=$(post /api/chat "{\"stream\": false, \"think\": true, \"options\": {\"temperature\": 0, \"num_predict\": $N}, \"messages\": [{\"role\": \"user\", \"content\": \"Hello\"}]}" |
+      pyget 'd["message"]["thinking"]')
+same "ollama think true: message.thinking == PROMPT THINK=1's answer" "$(cat "$T/want_hello_think.txt")" "$got"
+ctype=$(curl -sS --max-time 60 -o /dev/null -w '%{content_type}' "$URL/api/chat" -d '{"options": {"num_predict": 2}, "messages": [{"role": "user", "content": "x"}]}')
+same "ollama streams by default (NDJSON)" "application/x-ndjson" "$ctype"
+# each API's errors in its own shape, naming the field
+shape() {   # shape NAME STATUS PYTHON_CHECK PATH BODY
+  local code; code=$(curl -sS --max-time 10 -o "$T/shape.json" -w '%{http_code}' "$URL$4" -d "$5")
+  if [ "$code" = "$2" ] && $PY -c "import json,sys; d=json.load(open(sys.argv[1])); assert $3" "$T/shape.json" 2>/dev/null
+  then echo "PASS $1"; else echo "FAIL $1: $code $(head -c 300 "$T/shape.json")"; fi
+}
+shape "anthropic: an image block is refused by name (400, Anthropic's shape)" 400 \
+  'd["type"] == "error" and d["error"]["type"] == "invalid_request_error" and "image" in d["error"]["message"]' /v1/messages \
+  '{"max_tokens": 5, "messages": [{"role": "user", "content": [{"type": "image", "source": {}}]}]}'
+shape "anthropic: top_k 40 at temperature 1 is refused by name" 400 '"top_k" in d["error"]["message"]' /v1/messages \
+  '{"max_tokens": 5, "temperature": 1, "top_k": 40, "messages": [{"role": "user", "content": "x"}]}'
+shape "anthropic: an unknown path under /v1/messages is 404 in Anthropic's shape" 404 'd["error"]["type"] == "not_found_error"' \
+  /v1/messages/batches '{}'
+shape "responses: tool_choice required is refused by name" 400 'd["error"]["param"] == "tool_choice"' /v1/responses \
+  '{"input": "x", "tool_choice": "required"}'
+shape "responses: a web_search tool is refused by name" 400 'd["error"]["param"] == "tools" and "web_search" in d["error"]["message"]' \
+  /v1/responses '{"input": "x", "tools": [{"type": "web_search"}]}'
+shape "ollama: options.num_ctx beyond the context is refused (400, {\"error\": ...})" 400 '"num_ctx" in d["error"] and "4096" in d["error"]' \
+  /api/chat '{"options": {"num_ctx": 100000}, "messages": [{"role": "user", "content": "x"}]}'
+shape "ollama: options.repeat_penalty other than 1 is refused by name" 400 '"repeat_penalty" in d["error"]' \
+  /api/generate '{"prompt": "x", "options": {"repeat_penalty": 1.2}}'
+shape "ollama: /api/show of another model is 404" 404 '"not found" in d["error"]' /api/show '{"model": "llama3"}'
+
+# ---- logprobs: the model's log-probabilities of the chosen and the top tokens --------------------------
+LP_BODY=$(hello_body "$NOTHINK, \"logprobs\": true, \"top_logprobs\": 5")
+post /v1/chat/completions "$LP_BODY" > "$T/lp.json"
+curl -sS --max-time 60 -N "$URL/v1/chat/completions" -d "${LP_BODY%\}}, \"stream\": true}" > "$T/lp.sse"
+$PY - "$T/lp.json" "$T/lp.sse" "$T/want_hello.txt" "$N" <<'EOF'
+import json, math, sys
+d = json.load(open(sys.argv[1]))
+c = d["choices"][0]
+lp = c["logprobs"]["content"]
+want = open(sys.argv[3], "rb").read()
+ok = len(lp) == int(sys.argv[4]) and c["message"]["content"].encode() == want
+# the tokens' bytes are the answer (where they do not form UTF-8, the answer has U+FFFD, as Python decodes them)
+ok = ok and b"".join(bytes(t["bytes"]) for t in lp).decode("utf-8", "replace").encode() == want
+for t in lp:   # temperature 0: the chosen token is the most likely one; top 5 sorted, a distribution's part
+    top = t["top_logprobs"]
+    ok = ok and len(top) == 5 and top[0]["token"] == t["token"] and top[0]["logprob"] == t["logprob"] and t["logprob"] <= 0
+    ok = ok and all(top[i]["logprob"] >= top[i + 1]["logprob"] for i in range(4)) and sum(math.exp(x["logprob"]) for x in top) <= 1 + 1e-6
+streamed = []
+for line in open(sys.argv[2]):
+    if line.startswith("data: {"):
+        ch = json.loads(line[6:])["choices"][0]
+        streamed += (ch.get("logprobs") or {}).get("content") or []
+ok = ok and streamed == lp
+print(("PASS" if ok else "FAIL") + " chat logprobs (top_logprobs 5): one per token, the tokens' bytes == the answer, the chosen == the top one at "
+      "temperature 0, sorted, the streamed chunks carry the same")
+EOF
+shape "logprobs: top_logprobs 21 is refused (at most 20)" 400 'd["error"]["param"] == "top_logprobs"' /v1/chat/completions \
+  '{"messages": [{"role": "user", "content": "x"}], "logprobs": true, "top_logprobs": 21}'
+shape "logprobs: top_logprobs without logprobs is refused" 400 '"needs" in d["error"]["message"]' /v1/chat/completions \
+  '{"messages": [{"role": "user", "content": "x"}], "top_logprobs": 2}'
+shape "completions logprobs 2: tokens, token_logprobs, top_logprobs (2 each), text_offset" 200 \
+  'len(d["choices"][0]["logprobs"]["tokens"]) == 4 and all(len(t) == 2 for t in d["choices"][0]["logprobs"]["top_logprobs"]) and d["choices"][0]["logprobs"]["text_offset"][0] == 0' \
+  /v1/completions '{"prompt": "Hello", "max_tokens": 4, "temperature": 0, "logprobs": 2}'
+
 # ---- the tool round trip renders as TEMPLATE_ONLY does -------------------------------------------
 tmpl_ids=$(env SNAP="$M" TEMPLATE_ONLY=1 MESSAGES="$T/tool.json" THINK=0 "$GLM" 2>/dev/null | sed -n 2p | wc -w)
 answer tool "$($PY -c 'import json,sys; d=json.load(open(sys.argv[1])); d.update(temperature=0, max_tokens=int(sys.argv[2]), chat_template_kwargs={"enable_thinking": False}); print(json.dumps(d))' "$T/tool.json" "$N")"
@@ -210,6 +304,9 @@ grep -qE '^glm: POST /v1/chat/completions 200 \| [0-9]+ prompt tokens \([0-9]+ r
   grep -qE '^glm: POST /v1/chat/completions 400 \| .* \| [0-9.]+ s$' "$LOG" && grep -qE '^glm: GET /v1/models 200 \| [0-9.]+ s$' "$LOG" \
   && echo "PASS one log line per request: method path status tokens seconds" || { echo "FAIL log lines"; tail -5 "$LOG"; }
 
+hdr=$(curl -sS --max-time 10 -D - -o /dev/null "$URL/v1/models" -H 'Origin: http://a.example' | tr -d '\r' | grep -ic '^access-control')
+same "CORS off (the default): no CORS headers" 0 "$hdr"
+
 # ---- load, hostile requests ----------------------------------------------------------------------
 for i in 0 1 2 3 4; do prompt_mode PROMPT=m$i THINK=0 NGEN=8 > "$T/m$i.txt"; done
 check_py load 50 "$T"/m[0-4].txt
@@ -242,6 +339,7 @@ stop queue1
 serve auth API_KEY=sk-test-key
 timeout 60 $PY tests/http_hostile.py "$PORT" auth sk-test-key
 timeout 60 node tests/http_openai.mjs "$NPM_DIR" "$URL/v1" wrong-key wrong_key
+[ $api_clients = 1 ] && timeout 60 node tests/server_apis.mjs "$API_NPM_DIR" "$URL" model - 2 - - sk-test-key
 code=$(curl -sS --max-time 10 -o /dev/null -w '%{http_code}' -H 'Authorization: Bearer sk-test-key' "$URL/v1/chat/completions" -d '{"messages":[{"role":"user","content":"x"}],"max_tokens":2}')
 same "API_KEY: a chat with the right key: 200" 200 "$code"
 stop auth
@@ -253,6 +351,11 @@ answer specjson "$(hello_body "$NOTHINK")"
 answer specsse "$(hello_body "$NOTHINK, \"stream\": true")"
 answer specsampled "$(printf '{"messages": [{"role": "user", "content": "Hello"}], "temperature": 0.8, "seed": 7, "max_tokens": %d%s}' "$N" "$NOTHINK")"
 check_py answer "$T/predicted.json" "$T/specpredicted.txt" > "$T/specpredicted.meta"
+# logprobs of drafted tokens (the prediction makes drafts that are accepted): their logits come from the verify pass
+$PY -c 'import json,sys; d=json.load(open(sys.argv[1])); d.update(logprobs=True, top_logprobs=5); print(json.dumps(d))' "$T/predicted.json" > "$T/predlp.json"
+curl -sS --max-time 60 "$URL/v1/chat/completions" -d @"$T/predlp.json" > "$T/speclp.json"
+got=$($PY -c 'import json,sys; a, b = (json.load(open(f))["choices"][0]["logprobs"] for f in sys.argv[1:]); print(a == b and len(a["content"]) > 0)' "$T/lp.json" "$T/speclp.json")
+same "logprobs under SPEC=mtp with accepted drafts == SPEC=auto's without, bit for bit" True "$got"
 acc=$(meta specpredicted 'd["usage"]["completion_tokens_details"]["accepted_prediction_tokens"]')
 if cmp -s "$T/want_hello.txt" "$T/specpredicted.txt" && [ "${acc:-0}" -gt 0 ]; then
   echo "PASS prediction under SPEC=mtp (a prediction drafts alone): the same answer, $acc predicted tokens accepted (usage.completion_tokens_details)"
@@ -297,8 +400,22 @@ expect_fail "SERVE on a non-loopback address without API_KEY refuses to start" '
 expect_fail "SERVE with a bad port is named" 'SERVE=127\.0\.0\.1:99999: .*port' env SNAP="$M" SERVE=127.0.0.1:99999 timeout 20 "$GLM"
 expect_fail "SERVE and PROMPT together are refused" 'SERVE=8080 is a mode of its own' env SNAP="$M" SERVE=8080 PROMPT=x timeout 20 "$GLM"
 expect_fail "QUEUE out of range is refused" 'QUEUE=-1' env SNAP="$M" SERVE=127.0.0.1:0 QUEUE=-1 timeout 20 "$GLM"
-serve named MODEL_NAME=glm-5.2-test CTX=256
+serve named MODEL_NAME=glm-5.2-test CTX=256 CORS=http://a.example,http://b.example
 same "MODEL_NAME and CTX: /v1/models says glm-5.2-test, max_model_len 256" "glm-5.2-test 256" \
   "$(curl -sS --max-time 10 "$URL/v1/models" | $PY -c 'import json,sys; m=json.load(sys.stdin)["data"][0]; print(m["id"], m["max_model_len"])')"
+# ---- CORS ------------------------------------------------------------------------------------------
+pre=$(curl -sS --max-time 10 -i -X OPTIONS "$URL/v1/messages" -H 'Origin: http://b.example' -H 'Access-Control-Request-Method: POST' \
+      -H 'Access-Control-Request-Headers: x-api-key, content-type' | tr -d '\r')
+if grep -q '^HTTP/1.1 204' <<<"$pre" && grep -q '^Access-Control-Allow-Origin: http://b.example$' <<<"$pre" &&
+   grep -q '^Access-Control-Allow-Headers: x-api-key, content-type$' <<<"$pre" && grep -q '^Access-Control-Allow-Methods: .*POST' <<<"$pre"
+then echo "PASS CORS: a preflight from an allowed origin gets 204 with the origin, methods and the headers it asked for"
+else echo "FAIL CORS preflight: $pre"; fi
+code=$(curl -sS --max-time 10 -o /dev/null -w '%{http_code}' -X OPTIONS "$URL/v1/chat/completions" -H 'Origin: http://evil.example')
+same "CORS: a preflight from another origin gets 403" 403 "$code"
+hdr=$(curl -sS --max-time 60 -D - -o /dev/null "$URL/api/chat" -H 'Origin: http://a.example' \
+      -d '{"stream": false, "options": {"num_predict": 2}, "messages": [{"role": "user", "content": "x"}]}' | tr -d '\r' | grep -i '^access-control-allow-origin')
+same "CORS: an answer from the worker carries Access-Control-Allow-Origin for an allowed origin" "Access-Control-Allow-Origin: http://a.example" "$hdr"
+hdr=$(curl -sS --max-time 10 -D - -o /dev/null "$URL/v1/models" -H 'Origin: http://evil.example' | tr -d '\r' | grep -ic '^access-control')
+same "CORS: another origin gets no CORS headers" 0 "$hdr"
 stop named
 exit 0

@@ -137,8 +137,9 @@ static void test_fields(void) {
         { "empty stop string", "{\"stop\": [\"\"]}", 1, "stop", "1 to 1024" },
         { "stop number", "{\"stop\": 7}", 1, "stop", "string or a list" },
         { "n = 2", "{\"n\": 2}", 1, "n", "[1, 1]" },
-        { "logprobs true", "{\"logprobs\": true}", 1, "logprobs", "not supported" },
-        { "top_logprobs 3", "{\"top_logprobs\": 3}", 1, "top_logprobs", "not supported" },
+        { "logprobs 1 (chat: a boolean)", "{\"logprobs\": 1}", 1, "logprobs", "true or false" },
+        { "top_logprobs 21", "{\"logprobs\": true, \"top_logprobs\": 21}", 1, "top_logprobs", "[0, 20]" },
+        { "top_logprobs without logprobs", "{\"top_logprobs\": 3}", 1, "top_logprobs", "needs \"logprobs\": true" },
         { "presence_penalty", "{\"presence_penalty\": 0.5}", 1, "presence_penalty", "not supported" },
         { "logit_bias", "{\"logit_bias\": {\"5\": 10}}", 1, "logit_bias", "not supported" },
         { "json_schema", "{\"response_format\": {\"type\": \"json_schema\"}}", 1, "response_format", "\"json_schema\" is not supported" },
@@ -156,7 +157,7 @@ static void test_fields(void) {
         { "completions: two prompts", "{\"prompt\": [\"a\", \"b\"]}", 0, "prompt", "one prompt per request" },
         { "completions: echo", "{\"prompt\": \"a\", \"echo\": true}", 0, "echo", "not supported" },
         { "completions: suffix", "{\"prompt\": \"a\", \"suffix\": \"z\"}", 0, "suffix", "not supported" },
-        { "completions: logprobs 2", "{\"prompt\": \"a\", \"logprobs\": 2}", 0, "logprobs", "not supported" },
+        { "completions: logprobs 6", "{\"prompt\": \"a\", \"logprobs\": 6}", 0, "logprobs", "[0, 5]" },
         { "completions: best_of 2", "{\"prompt\": \"a\", \"best_of\": 2}", 0, "best_of", "[1, 1]" },
     };
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
@@ -357,7 +358,7 @@ static void test_tool_answer(void) {
     feed(&r, TOOL_TEXT, 0, &rng);
     JsonWriter w;
     jw_init(&w);
-    api_write_answer(&w, &r, reply_finish_reason(&r, STOP_EOS), &(ApiUsage){ 30, 40, 12, 0, 0, 0 });
+    api_write_answer(&w, &r, reply_finish_reason(&r, STOP_EOS), &(ApiUsage){ 30, 40, 12, 0, 0, 0, 0, 0, 0 });
     size_t n;
     const char *t = jw_text(&w, &n);
     char err[200];
@@ -564,7 +565,7 @@ static void test_prediction(void) {
     JsonWriter w;
     jw_init(&w);
     jw_obj(&w);
-    api_write_usage(&w, &(ApiUsage){ 5, 9, 0, 1, 6, 2 });
+    api_write_usage(&w, &(ApiUsage){ 5, 9, 0, 1, 6, 2, 0, 0, 0 });
     jw_obj_end(&w);
     size_t len;
     const char *t = jw_text(&w, &len);

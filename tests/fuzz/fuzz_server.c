@@ -1,12 +1,14 @@
 /* libFuzzer target for glm.c's server requests and answers (section 11). The input is split at its
  * first NUL byte:
- *   1. the part before is a request body: JSON → api_request_parse (chat or completions, from the
- *      last byte) → api_prompt_ids (a small context, so the bound is reached); a refusal must carry
- *      a 4xx status and a message, an acceptance a prompt that fits;
+ *   1. the part before is a request body: JSON → the parser of the API the last byte picks (modulo
+ *      7: OpenAI completions, chat, Anthropic messages, count_tokens, Responses, Ollama chat,
+ *      generate) → api_prompt_ids (a small context, so the bound is reached); a refusal must carry
+ *      a 4xx status and a message, an acceptance a prompt that fits (a count: any prompt);
  *   2. the part after is model output, fed through the answer pipeline (stop strings from the
  *      request when it was accepted, else two fixed ones; output parsing for chat) whole and in
  *      pieces whose sizes come from the input: the content, reasoning, tool calls and stop must
- *      not depend on the split, and the answer must be valid JSON.
+ *      not depend on the split, and the answer must be valid JSON in OpenAI's, Anthropic's, the
+ *      Responses API's and Ollama's shapes.
  * main.c (the engine and its front ends) is included with GLM_NO_MAIN; run from the repository root (it loads
  * tests/fixtures/tiny_tokenizer/tokenizer.json).
  * Seeds: tests/fuzz/corpus/server (tests/fuzz/make_seeds.py). Built and run by make fuzz / tests/t_fuzz.sh. */
@@ -45,9 +47,45 @@ static void fz_feed(Reply *r, const char *text, size_t n, const uint8_t *sizes, 
     reply_text_end(r);
 }
 
+static const ApiSkin *const fz_skins[] = { &OPENAI_COMPLETIONS, &OPENAI_CHAT, &ANTHROPIC_MESSAGES, &ANTHROPIC_COUNT, &OPENAI_RESPONSES,
+                                            &OLLAMA_CHAT, &OLLAMA_GENERATE };
+
+/* The answer in each API's shape (the whole-answer writers), which must be valid JSON. */
+static void fz_shapes(const Reply *r, ApiFinish finish) {
+    const ApiUsage u = { 5, 1, 2, 0, 0, 0, 0, 0, 0 };
+    const ChatOutput *o = &r->out;
+    for (int shape = 0; shape < 3; shape++) {
+        JsonWriter w;
+        jw_init(&w);
+        if (shape == 0) {
+            jw_arr(&w);
+            anthropic_write_block(&w, r, CHAT_OUT_REASONING, o->reasoning ? o->reasoning : "", o->reasoning_len, 0, 1);
+            anthropic_write_block(&w, r, CHAT_OUT_CONTENT, o->content ? o->content : "", o->content_len, 0, 1);
+            for (int i = 0; i < o->n_calls; i++) anthropic_write_block(&w, r, CHAT_OUT_TOOL_CALL, NULL, 0, i, 1);
+            jw_obj(&w);
+            anthropic_write_stop(&w, r, finish);
+            jw_obj_end(&w);
+            jw_arr_end(&w);
+        } else if (shape == 1) {
+            responses_write_response(&w, r, finish, &u, 1);
+        } else {
+            jw_obj(&w);
+            ollama_write_body(&w, r, o->content, o->content_len, o->reasoning, o->reasoning_len, 0, o->n_calls);
+            jw_obj_end(&w);
+        }
+        size_t n;
+        const char *t = jw_text(&w, &n);
+        JsonDoc *d = t ? json_parse(t, n, NULL, 0) : NULL;
+        if (!d) abort();
+        json_free(d);
+        jw_free(&w);
+    }
+}
+
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     if (!size) return 0;
-    const int chat = data[size - 1] & 1;
+    const ApiSkin *skin = fz_skins[data[size - 1] % (sizeof fz_skins / sizeof fz_skins[0])];
+    const int chat = skin != &OPENAI_COMPLETIONS;
     const uint8_t *nul = memchr(data, 0, size);
     const size_t body_len = nul ? (size_t)(nul - data) : size;
     const char *text = nul ? (const char *)nul + 1 : "";
@@ -62,9 +100,11 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     int limit = 0, accepted = 0;
     JsonDoc *doc = json_parse((const char *)data, body_len, NULL, 0);
     if (doc && json_type(json_root(doc)) == JSON_OBJECT) {
-        if (!api_request_parse(&fz_srv, json_root(doc), chat, &q, &e) && !api_prompt_ids(&fz_srv, &q, &ids, &limit, &e)) {
+        q.skin = skin;
+        if (!skin->parse(&fz_srv, json_root(doc), &q, &e) && !api_prompt_ids(&fz_srv, &q, &ids, &limit, &e)) {
             accepted = 1;
-            if (ids.n < 1 || ids.n >= fz_srv.capacity || (q.max_tokens >= 0 && ids.n + q.max_tokens > fz_srv.capacity)) abort();
+            if (ids.n < 1 || (!q.count_only && (ids.n >= fz_srv.capacity || (q.max_tokens >= 0 && ids.n + q.max_tokens > fz_srv.capacity))))
+                abort();
         } else if (e.status < 400 || e.status > 499 || !e.message[0]) {
             abort();
         }
@@ -73,6 +113,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
         api_request_free(&q);
         memset(&q, 0, sizeof q);
         chat_conv_init(&q.conv);
+        q.skin = skin;
         q.chat = chat;
         q.render = fz_srv.chat;
         q.stop[0] = "</think>x"; q.stop_len[0] = 9;
@@ -94,7 +135,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     if (!nested && (whole.stop_hit != split.stop_hit || !chat_output_equal(&whole.out, &split.out))) abort();
     JsonWriter w;
     jw_init(&w);
-    api_write_answer(&w, &whole, reply_finish_reason(&whole, STOP_EOS), &(ApiUsage){ ids.n, 1, 0, 0, 0, 0 });
+    api_write_answer(&w, &whole, reply_finish_reason(&whole, STOP_EOS), &(ApiUsage){ ids.n, 1, 0, 0, 0, 0, 0, 0, 0 });
+    fz_shapes(&whole, reply_finish(&whole, STOP_EOS));
     size_t n;
     const char *t = jw_text(&w, &n);
     JsonDoc *answer = t ? json_parse(t, n, NULL, 0) : NULL;

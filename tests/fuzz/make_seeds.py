@@ -162,7 +162,9 @@ def usage_seeds():
 
 
 def server_seeds():
-    """fuzz_server: a request body, a NUL, model output; the last byte's low bit picks chat (1) or completions."""
+    """fuzz_server: a request body, a NUL, model output; the last byte modulo 7 picks the API: OpenAI
+    completions (0), chat (1), Anthropic messages (2), count_tokens (3), Responses (4), Ollama chat (5),
+    Ollama generate (6)."""
     tools = [{"type": "function", "function": {"name": "get_weather", "parameters": {
         "type": "object", "properties": {"city": {"type": "string"}, "days": {"type": "integer"}}}}}]
     seeds = {
@@ -183,6 +185,29 @@ def server_seeds():
                        "baaab", 0),
         "refused": ({"messages": [], "n": 2, "response_format": {"type": "json_object"}}, "x", 1),
         "too_long": ({"prompt": "word " * 300, "max_tokens": 10}, "", 0),
+        "anthropic_tools": ({"max_tokens": 20, "system": [{"type": "text", "text": "s"}], "stop_sequences": ["zz"],
+                             "thinking": {"type": "enabled", "budget_tokens": 1024},
+                             "tools": [{"name": "get_weather", "input_schema": tools[0]["function"]["parameters"]}],
+                             "messages": [{"role": "user", "content": "Weather?"},
+                                          {"role": "assistant", "content": [{"type": "thinking", "thinking": "t"},
+                                           {"type": "tool_use", "id": "toolu_1", "name": "get_weather", "input": {"city": "Paris"}}]},
+                                          {"role": "user", "content": [{"type": "tool_result", "tool_use_id": "toolu_1", "content": "r"}]}]},
+                            "reason</think>answer<tool_call>get_weather<arg_key>city</arg_key><arg_value>Rome</arg_value></tool_call>", 2),
+        "anthropic_count": ({"messages": [{"role": "user", "content": "word " * 300}]}, "", 3),
+        "responses_items": ({"instructions": "s", "max_output_tokens": 20, "reasoning": {"effort": "low"},
+                             "tools": [{"type": "function", "name": "get_weather", "parameters": tools[0]["function"]["parameters"]}],
+                             "input": [{"role": "user", "content": [{"type": "input_text", "text": "Weather?"}]},
+                                       {"type": "reasoning", "summary": [], "content": [{"type": "reasoning_text", "text": "t"}]},
+                                       {"type": "function_call", "call_id": "c", "name": "get_weather", "arguments": "{\"city\": \"Paris\"}"},
+                                       {"type": "function_call_output", "call_id": "c", "output": "r"}]},
+                            "t</think>a<tool_call>get_weather<arg_key>city</arg_key><arg_value>Rome</arg_value></tool_call>", 4),
+        "ollama_chat": ({"think": False, "options": {"temperature": 0, "num_predict": 9, "stop": ["zz"], "num_ctx": 100},
+                         "tools": tools, "messages": [{"role": "user", "content": "Weather?"},
+                                                      {"role": "assistant", "content": "", "tool_calls": [{"function": {"name": "get_weather",
+                                                       "arguments": {"city": "Paris"}}}]},
+                                                      {"role": "tool", "content": "r", "tool_name": "get_weather"}]},
+                        "answer zz more", 5),
+        "ollama_generate_raw": ({"prompt": "[gMASK]<sop><|user|>Hi", "raw": True, "options": {"num_predict": 5}}, "x", 6),
     }
     for name, (body, text, chat) in seeds.items():
         write("server", name, json.dumps(body).encode() + b"\0" + text.encode() + bytes([chat]))
