@@ -8,6 +8,7 @@
      text.c       tokenizer glue, TOKENIZE, TEMPLATE, PROMPT and the terminal chat
      quality.c    PPL, KLD and SCORE: perplexity, divergence from a saved run, multiple choice
      server.c     SERVE: the HTTP APIs over http.h
+     web.c        SERVE: the browser page (GET /, built from web/) and the engine's figures (GET /stats)
      plan.c       PLAN and DOCTOR
    Tests include glm.c alone for the engine, and a front end's file after it to test that front end
    (GLM_NO_MAIN leaves main() out). */
@@ -17,6 +18,7 @@
 #include "text.c"
 #include "quality.c"   /* after text.c: its tokenizer glue */
 #include "server.c"
+#include "web.c"     /* after server.c: the page and /stats it serves */
 #include "plan.c"
 
 #ifndef GLM_NO_MAIN   /* tests and fuzz targets that include main.c leave main() out */
