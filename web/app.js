@@ -1,6 +1,6 @@
 // glm.c's chat page. Talks only to the server that served it: /v1/chat/completions (streamed,
 // SSE), /v1/models and /stats. Model text never becomes markup: every node is built with
-// createElement and textContent (no innerHTML anywhere), so '<script>' in an answer is text.
+// createElement and textContent (never parsed as markup), so '<script>' in an answer is text.
 'use strict';
 
 const $ = (id) => document.getElementById(id);
@@ -33,6 +33,7 @@ let busy = null;                    // the generation in progress: { controller,
 const saveConversations = () => { store.set('conversations', conversations); store.set('current', current); };
 const newId = () => Date.now().toString(36) + Math.random().toString(36).slice(2, 8);
 const conv = () => conversations.find((c) => c.id === current) || null;
+const titleOf = (text) => text.trim().split('\n')[0].slice(0, 48);
 
 // ---- the API -------------------------------------------------------------------------------
 class KeyNeeded extends Error {}
@@ -82,13 +83,14 @@ async function withKey(fn) {
 }
 
 // ---- Markdown, rendered safely: text nodes only -----------------------------------------------
+// Spans are bounded (a lone '*' must not make every later one scan to the end of the text).
 const INLINE = new RegExp([
-  '(`+)([^`]|[^`][\\s\\S]*?[^`])\\1(?!`)',          // 1,2 code
-  '\\*\\*(?=\\S)([\\s\\S]*?\\S)\\*\\*',               // 3 strong
-  '__(?=\\S)([\\s\\S]*?\\S)__',                      // 4 strong
-  '\\*(?=[^\\s*])([\\s\\S]*?[^\\s*])\\*',            // 5 em
-  '\\b_(?=[^\\s_])([\\s\\S]*?[^\\s_])_\\b',          // 6 em
-  '~~(?=\\S)([\\s\\S]*?\\S)~~',                      // 7 del
+  '(`+)([^`]|[^`][\\s\\S]{0,2000}?[^`])\\1(?!`)',          // 1,2 code
+  '\\*\\*(?=\\S)([\\s\\S]{0,400}?\\S)\\*\\*',               // 3 strong
+  '(?<=^|[\\s(])__(?=\\S)([\\s\\S]{0,400}?\\S)__(?!\\w)',   // 4 strong (not inside words: snake__case)
+  '\\*(?=[^\\s*])([\\s\\S]{0,400}?[^\\s*])\\*',            // 5 em
+  '(?<=^|[\\s(])_(?=[^\\s_])([\\s\\S]{0,400}?[^\\s_])_(?!\\w)',   // 6 em
+  '~~(?=\\S)([\\s\\S]{0,400}?\\S)~~',                      // 7 del
   '(!?)\\[([^\\]\\n]*)\\]\\(([^()\\s]+)\\)',          // 8,9,10 link or image
   '(https?://[^\\s<>()]*[^\\s<>().,;:!?\'"])',        // 11 bare link
 ].join('|'), 'g');
@@ -107,8 +109,7 @@ function link(parent, text, url) {
 
 function inline(parent, text) {
   let at = 0;
-  INLINE.lastIndex = 0;
-  for (let m; (m = INLINE.exec(text)); ) {
+  for (const m of text.matchAll(INLINE)) {   // matchAll works on a copy: inline() recurses
     if (m.index > at) parent.append(text.slice(at, m.index));
     if (m[1]) parent.append(el('code', null, m[2]));
     else if (m[3] !== undefined || m[4] !== undefined) { const b = el('strong'); inline(b, m[3] ?? m[4]); parent.append(b); }
@@ -119,7 +120,7 @@ function inline(parent, text) {
       if (m[8]) link(parent, '[image: ' + (m[9] || m[10]) + ']', m[10]);
       else link(parent, m[9] || m[10], m[10]);
     } else if (m[11]) link(parent, m[11], m[11]);
-    at = INLINE.lastIndex;
+    at = m.index + m[0].length;
   }
   if (at < text.length) parent.append(text.slice(at));
 }
@@ -347,6 +348,7 @@ function editMessage(node, index) {
     if (!text.trim()) return;
     c.messages = c.messages.slice(0, index);
     c.messages.push({ role: 'user', content: text });
+    if (index === 0) c.title = titleOf(text);
     c.updated = Date.now();
     saveConversations();
     renderConversation();
@@ -457,7 +459,7 @@ function send() {
   if (!text.trim() || busy) return;
   let c = conv();
   if (!c) {
-    c = { id: newId(), title: text.trim().split('\n')[0].slice(0, 48), created: Date.now(), updated: Date.now(), messages: [] };
+    c = { id: newId(), title: titleOf(text), created: Date.now(), updated: Date.now(), messages: [] };
     conversations.push(c);
     current = c.id;
   }
