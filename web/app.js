@@ -579,8 +579,9 @@ function renderRam(ram) {
   }
   const dt = el('dt', null, 'budget');
   dt.title = 'from ' + ram.budget_from;
-  legend.append(dt, el('dd', null, fmtBytes(ram.budget_bytes) + ' \u00b7 RSS ' + fmtBytes(ram.rss_bytes)));
-  if (ram.moe_layers) legend.append(el('dt', null, 'slots'), el('dd', null, ram.slots_per_layer + ' of ' + ram.experts_per_layer + ' experts per layer'));
+  legend.append(dt, el('dd', null, fmtBytes(ram.budget_bytes)));
+  legend.append(el('dt', null, 'resident now'), el('dd', null, fmtBytes(ram.rss_bytes)));
+  if (ram.moe_layers) legend.append(el('dt', null, 'expert slots'), el('dd', null, ram.slots_per_layer + ' / ' + ram.experts_per_layer + ' per layer'));
 }
 
 let mapLayout = null;
@@ -590,7 +591,7 @@ function renderMap(x) {
   if (!layers.length) { canvas.hidden = true; $('map-note').textContent = 'This model has no routed experts.'; return; }
   canvas.hidden = false;
   const width = canvas.clientWidth || 300;
-  const cell = Math.max(1, Math.min(14, Math.floor(width / E)));
+  const cell = Math.max(1, Math.min(24, Math.floor(width / E)));
   const rowH = Math.max(2, Math.min(14, cell));
   const dpr = window.devicePixelRatio || 1;
   canvas.width = Math.round(cell * E * dpr);
