@@ -689,7 +689,8 @@ async function loadModel() {
 function init() {
   applyTheme(store.get('theme', 'auto'));
   if (current && !conv()) current = null;
-  $('engine').hidden = store.get('engine-hidden', false);
+  // on a narrow screen the panel covers the chat: shown when asked for
+  $('engine').hidden = store.get('engine-hidden', window.matchMedia('(max-width: 1100px)').matches);
   renderConversation();
   $('composer').addEventListener('submit', (e) => { e.preventDefault(); send(); });
   $('input').addEventListener('keydown', (e) => {
