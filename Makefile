@@ -8,8 +8,11 @@ CFLAGS  ?= -O3 -march=$(ARCH) -fopenmp -std=gnu11 -Wall -Wextra -ffp-contract=of
 LDLIBS  = -lm
 HEADERS = $(wildcard *.h)
 # The engine (glm.c) and its front ends: main.c includes them all, one translation unit.
-FRONT_ENDS = main.c validate.c text.c quality.c server.c api_anthropic.c api_responses.c api_ollama.c plan.c
-SOURCES = glm.c $(FRONT_ENDS) $(HEADERS)
+FRONT_ENDS = main.c validate.c text.c quality.c server.c api_anthropic.c api_responses.c \
+             api_ollama.c web.c plan.c
+# The browser page (web/): its files are embedded into the binary as web_assets.h, generated here.
+WEB_FILES = web/index.html web/style.css web/app.js
+SOURCES = glm.c $(FRONT_ENDS) $(filter-out web_assets.h,$(HEADERS)) web_assets.h
 # --version names the commit it was built from
 GLM_COMMIT := $(shell git rev-parse --short HEAD 2>/dev/null || echo unknown)
 # ./glm --version names the commit: a stamp file that changes with it makes a new commit rebuild glm
@@ -50,6 +53,9 @@ all: glm
 
 glm: $(SOURCES) $(COMMIT_STAMP)
 	$(CC) $(CFLAGS) -DGLM_COMMIT='"$(GLM_COMMIT)"' -o $@ main.c $(LDLIBS)
+
+web_assets.h: $(WEB_FILES) tools/embed_web.sh
+	sh tools/embed_web.sh $(WEB_FILES) > $@.tmp && mv $@.tmp $@
 
 glm-aarch64: $(SOURCES) $(COMMIT_STAMP)
 	$(AARCH64_CC) $(AARCH64_CFLAGS) -DGLM_COMMIT='"$(GLM_COMMIT)"' -o $@ main.c $(LDLIBS)
@@ -142,4 +148,4 @@ clean-bins:
 	      bench/attnbench bench/grammarbench bench/slotbench bench/ttft_bench
 
 clean: clean-bins
-	rm -rf tests/bin
+	rm -rf tests/bin web_assets.h

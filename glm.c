@@ -427,6 +427,7 @@ static const SettingSpec SETTINGS[] = {
     { "QUEUE",    SET_INT,   "8",    0, 4096, "with SERVE: requests that may wait while one is answered (one generates at a time); more get 429 with Retry-After" },
     { "MODEL_NAME", SET_STR, "",     0, 0, "with SERVE: the model id /v1/models lists and answers carry (default: SNAP's folder name)" },
     { "CORS",     SET_STR,   "",     0, 0, "with SERVE: origins a browser page may call the server from (origin,origin,... or *); empty: none (no CORS headers)" },
+    { "WEB",      SET_BOOL,  "1",    0, 1, "with SERVE: GET / serves the chat page (built into glm; it works offline); 0: no page (GET /stats, the engine's figures as JSON, stays)" },
     { "PPL",      SET_STR,   "",     0, 0, "perplexity of this text file: windows of CTX tokens (0: 512), each scoring its last PPL_STRIDE tokens (at most half a window); the result to stdout" },
     { "PPL_STRIDE", SET_INT, "0",    0, 1048576, "with PPL: tokens between window starts (0: half of CTX)" },
     { "PPL_JSON", SET_STR,   "",     0, 0, "with PPL: write the result and the per-window figures to this JSON file" },
@@ -494,9 +495,9 @@ typedef struct {
     char *stdin_prompt;      /* what it read (owned) */
     float temperature, top_p;
     uint64_t seed;           /* 0: from the clock */
-    /* the server: SERVE (its address, checked), API_KEY, QUEUE, MODEL_NAME, CORS */
+    /* the server: SERVE (its address, checked), API_KEY, QUEUE, MODEL_NAME, CORS, WEB */
     const char *serve, *api_key, *model_name, *cors;
-    int queue;
+    int queue, web;
     /* quality measurement (quality.c): PPL, PPL_JSON, LOGITS_SAVE, KLD, SCORE, SCORE_JSON */
     const char *ppl_path, *ppl_json, *logits_save, *kld_path, *score_path, *score_json;
     int ppl_stride, bos, logits_top;
@@ -828,6 +829,7 @@ static Settings settings_from_env(int argc, char **argv) {
     s.queue = (int)setting_number("QUEUE");
     s.model_name = setting_value("MODEL_NAME");
     s.cors = setting_value("CORS");
+    s.web = (int)setting_number("WEB");
     s.ppl_path = setting_value("PPL");
     s.ppl_stride = (int)setting_number("PPL_STRIDE");
     s.ppl_json = setting_value("PPL_JSON");

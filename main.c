@@ -9,6 +9,7 @@
      quality.c    PPL, KLD and SCORE: perplexity, divergence from a saved run, multiple choice
      server.c     SERVE: the HTTP server, the core every API shares, and the OpenAI chat and completions API
      api_*.c      SERVE's other APIs: Anthropic Messages, OpenAI Responses, Ollama
+     web.c        SERVE: the browser page (GET /, built from web/) and the engine's figures (GET /stats)
      plan.c       PLAN and DOCTOR
    Tests include glm.c alone for the engine, and a front end's file after it to test that front end
    (GLM_NO_MAIN leaves main() out). */
@@ -21,6 +22,7 @@
 #include "api_anthropic.c"
 #include "api_responses.c"
 #include "api_ollama.c"
+#include "web.c"     /* after server.c: the page and /stats it serves */
 #include "plan.c"
 
 #ifndef GLM_NO_MAIN   /* tests and fuzz targets that include main.c leave main() out */

@@ -1201,9 +1201,16 @@ static void api_write_model(JsonWriter *w, const Server *srv) {
     jw_obj_end(w);
 }
 
+/* web.c (included after this file): the page at GET /, the figures at GET /stats, and the
+   observers that feed them (called around each answer). */
+static int web_quick(const Server *srv, const HttpRequest *req, HttpResponse *res);
+static void web_request_begin(Server *srv, int prompt_tokens);
+static void web_request_end(Server *srv);
+
 /* The I/O thread's part: everything that needs no model. Returns 0 to hand a completion to the worker. */
 static int server_quick(const HttpRequest *req, HttpResponse *res, void *user) {
     const Server *srv = user;
+    if (web_quick(srv, req, res)) return 1;   /* web.c: GET / (the page) and GET /stats */
     const double t0 = now_seconds();
     const char *route = api_route(req->path);
     const int get = !strcmp(req->method, "GET") || !strcmp(req->method, "HEAD");
@@ -1309,6 +1316,7 @@ static void server_answer(Server *srv, const HttpRequest *req, HttpResponse *res
     reply_init(&r, srv, res, q);
     g->on_token = reply_token;
     g->on_token_user = &r;
+    web_request_begin(srv, ids->n);   /* web.c: /stats follows this answer (wraps on_token) */
     srv->interrupt = 0;
     g->interrupt = &srv->interrupt;
 
@@ -1375,6 +1383,7 @@ static void server_answer(Server *srv, const HttpRequest *req, HttpResponse *res
         server_log(req, 200, t0, "%d prompt tokens (%d reused), %d generated%s, finish %s%s", ids->n, reused, g->generated,
                    spec_note, api_openai_finish(finish), q->stream ? ", streamed" : "");
     }
+    web_request_end(srv);   /* web.c */
     reply_free(&r);
 }
 
@@ -1509,9 +1518,13 @@ static int run_serve(const Settings *set) {
                     "sampling defaults TEMPERATURE %g, NUCLEUS %g; thinking %s; %s). Ctrl-C stops.\n",
             srv.model_name, v6 ? "[" : "", a->host, v6 ? "]" : "", http_server_port(http), srv.capacity, set->queue,
             set->temperature, set->top_p, set->think ? "on" : "off", set->api_key[0] ? "API_KEY required" : "no API key");
+    if (set->web)
+        fprintf(stderr, "glm: chat page at http://%s%s%s:%d/\n", v6 ? "[" : "", a->host, v6 ? "]" : "", http_server_port(http));
     g_serving = 1;
+    const double serving_since = now_seconds();
     const int rc = http_server_run(http);
     http_server_free(http);
+    print_expert_stats(&model.experts, now_seconds() - serving_since);   /* what GET /stats said last */
     generator_free(srv.gen);
     engine_stop(set, &model, &state);
     codec_free(&tc);
