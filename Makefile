@@ -1,5 +1,6 @@
 # glm.c build. `make` builds ./glm for this CPU; `make ARCH=x86-64-v3` builds a portable binary
-# (the integer kernels still pick AVX2, AVX-VNNI or AVX-512 VNNI at run time from what the CPU supports).
+# (the integer kernels still pick AVX2, AVX-VNNI or AVX-512 VNNI at run time from what the CPU
+# supports).
 CC      ?= gcc
 ARCH    ?= native
 # -ffp-contract=off: no silent FMA contraction, so float results match the scalar reference and the
@@ -90,8 +91,10 @@ fuzz: $(FUZZ_BINS)
 	FUZZ_SECONDS=$(FUZZ_SECONDS) bash tests/fuzz/run.sh $(FUZZ_NAMES)
 
 # tests that include the engine (glm.c) or a front end
-tests/bin/test_attention tests/bin/test_generator tests/bin/test_loader tests/bin/test_session tests/bin/test_server \
-  tests/bin/test_server_apis tests/bin/test_spec tests/bin/test_slots tests/bin/test_prediction: $(SOURCES)
+ENGINE_TESTS = tests/bin/test_attention tests/bin/test_generator tests/bin/test_loader \
+               tests/bin/test_session tests/bin/test_server tests/bin/test_server_apis \
+               tests/bin/test_spec tests/bin/test_slots tests/bin/test_prediction
+$(ENGINE_TESTS): $(SOURCES)
 
 # The binaries build in parallel (one job per core: about 20 compilations include glm.c), then
 # the suite runs.
@@ -99,7 +102,8 @@ NPROC       := $(shell nproc 2>/dev/null || echo 2)
 test:
 	$(MAKE) -j$(NPROC) test-bins
 	bash tests/run.sh
-test-bins: glm $(TEST_BINS) $(TOOL_BINS) $(FUZZ_REPLAYS) $(if $(HAVE_CLANG),$(FUZZ_BINS)) $(if $(HAVE_AARCH64),$(AARCH64_BINS))
+test-bins: glm $(TEST_BINS) $(TOOL_BINS) $(FUZZ_REPLAYS) $(if $(HAVE_CLANG),$(FUZZ_BINS)) \
+           $(if $(HAVE_AARCH64),$(AARCH64_BINS))
 
 # The whole suite once more under AddressSanitizer + UBSan with leak detection (a separate build).
 # Every sanitizer report goes to a log file, so one found in a test that does not look at exit
@@ -128,16 +132,17 @@ DEMO_FILES = tests/fixtures/oracle_sparse/config.json tests/fixtures/oracle_spar
 demo: glm
 	@mkdir -p $(DEMO_DIR) && cp $(DEMO_FILES) $(DEMO_DIR)/
 	@echo
-	@echo "$(DEMO_DIR)/ holds a small model with random weights (4 layers, 16 experts, a 512-token vocabulary)."
+	@echo "$(DEMO_DIR)/ holds a small model with random weights (4 layers, 16 experts, 512 tokens)."
 	@echo "Its answers are meaningless text: it shows the engine working, not GLM-5.2. Try:"
-	@echo "  SNAP=$(DEMO_DIR) ./glm                              # chat in the terminal (:help, Ctrl-D quits)"
-	@echo "  SNAP=$(DEMO_DIR) PROMPT='Hello' NGEN=40 ./glm      # one answer"
-	@echo "  SNAP=$(DEMO_DIR) SERVE=8080 ./glm                  # the API at http://127.0.0.1:8080/v1"
+	@echo "  SNAP=$(DEMO_DIR) ./glm                          # chat in the terminal (Ctrl-D quits)"
+	@echo "  SNAP=$(DEMO_DIR) PROMPT='Hello' NGEN=40 ./glm  # one answer"
+	@echo "  SNAP=$(DEMO_DIR) SERVE=8080 ./glm              # chat page and APIs at http://127.0.0.1:8080/"
 
-bench: bench/kbench bench/session_bench bench/specbench bench/attnbench bench/grammarbench bench/slotbench bench/ttft_bench
+ENGINE_BENCHES = bench/session_bench bench/specbench bench/attnbench bench/slotbench bench/ttft_bench
+bench: bench/kbench $(ENGINE_BENCHES) bench/grammarbench
 bench/kbench: bench/kbench.c $(SOURCES)
 	$(CC) $(CFLAGS) -I. -o $@ $< $(LDLIBS)
-bench/session_bench bench/specbench bench/attnbench bench/slotbench bench/ttft_bench: bench/%: bench/%.c $(SOURCES)
+$(ENGINE_BENCHES): bench/%: bench/%.c $(SOURCES)
 	$(CC) $(CFLAGS) -I. -o $@ $< $(LDLIBS)
 # grammar.h alone (no engine): allowed-token masks on a 154,880-token vocabulary
 bench/grammarbench: bench/grammarbench.c $(HEADERS)

@@ -23,9 +23,14 @@
    ============================================================================================= */
 
 static const char *anthropic_error_type(int status) {
-    return status == 401 ? "authentication_error" : status == 403 ? "permission_error" : status == 404 ? "not_found_error"
-         : status == 413 ? "request_too_large" : status == 429 ? "rate_limit_error" : status == 503 ? "overloaded_error"
-         : status >= 500 ? "api_error" : "invalid_request_error";
+    return status == 401   ? "authentication_error"
+           : status == 403 ? "permission_error"
+           : status == 404 ? "not_found_error"
+           : status == 413 ? "request_too_large"
+           : status == 429 ? "rate_limit_error"
+           : status == 503 ? "overloaded_error"
+           : status >= 500 ? "api_error"
+                           : "invalid_request_error";
 }
 
 static void anthropic_write_error(JsonWriter *w, int status, const char *message) {
@@ -50,17 +55,22 @@ static void anthropic_error(HttpResponse *res, const ApiError *e) {
 }
 
 /* The text of a tool_result's content: a string or text blocks. */
-static int anthropic_result_text(const JsonValue *c, JsonWriter *w, const char *where, ApiError *e) {
+static int anthropic_result_text(const JsonValue *c, JsonWriter *w, const char *where,
+                                 ApiError *e) {
     size_t n;
     const char *s = json_str(c, &n);
     if (s || !api_given(c)) { jw_strn(w, s ? s : "", s ? n : 0); return 0; }
-    if (json_type(c) != JSON_ARRAY) return api_fail(e, 400, "messages", NULL, "%s.content must be a string or a list of blocks", where);
+    if (json_type(c) != JSON_ARRAY)
+        return api_fail(e, 400, "messages", NULL, "%s.content must be a string or a list of blocks",
+                        where);
     jw_arr(w);
     for (size_t i = 0; i < json_len(c); i++) {
         const JsonValue *b = json_at(c, i);
         const char *type = json_str(json_get(b, "type"), NULL);
         if (!type || strcmp(type, "text") || !(s = json_str(json_get(b, "text"), &n)))
-            return api_fail(e, 400, "messages", NULL, "%s.content[%zu] has type \"%.40s\": only text blocks (this model reads text)",
+            return api_fail(e, 400, "messages", NULL,
+                            "%s.content[%zu] has type \"%.40s\": only text blocks (this model "
+                            "reads text)",
                             where, i, type ? type : "(none)");
         jw_obj(w);
         jw_kstr(w, "type", "text");
@@ -78,7 +88,8 @@ static int anthropic_message(const JsonValue *m, size_t index, JsonWriter *w, Ap
     snprintf(where, sizeof where, "messages[%zu]", index);
     const char *role = json_str(json_get(m, "role"), NULL);
     if (json_type(m) != JSON_OBJECT || !role || (strcmp(role, "user") && strcmp(role, "assistant")))
-        return api_fail(e, 400, "messages", NULL, "%s.role must be \"user\" or \"assistant\"", where);
+        return api_fail(e, 400, "messages", NULL, "%s.role must be \"user\" or \"assistant\"",
+                        where);
     const int user = !strcmp(role, "user");
     const JsonValue *content = json_get(m, "content");
     size_t n;
@@ -91,9 +102,11 @@ static int anthropic_message(const JsonValue *m, size_t index, JsonWriter *w, Ap
         jw_obj_end(w);
         return 0;
     }
-    if (json_type(content) != JSON_ARRAY) return api_fail(e, 400, "messages", NULL, "%s.content must be a string or a list of blocks", where);
-    /* user: text runs become user messages, tool_result blocks tool messages, in order;
-       assistant: one message (text → content, thinking → reasoning_content, tool_use → tool_calls) */
+    if (json_type(content) != JSON_ARRAY)
+        return api_fail(e, 400, "messages", NULL, "%s.content must be a string or a list of blocks",
+                        where);
+    /* user: text runs become user messages, tool_result blocks tool messages, in order; assistant:
+       one message (text → content, thinking → reasoning_content, tool_use → tool_calls) */
     int open_user = 0, calls = 0;
     if (!user) {
         jw_obj(w);
@@ -104,17 +117,31 @@ static int anthropic_message(const JsonValue *m, size_t index, JsonWriter *w, Ap
     for (size_t i = 0; i < json_len(content); i++) {
         const JsonValue *b = json_at(content, i);
         const char *type = json_str(json_get(b, "type"), NULL);
-        if (json_type(b) != JSON_OBJECT || !type) return api_fail(e, 400, "messages", NULL, "%s.content[%zu] has no \"type\"", where, i);
+        if (json_type(b) != JSON_OBJECT || !type)
+            return api_fail(e, 400, "messages", NULL, "%s.content[%zu] has no \"type\"", where, i);
         const int text = !strcmp(type, "text");
         if (text && !(s = json_str(json_get(b, "text"), &n)))
-            return api_fail(e, 400, "messages", NULL, "%s.content[%zu].text must be a string", where, i);
+            return api_fail(e, 400, "messages", NULL, "%s.content[%zu].text must be a string",
+                            where, i);
         if (user && text) {
-            if (!open_user) { jw_obj(w); jw_kstr(w, "role", "user"); jw_key(w, "content"); jw_arr(w); open_user = 1; }
-            jw_obj(w); jw_kstr(w, "type", "text"); jw_key(w, "text"); jw_strn(w, s, n); jw_obj_end(w);
+            if (!open_user) {
+                jw_obj(w);
+                jw_kstr(w, "role", "user");
+                jw_key(w, "content");
+                jw_arr(w);
+                open_user = 1;
+            }
+            jw_obj(w);
+            jw_kstr(w, "type", "text");
+            jw_key(w, "text");
+            jw_strn(w, s, n);
+            jw_obj_end(w);
         } else if (user && !strcmp(type, "tool_result")) {
             if (open_user) { jw_arr_end(w); jw_obj_end(w); open_user = 0; }
             const char *id = json_str(json_get(b, "tool_use_id"), &n);
-            if (!id) return api_fail(e, 400, "messages", NULL, "%s.content[%zu].tool_use_id must be a string", where, i);
+            if (!id)
+                return api_fail(e, 400, "messages", NULL,
+                                "%s.content[%zu].tool_use_id must be a string", where, i);
             jw_obj(w);
             jw_kstr(w, "role", "tool");
             jw_key(w, "tool_call_id");
@@ -125,12 +152,20 @@ static int anthropic_message(const JsonValue *m, size_t index, JsonWriter *w, Ap
             if (anthropic_result_text(json_get(b, "content"), w, sub, e)) return -1;
             jw_obj_end(w);
         } else if (!user && text) {
-            jw_obj(w); jw_kstr(w, "type", "text"); jw_key(w, "text"); jw_strn(w, s, n); jw_obj_end(w);
-        } else if (!user && (!strcmp(type, "thinking") || !strcmp(type, "redacted_thinking") || !strcmp(type, "tool_use"))) {
+            jw_obj(w);
+            jw_kstr(w, "type", "text");
+            jw_key(w, "text");
+            jw_strn(w, s, n);
+            jw_obj_end(w);
+        } else if (!user && (!strcmp(type, "thinking") || !strcmp(type, "redacted_thinking") ||
+                             !strcmp(type, "tool_use"))) {
             /* read below, after the content list */
         } else {
-            return api_fail(e, 400, "messages", NULL, "%s.content[%zu] has type \"%.40s\", which is not supported in a%s %s message "
-                            "(this model reads text: text%s)", where, i, type, user ? "" : "n", role,
+            return api_fail(e, 400, "messages", NULL,
+                            "%s.content[%zu] has type \"%.40s\", which is not supported in a%s %s "
+                            "message "
+                            "(this model reads text: text%s)",
+                            where, i, type, user ? "" : "n", role,
                             user ? ", tool_result" : ", thinking, tool_use");
         }
     }
@@ -151,7 +186,8 @@ static int anthropic_message(const JsonValue *m, size_t index, JsonWriter *w, Ap
             const JsonValue *b = json_at(content, i);
             if (strcmp(json_str(json_get(b, "type"), NULL), "thinking")) continue;
             if (!(s = json_str(json_get(b, "thinking"), &n)))
-                return api_fail(e, 400, "messages", NULL, "%s.content[%zu].thinking must be a string", where, i);
+                return api_fail(e, 400, "messages", NULL,
+                                "%s.content[%zu].thinking must be a string", where, i);
             if (thinking++) { if (pass) memcpy(joined + at, "\n\n", 2); at += 2; }
             if (pass) memcpy(joined + at, s, n);
             at += n;
@@ -163,10 +199,13 @@ static int anthropic_message(const JsonValue *m, size_t index, JsonWriter *w, Ap
     for (size_t i = 0; i < json_len(content); i++) {
         const JsonValue *b = json_at(content, i);
         if (strcmp(json_str(json_get(b, "type"), NULL), "tool_use")) continue;
-        const char *id = json_str(json_get(b, "id"), NULL), *name = json_str(json_get(b, "name"), NULL);
+        const char *id = json_str(json_get(b, "id"), NULL),
+                   *name = json_str(json_get(b, "name"), NULL);
         const JsonValue *input = json_get(b, "input");
         if (!id || !name || json_type(input) != JSON_OBJECT)
-            return api_fail(e, 400, "messages", NULL, "%s.content[%zu]: a tool_use block needs \"id\", \"name\" and an \"input\" object",
+            return api_fail(e, 400, "messages", NULL,
+                            "%s.content[%zu]: a tool_use block needs \"id\", \"name\" and an "
+                            "\"input\" object",
                             where, i);
         if (!calls++) { jw_key(w, "tool_calls"); jw_arr(w); }
         jw_obj(w);
@@ -187,25 +226,34 @@ static int anthropic_message(const JsonValue *m, size_t index, JsonWriter *w, Ap
 
 /* tools: custom tools {name, description, input_schema} → OpenAI function tools. */
 static int anthropic_tools(const JsonValue *tools, JsonWriter *w, ApiError *e) {
-    if (json_type(tools) != JSON_ARRAY) return api_fail(e, 400, "tools", NULL, "\"tools\" must be a list");
+    if (json_type(tools) != JSON_ARRAY)
+        return api_fail(e, 400, "tools", NULL, "\"tools\" must be a list");
     jw_key(w, "tools");
     jw_arr(w);
     for (size_t i = 0; i < json_len(tools); i++) {
         const JsonValue *t = json_at(tools, i);
-        const char *type = json_str(json_get(t, "type"), NULL), *name = json_str(json_get(t, "name"), NULL);
+        const char *type = json_str(json_get(t, "type"), NULL),
+                   *name = json_str(json_get(t, "name"), NULL);
         if (type && strcmp(type, "custom"))
-            return api_fail(e, 400, "tools", NULL, "tools[%zu] has type \"%.60s\": server tools are not supported (only custom tools "
-                            "with an input_schema)", i, type);
+            return api_fail(e, 400, "tools", NULL,
+                            "tools[%zu] has type \"%.60s\": server tools are not supported (only "
+                            "custom tools "
+                            "with an input_schema)",
+                            i, type);
         const JsonValue *schema = json_get(t, "input_schema");
         if (json_type(t) != JSON_OBJECT || !name || json_type(schema) != JSON_OBJECT)
-            return api_fail(e, 400, "tools", NULL, "tools[%zu] needs a \"name\" string and an \"input_schema\" object", i);
+            return api_fail(e, 400, "tools", NULL,
+                            "tools[%zu] needs a \"name\" string and an \"input_schema\" object", i);
         jw_obj(w);
         jw_kstr(w, "type", "function");
         jw_key(w, "function");
         jw_obj(w);
         jw_kstr(w, "name", name);
         const JsonValue *description = json_get(t, "description");
-        if (json_str(description, NULL)) { jw_key(w, "description"); api_copy_json(w, description); }
+        if (json_str(description, NULL)) {
+            jw_key(w, "description");
+            api_copy_json(w, description);
+        }
         jw_key(w, "parameters");
         api_copy_json(w, schema);
         jw_obj_end(w);
@@ -215,40 +263,53 @@ static int anthropic_tools(const JsonValue *tools, JsonWriter *w, ApiError *e) {
     return 0;
 }
 
-static int anthropic_parse_common(const Server *srv, const JsonValue *root, ApiRequest *r, ApiError *e) {
+static int anthropic_parse_common(const Server *srv, const JsonValue *root, ApiRequest *r,
+                                  ApiError *e) {
     api_request_defaults(srv, r);
     const JsonValue *v = json_get(root, "model");
-    if (api_given(v) && json_type(v) != JSON_STRING) return api_fail(e, 400, "model", NULL, "\"model\" must be a string");
+    if (api_given(v) && json_type(v) != JSON_STRING)
+        return api_fail(e, 400, "model", NULL, "\"model\" must be a string");
     static const char *const refused[] = { "mcp_servers", "container" };
     for (size_t i = 0; i < sizeof refused / sizeof refused[0]; i++)
-        if (api_given(v = json_get(root, refused[i])) && !(json_type(v) == JSON_ARRAY && !json_len(v)))
+        if (api_given(v = json_get(root, refused[i])) &&
+            !(json_type(v) == JSON_ARRAY && !json_len(v)))
             return api_fail(e, 400, refused[i], NULL, "\"%s\" is not supported", refused[i]);
     /* thinking */
     if (api_given(v = json_get(root, "thinking"))) {
         const char *type = json_str(json_get(v, "type"), NULL);
         if (!type || (strcmp(type, "enabled") && strcmp(type, "disabled")))
-            return api_fail(e, 400, "thinking", NULL, "\"thinking\" must be {\"type\": \"enabled\", \"budget_tokens\": N} or "
+            return api_fail(e, 400, "thinking", NULL,
+                            "\"thinking\" must be {\"type\": \"enabled\", \"budget_tokens\": N} or "
                             "{\"type\": \"disabled\"}");
         r->render.thinking = !strcmp(type, "enabled");
         int64_t budget = 1024;
         if (r->render.thinking && (api_int(v, "budget_tokens", 1024, INT32_MAX, &budget, e) ||
                                    !api_given(json_get(v, "budget_tokens"))))
-            return api_fail(e, 400, "thinking.budget_tokens", NULL, "\"thinking.budget_tokens\" must be an integer >= 1024");
+            return api_fail(e, 400, "thinking.budget_tokens", NULL,
+                            "\"thinking.budget_tokens\" must be an integer >= 1024");
     }
     /* tools and tool_choice */
     int use_tools = 1;
     if (api_given(v = json_get(root, "tool_choice"))) {
         const char *type = json_str(json_get(v, "type"), NULL);
-        if (!type) return api_fail(e, 400, "tool_choice", NULL, "\"tool_choice\" must be {\"type\": \"auto\"} or {\"type\": \"none\"}");
+        if (!type)
+            return api_fail(e, 400, "tool_choice", NULL,
+                            "\"tool_choice\" must be {\"type\": \"auto\"} or {\"type\": \"none\"}");
         if (!strcmp(type, "none")) use_tools = 0;
         else if (strcmp(type, "auto"))
-            return api_fail(e, 400, "tool_choice", NULL, "\"tool_choice\" {\"type\": \"%.40s\"} is not supported (\"auto\" or \"none\": "
-                            "forcing a tool call needs constrained decoding)", type);
+            return api_fail(e, 400, "tool_choice", NULL,
+                            "\"tool_choice\" {\"type\": \"%.40s\"} is not supported (\"auto\" or "
+                            "\"none\": "
+                            "forcing a tool call needs constrained decoding)",
+                            type);
     }
     JsonWriter w;
     jw_init(&w);
     jw_obj(&w);
-    if (use_tools && api_given(v = json_get(root, "tools")) && anthropic_tools(v, &w, e)) { jw_free(&w); return -1; }
+    if (use_tools && api_given(v = json_get(root, "tools")) && anthropic_tools(v, &w, e)) {
+        jw_free(&w);
+        return -1;
+    }
     jw_key(&w, "messages");
     jw_arr(&w);
     size_t n;
@@ -258,7 +319,11 @@ static int anthropic_parse_common(const Server *srv, const JsonValue *root, ApiR
         jw_kstr(&w, "role", "system");
         jw_key(&w, "content");
         if ((s = json_str(v, &n))) jw_strn(&w, s, n);
-        else if (anthropic_result_text(v, &w, "system", e)) { jw_free(&w); e->param = "system"; return -1; }
+        else if (anthropic_result_text(v, &w, "system", e)) {
+            jw_free(&w);
+            e->param = "system";
+            return -1;
+        }
         jw_obj_end(&w);
     }
     const JsonValue *messages = json_get(root, "messages");
@@ -279,10 +344,13 @@ static int anthropic_parse(const Server *srv, const JsonValue *root, ApiRequest 
     if (anthropic_parse_common(srv, root, r, e)) return -1;
     temperature = r->sampling.temperature;
     top_p = r->sampling.top_p;
-    if (!api_given(json_get(root, "max_tokens"))) return api_fail(e, 400, "max_tokens", NULL, "\"max_tokens\" is required");
+    if (!api_given(json_get(root, "max_tokens")))
+        return api_fail(e, 400, "max_tokens", NULL, "\"max_tokens\" is required");
     const JsonValue *metadata;
-    if (api_int(root, "max_tokens", 1, INT32_MAX, &max_tokens, e) || api_number(root, "temperature", 0, 1, &temperature, e) ||
-        api_number(root, "top_p", 0, 1, &top_p, e) || api_bool(root, "stream", "stream", &r->stream, e) ||
+    if (api_int(root, "max_tokens", 1, INT32_MAX, &max_tokens, e) ||
+        api_number(root, "temperature", 0, 1, &temperature, e) ||
+        api_number(root, "top_p", 0, 1, &top_p, e) ||
+        api_bool(root, "stream", "stream", &r->stream, e) ||
         api_object(root, "metadata", &metadata, e))
         return -1;
     r->max_tokens = (int)max_tokens;
@@ -290,11 +358,15 @@ static int anthropic_parse(const Server *srv, const JsonValue *root, ApiRequest 
     r->sampling.top_p = (float)top_p;
     const JsonValue *stop = json_get(root, "stop_sequences");
     if (api_given(stop) && json_type(stop) != JSON_ARRAY)
-        return api_fail(e, 400, "stop_sequences", NULL, "\"stop_sequences\" must be a list of strings");
-    return api_stop_strings(stop, "stop_sequences", r, e) || api_top_k(root, "top_k", "top_k", r, e) ? -1 : 0;
+        return api_fail(e, 400, "stop_sequences", NULL,
+                        "\"stop_sequences\" must be a list of strings");
+    return api_stop_strings(stop, "stop_sequences", r, e) || api_top_k(root, "top_k", "top_k", r, e)
+               ? -1
+               : 0;
 }
 
-static int anthropic_count_parse(const Server *srv, const JsonValue *root, ApiRequest *r, ApiError *e) {
+static int anthropic_count_parse(const Server *srv, const JsonValue *root, ApiRequest *r,
+                                 ApiError *e) {
     r->count_only = 1;
     return anthropic_parse_common(srv, root, r, e);
 }
@@ -306,7 +378,10 @@ static void anthropic_count(HttpResponse *res, int tokens) {
 }
 
 static const char *anthropic_stop_reason(ApiFinish f) {
-    return f == FINISH_LENGTH ? "max_tokens" : f == FINISH_TOOL_CALLS ? "tool_use" : f == FINISH_STOP_STRING ? "stop_sequence" : "end_turn";
+    return f == FINISH_LENGTH        ? "max_tokens"
+           : f == FINISH_TOOL_CALLS  ? "tool_use"
+           : f == FINISH_STOP_STRING ? "stop_sequence"
+                                     : "end_turn";
 }
 
 static void anthropic_write_usage(JsonWriter *w, const Reply *r, int output) {
@@ -322,12 +397,14 @@ static void anthropic_write_usage(JsonWriter *w, const Reply *r, int output) {
 static void anthropic_write_stop(JsonWriter *w, const Reply *r, ApiFinish f) {
     jw_kstr(w, "stop_reason", anthropic_stop_reason(f));
     jw_key(w, "stop_sequence");
-    if (f == FINISH_STOP_STRING) jw_strn(w, r->req->stop[r->stop_which], r->req->stop_len[r->stop_which]);
+    if (f == FINISH_STOP_STRING)
+        jw_strn(w, r->req->stop[r->stop_which], r->req->stop_len[r->stop_which]);
     else jw_null(w);
 }
 
 /* A content block: its start form (empty) when streaming, else whole. */
-static void anthropic_write_block(JsonWriter *w, const Reply *r, ChatOutKind kind, const char *text, size_t len, int call, int whole) {
+static void anthropic_write_block(JsonWriter *w, const Reply *r, ChatOutKind kind, const char *text,
+                                  size_t len, int call, int whole) {
     jw_obj(w);
     if (kind == CHAT_OUT_TOOL_CALL) {
         const ChatOutCall *c = &r->out.calls[call];
@@ -409,7 +486,8 @@ static void anthropic_block_start(Reply *r, ChatOutKind kind, int call) {
 }
 
 static void anthropic_event(Reply *r, const ChatOutEvent *ev, int call_index) {
-    if (ev->kind == CHAT_OUT_TOOL_CALL || r->block < 0 || r->block_kind != (int)ev->kind) anthropic_block_start(r, ev->kind, call_index);
+    if (ev->kind == CHAT_OUT_TOOL_CALL || r->block < 0 || r->block_kind != (int)ev->kind)
+        anthropic_block_start(r, ev->kind, call_index);
     JsonWriter w;
     jw_init(&w);
     jw_obj(&w);
@@ -445,10 +523,13 @@ static void anthropic_finish(Reply *r, ApiFinish finish, const ApiUsage *usage) 
         jw_kstr(&w, "model", r->srv->model_name);
         jw_key(&w, "content");
         jw_arr(&w);
-        if (o->reasoning_len) anthropic_write_block(&w, r, CHAT_OUT_REASONING, o->reasoning, o->reasoning_len, 0, 1);
+        if (o->reasoning_len)
+            anthropic_write_block(&w, r, CHAT_OUT_REASONING, o->reasoning, o->reasoning_len, 0, 1);
         if (o->content_len || (!o->reasoning_len && !o->n_calls))
-            anthropic_write_block(&w, r, CHAT_OUT_CONTENT, o->content ? o->content : "", o->content_len, 0, 1);
-        for (int i = 0; i < o->n_calls; i++) anthropic_write_block(&w, r, CHAT_OUT_TOOL_CALL, NULL, 0, i, 1);
+            anthropic_write_block(&w, r, CHAT_OUT_CONTENT, o->content ? o->content : "",
+                                  o->content_len, 0, 1);
+        for (int i = 0; i < o->n_calls; i++)
+            anthropic_write_block(&w, r, CHAT_OUT_TOOL_CALL, NULL, 0, i, 1);
         jw_arr_end(&w);
         anthropic_write_stop(&w, r, finish);
         anthropic_write_usage(&w, r, usage->completion);
@@ -456,7 +537,8 @@ static void anthropic_finish(Reply *r, ApiFinish finish, const ApiUsage *usage) 
         server_respond_writer(r->res, &w);
         return;
     }
-    if (!r->items) anthropic_block_start(r, CHAT_OUT_CONTENT, 0);   /* an empty answer is one empty text block */
+    /* an empty answer is one empty text block */
+    if (!r->items) anthropic_block_start(r, CHAT_OUT_CONTENT, 0);
     anthropic_block_stop(r);
     jw_obj(&w);
     jw_kstr(&w, "type", "message_delta");
@@ -483,7 +565,12 @@ static void anthropic_abort(Reply *r, const char *why) {
     http_stream_end(r->res);
 }
 
-static const ApiSkin ANTHROPIC_MESSAGES = { "anthropic", "msg_", "toolu_", anthropic_parse, anthropic_error, anthropic_begin,
-                                            anthropic_event, anthropic_finish, anthropic_abort, NULL };
-static const ApiSkin ANTHROPIC_COUNT = { "anthropic count_tokens", "msg_", "toolu_", anthropic_count_parse, anthropic_error,
-                                         anthropic_begin, anthropic_event, anthropic_finish, anthropic_abort, anthropic_count };
+static const ApiSkin ANTHROPIC_MESSAGES = {
+    "anthropic",     "msg_",          "toolu_",         anthropic_parse, anthropic_error,
+    anthropic_begin, anthropic_event, anthropic_finish, anthropic_abort, NULL
+};
+static const ApiSkin ANTHROPIC_COUNT = {
+    "anthropic count_tokens", "msg_",          "toolu_",        anthropic_count_parse,
+    anthropic_error,          anthropic_begin, anthropic_event, anthropic_finish,
+    anthropic_abort,          anthropic_count
+};

@@ -57,9 +57,12 @@ static int ollama_options(const Server *srv, const JsonValue *o, ApiRequest *r, 
     };
     double temperature = r->sampling.temperature, top_p = r->sampling.top_p;
     int64_t seed = 0, predict = -1, ctx = 0;
-    if (api_number(o, "temperature", 0, 100, &temperature, e) || api_number(o, "top_p", 0, 1, &top_p, e) ||
-        api_int(o, "seed", INT64_MIN, INT64_MAX, &seed, e) || api_int(o, "num_predict", -2, INT32_MAX, &predict, e) ||
-        api_int(o, "num_ctx", 1, INT32_MAX, &ctx, e) || api_stop_strings(json_get(o, "stop"), "stop", r, e)) {
+    if (api_number(o, "temperature", 0, 100, &temperature, e) ||
+        api_number(o, "top_p", 0, 1, &top_p, e) ||
+        api_int(o, "seed", INT64_MIN, INT64_MAX, &seed, e) ||
+        api_int(o, "num_predict", -2, INT32_MAX, &predict, e) ||
+        api_int(o, "num_ctx", 1, INT32_MAX, &ctx, e) ||
+        api_stop_strings(json_get(o, "stop"), "stop", r, e)) {
         char why[sizeof e->message];   /* the field is named in the message; it is in options */
         snprintf(why, sizeof why, "options: %.780s", e->message);
         snprintf(e->message, sizeof e->message, "%s", why);
@@ -69,10 +72,14 @@ static int ollama_options(const Server *srv, const JsonValue *o, ApiRequest *r, 
     r->sampling.temperature = (float)temperature;
     r->sampling.top_p = (float)top_p;
     if ((r->seed_given = api_given(json_get(o, "seed")))) r->sampling.seed = (uint64_t)seed;
-    if (predict == 0) return api_fail(e, 400, "options.num_predict", NULL, "options: \"num_predict\" 0 asks for no answer (-1: no limit)");
+    if (predict == 0)
+        return api_fail(e, 400, "options.num_predict", NULL,
+                        "options: \"num_predict\" 0 asks for no answer (-1: no limit)");
     r->max_tokens = predict > 0 ? (int)predict : -1;
     if (ctx > srv->capacity)
-        return api_fail(e, 400, "options.num_ctx", NULL, "options: \"num_ctx\" is %lld but this server's context holds %d tokens (CTX)",
+        return api_fail(e, 400, "options.num_ctx", NULL,
+                        "options: \"num_ctx\" is %lld but this server's context holds %d tokens "
+                        "(CTX)",
                         (long long)ctx, srv->capacity);
     if (api_top_k(o, "top_k", "options.top_k", r, e)) return -1;
     for (size_t i = 0; i < json_len(o); i++) {
@@ -82,8 +89,9 @@ static int ollama_options(const Server *srv, const JsonValue *o, ApiRequest *r, 
             if (strcmp(key, sampling[k].name) || !api_given(v)) continue;
             const double d = json_type(v) == JSON_BOOL ? json_bool(v) : json_num(v);
             if (d != sampling[k].off)
-                return api_fail(e, 400, "options", NULL, "options: \"%s\" is not supported (only %g, which turns it off)", key,
-                                sampling[k].off);
+                return api_fail(e, 400, "options", NULL,
+                                "options: \"%s\" is not supported (only %g, which turns it off)",
+                                key, sampling[k].off);
         }
     }
     return 0;
@@ -94,21 +102,24 @@ static int ollama_common(const Server *srv, const JsonValue *root, ApiRequest *r
     api_request_defaults(srv, r);
     r->stream = 1;
     const JsonValue *v = json_get(root, "model"), *options;
-    if (api_given(v) && json_type(v) != JSON_STRING) return api_fail(e, 400, "model", NULL, "\"model\" must be a string");
+    if (api_given(v) && json_type(v) != JSON_STRING)
+        return api_fail(e, 400, "model", NULL, "\"model\" must be a string");
     static const char *const refused[] = { "format", "template", "context", "suffix", "images" };
     for (size_t i = 0; i < sizeof refused / sizeof refused[0]; i++) {
         size_t n = 1;
-        if (api_given(v = json_get(root, refused[i])) && !(json_str(v, &n) && !n) && !(json_type(v) == JSON_ARRAY && !json_len(v)))
+        if (api_given(v = json_get(root, refused[i])) && !(json_str(v, &n) && !n) &&
+            !(json_type(v) == JSON_ARRAY && !json_len(v)))
             return api_fail(e, 400, refused[i], NULL, "\"%s\" is not supported", refused[i]);
     }
-    if (api_bool(root, "stream", "stream", &r->stream, e) || api_object(root, "options", &options, e) ||
-        (options && ollama_options(srv, options, r, e)))
+    if (api_bool(root, "stream", "stream", &r->stream, e) ||
+        api_object(root, "options", &options, e) || (options && ollama_options(srv, options, r, e)))
         return -1;
     if (api_given(v = json_get(root, "think"))) {
         const char *level = json_str(v, NULL);
         if (json_type(v) == JSON_BOOL) r->render.thinking = json_bool(v);
         else if (!level || api_effort_level(level, &r->render))
-            return api_fail(e, 400, "think", NULL, "\"think\" must be true, false or a level (low, medium, high, max)");
+            return api_fail(e, 400, "think", NULL,
+                            "\"think\" must be true, false or a level (low, medium, high, max)");
     }
     return 0;
 }
@@ -116,18 +127,22 @@ static int ollama_common(const Server *srv, const JsonValue *root, ApiRequest *r
 /* Ollama's messages → OpenAI's: tool_calls get "type": "function", thinking is reasoning_content,
    tool_name is the tool message's name. */
 static int ollama_message(const JsonValue *m, size_t i, JsonWriter *w, ApiError *e) {
-    if (json_type(m) != JSON_OBJECT) return api_fail(e, 400, "messages", NULL, "messages[%zu] is not an object", i);
+    if (json_type(m) != JSON_OBJECT)
+        return api_fail(e, 400, "messages", NULL, "messages[%zu] is not an object", i);
     const JsonValue *v = json_get(m, "images");
     if (api_given(v) && !(json_type(v) == JSON_ARRAY && !json_len(v)))
-        return api_fail(e, 400, "messages", NULL, "messages[%zu].images is not supported (this model reads text)", i);
+        return api_fail(e, 400, "messages", NULL,
+                        "messages[%zu].images is not supported (this model reads text)", i);
     jw_obj(w);
     for (size_t k = 0; k < json_len(m); k++) {
         const char *key = json_key_at(m, k, NULL);
         v = json_value_at(m, k);
         if (!strcmp(key, "thinking")) { jw_key(w, "reasoning_content"); api_copy_json(w, v); }
-        else if (!strcmp(key, "tool_name")) { jw_key(w, "name"); api_copy_json(w, v); }
-        else if (!strcmp(key, "role") || !strcmp(key, "content")) { jw_key(w, key); api_copy_json(w, v); }
-        else if (!strcmp(key, "tool_calls") && json_type(v) == JSON_ARRAY) {
+        else if (!strcmp(key, "tool_name")) { jw_key(w, "name"); api_copy_json(w, v);
+        } else if (!strcmp(key, "role") || !strcmp(key, "content")) {
+            jw_key(w, key);
+            api_copy_json(w, v);
+        } else if (!strcmp(key, "tool_calls") && json_type(v) == JSON_ARRAY) {
             jw_key(w, "tool_calls");
             jw_arr(w);
             for (size_t c = 0; c < json_len(v); c++) {
@@ -163,17 +178,22 @@ static int ollama_chat_parse(const Server *srv, const JsonValue *root, ApiReques
     return api_read_translated(r, &w, "messages", e);
 }
 
-static int ollama_generate_parse(const Server *srv, const JsonValue *root, ApiRequest *r, ApiError *e) {
+static int ollama_generate_parse(const Server *srv, const JsonValue *root, ApiRequest *r,
+                                 ApiError *e) {
     if (ollama_common(srv, root, r, e)) return -1;
     int raw = 0;
     if (api_bool(root, "raw", "raw", &raw, e)) return -1;
     const JsonValue *system = json_get(root, "system");
     if (!(r->prompt = json_str(json_get(root, "prompt"), &r->prompt_len)))
         return api_fail(e, 400, "prompt", NULL, "\"prompt\" must be a string");
-    if (!r->prompt_len) return api_fail(e, 400, "prompt", NULL, "\"prompt\" is empty: there is nothing to answer");
-    if (api_given(system) && !json_str(system, NULL)) return api_fail(e, 400, "system", NULL, "\"system\" must be a string");
+    if (!r->prompt_len)
+        return api_fail(e, 400, "prompt", NULL, "\"prompt\" is empty: there is nothing to answer");
+    if (api_given(system) && !json_str(system, NULL))
+        return api_fail(e, 400, "system", NULL, "\"system\" must be a string");
     if (raw) {
-        if (api_given(system)) return api_fail(e, 400, "system", NULL, "\"system\" goes through the template, which raw: true leaves out");
+        if (api_given(system))
+            return api_fail(e, 400, "system", NULL,
+                            "\"system\" goes through the template, which raw: true leaves out");
         r->chat = 0;
         return 0;
     }
@@ -182,7 +202,13 @@ static int ollama_generate_parse(const Server *srv, const JsonValue *root, ApiRe
     jw_obj(&w);
     jw_key(&w, "messages");
     jw_arr(&w);
-    if (api_given(system)) { jw_obj(&w); jw_kstr(&w, "role", "system"); jw_key(&w, "content"); api_copy_json(&w, system); jw_obj_end(&w); }
+    if (api_given(system)) {
+        jw_obj(&w);
+        jw_kstr(&w, "role", "system");
+        jw_key(&w, "content");
+        api_copy_json(&w, system);
+        jw_obj_end(&w);
+    }
     jw_obj(&w);
     jw_kstr(&w, "role", "user");
     jw_key(&w, "content");
@@ -203,9 +229,11 @@ static void ollama_head(JsonWriter *w, const Reply *r) {
     jw_kstr(w, "created_at", when);
 }
 
-/* A piece of the answer, or the whole of it: chat's message, or generate's response and thinking. */
-static void ollama_write_body(JsonWriter *w, const Reply *r, const char *content, size_t content_len, const char *thinking,
-                              size_t thinking_len, int call_from, int call_to) {
+/* A piece of the answer, or the whole of it: chat's message, or generate's response and thinking.
+   */
+static void ollama_write_body(JsonWriter *w, const Reply *r, const char *content,
+                              size_t content_len, const char *thinking, size_t thinking_len,
+                              int call_from, int call_to) {
     if (ollama_is_chat(r)) {
         jw_key(w, "message");
         jw_obj(w);
@@ -244,8 +272,10 @@ static void ollama_event(Reply *r, const ChatOutEvent *ev, int call_index) {
     JsonWriter w;
     jw_init(&w);
     ollama_head(&w, r);
-    if (ev->kind == CHAT_OUT_TOOL_CALL) ollama_write_body(&w, r, "", 0, NULL, 0, call_index, call_index + 1);
-    else if (ev->kind == CHAT_OUT_REASONING) ollama_write_body(&w, r, "", 0, ev->text, ev->len, 0, 0);
+    if (ev->kind == CHAT_OUT_TOOL_CALL)
+        ollama_write_body(&w, r, "", 0, NULL, 0, call_index, call_index + 1);
+    else if (ev->kind == CHAT_OUT_REASONING)
+        ollama_write_body(&w, r, "", 0, ev->text, ev->len, 0, 0);
     else ollama_write_body(&w, r, ev->text, ev->len, NULL, 0, 0, 0);
     jw_kbool(&w, "done", 0);
     jw_obj_end(&w);
@@ -258,7 +288,9 @@ static void ollama_finish(Reply *r, ApiFinish finish, const ApiUsage *u) {
     ollama_head(&w, r);
     const ChatOutput *o = &r->out;
     if (r->req->stream) ollama_write_body(&w, r, "", 0, NULL, 0, 0, 0);
-    else ollama_write_body(&w, r, o->content, o->content_len, o->reasoning, o->reasoning_len, 0, o->n_calls);
+    else
+        ollama_write_body(&w, r, o->content, o->content_len, o->reasoning, o->reasoning_len, 0,
+                          o->n_calls);
     jw_kbool(&w, "done", 1);
     jw_kstr(&w, "done_reason", finish == FINISH_LENGTH ? "length" : "stop");
     jw_kint(&w, "total_duration", (int64_t)((u->end - u->start) * 1e9));
@@ -283,12 +315,15 @@ static void ollama_abort(Reply *r, const char *why) {
     http_stream_end(r->res);
 }
 
-static const ApiSkin OLLAMA_CHAT = { "ollama chat", "", "call_", ollama_chat_parse, ollama_error, ollama_begin, ollama_event,
-                                     ollama_finish, ollama_abort, NULL };
-static const ApiSkin OLLAMA_GENERATE = { "ollama generate", "", "call_", ollama_generate_parse, ollama_error, ollama_begin,
-                                         ollama_event, ollama_finish, ollama_abort, NULL };
+static const ApiSkin OLLAMA_CHAT = { "ollama chat", "",           "call_",      ollama_chat_parse,
+                                     ollama_error,  ollama_begin, ollama_event, ollama_finish,
+                                     ollama_abort,  NULL };
+static const ApiSkin OLLAMA_GENERATE = {
+    "ollama generate", "",           "call_",       ollama_generate_parse, ollama_error,
+    ollama_begin,      ollama_event, ollama_finish, ollama_abort,          NULL
+};
 
-/* ---- the model endpoints (the I/O thread) ------------------------------------------------------ */
+/* ---- the model endpoints (the I/O thread) ---------------------------------------------------- */
 
 static void ollama_write_details(JsonWriter *w) {
     jw_key(w, "details");
@@ -317,7 +352,8 @@ static void ollama_write_model(JsonWriter *w, const Server *srv, int running) {
     jw_kstr(w, "digest", "");
     ollama_write_details(w);
     if (running) {
-        ollama_time(when, sizeof when, ollama_wall() + 365.0 * 86400);   /* loaded until the server stops */
+        /* loaded until the server stops */
+        ollama_time(when, sizeof when, ollama_wall() + 365.0 * 86400);
         jw_kstr(w, "expires_at", when);
         jw_kint(w, "size_vram", 0);
         jw_kint(w, "context_length", srv->capacity);
@@ -328,12 +364,14 @@ static void ollama_write_model(JsonWriter *w, const Server *srv, int running) {
 /* A requested model name is this server's: the name, or the name with Ollama's ":latest" tag. */
 static int ollama_model_is(const Server *srv, const char *name) {
     const size_t n = strlen(srv->model_name);
-    return !strcmp(name, srv->model_name) || (!strncmp(name, srv->model_name, n) && !strcmp(name + n, ":latest"));
+    return !strcmp(name, srv->model_name) ||
+           (!strncmp(name, srv->model_name, n) && !strcmp(name + n, ":latest"));
 }
 
 static int ollama_quick(const Server *srv, const HttpRequest *req, HttpResponse *res, double t0) {
     const char *p = req->path;
-    const int get = !strcmp(req->method, "GET") || !strcmp(req->method, "HEAD"), post = !strcmp(req->method, "POST");
+    const int get = !strcmp(req->method, "GET") || !strcmp(req->method, "HEAD"),
+              post = !strcmp(req->method, "POST");
     const int list = !strcmp(p, "/api/tags") || !strcmp(p, "/api/ps");
     ApiError e = { 0 };
     JsonWriter w;
@@ -359,10 +397,12 @@ static int ollama_quick(const Server *srv, const HttpRequest *req, HttpResponse 
         const char *name = json_str(json_get(root, "model"), NULL);
         if (!name) name = json_str(json_get(root, "name"), NULL);
         if (!post) api_fail(&e, 405, NULL, NULL, "/api/show takes POST");
-        else if (!doc) api_fail(&e, 400, NULL, NULL, "the request body is not valid JSON: %s", jerr);
+        else if (!doc)
+            api_fail(&e, 400, NULL, NULL, "the request body is not valid JSON: %s", jerr);
         else if (!name) api_fail(&e, 400, "model", NULL, "\"model\" must be a string");
-        else if (!ollama_model_is(srv, name)) api_fail(&e, 404, "model", NULL, "model '%.200s' not found (this server has '%s')", name,
-                                                    srv->model_name);
+        else if (!ollama_model_is(srv, name))
+            api_fail(&e, 404, "model", NULL, "model '%.200s' not found (this server has '%s')",
+                     name, srv->model_name);
         else {
             jw_obj(&w);
             jw_kstr(&w, "modelfile", "");
@@ -389,7 +429,8 @@ static int ollama_quick(const Server *srv, const HttpRequest *req, HttpResponse 
     }
     if (e.status) {
         jw_free(&w);
-        if (e.status == 405) http_add_header(res, "Allow", !strcmp(p, "/api/show") ? "POST" : "GET, HEAD");
+        if (e.status == 405)
+            http_add_header(res, "Allow", !strcmp(p, "/api/show") ? "POST" : "GET, HEAD");
         server_respond_error(req, res, &e, t0);
         return 1;
     }

@@ -24,7 +24,8 @@
    ============================================================================================= */
 
 /* One assistant turn made of items [from, to): reasoning, message and function_call items. */
-static int responses_turn(const JsonValue *items, size_t from, size_t to, JsonWriter *w, ApiError *e) {
+static int responses_turn(const JsonValue *items, size_t from, size_t to, JsonWriter *w,
+                          ApiError *e) {
     size_t n;
     const char *s;
     jw_obj(w);
@@ -35,16 +36,31 @@ static int responses_turn(const JsonValue *items, size_t from, size_t to, JsonWr
         const JsonValue *it = json_at(items, i), *content = json_get(it, "content");
         const char *type = json_str(json_get(it, "type"), NULL);
         if (type && strcmp(type, "message")) continue;
-        if ((s = json_str(content, &n))) { jw_obj(w); jw_kstr(w, "type", "text"); jw_key(w, "text"); jw_strn(w, s, n); jw_obj_end(w); continue; }
+        if ((s = json_str(content, &n))) {
+            jw_obj(w);
+            jw_kstr(w, "type", "text");
+            jw_key(w, "text");
+            jw_strn(w, s, n);
+            jw_obj_end(w);
+            continue;
+        }
         for (size_t k = 0; k < json_len(content); k++) {
             const JsonValue *part = json_at(content, k);
             const char *pt = json_str(json_get(part, "type"), NULL);
-            if (!pt || (strcmp(pt, "output_text") && strcmp(pt, "input_text") && strcmp(pt, "refusal")))
-                return api_fail(e, 400, "input", NULL, "input[%zu].content[%zu] has type \"%.40s\" (an assistant message holds output_text)",
+            if (!pt ||
+                (strcmp(pt, "output_text") && strcmp(pt, "input_text") && strcmp(pt, "refusal")))
+                return api_fail(e, 400, "input", NULL,
+                                "input[%zu].content[%zu] has type \"%.40s\" (an assistant message "
+                                "holds output_text)",
                                 i, k, pt ? pt : "(none)");
             if (!(s = json_str(json_get(part, strcmp(pt, "refusal") ? "text" : "refusal"), &n)))
-                return api_fail(e, 400, "input", NULL, "input[%zu].content[%zu] has no text string", i, k);
-            jw_obj(w); jw_kstr(w, "type", "text"); jw_key(w, "text"); jw_strn(w, s, n); jw_obj_end(w);
+                return api_fail(e, 400, "input", NULL, "input[%zu].content[%zu] has no text string",
+                                i, k);
+            jw_obj(w);
+            jw_kstr(w, "type", "text");
+            jw_key(w, "text");
+            jw_strn(w, s, n);
+            jw_obj_end(w);
         }
     }
     jw_arr_end(w);
@@ -58,8 +74,11 @@ static int responses_turn(const JsonValue *items, size_t from, size_t to, JsonWr
         if (!json_len(parts)) parts = json_get(it, "summary");
         for (size_t k = 0; k < json_len(parts); k++) {
             if (!(s = json_str(json_get(json_at(parts, k), "text"), &n)))
-                return api_fail(e, 400, "input", NULL, "input[%zu]: a reasoning item's parts need a \"text\" string", i);
-            if (reasoning++) return api_fail(e, 400, "input", NULL, "input[%zu]: an assistant turn has one reasoning text here", i);
+                return api_fail(e, 400, "input", NULL,
+                                "input[%zu]: a reasoning item's parts need a \"text\" string", i);
+            if (reasoning++)
+                return api_fail(e, 400, "input", NULL,
+                                "input[%zu]: an assistant turn has one reasoning text here", i);
             jw_key(w, "reasoning_content");
             jw_strn(w, s, n);
         }
@@ -68,10 +87,14 @@ static int responses_turn(const JsonValue *items, size_t from, size_t to, JsonWr
         const JsonValue *it = json_at(items, i);
         const char *type = json_str(json_get(it, "type"), NULL);
         if (!type || strcmp(type, "function_call")) continue;
-        const char *name = json_str(json_get(it, "name"), NULL), *args = json_str(json_get(it, "arguments"), NULL);
+        const char *name = json_str(json_get(it, "name"), NULL),
+                   *args = json_str(json_get(it, "arguments"), NULL);
         const char *id = json_str(json_get(it, "call_id"), NULL);
         if (!name || !args || !id)
-            return api_fail(e, 400, "input", NULL, "input[%zu]: a function_call item needs \"call_id\", \"name\" and \"arguments\" strings", i);
+            return api_fail(e, 400, "input", NULL,
+                            "input[%zu]: a function_call item needs \"call_id\", \"name\" and "
+                            "\"arguments\" strings",
+                            i);
         if (!calls++) { jw_key(w, "tool_calls"); jw_arr(w); }
         jw_obj(w);
         jw_kstr(w, "id", id);
@@ -89,7 +112,8 @@ static int responses_turn(const JsonValue *items, size_t from, size_t to, JsonWr
 }
 
 static int responses_is_turn_item(const JsonValue *it) {
-    const char *type = json_str(json_get(it, "type"), NULL), *role = json_str(json_get(it, "role"), NULL);
+    const char *type = json_str(json_get(it, "type"), NULL),
+               *role = json_str(json_get(it, "role"), NULL);
     if (type && (!strcmp(type, "reasoning") || !strcmp(type, "function_call"))) return 1;
     return (!type || !strcmp(type, "message")) && role && !strcmp(role, "assistant");
 }
@@ -100,8 +124,10 @@ static int responses_input(const JsonValue *items, JsonWriter *w, ApiError *e) {
     const char *s;
     for (size_t i = 0; i < json_len(items);) {
         const JsonValue *it = json_at(items, i);
-        if (json_type(it) != JSON_OBJECT) return api_fail(e, 400, "input", NULL, "input[%zu] is not an object", i);
-        const char *type = json_str(json_get(it, "type"), NULL), *role = json_str(json_get(it, "role"), NULL);
+        if (json_type(it) != JSON_OBJECT)
+            return api_fail(e, 400, "input", NULL, "input[%zu] is not an object", i);
+        const char *type = json_str(json_get(it, "type"), NULL),
+                   *role = json_str(json_get(it, "role"), NULL);
         if (responses_is_turn_item(it)) {
             size_t to = i + 1;
             while (to < json_len(items) && responses_is_turn_item(json_at(items, to))) to++;
@@ -112,7 +138,10 @@ static int responses_input(const JsonValue *items, JsonWriter *w, ApiError *e) {
         if (type && !strcmp(type, "function_call_output")) {
             const char *id = json_str(json_get(it, "call_id"), NULL);
             const JsonValue *out = json_get(it, "output");
-            if (!id) return api_fail(e, 400, "input", NULL, "input[%zu]: a function_call_output item needs a \"call_id\" string", i);
+            if (!id)
+                return api_fail(
+                    e, 400, "input", NULL,
+                    "input[%zu]: a function_call_output item needs a \"call_id\" string", i);
             jw_obj(w);
             jw_kstr(w, "role", "tool");
             jw_kstr(w, "tool_call_id", id);
@@ -122,9 +151,16 @@ static int responses_input(const JsonValue *items, JsonWriter *w, ApiError *e) {
                 jw_arr(w);
                 for (size_t k = 0; k < json_len(out); k++) {
                     const char *pt = json_str(json_get(json_at(out, k), "type"), NULL);
-                    if (!pt || strcmp(pt, "input_text") || !(s = json_str(json_get(json_at(out, k), "text"), &n)))
-                        return api_fail(e, 400, "input", NULL, "input[%zu].output must be a string or input_text parts", i);
-                    jw_obj(w); jw_kstr(w, "type", "text"); jw_key(w, "text"); jw_strn(w, s, n); jw_obj_end(w);
+                    if (!pt || strcmp(pt, "input_text") ||
+                        !(s = json_str(json_get(json_at(out, k), "text"), &n)))
+                        return api_fail(e, 400, "input", NULL,
+                                        "input[%zu].output must be a string or input_text parts",
+                                        i);
+                    jw_obj(w);
+                    jw_kstr(w, "type", "text");
+                    jw_key(w, "text");
+                    jw_strn(w, s, n);
+                    jw_obj_end(w);
                 }
                 jw_arr_end(w);
             }
@@ -133,8 +169,10 @@ static int responses_input(const JsonValue *items, JsonWriter *w, ApiError *e) {
             continue;
         }
         if ((type && strcmp(type, "message")) || !role)
-            return api_fail(e, 400, "input", NULL, "input[%zu] has type \"%.40s\" (supported: message, function_call, "
-                            "function_call_output, reasoning)", i, type ? type : "(none)");
+            return api_fail(e, 400, "input", NULL,
+                            "input[%zu] has type \"%.40s\" (supported: message, function_call, "
+                            "function_call_output, reasoning)",
+                            i, type ? type : "(none)");
         const JsonValue *content = json_get(it, "content");
         jw_obj(w);
         jw_kstr(w, "role", role);   /* chat.h checks it */
@@ -144,14 +182,23 @@ static int responses_input(const JsonValue *items, JsonWriter *w, ApiError *e) {
             jw_arr(w);
             for (size_t k = 0; k < json_len(content); k++) {
                 const char *pt = json_str(json_get(json_at(content, k), "type"), NULL);
-                if (!pt || strcmp(pt, "input_text") || !(s = json_str(json_get(json_at(content, k), "text"), &n)))
-                    return api_fail(e, 400, "input", NULL, "input[%zu].content[%zu] has type \"%.40s\" (supported: input_text; this model "
-                                    "reads text)", i, k, pt ? pt : "(none)");
-                jw_obj(w); jw_kstr(w, "type", "text"); jw_key(w, "text"); jw_strn(w, s, n); jw_obj_end(w);
+                if (!pt || strcmp(pt, "input_text") ||
+                    !(s = json_str(json_get(json_at(content, k), "text"), &n)))
+                    return api_fail(e, 400, "input", NULL,
+                                    "input[%zu].content[%zu] has type \"%.40s\" (supported: "
+                                    "input_text; this model "
+                                    "reads text)",
+                                    i, k, pt ? pt : "(none)");
+                jw_obj(w);
+                jw_kstr(w, "type", "text");
+                jw_key(w, "text");
+                jw_strn(w, s, n);
+                jw_obj_end(w);
             }
             jw_arr_end(w);
         } else {
-            return api_fail(e, 400, "input", NULL, "input[%zu].content must be a string or a list of parts", i);
+            return api_fail(e, 400, "input", NULL,
+                            "input[%zu].content must be a string or a list of parts", i);
         }
         jw_obj_end(w);
         i++;
@@ -161,15 +208,19 @@ static int responses_input(const JsonValue *items, JsonWriter *w, ApiError *e) {
 
 /* function tools {type, name, description, parameters, strict} → OpenAI chat's nested form */
 static int responses_tools(const JsonValue *tools, JsonWriter *w, ApiError *e) {
-    if (json_type(tools) != JSON_ARRAY) return api_fail(e, 400, "tools", NULL, "\"tools\" must be a list");
+    if (json_type(tools) != JSON_ARRAY)
+        return api_fail(e, 400, "tools", NULL, "\"tools\" must be a list");
     jw_key(w, "tools");
     jw_arr(w);
     for (size_t i = 0; i < json_len(tools); i++) {
         const JsonValue *t = json_at(tools, i);
         const char *type = json_str(json_get(t, "type"), NULL);
         if (!type || strcmp(type, "function"))
-            return api_fail(e, 400, "tools", NULL, "tools[%zu] has type \"%.60s\": only function tools are supported", i, type ? type : "(none)");
-        if (!json_str(json_get(t, "name"), NULL)) return api_fail(e, 400, "tools", NULL, "tools[%zu] has no \"name\" string", i);
+            return api_fail(e, 400, "tools", NULL,
+                            "tools[%zu] has type \"%.60s\": only function tools are supported", i,
+                            type ? type : "(none)");
+        if (!json_str(json_get(t, "name"), NULL))
+            return api_fail(e, 400, "tools", NULL, "tools[%zu] has no \"name\" string", i);
         jw_obj(w);
         jw_kstr(w, "type", "function");
         jw_key(w, "function");
@@ -190,61 +241,91 @@ static int responses_tools(const JsonValue *tools, JsonWriter *w, ApiError *e) {
 static int responses_parse(const Server *srv, const JsonValue *root, ApiRequest *r, ApiError *e) {
     api_request_defaults(srv, r);
     const JsonValue *v = json_get(root, "model");
-    if (api_given(v) && json_type(v) != JSON_STRING) return api_fail(e, 400, "model", NULL, "\"model\" must be a string");
+    if (api_given(v) && json_type(v) != JSON_STRING)
+        return api_fail(e, 400, "model", NULL, "\"model\" must be a string");
     if (api_given(json_get(root, "previous_response_id")))
-        return api_fail(e, 400, "previous_response_id", NULL, "\"previous_response_id\" is not supported: this server stores no responses "
+        return api_fail(e, 400, "previous_response_id", NULL,
+                        "\"previous_response_id\" is not supported: this server stores no "
+                        "responses "
                         "(send the conversation as input items, as with store: false)");
     int background = 0;
     if (api_given(json_get(root, "conversation")))
-        return api_fail(e, 400, "conversation", NULL, "\"conversation\" is not supported: this server stores no conversations");
+        return api_fail(e, 400, "conversation", NULL,
+                        "\"conversation\" is not supported: this server stores no conversations");
     if (api_bool(root, "background", "background", &background, e)) return -1;
     if (background) return api_fail(e, 400, "background", NULL, "\"background\" is not supported");
-    if (api_given(json_get(root, "prompt"))) return api_fail(e, 400, "prompt", NULL, "\"prompt\" (stored prompts) is not supported");
+    if (api_given(json_get(root, "prompt")))
+        return api_fail(e, 400, "prompt", NULL, "\"prompt\" (stored prompts) is not supported");
     int64_t max_tokens = -1, top_logprobs = 0;
     double temperature = r->sampling.temperature, top_p = r->sampling.top_p;
-    if (api_int(root, "max_output_tokens", 1, INT32_MAX, &max_tokens, e) || api_number(root, "temperature", 0, 2, &temperature, e) ||
-        api_number(root, "top_p", 0, 1, &top_p, e) || api_bool(root, "stream", "stream", &r->stream, e) ||
+    if (api_int(root, "max_output_tokens", 1, INT32_MAX, &max_tokens, e) ||
+        api_number(root, "temperature", 0, 2, &temperature, e) ||
+        api_number(root, "top_p", 0, 1, &top_p, e) ||
+        api_bool(root, "stream", "stream", &r->stream, e) ||
         api_int(root, "top_logprobs", 0, 0, &top_logprobs, e))
         return -1;
     r->max_tokens = (int)max_tokens;
     r->sampling.temperature = (float)temperature;
     r->sampling.top_p = (float)top_p;
     const JsonValue *text, *reasoning;
-    if (api_object(root, "text", &text, e) || api_object(root, "reasoning", &reasoning, e)) return -1;
+    if (api_object(root, "text", &text, e) || api_object(root, "reasoning", &reasoning, e))
+        return -1;
     const JsonValue *format = json_get(text, "format");
     const char *ft = json_str(json_get(format, "type"), NULL);
     if (api_given(format) && (!ft || strcmp(ft, "text")))
-        return api_fail(e, 400, "text.format", NULL, "\"text.format\" %.40s is not supported (no constrained decoding; only \"text\")",
+        return api_fail(e, 400, "text.format", NULL,
+                        "\"text.format\" %.40s is not supported (no constrained decoding; only "
+                        "\"text\")",
                         ft ? ft : "without a type");
     const char *effort = json_str(json_get(reasoning, "effort"), NULL);
-    if (api_given(json_get(reasoning, "effort")) && (!effort || api_effort_level(effort, &r->render)))
-        return api_fail(e, 400, "reasoning.effort", NULL, "\"reasoning.effort\" must be none, minimal, low, medium, high or xhigh");
+    if (api_given(json_get(reasoning, "effort")) &&
+        (!effort || api_effort_level(effort, &r->render)))
+        return api_fail(e, 400, "reasoning.effort", NULL,
+                        "\"reasoning.effort\" must be none, minimal, low, medium, high or xhigh");
     int use_tools = 1;
     if (api_given(v = json_get(root, "tool_choice"))) {
         const char *choice = json_str(v, NULL);
         if (choice && !strcmp(choice, "none")) use_tools = 0;
         else if (!choice || strcmp(choice, "auto"))
-            return api_fail(e, 400, "tool_choice", NULL, "\"tool_choice\" %s%.40s%s is not supported (\"auto\" or \"none\": forcing a "
-                            "tool call needs constrained decoding)", choice ? "\"" : "", choice ? choice : "naming a tool", choice ? "\"" : "");
+            return api_fail(
+                e, 400, "tool_choice", NULL,
+                "\"tool_choice\" %s%.40s%s is not supported (\"auto\" or \"none\": forcing a "
+                "tool call needs constrained decoding)",
+                choice ? "\"" : "", choice ? choice : "naming a tool", choice ? "\"" : "");
     }
     JsonWriter w;
     jw_init(&w);
     jw_obj(&w);
-    if (use_tools && api_given(v = json_get(root, "tools")) && responses_tools(v, &w, e)) { jw_free(&w); return -1; }
+    if (use_tools && api_given(v = json_get(root, "tools")) && responses_tools(v, &w, e)) {
+        jw_free(&w);
+        return -1;
+    }
     jw_key(&w, "messages");
     jw_arr(&w);
     size_t n;
     const char *s;
     if (api_given(v = json_get(root, "instructions"))) {
-        if (!(s = json_str(v, &n))) { jw_free(&w); return api_fail(e, 400, "instructions", NULL, "\"instructions\" must be a string"); }
-        jw_obj(&w); jw_kstr(&w, "role", "system"); jw_key(&w, "content"); jw_strn(&w, s, n); jw_obj_end(&w);
+        if (!(s = json_str(v, &n))) {
+            jw_free(&w);
+            return api_fail(e, 400, "instructions", NULL, "\"instructions\" must be a string");
+        }
+        jw_obj(&w);
+        jw_kstr(&w, "role", "system");
+        jw_key(&w, "content");
+        jw_strn(&w, s, n);
+        jw_obj_end(&w);
     }
     const JsonValue *input = json_get(root, "input");
     if ((s = json_str(input, &n))) {
-        jw_obj(&w); jw_kstr(&w, "role", "user"); jw_key(&w, "content"); jw_strn(&w, s, n); jw_obj_end(&w);
+        jw_obj(&w);
+        jw_kstr(&w, "role", "user");
+        jw_key(&w, "content");
+        jw_strn(&w, s, n);
+        jw_obj_end(&w);
     } else if (json_type(input) != JSON_ARRAY || !json_len(input)) {
         jw_free(&w);
-        return api_fail(e, 400, "input", NULL, "\"input\" must be a string or a non-empty list of items");
+        return api_fail(e, 400, "input", NULL,
+                        "\"input\" must be a string or a non-empty list of items");
     } else if (responses_input(input, &w, e)) {
         jw_free(&w);
         return -1;
@@ -254,17 +335,19 @@ static int responses_parse(const Server *srv, const JsonValue *root, ApiRequest 
     return api_read_translated(r, &w, "input", e);
 }
 
-/* ---- the answer -------------------------------------------------------------------------------- */
+/* ---- the answer ------------------------------------------------------------------------------ */
 
 /* An item's id: the answer's id with the item's kind and index ("rs_", "msg_", "fc_"). */
 static void responses_item_id(const Reply *r, ChatOutKind kind, int index, char *dst, size_t n) {
-    const char *prefix = kind == CHAT_OUT_REASONING ? "rs_" : kind == CHAT_OUT_CONTENT ? "msg_" : "fc_";
+    const char *prefix = kind == CHAT_OUT_REASONING ? "rs_"
+                         : kind == CHAT_OUT_CONTENT ? "msg_"
+                                                    : "fc_";
     snprintf(dst, n, "%s%s_%d", prefix, r->id + 5, index);   /* after "resp_" */
 }
 
 /* An output item: in_progress with no text (a stream's added event) or whole. */
-static void responses_write_item(JsonWriter *w, const Reply *r, ChatOutKind kind, int index, int call, const char *text, size_t len,
-                                 int whole) {
+static void responses_write_item(JsonWriter *w, const Reply *r, ChatOutKind kind, int index,
+                                 int call, const char *text, size_t len, int whole) {
     char id[64];
     responses_item_id(r, kind, index, id, sizeof id);
     jw_obj(w);
@@ -325,27 +408,38 @@ static double responses_decimal(float f) {
 }
 
 /* The response object: in_progress (no output yet) or whole. */
-static void responses_write_response(JsonWriter *w, const Reply *r, ApiFinish finish, const ApiUsage *u, int whole) {
+static void responses_write_response(JsonWriter *w, const Reply *r, ApiFinish finish,
+                                     const ApiUsage *u, int whole) {
     const ApiRequest *q = r->req;
     const ChatOutput *o = &r->out;
     jw_obj(w);
     jw_kstr(w, "id", r->id);
     jw_kstr(w, "object", "response");
     jw_kint(w, "created_at", r->created);
-    jw_kstr(w, "status", !whole ? "in_progress" : finish == FINISH_LENGTH ? "incomplete" : "completed");
+    jw_kstr(w, "status",
+            !whole                    ? "in_progress"
+            : finish == FINISH_LENGTH ? "incomplete"
+                                      : "completed");
     jw_key(w, "error");
     jw_null(w);
     jw_key(w, "incomplete_details");
-    if (whole && finish == FINISH_LENGTH) { jw_obj(w); jw_kstr(w, "reason", "max_output_tokens"); jw_obj_end(w); }
-    else jw_null(w);
+    if (whole && finish == FINISH_LENGTH) {
+        jw_obj(w);
+        jw_kstr(w, "reason", "max_output_tokens");
+        jw_obj_end(w);
+    } else jw_null(w);
     jw_kstr(w, "model", r->srv->model_name);
     jw_key(w, "output");
     jw_arr(w);
     int index = 0;
-    if (whole && o->reasoning_len) responses_write_item(w, r, CHAT_OUT_REASONING, index++, 0, o->reasoning, o->reasoning_len, 1);
+    if (whole && o->reasoning_len)
+        responses_write_item(w, r, CHAT_OUT_REASONING, index++, 0, o->reasoning, o->reasoning_len,
+                             1);
     if (whole && (o->content_len || (!o->reasoning_len && !o->n_calls)))
-        responses_write_item(w, r, CHAT_OUT_CONTENT, index++, 0, o->content ? o->content : "", o->content_len, 1);
-    for (int i = 0; whole && i < o->n_calls; i++) responses_write_item(w, r, CHAT_OUT_TOOL_CALL, index++, i, NULL, 0, 1);
+        responses_write_item(w, r, CHAT_OUT_CONTENT, index++, 0, o->content ? o->content : "",
+                             o->content_len, 1);
+    for (int i = 0; whole && i < o->n_calls; i++)
+        responses_write_item(w, r, CHAT_OUT_TOOL_CALL, index++, i, NULL, 0, 1);
     jw_arr_end(w);
     jw_kbool(w, "parallel_tool_calls", 1);
     jw_key(w, "previous_response_id");
@@ -359,7 +453,10 @@ static void responses_write_response(JsonWriter *w, const Reply *r, ApiFinish fi
     jw_key(w, "reasoning");
     jw_obj(w);
     jw_key(w, "effort");
-    if (q->render.thinking) jw_str(w, q->render.reasoning_effort && !strcmp(q->render.reasoning_effort, "high") ? "high" : "xhigh");
+    if (q->render.thinking)
+        jw_str(w, q->render.reasoning_effort && !strcmp(q->render.reasoning_effort, "high")
+                      ? "high"
+                      : "xhigh");
     else jw_str(w, "none");
     jw_obj_end(w);
     jw_kstr(w, "tool_choice", "auto");
@@ -379,7 +476,8 @@ static void responses_write_response(JsonWriter *w, const Reply *r, ApiFinish fi
         jw_kint(w, "output_tokens", u->completion);
         jw_key(w, "output_tokens_details");
         jw_obj(w);
-        jw_kint(w, "reasoning_tokens", 0);   /* not counted apart: the reasoning's tokens are in output_tokens */
+        /* not counted apart: the reasoning's tokens are in output_tokens */
+        jw_kint(w, "reasoning_tokens", 0);
         jw_obj_end(w);
         jw_kint(w, "total_tokens", u->prompt + u->completion);
         jw_obj_end(w);
@@ -460,7 +558,14 @@ static void responses_item_done(Reply *r) {
         jw_kstr(&w, "type", reasoning ? "reasoning_text" : "output_text");
         jw_key(&w, "text");
         jw_strn(&w, text, len);
-        if (!reasoning) { jw_key(&w, "annotations"); jw_arr(&w); jw_arr_end(&w); jw_key(&w, "logprobs"); jw_arr(&w); jw_arr_end(&w); }
+        if (!reasoning) {
+            jw_key(&w, "annotations");
+            jw_arr(&w);
+            jw_arr_end(&w);
+            jw_key(&w, "logprobs");
+            jw_arr(&w);
+            jw_arr_end(&w);
+        }
         jw_obj_end(&w);
         responses_send(r, "response.content_part.done", &w);
     }
@@ -476,7 +581,9 @@ static void responses_item_add(Reply *r, ChatOutKind kind, int call) {
     responses_item_done(r);
     r->block = r->items++;
     r->block_kind = (int)kind;
-    r->item_from = kind == CHAT_OUT_REASONING ? r->out.reasoning_len : kind == CHAT_OUT_CONTENT ? r->out.content_len : 0;
+    r->item_from = kind == CHAT_OUT_REASONING ? r->out.reasoning_len
+                   : kind == CHAT_OUT_CONTENT ? r->out.content_len
+                                              : 0;
     responses_item_id(r, kind, r->block, r->item_id, sizeof r->item_id);
     JsonWriter w;
     responses_open(r, &w, "response.output_item.added");
@@ -491,7 +598,14 @@ static void responses_item_add(Reply *r, ChatOutKind kind, int call) {
     jw_obj(&w);
     jw_kstr(&w, "type", kind == CHAT_OUT_REASONING ? "reasoning_text" : "output_text");
     jw_kstr(&w, "text", "");
-    if (kind == CHAT_OUT_CONTENT) { jw_key(&w, "annotations"); jw_arr(&w); jw_arr_end(&w); jw_key(&w, "logprobs"); jw_arr(&w); jw_arr_end(&w); }
+    if (kind == CHAT_OUT_CONTENT) {
+        jw_key(&w, "annotations");
+        jw_arr(&w);
+        jw_arr_end(&w);
+        jw_key(&w, "logprobs");
+        jw_arr(&w);
+        jw_arr_end(&w);
+    }
     jw_obj_end(&w);
     responses_send(r, "response.content_part.added", &w);
 }
@@ -503,8 +617,9 @@ static void responses_event(Reply *r, const ChatOutEvent *ev, int call_index) {
         if (ev->kind != CHAT_OUT_TOOL_CALL) r->item_from -= ev->len;
     }
     JsonWriter w;
-    const char *type = ev->kind == CHAT_OUT_TOOL_CALL ? "response.function_call_arguments.delta"
-                     : ev->kind == CHAT_OUT_REASONING ? "response.reasoning_text.delta" : "response.output_text.delta";
+    const char *type = ev->kind == CHAT_OUT_TOOL_CALL   ? "response.function_call_arguments.delta"
+                       : ev->kind == CHAT_OUT_REASONING ? "response.reasoning_text.delta"
+                                                        : "response.output_text.delta";
     responses_open(r, &w, type);
     responses_where(&w, r, ev->kind != CHAT_OUT_TOOL_CALL);
     jw_key(&w, "delta");
@@ -523,7 +638,8 @@ static void responses_finish(Reply *r, ApiFinish finish, const ApiUsage *usage) 
         server_respond_writer(r->res, &w);
         return;
     }
-    if (!r->items) responses_item_add(r, CHAT_OUT_CONTENT, 0);   /* an empty answer is one empty message */
+    /* an empty answer is one empty message */
+    if (!r->items) responses_item_add(r, CHAT_OUT_CONTENT, 0);
     responses_item_done(r);
     const char *type = finish == FINISH_LENGTH ? "response.incomplete" : "response.completed";
     responses_open(r, &w, type);
@@ -544,5 +660,7 @@ static void responses_abort(Reply *r, const char *why) {
     http_stream_end(r->res);
 }
 
-static const ApiSkin OPENAI_RESPONSES = { "openai responses", "resp_", "call_", responses_parse, openai_error, responses_begin,
-                                          responses_event, responses_finish, responses_abort, NULL };
+static const ApiSkin OPENAI_RESPONSES = {
+    "openai responses", "resp_",         "call_",          responses_parse, openai_error,
+    responses_begin,    responses_event, responses_finish, responses_abort, NULL
+};

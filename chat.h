@@ -134,10 +134,23 @@
 typedef enum { CHAT_GLM50, CHAT_GLM52 } ChatFormat;
 
 typedef enum {
-    CHAT_TAG_GMASK, CHAT_TAG_SOP, CHAT_TAG_SYSTEM, CHAT_TAG_USER, CHAT_TAG_ASSISTANT, CHAT_TAG_OBSERVATION,
-    CHAT_TAG_THINK, CHAT_TAG_END_THINK, CHAT_TAG_TOOL_CALL, CHAT_TAG_END_TOOL_CALL, CHAT_TAG_ARG_KEY,
-    CHAT_TAG_END_ARG_KEY, CHAT_TAG_ARG_VALUE, CHAT_TAG_END_ARG_VALUE, CHAT_TAG_TOOL_RESPONSE,
-    CHAT_TAG_END_TOOL_RESPONSE, CHAT_TAG_COUNT
+    CHAT_TAG_GMASK,
+    CHAT_TAG_SOP,
+    CHAT_TAG_SYSTEM,
+    CHAT_TAG_USER,
+    CHAT_TAG_ASSISTANT,
+    CHAT_TAG_OBSERVATION,
+    CHAT_TAG_THINK,
+    CHAT_TAG_END_THINK,
+    CHAT_TAG_TOOL_CALL,
+    CHAT_TAG_END_TOOL_CALL,
+    CHAT_TAG_ARG_KEY,
+    CHAT_TAG_END_ARG_KEY,
+    CHAT_TAG_ARG_VALUE,
+    CHAT_TAG_END_ARG_VALUE,
+    CHAT_TAG_TOOL_RESPONSE,
+    CHAT_TAG_END_TOOL_RESPONSE,
+    CHAT_TAG_COUNT
 } ChatTag;
 
 typedef enum { CHAT_SYSTEM, CHAT_USER, CHAT_ASSISTANT, CHAT_TOOL } ChatRole;
@@ -177,11 +190,15 @@ typedef struct {
 
 typedef struct {
     ChatFormat format;
-    int thinking;                   /* 1: the generation prompt opens <think>; GLM-5.2 writes the effort line */
-    const char *reasoning_effort;   /* GLM-5.2: "high" -> High; anything else, NULL included -> Max */
-    int keep_reasoning;             /* 1: earlier answers keep their reasoning (clear_thinking=false) */
+    /* 1: the generation prompt opens <think>; GLM-5.2 writes the effort line */
+    int thinking;
+    /* GLM-5.2: "high" -> High; anything else, NULL included -> Max */
+    const char *reasoning_effort;
+    /* 1: earlier answers keep their reasoning (clear_thinking=false) */
+    int keep_reasoning;
     int generation_prompt;          /* 1: end with <|assistant|> and the thinking opener */
-    int continuation;               /* 1: no [gMASK]<sop>, effort line or tools block (later turns) */
+    /* 1: no [gMASK]<sop>, effort line or tools block (later turns) */
+    int continuation;
 } ChatOptions;
 
 typedef struct { int tag; size_t off, len; } ChatPiece;   /* tag < 0: text[off, off+len) */
@@ -214,8 +231,8 @@ typedef struct {
 void chat_conv_init(ChatConv *c);
 void chat_conv_free(ChatConv *c);
 int chat_conv_add(ChatConv *c, ChatRole role, const char *text, size_t len);
-int chat_conv_add_reply(ChatConv *c, const char *reasoning, size_t reasoning_len, const char *content,
-                        size_t content_len);
+int chat_conv_add_reply(ChatConv *c, const char *reasoning, size_t reasoning_len,
+                        const char *content, size_t content_len);
 int chat_conv_parse(ChatConv *c, const JsonValue *v, char *err, size_t err_len);
 int chat_conv_parse_tools(ChatConv *c, const JsonValue *tools, char *err, size_t err_len);
 int chat_conv_load(ChatConv *c, const char *path, char *err, size_t err_len);
@@ -227,7 +244,8 @@ void chat_pieces_free(ChatPieces *p);
 const char *chat_tag_text(int tag);
 
 int chat_detect_format(const char *tmpl, size_t len, ChatFormat *out, char *why, size_t why_len);
-int chat_model_format(const char *model_dir, const char *setting, ChatFormat *out, char *msg, size_t msg_len);
+int chat_model_format(const char *model_dir, const char *setting, ChatFormat *out, char *msg,
+                      size_t msg_len);
 const char *chat_format_name(ChatFormat f);
 int chat_effort_valid(const char *s);
 
@@ -323,9 +341,9 @@ static int chat__fail(char *err, size_t err_len, const char *fmt, ...) {
 /* Python's str.strip(): whitespace is str.isspace (bidi WS/B/S or category Zs)               */
 
 static int chat__is_space(uint32_t c) {
-    return (c >= 0x09 && c <= 0x0D) || (c >= 0x1C && c <= 0x20) || c == 0x85 || c == 0xA0 || c == 0x1680 ||
-           (c >= 0x2000 && c <= 0x200A) || c == 0x2028 || c == 0x2029 || c == 0x202F || c == 0x205F ||
-           c == 0x3000;
+    return (c >= 0x09 && c <= 0x0D) || (c >= 0x1C && c <= 0x20) || c == 0x85 || c == 0xA0 ||
+           c == 0x1680 || (c >= 0x2000 && c <= 0x200A) || c == 0x2028 || c == 0x2029 ||
+           c == 0x202F || c == 0x205F || c == 0x3000;
 }
 
 /* Decodes one UTF-8 character at s[0..n); returns its length, or 0 if invalid or cut short. */
@@ -352,7 +370,10 @@ static size_t chat__utf8(const unsigned char *s, size_t n, uint32_t *cp) {
 static ChatText chat__lstrip(ChatText t) {
     uint32_t cp;
     size_t k;
-    while (t.n && (k = chat__utf8((const unsigned char *)t.s, t.n, &cp)) && chat__is_space(cp)) { t.s += k; t.n -= k; }
+    while (t.n && (k = chat__utf8((const unsigned char *)t.s, t.n, &cp)) && chat__is_space(cp)) {
+        t.s += k;
+        t.n -= k;
+    }
     return t;
 }
 
@@ -372,7 +393,13 @@ static ChatText chat__strip(ChatText t) { return chat__rstrip(chat__lstrip(t)); 
 
 /* Python's rstrip('\n') / lstrip('\n'). */
 static ChatText chat__rstrip_nl(ChatText t) { while (t.n && t.s[t.n - 1] == '\n') t.n--; return t; }
-static ChatText chat__lstrip_nl(ChatText t) { while (t.n && t.s[0] == '\n') { t.s++; t.n--; } return t; }
+static ChatText chat__lstrip_nl(ChatText t) {
+    while (t.n && t.s[0] == '\n') {
+        t.s++;
+        t.n--;
+    }
+    return t;
+}
 
 static const char *chat__find(const char *s, size_t n, const char *needle) {
     const size_t k = strlen(needle);
@@ -446,7 +473,8 @@ static void chat__py_float(ChatBuf *b, double d) {
     if (decpt <= -4 || decpt > 16) {
         out[o++] = digits[0];
         if (nd > 1) { out[o++] = '.'; memcpy(out + o, digits + 1, (size_t)nd - 1); o += nd - 1; }
-        o += snprintf(out + o, sizeof out - (size_t)o, "e%c%02d", decpt - 1 < 0 ? '-' : '+', abs(decpt - 1));
+        o += snprintf(out + o, sizeof out - (size_t)o, "e%c%02d", decpt - 1 < 0 ? '-' : '+',
+                      abs(decpt - 1));
     } else if (decpt <= 0) {
         out[o++] = '0'; out[o++] = '.';
         for (int i = 0; i < -decpt; i++) out[o++] = '0';
@@ -483,7 +511,9 @@ static size_t *chat__dict_pick(ChatKeyRef *refs, size_t n) {
     qsort(refs, n, sizeof *refs, chat__keyref_cmp);
     for (size_t i = 0; i < n;) {
         size_t j = i;
-        while (j + 1 < n && refs[j + 1].len == refs[i].len && !memcmp(refs[j + 1].key, refs[i].key, refs[i].len)) j++;
+        while (j + 1 < n && refs[j + 1].len == refs[i].len &&
+               !memcmp(refs[j + 1].key, refs[i].key, refs[i].len))
+            j++;
         pick[refs[i].index] = refs[j].index;                    /* first position, last value */
         for (size_t k = i + 1; k <= j; k++) pick[refs[k].index] = SIZE_MAX;
         i = j + 1;
@@ -512,10 +542,18 @@ static void chat__py_json(ChatBuf *b, const JsonValue *v, const char *const *ski
     case JSON_NULL: chat__puts(b, "null"); return;
     case JSON_BOOL: chat__puts(b, json_bool(v) ? "true" : "false"); return;
     case JSON_NUMBER:
-        if (json_int_literal(v, &iv)) { char t[24]; snprintf(t, sizeof t, "%lld", (long long)iv); chat__puts(b, t); }
-        else chat__py_float(b, json_num(v));
+        if (json_int_literal(v, &iv)) {
+            char t[24];
+            snprintf(t, sizeof t, "%lld", (long long)iv);
+            chat__puts(b, t);
+        } else chat__py_float(b, json_num(v));
         return;
-    case JSON_STRING: { size_t n; const char *s = json_str(v, &n); chat__py_string(b, s, n); return; }
+    case JSON_STRING: {
+        size_t n;
+        const char *s = json_str(v, &n);
+        chat__py_string(b, s, n);
+        return;
+    }
     case JSON_ARRAY:
         chat__put(b, "[", 1);
         for (size_t i = 0; i < json_len(v); i++) {
@@ -534,7 +572,8 @@ static void chat__py_json(ChatBuf *b, const JsonValue *v, const char *const *ski
             size_t kl;
             const char *k = json_key_at(v, i, &kl);
             int skipped = 0;
-            for (const char *const *s = skip; s && *s; s++) if (strlen(*s) == kl && !memcmp(*s, k, kl)) skipped = 1;
+            for (const char *const *s = skip; s && *s; s++)
+                if (strlen(*s) == kl && !memcmp(*s, k, kl)) skipped = 1;
             if (skipped) continue;
             if (!first) chat__put(b, ", ", 2);
             first = 0;
@@ -583,7 +622,8 @@ int chat_conv_add(ChatConv *c, ChatRole role, const char *text, size_t len) {
     return 0;
 }
 
-int chat_conv_add_reply(ChatConv *c, const char *reasoning, size_t reasoning_len, const char *content, size_t content_len) {
+int chat_conv_add_reply(ChatConv *c, const char *reasoning, size_t reasoning_len,
+                        const char *content, size_t content_len) {
     ChatMessage *m = chat__push(c, CHAT_ASSISTANT);
     if (!m || chat__copy(c, &m->content, content ? content : "", content ? content_len : 0) ||
         chat__copy(c, &m->reasoning, reasoning, reasoning_len))
@@ -592,14 +632,17 @@ int chat_conv_add_reply(ChatConv *c, const char *reasoning, size_t reasoning_len
     return 0;
 }
 
-/* Text of a content value: a string, or a list of text parts joined (the templates' visible_text). */
-static int chat__content_text(ChatConv *c, const JsonValue *v, ChatText *out, int index, const char *field,
-                              char *err, size_t err_len) {
+/* Text of a content value: a string, or a list of text parts joined (the templates' visible_text).
+   */
+static int chat__content_text(ChatConv *c, const JsonValue *v, ChatText *out, int index,
+                              const char *field, char *err, size_t err_len) {
     size_t n;
     const char *s = json_str(v, &n);
     if (s) return chat__copy(c, out, s, n) ? chat__fail(err, err_len, "out of memory") : 0;
     if (json_type(v) != JSON_ARRAY)
-        return chat__fail(err, err_len, "message %d: \"%s\" must be a string or a list of text parts", index, field);
+        return chat__fail(err, err_len,
+                          "message %d: \"%s\" must be a string or a list of text parts", index,
+                          field);
     ChatBuf b = { 0 };
     for (size_t i = 0; i < json_len(v); i++) {
         const JsonValue *part = json_at(v, i);
@@ -607,16 +650,20 @@ static int chat__content_text(ChatConv *c, const JsonValue *v, ChatText *out, in
         const char *type = json_str(json_get(part, "type"), NULL);
         if (json_type(part) != JSON_OBJECT || !type) {
             free(b.p);
-            return chat__fail(err, err_len, "message %d: \"%s\" part %zu has no \"type\" string", index, field, i);
+            return chat__fail(err, err_len, "message %d: \"%s\" part %zu has no \"type\" string",
+                              index, field, i);
         }
         if (strcmp(type, "text")) {
             free(b.p);
-            return chat__fail(err, err_len, "message %d: \"%s\" part %zu has type \"%.40s\" (only text parts: this model reads text)",
+            return chat__fail(err, err_len,
+                              "message %d: \"%s\" part %zu has type \"%.40s\" (only text parts: "
+                              "this model reads text)",
                               index, field, i, type);
         }
         if (!(s = json_str(json_get(part, "text"), &n))) {
             free(b.p);
-            return chat__fail(err, err_len, "message %d: \"%s\" part %zu has no \"text\" string", index, field, i);
+            return chat__fail(err, err_len, "message %d: \"%s\" part %zu has no \"text\" string",
+                              index, field, i);
         }
         chat__put(&b, s, n);
     }
@@ -637,21 +684,28 @@ static int chat__arg_value(ChatConv *c, ChatText *dst, const JsonValue *v) {
     return rc ? -1 : 0;
 }
 
-static int chat__tool_call(ChatConv *c, ChatToolCall *tc, const JsonValue *v, int index, size_t k, char *err, size_t err_len) {
-    if (json_type(v) != JSON_OBJECT) return chat__fail(err, err_len, "message %d: tool_calls[%zu] is not an object", index, k);
+static int chat__tool_call(ChatConv *c, ChatToolCall *tc, const JsonValue *v, int index, size_t k,
+                           char *err, size_t err_len) {
+    if (json_type(v) != JSON_OBJECT)
+        return chat__fail(err, err_len, "message %d: tool_calls[%zu] is not an object", index, k);
     const char *type = json_str(json_get(v, "type"), NULL);
-    if (json_get(v, "type") && json_type(json_get(v, "type")) != JSON_NULL && (!type || strcmp(type, "function")))
-        return chat__fail(err, err_len, "message %d: tool_calls[%zu].type must be \"function\"", index, k);
+    if (json_get(v, "type") && json_type(json_get(v, "type")) != JSON_NULL &&
+        (!type || strcmp(type, "function")))
+        return chat__fail(err, err_len, "message %d: tool_calls[%zu].type must be \"function\"",
+                          index, k);
     size_t n;
     const char *s = json_str(json_get(v, "id"), &n);
     if (s && chat__copy(c, &tc->id, s, n)) return chat__fail(err, err_len, "out of memory");
-    const JsonValue *fn = json_get(v, "function");   /* the template: `if tc.function: tc = tc.function` */
+    /* the template: `if tc.function: tc = tc.function` */
+    const JsonValue *fn = json_get(v, "function");
     const char *where = "function.";
     if (!fn || json_type(fn) == JSON_NULL) { fn = v; where = ""; }
     else if (json_type(fn) != JSON_OBJECT)
-        return chat__fail(err, err_len, "message %d: tool_calls[%zu].function is not an object", index, k);
+        return chat__fail(err, err_len, "message %d: tool_calls[%zu].function is not an object",
+                          index, k);
     if (!(s = json_str(json_get(fn, "name"), &n)))
-        return chat__fail(err, err_len, "message %d: tool_calls[%zu].%sname must be a string", index, k, where);
+        return chat__fail(err, err_len, "message %d: tool_calls[%zu].%sname must be a string",
+                          index, k, where);
     if (chat__copy(c, &tc->name, s, n)) return chat__fail(err, err_len, "out of memory");
     const JsonValue *args = json_get(fn, "arguments");
     JsonDoc *doc = NULL;
@@ -659,13 +713,16 @@ static int chat__tool_call(ChatConv *c, ChatToolCall *tc, const JsonValue *v, in
         char jerr[160];
         doc = json_parse(s, n, jerr, sizeof jerr);
         if (!doc)
-            return chat__fail(err, err_len, "message %d: tool_calls[%zu].%sarguments is not JSON: %s", index, k, where, jerr);
+            return chat__fail(err, err_len,
+                              "message %d: tool_calls[%zu].%sarguments is not JSON: %s", index, k,
+                              where, jerr);
         args = json_root(doc);
     }
     if (json_type(args) != JSON_OBJECT) {
         json_free(doc);
-        return chat__fail(err, err_len, "message %d: tool_calls[%zu].%sarguments must be a JSON object%s", index, k,
-                          where, args ? "" : " (it is missing)");
+        return chat__fail(err, err_len,
+                          "message %d: tool_calls[%zu].%sarguments must be a JSON object%s", index,
+                          k, where, args ? "" : " (it is missing)");
     }
     size_t *pick = chat__dict_order(args);
     const size_t total = json_len(args);
@@ -676,7 +733,8 @@ static int chat__tool_call(ChatConv *c, ChatToolCall *tc, const JsonValue *v, in
         size_t kl;
         const char *key = json_key_at(args, i, &kl);
         ChatArg *a = &tc->args[tc->n_args++];
-        rc = chat__copy(c, &a->key, key, kl) || chat__arg_value(c, &a->value, json_value_at(args, pick[i]));
+        rc = chat__copy(c, &a->key, key, kl) ||
+             chat__arg_value(c, &a->value, json_value_at(args, pick[i]));
     }
     free(pick);
     json_free(doc);
@@ -684,7 +742,8 @@ static int chat__tool_call(ChatConv *c, ChatToolCall *tc, const JsonValue *v, in
 }
 
 static int chat__message(ChatConv *c, const JsonValue *m, int index, char *err, size_t err_len) {
-    if (json_type(m) != JSON_OBJECT) return chat__fail(err, err_len, "message %d is not an object", index);
+    if (json_type(m) != JSON_OBJECT)
+        return chat__fail(err, err_len, "message %d is not an object", index);
     const char *role = json_str(json_get(m, "role"), NULL);
     if (!role) return chat__fail(err, err_len, "message %d has no \"role\" string", index);
     ChatRole r;
@@ -692,32 +751,43 @@ static int chat__message(ChatConv *c, const JsonValue *m, int index, char *err, 
     else if (!strcmp(role, "user")) r = CHAT_USER;
     else if (!strcmp(role, "assistant")) r = CHAT_ASSISTANT;
     else if (!strcmp(role, "tool")) r = CHAT_TOOL;
-    else return chat__fail(err, err_len, "message %d has role \"%.40s\" (supported: system, developer, user, assistant, tool)",
-                           index, role);
+    else
+        return chat__fail(err, err_len,
+                          "message %d has role \"%.40s\" (supported: system, developer, user, "
+                          "assistant, tool)",
+                          index, role);
     ChatMessage *msg = chat__push(c, r);
     if (!msg) return chat__fail(err, err_len, "out of memory");
     const JsonValue *content = json_get(m, "content");
-    if (r == CHAT_ASSISTANT && json_type(content) == JSON_NULL) msg->content.s = "";   /* null or absent */
+    /* null or absent */
+    if (r == CHAT_ASSISTANT && json_type(content) == JSON_NULL) msg->content.s = "";
     else if (!content) return chat__fail(err, err_len, "message %d has no \"content\"", index);
-    else if (chat__content_text(c, content, &msg->content, index, "content", err, err_len)) return -1;
-    /* reasoning_content and tool_calls belong to assistant messages; the templates ignore them elsewhere */
+    else if (chat__content_text(c, content, &msg->content, index, "content", err, err_len))
+        return -1;
+    /* reasoning_content and tool_calls belong to assistant messages; the templates ignore them
+       elsewhere */
     const JsonValue *reasoning = r == CHAT_ASSISTANT ? json_get(m, "reasoning_content") : NULL;
     if (reasoning && json_type(reasoning) != JSON_NULL) {
         size_t n;
         const char *s = json_str(reasoning, &n);
-        if (!s) return chat__fail(err, err_len, "message %d: \"reasoning_content\" must be a string", index);
+        if (!s)
+            return chat__fail(err, err_len, "message %d: \"reasoning_content\" must be a string",
+                              index);
         if (chat__copy(c, &msg->reasoning, s, n)) return chat__fail(err, err_len, "out of memory");
     }
     const JsonValue *calls = r == CHAT_ASSISTANT ? json_get(m, "tool_calls") : NULL;
     if (calls && json_type(calls) != JSON_NULL) {
-        if (json_type(calls) != JSON_ARRAY) return chat__fail(err, err_len, "message %d: \"tool_calls\" must be a list", index);
+        if (json_type(calls) != JSON_ARRAY)
+            return chat__fail(err, err_len, "message %d: \"tool_calls\" must be a list", index);
         const size_t n = json_len(calls);
-        if (n > (1u << 20)) return chat__fail(err, err_len, "message %d: %zu tool calls is too many", index, n);
+        if (n > (1u << 20))
+            return chat__fail(err, err_len, "message %d: %zu tool calls is too many", index, n);
         msg->calls = chat__alloc(c, (n ? n : 1) * sizeof(ChatToolCall));
         if (!msg->calls) return chat__fail(err, err_len, "out of memory");
         memset(msg->calls, 0, (n ? n : 1) * sizeof(ChatToolCall));
         for (size_t k = 0; k < n; k++) {
-            if (chat__tool_call(c, &msg->calls[k], json_at(calls, k), index, k, err, err_len)) return -1;
+            if (chat__tool_call(c, &msg->calls[k], json_at(calls, k), index, k, err, err_len))
+                return -1;
             msg->n_calls++;
         }
     }
@@ -737,18 +807,22 @@ int chat_conv_parse_tools(ChatConv *c, const JsonValue *tools, char *err, size_t
     static const char *const skip52[] = { "strict", "defer_loading", NULL };
     for (size_t i = 0; i < json_len(tools); i++) {
         const JsonValue *t = json_at(tools, i);
-        if (json_type(t) != JSON_OBJECT) return chat__fail(err, err_len, "tools[%zu] is not an object", i);
+        if (json_type(t) != JSON_OBJECT)
+            return chat__fail(err, err_len, "tools[%zu] is not an object", i);
         const JsonValue *type = json_get(t, "type");
         const char *ts = json_str(type, NULL);
         if (type && (!ts || strcmp(ts, "function")))
-            return chat__fail(err, err_len, "tools[%zu] has type %s%.40s%s (supported: \"function\")", i, ts ? "\"" : "",
-                              ts ? ts : "that is not a string", ts ? "\"" : "");
+            return chat__fail(err, err_len,
+                              "tools[%zu] has type %s%.40s%s (supported: \"function\")", i,
+                              ts ? "\"" : "", ts ? ts : "that is not a string", ts ? "\"" : "");
         const JsonValue *fn = json_get(t, "function");   /* the template: `if 'function' in tool` */
         if (!fn) fn = t;
-        else if (json_type(fn) != JSON_OBJECT) return chat__fail(err, err_len, "tools[%zu].function is not an object", i);
+        else if (json_type(fn) != JSON_OBJECT)
+            return chat__fail(err, err_len, "tools[%zu].function is not an object", i);
         size_t n;
         const char *name = json_str(json_get(fn, "name"), &n);
-        if (!name) return chat__fail(err, err_len, "tools[%zu]: the function has no \"name\" string", i);
+        if (!name)
+            return chat__fail(err, err_len, "tools[%zu]: the function has no \"name\" string", i);
         if (c->n_tools == c->cap_tools) {
             int cap = c->cap_tools ? 2 * c->cap_tools : 8;
             ChatTool *g = cap <= (1 << 24) ? realloc(c->tools, (size_t)cap * sizeof *g) : NULL;
@@ -761,7 +835,8 @@ int chat_conv_parse_tools(ChatConv *c, const JsonValue *tools, char *err, size_t
         chat__py_json(&whole, t, NULL);
         chat__py_json(&function, fn, skip52);
         int rc = whole.oom || function.oom || chat__copy(c, &tool->name, name, n) ||
-                 chat__copy(c, &tool->json_tool, whole.p, whole.n) || chat__copy(c, &tool->json_function, function.p, function.n);
+                 chat__copy(c, &tool->json_tool, whole.p, whole.n) ||
+                 chat__copy(c, &tool->json_function, function.p, function.n);
         free(whole.p);
         free(function.p);
         /* parameters typed "string" (vLLM's rule: properties.K.type == "string") */
@@ -774,7 +849,8 @@ int chat_conv_parse_tools(ChatConv *c, const JsonValue *tools, char *err, size_t
                 const char *pt = json_str(json_get(json_value_at(props, k), "type"), NULL);
                 size_t kl;
                 const char *key = json_key_at(props, k, &kl);
-                if (pt && !strcmp(pt, "string")) rc = chat__copy(c, &tool->string_params[tool->n_string_params++], key, kl);
+                if (pt && !strcmp(pt, "string"))
+                    rc = chat__copy(c, &tool->string_params[tool->n_string_params++], key, kl);
             }
         }
         if (rc) return chat__fail(err, err_len, "out of memory");
@@ -789,7 +865,8 @@ int chat_conv_parse(ChatConv *c, const JsonValue *v, char *err, size_t err_len) 
         list = json_get(v, "messages");
         if (chat_conv_parse_tools(c, json_get(v, "tools"), err, err_len)) return -1;
     }
-    if (json_type(list) != JSON_ARRAY) return chat__fail(err, err_len, "expected a list of messages (or {\"messages\": [...]})");
+    if (json_type(list) != JSON_ARRAY)
+        return chat__fail(err, err_len, "expected a list of messages (or {\"messages\": [...]})");
     const size_t n = json_len(list);
     if (n > (1u << 24)) return chat__fail(err, err_len, "%zu messages is too many", n);
     for (size_t i = 0; i < n; i++)
@@ -799,7 +876,8 @@ int chat_conv_parse(ChatConv *c, const JsonValue *v, char *err, size_t err_len) 
 
 /* A file, whole, at most `cap` bytes (json.h's bounded reader: never blocks on a FIFO, refuses
    devices); NULL with "path: reason" in err. *missing: it does not exist (err set too). */
-static char *chat__read_file(const char *path, size_t cap, size_t *len, int *missing, char *err, size_t err_len) {
+static char *chat__read_file(const char *path, size_t cap, size_t *len, int *missing, char *err,
+                             size_t err_len) {
     if (missing) *missing = access(path, F_OK) != 0 && errno == ENOENT;
     return json_read_file_max(path, cap, len, err, err_len);
 }
@@ -825,12 +903,15 @@ int chat_conv_load(ChatConv *c, const char *path, char *err, size_t err_len) {
 /* Rendering                                                                                   */
 
 static const char *const chat__tags[CHAT_TAG_COUNT] = {
-    "[gMASK]", "<sop>", "<|system|>", "<|user|>", "<|assistant|>", "<|observation|>", "<think>", "</think>",
-    "<tool_call>", "</tool_call>", "<arg_key>", "</arg_key>", "<arg_value>", "</arg_value>", "<tool_response>",
-    "</tool_response>",
+    "[gMASK]",       "<sop>",           "<|system|>",      "<|user|>",
+    "<|assistant|>", "<|observation|>", "<think>",         "</think>",
+    "<tool_call>",   "</tool_call>",    "<arg_key>",       "</arg_key>",
+    "<arg_value>",   "</arg_value>",    "<tool_response>", "</tool_response>",
 };
 
-const char *chat_tag_text(int tag) { return tag >= 0 && tag < CHAT_TAG_COUNT ? chat__tags[tag] : NULL; }
+const char *chat_tag_text(int tag) {
+    return tag >= 0 && tag < CHAT_TAG_COUNT ? chat__tags[tag] : NULL;
+}
 const char *chat_format_name(ChatFormat f) { return f == CHAT_GLM52 ? "glm-5.2" : "glm-5.0"; }
 int chat_effort_valid(const char *s) { return s && (!strcmp(s, "max") || !strcmp(s, "high")); }
 
@@ -861,7 +942,8 @@ static int chat__piece(ChatPieces *p, int tag, const char *s, size_t n) {
             p->text = g; p->text_cap = cap;
         }
         memcpy(p->text + p->text_len, s, n);
-        if (p->n && p->v[p->n - 1].tag < 0 && p->v[p->n - 1].off + p->v[p->n - 1].len == p->text_len) {
+        if (p->n && p->v[p->n - 1].tag < 0 &&
+            p->v[p->n - 1].off + p->v[p->n - 1].len == p->text_len) {
             p->v[p->n - 1].len += n;   /* text next to text is one run */
             p->text_len += n;
             return 0;
@@ -891,8 +973,12 @@ char *chat_pieces_string(const ChatPieces *p, size_t *len) {
 }
 
 typedef struct { ChatPieces *out; int failed; } ChatEmit;
-static void chat__tag(ChatEmit *e, ChatTag t) { if (!e->failed && chat__piece(e->out, (int)t, NULL, 0)) e->failed = 1; }
-static void chat__text(ChatEmit *e, const char *s, size_t n) { if (!e->failed && chat__piece(e->out, -1, s, n)) e->failed = 1; }
+static void chat__tag(ChatEmit *e, ChatTag t) {
+    if (!e->failed && chat__piece(e->out, (int)t, NULL, 0)) e->failed = 1;
+}
+static void chat__text(ChatEmit *e, const char *s, size_t n) {
+    if (!e->failed && chat__piece(e->out, -1, s, n)) e->failed = 1;
+}
 static void chat__textz(ChatEmit *e, const char *s) { chat__text(e, s, strlen(s)); }
 static void chat__textt(ChatEmit *e, ChatText t) { chat__text(e, t.s, t.n); }
 
@@ -900,13 +986,15 @@ static void chat__textt(ChatEmit *e, ChatText t) { chat__text(e, t.s, t.n); }
    <tool_call> and the <arg_...> tags in it are added tokens). */
 static void chat__tools_block(ChatEmit *e, const ChatConv *c, int v52) {
     chat__tag(e, CHAT_TAG_SYSTEM);
-    chat__textz(e, "\n# Tools\n\nYou may call one or more functions to assist with the user query.\n\n"
-                   "You are provided with function signatures within <tools></tools> XML tags:\n<tools>\n");
+    chat__textz(
+        e, "\n# Tools\n\nYou may call one or more functions to assist with the user query.\n\n"
+           "You are provided with function signatures within <tools></tools> XML tags:\n<tools>\n");
     for (int i = 0; i < c->n_tools; i++) {
         chat__textt(e, v52 ? c->tools[i].json_function : c->tools[i].json_tool);
         chat__textz(e, "\n");
     }
-    chat__textz(e, "</tools>\n\nFor each function call, output the function name and arguments within the following XML format:\n");
+    chat__textz(e, "</tools>\n\nFor each function call, output the function name and arguments "
+                   "within the following XML format:\n");
     chat__tag(e, CHAT_TAG_TOOL_CALL);
     chat__textz(e, "{function-name}");
     for (int k = 1; k <= 2; k++) {
@@ -921,14 +1009,16 @@ static void chat__tools_block(ChatEmit *e, const ChatConv *c, int v52) {
     chat__tag(e, CHAT_TAG_END_TOOL_CALL);
 }
 
-static void chat__assistant(ChatEmit *e, const ChatMessage *m, int after_last_user, const ChatOptions *o) {
+static void chat__assistant(ChatEmit *e, const ChatMessage *m, int after_last_user,
+                            const ChatOptions *o) {
     const int v52 = o->format == CHAT_GLM52;
     ChatText content = m->content, reasoning = m->reasoning;
     int defined = reasoning.s != NULL;
     const char *end = chat__find(content.s, content.n, "</think>");
     if (!defined && end) {
-        /* reasoning = content.split('</think>')[0].split('<think>')[-1]; content = ...split('</think>')[-1]
-           (GLM-5.0 also trims newlines: .rstrip('\n') before the <think> split, .lstrip('\n') after) */
+        /* reasoning = content.split('</think>')[0].split('<think>')[-1]; content =
+           ...split('</think>')[-1] (GLM-5.0 also trims newlines: .rstrip('\n') before the <think>
+           split, .lstrip('\n') after) */
         ChatText before = { content.s, (size_t)(end - content.s) };
         if (!v52) before = chat__rstrip_nl(before);
         const char *open = chat__find_last(before.s, before.n, "<think>");
@@ -1010,36 +1100,48 @@ int chat_render(const ChatConv *c, const ChatOptions *o, ChatPieces *out) {
 /* ------------------------------------------------------------------------------------------ */
 /* The template version                                                                        */
 
-static int chat__has(const char *s, size_t n, const char *needle) { return chat__find(s, n, needle) != NULL; }
+static int chat__has(const char *s, size_t n, const char *needle) {
+    return chat__find(s, n, needle) != NULL;
+}
 
 int chat_detect_format(const char *t, size_t n, ChatFormat *out, char *why, size_t why_len) {
     ChatText s = chat__lstrip((ChatText){ t, n });
     if (s.n < 12 || memcmp(s.s, "[gMASK]<sop>", 12))
-        return chat__fail(why, why_len, "not a GLM-4.7/5.x chat template (it does not start with [gMASK]<sop>)");
+        return chat__fail(why, why_len,
+                          "not a GLM-4.7/5.x chat template (it does not start with [gMASK]<sop>)");
     if (chat__has(t, n, "Reasoning Effort")) {
         if (chat__has(t, n, "'low'") || chat__has(t, n, "\"low\""))
-            return chat__fail(why, why_len, "GLM-5.3's chat template (reasoning effort low/high/max, thinking always on), "
-                                            "which this engine does not render");
+            return chat__fail(why, why_len,
+                              "GLM-5.3's chat template (reasoning effort low/high/max, thinking "
+                              "always on), "
+                              "which this engine does not render");
         *out = CHAT_GLM52;
         return 0;
     }
     if (chat__has(t, n, "/nothink"))
-        return chat__fail(why, why_len, "GLM-4.5/4.6's chat template (a newline after each role tag, /nothink), "
-                                        "which this engine does not render");
-    if (chat__has(t, n, "<|assistant|>") && chat__has(t, n, "<|user|>") && chat__has(t, n, "</think>")) {
+        return chat__fail(why, why_len,
+                          "GLM-4.5/4.6's chat template (a newline after each role tag, /nothink), "
+                          "which this engine does not render");
+    if (chat__has(t, n, "<|assistant|>") && chat__has(t, n, "<|user|>") &&
+        chat__has(t, n, "</think>")) {
         *out = CHAT_GLM50;
         return 0;
     }
-    return chat__fail(why, why_len, "a chat template this engine does not recognise (no <|user|>, <|assistant|> and </think>)");
+    return chat__fail(why, why_len,
+                      "a chat template this engine does not recognise (no <|user|>, <|assistant|> "
+                      "and </think>)");
 }
 
 #define CHAT_MAX_TEMPLATE_FILE ((size_t)16 << 20)
 
-int chat_model_format(const char *dir, const char *setting, ChatFormat *out, char *msg, size_t msg_len) {
+int chat_model_format(const char *dir, const char *setting, ChatFormat *out, char *msg,
+                      size_t msg_len) {
     if (setting && *setting && strcmp(setting, "auto")) {
         if (!strcmp(setting, "glm-5.2")) *out = CHAT_GLM52;
         else if (!strcmp(setting, "glm-5.0")) *out = CHAT_GLM50;
-        else return chat__fail(msg, msg_len, "CHAT_FORMAT=%.60s is not one of auto, glm-5.2, glm-5.0", setting);
+        else
+            return chat__fail(msg, msg_len,
+                              "CHAT_FORMAT=%.60s is not one of auto, glm-5.2, glm-5.0", setting);
         chat__fail(msg, msg_len, "chat template %s (CHAT_FORMAT)", chat_format_name(*out));
         return 0;
     }
@@ -1059,33 +1161,48 @@ int chat_model_format(const char *dir, const char *setting, ChatFormat *out, cha
             free(json);
             if (!doc) return chat__fail(msg, msg_len, "%s: %s", path, jerr);
             const JsonValue *ct = json_get(json_root(doc), "chat_template");
-            if (json_type(ct) == JSON_ARRAY) {   /* [{"name": ..., "template": ...}]: "default", else the first */
+            /* [{"name": ..., "template": ...}]: "default", else the first */
+            if (json_type(ct) == JSON_ARRAY) {
                 const JsonValue *pick = json_at(ct, 0);
                 for (size_t i = 0; i < json_len(ct); i++) {
                     const char *name = json_str(json_get(json_at(ct, i), "name"), NULL);
                     if (name && !strcmp(name, "default")) pick = json_at(ct, i);
                 }
                 ct = json_get(pick, "template");
-                if (!ct) { json_free(doc); return chat__fail(msg, msg_len, "%s: \"chat_template\" is a list without a \"template\" string", path); }
+                if (!ct) {
+                    json_free(doc);
+                    return chat__fail(
+                        msg, msg_len,
+                        "%s: \"chat_template\" is a list without a \"template\" string", path);
+                }
             }
             const char *s = json_str(ct, &len);
             if (ct && json_type(ct) != JSON_NULL && !s) {
                 json_free(doc);
-                return chat__fail(msg, msg_len, "%s: \"chat_template\" must be a string or a list of {name, template}", path);
+                return chat__fail(
+                    msg, msg_len,
+                    "%s: \"chat_template\" must be a string or a list of {name, template}", path);
             }
-            if (s && !(text = malloc(len + 1))) { json_free(doc); return chat__fail(msg, msg_len, "out of memory"); }
+            if (s && !(text = malloc(len + 1))) {
+                json_free(doc);
+                return chat__fail(msg, msg_len, "out of memory");
+            }
             if (s) { memcpy(text, s, len); text[len] = 0; }
             json_free(doc);
         }
     }
     if (!text) {
         *out = CHAT_GLM52;
-        chat__fail(msg, msg_len, "chat template glm-5.2 (%s has no chat template text; GLM-5.2 is the target)", dir);
+        chat__fail(msg, msg_len,
+                   "chat template glm-5.2 (%s has no chat template text; GLM-5.2 is the target)",
+                   dir);
         return 0;
     }
     int rc = chat_detect_format(text, len, out, why, sizeof why);
     free(text);
-    if (rc) return chat__fail(msg, msg_len, "%s: %s; CHAT_FORMAT=glm-5.2 or glm-5.0 forces a form", path, why);
+    if (rc)
+        return chat__fail(msg, msg_len, "%s: %s; CHAT_FORMAT=glm-5.2 or glm-5.0 forces a form",
+                          path, why);
     chat__fail(msg, msg_len, "chat template %s (from %s)", chat_format_name(*out), path);
     return 0;
 }
@@ -1117,9 +1234,11 @@ void chat_out_free(ChatOutParser *p) {
     free(p);
 }
 
-static int chat__emit(ChatOutParser *p, ChatOutKind kind, const char *s, size_t n, ChatOutFn fn, void *ctx) {
+static int chat__emit(ChatOutParser *p, ChatOutKind kind, const char *s, size_t n, ChatOutFn fn,
+                      void *ctx) {
     if (!n) return 0;
-    if (kind == CHAT_OUT_CONTENT && p->state == CHAT__TOOL) {   /* text inside a tool call: keep it */
+    /* text inside a tool call: keep it */
+    if (kind == CHAT_OUT_CONTENT && p->state == CHAT__TOOL) {
         chat__put(&p->call, s, n);
         return p->call.oom ? -1 : 0;
     }
@@ -1134,7 +1253,8 @@ static int chat__is_string_param(const ChatConv *c, ChatText name, ChatText key)
         const ChatTool *t = &c->tools[i];
         if (t->name.n != name.n || memcmp(t->name.s, name.s, name.n)) continue;
         for (int k = 0; k < t->n_string_params; k++)
-            if (t->string_params[k].n == key.n && !memcmp(t->string_params[k].s, key.s, key.n)) return 1;
+            if (t->string_params[k].n == key.n && !memcmp(t->string_params[k].s, key.s, key.n))
+                return 1;
         return 0;
     }
     return 0;
@@ -1156,7 +1276,8 @@ static int chat__read_call(ChatText in, ChatText *name, ChatPair **pairs, size_t
     *pairs = NULL;
     *n_pairs = 0;
     if (!name->n) return -1;
-    ChatText rest = first ? (ChatText){ first, in.n - (size_t)(first - in.s) } : (ChatText){ in.s + in.n, 0 };
+    ChatText rest =
+        first ? (ChatText){ first, in.n - (size_t)(first - in.s) } : (ChatText){ in.s + in.n, 0 };
     size_t cap = 0;
     for (;;) {
         rest = chat__skip_ws(rest);
@@ -1174,7 +1295,8 @@ static int chat__read_call(ChatText in, ChatText *name, ChatPair **pairs, size_t
         if (!vend) return -1;
         ChatText value = chat__strip((ChatText){ rest.s, (size_t)(vend - rest.s) });
         rest.n -= (size_t)(vend + 12 - rest.s); rest.s = vend + 12;
-        if (*n_pairs == cap) {   /* every pair, duplicates included: the caller orders them as a dict */
+        /* every pair, duplicates included: the caller orders them as a dict */
+        if (*n_pairs == cap) {
             cap = cap ? 2 * cap : 8;
             ChatPair *g = realloc(*pairs, cap * sizeof *g);
             if (!g) return -2;
@@ -1203,9 +1325,11 @@ static int chat__finish_call(ChatOutParser *p, ChatOutFn fn, void *ctx) {
         p->call.n = 0;
         return rc;
     }
-    /* a repeated key keeps its first position and takes the last value (vLLM fills a Python dict) */
+    /* a repeated key keeps its first position and takes the last value (vLLM fills a Python dict)
+       */
     ChatKeyRef *refs = malloc((n_pairs ? n_pairs : 1) * sizeof *refs);
-    for (size_t i = 0; refs && i < n_pairs; i++) refs[i] = (ChatKeyRef){ pairs[i].key.s, pairs[i].key.n, i };
+    for (size_t i = 0; refs && i < n_pairs; i++)
+        refs[i] = (ChatKeyRef){ pairs[i].key.s, pairs[i].key.n, i };
     size_t *pick = refs ? chat__dict_pick(refs, n_pairs) : NULL;
     free(refs);
     if (!pick) { free(pairs); return -1; }
@@ -1221,7 +1345,8 @@ static int chat__finish_call(ChatOutParser *p, ChatOutFn fn, void *ctx) {
         ChatText v = pairs[pick[i]].value;
         JsonDoc *doc = NULL;
         /* Python's json.loads refuses a byte order mark, which json.h would skip */
-        if (!chat__is_string_param(p->tools, name, pairs[i].key) && !(v.n >= 3 && !memcmp(v.s, "\xEF\xBB\xBF", 3)))
+        if (!chat__is_string_param(p->tools, name, pairs[i].key) &&
+            !(v.n >= 3 && !memcmp(v.s, "\xEF\xBB\xBF", 3)))
             doc = json_parse(v.s, v.n, NULL, 0);
         if (doc) chat__py_json(&args, json_root(doc), NULL);
         else chat__py_string(&args, v.s, v.n);
@@ -1264,7 +1389,8 @@ static int chat__match(int state, const char *s, size_t n, int final, size_t *le
     return partial && !final ? -1 : 0;
 }
 
-static int chat__process(ChatOutParser *p, const char *s, size_t n, int final, size_t *used, ChatOutFn fn, void *ctx) {
+static int chat__process(ChatOutParser *p, const char *s, size_t n, int final, size_t *used,
+                         ChatOutFn fn, void *ctx) {
     size_t i = 0, run = 0;
     int rc;
     while (i < n) {
@@ -1319,7 +1445,8 @@ int chat_out_finish(ChatOutParser *p, ChatOutFn fn, void *ctx) {
         rc = chat__process(p, b.p, b.n, 1, &used, fn, ctx);
         free(b.p);
     }
-    if (!rc && p->state == CHAT__TOOL) {   /* cut off inside a tool call: show what came, as it came */
+    /* cut off inside a tool call: show what came, as it came */
+    if (!rc && p->state == CHAT__TOOL) {
         ChatBuf raw = { 0 };
         chat__puts(&raw, "<tool_call>");
         chat__put(&raw, p->call.p, p->call.n);
@@ -1348,8 +1475,11 @@ static int chat__grow_text(char **p, size_t *len, size_t *cap, const char *s, si
 
 int chat_output_add(void *output, const ChatOutEvent *ev) {
     ChatOutput *o = output;
-    if (ev->kind == CHAT_OUT_REASONING) return chat__grow_text(&o->reasoning, &o->reasoning_len, &o->reasoning_cap, ev->text, ev->len);
-    if (ev->kind == CHAT_OUT_CONTENT) return chat__grow_text(&o->content, &o->content_len, &o->content_cap, ev->text, ev->len);
+    if (ev->kind == CHAT_OUT_REASONING)
+        return chat__grow_text(&o->reasoning, &o->reasoning_len, &o->reasoning_cap, ev->text,
+                               ev->len);
+    if (ev->kind == CHAT_OUT_CONTENT)
+        return chat__grow_text(&o->content, &o->content_len, &o->content_cap, ev->text, ev->len);
     if (o->n_calls == o->cap_calls) {
         int cap = o->cap_calls ? 2 * o->cap_calls : 4;
         ChatOutCall *g = cap <= (1 << 26) ? realloc(o->calls, (size_t)cap * sizeof *g) : NULL;
@@ -1361,17 +1491,23 @@ int chat_output_add(void *output, const ChatOutEvent *ev) {
     size_t cap = 0;
     if (chat__grow_text(&c->name, &c->name_len, &cap, ev->name, ev->name_len)) return -1;
     cap = 0;
-    if (chat__grow_text(&c->arguments, &c->arguments_len, &cap, ev->arguments, ev->arguments_len)) { free(c->name); return -1; }
+    if (chat__grow_text(&c->arguments, &c->arguments_len, &cap, ev->arguments, ev->arguments_len)) {
+        free(c->name);
+        return -1;
+    }
     o->n_calls++;
     return 0;
 }
 
 int chat_output_equal(const ChatOutput *a, const ChatOutput *b) {
-    if (a->reasoning_len != b->reasoning_len || a->content_len != b->content_len || a->n_calls != b->n_calls) return 0;
+    if (a->reasoning_len != b->reasoning_len || a->content_len != b->content_len ||
+        a->n_calls != b->n_calls)
+        return 0;
     if (a->reasoning_len && memcmp(a->reasoning, b->reasoning, a->reasoning_len)) return 0;
     if (a->content_len && memcmp(a->content, b->content, a->content_len)) return 0;
     for (int i = 0; i < a->n_calls; i++)
-        if (a->calls[i].name_len != b->calls[i].name_len || memcmp(a->calls[i].name, b->calls[i].name, a->calls[i].name_len) ||
+        if (a->calls[i].name_len != b->calls[i].name_len ||
+            memcmp(a->calls[i].name, b->calls[i].name, a->calls[i].name_len) ||
             a->calls[i].arguments_len != b->calls[i].arguments_len ||
             memcmp(a->calls[i].arguments, b->calls[i].arguments, a->calls[i].arguments_len))
             return 0;
@@ -1386,7 +1522,8 @@ void chat_output_free(ChatOutput *o) {
     memset(o, 0, sizeof *o);
 }
 
-int chat_out_parse(const char *s, size_t n, int in_reasoning, const ChatConv *tools, ChatOutput *o) {
+int chat_out_parse(const char *s, size_t n, int in_reasoning, const ChatConv *tools,
+                   ChatOutput *o) {
     ChatOutParser *p = chat_out_new(in_reasoning, tools);
     if (!p) return -1;
     int rc = chat_out_feed(p, s, n, chat_output_add, o);

@@ -11,12 +11,12 @@
      2. Config       config.json → validated model shape
      3. Weights      tensors from safetensors (st.h), quantized at load or pre-quantized (quant.h)
      4. Kernels      the one matmul dispatch and the small vector helpers
-     5. Attention    RMSNorm, RoPE, MLA (weight-absorbed; explicit K/V as a cross-check), the DSA indexer
+     5. Attention    RMSNorm, RoPE, MLA (weight-absorbed; explicit K/V as a check), the DSA indexer
      6. Experts      where a routed expert's weights come from (ExpertStore): slots, I/O, history
      7. MoE          router, batch union of chosen experts, SwiGLU, shared expert
      8. Model        the RAM plan, loading and the forward pass over S positions, the MTP head
      9. Generation   sampling, the Generator (the one decode loop every front end drives;
-                    speculative decoding: MTP and n-gram drafts, batched verification), session files
+                    speculative decoding: MTP and n-gram drafts, batched verification), sessions
     10. Runs         starting and ending a run: the configuration line, statistics, profile
    The front ends (validate.c, text.c, server.c, plan.c) sit beside it and main.c joins them into
    one program; nothing here names a front-end symbol.
@@ -113,14 +113,16 @@ extern char **environ;
 /* Text from outside (model output, file contents, the environment) on its way to a terminal:
    control bytes (ESC, CR, BEL, backspace, ...) are shown as ^X and C1 controls (U+0080..U+009F,
    which some terminals obey as ESC sequences) as U+FFFD, so only glm itself drives the terminal.
-   Newlines and tabs pass, unless one_line (messages: one line each, a quoted newline shows as ^J). */
+   Newlines and tabs pass, unless one_line (messages: one line each, a quoted newline shows as ^J).
+   */
 static void put_terminal_safe(FILE *f, const char *s, size_t n, int one_line) {
     for (size_t i = 0; i < n; i++) {
         unsigned char b = (unsigned char)s[i];
         if ((b < 0x20 && (one_line || (b != '\n' && b != '\t'))) || b == 0x7F) {
             fputc('^', f);
             fputc(b == 0x7F ? '?' : b + 0x40, f);
-        } else if (b == 0xC2 && i + 1 < n && (unsigned char)s[i + 1] >= 0x80 && (unsigned char)s[i + 1] <= 0x9F) {
+        } else if (b == 0xC2 && i + 1 < n && (unsigned char)s[i + 1] >= 0x80 &&
+                   (unsigned char)s[i + 1] <= 0x9F) {
             fputs("\xEF\xBF\xBD", f);
             i++;
         } else {
@@ -196,10 +198,22 @@ static void *xcalloc(size_t count, size_t size) {
 }
 
 /* Little-endian fields of the files glm writes (sessions, the usage history's header). */
-static void put_u32(unsigned char *p, uint32_t v) { for (int i = 0; i < 4; i++) p[i] = (unsigned char)(v >> 8 * i); }
-static void put_u64(unsigned char *p, uint64_t v) { for (int i = 0; i < 8; i++) p[i] = (unsigned char)(v >> 8 * i); }
-static uint32_t get_u32(const unsigned char *p) { uint32_t v = 0; for (int i = 3; i >= 0; i--) v = v << 8 | p[i]; return v; }
-static uint64_t get_u64(const unsigned char *p) { uint64_t v = 0; for (int i = 7; i >= 0; i--) v = v << 8 | p[i]; return v; }
+static void put_u32(unsigned char *p, uint32_t v) {
+    for (int i = 0; i < 4; i++) p[i] = (unsigned char)(v >> 8 * i);
+}
+static void put_u64(unsigned char *p, uint64_t v) {
+    for (int i = 0; i < 8; i++) p[i] = (unsigned char)(v >> 8 * i);
+}
+static uint32_t get_u32(const unsigned char *p) {
+    uint32_t v = 0;
+    for (int i = 3; i >= 0; i--) v = v << 8 | p[i];
+    return v;
+}
+static uint64_t get_u64(const unsigned char *p) {
+    uint64_t v = 0;
+    for (int i = 7; i >= 0; i--) v = v << 8 | p[i];
+    return v;
+}
 
 /* The size of a transparent huge page: 2 MiB on x86-64 and on arm64 with 4 KiB pages, 32 MiB or
    512 MiB on arm64 kernels with 16 or 64 KiB pages. Read once from the kernel; 2 MiB where it does
@@ -211,7 +225,8 @@ static size_t huge_page_bytes(void) {
     FILE *f = fopen("/sys/kernel/mm/transparent_hugepage/hpage_pmd_size", "r");
     if (f) {
         unsigned long long x = 0;
-        if (fscanf(f, "%llu", &x) == 1 && x >= 4096 && x <= (1ull << 30) && !(x & (x - 1))) v = (size_t)x;
+        if (fscanf(f, "%llu", &x) == 1 && x >= 4096 && x <= (1ull << 30) && !(x & (x - 1)))
+            v = (size_t)x;
         fclose(f);
     }
     bytes = v ? v : (size_t)2 << 20;
@@ -230,7 +245,8 @@ static size_t huge_page_bytes(void) {
 static void advise_huge_pages(void *p, size_t n) {
     const size_t huge = huge_page_bytes();
     if (n < 2 * huge) return;
-    const uintptr_t a = ((uintptr_t)p + huge - 1) & ~(uintptr_t)(huge - 1), end = ((uintptr_t)p + n) & ~(uintptr_t)(huge - 1);
+    const uintptr_t a = ((uintptr_t)p + huge - 1) & ~(uintptr_t)(huge - 1),
+                    end = ((uintptr_t)p + n) & ~(uintptr_t)(huge - 1);
     if (end > a) madvise((void *)a, end - a, MADV_HUGEPAGE);
 }
 
@@ -274,7 +290,8 @@ static void atomic_sweep(const char *path) {
     DIR *d = opendir(dir);
     if (!d) return;
     for (struct dirent *e; (e = readdir(d));) {
-        if (strncmp(e->d_name, base, base_len) || strncmp(e->d_name + base_len, ".tmp.", 5)) continue;
+        if (strncmp(e->d_name, base, base_len) || strncmp(e->d_name + base_len, ".tmp.", 5))
+            continue;
         char *end;
         long pid = strtol(e->d_name + base_len + 5, &end, 10);
         if (*end || pid <= 0 || kill((pid_t)pid, 0) == 0 || errno != ESRCH) continue;
@@ -288,7 +305,10 @@ static void atomic_sweep(const char *path) {
 static FILE *atomic_begin(AtomicFile *af, const char *path, char *err, size_t err_len) {
     memset(af, 0, sizeof *af);
     atomic_sweep(path);
-    if (strlen(path) >= sizeof af->path) { snprintf(err, err_len, "%s: path too long", path); return NULL; }
+    if (strlen(path) >= sizeof af->path) {
+        snprintf(err, err_len, "%s: path too long", path);
+        return NULL;
+    }
     snprintf(af->path, sizeof af->path, "%s", path);
     char dir[4096];
     atomic_dir_of(path, dir, sizeof dir);
@@ -297,10 +317,17 @@ static FILE *atomic_begin(AtomicFile *af, const char *path, char *err, size_t er
     else {
         snprintf(af->tmp, sizeof af->tmp, "%s.tmp.%d", path, (int)getpid());
         fd = open(af->tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-        if (fd < 0) { snprintf(err, err_len, "cannot write %s: %s", af->tmp, strerror(errno)); return NULL; }
+        if (fd < 0) {
+            snprintf(err, err_len, "cannot write %s: %s", af->tmp, strerror(errno));
+            return NULL;
+        }
     }
     af->f = fdopen(fd, "w");
-    if (!af->f) { close(fd); snprintf(err, err_len, "cannot write %s: %s", path, strerror(errno)); return NULL; }
+    if (!af->f) {
+        close(fd);
+        snprintf(err, err_len, "cannot write %s: %s", path, strerror(errno));
+        return NULL;
+    }
     return af->f;
 }
 
@@ -323,14 +350,20 @@ static int atomic_commit(AtomicFile *af, char *err, size_t err_len) {
         snprintf(af->tmp, sizeof af->tmp, "%s.tmp.%d", af->path, (int)getpid());
         unlink(af->tmp);
         if (linkat(AT_FDCWD, proc, AT_FDCWD, af->tmp, AT_SYMLINK_FOLLOW)) {
-            snprintf(err, err_len, "writing %s failed: cannot link its data: %s", af->path, strerror(errno));
+            snprintf(err, err_len, "writing %s failed: cannot link its data: %s", af->path,
+                     strerror(errno));
             af->tmp[0] = 0;
             atomic_abort(af);
             return -1;
         }
         af->anonymous = 0;
     }
-    if (fclose(af->f)) { af->f = NULL; snprintf(err, err_len, "writing %s failed: %s", af->path, strerror(errno)); atomic_abort(af); return -1; }
+    if (fclose(af->f)) {
+        af->f = NULL;
+        snprintf(err, err_len, "writing %s failed: %s", af->path, strerror(errno));
+        atomic_abort(af);
+        return -1;
+    }
     af->f = NULL;
     if (rename(af->tmp, af->path)) {
         snprintf(err, err_len, "cannot rename %s to %s: %s", af->tmp, af->path, strerror(errno));
@@ -358,7 +391,9 @@ static double proc_kb_field(const char *path, const char *key) {
     size_t klen = strlen(key);
     double kb = 0;
     while (fgets(line, sizeof line, f))
-        if (!strncmp(line, key, klen) && line[klen] == ':' && sscanf(line + klen + 1, "%lf", &kb) == 1) break;
+        if (!strncmp(line, key, klen) && line[klen] == ':' &&
+            sscanf(line + klen + 1, "%lf", &kb) == 1)
+            break;
     fclose(f);
     return kb * 1024.0;
 }
@@ -464,7 +499,17 @@ typedef enum { SPEC_OFF, SPEC_MTP, SPEC_NGRAM, SPEC_AUTO } SpecMode;
 static const char *const SPEC_MODE_NAMES[] = { "off", "mtp", "ngram", "auto" };
 
 /* What one run does. VALIDATE compares with an oracle reference (REF): TF=1, greedy, REPLAY=1. */
-typedef enum { MODE_VALIDATE, MODE_TOKENIZE, MODE_TEMPLATE, MODE_PROMPT, MODE_CHAT, MODE_SERVE, MODE_PLAN, MODE_DOCTOR, MODE_QUALITY } RunMode;
+typedef enum {
+    MODE_VALIDATE,
+    MODE_TOKENIZE,
+    MODE_TEMPLATE,
+    MODE_PROMPT,
+    MODE_CHAT,
+    MODE_SERVE,
+    MODE_PLAN,
+    MODE_DOCTOR,
+    MODE_QUALITY
+} RunMode;
 
 typedef struct {
     const char *model_dir, *ref_path, *indexer_mode;
@@ -481,13 +526,15 @@ typedef struct {
     const char *stats_path;
     const char *usage;       /* USAGE: a file, "off", or "" for the default file under cache_dir */
     const char *cache_dir;   /* $XDG_CACHE_HOME, else $HOME/.cache; "" when neither is set */
-    const char *kv_cache;    /* KV_CACHE: a directory, "off", or "" for the default under cache_dir */
+    /* KV_CACHE: a directory, "off", or "" for the default under cache_dir */
+    const char *kv_cache;
     double kv_cache_gb;      /* KV_CACHE_GB */
     int plan_json;           /* PLAN=json */
     /* text modes */
     RunMode mode;
     const char *prompt, *system_prompt, *messages_path, *tokenize_path;
-    const char *chat_format, *reasoning_effort;   /* CHAT_FORMAT (checked by chat.h when used), REASONING_EFFORT */
+    /* CHAT_FORMAT (checked by chat.h when used), REASONING_EFFORT */
+    const char *chat_format, *reasoning_effort;
     int prompt_given, chat_template, think, special;
     int think_given;         /* THINK is set: it overrides a resumed session's thinking mode */
     const char *session_path;   /* SESSION, "" when unset */
@@ -513,7 +560,8 @@ static const char *setting_value(const char *name) {
 }
 
 static const SettingSpec *setting_spec(const char *name) {
-    for (size_t i = 0; i < N_SETTINGS; i++) if (!strcmp(SETTINGS[i].name, name)) return &SETTINGS[i];
+    for (size_t i = 0; i < N_SETTINGS; i++)
+        if (!strcmp(SETTINGS[i].name, name)) return &SETTINGS[i];
     die("internal: unknown setting %s", name);
     return NULL;
 }
@@ -543,11 +591,14 @@ static double setting_number_of(const SettingSpec *spec, const char *name, const
     if (!parses_as_number(v)) die("%s=%s is not a number", name, v);
     double d = strtod(v, NULL);
     if (spec->kind != SET_FLOAT && d != floor(d)) die("%s=%s must be a whole number", name, v);
-    if (!(d >= spec->min && d <= spec->max)) die("%s=%s is out of range [%g, %g]", name, v, spec->min, spec->max);
+    if (!(d >= spec->min && d <= spec->max))
+        die("%s=%s is out of range [%g, %g]", name, v, spec->min, spec->max);
     return d;
 }
 
-static double setting_number(const char *name) { return setting_number_of(setting_spec(name), name, setting_value(name)); }
+static double setting_number(const char *name) {
+    return setting_number_of(setting_spec(name), name, setting_value(name));
+}
 
 /* TEMPERATURE, or TEMP when it is a number. Many systems export TEMP as the temp directory
    (TEMP=/tmp), so a TEMP that is not a number is that variable and is left alone. */
@@ -558,9 +609,12 @@ static double temperature_from_env(void) {
             say("note: TEMP=%s is ignored: TEMPERATURE=%s is set", temp, getenv("TEMPERATURE"));
         return setting_number("TEMPERATURE");
     }
-    if (temp && parses_as_number(temp)) return setting_number_of(setting_spec("TEMPERATURE"), "TEMP", temp);
+    if (temp && parses_as_number(temp))
+        return setting_number_of(setting_spec("TEMPERATURE"), "TEMP", temp);
     if (temp)
-        say("note: TEMP=%s is not a number, so it is taken as the temp-directory variable and ignored; set TEMPERATURE", temp);
+        say("note: TEMP=%s is not a number, so it is taken as the temp-directory variable and "
+            "ignored; set TEMPERATURE",
+            temp);
     return setting_number("TEMPERATURE");
 }
 
@@ -640,34 +694,51 @@ static void warn_near_miss_variables(void) {
         memcpy(name, *e, (size_t)(eq - *e));
         name[eq - *e] = 0;
         const char *hint = near_miss_setting(name);
-        if (hint) say("warning: environment variable %s is not a setting; did you mean %s?", name, hint);
+        if (hint)
+            say("warning: environment variable %s is not a setting; did you mean %s?", name, hint);
     }
 }
 
 static void print_help(void) {
-    printf("usage: [VAR=value ...] ./glm [cache_slots] [expert_bits] [dense_bits]    (or --help, --version)\n\n"
-           "modes:\n"
-           "  PROMPT=\"text\" ./glm   one answer, streamed to stdout (CHAT_TEMPLATE=0: raw text, no template)\n"
-           "  echo text | ./glm     the same with the prompt from stdin (no mode set, stdin not a terminal; or PROMPT=-)\n"
-           "  CHAT=1 ./glm          terminal chat (the default when stdin is a terminal); :help lists its commands\n"
-           "  SESSION=file          with PROMPT or CHAT: continue the conversation the file holds; saved after every answer\n"
-           "                        (with SERVE: the server's KV cache, back at start and saved after every answer)\n"
-           "  TOKENIZE=file ./glm   token ids of each JSON-string line of file (only tokenizer.json is read)\n"
-           "  REF=file ./glm        validation against an oracle reference: greedy, TF=1 [MTP=1] or REPLAY=1\n"
-           "                        (the oracle is f32: `./glm 64 16 16` must match it exactly; int4 drifts;\n"
-           "                        exit 3: the predictions differ)\n"
-           "  SERVE=8080 ./glm      HTTP APIs (OpenAI, Anthropic, Ollama) on 127.0.0.1:8080 (OpenAI base URL http://127.0.0.1:8080/v1)\n"
-           "  PPL=file ./glm        perplexity of a text file (KLD=file: against a LOGITS_SAVE run; docs/quality.md)\n"
-           "  SCORE=file ./glm      multiple-choice accuracy from a JSONL file (HellaSwag, ARC, MMLU)\n"
-           "  PLAN=1 ./glm          RAM plan, disk and projected speed from the headers alone (PLAN=json for scripts)\n"
-           "  DOCTOR=1 ./glm        is this machine ready for SNAP? one line per finding, exit 0/1/2\n\n"
-           "  cache_slots   routed-expert cache slots per layer (default: as many as RAM_GB allows)\n"
-           "  expert_bits   load-time precision of routed experts: 16 (f32), 8, 4 or 2 (default 4)\n"
-           "  dense_bits    load-time precision of every other matrix (default 4)\n"
-           "  Pre-quantized tensors (NAME + NAME.qs) are used as they are.\n\n"
-           "  Sampling temperature: TEMPERATURE=0.7 (0: greedy). TEMP is accepted too when it is a number;\n"
-           "  a TEMP that is not one (TEMP=/tmp, the temp directory) is ignored.\n\n"
-           "environment variables (booleans take 1/0, yes/no, true/false or on/off):\n");
+    printf(
+        "usage: [VAR=value ...] ./glm [cache_slots] [expert_bits] [dense_bits]    (or --help, "
+        "--version)\n\n"
+        "modes:\n"
+        "  PROMPT=\"text\" ./glm   one answer, streamed to stdout (CHAT_TEMPLATE=0: raw text, no "
+        "template)\n"
+        "  echo text | ./glm     the same with the prompt from stdin (no mode set, stdin not a "
+        "terminal; or PROMPT=-)\n"
+        "  CHAT=1 ./glm          terminal chat (the default when stdin is a terminal); :help lists "
+        "its commands\n"
+        "  SESSION=file          with PROMPT or CHAT: continue the conversation the file holds; "
+        "saved after every answer\n"
+        "                        (with SERVE: the server's KV cache, back at start and saved after "
+        "every answer)\n"
+        "  TOKENIZE=file ./glm   token ids of each JSON-string line of file (only tokenizer.json "
+        "is read)\n"
+        "  REF=file ./glm        validation against an oracle reference: greedy, TF=1 [MTP=1] or "
+        "REPLAY=1\n"
+        "                        (the oracle is f32: `./glm 64 16 16` must match it exactly; int4 "
+        "drifts;\n"
+        "                        exit 3: the predictions differ)\n"
+        "  SERVE=8080 ./glm      HTTP APIs (OpenAI, Anthropic, Ollama) on 127.0.0.1:8080 (OpenAI "
+        "base URL http://127.0.0.1:8080/v1)\n"
+        "  PPL=file ./glm        perplexity of a text file (KLD=file: against a LOGITS_SAVE run; "
+        "docs/quality.md)\n"
+        "  SCORE=file ./glm      multiple-choice accuracy from a JSONL file (HellaSwag, ARC, "
+        "MMLU)\n"
+        "  PLAN=1 ./glm          RAM plan, disk and projected speed from the headers alone "
+        "(PLAN=json for scripts)\n"
+        "  DOCTOR=1 ./glm        is this machine ready for SNAP? one line per finding, exit "
+        "0/1/2\n\n"
+        "  cache_slots   routed-expert cache slots per layer (default: as many as RAM_GB allows)\n"
+        "  expert_bits   load-time precision of routed experts: 16 (f32), 8, 4 or 2 (default 4)\n"
+        "  dense_bits    load-time precision of every other matrix (default 4)\n"
+        "  Pre-quantized tensors (NAME + NAME.qs) are used as they are.\n\n"
+        "  Sampling temperature: TEMPERATURE=0.7 (0: greedy). TEMP is accepted too when it is a "
+        "number;\n"
+        "  a TEMP that is not one (TEMP=/tmp, the temp directory) is ignored.\n\n"
+        "environment variables (booleans take 1/0, yes/no, true/false or on/off):\n");
     for (size_t i = 0; i < N_SETTINGS; i++) {
         for (size_t g = 0; g < sizeof SETTING_GROUPS / sizeof SETTING_GROUPS[0]; g++)
             if (!strcmp(SETTING_GROUPS[g].first, SETTINGS[i].name))
@@ -675,8 +746,10 @@ static void print_help(void) {
         printf("  %-14s default %-6s %s\n", SETTINGS[i].name,
                SETTINGS[i].default_value[0] ? SETTINGS[i].default_value : "-", SETTINGS[i].help);
     }
-    printf("\nOpenMP: unless OMP_WAIT_POLICY or GOMP_SPINCOUNT is set, glm re-executes itself once with\n"
-           "OMP_WAIT_POLICY=passive (spinning workers starve the expert I/O thread); either one set keeps\n"
+    printf("\nOpenMP: unless OMP_WAIT_POLICY or GOMP_SPINCOUNT is set, glm re-executes itself once "
+           "with\n"
+           "OMP_WAIT_POLICY=passive (spinning workers starve the expert I/O thread); either one "
+           "set keeps\n"
            "libgomp's own waiting.\n");
 }
 
@@ -688,8 +761,9 @@ static void print_help(void) {
 /* --version: what was built, and which integer kernels this CPU can run. */
 static void print_version(void) {
     printf("glm.c %s (commit %s)\nkernels this CPU runs:", GLM_VERSION, GLM_COMMIT);
-    static const QtKernel kernels[] = { QT_KERNEL_VNNI, QT_KERNEL_AVXVNNI, QT_KERNEL_AVX2, QT_KERNEL_I8MM,
-                                        QT_KERNEL_DOTPROD, QT_KERNEL_NEON, QT_KERNEL_SCALAR };
+    static const QtKernel kernels[] = { QT_KERNEL_VNNI,  QT_KERNEL_AVXVNNI, QT_KERNEL_AVX2,
+                                        QT_KERNEL_I8MM,  QT_KERNEL_DOTPROD, QT_KERNEL_NEON,
+                                        QT_KERNEL_SCALAR };
     for (size_t i = 0; i < sizeof kernels / sizeof kernels[0]; i++)
         if (qt_kernel_supported(kernels[i])) printf(" %s", qt_kernel_name(kernels[i]));
     printf(" (KERNEL=auto picks %s)\n", qt_kernel_name(qt_get_kernel()));
@@ -737,12 +811,14 @@ static Settings settings_from_env(int argc, char **argv) {
         if (argv[i][0] == '-') die("unknown option %s (see --help)", argv[i]);
         given++;
     }
-    if (given > 3) die("too many arguments: %d given, at most 3 (cache_slots expert_bits dense_bits)", given);
+    if (given > 3)
+        die("too many arguments: %d given, at most 3 (cache_slots expert_bits dense_bits)", given);
     for (int i = 1; i < argc; i++) {
         if (npos == 0) {
             char *end;
             long v = strtol(argv[i], &end, 10);
-            if (*end || v < 1 || v > 65536) die("cache_slots '%s' must be a whole number in [1, 65536]", argv[i]);
+            if (*end || v < 1 || v > 65536)
+                die("cache_slots '%s' must be a whole number in [1, 65536]", argv[i]);
             s.cache_slots = (int)v;
             s.cache_slots_given = 1;
         } else if (npos == 1) s.expert_bits = parse_bits(argv[i], "expert_bits");
@@ -753,7 +829,8 @@ static Settings settings_from_env(int argc, char **argv) {
     s.model_dir = setting_value("SNAP");
     s.ref_path = setting_value("REF");
     s.indexer_mode = setting_value("INDEXER");
-    if (strcmp(s.indexer_mode, "auto") && strcmp(s.indexer_mode, "always") && strcmp(s.indexer_mode, "off"))
+    if (strcmp(s.indexer_mode, "auto") && strcmp(s.indexer_mode, "always") &&
+        strcmp(s.indexer_mode, "off"))
         die("INDEXER=%s: expected auto, always or off", s.indexer_mode);
     s.teacher_forcing = (int)setting_number("TF");
     s.mtp = (int)setting_number("MTP");
@@ -784,11 +861,15 @@ static Settings settings_from_env(int argc, char **argv) {
     if (!strcmp(policy, "lfu")) s.cache_policy = TIER_LFU;
     else if (!strcmp(policy, "lru")) s.cache_policy = TIER_LRU;
     else die("CACHE_POLICY=%s: expected lfu or lru", policy);
-    if (qt_kernel_parse(setting_value("KERNEL"), &s.kernel)) die("KERNEL=%s: expected auto, vnni, avxvnni, avx2, i8mm, dotprod, neon or scalar", setting_value("KERNEL"));
-    if (s.kernel != QT_KERNEL_AUTO && !qt_kernel_supported(s.kernel)) die("KERNEL=%s: this CPU cannot run it", setting_value("KERNEL"));
+    if (qt_kernel_parse(setting_value("KERNEL"), &s.kernel))
+        die("KERNEL=%s: expected auto, vnni, avxvnni, avx2, i8mm, dotprod, neon or scalar",
+            setting_value("KERNEL"));
+    if (s.kernel != QT_KERNEL_AUTO && !qt_kernel_supported(s.kernel))
+        die("KERNEL=%s: this CPU cannot run it", setting_value("KERNEL"));
     const char *spec = setting_value("SPEC");
     int spec_mode = -1;
-    for (int m = SPEC_OFF; m <= SPEC_AUTO; m++) if (!strcmp(spec, SPEC_MODE_NAMES[m])) spec_mode = m;
+    for (int m = SPEC_OFF; m <= SPEC_AUTO; m++)
+        if (!strcmp(spec, SPEC_MODE_NAMES[m])) spec_mode = m;
     if (spec_mode < 0) die("SPEC=%s: expected auto, mtp, ngram or off", spec);
     s.spec_mode = (SpecMode)spec_mode;
     s.draft = (int)setting_number("DRAFT");
@@ -796,13 +877,15 @@ static Settings settings_from_env(int argc, char **argv) {
     s.usage = setting_value("USAGE");
     static char cache_dir[4096];
     const char *xdg = getenv("XDG_CACHE_HOME"), *home = getenv("HOME");
-    if (xdg && xdg[0] == '/') snprintf(cache_dir, sizeof cache_dir, "%s", xdg);   /* the spec: relative paths are ignored */
+    /* the spec: relative paths are ignored */
+    if (xdg && xdg[0] == '/') snprintf(cache_dir, sizeof cache_dir, "%s", xdg);
     else if (home && home[0]) snprintf(cache_dir, sizeof cache_dir, "%s/.cache", home);
     s.cache_dir = cache_dir;
     s.kv_cache = setting_value("KV_CACHE");
     s.kv_cache_gb = setting_number("KV_CACHE_GB");
     const char *plan = setting_value("PLAN");
-    if (strcmp(plan, "0") && strcmp(plan, "1") && strcmp(plan, "json")) die("PLAN=%s: expected 1, json or 0", plan);
+    if (strcmp(plan, "0") && strcmp(plan, "1") && strcmp(plan, "json"))
+        die("PLAN=%s: expected 1, json or 0", plan);
     s.plan_json = !strcmp(plan, "json");
     const int doctor = (int)setting_number("DOCTOR");
     s.prompt_given = getenv("PROMPT") != NULL;
@@ -819,7 +902,8 @@ static Settings settings_from_env(int argc, char **argv) {
     s.session_path = setting_value("SESSION");
     s.chat_format = setting_value("CHAT_FORMAT");
     s.reasoning_effort = setting_value("REASONING_EFFORT");
-    if (!chat_effort_valid(s.reasoning_effort)) die("REASONING_EFFORT=%s: expected max or high", s.reasoning_effort);
+    if (!chat_effort_valid(s.reasoning_effort))
+        die("REASONING_EFFORT=%s: expected max or high", s.reasoning_effort);
     s.top_p = (float)setting_number("NUCLEUS");
     s.seed = (uint64_t)setting_number("SEED");
     s.special = (int)setting_number("SPECIAL");
@@ -841,50 +925,70 @@ static Settings settings_from_env(int argc, char **argv) {
     s.score_json = setting_value("SCORE_JSON");
     if (s.replay && s.teacher_forcing) die("REPLAY=1 and TF=1 are different modes: set one");
     if (s.group && s.group < 2) die("GROUP=%d: a group needs at least 2 inputs", s.group);
-    /* PLAN and DOCTOR describe a run instead of doing one: the other modes' settings are theirs to read */
+    /* PLAN and DOCTOR describe a run instead of doing one: the other modes' settings are theirs to
+       read */
     if (doctor && strcmp(plan, "0")) die("PLAN and DOCTOR are different modes: set one");
     if (doctor) { s.mode = MODE_DOCTOR; return s; }
     if (!s.model_dir[0]) die("SNAP is not set: point it at a model directory (see --help)");
     char why[4400];
     if (model_dir_check(s.model_dir, why, sizeof why)) die("%s", why);
     if (strcmp(plan, "0")) { s.mode = MODE_PLAN; return s; }
-    if (s.mtp && !s.teacher_forcing) die("MTP=1 needs TF=1 (the MTP head is validated in teacher forcing)");
+    if (s.mtp && !s.teacher_forcing)
+        die("MTP=1 needs TF=1 (the MTP head is validated in teacher forcing)");
 
     /* Which mode: the settings that name one must not contradict each other. */
-    const int has_ref = s.ref_path[0] != 0, has_tokenize = s.tokenize_path[0] != 0, has_messages = s.messages_path[0] != 0;
+    const int has_ref = s.ref_path[0] != 0, has_tokenize = s.tokenize_path[0] != 0,
+              has_messages = s.messages_path[0] != 0;
     if ((s.teacher_forcing || s.replay) && !has_ref)
-        die("%s=1 needs REF, an oracle reference JSON (see --help)", s.teacher_forcing ? "TF" : "REPLAY");
+        die("%s=1 needs REF, an oracle reference JSON (see --help)",
+            s.teacher_forcing ? "TF" : "REPLAY");
     if (s.ppl_path[0] || s.score_path[0]) {   /* quality.c checks the rest of its settings */
-        if (s.serve[0] || has_ref || has_tokenize || s.prompt_given || chat == 1 || template_only || has_messages)
-            die("%s=%s is a mode of its own: unset SERVE, REF, TOKENIZE, PROMPT, CHAT, TEMPLATE_ONLY and MESSAGES",
+        if (s.serve[0] || has_ref || has_tokenize || s.prompt_given || chat == 1 || template_only ||
+            has_messages)
+            die("%s=%s is a mode of its own: unset SERVE, REF, TOKENIZE, PROMPT, CHAT, "
+                "TEMPLATE_ONLY and MESSAGES",
                 s.ppl_path[0] ? "PPL" : "SCORE", s.ppl_path[0] ? s.ppl_path : s.score_path);
         s.mode = MODE_QUALITY;
     } else if (s.ppl_json[0] || s.logits_save[0] || s.kld_path[0] || s.score_json[0]) {
-        die("%s is set without its mode: set %s=file", s.score_json[0] ? "SCORE_JSON" : s.ppl_json[0] ? "PPL_JSON" :
-            s.logits_save[0] ? "LOGITS_SAVE" : "KLD", s.score_json[0] ? "SCORE" : "PPL");
+        die("%s is set without its mode: set %s=file",
+            s.score_json[0]    ? "SCORE_JSON"
+            : s.ppl_json[0]    ? "PPL_JSON"
+            : s.logits_save[0] ? "LOGITS_SAVE"
+                               : "KLD",
+            s.score_json[0] ? "SCORE" : "PPL");
     } else if (s.serve[0]) {
-        if (has_ref || has_tokenize || s.prompt_given || chat == 1 || template_only || has_messages || s.system_prompt[0])
-            die("SERVE=%s is a mode of its own (conversations come from the requests): unset PROMPT, CHAT, REF, TOKENIZE, "
-                "TEMPLATE_ONLY, MESSAGES and SYSTEM", s.serve);
+        if (has_ref || has_tokenize || s.prompt_given || chat == 1 || template_only ||
+            has_messages || s.system_prompt[0])
+            die("SERVE=%s is a mode of its own (conversations come from the requests): unset "
+                "PROMPT, CHAT, REF, TOKENIZE, "
+                "TEMPLATE_ONLY, MESSAGES and SYSTEM",
+                s.serve);
         if (!s.chat_template)
-            die("SERVE and CHAT_TEMPLATE=0: /v1/chat/completions always applies the template, /v1/completions takes raw text; unset CHAT_TEMPLATE");
+            die("SERVE and CHAT_TEMPLATE=0: /v1/chat/completions always applies the template, "
+                "/v1/completions takes raw text; unset CHAT_TEMPLATE");
         HttpAddr addr;
         char err[256];
         if (http_addr_parse(s.serve, &addr, err, sizeof err)) die("SERVE=%s: %s", s.serve, err);
         if (!addr.loopback && !s.api_key[0])
-            die("SERVE=%s can be reached from other machines: set API_KEY (clients send it as Authorization: Bearer KEY), "
-                "or serve on 127.0.0.1", s.serve);
+            die("SERVE=%s can be reached from other machines: set API_KEY (clients send it as "
+                "Authorization: Bearer KEY), "
+                "or serve on 127.0.0.1",
+                s.serve);
         s.mode = MODE_SERVE;
     } else if (has_tokenize) {
         if (has_ref || s.prompt_given || chat == 1 || template_only)
-            die("TOKENIZE=%s is a mode of its own: unset REF, PROMPT, CHAT and TEMPLATE_ONLY", s.tokenize_path);
+            die("TOKENIZE=%s is a mode of its own: unset REF, PROMPT, CHAT and TEMPLATE_ONLY",
+                s.tokenize_path);
         s.mode = MODE_TOKENIZE;
     } else if (has_ref) {
         if (s.prompt_given || chat == 1 || has_messages || template_only)
-            die("REF=%s selects validation against an oracle: unset PROMPT, CHAT, MESSAGES and TEMPLATE_ONLY", s.ref_path);
+            die("REF=%s selects validation against an oracle: unset PROMPT, CHAT, MESSAGES and "
+                "TEMPLATE_ONLY",
+                s.ref_path);
         s.mode = MODE_VALIDATE;
     } else if (template_only) {
-        if (!s.prompt_given && !has_messages) die("TEMPLATE_ONLY=1 needs PROMPT or MESSAGES to render");
+        if (!s.prompt_given && !has_messages)
+            die("TEMPLATE_ONLY=1 needs PROMPT or MESSAGES to render");
         s.mode = MODE_TEMPLATE;
     } else if (chat == 1 || (chat == -1 && !s.prompt_given && isatty(0))) {
         if (s.prompt_given) die("PROMPT and CHAT=1 are different modes: set one");
@@ -899,16 +1003,23 @@ static Settings settings_from_env(int argc, char **argv) {
     }
     if (s.prompt_given && !strcmp(s.prompt, "-")) s.prompt_from_stdin = 1;
     if (s.session_path[0] && s.mode != MODE_PROMPT && s.mode != MODE_CHAT && s.mode != MODE_SERVE)
-        die("SESSION=%s holds a conversation: it works with PROMPT, CHAT and SERVE, not with %s", s.session_path,
-            s.mode == MODE_TOKENIZE ? "TOKENIZE" : s.mode == MODE_TEMPLATE ? "TEMPLATE_ONLY" :
-            s.mode == MODE_QUALITY ? "PPL or SCORE" : "REF");
+        die("SESSION=%s holds a conversation: it works with PROMPT, CHAT and SERVE, not with %s",
+            s.session_path,
+            s.mode == MODE_TOKENIZE   ? "TOKENIZE"
+            : s.mode == MODE_TEMPLATE ? "TEMPLATE_ONLY"
+            : s.mode == MODE_QUALITY  ? "PPL or SCORE"
+                                      : "REF");
     /* only the modes that sample read the temperature (and may note an unrelated TEMP); REF decodes
        greedily unless TEMPERATURE (or a numeric TEMP) is given */
-    const int temperature_given = getenv("TEMPERATURE") || (getenv("TEMP") && parses_as_number(getenv("TEMP")));
-    s.temperature = s.mode == MODE_PROMPT || s.mode == MODE_CHAT || s.mode == MODE_SERVE || (s.mode == MODE_VALIDATE && temperature_given)
-                        ? (float)temperature_from_env() : 0.0f;
+    const int temperature_given =
+        getenv("TEMPERATURE") || (getenv("TEMP") && parses_as_number(getenv("TEMP")));
+    s.temperature = s.mode == MODE_PROMPT || s.mode == MODE_CHAT || s.mode == MODE_SERVE ||
+                            (s.mode == MODE_VALIDATE && temperature_given)
+                        ? (float)temperature_from_env()
+                        : 0.0f;
     if (!s.chat_template && (has_messages || s.system_prompt[0]))
-        die("%s needs the chat template: unset CHAT_TEMPLATE=0", has_messages ? "MESSAGES" : "SYSTEM");
+        die("%s needs the chat template: unset CHAT_TEMPLATE=0",
+            has_messages ? "MESSAGES" : "SYSTEM");
     return s;
 }
 
@@ -921,7 +1032,10 @@ static void read_stdin_prompt(Settings *s) {
     char *buf = xmalloc(cap + 1);
     for (;;) {
         if (n == cap) {
-            if (cap >= STDIN_PROMPT_MAX) { free(buf); die("the prompt on stdin is longer than %u MB (the limit)", STDIN_PROMPT_MAX >> 20); }
+            if (cap >= STDIN_PROMPT_MAX) {
+                free(buf);
+                die("the prompt on stdin is longer than %u MB (the limit)", STDIN_PROMPT_MAX >> 20);
+            }
             cap *= 2;
             char *grown = realloc(buf, cap + 1);
             if (!grown) die("out of memory reading the prompt from stdin");
@@ -933,14 +1047,17 @@ static void read_stdin_prompt(Settings *s) {
         if (k == 0) break;
         n += (size_t)k;
     }
-    if (memchr(buf, 0, n)) die("the prompt on stdin contains a NUL byte at offset %zu", (size_t)((char *)memchr(buf, 0, n) - buf));
+    if (memchr(buf, 0, n))
+        die("the prompt on stdin contains a NUL byte at offset %zu",
+            (size_t)((char *)memchr(buf, 0, n) - buf));
     while (n > 0 && (buf[n - 1] == '\n' || buf[n - 1] == '\r')) n--;
     buf[n] = 0;
     if (!n) {
         const int explicit_dash = getenv("PROMPT") != NULL;
         free(buf);
         if (explicit_dash) die("PROMPT=-: stdin is empty");
-        die("nothing to do: set PROMPT=\"...\", CHAT=1, TOKENIZE=file or REF=file, or pipe a prompt in (see --help); "
+        die("nothing to do: set PROMPT=\"...\", CHAT=1, TOKENIZE=file or REF=file, or pipe a "
+            "prompt in (see --help); "
             "stdin is not a terminal and was empty");
     }
     s->prompt = s->stdin_prompt = buf;
@@ -970,9 +1087,12 @@ typedef struct {
 
 typedef struct { const JsonValue *root; const char *path; } ConfigReader;
 
-static const JsonValue *config_field(ConfigReader *r, const char *key) { return json_get(r->root, key); }
+static const JsonValue *config_field(ConfigReader *r, const char *key) {
+    return json_get(r->root, key);
+}
 
-static int config_int(ConfigReader *r, const char *key, int fallback, int required, int lo, int hi) {
+static int config_int(ConfigReader *r, const char *key, int fallback, int required, int lo,
+                      int hi) {
     const JsonValue *v = config_field(r, key);
     if (!v || json_type(v) == JSON_NULL) {
         if (required) die("%s: field \"%s\" is missing", r->path, key);
@@ -980,7 +1100,8 @@ static int config_int(ConfigReader *r, const char *key, int fallback, int requir
     }
     int64_t i;
     if (!json_is_int(v, &i)) die("%s: field \"%s\" must be an integer", r->path, key);
-    if (i < lo || i > hi) die("%s: field \"%s\" = %lld is out of range [%d, %d]", r->path, key, (long long)i, lo, hi);
+    if (i < lo || i > hi)
+        die("%s: field \"%s\" = %lld is out of range [%d, %d]", r->path, key, (long long)i, lo, hi);
     return (int)i;
 }
 
@@ -993,7 +1114,8 @@ static float config_float(ConfigReader *r, const char *key, float fallback, doub
     double d = json_num(v);
     float f = (float)d;
     if (!(d >= lo && d <= hi) || !isfinite(f))
-        die("%s: field \"%s\" = %g is out of range [%g, %g]", r->path, key, d, lo, fmin(hi, FLT_MAX));
+        die("%s: field \"%s\" = %g is out of range [%g, %g]", r->path, key, d, lo,
+            fmin(hi, FLT_MAX));
     return f;
 }
 
@@ -1015,10 +1137,12 @@ static int config_bool(ConfigReader *r, const char *key, int fallback) {
 
 /* A per-layer list of two words (mlp_layer_types, indexer_types) → flags[l] = (word == yes).
    Returns 0 when the key is absent. */
-static int config_layer_flags(ConfigReader *r, const char *key, const char *yes, const char *no, unsigned char *flags, int n) {
+static int config_layer_flags(ConfigReader *r, const char *key, const char *yes, const char *no,
+                              unsigned char *flags, int n) {
     const JsonValue *v = config_field(r, key);
     if (!v || json_type(v) == JSON_NULL) return 0;
-    if (json_type(v) != JSON_ARRAY || (int)json_len(v) != n) die("%s: %s must be a list of %d strings", r->path, key, n);
+    if (json_type(v) != JSON_ARRAY || (int)json_len(v) != n)
+        die("%s: %s must be a list of %d strings", r->path, key, n);
     for (int l = 0; l < n; l++) {
         const char *t = json_str(json_at(v, (size_t)l), NULL);
         if (t && !strcmp(t, yes)) flags[l] = 1;
@@ -1033,15 +1157,21 @@ static void config_eos(Config *c, const JsonValue *v, const char *path) {
     int64_t id;
     c->n_eos = 0;
     if (json_is_int(v, &id)) {
-        if (id < 0 || id >= c->vocab) die("%s: eos_token_id %lld is outside the vocabulary (%d)", path, (long long)id, c->vocab);
+        if (id < 0 || id >= c->vocab)
+            die("%s: eos_token_id %lld is outside the vocabulary (%d)", path, (long long)id,
+                c->vocab);
         c->eos[c->n_eos++] = (int)id;
         return;
     }
     if (json_type(v) != JSON_ARRAY) die("%s: eos_token_id must be an integer or a list", path);
-    if (json_len(v) > MAX_EOS) die("%s: eos_token_id lists %zu ids; at most %d are supported", path, json_len(v), MAX_EOS);
+    if (json_len(v) > MAX_EOS)
+        die("%s: eos_token_id lists %zu ids; at most %d are supported", path, json_len(v), MAX_EOS);
     for (size_t i = 0; i < json_len(v); i++) {
-        if (!json_is_int(json_at(v, i), &id)) die("%s: eos_token_id[%zu] must be an integer", path, i);
-        if (id < 0 || id >= c->vocab) die("%s: eos_token_id[%zu] = %lld is outside the vocabulary (%d)", path, i, (long long)id, c->vocab);
+        if (!json_is_int(json_at(v, i), &id))
+            die("%s: eos_token_id[%zu] must be an integer", path, i);
+        if (id < 0 || id >= c->vocab)
+            die("%s: eos_token_id[%zu] = %lld is outside the vocabulary (%d)", path, i,
+                (long long)id, c->vocab);
         c->eos[c->n_eos++] = (int)id;
     }
 }
@@ -1064,7 +1194,8 @@ static Config config_load(const char *dir) {
     const char *model_type = config_string(&r, "model_type");
     if (!model_type) die("%s: field \"model_type\" is missing", path);
     if (strcmp(model_type, "glm_moe_dsa"))
-        die("%s: model_type \"%s\" is not supported (glm.c runs glm_moe_dsa, i.e. GLM-5.x)", path, model_type);
+        die("%s: model_type \"%s\" is not supported (glm.c runs glm_moe_dsa, i.e. GLM-5.x)", path,
+            model_type);
 
     Config c;
     memset(&c, 0, sizeof c);
@@ -1073,17 +1204,22 @@ static Config config_load(const char *dir) {
     c.n_layers = config_int(&r, "num_hidden_layers", 0, 1, 1, 4096);
     c.n_heads = config_int(&r, "num_attention_heads", 0, 1, 1, 4096);
     if (!config_field(&r, "q_lora_rank") || json_type(config_field(&r, "q_lora_rank")) == JSON_NULL)
-        die("%s: q_lora_rank is null or missing: attention without a query latent is not supported", path);
+        die("%s: q_lora_rank is null or missing: attention without a query latent is not supported",
+            path);
     c.q_lora = config_int(&r, "q_lora_rank", 0, 1, 1, 1 << 16);
     c.kv_lora = config_int(&r, "kv_lora_rank", 0, 1, 1, 1 << 16);
     c.qk_nope = config_int(&r, "qk_nope_head_dim", 0, 1, 0, 4096);
     c.qk_rope = config_int(&r, "qk_rope_head_dim", 0, 1, 2, 4096);
-    c.qk_head = c.qk_nope + c.qk_rope;   /* HF recomputes it; config's qk_head_dim/head_dim are not trusted */
+    /* HF recomputes it; config's qk_head_dim/head_dim are not trusted */
+    c.qk_head = c.qk_nope + c.qk_rope;
     c.v_head = config_int(&r, "v_head_dim", 0, 1, 1, 4096);
-    if (c.qk_rope % 2) die("%s: qk_rope_head_dim = %d must be even (RoPE rotates pairs)", path, c.qk_rope);
+    if (c.qk_rope % 2)
+        die("%s: qk_rope_head_dim = %d must be even (RoPE rotates pairs)", path, c.qk_rope);
     int64_t qkh;
-    if (config_field(&r, "qk_head_dim") && json_is_int(config_field(&r, "qk_head_dim"), &qkh) && qkh != c.qk_head)
-        die("%s: qk_head_dim = %lld contradicts qk_nope_head_dim + qk_rope_head_dim = %d", path, (long long)qkh, c.qk_head);
+    if (config_field(&r, "qk_head_dim") && json_is_int(config_field(&r, "qk_head_dim"), &qkh) &&
+        qkh != c.qk_head)
+        die("%s: qk_head_dim = %lld contradicts qk_nope_head_dim + qk_rope_head_dim = %d", path,
+            (long long)qkh, c.qk_head);
     c.inter = config_int(&r, "intermediate_size", 0, 1, 1, 1 << 20);
     c.moe_inter = config_int(&r, "moe_intermediate_size", 0, 1, 1, 1 << 20);
     c.n_experts = config_int(&r, "n_routed_experts", 0, 0, 0, 1 << 16);
@@ -1092,9 +1228,11 @@ static Config config_load(const char *dir) {
     c.n_shared = config_int(&r, "n_shared_experts", 1, 0, 0, 64);
     c.n_group = config_int(&r, "n_group", 1, 0, 1, c.n_experts);
     c.topk_group = config_int(&r, "topk_group", 1, 0, 1, c.n_group);
-    if (c.n_experts % c.n_group) die("%s: n_routed_experts %d is not divisible by n_group %d", path, c.n_experts, c.n_group);
+    if (c.n_experts % c.n_group)
+        die("%s: n_routed_experts %d is not divisible by n_group %d", path, c.n_experts, c.n_group);
     if (c.experts_per_tok > c.topk_group * (c.n_experts / c.n_group))
-        die("%s: num_experts_per_tok %d exceeds the experts left by topk_group %d", path, c.experts_per_tok, c.topk_group);
+        die("%s: num_experts_per_tok %d exceeds the experts left by topk_group %d", path,
+            c.experts_per_tok, c.topk_group);
     c.norm_topk_prob = config_bool(&r, "norm_topk_prob", 1);
     c.routed_scale = config_float(&r, "routed_scaling_factor", 2.5f, 0, 1e6);
     c.rms_eps = config_float(&r, "rms_norm_eps", 1e-5f, 0, 1);
@@ -1102,35 +1240,49 @@ static Config config_load(const char *dir) {
     c.index_dim = config_int(&r, "index_head_dim", 128, 0, 1, 4096);
     c.index_topk = config_int(&r, "index_topk", 2048, 0, 1, 1 << 30);
     if (c.index_dim < c.qk_rope)
-        die("%s: index_head_dim %d is smaller than qk_rope_head_dim %d", path, c.index_dim, c.qk_rope);
+        die("%s: index_head_dim %d is smaller than qk_rope_head_dim %d", path, c.index_dim,
+            c.qk_rope);
     c.max_positions = config_int(&r, "max_position_embeddings", 0, 0, 0, INT32_MAX);
     c.n_mtp = config_int(&r, "num_nextn_predict_layers", 0, 0, 0, 16);
-    if (c.n_mtp > 1) die("%s: num_nextn_predict_layers = %d: only one MTP layer is supported", path, c.n_mtp);
+    if (c.n_mtp > 1)
+        die("%s: num_nextn_predict_layers = %d: only one MTP layer is supported", path, c.n_mtp);
 
     const char *act = config_string(&r, "hidden_act");
-    if (act && strcmp(act, "silu")) die("%s: hidden_act \"%s\" is not supported (only silu)", path, act);
+    if (act && strcmp(act, "silu"))
+        die("%s: hidden_act \"%s\" is not supported (only silu)", path, act);
     const char *scoring = config_string(&r, "scoring_func");
-    if (scoring && strcmp(scoring, "sigmoid")) die("%s: scoring_func \"%s\" is not supported (only sigmoid)", path, scoring);
+    if (scoring && strcmp(scoring, "sigmoid"))
+        die("%s: scoring_func \"%s\" is not supported (only sigmoid)", path, scoring);
     const char *topk_method = config_string(&r, "topk_method");
-    if (topk_method && strcmp(topk_method, "noaux_tc")) die("%s: topk_method \"%s\" is not supported (only noaux_tc)", path, topk_method);
-    if (config_bool(&r, "attention_bias", 0)) die("%s: attention_bias = true is not supported", path);
-    if (config_bool(&r, "tie_word_embeddings", 0)) die("%s: tie_word_embeddings = true is not supported", path);
-    if (!config_bool(&r, "rope_interleave", 1)) die("%s: rope_interleave = false (NeoX RoPE) is not GLM-5's convention", path);
-    if (!config_bool(&r, "indexer_rope_interleave", 1)) die("%s: indexer_rope_interleave = false is not GLM-5's convention", path);
+    if (topk_method && strcmp(topk_method, "noaux_tc"))
+        die("%s: topk_method \"%s\" is not supported (only noaux_tc)", path, topk_method);
+    if (config_bool(&r, "attention_bias", 0))
+        die("%s: attention_bias = true is not supported", path);
+    if (config_bool(&r, "tie_word_embeddings", 0))
+        die("%s: tie_word_embeddings = true is not supported", path);
+    if (!config_bool(&r, "rope_interleave", 1))
+        die("%s: rope_interleave = false (NeoX RoPE) is not GLM-5's convention", path);
+    if (!config_bool(&r, "indexer_rope_interleave", 1))
+        die("%s: indexer_rope_interleave = false is not GLM-5's convention", path);
 
     /* RoPE: rope_parameters (new) or rope_theta + rope_scaling (legacy). Only plain RoPE exists
        in GLM-5.x; YaRN and friends would need mscale terms we do not implement. */
     c.rope_theta = 10000.0f;
     const JsonValue *rp = config_field(&r, "rope_parameters");
     const JsonValue *rs = config_field(&r, "rope_scaling");
-    if (rp && json_type(rp) != JSON_OBJECT && json_type(rp) != JSON_NULL) die("%s: rope_parameters must be an object", path);
-    if (rs && json_type(rs) != JSON_OBJECT && json_type(rs) != JSON_NULL) die("%s: rope_scaling must be an object or null", path);
-    const JsonValue *rope_obj = rp && json_type(rp) == JSON_OBJECT ? rp : rs && json_type(rs) == JSON_OBJECT ? rs : NULL;
+    if (rp && json_type(rp) != JSON_OBJECT && json_type(rp) != JSON_NULL)
+        die("%s: rope_parameters must be an object", path);
+    if (rs && json_type(rs) != JSON_OBJECT && json_type(rs) != JSON_NULL)
+        die("%s: rope_scaling must be an object or null", path);
+    const JsonValue *rope_obj = rp && json_type(rp) == JSON_OBJECT   ? rp
+                                : rs && json_type(rs) == JSON_OBJECT ? rs
+                                                                     : NULL;
     c.rope_theta = config_float(&r, "rope_theta", c.rope_theta, 1e-3, 1e30);
     if (rope_obj) {
         /* the same checks as the top-level field, with the object's name in the message */
         char rope_path[4200];
-        snprintf(rope_path, sizeof rope_path, "%s: %s", path, rope_obj == rp ? "rope_parameters" : "rope_scaling");
+        snprintf(rope_path, sizeof rope_path, "%s: %s", path,
+                 rope_obj == rp ? "rope_parameters" : "rope_scaling");
         ConfigReader rope = { rope_obj, rope_path };
         c.rope_theta = config_float(&rope, "rope_theta", c.rope_theta, 1e-3, 1e30);
         const JsonValue *type = json_get(rope_obj, "rope_type");
@@ -1138,7 +1290,8 @@ static Config config_load(const char *dir) {
         const char *ts = type ? json_str(type, NULL) : "default";
         if (!ts) die("%s: rope_type must be a string", path);
         if (strcmp(ts, "default"))
-            die("%s: rope_type \"%s\" is not implemented (GLM-5.x uses plain \"default\" RoPE)", path, ts);
+            die("%s: rope_type \"%s\" is not implemented (GLM-5.x uses plain \"default\" RoPE)",
+                path, ts);
     }
 
     /* Which layers are dense: mlp_layer_types if given, else first_k_dense_replace. MTP layers
@@ -1155,9 +1308,11 @@ static Config config_load(const char *dir) {
     if (config_layer_flags(&r, "indexer_types", "full", "shared", c.layer_indexer, c.n_layers)) {
         /* the explicit list wins */
     } else if (pattern) {
-        if ((int)strlen(pattern) != c.n_layers) die("%s: index_topk_pattern must have %d characters", path, c.n_layers);
+        if ((int)strlen(pattern) != c.n_layers)
+            die("%s: index_topk_pattern must have %d characters", path, c.n_layers);
         for (int l = 0; l < c.n_layers; l++) {
-            if (pattern[l] != 'F' && pattern[l] != 'S') die("%s: index_topk_pattern[%d] must be F or S", path, l);
+            if (pattern[l] != 'F' && pattern[l] != 'S')
+                die("%s: index_topk_pattern[%d] must be F or S", path, l);
             c.layer_indexer[l] = pattern[l] == 'F';
         }
     } else {
@@ -1168,7 +1323,8 @@ static Config config_load(const char *dir) {
             c.layer_indexer[l] = (k > 0 ? k : 0) % freq == 0;
         }
     }
-    if (!c.layer_indexer[0]) die("%s: layer 0 must have a full indexer (a shared layer needs one below it)", path);
+    if (!c.layer_indexer[0])
+        die("%s: layer 0 must have a full indexer (a shared layer needs one below it)", path);
     for (int l = c.n_layers; l < nl; l++) { c.layer_indexer[l] = 1; c.layer_dense[l] = 0; }
 
     c.eos[0] = -1;
@@ -1185,7 +1341,8 @@ static Config config_load(const char *dir) {
         free(gtext);
     }
     for (int i = 0; i < c.n_eos; i++)
-        if (c.eos[i] < 0 || c.eos[i] >= c.vocab) die("eos_token_id %d is outside the vocabulary (%d)", c.eos[i], c.vocab);
+        if (c.eos[i] < 0 || c.eos[i] >= c.vocab)
+            die("eos_token_id %d is outside the vocabulary (%d)", c.eos[i], c.vocab);
     json_free(doc);
     free(text);
     return c;
@@ -1208,9 +1365,11 @@ typedef struct {
     int nfiles;
     size_t bytes_loaded;       /* read from disk */
     double resident_bytes;     /* kept in RAM */
-    int dry;                   /* check headers and count resident_bytes only: no allocation, no read (RAM plan) */
+    /* check headers and count resident_bytes only: no allocation, no read (RAM plan) */
+    int dry;
     int noting;                /* with dry: note the byte ranges a load reads (loader_snapshot) */
-    struct CachedRange *ranges;   /* those ranges, sorted and merged, with what the page cache held of them */
+    /* those ranges, sorted and merged, with what the page cache held of them */
+    struct CachedRange *ranges;
     int n_ranges, cap_ranges;
 } Loader;
 
@@ -1265,7 +1424,8 @@ static const StTensor *loader_require(Loader *ld, const char *name) {
     return t;
 }
 
-/* The colibri.fmt stamp of a file: a JSON object (stored as a string) from tensor name to format. */
+/* The colibri.fmt stamp of a file: a JSON object (stored as a string) from tensor name to format.
+   */
 static const JsonValue *loader_format_stamp(Loader *ld, int file) {
     if (!ld->format_stamps) {
         int n = 0;
@@ -1279,7 +1439,8 @@ static const JsonValue *loader_format_stamp(Loader *ld, int file) {
             char err[256];
             ld->format_stamps[f] = json_parse(s, strlen(s), err, sizeof err);
             if (!ld->format_stamps[f] || json_type(json_root(ld->format_stamps[f])) != JSON_OBJECT)
-                die("%s: __metadata__ colibri.fmt is not a JSON object: %s", st_file_path(ld->index, f), err);
+                die("%s: __metadata__ colibri.fmt is not a JSON object: %s",
+                    st_file_path(ld->index, f), err);
         }
     }
     return ld->format_stamps[file] ? json_root(ld->format_stamps[file]) : NULL;
@@ -1306,7 +1467,8 @@ static void loader_free(Loader *ld) {
 typedef struct CachedRange {
     int file;
     uint64_t first, end;      /* page-aligned byte range */
-    unsigned char *cached;    /* per page, bit 0: in the page cache before the load; NULL: unknown (nothing is dropped) */
+    /* per page, bit 0: in the page cache before the load; NULL: unknown (nothing is dropped) */
+    unsigned char *cached;
 } CachedRange;
 
 static void loader_note(Loader *ld, int file, uint64_t off, uint64_t len) {
@@ -1317,7 +1479,8 @@ static void loader_note(Loader *ld, int file, uint64_t off, uint64_t len) {
         if (!ld->ranges) die("out of memory noting the tensors to load");
     }
     const uint64_t page = page_bytes();
-    ld->ranges[ld->n_ranges++] = (CachedRange){ file, off / page * page, (off + len + page - 1) / page * page, NULL };
+    ld->ranges[ld->n_ranges++] =
+        (CachedRange){ file, off / page * page, (off + len + page - 1) / page * page, NULL };
 }
 
 static int cached_range_order(const void *pa, const void *pb) {
@@ -1343,10 +1506,14 @@ static void loader_snapshot(Loader *ld) {
     const uint64_t page = page_bytes();
     for (int i = 0; i < n; i++) {
         CachedRange *r = &ld->ranges[i];
-        void *map = mmap(NULL, (size_t)(r->end - r->first), PROT_READ, MAP_SHARED, st_file_fd(ld->index, r->file), (off_t)r->first);
+        void *map = mmap(NULL, (size_t)(r->end - r->first), PROT_READ, MAP_SHARED,
+                         st_file_fd(ld->index, r->file), (off_t)r->first);
         if (map == MAP_FAILED) continue;
         r->cached = xmalloc((size_t)((r->end - r->first) / page));
-        if (mincore(map, (size_t)(r->end - r->first), r->cached)) { free(r->cached); r->cached = NULL; }
+        if (mincore(map, (size_t)(r->end - r->first), r->cached)) {
+            free(r->cached);
+            r->cached = NULL;
+        }
         munmap(map, (size_t)(r->end - r->first));
     }
 }
@@ -1360,7 +1527,8 @@ static void cached_range_drop(const Loader *ld, const CachedRange *r, uint64_t a
         if (r->cached[p] & 1) { p++; continue; }
         uint64_t q = p;
         while (q < p1 && !(r->cached[q] & 1)) q++;
-        posix_fadvise(st_file_fd(ld->index, r->file), (off_t)(r->first + p * page), (off_t)((q - p) * page), POSIX_FADV_DONTNEED);
+        posix_fadvise(st_file_fd(ld->index, r->file), (off_t)(r->first + p * page),
+                      (off_t)((q - p) * page), POSIX_FADV_DONTNEED);
         p = q;
     }
 }
@@ -1368,14 +1536,16 @@ static void cached_range_drop(const Loader *ld, const CachedRange *r, uint64_t a
 /* Drops the pages of [off, off + len) of `file` (whole pages around it) that were not cached
    before the load. */
 static void loader_drop_new(const Loader *ld, int file, uint64_t off, uint64_t len) {
-    const uint64_t page = page_bytes(), a = off / page * page, b = (off + len + page - 1) / page * page;
+    const uint64_t page = page_bytes(), a = off / page * page,
+                   b = (off + len + page - 1) / page * page;
     for (int i = 0; i < ld->n_ranges; i++) {
         const CachedRange *r = &ld->ranges[i];
         if (r->file == file && r->end > a && r->first < b) cached_range_drop(ld, r, a, b);
     }
 }
 
-/* After the load: the last drop over every range (the pages a later read cached again), then the notes go. */
+/* After the load: the last drop over every range (the pages a later read cached again), then the
+   notes go. */
 static void loader_release_snapshot(Loader *ld) {
     for (int i = 0; i < ld->n_ranges; i++) {
         cached_range_drop(ld, &ld->ranges[i], ld->ranges[i].first, ld->ranges[i].end);
@@ -1394,7 +1564,9 @@ static void loader_release_snapshot(Loader *ld) {
 enum { VALUE_CHECK_BLOCK = 1024 };
 
 /* finite, and for scales also >= 0 (-0 passes); written with & so that a block's test vectorizes */
-static inline int value_ok(float x, int scale) { return scale ? (x >= 0.0f) & (x <= FLT_MAX) : fabsf(x) <= FLT_MAX; }
+static inline int value_ok(float x, int scale) {
+    return scale ? (x >= 0.0f) & (x <= FLT_MAX) : fabsf(x) <= FLT_MAX;
+}
 
 static int64_t first_failing_value(const float *v, int64_t n, int scale) {
     for (int64_t i0 = 0; i0 < n; i0 += VALUE_CHECK_BLOCK) {
@@ -1410,36 +1582,43 @@ static int64_t first_failing_value(const float *v, int64_t n, int scale) {
 static int64_t first_nonfinite(const float *v, int64_t n) { return first_failing_value(v, n, 0); }
 static int64_t first_bad_scale(const float *v, int64_t n) { return first_failing_value(v, n, 1); }
 
-/* The format of a pre-quantized tensor (NAME + NAME.qs) of logical shape [rows, cols], from its byte
-   counts, checked against dtypes and the file's colibri.fmt stamp. Used for resident tensors and
-   routed experts alike. */
-static void prequantized_format(Loader *ld, const char *name, const StTensor *data, const StTensor *qs,
-                                int64_t rows, int64_t cols, QtFormat *f, int64_t *group) {
+/* The format of a pre-quantized tensor (NAME + NAME.qs) of logical shape [rows, cols], from its
+   byte counts, checked against dtypes and the file's colibri.fmt stamp. Used for resident tensors
+   and routed experts alike. */
+static void prequantized_format(Loader *ld, const char *name, const StTensor *data,
+                                const StTensor *qs, int64_t rows, int64_t cols, QtFormat *f,
+                                int64_t *group) {
     const char *file = st_file_path(ld->index, data->file);
     if (data->dtype != ST_U8 && data->dtype != ST_I8)
-        die("%s: tensor %s: pre-quantized data must be U8 or I8, not %s", file, name, st_dtype_name(data->dtype));
-    if (qs->dtype != ST_F32) die("%s: tensor %s.qs: scales must be F32, not %s", file, name, st_dtype_name(qs->dtype));
+        die("%s: tensor %s: pre-quantized data must be U8 or I8, not %s", file, name,
+            st_dtype_name(data->dtype));
+    if (qs->dtype != ST_F32)
+        die("%s: tensor %s.qs: scales must be F32, not %s", file, name, st_dtype_name(qs->dtype));
     if (qt_infer_format(rows, cols, (int64_t)data->nbytes, st_numel(qs), f, group))
-        die("%s: tensor %s: %llu bytes and %lld scales fit no quantized format for shape [%lld, %lld]",
-            file, name, (unsigned long long)data->nbytes, (long long)st_numel(qs), (long long)rows, (long long)cols);
+        die("%s: tensor %s: %llu bytes and %lld scales fit no quantized format for shape [%lld, "
+            "%lld]",
+            file, name, (unsigned long long)data->nbytes, (long long)st_numel(qs), (long long)rows,
+            (long long)cols);
     const JsonValue *stamp = loader_format_stamp(ld, data->file);
     const char *declared = stamp ? json_str(json_get(stamp, name), NULL) : NULL;
     if (declared && strcmp(declared, qt_format_name(*f)))
-        die("%s: tensor %s: colibri.fmt says %s but its byte counts mean %s", file, name, declared, qt_format_name(*f));
+        die("%s: tensor %s: colibri.fmt says %s but its byte counts mean %s", file, name, declared,
+            qt_format_name(*f));
 }
 
 /* The memory of a resident tensor (every loader allocates it here): its codes and scales (one
    block) advised for huge pages before anything fills them (advise_huge_pages: pread() into plain
    4 KiB pages made the first matmul over them ~30x slower; and the GEMM's TLB misses
    on scales in 4 KiB pages, qt_alloc). */
-static void alloc_resident(QTensor *t, QtFormat f, int64_t group, int64_t rows, int64_t cols, const char *name) {
+static void alloc_resident(QTensor *t, QtFormat f, int64_t group, int64_t rows, int64_t cols,
+                           const char *name) {
     if (qt_alloc(t, f, group, rows, cols)) die("out of memory for tensor %s", name);
     advise_huge_pages(t->data, qt_alloc_bytes(t));
 }
 
 /* Reads a pre-quantized tensor (NAME + NAME.qs) as a [rows, cols] QTensor. */
-static void load_prequantized(Loader *ld, const char *name, const StTensor *data, const StTensor *qs,
-                              int64_t rows, int64_t cols, QTensor *out) {
+static void load_prequantized(Loader *ld, const char *name, const StTensor *data,
+                              const StTensor *qs, int64_t rows, int64_t cols, QTensor *out) {
     QtFormat f;
     int64_t group;
     prequantized_format(ld, name, data, qs, rows, cols, &f, &group);
@@ -1457,19 +1636,26 @@ static void load_prequantized(Loader *ld, const char *name, const StTensor *data
     loader_drop_new(ld, qs->file, qs->offset, qs->nbytes);
     int64_t bad = first_bad_scale(out->scales, st_numel(qs));
     if (bad >= 0)
-        die("%s: tensor %s.qs: scale %lld is %g (must be finite and >= 0)", st_file_path(ld->index, qs->file), name,
-            (long long)bad, out->scales[bad]);
+        die("%s: tensor %s.qs: scale %lld is %g (must be finite and >= 0)",
+            st_file_path(ld->index, qs->file), name, (long long)bad, out->scales[bad]);
     ld->bytes_loaded += data->nbytes + qs->nbytes;
 }
 
 /* Loads rows [row0, row0+rows) of float tensor `t` (viewed as [*, cols]) and quantizes them. */
-static void load_float_rows(Loader *ld, const char *name, const StTensor *t, int64_t row0, int64_t rows,
-                            int64_t cols, int bits, QTensor *out) {
+static void load_float_rows(Loader *ld, const char *name, const StTensor *t, int64_t row0,
+                            int64_t rows, int64_t cols, int bits, QTensor *out) {
     const QtFormat f = format_for_bits(bits, ld->group);
-    const int64_t groups = f == QT_F32 ? 0 : f == QT_INT4_GROUP ? (cols + ld->group - 1) / ld->group : 1;   /* scales per row */
-    ld->resident_bytes += (double)(rows * qt_row_bytes(f, cols)) + (double)(rows * groups) * sizeof(float);
+    const int64_t groups = f == QT_F32          ? 0
+                           : f == QT_INT4_GROUP ? (cols + ld->group - 1) / ld->group
+                                                : 1; /* scales per row */
+    ld->resident_bytes +=
+        (double)(rows * qt_row_bytes(f, cols)) + (double)(rows * groups) * sizeof(float);
     const uint64_t row_bytes = (uint64_t)cols * st_dtype_size(t->dtype);
-    if (ld->dry) { loader_note(ld, t->file, t->offset + (uint64_t)row0 * row_bytes, (uint64_t)rows * row_bytes); return; }
+    if (ld->dry) {
+        loader_note(ld, t->file, t->offset + (uint64_t)row0 * row_bytes,
+                    (uint64_t)rows * row_bytes);
+        return;
+    }
     alloc_resident(out, f, ld->group, rows, cols, name);
     const int64_t chunk_rows = (int64_t)(1 << 24) / cols + 1;   /* ~64 MB of f32 at a time */
     float *buf = xmalloc((size_t)((chunk_rows < rows ? chunk_rows : rows) * cols) * sizeof(float));
@@ -1478,37 +1664,43 @@ static void load_float_rows(Loader *ld, const char *name, const StTensor *t, int
         int64_t n = rows - r < chunk_rows ? rows - r : chunk_rows;
         if (st_read_f32_rows(ld->index, t, row0 + r, n, buf, err, sizeof err)) die("%s", err);
         int64_t bad = first_nonfinite(buf, n * cols);
-        if (bad >= 0) die("%s: tensor %s: value at row %lld is not finite", st_file_path(ld->index, t->file), name, (long long)(row0 + r + bad / cols));
+        if (bad >= 0)
+            die("%s: tensor %s: value at row %lld is not finite", st_file_path(ld->index, t->file),
+                name, (long long)(row0 + r + bad / cols));
         qt_quantize_rows(out, r, n, buf);
     }
-    loader_drop_new(ld, t->file, t->offset + (uint64_t)row0 * row_bytes, (uint64_t)rows * row_bytes);
+    loader_drop_new(ld, t->file, t->offset + (uint64_t)row0 * row_bytes,
+                    (uint64_t)rows * row_bytes);
     free(buf);
     ld->bytes_loaded += (size_t)(rows * cols) * st_dtype_size(t->dtype);
 }
 
 /* A 2-D weight [rows, cols] by name: pre-quantized if NAME.qs exists, else float → `bits`. */
-static void load_matrix(Loader *ld, const char *name, int64_t rows, int64_t cols, int bits, QTensor *out) {
+static void load_matrix(Loader *ld, const char *name, int64_t rows, int64_t cols, int bits,
+                        QTensor *out) {
     const StTensor *t = loader_require(ld, name);
     char qs_name[512];
     snprintf(qs_name, sizeof qs_name, "%s.qs", name);
     const StTensor *qs = st_find(ld->index, qs_name);
     if (qs) { load_prequantized(ld, name, t, qs, rows, cols, out); return; }
     if (t->dtype == ST_U8 || t->dtype == ST_I8)
-        die("%s: tensor %s is %s but has no %s companion", st_file_path(ld->index, t->file), name, st_dtype_name(t->dtype), qs_name);
+        die("%s: tensor %s is %s but has no %s companion", st_file_path(ld->index, t->file), name,
+            st_dtype_name(t->dtype), qs_name);
     if (t->ndim != 2 || t->shape[0] != rows || t->shape[1] != cols) {
         char shape[128] = "[";
         for (int d = 0; d < t->ndim; d++)
-            snprintf(shape + strlen(shape), sizeof shape - strlen(shape), "%s%lld", d ? ", " : "", (long long)t->shape[d]);
-        die("%s: tensor %s has shape %s], expected [%lld, %lld]", st_file_path(ld->index, t->file), name, shape,
-            (long long)rows, (long long)cols);
+            snprintf(shape + strlen(shape), sizeof shape - strlen(shape), "%s%lld", d ? ", " : "",
+                     (long long)t->shape[d]);
+        die("%s: tensor %s has shape %s], expected [%lld, %lld]", st_file_path(ld->index, t->file),
+            name, shape, (long long)rows, (long long)cols);
     }
     load_float_rows(ld, name, t, 0, rows, cols, bits, out);
 }
 
 /* The MTP layer drafts well only at >= 8 bits (an int4 head loses nearly all draft acceptance,
-   docs/format.md §5), so whatever dense_bits / expert_bits say, its matrices are quantized at load to
-   at least int8 (16 = f32 stays f32). Pre-quantized tensors are used as they are (model_load notes
-   an MTP layer stored below 8 bits). */
+   docs/format.md §5), so whatever dense_bits / expert_bits say, its matrices are quantized at load
+   to at least int8 (16 = f32 stays f32). Pre-quantized tensors are used as they are (model_load
+   notes an MTP layer stored below 8 bits). */
 static int mtp_bits(int bits) { return bits >= 8 ? bits : 8; }
 
 /* eh_proj [H, 2H] as its two column halves, each quantized on its own (one scale per row of each
@@ -1530,23 +1722,30 @@ static void load_eh_proj(Loader *ld, const char *name, int64_t H, int bits, QTen
         const int64_t half_bytes = qt_row_bytes(whole.format, H), gpr = qt_groups_per_row(&whole);
         const int per_row = whole.format != QT_INT4_GROUP;
         if (half_bytes * 2 != whole.row_bytes || (!per_row && H % whole.group))
-            die("%s: tensor %s (%s) cannot be split into its two column halves of %lld; convert it again",
+            die("%s: tensor %s (%s) cannot be split into its two column halves of %lld; convert it "
+                "again",
                 st_file_path(ld->index, t->file), name, qt_format_name(whole.format), (long long)H);
         for (int k = 0; k < 2; k++) {
             alloc_resident(&half[k], whole.format, whole.group, H, H, name);
             const int64_t half_groups = qt_groups_per_row(&half[k]);
             for (int64_t r = 0; r < H; r++) {
-                memcpy(half[k].data + r * half_bytes, whole.data + r * whole.row_bytes + k * half_bytes, (size_t)half_bytes);
+                memcpy(half[k].data + r * half_bytes,
+                       whole.data + r * whole.row_bytes + k * half_bytes, (size_t)half_bytes);
                 if (per_row) half[k].scales[r] = whole.scales[r];
-                else memcpy(half[k].scales + r * half_groups, whole.scales + r * gpr + k * half_groups, (size_t)half_groups * sizeof(float));
+                else
+                    memcpy(half[k].scales + r * half_groups,
+                           whole.scales + r * gpr + k * half_groups,
+                           (size_t)half_groups * sizeof(float));
             }
         }
         qt_free(&whole);
         return;
     }
     if (t->ndim != 2 || t->shape[0] != H || t->shape[1] != 2 * H)
-        die("%s: tensor %s must have shape [%lld, %lld]", st_file_path(ld->index, t->file), name, (long long)H, (long long)(2 * H));
-    if (ld->dry) {   /* the RAM plan: two [H, H] matrices at `bits`, counted as load_float_rows counts them */
+        die("%s: tensor %s must have shape [%lld, %lld]", st_file_path(ld->index, t->file), name,
+            (long long)H, (long long)(2 * H));
+    /* the RAM plan: two [H, H] matrices at `bits`, counted as load_float_rows counts them */
+    if (ld->dry) {
         for (int k = 0; k < 2; k++) load_float_rows(ld, name, t, 0, H, H, bits, &half[k]);
         loader_note(ld, t->file, t->offset, t->nbytes);
         return;
@@ -1560,12 +1759,15 @@ static void load_eh_proj(Loader *ld, const char *name, int64_t H, int bits, QTen
         const int64_t n = H - r0 < chunk_rows ? H - r0 : chunk_rows;
         if (st_read_f32_rows(ld->index, t, r0, n, buf, err, sizeof err)) die("%s", err);
         int64_t bad = first_nonfinite(buf, n * 2 * H);
-        if (bad >= 0) die("%s: tensor %s: value at row %lld is not finite", st_file_path(ld->index, t->file), name, (long long)(r0 + bad / (2 * H)));
+        if (bad >= 0)
+            die("%s: tensor %s: value at row %lld is not finite", st_file_path(ld->index, t->file),
+                name, (long long)(r0 + bad / (2 * H)));
         for (int k = 0; k < 2; k++) {
             QTensor *q = &half[k];
             const int64_t gpr = q->format == QT_F32 ? 0 : qt_groups_per_row(q);
             for (int64_t r = 0; r < n; r++)
-                qt_quantize_row(q->format, q->group, buf + (size_t)r * 2 * H + k * H, H, q->data + (r0 + r) * q->row_bytes,
+                qt_quantize_row(q->format, q->group, buf + (size_t)r * 2 * H + k * H, H,
+                                q->data + (r0 + r) * q->row_bytes,
                                 q->scales ? q->scales + (r0 + r) * gpr : NULL);
         }
     }
@@ -1573,7 +1775,8 @@ static void load_eh_proj(Loader *ld, const char *name, int64_t H, int bits, QTen
     free(buf);
     ld->bytes_loaded += (size_t)(2 * H * H) * st_dtype_size(t->dtype);
     for (int k = 0; k < 2; k++)
-        ld->resident_bytes += (double)(H * half[k].row_bytes) + (half[k].scales ? (double)(H * qt_groups_per_row(&half[k])) * 4 : 0);
+        ld->resident_bytes += (double)(H * half[k].row_bytes) +
+                              (half[k].scales ? (double)(H * qt_groups_per_row(&half[k])) * 4 : 0);
 }
 
 /* A 1-D float vector (norm weights, biases), kept in f32. */
@@ -1582,7 +1785,8 @@ static float *load_vector(Loader *ld, const char *name, int64_t n) {
     if (st_numel(t) != n || t->ndim != 1)
         die("%s: tensor %s has %lld elements in %d dims, expected a vector of %lld",
             st_file_path(ld->index, t->file), name, (long long)st_numel(t), t->ndim, (long long)n);
-    if (t->dtype == ST_U8 || t->dtype == ST_I8) die("%s: tensor %s must be float", st_file_path(ld->index, t->file), name);
+    if (t->dtype == ST_U8 || t->dtype == ST_I8)
+        die("%s: tensor %s must be float", st_file_path(ld->index, t->file), name);
     ld->resident_bytes += (double)n * sizeof(float);
     if (ld->dry) { loader_note(ld, t->file, t->offset, t->nbytes); return NULL; }
     float *v = xmalloc((size_t)n * sizeof(float));
@@ -1590,7 +1794,9 @@ static float *load_vector(Loader *ld, const char *name, int64_t n) {
     if (st_read_f32(ld->index, t, v, err, sizeof err)) die("%s", err);
     loader_drop_new(ld, t->file, t->offset, t->nbytes);
     int64_t bad = first_nonfinite(v, n);
-    if (bad >= 0) die("%s: tensor %s: element %lld is not finite", st_file_path(ld->index, t->file), name, (long long)bad);
+    if (bad >= 0)
+        die("%s: tensor %s: element %lld is not finite", st_file_path(ld->index, t->file), name,
+            (long long)bad);
     ld->bytes_loaded += t->nbytes;
     return v;
 }
@@ -1605,7 +1811,9 @@ static float *load_vector(Loader *ld, const char *name, int64_t n) {
 
 static int g_integer_dot = 1;   /* IDOT, set once from Settings before any forward */
 
-static void matmul(float *y, const QTensor *w, const float *x, int S) { qt_matmul(w, x, y, S, g_integer_dot); }
+static void matmul(float *y, const QTensor *w, const float *x, int S) {
+    qt_matmul(w, x, y, S, g_integer_dot);
+}
 
 /* A view of rows [row0, row0+n) of a row-major QTensor (no copy): per-head slices of kv_b. */
 static QTensor qt_row_view(const QTensor *t, int64_t row0, int64_t n) {
@@ -1633,7 +1841,8 @@ static void rmsnorm(float *out, const float *x, const float *w, int n, float eps
 }
 
 /* LayerNorm with bias (the indexer's k_norm, §4.1): biased variance. */
-static void layernorm(float *out, const float *x, const float *w, const float *b, int n, float eps) {
+static void layernorm(float *out, const float *x, const float *w, const float *b, int n,
+                      float eps) {
     float mean = 0.0f, var = 0.0f;
     for (int i = 0; i < n; i++) mean += x[i];
     mean /= (float)n;
@@ -1678,7 +1887,8 @@ typedef struct {
     float *router_bias;      /* e_score_correction_bias */
     /* MTP layer only */
     float *enorm, *hnorm, *shared_head_norm;
-    QTensor eh_proj[2];      /* eh_proj's column halves: [0] takes enorm(e), [1] hnorm(h) (load_eh_proj) */
+    /* eh_proj's column halves: [0] takes enorm(e), [1] hnorm(h) (load_eh_proj) */
+    QTensor eh_proj[2];
 } Layer;
 
 enum { INDEXER_AUTO, INDEXER_ALWAYS, INDEXER_OFF };
@@ -1704,19 +1914,26 @@ typedef struct {
     float *router_logits;
     /* an attention piece's scratch, [min(max_batch, ATT_PIECE)][...] */
     float *cq, *qr, *q, *attn;
-    float *index_q, *index_w, *index_scores;   /* [..][index_heads*index_dim], [..][heads], [..][2·capacity] */
-    int *selection;          /* [max_batch][index_topk] key positions chosen by the last full layer */
+    /* [..][index_heads*index_dim], [..][heads], [..][2·capacity] */
+    float *index_q, *index_w, *index_scores;
+    /* [max_batch][index_topk] key positions chosen by the last full layer */
+    int *selection;
     int *selection_count;    /* [max_batch]; -1 = every causal key */
     float *att_qc;           /* absorbed queries of a row chunk: [ATT_ROWS][n_heads][kv_lora] */
     float *att_z;            /* pooled latents of a row chunk: [n_heads][ATT_ROWS][kv_lora] */
     float *att_thread;       /* per thread: attention scratch (attention_thread_floats) */
     size_t att_thread_floats;
-    float *expanded_kv;      /* explicit prefill: [capacity][n_heads*(qk_nope+v_head)], grown on demand */
+    /* explicit prefill: [capacity][n_heads*(qk_nope+v_head)], grown on demand */
+    float *expanded_kv;
     size_t expanded_kv_cap;
-    float *ffn_h1, *ffn_h2;  /* [ffn_rows][ffn_width]: ffn_swiglu's pieces, or each thread's share in a MoE window */
-    int ffn_rows, ffn_width; /* max(min(max_batch, FFN_ROWS), nthreads), max(inter, moe_inter · max(n_shared, 1)) */
-    float *mtp_in;           /* [2][max_batch][hidden]: the MTP head's normed embeddings, then hidden states */
-    int *moe_rows;           /* [max_batch·experts_per_tok] rows of each union expert, grouped by expert */
+    /* [ffn_rows][ffn_width]: ffn_swiglu's pieces, or each thread's share in a MoE window */
+    float *ffn_h1, *ffn_h2;
+    /* max(min(max_batch, FFN_ROWS), nthreads), max(inter, moe_inter · max(n_shared, 1)) */
+    int ffn_rows, ffn_width;
+    /* [2][max_batch][hidden]: the MTP head's normed embeddings, then hidden states */
+    float *mtp_in;
+    /* [max_batch·experts_per_tok] rows of each union expert, grouped by expert */
+    int *moe_rows;
     float *moe_weights;      /* [max_batch·experts_per_tok] their routing weights */
     int *moe_first;          /* [n_experts + 1] where each union expert's rows start */
     float *expert_x, *expert_y;
@@ -1730,16 +1947,23 @@ typedef struct {
        interrupted (layer == n_layers): a front end shows a long prefill's progress with it */
     void (*on_layer)(void *user, int layer, int n_layers, int S, int pos0);
     void *on_layer_user;
-    struct KvCache *prefix_cache;   /* engine_start's prefix cache on disk (KV_CACHE) for PROMPT, CHAT and SERVE; NULL: none */
-    struct { double attention, indexer, attention_core, dense_mlp, moe, lm_head; long long forwards, positions; } profile;   /* seconds */
+    /* engine_start's prefix cache on disk (KV_CACHE) for PROMPT, CHAT and SERVE; NULL: none */
+    struct KvCache *prefix_cache;
+    struct {
+        double attention, indexer, attention_core, dense_mlp, moe, lm_head;
+        long long forwards, positions;
+    } profile; /* seconds */
 } RunState;
 
 /* The absorbed attention works on chunks of ATT_ROWS query rows, and per row on groups of ATT_HG
    heads (one work item: the row's visible keys are read once per group, not once per head). */
-enum { ATT_ROWS = 64 };   /* 16 -> 64: W_UK dequantized and W_UV repacked 4x less often (attnbench 1024@0 -3..7 %) */
+/* 16 -> 64: W_UK dequantized and W_UV repacked 4x less often (attnbench 1024@0 -3..7 %) */
+enum { ATT_ROWS = 64 };
 enum { ATT_UK_BLOCK = 16 };   /* W_UK rows per block when a call has fewer than ATT_TILE rows */
-enum { ATT_POOL_KEYS = 16 };    /* keys per block of the pooling (attention_row_heads): 32 KB of latents */
-enum { ATT_SCORE_DIMS = 128 };  /* dimensions per block of the scores: 8 KB of Q with 16 heads, 16 KB with 32 */
+/* keys per block of the pooling (attention_row_heads): 32 KB of latents */
+enum { ATT_POOL_KEYS = 16 };
+/* dimensions per block of the scores: 8 KB of Q with 16 heads, 16 KB with 32 */
+enum { ATT_SCORE_DIMS = 128 };
 /* Rows of one piece of a forward's attention (attention_piece): what the query and output scratch
    holds. A multiple of ATT_ROWS, so the row chunks of a long prefill stay where they were. */
 enum { ATT_PIECE = 256 };
@@ -1768,9 +1992,12 @@ static inline AttV attv_div(AttV a, AttV b) { return _mm512_div_ps(a, b); }
 static inline AttV attv_max(AttV a, AttV b) { return _mm512_max_ps(a, b); }   /* a > b ? a : b */
 /* 2^n for integral n in [-126, 127] */
 static inline AttV attv_pow2i(AttV n) {
-    return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_add_epi32(_mm512_cvtps_epi32(n), _mm512_set1_epi32(127)), 23));
+    return _mm512_castsi512_ps(
+        _mm512_slli_epi32(_mm512_add_epi32(_mm512_cvtps_epi32(n), _mm512_set1_epi32(127)), 23));
 }
-static inline AttV attv_zero_below(AttV x, float lim, AttV y) { return _mm512_maskz_mov_ps(_mm512_cmp_ps_mask(x, _mm512_set1_ps(lim), _CMP_GE_OQ), y); }
+static inline AttV attv_zero_below(AttV x, float lim, AttV y) {
+    return _mm512_maskz_mov_ps(_mm512_cmp_ps_mask(x, _mm512_set1_ps(lim), _CMP_GE_OQ), y);
+}
 #elif defined(__AVX2__) && defined(__FMA__)
 #include <immintrin.h>
 enum { ATT_VW = 8, ATT_NV = 2, ATT_MK = 6 };
@@ -1785,9 +2012,12 @@ static inline AttV attv_mul(AttV a, AttV b) { return _mm256_mul_ps(a, b); }
 static inline AttV attv_div(AttV a, AttV b) { return _mm256_div_ps(a, b); }
 static inline AttV attv_max(AttV a, AttV b) { return _mm256_max_ps(a, b); }
 static inline AttV attv_pow2i(AttV n) {
-    return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_add_epi32(_mm256_cvtps_epi32(n), _mm256_set1_epi32(127)), 23));
+    return _mm256_castsi256_ps(
+        _mm256_slli_epi32(_mm256_add_epi32(_mm256_cvtps_epi32(n), _mm256_set1_epi32(127)), 23));
 }
-static inline AttV attv_zero_below(AttV x, float lim, AttV y) { return _mm256_and_ps(_mm256_cmp_ps(x, _mm256_set1_ps(lim), _CMP_GE_OQ), y); }
+static inline AttV attv_zero_below(AttV x, float lim, AttV y) {
+    return _mm256_and_ps(_mm256_cmp_ps(x, _mm256_set1_ps(lim), _CMP_GE_OQ), y);
+}
 #else
 enum { ATT_VW = 4, ATT_NV = 2, ATT_MK = 4 };
 typedef struct { float f[4]; } AttV;
@@ -1803,10 +2033,15 @@ static inline AttV attv_div(AttV a, AttV b) { ATTV_MAP(a.f[i] / b.f[i]); }
 static inline AttV attv_max(AttV a, AttV b) { ATTV_MAP(a.f[i] > b.f[i] ? a.f[i] : b.f[i]); }
 static inline AttV attv_pow2i(AttV n) {
     AttV r;
-    for (int i = 0; i < 4; i++) { uint32_t b = (uint32_t)((int32_t)n.f[i] + 127) << 23; memcpy(&r.f[i], &b, 4); }
+    for (int i = 0; i < 4; i++) {
+        uint32_t b = (uint32_t)((int32_t)n.f[i] + 127) << 23;
+        memcpy(&r.f[i], &b, 4);
+    }
     return r;
 }
-static inline AttV attv_zero_below(AttV x, float lim, AttV y) { ATTV_MAP(x.f[i] >= lim ? y.f[i] : 0.0f); }
+static inline AttV attv_zero_below(AttV x, float lim, AttV y) {
+    ATTV_MAP(x.f[i] >= lim ? y.f[i] : 0.0f);
+}
 #undef ATTV_MAP
 #endif
 enum { ATT_HG = ATT_NV * ATT_VW };
@@ -1823,14 +2058,20 @@ static inline void att_transpose16(const float *src, size_t ss, float *dst, size
         t[i + 1] = _mm512_unpackhi_ps(r[i], r[i + 1]);
     }
     for (int i = 0; i < 16; i += 4) {   /* 4x4 blocks within 128-bit lanes */
-        r[i] = _mm512_castpd_ps(_mm512_unpacklo_pd(_mm512_castps_pd(t[i]), _mm512_castps_pd(t[i + 2])));
-        r[i + 1] = _mm512_castpd_ps(_mm512_unpackhi_pd(_mm512_castps_pd(t[i]), _mm512_castps_pd(t[i + 2])));
-        r[i + 2] = _mm512_castpd_ps(_mm512_unpacklo_pd(_mm512_castps_pd(t[i + 1]), _mm512_castps_pd(t[i + 3])));
-        r[i + 3] = _mm512_castpd_ps(_mm512_unpackhi_pd(_mm512_castps_pd(t[i + 1]), _mm512_castps_pd(t[i + 3])));
+        r[i] = _mm512_castpd_ps(
+            _mm512_unpacklo_pd(_mm512_castps_pd(t[i]), _mm512_castps_pd(t[i + 2])));
+        r[i + 1] = _mm512_castpd_ps(
+            _mm512_unpackhi_pd(_mm512_castps_pd(t[i]), _mm512_castps_pd(t[i + 2])));
+        r[i + 2] = _mm512_castpd_ps(
+            _mm512_unpacklo_pd(_mm512_castps_pd(t[i + 1]), _mm512_castps_pd(t[i + 3])));
+        r[i + 3] = _mm512_castpd_ps(
+            _mm512_unpackhi_pd(_mm512_castps_pd(t[i + 1]), _mm512_castps_pd(t[i + 3])));
     }
     for (int j = 0; j < 4; j++) {   /* then the 4x4 transpose of the 128-bit lanes */
-        const __m512 a = _mm512_shuffle_f32x4(r[j], r[4 + j], 0x44), b = _mm512_shuffle_f32x4(r[j], r[4 + j], 0xEE);
-        const __m512 c = _mm512_shuffle_f32x4(r[8 + j], r[12 + j], 0x44), d = _mm512_shuffle_f32x4(r[8 + j], r[12 + j], 0xEE);
+        const __m512 a = _mm512_shuffle_f32x4(r[j], r[4 + j], 0x44),
+                     b = _mm512_shuffle_f32x4(r[j], r[4 + j], 0xEE);
+        const __m512 c = _mm512_shuffle_f32x4(r[8 + j], r[12 + j], 0x44),
+                     d = _mm512_shuffle_f32x4(r[8 + j], r[12 + j], 0xEE);
         _mm512_storeu_ps(dst + j * ds, _mm512_shuffle_f32x4(a, c, 0x88));
         _mm512_storeu_ps(dst + (4 + j) * ds, _mm512_shuffle_f32x4(a, c, 0xDD));
         _mm512_storeu_ps(dst + (8 + j) * ds, _mm512_shuffle_f32x4(b, d, 0x88));
@@ -1843,7 +2084,8 @@ static void att_transpose(const float *src, size_t ss, int rows, int cols, float
 #if defined(__AVX512F__)
     for (; r0 + 16 <= rows; r0 += 16) {
         int c0 = 0;
-        for (; c0 + 16 <= cols; c0 += 16) att_transpose16(src + r0 * ss + c0, ss, dst + c0 * ds + r0, ds);
+        for (; c0 + 16 <= cols; c0 += 16)
+            att_transpose16(src + r0 * ss + c0, ss, dst + c0 * ds + r0, ds);
         for (int c = c0; c < cols; c++)
             for (int r = r0; r < r0 + 16; r++) dst[c * ds + r] = src[r * ss + c];
     }
@@ -1885,7 +2127,8 @@ static inline AttV silu_mul_vec(AttV g, AttV u) {
 static void silu_mul(float *g, const float *u, size_t n) {
     const size_t whole = n / ATT_VW * ATT_VW;
     #pragma omp parallel for schedule(static) if (whole >= (size_t)ROWS_PARALLEL * 4096)
-    for (size_t i = 0; i < whole; i += ATT_VW) attv_store(g + i, silu_mul_vec(attv_load(g + i), attv_load(u + i)));
+    for (size_t i = 0; i < whole; i += ATT_VW)
+        attv_store(g + i, silu_mul_vec(attv_load(g + i), attv_load(u + i)));
     if (whole < n) {
         float gt[ATT_VW] = { 0 }, ut[ATT_VW] = { 0 };
         memcpy(gt, g + whole, (n - whole) * sizeof(float));
@@ -1931,14 +2174,17 @@ typedef struct {
     int layer_index;
     const float *inv_freq;
     const ForwardOptions *opt;
-    int row0;                /* the piece's first row in the forward: its rows of s->selection (attention) */
+    /* the piece's first row in the forward: its rows of s->selection (attention) */
+    int row0;
 } AttentionCall;
 
 /* DSA top-k for one query (§4.4): value descending, smaller position first on ties. */
 typedef struct { float v; int j; } ScoredKey;
 
 /* Strict total order of the selection: higher score first, then the smaller position. */
-static int scored_key_before(ScoredKey a, ScoredKey b) { return a.v > b.v || (a.v == b.v && a.j < b.j); }
+static int scored_key_before(ScoredKey a, ScoredKey b) {
+    return a.v > b.v || (a.v == b.v && a.j < b.j);
+}
 
 /* Moves the `keep` best keys (in that order) to the front of sk[0..n), in expected O(n): a
    quickselect. The order is total, so the chosen set is unique whatever the pivots. */
@@ -1972,7 +2218,8 @@ static int int_cmp(const void *a, const void *b) { return *(const int *)a - *(co
    prefill with INDEXER=always on an AVX2 CPU, 1.58 s -> 0.64-0.70 s. */
 typedef float IdxV __attribute__((vector_size(32)));
 typedef int32_t IdxVi __attribute__((vector_size(32)));
-static void index_scores8(const float *q, const float *w, const float *k, int nk, int ih, int id, float scale, float *out) {
+static void index_scores8(const float *q, const float *w, const float *k, int nk, int ih, int id,
+                          float scale, float *out) {
     float kt_buf[8 * 256] __attribute__((aligned(32)));
     float *kt = id <= 256 ? kt_buf : xmalloc((size_t)id * 8 * sizeof(float));
     for (int i = 0; i < id; i++)
@@ -1991,7 +2238,8 @@ static void index_scores8(const float *q, const float *w, const float *k, int nk
         for (int l = 0; l < 8; l++) A[l] += A[l + 8];
         for (int l = 0; l < 4; l++) A[l] += A[l + 4];
         const IdxV t = ((A[0] + A[2]) + (A[1] + A[3])) * scale;
-        const IdxV relu = (IdxV)((IdxVi)t & (t > zero));   /* t > 0 ? t : +0, as the scalar form (NaN: 0) */
+        /* t > 0 ? t : +0, as the scalar form (NaN: 0) */
+        const IdxV relu = (IdxV)((IdxVi)t & (t > zero));
         total += w[h] * relu;
     }
     memcpy(out, &total, sizeof total);
@@ -2025,10 +2273,12 @@ static void indexer_select(AttentionCall *ac, const float *xn, const float *qr, 
     RunState *s = ac->s;
     const int ih = c->index_heads, id = c->index_dim, half = c->qk_rope / 2, K = c->index_topk;
     const float *kcache = s->index_key[ac->layer_index];
-    int *selection_count = s->selection_count + ac->row0, *selection = s->selection + (size_t)ac->row0 * K;
+    int *selection_count = s->selection_count + ac->row0,
+        *selection = s->selection + (size_t)ac->row0 * K;
     int any_selective = 0;
     for (int r = 0; r < S; r++) if (pos0 + r + 1 > K) any_selective = 1;
-    if ((!any_selective && ac->opt->indexer_mode != INDEXER_ALWAYS) || ac->opt->indexer_mode == INDEXER_OFF) {
+    if ((!any_selective && ac->opt->indexer_mode != INDEXER_ALWAYS) ||
+        ac->opt->indexer_mode == INDEXER_OFF) {
         for (int r = 0; r < S; r++) selection_count[r] = -1;
         return;
     }
@@ -2060,14 +2310,21 @@ static void indexer_select(AttentionCall *ac, const float *xn, const float *qr, 
         const int j1 = ncand - j0 < INDEX_KEYS ? ncand : j0 + INDEX_KEYS;
         for (int j = j0; j < j1; j += 8) {
             float total[8];
-            index_scores8(q, w, kcache + (size_t)j * id, j1 - j < 8 ? j1 - j : 8, ih, id, score_scale, total);
-            for (int y = 0; y < 8 && j + y < j1; y++) { sk[j + y].v = total[y]; sk[j + y].j = j + y; }
+            index_scores8(q, w, kcache + (size_t)j * id, j1 - j < 8 ? j1 - j : 8, ih, id,
+                          score_scale, total);
+            for (int y = 0; y < 8 && j + y < j1; y++) {
+                sk[j + y].v = total[y];
+                sk[j + y].j = j + y;
+            }
         }
     }
     #pragma omp parallel for schedule(dynamic, 1) if (S > 1)
     for (int r = 0; r < S; r++) {
         const int ncand = pos0 + r + 1;
-        if (ncand <= K && ac->opt->indexer_mode != INDEXER_ALWAYS) { selection_count[r] = -1; continue; }
+        if (ncand <= K && ac->opt->indexer_mode != INDEXER_ALWAYS) {
+            selection_count[r] = -1;
+            continue;
+        }
         ScoredKey *sk = (ScoredKey *)(s->index_scores + (size_t)r * s->capacity * 2);
         int keep = ncand < K ? ncand : K;
         select_top_keys(sk, ncand, keep);
@@ -2115,22 +2372,26 @@ static int visible_keys(const RunState *s, const Config *c, int r, int i, const 
 /* qc[k][t] = Σ_d q[k][d]·W[d][t]: one fma chain in increasing d from +0, for NQ query rows; W holds
    the rows d0 .. d1-1 ([d1-d0][kvl]). With d0 > 0 the chain goes on from the sums qc holds (rows
    before d0), so splitting d into blocks gives the same bits. Four vectors of t per tile. */
-static inline __attribute__((always_inline)) void absorb_queries_tile(const float *W, int d0, int d1, int kvl, const float *const *q,
-                                                                      float *const *qc, const int NQ) {
+static inline __attribute__((always_inline)) void
+absorb_queries_tile(const float *W, int d0, int d1, int kvl, const float *const *q,
+                    float *const *qc, const int NQ) {
     int t0 = 0;
     for (; t0 + 4 * ATT_VW <= kvl; t0 += 4 * ATT_VW) {
         AttV acc[ATT_TILE][4];
         for (int k = 0; k < NQ; k++)
-            for (int v = 0; v < 4; v++) acc[k][v] = d0 ? attv_load(qc[k] + t0 + ATT_VW * v) : attv_set1(0.0f);
+            for (int v = 0; v < 4; v++)
+                acc[k][v] = d0 ? attv_load(qc[k] + t0 + ATT_VW * v) : attv_set1(0.0f);
         for (int d = d0; d < d1; d++) {
             AttV w[4];
-            for (int v = 0; v < 4; v++) w[v] = attv_load(W + (size_t)(d - d0) * kvl + t0 + ATT_VW * v);
+            for (int v = 0; v < 4; v++)
+                w[v] = attv_load(W + (size_t)(d - d0) * kvl + t0 + ATT_VW * v);
             for (int k = 0; k < NQ; k++) {
                 const AttV qd = attv_set1(q[k][d]);
                 for (int v = 0; v < 4; v++) acc[k][v] = attv_fma(qd, w[v], acc[k][v]);
             }
         }
-        for (int k = 0; k < NQ; k++) for (int v = 0; v < 4; v++) attv_store(qc[k] + t0 + ATT_VW * v, acc[k][v]);
+        for (int k = 0; k < NQ; k++)
+            for (int v = 0; v < 4; v++) attv_store(qc[k] + t0 + ATT_VW * v, acc[k][v]);
     }
     for (; t0 < kvl; t0++)
         for (int k = 0; k < NQ; k++) {
@@ -2141,7 +2402,8 @@ static inline __attribute__((always_inline)) void absorb_queries_tile(const floa
 }
 
 /* Step 1 for nq ≤ ATT_TILE rows (constant tile sizes) against W's rows d0 .. d1-1. */
-static void absorb_queries(const float *W, int d0, int d1, int kvl, const float *const *q, int nq, float *const *qc) {
+static void absorb_queries(const float *W, int d0, int d1, int kvl, const float *const *q, int nq,
+                           float *const *qc) {
     if (nq == ATT_TILE) absorb_queries_tile(W, d0, d1, kvl, q, qc, ATT_TILE);
     else for (int k = 0; k < nq; k++) absorb_queries_tile(W, d0, d1, kvl, q + k, qc + k, 1);
 }
@@ -2151,9 +2413,9 @@ static void absorb_queries(const float *W, int d0, int d1, int kvl, const float 
    [kvl+dr][ATT_HG], s [n][ATT_HG]. The fma chains go on from the sums s holds when d0 > 0, and
    the product with scale comes after the last dimension, so splitting d into blocks gives the
    same bits. */
-static inline __attribute__((always_inline)) void att_scores_tile(const float *Q, const float *latent, const float *rope_key,
-                                                                  const int *keys, int t, int kvl, int dr, int d0, int d1,
-                                                                  float scale, float *s, const int M) {
+static inline __attribute__((always_inline)) void
+att_scores_tile(const float *Q, const float *latent, const float *rope_key, const int *keys, int t,
+                int kvl, int dr, int d0, int d1, float scale, float *s, const int M) {
     const int rope = d0 >= kvl, width = rope ? dr : kvl, off = rope ? kvl : 0;
     const float *k[ATT_MK];
     for (int m = 0; m < M; m++) {
@@ -2162,7 +2424,8 @@ static inline __attribute__((always_inline)) void att_scores_tile(const float *Q
     }
     AttV acc[ATT_MK][ATT_NV];
     for (int m = 0; m < M; m++)
-        for (int v = 0; v < ATT_NV; v++) acc[m][v] = d0 ? attv_load(s + (size_t)(t + m) * ATT_HG + v * ATT_VW) : attv_set1(0.0f);
+        for (int v = 0; v < ATT_NV; v++)
+            acc[m][v] = d0 ? attv_load(s + (size_t)(t + m) * ATT_HG + v * ATT_VW) : attv_set1(0.0f);
     for (int d = d0; d < d1; d++) {
         AttV q[ATT_NV];
         for (int v = 0; v < ATT_NV; v++) q[v] = attv_load(Q + (size_t)d * ATT_HG + v * ATT_VW);
@@ -2175,17 +2438,22 @@ static inline __attribute__((always_inline)) void att_scores_tile(const float *Q
     const AttV sc = attv_set1(scale);
     for (int m = 0; m < M; m++)
         for (int v = 0; v < ATT_NV; v++)
-            attv_store(s + (size_t)(t + m) * ATT_HG + v * ATT_VW, last ? attv_mul(acc[m][v], sc) : acc[m][v]);
+            attv_store(s + (size_t)(t + m) * ATT_HG + v * ATT_VW,
+                       last ? attv_mul(acc[m][v], sc) : acc[m][v]);
 }
 
 /* zt[u0+m][·] += Σ_t c_{key t}[u0+m]·e[t][·] over the keys t0 .. t1-1 of the list, in list order,
    for M latent dimensions: the fma chains go on from the sums zt holds (from +0 when t0 = 0), so
    splitting the keys into blocks gives the same bits. */
-static inline __attribute__((always_inline)) void att_pool_tile(const float *e, const float *latent, const int *keys, int t0, int t1,
-                                                                int kvl, int u0, float *zt, const int M) {
+static inline __attribute__((always_inline)) void att_pool_tile(const float *e, const float *latent,
+                                                                const int *keys, int t0, int t1,
+                                                                int kvl, int u0, float *zt,
+                                                                const int M) {
     AttV acc[ATT_MK][ATT_NV];
     for (int m = 0; m < M; m++)
-        for (int v = 0; v < ATT_NV; v++) acc[m][v] = t0 ? attv_load(zt + (size_t)(u0 + m) * ATT_HG + v * ATT_VW) : attv_set1(0.0f);
+        for (int v = 0; v < ATT_NV; v++)
+            acc[m][v] =
+                t0 ? attv_load(zt + (size_t)(u0 + m) * ATT_HG + v * ATT_VW) : attv_set1(0.0f);
     for (int t = t0; t < t1; t++) {
         const float *c = latent + (size_t)(keys ? keys[t] : t) * kvl + u0;
         AttV p[ATT_NV];
@@ -2195,26 +2463,35 @@ static inline __attribute__((always_inline)) void att_pool_tile(const float *e, 
             for (int v = 0; v < ATT_NV; v++) acc[m][v] = attv_fma(cv, p[v], acc[m][v]);
         }
     }
-    for (int m = 0; m < M; m++) for (int v = 0; v < ATT_NV; v++) attv_store(zt + (size_t)(u0 + m) * ATT_HG + v * ATT_VW, acc[m][v]);
+    for (int m = 0; m < M; m++)
+        for (int v = 0; v < ATT_NV; v++)
+            attv_store(zt + (size_t)(u0 + m) * ATT_HG + v * ATT_VW, acc[m][v]);
 }
 
 /* Step 2 for one row and the heads h0 .. h0+nhg-1 (nhg ≤ ATT_HG): Q from qc (the chunk row's
    [head][kvl]) and q (the row's [head][dqk], rope part at dn), keys of the row's visible list;
-   writes z[h][u] (= z + h·zstride + u, h relative to h0). Scratch: Q [kvl+dr][ATT_HG], e [n][ATT_HG]. */
-static void attention_row_heads(const float *qc, const float *q, int dqk, int dn, int nhg, const float *latent,
-                                const float *rope_key, const int *keys, int n, int kvl, int dr, float scale,
-                                float *Q, float *e, float *z, size_t zstride) {
-    if (nhg < ATT_HG) memset(Q, 0, (size_t)(kvl + dr) * ATT_HG * sizeof(float));   /* the unused heads are 0 */
-    att_transpose(qc, (size_t)kvl, nhg, kvl, Q, ATT_HG);                           /* heads as columns */
+   writes z[h][u] (= z + h·zstride + u, h relative to h0). Scratch: Q [kvl+dr][ATT_HG], e
+   [n][ATT_HG]. */
+static void attention_row_heads(const float *qc, const float *q, int dqk, int dn, int nhg,
+                                const float *latent, const float *rope_key, const int *keys, int n,
+                                int kvl, int dr, float scale, float *Q, float *e, float *z,
+                                size_t zstride) {
+    /* the unused heads are 0 */
+    if (nhg < ATT_HG) memset(Q, 0, (size_t)(kvl + dr) * ATT_HG * sizeof(float));
+    /* heads as columns */
+    att_transpose(qc, (size_t)kvl, nhg, kvl, Q, ATT_HG);
     att_transpose(q + dn, (size_t)dqk, nhg, dr, Q + (size_t)kvl * ATT_HG, ATT_HG);
     /* the scores in blocks of ATT_SCORE_DIMS dimensions, every key through a block before the
        next: the block of Q stays in L1 while the keys stream past it (all of Q, 36 KB with 16
        heads, did not fit beside them) */
     for (int d0 = 0; d0 < kvl + dr;) {
-        const int end = d0 < kvl ? kvl : kvl + dr, d1 = end - d0 < ATT_SCORE_DIMS ? end : d0 + ATT_SCORE_DIMS;
+        const int end = d0 < kvl ? kvl : kvl + dr,
+                  d1 = end - d0 < ATT_SCORE_DIMS ? end : d0 + ATT_SCORE_DIMS;
         int t = 0;
-        for (; t + ATT_MK <= n; t += ATT_MK) att_scores_tile(Q, latent, rope_key, keys, t, kvl, dr, d0, d1, scale, e, ATT_MK);
-        for (; t < n; t++) att_scores_tile(Q, latent, rope_key, keys, t, kvl, dr, d0, d1, scale, e, 1);
+        for (; t + ATT_MK <= n; t += ATT_MK)
+            att_scores_tile(Q, latent, rope_key, keys, t, kvl, dr, d0, d1, scale, e, ATT_MK);
+        for (; t < n; t++)
+            att_scores_tile(Q, latent, rope_key, keys, t, kvl, dr, d0, d1, scale, e, 1);
         d0 = d1;
     }
     /* softmax along the keys; the lanes are the heads */
@@ -2241,21 +2518,26 @@ static void attention_row_heads(const float *qc, const float *q, int dqk, int dn
     do {
         const int t1 = n - t0 < ATT_POOL_KEYS ? n : t0 + ATT_POOL_KEYS;
         int u0 = 0;
-        for (; u0 + ATT_MK <= kvl; u0 += ATT_MK) att_pool_tile(e, latent, keys, t0, t1, kvl, u0, zt, ATT_MK);
+        for (; u0 + ATT_MK <= kvl; u0 += ATT_MK)
+            att_pool_tile(e, latent, keys, t0, t1, kvl, u0, zt, ATT_MK);
         for (; u0 < kvl; u0++) att_pool_tile(e, latent, keys, t0, t1, kvl, u0, zt, 1);
         t0 = t1;
     } while (t0 < n);
     for (int u = 0; u < kvl; u++)
-        for (int v = 0; v < ATT_NV; v++) attv_store(zt + (size_t)u * ATT_HG + v * ATT_VW, attv_mul(attv_load(zt + (size_t)u * ATT_HG + v * ATT_VW), inv[v]));
+        for (int v = 0; v < ATT_NV; v++)
+            attv_store(zt + (size_t)u * ATT_HG + v * ATT_VW,
+                       attv_mul(attv_load(zt + (size_t)u * ATT_HG + v * ATT_VW), inv[v]));
     att_transpose(zt, ATT_HG, kvl, nhg, z, zstride);
 }
 
 /* Per-thread scratch of the absorbed attention, in floats: W_UK of a head, Q, e, W_UV outputs;
    each part starts on a 64-byte boundary (the thread's block does too). */
 static size_t attention_thread_floats(const Config *c, int capacity) {
-    const size_t wuk = (size_t)c->qk_nope * c->kv_lora, Q = (size_t)(c->kv_lora + c->qk_rope) * ATT_HG;
+    const size_t wuk = (size_t)c->qk_nope * c->kv_lora,
+                 Q = (size_t)(c->kv_lora + c->qk_rope) * ATT_HG;
     const size_t e = (size_t)capacity * ATT_HG, out = (size_t)ATT_ROWS * c->v_head;
-    size_t explicit_scores = (size_t)capacity;   /* the explicit form (ABSORB=0): one head's scores */
+    /* the explicit form (ABSORB=0): one head's scores */
+    size_t explicit_scores = (size_t)capacity;
     size_t total = 0;
     const size_t parts[] = { wuk, Q, e, out };
     for (size_t i = 0; i < sizeof parts / sizeof parts[0]; i++) total += (parts[i] + 15) / 16 * 16;
@@ -2272,15 +2554,18 @@ static void attention_absorbed_rows(AttentionCall *ac, int r0, int nr, int pos0,
     const Config *c = ac->c;
     const Layer *L = ac->L;
     RunState *s = ac->s;
-    const int nh = c->n_heads, dn = c->qk_nope, dr = c->qk_rope, dqk = c->qk_head, dv = c->v_head, kvl = c->kv_lora;
+    const int nh = c->n_heads, dn = c->qk_nope, dr = c->qk_rope, dqk = c->qk_head, dv = c->v_head,
+              kvl = c->kv_lora;
     const float *latent = s->latent[ac->layer_index], *rope_key = s->rope_key[ac->layer_index];
     const int groups = (nh + ATT_HG - 1) / ATT_HG;
     #pragma omp parallel
     {
         const int tid = thread_index();
         float *wuk = attention_thread_scratch(s, tid);                        /* [dn][kvl] */
-        float *Q = wuk + ((size_t)dn * kvl + 15) / 16 * 16;                     /* [kvl+dr][ATT_HG] */
-        float *e = Q + ((size_t)(kvl + dr) * ATT_HG + 15) / 16 * 16;            /* [capacity][ATT_HG] */
+        /* [kvl+dr][ATT_HG] */
+        float *Q = wuk + ((size_t)dn * kvl + 15) / 16 * 16;
+        /* [capacity][ATT_HG] */
+        float *e = Q + ((size_t)(kvl + dr) * ATT_HG + 15) / 16 * 16;
         float *wuv_out = e + ((size_t)s->capacity * ATT_HG + 15) / 16 * 16;     /* [ATT_ROWS][dv] */
         /* 1. qc = W_UK[h]ᵀ q_nope for the chunk's rows */
         #pragma omp for schedule(dynamic, 1)
@@ -2291,25 +2576,28 @@ static void attention_absorbed_rows(AttentionCall *ac, int r0, int nr, int pos0,
                 q[r] = s->q + ((size_t)(r0 + r) * nh + h) * dqk;
                 qc[r] = s->att_qc + ((size_t)r * nh + h) * kvl;
             }
-            /* a few rows (decode, a short verification): W_UK[h] in blocks of ATT_UK_BLOCK rows that
-               stay in L1 instead of one 393 KB dequantized copy per head and token */
+            /* a few rows (decode, a short verification): W_UK[h] in blocks of ATT_UK_BLOCK rows
+               that stay in L1 instead of one 393 KB dequantized copy per head and token */
             const int block = nr < ATT_TILE ? ATT_UK_BLOCK : dn;
             for (int d0 = 0; d0 < dn; d0 += block) {
                 const int d1 = dn - d0 < block ? dn : d0 + block;
                 qt_dequant_rows(&L->kv_b, (int64_t)h * (dn + dv) + d0, d1 - d0, wuk);
                 for (int r = 0; r < nr; r += ATT_TILE)
-                    absorb_queries(wuk, d0, d1, kvl, q + r, nr - r < ATT_TILE ? nr - r : ATT_TILE, qc + r);
+                    absorb_queries(wuk, d0, d1, kvl, q + r, nr - r < ATT_TILE ? nr - r : ATT_TILE,
+                                   qc + r);
             }
         }
         /* 2. scores, softmax and pooled latents per (row, group of heads) */
         #pragma omp for schedule(dynamic, 1)
         for (int item = 0; item < nr * groups; item++) {
-            const int r = item / groups, h0 = item % groups * ATT_HG, nhg = nh - h0 < ATT_HG ? nh - h0 : ATT_HG;
+            const int r = item / groups, h0 = item % groups * ATT_HG,
+                      nhg = nh - h0 < ATT_HG ? nh - h0 : ATT_HG;
             const int *keys;
             const int n = visible_keys(s, c, ac->row0 + r0 + r, pos0 + r0 + r, &keys);
-            attention_row_heads(s->att_qc + ((size_t)r * nh + h0) * kvl, s->q + ((size_t)(r0 + r) * nh + h0) * dqk, dqk, dn, nhg,
-                                latent, rope_key, keys, n, kvl, dr, scale, Q, e,
-                                s->att_z + ((size_t)h0 * ATT_ROWS + r) * kvl, (size_t)ATT_ROWS * kvl);
+            attention_row_heads(
+                s->att_qc + ((size_t)r * nh + h0) * kvl, s->q + ((size_t)(r0 + r) * nh + h0) * dqk,
+                dqk, dn, nhg, latent, rope_key, keys, n, kvl, dr, scale, Q, e,
+                s->att_z + ((size_t)h0 * ATT_ROWS + r) * kvl, (size_t)ATT_ROWS * kvl);
         }
         /* 3. o = W_UV[h] z for the chunk's rows (a nested matmul runs on this thread) */
         #pragma omp for schedule(dynamic, 1)
@@ -2317,7 +2605,8 @@ static void attention_absorbed_rows(AttentionCall *ac, int r0, int nr, int pos0,
             QTensor wuv = qt_row_view(&L->kv_b, (int64_t)h * (dn + dv) + dn, dv);
             qt_matmul(&wuv, s->att_z + (size_t)h * ATT_ROWS * kvl, wuv_out, nr, g_integer_dot);
             for (int r = 0; r < nr; r++)
-                memcpy(s->attn + ((size_t)(r0 + r) * nh + h) * dv, wuv_out + (size_t)r * dv, (size_t)dv * sizeof(float));
+                memcpy(s->attn + ((size_t)(r0 + r) * nh + h) * dv, wuv_out + (size_t)r * dv,
+                       (size_t)dv * sizeof(float));
         }
     }
 }
@@ -2343,7 +2632,8 @@ static void attention_piece(AttentionCall *ac, const float *xn, int S, int pos0,
     matmul(s->cq, &L->q_a, xn, S);
     #pragma omp parallel for schedule(static) if (S >= ROWS_PARALLEL)
     for (int r = 0; r < S; r++)
-        rmsnorm(s->qr + (size_t)r * c->q_lora, s->cq + (size_t)r * c->q_lora, L->q_a_norm, c->q_lora, ac->opt->latent_eps);
+        rmsnorm(s->qr + (size_t)r * c->q_lora, s->cq + (size_t)r * c->q_lora, L->q_a_norm,
+                c->q_lora, ac->opt->latent_eps);
     matmul(s->q, &L->q_b, s->qr, S);
     #pragma omp parallel for schedule(static) if (S >= ROWS_PARALLEL)
     for (int r = 0; r < S; r++) {
@@ -2392,13 +2682,15 @@ static void attention_piece(AttentionCall *ac, const float *xn, int S, int pos0,
                 for (int t = 0; t < n; t++) {
                     const int j = keys ? keys[t] : t;
                     const float *kj = s->expanded_kv + (size_t)j * stride + (size_t)h * (dn + dv);
-                    scores[t] = (dot(qh, kj, dn) + dot(qh + dn, rope_key + (size_t)j * dr, dr)) * scale;
+                    scores[t] =
+                        (dot(qh, kj, dn) + dot(qh + dn, rope_key + (size_t)j * dr, dr)) * scale;
                 }
                 softmax(scores, n);
                 memset(o, 0, (size_t)dv * sizeof(float));
                 for (int t = 0; t < n; t++) {
                     const int j = keys ? keys[t] : t;
-                    const float *vj = s->expanded_kv + (size_t)j * stride + (size_t)h * (dn + dv) + dn;
+                    const float *vj =
+                        s->expanded_kv + (size_t)j * stride + (size_t)h * (dn + dv) + dn;
                     const float p = scores[t];
                     for (int u = 0; u < dv; u++) o[u] += p * vj[u];
                 }
@@ -2438,28 +2730,30 @@ static void attention(AttentionCall *ac, const float *xn, int S, int pos0, float
     }
     for (int p = 0; p < S; p += ATT_PIECE) {
         ac->row0 = p;
-        attention_piece(ac, xn + (size_t)p * H, S - p < ATT_PIECE ? S - p : ATT_PIECE, pos0 + p, out + (size_t)p * H);
+        attention_piece(ac, xn + (size_t)p * H, S - p < ATT_PIECE ? S - p : ATT_PIECE, pos0 + p,
+                        out + (size_t)p * H);
     }
     ac->row0 = 0;
 }
 
 /* =============================================================================================
-   6. Experts: streamed from disk through a per-layer cache (LFU by default, CACHE_POLICY)
-   Routed experts are never loaded at start. Each MoE layer owns `slots` expert slots in one
+   6. Experts: streamed from disk through a per-layer cache (LFU by default, CACHE_POLICY) Routed
+   experts are never loaded at start. Each MoE layer owns `slots` expert slots in one
    huge-page-backed arena. Nothing waits for empty slots: a helper thread at idle priority faults
    the arena in while a CPU is free, and until it is done the cache grows into faulted-in slots
    (expert_pick_slot). A usage history (USAGE) seeds the LFU counts with what earlier runs routed,
-   and the I/O thread reads the historically hottest experts into the slots while the engine is
-   idle (as the dense weights load, between chat turns), never ahead of a demanded read (history
+   and the I/O thread reads the historically hottest experts into the slots while the engine is idle
+   (as the dense weights load, between chat turns), never ahead of a demanded read (history
    prefetch: lower priority, cancelled or promoted by a demand for its slot). A miss reads the
    expert with ONE read into its slot's slab (docs/format.md §4 keeps the three weight payloads and
-   then their scales adjacent; other layouts take up to six reads); the QTensors are views into
-   the slab, no copy. Which expert a miss evicts is tier.h's decision. A background I/O thread
-   loads the misses of a layer in ascending expert order while the compute threads work through
-   the experts that are already in RAM, so disk and CPU overlap. A prefill batch that will route
-   to nearly every expert also reads the next MoE layer's experts into its empty slots before its
-   router runs (expert_read_ahead, O_DIRECT), so the disk works through the attention too. Float experts (unconverted checkpoints) are read
-   and quantized into the slot on each miss — correct, but slow: convert big models first.
+   then their scales adjacent; other layouts take up to six reads); the QTensors are views into the
+   slab, no copy. Which expert a miss evicts is tier.h's decision. A background I/O thread loads the
+   misses of a layer in ascending expert order while the compute threads work through the experts
+   that are already in RAM, so disk and CPU overlap. A prefill batch that will route to nearly every
+   expert also reads the next MoE layer's experts into its empty slots before its router runs
+   (expert_read_ahead, O_DIRECT), so the disk works through the attention too. Float experts
+   (unconverted checkpoints) are read and quantized into the slot on each miss — correct, but slow:
+   convert big models first.
 
    I/O modes: O_DIRECT into 2 MiB huge-page-backed slabs, bypassing the page cache (the default
    for pre-quantized experts where the filesystem allows it; DIRECT=1 insists), buffered pread
@@ -2501,16 +2795,21 @@ typedef struct {
 typedef struct {
     uint8_t *slab;                /* weight bytes (raw span, or quantized float source) */
     float *scale_buf;
-    uint64_t mapped_off, mapped_len;   /* the span mapped for this expert (MMAP, or in place); 0: none */
+    /* the span mapped for this expert (MMAP, or in place); 0: none */
+    uint64_t mapped_off, mapped_len;
     int mapped_file;
     FfnWeights w;                 /* views into slab / scale_buf / the mapping */
     int expert;                   /* expert held (-1 none) */
     int ready;                    /* its bytes are in RAM (set by the I/O thread, under lock) */
     int loading;                  /* the I/O thread is reading into it now (under lock) */
-    int prefetch_rank;            /* >= 0: a history prefetch of `expert` waits (lower rank first); -1 none (under lock) */
-    int prefetched;               /* loaded by a history prefetch or a read-ahead, not used yet (statistics) */
-    int ahead;                    /* that prefetch is a prefill read-ahead (expert_read_ahead), not history */
-    int faulted;                  /* its memory has been written by a load (under lock): not fresh */
+    /* >= 0: a history prefetch of `expert` waits (lower rank first); -1 none (under lock) */
+    int prefetch_rank;
+    /* loaded by a history prefetch or a read-ahead, not used yet (statistics) */
+    int prefetched;
+    /* that prefetch is a prefill read-ahead (expert_read_ahead), not history */
+    int ahead;
+    /* its memory has been written by a load (under lock): not fresh */
+    int faulted;
     int failed;                   /* a load error is pending report */
     long long loaded_in_step;     /* the MoE step that queued its load (a miss, not a hit) */
     char error[512];
@@ -2522,7 +2821,8 @@ typedef struct {
     unsigned char *busy;          /* slot in use by the current MoE step or queued for loading */
     unsigned char *avoid;         /* scratch of expert_prefetch */
     unsigned char *scratch;       /* scratch of expert_pick_slot */
-    int read_slots;               /* slots a read has written into (under lock): how far the helper faults ahead */
+    /* slots a read has written into (under lock): how far the helper faults ahead */
+    int read_slots;
 } LayerCache;
 
 typedef struct { int layer, slot; } LoadJob;
@@ -2533,7 +2833,8 @@ typedef struct {
     int n_layers, n_experts;      /* n_layers includes the MTP layer */
     int io_mode, expert_bits, group;
     int direct_forced;            /* DIRECT=1: no quiet fallback to pread */
-    int in_place;                 /* INPLACE (pread, O_DIRECT): experts the page cache holds are used where they lie */
+    /* INPLACE (pread, O_DIRECT): experts the page cache holds are used where they lie */
+    int in_place;
     TierPolicy policy;            /* CACHE_POLICY */
     int prequantized;             /* experts come with .qs scales */
     int fused_layers;             /* layers whose experts are fused 3-D tensors on disk */
@@ -2548,7 +2849,8 @@ typedef struct {
     uint8_t *arena_map;           /* the mapping the arena lies in (for munmap) */
     size_t arena_map_bytes;
     float *staging;               /* float sources: one tensor in f32 */
-    /* the I/O thread: demanded loads (queue) first, history prefetches (slots with a prefetch_rank) when idle */
+    /* the I/O thread: demanded loads (queue) first, history prefetches (slots with a prefetch_rank)
+       when idle */
     pthread_t io_thread;
     int io_started, io_stop;
     pthread_mutex_t lock;
@@ -2556,16 +2858,19 @@ typedef struct {
     LoadJob *queue; int queue_head, queue_tail, queue_cap;
     int prefetch_pending;         /* slots with a prefetch_rank >= 0 (under lock) */
     int prefetch_open;            /* history prefetches may run: the engine is idle (under lock) */
-    int io_yield;                 /* I/O thread only: the read in progress is a prefetch; serve demands between chunks */
-    double io_nested_seconds;     /* I/O thread only: time spent on demands served inside a prefetch */
+    /* I/O thread only: the read in progress is a prefetch; serve demands between chunks */
+    int io_yield;
+    /* I/O thread only: time spent on demands served inside a prefetch */
+    double io_nested_seconds;
     /* the slot arena (2 MiB-aligned inside arena_map), faulted in by an idle-priority helper */
     uint8_t *arena; size_t arena_bytes, slab_stride;
     pthread_t populate_thread;
     int populate_started, populate_stop;   /* populate_stop: atomic */
     int populated_slots;          /* atomic: slots [0, n) of every layer are faulted in */
     int populate_running;         /* atomic: the helper is still at work (fresh slots are dear) */
-    int populate_wanted;          /* while in-place loads outnumber reads, the helper faults only slots [0, this) (under lock):
-                                     what reads used, and experts_per_tok more */
+    /* while in-place loads outnumber reads, the helper faults only slots [0, this) (under lock):
+       what reads used, and experts_per_tok more */
+    int populate_wanted;
     pthread_cond_t populate_more; /* populate_wanted grew, or populate_stop was set */
     /* usage history (USAGE) */
     char usage_path[4096];        /* "" when off */
@@ -2575,22 +2880,27 @@ typedef struct {
     uint64_t usage_tokens;        /* positions counted by this history, this run included */
     int usage_since_save;         /* positions since the last save */
     /* statistics */
-    long long hits, misses, step, prefetched, prefetch_used, prefetch_skipped, read_ahead, read_ahead_used;
+    long long hits, misses, step, prefetched, prefetch_used, prefetch_skipped, read_ahead,
+        read_ahead_used;
     double bytes_read, read_seconds, wait_seconds, compute_seconds;
     long long in_place_loads;     /* loads served where the page cache held the expert (in_place) */
     long long read_loads;         /* loads that read into their slot (under lock) */
-    int in_place_likely;          /* at the helper's start the page cache held the experts probed: count as one in-place load */
+    /* at the helper's start the page cache held the experts probed: count as one in-place load */
+    int in_place_likely;
     double in_place_bytes, in_place_seconds;
-    double in_place_missing_bytes;   /* of in_place_bytes, pages the page cache lacked: mapping read them */
+    /* of in_place_bytes, pages the page cache lacked: mapping read them */
+    double in_place_missing_bytes;
     long long *route_counts;      /* [n_layers][n_experts] times chosen */
 } ExpertStore;
 
 /* DIRECT=-1 (auto) starts as IO_DIRECT and is settled later: expert_sources_init falls back to
    pread for float experts, model_load where a file cannot be opened with O_DIRECT. O_DIRECT is the
    default because cold decode is disk-bound and it reads ~2.7x faster here than buffered pread
-   (docs/design.md, "Experts: streaming and the cache"); the page cache can hold only a sliver of a 370 GB model anyway. */
+   (docs/design.md, "Experts: streaming and the cache"); the page cache can hold only a sliver of a
+   370 GB model anyway. */
 static int io_mode_from_settings(int direct, int drop, int mmap_mode) {
-    if ((direct == 1) + drop + mmap_mode > 1) die("DIRECT=1, DROP=1 and MMAP=1 are exclusive: set at most one");
+    if ((direct == 1) + drop + mmap_mode > 1)
+        die("DIRECT=1, DROP=1 and MMAP=1 are exclusive: set at most one");
     return drop ? IO_DROP : mmap_mode ? IO_MMAP : direct != 0 ? IO_DIRECT : IO_PREAD;
 }
 
@@ -2607,18 +2917,24 @@ static void expert_sources_init(ExpertStore *store, Loader *ld) {
     int seen_quantized = 0, seen_float = 0;
     for (int l = 0; l < store->n_layers; l++) {
         if (c->layer_dense[l]) continue;
-        const int expert_bits = l >= c->n_layers ? mtp_bits(store->expert_bits) : store->expert_bits;   /* the MTP layer: >= 8 */
+        const int expert_bits = l >= c->n_layers ? mtp_bits(store->expert_bits)
+                                                 : store->expert_bits; /* the MTP layer: >= 8 */
         char fused_name[256], down_name[256];
         snprintf(fused_name, sizeof fused_name, "model.layers.%d.mlp.experts.gate_up_proj", l);
         snprintf(down_name, sizeof down_name, "model.layers.%d.mlp.experts.down_proj", l);
         const StTensor *fused = st_find(ld->index, fused_name);
         const StTensor *fused_down = fused ? loader_require(ld, down_name) : NULL;
         if (fused) {
-            if (fused->ndim != 3 || fused->shape[0] != E || fused->shape[1] != 2 * I || fused->shape[2] != H)
-                die("%s: tensor %s must have shape [%d, %d, %d]", st_file_path(ld->index, fused->file), fused_name, E, 2 * I, H);
-            if (fused_down->ndim != 3 || fused_down->shape[0] != E || fused_down->shape[1] != H || fused_down->shape[2] != I)
-                die("%s: tensor %s must have shape [%d, %d, %d]", st_file_path(ld->index, fused_down->file), down_name, E, H, I);
-            if (fused->dtype == ST_U8 || fused->dtype == ST_I8) die("%s: fused expert tensors must be float", fused_name);
+            if (fused->ndim != 3 || fused->shape[0] != E || fused->shape[1] != 2 * I ||
+                fused->shape[2] != H)
+                die("%s: tensor %s must have shape [%d, %d, %d]",
+                    st_file_path(ld->index, fused->file), fused_name, E, 2 * I, H);
+            if (fused_down->ndim != 3 || fused_down->shape[0] != E || fused_down->shape[1] != H ||
+                fused_down->shape[2] != I)
+                die("%s: tensor %s must have shape [%d, %d, %d]",
+                    st_file_path(ld->index, fused_down->file), down_name, E, H, I);
+            if (fused->dtype == ST_U8 || fused->dtype == ST_I8)
+                die("%s: fused expert tensors must be float", fused_name);
             store->fused_layers++;
         }
         for (int e = 0; e < E; e++) {
@@ -2629,7 +2945,9 @@ static void expert_sources_init(ExpertStore *store, Loader *ld) {
                 src->cols[k] = cols[k];
                 if (fused) {
                     src->data[k] = k < 2 ? fused : fused_down;
-                    src->fused_row0[k] = k == 0 ? (int64_t)e * 2 * I : k == 1 ? (int64_t)e * 2 * I + I : (int64_t)e * H;
+                    src->fused_row0[k] = k == 0   ? (int64_t)e * 2 * I
+                                         : k == 1 ? (int64_t)e * 2 * I + I
+                                                  : (int64_t)e * H;
                     src->format[k] = format_for_bits(expert_bits, store->group);
                     src->group[k] = store->group;
                     seen_float = 1;
@@ -2643,12 +2961,16 @@ static void expert_sources_init(ExpertStore *store, Loader *ld) {
                 const StTensor *t = src->data[k];
                 const char *file = st_file_path(ld->index, t->file);
                 if (src->scales[k]) {
-                    prequantized_format(ld, name, t, src->scales[k], rows[k], cols[k], &src->format[k], &src->group[k]);
+                    prequantized_format(ld, name, t, src->scales[k], rows[k], cols[k],
+                                        &src->format[k], &src->group[k]);
                     seen_quantized = 1;
                 } else {
                     if (t->ndim != 2 || t->shape[0] != rows[k] || t->shape[1] != cols[k])
-                        die("%s: tensor %s must have shape [%lld, %lld]", file, name, (long long)rows[k], (long long)cols[k]);
-                    if (t->dtype == ST_U8 || t->dtype == ST_I8) die("%s: tensor %s is %s but has no %s", file, name, st_dtype_name(t->dtype), qs_name);
+                        die("%s: tensor %s must have shape [%lld, %lld]", file, name,
+                            (long long)rows[k], (long long)cols[k]);
+                    if (t->dtype == ST_U8 || t->dtype == ST_I8)
+                        die("%s: tensor %s is %s but has no %s", file, name,
+                            st_dtype_name(t->dtype), qs_name);
                     src->format[k] = format_for_bits(expert_bits, store->group);
                     src->group[k] = store->group;
                     seen_float = 1;
@@ -2657,20 +2979,29 @@ static void expert_sources_init(ExpertStore *store, Loader *ld) {
             if (!fused) {
                 const StTensor **d = src->data, **q = src->scales;
                 src->data_adjacent = d[0]->file == d[1]->file && d[1]->file == d[2]->file &&
-                                     d[0]->offset + d[0]->nbytes == d[1]->offset && d[1]->offset + d[1]->nbytes == d[2]->offset;
-                src->scales_adjacent = q[0] && q[1] && q[2] && q[0]->file == q[1]->file && q[1]->file == q[2]->file &&
-                                       q[0]->offset + q[0]->nbytes == q[1]->offset && q[1]->offset + q[1]->nbytes == q[2]->offset;
-                src->whole_adjacent = src->data_adjacent && src->scales_adjacent && q[0]->file == d[0]->file &&
+                                     d[0]->offset + d[0]->nbytes == d[1]->offset &&
+                                     d[1]->offset + d[1]->nbytes == d[2]->offset;
+                src->scales_adjacent = q[0] && q[1] && q[2] && q[0]->file == q[1]->file &&
+                                       q[1]->file == q[2]->file &&
+                                       q[0]->offset + q[0]->nbytes == q[1]->offset &&
+                                       q[1]->offset + q[1]->nbytes == q[2]->offset;
+                src->whole_adjacent = src->data_adjacent && src->scales_adjacent &&
+                                      q[0]->file == d[0]->file &&
                                       q[0]->offset == d[2]->offset + d[2]->nbytes;
             }
         }
     }
-    if (seen_quantized && seen_float) die("%s: some routed experts are pre-quantized and some are float; convert the whole model", ld->dir);
+    if (seen_quantized && seen_float)
+        die("%s: some routed experts are pre-quantized and some are float; convert the whole model",
+            ld->dir);
     store->prequantized = seen_quantized;
-    if (!store->prequantized && store->io_mode == IO_DIRECT && !store->direct_forced) store->io_mode = IO_PREAD;
+    if (!store->prequantized && store->io_mode == IO_DIRECT && !store->direct_forced)
+        store->io_mode = IO_PREAD;
     if (!store->prequantized && (store->io_mode == IO_DIRECT || store->io_mode == IO_MMAP))
-        die("%s=1 needs pre-quantized experts (NAME + NAME.qs); this model's experts are float: convert it with "
-            "tools/convert_fp8_to_int4.py", store->io_mode == IO_DIRECT ? "DIRECT" : "MMAP");
+        die("%s=1 needs pre-quantized experts (NAME + NAME.qs); this model's experts are float: "
+            "convert it with "
+            "tools/convert_fp8_to_int4.py",
+            store->io_mode == IO_DIRECT ? "DIRECT" : "MMAP");
 }
 
 /* Bytes of one expert slot: the largest expert's payload span (+ O_DIRECT alignment slack), or
@@ -2686,8 +3017,10 @@ static void expert_slot_sizes(ExpertStore *store, size_t *slab, size_t *scales) 
             for (int k = 0; k < 3; k++) {
                 if (src->scales[k]) {
                     data += src->data[k]->nbytes + src->scales[k]->nbytes;
-                    /* scales used where the one read put them need no buffer of their own (see expert_load) */
-                    int scales_in_slab = src->whole_adjacent && src->scales[0]->offset % sizeof(float) == 0 &&
+                    /* scales used where the one read put them need no buffer of their own (see
+                       expert_load) */
+                    int scales_in_slab = src->whole_adjacent &&
+                                         src->scales[0]->offset % sizeof(float) == 0 &&
                                          src->data[0]->offset % sizeof(float) == 0;
                     if (!scales_in_slab) sc += src->scales[k]->nbytes;
                 }
@@ -2695,7 +3028,8 @@ static void expert_slot_sizes(ExpertStore *store, size_t *slab, size_t *scales) 
                     QtFormat f = src->format[k];
                     int64_t g = f == QT_INT4_GROUP ? src->group[k] : src->cols[k];
                     data += (size_t)(src->rows[k] * qt_row_bytes(f, src->cols[k])) + 64;
-                    if (f != QT_F32) sc += (size_t)(src->rows[k] * ((src->cols[k] + g - 1) / g)) * sizeof(float);
+                    if (f != QT_F32)
+                        sc += (size_t)(src->rows[k] * ((src->cols[k] + g - 1) / g)) * sizeof(float);
                 }
             }
             if (data > max_slab) max_slab = data;
@@ -2728,9 +3062,11 @@ static int io_serve_demands(ExpertStore *store);
 /* pread_all for the I/O thread: a history prefetch reads in 4 MiB pieces and serves the demanded
    loads queued meanwhile between pieces, so a demand waits for at most one piece, never for a
    whole prefetched expert. */
-static int expert_pread(ExpertStore *store, int fd, uint8_t *dst, size_t n, uint64_t off, size_t *got) {
+static int expert_pread(ExpertStore *store, int fd, uint8_t *dst, size_t n, uint64_t off,
+                        size_t *got) {
     if (!store->io_yield) return pread_all(fd, dst, n, off, got);
-    const size_t piece = (size_t)4 << 20;   /* a multiple of DIRECT_ALIGN: every piece stays aligned */
+    /* a multiple of DIRECT_ALIGN: every piece stays aligned */
+    const size_t piece = (size_t)4 << 20;
     size_t done = 0;
     while (done < n) {
         size_t want = n - done < piece ? n - done : piece, g;
@@ -2753,25 +3089,37 @@ static int expert_pread(ExpertStore *store, int fd, uint8_t *dst, size_t n, uint
 }
 
 /* Reads file bytes [off, off+n) into buf in the store's I/O mode; returns where they start. */
-static uint8_t *expert_read_span(ExpertStore *store, int file, uint64_t off, uint64_t n, uint8_t *buf, size_t cap,
-                                 char *err, size_t err_len) {
+static uint8_t *expert_read_span(ExpertStore *store, int file, uint64_t off, uint64_t n,
+                                 uint8_t *buf, size_t cap, char *err, size_t err_len) {
     const char *path = st_file_path(store->index, file);
     size_t got = 0;
     if (store->io_mode == IO_DIRECT) {
         uint64_t start = off / DIRECT_ALIGN * DIRECT_ALIGN;
         uint64_t end = (off + n + DIRECT_ALIGN - 1) / DIRECT_ALIGN * DIRECT_ALIGN;
-        if (end - start > cap) { snprintf(err, err_len, "%s: expert span of %llu bytes exceeds its slot", path, (unsigned long long)n); return NULL; }
-        if (expert_pread(store, store->direct_fds[file], buf, (size_t)(end - start), start, &got) || got < off + n - start) {
-            snprintf(err, err_len, "%s: O_DIRECT read of %llu bytes at %llu failed: %s", path, (unsigned long long)(end - start),
-                     (unsigned long long)start, got < off + n - start ? "file is shorter than its header says" : strerror(errno));
+        if (end - start > cap) {
+            snprintf(err, err_len, "%s: expert span of %llu bytes exceeds its slot", path,
+                     (unsigned long long)n);
+            return NULL;
+        }
+        if (expert_pread(store, store->direct_fds[file], buf, (size_t)(end - start), start, &got) ||
+            got < off + n - start) {
+            snprintf(err, err_len, "%s: O_DIRECT read of %llu bytes at %llu failed: %s", path,
+                     (unsigned long long)(end - start), (unsigned long long)start,
+                     got < off + n - start ? "file is shorter than its header says"
+                                           : strerror(errno));
             return NULL;
         }
         return buf + (off - start);
     }
-    if (n > cap) { snprintf(err, err_len, "%s: expert span of %llu bytes exceeds its slot", path, (unsigned long long)n); return NULL; }
+    if (n > cap) {
+        snprintf(err, err_len, "%s: expert span of %llu bytes exceeds its slot", path,
+                 (unsigned long long)n);
+        return NULL;
+    }
     int fd = st_file_fd(store->index, file);
     if (expert_pread(store, fd, buf, (size_t)n, off, &got) || got != n) {
-        snprintf(err, err_len, "%s: read of %llu bytes at %llu failed: %s", path, (unsigned long long)n, (unsigned long long)off,
+        snprintf(err, err_len, "%s: read of %llu bytes at %llu failed: %s", path,
+                 (unsigned long long)n, (unsigned long long)off,
                  got != n ? "file is shorter than its header says" : strerror(errno));
         return NULL;
     }
@@ -2779,15 +3127,17 @@ static uint8_t *expert_read_span(ExpertStore *store, int file, uint64_t off, uin
     return buf;
 }
 
-/* MMAP=1 and INPLACE: a mapped file that shrank since it was opened would turn the next read of the lost pages
-   into SIGBUS. Checked before an expert is used; the SIGBUS handler below covers the rest (a file
-   cut after this check, or under an expert already cached). */
+/* MMAP=1 and INPLACE: a mapped file that shrank since it was opened would turn the next read of the
+   lost pages into SIGBUS. Checked before an expert is used; the SIGBUS handler below covers the
+   rest (a file cut after this check, or under an expert already cached). */
 static int mapped_span_ok(ExpertStore *store, const StTensor *t, char *err, size_t err_len) {
     struct stat sb = { 0 };
     uint64_t end = t->offset + t->nbytes;
     if (fstat(st_file_fd(store->index, t->file), &sb) == 0 && (uint64_t)sb.st_size >= end) return 1;
-    snprintf(err, err_len, "%s was truncated while running: tensor %s ends at byte %llu, the file now has %llu",
-             st_file_path(store->index, t->file), t->name, (unsigned long long)end, (unsigned long long)sb.st_size);
+    snprintf(err, err_len,
+             "%s was truncated while running: tensor %s ends at byte %llu, the file now has %llu",
+             st_file_path(store->index, t->file), t->name, (unsigned long long)end,
+             (unsigned long long)sb.st_size);
     return 0;
 }
 
@@ -2798,11 +3148,14 @@ static void on_sigbus(int sig, siginfo_t *info, void *context) {
     const ExpertStore *store = g_mapped_store;
     const uint8_t *addr = info->si_addr;
     for (int f = 0; store && f < st_file_count(store->index); f++) {
-        if (!store->maps[f] || addr < store->maps[f] || addr >= store->maps[f] + store->map_len[f]) continue;
+        if (!store->maps[f] || addr < store->maps[f] || addr >= store->maps[f] + store->map_len[f])
+            continue;
         /* only async-signal-safe calls here: write and _exit */
         const char *path = st_file_path(store->index, f), *head = "glm: error: ",
-                   *tail = " was truncated while running (an expert used in place read a page past its end)\n";
-        if (write(2, head, strlen(head)) < 0 || write(2, path, strlen(path)) < 0 || write(2, tail, strlen(tail)) < 0) {}
+                   *tail = " was truncated while running (an expert used in place read a page past "
+                           "its end)\n";
+        if (write(2, head, strlen(head)) < 0 || write(2, path, strlen(path)) < 0 ||
+            write(2, tail, strlen(tail)) < 0) {}
         _exit(1);
     }
     signal(sig, SIG_DFL);   /* not a mapped model file: a real fault, report it as one */
@@ -2812,28 +3165,34 @@ static void on_sigbus(int sig, siginfo_t *info, void *context) {
 /* Points the views of `slot` at expert `src` where the file mapping holds it (MMAP, or INPLACE for
    an expert the page cache holds) and maps its pages now. Adds the bytes it covers to *bytes.
    read_ahead: some pages are missing; ask for all of them at once first. */
-static int expert_view_mapped(ExpertStore *store, const ExpertSource *src, ExpertSlot *slot, int read_ahead, double *bytes,
-                              char *err, size_t err_len) {
+static int expert_view_mapped(ExpertStore *store, const ExpertSource *src, ExpertSlot *slot,
+                              int read_ahead, double *bytes, char *err, size_t err_len) {
     QTensor *w[3] = { &slot->w.gate, &slot->w.up, &slot->w.down };
     for (int k = 0; k < 3; k++)
-        if (!mapped_span_ok(store, src->data[k], err, err_len) || !mapped_span_ok(store, src->scales[k], err, err_len)) return -1;
+        if (!mapped_span_ok(store, src->data[k], err, err_len) ||
+            !mapped_span_ok(store, src->scales[k], err, err_len))
+            return -1;
     size_t scales_used = 0;
     for (int k = 0; k < 3; k++) {
         const StTensor *d = src->data[k], *q = src->scales[k];
         const uint8_t *mapped_scales = store->maps[q->file] + q->offset;
         float *scales = (float *)mapped_scales;
-        if ((uintptr_t)mapped_scales % sizeof(float)) {   /* data starting at an odd offset: an aligned copy */
+        /* data starting at an odd offset: an aligned copy */
+        if ((uintptr_t)mapped_scales % sizeof(float)) {
             scales = (float *)((uint8_t *)slot->scale_buf + scales_used);
             memcpy(scales, mapped_scales, (size_t)q->nbytes);
             scales_used += (size_t)q->nbytes;
         }
-        *w[k] = qt_view(src->format[k], src->group[k], src->rows[k], src->cols[k], store->maps[d->file] + d->offset, scales);
+        *w[k] = qt_view(src->format[k], src->group[k], src->rows[k], src->cols[k],
+                        store->maps[d->file] + d->offset, scales);
         *bytes += d->nbytes + q->nbytes;
     }
     const StTensor *first = src->data[0];
     slot->mapped_file = first->file;
     slot->mapped_off = first->offset;
-    slot->mapped_len = src->data_adjacent ? src->data[2]->offset + src->data[2]->nbytes - first->offset : first->nbytes;
+    slot->mapped_len = src->data_adjacent
+                           ? src->data[2]->offset + src->data[2]->nbytes - first->offset
+                           : first->nbytes;
     /* fault the span in now, on the I/O thread, rather than during the matmul: one
        MADV_POPULATE_READ maps the whole span (reading what the page cache lacks) where a
        touch per page took a fault per 4 KiB; before Linux 5.14, the touches */
@@ -2843,13 +3202,16 @@ static int expert_view_mapped(ExpertStore *store, const ExpertSource *src, Exper
     /* the populate's faults read a missing run at a time (64 KiB holes: ~1.5 ms each here); one
        WILLNEED queues them all (in 4 MiB pieces: the kernel caps one hint at ~8 MiB) */
     for (size_t off = 0; read_ahead && off < span_len; off += (size_t)4 << 20)
-        posix_fadvise(st_file_fd(store->index, first->file), (off_t)(a + off), (off_t)(span_len - off < ((size_t)4 << 20) ? span_len - off : (size_t)4 << 20),
-                      POSIX_FADV_WILLNEED);
+        posix_fadvise(
+            st_file_fd(store->index, first->file), (off_t)(a + off),
+            (off_t)(span_len - off < ((size_t)4 << 20) ? span_len - off : (size_t)4 << 20),
+            POSIX_FADV_WILLNEED);
     if (madvise(span, span_len, MADV_POPULATE_READ)) {
         madvise(span, span_len, MADV_WILLNEED);
         volatile uint8_t sink = 0;
         for (int k = 0; k < 3; k++)
-            for (uint64_t i = 0; i < src->data[k]->nbytes; i += page) sink ^= store->maps[src->data[k]->file][src->data[k]->offset + i];
+            for (uint64_t i = 0; i < src->data[k]->nbytes; i += page)
+                sink ^= store->maps[src->data[k]->file][src->data[k]->offset + i];
         (void)sink;
     }
     return 0;
@@ -2858,10 +3220,12 @@ static int expert_view_mapped(ExpertStore *store, const ExpertSource *src, Exper
 /* INPLACE: mincore on one page in every `stride` of `t` and on its last page (mincore of every
    page cost ~0.4 ms per 21 MB expert here, about a third of mapping it). Returns how many of them
    the page cache lacks, stopping once that passes max_missing; -1: t is not mapped. */
-static int64_t tensor_probe_page_cache(const ExpertStore *store, const StTensor *t, uint64_t stride, int64_t max_missing) {
+static int64_t tensor_probe_page_cache(const ExpertStore *store, const StTensor *t, uint64_t stride,
+                                       int64_t max_missing) {
     const uint8_t *map = store->maps[t->file];
     if (!map || t->offset + t->nbytes > store->map_len[t->file]) return -1;
-    const uint64_t page = page_bytes(), first = t->offset / page * page, last = (t->offset + t->nbytes - 1) / page * page;
+    const uint64_t page = page_bytes(), first = t->offset / page * page,
+                   last = (t->offset + t->nbytes - 1) / page * page;
     /* (stride may be PAGE_CACHE_GUESS: stride × page would overflow where pages are 64 KiB) */
     const uint64_t step = stride >= (last - first) / page ? last - first : stride * page;
     int64_t missing = 0;
@@ -2875,17 +3239,20 @@ static int64_t tensor_probe_page_cache(const ExpertStore *store, const StTensor 
 
 /* The pages tensor_probe_page_cache probes in `t` at `stride`. */
 static int64_t tensor_probe_count(const StTensor *t, uint64_t stride) {
-    const uint64_t page = page_bytes(), span = (t->offset + t->nbytes - 1) / page - t->offset / page;
+    const uint64_t page = page_bytes(),
+                   span = (t->offset + t->nbytes - 1) / page - t->offset / page;
     return (int64_t)(span / stride + 1 + (span % stride != 0));
 }
 
 /* Pages the page cache lacks among those probed in the expert's six tensors at `stride`, stopping
    once they pass max_missing; -1: a tensor is not mapped (or INPLACE is off). */
-static int64_t expert_probe_page_cache(const ExpertStore *store, const ExpertSource *src, uint64_t stride, int64_t max_missing) {
+static int64_t expert_probe_page_cache(const ExpertStore *store, const ExpertSource *src,
+                                       uint64_t stride, int64_t max_missing) {
     if (!store->in_place) return -1;
     int64_t missing = 0;
     for (int k = 0; k < 6 && missing <= max_missing; k++) {
-        const int64_t m = tensor_probe_page_cache(store, k < 3 ? src->data[k] : src->scales[k - 3], stride, max_missing - missing);
+        const int64_t m = tensor_probe_page_cache(store, k < 3 ? src->data[k] : src->scales[k - 3],
+                                                  stride, max_missing - missing);
         if (m < 0) return -1;
         missing += m;
     }
@@ -2898,19 +3265,23 @@ static int64_t expert_probe_page_cache(const ExpertStore *store, const ExpertSou
 /* INPLACE: whether the page cache holds the expert now, judged by the pages probed at `stride`.
    The page cache evicts whole folios, seldom a few pages out of a tensor it holds; a page that is
    missing after all is read by the fault that touches it: slower, still correct. */
-static int expert_in_page_cache(const ExpertStore *store, const ExpertSource *src, uint64_t stride) {
+static int expert_in_page_cache(const ExpertStore *store, const ExpertSource *src,
+                                uint64_t stride) {
     return expert_probe_page_cache(store, src, stride, 0) == 0;
 }
 
-/* INPLACE: the pages of `t` the page cache lacks, by mincore of every page (-1: t is not mapped). */
+/* INPLACE: the pages of `t` the page cache lacks, by mincore of every page (-1: t is not mapped).
+   */
 static int64_t tensor_pages_missing(const ExpertStore *store, const StTensor *t, int64_t *pages) {
     const uint8_t *map = store->maps[t->file];
     if (!map || t->offset + t->nbytes > store->map_len[t->file]) return -1;
-    const uint64_t page = page_bytes(), first = t->offset / page * page, end = t->offset + t->nbytes;
+    const uint64_t page = page_bytes(), first = t->offset / page * page,
+                   end = t->offset + t->nbytes;
     unsigned char in[1024];
     int64_t missing = 0;
     for (uint64_t a = first; a < end; a += sizeof in * page) {
-        const uint64_t n = (end - a + page - 1) / page < sizeof in ? (end - a + page - 1) / page : sizeof in;
+        const uint64_t n =
+            (end - a + page - 1) / page < sizeof in ? (end - a + page - 1) / page : sizeof in;
         if (mincore((void *)(map + a), n * page, in)) return -1;
         for (uint64_t i = 0; i < n; i++) missing += !(in[i] & 1);
         *pages += (int64_t)n;
@@ -2932,17 +3303,22 @@ enum { IN_PLACE_MISSING_SHARE = 8 };
    (every load of a cold decode) kept the I/O thread from its next read long enough to cost decode
    ~5 % (a cold decode's reads of 64 tokens, medians of 6 alternating runs: 1.67 s with the full
    count, 1.30 s with the probe first). */
-static int expert_use_in_place(const ExpertStore *store, const ExpertSource *src, double *missing_bytes) {
+static int expert_use_in_place(const ExpertStore *store, const ExpertSource *src,
+                               double *missing_bytes) {
     *missing_bytes = 0;
     const uint64_t stride = 16;
     int64_t probes = 0;
-    for (int k = 0; k < 3; k++) probes += tensor_probe_count(src->data[k], stride) + tensor_probe_count(src->scales[k], stride);
-    const int64_t sampled_missing = expert_probe_page_cache(store, src, stride, probes / IN_PLACE_MISSING_SHARE);
+    for (int k = 0; k < 3; k++)
+        probes +=
+            tensor_probe_count(src->data[k], stride) + tensor_probe_count(src->scales[k], stride);
+    const int64_t sampled_missing =
+        expert_probe_page_cache(store, src, stride, probes / IN_PLACE_MISSING_SHARE);
     if (sampled_missing < 0 || sampled_missing > probes / IN_PLACE_MISSING_SHARE) return 0;
     if (sampled_missing == 0) return 1;
     int64_t pages = 0, missing = 0;
     for (int k = 0; k < 3; k++) {
-        const int64_t md = tensor_pages_missing(store, src->data[k], &pages), ms = tensor_pages_missing(store, src->scales[k], &pages);
+        const int64_t md = tensor_pages_missing(store, src->data[k], &pages),
+                      ms = tensor_pages_missing(store, src->scales[k], &pages);
         if (md < 0 || ms < 0) return 0;
         missing += md + ms;
     }
@@ -2957,12 +3333,15 @@ static int expert_load(ExpertStore *store, int layer, int e, ExpertSlot *slot) {
     QTensor *w[3] = { &slot->w.gate, &slot->w.up, &slot->w.down };
     char *err = slot->error;
     const size_t err_len = sizeof slot->error;
-    double t0 = now_seconds(), nested0 = store->io_nested_seconds;   /* demands served inside a prefetch count on their own */
+    /* demands served inside a prefetch count on their own */
+    double t0 = now_seconds(), nested0 = store->io_nested_seconds;
     double bytes = 0, missing_bytes = 0;
     int in_place = 0;
-    if (slot->mapped_len) {   /* the evicted expert was mapped: drop its pages from our RSS (here, off the compute threads) */
+    /* the evicted expert was mapped: drop its pages from our RSS (here, off the compute threads) */
+    if (slot->mapped_len) {
         const uint64_t page = page_bytes(), a = slot->mapped_off / page * page;
-        madvise(store->maps[slot->mapped_file] + a, slot->mapped_off + slot->mapped_len - a, MADV_DONTNEED);
+        madvise(store->maps[slot->mapped_file] + a, slot->mapped_off + slot->mapped_len - a,
+                MADV_DONTNEED);
         slot->mapped_len = 0;
     }
     if (!store->prequantized) {
@@ -2971,12 +3350,16 @@ static int expert_load(ExpertStore *store, int layer, int e, ExpertSlot *slot) {
         float *sp = slot->scale_buf;
         for (int k = 0; k < 3; k++) {
             QtFormat f = src->format[k];
-            *w[k] = qt_view(f, src->group[k], src->rows[k], src->cols[k], p, f == QT_F32 ? NULL : sp);
-            if (st_read_f32_rows(store->index, src->data[k], src->fused_row0[k], src->rows[k], store->staging, err, err_len)) return -1;
+            *w[k] =
+                qt_view(f, src->group[k], src->rows[k], src->cols[k], p, f == QT_F32 ? NULL : sp);
+            if (st_read_f32_rows(store->index, src->data[k], src->fused_row0[k], src->rows[k],
+                                 store->staging, err, err_len))
+                return -1;
             int64_t bad = first_nonfinite(store->staging, src->rows[k] * src->cols[k]);
             if (bad >= 0) {
-                snprintf(err, err_len, "%s: tensor %s: value at row %lld is not finite", st_file_path(store->index, src->data[k]->file),
-                         src->data[k]->name, (long long)(src->fused_row0[k] + bad / src->cols[k]));
+                snprintf(err, err_len, "%s: tensor %s: value at row %lld is not finite",
+                         st_file_path(store->index, src->data[k]->file), src->data[k]->name,
+                         (long long)(src->fused_row0[k] + bad / src->cols[k]));
                 return -1;
             }
             qt_quantize_rows(w[k], 0, src->rows[k], store->staging);
@@ -2987,12 +3370,15 @@ static int expert_load(ExpertStore *store, int layer, int e, ExpertSlot *slot) {
     } else if (store->io_mode == IO_MMAP) {
         if (expert_view_mapped(store, src, slot, 0, &bytes, err, err_len)) return -1;
     } else if (expert_use_in_place(store, src, &missing_bytes)) {
-        if (expert_view_mapped(store, src, slot, missing_bytes > 0, &bytes, err, err_len)) return -1;
+        if (expert_view_mapped(store, src, slot, missing_bytes > 0, &bytes, err, err_len))
+            return -1;
         in_place = 1;
         /* a slot holds its own memory or the page cache's, never both, so RSS stays in the budget
            (io_load_slot marks it fresh again) */
-        const int helper_faulted = slot - store->caches[layer].slots < __atomic_load_n(&store->populated_slots, __ATOMIC_ACQUIRE);
-        if ((slot->faulted || helper_faulted) && slot->slab) madvise(slot->slab, store->slab_stride, MADV_DONTNEED);
+        const int helper_faulted = slot - store->caches[layer].slots <
+                                   __atomic_load_n(&store->populated_slots, __ATOMIC_ACQUIRE);
+        if ((slot->faulted || helper_faulted) && slot->slab)
+            madvise(slot->slab, store->slab_stride, MADV_DONTNEED);
     } else {
         uint8_t *base[3];
         float *sbase[3];
@@ -3000,21 +3386,27 @@ static int expert_load(ExpertStore *store, int layer, int e, ExpertSlot *slot) {
             /* the converter's layout: gate, up, down payloads, then their scales: ONE read */
             const StTensor *d0 = src->data[0], *q2 = src->scales[2];
             uint64_t span = q2->offset + q2->nbytes - d0->offset;
-            uint8_t *p = expert_read_span(store, d0->file, d0->offset, span, slot->slab, store->slab_bytes, err, err_len);
+            uint8_t *p = expert_read_span(store, d0->file, d0->offset, span, slot->slab,
+                                          store->slab_bytes, err, err_len);
             if (!p) return -1;
             for (int k = 0; k < 3; k++) {
                 base[k] = p + (src->data[k]->offset - d0->offset);
                 sbase[k] = (float *)(p + (src->scales[k]->offset - d0->offset));
             }
-            if ((uintptr_t)sbase[0] % sizeof(float)) {   /* odd offsets: give the scales an aligned home */
-                memcpy(slot->scale_buf, sbase[0], (size_t)(q2->offset + q2->nbytes - src->scales[0]->offset));
-                for (int k = 2; k >= 0; k--) sbase[k] = slot->scale_buf + (src->scales[k]->offset - src->scales[0]->offset) / sizeof(float);
+            /* odd offsets: give the scales an aligned home */
+            if ((uintptr_t)sbase[0] % sizeof(float)) {
+                memcpy(slot->scale_buf, sbase[0],
+                       (size_t)(q2->offset + q2->nbytes - src->scales[0]->offset));
+                for (int k = 2; k >= 0; k--)
+                    sbase[k] = slot->scale_buf +
+                               (src->scales[k]->offset - src->scales[0]->offset) / sizeof(float);
             }
             bytes += span;
         } else if (src->data_adjacent) {
             const StTensor *d0 = src->data[0];
             uint64_t span = src->data[2]->offset + src->data[2]->nbytes - d0->offset;
-            uint8_t *p = expert_read_span(store, d0->file, d0->offset, span, slot->slab, store->slab_bytes, err, err_len);
+            uint8_t *p = expert_read_span(store, d0->file, d0->offset, span, slot->slab,
+                                          store->slab_bytes, err, err_len);
             if (!p) return -1;
             for (int k = 0; k < 3; k++) base[k] = p + (src->data[k]->offset - d0->offset);
             bytes += span;
@@ -3023,7 +3415,8 @@ static int expert_load(ExpertStore *store, int layer, int e, ExpertSlot *slot) {
             size_t used = 0;
             for (int k = 0; k < 3; k++) {
                 const StTensor *d = src->data[k];
-                base[k] = expert_read_span(store, d->file, d->offset, d->nbytes, slot->slab + used, store->slab_bytes - used, err, err_len);
+                base[k] = expert_read_span(store, d->file, d->offset, d->nbytes, slot->slab + used,
+                                           store->slab_bytes - used, err, err_len);
                 if (!base[k]) return -1;
                 used += (size_t)((d->nbytes + 2 * DIRECT_ALIGN) / DIRECT_ALIGN * DIRECT_ALIGN);
                 bytes += d->nbytes;
@@ -3033,11 +3426,19 @@ static int expert_load(ExpertStore *store, int layer, int e, ExpertSlot *slot) {
         size_t used = 0;
         for (int k = 0; k < 3 && !src->whole_adjacent; k++) {
             const StTensor *q = src->scales[k];
-            if (k > 0 && src->scales_adjacent) { sbase[k] = sbase[0] + (q->offset - src->scales[0]->offset) / sizeof(float); continue; }
-            uint64_t n = src->scales_adjacent ? src->scales[2]->offset + src->scales[2]->nbytes - q->offset : q->nbytes;
+            if (k > 0 && src->scales_adjacent) {
+                sbase[k] = sbase[0] + (q->offset - src->scales[0]->offset) / sizeof(float);
+                continue;
+            }
+            uint64_t n = src->scales_adjacent
+                             ? src->scales[2]->offset + src->scales[2]->nbytes - q->offset
+                             : q->nbytes;
             size_t got;
-            if (pread_all(st_file_fd(store->index, q->file), (uint8_t *)slot->scale_buf + used, (size_t)n, q->offset, &got) || got != n) {
-                snprintf(err, err_len, "%s: reading scales of layer %d expert %d failed", st_file_path(store->index, q->file), layer, e);
+            if (pread_all(st_file_fd(store->index, q->file), (uint8_t *)slot->scale_buf + used,
+                          (size_t)n, q->offset, &got) ||
+                got != n) {
+                snprintf(err, err_len, "%s: reading scales of layer %d expert %d failed",
+                         st_file_path(store->index, q->file), layer, e);
                 return -1;
             }
             sbase[k] = (float *)((uint8_t *)slot->scale_buf + used);
@@ -3045,13 +3446,15 @@ static int expert_load(ExpertStore *store, int layer, int e, ExpertSlot *slot) {
             bytes += n;
         }
         for (int k = 0; k < 3; k++)
-            *w[k] = qt_view(src->format[k], src->group[k], src->rows[k], src->cols[k], base[k], sbase[k]);
+            *w[k] = qt_view(src->format[k], src->group[k], src->rows[k], src->cols[k], base[k],
+                            sbase[k]);
     }
     for (int k = 0; k < 3 && store->prequantized; k++) {
         int64_t bad = first_bad_scale(w[k]->scales, st_numel(src->scales[k]));
         if (bad >= 0) {
             snprintf(err, err_len, "%s: tensor %s.qs: scale %lld is %g (must be finite and >= 0)",
-                     st_file_path(store->index, src->scales[k]->file), src->data[k]->name, (long long)bad, w[k]->scales[bad]);
+                     st_file_path(store->index, src->scales[k]->file), src->data[k]->name,
+                     (long long)bad, w[k]->scales[bad]);
             return -1;
         }
     }
@@ -3083,8 +3486,10 @@ static void io_load_slot(ExpertStore *store, int layer, ExpertSlot *slot, int pr
     pthread_mutex_lock(&store->lock);
     slot->loading = 0;
     slot->failed = failed;
-    __atomic_store_n(&slot->ready, 1, __ATOMIC_RELEASE);   /* expert_in_ram reads it without the lock */
-    if (slot->mapped_len) slot->faulted = 0;   /* used in place: its slot's memory was released or never touched */
+    /* expert_in_ram reads it without the lock */
+    __atomic_store_n(&slot->ready, 1, __ATOMIC_RELEASE);
+    /* used in place: its slot's memory was released or never touched */
+    if (slot->mapped_len) slot->faulted = 0;
     else {
         store->read_loads++;
         if (!slot->faulted) {
@@ -3095,7 +3500,10 @@ static void io_load_slot(ExpertStore *store, int layer, ExpertSlot *slot, int pr
         }
         pthread_cond_signal(&store->populate_more);   /* the helper may go on: reads want slots */
     }
-    if (prefetch && !failed) { slot->prefetched = 1; ++*(slot->ahead ? &store->read_ahead : &store->prefetched); }
+    if (prefetch && !failed) {
+        slot->prefetched = 1;
+        ++*(slot->ahead ? &store->read_ahead : &store->prefetched);
+    }
     pthread_cond_broadcast(&store->done);
 }
 
@@ -3131,7 +3539,10 @@ static ExpertSlot *io_next_prefetch(ExpertStore *store, int *layer) {
         if (store->c->layer_dense[l]) continue;
         for (int s = 0; s < store->slots_per_layer; s++) {
             ExpertSlot *sl = &store->caches[l].slots[s];
-            if (sl->prefetch_rank >= 0 && (!best || sl->prefetch_rank < best->prefetch_rank)) { best = sl; *layer = l; }
+            if (sl->prefetch_rank >= 0 && (!best || sl->prefetch_rank < best->prefetch_rank)) {
+                best = sl;
+                *layer = l;
+            }
         }
     }
     return best;
@@ -3144,7 +3555,9 @@ static void *expert_io_thread(void *arg) {
         if (io_serve_demands(store)) continue;   /* demands always first */
         if (store->io_stop) break;
         int layer = -1;
-        ExpertSlot *slot = store->prefetch_pending && store->prefetch_open ? io_next_prefetch(store, &layer) : NULL;
+        ExpertSlot *slot = store->prefetch_pending && store->prefetch_open
+                               ? io_next_prefetch(store, &layer)
+                               : NULL;
         if (slot) {
             slot->prefetch_rank = -1;
             store->prefetch_pending--;
@@ -3166,12 +3579,18 @@ static int expert_map_file(ExpertStore *store, int f, char *err, size_t err_len)
     const char *path = st_file_path(store->index, f);
     const off_t size = lseek(st_file_fd(store->index, f), 0, SEEK_END);
     if (size < 0 || (uint64_t)size < st_file_size(store->index, f)) {
-        snprintf(err, err_len, "%s was truncated while running: %lld bytes now, %llu when its header was read", path,
-                 (long long)size, (unsigned long long)st_file_size(store->index, f));
+        snprintf(err, err_len,
+                 "%s was truncated while running: %lld bytes now, %llu when its header was read",
+                 path, (long long)size, (unsigned long long)st_file_size(store->index, f));
         return -1;
     }
-    void *map = size ? mmap(NULL, (size_t)size, PROT_READ, MAP_SHARED, st_file_fd(store->index, f), 0) : MAP_FAILED;
-    if (map == MAP_FAILED) { snprintf(err, err_len, "%s: mmap failed: %s", path, size ? strerror(errno) : "empty file"); return -1; }
+    void *map =
+        size ? mmap(NULL, (size_t)size, PROT_READ, MAP_SHARED, st_file_fd(store->index, f), 0)
+             : MAP_FAILED;
+    if (map == MAP_FAILED) {
+        snprintf(err, err_len, "%s: mmap failed: %s", path, size ? strerror(errno) : "empty file");
+        return -1;
+    }
     madvise(map, (size_t)size, MADV_RANDOM);
     store->maps[f] = map;
     store->map_len[f] = (uint64_t)size;
@@ -3198,11 +3617,15 @@ static void expert_store_open_files(ExpertStore *store) {
     for (int f = 0; f < store->n_files; f++) {
         const char *path = st_file_path(store->index, f);
         char err[4400];
-        if (map_files && expert_map_file(store, f, err, sizeof err) && store->io_mode == IO_MMAP) die("%s", err);
+        if (map_files && expert_map_file(store, f, err, sizeof err) && store->io_mode == IO_MMAP)
+            die("%s", err);
         if (store->io_mode == IO_DIRECT) {
             store->direct_fds[f] = open(path, O_RDONLY | O_DIRECT);
-            if (store->direct_fds[f] < 0 && !store->direct_forced) {   /* e.g. tmpfs: auto mode falls back */
-                fprintf(stderr, "glm: note: %s cannot be opened with O_DIRECT (%s); experts are read with buffered pread\n",
+            /* e.g. tmpfs: auto mode falls back */
+            if (store->direct_fds[f] < 0 && !store->direct_forced) {
+                fprintf(stderr,
+                        "glm: note: %s cannot be opened with O_DIRECT (%s); experts are read with "
+                        "buffered pread\n",
                         path, strerror(errno));
                 for (int g = 0; g < f; g++) close(store->direct_fds[g]);
                 free(store->direct_fds);
@@ -3210,7 +3633,9 @@ static void expert_store_open_files(ExpertStore *store) {
                 store->io_mode = IO_PREAD;
                 continue;
             }
-            if (store->direct_fds[f] < 0) die("%s: cannot open with O_DIRECT: %s (DIRECT=0 reads with buffered pread)", path, strerror(errno));
+            if (store->direct_fds[f] < 0)
+                die("%s: cannot open with O_DIRECT: %s (DIRECT=0 reads with buffered pread)", path,
+                    strerror(errno));
         }
     }
     if (map_files) {
@@ -3244,7 +3669,8 @@ static void *slot_populate_thread(void *arg) {
     const size_t moe_layers = per_layer ? store->arena_bytes / per_layer : 0;
     for (int s = 0; s < store->slots_per_layer; s++) {
         pthread_mutex_lock(&store->lock);
-        while (s >= store->populate_wanted && store->in_place_loads + store->in_place_likely > store->read_loads &&
+        while (s >= store->populate_wanted &&
+               store->in_place_loads + store->in_place_likely > store->read_loads &&
                !__atomic_load_n(&store->populate_stop, __ATOMIC_RELAXED))
             pthread_cond_wait(&store->populate_more, &store->lock);
         pthread_mutex_unlock(&store->lock);
@@ -3253,8 +3679,11 @@ static void *slot_populate_thread(void *arg) {
             for (size_t off = 0; off < store->slab_stride; off += piece) {
                 size_t n = store->slab_stride - off < piece ? store->slab_stride - off : piece;
                 if (__atomic_load_n(&store->populate_stop, __ATOMIC_RELAXED)) goto done;
-                /* before Linux 5.14: mlock faults the pages in just as well, and munlock lets them be */
-                if (madvise(slab + off, n, MADV_POPULATE_WRITE) && (mlock(slab + off, n) || munlock(slab + off, n))) goto done;
+                /* before Linux 5.14: mlock faults the pages in just as well, and munlock lets them
+                   be */
+                if (madvise(slab + off, n, MADV_POPULATE_WRITE) &&
+                    (mlock(slab + off, n) || munlock(slab + off, n)))
+                    goto done;
             }
         }
         __atomic_store_n(&store->populated_slots, s + 1, __ATOMIC_RELEASE);
@@ -3272,7 +3701,10 @@ done:
 static uint64_t expert_layout_fingerprint(const ExpertStore *store) {
     const Config *c = store->c;
     const int E = c->n_experts;
-    const int32_t shape[] = { store->n_layers, E, c->hidden, c->moe_inter, c->experts_per_tok, store->expert_bits, store->group };
+    const int32_t shape[] = { store->n_layers,    E,
+                              c->hidden,          c->moe_inter,
+                              c->experts_per_tok, store->expert_bits,
+                              store->group };
     uint64_t h = tier_hash(TIER_HASH_SEED, shape, sizeof shape);
     h = tier_hash(h, c->layer_dense, (size_t)store->n_layers);
     for (int l = 0; l < store->n_layers; l++) {
@@ -3284,7 +3716,8 @@ static uint64_t expert_layout_fingerprint(const ExpertStore *store) {
                 if (!t) continue;
                 const char *path = st_file_path(store->index, t->file), *base = strrchr(path, '/');
                 base = base ? base + 1 : path;
-                const uint64_t where[4] = { t->offset, t->nbytes, (uint64_t)t->dtype, (uint64_t)(k < 3 ? src->fused_row0[k] : 0) };
+                const uint64_t where[4] = { t->offset, t->nbytes, (uint64_t)t->dtype,
+                                            (uint64_t)(k < 3 ? src->fused_row0[k] : 0) };
                 h = tier_hash(h, t->name, strlen(t->name) + 1);
                 h = tier_hash(h, base, strlen(base) + 1);
                 h = tier_hash(h, where, sizeof where);
@@ -3308,10 +3741,12 @@ static void expert_usage_path(ExpertStore *store, const char *setting, const cha
     snprintf(dir, sizeof dir, "%s/glm", cache_dir);
     mkdir(cache_dir, 0700);
     if (mkdir(dir, 0700) && errno != EEXIST) {
-        say("note: cannot create %s (%s); no usage history this run (USAGE=off hides this)", dir, strerror(errno));
+        say("note: cannot create %s (%s); no usage history this run (USAGE=off hides this)", dir,
+            strerror(errno));
         return;
     }
-    snprintf(store->usage_path, sizeof store->usage_path, "%s/usage-%016llx.bin", dir, (unsigned long long)store->fingerprint);
+    snprintf(store->usage_path, sizeof store->usage_path, "%s/usage-%016llx.bin", dir,
+             (unsigned long long)store->fingerprint);
 }
 
 /* A file at the usage history's path that is not a glm usage history, or is another model's, is
@@ -3332,7 +3767,8 @@ static void expert_usage_refuse(ExpertStore *store, const char *why) {
 static int expert_usage_load(ExpertStore *store) {
     const int E = store->n_experts;
     const size_t want = tier_usage_size(store->n_layers, E);
-    int fd = open(store->usage_path, O_RDONLY | O_NONBLOCK | O_CLOEXEC);   /* O_NONBLOCK: a FIFO cannot hang us */
+    /* O_NONBLOCK: a FIFO cannot hang us */
+    int fd = open(store->usage_path, O_RDONLY | O_NONBLOCK | O_CLOEXEC);
     if (fd < 0) {
         if (errno != ENOENT) expert_usage_refuse(store, strerror(errno));
         return 0;
@@ -3354,36 +3790,45 @@ static int expert_usage_load(ExpertStore *store) {
     }
     /* the header says whose history it is: another model's shape or fingerprint is refused */
     uint8_t head[TIER_USAGE_HEADER];
-    if (sb.st_size >= (off_t)sizeof head && !pread_all(fd, head, sizeof head, 0, &got) && got == sizeof head
-        && (get_u32(head + 12) != (uint32_t)store->n_layers || get_u32(head + 16) != (uint32_t)E
-            || get_u64(head + 24) != store->fingerprint)) {
+    if (sb.st_size >= (off_t)sizeof head && !pread_all(fd, head, sizeof head, 0, &got) &&
+        got == sizeof head &&
+        (get_u32(head + 12) != (uint32_t)store->n_layers || get_u32(head + 16) != (uint32_t)E ||
+         get_u64(head + 24) != store->fingerprint)) {
         close(fd);
         expert_usage_refuse(store, "a usage history written for another model");
         return 0;
     }
-    if ((uint64_t)sb.st_size != want) snprintf(why, sizeof why, "%lld bytes, a history of this model has %zu", (long long)sb.st_size, want);
+    if ((uint64_t)sb.st_size != want)
+        snprintf(why, sizeof why, "%lld bytes, a history of this model has %zu",
+                 (long long)sb.st_size, want);
     else {
         buf = xmalloc(want);
-        if (pread_all(fd, buf, want, 0, &got) || got != want) snprintf(why, sizeof why, "cannot read it: %s", got != want ? "short read" : strerror(errno));
+        if (pread_all(fd, buf, want, 0, &got) || got != want)
+            snprintf(why, sizeof why, "cannot read it: %s",
+                     got != want ? "short read" : strerror(errno));
     }
     close(fd);
     uint32_t *counts = NULL;
     uint64_t tokens = 0;
     if (!why[0]) {
         counts = xmalloc((size_t)store->n_layers * E * sizeof(uint32_t));
-        tier_usage_decode(buf, want, store->fingerprint, store->n_layers, E, counts, &tokens, why, sizeof why);
+        tier_usage_decode(buf, want, store->fingerprint, store->n_layers, E, counts, &tokens, why,
+                          sizeof why);
     }
     free(buf);
     if (why[0]) {
         free(counts);
-        say("note: usage history %s ignored: %s; it is replaced at the next save", store->usage_path, why);
+        say("note: usage history %s ignored: %s; it is replaced at the next save",
+            store->usage_path, why);
         return 0;
     }
     for (int l = 0; l < store->n_layers; l++)
-        if (!store->c->layer_dense[l]) tier_seed_requests(&store->caches[l].cache, counts + (size_t)l * E);
+        if (!store->c->layer_dense[l])
+            tier_seed_requests(&store->caches[l].cache, counts + (size_t)l * E);
     store->usage_history = counts;
     store->usage_tokens = tokens;
-    say_detail("usage history %s: the routing of %llu earlier tokens seeds the expert cache", store->usage_path, (unsigned long long)tokens);
+    say_detail("usage history %s: the routing of %llu earlier tokens seeds the expert cache",
+               store->usage_path, (unsigned long long)tokens);
     return 1;
 }
 
@@ -3407,7 +3852,8 @@ static void expert_usage_save(ExpertStore *store) {
             sum += merged[e];
         }
         int shift = 0;
-        while ((sum >> shift) > ((uint64_t)1 << 30)) shift++;   /* keep the counts far from overflow */
+        /* keep the counts far from overflow */
+        while ((sum >> shift) > ((uint64_t)1 << 30)) shift++;
         for (int e = 0; e < E; e++) counts[(size_t)l * E + e] = (uint32_t)(merged[e] >> shift);
         free(merged);
     }
@@ -3417,7 +3863,11 @@ static void expert_usage_save(ExpertStore *store) {
     AtomicFile af;
     char err[8800];
     FILE *f = atomic_begin(&af, store->usage_path, err, sizeof err);
-    if (f && fwrite(buf, 1, n, f) != n) { snprintf(err, sizeof err, "writing %s failed", store->usage_path); atomic_abort(&af); f = NULL; }
+    if (f && fwrite(buf, 1, n, f) != n) {
+        snprintf(err, sizeof err, "writing %s failed", store->usage_path);
+        atomic_abort(&af);
+        f = NULL;
+    }
     if (!f || atomic_commit(&af, err, sizeof err)) {
         say("warning: usage history not saved: %s (USAGE=off turns it off)", err);
         store->usage_path[0] = 0;   /* say it once */
@@ -3448,7 +3898,8 @@ static void expert_usage_tick(ExpertStore *store, int positions) {
    the tok/s when prefetches went on during decode). */
 /* Slot `s` of `lc` now holds `expert` as a waiting prefetch of rank `rank` (lower first; `ahead`: a
    prefill read-ahead, else the usage history's), and `avoid` marks it; lock held. */
-static void expert_queue_prefetch(ExpertStore *store, LayerCache *lc, int s, int expert, int rank, int ahead) {
+static void expert_queue_prefetch(ExpertStore *store, LayerCache *lc, int s, int expert, int rank,
+                                  int ahead) {
     tier_cache_assign(&lc->cache, s, expert);
     ExpertSlot *sl = &lc->slots[s];
     sl->expert = expert;
@@ -3469,7 +3920,8 @@ static void expert_open_prefetches(ExpertStore *store) {
 }
 
 static void expert_store_idle(ExpertStore *store) {
-    if (!store->io_started || store->io_mode == IO_MMAP) return;   /* MMAP: the page cache is the cache */
+    /* MMAP: the page cache is the cache */
+    if (!store->io_started || store->io_mode == IO_MMAP) return;
     const int spl = store->slots_per_layer;
     int *hot = xmalloc((size_t)spl * sizeof(int));
     pthread_mutex_lock(&store->lock);
@@ -3479,13 +3931,15 @@ static void expert_store_idle(ExpertStore *store) {
         TierCache *tc = &lc->cache;
         const int n = tier_hottest(tc->requests, store->n_experts, hot, spl);
         for (int s = 0; s < spl; s++) lc->avoid[s] = lc->busy[s] || lc->slots[s].loading;
-        for (int i = 0; i < n; i++) if (tc->expert_slot[hot[i]] >= 0) lc->avoid[tc->expert_slot[hot[i]]] = 1;
+        for (int i = 0; i < n; i++)
+            if (tc->expert_slot[hot[i]] >= 0) lc->avoid[tc->expert_slot[hot[i]]] = 1;
         for (int i = 0; i < n; i++) {
             if (tc->expert_slot[hot[i]] >= 0) continue;   /* in RAM or on its way */
             int s = tier_cache_victim(tc, lc->avoid);
             if (s < 0) break;
             const int old = tc->slot_expert[s];
-            if (old >= 0 && tc->requests[old] >= tc->requests[hot[i]]) break;   /* the rest are cached or hotter */
+            /* the rest are cached or hotter */
+            if (old >= 0 && tc->requests[old] >= tc->requests[hot[i]]) break;
             expert_queue_prefetch(store, lc, s, hot[i], i, 0);
         }
     }
@@ -3497,7 +3951,8 @@ static void expert_store_idle(ExpertStore *store) {
 /* Reserves the slots (faulted in later: expert_store_populate), starts the I/O thread, and seeds
    the cache from the usage history (USAGE: "off", a file, or "" for the default file in
    cache_dir): its hottest experts are read while the resident weights load. */
-static void expert_store_start(ExpertStore *store, int slots_per_layer, const char *usage, const char *cache_dir) {
+static void expert_store_start(ExpertStore *store, int slots_per_layer, const char *usage,
+                               const char *cache_dir) {
     const int E = store->c->n_experts;
     store->slots_per_layer = slots_per_layer;
     store->caches = xcalloc((size_t)store->n_layers, sizeof(LayerCache));
@@ -3506,12 +3961,15 @@ static void expert_store_start(ExpertStore *store, int slots_per_layer, const ch
     /* one arena for every slab, 2 MiB-aligned and huge-page-backed: 2 MiB pages make O_DIRECT
        requests 4x larger (~3x the read rate) and fault 512x fewer times */
     const size_t page = page_bytes();
-    store->slab_stride = (store->slab_bytes + page - 1) / page * page;   /* whole pages: madvise per slot */
+    /* whole pages: madvise per slot */
+    store->slab_stride = (store->slab_bytes + page - 1) / page * page;
     store->arena_bytes = store->slab_stride * (size_t)slots_per_layer * (size_t)moe_layers;
     if (store->arena_bytes) {
         const size_t huge = huge_page_bytes();
-        uint8_t *map = mmap(NULL, store->arena_bytes + huge, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-        if (map == MAP_FAILED) die("cannot allocate %.2f GB of expert slots", store->arena_bytes / 1e9);
+        uint8_t *map = mmap(NULL, store->arena_bytes + huge, PROT_READ | PROT_WRITE,
+                            MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+        if (map == MAP_FAILED)
+            die("cannot allocate %.2f GB of expert slots", store->arena_bytes / 1e9);
         store->arena_map = map;
         store->arena_map_bytes = store->arena_bytes + huge;
         store->arena = (uint8_t *)(((uintptr_t)map + huge - 1) & ~(uintptr_t)(huge - 1));
@@ -3521,7 +3979,8 @@ static void expert_store_start(ExpertStore *store, int slots_per_layer, const ch
     for (int l = 0; l < store->n_layers; l++) {
         if (store->c->layer_dense[l]) continue;
         LayerCache *lc = &store->caches[l];
-        if (tier_cache_init(&lc->cache, slots_per_layer, E)) die("out of memory for the expert cache");
+        if (tier_cache_init(&lc->cache, slots_per_layer, E))
+            die("out of memory for the expert cache");
         lc->cache.policy = store->policy;
         lc->slots = xcalloc((size_t)slots_per_layer, sizeof(ExpertSlot));
         lc->busy = xcalloc((size_t)slots_per_layer, 1);
@@ -3530,7 +3989,9 @@ static void expert_store_start(ExpertStore *store, int slots_per_layer, const ch
         for (int s = 0; s < slots_per_layer; s++) {
             lc->slots[s].slab = store->arena ? store->arena + used : NULL;
             used += store->slab_stride;
-            lc->slots[s].scale_buf = store->scale_bytes ? xcalloc(store->scale_bytes / sizeof(float) + 16, sizeof(float)) : NULL;
+            lc->slots[s].scale_buf =
+                store->scale_bytes ? xcalloc(store->scale_bytes / sizeof(float) + 16, sizeof(float))
+                                   : NULL;
             lc->slots[s].expert = -1;
             lc->slots[s].prefetch_rank = -1;
         }
@@ -3546,7 +4007,8 @@ static void expert_store_start(ExpertStore *store, int slots_per_layer, const ch
     pthread_cond_init(&store->done, NULL);
     pthread_cond_init(&store->populate_more, NULL);
     store->populate_wanted = store->c->experts_per_tok;
-    if (pthread_create(&store->io_thread, NULL, expert_io_thread, store)) die("cannot start the expert I/O thread");
+    if (pthread_create(&store->io_thread, NULL, expert_io_thread, store))
+        die("cannot start the expert I/O thread");
     store->io_started = 1;
     store->fingerprint = expert_layout_fingerprint(store);
     expert_usage_path(store, usage, cache_dir);
@@ -3563,12 +4025,15 @@ static void expert_store_populate(ExpertStore *store) {
     int probed = 0, resident = 0;
     for (int l = 0; store->in_place && l < store->n_layers; l++) {
         if (store->c->layer_dense[l]) continue;
-        for (int e = 0; e < store->n_experts; e += store->n_experts / 2 > 0 ? store->n_experts / 2 : 1, probed++)
-            resident += expert_in_page_cache(store, &store->sources[(size_t)l * store->n_experts + e], PAGE_CACHE_GUESS);
+        for (int e = 0;
+             e<store->n_experts; e += store->n_experts / 2> 0 ? store->n_experts / 2 : 1, probed++)
+            resident += expert_in_page_cache(
+                store, &store->sources[(size_t)l * store->n_experts + e], PAGE_CACHE_GUESS);
     }
     store->in_place_likely = probed > 0 && resident * 2 > probed;
     __atomic_store_n(&store->populate_running, 1, __ATOMIC_RELEASE);
-    if (!pthread_create(&store->populate_thread, NULL, slot_populate_thread, store)) store->populate_started = 1;
+    if (!pthread_create(&store->populate_thread, NULL, slot_populate_thread, store))
+        store->populate_started = 1;
     else __atomic_store_n(&store->populate_running, 0, __ATOMIC_RELEASE);
 }
 
@@ -3605,7 +4070,8 @@ static void expert_store_stop(ExpertStore *store) {
     pthread_cond_destroy(&store->populate_more);
 }
 
-/* Stops the threads and releases the slots, the history, the mappings and the O_DIRECT descriptors. */
+/* Stops the threads and releases the slots, the history, the mappings and the O_DIRECT descriptors.
+   */
 static void expert_store_free(ExpertStore *store) {
     expert_store_stop(store);
     for (int l = 0; store->caches && l < store->n_layers; l++) {
@@ -3621,8 +4087,10 @@ static void expert_store_free(ExpertStore *store) {
     free(store->caches);
     if (store->arena_map) munmap(store->arena_map, store->arena_map_bytes);
     if (g_mapped_store == store) g_mapped_store = NULL;
-    for (int f = 0; store->direct_fds && f < store->n_files; f++) if (store->direct_fds[f] >= 0) close(store->direct_fds[f]);
-    for (int f = 0; store->maps && f < store->n_files; f++) if (store->maps[f]) munmap(store->maps[f], store->map_len[f]);
+    for (int f = 0; store->direct_fds && f < store->n_files; f++)
+        if (store->direct_fds[f] >= 0) close(store->direct_fds[f]);
+    for (int f = 0; store->maps && f < store->n_files; f++)
+        if (store->maps[f]) munmap(store->maps[f], store->map_len[f]);
     free(store->direct_fds);
     free(store->maps);
     free(store->map_len);
@@ -3637,24 +4105,31 @@ static void expert_store_free(ExpertStore *store) {
 /* ---- 6.7 A MoE step's experts: slot choice, demanded loads, read-ahead ----------------------- */
 
 /* The slot a demanded expert goes to: the cache policy's victim among the slots `avoid` does not
-   mark. While the helper is still faulting the arena in, a fresh slot costs a page fault per
-   2 MiB on top of its read (fresh memory can come at 0.2-0.45 GB/s, slower than the disk), so the cache then grows only as fast as the helper: an expert goes to a slot that is
-   faulted in (the helper reached it, or a load wrote it), and to a fresh one only when there is no
-   such slot or the layer has fewer than top-k slots in use (and never for a read ahead, !fresh_ok:
-   that one waits for expert_acquire, which evicts the experts this step is done with). Without
-   this, the first prompt of a big budget would fault a slot per distinct expert it touches: on
-   the bench fixture a 16-token prompt took 18.8 s at RAM_GB=10 against 3.7 s at RAM_GB=4. */
-static int expert_pick_slot(ExpertStore *store, LayerCache *lc, const unsigned char *avoid, int fresh_ok, int resident) {
+   mark. While the helper is still faulting the arena in, a fresh slot costs a page fault per 2 MiB
+   on top of its read (fresh memory can come at 0.2-0.45 GB/s, slower than the disk), so the cache
+   then grows only as fast as the helper: an expert goes to a slot that is faulted in (the helper
+   reached it, or a load wrote it), and to a fresh one only when there is no such slot or the layer
+   has fewer than top-k slots in use (and never for a read ahead, !fresh_ok: that one waits for
+   expert_acquire, which evicts the experts this step is done with). Without this, the first prompt
+   of a big budget would fault a slot per distinct expert it touches: on the bench fixture a
+   16-token prompt took 18.8 s at RAM_GB=10 against 3.7 s at RAM_GB=4. */
+static int expert_pick_slot(ExpertStore *store, LayerCache *lc, const unsigned char *avoid,
+                            int fresh_ok, int resident) {
     int slot = tier_cache_victim(&lc->cache, avoid);
     const int n = lc->cache.n_slots;
-    if (resident) {   /* it will be used in place: an empty slot whose memory is fresh, leaving faulted ones to reads */
+    /* it will be used in place: an empty slot whose memory is fresh, leaving faulted ones to reads
+       */
+    if (resident) {
         if (slot >= 0 && lc->slots[slot].faulted)
-            for (int s = 0; s < n; s++) if (!avoid[s] && !lc->slots[s].faulted && lc->cache.slot_expert[s] < 0) return s;
+            for (int s = 0; s < n; s++)
+                if (!avoid[s] && !lc->slots[s].faulted && lc->cache.slot_expert[s] < 0) return s;
         return slot;
     }
     const int warm = __atomic_load_n(&store->populated_slots, __ATOMIC_ACQUIRE);
     const int floor = warm > store->c->experts_per_tok ? warm : store->c->experts_per_tok;
-    if (slot < floor || lc->slots[slot].faulted || !__atomic_load_n(&store->populate_running, __ATOMIC_ACQUIRE)) return slot;
+    if (slot < floor || lc->slots[slot].faulted ||
+        !__atomic_load_n(&store->populate_running, __ATOMIC_ACQUIRE))
+        return slot;
     memcpy(lc->scratch, avoid, (size_t)n);
     for (int s = floor; s < n; s++) if (!lc->slots[s].faulted) lc->scratch[s] = 1;
     int faulted = tier_cache_victim(&lc->cache, lc->scratch);
@@ -3663,20 +4138,25 @@ static int expert_pick_slot(ExpertStore *store, LayerCache *lc, const unsigned c
 
 /* Puts `expert` into a slot of `layer` that `avoid` does not mark and queues its load; -1 when
    there is none (fresh_ok: see expert_pick_slot). */
-static int expert_schedule_load(ExpertStore *store, int layer, int expert, unsigned char *avoid, int fresh_ok) {
+static int expert_schedule_load(ExpertStore *store, int layer, int expert, unsigned char *avoid,
+                                int fresh_ok) {
     LayerCache *lc = &store->caches[layer];
-    /* a guess for the slot's choice only (first and last pages): expert_load looks closer, and reads what the page cache lacks */
-    const int resident = expert_in_page_cache(store, &store->sources[(size_t)layer * store->n_experts + expert], PAGE_CACHE_GUESS);
+    /* a guess for the slot's choice only (first and last pages): expert_load looks closer, and
+       reads what the page cache lacks */
+    const int resident = expert_in_page_cache(
+        store, &store->sources[(size_t)layer * store->n_experts + expert], PAGE_CACHE_GUESS);
     pthread_mutex_lock(&store->lock);
     int slot = expert_pick_slot(store, lc, avoid, fresh_ok, resident);
-    while (slot >= 0 && lc->slots[slot].loading) {   /* a history prefetch is reading into it: take another */
+    /* a history prefetch is reading into it: take another */
+    while (slot >= 0 && lc->slots[slot].loading) {
         const unsigned char was = avoid[slot];
         avoid[slot] = 1;
         int other = expert_pick_slot(store, lc, avoid, fresh_ok, resident);
         avoid[slot] = was;
         if (other >= 0) { slot = other; break; }
         if (!fresh_ok) { slot = -1; break; }   /* a read ahead does not wait */
-        pthread_cond_wait(&store->done, &store->lock);   /* the only candidate: wait for that read to end */
+        /* the only candidate: wait for that read to end */
+        pthread_cond_wait(&store->done, &store->lock);
     }
     if (slot < 0) { pthread_mutex_unlock(&store->lock); return -1; }
     ExpertSlot *sl = &lc->slots[slot];
@@ -3687,7 +4167,8 @@ static int expert_schedule_load(ExpertStore *store, int layer, int expert, unsig
     sl->failed = 0;
     sl->prefetched = 0;
     sl->ahead = 0;
-    if (sl->prefetch_rank >= 0) { sl->prefetch_rank = -1; store->prefetch_pending--; }   /* a waiting prefetch is cancelled */
+    /* a waiting prefetch is cancelled */
+    if (sl->prefetch_rank >= 0) { sl->prefetch_rank = -1; store->prefetch_pending--; }
     sl->loaded_in_step = store->step;
     store->queue[store->queue_tail % store->queue_cap] = (LoadJob){ layer, slot };
     store->queue_tail++;
@@ -3729,7 +4210,8 @@ static int expert_drop_fresh_prefetch(ExpertStore *store, LayerCache *lc, int sl
     int dropped = 0;
     pthread_mutex_lock(&store->lock);
     if (sl->prefetch_rank >= 0 && !sl->loading && !sl->ready && !sl->faulted &&
-        slot >= __atomic_load_n(&store->populated_slots, __ATOMIC_ACQUIRE) && __atomic_load_n(&store->populate_running, __ATOMIC_ACQUIRE)) {
+        slot >= __atomic_load_n(&store->populated_slots, __ATOMIC_ACQUIRE) &&
+        __atomic_load_n(&store->populate_running, __ATOMIC_ACQUIRE)) {
         sl->prefetch_rank = -1;
         store->prefetch_pending--;
         tier_cache_assign(&lc->cache, slot, -1);
@@ -3748,7 +4230,8 @@ static void expert_prefetch(ExpertStore *store, int layer, const int *experts, i
     LayerCache *lc = &store->caches[layer];
     const int nslots = lc->cache.n_slots;
     store->step++;
-    if (store->prefetch_open) {   /* the engine is at work: history prefetches wait for the next idle time */
+    /* the engine is at work: history prefetches wait for the next idle time */
+    if (store->prefetch_open) {
         pthread_mutex_lock(&store->lock);
         store->prefetch_open = 0;
         pthread_mutex_unlock(&store->lock);
@@ -3788,14 +4271,17 @@ static void expert_prefetch(ExpertStore *store, int layer, const int *experts, i
 static void expert_read_ahead(ExpertStore *store, int from, int S) {
     const Config *c = store->c;
     const int E = store->n_experts;
-    if (!store->io_started || store->io_mode != IO_DIRECT || (long long)S * c->experts_per_tok < 4LL * E) return;
+    if (!store->io_started || store->io_mode != IO_DIRECT ||
+        (long long)S * c->experts_per_tok < 4LL * E)
+        return;
     int layer = from;
     while (layer < c->n_layers && c->layer_dense[layer]) layer++;
     if (layer >= c->n_layers) return;
     LayerCache *lc = &store->caches[layer];
     TierCache *tc = &lc->cache;
     pthread_mutex_lock(&store->lock);
-    for (int s = 0; s < tc->n_slots; s++) lc->avoid[s] = tc->slot_expert[s] >= 0 || lc->busy[s] || lc->slots[s].loading;
+    for (int s = 0; s < tc->n_slots; s++)
+        lc->avoid[s] = tc->slot_expert[s] >= 0 || lc->busy[s] || lc->slots[s].loading;
     for (int e = 0; e < E; e++) {
         if (tc->expert_slot[e] >= 0) continue;   /* in RAM or on its way */
         const int s = tier_cache_victim(tc, lc->avoid);
@@ -3817,7 +4303,10 @@ static const FfnWeights *expert_acquire(ExpertStore *store, int layer, int exper
         expert_demand_slot(store, layer, slot);
         if (lc->slots[slot].loaded_in_step != store->step) {   /* in RAM when the router chose it */
             store->hits++;
-            if (lc->slots[slot].prefetched) { ++*(lc->slots[slot].ahead ? &store->read_ahead_used : &store->prefetch_used); lc->slots[slot].prefetched = 0; }
+            if (lc->slots[slot].prefetched) {
+                ++*(lc->slots[slot].ahead ? &store->read_ahead_used : &store->prefetch_used);
+                lc->slots[slot].prefetched = 0;
+            }
         }
     }
     lc->busy[slot] = 1;
@@ -3847,14 +4336,16 @@ static void expert_release(ExpertStore *store, int layer, int expert) {
 /* SwiGLU over S rows: out = down(silu(gate·x) ⊙ up·x), in pieces of `piece` rows, so h1/h2
    hold [min(S, piece)][width] whatever the batch (a row's result does not depend on the rows
    beside it; the GEMM kernels work in 128-row panels anyway). */
-static void ffn_swiglu(const FfnWeights *w, const float *x, int S, float *out, float *h1, float *h2, int piece) {
+static void ffn_swiglu(const FfnWeights *w, const float *x, int S, float *out, float *h1, float *h2,
+                       int piece) {
     const int width = (int)w->gate.rows;
     const size_t in = (size_t)w->gate.cols, out_width = (size_t)w->down.rows;
     const QTensor *gate_up[2] = { &w->gate, &w->up };
     float *out_gate_up[2] = { h1, h2 };
     for (int r = 0; r < S; r += piece) {
         const int n = S - r < piece ? S - r : piece;
-        qt_matmul_multi(gate_up, 2, x + r * in, out_gate_up, n, g_integer_dot);   /* x quantized once for both */
+        /* x quantized once for both */
+        qt_matmul_multi(gate_up, 2, x + r * in, out_gate_up, n, g_integer_dot);
         silu_mul(h1, h2, (size_t)n * width);
         matmul(out + r * out_width, &w->down, h1, n);
     }
@@ -3862,7 +4353,8 @@ static void ffn_swiglu(const FfnWeights *w, const float *x, int S, float *out, f
 
 /* Router for one token (§5.2): sigmoid scores, bias for choosing only, group-limited top-k,
    unbiased weights renormalized and scaled. Ties go to the smaller expert index. */
-static void router_select(const Config *c, const float *logits, const float *bias, int *chosen, float *weights) {
+static void router_select(const Config *c, const float *logits, const float *bias, int *chosen,
+                          float *weights) {
     const int E = c->n_experts, G = c->n_group, per_group = E / G, k = c->experts_per_tok;
     float score[E], choice[E];
     for (int e = 0; e < E; e++) { score[e] = sigmoid(logits[e]); choice[e] = score[e] + bias[e]; }
@@ -3880,7 +4372,8 @@ static void router_select(const Config *c, const float *logits, const float *bia
         memset(keep, 0, sizeof keep);
         for (int t = 0; t < c->topk_group; t++) {
             int best = -1;
-            for (int g = 0; g < G; g++) if (!keep[g] && (best < 0 || gscore[g] > gscore[best])) best = g;
+            for (int g = 0; g < G; g++)
+                if (!keep[g] && (best < 0 || gscore[g] > gscore[best])) best = g;
             keep[best] = 1;
         }
         for (int e = 0; e < E; e++) if (!keep[e / per_group]) choice[e] = -INFINITY;
@@ -3890,7 +4383,8 @@ static void router_select(const Config *c, const float *logits, const float *bia
     float sum = 0.0f;
     for (int t = 0; t < k; t++) {
         int best = -1;
-        for (int e = 0; e < E; e++) if (!taken[e] && (best < 0 || choice[e] > choice[best])) best = e;
+        for (int e = 0; e < E; e++)
+            if (!taken[e] && (best < 0 || choice[e] > choice[best])) best = e;
         taken[best] = 1;
         chosen[t] = best;
         weights[t] = score[best];
@@ -3909,15 +4403,19 @@ static void router_select(const Config *c, const float *logits, const float *bia
    matmul, which cost more than the few rows of an expert took: routed-expert compute scaled 1.2x
    from 1 to 2 threads). An expert's rows go to expert_x/expert_y from the row its unit gives it. */
 enum { MOE_WINDOW = 8, MOE_PIECE_ROWS = 128, MOE_MAX_PIECES = 32 };
-enum { FEW_ROWS = 16 + 1 };   /* the most rows of a decode step or a verification pass: DRAFT at most 16, plus the verified token */
+/* the most rows of a decode step or a verification pass: DRAFT at most 16, plus the verified token
+   */
+enum { FEW_ROWS = 16 + 1 };
 
-typedef struct { int window_index, row0, row1; } MoeTask;   /* rows [row0, row1) of a window's expert */
+/* rows [row0, row1) of a window's expert */
+typedef struct { int window_index, row0, row1; } MoeTask;
 
 static int moe_task_larger_first(const void *a, const void *b) {
     const MoeTask *x = a, *y = b;
     const int nx = x->row1 - x->row0, ny = y->row1 - y->row0;
     if (nx != ny) return ny - nx;
-    return x->window_index != y->window_index ? x->window_index - y->window_index : x->row0 - y->row0;
+    return x->window_index != y->window_index ? x->window_index - y->window_index
+                                              : x->row0 - y->row0;
 }
 
 /* Queue loads of union experts from u onwards that are not in RAM yet, while slots are free,
@@ -3927,7 +4425,8 @@ static void moe_queue_loads(ExpertStore *store, int layer, const int *experts, i
     LayerCache *lc = &store->caches[layer];
     for (int k = 0; k < lc->cache.n_slots; k++) lc->avoid[k] = lc->busy[k];
     for (int v = u; v < n; v++)
-        if (lc->cache.expert_slot[experts[v]] >= 0) lc->avoid[lc->cache.expert_slot[experts[v]]] = 1;
+        if (lc->cache.expert_slot[experts[v]] >= 0)
+            lc->avoid[lc->cache.expert_slot[experts[v]]] = 1;
     for (; u < n; u++) {
         if (lc->cache.expert_slot[experts[u]] >= 0) continue;
         int slot = expert_schedule_load(store, layer, experts[u], lc->avoid, 0);
@@ -3938,8 +4437,8 @@ static void moe_queue_loads(ExpertStore *store, int layer, const int *experts, i
 
 /* Union experts unit[0..n) (union indices), expert unit[i]'s rows at row[i] of expert_x/expert_y:
    one expert on every thread, or several as a window. */
-static void moe_run_unit(const Config *c, int layer, ExpertStore *store, RunState *s, const float *m, const int *unit,
-                         const int *row, int n) {
+static void moe_run_unit(const Config *c, int layer, ExpertStore *store, RunState *s,
+                         const float *m, const int *unit, const int *row, int n) {
     const int H = c->hidden, I = c->moe_inter;
     const FfnWeights *w[MOE_WINDOW];
     for (int i = 0; i < n; i++) w[i] = expert_acquire(store, layer, s->union_experts[unit[i]]);
@@ -3948,10 +4447,13 @@ static void moe_run_unit(const Config *c, int layer, ExpertStore *store, RunStat
         const int u = unit[0], rows = s->moe_first[u + 1] - s->moe_first[u];
         const int *rw = s->moe_rows + s->moe_first[u];
         float *x = s->expert_x + (size_t)row[0] * H;
-        for (int i = 0; i < rows; i++) memcpy(x + (size_t)i * H, m + (size_t)rw[i] * H, (size_t)H * sizeof(float));
-        ffn_swiglu(w[0], x, rows, s->expert_y + (size_t)row[0] * H, s->ffn_h1, s->ffn_h2, s->ffn_rows);
+        for (int i = 0; i < rows; i++)
+            memcpy(x + (size_t)i * H, m + (size_t)rw[i] * H, (size_t)H * sizeof(float));
+        ffn_swiglu(w[0], x, rows, s->expert_y + (size_t)row[0] * H, s->ffn_h1, s->ffn_h2,
+                   s->ffn_rows);
     } else {
-        /* each thread's share of the SwiGLU scratch, in expert rows (at least 1: see run_state_init) */
+        /* each thread's share of the SwiGLU scratch, in expert rows (at least 1: see
+           run_state_init) */
         const int h_rows = (int)((int64_t)s->ffn_rows * s->ffn_width / I / s->nthreads);
         /* the window's tasks, largest first, so the threads finish together (an expert that 1,337
            of 2,048 rows chose, on one thread, left the other idle); a row's result does not
@@ -3962,16 +4464,21 @@ static void moe_run_unit(const Config *c, int layer, ExpertStore *store, RunStat
             const int rows = s->moe_first[unit[i] + 1] - s->moe_first[unit[i]];
             int pieces = (rows + MOE_PIECE_ROWS - 1) / MOE_PIECE_ROWS;
             if (pieces > MOE_MAX_PIECES) pieces = MOE_MAX_PIECES;
-            for (int p = 0; p < pieces; p++) task[n_tasks++] = (MoeTask){ i, rows * p / pieces, rows * (p + 1) / pieces };
+            for (int p = 0; p < pieces; p++)
+                task[n_tasks++] = (MoeTask){ i, rows * p / pieces, rows * (p + 1) / pieces };
         }
         qsort(task, (size_t)n_tasks, sizeof *task, moe_task_larger_first);
         #pragma omp parallel for schedule(dynamic, 1)
         for (int t = 0; t < n_tasks; t++) {
-            const int i = task[t].window_index, o = row[i] + task[t].row0, rows = task[t].row1 - task[t].row0;
+            const int i = task[t].window_index, o = row[i] + task[t].row0,
+                      rows = task[t].row1 - task[t].row0;
             const size_t h = (size_t)thread_index() * h_rows * I;
             const int *rw = s->moe_rows + s->moe_first[unit[i]] + task[t].row0;
-            for (int r = 0; r < rows; r++) memcpy(s->expert_x + (size_t)(o + r) * H, m + (size_t)rw[r] * H, (size_t)H * sizeof(float));
-            ffn_swiglu(w[i], s->expert_x + (size_t)o * H, rows, s->expert_y + (size_t)o * H, s->ffn_h1 + h, s->ffn_h2 + h, h_rows);
+            for (int r = 0; r < rows; r++)
+                memcpy(s->expert_x + (size_t)(o + r) * H, m + (size_t)rw[r] * H,
+                       (size_t)H * sizeof(float));
+            ffn_swiglu(w[i], s->expert_x + (size_t)o * H, rows, s->expert_y + (size_t)o * H,
+                       s->ffn_h1 + h, s->ffn_h2 + h, h_rows);
         }
     }
     store->compute_seconds += now_seconds() - t0;
@@ -3982,7 +4489,8 @@ static void moe_run_unit(const Config *c, int layer, ExpertStore *store, RunStat
    out, in the order given; threads split the hidden dimension where there are at least
    MOE_ADD_PARALLEL_ROWS rows (a decode step's 8 take microseconds: a fork would cost as much). */
 enum { MOE_ADD_PARALLEL_ROWS = 16 };
-static void moe_add_units(const Config *c, RunState *s, const int *unit, const int *row, int n, float *out) {
+static void moe_add_units(const Config *c, RunState *s, const int *unit, const int *row, int n,
+                          float *out) {
     const int H = c->hidden;
     int rows = 0;
     for (int i = 0; i < n; i++) rows += s->moe_first[unit[i] + 1] - s->moe_first[unit[i]];
@@ -4000,7 +4508,8 @@ static void moe_add_units(const Config *c, RunState *s, const int *unit, const i
     }
 }
 
-/* Whether `expert` of `layer` is in RAM now (a hint: expert_acquire looks again, under the lock). */
+/* Whether `expert` of `layer` is in RAM now (a hint: expert_acquire looks again, under the lock).
+   */
 static int expert_in_ram(const ExpertStore *store, int layer, int expert) {
     const LayerCache *lc = &store->caches[layer];
     const int slot = lc->cache.expert_slot[expert];
@@ -4010,7 +4519,9 @@ static int expert_in_ram(const ExpertStore *store, int layer, int expert) {
 /* Whether union expert v is in RAM or on its way (in a slot). A window's experts all are, or it
    is one expert that is not: acquiring that one loads it on demand into a slot that no acquired
    expert holds, which could be a later member's (with 1 slot per layer: "no free expert slot"). */
-static int moe_in_slot(const LayerCache *lc, const RunState *s, int v) { return lc->cache.expert_slot[s->union_experts[v]] >= 0; }
+static int moe_in_slot(const LayerCache *lc, const RunState *s, int v) {
+    return lc->cache.expert_slot[s->union_experts[v]] >= 0;
+}
 
 /* The routed experts of one step, into out (zeroed). While the disk reads, the cores work:
    - A step of 1-3 rows, or of up to FEW_ROWS on one thread (decode; verification of 1-2 drafts),
@@ -4026,8 +4537,8 @@ static int moe_in_slot(const LayerCache *lc, const RunState *s, int v) { return 
      order above, with windows of the experts in RAM, was no faster there: cold 128-token prompts
      in 5-row forwards, 4 alternating rounds, MoE 2.19-2.52 s against 2.14-2.26.)
    Returns the shared expert's output rows where it computed them, else NULL. */
-static const float *moe_experts(const Config *c, const Layer *L, int layer, ExpertStore *store, RunState *s, const float *m,
-                                int S, int n_union, float *out) {
+static const float *moe_experts(const Config *c, const Layer *L, int layer, ExpertStore *store,
+                                RunState *s, const float *m, int S, int n_union, float *out) {
     const int H = c->hidden, total = s->moe_first[n_union];
     const int windows = S >= 4 && max_threads() > 1, most = windows ? MOE_WINDOW : 1;
     const int kept = !windows && S <= FEW_ROWS && total + S <= s->max_batch;
@@ -4040,17 +4551,26 @@ static const float *moe_experts(const Config *c, const Layer *L, int layer, Expe
         int n = 0;
         if (kept) {
             for (int v = 0; v < n_union && !n; v++)
-                if (!done[v] && expert_in_ram(store, layer, s->union_experts[v])) { unit[n] = v; row[n++] = s->moe_first[v]; }
+                if (!done[v] && expert_in_ram(store, layer, s->union_experts[v])) {
+                    unit[n] = v;
+                    row[n++] = s->moe_first[v];
+                }
             if (!n && L->has_shared && !shared_done) {
                 ffn_swiglu(&L->mlp, m, S, shared_y, s->ffn_h1, s->ffn_h2, s->ffn_rows);
                 shared_done = 1;
                 continue;
             }
-            for (int v = 0; v < n_union && !n; v++) if (!done[v]) { unit[n] = v; row[n++] = s->moe_first[v]; }
+            for (int v = 0; v < n_union && !n; v++)
+                if (!done[v]) {
+                    unit[n] = v;
+                    row[n++] = s->moe_first[v];
+                }
         } else
             for (int rows = 0; next < n_union && n < most; next++) {
                 const int v = next, k = s->moe_first[v + 1] - s->moe_first[v];
-                if (n && (rows + k > s->max_batch || !moe_in_slot(lc, s, unit[0]) || !moe_in_slot(lc, s, v))) break;
+                if (n && (rows + k > s->max_batch || !moe_in_slot(lc, s, unit[0]) ||
+                          !moe_in_slot(lc, s, v)))
+                    break;
                 unit[n] = v;
                 row[n++] = rows;
                 rows += k;
@@ -4058,7 +4578,8 @@ static const float *moe_experts(const Config *c, const Layer *L, int layer, Expe
         moe_run_unit(c, layer, store, s, m, unit, row, n);
         for (int i = 0; i < n; i++) done[unit[i]] = 1;
         left -= n;
-        if (windows) moe_queue_loads(store, layer, s->union_experts, next, n_union);   /* windows: not kept, next is the cursor */
+        /* windows: not kept, next is the cursor */
+        if (windows) moe_queue_loads(store, layer, s->union_experts, next, n_union);
         if (!kept) moe_add_units(c, s, unit, row, n, out);
     }
     if (kept)
@@ -4073,13 +4594,14 @@ static const float *moe_experts(const Config *c, const Layer *L, int layer, Expe
 /* MoE over S rows of normalized input m. Each distinct expert chosen by any row is acquired once
    and applied to all rows routed to it (batch union); whatever order they run in, each row
    accumulates its experts in ascending id, then the shared expert (§5.3). */
-static void moe_forward(const Config *c, const Layer *L, int layer_index, ExpertStore *store, RunState *s,
-                        const float *m, int S, float *out) {
+static void moe_forward(const Config *c, const Layer *L, int layer_index, ExpertStore *store,
+                        RunState *s, const float *m, int S, float *out) {
     const int H = c->hidden, E = c->n_experts, k = c->experts_per_tok;
     matmul(s->router_logits, &L->router, m, S);
     #pragma omp parallel for schedule(static) if (S >= ROWS_PARALLEL)
     for (int r = 0; r < S; r++)
-        router_select(c, s->router_logits + (size_t)r * E, L->router_bias, s->chosen + (size_t)r * k, s->chosen_w + (size_t)r * k);
+        router_select(c, s->router_logits + (size_t)r * E, L->router_bias,
+                      s->chosen + (size_t)r * k, s->chosen_w + (size_t)r * k);
     /* the batch union, ascending, and each union expert's rows (ascending) with their weights */
     int count[E], fill[E];
     memset(count, 0, sizeof count);
@@ -4087,7 +4609,8 @@ static void moe_forward(const Config *c, const Layer *L, int layer_index, Expert
     int n_union = 0;
     for (int e = 0; e < E; e++) if (count[e]) s->union_experts[n_union++] = e;
     s->moe_first[0] = 0;
-    for (int u = 0; u < n_union; u++) s->moe_first[u + 1] = s->moe_first[u] + count[s->union_experts[u]];
+    for (int u = 0; u < n_union; u++)
+        s->moe_first[u + 1] = s->moe_first[u] + count[s->union_experts[u]];
     for (int u = 0; u < n_union; u++) fill[s->union_experts[u]] = s->moe_first[u];
     for (int r = 0; r < S; r++)
         for (int t = 0; t < k; t++) {
@@ -4112,13 +4635,15 @@ static void moe_forward(const Config *c, const Layer *L, int layer_index, Expert
    8. Model: loading and the forward pass
    ============================================================================================= */
 
-/* How the RAM budget splits (ram_plan). Bytes; every term is printed, and they add up to the budget. */
+/* How the RAM budget splits (ram_plan). Bytes; every term is printed, and they add up to the
+   budget. */
 typedef struct {
     double budget, avail;            /* avail: MemAvailable when the plan was made (0: unknown) */
     int from_ram_gb;                 /* the budget is RAM_GB (else MemAvailable minus a reserve) */
     double dense, run_state, overhead, reserve, cache, unused;
     double slot_bytes;               /* one expert slot */
-    int moe_layers, n_experts, slots, slots_allowed;   /* slots per layer; allowed: what the budget holds */
+    /* slots per layer; allowed: what the budget holds */
+    int moe_layers, n_experts, slots, slots_allowed;
     int capacity, batch;             /* the context and batch the session was sized for */
 } RamPlan;
 
@@ -4135,15 +4660,21 @@ typedef struct {
     int n_layers_loaded;     /* entries of layers[] (model_free) */
 } Model;
 
-static void layer_name(char *buf, size_t n, int l, const char *suffix) { snprintf(buf, n, "model.layers.%d.%s", l, suffix); }
+static void layer_name(char *buf, size_t n, int l, const char *suffix) {
+    snprintf(buf, n, "model.layers.%d.%s", l, suffix);
+}
 
-static void load_ffn(Loader *ld, int l, const char *prefix, int width, int hidden, int bits, FfnWeights *w) {
+static void load_ffn(Loader *ld, int l, const char *prefix, int width, int hidden, int bits,
+                     FfnWeights *w) {
     char name[256], suffix[160];
-    snprintf(suffix, sizeof suffix, "%s.gate_proj.weight", prefix); layer_name(name, sizeof name, l, suffix);
+    snprintf(suffix, sizeof suffix, "%s.gate_proj.weight", prefix);
+    layer_name(name, sizeof name, l, suffix);
     load_matrix(ld, name, width, hidden, bits, &w->gate);
-    snprintf(suffix, sizeof suffix, "%s.up_proj.weight", prefix); layer_name(name, sizeof name, l, suffix);
+    snprintf(suffix, sizeof suffix, "%s.up_proj.weight", prefix);
+    layer_name(name, sizeof name, l, suffix);
     load_matrix(ld, name, width, hidden, bits, &w->up);
-    snprintf(suffix, sizeof suffix, "%s.down_proj.weight", prefix); layer_name(name, sizeof name, l, suffix);
+    snprintf(suffix, sizeof suffix, "%s.down_proj.weight", prefix);
+    layer_name(name, sizeof name, l, suffix);
     load_matrix(ld, name, hidden, width, bits, &w->down);
 }
 
@@ -4157,20 +4688,29 @@ static void load_layer(Loader *ld, Model *m, int l, const Settings *set) {
     L->post_attn_norm = load_vector(ld, LNAME("post_attention_layernorm.weight"), H);
     load_matrix(ld, LNAME("self_attn.q_a_proj.weight"), c->q_lora, H, db, &L->q_a);
     L->q_a_norm = load_vector(ld, LNAME("self_attn.q_a_layernorm.weight"), c->q_lora);
-    load_matrix(ld, LNAME("self_attn.q_b_proj.weight"), (int64_t)c->n_heads * c->qk_head, c->q_lora, db, &L->q_b);
-    load_matrix(ld, LNAME("self_attn.kv_a_proj_with_mqa.weight"), c->kv_lora + c->qk_rope, H, db, &L->kv_a);
+    load_matrix(ld, LNAME("self_attn.q_b_proj.weight"), (int64_t)c->n_heads * c->qk_head, c->q_lora,
+                db, &L->q_b);
+    load_matrix(ld, LNAME("self_attn.kv_a_proj_with_mqa.weight"), c->kv_lora + c->qk_rope, H, db,
+                &L->kv_a);
     L->kv_a_norm = load_vector(ld, LNAME("self_attn.kv_a_layernorm.weight"), c->kv_lora);
-    load_matrix(ld, LNAME("self_attn.kv_b_proj.weight"), (int64_t)c->n_heads * (c->qk_nope + c->v_head), c->kv_lora, db, &L->kv_b);
-    load_matrix(ld, LNAME("self_attn.o_proj.weight"), H, (int64_t)c->n_heads * c->v_head, db, &L->o);
+    load_matrix(ld, LNAME("self_attn.kv_b_proj.weight"),
+                (int64_t)c->n_heads * (c->qk_nope + c->v_head), c->kv_lora, db, &L->kv_b);
+    load_matrix(ld, LNAME("self_attn.o_proj.weight"), H, (int64_t)c->n_heads * c->v_head, db,
+                &L->o);
     L->has_indexer = c->layer_indexer[l];
     if (L->has_indexer) {
-        load_matrix(ld, LNAME("self_attn.indexer.wq_b.weight"), (int64_t)c->index_heads * c->index_dim, c->q_lora, db, &L->index_wq_b);
+        load_matrix(ld, LNAME("self_attn.indexer.wq_b.weight"),
+                    (int64_t)c->index_heads * c->index_dim, c->q_lora, db, &L->index_wq_b);
         load_matrix(ld, LNAME("self_attn.indexer.wk.weight"), c->index_dim, H, db, &L->index_wk);
-        load_matrix(ld, LNAME("self_attn.indexer.weights_proj.weight"), c->index_heads, H, db, &L->index_weights);
+        load_matrix(ld, LNAME("self_attn.indexer.weights_proj.weight"), c->index_heads, H, db,
+                    &L->index_weights);
         L->index_k_norm_w = load_vector(ld, LNAME("self_attn.indexer.k_norm.weight"), c->index_dim);
         L->index_k_norm_b = load_vector(ld, LNAME("self_attn.indexer.k_norm.bias"), c->index_dim);
     } else if (!ld->dry && st_find(ld->index, LNAME("self_attn.indexer.wk.weight"))) {
-        fprintf(stderr, "glm: note: layer %d is a shared-indexer layer but carries indexer weights; they are not used\n", l);
+        fprintf(stderr,
+                "glm: note: layer %d is a shared-indexer layer but carries indexer weights; they "
+                "are not used\n",
+                l);
     }
     L->dense = c->layer_dense[l];
     if (L->dense) {
@@ -4179,7 +4719,8 @@ static void load_layer(Loader *ld, Model *m, int l, const Settings *set) {
         load_matrix(ld, LNAME("mlp.gate.weight"), c->n_experts, H, 16, &L->router);
         L->router_bias = load_vector(ld, LNAME("mlp.gate.e_score_correction_bias"), c->n_experts);
         L->has_shared = c->n_shared > 0;
-        if (L->has_shared) load_ffn(ld, l, "mlp.shared_experts", c->moe_inter * c->n_shared, H, db, &L->mlp);
+        if (L->has_shared)
+            load_ffn(ld, l, "mlp.shared_experts", c->moe_inter * c->n_shared, H, db, &L->mlp);
     }
     if (l >= c->n_layers) {   /* the MTP layer's own tensors (§2.3) */
         L->enorm = load_vector(ld, LNAME("enorm.weight"), H);
@@ -4196,18 +4737,26 @@ static void note_low_precision_mtp(const Model *m) {
     const Config *c = &m->c;
     if (!c->n_mtp) return;
     const Layer *L = &m->layers[c->n_layers];
-    const QTensor *mats[] = { &L->q_a, &L->q_b, &L->kv_a, &L->kv_b, &L->o, &L->index_wq_b, &L->index_wk, &L->index_weights,
-                              &L->mlp.gate, &L->mlp.up, &L->mlp.down, &L->eh_proj[0], &L->eh_proj[1] };
+    const QTensor *mats[] = { &L->q_a,       &L->q_b,        &L->kv_a,     &L->kv_b,
+                              &L->o,         &L->index_wq_b, &L->index_wk, &L->index_weights,
+                              &L->mlp.gate,  &L->mlp.up,     &L->mlp.down, &L->eh_proj[0],
+                              &L->eh_proj[1] };
     int lowest = 16;
     for (size_t i = 0; i < sizeof mats / sizeof mats[0]; i++)
-        if (mats[i]->data && mats[i]->format != QT_F32 && qt_format_bits(mats[i]->format) < lowest) lowest = qt_format_bits(mats[i]->format);
+        if (mats[i]->data && mats[i]->format != QT_F32 && qt_format_bits(mats[i]->format) < lowest)
+            lowest = qt_format_bits(mats[i]->format);
     const ExpertSource *src = &m->experts.sources[(size_t)c->n_layers * c->n_experts];
     for (int e = 0; e < c->n_experts; e++)
         for (int k = 0; k < 3; k++)
-            if (src[e].format[k] != QT_F32 && qt_format_bits(src[e].format[k]) < lowest) lowest = qt_format_bits(src[e].format[k]);
+            if (src[e].format[k] != QT_F32 && qt_format_bits(src[e].format[k]) < lowest)
+                lowest = qt_format_bits(src[e].format[k]);
     if (lowest < 8)
-        fprintf(stderr, "glm: note: the MTP layer is stored with %d-bit weights: its drafts will rarely be accepted "
-                        "(convert with --mtp-bits 8; SPEC=auto stops drafting with it when it does not pay)\n", lowest);
+        fprintf(stderr,
+                "glm: note: the MTP layer is stored with %d-bit weights: its drafts will rarely be "
+                "accepted "
+                "(convert with --mtp-bits 8; SPEC=auto stops drafting with it when it does not "
+                "pay)\n",
+                lowest);
 }
 
 /* "glm: loading [########............] 31/79 layers", redrawn in place on a terminal. */
@@ -4229,7 +4778,8 @@ static void model_open(Model *m, const Settings *set, Loader *ld) {
     Config *c = &m->c;
     char err[1024];
     /* PLAN reads no tensor data, so it works on files cut right after their headers */
-    m->index = set->mode == MODE_PLAN ? st_open_dir_headers(set->model_dir, err, sizeof err) : st_open_dir(set->model_dir, err, sizeof err);
+    m->index = set->mode == MODE_PLAN ? st_open_dir_headers(set->model_dir, err, sizeof err)
+                                      : st_open_dir(set->model_dir, err, sizeof err);
     char shard[1024];
     if (!m->index && strstr(err, "no *.safetensors") &&
         index_json_file_of(set->model_dir, NULL, shard, sizeof shard))
@@ -4243,7 +4793,8 @@ static void model_open(Model *m, const Settings *set, Loader *ld) {
         char name[256];
         layer_name(name, sizeof name, c->n_layers, "eh_proj.weight");
         if (!st_find(m->index, name)) {
-            fprintf(stderr, "glm: note: config has an MTP layer but %s is absent; MTP disabled\n", name);
+            fprintf(stderr, "glm: note: config has an MTP layer but %s is absent; MTP disabled\n",
+                    name);
             c->n_mtp = 0;
         }
     }
@@ -4285,21 +4836,28 @@ static void model_load_weights(Model *m, Loader *ld, const Settings *set) {
     if (ld->dry) return;
     note_low_precision_mtp(m);
     const int half = c->qk_rope / 2;
-    if (half > 512) die("qk_rope_head_dim %d is larger than this build supports (1024)", c->qk_rope);
+    if (half > 512)
+        die("qk_rope_head_dim %d is larger than this build supports (1024)", c->qk_rope);
     m->inv_freq = xmalloc((size_t)half * sizeof(float));
     for (int j = 0; j < half; j++)
         m->inv_freq[j] = 1.0f / powf(c->rope_theta, (float)(2 * j) / (float)c->qk_rope);
     m->resident_bytes = ld->resident_bytes;
-    if (g_verbose) fprintf(stderr, "glm: loaded %.1f MB of resident tensors in %.2f s (routed experts stream on demand)\n",
-            ld->bytes_loaded / 1e6, now_seconds() - t0);
+    if (g_verbose)
+        fprintf(stderr,
+                "glm: loaded %.1f MB of resident tensors in %.2f s (routed experts stream on "
+                "demand)\n",
+                ld->bytes_loaded / 1e6, now_seconds() - t0);
 }
 
 static void layer_free(Layer *L) {
-    float *vectors[] = { L->input_norm, L->post_attn_norm, L->q_a_norm, L->kv_a_norm, L->index_k_norm_w, L->index_k_norm_b,
-                         L->router_bias, L->enorm, L->hnorm, L->shared_head_norm };
+    float *vectors[] = { L->input_norm,     L->post_attn_norm,  L->q_a_norm,    L->kv_a_norm,
+                         L->index_k_norm_w, L->index_k_norm_b,  L->router_bias, L->enorm,
+                         L->hnorm,          L->shared_head_norm };
     for (size_t i = 0; i < sizeof vectors / sizeof vectors[0]; i++) free(vectors[i]);
-    QTensor *matrices[] = { &L->q_a, &L->q_b, &L->kv_a, &L->kv_b, &L->o, &L->index_wq_b, &L->index_wk, &L->index_weights,
-                            &L->mlp.gate, &L->mlp.up, &L->mlp.down, &L->router, &L->eh_proj[0], &L->eh_proj[1] };
+    QTensor *matrices[] = { &L->q_a,        &L->q_b,        &L->kv_a,     &L->kv_b,
+                            &L->o,          &L->index_wq_b, &L->index_wk, &L->index_weights,
+                            &L->mlp.gate,   &L->mlp.up,     &L->mlp.down, &L->router,
+                            &L->eh_proj[0], &L->eh_proj[1] };
     for (size_t i = 0; i < sizeof matrices / sizeof matrices[0]; i++) qt_free(matrices[i]);
 }
 
@@ -4329,7 +4887,8 @@ static void *run_state_calloc(RunState *s, size_t count, size_t size) {
 }
 
 /* size_only: count what the session would allocate (s->bytes) without allocating it. */
-static void run_state_init(RunState *s, const Model *m, int capacity, int max_batch, int size_only) {
+static void run_state_init(RunState *s, const Model *m, int capacity, int max_batch,
+                           int size_only) {
     const Config *c = &m->c;
     memset(s, 0, sizeof *s);
     s->size_only = size_only;
@@ -4343,14 +4902,17 @@ static void run_state_init(RunState *s, const Model *m, int capacity, int max_ba
     for (int l = 0; l < nl; l++) {
         float *latent = run_state_calloc(s, (size_t)capacity * c->kv_lora, sizeof(float));
         float *rope_key = run_state_calloc(s, (size_t)capacity * c->qk_rope, sizeof(float));
-        float *index_key = c->layer_indexer[l] ? run_state_calloc(s, (size_t)capacity * c->index_dim, sizeof(float)) : NULL;
+        float *index_key = c->layer_indexer[l]
+                               ? run_state_calloc(s, (size_t)capacity * c->index_dim, sizeof(float))
+                               : NULL;
         if (size_only) continue;
         s->latent[l] = latent;
         s->rope_key[l] = rope_key;
         s->index_key[l] = index_key;
     }
     const size_t q_width = (size_t)c->n_heads * c->qk_head;
-    const int moe_width = c->moe_inter * (c->n_shared > 1 ? c->n_shared : 1);   /* a routed or the shared expert */
+    /* a routed or the shared expert */
+    const int moe_width = c->moe_inter * (c->n_shared > 1 ? c->n_shared : 1);
     const int ffn_width = c->inter > moe_width ? c->inter : moe_width;
     s->x = run_state_calloc(s, (size_t)B * H, sizeof(float));
     s->xn = run_state_calloc(s, (size_t)B * H, sizeof(float));
@@ -4362,8 +4924,11 @@ static void run_state_init(RunState *s, const Model *m, int capacity, int max_ba
     s->attn = run_state_calloc(s, (size_t)P * c->n_heads * c->v_head, sizeof(float));
     s->attn_out = run_state_calloc(s, (size_t)B * H, sizeof(float));
     s->ffn_out = run_state_calloc(s, (size_t)B * H, sizeof(float));
-    size_t tmp_n = (size_t)B * (c->index_dim > c->experts_per_tok ? c->index_dim : c->experts_per_tok);
-    s->tmp = run_state_calloc(s, tmp_n > (size_t)B * c->experts_per_tok ? tmp_n : (size_t)B * c->experts_per_tok, sizeof(float));
+    size_t tmp_n =
+        (size_t)B * (c->index_dim > c->experts_per_tok ? c->index_dim : c->experts_per_tok);
+    s->tmp = run_state_calloc(
+        s, tmp_n > (size_t)B * c->experts_per_tok ? tmp_n : (size_t)B * c->experts_per_tok,
+        sizeof(float));
     s->router_logits = run_state_calloc(s, (size_t)B * c->n_experts, sizeof(float));
     s->index_q = run_state_calloc(s, (size_t)P * c->index_heads * c->index_dim, sizeof(float));
     s->index_w = run_state_calloc(s, (size_t)P * c->index_heads, sizeof(float));
@@ -4381,7 +4946,8 @@ static void run_state_init(RunState *s, const Model *m, int capacity, int max_ba
     s->ffn_width = ffn_width;
     s->ffn_h1 = run_state_calloc(s, (size_t)s->ffn_rows * ffn_width, sizeof(float));
     s->ffn_h2 = run_state_calloc(s, (size_t)s->ffn_rows * ffn_width, sizeof(float));
-    s->mtp_in = run_state_calloc(s, (size_t)B * 2 * H, sizeof(float));   /* [enorm rows][hnorm rows] */
+    /* [enorm rows][hnorm rows] */
+    s->mtp_in = run_state_calloc(s, (size_t)B * 2 * H, sizeof(float));
     s->expert_x = run_state_calloc(s, (size_t)B * H, sizeof(float));
     s->expert_y = run_state_calloc(s, (size_t)B * H, sizeof(float));
     s->chosen = run_state_calloc(s, (size_t)B * c->experts_per_tok, sizeof(int));
@@ -4398,10 +4964,39 @@ static void run_state_free(RunState *s) {
         free(s->rope_key[l]);
         free(s->index_key[l]);
     }
-    void *buffers[] = { s->latent, s->rope_key, s->index_key, s->x, s->xn, s->cq, s->qr, s->q, s->kv, s->attn, s->attn_out,
-                        s->ffn_out, s->tmp, s->router_logits, s->index_q, s->index_w, s->index_scores, s->selection,
-                        s->selection_count, s->att_qc, s->att_z, s->att_thread, s->expanded_kv, s->ffn_h1, s->ffn_h2, s->mtp_in,
-                        s->expert_x, s->expert_y, s->chosen, s->union_experts, s->chosen_w, s->moe_rows, s->moe_weights,
+    void *buffers[] = { s->latent,
+                        s->rope_key,
+                        s->index_key,
+                        s->x,
+                        s->xn,
+                        s->cq,
+                        s->qr,
+                        s->q,
+                        s->kv,
+                        s->attn,
+                        s->attn_out,
+                        s->ffn_out,
+                        s->tmp,
+                        s->router_logits,
+                        s->index_q,
+                        s->index_w,
+                        s->index_scores,
+                        s->selection,
+                        s->selection_count,
+                        s->att_qc,
+                        s->att_z,
+                        s->att_thread,
+                        s->expanded_kv,
+                        s->ffn_h1,
+                        s->ffn_h2,
+                        s->mtp_in,
+                        s->expert_x,
+                        s->expert_y,
+                        s->chosen,
+                        s->union_experts,
+                        s->chosen_w,
+                        s->moe_rows,
+                        s->moe_weights,
                         s->moe_first };
     for (size_t i = 0; i < sizeof buffers / sizeof buffers[0]; i++) free(buffers[i]);
     memset(s, 0, sizeof *s);
@@ -4448,7 +5043,9 @@ typedef struct { uint64_t lane[4], total; unsigned char tail[32]; size_t tail_le
 #define HASH64_P5 0x27D4EB2F165667C5ull
 
 static uint64_t rotl64(uint64_t x, int r) { return (x << r) | (x >> (64 - r)); }
-static uint64_t hash64_round(uint64_t acc, uint64_t word) { return rotl64(acc + word * HASH64_P2, 31) * HASH64_P1; }
+static uint64_t hash64_round(uint64_t acc, uint64_t word) {
+    return rotl64(acc + word * HASH64_P2, 31) * HASH64_P1;
+}
 
 static void hash64_init(Hash64 *h) {
     memset(h, 0, sizeof *h);
@@ -4485,7 +5082,8 @@ static void hash64_update(Hash64 *h, const void *data, size_t n) {
 }
 
 static uint64_t hash64_final(const Hash64 *h) {
-    uint64_t acc = rotl64(h->lane[0], 1) + rotl64(h->lane[1], 7) + rotl64(h->lane[2], 12) + rotl64(h->lane[3], 18);
+    uint64_t acc = rotl64(h->lane[0], 1) + rotl64(h->lane[1], 7) + rotl64(h->lane[2], 12) +
+                   rotl64(h->lane[3], 18);
     for (int k = 0; k < 4; k++) acc = (acc ^ hash64_round(0, h->lane[k])) * HASH64_P1 + HASH64_P4;
     acc += h->total;
     size_t i = 0;
@@ -4513,23 +5111,42 @@ typedef struct {
 
 static void hash64_i64(Hash64 *h, int64_t v) { hash64_update(h, &v, sizeof v); }
 static void hash64_f32(Hash64 *h, float v) { hash64_update(h, &v, sizeof v); }
-static void hash64_floats(Hash64 *h, const float *v, int64_t n) { if (v) hash64_update(h, v, (size_t)n * sizeof(float)); }
-static void hash64_format(Hash64 *h, const QTensor *t) { hash64_i64(h, t->data ? (int64_t)t->format : -1); hash64_i64(h, t->data ? t->group : -1); }
+static void hash64_floats(Hash64 *h, const float *v, int64_t n) {
+    if (v) hash64_update(h, v, (size_t)n * sizeof(float));
+}
+static void hash64_format(Hash64 *h, const QTensor *t) {
+    hash64_i64(h, t->data ? (int64_t)t->format : -1);
+    hash64_i64(h, t->data ? t->group : -1);
+}
 
 static SessionKey session_key(const Model *m, const Settings *set, const ForwardOptions *opt) {
     const Config *c = &m->c;
     const int nl = c->n_layers + c->n_mtp;
-    SessionKey k = { .idot = set->idot, .absorb = opt->absorb, .indexer_mode = opt->indexer_mode,
-                     .mtp_zero_pos0 = opt->mtp_zero_pos0, .latent_eps = opt->latent_eps, .expert_bits = set->expert_bits,
-                     .dense_bits = set->dense_bits, .group = set->group, .layers = c->n_layers, .kv_lora = c->kv_lora,
-                     .qk_rope = c->qk_rope, .index_dim = c->index_dim, .vocab = c->vocab, .hidden = c->hidden,
+    SessionKey k = { .idot = set->idot,
+                     .absorb = opt->absorb,
+                     .indexer_mode = opt->indexer_mode,
+                     .mtp_zero_pos0 = opt->mtp_zero_pos0,
+                     .latent_eps = opt->latent_eps,
+                     .expert_bits = set->expert_bits,
+                     .dense_bits = set->dense_bits,
+                     .group = set->group,
+                     .layers = c->n_layers,
+                     .kv_lora = c->kv_lora,
+                     .qk_rope = c->qk_rope,
+                     .index_dim = c->index_dim,
+                     .vocab = c->vocab,
+                     .hidden = c->hidden,
                      .layer_indexer = c->layer_indexer };
     Hash64 h;
     /* the parsed config: every field the forward pass reads */
     hash64_init(&h);
-    const int64_t ints[] = { c->vocab, c->hidden, c->n_layers, c->n_heads, c->q_lora, c->kv_lora, c->qk_nope, c->qk_rope,
-                             c->v_head, c->inter, c->moe_inter, c->n_experts, c->experts_per_tok, c->n_shared, c->n_group,
-                             c->topk_group, c->norm_topk_prob, c->index_heads, c->index_dim, c->index_topk, c->n_mtp };
+    const int64_t ints[] = { c->vocab,           c->hidden,         c->n_layers,
+                             c->n_heads,         c->q_lora,         c->kv_lora,
+                             c->qk_nope,         c->qk_rope,        c->v_head,
+                             c->inter,           c->moe_inter,      c->n_experts,
+                             c->experts_per_tok, c->n_shared,       c->n_group,
+                             c->topk_group,      c->norm_topk_prob, c->index_heads,
+                             c->index_dim,       c->index_topk,     c->n_mtp };
     hash64_update(&h, ints, sizeof ints);
     hash64_f32(&h, c->routed_scale);
     hash64_f32(&h, c->rms_eps);
@@ -4574,8 +5191,10 @@ static SessionKey session_key(const Model *m, const Settings *set, const Forward
     hash64_format(&h, &m->lm_head);
     for (int l = 0; l < nl; l++) {
         const Layer *L = &m->layers[l];
-        const QTensor *mats[] = { &L->q_a, &L->q_b, &L->kv_a, &L->kv_b, &L->o, &L->index_wq_b, &L->index_wk, &L->index_weights,
-                                  &L->mlp.gate, &L->mlp.up, &L->mlp.down, &L->router, &L->eh_proj[0], &L->eh_proj[1] };
+        const QTensor *mats[] = { &L->q_a,        &L->q_b,        &L->kv_a,     &L->kv_b,
+                                  &L->o,          &L->index_wq_b, &L->index_wk, &L->index_weights,
+                                  &L->mlp.gate,   &L->mlp.up,     &L->mlp.down, &L->router,
+                                  &L->eh_proj[0], &L->eh_proj[1] };
         for (size_t i = 0; i < sizeof mats / sizeof mats[0]; i++) hash64_format(&h, mats[i]);
         if (c->layer_dense[l] || !m->experts.sources) continue;
         for (int e = 0; e < c->n_experts; e++)
@@ -4595,7 +5214,8 @@ enum { SESSION_THINK = 1, SESSION_REPLY_CUT = 2, SESSION_IN_REASONING = 4 };   /
 typedef struct {
     int n_tokens;
     int *tokens;                    /* [n_tokens]; load: a buffer of the cache's capacity */
-    int has_logits;                 /* the next two are fresh (else the next step recomputes them) */
+    /* the next two are fresh (else the next step recomputes them) */
+    int has_logits;
     float *logits;                  /* [vocab] predicting position n_tokens */
     float *hidden;                  /* [hidden] final-normed state of position n_tokens - 1 */
     uint64_t seed, rng_state;       /* the sampler's stream */
@@ -4611,8 +5231,11 @@ typedef struct {
 /* Bytes of the payload for n tokens (no header, no trailer). */
 static uint64_t session_payload_bytes(const SessionKey *k, uint64_t n, int has_logits) {
     uint64_t row = 0;
-    for (int l = 0; l < k->layers; l++) row += (uint64_t)k->kv_lora + k->qk_rope + (k->layer_indexer[l] ? k->index_dim : 0);
-    return n * sizeof(int32_t) + (has_logits ? ((uint64_t)k->vocab + k->hidden) * sizeof(float) : 0) + n * row * sizeof(float);
+    for (int l = 0; l < k->layers; l++)
+        row += (uint64_t)k->kv_lora + k->qk_rope + (k->layer_indexer[l] ? k->index_dim : 0);
+    return n * sizeof(int32_t) +
+           (has_logits ? ((uint64_t)k->vocab + k->hidden) * sizeof(float) : 0) +
+           n * row * sizeof(float);
 }
 
 static void session_header(const SessionKey *k, const SessionSnapshot *snap, unsigned char *h) {
@@ -4626,11 +5249,24 @@ static void session_header(const SessionKey *k, const SessionSnapshot *snap, uns
     put_u64(h + 40, k->formats);
     uint32_t eps;
     memcpy(&eps, &k->latent_eps, 4);
-    const uint32_t fields[] = { (uint32_t)k->idot, (uint32_t)k->absorb, (uint32_t)k->indexer_mode, (uint32_t)k->mtp_zero_pos0, eps,
-                                (uint32_t)k->expert_bits, (uint32_t)k->dense_bits, (uint32_t)k->group, (uint32_t)k->layers,
-                                (uint32_t)k->kv_lora, (uint32_t)k->qk_rope, (uint32_t)k->index_dim, (uint32_t)k->vocab,
-                                (uint32_t)k->hidden, (uint32_t)snap->n_tokens, (uint32_t)(snap->has_logits ? 1 : 0) };
-    for (size_t i = 0; i < sizeof fields / sizeof fields[0]; i++) put_u32(h + 48 + 4 * i, fields[i]);
+    const uint32_t fields[] = { (uint32_t)k->idot,
+                                (uint32_t)k->absorb,
+                                (uint32_t)k->indexer_mode,
+                                (uint32_t)k->mtp_zero_pos0,
+                                eps,
+                                (uint32_t)k->expert_bits,
+                                (uint32_t)k->dense_bits,
+                                (uint32_t)k->group,
+                                (uint32_t)k->layers,
+                                (uint32_t)k->kv_lora,
+                                (uint32_t)k->qk_rope,
+                                (uint32_t)k->index_dim,
+                                (uint32_t)k->vocab,
+                                (uint32_t)k->hidden,
+                                (uint32_t)snap->n_tokens,
+                                (uint32_t)(snap->has_logits ? 1 : 0) };
+    for (size_t i = 0; i < sizeof fields / sizeof fields[0]; i++)
+        put_u32(h + 48 + 4 * i, fields[i]);
     put_u64(h + 112, snap->seed);
     put_u64(h + 120, snap->rng_state);
     put_u32(h + 128, snap->chat_flags);
@@ -4646,20 +5282,28 @@ static int session_put(FILE *f, Hash64 *h, const void *buf, size_t n) {
 
 /* Writes the cache rows of positions [first, first + n): per layer the latent rows, the rope-key
    rows and (full-indexer layers) the indexer-key rows. 0, or -1 once a write failed. */
-static int session_put_rows(FILE *f, Hash64 *h, const RunState *s, const SessionKey *k, size_t first, size_t n) {
+static int session_put_rows(FILE *f, Hash64 *h, const RunState *s, const SessionKey *k,
+                            size_t first, size_t n) {
     int bad = 0;
     for (int l = 0; l < k->layers && !bad; l++) {
         bad |= session_put(f, h, s->latent[l] + first * k->kv_lora, n * k->kv_lora * sizeof(float));
-        bad |= session_put(f, h, s->rope_key[l] + first * k->qk_rope, n * k->qk_rope * sizeof(float));
-        if (k->layer_indexer[l]) bad |= session_put(f, h, s->index_key[l] + first * k->index_dim, n * k->index_dim * sizeof(float));
+        bad |=
+            session_put(f, h, s->rope_key[l] + first * k->qk_rope, n * k->qk_rope * sizeof(float));
+        if (k->layer_indexer[l])
+            bad |= session_put(f, h, s->index_key[l] + first * k->index_dim,
+                               n * k->index_dim * sizeof(float));
     }
     return bad;
 }
 
 /* Writes the conversation (snap + the cache rows of its tokens) to path, atomically. 0, or -1
    with err filled (the file at path is then untouched). */
-static int session_save(const RunState *s, const SessionKey *k, const SessionSnapshot *snap, const char *path, char *err, size_t err_len) {
-    if (snap->n_tokens < 0 || snap->n_tokens > s->capacity) { snprintf(err, err_len, "internal: %d tokens to save", snap->n_tokens); return -1; }
+static int session_save(const RunState *s, const SessionKey *k, const SessionSnapshot *snap,
+                        const char *path, char *err, size_t err_len) {
+    if (snap->n_tokens < 0 || snap->n_tokens > s->capacity) {
+        snprintf(err, err_len, "internal: %d tokens to save", snap->n_tokens);
+        return -1;
+    }
     AtomicFile af;
     FILE *f = atomic_begin(&af, path, err, err_len);
     if (!f) return -1;
@@ -4718,15 +5362,21 @@ static void session_source_close(SessionSource *src) {
     src->fd = -1;
 }
 
-static int session_source_read(SessionSource *src, void *dst, uint64_t n, char *err, size_t err_len) {
-    if (n > src->size - src->off) { snprintf(err, err_len, "is truncated (%llu bytes)", (unsigned long long)src->size); return -1; }
+static int session_source_read(SessionSource *src, void *dst, uint64_t n, char *err,
+                               size_t err_len) {
+    if (n > src->size - src->off) {
+        snprintf(err, err_len, "is truncated (%llu bytes)", (unsigned long long)src->size);
+        return -1;
+    }
     if (src->fd < 0) memcpy(dst, src->mem + src->off, n);
     else {
         for (uint64_t done = 0; done < n;) {
             ssize_t got = pread(src->fd, (char *)dst + done, n - done, (off_t)(src->off + done));
             if (got < 0 && errno == EINTR) continue;
             if (got <= 0) {
-                snprintf(err, err_len, got < 0 ? "cannot be read: %s" : "shrank while it was read%s", got < 0 ? strerror(errno) : "");
+                snprintf(err, err_len,
+                         got < 0 ? "cannot be read: %s" : "shrank while it was read%s",
+                         got < 0 ? strerror(errno) : "");
                 return -1;
             }
             done += (uint64_t)got;
@@ -4740,76 +5390,132 @@ static int session_source_read(SessionSource *src, void *dst, uint64_t n, char *
 /* Checks a header's fingerprint, settings and shapes (bytes 16..103, as session_header writes
    them) against k: 0, or -1 with err naming what differs. Session files and the prefix cache's
    entries share this part of the header. */
-static int session_check_key(const unsigned char *h, const SessionKey *k, char *err, size_t err_len) {
+static int session_check_key(const unsigned char *h, const SessionKey *k, char *err,
+                             size_t err_len) {
     uint32_t f[14];
     for (int i = 0; i < 14; i++) f[i] = get_u32(h + 48 + 4 * i);
     /* the model first: a file of another model is refused as such, whatever else differs */
-    const uint32_t shapes_here[] = { (uint32_t)k->layers, (uint32_t)k->kv_lora, (uint32_t)k->qk_rope, (uint32_t)k->index_dim,
-                                     (uint32_t)k->vocab, (uint32_t)k->hidden };
-    static const char *const shape_names[] = { "cached layers", "kv_lora_rank", "qk_rope_head_dim", "index_head_dim", "vocab_size", "hidden_size" };
+    const uint32_t shapes_here[] = { (uint32_t)k->layers,  (uint32_t)k->kv_lora,
+                                     (uint32_t)k->qk_rope, (uint32_t)k->index_dim,
+                                     (uint32_t)k->vocab,   (uint32_t)k->hidden };
+    static const char *const shape_names[] = { "cached layers",  "kv_lora_rank", "qk_rope_head_dim",
+                                               "index_head_dim", "vocab_size",   "hidden_size" };
     for (int i = 0; i < 6; i++)
         if (f[8 + i] != shapes_here[i]) {
-            snprintf(err, err_len, "was written for another model (%s %u there, %u here)", shape_names[i], f[8 + i], shapes_here[i]);
+            snprintf(err, err_len, "was written for another model (%s %u there, %u here)",
+                     shape_names[i], f[8 + i], shapes_here[i]);
             return -1;
         }
-    if (get_u64(h + 16) != k->config) { snprintf(err, err_len, "was written for another model (its config differs)"); return -1; }
-    if (get_u64(h + 24) != k->tensors) { snprintf(err, err_len, "was written for another model (its tensor names, shapes or dtypes differ)"); return -1; }
-    if (get_u64(h + 32) != k->weights) { snprintf(err, err_len, "was written for another model (its weights differ: norm vectors and router biases)"); return -1; }
+    if (get_u64(h + 16) != k->config) {
+        snprintf(err, err_len, "was written for another model (its config differs)");
+        return -1;
+    }
+    if (get_u64(h + 24) != k->tensors) {
+        snprintf(err, err_len,
+                 "was written for another model (its tensor names, shapes or dtypes differ)");
+        return -1;
+    }
+    if (get_u64(h + 32) != k->weights) {
+        snprintf(err, err_len,
+                 "was written for another model (its weights differ: norm vectors and router "
+                 "biases)");
+        return -1;
+    }
     if (get_u64(h + 40) != k->formats) {
-        snprintf(err, err_len, "was written for other weight formats (quantization differs: it was written with expert_bits %u, "
-                 "dense_bits %u, GROUP %u; this run has %d, %d, %d)", f[5], f[6], f[7], k->expert_bits, k->dense_bits, k->group);
+        snprintf(err, err_len,
+                 "was written for other weight formats (quantization differs: it was written with "
+                 "expert_bits %u, "
+                 "dense_bits %u, GROUP %u; this run has %d, %d, %d)",
+                 f[5], f[6], f[7], k->expert_bits, k->dense_bits, k->group);
         return -1;
     }
     static const char *const indexer_names[] = { "auto", "always", "off" };
     float eps;
     memcpy(&eps, &f[4], 4);
-    if (f[0] != (uint32_t)k->idot) { snprintf(err, err_len, "was written with other settings (IDOT=%u there, %d here)", f[0], k->idot); return -1; }
-    if (f[1] != (uint32_t)k->absorb) { snprintf(err, err_len, "was written with other settings (ABSORB=%u there, %d here)", f[1], k->absorb); return -1; }
-    if (f[2] != (uint32_t)k->indexer_mode) {
-        snprintf(err, err_len, "was written with other settings (INDEXER=%s there, %s here)", f[2] < 3 ? indexer_names[f[2]] : "?",
-                 indexer_names[k->indexer_mode]);
+    if (f[0] != (uint32_t)k->idot) {
+        snprintf(err, err_len, "was written with other settings (IDOT=%u there, %d here)", f[0],
+                 k->idot);
         return -1;
     }
-    if (f[3] != (uint32_t)k->mtp_zero_pos0) { snprintf(err, err_len, "was written with other settings (MTP_ZERO_POS0=%u there, %d here)", f[3], k->mtp_zero_pos0); return -1; }
-    if (memcmp(&eps, &k->latent_eps, 4)) { snprintf(err, err_len, "was written with other settings (LATENT_EPS=%g there, %g here)", eps, k->latent_eps); return -1; }
+    if (f[1] != (uint32_t)k->absorb) {
+        snprintf(err, err_len, "was written with other settings (ABSORB=%u there, %d here)", f[1],
+                 k->absorb);
+        return -1;
+    }
+    if (f[2] != (uint32_t)k->indexer_mode) {
+        snprintf(err, err_len, "was written with other settings (INDEXER=%s there, %s here)",
+                 f[2] < 3 ? indexer_names[f[2]] : "?", indexer_names[k->indexer_mode]);
+        return -1;
+    }
+    if (f[3] != (uint32_t)k->mtp_zero_pos0) {
+        snprintf(err, err_len, "was written with other settings (MTP_ZERO_POS0=%u there, %d here)",
+                 f[3], k->mtp_zero_pos0);
+        return -1;
+    }
+    if (memcmp(&eps, &k->latent_eps, 4)) {
+        snprintf(err, err_len, "was written with other settings (LATENT_EPS=%g there, %g here)",
+                 eps, k->latent_eps);
+        return -1;
+    }
     return 0;
 }
 
 /* Reads the header and checks it against k: 0 with the conversation's scalars in *snap, or -1
    with err saying why the file cannot be used here. */
-static int session_read_header(SessionSource *src, const SessionKey *k, int capacity, SessionSnapshot *snap, char *err, size_t err_len) {
+static int session_read_header(SessionSource *src, const SessionKey *k, int capacity,
+                               SessionSnapshot *snap, char *err, size_t err_len) {
     unsigned char h[SESSION_HEADER_BYTES];
     src->off = 0;
     hash64_init(&src->hash);
-    if (src->size < 16 || session_source_read(src, h, 16, err, err_len) || memcmp(h, SESSION_MAGIC, 8)) {
+    if (src->size < 16 || session_source_read(src, h, 16, err, err_len) ||
+        memcmp(h, SESSION_MAGIC, 8)) {
         snprintf(err, err_len, "is not a glm session file");
         return -1;
     }
     if (get_u32(h + 8) != SESSION_VERSION || get_u32(h + 12) != SESSION_HEADER_BYTES) {
-        snprintf(err, err_len, "has session format version %u (this glm reads version %d)", get_u32(h + 8), SESSION_VERSION);
+        snprintf(err, err_len, "has session format version %u (this glm reads version %d)",
+                 get_u32(h + 8), SESSION_VERSION);
         return -1;
     }
-    if (session_source_read(src, h + 16, SESSION_HEADER_BYTES - 16, err, err_len) || session_check_key(h, k, err, err_len)) return -1;
+    if (session_source_read(src, h + 16, SESSION_HEADER_BYTES - 16, err, err_len) ||
+        session_check_key(h, k, err, err_len))
+        return -1;
     uint32_t f[16];
     for (int i = 0; i < 16; i++) f[i] = get_u32(h + 48 + 4 * i);
     /* the conversation */
     const uint32_t n = f[14], flags = f[15], npending = get_u32(h + 132);
-    if (flags > 1 || get_u32(h + 128) > 7 || npending > 3 || get_u32(h + 140) != 0) { snprintf(err, err_len, "has a corrupt header"); return -1; }
-    if (npending) {   /* must be what a text stream keeps: the start of one UTF-8 character, zero-padded */
-        uint32_t cp;
-        int status;
-        if (tok_utf8_next(h + 136, npending, &cp, &status) != npending || status != 2) { snprintf(err, err_len, "has a corrupt header (pending text)"); return -1; }
-    }
-    for (uint32_t i = npending; i < 4; i++)
-        if (h[136 + i]) { snprintf(err, err_len, "has a corrupt header (pending text)"); return -1; }
-    if (n >= (uint32_t)capacity) {
-        snprintf(err, err_len, "holds %u tokens and the KV cache %d: no room to continue (raise CTX)", n, capacity);
+    if (flags > 1 || get_u32(h + 128) > 7 || npending > 3 || get_u32(h + 140) != 0) {
+        snprintf(err, err_len, "has a corrupt header");
         return -1;
     }
-    if (flags && n == 0) { snprintf(err, err_len, "has a corrupt header (logits of an empty conversation)"); return -1; }
+    /* must be what a text stream keeps: the start of one UTF-8 character, zero-padded */
+    if (npending) {
+        uint32_t cp;
+        int status;
+        if (tok_utf8_next(h + 136, npending, &cp, &status) != npending || status != 2) {
+            snprintf(err, err_len, "has a corrupt header (pending text)");
+            return -1;
+        }
+    }
+    for (uint32_t i = npending; i < 4; i++)
+        if (h[136 + i]) {
+            snprintf(err, err_len, "has a corrupt header (pending text)");
+            return -1;
+        }
+    if (n >= (uint32_t)capacity) {
+        snprintf(err, err_len,
+                 "holds %u tokens and the KV cache %d: no room to continue (raise CTX)", n,
+                 capacity);
+        return -1;
+    }
+    if (flags && n == 0) {
+        snprintf(err, err_len, "has a corrupt header (logits of an empty conversation)");
+        return -1;
+    }
     const uint64_t want = SESSION_HEADER_BYTES + session_payload_bytes(k, n, (int)flags) + 8;
     if (src->size != want) {
-        snprintf(err, err_len, "%s (%llu bytes; its header says %llu)", src->size < want ? "is truncated" : "has trailing bytes",
+        snprintf(err, err_len, "%s (%llu bytes; its header says %llu)",
+                 src->size < want ? "is truncated" : "has trailing bytes",
                  (unsigned long long)src->size, (unsigned long long)want);
         return -1;
     }
@@ -4824,14 +5530,18 @@ static int session_read_header(SessionSource *src, const SessionKey *k, int capa
 }
 
 /* Reads n floats into dst (or, when dst is NULL, through scratch) and checks they are finite. */
-static int session_read_floats(SessionSource *src, float *dst, uint64_t n, float *scratch, size_t scratch_n, const char *what,
-                               char *err, size_t err_len) {
+static int session_read_floats(SessionSource *src, float *dst, uint64_t n, float *scratch,
+                               size_t scratch_n, const char *what, char *err, size_t err_len) {
     for (uint64_t done = 0; done < n;) {
         const uint64_t k = dst ? n - done : (n - done < scratch_n ? n - done : scratch_n);
         float *p = dst ? dst + done : scratch;
         if (session_source_read(src, p, k * sizeof(float), err, err_len)) return -1;
         int64_t bad = first_nonfinite(p, (int64_t)k);
-        if (bad >= 0) { snprintf(err, err_len, "is corrupt (%s: value %llu is not finite)", what, (unsigned long long)(done + (uint64_t)bad)); return -1; }
+        if (bad >= 0) {
+            snprintf(err, err_len, "is corrupt (%s: value %llu is not finite)", what,
+                     (unsigned long long)(done + (uint64_t)bad));
+            return -1;
+        }
         done += k;
     }
     return 0;
@@ -4840,19 +5550,24 @@ static int session_read_floats(SessionSource *src, float *dst, uint64_t n, float
 /* Reads the rows session_put_rows wrote for positions [first, first + n): those from position
    first + load_from on into the cache, the earlier ones (all of them when load_from == n) only
    through scratch, to be checked. */
-static int session_read_rows(SessionSource *src, RunState *s, const SessionKey *k, uint64_t first, uint64_t n, uint64_t load_from,
-                             float *scratch, size_t scratch_n, char *err, size_t err_len) {
+static int session_read_rows(SessionSource *src, RunState *s, const SessionKey *k, uint64_t first,
+                             uint64_t n, uint64_t load_from, float *scratch, size_t scratch_n,
+                             char *err, size_t err_len) {
     char what[96];
     for (int l = 0; l < k->layers; l++) {
-        float *const dst[3] = { s->latent[l], s->rope_key[l], k->layer_indexer[l] ? s->index_key[l] : NULL };
-        const uint64_t dim[3] = { (uint64_t)k->kv_lora, (uint64_t)k->qk_rope, (uint64_t)k->index_dim };
+        float *const dst[3] = { s->latent[l], s->rope_key[l],
+                                k->layer_indexer[l] ? s->index_key[l] : NULL };
+        const uint64_t dim[3] = { (uint64_t)k->kv_lora, (uint64_t)k->qk_rope,
+                                  (uint64_t)k->index_dim };
         static const char *const names[3] = { "latent", "rope key", "indexer key" };
         for (int j = 0; j < 3; j++) {
             if (j == 2 && !k->layer_indexer[l]) continue;
             snprintf(what, sizeof what, "layer %d %s", l, names[j]);
-            if (session_read_floats(src, NULL, load_from * dim[j], scratch, scratch_n, what, err, err_len) ||
-                session_read_floats(src, dst[j] + (first + load_from) * dim[j], (n - load_from) * dim[j], scratch, scratch_n, what,
-                                    err, err_len))
+            if (session_read_floats(src, NULL, load_from * dim[j], scratch, scratch_n, what, err,
+                                    err_len) ||
+                session_read_floats(src, dst[j] + (first + load_from) * dim[j],
+                                    (n - load_from) * dim[j], scratch, scratch_n, what, err,
+                                    err_len))
                 return -1;
         }
     }
@@ -4861,8 +5576,8 @@ static int session_read_rows(SessionSource *src, RunState *s, const SessionKey *
 
 /* One pass over the payload after the header. into_cache 0: through scratch (checks only);
    1: into the cache rows and snap's buffers. Ends with the hash check. */
-static int session_read_payload(SessionSource *src, RunState *s, const SessionKey *k, SessionSnapshot *snap, int into_cache,
-                                char *err, size_t err_len) {
+static int session_read_payload(SessionSource *src, RunState *s, const SessionKey *k,
+                                SessionSnapshot *snap, int into_cache, char *err, size_t err_len) {
     enum { SCRATCH = 1 << 16 };
     float *scratch = xmalloc(SCRATCH * sizeof(float));
     const uint64_t n = (uint64_t)snap->n_tokens;
@@ -4871,19 +5586,29 @@ static int session_read_payload(SessionSource *src, RunState *s, const SessionKe
         unsigned char id[4];
         if (session_source_read(src, id, 4, err, err_len)) goto done;
         const uint32_t v = get_u32(id);
-        if (v >= (uint32_t)k->vocab) { snprintf(err, err_len, "is corrupt (token %llu is id %u, outside the vocabulary of %d)", (unsigned long long)i, v, k->vocab); goto done; }
+        if (v >= (uint32_t)k->vocab) {
+            snprintf(err, err_len, "is corrupt (token %llu is id %u, outside the vocabulary of %d)",
+                     (unsigned long long)i, v, k->vocab);
+            goto done;
+        }
         if (into_cache) snap->tokens[i] = (int)v;
     }
     if (snap->has_logits) {
-        if (session_read_floats(src, into_cache ? snap->logits : NULL, (uint64_t)k->vocab, scratch, SCRATCH, "logits", err, err_len) ||
-            session_read_floats(src, into_cache ? snap->hidden : NULL, (uint64_t)k->hidden, scratch, SCRATCH, "hidden state", err, err_len))
+        if (session_read_floats(src, into_cache ? snap->logits : NULL, (uint64_t)k->vocab, scratch,
+                                SCRATCH, "logits", err, err_len) ||
+            session_read_floats(src, into_cache ? snap->hidden : NULL, (uint64_t)k->hidden, scratch,
+                                SCRATCH, "hidden state", err, err_len))
             goto done;
     }
-    if (session_read_rows(src, s, k, 0, n, into_cache ? 0 : n, scratch, SCRATCH, err, err_len)) goto done;
+    if (session_read_rows(src, s, k, 0, n, into_cache ? 0 : n, scratch, SCRATCH, err, err_len))
+        goto done;
     const uint64_t computed = hash64_final(&src->hash);
     unsigned char trailer[8];
     if (session_source_read(src, trailer, 8, err, err_len)) goto done;
-    if (get_u64(trailer) != computed) { snprintf(err, err_len, "is corrupt (its checksum does not match its contents)"); goto done; }
+    if (get_u64(trailer) != computed) {
+        snprintf(err, err_len, "is corrupt (its checksum does not match its contents)");
+        goto done;
+    }
     rc = 0;
 done:
     free(scratch);
@@ -4894,7 +5619,8 @@ done:
    hidden [hidden]). 0 when loaded; -1 when refused, with s and snap's buffers untouched; -2 when
    the file changed between the check and the load (only a writer that ignores atomic replacement
    can do that): then the rows and buffers hold garbage and the caller must start over. */
-static int session_load(RunState *s, const SessionKey *k, SessionSource *src, SessionSnapshot *snap, char *err, size_t err_len) {
+static int session_load(RunState *s, const SessionKey *k, SessionSource *src, SessionSnapshot *snap,
+                        char *err, size_t err_len) {
     SessionSnapshot head = *snap;
     if (session_read_header(src, k, s->capacity, &head, err, err_len) ||
         session_read_payload(src, s, k, &head, 0, err, err_len))
@@ -4913,10 +5639,13 @@ static int session_file_tokens(const char *path, char *err, size_t err_len) {
     if (session_source_open(&src, path, err, err_len)) return -1;
     unsigned char h[SESSION_HEADER_BYTES];
     int n = -1;
-    if (src.size < SESSION_HEADER_BYTES || session_source_read(&src, h, SESSION_HEADER_BYTES, err, err_len) || memcmp(h, SESSION_MAGIC, 8))
+    if (src.size < SESSION_HEADER_BYTES ||
+        session_source_read(&src, h, SESSION_HEADER_BYTES, err, err_len) ||
+        memcmp(h, SESSION_MAGIC, 8))
         snprintf(err, err_len, "is not a glm session file");
     else if (get_u32(h + 8) != SESSION_VERSION)
-        snprintf(err, err_len, "has session format version %u (this glm reads version %d)", get_u32(h + 8), SESSION_VERSION);
+        snprintf(err, err_len, "has session format version %u (this glm reads version %d)",
+                 get_u32(h + 8), SESSION_VERSION);
     else if (get_u32(h + 104) > (1u << 30))
         snprintf(err, err_len, "has a corrupt header (%u tokens)", get_u32(h + 104));
     else
@@ -4957,7 +5686,8 @@ static int session_file_tokens(const char *path, char *err, size_t err_len) {
 
 #define KVCACHE_MAGIC "GLMKVBLK"
 #define KVCACHE_VERSION 1
-#define KVCACHE_BLOCK 64   /* positions per entry: a prompt reuses all but at most 63 of its cached tokens */
+/* positions per entry: a prompt reuses all but at most 63 of its cached tokens */
+#define KVCACHE_BLOCK 64
 
 typedef struct KvCache {
     char dir[4096];
@@ -4985,8 +5715,16 @@ static void kvcache_seed(KvCache *kv) {
     Hash64 h;
     hash64_init(&h);
     hash64_update(&h, KVCACHE_MAGIC, 8);
-    const uint64_t words[] = { k->config, k->tensors, k->weights, k->formats, (uint64_t)k->idot, (uint64_t)k->absorb,
-                               (uint64_t)k->indexer_mode, (uint64_t)k->mtp_zero_pos0, KVCACHE_BLOCK, KVCACHE_VERSION };
+    const uint64_t words[] = { k->config,
+                               k->tensors,
+                               k->weights,
+                               k->formats,
+                               (uint64_t)k->idot,
+                               (uint64_t)k->absorb,
+                               (uint64_t)k->indexer_mode,
+                               (uint64_t)k->mtp_zero_pos0,
+                               KVCACHE_BLOCK,
+                               KVCACHE_VERSION };
     hash64_update(&h, words, sizeof words);
     hash64_f32(&h, k->latent_eps);
     kv->seed = hash64_final(&h);
@@ -4997,7 +5735,8 @@ static void kvcache_path(const KvCache *kv, int start, uint64_t chain, char *pat
 }
 
 /* The prefix cache of a run, or NULL: KV_CACHE=off, or no directory to keep it in (said once). */
-static KvCache *kvcache_open(const char *setting, double gb, const char *cache_dir, const SessionKey *key) {
+static KvCache *kvcache_open(const char *setting, double gb, const char *cache_dir,
+                             const SessionKey *key) {
     if (!strcmp(setting, "off")) return NULL;
     KvCache *kv = xcalloc(1, sizeof *kv);
     kv->key = *key;
@@ -5012,14 +5751,17 @@ static KvCache *kvcache_open(const char *setting, double gb, const char *cache_d
         snprintf(kv->dir, sizeof kv->dir, "%s/glm", cache_dir);
         mkdir(cache_dir, 0700);
         mkdir(kv->dir, 0700);
-        snprintf(kv->dir, sizeof kv->dir, "%s/glm/kv-%016llx", cache_dir, (unsigned long long)hash64_final(&h));
+        snprintf(kv->dir, sizeof kv->dir, "%s/glm/kv-%016llx", cache_dir,
+                 (unsigned long long)hash64_final(&h));
     } else {
-        say("note: no HOME or XDG_CACHE_HOME: no prefix cache this run (KV_CACHE=DIR names one; KV_CACHE=off hides this)");
+        say("note: no HOME or XDG_CACHE_HOME: no prefix cache this run (KV_CACHE=DIR names one; "
+            "KV_CACHE=off hides this)");
         free(kv);
         return NULL;
     }
     if ((mkdir(kv->dir, 0700) && errno != EEXIST) || access(kv->dir, R_OK | W_OK | X_OK)) {
-        say("warning: KV_CACHE=%s cannot be used (%s): no prefix cache this run", kv->dir, strerror(errno));
+        say("warning: KV_CACHE=%s cannot be used (%s): no prefix cache this run", kv->dir,
+            strerror(errno));
         free(kv);
         return NULL;
     }
@@ -5030,7 +5772,8 @@ static void kvcache_close(KvCache *kv) { free(kv); }
 
 /* An entry's header: a session header's first 104 bytes under another magic, then the entry's
    size (as a session's token count), first position and chain hashes before and after it. */
-static void kvcache_header(const SessionKey *k, int start, uint64_t parent, uint64_t chain, unsigned char *h) {
+static void kvcache_header(const SessionKey *k, int start, uint64_t parent, uint64_t chain,
+                           unsigned char *h) {
     SessionSnapshot snap = { .n_tokens = KVCACHE_BLOCK };
     session_header(k, &snap, h);
     memset(h + 104, 0, SESSION_HEADER_BYTES - 104);
@@ -5044,10 +5787,14 @@ static void kvcache_header(const SessionKey *k, int start, uint64_t parent, uint
 
 /* Writes the entry of positions [start, start + KVCACHE_BLOCK) of `history`, whose chain hashes
    before and after it are parent and chain. 0, or -1 with err filled. */
-static int kvcache_save(const KvCache *kv, const RunState *s, const int *history, int start, uint64_t parent, uint64_t chain,
-                        const char *path, char *err, size_t err_len) {
+static int kvcache_save(const KvCache *kv, const RunState *s, const int *history, int start,
+                        uint64_t parent, uint64_t chain, const char *path, char *err,
+                        size_t err_len) {
     const int G = KVCACHE_BLOCK;
-    if (start < 0 || start + G > s->capacity) { snprintf(err, err_len, "internal: entry at %d", start); return -1; }
+    if (start < 0 || start + G > s->capacity) {
+        snprintf(err, err_len, "internal: entry at %d", start);
+        return -1;
+    }
     AtomicFile af;
     FILE *f = atomic_begin(&af, path, err, err_len);
     if (!f) return -1;
@@ -5076,31 +5823,45 @@ static int kvcache_save(const KvCache *kv, const RunState *s, const int *history
    `tokens` (the history's ids at those positions) after chain hash `parent`: rows of positions
    from `load_from` on go into the cache (rows past the conversation's end: the caller advances it
    only on success), earlier ones are only checked. 0, or -1 with err saying why it was refused. */
-static int kvcache_read(SessionSource *src, RunState *s, const SessionKey *k, const int *tokens, int start, uint64_t parent,
-                        uint64_t chain, int load_from, char *err, size_t err_len) {
+static int kvcache_read(SessionSource *src, RunState *s, const SessionKey *k, const int *tokens,
+                        int start, uint64_t parent, uint64_t chain, int load_from, char *err,
+                        size_t err_len) {
     const int G = KVCACHE_BLOCK;
     unsigned char h[SESSION_HEADER_BYTES];
     src->off = 0;
     hash64_init(&src->hash);
-    if (src->size < SESSION_HEADER_BYTES || session_source_read(src, h, SESSION_HEADER_BYTES, err, err_len) || memcmp(h, KVCACHE_MAGIC, 8)) {
+    if (src->size < SESSION_HEADER_BYTES ||
+        session_source_read(src, h, SESSION_HEADER_BYTES, err, err_len) ||
+        memcmp(h, KVCACHE_MAGIC, 8)) {
         snprintf(err, err_len, "is not a glm prefix cache entry");
         return -1;
     }
     if (get_u32(h + 8) != KVCACHE_VERSION) {
-        snprintf(err, err_len, "has prefix cache format version %u (this glm reads version %d)", get_u32(h + 8), KVCACHE_VERSION);
+        snprintf(err, err_len, "has prefix cache format version %u (this glm reads version %d)",
+                 get_u32(h + 8), KVCACHE_VERSION);
         return -1;
     }
-    if (get_u32(h + 12) != SESSION_HEADER_BYTES) { snprintf(err, err_len, "has a corrupt header (its size)"); return -1; }
+    if (get_u32(h + 12) != SESSION_HEADER_BYTES) {
+        snprintf(err, err_len, "has a corrupt header (its size)");
+        return -1;
+    }
     if (session_check_key(h, k, err, err_len)) return -1;
-    if (get_u32(h + 104) != (uint32_t)G || get_u32(h + 108) != 0 || get_u32(h + 112) != (uint32_t)start || get_u32(h + 116) != 0 ||
+    if (get_u32(h + 104) != (uint32_t)G || get_u32(h + 108) != 0 ||
+        get_u32(h + 112) != (uint32_t)start || get_u32(h + 116) != 0 ||
         get_u64(h + 120) != parent || get_u64(h + 128) != chain || get_u64(h + 136) != 0) {
-        snprintf(err, err_len, "is not the entry its name promises (its header holds another position or prefix)");
+        snprintf(err, err_len,
+                 "is not the entry its name promises (its header holds another position or "
+                 "prefix)");
         return -1;
     }
-    if (start < 0 || load_from < 0 || load_from > G || start + G > s->capacity) { snprintf(err, err_len, "internal: entry at %d", start); return -1; }
+    if (start < 0 || load_from < 0 || load_from > G || start + G > s->capacity) {
+        snprintf(err, err_len, "internal: entry at %d", start);
+        return -1;
+    }
     const uint64_t want = SESSION_HEADER_BYTES + session_payload_bytes(k, (uint64_t)G, 0) + 8;
     if (src->size != want) {
-        snprintf(err, err_len, "%s (%llu bytes; its header says %llu)", src->size < want ? "is truncated" : "has trailing bytes",
+        snprintf(err, err_len, "%s (%llu bytes; its header says %llu)",
+                 src->size < want ? "is truncated" : "has trailing bytes",
                  (unsigned long long)src->size, (unsigned long long)want);
         return -1;
     }
@@ -5108,25 +5869,31 @@ static int kvcache_read(SessionSource *src, RunState *s, const SessionKey *k, co
         unsigned char id[4];
         if (session_source_read(src, id, 4, err, err_len)) return -1;
         if (get_u32(id) != (uint32_t)tokens[i]) {
-            snprintf(err, err_len, "holds other tokens than its name promises (position %d)", start + i);
+            snprintf(err, err_len, "holds other tokens than its name promises (position %d)",
+                     start + i);
             return -1;
         }
     }
     enum { SCRATCH = 1 << 14 };
     float *scratch = xmalloc(SCRATCH * sizeof(float));
-    int rc = session_read_rows(src, s, k, (uint64_t)start, (uint64_t)G, (uint64_t)load_from, scratch, SCRATCH, err, err_len);
+    int rc = session_read_rows(src, s, k, (uint64_t)start, (uint64_t)G, (uint64_t)load_from,
+                               scratch, SCRATCH, err, err_len);
     free(scratch);
     if (rc) return -1;
     const uint64_t computed = hash64_final(&src->hash);
     unsigned char trailer[8];
     if (session_source_read(src, trailer, 8, err, err_len)) return -1;
-    if (get_u64(trailer) != computed) { snprintf(err, err_len, "is corrupt (its checksum does not match its contents)"); return -1; }
+    if (get_u64(trailer) != computed) {
+        snprintf(err, err_len, "is corrupt (its checksum does not match its contents)");
+        return -1;
+    }
     return 0;
 }
 
 /* Opens and reads one entry (see kvcache_read). 1 when its rows are in the cache; 0 when there is
    none; a refused one is said, counted and removed, and is 0 too. */
-static int kvcache_load(KvCache *kv, RunState *s, const int *history, int start, uint64_t parent, uint64_t chain, int load_from) {
+static int kvcache_load(KvCache *kv, RunState *s, const int *history, int start, uint64_t parent,
+                        uint64_t chain, int load_from) {
     char path[4200], err[8500];
     kvcache_path(kv, start, chain, path, sizeof path);
     SessionSource src;
@@ -5134,7 +5901,8 @@ static int kvcache_load(KvCache *kv, RunState *s, const int *history, int start,
         if (errno != ENOENT) say("warning: prefix cache entry %s %s; skipped", path, err);
         return 0;
     }
-    const int rc = kvcache_read(&src, s, &kv->key, history + start, start, parent, chain, load_from, err, sizeof err);
+    const int rc = kvcache_read(&src, s, &kv->key, history + start, start, parent, chain, load_from,
+                                err, sizeof err);
     session_source_close(&src);
     if (rc) {
         say("warning: prefix cache entry %s %s; skipped and removed", path, err);
@@ -5151,7 +5919,8 @@ static int kvcache_entry_older(const void *a, const void *b) {
     const KvEntryFile *x = a, *y = b;
     if (x->mtime.tv_sec != y->mtime.tv_sec) return x->mtime.tv_sec < y->mtime.tv_sec ? -1 : 1;
     if (x->mtime.tv_nsec != y->mtime.tv_nsec) return x->mtime.tv_nsec < y->mtime.tv_nsec ? -1 : 1;
-    return (x->start < y->start) - (x->start > y->start);   /* at one instant, later positions first */
+    /* at one instant, later positions first */
+    return (x->start < y->start) - (x->start > y->start);
 }
 
 /* Removes the least recently used entries until the directory is under the budget, and the
@@ -5176,7 +5945,9 @@ static void kvcache_evict(const KvCache *kv) {
             }
             continue;
         }
-        if (sscanf(e->d_name, "%7d-%16llx.kv%n", &start, &chain, &len) != 2 || len != 27 || e->d_name[27]) continue;
+        if (sscanf(e->d_name, "%7d-%16llx.kv%n", &start, &chain, &len) != 2 || len != 27 ||
+            e->d_name[27])
+            continue;
         struct stat st;
         snprintf(path, sizeof path, "%s/%s", kv->dir, e->d_name);
         if (stat(path, &st) || !S_ISREG(st.st_mode)) continue;
@@ -5219,8 +5990,10 @@ static void kvcache_evict(const KvCache *kv) {
 static double ram_overhead_estimate(const Model *m) {
     const ExpertStore *store = &m->experts;
     double bytes = 64e6;
-    bytes += (double)st_count(m->index) * (sizeof(StTensor) + 96);   /* tensor, its name, hash slot */
-    bytes += (double)store->n_layers * store->n_experts * (sizeof(ExpertSource) + sizeof(long long) + 3 * sizeof(uint32_t) + sizeof(int));
+    /* tensor, its name, hash slot */
+    bytes += (double)st_count(m->index) * (sizeof(StTensor) + 96);
+    bytes += (double)store->n_layers * store->n_experts *
+             (sizeof(ExpertSource) + sizeof(long long) + 3 * sizeof(uint32_t) + sizeof(int));
     bytes += 320.0 * m->c.vocab;
     return bytes;
 }
@@ -5243,14 +6016,19 @@ static RamPlan ram_plan(Model *m, Loader *ld, const Settings *set, int capacity)
     p.batch = set->batch;
     for (int l = 0; l < store->n_layers; l++) p.moe_layers += !c->layer_dense[l];
     /* float experts are read through an f32 staging buffer of one matrix */
-    p.run_state = sized.bytes + (p.moe_layers && !store->prequantized ? (double)c->moe_inter * c->hidden * sizeof(float) : 0.0);
+    p.run_state = sized.bytes + (p.moe_layers && !store->prequantized
+                                     ? (double)c->moe_inter * c->hidden * sizeof(float)
+                                     : 0.0);
     p.overhead = ram_overhead_estimate(m);
     p.avail = mem_available_bytes();
     p.from_ram_gb = set->ram_gb > 0;
-    if (!p.from_ram_gb && p.avail <= 0) die("cannot read MemAvailable from /proc/meminfo: set RAM_GB");
+    if (!p.from_ram_gb && p.avail <= 0)
+        die("cannot read MemAvailable from /proc/meminfo: set RAM_GB");
     p.budget = p.from_ram_gb ? set->ram_gb * 1e9 : p.avail - fmax(1e9, 0.1 * p.avail);
     p.reserve = fmin(fmax(0.02e9, 0.05 * p.budget), 2e9);
-    p.slot_bytes = store->io_mode == IO_MMAP ? (double)store->mapped_expert_bytes : (double)store->slab_bytes + (double)store->scale_bytes;
+    p.slot_bytes = store->io_mode == IO_MMAP
+                       ? (double)store->mapped_expert_bytes
+                       : (double)store->slab_bytes + (double)store->scale_bytes;
     p.n_experts = c->n_experts;
     TierBudget b = {
         .budget_bytes = p.budget,
@@ -5271,7 +6049,9 @@ static RamPlan ram_plan(Model *m, Loader *ld, const Settings *set, int capacity)
 }
 
 /* 1 when the model fits the budget (with at least one expert slot per MoE layer). */
-static int ram_plan_fits(const RamPlan *p) { return p->moe_layers ? p->slots >= 1 : p->unused >= 0; }
+static int ram_plan_fits(const RamPlan *p) {
+    return p->moe_layers ? p->slots >= 1 : p->unused >= 0;
+}
 
 /* The accounting line (the terms add up to the budget) and what the cache became; on a budget
    that does not fit, the line that says by how much (the same terms, summed). */
@@ -5279,27 +6059,40 @@ static void ram_plan_print(FILE *out, const RamPlan *p, const Settings *set) {
     const double G = 1e9;
     if (!ram_plan_fits(p)) {
         const double one_slot = p->slot_bytes * p->moe_layers;
-        fprintf(out, "glm: error: RAM budget %.2f GB is too small: dense weights %.2f GB + KV cache and scratch %.2f GB + "
-                        "overhead %.2f GB + page-cache reserve %.2f GB",
+        fprintf(out,
+                "glm: error: RAM budget %.2f GB is too small: dense weights %.2f GB + KV cache and "
+                "scratch %.2f GB + "
+                "overhead %.2f GB + page-cache reserve %.2f GB",
                 p->budget / G, p->dense / G, p->run_state / G, p->overhead / G, p->reserve / G);
         if (p->moe_layers) fprintf(out, " + one expert slot per MoE layer %.2f GB", one_slot / G);
-        fprintf(out, " = %.2f GB (raise RAM_GB, lower CTX/BATCH, or use fewer dense bits)\n",
-                (p->dense + p->run_state + p->overhead + p->reserve + (p->moe_layers ? one_slot : 0)) / G);
+        fprintf(
+            out, " = %.2f GB (raise RAM_GB, lower CTX/BATCH, or use fewer dense bits)\n",
+            (p->dense + p->run_state + p->overhead + p->reserve + (p->moe_layers ? one_slot : 0)) /
+                G);
         return;
     }
-    fprintf(out, "glm: RAM budget %.2f GB%s: dense weights %.2f GB + KV cache and scratch %.2f GB + overhead %.2f GB + "
-                    "page-cache reserve %.2f GB + expert cache %.2f GB (%d slots x %d MoE layers x %.3g MB) + unused %.2f GB\n",
-            p->budget / G, p->from_ram_gb ? " (RAM_GB)" : " (MemAvailable minus reserve)", p->dense / G, p->run_state / G,
-            p->overhead / G, p->reserve / G, p->cache / G, p->slots, p->moe_layers, p->slot_bytes / 1e6, p->unused / G);
+    fprintf(out,
+            "glm: RAM budget %.2f GB%s: dense weights %.2f GB + KV cache and scratch %.2f GB + "
+            "overhead %.2f GB + "
+            "page-cache reserve %.2f GB + expert cache %.2f GB (%d slots x %d MoE layers x %.3g "
+            "MB) + unused %.2f GB\n",
+            p->budget / G, p->from_ram_gb ? " (RAM_GB)" : " (MemAvailable minus reserve)",
+            p->dense / G, p->run_state / G, p->overhead / G, p->reserve / G, p->cache / G, p->slots,
+            p->moe_layers, p->slot_bytes / 1e6, p->unused / G);
     if (!p->moe_layers) return;
     if (set->cache_slots_given && p->slots < set->cache_slots)
-        fprintf(out, "glm: expert cache lowered from the requested %d to %d slots per layer (%s)\n", set->cache_slots,
-                p->slots, p->slots == p->n_experts ? "every expert of a layer fits" : "to fit the budget");
+        fprintf(out, "glm: expert cache lowered from the requested %d to %d slots per layer (%s)\n",
+                set->cache_slots, p->slots,
+                p->slots == p->n_experts ? "every expert of a layer fits" : "to fit the budget");
     else if (!set->cache_slots_given)
-        fprintf(out, "glm: expert cache: %d of %d experts per layer fit the budget\n", p->slots, p->n_experts);
+        fprintf(out, "glm: expert cache: %d of %d experts per layer fit the budget\n", p->slots,
+                p->n_experts);
     else if (p->slots_allowed > p->slots)
-        fprintf(out, "glm: expert cache: %d slots per layer as requested (the budget would allow %d; omit "
-                        "cache_slots to use them)\n", p->slots, p->slots_allowed);
+        fprintf(out,
+                "glm: expert cache: %d slots per layer as requested (the budget would allow %d; "
+                "omit "
+                "cache_slots to use them)\n",
+                p->slots, p->slots_allowed);
 }
 
 /* Starts the expert store with the slots the RAM plan gave (model_load printed the accounting). */
@@ -5307,13 +6100,17 @@ static void expert_cache_start(Model *m, const Settings *set) {
     ExpertStore *store = &m->experts;
     if (!m->ram.moe_layers) return;
     say_detail("expert I/O: %s, %s experts", IO_MODE_NAMES[store->io_mode],
-            store->prequantized ? "pre-quantized" : "float (quantized on every load: convert the model for speed)");
+               store->prequantized
+                   ? "pre-quantized"
+                   : "float (quantized on every load: convert the model for speed)");
     expert_store_start(store, m->ram.slots, set->usage, set->cache_dir);
 }
 
 /* The KV cache of chat and of open-ended answers when CTX is not set: 4096 tokens, or fewer when
    the model allows fewer. */
-static int default_context(const Config *c) { return c->max_positions > 0 && c->max_positions < 4096 ? c->max_positions : 4096; }
+static int default_context(const Config *c) {
+    return c->max_positions > 0 && c->max_positions < 4096 ? c->max_positions : 4096;
+}
 
 /* The KV cache a run sizes, in tokens: CTX when set, else the `needed` tokens the run knows it
    holds (REF's lists; a saved session, the prompt and NGEN + 1) plus, for an open-ended run
@@ -5333,18 +6130,24 @@ static void model_load(Model *m, const Settings *set, int capacity) {
     if (g_verbose || !ram_plan_fits(&m->ram)) ram_plan_print(stderr, &m->ram, set);
     if (!ram_plan_fits(&m->ram)) exit(1);
     expert_store_open_files(&m->experts);
-    expert_cache_start(m, set);   /* history prefetches read experts while the resident weights load */
+    /* history prefetches read experts while the resident weights load */
+    expert_cache_start(m, set);
     loader_snapshot(&ld);
     model_load_weights(m, &ld, set);
     loader_release_snapshot(&ld);
     if (ld.resident_bytes != m->ram.dense)
-        fprintf(stderr, "glm: warning: internal: the dense weights take %.0f bytes, the RAM plan counted %.0f\n",
+        fprintf(stderr,
+                "glm: warning: internal: the dense weights take %.0f bytes, the RAM plan counted "
+                "%.0f\n",
                 ld.resident_bytes, m->ram.dense);
     loader_free(&ld);
     const double overhead = current_rss_bytes() - m->resident_bytes;
     if (overhead > m->ram.overhead)
-        fprintf(stderr, "glm: warning: the process holds %.2f GB besides its weights, above the plan's overhead estimate "
-                        "%.2f GB: the budget may be exceeded by the difference\n", overhead / 1e9, m->ram.overhead / 1e9);
+        fprintf(stderr,
+                "glm: warning: the process holds %.2f GB besides its weights, above the plan's "
+                "overhead estimate "
+                "%.2f GB: the budget may be exceeded by the difference\n",
+                overhead / 1e9, m->ram.overhead / 1e9);
 }
 
 /* Rows of one forward that belong to one conversation: rows [row0, row0 + S) of the forward are
@@ -5355,14 +6158,15 @@ typedef struct { RunState *state; int row0, S, pos0; } RowGroup;
 
 /* One decoder layer over the S rows of work->x (attention + FFN, residuals): attention per group
    in the group's own KV cache and scratch, the rest in work's scratch. */
-static void layer_forward(Model *m, RunState *work, const RowGroup *groups, int n_groups, const ForwardOptions *opt,
-                          int l, int S) {
+static void layer_forward(Model *m, RunState *work, const RowGroup *groups, int n_groups,
+                          const ForwardOptions *opt, int l, int S) {
     const Config *c = &m->c;
     const Layer *L = &m->layers[l];
     const int H = c->hidden;
     RunState *s = work;
     #pragma omp parallel for schedule(static) if (S >= ROWS_PARALLEL)
-    for (int r = 0; r < S; r++) rmsnorm(s->xn + (size_t)r * H, s->x + (size_t)r * H, L->input_norm, H, c->rms_eps);
+    for (int r = 0; r < S; r++)
+        rmsnorm(s->xn + (size_t)r * H, s->x + (size_t)r * H, L->input_norm, H, c->rms_eps);
     /* absorbed by default, for every batch: then a row's result never depends on how many rows
        share the forward (decode, any prefill chunk). The explicit form was no faster for prefill
        here (bench model, 256-token chunk: attention 2.31 s explicit vs 2.44 s absorbed). */
@@ -5370,13 +6174,15 @@ static void layer_forward(Model *m, RunState *work, const RowGroup *groups, int 
     for (int k = 0; k < n_groups; k++) {
         const RowGroup *gr = &groups[k];
         AttentionCall ac = { c, L, gr->state, l, m->inv_freq, opt, 0 };
-        attention(&ac, s->xn + (size_t)gr->row0 * H, gr->S, gr->pos0, s->attn_out + (size_t)gr->row0 * H);
+        attention(&ac, s->xn + (size_t)gr->row0 * H, gr->S, gr->pos0,
+                  s->attn_out + (size_t)gr->row0 * H);
     }
     double t1 = now_seconds();
     s->profile.attention += t1 - t0;
     vec_add(s->x, s->attn_out, S * H);
     #pragma omp parallel for schedule(static) if (S >= ROWS_PARALLEL)
-    for (int r = 0; r < S; r++) rmsnorm(s->xn + (size_t)r * H, s->x + (size_t)r * H, L->post_attn_norm, H, c->rms_eps);
+    for (int r = 0; r < S; r++)
+        rmsnorm(s->xn + (size_t)r * H, s->x + (size_t)r * H, L->post_attn_norm, H, c->rms_eps);
     if (L->dense) ffn_swiglu(&L->mlp, s->xn, S, s->ffn_out, s->ffn_h1, s->ffn_h2, s->ffn_rows);
     else moe_forward(c, L, l, &m->experts, s, s->xn, S, s->ffn_out);
     *(L->dense ? &s->profile.dense_mlp : &s->profile.moe) += now_seconds() - t1;
@@ -5384,14 +6190,16 @@ static void layer_forward(Model *m, RunState *work, const RowGroup *groups, int 
 }
 
 /* A forward of one conversation: its own state is the work state too. */
-static void layer_forward_one(Model *m, RunState *s, const ForwardOptions *opt, int l, int S, int pos0) {
+static void layer_forward_one(Model *m, RunState *s, const ForwardOptions *opt, int l, int S,
+                              int pos0) {
     const RowGroup one = { s, 0, S, pos0 };
     layer_forward(m, s, &one, 1, opt, l, S);
 }
 
 static void embed_rows(const Model *m, const int *tokens, int S, float *x) {
     for (int r = 0; r < S; r++) {
-        if (tokens[r] < 0 || tokens[r] >= m->c.vocab) die("token id %d is outside the vocabulary (%d)", tokens[r], m->c.vocab);
+        if (tokens[r] < 0 || tokens[r] >= m->c.vocab)
+            die("token id %d is outside the vocabulary (%d)", tokens[r], m->c.vocab);
         qt_dequant_row(&m->embed, tokens[r], x + (size_t)r * m->c.hidden);
     }
 }
@@ -5406,7 +6214,8 @@ static void embed_rows(const Model *m, const int *tokens, int S, float *x) {
    from it (bench/RESULTS.md), so they keep it; so do a prefill's batched kernels, tuned with it. */
 enum { FEW_ROWS_PREFETCH_AVX2 = 1024 };
 static void prefetch_for_rows(int S) {
-    qt_set_prefetch(S <= FEW_ROWS && qt_get_kernel() == QT_KERNEL_AVX2 ? FEW_ROWS_PREFETCH_AVX2 : QT_PREFETCH_DEFAULT);
+    qt_set_prefetch(S <= FEW_ROWS && qt_get_kernel() == QT_KERNEL_AVX2 ? FEW_ROWS_PREFETCH_AVX2
+                                                                       : QT_PREFETCH_DEFAULT);
 }
 
 /* The main model over S tokens at positions pos0..pos0+S-1 (S ≤ max_batch). Writes the
@@ -5415,8 +6224,9 @@ static void prefetch_for_rows(int S) {
    on a big model, so when *interrupt (may be NULL) becomes non-zero it stops between layers and
    returns -1 with nothing written: the K/V rows it wrote are past the caller's position and are
    simply overwritten later. Returns 0 when done. */
-static int model_forward_groups(Model *m, RunState *work, const RowGroup *groups, int n_groups, const ForwardOptions *opt,
-                                const int *tokens, int S, float *hidden_out, float *logits, int last_only,
+static int model_forward_groups(Model *m, RunState *work, const RowGroup *groups, int n_groups,
+                                const ForwardOptions *opt, const int *tokens, int S,
+                                float *hidden_out, float *logits, int last_only,
                                 const volatile sig_atomic_t *interrupt) {
     const Config *c = &m->c;
     const int H = c->hidden;
@@ -5425,8 +6235,10 @@ static int model_forward_groups(Model *m, RunState *work, const RowGroup *groups
     for (int k = 0; k < n_groups; k++) {
         const RowGroup *gr = &groups[k];
         if (gr->pos0 + gr->S > gr->state->capacity)
-            die("context full: %d tokens do not fit the KV cache of %d (raise CTX)", gr->pos0 + gr->S, gr->state->capacity);
-        if (gr->S > gr->state->max_batch) die("internal: batch %d exceeds %d", gr->S, gr->state->max_batch);
+            die("context full: %d tokens do not fit the KV cache of %d (raise CTX)",
+                gr->pos0 + gr->S, gr->state->capacity);
+        if (gr->S > gr->state->max_batch)
+            die("internal: batch %d exceeds %d", gr->S, gr->state->max_batch);
     }
     const int pos0 = groups[0].pos0;   /* what the progress line shows */
     prefetch_for_rows(S);
@@ -5442,7 +6254,8 @@ static int model_forward_groups(Model *m, RunState *work, const RowGroup *groups
     }
     if (s->on_layer) s->on_layer(s->on_layer_user, c->n_layers, c->n_layers, S, pos0);
     #pragma omp parallel for schedule(static) if (S >= ROWS_PARALLEL)
-    for (int r = 0; r < S; r++) rmsnorm(hidden_out + (size_t)r * H, s->x + (size_t)r * H, m->final_norm, H, c->rms_eps);
+    for (int r = 0; r < S; r++)
+        rmsnorm(hidden_out + (size_t)r * H, s->x + (size_t)r * H, m->final_norm, H, c->rms_eps);
     if (logits) {
         double t0 = now_seconds();
         if (last_only) matmul(logits, &m->lm_head, hidden_out + (size_t)(S - 1) * H, 1);
@@ -5455,27 +6268,31 @@ static int model_forward_groups(Model *m, RunState *work, const RowGroup *groups
 }
 
 /* The main model over one conversation's S tokens at positions pos0.. (see above). */
-static int model_forward(Model *m, RunState *s, const ForwardOptions *opt, const int *tokens, int S, int pos0,
-                         float *hidden_out, float *logits, int last_only, const volatile sig_atomic_t *interrupt) {
+static int model_forward(Model *m, RunState *s, const ForwardOptions *opt, const int *tokens, int S,
+                         int pos0, float *hidden_out, float *logits, int last_only,
+                         const volatile sig_atomic_t *interrupt) {
     const RowGroup one = { s, 0, S, pos0 };
-    return model_forward_groups(m, s, &one, 1, opt, tokens, S, hidden_out, logits, last_only, interrupt);
+    return model_forward_groups(m, s, &one, 1, opt, tokens, S, hidden_out, logits, last_only,
+                                interrupt);
 }
 
-/* The MTP head over S slots (§6.1): slot q takes the token at q+1 and the main model's
-   final-normed hidden state at q, runs decoder layer n_layers at position q, and predicts q+2.
-   Writes the post-shared_head.norm hidden states [S][hidden] and the logits: [S][vocab], only
-   the last slot's [vocab] when last_only (drafting needs no more), none when logits is NULL (the
-   cache update of a prefill). main_hidden may be hidden_out (it is read first). eh_proj is applied as its two
-   column halves (load_eh_proj): x = eh_e · enorm(e) + eh_h · hnorm(h). */
-static void mtp_forward(Model *m, RunState *s, const ForwardOptions *opt, const int *next_tokens, const float *main_hidden,
-                        int S, int pos0, float *hidden_out, float *logits, int last_only) {
+/* The MTP head over S slots (§6.1): slot q takes the token at q+1 and the main model's final-normed
+   hidden state at q, runs decoder layer n_layers at position q, and predicts q+2. Writes the
+   post-shared_head.norm hidden states [S][hidden] and the logits: [S][vocab], only the last slot's
+   [vocab] when last_only (drafting needs no more), none when logits is NULL (the cache update of a
+   prefill). main_hidden may be hidden_out (it is read first). eh_proj is applied as its two column
+   halves (load_eh_proj): x = eh_e · enorm(e) + eh_h · hnorm(h). */
+static void mtp_forward(Model *m, RunState *s, const ForwardOptions *opt, const int *next_tokens,
+                        const float *main_hidden, int S, int pos0, float *hidden_out, float *logits,
+                        int last_only) {
     const Config *c = &m->c;
     const int H = c->hidden, l = c->n_layers;
     const Layer *L = &m->layers[l];
     if (!c->n_mtp) die("this model has no MTP layer");
     if (S > s->max_batch) die("internal: MTP batch %d exceeds %d", S, s->max_batch);
     prefetch_for_rows(S);
-    if (pos0 + S > s->capacity) die("internal: MTP slots up to %d do not fit the KV cache of %d", pos0 + S, s->capacity);
+    if (pos0 + S > s->capacity)
+        die("internal: MTP slots up to %d do not fit the KV cache of %d", pos0 + S, s->capacity);
     float *e_normed = s->mtp_in, *h_normed = s->mtp_in + (size_t)S * H;   /* [S][H] each */
     embed_rows(m, next_tokens, S, s->xn);
     for (int r = 0; r < S; r++) {
@@ -5488,7 +6305,9 @@ static void mtp_forward(Model *m, RunState *s, const ForwardOptions *opt, const 
     matmul(s->ffn_out, &L->eh_proj[1], h_normed, S);
     vec_add(s->x, s->ffn_out, S * H);
     layer_forward_one(m, s, opt, l, S, pos0);
-    for (int r = 0; r < S; r++) rmsnorm(hidden_out + (size_t)r * H, s->x + (size_t)r * H, L->shared_head_norm, H, c->rms_eps);
+    for (int r = 0; r < S; r++)
+        rmsnorm(hidden_out + (size_t)r * H, s->x + (size_t)r * H, L->shared_head_norm, H,
+                c->rms_eps);
     if (!logits) return;
     if (last_only) matmul(logits, &m->lm_head, hidden_out + (size_t)(S - 1) * H, 1);
     else matmul(logits, &m->lm_head, hidden_out, S);
@@ -5573,7 +6392,8 @@ static int token_prob_cmp(const void *a, const void *b) {
 }
 
 /* Sorts the candidates (weight >= floor) and returns how many of them form the nucleus, or 0 when
-   they do not reach top_p of the total (floor too high, which rounding can cause). *mass: their sum. */
+   they do not reach top_p of the total (floor too high, which rounding can cause). *mass: their
+   sum. */
 static int nucleus_prefix(Sampler *sp, double total, double floor, double *mass) {
     int n = 0;
     for (int i = 0; i < sp->vocab; i++)
@@ -5596,7 +6416,10 @@ static int sampler_distribution(Sampler *sp, const float *logits) {
     double *w = sp->weights;
     const double mx = logits[argmax(logits, V)];
     double total = 0.0;
-    for (int i = 0; i < V; i++) { w[i] = exp(((double)logits[i] - mx) / sp->temperature); total += w[i]; }
+    for (int i = 0; i < V; i++) {
+        w[i] = exp(((double)logits[i] - mx) / sp->temperature);
+        total += w[i];
+    }
     if (sp->top_p >= 1.0f) {
         for (int i = 0; i < V; i++) sp->candidates[i] = (TokenProb){ w[i], i };
         return V;
@@ -5626,7 +6449,9 @@ static int sampler_pick(Sampler *sp, const float *logits, uint64_t draw) {
 }
 
 /* Draws the next token. */
-static int sampler_sample(Sampler *sp, const float *logits) { return sampler_pick(sp, logits, sp->draws++); }
+static int sampler_sample(Sampler *sp, const float *logits) {
+    return sampler_pick(sp, logits, sp->draws++);
+}
 
 /* Back to the start of the seed's stream (chat's :reset, so a conversation can be replayed). */
 static void sampler_restart(Sampler *sp) { sp->draws = 0; }
@@ -5638,7 +6463,7 @@ static void sampler_free(Sampler *sp) {
     sp->candidates = NULL;
 }
 
-/* ---- the generator ---------------------------------------------------------------------------- */
+/* ---- the generator --------------------------------------------------------------------------- */
 
 /* A Generator owns one conversation's decode state over a RunState (whose KV cache it fills):
    the token history, the position, the sampler, the stop rules, speculation, and where tokens go.
@@ -5694,7 +6519,8 @@ static void sampler_free(Sampler *sp) {
    would no longer fix the output. */
 
 typedef enum { STOP_NONE, STOP_EOS, STOP_LIMIT, STOP_INTERRUPT, STOP_CONTEXT } StopReason;
-static const char *const STOP_NAMES[] = { "-", "eos", "NGEN", "interrupted (Ctrl-C)", "context full" };
+static const char *const STOP_NAMES[] = { "-", "eos", "NGEN", "interrupted (Ctrl-C)",
+                                          "context full" };
 
 typedef struct { float temperature, top_p; uint64_t seed; } SamplerSettings;
 
@@ -5717,14 +6543,16 @@ static const char *const DRAFTER_NAMES[] = { "mtp", "ngram", "caller" };
 
 #define SPEC_MAX_DRAFT 16       /* DRAFT's upper bound */
 _Static_assert(SPEC_MAX_DRAFT + 1 == FEW_ROWS, "FEW_ROWS is a verification pass's rows");
-#define MTP_RING 32             /* main hidden states kept for the MTP cache's lazy update (> SPEC_MAX_DRAFT) */
+/* main hidden states kept for the MTP cache's lazy update (> SPEC_MAX_DRAFT) */
+#define MTP_RING 32
 #define NGRAM_LONGEST 4         /* the n-gram drafter matches the last 4, else 3, else 2 tokens */
 #define NGRAM_SHORTEST 2
 #define SPEC_BACKOFF_MIN 64     /* auto: tokens a losing drafter sits out, doubling up to ... */
 #define SPEC_BACKOFF_MAX 1024
 #define SPEC_DECAY 0.95         /* auto: weight of the past in the acceptance estimate, per pass */
 #define SPEC_COST_NEW 0.25      /* auto: weight of a new timing in the cost estimates */
-#define SPEC_REMEASURE 16       /* auto: a plain step after this many verify passes keeps cost[1] current */
+/* auto: a plain step after this many verify passes keeps cost[1] current */
+#define SPEC_REMEASURE 16
 
 /* One drafter's record. */
 typedef struct {
@@ -5747,19 +6575,26 @@ typedef struct {
     Drafter drafter[N_DRAFTERS];
     long long tokens;                       /* tokens generated (auto's clock for pauses) */
     int passes_since_plain;                 /* auto: verify passes since the last plain step */
-    int shadow_pos, shadow_token, shadow_drafter;   /* auto: a probe's draft for position shadow_pos (-1: none) */
-    double cost[SPEC_MAX_DRAFT + 2];        /* seconds of one main forward of S rows [S] (EWMA); 0: not measured */
+    /* auto: a probe's draft for position shadow_pos (-1: none) */
+    int shadow_pos, shadow_token, shadow_drafter;
+    /* seconds of one main forward of S rows [S] (EWMA); 0: not measured */
+    double cost[SPEC_MAX_DRAFT + 2];
     double mtp_step_cost;                   /* seconds of one MTP draft step (EWMA) */
     /* the MTP head's cache */
-    int mtp_pos;                            /* slots [0, mtp_pos) hold rows of the current history */
-    long long mtp_stale;                    /* slots never computed (their main hidden state was gone) */
-    float *ring;                            /* [MTP_RING][hidden]: main hidden state of position ring_pos[i] */
+    /* slots [0, mtp_pos) hold rows of the current history */
+    int mtp_pos;
+    /* slots never computed (their main hidden state was gone) */
+    long long mtp_stale;
+    /* [MTP_RING][hidden]: main hidden state of position ring_pos[i] */
+    float *ring;
     int *ring_pos;
-    float *mtp_rows;                        /* [max_batch][hidden]: the head's input hidden states, then outputs */
+    /* [max_batch][hidden]: the head's input hidden states, then outputs */
+    float *mtp_rows;
     int *mtp_tokens;                        /* [max_batch] */
     float *mtp_logits;                      /* [vocab] */
     float *verify_logits;                   /* [max_draft + 1][vocab] */
-    DraftFn caller;                         /* a caller's drafter (a server's predicted output, tests) */
+    /* a caller's drafter (a server's predicted output, tests) */
+    DraftFn caller;
     void *caller_user;
 } Speculation;
 
@@ -5771,8 +6606,10 @@ typedef struct {
     StopRules stop_rules;                       /* default: the model's EOS ids, no limit */
     TokenCallback on_token;                     /* each reported token (may be NULL) */
     void *on_token_user;
-    const float *token_logits;                  /* during on_token: the logits [vocab] its token was drawn from */
-    LogitsSink on_logits;                       /* may be NULL: then only the last position's logits */
+    /* during on_token: the logits [vocab] its token was drawn from */
+    const float *token_logits;
+    /* may be NULL: then only the last position's logits */
+    LogitsSink on_logits;
     void *on_logits_user;
     const volatile sig_atomic_t *interrupt;     /* may be NULL */
     int *history;                               /* [capacity] */
@@ -5780,18 +6617,22 @@ typedef struct {
     float *logits;                              /* [vocab], predicting position logits_pos */
     int logits_pos;                             /* -1: none yet */
     float *hidden;                              /* [max_batch][hidden] of the last forward */
-    int hidden_pos0, hidden_rows;               /* its committed rows: positions hidden_pos0 .. + hidden_rows - 1 */
-    const float *last_hidden;                   /* its row of position logits_pos - 1 (the MTP drafter's input) */
+    /* its committed rows: positions hidden_pos0 .. + hidden_rows - 1 */
+    int hidden_pos0, hidden_rows;
+    /* its row of position logits_pos - 1 (the MTP drafter's input) */
+    const float *last_hidden;
     float *chunk_logits;                        /* [sink_rows][vocab], with on_logits only */
     int generated;                              /* tokens reported in this run of steps */
     StopReason stop;                            /* why the run ended; STOP_NONE while it goes on */
     long long forwards;                         /* forward passes run, all kinds */
     Speculation spec;                           /* generator_set_speculation; off by default */
-    struct KvCache *prefix_cache;               /* the state's prefix cache (KV_CACHE; NULL: none) */
+    /* the state's prefix cache (KV_CACHE; NULL: none) */
+    struct KvCache *prefix_cache;
     int restored;                               /* tokens the last prefill restored from it */
 } Generator;
 
-static Generator *generator_create(Model *m, RunState *s, const ForwardOptions *opt, SamplerSettings sampling) {
+static Generator *generator_create(Model *m, RunState *s, const ForwardOptions *opt,
+                                   SamplerSettings sampling) {
     Generator *g = xcalloc(1, sizeof *g);
     g->model = m;
     g->state = s;
@@ -5816,7 +6657,8 @@ static void generator_free(Generator *g) {
     free(g->hidden);
     free(g->chunk_logits);
     Speculation *sp = &g->spec;
-    void *spec_buffers[] = { sp->ring, sp->ring_pos, sp->mtp_rows, sp->mtp_tokens, sp->mtp_logits, sp->verify_logits };
+    void *spec_buffers[] = { sp->ring,       sp->ring_pos,   sp->mtp_rows,
+                             sp->mtp_tokens, sp->mtp_logits, sp->verify_logits };
     for (size_t i = 0; i < sizeof spec_buffers / sizeof spec_buffers[0]; i++) free(spec_buffers[i]);
     free(g);
 }
@@ -5844,8 +6686,10 @@ static void drafter_restart(Speculation *sp, int d) {
 static void generator_set_speculation(Generator *g, SpecMode mode, int max_draft) {
     Speculation *sp = &g->spec;
     const Config *c = &g->model->c;
-    if (mode == SPEC_MTP && !c->n_mtp) die("SPEC=mtp: this model has no MTP layer (SPEC=ngram or auto draft without one)");
-    if (max_draft < 1 || max_draft > SPEC_MAX_DRAFT) die("internal: DRAFT=%d outside [1, %d]", max_draft, SPEC_MAX_DRAFT);
+    if (mode == SPEC_MTP && !c->n_mtp)
+        die("SPEC=mtp: this model has no MTP layer (SPEC=ngram or auto draft without one)");
+    if (max_draft < 1 || max_draft > SPEC_MAX_DRAFT)
+        die("internal: DRAFT=%d outside [1, %d]", max_draft, SPEC_MAX_DRAFT);
     sp->mode = mode;
     sp->max_draft = max_draft;
     if (mode == SPEC_OFF) return;
@@ -5876,10 +6720,12 @@ static void generator_commit(Generator *g, const int *tokens, int n, const float
     memcpy(g->history + g->pos, tokens, (size_t)n * sizeof(int));
     g->hidden_pos0 = g->pos;
     g->hidden_rows = n;
-    if (g->spec.ring)   /* the MTP head's lazy update needs the main hidden states of recent positions */
+    /* the MTP head's lazy update needs the main hidden states of recent positions */
+    if (g->spec.ring)
         for (int r = n > MTP_RING ? n - MTP_RING : 0; r < n; r++) {
             const int q = g->pos + r, slot = q % MTP_RING;
-            memcpy(g->spec.ring + (size_t)slot * H, g->hidden + (size_t)r * H, (size_t)H * sizeof(float));
+            memcpy(g->spec.ring + (size_t)slot * H, g->hidden + (size_t)r * H,
+                   (size_t)H * sizeof(float));
             g->spec.ring_pos[slot] = q;
         }
     g->pos += n;
@@ -5900,17 +6746,25 @@ static void generator_forward_done(Generator *g, int S) {
 enum { SINK_ROWS = 1024 };
 
 /* Rows of one prefill chunk with a logits sink in session s. */
-static int sink_rows(const RunState *s) { return s->max_batch < SINK_ROWS ? s->max_batch : SINK_ROWS; }
+static int sink_rows(const RunState *s) {
+    return s->max_batch < SINK_ROWS ? s->max_batch : SINK_ROWS;
+}
 
 /* Runs tokens[0, S) at positions pos.. and commits them (history, pos, logits, last_hidden).
-   with_sink: every row's logits go to on_logits (S ≤ sink_rows). -1 when interrupted (nothing committed). */
-static int generator_forward(Generator *g, const int *tokens, int S, int with_sink, const volatile sig_atomic_t *interrupt) {
+   with_sink: every row's logits go to on_logits (S ≤ sink_rows). -1 when interrupted (nothing
+   committed). */
+static int generator_forward(Generator *g, const int *tokens, int S, int with_sink,
+                             const volatile sig_atomic_t *interrupt) {
     const int V = g->model->c.vocab;
     const int all_rows = with_sink && g->on_logits;
-    if (all_rows && S > sink_rows(g->state)) die("internal: %d rows for the logits sink, at most %d", S, sink_rows(g->state));
-    if (all_rows && !g->chunk_logits) g->chunk_logits = xmalloc((size_t)sink_rows(g->state) * V * sizeof(float));
+    if (all_rows && S > sink_rows(g->state))
+        die("internal: %d rows for the logits sink, at most %d", S, sink_rows(g->state));
+    if (all_rows && !g->chunk_logits)
+        g->chunk_logits = xmalloc((size_t)sink_rows(g->state) * V * sizeof(float));
     float *logits = all_rows ? g->chunk_logits : g->logits;
-    if (model_forward(g->model, g->state, g->opt, tokens, S, g->pos, g->hidden, logits, !all_rows, interrupt)) return -1;
+    if (model_forward(g->model, g->state, g->opt, tokens, S, g->pos, g->hidden, logits, !all_rows,
+                      interrupt))
+        return -1;
     generator_forward_done(g, S);
     generator_commit(g, tokens, S, all_rows ? g->chunk_logits + (size_t)(S - 1) * V : g->logits);
     if (all_rows) g->on_logits(g->on_logits_user, g->pos - S, S, g->chunk_logits, g->hidden);
@@ -5938,19 +6792,24 @@ static void generator_rollback(Generator *g, int pos) {
 
 /* ---- speculation: the MTP head's cache and the two drafters ---------------------------------- */
 
-static int drafter_paused(const Speculation *sp, int d) { return sp->tokens < sp->drafter[d].resume_at; }
+static int drafter_paused(const Speculation *sp, int d) {
+    return sp->tokens < sp->drafter[d].resume_at;
+}
 
-/* The MTP head's cache is kept for SPEC=mtp, and for auto while it is not sitting the MTP drafter out. */
+/* The MTP head's cache is kept for SPEC=mtp, and for auto while it is not sitting the MTP drafter
+   out. */
 static int spec_keeps_mtp(const Generator *g) {
     const Speculation *sp = &g->spec;
-    return sp->ring && (sp->mode == SPEC_MTP || (sp->mode == SPEC_AUTO && !drafter_paused(sp, DRAFTER_MTP)));
+    return sp->ring &&
+           (sp->mode == SPEC_MTP || (sp->mode == SPEC_AUTO && !drafter_paused(sp, DRAFTER_MTP)));
 }
 
 /* The main model's final-normed hidden state of committed position q < pos, or NULL when it is
    no longer at hand (neither in the last forward nor among the last MTP_RING positions). */
 static const float *spec_main_hidden(const Generator *g, int q) {
     const int H = g->model->c.hidden;
-    if (q >= g->hidden_pos0 && q < g->hidden_pos0 + g->hidden_rows) return g->hidden + (size_t)(q - g->hidden_pos0) * H;
+    if (q >= g->hidden_pos0 && q < g->hidden_pos0 + g->hidden_rows)
+        return g->hidden + (size_t)(q - g->hidden_pos0) * H;
     const int slot = q % MTP_RING;
     return g->spec.ring_pos[slot] == q ? g->spec.ring + (size_t)slot * H : NULL;
 }
@@ -5960,7 +6819,8 @@ static const float *spec_main_hidden(const Generator *g, int q) {
    At most the last `most` are computed (a draft's lazy update: DRAFT+1; a prefill: all); the
    older ones, and any whose hidden state is gone, are skipped and counted as stale. With
    want_logits, the last slot's logits go to spec.mtp_logits; returns its post-norm hidden state. */
-static const float *spec_mtp_fill(Generator *g, int q_end, int next_token, int want_logits, int most) {
+static const float *spec_mtp_fill(Generator *g, int q_end, int next_token, int want_logits,
+                                  int most) {
     Speculation *sp = &g->spec;
     const int H = g->model->c.hidden, B = g->state->max_batch;
     int q = sp->mtp_pos > q_end - most ? sp->mtp_pos : q_end - most;
@@ -5971,7 +6831,8 @@ static const float *spec_mtp_fill(Generator *g, int q_end, int next_token, int w
         const int S = q_end - q < B ? q_end - q : B;
         for (int r = 0; r < S; r++) {
             sp->mtp_tokens[r] = q + r + 1 < g->pos ? g->history[q + r + 1] : next_token;
-            memcpy(sp->mtp_rows + (size_t)r * H, spec_main_hidden(g, q + r), (size_t)H * sizeof(float));
+            memcpy(sp->mtp_rows + (size_t)r * H, spec_main_hidden(g, q + r),
+                   (size_t)H * sizeof(float));
         }
         const int final = q + S == q_end;
         mtp_forward(g->model, g->state, g->opt, sp->mtp_tokens, sp->mtp_rows, S, q, sp->mtp_rows,
@@ -5979,7 +6840,8 @@ static const float *spec_mtp_fill(Generator *g, int q_end, int next_token, int w
         last = sp->mtp_rows + (size_t)(S - 1) * H;
         q += S;
     }
-    sp->mtp_pos = q_end < g->pos ? q_end : g->pos - 1;   /* slot pos-1 counts once its token is committed */
+    /* slot pos-1 counts once its token is committed */
+    sp->mtp_pos = q_end < g->pos ? q_end : g->pos - 1;
     return last;
 }
 
@@ -5995,7 +6857,8 @@ static int spec_draft_mtp(Generator *g, int t, int k, int *out) {
         out[n++] = d;
         if (n == k || generator_is_eos(g, d)) return n;
         if (h != sp->mtp_rows) memmove(sp->mtp_rows, h, (size_t)H * sizeof(float));
-        mtp_forward(g->model, g->state, g->opt, &d, sp->mtp_rows, 1, g->pos + n - 1, sp->mtp_rows, sp->mtp_logits, 1);
+        mtp_forward(g->model, g->state, g->opt, &d, sp->mtp_rows, 1, g->pos + n - 1, sp->mtp_rows,
+                    sp->mtp_logits, 1);
         h = sp->mtp_rows;
     }
 }
@@ -6012,7 +6875,10 @@ static int spec_draft_ngram(const Generator *g, int t, int k, int *out) {
             while (j < n && SEQ(start + j) == SEQ(n_seq - n + j)) j++;
             if (j < n) continue;
             int count = 0;
-            while (count < k && start + n + count < n_seq) { out[count] = SEQ(start + n + count); count++; }
+            while (count < k && start + n + count < n_seq) {
+                out[count] = SEQ(start + n + count);
+                count++;
+            }
             return count;
         }
     }
@@ -6052,7 +6918,9 @@ static double spec_cost(const Speculation *sp, int S) {
     return sp->cost[1] + (sp->cost[largest] - sp->cost[1]) * (S - 1) / (largest - 1);
 }
 
-static double drafter_acceptance(const Drafter *d) { return (d->hits + 0.5) / (d->hits + d->misses + 1.0); }
+static double drafter_acceptance(const Drafter *d) {
+    return (d->hits + 0.5) / (d->hits + d->misses + 1.0);
+}
 
 /* Expected tokens per second of a pass of k drafts by drafter d. */
 static double spec_rate(const Speculation *sp, int d, int k) {
@@ -6098,19 +6966,27 @@ static int spec_draft_caller(Generator *g, int t, int k, int *out) {
 
 static int spec_auto_draft(Generator *g, int t, int room, int *out, int *which) {
     Speculation *sp = &g->spec;
-    if (sp->cost[1] <= 0 || sp->passes_since_plain >= SPEC_REMEASURE) return 0;   /* a plain step: what drafting must beat */
+    /* a plain step: what drafting must beat */
+    if (sp->cost[1] <= 0 || sp->passes_since_plain >= SPEC_REMEASURE) return 0;
     /* the drafts that cost nothing to ask for come first; the MTP head drafts once chosen */
     int ready[N_DRAFTERS][SPEC_MAX_DRAFT], n_ready[N_DRAFTERS] = { 0 };
-    if (!drafter_paused(sp, DRAFTER_NGRAM)) n_ready[DRAFTER_NGRAM] = spec_draft_ngram(g, t, room, ready[DRAFTER_NGRAM]);
-    if (sp->caller && !drafter_paused(sp, DRAFTER_CALLER)) n_ready[DRAFTER_CALLER] = spec_draft_caller(g, t, room, ready[DRAFTER_CALLER]);
+    if (!drafter_paused(sp, DRAFTER_NGRAM))
+        n_ready[DRAFTER_NGRAM] = spec_draft_ngram(g, t, room, ready[DRAFTER_NGRAM]);
+    if (sp->caller && !drafter_paused(sp, DRAFTER_CALLER))
+        n_ready[DRAFTER_CALLER] = spec_draft_caller(g, t, room, ready[DRAFTER_CALLER]);
     const int can_mtp = sp->ring && !drafter_paused(sp, DRAFTER_MTP);
     for (int d = DRAFTER_NGRAM; d <= DRAFTER_CALLER; d++)
-        if (n_ready[d] && sp->drafter[d].probe) { spec_shadow(sp, d, ready[d][0], g->pos + 1); return 0; }
+        if (n_ready[d] && sp->drafter[d].probe) {
+            spec_shadow(sp, d, ready[d][0], g->pos + 1);
+            return 0;
+        }
     if (can_mtp && sp->drafter[DRAFTER_MTP].probe) {
         const double t0 = now_seconds();
         spec_draft_mtp(g, t, 1, out);
         const double step = now_seconds() - t0;
-        sp->mtp_step_cost = sp->mtp_step_cost > 0 ? (1 - SPEC_COST_NEW) * sp->mtp_step_cost + SPEC_COST_NEW * step : step;
+        sp->mtp_step_cost = sp->mtp_step_cost > 0
+                                ? (1 - SPEC_COST_NEW) * sp->mtp_step_cost + SPEC_COST_NEW * step
+                                : step;
         spec_shadow(sp, DRAFTER_MTP, out[0], g->pos + 1);
         return 0;
     }
@@ -6140,7 +7016,10 @@ static int spec_draft(Generator *g, int t, int room, int *out, int *which) {
     Speculation *sp = &g->spec;
     if (room > sp->max_draft) room = sp->max_draft;
     if (sp->mode == SPEC_OFF || room < 1) return 0;
-    if (sp->caller && sp->mode != SPEC_AUTO) { *which = DRAFTER_CALLER; return spec_draft_caller(g, t, room, out); }
+    if (sp->caller && sp->mode != SPEC_AUTO) {
+        *which = DRAFTER_CALLER;
+        return spec_draft_caller(g, t, room, out);
+    }
     switch (sp->mode) {
     case SPEC_MTP: *which = DRAFTER_MTP; return spec_draft_mtp(g, t, room, out);
     case SPEC_NGRAM: *which = DRAFTER_NGRAM; return spec_draft_ngram(g, t, room, out);
@@ -6149,7 +7028,8 @@ static int spec_draft(Generator *g, int t, int room, int *out, int *which) {
 }
 
 /* After a pass: the drafter's totals and acceptance estimate, and the costs it measured. */
-static void spec_account(Speculation *sp, int which, int drafted, int accepted, double verify_seconds, double draft_seconds) {
+static void spec_account(Speculation *sp, int which, int drafted, int accepted,
+                         double verify_seconds, double draft_seconds) {
     Drafter *d = &sp->drafter[which];
     d->drafted += drafted;
     d->accepted += accepted;
@@ -6162,11 +7042,13 @@ static void spec_account(Speculation *sp, int which, int drafted, int accepted, 
     spec_note_cost(sp, drafted + 1, verify_seconds);
     if (which == DRAFTER_MTP) {
         const double per_step = draft_seconds / drafted;
-        sp->mtp_step_cost = sp->mtp_step_cost > 0 ? (1 - SPEC_COST_NEW) * sp->mtp_step_cost + SPEC_COST_NEW * per_step : per_step;
+        sp->mtp_step_cost = sp->mtp_step_cost > 0
+                                ? (1 - SPEC_COST_NEW) * sp->mtp_step_cost + SPEC_COST_NEW * per_step
+                                : per_step;
     }
 }
 
-/* ---- the prefix cache (section 8) -------------------------------------------------------------- */
+/* ---- the prefix cache (section 8) ------------------------------------------------------------ */
 
 /* Restores from the prefix cache the rows of the longest cached block-aligned prefix of
    history[0, pos) + tokens[0, n) that reaches past pos, and appends its tokens to the history.
@@ -6177,8 +7059,10 @@ static int generator_restore_prefix(Generator *g, const int *tokens, int n) {
     KvCache *kv = g->prefix_cache;
     const int G = KVCACHE_BLOCK, pos0 = g->pos;
     if (n > g->state->capacity - pos0) n = g->state->capacity - pos0;
-    if (!kv || n < 1 || (pos0 + n) / G <= pos0 / G) return 0;   /* no entry ends in (pos0, pos0 + n] */
-    memmove(g->history + pos0, tokens, (size_t)n * sizeof(int));   /* past pos: scratch until committed */
+    /* no entry ends in (pos0, pos0 + n] */
+    if (!kv || n < 1 || (pos0 + n) / G <= pos0 / G) return 0;
+    /* past pos: scratch until committed */
+    memmove(g->history + pos0, tokens, (size_t)n * sizeof(int));
     uint64_t chain = kv->seed;
     int b = 0;
     for (; (b + 1) * G <= pos0; b++) chain = kvcache_chain(chain, g->history + b * G, G);
@@ -6224,7 +7108,8 @@ static void generator_store_prefix(Generator *g, KvStoreCursor *c) {
         char path[4200], err[8500];
         kvcache_path(kv, start, next, path, sizeof path);
         if (utimensat(AT_FDCWD, path, c->now, 0)) {   /* not there: write it */
-            if (kvcache_save(kv, g->state, g->history, start, c->chain, next, path, err, sizeof err)) {
+            if (kvcache_save(kv, g->state, g->history, start, c->chain, next, path, err,
+                             sizeof err)) {
                 say("warning: prefix cache: %s", err);
                 c->block = INT32_MAX;
                 return;
@@ -6237,12 +7122,13 @@ static void generator_store_prefix(Generator *g, KvStoreCursor *c) {
     }
 }
 
-/* ---- prefill, steps ---------------------------------------------------------------------------- */
+/* ---- prefill, steps -------------------------------------------------------------------------- */
 
-/* Appends tokens[0, n) at pos in BATCH-sized chunks (and keeps the MTP head's cache up with
-   them); with a prefix cache, the longest cached beginning comes from disk (g->restored says how
-   many tokens) and the history's entries are written after each chunk. Returns the tokens done: n, or fewer
-   when the interrupt stopped it, and then pos is back where it was (the chunks done are dropped). */
+/* Appends tokens[0, n) at pos in BATCH-sized chunks (and keeps the MTP head's cache up with them);
+   with a prefix cache, the longest cached beginning comes from disk (g->restored says how many
+   tokens) and the history's entries are written after each chunk. Returns the tokens done: n, or
+   fewer when the interrupt stopped it, and then pos is back where it was (the chunks done are
+   dropped). */
 static int generator_prefill(Generator *g, const int *tokens, int n) {
     const int start = g->pos, B = g->on_logits ? sink_rows(g->state) : g->state->max_batch;
     g->spec.shadow_pos = -1;
@@ -6272,7 +7158,8 @@ static int generator_prefill(Generator *g, const int *tokens, int n) {
    Returns n, or fewer when interrupted (then the history is the kept prefix); *reused (may be
    NULL) gets the length of the prefix that was kept or restored from the prefix cache. (For
    sessions and the server; the CLI modes only append, tests/test_generator.c checks it.) */
-__attribute__((unused)) static int generator_reuse_prefix(Generator *g, const int *tokens, int n, int *reused) {
+__attribute__((unused)) static int generator_reuse_prefix(Generator *g, const int *tokens, int n,
+                                                          int *reused) {
     int keep = 0;
     while (keep < g->pos && keep < n && g->history[keep] == tokens[keep]) keep++;
     if (keep == n && n > 0) keep = n - 1;
@@ -6285,7 +7172,8 @@ __attribute__((unused)) static int generator_reuse_prefix(Generator *g, const in
 /* Saves the conversation to a session file (section 8): history[0, pos), the cache rows, the
    logits while they are fresh, the sampler's stream, and the caller's chat state from *chat (its
    chat_flags and text_pending; may be NULL). 0, or -1 with err filled (the file is untouched). */
-static int generator_save(const Generator *g, const SessionKey *k, const SessionSnapshot *chat, const char *path, char *err, size_t err_len) {
+static int generator_save(const Generator *g, const SessionKey *k, const SessionSnapshot *chat,
+                          const char *path, char *err, size_t err_len) {
     SessionSnapshot snap = chat ? *chat : (SessionSnapshot){ 0 };
     snap.n_tokens = g->pos;
     snap.tokens = g->history;
@@ -6301,7 +7189,8 @@ static int generator_save(const Generator *g, const SessionKey *k, const Session
    the file has none: the next step re-runs the last token) and the sampler's stream; the chat
    state goes to *chat. 0; -1 when refused (err says why; nothing changed); -2 when the file
    changed while it was loaded: then the conversation is empty. */
-static int generator_load(Generator *g, const SessionKey *k, const char *path, SessionSnapshot *chat, char *err, size_t err_len) {
+static int generator_load(Generator *g, const SessionKey *k, const char *path,
+                          SessionSnapshot *chat, char *err, size_t err_len) {
     SessionSource src;
     if (session_source_open(&src, path, err, err_len)) return -1;
     SessionSnapshot snap = { .tokens = g->history, .logits = g->logits, .hidden = g->hidden };
@@ -6317,7 +7206,8 @@ static int generator_load(Generator *g, const SessionKey *k, const char *path, S
     g->last_hidden = snap.has_logits ? g->hidden : NULL;
     g->sampler.seed = snap.seed;
     g->sampler.draws = snap.rng_state;
-    g->spec.mtp_pos = 0;   /* the MTP head's slots are not in the file's promise: stale, recomputed as drafts need them */
+    /* the MTP head's slots are not in the file's promise: stale, recomputed as drafts need them */
+    g->spec.mtp_pos = 0;
     if (chat) *chat = snap;
     return 0;
 }
@@ -6357,7 +7247,8 @@ static void generator_report(Generator *g, int id, const float *logits) {
    or beside other generators' steps), generator_step_end takes its logits. */
 typedef struct {
     int tokens[SPEC_MAX_DRAFT + 1];
-    int rows;                   /* 1 + drafts; 0: the step needs no forward (it ended, or a last token) */
+    /* 1 + drafts; 0: the step needs no forward (it ended, or a last token) */
+    int rows;
     int which;                  /* the drafter, with drafts */
     double draft_seconds;
 } StepRows;
@@ -6372,8 +7263,8 @@ static int generator_verify_end(Generator *g, const StepRows *p, double forward_
     const double draft_seconds = p->draft_seconds;
     generator_forward_done(g, n + 1);
     int accepted = 0;
-    while (accepted < n &&
-           sampler_pick(&g->sampler, sp->verify_logits + (size_t)accepted * V, g->sampler.draws + (uint64_t)accepted) == drafts[accepted])
+    while (accepted < n && sampler_pick(&g->sampler, sp->verify_logits + (size_t)accepted * V,
+                                        g->sampler.draws + (uint64_t)accepted) == drafts[accepted])
         accepted++;
     spec_account(sp, which, n, accepted, forward_seconds, draft_seconds);
     /* report id and the kept drafts in order; the room given to the drafter keeps the run within
@@ -6392,8 +7283,10 @@ static int generator_verify_end(Generator *g, const StepRows *p, double forward_
         }
     }
     if (cached < 0) cached = count;
-    if (cached > 0) generator_commit(g, tokens, cached, sp->verify_logits + (size_t)(cached - 1) * V);
-    if (which == DRAFTER_MTP && g->pos > old_pos) sp->mtp_pos = old_pos;   /* slot old_pos-1 took id, now in the history */
+    if (cached > 0)
+        generator_commit(g, tokens, cached, sp->verify_logits + (size_t)(cached - 1) * V);
+    /* slot old_pos-1 took id, now in the history */
+    if (which == DRAFTER_MTP && g->pos > old_pos) sp->mtp_pos = old_pos;
     return count;
 }
 
@@ -6415,7 +7308,8 @@ static int generator_step_begin(Generator *g, int *ids, int max, StepRows *p) {
     int room = max - 1;
     if (room > g->state->capacity - g->pos - 1) room = g->state->capacity - g->pos - 1;
     if (room > g->state->max_batch - 1) room = g->state->max_batch - 1;
-    if (r->max_tokens >= 0 && room > r->max_tokens - g->generated - 1) room = r->max_tokens - g->generated - 1;
+    if (r->max_tokens >= 0 && room > r->max_tokens - g->generated - 1)
+        room = r->max_tokens - g->generated - 1;
     p->which = 0;
     const double t0 = now_seconds();
     const int n = room > 0 ? spec_draft(g, id, room, p->tokens + 1, &p->which) : 0;
@@ -6424,13 +7318,18 @@ static int generator_step_begin(Generator *g, int *ids, int max, StepRows *p) {
     if (n > 0) { p->rows = n + 1; return -1; }
     ids[0] = id;
     generator_report(g, id, g->logits);
-    if (!r->resumable && r->max_tokens >= 0 && g->generated >= r->max_tokens) { g->stop = STOP_LIMIT; return 1; }
+    if (!r->resumable && r->max_tokens >= 0 && g->generated >= r->max_tokens) {
+        g->stop = STOP_LIMIT;
+        return 1;
+    }
     p->rows = 1;
     return -1;
 }
 
 /* Where a step's forward writes its logits: a verify pass every row's, a plain step its one. */
-static float *generator_step_logits(Generator *g, const StepRows *p) { return p->rows > 1 ? g->spec.verify_logits : g->logits; }
+static float *generator_step_logits(Generator *g, const StepRows *p) {
+    return p->rows > 1 ? g->spec.verify_logits : g->logits;
+}
 
 /* The part of a step after its forward (logits and g->hidden written): returns the ids. */
 static int generator_step_end(Generator *g, const StepRows *p, double forward_seconds, int *ids) {
@@ -6452,8 +7351,8 @@ static int generator_step(Generator *g, int *ids, int max) {
     const int done = generator_step_begin(g, ids, max, &p);
     if (done >= 0) return done;
     const double t0 = now_seconds();
-    model_forward(g->model, g->state, g->opt, p.tokens, p.rows, g->pos, g->hidden, generator_step_logits(g, &p), p.rows == 1,
-                  NULL);
+    model_forward(g->model, g->state, g->opt, p.tokens, p.rows, g->pos, g->hidden,
+                  generator_step_logits(g, &p), p.rows == 1, NULL);
     return generator_step_end(g, &p, now_seconds() - t0, ids);
 }
 
@@ -6464,16 +7363,18 @@ static int generator_step(Generator *g, int *ids, int max) {
    generators (each with its own KV cache) cost little more in one forward than one alone. Each
    step is begun alone (sampling, drafting), the rows of all of them run as row groups of one
    forward (model_forward_groups), and each ends alone. Since a row's logits do not depend on the
-   rows beside it, every generator emits exactly what it would alone. */
+   rows beside it, every generator emits exactly what it would alone. The server still answers
+   one request at a time; tests/test_slots.c and bench/slotbench.c drive this. */
 typedef struct {
-    RunState work;             /* scratch for all the rows of one batched forward (no KV rows used) */
+    /* scratch for all the rows of one batched forward (no KV rows used) */
+    RunState work;
     int max_rows;
     int *tokens;               /* [max_rows] */
     float *hidden, *logits;    /* [max_rows][hidden], [max_rows][vocab] */
 } StepBatch;
 
 /* A batch for up to n_gens generators' steps (each up to DRAFT + 1 rows). */
-static void step_batch_init(StepBatch *b, Model *m, int n_gens) {
+__attribute__((unused)) static void step_batch_init(StepBatch *b, Model *m, int n_gens) {
     memset(b, 0, sizeof *b);
     b->max_rows = n_gens * (SPEC_MAX_DRAFT + 1);
     run_state_init(&b->work, m, 1, b->max_rows, 0);
@@ -6482,7 +7383,7 @@ static void step_batch_init(StepBatch *b, Model *m, int n_gens) {
     b->logits = xcalloc((size_t)b->max_rows * m->c.vocab, sizeof(float));
 }
 
-static void step_batch_free(StepBatch *b) {
+__attribute__((unused)) static void step_batch_free(StepBatch *b) {
     run_state_free(&b->work);
     free(b->tokens); free(b->hidden); free(b->logits);
     memset(b, 0, sizeof *b);
@@ -6491,14 +7392,16 @@ static void step_batch_free(StepBatch *b) {
 /* One step of each of gens[0, n) (one model, one ForwardOptions), as generator_step(gens[k],
    ids[k], max[k]) would take it alone: the ids into ids[k], their count (0: that generator's run
    has stopped) into counts[k]. */
-static void generator_step_batch(Generator **gens, int n, StepBatch *b, int **ids, const int *max, int *counts) {
+__attribute__((unused)) static void generator_step_batch(Generator **gens, int n, StepBatch *b,
+                                                          int **ids, const int *max, int *counts) {
     StepRows plan[n];
     RowGroup groups[n];
     int member[n], n_groups = 0, rows = 0;
     for (int k = 0; k < n; k++) {
         counts[k] = generator_step_begin(gens[k], ids[k], max[k], &plan[k]);
         if (counts[k] >= 0) continue;
-        if (rows + plan[k].rows > b->max_rows) die("internal: %d rows for a step batch of %d", rows + plan[k].rows, b->max_rows);
+        if (rows + plan[k].rows > b->max_rows)
+            die("internal: %d rows for a step batch of %d", rows + plan[k].rows, b->max_rows);
         groups[n_groups] = (RowGroup){ gens[k]->state, rows, plan[k].rows, gens[k]->pos };
         member[n_groups++] = k;
         memcpy(b->tokens + rows, plan[k].tokens, (size_t)plan[k].rows * sizeof(int));
@@ -6508,22 +7411,25 @@ static void generator_step_batch(Generator **gens, int n, StepBatch *b, int **id
     Generator *first = gens[member[0]];
     const int H = first->model->c.hidden, V = first->model->c.vocab;
     const double t0 = now_seconds();
-    model_forward_groups(first->model, &b->work, groups, n_groups, first->opt, b->tokens, rows, b->hidden, b->logits, 0, NULL);
+    model_forward_groups(first->model, &b->work, groups, n_groups, first->opt, b->tokens, rows,
+                         b->hidden, b->logits, 0, NULL);
     const double seconds = now_seconds() - t0;
     for (int i = 0; i < n_groups; i++) {
         const int k = member[i];
         Generator *g = gens[k];
         const RowGroup *gr = &groups[i];
         memcpy(g->hidden, b->hidden + (size_t)gr->row0 * H, (size_t)gr->S * H * sizeof(float));
-        memcpy(generator_step_logits(g, &plan[k]), b->logits + (size_t)gr->row0 * V, (size_t)gr->S * V * sizeof(float));
+        memcpy(generator_step_logits(g, &plan[k]), b->logits + (size_t)gr->row0 * V,
+               (size_t)gr->S * V * sizeof(float));
         counts[k] = generator_step_end(g, &plan[k], seconds, ids[k]);
     }
 }
 
-/* ---- speculation statistics -------------------------------------------------------------------- */
+/* ---- speculation statistics ------------------------------------------------------------------ */
 
 typedef struct {
-    long long drafted[N_DRAFTERS], accepted[N_DRAFTERS], passes[N_DRAFTERS], pauses[N_DRAFTERS], probes[N_DRAFTERS], probe_hits[N_DRAFTERS];
+    long long drafted[N_DRAFTERS], accepted[N_DRAFTERS], passes[N_DRAFTERS], pauses[N_DRAFTERS],
+        probes[N_DRAFTERS], probe_hits[N_DRAFTERS];
     long long stale;
 } SpecCounts;
 
@@ -6555,7 +7461,8 @@ static void line_append(char *line, size_t cap, size_t *n, const char *fmt, ...)
 }
 
 /* Drafts made and accepted, all drafters together, between two counts. */
-static void spec_totals(const SpecCounts *now, const SpecCounts *since, long long *drafted, long long *accepted) {
+static void spec_totals(const SpecCounts *now, const SpecCounts *since, long long *drafted,
+                        long long *accepted) {
     *drafted = *accepted = 0;
     for (int d = 0; d < N_DRAFTERS; d++) {
         *drafted += now->drafted[d] - since->drafted[d];
@@ -6573,27 +7480,36 @@ static void print_spec_stats(const Generator *g, const SpecCounts *since) {
     char pct[32] = "-", line[2048];
     size_t n = 0;
     if (drafted) snprintf(pct, sizeof pct, "%.1f%%", 100.0 * accepted / drafted);
-    line_append(line, sizeof line, &n, "speculation: %lld drafted, %lld accepted (%s) | SPEC %s, DRAFT %d", drafted, accepted, pct,
-                SPEC_MODE_NAMES[sp->mode], sp->max_draft);
+    line_append(line, sizeof line, &n,
+                "speculation: %lld drafted, %lld accepted (%s) | SPEC %s, DRAFT %d", drafted,
+                accepted, pct, SPEC_MODE_NAMES[sp->mode], sp->max_draft);
     for (int d = 0; d < N_DRAFTERS && sp->mode != SPEC_OFF; d++) {
-        const long long passes = now.passes[d] - since->passes[d], pauses = now.pauses[d] - since->pauses[d];
+        const long long passes = now.passes[d] - since->passes[d],
+                        pauses = now.pauses[d] - since->pauses[d];
         const long long probes = now.probes[d] - since->probes[d];
         if (!passes && !pauses && !probes) continue;
-        line_append(line, sizeof line, &n, " | %s: %lld/%lld in %lld passes", DRAFTER_NAMES[d], now.accepted[d] - since->accepted[d],
-                    now.drafted[d] - since->drafted[d], passes);
+        line_append(line, sizeof line, &n, " | %s: %lld/%lld in %lld passes", DRAFTER_NAMES[d],
+                    now.accepted[d] - since->accepted[d], now.drafted[d] - since->drafted[d],
+                    passes);
         if (sp->mode == SPEC_AUTO)
-            line_append(line, sizeof line, &n, ", %lld/%lld probes, sat out %lldx%s", now.probe_hits[d] - since->probe_hits[d], probes,
-                        pauses, drafter_paused(sp, d) ? " (now)" : "");
+            line_append(line, sizeof line, &n, ", %lld/%lld probes, sat out %lldx%s",
+                        now.probe_hits[d] - since->probe_hits[d], probes, pauses,
+                        drafter_paused(sp, d) ? " (now)" : "");
     }
-    if (now.stale - since->stale) line_append(line, sizeof line, &n, " | %lld stale MTP rows", now.stale - since->stale);
+    if (now.stale - since->stale)
+        line_append(line, sizeof line, &n, " | %lld stale MTP rows", now.stale - since->stale);
     if (sp->cost[1] > 0) {
         int shown = 0;
         for (int S = 2; S <= sp->max_draft + 1; S++) {
             if (sp->cost[S] <= 0) continue;
-            line_append(line, sizeof line, &n, "%s%d rows %.2fx", shown ? ", " : " | verify cost vs a plain step: ", S, sp->cost[S] / sp->cost[1]);
+            line_append(line, sizeof line, &n, "%s%d rows %.2fx",
+                        shown ? ", " : " | verify cost vs a plain step: ", S,
+                        sp->cost[S] / sp->cost[1]);
             shown = 1;
         }
-        if (sp->mtp_step_cost > 0) line_append(line, sizeof line, &n, " | MTP draft step %.2fx", sp->mtp_step_cost / sp->cost[1]);
+        if (sp->mtp_step_cost > 0)
+            line_append(line, sizeof line, &n, " | MTP draft step %.2fx",
+                        sp->mtp_step_cost / sp->cost[1]);
     }
     fprintf(stderr, "glm: %s\n", line);
 }
@@ -6609,46 +7525,65 @@ static void print_configuration(const Settings *set, const Model *m, int capacit
     const Config *c = &m->c;
     int full = 0;
     for (int l = 0; l < c->n_layers; l++) full += c->layer_indexer[l];
-    fprintf(stderr, "glm: model %s: %d layers (+%d MTP), hidden %d, %d heads, vocab %d, %d experts top-%d "
-                    "(groups %d/%d), indexer top-%d on %d full layers, rope theta %g%s\n",
-            set->model_dir, c->n_layers, c->n_mtp, c->hidden, c->n_heads, c->vocab, c->n_experts, c->experts_per_tok,
-            c->topk_group, c->n_group, c->index_topk, full, c->rope_theta, m->experts.fused_layers ? ", fused experts" : "");
-    fprintf(stderr, "glm: settings: expert_bits %d, dense_bits %d, GROUP %d, IDOT %d (%s kernels), ABSORB %s, INDEXER %s, "
-                    "BATCH %d, context %d, SPEC %s, DRAFT %d, threads %d (OMP_WAIT_POLICY %s)\n",
-            set->expert_bits, set->dense_bits, set->group, set->idot, qt_kernel_name(qt_get_kernel()),
-            set->absorb ? "1 (absorbed)" : "0 (explicit K/V)", set->indexer_mode, set->batch, capacity,
-            SPEC_MODE_NAMES[set->spec_mode], set->draft, max_threads(),
-            getenv("OMP_WAIT_POLICY") ? getenv("OMP_WAIT_POLICY") : "default");
+    fprintf(stderr,
+            "glm: model %s: %d layers (+%d MTP), hidden %d, %d heads, vocab %d, %d experts top-%d "
+            "(groups %d/%d), indexer top-%d on %d full layers, rope theta %g%s\n",
+            set->model_dir, c->n_layers, c->n_mtp, c->hidden, c->n_heads, c->vocab, c->n_experts,
+            c->experts_per_tok, c->topk_group, c->n_group, c->index_topk, full, c->rope_theta,
+            m->experts.fused_layers ? ", fused experts" : "");
+    fprintf(stderr,
+            "glm: settings: expert_bits %d, dense_bits %d, GROUP %d, IDOT %d (%s kernels), ABSORB "
+            "%s, INDEXER %s, "
+            "BATCH %d, context %d, SPEC %s, DRAFT %d, threads %d (OMP_WAIT_POLICY %s)\n",
+            set->expert_bits, set->dense_bits, set->group, set->idot,
+            qt_kernel_name(qt_get_kernel()), set->absorb ? "1 (absorbed)" : "0 (explicit K/V)",
+            set->indexer_mode, set->batch, capacity, SPEC_MODE_NAMES[set->spec_mode], set->draft,
+            max_threads(), getenv("OMP_WAIT_POLICY") ? getenv("OMP_WAIT_POLICY") : "default");
 }
 
 
 /* PROFILE=1: where the time of the forward passes went. */
 static void print_profile(const RunState *s, const ExpertStore *store) {
     const double moe_other = s->profile.moe - store->wait_seconds - store->compute_seconds;
-    fprintf(stderr, "PROFILE: %lld forwards, %lld positions | attention %.3f s (indexer %.3f s, scores+pooling %.3f s) | dense MLP %.3f s | "
-                    "MoE %.3f s = routed experts %.3f s + disk wait %.3f s + router/shared/combine %.3f s | lm_head %.3f s\n",
-            s->profile.forwards, s->profile.positions, s->profile.attention, s->profile.indexer, s->profile.attention_core, s->profile.dense_mlp,
-            s->profile.moe, store->compute_seconds, store->wait_seconds, moe_other, s->profile.lm_head);
+    fprintf(stderr,
+            "PROFILE: %lld forwards, %lld positions | attention %.3f s (indexer %.3f s, "
+            "scores+pooling %.3f s) | dense MLP %.3f s | "
+            "MoE %.3f s = routed experts %.3f s + disk wait %.3f s + router/shared/combine %.3f s "
+            "| lm_head %.3f s\n",
+            s->profile.forwards, s->profile.positions, s->profile.attention, s->profile.indexer,
+            s->profile.attention_core, s->profile.dense_mlp, s->profile.moe, store->compute_seconds,
+            store->wait_seconds, moe_other, s->profile.lm_head);
 }
 
-/* Expert-streaming statistics: one line, and one more for each kind of load besides demanded reads. */
+/* Expert-streaming statistics: one line, and one more for each kind of load besides demanded reads.
+   */
 static void print_expert_stats(const ExpertStore *store, double seconds) {
     long long total = store->hits + store->misses;
-    fprintf(stderr, "glm: experts: %lld hits, %lld misses (hit %.1f%%), read %.1f MB in %.3f s (%.2f GB/s while reading), "
-                    "waited on disk %.3f s, expert compute %.3f s, run %.3f s, mode %s\n",
-            store->hits, store->misses, total ? 100.0 * store->hits / total : 0.0, store->bytes_read / 1e6, store->read_seconds,
-            store->read_seconds > 0 ? store->bytes_read / store->read_seconds / 1e9 : 0.0, store->wait_seconds, store->compute_seconds,
-            seconds, IO_MODE_NAMES[store->io_mode]);
+    fprintf(stderr,
+            "glm: experts: %lld hits, %lld misses (hit %.1f%%), read %.1f MB in %.3f s (%.2f GB/s "
+            "while reading), "
+            "waited on disk %.3f s, expert compute %.3f s, run %.3f s, mode %s\n",
+            store->hits, store->misses, total ? 100.0 * store->hits / total : 0.0,
+            store->bytes_read / 1e6, store->read_seconds,
+            store->read_seconds > 0 ? store->bytes_read / store->read_seconds / 1e9 : 0.0,
+            store->wait_seconds, store->compute_seconds, seconds, IO_MODE_NAMES[store->io_mode]);
     if (store->in_place_loads)
-        fprintf(stderr, "glm: page cache: %lld expert loads found the expert there and used it in place (%.1f MB not copied, "
-                        "%.1f MB of them missing pages that mapping read, %.3f s mapping it)\n",
-                store->in_place_loads, store->in_place_bytes / 1e6, store->in_place_missing_bytes / 1e6, store->in_place_seconds);
+        fprintf(stderr,
+                "glm: page cache: %lld expert loads found the expert there and used it in place "
+                "(%.1f MB not copied, "
+                "%.1f MB of them missing pages that mapping read, %.3f s mapping it)\n",
+                store->in_place_loads, store->in_place_bytes / 1e6,
+                store->in_place_missing_bytes / 1e6, store->in_place_seconds);
     if (store->prefetched || store->prefetch_skipped)
-        fprintf(stderr, "glm: usage history: %lld hot experts read ahead while the disk was idle, %lld of them hit; "
-                        "%lld left to the page cache, which held them\n",
+        fprintf(stderr,
+                "glm: usage history: %lld hot experts read ahead while the disk was idle, %lld of "
+                "them hit; "
+                "%lld left to the page cache, which held them\n",
                 store->prefetched, store->prefetch_used, store->prefetch_skipped);
     if (store->read_ahead)
-        fprintf(stderr, "glm: prefill read-ahead: %lld experts read before their layer's router ran, %lld of them hit\n",
+        fprintf(stderr,
+                "glm: prefill read-ahead: %lld experts read before their layer's router ran, %lld "
+                "of them hit\n",
                 store->read_ahead, store->read_ahead_used);
 }
 
@@ -6662,7 +7597,8 @@ static void write_route_stats(const ExpertStore *store, const char *path) {
     for (int l = 0; l < store->n_layers; l++)
         for (int e = 0; e < store->n_experts; e++)
             if (store->route_counts[(size_t)l * store->n_experts + e])
-                fprintf(f, "%d %d %lld\n", l, e, store->route_counts[(size_t)l * store->n_experts + e]);
+                fprintf(f, "%d %d %lld\n", l, e,
+                        store->route_counts[(size_t)l * store->n_experts + e]);
     if (atomic_commit(&af, err, sizeof err)) die("STATS=%s: %s", path, err);
 }
 
@@ -6672,27 +7608,35 @@ static void print_prefill_progress(void *user, int layer, int n_layers, int S, i
     (void)user;
     if (S < 32) return;
     if (layer < n_layers)
-        fprintf(stderr, "\rglm: prefill of %d tokens at position %d: layer %d/%d ", S, pos0, layer + 1, n_layers);
+        fprintf(stderr, "\rglm: prefill of %d tokens at position %d: layer %d/%d ", S, pos0,
+                layer + 1, n_layers);
     else fputs("\r\033[K", stderr);
 }
 
-/* The KV cache, the expert cache and the forward options: what every mode that runs the model needs. */
-static ForwardOptions engine_start(const Settings *set, Model *model, RunState *state, int capacity) {
+/* The KV cache, the expert cache and the forward options: what every mode that runs the model
+   needs. */
+static ForwardOptions engine_start(const Settings *set, Model *model, RunState *state,
+                                   int capacity) {
     run_state_init(state, model, capacity, set->batch, 0);
     if (capacity != model->ram.capacity || state->bytes > model->ram.run_state)
-        fprintf(stderr, "glm: warning: internal: the session takes %.0f bytes for %d tokens, the RAM plan counted %.0f for %d\n",
+        fprintf(stderr,
+                "glm: warning: internal: the session takes %.0f bytes for %d tokens, the RAM plan "
+                "counted %.0f for %d\n",
                 state->bytes, capacity, model->ram.run_state, model->ram.capacity);
     if (isatty(STDERR_FILENO)) state->on_layer = print_prefill_progress;
     if (g_verbose) print_configuration(set, model, capacity);
     expert_store_populate(&model->experts);
     ForwardOptions opt = { set->absorb,
-                           !strcmp(set->indexer_mode, "always") ? INDEXER_ALWAYS : !strcmp(set->indexer_mode, "off") ? INDEXER_OFF : INDEXER_AUTO,
+                           !strcmp(set->indexer_mode, "always") ? INDEXER_ALWAYS
+                           : !strcmp(set->indexer_mode, "off")  ? INDEXER_OFF
+                                                                : INDEXER_AUTO,
                            set->latent_eps, set->mtp_zero_pos0 };
     if (set->mode == MODE_PROMPT || set->mode == MODE_CHAT || set->mode == MODE_SERVE) {
         const SessionKey key = session_key(model, set, &opt);
         state->prefix_cache = kvcache_open(set->kv_cache, set->kv_cache_gb, set->cache_dir, &key);
         if (state->prefix_cache)
-            say_detail("prefix cache: %s (at most %g GB, entries of %d tokens)", state->prefix_cache->dir, set->kv_cache_gb, KVCACHE_BLOCK);
+            say_detail("prefix cache: %s (at most %g GB, entries of %d tokens)",
+                       state->prefix_cache->dir, set->kv_cache_gb, KVCACHE_BLOCK);
     }
     return opt;
 }
@@ -6703,15 +7647,18 @@ static void engine_stop(const Settings *set, Model *model, RunState *state) {
     if (set->stats_path[0]) write_route_stats(&model->experts, set->stats_path);
     const KvCache *kv = state->prefix_cache;
     if (kv && (kv->restored || kv->stored || kv->rejected))
-        say_detail("prefix cache: %lld tokens restored, %lld entries written, %lld refused", kv->restored, kv->stored, kv->rejected);
+        say_detail("prefix cache: %lld tokens restored, %lld entries written, %lld refused",
+                   kv->restored, kv->stored, kv->rejected);
     kvcache_close(state->prefix_cache);
     state->prefix_cache = NULL;
     run_state_free(state);
     model_free(model);
 }
 
-/* A sampling seed from the clock and the pid, for runs without SEED (printed, so a run can be repeated). */
+/* A sampling seed from the clock and the pid, for runs without SEED (printed, so a run can be
+   repeated). */
 static uint64_t clock_seed(void) {
-    uint64_t mix = (uint64_t)time(NULL) * 0x9E3779B97F4A7C15ull ^ (uint64_t)getpid() ^ (uint64_t)(now_seconds() * 1e9);
+    uint64_t mix = (uint64_t)time(NULL) * 0x9E3779B97F4A7C15ull ^ (uint64_t)getpid() ^
+                   (uint64_t)(now_seconds() * 1e9);
     return (splitmix64_next(&mix) >> 11) | 1;
 }

@@ -216,10 +216,12 @@ int http_server_run(HttpServer *s);
 void http_server_stop(HttpServer *s);
 void http_server_free(HttpServer *s);
 int http_add_header(HttpResponse *res, const char *name, const char *value);
-int http_respond(HttpResponse *res, int status, const char *content_type, const char *body, size_t len);
+int http_respond(HttpResponse *res, int status, const char *content_type, const char *body,
+                 size_t len);
 int http_respond_json(HttpResponse *res, int status, const char *json, size_t len);
 int http_respond_error(HttpResponse *res, int status, const char *message);
-int http_respond_error_ex(HttpResponse *res, int status, const char *message, const char *param, const char *code);
+int http_respond_error_ex(HttpResponse *res, int status, const char *message, const char *param,
+                          const char *code);
 int http_sse_begin(HttpResponse *res);
 int http_sse_event(HttpResponse *res, const char *data, size_t len);
 int http_sse_end(HttpResponse *res);
@@ -275,8 +277,19 @@ static int http__nonblock_cloexec(int fd) {
 enum { HTTP__HEAD, HTTP__LENGTH, HTTP__CHUNKED, HTTP__DONE };
 /* Chunked body states: size line, extension, LF after a size line, data, CRLF after data,
  * trailer line start / inside / LF, final LF. */
-enum { HC_SIZE, HC_BWS, HC_EXT, HC_SIZE_LF, HC_DATA, HC_DATA_CR, HC_DATA_LF, HC_TR_START, HC_TR_LINE,
-       HC_TR_LF, HC_END_LF };
+enum {
+    HC_SIZE,
+    HC_BWS,
+    HC_EXT,
+    HC_SIZE_LF,
+    HC_DATA,
+    HC_DATA_CR,
+    HC_DATA_LF,
+    HC_TR_START,
+    HC_TR_LINE,
+    HC_TR_LF,
+    HC_END_LF
+};
 #define HTTP__CHUNK_LINE_MAX 4096            /* a chunk-size line with its extensions */
 
 void http_parser_init(HttpParser *p, const HttpLimits *lim) {
@@ -325,13 +338,16 @@ static int http__parse_head(HttpParser *p, char *buf) {
     /* Request line: method SP target SP HTTP/1.x */
     char *q = s;
     while (q < eol && http__tchar((unsigned char)*q)) q++;
-    if (q == s || q >= eol || *q != ' ') return http__fail(p, 400, "malformed request line (method)");
+    if (q == s || q >= eol || *q != ' ')
+        return http__fail(p, 400, "malformed request line (method)");
     *q++ = 0;
     char *target = q;
     while (q < eol && (unsigned char)*q > 0x20 && (unsigned char)*q < 0x7f) q++;
-    if (q == target || q >= eol || *q != ' ') return http__fail(p, 400, "malformed request line (target)");
+    if (q == target || q >= eol || *q != ' ')
+        return http__fail(p, 400, "malformed request line (target)");
     *q++ = 0;
-    if (eol - q != 8 || memcmp(q, "HTTP/", 5) || q[5] < '0' || q[5] > '9' || q[6] != '.' || q[7] < '0' || q[7] > '9')
+    if (eol - q != 8 || memcmp(q, "HTTP/", 5) || q[5] < '0' || q[5] > '9' || q[6] != '.' ||
+        q[7] < '0' || q[7] > '9')
         return http__fail(p, 400, "malformed request line (version)");
     if (q[5] != '1') return http__fail(p, 505, "only HTTP/1.0 and HTTP/1.1 are supported");
     p->minor = q[7] == '0' ? 0 : 1;
@@ -355,7 +371,8 @@ static int http__parse_head(HttpParser *p, char *buf) {
     uint64_t cl = 0;
     for (char *line = eol + 2; line < end;) {
         char *le = memchr(line, '\r', (size_t)(end - line) + 1);
-        if (*line == ' ' || *line == '\t') return http__fail(p, 400, "obsolete header line folding");
+        if (*line == ' ' || *line == '\t')
+            return http__fail(p, 400, "obsolete header line folding");
         char *c = line;
         while (c < le && http__tchar((unsigned char)*c)) c++;
         if (c == line || c >= le || *c != ':') return http__fail(p, 400, "malformed header line");
@@ -364,7 +381,8 @@ static int http__parse_head(HttpParser *p, char *buf) {
         char *v = c;
         for (; c < le; c++) {
             unsigned char ch = (unsigned char)*c;
-            if ((ch < 0x20 && ch != '\t') || ch == 0x7f) return http__fail(p, 400, "control character in a header value");
+            if ((ch < 0x20 && ch != '\t') || ch == 0x7f)
+                return http__fail(p, 400, "control character in a header value");
         }
         while (c > v && (c[-1] == ' ' || c[-1] == '\t')) c--;
         *c = 0;
@@ -376,7 +394,8 @@ static int http__parse_head(HttpParser *p, char *buf) {
             if (!*v) return http__fail(p, 400, "empty Content-Length");
             uint64_t n = 0;
             for (const char *d = v; *d; d++) {
-                if (*d < '0' || *d > '9') return http__fail(p, 400, "Content-Length is not a plain decimal number");
+                if (*d < '0' || *d > '9')
+                    return http__fail(p, 400, "Content-Length is not a plain decimal number");
                 if (n > p->lim.max_body_bytes) continue;    /* already too big: no overflow */
                 n = n * 10 + (uint64_t)(*d - '0');
             }
@@ -386,7 +405,8 @@ static int http__parse_head(HttpParser *p, char *buf) {
             cl = n;
         } else if (strcasecmp(line, "transfer-encoding") == 0) {
             if (te++) return http__fail(p, 400, "more than one Transfer-Encoding header");
-            if (strcasecmp(v, "chunked") != 0) return http__fail(p, 501, "only Transfer-Encoding: chunked is supported");
+            if (strcasecmp(v, "chunked") != 0)
+                return http__fail(p, 501, "only Transfer-Encoding: chunked is supported");
         } else if (strcasecmp(line, "host") == 0) {
             hosts++;
         } else if (strcasecmp(line, "connection") == 0) {
@@ -397,7 +417,8 @@ static int http__parse_head(HttpParser *p, char *buf) {
         }
         line = le + 2;
     }
-    if (p->minor == 1 && hosts != 1) return http__fail(p, 400, hosts ? "more than one Host header" : "missing Host header");
+    if (p->minor == 1 && hosts != 1)
+        return http__fail(p, 400, hosts ? "more than one Host header" : "missing Host header");
     if (te && has_cl) return http__fail(p, 400, "both Content-Length and Transfer-Encoding");
     if (te && p->minor == 0) return http__fail(p, 400, "Transfer-Encoding in an HTTP/1.0 request");
     p->keep_alive = p->minor == 1 && !close;
@@ -415,7 +436,8 @@ static int http__chunked(HttpParser *p, char *buf, size_t len) {
      * make a connection buffer grow without bound. */
     size_t raw_max = 2 * p->lim.max_body_bytes + 65536;
     while (p->raw < len) {
-        if (p->raw - p->head_end > raw_max) return http__fail(p, 413, "chunked request body too large");
+        if (p->raw - p->head_end > raw_max)
+            return http__fail(p, 413, "chunked request body too large");
         unsigned char c = (unsigned char)buf[p->raw];
         switch (p->cstate) {
         case HC_DATA: {
@@ -426,7 +448,8 @@ static int http__chunked(HttpParser *p, char *buf, size_t len) {
             continue;
         }
         case HC_SIZE: {
-            if (++p->line_len > HTTP__CHUNK_LINE_MAX) return http__fail(p, 400, "chunk size line too long");
+            if (++p->line_len > HTTP__CHUNK_LINE_MAX)
+                return http__fail(p, 400, "chunk size line too long");
             int h = http__hex(c);
             if (h >= 0) {
                 /* The running size stays within the body limit, so it cannot overflow. */
@@ -443,16 +466,19 @@ static int http__chunked(HttpParser *p, char *buf, size_t len) {
             return http__fail(p, 400, "malformed chunk size");
         }
         case HC_BWS:                    /* whitespace after the size: only before ';' or CRLF */
-            if (++p->line_len > HTTP__CHUNK_LINE_MAX) return http__fail(p, 400, "chunk size line too long");
+            if (++p->line_len > HTTP__CHUNK_LINE_MAX)
+                return http__fail(p, 400, "chunk size line too long");
             if (c == ' ' || c == '\t') break;
             if (c == ';') { p->cstate = HC_EXT; break; }
             if (c == '\r') { p->cstate = HC_SIZE_LF; break; }
             return http__fail(p, 400, "malformed chunk size");
         case HC_EXT:
             /* Extensions are skipped: nothing here uses them. */
-            if (++p->line_len > HTTP__CHUNK_LINE_MAX) return http__fail(p, 400, "chunk size line too long");
+            if (++p->line_len > HTTP__CHUNK_LINE_MAX)
+                return http__fail(p, 400, "chunk size line too long");
             if (c == '\r') { p->cstate = HC_SIZE_LF; break; }
-            if ((c < 0x20 && c != '\t') || c == 0x7f) return http__fail(p, 400, "control character in a chunk extension");
+            if ((c < 0x20 && c != '\t') || c == 0x7f)
+                return http__fail(p, 400, "control character in a chunk extension");
             break;
         case HC_SIZE_LF:
             if (c != '\n') return http__fail(p, 400, "chunk size line without CRLF");
@@ -470,7 +496,8 @@ static int http__chunked(HttpParser *p, char *buf, size_t len) {
             break;
         case HC_TR_START:
         case HC_TR_LINE:
-            if (++p->trailer_bytes > p->lim.max_header_bytes) return http__fail(p, 431, "trailer section too large");
+            if (++p->trailer_bytes > p->lim.max_header_bytes)
+                return http__fail(p, 431, "trailer section too large");
             if (c == '\r') { p->cstate = p->cstate == HC_TR_START ? HC_END_LF : HC_TR_LF; break; }
             if (c == '\n' || c == 0) return http__fail(p, 400, "malformed trailer line");
             p->cstate = HC_TR_LINE;
@@ -512,9 +539,11 @@ int http_parse(HttpParser *p, char *buf, size_t len, HttpRequest *req, size_t *c
          * CRLF only (a bare CR or LF is an error, never a line end). Blank lines before the
          * request line are skipped (RFC 9112 §2.2). */
         for (; p->scan < len; p->scan++) {
-            if (p->scan >= p->lim.max_header_bytes) return http__fail(p, 431, "request header section too large");
+            if (p->scan >= p->lim.max_header_bytes)
+                return http__fail(p, 431, "request header section too large");
             unsigned char c = (unsigned char)buf[p->scan];
-            if (c == '\n') return http__fail(p, 400, "bare LF in the request head (lines must end in CRLF)");
+            if (c == '\n')
+                return http__fail(p, 400, "bare LF in the request head (lines must end in CRLF)");
             if (c == 0) return http__fail(p, 400, "NUL byte in the request head");
             if (c != '\r') continue;
             if (p->scan + 1 >= len) return 0;                 /* wait for the byte after CR */
@@ -532,7 +561,8 @@ int http_parse(HttpParser *p, char *buf, size_t len, HttpRequest *req, size_t *c
             p->scan++;
         }
         if (!p->head_end) return 0;
-        if (p->head_end > p->lim.max_header_bytes) return http__fail(p, 431, "request header section too large");
+        if (p->head_end > p->lim.max_header_bytes)
+            return http__fail(p, 431, "request header section too large");
         int rc = http__parse_head(p, buf);
         if (rc) return rc;
     }
@@ -560,7 +590,8 @@ int http_parser_head(const HttpParser *p, char *buf, HttpRequest *req) {
 }
 
 int http_parser_wants_continue(const HttpParser *p) {
-    return p->expect_continue && !p->status && (p->phase == HTTP__LENGTH || p->phase == HTTP__CHUNKED);
+    return p->expect_continue && !p->status &&
+           (p->phase == HTTP__LENGTH || p->phase == HTTP__CHUNKED);
 }
 
 const char *http_header(const HttpRequest *req, const char *name) {
@@ -627,23 +658,36 @@ int http_addr_parse(const char *spec, HttpAddr *a, char *err, size_t err_len) {
     int bracket = 0;
     if (spec[0] == '[') {
         const char *rb = strchr(spec, ']');
-        if (!rb || rb[1] != ':') { snprintf(err, err_len, "'%s': want [IPv6]:port", spec); return -1; }
+        if (!rb || rb[1] != ':') {
+            snprintf(err, err_len, "'%s': want [IPv6]:port", spec);
+            return -1;
+        }
         host = spec + 1; host_len = (size_t)(rb - host); port = rb + 2; bracket = 1;
     } else {
         const char *colon = strrchr(spec, ':');
         if (colon) {
             host = spec; host_len = (size_t)(colon - spec); port = colon + 1;
-            if (memchr(host, ':', host_len)) { snprintf(err, err_len, "'%s': an IPv6 address goes in brackets, e.g. [::1]:8080", spec); return -1; }
+            if (memchr(host, ':', host_len)) {
+                snprintf(err, err_len, "'%s': an IPv6 address goes in brackets, e.g. [::1]:8080",
+                         spec);
+                return -1;
+            }
         } else port = spec;
     }
-    if (!host_len || host_len >= sizeof a->host) { snprintf(err, err_len, "'%s': bad host", spec); return -1; }
+    if (!host_len || host_len >= sizeof a->host) {
+        snprintf(err, err_len, "'%s': bad host", spec);
+        return -1;
+    }
     long pn = 0;
     size_t nd = 0;
     for (const char *d = port; *d; d++, nd++) {
         if (*d < '0' || *d > '9' || nd >= 5) { pn = -1; break; }
         pn = pn * 10 + (*d - '0');
     }
-    if (!nd || pn < 0 || pn > 65535) { snprintf(err, err_len, "'%s': port must be a number 0-65535", spec); return -1; }
+    if (!nd || pn < 0 || pn > 65535) {
+        snprintf(err, err_len, "'%s': port must be a number 0-65535", spec);
+        return -1;
+    }
     memcpy(a->host, host, host_len);
     a->host[host_len] = 0;
     a->port = (int)pn;
@@ -661,9 +705,11 @@ int http_addr_parse(const char *spec, HttpAddr *a, char *err, size_t err_len) {
         a->sslen = sizeof *v6;
         const unsigned char *b = v6->sin6_addr.s6_addr;
         static const unsigned char mapped[12] = {0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0xff, 0xff};
-        a->loopback = IN6_IS_ADDR_LOOPBACK(&v6->sin6_addr) || (memcmp(b, mapped, 12) == 0 && b[12] == 127);
+        a->loopback =
+            IN6_IS_ADDR_LOOPBACK(&v6->sin6_addr) || (memcmp(b, mapped, 12) == 0 && b[12] == 127);
     } else {
-        snprintf(err, err_len, "'%s': host must be a numeric IPv4 address, localhost, or [IPv6]", spec);
+        snprintf(err, err_len, "'%s': host must be a numeric IPv4 address, localhost, or [IPv6]",
+                 spec);
         return -1;
     }
     return 0;
@@ -724,7 +770,9 @@ static void http__wake(HttpServer *s) {
     errno = e;
 }
 
-static int http__stop_requested(HttpServer *s) { return __atomic_load_n(&s->stop_requested, __ATOMIC_ACQUIRE); }
+static int http__stop_requested(HttpServer *s) {
+    return __atomic_load_n(&s->stop_requested, __ATOMIC_ACQUIRE);
+}
 
 void http_server_stop(HttpServer *s) {
     __atomic_store_n(&s->stop_requested, 1, __ATOMIC_RELEASE);
@@ -772,8 +820,9 @@ HttpServer *http_server_create(const HttpServerConfig *cfg, char *err, size_t er
     struct sockaddr_storage bound;
     socklen_t bl = sizeof bound;
     if (getsockname(fd, (struct sockaddr *)&bound, &bl) == 0)
-        s->addr.port = ntohs(bound.ss_family == AF_INET6 ? ((struct sockaddr_in6 *)&bound)->sin6_port
-                                                         : ((struct sockaddr_in *)&bound)->sin_port);
+        s->addr.port =
+            ntohs(bound.ss_family == AF_INET6 ? ((struct sockaddr_in6 *)&bound)->sin6_port
+                                              : ((struct sockaddr_in *)&bound)->sin_port);
     if (pipe(fds)) {
         snprintf(err, err_len, "pipe: %s", strerror(errno));
         close(fd);
@@ -806,7 +855,12 @@ void http_server_free(HttpServer *s) {
     for (int i = 0; i < s->nconns; i++) http__conn_free(s, s->conns[i]);
     free(s->conns);
     if (s->listen_fd >= 0) close(s->listen_fd);
-    if (s->wake_rd >= 0) { close(s->wake_rd); close(s->wake_wr); pthread_mutex_destroy(&s->mu); pthread_cond_destroy(&s->cv); }
+    if (s->wake_rd >= 0) {
+        close(s->wake_rd);
+        close(s->wake_wr);
+        pthread_mutex_destroy(&s->mu);
+        pthread_cond_destroy(&s->cv);
+    }
     free(s);
 }
 
@@ -864,12 +918,14 @@ static int http__sendv(HttpResponse *res, struct iovec *iov, int n) {
     return 0;
 }
 
-/* Output of a response: on the I/O thread into the connection's buffer, on the worker to the socket. */
+/* Output of a response: on the I/O thread into the connection's buffer, on the worker to the
+   socket. */
 static int http__emit(HttpResponse *res, struct iovec *iov, int n) {
     if (res->failed) return -1;
     if (!res->conn) return http__sendv(res, iov, n);
     for (int i = 0; i < n; i++)
-        if (http__out_append(res->conn, iov[i].iov_base, iov[i].iov_len)) return res->failed = 1, -1;
+        if (http__out_append(res->conn, iov[i].iov_base, iov[i].iov_len))
+            return res->failed = 1, -1;
     return 0;
 }
 
@@ -877,28 +933,35 @@ int http_add_header(HttpResponse *res, const char *name, const char *value) {
     if (res->state) return -1;
     size_t nl = strlen(name), vl = strlen(value);
     for (size_t i = 0; i < nl; i++) if (!http__tchar((unsigned char)name[i])) return -1;
-    for (size_t i = 0; i < vl; i++) if ((unsigned char)value[i] < 0x20 && value[i] != '\t') return -1;
+    for (size_t i = 0; i < vl; i++)
+        if ((unsigned char)value[i] < 0x20 && value[i] != '\t') return -1;
     if (!nl || nl + vl + 4 >= sizeof res->extra - res->extra_len) return -1;
-    res->extra_len += (size_t)snprintf(res->extra + res->extra_len, sizeof res->extra - res->extra_len, "%s: %s\r\n", name, value);
+    res->extra_len += (size_t)snprintf(
+        res->extra + res->extra_len, sizeof res->extra - res->extra_len, "%s: %s\r\n", name, value);
     return 0;
 }
 
 /* Status line and headers; body_len < 0: no Content-Length (a stream). */
-static size_t http__head(HttpResponse *res, char *dst, size_t cap, int status, const char *ctype, long long body_len) {
+static size_t http__head(HttpResponse *res, char *dst, size_t cap, int status, const char *ctype,
+                         long long body_len) {
     int n = snprintf(dst, cap, "HTTP/1.1 %d %s\r\n", status, http_status_text(status));
     if (ctype) n += snprintf(dst + n, cap - (size_t)n, "Content-Type: %s\r\n", ctype);
-    if (body_len >= 0) n += snprintf(dst + n, cap - (size_t)n, "Content-Length: %lld\r\n", body_len);
-    else if (res->chunked) n += snprintf(dst + n, cap - (size_t)n, "Transfer-Encoding: chunked\r\n");
-    n += snprintf(dst + n, cap - (size_t)n, "Connection: %s\r\n%.*s\r\n", res->keep_alive ? "keep-alive" : "close",
-                  (int)res->extra_len, res->extra);
+    if (body_len >= 0)
+        n += snprintf(dst + n, cap - (size_t)n, "Content-Length: %lld\r\n", body_len);
+    else if (res->chunked)
+        n += snprintf(dst + n, cap - (size_t)n, "Transfer-Encoding: chunked\r\n");
+    n += snprintf(dst + n, cap - (size_t)n, "Connection: %s\r\n%.*s\r\n",
+                  res->keep_alive ? "keep-alive" : "close", (int)res->extra_len, res->extra);
     return (size_t)n < cap ? (size_t)n : cap - 1;
 }
 
-int http_respond(HttpResponse *res, int status, const char *content_type, const char *body, size_t len) {
+int http_respond(HttpResponse *res, int status, const char *content_type, const char *body,
+                 size_t len) {
     if (res->state || res->failed || (!body && len)) return -1;
     char head[1536];
-    struct iovec iov[2] = {{head, http__head(res, head, sizeof head, status, content_type, (long long)len)},
-                           {(void *)body, res->head_only ? 0 : len}};
+    struct iovec iov[2] = { { head, http__head(res, head, sizeof head, status, content_type,
+                                               (long long)len) },
+                            { (void *)body, res->head_only ? 0 : len } };
     res->state = 1;
     return http__emit(res, iov, 2);
 }
@@ -911,7 +974,8 @@ int http_respond_error(HttpResponse *res, int status, const char *message) {
     return http_respond_error_ex(res, status, message, NULL, NULL);
 }
 
-int http_respond_error_ex(HttpResponse *res, int status, const char *message, const char *param, const char *code) {
+int http_respond_error_ex(HttpResponse *res, int status, const char *message, const char *param,
+                          const char *code) {
     const char *type = status == 401 ? "authentication_error" : status == 403 ? "permission_error"
                      : status == 404 ? "not_found_error" : status == 429 ? "rate_limit_error"
                      : status >= 500 ? "server_error" : "invalid_request_error";
@@ -938,8 +1002,10 @@ int http_respond_error_ex(HttpResponse *res, int status, const char *message, co
 int http_stream_begin(HttpResponse *res, const char *content_type) {
     if (res->state || res->failed || res->conn) return -1;    /* streams belong to the worker */
     res->chunked = res->minor >= 1;
-    if (!res->chunked) res->keep_alive = 0;                   /* HTTP/1.0: the close ends the body */
-    if (http_add_header(res, "Cache-Control", "no-cache") || http_add_header(res, "X-Accel-Buffering", "no"))
+    /* HTTP/1.0: the close ends the body */
+    if (!res->chunked) res->keep_alive = 0;
+    if (http_add_header(res, "Cache-Control", "no-cache") ||
+        http_add_header(res, "X-Accel-Buffering", "no"))
         return -1;
     char head[1536];
     struct iovec iov = {head, http__head(res, head, sizeof head, 200, content_type, -1)};
@@ -974,7 +1040,11 @@ static size_t http__sse_lines(char *dst, const char *data, size_t len) {
     for (size_t i = 0;;) {
         size_t j = i;
         while (j < len && data[j] != '\n' && data[j] != '\r') j++;
-        if (dst) { memcpy(dst + n, "data: ", 6); memcpy(dst + n + 6, data + i, j - i); dst[n + 6 + j - i] = '\n'; }
+        if (dst) {
+            memcpy(dst + n, "data: ", 6);
+            memcpy(dst + n + 6, data + i, j - i);
+            dst[n + 6 + j - i] = '\n';
+        }
         n += 7 + (j - i);
         if (j == len) break;
         i = j + 1 + (data[j] == '\r' && j + 1 < len && data[j + 1] == '\n');
@@ -1062,14 +1132,16 @@ static void http__drop(HttpServer *s, HttpConn *c, int status, const char *why) 
 /* Sends what is buffered without blocking; -1 on a dead connection. */
 static int http__flush(HttpServer *s, HttpConn *c) {
     while (c->out_off < c->out_len) {
-        ssize_t w = send(c->fd, c->out + c->out_off, c->out_len - c->out_off, MSG_NOSIGNAL | MSG_DONTWAIT);
+        ssize_t w =
+            send(c->fd, c->out + c->out_off, c->out_len - c->out_off, MSG_NOSIGNAL | MSG_DONTWAIT);
         if (w < 0) {
             if (errno == EINTR) continue;
             if (errno == EAGAIN || errno == EWOULDBLOCK) return 0;
             return -1;
         }
         c->out_off += (size_t)w;
-        c->deadline = http__now_ms() + s->cfg.timeout_ms;      /* progress: the stall clock restarts */
+        /* progress: the stall clock restarts */
+        c->deadline = http__now_ms() + s->cfg.timeout_ms;
     }
     c->out_off = c->out_len = 0;
     return 0;
@@ -1200,7 +1272,10 @@ static int http__advance(HttpServer *s, HttpConn *c) {
         if (rc != 1) { http__error(s, c, rc, c->parser.error); return 0; }
         HttpResponse res;
         http__response_init(&res, s, c, 1);
-        if (http__stop_requested(s)) { http__error(s, c, 503, "server is shutting down"); return 0; }
+        if (http__stop_requested(s)) {
+            http__error(s, c, 503, "server is shutting down");
+            return 0;
+        }
         if (s->cfg.quick && s->cfg.quick(&c->req, &res, s->cfg.user)) {
             if (!res.state) {
                 http__log(s, c, 500, "the server sent no response");
@@ -1383,7 +1458,8 @@ static void http__accept(HttpServer *s, int64_t *accept_paused_until) {
         }
         if (http__nonblock_cloexec(fd)) { close(fd); continue; }
         int one = 1;
-        setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);   /* each SSE event goes out now */
+        /* each SSE event goes out now */
+        setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
         HttpConn *c = calloc(1, sizeof *c);
         if (!c) { http__send_503(fd, "out of memory"); close(fd); continue; }
         c->fd = fd;
@@ -1453,7 +1529,10 @@ static void *http__io_main(void *arg) {
         int n = 0;
         pfd[n++] = (struct pollfd){s->wake_rd, POLLIN, 0};
         int listen_slot = -1;
-        if (!stop_seen && now >= accept_paused_until) { listen_slot = n; pfd[n++] = (struct pollfd){s->listen_fd, POLLIN, 0}; }
+        if (!stop_seen && now >= accept_paused_until) {
+            listen_slot = n;
+            pfd[n++] = (struct pollfd){ s->listen_fd, POLLIN, 0 };
+        }
         int64_t next_deadline = now + 1000;
         int pending = 0;                               /* output not yet sent */
         pthread_mutex_lock(&s->mu);
@@ -1527,7 +1606,8 @@ static void *http__io_main(void *arg) {
                 char sink[4096];
                 ssize_t r;
                 while ((r = recv(c->fd, sink, sizeof sink, MSG_DONTWAIT)) > 0) {}
-                if (r == 0 || (r < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR)) c->state = HC_CLOSED;
+                if (r == 0 || (r < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR))
+                    c->state = HC_CLOSED;
             }
         }
         /* Deadlines; then drop closed connections. Under the lock: the worker writes the state of
@@ -1630,7 +1710,8 @@ int http_server_run(HttpServer *s) {
             http__log(s, c, 500, "the server sent no response");
             http_respond_error(&res, 500, "the server sent no response");
         }
-        int keep = res.state == 1 && !res.failed && res.keep_alive;   /* an unfinished stream: close */
+        /* an unfinished stream: close */
+        int keep = res.state == 1 && !res.failed && res.keep_alive;
 
         pthread_mutex_lock(&s->mu);
         c->close_after = !keep;

@@ -101,7 +101,8 @@ int json_is_int(const JsonValue *v, int64_t *out);
 int json_int_literal(const JsonValue *v, int64_t *out);
 int json_bool(const JsonValue *v);
 char *json_read_file(const char *path, size_t *len, char *err, size_t err_len);
-char *json_read_file_max(const char *path, size_t max_bytes, size_t *len, char *err, size_t err_len);
+char *json_read_file_max(const char *path, size_t max_bytes, size_t *len, char *err,
+                         size_t err_len);
 
 typedef struct {
     char *buf;                  /* NUL-terminated text so far (NULL until the first write) */
@@ -223,7 +224,8 @@ static int json__fail(JsonParser *P, const char *at, const char *fmt, ...) {
     va_start(ap, fmt);
     vsnprintf(msg, sizeof msg, fmt, ap);
     va_end(ap);
-    snprintf(P->err, P->err_len, "line %zu col %zu (byte %zu): %s", line, col, (size_t)(at - P->text), msg);
+    snprintf(P->err, P->err_len, "line %zu col %zu (byte %zu): %s", line, col,
+             (size_t)(at - P->text), msg);
     return -1;
 }
 
@@ -300,7 +302,8 @@ static int json__string(JsonParser *P, const char **out, size_t *out_len) {
             case 't': *dst++ = '\t'; p += 2; break;
             case 'u': {
                 unsigned cp;
-                if (json__hex4(p + 2, end, &cp)) return json__fail(P, p, "bad \\u escape (need 4 hex digits)");
+                if (json__hex4(p + 2, end, &cp))
+                    return json__fail(P, p, "bad \\u escape (need 4 hex digits)");
                 const char *esc = p;
                 p += 6;
                 if (cp >= 0xDC00 && cp <= 0xDFFF)
@@ -359,14 +362,16 @@ static int json__number(JsonParser *P, JsonValue *v) {
     if (p >= end || *p < '0' || *p > '9') return json__fail(P, start, "invalid number");
     if (*p == '0') {
         p++;
-        if (p < end && *p >= '0' && *p <= '9') return json__fail(P, start, "leading zero in number");
+        if (p < end && *p >= '0' && *p <= '9')
+            return json__fail(P, start, "leading zero in number");
     } else {
         while (p < end && *p >= '0' && *p <= '9') p++;
     }
     if (p < end && *p == '.') {
         integral = 0;
         p++;
-        if (p >= end || *p < '0' || *p > '9') return json__fail(P, p, "expected digit after decimal point");
+        if (p >= end || *p < '0' || *p > '9')
+            return json__fail(P, p, "expected digit after decimal point");
         while (p < end && *p >= '0' && *p <= '9') p++;
     }
     if (p < end && (*p == 'e' || *p == 'E')) {
@@ -482,12 +487,14 @@ static int json__container(JsonParser *P, JsonValue *v, int is_object) {
         for (;;) {
             if (is_object) {
                 if (P->p >= P->end || *P->p != '"')
-                    return json__fail(P, P->p, "expected string key, got %s", json__describe(P, P->p, d));
+                    return json__fail(P, P->p, "expected string key, got %s",
+                                      json__describe(P, P->p, d));
                 const char *key; size_t key_len;
                 if (json__string(P, &key, &key_len) || json__push_key(P, key, key_len)) return -1;
                 json__skip_ws(P);
                 if (P->p >= P->end || *P->p != ':')
-                    return json__fail(P, P->p, "expected ':' after key, got %s", json__describe(P, P->p, d));
+                    return json__fail(P, P->p, "expected ':' after key, got %s",
+                                      json__describe(P, P->p, d));
                 P->p++;
                 json__skip_ws(P);
             }
@@ -504,7 +511,8 @@ static int json__container(JsonParser *P, JsonValue *v, int is_object) {
             if (P->p < P->end && *P->p == close) { P->p++; break; }
             if (P->p >= P->end)
                 return json__fail(P, open, "unterminated %s", is_object ? "object" : "array");
-            return json__fail(P, P->p, "expected ',' or '%c', got %s", close, json__describe(P, P->p, d));
+            return json__fail(P, P->p, "expected ',' or '%c', got %s", close,
+                              json__describe(P, P->p, d));
         }
     }
     P->depth--;
@@ -555,7 +563,8 @@ JsonDoc *json_parse(const char *text, size_t len, char *err, size_t err_len) {
         json__skip_ws(&P);
         if (P.p < P.end) {
             char d[16];
-            rc = json__fail(&P, P.p, "unexpected %s after the JSON value", json__describe(&P, P.p, d));
+            rc = json__fail(&P, P.p, "unexpected %s after the JSON value",
+                            json__describe(&P, P.p, d));
         }
     }
     if (!rc) {
@@ -603,7 +612,10 @@ const JsonValue *json_get(const JsonValue *obj, const char *key) {
 }
 
 const char *json_key_at(const JsonValue *obj, size_t i, size_t *key_len) {
-    if (!obj || obj->type != JSON_OBJECT || i >= obj->len) { if (key_len) *key_len = 0; return NULL; }
+    if (!obj || obj->type != JSON_OBJECT || i >= obj->len) {
+        if (key_len) *key_len = 0;
+        return NULL;
+    }
     if (key_len) *key_len = obj->u.kids.keys[i].len;
     return obj->u.kids.keys[i].s;
 }
@@ -641,18 +653,26 @@ int json_int_literal(const JsonValue *v, int64_t *out) {
 int json_bool(const JsonValue *v) { return v && v->type == JSON_BOOL ? v->u.boolean : -1; }
 
 /* Reads at most max_bytes from fd (a regular file or a pipe) into a NUL-terminated buffer. */
-static char *json__read_fd(int fd, const char *path, uint64_t hint, size_t max_bytes, size_t *len, char *err,
-                           size_t err_len) {
-    /* a regular file's size as a hint, plus one spare byte so that its end is seen without growing */
-    size_t cap = hint && hint <= max_bytes ? (size_t)hint + 2 : (max_bytes < (1 << 16) ? max_bytes + 1 : 1 << 16), n = 0;
+static char *json__read_fd(int fd, const char *path, uint64_t hint, size_t max_bytes, size_t *len,
+                           char *err, size_t err_len) {
+    /* a regular file's size as a hint, plus one spare byte so that its end is seen without growing
+       */
+    size_t cap = hint && hint <= max_bytes ? (size_t)hint + 2
+                                           : (max_bytes < (1 << 16) ? max_bytes + 1 : 1 << 16),
+           n = 0;
     char *buf = malloc(cap);
     if (!buf) { if (err) snprintf(err, err_len, "%s: out of memory", path); return NULL; }
     for (;;) {
-        if (n + 1 == cap) {   /* full: grow, but never past max_bytes + 1 (one byte to see the overrun) */
+        /* full: grow, but never past max_bytes + 1 (one byte to see the overrun) */
+        if (n + 1 == cap) {
             if (n > max_bytes) break;
             size_t ncap = cap > (max_bytes + 2) / 2 ? max_bytes + 2 : cap * 2;
             char *nb = realloc(buf, ncap);
-            if (!nb) { free(buf); if (err) snprintf(err, err_len, "%s: out of memory", path); return NULL; }
+            if (!nb) {
+                free(buf);
+                if (err) snprintf(err, err_len, "%s: out of memory", path);
+                return NULL;
+            }
             buf = nb; cap = ncap;
         }
         ssize_t got = read(fd, buf + n, cap - 1 - n);
@@ -668,7 +688,9 @@ static char *json__read_fd(int fd, const char *path, uint64_t hint, size_t max_b
     }
     if (n > max_bytes) {
         free(buf);
-        if (err) snprintf(err, err_len, "%s: longer than %zu bytes, the most this file may have", path, max_bytes);
+        if (err)
+            snprintf(err, err_len, "%s: longer than %zu bytes, the most this file may have", path,
+                     max_bytes);
         return NULL;
     }
     buf[n] = 0;
@@ -676,7 +698,8 @@ static char *json__read_fd(int fd, const char *path, uint64_t hint, size_t max_b
     return buf;
 }
 
-char *json_read_file_max(const char *path, size_t max_bytes, size_t *len, char *err, size_t err_len) {
+char *json_read_file_max(const char *path, size_t max_bytes, size_t *len, char *err,
+                         size_t err_len) {
     if (len) *len = 0;
     /* O_NONBLOCK: opening a FIFO without a writer must not hang (it then reads as empty) */
     int fd = open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK);
@@ -689,20 +712,25 @@ char *json_read_file_max(const char *path, size_t max_bytes, size_t *len, char *
         return NULL;
     }
     if (!S_ISREG(st.st_mode) && !S_ISFIFO(st.st_mode)) {
-        const char *kind = S_ISDIR(st.st_mode) ? "a directory" : S_ISCHR(st.st_mode) ? "a character device"
-                         : S_ISBLK(st.st_mode) ? "a block device" : "neither a regular file nor a pipe";
+        const char *kind = S_ISDIR(st.st_mode)   ? "a directory"
+                           : S_ISCHR(st.st_mode) ? "a character device"
+                           : S_ISBLK(st.st_mode) ? "a block device"
+                                                 : "neither a regular file nor a pipe";
         close(fd);
         if (err) snprintf(err, err_len, "%s: is %s, not a file", path, kind);
         return NULL;
     }
     if (S_ISREG(st.st_mode) && (uint64_t)st.st_size > (uint64_t)max_bytes) {
         close(fd);
-        if (err) snprintf(err, err_len, "%s: %llu bytes, more than the %zu this file may have", path,
-                          (unsigned long long)st.st_size, max_bytes);
+        if (err)
+            snprintf(err, err_len, "%s: %llu bytes, more than the %zu this file may have", path,
+                     (unsigned long long)st.st_size, max_bytes);
         return NULL;
     }
-    fcntl(fd, F_SETFL, fcntl(fd, F_GETFL) & ~O_NONBLOCK);   /* a pipe with a writer: wait for its data */
-    char *buf = json__read_fd(fd, path, S_ISREG(st.st_mode) ? (uint64_t)st.st_size : 0, max_bytes, len, err, err_len);
+    /* a pipe with a writer: wait for its data */
+    fcntl(fd, F_SETFL, fcntl(fd, F_GETFL) & ~O_NONBLOCK);
+    char *buf = json__read_fd(fd, path, S_ISREG(st.st_mode) ? (uint64_t)st.st_size : 0, max_bytes,
+                              len, err, err_len);
     close(fd);
     return buf;
 }
@@ -770,7 +798,10 @@ static void jw__open(JsonWriter *w, int is_object) {
 
 static void jw__close(JsonWriter *w, int is_object) {
     if (w->failed) return;
-    if (w->depth == 0 || w->is_object[w->depth] != is_object || w->key_pending) { w->failed = 1; return; }
+    if (w->depth == 0 || w->is_object[w->depth] != is_object || w->key_pending) {
+        w->failed = 1;
+        return;
+    }
     jw__put(w, is_object ? "}" : "]", 1);
     w->depth--;
 }
@@ -839,7 +870,10 @@ static void jw__string(JsonWriter *w, const char *s, size_t len) {
 
 void jw_key(JsonWriter *w, const char *key) {
     if (w->failed) return;
-    if (w->depth == 0 || !w->is_object[w->depth] || w->key_pending || !key) { w->failed = 1; return; }
+    if (w->depth == 0 || !w->is_object[w->depth] || w->key_pending || !key) {
+        w->failed = 1;
+        return;
+    }
     if (w->has_items[w->depth]) jw__put(w, ",", 1);
     w->has_items[w->depth] = 1;
     jw__string(w, key, strlen(key));
@@ -874,7 +908,9 @@ void jw_num(JsonWriter *w, double v) {
     if (!jw__value(w)) jw__put(w, b, (size_t)n);
 }
 
-void jw_bool(JsonWriter *w, int v) { if (!jw__value(w)) jw__put(w, v ? "true" : "false", v ? 4 : 5); }
+void jw_bool(JsonWriter *w, int v) {
+    if (!jw__value(w)) jw__put(w, v ? "true" : "false", v ? 4 : 5);
+}
 void jw_null(JsonWriter *w) { if (!jw__value(w)) jw__put(w, "null", 4); }
 
 void jw_raw(JsonWriter *w, const char *json, size_t len) {

@@ -153,9 +153,10 @@ void lined_history_add(LineEditor *ed, const char *line) {
    characters and emoji, else 1 (a compact stand-in for wcwidth, which depends on the locale). */
 int lined_char_columns(uint32_t cp) {
     static const uint32_t wide[][2] = {
-        { 0x1100, 0x115F }, { 0x2E80, 0x303E }, { 0x3041, 0x33FF }, { 0x3400, 0x4DBF }, { 0x4E00, 0x9FFF },
-        { 0xA000, 0xA4CF }, { 0xAC00, 0xD7A3 }, { 0xF900, 0xFAFF }, { 0xFE30, 0xFE4F }, { 0xFF00, 0xFF60 },
-        { 0xFFE0, 0xFFE6 }, { 0x1F300, 0x1F64F }, { 0x1F900, 0x1F9FF }, { 0x20000, 0x3FFFD },
+        { 0x1100, 0x115F },   { 0x2E80, 0x303E },   { 0x3041, 0x33FF }, { 0x3400, 0x4DBF },
+        { 0x4E00, 0x9FFF },   { 0xA000, 0xA4CF },   { 0xAC00, 0xD7A3 }, { 0xF900, 0xFAFF },
+        { 0xFE30, 0xFE4F },   { 0xFF00, 0xFF60 },   { 0xFFE0, 0xFFE6 }, { 0x1F300, 0x1F64F },
+        { 0x1F900, 0x1F9FF }, { 0x20000, 0x3FFFD },
     };
     if (cp >= 0x300 && tok_uni_category(cp) == TOK_CAT_M) return 0;
     for (size_t i = 0; i < sizeof wide / sizeof wide[0]; i++)
@@ -295,8 +296,10 @@ static int lined__read_escape(LineEditor *ed) {
     case 'H': return LINED__KEY_HOME;
     case 'F': return LINED__KEY_END;
     case '~':
-        return number == 1 || number == 7 ? LINED__KEY_HOME : number == 4 || number == 8 ? LINED__KEY_END
-             : number == 3 ? LINED__KEY_DELETE : LINED__KEY_NONE;
+        return number == 1 || number == 7   ? LINED__KEY_HOME
+               : number == 4 || number == 8 ? LINED__KEY_END
+               : number == 3                ? LINED__KEY_DELETE
+                                            : LINED__KEY_NONE;
     default: return LINED__KEY_NONE;
     }
 }
@@ -337,21 +340,30 @@ LinedStatus lined_read(LineEditor *ed, const char *prompt) {
             break;
         case 4:    /* Ctrl-D */
             if (!ed->len) { status = LINED_EOF; goto done; }
-            if (ed->cursor < ed->len) lined__delete(ed, ed->cursor, lined__char_after(ed, ed->cursor));
+            if (ed->cursor < ed->len)
+                lined__delete(ed, ed->cursor, lined__char_after(ed, ed->cursor));
             break;
         case LINED__KEY_DELETE:
-            if (ed->cursor < ed->len) lined__delete(ed, ed->cursor, lined__char_after(ed, ed->cursor));
+            if (ed->cursor < ed->len)
+                lined__delete(ed, ed->cursor, lined__char_after(ed, ed->cursor));
             break;
         case 127: case 8:   /* Backspace: one whole character */
             if (ed->cursor > 0) lined__delete(ed, lined__char_before(ed, ed->cursor), ed->cursor);
             break;
         case 1: case LINED__KEY_HOME: ed->cursor = 0; break;
         case 5: case LINED__KEY_END: ed->cursor = ed->len; break;
-        case 2: case LINED__KEY_LEFT: if (ed->cursor > 0) ed->cursor = lined__char_before(ed, ed->cursor); break;
-        case 6: case LINED__KEY_RIGHT: if (ed->cursor < ed->len) ed->cursor = lined__char_after(ed, ed->cursor); break;
+        case 2:
+        case LINED__KEY_LEFT:
+            if (ed->cursor > 0) ed->cursor = lined__char_before(ed, ed->cursor);
+            break;
+        case 6:
+        case LINED__KEY_RIGHT:
+            if (ed->cursor < ed->len) ed->cursor = lined__char_after(ed, ed->cursor);
+            break;
         case 21: lined__delete(ed, 0, ed->cursor); break;          /* Ctrl-U */
         case 11: lined__delete(ed, ed->cursor, ed->len); break;    /* Ctrl-K */
-        case 23: {                                                 /* Ctrl-W: the word before the cursor */
+        /* Ctrl-W: the word before the cursor */
+        case 23: {
             size_t i = ed->cursor;
             while (i > 0 && ed->buf[i - 1] == ' ') i--;
             while (i > 0 && ed->buf[i - 1] != ' ') i--;
@@ -359,12 +371,14 @@ LinedStatus lined_read(LineEditor *ed, const char *prompt) {
             break;
         }
         case 12: lined__write(ed->out_fd, "\033[H\033[2J", 7); break;   /* Ctrl-L */
-        case 16: case LINED__KEY_UP: case 14: case LINED__KEY_DOWN: {  /* history: Ctrl-P / Ctrl-N too */
+        /* history: Ctrl-P / Ctrl-N too */
+        case 16: case LINED__KEY_UP: case 14: case LINED__KEY_DOWN: {
             int to = browsing + (key == 16 || key == LINED__KEY_UP ? -1 : 1);
             if (to < 0 || to > ed->n_history) break;
             if (browsing == ed->n_history) { free(draft); draft = strdup(ed->buf); }
             browsing = to;
-            lined__set(ed, browsing == ed->n_history ? (draft ? draft : "") : ed->history[browsing]);
+            lined__set(ed,
+                       browsing == ed->n_history ? (draft ? draft : "") : ed->history[browsing]);
             break;
         }
         case '\t': lined__insert(ed, " ", 1); break;
@@ -376,13 +390,15 @@ LinedStatus lined_read(LineEditor *ed, const char *prompt) {
                 unsigned char utf8[4] = { (unsigned char)key };
                 size_t need = key >= 0xF0 ? 4 : key >= 0xE0 ? 3 : 2, got = 1;
                 while (got < need && lined__read_byte(ed, &c)) {
-                    if ((c & 0xC0) != 0x80) { ed->in_pos--; break; }   /* not part of it: keep it for the next key */
+                    /* not part of it: keep it for the next key */
+                    if ((c & 0xC0) != 0x80) { ed->in_pos--; break; }
                     utf8[got++] = c;
                 }
                 uint32_t cp;
                 int bad;
                 /* whole, well-formed, and not a C1 control (U+0080..U+009F: CSI and friends) */
-                if (got == need && tok_utf8_next(utf8, need, &cp, &bad) == need && !bad && cp > 0x9F)
+                if (got == need && tok_utf8_next(utf8, need, &cp, &bad) == need && !bad &&
+                    cp > 0x9F)
                     lined__insert(ed, (const char *)utf8, need);
             }
             break;   /* other control bytes are ignored */

@@ -7,9 +7,9 @@
      validate.c   REF=file: teacher forcing, greedy decoding and replay against the oracle
      text.c       tokenizer glue, TOKENIZE, TEMPLATE, PROMPT and the terminal chat
      quality.c    PPL, KLD and SCORE: perplexity, divergence from a saved run, multiple choice
-     server.c     SERVE: the HTTP server, the core every API shares, and the OpenAI chat and completions API
+     server.c     SERVE: the HTTP server, the core every API shares, OpenAI chat and completions
      api_*.c      SERVE's other APIs: Anthropic Messages, OpenAI Responses, Ollama
-     web.c        SERVE: the browser page (GET /, built from web/) and the engine's figures (GET /stats)
+     web.c        SERVE: the browser page (GET /, from web/) and the engine's figures (GET /stats)
      plan.c       PLAN and DOCTOR
    Tests include glm.c alone for the engine, and a front end's file after it to test that front end
    (GLM_NO_MAIN leaves main() out). */

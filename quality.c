@@ -78,14 +78,23 @@ typedef struct {
 static int ppl_plan(PplPlan *p, int n, int ctx, int stride, int bos, char *err, size_t err_len) {
     memset(p, 0, sizeof *p);
     const int W = ctx - bos;
-    if (W < 2) { snprintf(err, err_len, "CTX=%d leaves fewer than 2 text tokens per window", ctx); return -1; }
+    if (W < 2) {
+        snprintf(err, err_len, "CTX=%d leaves fewer than 2 text tokens per window", ctx);
+        return -1;
+    }
     const int half_up = W - W / 2;
     if (stride <= 0) stride = half_up;
-    if (stride > W) { snprintf(err, err_len, "PPL_STRIDE=%d is longer than a window (%d text tokens)", stride, W); return -1; }
+    if (stride > W) {
+        snprintf(err, err_len, "PPL_STRIDE=%d is longer than a window (%d text tokens)", stride, W);
+        return -1;
+    }
     p->window = W;
     p->stride = stride;
     p->bos = bos;
-    if (n - (bos ? 0 : 1) < 1) { snprintf(err, err_len, "the text has %d token%s: nothing to score", n, n == 1 ? "" : "s"); return -1; }
+    if (n - (bos ? 0 : 1) < 1) {
+        snprintf(err, err_len, "the text has %d token%s: nothing to score", n, n == 1 ? "" : "s");
+        return -1;
+    }
     if (n <= W) {
         p->w = xmalloc(sizeof *p->w);
         p->w[0] = (PplWindow){ 0, n, bos ? 0 : 1 };
@@ -94,7 +103,8 @@ static int ppl_plan(PplPlan *p, int n, int ctx, int stride, int bos, char *err, 
         const int keep = stride < half_up ? stride : half_up;
         const int full = (n - W) / stride + 1;
         p->w = xmalloc((size_t)(full + 1) * sizeof *p->w);
-        for (int k = 0; k < full; k++) p->w[k] = (PplWindow){ k * stride, W, k * stride + W - keep };
+        for (int k = 0; k < full; k++)
+            p->w[k] = (PplWindow){ k * stride, W, k * stride + W - keep };
         p->n = full;
         const int end = (full - 1) * stride + W;
         if (end < n) p->w[p->n++] = (PplWindow){ n - W, W, end > n - keep ? end : n - keep };
@@ -103,7 +113,7 @@ static int ppl_plan(PplPlan *p, int n, int ctx, int stride, int bos, char *err, 
     return 0;
 }
 
-/* ---- the logits file --------------------------------------------------------------------------- */
+/* ---- the logits file ------------------------------------------------------------------------- */
 
 #define LF_MAGIC "GLMLOGIT"
 #define LF_VERSION 1
@@ -181,7 +191,8 @@ static int lf_read_header(SessionSource *src, LogitsHeader *h, char *err, size_t
     }
     if (session_source_read(src, b + 8, LF_HEADER_BYTES - 8, err, err_len)) return -1;
     if (get_u32(b + 8) != LF_VERSION || get_u32(b + 12) != LF_HEADER_BYTES) {
-        snprintf(err, err_len, "has version %u (header %u bytes); this glm reads version %d", get_u32(b + 8), get_u32(b + 12), LF_VERSION);
+        snprintf(err, err_len, "has version %u (header %u bytes); this glm reads version %d",
+                 get_u32(b + 8), get_u32(b + 12), LF_VERSION);
         return -1;
     }
     h->vocab = get_u32(b + 16);
@@ -204,19 +215,25 @@ static int lf_read_header(SessionSource *src, LogitsHeader *h, char *err, size_t
         snprintf(err, err_len, "has a model or text name without its end");
         return -1;
     }
-    if (h->vocab < 2 || h->vocab > (1u << 24) || h->top_k >= h->vocab || h->n_tokens < 1 || h->n_tokens > INT32_MAX ||
-        h->n_positions < 1 || h->n_positions > h->n_tokens || h->ctx < 2 || h->ctx > (1u << 24) || h->stride < 1 ||
-        h->stride > h->ctx || h->bos_id < -1 || h->bos_id >= (int32_t)h->vocab) {
-        snprintf(err, err_len, "has a header with impossible values (vocab %u, top-k %u, %llu tokens, %llu positions, CTX %u, "
-                 "stride %u, BOS %d)", h->vocab, h->top_k, (unsigned long long)h->n_tokens, (unsigned long long)h->n_positions,
-                 h->ctx, h->stride, h->bos_id);
+    if (h->vocab < 2 || h->vocab > (1u << 24) || h->top_k >= h->vocab || h->n_tokens < 1 ||
+        h->n_tokens > INT32_MAX || h->n_positions < 1 || h->n_positions > h->n_tokens ||
+        h->ctx < 2 || h->ctx > (1u << 24) || h->stride < 1 || h->stride > h->ctx ||
+        h->bos_id < -1 || h->bos_id >= (int32_t)h->vocab) {
+        snprintf(err, err_len,
+                 "has a header with impossible values (vocab %u, top-k %u, %llu tokens, %llu "
+                 "positions, CTX %u, "
+                 "stride %u, BOS %d)",
+                 h->vocab, h->top_k, (unsigned long long)h->n_tokens,
+                 (unsigned long long)h->n_positions, h->ctx, h->stride, h->bos_id);
         return -1;
     }
     /* at most 2^31 positions of at most 24 + 2^26 bytes: no overflow in 64 bits */
-    const uint64_t want = LF_HEADER_BYTES + 4 * h->n_tokens + h->n_positions * lf_record_bytes(h) + 8;
+    const uint64_t want =
+        LF_HEADER_BYTES + 4 * h->n_tokens + h->n_positions * lf_record_bytes(h) + 8;
     if (src->size != want) {
-        snprintf(err, err_len, "is %s: %llu bytes where its header promises %llu", src->size < want ? "truncated" : "too long",
-                 (unsigned long long)src->size, (unsigned long long)want);
+        snprintf(err, err_len, "is %s: %llu bytes where its header promises %llu",
+                 src->size < want ? "truncated" : "too long", (unsigned long long)src->size,
+                 (unsigned long long)want);
         return -1;
     }
     return 0;
@@ -236,8 +253,8 @@ static void lf_record_free(LogitsRecord *r) {
 
 /* The next record into r (allocated by lf_record_alloc), its values checked: 0, or -1 with err.
    `mark` is [vocab] zero bytes of scratch (left zero). */
-static int lf_read_record(SessionSource *src, const LogitsHeader *h, LogitsRecord *r, unsigned char *mark, uint64_t index,
-                          char *err, size_t err_len) {
+static int lf_read_record(SessionSource *src, const LogitsHeader *h, LogitsRecord *r,
+                          unsigned char *mark, uint64_t index, char *err, size_t err_len) {
     unsigned char b[LF_RECORD_FIXED];
     if (session_source_read(src, b, sizeof b, err, err_len)) return -1;
     r->target = get_u32(b);
@@ -259,17 +276,26 @@ static int lf_read_record(SessionSource *src, const LogitsHeader *h, LogitsRecor
     if (rc) return -1;
     const char *bad = NULL;
     if (r->target >= h->vocab) bad = "a target outside the vocabulary";
-    else if (!isfinite(r->target_logit) || !isfinite(r->logz) || !(r->rest >= 0.0 && r->rest <= 1.0)) bad = "a value out of range";
+    else if (!isfinite(r->target_logit) || !isfinite(r->logz) ||
+             !(r->rest >= 0.0 && r->rest <= 1.0))
+        bad = "a value out of range";
     for (uint32_t i = 0; i < n && !bad; i++) {
-        if (!isfinite(r->logits[i]) || (double)r->logits[i] > r->logz + 1e-6) bad = "a logit that is not finite or above logZ";
-        else if (k && (r->ids[i] >= h->vocab || mark[r->ids[i]])) bad = "an id outside the vocabulary or twice";
-        else if (k && i && (r->logits[i] > r->logits[i - 1] || (r->logits[i] == r->logits[i - 1] && r->ids[i] < r->ids[i - 1])))
+        if (!isfinite(r->logits[i]) || (double)r->logits[i] > r->logz + 1e-6)
+            bad = "a logit that is not finite or above logZ";
+        else if (k && (r->ids[i] >= h->vocab || mark[r->ids[i]]))
+            bad = "an id outside the vocabulary or twice";
+        else if (k && i &&
+                 (r->logits[i] > r->logits[i - 1] ||
+                  (r->logits[i] == r->logits[i - 1] && r->ids[i] < r->ids[i - 1])))
             bad = "top logits out of order";
         else if (k) mark[r->ids[i]] = 1;
     }
-    if (!bad && !k && r->logits[r->target] != r->target_logit) bad = "a target logit that is not its row's";
+    if (!bad && !k && r->logits[r->target] != r->target_logit)
+        bad = "a target logit that is not its row's";
     if (!bad && k && mark[r->target]) {
-        for (uint32_t i = 0; i < k; i++) if (r->ids[i] == r->target && r->logits[i] != r->target_logit) bad = "a target logit that is not its row's";
+        for (uint32_t i = 0; i < k; i++)
+            if (r->ids[i] == r->target && r->logits[i] != r->target_logit)
+                bad = "a target logit that is not its row's";
     }
     if (!bad) {   /* the stored probabilities sum to one */
         double sum = r->rest;
@@ -295,11 +321,17 @@ static int lf_check(SessionSource *src, LogitsHeader *h, int **tokens, char *err
     int rc = session_source_read(src, raw, (uint64_t)n * 4, err, err_len);
     for (int i = 0; i < n && !rc; i++) {
         const uint32_t id = get_u32(raw + 4 * i);
-        if (id >= h->vocab) { snprintf(err, err_len, "is damaged: token %d (%u) is outside the vocabulary", i, id); rc = -1; }
+        if (id >= h->vocab) {
+            snprintf(err, err_len, "is damaged: token %d (%u) is outside the vocabulary", i, id);
+            rc = -1;
+        }
         ids[i] = (int)id;
     }
     free(raw);
-    if (!rc && tokens_hash(ids, n) != h->tokens_hash) { snprintf(err, err_len, "is damaged: its token ids do not match their hash"); rc = -1; }
+    if (!rc && tokens_hash(ids, n) != h->tokens_hash) {
+        snprintf(err, err_len, "is damaged: its token ids do not match their hash");
+        rc = -1;
+    }
     PplPlan plan = { 0 };
     char perr[256];
     if (!rc && ppl_plan(&plan, n, (int)h->ctx, (int)h->stride, h->bos_id >= 0, perr, sizeof perr)) {
@@ -307,7 +339,8 @@ static int lf_check(SessionSource *src, LogitsHeader *h, int **tokens, char *err
         rc = -1;
     }
     if (!rc && (uint64_t)plan.scored != h->n_positions) {
-        snprintf(err, err_len, "is damaged: its windows score %lld positions, it holds %llu", plan.scored, (unsigned long long)h->n_positions);
+        snprintf(err, err_len, "is damaged: its windows score %lld positions, it holds %llu",
+                 plan.scored, (unsigned long long)h->n_positions);
         rc = -1;
     }
     const uint64_t first_record = src->off;
@@ -317,10 +350,13 @@ static int lf_check(SessionSource *src, LogitsHeader *h, int **tokens, char *err
         unsigned char *mark = xcalloc(h->vocab, 1);
         uint64_t index = 0;
         for (int k = 0; k < plan.n && !rc; k++)
-            for (int t = plan.w[k].score_from; t < plan.w[k].start + plan.w[k].len && !rc; t++, index++) {
+            for (int t = plan.w[k].score_from; t < plan.w[k].start + plan.w[k].len && !rc;
+                 t++, index++) {
                 rc = lf_read_record(src, h, &r, mark, index, err, err_len);
                 if (!rc && r.target != (uint32_t)ids[t]) {
-                    snprintf(err, err_len, "is damaged: position %llu predicts %u, the text has %d there", (unsigned long long)index, r.target, ids[t]);
+                    snprintf(err, err_len,
+                             "is damaged: position %llu predicts %u, the text has %d there",
+                             (unsigned long long)index, r.target, ids[t]);
                     rc = -1;
                 }
             }
@@ -331,7 +367,10 @@ static int lf_check(SessionSource *src, LogitsHeader *h, int **tokens, char *err
         const uint64_t want = hash64_final(&src->hash);
         unsigned char t[8];
         if (session_source_read(src, t, 8, err, err_len)) rc = -1;
-        else if (get_u64(t) != want) { snprintf(err, err_len, "is damaged: its checksum does not match"); rc = -1; }
+        else if (get_u64(t) != want) {
+            snprintf(err, err_len, "is damaged: its checksum does not match");
+            rc = -1;
+        }
     }
     free(plan.w);
     if (rc) { free(ids); return -1; }
@@ -342,29 +381,36 @@ static int lf_check(SessionSource *src, LogitsHeader *h, int **tokens, char *err
 
 /* A checked file against this run: the same model, text and windows. 0, or -1 with err naming
    what differs. */
-static int lf_match(const LogitsHeader *file, const int *file_tokens, const LogitsHeader *run, const int *tokens, char *err,
-                    size_t err_len) {
-    if (file->vocab != run->vocab || file->model_config != run->model_config || file->model_weights != run->model_weights) {
-        snprintf(err, err_len, "was made from another model (SNAP=%s, vocab %u); this run's model is SNAP=%s", file->model, file->vocab,
-                 run->model);
+static int lf_match(const LogitsHeader *file, const int *file_tokens, const LogitsHeader *run,
+                    const int *tokens, char *err, size_t err_len) {
+    if (file->vocab != run->vocab || file->model_config != run->model_config ||
+        file->model_weights != run->model_weights) {
+        snprintf(err, err_len,
+                 "was made from another model (SNAP=%s, vocab %u); this run's model is SNAP=%s",
+                 file->model, file->vocab, run->model);
         return -1;
     }
     if (file->n_tokens != run->n_tokens || file->tokens_hash != run->tokens_hash) {
         uint64_t i = 0;
         while (i < file->n_tokens && i < run->n_tokens && file_tokens[i] == tokens[i]) i++;
-        snprintf(err, err_len, "was made from another text (PPL=%s, %llu tokens); PPL=%s has %llu tokens, the first difference at token %llu",
-                 file->text, (unsigned long long)file->n_tokens, run->text, (unsigned long long)run->n_tokens, (unsigned long long)i);
+        snprintf(err, err_len,
+                 "was made from another text (PPL=%s, %llu tokens); PPL=%s has %llu tokens, the "
+                 "first difference at token %llu",
+                 file->text, (unsigned long long)file->n_tokens, run->text,
+                 (unsigned long long)run->n_tokens, (unsigned long long)i);
         return -1;
     }
     if (file->ctx != run->ctx || file->stride != run->stride || file->bos_id != run->bos_id) {
-        snprintf(err, err_len, "was made with other windows (CTX=%u, PPL_STRIDE=%u, BOS id %d); this run has CTX=%u, PPL_STRIDE=%u, BOS id %d",
+        snprintf(err, err_len,
+                 "was made with other windows (CTX=%u, PPL_STRIDE=%u, BOS id %d); this run has "
+                 "CTX=%u, PPL_STRIDE=%u, BOS id %d",
                  file->ctx, file->stride, file->bos_id, run->ctx, run->stride, run->bos_id);
         return -1;
     }
     return 0;
 }
 
-/* ---- the distributions of one position ----------------------------------------------------------- */
+/* ---- the distributions of one position ------------------------------------------------------- */
 
 /* The top k of a logits row into ids/vals: descending logit, smaller id first on ties. */
 static void top_k_logits(const float *l, int V, int k, uint32_t *ids, float *vals) {
@@ -387,7 +433,8 @@ static double rest_mass(const float *l, int V, double logz, const unsigned char 
 
 /* KL(P || Q) of the reference record P against the logits row q (its logZ qz): over the stored
    ids plus the rest bucket for top-k records, over the whole row for full ones. */
-static double kl_divergence(const LogitsHeader *h, const LogitsRecord *p, const float *q, double qz, unsigned char *mark) {
+static double kl_divergence(const LogitsHeader *h, const LogitsRecord *p, const float *q, double qz,
+                            unsigned char *mark) {
     const int V = (int)h->vocab;
     double kl = 0.0;
     if (!h->top_k) {
@@ -408,7 +455,7 @@ static double kl_divergence(const LogitsHeader *h, const LogitsRecord *p, const 
     return kl;
 }
 
-/* ---- PPL mode --------------------------------------------------------------------------------- */
+/* ---- PPL mode -------------------------------------------------------------------------------- */
 
 typedef struct {
     const Settings *set;
@@ -480,11 +527,13 @@ static void ppl_score_row(PplRun *r, const float *l, int target) {
     if (r->save) ppl_save_record(r, l, target, logz);
     if (r->ref) {
         char err[400];
-        if (lf_read_record(r->ref, r->ref_header, &r->ref_record, r->mark, (uint64_t)r->count, err, sizeof err))
+        if (lf_read_record(r->ref, r->ref_header, &r->ref_record, r->mark, (uint64_t)r->count, err,
+                           sizeof err))
             die("KLD=%s %s (it changed after it was checked)", r->set->kld_path, err);
         const LogitsRecord *p = &r->ref_record;
-        if (p->target != (uint32_t)target) die("KLD=%s: position %lld predicts %u, this run %d (it changed after it was checked)",
-                                               r->set->kld_path, r->count, p->target, target);
+        if (p->target != (uint32_t)target)
+            die("KLD=%s: position %lld predicts %u, this run %d (it changed after it was checked)",
+                r->set->kld_path, r->count, p->target, target);
         r->kl[r->count] = kl_divergence(r->ref_header, p, l, logz, r->mark);
         const int ref_top = r->ref_header->top_k ? (int)p->ids[0] : argmax(p->logits, r->V);
         r->same_top += argmax(l, r->V) == ref_top;
@@ -507,7 +556,8 @@ static void ppl_chunk(void *user, int pos0, int S, const float *logits, const fl
     PplRun *r = user;
     for (int j = 0; j < S; j++) {
         const int next = pos0 + j + 1;
-        if (next >= r->first_scored && next < r->seq_len) ppl_score_row(r, logits + (size_t)j * r->V, r->seq[next]);
+        if (next >= r->first_scored && next < r->seq_len)
+            ppl_score_row(r, logits + (size_t)j * r->V, r->seq[next]);
     }
 }
 
@@ -540,7 +590,8 @@ static int config_bos_id(const char *dir) {
         JsonDoc *doc = json_parse(text, len, err, sizeof err);
         free(text);
         int64_t id = -1;
-        const int found = doc && json_is_int(json_get(json_root(doc), "bos_token_id"), &id) && id >= 0 && id <= INT32_MAX;
+        const int found = doc && json_is_int(json_get(json_root(doc), "bos_token_id"), &id) &&
+                          id >= 0 && id <= INT32_MAX;
         json_free(doc);
         if (found) return (int)id;
     }
@@ -555,8 +606,9 @@ static char *quality_read_text(const char *setting, const char *path, size_t *le
     return text;
 }
 
-static void ppl_write_json(const Settings *set, const PplPlan *plan, const int *window_count, const double *window_nll, int n_tokens,
-                           const PplRun *r, double ppl, double ppl_err, const double *kl_sorted, const LogitsHeader *refh) {
+static void ppl_write_json(const Settings *set, const PplPlan *plan, const int *window_count,
+                           const double *window_nll, int n_tokens, const PplRun *r, double ppl,
+                           double ppl_err, const double *kl_sorted, const LogitsHeader *refh) {
     JsonWriter w;
     jw_init(&w);
     jw_obj(&w);
@@ -612,7 +664,10 @@ static void ppl_write_json(const Settings *set, const PplPlan *plan, const int *
     char err[4400];
     FILE *f = atomic_begin(&af, set->ppl_json, err, sizeof err);
     if (!f) die("PPL_JSON=%s: %s", set->ppl_json, err);
-    if (fwrite(text, 1, len, f) != len || fputc('\n', f) == EOF) { atomic_abort(&af); die("PPL_JSON=%s: writing failed", set->ppl_json); }
+    if (fwrite(text, 1, len, f) != len || fputc('\n', f) == EOF) {
+        atomic_abort(&af);
+        die("PPL_JSON=%s: writing failed", set->ppl_json);
+    }
     if (atomic_commit(&af, err, sizeof err)) die("PPL_JSON=%s: %s", set->ppl_json, err);
     jw_free(&w);
 }
@@ -620,7 +675,8 @@ static void ppl_write_json(const Settings *set, const PplPlan *plan, const int *
 static int run_ppl(const Settings *set) {
     if (set->score_json[0]) die("SCORE_JSON is SCORE's: PPL writes PPL_JSON");
     if (set->logits_save[0] && set->kld_path[0] && !strcmp(set->logits_save, set->kld_path))
-        die("LOGITS_SAVE and KLD name the same file %s: the reference would be overwritten", set->kld_path);
+        die("LOGITS_SAVE and KLD name the same file %s: the reference would be overwritten",
+            set->kld_path);
     TextCodec tc = codec_load(set->model_dir, set->special);
     size_t len;
     char *text = quality_read_text("PPL", set->ppl_path, &len);
@@ -630,23 +686,28 @@ static int run_ppl(const Settings *set) {
     int bos_id = -1;
     if (set->bos) {
         bos_id = config_bos_id(set->model_dir);
-        if (bos_id < 0) die("BOS=1: %s/config.json (and generation_config.json) has no bos_token_id", set->model_dir);
+        if (bos_id < 0)
+            die("BOS=1: %s/config.json (and generation_config.json) has no bos_token_id",
+                set->model_dir);
     }
     const int ctx = set->ctx ? set->ctx : 512;
     PplPlan plan;
     char err[4400];
-    if (ppl_plan(&plan, toks.n, ctx, set->ppl_stride, set->bos, err, sizeof err)) die("PPL=%s: %s", set->ppl_path, err);
+    if (ppl_plan(&plan, toks.n, ctx, set->ppl_stride, set->bos, err, sizeof err))
+        die("PPL=%s: %s", set->ppl_path, err);
     /* KLD: the reference is checked whole before the model loads */
     SessionSource ref = { .fd = -1 };
     LogitsHeader refh = { 0 };
     int *ref_tokens = NULL;
     if (set->kld_path[0]) {
-        if (session_source_open(&ref, set->kld_path, err, sizeof err) || lf_check(&ref, &refh, &ref_tokens, err, sizeof err))
+        if (session_source_open(&ref, set->kld_path, err, sizeof err) ||
+            lf_check(&ref, &refh, &ref_tokens, err, sizeof err))
             die("KLD=%s %s", set->kld_path, err);
     }
     Config config = config_load(set->model_dir);
     codec_check_vocab(&tc, config.vocab);
-    if (bos_id >= config.vocab) die("BOS=1: bos_token_id %d is outside the vocabulary (%d)", bos_id, config.vocab);
+    if (bos_id >= config.vocab)
+        die("BOS=1: bos_token_id %d is outside the vocabulary (%d)", bos_id, config.vocab);
     config_free(&config);
     Model model;
     model_load(&model, set, ctx);
@@ -654,15 +715,27 @@ static int run_ppl(const Settings *set) {
     ForwardOptions opt = engine_start(set, &model, &state, ctx);
     const int V = model.c.vocab;
     const SessionKey key = session_key(&model, set, &opt);
-    LogitsHeader runh = { .vocab = (uint32_t)V, .top_k = (uint32_t)set->logits_top, .n_tokens = (uint64_t)toks.n,
-                          .n_positions = (uint64_t)plan.scored, .model_config = key.config, .model_weights = key.weights,
-                          .tokens_hash = tokens_hash(toks.ids, toks.n), .ctx = (uint32_t)ctx, .stride = (uint32_t)plan.stride,
-                          .bos_id = bos_id, .expert_bits = (uint32_t)set->expert_bits, .dense_bits = (uint32_t)set->dense_bits,
-                          .group = (uint32_t)set->group, .idot = (uint32_t)set->idot };
+    LogitsHeader runh = { .vocab = (uint32_t)V,
+                          .top_k = (uint32_t)set->logits_top,
+                          .n_tokens = (uint64_t)toks.n,
+                          .n_positions = (uint64_t)plan.scored,
+                          .model_config = key.config,
+                          .model_weights = key.weights,
+                          .tokens_hash = tokens_hash(toks.ids, toks.n),
+                          .ctx = (uint32_t)ctx,
+                          .stride = (uint32_t)plan.stride,
+                          .bos_id = bos_id,
+                          .expert_bits = (uint32_t)set->expert_bits,
+                          .dense_bits = (uint32_t)set->dense_bits,
+                          .group = (uint32_t)set->group,
+                          .idot = (uint32_t)set->idot };
     snprintf(runh.model, sizeof runh.model, "%s", set->model_dir);
     snprintf(runh.text, sizeof runh.text, "%s", set->ppl_path);
-    if (set->kld_path[0] && lf_match(&refh, ref_tokens, &runh, toks.ids, err, sizeof err)) die("KLD=%s %s", set->kld_path, err);
-    if (set->logits_top >= V) die("LOGITS_TOP=%d: the vocabulary has %d ids; LOGITS_TOP=0 saves full rows", set->logits_top, V);
+    if (set->kld_path[0] && lf_match(&refh, ref_tokens, &runh, toks.ids, err, sizeof err))
+        die("KLD=%s %s", set->kld_path, err);
+    if (set->logits_top >= V)
+        die("LOGITS_TOP=%d: the vocabulary has %d ids; LOGITS_TOP=0 saves full rows",
+            set->logits_top, V);
 
     PplRun r = { .set = set, .plan = &plan, .V = V };
     r.mark = xcalloc((size_t)V, 1);
@@ -690,8 +763,10 @@ static int run_ppl(const Settings *set) {
         lf_record_alloc(&refh, &r.ref_record);
         r.kl = xmalloc((size_t)plan.scored * sizeof(double));
     }
-    fprintf(stderr, "glm: PPL: %s: %d tokens, %d window%s of %d (stride %d%s), %lld tokens scored\n", set->ppl_path, toks.n, plan.n,
-            plan.n == 1 ? "" : "s", ctx, plan.stride, bos_id >= 0 ? ", BOS first" : "", plan.scored);
+    fprintf(stderr,
+            "glm: PPL: %s: %d tokens, %d window%s of %d (stride %d%s), %lld tokens scored\n",
+            set->ppl_path, toks.n, plan.n, plan.n == 1 ? "" : "s", ctx, plan.stride,
+            bos_id >= 0 ? ", BOS first" : "", plan.scored);
     Generator *g = generator_create(&model, &state, &opt, (SamplerSettings){ 0.0f, 1.0f, 1 });
     g->on_logits = ppl_chunk;
     g->on_logits_user = &r;
@@ -718,42 +793,58 @@ static int run_ppl(const Settings *set) {
         window_nll[k] = r.window_nll;
         const double now = now_seconds();
         if (progress_tty || now - last_note >= 2.0 || k + 1 == plan.n) {
-            fprintf(stderr, "%sglm: PPL window %d/%d: %lld tokens scored, PPL so far %.4f (%.1f tok/s)%s", progress_tty ? "\r" : "",
-                    k + 1, plan.n, r.count, exp(r.nll / r.count), r.count / (now - t0 > 0 ? now - t0 : 1e-9),
+            fprintf(stderr,
+                    "%sglm: PPL window %d/%d: %lld tokens scored, PPL so far %.4f (%.1f tok/s)%s",
+                    progress_tty ? "\r" : "", k + 1, plan.n, r.count, exp(r.nll / r.count),
+                    r.count / (now - t0 > 0 ? now - t0 : 1e-9),
                     progress_tty && k + 1 < plan.n ? "" : "\n");
             last_note = now;
         }
     }
     const double seconds = now_seconds() - t0;
-    if (r.count != plan.scored) die("internal: %lld positions scored, the plan has %lld", r.count, plan.scored);
+    if (r.count != plan.scored)
+        die("internal: %lld positions scored, the plan has %lld", r.count, plan.scored);
     if (r.save) {
         unsigned char t[8];
         put_u64(t, hash64_final(&r.save_hash));
         if (!r.save_failed && fwrite(t, 1, 8, r.save) != 8) r.save_failed = 1;
-        if (r.save_failed) { atomic_abort(&af); die("LOGITS_SAVE=%s: writing failed: %s", set->logits_save, strerror(errno)); }
+        if (r.save_failed) {
+            atomic_abort(&af);
+            die("LOGITS_SAVE=%s: writing failed: %s", set->logits_save, strerror(errno));
+        }
         if (atomic_commit(&af, err, sizeof err)) die("LOGITS_SAVE=%s: %s", set->logits_save, err);
-        fprintf(stderr, "glm: LOGITS_SAVE: %s: %lld positions, %s, %llu bytes each\n", set->logits_save, r.count,
-                r.save_top ? "top logits and the rest's mass" : "full rows", (unsigned long long)lf_record_bytes(&runh));
+        fprintf(stderr, "glm: LOGITS_SAVE: %s: %lld positions, %s, %llu bytes each\n",
+                set->logits_save, r.count,
+                r.save_top ? "top logits and the rest's mass" : "full rows",
+                (unsigned long long)lf_record_bytes(&runh));
     }
-    const double mean = r.nll / r.count, ppl = exp(mean), ppl_err = ppl * std_error(r.nll, r.nll2, r.count);
-    printf("PPL: %.10g +/- %.6g over %lld tokens (%d window%s of %d tokens, stride %d%s)\n", ppl, ppl_err, r.count, plan.n,
-           plan.n == 1 ? "" : "s", ctx, plan.stride, bos_id >= 0 ? ", BOS" : "");
+    const double mean = r.nll / r.count, ppl = exp(mean),
+                 ppl_err = ppl * std_error(r.nll, r.nll2, r.count);
+    printf("PPL: %.10g +/- %.6g over %lld tokens (%d window%s of %d tokens, stride %d%s)\n", ppl,
+           ppl_err, r.count, plan.n, plan.n == 1 ? "" : "s", ctx, plan.stride,
+           bos_id >= 0 ? ", BOS" : "");
     if (r.ref) {
         const long long n = r.count;
         double kl_sum = 0, kl_sum2 = 0;
         for (long long i = 0; i < n; i++) { kl_sum += r.kl[i]; kl_sum2 += r.kl[i] * r.kl[i]; }
         qsort(r.kl, (size_t)n, sizeof(double), double_cmp);
         const double agree = (double)r.same_top / n;
-        printf("KLD: mean %.6g +/- %.3g | median %.6g | p90 %.6g | p99 %.6g | max %.6g (%lld positions, reference %s)\n",
-               kl_sum / n, std_error(kl_sum, kl_sum2, n), percentile(r.kl, n, 0.5), percentile(r.kl, n, 0.9),
-               percentile(r.kl, n, 0.99), r.kl[n - 1], n, refh.top_k ? "top-k + rest" : "full rows");
-        printf("top-1 agreement: %.4f%% +/- %.3g%%\n", 100.0 * agree, 100.0 * sqrt(agree * (1 - agree) / (n > 1 ? n - 1 : 1)));
-        printf("PPL ratio: %.8g (ln %.6g +/- %.3g) against the reference's PPL %.10g (%s, bits %u/%u, GROUP %u)\n", exp(r.dnll / n),
-               r.dnll / n, std_error(r.dnll, r.dnll2, n), exp(r.ref_nll / n), refh.model, refh.expert_bits, refh.dense_bits, refh.group);
+        printf("KLD: mean %.6g +/- %.3g | median %.6g | p90 %.6g | p99 %.6g | max %.6g (%lld "
+               "positions, reference %s)\n",
+               kl_sum / n, std_error(kl_sum, kl_sum2, n), percentile(r.kl, n, 0.5),
+               percentile(r.kl, n, 0.9), percentile(r.kl, n, 0.99), r.kl[n - 1], n,
+               refh.top_k ? "top-k + rest" : "full rows");
+        printf("top-1 agreement: %.4f%% +/- %.3g%%\n", 100.0 * agree,
+               100.0 * sqrt(agree * (1 - agree) / (n > 1 ? n - 1 : 1)));
+        printf("PPL ratio: %.8g (ln %.6g +/- %.3g) against the reference's PPL %.10g (%s, bits "
+               "%u/%u, GROUP %u)\n",
+               exp(r.dnll / n), r.dnll / n, std_error(r.dnll, r.dnll2, n), exp(r.ref_nll / n),
+               refh.model, refh.expert_bits, refh.dense_bits, refh.group);
     }
-    if (set->ppl_json[0]) ppl_write_json(set, &plan, window_count, window_nll, toks.n, &r, ppl, ppl_err, r.kl, &refh);
-    fprintf(stderr, "glm: PPL: %lld tokens scored in %.2f s (%.1f tok/s) | peak RSS %.2f GB\n", r.count, seconds,
-            r.count / (seconds > 0 ? seconds : 1e-9), peak_rss_gb());
+    if (set->ppl_json[0])
+        ppl_write_json(set, &plan, window_count, window_nll, toks.n, &r, ppl, ppl_err, r.kl, &refh);
+    fprintf(stderr, "glm: PPL: %lld tokens scored in %.2f s (%.1f tok/s) | peak RSS %.2f GB\n",
+            r.count, seconds, r.count / (seconds > 0 ? seconds : 1e-9), peak_rss_gb());
     print_expert_stats(&model.experts, seconds);
     generator_free(g);
     engine_stop(set, &model, &state);
@@ -765,7 +856,7 @@ static int run_ppl(const Settings *set) {
     return 0;
 }
 
-/* ---- SCORE mode -------------------------------------------------------------------------------- */
+/* ---- SCORE mode ------------------------------------------------------------------------------ */
 
 typedef struct {
     int line;                       /* 1-based line of the file */
@@ -796,7 +887,8 @@ static int score_answer(const JsonValue *ans, const JsonValue *labels, int n) {
 }
 
 /* One JSONL line → item: 0, or -1 with err (the caller names file and line). */
-static int score_parse_item(const TextCodec *tc, const char *text, size_t len, ScoreItem *it, char *err, size_t err_len) {
+static int score_parse_item(const TextCodec *tc, const char *text, size_t len, ScoreItem *it,
+                            char *err, size_t err_len) {
     char jerr[256];
     JsonDoc *doc = json_parse(text, len, jerr, sizeof jerr);
     if (!doc) { snprintf(err, err_len, "%s", jerr); return -1; }
@@ -805,7 +897,10 @@ static int score_parse_item(const TextCodec *tc, const char *text, size_t len, S
     size_t n_ctx = 0;
     const char *ctx = NULL;
     int cloze = 0;   /* ctx of HellaSwag as it is; a question becomes "Question: ...\nAnswer:" */
-    if (json_type(root) != JSON_OBJECT) { snprintf(err, err_len, "is not a JSON object"); goto done; }
+    if (json_type(root) != JSON_OBJECT) {
+        snprintf(err, err_len, "is not a JSON object");
+        goto done;
+    }
     if ((ctx = json_str(json_get(root, "ctx"), &n_ctx))) {
         choices = json_get(root, "endings");
         ans = json_get(root, "label");
@@ -816,7 +911,8 @@ static int score_parse_item(const TextCodec *tc, const char *text, size_t len, S
         ans = json_get(root, "answerKey") ? json_get(root, "answerKey") : json_get(root, "answer");
         if (!choices) { snprintf(err, err_len, "has \"question\" but no \"choices\""); goto done; }
     } else {
-        snprintf(err, err_len, "has neither \"ctx\" (HellaSwag) nor \"question\" (ARC, MMLU) as a string");
+        snprintf(err, err_len,
+                 "has neither \"ctx\" (HellaSwag) nor \"question\" (ARC, MMLU) as a string");
         goto done;
     }
     if (json_type(choices) == JSON_OBJECT) {   /* ARC: {"text": [...], "label": [...]} */
@@ -828,13 +924,21 @@ static int score_parse_item(const TextCodec *tc, const char *text, size_t len, S
         }
     }
     if (json_type(choices) != JSON_ARRAY || json_len(choices) < 2 || json_len(choices) > 64) {
-        snprintf(err, err_len, "needs 2 to 64 choices as a list of strings (or ARC's {\"text\": [...], \"label\": [...]})");
+        snprintf(err, err_len,
+                 "needs 2 to 64 choices as a list of strings (or ARC's {\"text\": [...], "
+                 "\"label\": [...]})");
         goto done;
     }
     const int n = (int)json_len(choices);
-    if (!ans) { snprintf(err, err_len, "has no answer (\"label\", \"answerKey\" or \"answer\")"); goto done; }
+    if (!ans) {
+        snprintf(err, err_len, "has no answer (\"label\", \"answerKey\" or \"answer\")");
+        goto done;
+    }
     it->label = score_answer(ans, labels, n);
-    if (it->label < 0) { snprintf(err, err_len, "has an answer that names none of its %d choices", n); goto done; }
+    if (it->label < 0) {
+        snprintf(err, err_len, "has an answer that names none of its %d choices", n);
+        goto done;
+    }
     if (!n_ctx) { snprintf(err, err_len, "has an empty context"); goto done; }
     if (cloze) tokens_push_text(&it->ctx, tc, ctx, n_ctx);
     else {
@@ -852,14 +956,20 @@ static int score_parse_item(const TextCodec *tc, const char *text, size_t len, S
     for (int k = 0; k < n; k++) {
         size_t cl;
         const char *c = json_str(json_at(choices, (size_t)k), &cl);
-        if (!c || !cl) { snprintf(err, err_len, "has choice %d that is not a non-empty string", k); goto done; }
+        if (!c || !cl) {
+            snprintf(err, err_len, "has choice %d that is not a non-empty string", k);
+            goto done;
+        }
         char *s = xmalloc(cl + 2);
         s[0] = ' ';
         memcpy(s + 1, c, cl);
         tokens_push_text(&it->choice[k], tc, s, cl + 1);
         it->choice_bytes[k] = cl + 1;
         free(s);
-        if (!it->choice[k].n) { snprintf(err, err_len, "has choice %d without tokens", k); goto done; }
+        if (!it->choice[k].n) {
+            snprintf(err, err_len, "has choice %d without tokens", k);
+            goto done;
+        }
     }
     if (!it->ctx.n) { snprintf(err, err_len, "has a context without tokens"); goto done; }
     rc = 0;
@@ -910,7 +1020,8 @@ static void jw_ids(JsonWriter *w, const char *key, const TokenList *l) {
    for few questions, where the normal approximation's ± collapses to nothing. */
 static void accuracy_ci(int right, int n, double *lo, double *hi) {
     const double z = 1.959963984540054, p = (double)right / n, z2n = z * z / n;
-    const double mid = (p + z2n / 2) / (1 + z2n), half = z * sqrt(p * (1 - p) / n + z2n / (4.0 * n)) / (1 + z2n);
+    const double mid = (p + z2n / 2) / (1 + z2n),
+                 half = z * sqrt(p * (1 - p) / n + z2n / (4.0 * n)) / (1 + z2n);
     *lo = mid - half > 0 ? mid - half : 0;
     *hi = mid + half < 1 ? mid + half : 1;
 }
@@ -929,7 +1040,9 @@ static void jw_accuracy(JsonWriter *w, const char *key, int right, int n) {
 
 static int run_score(const Settings *set) {
     if (set->ppl_json[0] || set->logits_save[0] || set->kld_path[0])
-        die("%s is PPL's: SCORE writes SCORE_JSON", set->ppl_json[0] ? "PPL_JSON" : set->logits_save[0] ? "LOGITS_SAVE" : "KLD");
+        die("%s is PPL's: SCORE writes SCORE_JSON", set->ppl_json[0]      ? "PPL_JSON"
+                                                    : set->logits_save[0] ? "LOGITS_SAVE"
+                                                                          : "KLD");
     TextCodec tc = codec_load(set->model_dir, set->special);
     size_t len;
     char *text = quality_read_text("SCORE", set->score_path, &len);
@@ -955,7 +1068,8 @@ static int run_score(const Settings *set) {
             ScoreItem *it = &items[n_items];
             memset(it, 0, sizeof *it);
             it->line = line;
-            if (score_parse_item(&tc, text + a, b - a, it, err, sizeof err)) die("SCORE=%s: line %d %s", set->score_path, line, err);
+            if (score_parse_item(&tc, text + a, b - a, it, err, sizeof err))
+                die("SCORE=%s: line %d %s", set->score_path, line, err);
             for (int k = 0; k < it->n_choices; k++)
                 if (it->ctx.n + it->choice[k].n - 1 > need) need = it->ctx.n + it->choice[k].n - 1;
             all_choices += it->n_choices;
@@ -969,8 +1083,10 @@ static int run_score(const Settings *set) {
         for (int i = 0; i < n_items; i++)
             for (int k = 0; k < items[i].n_choices; k++)
                 if (items[i].ctx.n + items[i].choice[k].n - 1 > set->ctx)
-                    die("SCORE=%s: line %d needs %d tokens of context (%d + choice %d's %d - 1) and CTX=%d", set->score_path,
-                        items[i].line, items[i].ctx.n + items[i].choice[k].n - 1, items[i].ctx.n, k, items[i].choice[k].n, set->ctx);
+                    die("SCORE=%s: line %d needs %d tokens of context (%d + choice %d's %d - 1) "
+                        "and CTX=%d",
+                        set->score_path, items[i].line, items[i].ctx.n + items[i].choice[k].n - 1,
+                        items[i].ctx.n, k, items[i].choice[k].n, set->ctx);
     }
     Config config = config_load(set->model_dir);
     codec_check_vocab(&tc, config.vocab);
@@ -1004,7 +1120,8 @@ static int run_score(const Settings *set) {
         const int n = it->ctx.n;
         g->on_logits = NULL;   /* the context's last row is all it needs */
         int reused = 0;
-        if (generator_reuse_prefix(g, it->ctx.ids, n, &reused) != n) die("internal: SCORE line %d: the context was not prefilled", it->line);
+        if (generator_reuse_prefix(g, it->ctx.ids, n, &reused) != n)
+            die("internal: SCORE line %d: the context was not prefilled", it->line);
         ctx_total += n;
         ctx_reused += reused;
         ctx_prefilled += n - reused;
@@ -1020,12 +1137,18 @@ static int run_score(const Settings *set) {
         jw_arr(&w);
         for (int k = 0; k < it->n_choices; k++) {
             const TokenList *c = &it->choice[k];
-            ChoiceRun cr = { c->ids, c->n, n, V, (double)ctx_logits[c->ids[0]] - ctx_logz, argmax(ctx_logits, V) == c->ids[0] };
+            ChoiceRun cr = { c->ids,
+                             c->n,
+                             n,
+                             V,
+                             (double)ctx_logits[c->ids[0]] - ctx_logz,
+                             argmax(ctx_logits, V) == c->ids[0] };
             if (c->n > 1) {   /* the last token's logits would predict nothing: it does not run */
                 generator_rollback(g, n);
                 g->on_logits = score_chunk;
                 g->on_logits_user = &cr;
-                if (generator_prefill(g, c->ids, c->n - 1) != c->n - 1) die("internal: SCORE line %d: choice %d was not prefilled", it->line, k);
+                if (generator_prefill(g, c->ids, c->n - 1) != c->n - 1)
+                    die("internal: SCORE line %d: choice %d was not prefilled", it->line, k);
                 g->on_logits = NULL;
                 choice_tokens += c->n - 1;
             }
@@ -1048,8 +1171,9 @@ static int run_score(const Settings *set) {
         right_norm += best_norm == it->label;
         const double now = now_seconds();
         if (progress_tty || now - last_note >= 2.0 || i + 1 == n_items) {
-            fprintf(stderr, "%sglm: SCORE %d/%d: accuracy %.1f%% (per byte %.1f%%)%s", progress_tty ? "\r" : "", i + 1, n_items,
-                    100.0 * right / (i + 1), 100.0 * right_norm / (i + 1), progress_tty && i + 1 < n_items ? "" : "\n");
+            fprintf(stderr, "%sglm: SCORE %d/%d: accuracy %.1f%% (per byte %.1f%%)%s",
+                    progress_tty ? "\r" : "", i + 1, n_items, 100.0 * right / (i + 1),
+                    100.0 * right_norm / (i + 1), progress_tty && i + 1 < n_items ? "" : "\n");
             last_note = now;
         }
     }
@@ -1071,19 +1195,27 @@ static int run_score(const Settings *set) {
     double lo, hi, lo_n, hi_n;
     accuracy_ci(right, n_items, &lo, &hi);
     accuracy_ci(right_norm, n_items, &lo_n, &hi_n);
-    fprintf(summary, "SCORE: accuracy %.2f%% (95%% CI %.1f-%.1f%%) by log-likelihood, %.2f%% (95%% CI %.1f-%.1f%%) by "
-                     "log-likelihood per byte; %d/%d and %d/%d questions\n", 100.0 * right / n_items, 100 * lo, 100 * hi,
-            100.0 * right_norm / n_items, 100 * lo_n, 100 * hi_n, right, n_items, right_norm, n_items);
+    fprintf(summary,
+            "SCORE: accuracy %.2f%% (95%% CI %.1f-%.1f%%) by log-likelihood, %.2f%% (95%% CI "
+            "%.1f-%.1f%%) by "
+            "log-likelihood per byte; %d/%d and %d/%d questions\n",
+            100.0 * right / n_items, 100 * lo, 100 * hi, 100.0 * right_norm / n_items, 100 * lo_n,
+            100 * hi_n, right, n_items, right_norm, n_items);
     if (to_stdout) { fwrite(json, 1, jlen, stdout); fputc('\n', stdout); }
     else if (set->score_json[0]) {
         AtomicFile af;
         FILE *f = atomic_begin(&af, set->score_json, err, sizeof err);
         if (!f) die("SCORE_JSON=%s: %s", set->score_json, err);
-        if (fwrite(json, 1, jlen, f) != jlen || fputc('\n', f) == EOF) { atomic_abort(&af); die("SCORE_JSON=%s: writing failed", set->score_json); }
+        if (fwrite(json, 1, jlen, f) != jlen || fputc('\n', f) == EOF) {
+            atomic_abort(&af);
+            die("SCORE_JSON=%s: writing failed", set->score_json);
+        }
         if (atomic_commit(&af, err, sizeof err)) die("SCORE_JSON=%s: %s", set->score_json, err);
     }
-    fprintf(stderr, "glm: SCORE: prefilled %lld context tokens once for %lld choices; reused %lld (prefixes shared with the previous "
-                    "context) | choices ran %lld tokens | %.2f s | peak RSS %.2f GB\n",
+    fprintf(stderr,
+            "glm: SCORE: prefilled %lld context tokens once for %lld choices; reused %lld "
+            "(prefixes shared with the previous "
+            "context) | choices ran %lld tokens | %.2f s | peak RSS %.2f GB\n",
             ctx_prefilled, all_choices, ctx_reused, choice_tokens, seconds, peak_rss_gb());
     print_expert_stats(&model.experts, seconds);
     jw_free(&w);

@@ -73,14 +73,14 @@
    GLM-5.2 shapes are far below).
 
    Batches (S >= 4; on AVX-512 S >= 5 for the per-row formats; int8-row, int4-row and int4-group
-   with groups of a multiple of 8 inputs): the GEMM kernels. A row kernel reads a weight row once per call but decodes it
-   again for every activation row and ends each dot product with a horizontal sum; the GEMM path
-   repacks a block of weight rows once into per-thread scratch (one vector then holds the same few
-   inputs of 8 or 16 rows, so each int32 lane is one output's exact group sum; the 256-bit kernels
-   store int4 as nibble planes, the 512-bit one as it is and splits the nibbles per tile, which
-   costs less than the repack's extra stores) and applies it to a tile of activation rows held in
-   registers. The group epilogue and the 16 float
-   lanes of the spec then run vectorized over rows, in the same order: same result bit for bit.
+   with groups of a multiple of 8 inputs): the GEMM kernels. A row kernel reads a weight row once
+   per call but decodes it again for every activation row and ends each dot product with a
+   horizontal sum; the GEMM path repacks a block of weight rows once into per-thread scratch (one
+   vector then holds the same few inputs of 8 or 16 rows, so each int32 lane is one output's exact
+   group sum; the 256-bit kernels store int4 as nibble planes, the 512-bit one as it is and splits
+   the nibbles per tile, which costs less than the repack's extra stores) and applies it to a tile
+   of activation rows held in registers. The group epilogue and the 16 float lanes of the spec then
+   run vectorized over rows, in the same order: same result bit for bit.
 
    Threads: one OpenMP parallel region per call (the engine's team). Each thread streams its own
    contiguous range of rows and steals chunks (~64 KB of weights) from the others' ranges when it
@@ -120,16 +120,21 @@ typedef struct {
 const char *qt_format_name(QtFormat f);
 int qt_format_bits(QtFormat f);
 int64_t qt_row_bytes(QtFormat f, int64_t cols);
-static inline int64_t qt_groups_per_row(const QTensor *t) { return (t->cols + t->group - 1) / t->group; }
-QTensor qt_view(QtFormat f, int64_t group, int64_t rows, int64_t cols, uint8_t *data, float *scales);
+static inline int64_t qt_groups_per_row(const QTensor *t) {
+    return (t->cols + t->group - 1) / t->group;
+}
+QTensor qt_view(QtFormat f, int64_t group, int64_t rows, int64_t cols, uint8_t *data,
+                float *scales);
 int qt_alloc(QTensor *t, QtFormat f, int64_t group, int64_t rows, int64_t cols);
 size_t qt_alloc_bytes(const QTensor *t);   /* one block: codes, then scales */
 void qt_free(QTensor *t);
-void qt_quantize_row(QtFormat f, int64_t group, const float *w, int64_t cols, uint8_t *codes, float *scales);
+void qt_quantize_row(QtFormat f, int64_t group, const float *w, int64_t cols, uint8_t *codes,
+                     float *scales);
 void qt_quantize_rows(QTensor *t, int64_t row0, int64_t nrows, const float *w);
 void qt_dequant_row(const QTensor *t, int64_t row, float *out);
 void qt_dequant_rows(const QTensor *t, int64_t row0, int64_t n, float *out);
-int qt_infer_format(int64_t rows, int64_t cols, int64_t data_bytes, int64_t n_scales, QtFormat *f, int64_t *group);
+int qt_infer_format(int64_t rows, int64_t cols, int64_t data_bytes, int64_t n_scales, QtFormat *f,
+                    int64_t *group);
 void qt_matmul(const QTensor *w, const float *x, float *y, int S, int idot);
 void qt_matmul_with(const QTensor *w, const float *x, float *y, int S, int idot, QtKernel k);
 /* y[k] = w[k]·x for k < n: weights that read the same activations (gate and up). Where all n
@@ -137,12 +142,14 @@ void qt_matmul_with(const QTensor *w, const float *x, float *y, int S, int idot,
    once and every weight's rows are one parallel region; otherwise one qt_matmul each. Results
    equal qt_matmul's bit for bit. */
 #define QT_MULTI_MAX 4
-void qt_matmul_multi(const QTensor *const *w, int n, const float *x, float *const *y, int S, int idot);
+void qt_matmul_multi(const QTensor *const *w, int n, const float *x, float *const *y, int S,
+                     int idot);
 float qt_dot_f32(const float *a, const float *b, int64_t n);
 /* out[x·nb + y] = qt_dot_f32(a[x], b[y], n) bit for bit, for x < na ≤ 4 and y < nb ≤ 4: the 16
    lanes of all these dot products stay in registers, so each row of a and b is read once for all
    of them (attention: 4 heads × 4 keys). */
-void qt_dot_f32_block(const float *const *a, int na, const float *const *b, int nb, int64_t n, float *out);
+void qt_dot_f32_block(const float *const *a, int na, const float *const *b, int nb, int64_t n,
+                      float *out);
 
 const char *qt_kernel_name(QtKernel k);
 int qt_kernel_parse(const char *name, QtKernel *k);
@@ -257,7 +264,8 @@ int64_t qt_row_bytes(QtFormat f, int64_t cols) {
     return 0;
 }
 
-QTensor qt_view(QtFormat f, int64_t group, int64_t rows, int64_t cols, uint8_t *data, float *scales) {
+QTensor qt_view(QtFormat f, int64_t group, int64_t rows, int64_t cols, uint8_t *data,
+                float *scales) {
     QTensor t;
     memset(&t, 0, sizeof t);
     t.format = f; t.rows = rows; t.cols = cols;
@@ -269,7 +277,9 @@ QTensor qt_view(QtFormat f, int64_t group, int64_t rows, int64_t cols, uint8_t *
     return t;
 }
 
-static size_t qt_alloc_codes_bytes(const QTensor *t) { return (size_t)(t->rows * t->row_bytes + 63) / 64 * 64 + 64; }
+static size_t qt_alloc_codes_bytes(const QTensor *t) {
+    return (size_t)(t->rows * t->row_bytes + 63) / 64 * 64 + 64;
+}
 
 int qt_alloc(QTensor *t, QtFormat f, int64_t group, int64_t rows, int64_t cols) {
     *t = qt_view(f, group, rows, cols, NULL, NULL);
@@ -288,7 +298,8 @@ int qt_alloc(QTensor *t, QtFormat f, int64_t group, int64_t rows, int64_t cols) 
    then the scales, rounded up to 64 bytes (aligned_alloc wants a multiple of the alignment). */
 size_t qt_alloc_bytes(const QTensor *t) {
     const size_t ns = (size_t)(t->rows * qt_groups_per_row(t));
-    return qt_alloc_codes_bytes(t) + (t->format == QT_F32 ? 0 : (ns * sizeof(float) + 63) / 64 * 64 + 64);
+    return qt_alloc_codes_bytes(t) +
+           (t->format == QT_F32 ? 0 : (ns * sizeof(float) + 63) / 64 * 64 + 64);
 }
 
 void qt_free(QTensor *t) {
@@ -298,7 +309,8 @@ void qt_free(QTensor *t) {
 
 static int qt_qmax(QtFormat f) { return f == QT_INT8_ROW ? 127 : f == QT_INT2_ROW ? 1 : 7; }
 
-void qt_quantize_row(QtFormat f, int64_t group, const float *w, int64_t cols, uint8_t *codes, float *scales) {
+void qt_quantize_row(QtFormat f, int64_t group, const float *w, int64_t cols, uint8_t *codes,
+                     float *scales) {
     if (f == QT_F32) { memcpy(codes, w, (size_t)cols * 4); return; }
     if (f != QT_INT4_GROUP) group = cols;
     const int qmax = qt_qmax(f), qmin = -qmax - 1;
@@ -349,7 +361,10 @@ static void qt_unpack_codes(const QTensor *t, int64_t row, int8_t *q) {
     case QT_INT8_ROW: memcpy(q, p, (size_t)n); break;
     case QT_INT4_ROW: case QT_INT4_GROUP: {
         int64_t j = 0;
-        for (; 2 * j + 1 < n; j++) { q[2 * j] = (int8_t)((p[j] & 0xF) - 8); q[2 * j + 1] = (int8_t)((p[j] >> 4) - 8); }
+        for (; 2 * j + 1 < n; j++) {
+            q[2 * j] = (int8_t)((p[j] & 0xF) - 8);
+            q[2 * j + 1] = (int8_t)((p[j] >> 4) - 8);
+        }
         if (2 * j < n) q[2 * j] = (int8_t)((p[j] & 0xF) - 8);
         break;
     }
@@ -375,9 +390,16 @@ static void qt_dequant_codes(const QTensor *t, int64_t row, const int8_t *q, flo
 }
 
 void qt_dequant_rows(const QTensor *t, int64_t row0, int64_t n, float *out) {
-    if (t->format == QT_F32) { memcpy(out, t->data + row0 * t->row_bytes, (size_t)(n * t->cols) * 4); return; }
+    if (t->format == QT_F32) {
+        memcpy(out, t->data + row0 * t->row_bytes, (size_t)(n * t->cols) * 4);
+        return;
+    }
     int8_t *q = malloc((size_t)t->cols);
-    if (!q) { fprintf(stderr, "quant: out of memory dequantizing a row of %lld values\n", (long long)t->cols); exit(1); }
+    if (!q) {
+        fprintf(stderr, "quant: out of memory dequantizing a row of %lld values\n",
+                (long long)t->cols);
+        exit(1);
+    }
     for (int64_t r = 0; r < n; r++) {
         qt_unpack_codes(t, row0 + r, q);
         qt_dequant_codes(t, row0 + r, q, out + r * t->cols);
@@ -387,10 +409,19 @@ void qt_dequant_rows(const QTensor *t, int64_t row0, int64_t n, float *out) {
 
 void qt_dequant_row(const QTensor *t, int64_t row, float *out) { qt_dequant_rows(t, row, 1, out); }
 
-int qt_infer_format(int64_t rows, int64_t cols, int64_t data_bytes, int64_t n_scales, QtFormat *f, int64_t *group) {
+int qt_infer_format(int64_t rows, int64_t cols, int64_t data_bytes, int64_t n_scales, QtFormat *f,
+                    int64_t *group) {
     if (rows <= 0 || cols <= 0) return -1;
-    if (data_bytes == rows * cols && n_scales == rows && cols > 1) { *f = QT_INT8_ROW; *group = cols; return 0; }
-    if (data_bytes == rows * ((cols + 3) / 4) && n_scales == rows && cols > 2) { *f = QT_INT2_ROW; *group = cols; return 0; }
+    if (data_bytes == rows * cols && n_scales == rows && cols > 1) {
+        *f = QT_INT8_ROW;
+        *group = cols;
+        return 0;
+    }
+    if (data_bytes == rows * ((cols + 3) / 4) && n_scales == rows && cols > 2) {
+        *f = QT_INT2_ROW;
+        *group = cols;
+        return 0;
+    }
     if (data_bytes != rows * ((cols + 1) / 2)) return -1;
     if (n_scales == rows) { *f = QT_INT4_ROW; *group = cols; return 0; }
     if (n_scales % rows) return -1;
@@ -398,7 +429,11 @@ int qt_infer_format(int64_t rows, int64_t cols, int64_t data_bytes, int64_t n_sc
     /* The count fixes only ceil(cols/g); try the group sizes conversions actually use, 64 first. */
     static const int64_t candidates[] = { 64, 32, 128, 16, 256, 512, 1024 };
     for (size_t k = 0; k < sizeof candidates / sizeof candidates[0]; k++)
-        if ((cols + candidates[k] - 1) / candidates[k] == per_row) { *f = QT_INT4_GROUP; *group = candidates[k]; return 0; }
+        if ((cols + candidates[k] - 1) / candidates[k] == per_row) {
+            *f = QT_INT4_GROUP;
+            *group = candidates[k];
+            return 0;
+        }
     return -1;
 }
 
@@ -419,7 +454,8 @@ float qt_dot_f32(const float *a, const float *b, int64_t n) {
    the operations are lane-wise IEEE float, so every build computes the same lanes). */
 typedef float qt_v16 __attribute__((vector_size(64)));
 typedef float qt_v16u __attribute__((vector_size(64), aligned(4)));   /* unaligned loads */
-typedef int32_t qt_v16i __attribute__((vector_size(64)));              /* float bits, compare masks */
+/* float bits, compare masks */
+typedef int32_t qt_v16i __attribute__((vector_size(64)));
 typedef int32_t qt_v16iu __attribute__((vector_size(64), aligned(4)));
 typedef float qt_v8 __attribute__((vector_size(32)));
 typedef float qt_v4 __attribute__((vector_size(16)));
@@ -435,21 +471,30 @@ typedef float qt_v4 __attribute__((vector_size(16)));
 /* qt_dot_f32's final tree of 16 lanes: (k, k+8), then (k, k+4), then (0+2) + (1+3). */
 static inline __attribute__((always_inline)) float qt_v16_tree(const qt_v16 *p) {
     const qt_v16 v = *p;
-    qt_v8 h = __builtin_shufflevector(v, v, 0, 1, 2, 3, 4, 5, 6, 7) + __builtin_shufflevector(v, v, 8, 9, 10, 11, 12, 13, 14, 15);
+    qt_v8 h = __builtin_shufflevector(v, v, 0, 1, 2, 3, 4, 5, 6, 7) +
+              __builtin_shufflevector(v, v, 8, 9, 10, 11, 12, 13, 14, 15);
     qt_v4 q = __builtin_shufflevector(h, h, 0, 1, 2, 3) + __builtin_shufflevector(h, h, 4, 5, 6, 7);
     return (q[0] + q[2]) + (q[1] + q[3]);
 }
 
 /* NA × NB dot products (constants after inlining), each in qt_dot_f32's order. */
-static inline __attribute__((always_inline)) void qt_dot_tile(const float *const *a, const float *const *b, int64_t n,
-                                                              float *out, int ostride, const int NA, const int NB) {
+static inline __attribute__((always_inline)) void qt_dot_tile(const float *const *a,
+                                                              const float *const *b, int64_t n,
+                                                              float *out, int ostride, const int NA,
+                                                              const int NB) {
     qt_v16 c[4][4];
     for (int x = 0; x < NA; x++) for (int y = 0; y < NB; y++) c[x][y] = (qt_v16){ 0 };
     int64_t i = 0;
     for (; i + 16 <= n; i += 16) {
         qt_v16 av[4], bv[4];
-        for (int x = 0; x < NA; x++) { av[x] = *(const qt_v16u *)(a[x] + i); QT_IN_REGISTER(av[x]); }
-        for (int y = 0; y < NB; y++) { bv[y] = *(const qt_v16u *)(b[y] + i); QT_IN_REGISTER(bv[y]); }
+        for (int x = 0; x < NA; x++) {
+            av[x] = *(const qt_v16u *)(a[x] + i);
+            QT_IN_REGISTER(av[x]);
+        }
+        for (int y = 0; y < NB; y++) {
+            bv[y] = *(const qt_v16u *)(b[y] + i);
+            QT_IN_REGISTER(bv[y]);
+        }
         for (int x = 0; x < NA; x++) for (int y = 0; y < NB; y++) c[x][y] += av[x] * bv[y];
     }
     for (int x = 0; x < NA; x++)
@@ -468,7 +513,8 @@ static inline __attribute__((always_inline)) void qt_dot_tile(const float *const
 #define QT_DOT_TILE 2
 #endif
 
-void qt_dot_f32_block(const float *const *a, int na, const float *const *b, int nb, int64_t n, float *out) {
+void qt_dot_f32_block(const float *const *a, int na, const float *const *b, int nb, int64_t n,
+                      float *out) {
     const float *ap[4], *bp[4];
     float tile[4 * 4];
     for (int x0 = 0; x0 < na; x0 += QT_DOT_TILE)
@@ -480,7 +526,8 @@ void qt_dot_f32_block(const float *const *a, int na, const float *const *b, int 
             }
             qt_dot_tile(ap, bp, n, tile, QT_DOT_TILE, QT_DOT_TILE, QT_DOT_TILE);
             for (int x = 0; x < QT_DOT_TILE && x0 + x < na; x++)
-                for (int y = 0; y < QT_DOT_TILE && y0 + y < nb; y++) out[(x0 + x) * nb + y0 + y] = tile[x * QT_DOT_TILE + y];
+                for (int y = 0; y < QT_DOT_TILE && y0 + y < nb; y++)
+                    out[(x0 + x) * nb + y0 + y] = tile[x * QT_DOT_TILE + y];
         }
 }
 
@@ -526,12 +573,16 @@ static inline int64_t qt_group_codes(const float *x, int64_t g0, int64_t g1, flo
     const __m128i order = _mm_setr_epi8(0, 1, 2, 3, 8, 9, 10, 11, 4, 5, 6, 7, 12, 13, 14, 15);
     int64_t i = g0;
     for (; i + 16 <= g1; i += 16) {
-        __m256 lo = _mm256_sub_ps(_mm256_add_ps(_mm256_div_ps(_mm256_loadu_ps(x + i), sv), magic), magic);
-        __m256 hi = _mm256_sub_ps(_mm256_add_ps(_mm256_div_ps(_mm256_loadu_ps(x + i + 8), sv), magic), magic);
+        __m256 lo =
+            _mm256_sub_ps(_mm256_add_ps(_mm256_div_ps(_mm256_loadu_ps(x + i), sv), magic), magic);
+        __m256 hi = _mm256_sub_ps(
+            _mm256_add_ps(_mm256_div_ps(_mm256_loadu_ps(x + i + 8), sv), magic), magic);
         lo = _mm256_and_ps(lo, _mm256_cmp_ps(lo, lo, _CMP_ORD_Q));   /* NaN → 0 */
         hi = _mm256_and_ps(hi, _mm256_cmp_ps(hi, hi, _CMP_ORD_Q));
-        const __m256i w = _mm256_packs_epi32(_mm256_cvtps_epi32(lo), _mm256_cvtps_epi32(hi));   /* lo0-3 hi0-3 | lo4-7 hi4-7 */
-        const __m128i b = _mm_packs_epi16(_mm256_castsi256_si128(w), _mm256_extracti128_si256(w, 1));
+        /* lo0-3 hi0-3 | lo4-7 hi4-7 */
+        const __m256i w = _mm256_packs_epi32(_mm256_cvtps_epi32(lo), _mm256_cvtps_epi32(hi));
+        const __m128i b =
+            _mm_packs_epi16(_mm256_castsi256_si128(w), _mm256_extracti128_si256(w, 1));
         _mm_storeu_si128((__m128i *)(q + i), _mm_shuffle_epi8(b, order));
     }
     return i;
@@ -553,13 +604,16 @@ static inline float qt_group_absmax(const float *x, int64_t g0, int64_t g1) {
         memcpy(m, &mv, sizeof m);
         for (int k = 0; i < g1; i++, k++) { float a = fabsf(x[i]); m[k] = a > m[k] ? a : m[k]; }
         for (int k = 0; k < 16; k++) if (m[k] > absmax) absmax = m[k];
-    } else {   /* halving the lanes: max is exact and the lanes are never NaN, so the order does not matter */
+    /* halving the lanes: max is exact and the lanes are never NaN, so the order does not matter */
+    } else {
         typedef float qt_v8 __attribute__((vector_size(32)));
         typedef float qt_v4 __attribute__((vector_size(16)));
-        qt_v8 a8 = __builtin_shufflevector(mv, mv, 0, 1, 2, 3, 4, 5, 6, 7), b8 = __builtin_shufflevector(mv, mv, 8, 9, 10, 11, 12, 13, 14, 15);
+        qt_v8 a8 = __builtin_shufflevector(mv, mv, 0, 1, 2, 3, 4, 5, 6, 7),
+              b8 = __builtin_shufflevector(mv, mv, 8, 9, 10, 11, 12, 13, 14, 15);
         const qt_v8i ge8 = a8 >= b8;
         a8 = (qt_v8)(((qt_v8i)a8 & ge8) | ((qt_v8i)b8 & ~ge8));
-        qt_v4 a4 = __builtin_shufflevector(a8, a8, 0, 1, 2, 3), b4 = __builtin_shufflevector(a8, a8, 4, 5, 6, 7);
+        qt_v4 a4 = __builtin_shufflevector(a8, a8, 0, 1, 2, 3),
+              b4 = __builtin_shufflevector(a8, a8, 4, 5, 6, 7);
         const qt_v4i ge4 = a4 >= b4;
         a4 = (qt_v4)(((qt_v4i)a4 & ge4) | ((qt_v4i)b4 & ~ge4));
         const float m0 = a4[0] > a4[1] ? a4[0] : a4[1], m1 = a4[2] > a4[3] ? a4[2] : a4[3];
@@ -582,7 +636,8 @@ static inline int64_t qt_group_codes(const float *x, int64_t g0, int64_t g1, flo
 }
 #endif
 
-static void qt_quantize_activation(const float *x, int64_t n, int64_t group, int8_t *q, float *scales) {
+static void qt_quantize_activation(const float *x, int64_t n, int64_t group, int8_t *q,
+                                   float *scales) {
     for (int64_t g0 = 0, gi = 0; g0 < n; g0 += group, gi++) {
         const int64_t g1 = g0 + group < n ? g0 + group : n;
         float s = qt_group_absmax(x, g0, g1) / 127.0f;
@@ -605,7 +660,8 @@ static inline float qt_lanes_sum(float *a) {
 /* Scalar reference of the integer path (the spec): exact int32 sums per group, scaled, added
    into lane g mod 16 in group order, lanes combined by qt_lanes_sum. The SIMD kernels below must
    equal it bit for bit. */
-static float qt_dot_int_row(const QTensor *w, int64_t row, const int8_t *xq, const float *xs, int8_t *wq) {
+static float qt_dot_int_row(const QTensor *w, int64_t row, const int8_t *xq, const float *xs,
+                            int8_t *wq) {
     qt_unpack_codes(w, row, wq);
     const float *ws = w->scales + row * qt_groups_per_row(w);
     float lane[16] = { 0 };
@@ -650,7 +706,8 @@ int qt_kernel_supported(QtKernel k) {
     case QT_KERNEL_AVX2:
         __builtin_cpu_init();
         return __builtin_cpu_supports("avx2") ? 1 : 0;
-    case QT_KERNEL_AVXVNNI: {   /* CPUID leaf 7 subleaf 1, EAX bit 4 (AVX2 implies the OS saves ymm) */
+    /* CPUID leaf 7 subleaf 1, EAX bit 4 (AVX2 implies the OS saves ymm) */
+    case QT_KERNEL_AVXVNNI: {
         unsigned a = 0, b = 0, c = 0, d = 0;
         __builtin_cpu_init();
         if (!__builtin_cpu_supports("avx2") || !__get_cpuid_count(7, 1, &a, &b, &c, &d)) return 0;
@@ -771,7 +828,9 @@ static inline int qt_row_pair(const QtActs *a, int s, int s1, QtRowPair *p) {
     return n;
 }
 
-static int64_t qt_chunk_inputs(QtFormat f) { return f == QT_INT8_ROW ? 64 : f == QT_INT2_ROW ? 256 : 128; }
+static int64_t qt_chunk_inputs(QtFormat f) {
+    return f == QT_INT8_ROW ? 64 : f == QT_INT2_ROW ? 256 : 128;
+}
 static int64_t qt_round_up(int64_t a, int64_t m) { return (a + m - 1) / m * m; }
 
 /* GEMM steps: 4 codes of each of 8 or 16 rows, one int32 lane per row. A step covers 4 inputs
@@ -785,7 +844,8 @@ static int64_t qt_gemm_cols_padded(const QTensor *w) { return qt_round_up(qt_gem
 static int64_t qt_acts_stride(const QTensor *w, QtActsLayout l) {
     if (l == QT_ACTS_STEPS) return qt_gemm_cols_padded(w) * qt_gemm_steps_per_col(w->format) * 4;
     if (l == QT_ACTS_K8) return qt_round_up(w->cols, 8);
-    if (l == QT_ACTS_CHUNKS) return qt_round_up((w->row_bytes + 63) / 64, 16) * qt_chunk_inputs(w->format);
+    if (l == QT_ACTS_CHUNKS)
+        return qt_round_up((w->row_bytes + 63) / 64, 16) * qt_chunk_inputs(w->format);
     return 0;
 }
 
@@ -802,11 +862,18 @@ static once_flag qt_bufs_once = ONCE_FLAG_INIT;
 
 static void qt_bufs_free(void *unused) {
     (void)unused;
-    for (int i = 0; i < QT_NBUFS; i++) { free(qt_bufs[i].p); qt_bufs[i].p = NULL; qt_bufs[i].size = 0; }
+    for (int i = 0; i < QT_NBUFS; i++) {
+        free(qt_bufs[i].p);
+        qt_bufs[i].p = NULL;
+        qt_bufs[i].size = 0;
+    }
 }
 
 static void qt_bufs_key_create(void) {
-    if (tss_create(&qt_bufs_key, qt_bufs_free) != thrd_success) { fprintf(stderr, "quant: cannot create thread-specific storage\n"); exit(1); }
+    if (tss_create(&qt_bufs_key, qt_bufs_free) != thrd_success) {
+        fprintf(stderr, "quant: cannot create thread-specific storage\n");
+        exit(1);
+    }
 }
 
 /* This thread's buffer `which`, at least n bytes, 64-byte aligned (contents not kept on growth). */
@@ -817,14 +884,18 @@ static void *qt_buf(int which, size_t n, const char *what) {
         free(qt_bufs[which].p);
         qt_bufs[which].size = (n + 4095) / 4096 * 4096;
         qt_bufs[which].p = aligned_alloc(64, qt_bufs[which].size);
-        if (!qt_bufs[which].p) { fprintf(stderr, "quant: out of memory allocating %zu bytes of %s\n", n, what); exit(1); }
+        if (!qt_bufs[which].p) {
+            fprintf(stderr, "quant: out of memory allocating %zu bytes of %s\n", n, what);
+            exit(1);
+        }
     }
     return qt_bufs[which].p;
 }
 
 /* QT_ACTS_STEPS, QT_ACTS_K8: row s's scales and offsets into the group-major arrays (the codes
    follow: per 8 rows in qt_avx2_steps; qt_k8_row). */
-static void qt_prepare_steps_row(const QTensor *w, const QtActs *a, int s, const int8_t *raw, const float *xs) {
+static void qt_prepare_steps_row(const QTensor *w, const QtActs *a, int s, const int8_t *raw,
+                                 const float *xs) {
     const int64_t C = w->cols, G = qt_groups_per_row(w), sp = a->spad;
     const int bias = w->format == QT_INT8_ROW ? a->int8_bias : 8;
     if (a->layout == QT_ACTS_K8) {   /* signed weight codes: no offset */
@@ -880,7 +951,10 @@ static void qt_prepare_acts_row(const QTensor *w, const float *x, const QtActs *
     } else if (i4) {
         int64_t c = 0;
         for (; c + 128 <= C; c += 128)
-            for (int64_t j = 0; j < 64; j++) { q[c + j] = raw[c + 2 * j]; q[c + 64 + j] = raw[c + 2 * j + 1]; }
+            for (int64_t j = 0; j < 64; j++) {
+                q[c + j] = raw[c + 2 * j];
+                q[c + 64 + j] = raw[c + 2 * j + 1];
+            }
         for (; c < Q; c += 128)
             for (int64_t j = 0; j < 64; j++) {
                 int64_t i = c + 2 * j;
@@ -924,11 +998,17 @@ static int qt_simd_shape_ok(const QTensor *w, QtKernel k) {
 /* ---- Row kernels: rows [r0, r1) of w against all S activation rows ------------------------ */
 
 /* y[s][r] for activation rows [s0, s1) and weight rows [r0, r1) */
-typedef void (*QtRowsFn)(const QTensor *w, const QtActs *a, int s0, int s1, int64_t r0, int64_t r1, float *y);
+typedef void (*QtRowsFn)(const QTensor *w, const QtActs *a, int s0, int s1, int64_t r0, int64_t r1,
+                         float *y);
 
-static void qt_rows_scalar(const QTensor *w, const QtActs *a, int s0, int s1, int64_t r0, int64_t r1, float *y) {
+static void qt_rows_scalar(const QTensor *w, const QtActs *a, int s0, int s1, int64_t r0,
+                           int64_t r1, float *y) {
     int8_t *wq = malloc((size_t)w->cols);
-    if (!wq) { fprintf(stderr, "quant: out of memory unpacking a row of %lld values\n", (long long)w->cols); exit(1); }
+    if (!wq) {
+        fprintf(stderr, "quant: out of memory unpacking a row of %lld values\n",
+                (long long)w->cols);
+        exit(1);
+    }
     for (int64_t r = r0; r < r1; r++)
         for (int s = s0; s < s1; s++)
             y[(int64_t)s * w->rows + r] = qt_dot_int_row(w, r, a->raw + (int64_t)s * w->cols,
@@ -959,19 +1039,24 @@ QT_VNNI QT_INLINE __m512i qt_vnni_i4(__m512i acc, __m512i wb, const int8_t *xp) 
 QT_VNNI QT_INLINE __m512i qt_vnni_i2(__m512i acc, __m512i wb, const int8_t *xp) {
     const __m512i m2 = _mm512_set1_epi8(0x03);
     acc = _mm512_dpbusd_epi32(acc, _mm512_and_si512(wb, m2), _mm512_load_si512((const void *)xp));
-    acc = _mm512_dpbusd_epi32(acc, _mm512_and_si512(_mm512_srli_epi16(wb, 2), m2), _mm512_load_si512((const void *)(xp + 64)));
-    acc = _mm512_dpbusd_epi32(acc, _mm512_and_si512(_mm512_srli_epi16(wb, 4), m2), _mm512_load_si512((const void *)(xp + 128)));
-    return _mm512_dpbusd_epi32(acc, _mm512_and_si512(_mm512_srli_epi16(wb, 6), m2), _mm512_load_si512((const void *)(xp + 192)));
+    acc = _mm512_dpbusd_epi32(acc, _mm512_and_si512(_mm512_srli_epi16(wb, 2), m2),
+                              _mm512_load_si512((const void *)(xp + 64)));
+    acc = _mm512_dpbusd_epi32(acc, _mm512_and_si512(_mm512_srli_epi16(wb, 4), m2),
+                              _mm512_load_si512((const void *)(xp + 128)));
+    return _mm512_dpbusd_epi32(acc, _mm512_and_si512(_mm512_srli_epi16(wb, 6), m2),
+                               _mm512_load_si512((const void *)(xp + 192)));
 }
 
 QT_VNNI QT_INLINE __m512i qt_vnni_chunk(QtFormat f, __m512i acc, __m512i wb, const int8_t *xp) {
-    return f == QT_INT8_ROW ? qt_vnni_i8(acc, wb, xp) : f == QT_INT2_ROW ? qt_vnni_i2(acc, wb, xp) : qt_vnni_i4(acc, wb, xp);
+    return f == QT_INT8_ROW   ? qt_vnni_i8(acc, wb, xp)
+           : f == QT_INT2_ROW ? qt_vnni_i2(acc, wb, xp)
+                              : qt_vnni_i4(acc, wb, xp);
 }
 
 /* Exact int32 dot of a whole row (one group). Four accumulators hide vpdpbusd's latency; integer
    sums do not care about the order. */
-QT_VNNI QT_INLINE int32_t qt_vnni_row_isum(QtFormat f, const uint8_t *wr, int64_t nch, __mmask64 tail,
-                                           const int8_t *xq, int pf) {
+QT_VNNI QT_INLINE int32_t qt_vnni_row_isum(QtFormat f, const uint8_t *wr, int64_t nch,
+                                           __mmask64 tail, const int8_t *xq, int pf) {
     const int64_t xc = qt_chunk_inputs(f);
     __m512i a0 = _mm512_setzero_si512(), a1 = a0, a2 = a0, a3 = a0;
     int64_t c = 0;
@@ -981,20 +1066,25 @@ QT_VNNI QT_INLINE int32_t qt_vnni_row_isum(QtFormat f, const uint8_t *wr, int64_
         _mm_prefetch((const char *)(wr + 64 * c + pf + 128), QT_PREFETCH_HINT);
         _mm_prefetch((const char *)(wr + 64 * c + pf + 192), QT_PREFETCH_HINT);
         a0 = qt_vnni_chunk(f, a0, _mm512_loadu_si512((const void *)(wr + 64 * c)), xq + xc * c);
-        a1 = qt_vnni_chunk(f, a1, _mm512_loadu_si512((const void *)(wr + 64 * c + 64)), xq + xc * (c + 1));
-        a2 = qt_vnni_chunk(f, a2, _mm512_loadu_si512((const void *)(wr + 64 * c + 128)), xq + xc * (c + 2));
-        a3 = qt_vnni_chunk(f, a3, _mm512_loadu_si512((const void *)(wr + 64 * c + 192)), xq + xc * (c + 3));
+        a1 = qt_vnni_chunk(f, a1, _mm512_loadu_si512((const void *)(wr + 64 * c + 64)),
+                           xq + xc * (c + 1));
+        a2 = qt_vnni_chunk(f, a2, _mm512_loadu_si512((const void *)(wr + 64 * c + 128)),
+                           xq + xc * (c + 2));
+        a3 = qt_vnni_chunk(f, a3, _mm512_loadu_si512((const void *)(wr + 64 * c + 192)),
+                           xq + xc * (c + 3));
     }
     for (; c + 1 < nch; c++)
         a0 = qt_vnni_chunk(f, a0, _mm512_loadu_si512((const void *)(wr + 64 * c)), xq + xc * c);
     a1 = qt_vnni_chunk(f, a1, _mm512_maskz_loadu_epi8(tail, wr + 64 * c), xq + xc * c);
-    return _mm512_reduce_add_epi32(_mm512_add_epi32(_mm512_add_epi32(a0, a1), _mm512_add_epi32(a2, a3)));
+    return _mm512_reduce_add_epi32(
+        _mm512_add_epi32(_mm512_add_epi32(a0, a1), _mm512_add_epi32(a2, a3)));
 }
 
 /* Integer sums of one row against ns (2..4) activation rows: each weight chunk is loaded and
    unpacked once and serves every activation row (two accumulators per row hide the latency). */
-QT_VNNI QT_INLINE void qt_vnni_row_isums(QtFormat f, const uint8_t *wr, int64_t nch, __mmask64 tail, const QtActs *a,
-                                         int s0, const int ns, int pf, int32_t *out) {
+QT_VNNI QT_INLINE void qt_vnni_row_isums(QtFormat f, const uint8_t *wr, int64_t nch, __mmask64 tail,
+                                         const QtActs *a, int s0, const int ns, int pf,
+                                         int32_t *out) {
     const int64_t xc = qt_chunk_inputs(f), qs = a->qstride;
     const int8_t *xq = a->q + (int64_t)s0 * qs;
     __m512i acc[4][2];
@@ -1003,17 +1093,21 @@ QT_VNNI QT_INLINE void qt_vnni_row_isums(QtFormat f, const uint8_t *wr, int64_t 
     for (; c + 2 < nch; c += 2) {
         _mm_prefetch((const char *)(wr + 64 * c + pf), QT_PREFETCH_HINT);
         _mm_prefetch((const char *)(wr + 64 * c + pf + 64), QT_PREFETCH_HINT);
-        __m512i w0 = _mm512_loadu_si512((const void *)(wr + 64 * c)), w1 = _mm512_loadu_si512((const void *)(wr + 64 * c + 64));
+        __m512i w0 = _mm512_loadu_si512((const void *)(wr + 64 * c)),
+                w1 = _mm512_loadu_si512((const void *)(wr + 64 * c + 64));
         for (int j = 0; j < ns; j++) {
             acc[j][0] = qt_vnni_chunk(f, acc[j][0], w0, xq + j * qs + xc * c);
             acc[j][1] = qt_vnni_chunk(f, acc[j][1], w1, xq + j * qs + xc * (c + 1));
         }
     }
     for (; c < nch; c++) {
-        __m512i w0 = c + 1 < nch ? _mm512_loadu_si512((const void *)(wr + 64 * c)) : _mm512_maskz_loadu_epi8(tail, wr + 64 * c);
-        for (int j = 0; j < ns; j++) acc[j][0] = qt_vnni_chunk(f, acc[j][0], w0, xq + j * qs + xc * c);
+        __m512i w0 = c + 1 < nch ? _mm512_loadu_si512((const void *)(wr + 64 * c))
+                                 : _mm512_maskz_loadu_epi8(tail, wr + 64 * c);
+        for (int j = 0; j < ns; j++)
+            acc[j][0] = qt_vnni_chunk(f, acc[j][0], w0, xq + j * qs + xc * c);
     }
-    for (int j = 0; j < ns; j++) out[j] = _mm512_reduce_add_epi32(_mm512_add_epi32(acc[j][0], acc[j][1]));
+    for (int j = 0; j < ns; j++)
+        out[j] = _mm512_reduce_add_epi32(_mm512_add_epi32(acc[j][0], acc[j][1]));
 }
 
 /* Pair sums through int16: packs puts a's and b's lanes 4j..4j+3 side by side in 128-bit lane j,
@@ -1030,28 +1124,33 @@ QT_VNNI QT_INLINE __m512i qt_vnni_group_sums(__m512i *v, const int lanes) {
     if (lanes == 1) return v[0];
     if (lanes == 2) {   /* → [g0 g1 g8 g9 | g2 g3 g10 g11 | g4 g5 g12 g13 | g6 g7 g14 g15] */
         __m512i r = qt_vnni_packsum(v[0], v[1]);
-        return _mm512_permutexvar_epi32(_mm512_setr_epi32(0, 1, 4, 5, 8, 9, 12, 13, 2, 3, 6, 7, 10, 11, 14, 15), r);
+        return _mm512_permutexvar_epi32(
+            _mm512_setr_epi32(0, 1, 4, 5, 8, 9, 12, 13, 2, 3, 6, 7, 10, 11, 14, 15), r);
     }
     if (lanes == 4) {   /* two levels → [g0 g4 g8 g12 | g1 g5 g9 g13 | ...], a 4x4 transpose */
         __m512i r = qt_vnni_packsum(qt_vnni_packsum(v[0], v[1]), qt_vnni_packsum(v[2], v[3]));
-        return _mm512_permutexvar_epi32(_mm512_setr_epi32(0, 4, 8, 12, 1, 5, 9, 13, 2, 6, 10, 14, 3, 7, 11, 15), r);
+        return _mm512_permutexvar_epi32(
+            _mm512_setr_epi32(0, 4, 8, 12, 1, 5, 9, 13, 2, 6, 10, 14, 3, 7, 11, 15), r);
     }
     /* lanes == 8: two levels leave group g of each half at lanes t and t+4 (even g = 2t) or 8+t and
        12+t (odd g = 2t+1); the third level (values up to 60960, past int16) adds them as int32. */
     __m512i a = qt_vnni_packsum(qt_vnni_packsum(v[0], v[1]), qt_vnni_packsum(v[2], v[3]));
     __m512i b = qt_vnni_packsum(qt_vnni_packsum(v[4], v[5]), qt_vnni_packsum(v[6], v[7]));
-    const __m512i first = _mm512_setr_epi32(0, 8, 1, 9, 2, 10, 3, 11, 16, 24, 17, 25, 18, 26, 19, 27);
+    const __m512i first =
+        _mm512_setr_epi32(0, 8, 1, 9, 2, 10, 3, 11, 16, 24, 17, 25, 18, 26, 19, 27);
     const __m512i second = _mm512_add_epi32(first, _mm512_set1_epi32(4));
-    return _mm512_add_epi32(_mm512_permutex2var_epi32(a, first, b), _mm512_permutex2var_epi32(a, second, b));
+    return _mm512_add_epi32(_mm512_permutex2var_epi32(a, first, b),
+                            _mm512_permutex2var_epi32(a, second, b));
 }
 
-/* Grouped int4 row with `lanes` (1, 2, 4 or 8) int32 lanes per group against na (1 or 2)
-   activation rows: 16 groups come from `lanes` chunks, reduced by a pairsum tree into one vector
-   of 16 group sums per activation row, then scaled and added to its 16 lanes in group order,
-   exactly as the scalar reference does; out[j] = the result of activation row j. Two rows share
-   the chunk loads, the nibble split and the weight scales (a speculative verify pass is 2-5 rows). */
-QT_VNNI QT_INLINE void qt_vnni_i4_grouped(const uint8_t *wr, int64_t nch, __mmask64 tail, const int8_t *const *xq,
-                                          const float *const *xs, const int32_t *const *off, const float *ws, int64_t G,
+/* Grouped int4 row with `lanes` (1, 2, 4 or 8) int32 lanes per group against na (1 or 2) activation
+   rows: 16 groups come from `lanes` chunks, reduced by a pairsum tree into one vector of 16 group
+   sums per activation row, then scaled and added to its 16 lanes in group order, exactly as the
+   scalar reference does; out[j] = the result of activation row j. Two rows share the chunk loads,
+   the nibble split and the weight scales (a speculative verify pass is 2-5 rows). */
+QT_VNNI QT_INLINE void qt_vnni_i4_grouped(const uint8_t *wr, int64_t nch, __mmask64 tail,
+                                          const int8_t *const *xq, const float *const *xs,
+                                          const int32_t *const *off, const float *ws, int64_t G,
                                           const int lanes, const int na, int pf, float *out) {
     const __m512i m4 = _mm512_set1_epi8(0x0F);
     __m512 lanes_acc[2] = { _mm512_setzero_ps(), _mm512_setzero_ps() };
@@ -1062,24 +1161,32 @@ QT_VNNI QT_INLINE void qt_vnni_i4_grouped(const uint8_t *wr, int64_t nch, __mmas
         if (lanes >= 2) _mm_prefetch((const char *)(wr + 64 * c0 + pf + 64), QT_PREFETCH_HINT);
         if (lanes >= 4) { _mm_prefetch((const char *)(wr + 64 * c0 + pf + 128), QT_PREFETCH_HINT);
                           _mm_prefetch((const char *)(wr + 64 * c0 + pf + 192), QT_PREFETCH_HINT); }
-        if (lanes >= 8) for (int k = 4; k < 8; k++) _mm_prefetch((const char *)(wr + 64 * (c0 + k) + pf), QT_PREFETCH_HINT);
+        if (lanes >= 8)
+            for (int k = 4; k < 8; k++)
+                _mm_prefetch((const char *)(wr + 64 * (c0 + k) + pf), QT_PREFETCH_HINT);
         for (int k = 0; k < lanes; k++) {
             const int64_t c = c0 + k;
-            const __m512i wb = c + 1 < nch ? _mm512_loadu_si512((const void *)(wr + 64 * c))
-                             : c + 1 == nch ? _mm512_maskz_loadu_epi8(tail, wr + 64 * c) : _mm512_setzero_si512();
-            const __m512i lo = _mm512_and_si512(wb, m4), hi = _mm512_and_si512(_mm512_srli_epi16(wb, 4), m4);
+            const __m512i wb = c + 1 < nch    ? _mm512_loadu_si512((const void *)(wr + 64 * c))
+                               : c + 1 == nch ? _mm512_maskz_loadu_epi8(tail, wr + 64 * c)
+                                              : _mm512_setzero_si512();
+            const __m512i lo = _mm512_and_si512(wb, m4),
+                          hi = _mm512_and_si512(_mm512_srli_epi16(wb, 4), m4);
             for (int j = 0; j < na; j++)
-                v[j][k] = _mm512_dpbusd_epi32(_mm512_dpbusd_epi32(_mm512_setzero_si512(), lo, _mm512_load_si512((const void *)(xq[j] + 128 * c))),
-                                              hi, _mm512_load_si512((const void *)(xq[j] + 128 * c + 64)));
+                v[j][k] = _mm512_dpbusd_epi32(
+                    _mm512_dpbusd_epi32(_mm512_setzero_si512(), lo,
+                                        _mm512_load_si512((const void *)(xq[j] + 128 * c))),
+                    hi, _mm512_load_si512((const void *)(xq[j] + 128 * c + 64)));
         }
         const int ng = G - g0 < 16 ? (int)(G - g0) : 16;
         const __mmask16 valid = (__mmask16)((1u << ng) - 1);
         const __m512 wsv = _mm512_maskz_loadu_ps(valid, ws + g0);
         for (int j = 0; j < na; j++) {
-            __m512i isum = _mm512_sub_epi32(qt_vnni_group_sums(v[j], lanes), _mm512_loadu_si512((const void *)(off[j] + g0)));
+            __m512i isum = _mm512_sub_epi32(qt_vnni_group_sums(v[j], lanes),
+                                            _mm512_loadu_si512((const void *)(off[j] + g0)));
             __m512 t = _mm512_mul_ps(_mm512_loadu_ps(xs[j] + g0), _mm512_cvtepi32_ps(isum));
             __m512 p = _mm512_mul_ps(wsv, t);
-            lanes_acc[j] = _mm512_mask_add_ps(lanes_acc[j], valid, lanes_acc[j], p);   /* group g0+i → lane i */
+            /* group g0+i → lane i */
+            lanes_acc[j] = _mm512_mask_add_ps(lanes_acc[j], valid, lanes_acc[j], p);
         }
     }
     for (int j = 0; j < na; j++) {
@@ -1090,15 +1197,17 @@ QT_VNNI QT_INLINE void qt_vnni_i4_grouped(const uint8_t *wr, int64_t nch, __mmas
 }
 
 /* Grouped int4 row whose groups span whole chunks (group a multiple of 128 inputs). */
-QT_VNNI QT_INLINE float qt_vnni_i4_wide_groups(const uint8_t *wr, int64_t nch, __mmask64 tail, const int8_t *xq,
-                                               const float *xs, const int32_t *off, const float *ws, int64_t G,
+QT_VNNI QT_INLINE float qt_vnni_i4_wide_groups(const uint8_t *wr, int64_t nch, __mmask64 tail,
+                                               const int8_t *xq, const float *xs,
+                                               const int32_t *off, const float *ws, int64_t G,
                                                int64_t chunks_per_group, int pf) {
     float lane[16] = { 0 };
     for (int64_t g = 0; g < G; g++) {
         __m512i v = _mm512_setzero_si512();
         for (int64_t c = g * chunks_per_group; c < (g + 1) * chunks_per_group && c < nch; c++) {
             _mm_prefetch((const char *)(wr + 64 * c + pf), QT_PREFETCH_HINT);
-            __m512i wb = c + 1 < nch ? _mm512_loadu_si512((const void *)(wr + 64 * c)) : _mm512_maskz_loadu_epi8(tail, wr + 64 * c);
+            __m512i wb = c + 1 < nch ? _mm512_loadu_si512((const void *)(wr + 64 * c))
+                                     : _mm512_maskz_loadu_epi8(tail, wr + 64 * c);
             v = qt_vnni_i4(v, wb, xq + 128 * c);
         }
         int32_t isum = _mm512_reduce_add_epi32(v) - off[g];
@@ -1107,7 +1216,8 @@ QT_VNNI QT_INLINE float qt_vnni_i4_wide_groups(const uint8_t *wr, int64_t nch, _
     return qt_lanes_sum(lane);
 }
 
-QT_VNNI static void qt_rows_vnni(const QTensor *w, const QtActs *a, int s0, int s1, int64_t r0, int64_t r1, float *y) {
+QT_VNNI static void qt_rows_vnni(const QTensor *w, const QtActs *a, int s0, int s1, int64_t r0,
+                                 int64_t r1, float *y) {
     const QtFormat f = w->format;
     const int64_t rb = w->row_bytes, nch = (rb + 63) / 64, G = qt_groups_per_row(w);
     const int64_t last = rb - (nch - 1) * 64;
@@ -1123,14 +1233,18 @@ QT_VNNI static void qt_rows_vnni(const QTensor *w, const QtActs *a, int s0, int 
                 int32_t isum[4];
                 int ns = s1 - s < 4 ? s1 - s : 4;
                 switch (ns) {
-                case 1: isum[0] = qt_vnni_row_isum(f, wr, nch, tail, a->q + (int64_t)s * a->qstride, pf); break;
+                case 1:
+                    isum[0] =
+                        qt_vnni_row_isum(f, wr, nch, tail, a->q + (int64_t)s * a->qstride, pf);
+                    break;
                 case 2: qt_vnni_row_isums(f, wr, nch, tail, a, s, 2, pf, isum); break;
                 case 3: qt_vnni_row_isums(f, wr, nch, tail, a, s, 3, pf, isum); break;
                 default: qt_vnni_row_isums(f, wr, nch, tail, a, s, 4, pf, isum); break;
                 }
                 for (int j = 0; j < ns; j++, s++) {
                     float acc = 0.0f;
-                    acc += ws[0] * (a->scale[(int64_t)s * a->gstride] * (float)(isum[j] - a->off[(int64_t)s * a->gstride]));
+                    acc += ws[0] * (a->scale[(int64_t)s * a->gstride] *
+                                    (float)(isum[j] - a->off[(int64_t)s * a->gstride]));
                     y[(int64_t)s * w->rows + r] = acc;
                 }
             }
@@ -1141,15 +1255,18 @@ QT_VNNI static void qt_rows_vnni(const QTensor *w, const QtActs *a, int s0, int 
             QtRowPair x;
             const int na = qt_row_pair(a, s, s1, &x);
             float acc[2];
-#define QT_GROUPED(L) (na == 2 ? qt_vnni_i4_grouped(wr, nch, tail, x.q, x.scale, x.off, ws, G, L, 2, pf, acc) \
-                               : qt_vnni_i4_grouped(wr, nch, tail, x.q, x.scale, x.off, ws, G, L, 1, pf, acc))
+#define QT_GROUPED(L) \
+    (na == 2 ? qt_vnni_i4_grouped(wr, nch, tail, x.q, x.scale, x.off, ws, G, L, 2, pf, acc) \
+             : qt_vnni_i4_grouped(wr, nch, tail, x.q, x.scale, x.off, ws, G, L, 1, pf, acc))
             switch (lanes) {
             case 1: QT_GROUPED(1); break;
             case 2: QT_GROUPED(2); break;
             case 4: QT_GROUPED(4); break;
             case 8: QT_GROUPED(8); break;
             default:
-                for (int j = 0; j < na; j++) acc[j] = qt_vnni_i4_wide_groups(wr, nch, tail, x.q[j], x.scale[j], x.off[j], ws, G, lanes / 16, pf);
+                for (int j = 0; j < na; j++)
+                    acc[j] = qt_vnni_i4_wide_groups(wr, nch, tail, x.q[j], x.scale[j], x.off[j], ws,
+                                                    G, lanes / 16, pf);
                 break;
             }
 #undef QT_GROUPED
@@ -1159,7 +1276,8 @@ QT_VNNI static void qt_rows_vnni(const QTensor *w, const QtActs *a, int s0, int 
 }
 
 /* ---------------- AVX-512 VNNI GEMM: 16 weight rows per vector ----------------------------------
-   Steps, repacking and the order of operations: see "Batches" at the top and qt_prepare_acts_row. */
+   Steps, repacking and the order of operations: see "Batches" at the top and qt_prepare_acts_row.
+   */
 
 /* vpdpbusd through asm: with the intrinsic, gcc 12 copied every accumulator of the tile loop to a
    new register on each step (16 extra moves per 16 vpdpbusd; measured: 413 → 532 GOP/s). */
@@ -1187,7 +1305,8 @@ typedef struct {
     int64_t row_bytes, cols64, rows;  /* the next block's rows: bytes, 64-byte columns; how many */
     int64_t brows;                    /* rows per repack block */
     int64_t row, col, blk0, blk1;     /* p's row and column, in repack block [blk0, blk1) */
-    int64_t back;                     /* from the block's last row to the next column of its first */
+    /* from the block's last row to the next column of its first */
+    int64_t back;
     int64_t left, every, wait, lines;
 } QtPrefetch;
 
@@ -1220,11 +1339,25 @@ static inline __attribute__((always_inline)) void qt_prefetch_step(QtPrefetch *p
 /* The prefetch share of one of `tiles` tiles over the next `rows` rows of w from row `next_row`,
    repacked `brows` rows at a time, spread over the tile's nsteps steps (at most 2 lines per
    step: see above). */
-static QtPrefetch qt_prefetch_share(const QTensor *w, int64_t next_row, int64_t rows, int64_t brows, int tiles, int tile,
-                                    int64_t nsteps) {
-    QtPrefetch pf = { (const char *)w->data + next_row * w->row_bytes, NULL, w->row_bytes, (w->row_bytes + 63) / 64,
-                      rows > 0 ? rows : 0, brows, 0, 0, 0, 0, 0, 0, 1, 0, 1 };
-    const int64_t lines = pf.rows * pf.cols64, per = (lines + tiles - 1) / tiles, first = tile * per;
+static QtPrefetch qt_prefetch_share(const QTensor *w, int64_t next_row, int64_t rows, int64_t brows,
+                                    int tiles, int tile, int64_t nsteps) {
+    QtPrefetch pf = { (const char *)w->data + next_row * w->row_bytes,
+                      NULL,
+                      w->row_bytes,
+                      (w->row_bytes + 63) / 64,
+                      rows > 0 ? rows : 0,
+                      brows,
+                      0,
+                      0,
+                      0,
+                      0,
+                      0,
+                      0,
+                      1,
+                      0,
+                      1 };
+    const int64_t lines = pf.rows * pf.cols64, per = (lines + tiles - 1) / tiles,
+                  first = tile * per;
     pf.left = lines - first < per ? lines - first : per;
     if (pf.left <= 0) { pf.left = 0; return pf; }
     /* line `first` in repack order: every block before the last has brows rows */
@@ -1254,8 +1387,10 @@ QT_VNNI QT_INLINE void qt_vnni_transpose16(__m512i *v) {
         u[i + 3] = _mm512_unpackhi_epi64(t[i + 1], t[i + 3]);
     }
     for (int j = 0; j < 4; j++) {
-        __m512i a = _mm512_shuffle_i32x4(u[j], u[4 + j], 0x44), b = _mm512_shuffle_i32x4(u[j], u[4 + j], 0xEE);
-        __m512i c = _mm512_shuffle_i32x4(u[8 + j], u[12 + j], 0x44), d = _mm512_shuffle_i32x4(u[8 + j], u[12 + j], 0xEE);
+        __m512i a = _mm512_shuffle_i32x4(u[j], u[4 + j], 0x44),
+                b = _mm512_shuffle_i32x4(u[j], u[4 + j], 0xEE);
+        __m512i c = _mm512_shuffle_i32x4(u[8 + j], u[12 + j], 0x44),
+                d = _mm512_shuffle_i32x4(u[8 + j], u[12 + j], 0xEE);
         v[j] = _mm512_shuffle_i32x4(a, c, 0x88);
         v[4 + j] = _mm512_shuffle_i32x4(a, c, 0xDD);
         v[8 + j] = _mm512_shuffle_i32x4(b, d, 0x88);
@@ -1268,14 +1403,16 @@ QT_VNNI QT_INLINE void qt_vnni_transpose16(__m512i *v) {
    splits them), the scales at wsT[(b·G + g)·16 + i]. Rows past n are zero. The repack is bound by
    its stores: writing the two nibble planes here took 1.4x as long as this (an L2-resident 32×6144
    block, 3.5 against 2.5 us) and twice the scratch. */
-QT_VNNI static void qt_vnni_gemm_pack(const QTensor *w, int64_t r0, int64_t n, int nb, int64_t bstride,
-                                      uint8_t *pk, float *wsT) {
-    const int64_t rb = w->row_bytes, nch = (rb + 63) / 64, G = qt_groups_per_row(w), last = rb - (nch - 1) * 64;
+QT_VNNI static void qt_vnni_gemm_pack(const QTensor *w, int64_t r0, int64_t n, int nb,
+                                      int64_t bstride, uint8_t *pk, float *wsT) {
+    const int64_t rb = w->row_bytes, nch = (rb + 63) / 64, G = qt_groups_per_row(w),
+                  last = rb - (nch - 1) * 64;
     const __mmask64 tail = last == 64 ? ~(__mmask64)0 : (((__mmask64)1 << last) - 1);
     const int i8 = w->format == QT_INT8_ROW, pf = qt_prefetch_bytes;
     const __m512i flip = _mm512_set1_epi8((char)0x80);
     if (G > 1)   /* the scales are read after the codes: fetch them meanwhile (see QtPrefetch) */
-        for (int64_t q = 0; q < n * G * 4; q += 64) _mm_prefetch((const char *)(w->scales + r0 * G) + q, _MM_HINT_T0);
+        for (int64_t q = 0; q < n * G * 4; q += 64)
+            _mm_prefetch((const char *)(w->scales + r0 * G) + q, _MM_HINT_T0);
     for (int b = 0; b < nb; b++) {
         const int64_t rows = n - 16 * b < 16 ? n - 16 * b : 16;
         const uint8_t *src = w->data + (r0 + 16 * b) * rb;
@@ -1289,56 +1426,73 @@ QT_VNNI static void qt_vnni_gemm_pack(const QTensor *w, int64_t r0, int64_t n, i
                 }
             else
                 for (int i = 0; i < 16; i++)
-                    v[i] = i >= rows ? _mm512_setzero_si512() : _mm512_maskz_loadu_epi8(c + 1 < nch ? ~(__mmask64)0 : tail, src + i * rb + 64 * c);
+                    v[i] = i >= rows ? _mm512_setzero_si512()
+                                     : _mm512_maskz_loadu_epi8(c + 1 < nch ? ~(__mmask64)0 : tail,
+                                                               src + i * rb + 64 * c);
             qt_vnni_transpose16(v);
-            for (int m = 0; m < 16; m++) _mm512_store_si512((void *)(dst + 64 * (16 * c + m)), i8 ? _mm512_xor_si512(v[m], flip) : v[m]);
+            for (int m = 0; m < 16; m++)
+                _mm512_store_si512((void *)(dst + 64 * (16 * c + m)),
+                                   i8 ? _mm512_xor_si512(v[m], flip) : v[m]);
         }
         int64_t g = 0;
         if (rows == 16)   /* 16 groups of the 16 rows at a time, by the same transpose */
             for (; g + 16 <= G; g += 16) {
                 __m512i v[16];
-                for (int i = 0; i < 16; i++) v[i] = _mm512_loadu_si512((const void *)(w->scales + (r0 + 16 * b + i) * G + g));
+                for (int i = 0; i < 16; i++)
+                    v[i] =
+                        _mm512_loadu_si512((const void *)(w->scales + (r0 + 16 * b + i) * G + g));
                 qt_vnni_transpose16(v);
-                for (int m = 0; m < 16; m++) _mm512_store_si512((void *)(wsT + (b * G + g + m) * 16), v[m]);
+                for (int m = 0; m < 16; m++)
+                    _mm512_store_si512((void *)(wsT + (b * G + g + m) * 16), v[m]);
             }
         for (; g < G; g++)
-            for (int i = 0; i < 16; i++) wsT[(b * G + g) * 16 + i] = i < rows ? w->scales[(r0 + 16 * b + i) * G + g] : 0.0f;
+            for (int i = 0; i < 16; i++)
+                wsT[(b * G + g) * 16 + i] = i < rows ? w->scales[(r0 + 16 * b + i) * G + g] : 0.0f;
     }
 }
 
 #define QT_VNNI_RB 2   /* row blocks per tile: 32 weight rows */
 #define QT_VNNI_SB 12   /* activation rows per tile */
 
-/* One step of the tile: acc[rb][j] += the step vectors wv[rb] times row j's activation step xt[j]. */
-#define QT_VNNI_STEP(wv, xt)                                                                                    \
-    QT_UNROLL for (int j = 0; j < SB; j++) {                                                                    \
-        const __m512i xb = _mm512_set1_epi32((xt)[j]);                                                          \
-        QT_UNROLL for (int rb = 0; rb < RB; rb++) acc[rb][j] = qt_dpbusd(acc[rb][j], (wv)[rb], xb);            \
+/* One step of the tile: acc[rb][j] += the step vectors wv[rb] times row j's activation step xt[j].
+   */
+#define QT_VNNI_STEP(wv, xt) \
+    QT_UNROLL for (int j = 0; j < SB; j++) { \
+        const __m512i xb = _mm512_set1_epi32((xt)[j]); \
+        QT_UNROLL for (int rb = 0; rb < RB; rb++) acc[rb][j] = \
+            qt_dpbusd(acc[rb][j], (wv)[rb], xb); \
     }
 
 /* The integer sums of one group (weight columns [c0, c1)) for the tile, accumulated onto acc:
    int4 columns split into their two nibble planes here (steps 2c and 2c+1), int8 columns are one
    step each. */
-#define QT_VNNI_GROUP_SUMS(c0, c1)                                                                              \
-    for (int64_t c = (c0); c < (c1); c++) {                                                                     \
-        qt_prefetch_step(pf);                                                                                   \
-        if (i8) {                                                                                               \
-            __m512i wv[2];                                                                                      \
-            QT_UNROLL for (int rb = 0; rb < RB; rb++) wv[rb] = _mm512_load_si512((const void *)(pk + rb * bstride + 64 * c)); \
-            QT_VNNI_STEP(wv, xq + c * sp)                                                                       \
-        } else QT_UNROLL for (int half = 0; half < 2; half++) {   /* one plane at a time: 2 registers */   \
-            __m512i wv[2];                                                                                      \
-            QT_UNROLL for (int rb = 0; rb < RB; rb++) {                                                         \
-                const __m512i v = _mm512_load_si512((const void *)(pk + rb * bstride + 64 * c));                \
-                wv[rb] = _mm512_and_si512(half ? _mm512_srli_epi16(v, 4) : v, m4);                              \
-            }                                                                                                   \
-            QT_VNNI_STEP(wv, xq + (2 * c + half) * sp)                                                          \
-        }                                                                                                       \
+#define QT_VNNI_GROUP_SUMS(c0, c1) \
+    for (int64_t c = (c0); c < (c1); c++) { \
+        qt_prefetch_step(pf); \
+        if (i8) { \
+            __m512i wv[2]; \
+            QT_UNROLL for (int rb = 0; rb < RB; rb++) wv[rb] = \
+                _mm512_load_si512((const void *)(pk + rb * bstride + 64 * c)); \
+            QT_VNNI_STEP(wv, xq + c * sp) \
+        } else \
+            QT_UNROLL for (int half = 0; half < 2; \
+                           half++) { /* one plane at a time: 2 registers */ \
+                __m512i wv[2]; \
+                QT_UNROLL for (int rb = 0; rb < RB; rb++) { \
+                    const __m512i v = \
+                        _mm512_load_si512((const void *)(pk + rb * bstride + 64 * c)); \
+                    wv[rb] = _mm512_and_si512(half ? _mm512_srli_epi16(v, 4) : v, m4); \
+                } \
+                QT_VNNI_STEP(wv, xq + (2 * c + half) * sp) \
+            } \
     }
 
 /* The spec's p = ws·(xs·(isum - off)) of one group, for 16 weight rows: sums = isum of each. */
-QT_VNNI QT_INLINE __m512 qt_vnni_group_p(__m512i sums, const int32_t *off, const float *xs, __m512 ws) {
-    return _mm512_mul_ps(ws, _mm512_mul_ps(_mm512_set1_ps(*xs), _mm512_cvtepi32_ps(_mm512_sub_epi32(sums, _mm512_set1_epi32(*off)))));
+QT_VNNI QT_INLINE __m512 qt_vnni_group_p(__m512i sums, const int32_t *off, const float *xs,
+                                         __m512 ws) {
+    return _mm512_mul_ps(
+        ws, _mm512_mul_ps(_mm512_set1_ps(*xs),
+                          _mm512_cvtepi32_ps(_mm512_sub_epi32(sums, _mm512_set1_epi32(*off)))));
 }
 
 /* One tile: RB blocks of 16 repacked weight rows × SB activation rows from s0, the whole row.
@@ -1346,9 +1500,10 @@ QT_VNNI QT_INLINE __m512 qt_vnni_group_p(__m512i sums, const int32_t *off, const
    then p = ws·(xs·(isum - off)) into lane g mod 16, all vectorized over the 16 rows; at the end
    the lanes' fixed tree (qt_lanes_sum). lanes: scratch for RB·SB·16 vectors. The per-row formats
    (one group) keep p in registers. */
-QT_VNNI QT_INLINE void qt_vnni_gemm_tile(const QTensor *w, const QtActs *a, const uint8_t *pk, int64_t bstride,
-                                         const float *wsT, __m512 *lanes, int s0, const int RB, const int SB,
-                                         int64_t r0, int64_t n, float *y, QtPrefetch *pf) {
+QT_VNNI QT_INLINE void qt_vnni_gemm_tile(const QTensor *w, const QtActs *a, const uint8_t *pk,
+                                         int64_t bstride, const float *wsT, __m512 *lanes, int s0,
+                                         const int RB, const int SB, int64_t r0, int64_t n,
+                                         float *y, QtPrefetch *pf) {
     const int64_t G = qt_groups_per_row(w), ncols = qt_gemm_cols(w);
     const int i8 = w->format == QT_INT8_ROW;
     const __m512i m4 = _mm512_set1_epi8(0x0F);
@@ -1358,27 +1513,32 @@ QT_VNNI QT_INLINE void qt_vnni_gemm_tile(const QTensor *w, const QtActs *a, cons
     const int32_t *off = a->off + s0;
     __m512 out[2][QT_VNNI_SB];
     __m512i acc[2][QT_VNNI_SB];
-    QT_UNROLL for (int rb = 0; rb < RB; rb++) QT_UNROLL for (int j = 0; j < SB; j++) acc[rb][j] = _mm512_setzero_si512();
+    QT_UNROLL for (int rb = 0; rb < RB; rb++) QT_UNROLL for (int j = 0; j < SB; j++) acc[rb][j] =
+        _mm512_setzero_si512();
     if (G == 1) {
         QT_VNNI_GROUP_SUMS(0, ncols)
         QT_UNROLL for (int rb = 0; rb < RB; rb++) {
             const __m512 wsv = _mm512_load_ps(wsT + rb * 16);
-            QT_UNROLL for (int j = 0; j < SB; j++) out[rb][j] = _mm512_add_ps(_mm512_setzero_ps(), qt_vnni_group_p(acc[rb][j], &off[j], &xs[j], wsv));
+            QT_UNROLL for (int j = 0; j < SB; j++) out[rb][j] = _mm512_add_ps(
+                _mm512_setzero_ps(), qt_vnni_group_p(acc[rb][j], &off[j], &xs[j], wsv));
         }
     } else {
         /* lanes 0..15 start as 0 + p of groups 0..15; only lanes no group reaches are zeroed here
            (zeroing all 16·RB·SB vectors per tile was 2 % of a 2,048-token prefill) */
         if (G < 16)
-            for (int e = 0; e < RB * SB; e++) for (int k = (int)G; k < 16; k++) lanes[e * 16 + k] = _mm512_setzero_ps();
+            for (int e = 0; e < RB * SB; e++)
+                for (int k = (int)G; k < 16; k++) lanes[e * 16 + k] = _mm512_setzero_ps();
         const int64_t gcols = w->group / 8;   /* int4 only: a GEMM group covers whole columns */
         for (int64_t g = 0; g < G; g++) {
             const int64_t c1 = (g + 1) * gcols < ncols ? (g + 1) * gcols : ncols;
             QT_VNNI_GROUP_SUMS(g * gcols, c1)
-            __m512 *lg = lanes + (g & 15);   /* lane g mod 16 of tile element (rb, j): lg[(rb·SB + j)·16] */
+            /* lane g mod 16 of tile element (rb, j): lg[(rb·SB + j)·16] */
+            __m512 *lg = lanes + (g & 15);
             QT_UNROLL for (int rb = 0; rb < RB; rb++) {
                 const __m512 wsv = _mm512_load_ps(wsT + (rb * G + g) * 16);
                 QT_UNROLL for (int j = 0; j < SB; j++) {
-                    const __m512 p = qt_vnni_group_p(acc[rb][j], &off[g * sp + j], &xs[g * sp + j], wsv);
+                    const __m512 p =
+                        qt_vnni_group_p(acc[rb][j], &off[g * sp + j], &xs[g * sp + j], wsv);
                     acc[rb][j] = _mm512_setzero_si512();
                     if (g < 16) lg[(rb * SB + j) * 16] = _mm512_add_ps(_mm512_setzero_ps(), p);
                     else lg[(rb * SB + j) * 16] = _mm512_add_ps(lg[(rb * SB + j) * 16], p);
@@ -1397,18 +1557,22 @@ QT_VNNI QT_INLINE void qt_vnni_gemm_tile(const QTensor *w, const QtActs *a, cons
         const int64_t rows = n - 16 * rb;
         if (rows <= 0) continue;
         const __mmask16 mask = rows >= 16 ? (__mmask16)0xFFFF : (__mmask16)((1u << rows) - 1);
-        QT_UNROLL for (int j = 0; j < SB; j++) _mm512_mask_storeu_ps(y + (int64_t)(s0 + j) * w->rows + r0 + 16 * rb, mask, out[rb][j]);
+        QT_UNROLL for (int j = 0; j < SB; j++)
+            _mm512_mask_storeu_ps(y + (int64_t)(s0 + j) * w->rows + r0 + 16 * rb, mask, out[rb][j]);
     }
 }
 #undef QT_VNNI_GROUP_SUMS
 #undef QT_VNNI_STEP
 
-
-QT_VNNI static void qt_gemm_vnni(const QTensor *w, const QtActs *a, int s0, int s1, int64_t r0, int64_t r1, float *y) {
+QT_VNNI static void qt_gemm_vnni(const QTensor *w, const QtActs *a, int s0, int s1, int64_t r0,
+                                 int64_t r1, float *y) {
     const int64_t G = qt_groups_per_row(w);
-    const int64_t bstride = qt_gemm_cols_padded(w) * 64;   /* one vector per column, int4 and int8 */
-    const size_t pk_bytes = (size_t)(QT_VNNI_RB * bstride), ws_bytes = (size_t)qt_round_up(QT_VNNI_RB * G * 16 * 4, 64);
-    uint8_t *buf = qt_buf(QT_BUF_GEMM, pk_bytes + ws_bytes + QT_VNNI_RB * QT_VNNI_SB * 16 * 64, "GEMM scratch");
+    /* one vector per column, int4 and int8 */
+    const int64_t bstride = qt_gemm_cols_padded(w) * 64;
+    const size_t pk_bytes = (size_t)(QT_VNNI_RB * bstride),
+                 ws_bytes = (size_t)qt_round_up(QT_VNNI_RB * G * 16 * 4, 64);
+    uint8_t *buf = qt_buf(QT_BUF_GEMM, pk_bytes + ws_bytes + QT_VNNI_RB * QT_VNNI_SB * 16 * 64,
+                          "GEMM scratch");
     uint8_t *pk = buf;
     float *wsT = (float *)(buf + pk_bytes);
     __m512 *lanes = (__m512 *)(buf + pk_bytes + ws_bytes);
@@ -1417,23 +1581,42 @@ QT_VNNI static void qt_gemm_vnni(const QTensor *w, const QtActs *a, int s0, int 
         const int nb = (int)((n + 15) / 16);
         qt_vnni_gemm_pack(w, r, n, nb, bstride, pk, wsT);
         /* past r1 too: a chunk is often one block, and this thread usually takes the next one */
-        const int64_t next_rows = w->rows - r - n < 16 * QT_VNNI_RB ? w->rows - r - n : 16 * QT_VNNI_RB;
-        /* the activation rows evenly over the fewest tiles (32 rows: 11 + 11 + 10, not 12 + 12 + 8) */
+        const int64_t next_rows =
+            w->rows - r - n < 16 * QT_VNNI_RB ? w->rows - r - n : 16 * QT_VNNI_RB;
+        /* the activation rows evenly over the fewest tiles (32 rows: 11 + 11 + 10, not 12 + 12 + 8)
+           */
         const int tiles = (s1 - s0 + QT_VNNI_SB - 1) / QT_VNNI_SB;
         for (int s = s0, tile = 0, sb; s < s1; s += sb, tile++) {
             sb = (s1 - s + (tiles - tile) - 1) / (tiles - tile);
-            QtPrefetch pf = qt_prefetch_share(w, r + n, next_rows, 16, tiles, tile, qt_gemm_cols(w));
+            QtPrefetch pf =
+                qt_prefetch_share(w, r + n, next_rows, 16, tiles, tile, qt_gemm_cols(w));
 #define QT_TILE(RB, SB) qt_vnni_gemm_tile(w, a, pk, bstride, wsT, lanes, s, RB, SB, r, n, y, &pf)
             if (nb == 2) switch (sb) {
-                case 1: QT_TILE(2, 1); break; case 2: QT_TILE(2, 2); break; case 3: QT_TILE(2, 3); break;
-                case 4: QT_TILE(2, 4); break; case 5: QT_TILE(2, 5); break; case 6: QT_TILE(2, 6); break;
-                case 7: QT_TILE(2, 7); break; case 8: QT_TILE(2, 8); break; case 9: QT_TILE(2, 9); break;
-                case 10: QT_TILE(2, 10); break; case 11: QT_TILE(2, 11); break; default: QT_TILE(2, 12); break;
+                case 1: QT_TILE(2, 1); break;
+                case 2: QT_TILE(2, 2); break;
+                case 3: QT_TILE(2, 3); break;
+                case 4: QT_TILE(2, 4); break;
+                case 5: QT_TILE(2, 5); break;
+                case 6: QT_TILE(2, 6); break;
+                case 7: QT_TILE(2, 7); break;
+                case 8: QT_TILE(2, 8); break;
+                case 9: QT_TILE(2, 9); break;
+                case 10: QT_TILE(2, 10); break;
+                case 11: QT_TILE(2, 11); break;
+                default: QT_TILE(2, 12); break;
             } else switch (sb) {
-                case 1: QT_TILE(1, 1); break; case 2: QT_TILE(1, 2); break; case 3: QT_TILE(1, 3); break;
-                case 4: QT_TILE(1, 4); break; case 5: QT_TILE(1, 5); break; case 6: QT_TILE(1, 6); break;
-                case 7: QT_TILE(1, 7); break; case 8: QT_TILE(1, 8); break; case 9: QT_TILE(1, 9); break;
-                case 10: QT_TILE(1, 10); break; case 11: QT_TILE(1, 11); break; default: QT_TILE(1, 12); break;
+                case 1: QT_TILE(1, 1); break;
+                case 2: QT_TILE(1, 2); break;
+                case 3: QT_TILE(1, 3); break;
+                case 4: QT_TILE(1, 4); break;
+                case 5: QT_TILE(1, 5); break;
+                case 6: QT_TILE(1, 6); break;
+                case 7: QT_TILE(1, 7); break;
+                case 8: QT_TILE(1, 8); break;
+                case 9: QT_TILE(1, 9); break;
+                case 10: QT_TILE(1, 10); break;
+                case 11: QT_TILE(1, 11); break;
+                default: QT_TILE(1, 12); break;
             }
 #undef QT_TILE
         }
@@ -1453,15 +1636,23 @@ QT_VNNI static void qt_gemm_vnni(const QTensor *w, const QtActs *a, int s0, int 
    int4 GEMM up to eight (QT_YMM(gemm_i16) below). */
 
 #define QT_AVX2_ONES _mm256_set1_epi16(1)
-#define QT_AVX2_DOT1(acc, u, s) _mm256_add_epi32(acc, _mm256_madd_epi16(_mm256_maddubs_epi16(u, s), QT_AVX2_ONES))
+#define QT_AVX2_DOT1(acc, u, s) \
+    _mm256_add_epi32(acc, _mm256_madd_epi16(_mm256_maddubs_epi16(u, s), QT_AVX2_ONES))
 #define QT_AVX2_DOT2(acc, u0, s0, u1, s1) \
-    _mm256_add_epi32(acc, _mm256_madd_epi16(_mm256_add_epi16(_mm256_maddubs_epi16(u0, s0), _mm256_maddubs_epi16(u1, s1)), QT_AVX2_ONES))
+    _mm256_add_epi32(acc, _mm256_madd_epi16(_mm256_add_epi16(_mm256_maddubs_epi16(u0, s0), \
+                                                             _mm256_maddubs_epi16(u1, s1)), \
+                                            QT_AVX2_ONES))
 #define QT_AVX2_DOT4(acc, u0, s0, u1, s1, u2, s2, u3, s3) \
-    _mm256_add_epi32(acc, _mm256_madd_epi16(_mm256_add_epi16(_mm256_add_epi16(_mm256_maddubs_epi16(u0, s0), _mm256_maddubs_epi16(u1, s1)), \
-                                                             _mm256_add_epi16(_mm256_maddubs_epi16(u2, s2), _mm256_maddubs_epi16(u3, s3))), QT_AVX2_ONES))
+    _mm256_add_epi32( \
+        acc, _mm256_madd_epi16(_mm256_add_epi16(_mm256_add_epi16(_mm256_maddubs_epi16(u0, s0), \
+                                                                 _mm256_maddubs_epi16(u1, s1)), \
+                                                _mm256_add_epi16(_mm256_maddubs_epi16(u2, s2), \
+                                                                 _mm256_maddubs_epi16(u3, s3))), \
+                               QT_AVX2_ONES))
 #define QT_AVXVNNI_DOT1(acc, u, s) _mm256_dpbusd_avx_epi32(acc, u, s)
 #define QT_AVXVNNI_DOT2(acc, u0, s0, u1, s1) QT_AVXVNNI_DOT1(QT_AVXVNNI_DOT1(acc, u0, s0), u1, s1)
-#define QT_AVXVNNI_DOT4(acc, u0, s0, u1, s1, u2, s2, u3, s3) QT_AVXVNNI_DOT2(QT_AVXVNNI_DOT2(acc, u0, s0, u1, s1), u2, s2, u3, s3)
+#define QT_AVXVNNI_DOT4(acc, u0, s0, u1, s1, u2, s2, u3, s3) \
+    QT_AVXVNNI_DOT2(QT_AVXVNNI_DOT2(acc, u0, s0, u1, s1), u2, s2, u3, s3)
 
 QT_AVX2 QT_INLINE int32_t qt_avx2_hsum(__m256i v) {
     __m128i s = _mm_add_epi32(_mm256_castsi256_si128(v), _mm256_extracti128_si256(v, 1));
@@ -1471,7 +1662,8 @@ QT_AVX2 QT_INLINE int32_t qt_avx2_hsum(__m256i v) {
 }
 
 /* The 32-byte half hc (0 .. 2·nch-1) of a row: the last chunk comes from a zero-padded copy. */
-QT_AVX2 QT_INLINE __m256i qt_avx2_load_half(const uint8_t *wr, const uint8_t *tailbuf, int64_t nch, int64_t hc) {
+QT_AVX2 QT_INLINE __m256i qt_avx2_load_half(const uint8_t *wr, const uint8_t *tailbuf, int64_t nch,
+                                            int64_t hc) {
     if (hc >= 2 * nch) return _mm256_setzero_si256();
     const uint8_t *p = hc / 2 + 1 < nch ? wr + 32 * hc : tailbuf + 32 * (hc & 1);
     return _mm256_loadu_si256((const __m256i *)p);
@@ -1486,14 +1678,17 @@ QT_AVX2 QT_INLINE __m256i qt_avx2_packsum(__m256i a, __m256i b) {
 QT_AVX2 QT_INLINE __m256i qt_avx2_group_sums(__m256i *v, const int lanes) {
     if (lanes == 1) return v[0];
     if (lanes == 2)   /* → [g0 g1 g4 g5 | g2 g3 g6 g7] */
-        return _mm256_permutevar8x32_epi32(qt_avx2_packsum(v[0], v[1]), _mm256_setr_epi32(0, 1, 4, 5, 2, 3, 6, 7));
+        return _mm256_permutevar8x32_epi32(qt_avx2_packsum(v[0], v[1]),
+                                           _mm256_setr_epi32(0, 1, 4, 5, 2, 3, 6, 7));
     if (lanes == 4)   /* → [g0 g2 g4 g6 | g1 g3 g5 g7] */
-        return _mm256_permutevar8x32_epi32(qt_avx2_packsum(qt_avx2_packsum(v[0], v[1]), qt_avx2_packsum(v[2], v[3])),
-                                           _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7));
+        return _mm256_permutevar8x32_epi32(
+            qt_avx2_packsum(qt_avx2_packsum(v[0], v[1]), qt_avx2_packsum(v[2], v[3])),
+            _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7));
     /* lanes == 8: two levels leave [g0 g1 g2 g3 | g0 g1 g2 g3] (and g4..g7 in b): add the halves */
     __m256i a = qt_avx2_packsum(qt_avx2_packsum(v[0], v[1]), qt_avx2_packsum(v[2], v[3]));
     __m256i b = qt_avx2_packsum(qt_avx2_packsum(v[4], v[5]), qt_avx2_packsum(v[6], v[7]));
-    return _mm256_add_epi32(_mm256_permute2x128_si256(a, b, 0x20), _mm256_permute2x128_si256(a, b, 0x31));
+    return _mm256_add_epi32(_mm256_permute2x128_si256(a, b, 0x20),
+                            _mm256_permute2x128_si256(a, b, 0x31));
 }
 
 /* v[m] = dword m of the 8 rows v[0..7] (row i in lane i), as qt_vnni_transpose16. */
@@ -1539,7 +1734,8 @@ QT_AVX2 static void qt_avx2_steps(const QTensor *w, const QtActs *a, int s0, int
             if (i4) v[i] = _mm256_shuffle_epi8(v[i], even_odd);
         }
         qt_avx2_transpose8(v);
-        for (int k = 0; k < 8; k++) _mm256_storeu_si256((__m256i *)((int32_t *)a->q + (8 * b + k) * sp + s0), v[k]);
+        for (int k = 0; k < 8; k++)
+            _mm256_storeu_si256((__m256i *)((int32_t *)a->q + (8 * b + k) * sp + s0), v[k]);
     }
 }
 
@@ -1553,7 +1749,8 @@ QT_AVX2 static void qt_avx2_steps(const QTensor *w, const QtActs *a, int s0, int
 #define QT_YMM_DOT4 QT_AVX2_DOT4
 #define QT_YMM_SIGNED_I8 1   /* int8 GEMM: |w| × sign-moved x (a pair of 255·127 would saturate) */
 #define QT_YMM_I16 1         /* int4 GEMM: up to 8 steps summed in int16 (gemm_i16) ... */
-#define QT_YMM_SB16 4        /* ... in tiles of 2 blocks of 8 weight rows × this many activation rows */
+/* ... in tiles of 2 blocks of 8 weight rows × this many activation rows */
+#define QT_YMM_SB16 4
 #include "quant.h"
 #undef QT_YMM_I16
 #undef QT_YMM_SB16
@@ -1770,7 +1967,8 @@ static int64_t qt_claim(QtRange *r, int from_front) {
         uint32_t front = (uint32_t)(w >> 32), back = (uint32_t)w;
         if (front >= back) return -1;
         uint64_t nw = from_front ? w + ((uint64_t)1 << 32) : w - 1;
-        if (atomic_compare_exchange_weak_explicit(&r->word, &w, nw, memory_order_relaxed, memory_order_relaxed))
+        if (atomic_compare_exchange_weak_explicit(&r->word, &w, nw, memory_order_relaxed,
+                                                  memory_order_relaxed))
             return from_front ? (int64_t)front : (int64_t)back - 1;
     }
 }
@@ -1810,7 +2008,8 @@ static void qt_note_wait(int64_t waited_ns, int64_t now) {
    split statically, a barrier, then the chunks with stealing. One region instead of two saves a
    wake-up and a join of the threads per matmul (~10-20 us each on 2-vCPU VMs: kbench's thread
    wake-up table). first may be NULL. */
-static void qt_parallel_phases(QtChunkFn first, void *first_arg, int64_t nfirst, QtChunkFn fn, void *arg, int64_t nchunks) {
+static void qt_parallel_phases(QtChunkFn first, void *first_arg, int64_t nfirst, QtChunkFn fn,
+                               void *arg, int64_t nchunks) {
     if (nchunks <= 0) return;
     int threads = qt_thread_count();
     if (nchunks < threads) threads = (int)nchunks;
@@ -1828,11 +2027,13 @@ static void qt_parallel_phases(QtChunkFn first, void *first_arg, int64_t nfirst,
     }
     /* libgomp's caller can wait at both ends: at the start until the other threads are back in
        the pool from the previous region, at the end until they finish */
-    int64_t caller_start = 0, caller_done = 0, caller_barrier = 0, before = qt_stall_guard ? qt_now_ns() : 0;
+    int64_t caller_start = 0, caller_done = 0, caller_barrier = 0,
+            before = qt_stall_guard ? qt_now_ns() : 0;
     QtRange ranges[QT_MAX_THREADS];
     for (int t = 0; t < threads; t++)
-        atomic_init(&ranges[t].word, (uint64_t)(nchunks * t / threads) << 32 | (uint64_t)(nchunks * (t + 1) / threads));
-    #pragma omp parallel num_threads(threads)
+        atomic_init(&ranges[t].word, (uint64_t)(nchunks * t / threads) << 32 |
+                                         (uint64_t)(nchunks * (t + 1) / threads));
+#pragma omp parallel num_threads(threads)
     {
         int t = 0, nt = 1;
 #ifdef _OPENMP
@@ -1843,7 +2044,8 @@ static void qt_parallel_phases(QtChunkFn first, void *first_arg, int64_t nfirst,
             for (int64_t c = t; c < nfirst; c += nt) first(first_arg, c);
             const int64_t arrived = t == 0 && qt_stall_guard ? qt_now_ns() : 0;
             #pragma omp barrier
-            if (t == 0 && qt_stall_guard) caller_barrier = qt_now_ns() - arrived;   /* a wait like the join's */
+            /* a wait like the join's */
+            if (t == 0 && qt_stall_guard) caller_barrier = qt_now_ns() - arrived;
         }
         if (qt_no_steal)
             for (int64_t c = nchunks * t / nt; c < nchunks * (t + 1) / nt; c++) fn(arg, c);
@@ -1863,7 +2065,9 @@ static void qt_parallel_phases(QtChunkFn first, void *first_arg, int64_t nfirst,
 }
 
 /* Run fn(arg, c) for every c < nchunks, on up to qt_thread_count() threads. */
-static void qt_parallel_chunks(QtChunkFn fn, void *arg, int64_t nchunks) { qt_parallel_phases(NULL, NULL, 0, fn, arg, nchunks); }
+static void qt_parallel_chunks(QtChunkFn fn, void *arg, int64_t nchunks) {
+    qt_parallel_phases(NULL, NULL, 0, fn, arg, nchunks);
+}
 
 /* ---- Dispatch ------------------------------------------------------------------------------ */
 
@@ -1878,7 +2082,8 @@ typedef struct {
     float *y;
     int S;
     int64_t rows_per_chunk;
-    int s_panels, s_per_panel;   /* GEMM on few weight rows: chunks also split the activation rows */
+    /* GEMM on few weight rows: chunks also split the activation rows */
+    int s_panels, s_per_panel;
     QtActs acts;
     QtRowsFn rows;
     int64_t nchunks;   /* integer path: chunks of rows (× activation panels) */
@@ -1913,7 +2118,8 @@ static int qt_gemm_shape_ok(const QTensor *w, QtKernel k) {
 }
 
 static int64_t qt_rows_per_chunk(const QTensor *w, int S) {
-    int64_t bytes = w->row_bytes * (S < 8 ? 1 : S / 8);   /* with many activation rows, less weight per chunk */
+    /* with many activation rows, less weight per chunk */
+    int64_t bytes = w->row_bytes * (S < 8 ? 1 : S / 8);
     int64_t r = qt_chunk_bytes / (bytes > 0 ? bytes : 1);
     if (r < 1) r = 1;
     while ((w->rows + r - 1) / r > QT_MAX_CHUNKS) r *= 2;
@@ -1973,8 +2179,10 @@ static void qt_dequant_fast(const QTensor *t, int64_t row, float *out) {
         case QT_INT2_ROW: {   /* per-row format: one group, i = 0 */
             const int64_t nb = g1 / 4;
             for (int64_t b = 0; b < nb; b++)
-                for (int k = 0; k < 4; k++) out[4 * b + k] = (float)(((p[b] >> (2 * k)) & 3) - 2) * s;
-            for (i = 4 * nb; i < g1; i++) out[i] = (float)(((p[i >> 2] >> (2 * (i & 3))) & 3) - 2) * s;
+                for (int k = 0; k < 4; k++)
+                    out[4 * b + k] = (float)(((p[b] >> (2 * k)) & 3) - 2) * s;
+            for (i = 4 * nb; i < g1; i++)
+                out[i] = (float)(((p[i >> 2] >> (2 * (i & 3))) & 3) - 2) * s;
             break;
         }
         case QT_F32: break;
@@ -2006,8 +2214,11 @@ static void qt_float_chunk(void *p, int64_t c) {
     const int64_t R = w->rows, C = w->cols;
     enum { T = QT_DOT_TILE };
     const int64_t stride = qt_round_up(C, 16);
-    float *rowbuf = w->format == QT_F32 ? NULL : qt_buf(QT_BUF_ROWS, (size_t)(4 * stride) * sizeof(float), "dequantized rows");   /* 4 rows */
-    const int64_t r0 = c * j->rows_per_chunk, r1 = r0 + j->rows_per_chunk < R ? r0 + j->rows_per_chunk : R;
+    float *rowbuf = w->format == QT_F32 ? NULL
+                                        : qt_buf(QT_BUF_ROWS, (size_t)(4 * stride) * sizeof(float),
+                                                 "dequantized rows"); /* 4 rows */
+    const int64_t r0 = c * j->rows_per_chunk,
+                  r1 = r0 + j->rows_per_chunk < R ? r0 + j->rows_per_chunk : R;
     int panel = j->S;   /* dequantized rows: one panel, so each row is dequantized once */
     if (w->format == QT_F32) {
         panel = (int)(65536 / C) / T * T;
@@ -2034,7 +2245,8 @@ static void qt_float_chunk(void *p, int64_t c) {
                     float tile[T * T];
                     qt_dot_tile(rows + a, xs, C, tile, T, T, T);
                     for (int i = 0; i < T && a + i < nr; i++)
-                        for (int k = 0; k < T; k++) j->y[(int64_t)(s + k) * R + r + a + i] = tile[i * T + k];
+                        for (int k = 0; k < T; k++)
+                            j->y[(int64_t)(s + k) * R + r + a + i] = tile[i * T + k];
                 }
             }
             for (; s < p1; s++) {
@@ -2051,7 +2263,8 @@ static void qt_float_chunk(void *p, int64_t c) {
 static void qt_acts_chunk(void *p, int64_t c) {
     const QtMatmulJob *j = p;
     const int per = j->acts.layout == QT_ACTS_STEPS || j->acts.layout == QT_ACTS_K8 ? 16 : 1;
-    for (int s = (int)c * per; s < (int)(c + 1) * per && s < j->S; s++) qt_prepare_acts_row(j->w, j->x, &j->acts, s);
+    for (int s = (int)c * per; s < (int)(c + 1) * per && s < j->S; s++)
+        qt_prepare_acts_row(j->w, j->x, &j->acts, s);
     if (j->acts.layout == QT_ACTS_K8) {   /* the padding rows a tile reads: zero codes and scales */
         const int pad1 = (int)(c + 1) * per < j->acts.spad ? (int)(c + 1) * per : (int)j->acts.spad;
         for (int s = j->S > (int)c * per ? j->S : (int)c * per; s < pad1; s++) {
@@ -2062,15 +2275,18 @@ static void qt_acts_chunk(void *p, int64_t c) {
     }
 #ifdef QT_X86
     if (j->acts.layout == QT_ACTS_STEPS)
-        for (int s0 = (int)c * 16; s0 < (int)c * 16 + 16 && s0 < j->S; s0 += 8) qt_avx2_steps(j->w, &j->acts, s0, j->S - s0 < 8 ? j->S - s0 : 8);
+        for (int s0 = (int)c * 16; s0 < (int)c * 16 + 16 && s0 < j->S; s0 += 8)
+            qt_avx2_steps(j->w, &j->acts, s0, j->S - s0 < 8 ? j->S - s0 : 8);
 #endif
 }
 
 static void qt_int_chunk(void *p, int64_t c) {
     const QtMatmulJob *j = p;
     const int64_t rc = c / j->s_panels, sp = c % j->s_panels;
-    const int64_t r0 = rc * j->rows_per_chunk, r1 = r0 + j->rows_per_chunk < j->w->rows ? r0 + j->rows_per_chunk : j->w->rows;
-    const int s0 = (int)sp * j->s_per_panel, s1 = s0 + j->s_per_panel < j->S ? s0 + j->s_per_panel : j->S;
+    const int64_t r0 = rc * j->rows_per_chunk,
+                  r1 = r0 + j->rows_per_chunk < j->w->rows ? r0 + j->rows_per_chunk : j->w->rows;
+    const int s0 = (int)sp * j->s_per_panel,
+              s1 = s0 + j->s_per_panel < j->S ? s0 + j->s_per_panel : j->S;
     j->rows(j->w, &j->acts, s0, s1, r0, r1, j->y);
 }
 
@@ -2085,7 +2301,8 @@ enum { QT_GEMM_PANEL = 128 };
 
 /* The integer path's plan for w against S (≤ QT_GEMM_PANEL) activation rows: kernel, activation
    layout, chunks. The activation buffers are set by qt_acts_buffers. */
-static void qt_plan_int(QtMatmulJob *j, const QTensor *w, const float *x, float *y, int S, QtKernel kernel) {
+static void qt_plan_int(QtMatmulJob *j, const QTensor *w, const float *x, float *y, int S,
+                        QtKernel kernel) {
     const int64_t R = w->rows;
     memset(j, 0, sizeof *j);
     j->w = w; j->x = x; j->y = y; j->S = S;
@@ -2111,7 +2328,9 @@ static void qt_plan_int(QtMatmulJob *j, const QTensor *w, const float *x, float 
 #endif
 #ifdef QT_X86
     if (gemm) {
-        j->rows = k == QT_KERNEL_VNNI ? qt_gemm_vnni : k == QT_KERNEL_AVXVNNI ? qt_avxvnni_gemm : qt_avx2_gemm;
+        j->rows = k == QT_KERNEL_VNNI      ? qt_gemm_vnni
+                  : k == QT_KERNEL_AVXVNNI ? qt_avxvnni_gemm
+                                           : qt_avx2_gemm;
         block = k == QT_KERNEL_VNNI ? 16 * QT_VNNI_RB : 8 * QT_YMM_RB;
     } else if (k == QT_KERNEL_VNNI) j->rows = qt_rows_vnni;
     else if (k == QT_KERNEL_AVXVNNI) j->rows = qt_avxvnni_rows;
@@ -2167,7 +2386,8 @@ void qt_matmul_with(const QTensor *w, const float *x, float *y, int S, int idot,
     }
     if (S > QT_GEMM_PANEL) {
         for (int s = 0; s < S; s += QT_GEMM_PANEL)
-            qt_matmul_with(w, x + (size_t)s * C, y + (size_t)s * R, S - s < QT_GEMM_PANEL ? S - s : QT_GEMM_PANEL, idot, kernel);
+            qt_matmul_with(w, x + (size_t)s * C, y + (size_t)s * R,
+                           S - s < QT_GEMM_PANEL ? S - s : QT_GEMM_PANEL, idot, kernel);
         return;
     }
     QtMatmulJob j;
@@ -2186,12 +2406,14 @@ static void qt_multi_chunk(void *p, int64_t c) {
     qt_int_chunk(&m->jobs[k], c);
 }
 
-void qt_matmul_multi(const QTensor *const *w, int n, const float *x, float *const *y, int S, int idot) {
+void qt_matmul_multi(const QTensor *const *w, int n, const float *x, float *const *y, int S,
+                     int idot) {
     if (n <= 0 || S <= 0) return;
     int same = n <= QT_MULTI_MAX && idot;
     for (int k = 0; k < n && same; k++)
-        same = w[k]->format != QT_F32 && w[k]->rows > 0 && w[k]->cols > 0 && w[k]->format == w[0]->format &&
-               w[k]->cols == w[0]->cols && w[k]->group == w[0]->group;
+        same = w[k]->format != QT_F32 && w[k]->rows > 0 && w[k]->cols > 0 &&
+               w[k]->format == w[0]->format && w[k]->cols == w[0]->cols &&
+               w[k]->group == w[0]->group;
     if (!same) {
         for (int k = 0; k < n; k++) qt_matmul_with(w[k], x, y[k], S, idot, QT_KERNEL_AUTO);
         return;
@@ -2201,7 +2423,8 @@ void qt_matmul_multi(const QTensor *const *w, int n, const float *x, float *cons
         for (int s = 0; s < S; s += QT_GEMM_PANEL) {
             float *ys[QT_MULTI_MAX];
             for (int k = 0; k < n; k++) ys[k] = y[k] + (size_t)s * w[k]->rows;
-            qt_matmul_multi(w, n, x + (size_t)s * C, ys, S - s < QT_GEMM_PANEL ? S - s : QT_GEMM_PANEL, idot);
+            qt_matmul_multi(w, n, x + (size_t)s * C, ys,
+                            S - s < QT_GEMM_PANEL ? S - s : QT_GEMM_PANEL, idot);
         }
         return;
     }
@@ -2231,50 +2454,64 @@ void qt_matmul(const QTensor *w, const float *x, float *y, int S, int idot) {
    s8, ...) adds n planes of u8 × s8 products into the int32 lanes of acc. */
 
 /* Dot of half h (0 or 1) of a chunk, added to acc; xp points at the chunk's activation codes. */
-QT_YMM_TARGET QT_INLINE __m256i QT_YMM(half)(QtFormat f, __m256i acc, __m256i wb, const int8_t *xp, int h) {
+QT_YMM_TARGET QT_INLINE __m256i QT_YMM(half)(QtFormat f, __m256i acc, __m256i wb, const int8_t *xp,
+                                             int h) {
     if (f == QT_INT8_ROW) {
         __m256i x = _mm256_load_si256((const __m256i *)(xp + 32 * h));
         return QT_YMM_DOT1(acc, _mm256_abs_epi8(wb), _mm256_sign_epi8(x, wb));
     }
     if (f == QT_INT2_ROW) {
         const __m256i m2 = _mm256_set1_epi8(0x03);
-        return QT_YMM_DOT4(acc, _mm256_and_si256(wb, m2), _mm256_load_si256((const __m256i *)(xp + 32 * h)),
-                           _mm256_and_si256(_mm256_srli_epi16(wb, 2), m2), _mm256_load_si256((const __m256i *)(xp + 64 + 32 * h)),
-                           _mm256_and_si256(_mm256_srli_epi16(wb, 4), m2), _mm256_load_si256((const __m256i *)(xp + 128 + 32 * h)),
-                           _mm256_and_si256(_mm256_srli_epi16(wb, 6), m2), _mm256_load_si256((const __m256i *)(xp + 192 + 32 * h)));
+        return QT_YMM_DOT4(acc, _mm256_and_si256(wb, m2),
+                           _mm256_load_si256((const __m256i *)(xp + 32 * h)),
+                           _mm256_and_si256(_mm256_srli_epi16(wb, 2), m2),
+                           _mm256_load_si256((const __m256i *)(xp + 64 + 32 * h)),
+                           _mm256_and_si256(_mm256_srli_epi16(wb, 4), m2),
+                           _mm256_load_si256((const __m256i *)(xp + 128 + 32 * h)),
+                           _mm256_and_si256(_mm256_srli_epi16(wb, 6), m2),
+                           _mm256_load_si256((const __m256i *)(xp + 192 + 32 * h)));
     }
     const __m256i m4 = _mm256_set1_epi8(0x0F);
-    return QT_YMM_DOT2(acc, _mm256_and_si256(wb, m4), _mm256_load_si256((const __m256i *)(xp + 32 * h)),
-                       _mm256_and_si256(_mm256_srli_epi16(wb, 4), m4), _mm256_load_si256((const __m256i *)(xp + 64 + 32 * h)));
+    return QT_YMM_DOT2(acc, _mm256_and_si256(wb, m4),
+                       _mm256_load_si256((const __m256i *)(xp + 32 * h)),
+                       _mm256_and_si256(_mm256_srli_epi16(wb, 4), m4),
+                       _mm256_load_si256((const __m256i *)(xp + 64 + 32 * h)));
 }
 
 /* Grouped int4 row, `lanes` (1, 2, 4 or 8) int32 lanes per group: 8 groups per step from `lanes`
    32-byte halves; group g goes to lane g mod 16 (the low or the high 8 of the 16 lanes). Serves na
    (1 or 2) activation rows per pass over the weight row (xq[j], xs[j], off[j] → out[j]): the loads
    and the nibble split are shared, each row's operations are the one-row pass's. */
-QT_YMM_TARGET QT_INLINE void QT_YMM(i4_grouped)(const uint8_t *wr, const uint8_t *tailbuf, int64_t nch, const int8_t *const *xq,
-                                                const float *const *xs, const int32_t *const *off, const float *ws, int64_t G,
-                                                const int lanes, const int na, int pf, float *out) {
-    __m256 lanes_lo[2] = { _mm256_setzero_ps(), _mm256_setzero_ps() }, lanes_hi[2] = { lanes_lo[0], lanes_lo[0] };
+QT_YMM_TARGET QT_INLINE void QT_YMM(i4_grouped)(const uint8_t *wr, const uint8_t *tailbuf,
+                                                int64_t nch, const int8_t *const *xq,
+                                                const float *const *xs, const int32_t *const *off,
+                                                const float *ws, int64_t G, const int lanes,
+                                                const int na, int pf, float *out) {
+    __m256 lanes_lo[2] = { _mm256_setzero_ps(), _mm256_setzero_ps() },
+           lanes_hi[2] = { lanes_lo[0], lanes_lo[0] };
     for (int64_t g0 = 0; g0 < G; g0 += 8) {
         __m256i v[2][8];
         const int64_t h0 = g0 / 8 * lanes;
-        for (int k = 0; k < lanes; k += 2) _mm_prefetch((const char *)(wr + 32 * (h0 + k) + pf), QT_PREFETCH_HINT);
+        for (int k = 0; k < lanes; k += 2)
+            _mm_prefetch((const char *)(wr + 32 * (h0 + k) + pf), QT_PREFETCH_HINT);
         for (int k = 0; k < lanes; k++) {
             const int64_t hc = h0 + k;
             const __m256i wb = qt_avx2_load_half(wr, tailbuf, nch, hc);
             for (int j = 0; j < na; j++)
-                v[j][k] = QT_YMM(half)(QT_INT4_GROUP, _mm256_setzero_si256(), wb, xq[j] + 128 * (hc / 2), (int)(hc & 1));
+                v[j][k] = QT_YMM(half)(QT_INT4_GROUP, _mm256_setzero_si256(), wb,
+                                       xq[j] + 128 * (hc / 2), (int)(hc & 1));
         }
         __m256 wsv;
         if (G - g0 >= 8) wsv = _mm256_loadu_ps(ws + g0);
-        else {   /* lanes past the last group add 0·(0·0) = +0, which leaves a lane (never -0) unchanged */
+        /* lanes past the last group add 0·(0·0) = +0, which leaves a lane (never -0) unchanged */
+        else {
             float wsg[8] = { 0 };
             for (int i = 0; i < G - g0; i++) wsg[i] = ws[g0 + i];
             wsv = _mm256_loadu_ps(wsg);
         }
         for (int j = 0; j < na; j++) {
-            __m256i isum = _mm256_sub_epi32(qt_avx2_group_sums(v[j], lanes), _mm256_loadu_si256((const __m256i *)(off[j] + g0)));
+            __m256i isum = _mm256_sub_epi32(qt_avx2_group_sums(v[j], lanes),
+                                            _mm256_loadu_si256((const __m256i *)(off[j] + g0)));
             __m256 t = _mm256_mul_ps(_mm256_loadu_ps(xs[j] + g0), _mm256_cvtepi32_ps(isum));
             __m256 p = _mm256_mul_ps(wsv, t);
             if (g0 & 8) lanes_hi[j] = _mm256_add_ps(lanes_hi[j], p);
@@ -2289,7 +2526,8 @@ QT_YMM_TARGET QT_INLINE void QT_YMM(i4_grouped)(const uint8_t *wr, const uint8_t
     }
 }
 
-QT_YMM_TARGET static void QT_YMM(rows)(const QTensor *w, const QtActs *a, int s0, int s1, int64_t r0, int64_t r1, float *y) {
+QT_YMM_TARGET static void QT_YMM(rows)(const QTensor *w, const QtActs *a, int s0, int s1,
+                                       int64_t r0, int64_t r1, float *y) {
     const QtFormat f = w->format;
     const int64_t rb = w->row_bytes, nch = (rb + 63) / 64, G = qt_groups_per_row(w);
     const int64_t xc = qt_chunk_inputs(f);
@@ -2302,14 +2540,16 @@ QT_YMM_TARGET static void QT_YMM(rows)(const QTensor *w, const QtActs *a, int s0
         memset(tailbuf, 0, 64);
         memcpy(tailbuf, wr + 64 * (nch - 1), (size_t)(rb - 64 * (nch - 1)));
         /* grouped batches: two activation rows at a time (one activation row goes through the loop
-           below: through this block it ran 7-9 % slower from the caches, 94-98 against 101-108 GOP/s) */
+           below: through this block it ran 7-9 % slower from the caches, 94-98 against 101-108
+           GOP/s) */
         if (G > 1 && lanes <= 8 && s1 - s0 > 1) {
             for (int s = s0; s < s1; s += 2) {
                 QtRowPair x;
                 const int na = qt_row_pair(a, s, s1, &x);
                 float acc[2];
-#define QT_GROUPED(L) (na == 2 ? QT_YMM(i4_grouped)(wr, tailbuf, nch, x.q, x.scale, x.off, ws, G, L, 2, pf, acc) \
-                               : QT_YMM(i4_grouped)(wr, tailbuf, nch, x.q, x.scale, x.off, ws, G, L, 1, pf, acc))
+#define QT_GROUPED(L) \
+    (na == 2 ? QT_YMM(i4_grouped)(wr, tailbuf, nch, x.q, x.scale, x.off, ws, G, L, 2, pf, acc) \
+             : QT_YMM(i4_grouped)(wr, tailbuf, nch, x.q, x.scale, x.off, ws, G, L, 1, pf, acc))
                 switch (lanes) {
                 case 1: QT_GROUPED(1); break;
                 case 2: QT_GROUPED(2); break;
@@ -2333,23 +2573,39 @@ QT_YMM_TARGET static void QT_YMM(rows)(const QTensor *w, const QtActs *a, int s0
                 for (; c + 1 < nch; c += 2) {
                     _mm_prefetch((const char *)(wr + 64 * c + pf), QT_PREFETCH_HINT);
                     _mm_prefetch((const char *)(wr + 64 * c + 64 + pf), QT_PREFETCH_HINT);
-                    a0 = QT_YMM(half)(f, a0, qt_avx2_load_half(wr, tailbuf, nch, 2 * c), xq + xc * c, 0);
-                    a1 = QT_YMM(half)(f, a1, qt_avx2_load_half(wr, tailbuf, nch, 2 * c + 1), xq + xc * c, 1);
-                    a2 = QT_YMM(half)(f, a2, qt_avx2_load_half(wr, tailbuf, nch, 2 * c + 2), xq + xc * (c + 1), 0);
-                    a3 = QT_YMM(half)(f, a3, qt_avx2_load_half(wr, tailbuf, nch, 2 * c + 3), xq + xc * (c + 1), 1);
+                    a0 = QT_YMM(half)(f, a0, qt_avx2_load_half(wr, tailbuf, nch, 2 * c),
+                                      xq + xc * c, 0);
+                    a1 = QT_YMM(half)(f, a1, qt_avx2_load_half(wr, tailbuf, nch, 2 * c + 1),
+                                      xq + xc * c, 1);
+                    a2 = QT_YMM(half)(f, a2, qt_avx2_load_half(wr, tailbuf, nch, 2 * c + 2),
+                                      xq + xc * (c + 1), 0);
+                    a3 = QT_YMM(half)(f, a3, qt_avx2_load_half(wr, tailbuf, nch, 2 * c + 3),
+                                      xq + xc * (c + 1), 1);
                 }
                 for (; c < nch; c++) {
-                    a0 = QT_YMM(half)(f, a0, qt_avx2_load_half(wr, tailbuf, nch, 2 * c), xq + xc * c, 0);
-                    a1 = QT_YMM(half)(f, a1, qt_avx2_load_half(wr, tailbuf, nch, 2 * c + 1), xq + xc * c, 1);
+                    a0 = QT_YMM(half)(f, a0, qt_avx2_load_half(wr, tailbuf, nch, 2 * c),
+                                      xq + xc * c, 0);
+                    a1 = QT_YMM(half)(f, a1, qt_avx2_load_half(wr, tailbuf, nch, 2 * c + 1),
+                                      xq + xc * c, 1);
                 }
-                int32_t isum = qt_avx2_hsum(_mm256_add_epi32(_mm256_add_epi32(a0, a1), _mm256_add_epi32(a2, a3))) - off[0];
+                int32_t isum = qt_avx2_hsum(_mm256_add_epi32(_mm256_add_epi32(a0, a1),
+                                                             _mm256_add_epi32(a2, a3))) -
+                               off[0];
                 acc += ws[0] * (xs[0] * (float)isum);
             } else if (lanes <= 8) {   /* one grouped activation row (decode) */
                 switch (lanes) {
-                case 1: QT_YMM(i4_grouped)(wr, tailbuf, nch, &xq, &xs, &off, ws, G, 1, 1, pf, &acc); break;
-                case 2: QT_YMM(i4_grouped)(wr, tailbuf, nch, &xq, &xs, &off, ws, G, 2, 1, pf, &acc); break;
-                case 4: QT_YMM(i4_grouped)(wr, tailbuf, nch, &xq, &xs, &off, ws, G, 4, 1, pf, &acc); break;
-                default: QT_YMM(i4_grouped)(wr, tailbuf, nch, &xq, &xs, &off, ws, G, 8, 1, pf, &acc); break;
+                case 1:
+                    QT_YMM(i4_grouped)(wr, tailbuf, nch, &xq, &xs, &off, ws, G, 1, 1, pf, &acc);
+                    break;
+                case 2:
+                    QT_YMM(i4_grouped)(wr, tailbuf, nch, &xq, &xs, &off, ws, G, 2, 1, pf, &acc);
+                    break;
+                case 4:
+                    QT_YMM(i4_grouped)(wr, tailbuf, nch, &xq, &xs, &off, ws, G, 4, 1, pf, &acc);
+                    break;
+                default:
+                    QT_YMM(i4_grouped)(wr, tailbuf, nch, &xq, &xs, &off, ws, G, 8, 1, pf, &acc);
+                    break;
                 }
             } else {
                 const int64_t hpg = lanes / 8;   /* halves per group */
@@ -2357,8 +2613,10 @@ QT_YMM_TARGET static void QT_YMM(rows)(const QTensor *w, const QtActs *a, int s0
                 for (int64_t g = 0; g < G; g++) {
                     __m256i v = _mm256_setzero_si256();
                     for (int64_t hc = g * hpg; hc < (g + 1) * hpg && hc < 2 * nch; hc++) {
-                        if ((hc & 1) == 0) _mm_prefetch((const char *)(wr + 32 * hc + pf), QT_PREFETCH_HINT);
-                        v = QT_YMM(half)(f, v, qt_avx2_load_half(wr, tailbuf, nch, hc), xq + 128 * (hc / 2), (int)(hc & 1));
+                        if ((hc & 1) == 0)
+                            _mm_prefetch((const char *)(wr + 32 * hc + pf), QT_PREFETCH_HINT);
+                        v = QT_YMM(half)(f, v, qt_avx2_load_half(wr, tailbuf, nch, hc),
+                                         xq + 128 * (hc / 2), (int)(hc & 1));
                     }
                     int32_t isum = qt_avx2_hsum(v) - off[g];
                     lane[g & 15] += ws[g] * (xs[g] * (float)isum);
@@ -2373,11 +2631,13 @@ QT_YMM_TARGET static void QT_YMM(rows)(const QTensor *w, const QtActs *a, int s0
 /* GEMM, 8 weight rows per vector: as qt_vnni_gemm_pack / _tile, with 32-byte steps. The int8
    codes are stored signed where QT_YMM_SIGNED_I8 (the product then takes |w| and x with w's sign),
    else xor 0x80. */
-QT_YMM_TARGET static void QT_YMM(gemm_pack)(const QTensor *w, int64_t r0, int64_t n, int nb, int64_t bstride,
-                                            uint8_t *pk, float *wsT) {
-    const int64_t rb = w->row_bytes, nbk = (rb + 31) / 32, G = qt_groups_per_row(w), last = rb - (nbk - 1) * 32;
+QT_YMM_TARGET static void QT_YMM(gemm_pack)(const QTensor *w, int64_t r0, int64_t n, int nb,
+                                            int64_t bstride, uint8_t *pk, float *wsT) {
+    const int64_t rb = w->row_bytes, nbk = (rb + 31) / 32, G = qt_groups_per_row(w),
+                  last = rb - (nbk - 1) * 32;
     const int i8 = w->format == QT_INT8_ROW, pf = qt_prefetch_bytes;
-    const __m256i m4 = _mm256_set1_epi8(0x0F), flip = _mm256_set1_epi8(QT_YMM_SIGNED_I8 ? 0 : (char)0x80);
+    const __m256i m4 = _mm256_set1_epi8(0x0F),
+                  flip = _mm256_set1_epi8(QT_YMM_SIGNED_I8 ? 0 : (char)0x80);
     _Alignas(32) uint8_t tailbuf[32];
     for (int b = 0; b < nb; b++) {
         const int64_t rows = n - 8 * b < 8 ? n - 8 * b : 8;
@@ -2399,10 +2659,14 @@ QT_YMM_TARGET static void QT_YMM(gemm_pack)(const QTensor *w, int64_t r0, int64_
             }
             qt_avx2_transpose8(v);
             for (int m = 0; m < 8; m++) {
-                if (i8) _mm256_store_si256((__m256i *)(dst + 32 * (8 * c + m)), _mm256_xor_si256(v[m], flip));
+                if (i8)
+                    _mm256_store_si256((__m256i *)(dst + 32 * (8 * c + m)),
+                                       _mm256_xor_si256(v[m], flip));
                 else {
-                    _mm256_store_si256((__m256i *)(dst + 64 * (8 * c + m)), _mm256_and_si256(v[m], m4));
-                    _mm256_store_si256((__m256i *)(dst + 64 * (8 * c + m) + 32), _mm256_and_si256(_mm256_srli_epi16(v[m], 4), m4));
+                    _mm256_store_si256((__m256i *)(dst + 64 * (8 * c + m)),
+                                       _mm256_and_si256(v[m], m4));
+                    _mm256_store_si256((__m256i *)(dst + 64 * (8 * c + m) + 32),
+                                       _mm256_and_si256(_mm256_srli_epi16(v[m], 4), m4));
                 }
             }
         }
@@ -2413,25 +2677,33 @@ QT_YMM_TARGET static void QT_YMM(gemm_pack)(const QTensor *w, int64_t r0, int64_
         if (rows == 8)   /* 8 groups of the 8 rows at a time, by the same transpose */
             for (; g + 8 <= G; g += 8) {
                 __m256i v[8];
-                for (int i = 0; i < 8; i++) v[i] = _mm256_loadu_si256((const __m256i *)(w->scales + (r0 + 8 * b + i) * G + g));
+                for (int i = 0; i < 8; i++)
+                    v[i] =
+                        _mm256_loadu_si256((const __m256i *)(w->scales + (r0 + 8 * b + i) * G + g));
                 qt_avx2_transpose8(v);
-                for (int m = 0; m < 8; m++) _mm256_store_si256((__m256i *)(wsT + (b * G + g + m) * 8), v[m]);
+                for (int m = 0; m < 8; m++)
+                    _mm256_store_si256((__m256i *)(wsT + (b * G + g + m) * 8), v[m]);
             }
         for (; g < G; g++)
-            for (int i = 0; i < 8; i++) wsT[(b * G + g) * 8 + i] = i < rows ? w->scales[(r0 + 8 * b + i) * G + g] : 0.0f;
+            for (int i = 0; i < 8; i++)
+                wsT[(b * G + g) * 8 + i] = i < rows ? w->scales[(r0 + 8 * b + i) * G + g] : 0.0f;
     }
 }
 
 /* The spec's p = ws·(xs·(isum - off)) of one group for 8 weight rows (qt_vnni_group_p's 256-bit
    twin): sums are the int32 group sums, off and xs the activation row's offset and scale. */
-QT_YMM_TARGET QT_INLINE __m256 QT_YMM(group_p)(__m256i sums, const int32_t *off, const float *xs, __m256 ws) {
-    return _mm256_mul_ps(ws, _mm256_mul_ps(_mm256_set1_ps(*xs), _mm256_cvtepi32_ps(_mm256_sub_epi32(sums, _mm256_set1_epi32(*off)))));
+QT_YMM_TARGET QT_INLINE __m256 QT_YMM(group_p)(__m256i sums, const int32_t *off, const float *xs,
+                                               __m256 ws) {
+    return _mm256_mul_ps(
+        ws, _mm256_mul_ps(_mm256_set1_ps(*xs),
+                          _mm256_cvtepi32_ps(_mm256_sub_epi32(sums, _mm256_set1_epi32(*off)))));
 }
 
 /* A tile's outputs into y: row-format sums as they are (out[rb·SB + j]), group sums through the
    16 lanes' fixed tree (qt_lanes_sum's order). */
-QT_YMM_TARGET QT_INLINE void QT_YMM(tile_store)(const QTensor *w, const __m256 *lanes, __m256 *out, int64_t G, const int RB,
-                                                const int SB, int s0, int64_t r0, int64_t n, float *y) {
+QT_YMM_TARGET QT_INLINE void QT_YMM(tile_store)(const QTensor *w, const __m256 *lanes, __m256 *out,
+                                                int64_t G, const int RB, const int SB, int s0,
+                                                int64_t r0, int64_t n, float *y) {
     QT_UNROLL for (int rb = 0; rb < RB; rb++) {
         const int64_t rows = n - 8 * rb;
         if (rows <= 0) continue;
@@ -2456,10 +2728,12 @@ QT_YMM_TARGET QT_INLINE void QT_YMM(tile_store)(const QTensor *w, const __m256 *
     }
 }
 
-QT_YMM_TARGET QT_INLINE void QT_YMM(gemm_tile)(const QTensor *w, const QtActs *a, const uint8_t *pk, int64_t bstride,
-                                               const float *wsT, __m256 *lanes, int s0, const int RB, const int SB,
-                                               int64_t r0, int64_t n, float *y, QtPrefetch *pf) {
-    const int64_t G = qt_groups_per_row(w), nsteps = qt_gemm_cols(w) * qt_gemm_steps_per_col(w->format);
+QT_YMM_TARGET QT_INLINE void QT_YMM(gemm_tile)(const QTensor *w, const QtActs *a, const uint8_t *pk,
+                                               int64_t bstride, const float *wsT, __m256 *lanes,
+                                               int s0, const int RB, const int SB, int64_t r0,
+                                               int64_t n, float *y, QtPrefetch *pf) {
+    const int64_t G = qt_groups_per_row(w),
+                  nsteps = qt_gemm_cols(w) * qt_gemm_steps_per_col(w->format);
     const int64_t gsteps = G == 1 ? nsteps : w->group / 4;
     const int i8 = w->format == QT_INT8_ROW;
     const int64_t sp = a->spad;
@@ -2469,12 +2743,14 @@ QT_YMM_TARGET QT_INLINE void QT_YMM(gemm_tile)(const QTensor *w, const QtActs *a
     /* lanes 0..15 start as 0 + p of groups 0..15 (below); only lanes no group reaches are zeroed
        here (zeroing all 16·RB·SB vectors per tile was 2 % of a 2,048-token prefill) */
     if (G > 1 && G < 16)
-        for (int e = 0; e < RB * SB; e++) for (int k = (int)G; k < 16; k++) lanes[e * 16 + k] = _mm256_setzero_ps();
+        for (int e = 0; e < RB * SB; e++)
+            for (int k = (int)G; k < 16; k++) lanes[e * 16 + k] = _mm256_setzero_ps();
     __m256 out[QT_YMM_RB * QT_YMM_SB];
     QT_UNROLL for (int e = 0; e < RB * SB; e++) out[e] = _mm256_setzero_ps();
     for (int64_t g = 0; g < G; g++) {
         __m256i acc[QT_YMM_RB][QT_YMM_SB];
-        QT_UNROLL for (int rb = 0; rb < RB; rb++) QT_UNROLL for (int j = 0; j < SB; j++) acc[rb][j] = _mm256_setzero_si256();
+        QT_UNROLL for (int rb = 0; rb < RB; rb++) QT_UNROLL for (int j = 0; j < SB; j++)
+            acc[rb][j] = _mm256_setzero_si256();
         const int64_t t1 = (g + 1) * gsteps < nsteps ? (g + 1) * gsteps : nsteps;
         /* two steps at a time (int4: both nibble planes of a column); a lone last int8 step pairs
            with the zero padding */
@@ -2490,8 +2766,10 @@ QT_YMM_TARGET QT_INLINE void QT_YMM(gemm_tile)(const QTensor *w, const QtActs *a
                 __m256i x0 = _mm256_set1_epi32(xt[j]), x1 = _mm256_set1_epi32(xt[sp + j]);
                 QT_UNROLL for (int rb = 0; rb < RB; rb++) {
                     if (QT_YMM_SIGNED_I8 && i8)
-                        acc[rb][j] = QT_YMM_DOT1(QT_YMM_DOT1(acc[rb][j], _mm256_abs_epi8(w0[rb]), _mm256_sign_epi8(x0, w0[rb])),
-                                                 _mm256_abs_epi8(w1[rb]), _mm256_sign_epi8(x1, w1[rb]));
+                        acc[rb][j] =
+                            QT_YMM_DOT1(QT_YMM_DOT1(acc[rb][j], _mm256_abs_epi8(w0[rb]),
+                                                    _mm256_sign_epi8(x0, w0[rb])),
+                                        _mm256_abs_epi8(w1[rb]), _mm256_sign_epi8(x1, w1[rb]));
                     else acc[rb][j] = QT_YMM_DOT2(acc[rb][j], w0[rb], x0, w1[rb], x1);
                 }
             }
@@ -2500,9 +2778,12 @@ QT_YMM_TARGET QT_INLINE void QT_YMM(gemm_tile)(const QTensor *w, const QtActs *a
         QT_UNROLL for (int rb = 0; rb < RB; rb++) {
             const __m256 wsv = _mm256_load_ps(wsT + (rb * G + g) * 8);
             QT_UNROLL for (int j = 0; j < SB; j++) {
-                const __m256 p = QT_YMM(group_p)(acc[rb][j], &off[g * sp + j], &xs[g * sp + j], wsv);
+                const __m256 p =
+                    QT_YMM(group_p)(acc[rb][j], &off[g * sp + j], &xs[g * sp + j], wsv);
                 if (G == 1) out[rb * SB + j] = _mm256_add_ps(_mm256_setzero_ps(), p);
-                else lg[(rb * SB + j) * 16] = _mm256_add_ps(g < 16 ? _mm256_setzero_ps() : lg[(rb * SB + j) * 16], p);
+                else
+                    lg[(rb * SB + j) * 16] =
+                        _mm256_add_ps(g < 16 ? _mm256_setzero_ps() : lg[(rb * SB + j) * 16], p);
             }
         }
     }
@@ -2529,22 +2810,25 @@ QT_YMM_TARGET QT_INLINE void QT_YMM(gemm_tile)(const QTensor *w, const QtActs *a
    vector pipes' issue slots are what bound this block). */
 #define QT_AVX2_I16_ADD_TO(X, Y, A) "vpaddw %%ymm" #X ", %%ymm" #Y ", %%ymm" #Y "\n\t vpaddw %%ymm" #Y ", " A ", " A "\n\t"
 #define QT_AVX2_I16_START(X, Y, A) "vpaddw %%ymm" #X ", %%ymm" #Y ", " A "\n\t"
-#define QT_AVX2_I16_ROW(J, A0, A1, SUM)                                                                                 \
-    "vpbroadcastd " #J "*4(%[px]), %%ymm12\n\t vpbroadcastd " #J "*4(%[px],%[spb]), %%ymm13\n\t"                      \
-    "vpmaddubsw %%ymm12, %%ymm8, %%ymm14\n\t vpmaddubsw %%ymm13, %%ymm10, %%ymm15\n\t" SUM(15, 14, A0)               \
-    "vpmaddubsw %%ymm12, %%ymm9, %%ymm12\n\t vpmaddubsw %%ymm13, %%ymm11, %%ymm13\n\t" SUM(13, 12, A1)
+#define QT_AVX2_I16_ROW(J, A0, A1, SUM) \
+    "vpbroadcastd " #J "*4(%[px]), %%ymm12\n\t vpbroadcastd " #J "*4(%[px],%[spb]), %%ymm13\n\t" \
+    "vpmaddubsw %%ymm12, %%ymm8, %%ymm14\n\t vpmaddubsw %%ymm13, %%ymm10, %%ymm15\n\t" SUM( \
+        15, 14, A0) "vpmaddubsw %%ymm12, %%ymm9, %%ymm12\n\t vpmaddubsw %%ymm13, %%ymm11, " \
+                    "%%ymm13\n\t" SUM(13, 12, A1)
 /* ACC(i) names accumulator i: an operand of the asm statement or a fixed register; SUM is
    QT_AVX2_I16_START for a block's first pair, else QT_AVX2_I16_ADD_TO */
-#define QT_AVX2_I16_PAIR_SUM(P, ACC, SUM)                                                                               \
-    "vmovdqa " #P "*64(%[pw]), %%ymm8\n\t vmovdqa " #P "*64(%[pw],%[bs]), %%ymm9\n\t"                                  \
-    "vmovdqa " #P "*64+32(%[pw]), %%ymm10\n\t vmovdqa " #P "*64+32(%[pw],%[bs]), %%ymm11\n\t"                           \
-    QT_AVX2_I16_ROW(0, ACC(0), ACC(4), SUM) QT_AVX2_I16_ROW(1, ACC(1), ACC(5), SUM) QT_AVX2_I16_ROW(2, ACC(2), ACC(6), SUM) \
-    QT_AVX2_I16_ROW(3, ACC(3), ACC(7), SUM) "lea (%[px],%[spb],2), %[px]\n\t"
+#define QT_AVX2_I16_PAIR_SUM(P, ACC, SUM) \
+    "vmovdqa " #P "*64(%[pw]), %%ymm8\n\t vmovdqa " #P "*64(%[pw],%[bs]), %%ymm9\n\t" \
+    "vmovdqa " #P "*64+32(%[pw]), %%ymm10\n\t vmovdqa " #P \
+    "*64+32(%[pw],%[bs]), %%ymm11\n\t" QT_AVX2_I16_ROW(0, ACC(0), ACC(4), SUM) \
+        QT_AVX2_I16_ROW(1, ACC(1), ACC(5), SUM) QT_AVX2_I16_ROW(2, ACC(2), ACC(6), SUM) \
+            QT_AVX2_I16_ROW(3, ACC(3), ACC(7), SUM) "lea (%[px],%[spb],2), %[px]\n\t"
 #define QT_AVX2_I16_PAIR(P, ACC) QT_AVX2_I16_PAIR_SUM(P, ACC, QT_AVX2_I16_ADD_TO)
 #define QT_AVX2_I16_FIRST_PAIR(P, ACC) QT_AVX2_I16_PAIR_SUM(P, ACC, QT_AVX2_I16_START)
 /* the 4 pairs of an 8-step block starting at pair P0 */
-#define QT_AVX2_I16_BLOCK(P0, P1, P2, P3, ACC)                                                                          \
-    QT_AVX2_I16_FIRST_PAIR(P0, ACC) QT_AVX2_I16_PAIR(P1, ACC) QT_AVX2_I16_PAIR(P2, ACC) QT_AVX2_I16_PAIR(P3, ACC)
+#define QT_AVX2_I16_BLOCK(P0, P1, P2, P3, ACC) \
+    QT_AVX2_I16_FIRST_PAIR(P0, ACC) \
+    QT_AVX2_I16_PAIR(P1, ACC) QT_AVX2_I16_PAIR(P2, ACC) QT_AVX2_I16_PAIR(P3, ACC)
 #define QT_AVX2_ACC_OPERAND(i) "%[a" #i "]"
 #define QT_AVX2_ACC_YMM(i) "%%ymm" #i
 
@@ -2558,27 +2842,32 @@ QT_YMM_TARGET QT_INLINE void QT_YMM(gemm_tile)(const QTensor *w, const QtActs *a
 #define QT_AVX2_I16_WIDEN(I) "vpmaddwd %[ones], %%ymm" #I ", %%ymm" #I "\n\t"
 #define QT_AVX2_I16_SAVE(I) QT_AVX2_I16_WIDEN(I) "vmovdqa %%ymm" #I ", " #I "*32(%[tmp])\n\t"
 #define QT_AVX2_I16_ADD(I) QT_AVX2_I16_WIDEN(I) "vpaddd " #I "*32(%[tmp]), %%ymm" #I ", %%ymm" #I "\n\t"
-#define QT_AVX2_I16_P(R, WS, LANE)                                                                                      \
-    "vpsubd %%ymm12, %%ymm" #R ", %%ymm" #R "\n\t vcvtdq2ps %%ymm" #R ", %%ymm" #R "\n\t"                               \
-    "vmulps %%ymm13, %%ymm" #R ", %%ymm" #R "\n\t vmulps " WS ", %%ymm" #R ", %%ymm" #R "\n\t"                          \
-    "vaddps " LANE(R) ", %%ymm" #R ", %%ymm" #R "\n\t vmovaps %%ymm" #R ", " #R "*512(%[lane])\n\t"
-#define QT_AVX2_I16_ROWP(J, J4, LANE)                                                                                   \
-    "vpbroadcastd " #J "*4(%[off]), %%ymm12\n\t vbroadcastss " #J "*4(%[xs]), %%ymm13\n\t"                            \
-    QT_AVX2_I16_P(J, "%[ws0]", LANE) QT_AVX2_I16_P(J4, "%[ws1]", LANE)
+#define QT_AVX2_I16_P(R, WS, LANE) \
+    "vpsubd %%ymm12, %%ymm" #R ", %%ymm" #R "\n\t vcvtdq2ps %%ymm" #R ", %%ymm" #R "\n\t" \
+    "vmulps %%ymm13, %%ymm" #R ", %%ymm" #R "\n\t vmulps " WS ", %%ymm" #R ", %%ymm" #R "\n\t" \
+    "vaddps " LANE(R) ", %%ymm" #R ", %%ymm" #R "\n\t vmovaps %%ymm" #R ", " #R \
+                      "*512(%[lane])\n\t"
+#define QT_AVX2_I16_ROWP(J, J4, LANE) \
+    "vpbroadcastd " #J "*4(%[off]), %%ymm12\n\t vbroadcastss " #J \
+    "*4(%[xs]), %%ymm13\n\t" QT_AVX2_I16_P(J, "%[ws0]", LANE) QT_AVX2_I16_P(J4, "%[ws1]", LANE)
 #define QT_AVX2_LANE_OLD(R) #R "*512(%[lane])"
 #define QT_AVX2_LANE_ZERO(R) "%%ymm15"
 #define QT_AVX2_I16_EIGHT(OP) OP(0) OP(1) OP(2) OP(3) OP(4) OP(5) OP(6) OP(7)
-#define QT_AVX2_I16_GROUP(LANE)                                                                                         \
-    QT_AVX2_I16_BLOCK(0, 1, 2, 3, QT_AVX2_ACC_YMM) QT_AVX2_I16_EIGHT(QT_AVX2_I16_SAVE)                                  \
-    QT_AVX2_I16_BLOCK(4, 5, 6, 7, QT_AVX2_ACC_YMM) QT_AVX2_I16_EIGHT(QT_AVX2_I16_ADD)                                   \
-    "vxorps %%xmm15, %%xmm15, %%xmm15\n\t"                                                                               \
-    QT_AVX2_I16_ROWP(0, 4, LANE) QT_AVX2_I16_ROWP(1, 5, LANE) QT_AVX2_I16_ROWP(2, 6, LANE) QT_AVX2_I16_ROWP(3, 7, LANE)
+#define QT_AVX2_I16_GROUP(LANE) \
+    QT_AVX2_I16_BLOCK(0, 1, 2, 3, QT_AVX2_ACC_YMM) \
+    QT_AVX2_I16_EIGHT(QT_AVX2_I16_SAVE) QT_AVX2_I16_BLOCK(4, 5, 6, 7, QT_AVX2_ACC_YMM) \
+        QT_AVX2_I16_EIGHT( \
+            QT_AVX2_I16_ADD) "vxorps %%xmm15, %%xmm15, %%xmm15\n\t" QT_AVX2_I16_ROWP(0, 4, LANE) \
+            QT_AVX2_I16_ROWP(1, 5, LANE) QT_AVX2_I16_ROWP(2, 6, LANE) QT_AVX2_I16_ROWP(3, 7, LANE)
 
-QT_YMM_TARGET QT_INLINE void QT_YMM(i16_group)(const uint8_t *pw, int64_t bstride, const int32_t *px, int64_t sp, const int32_t *off,
-                                               const float *xs, const float *ws0, const float *ws1, __m256 *lane, int first16) {
-    static const int16_t ones[16] __attribute__((aligned(32))) = { 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1 };
+QT_YMM_TARGET QT_INLINE void QT_YMM(i16_group)(const uint8_t *pw, int64_t bstride,
+                                               const int32_t *px, int64_t sp, const int32_t *off,
+                                               const float *xs, const float *ws0, const float *ws1,
+                                               __m256 *lane, int first16) {
+    static const int16_t ones[16]
+        __attribute__((aligned(32))) = { 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1 };
     __m256i tmp[8];
-#define QT_AVX2_I16_GROUP_OPERANDS                                                                                      \
+#define QT_AVX2_I16_GROUP_OPERANDS \
     : [px] "+r"(px), "=m"(tmp)                                                                                          \
     : [pw] "r"(pw), [bs] "r"(bstride), [spb] "r"(sp * 4), [off] "r"(off), [xs] "r"(xs), [lane] "r"(lane), [tmp] "r"(tmp), \
       [ws0] "m"(*(const __m256 *)ws0), [ws1] "m"(*(const __m256 *)ws1), [ones] "m"(*(const __m256i *)ones)               \
@@ -2589,8 +2878,10 @@ QT_YMM_TARGET QT_INLINE void QT_YMM(i16_group)(const uint8_t *pw, int64_t bstrid
 #undef QT_AVX2_I16_GROUP_OPERANDS
 }
 
-QT_YMM_TARGET QT_INLINE void QT_YMM(i16_block)(const uint8_t *pk, int64_t bstride, const int32_t *xt, int64_t sp, int64_t t0,
-                                               int64_t t1, const int RB, const int SB, __m256i *sum32, int first, QtPrefetch *pf) {
+QT_YMM_TARGET QT_INLINE void QT_YMM(i16_block)(const uint8_t *pk, int64_t bstride,
+                                               const int32_t *xt, int64_t sp, int64_t t0,
+                                               int64_t t1, const int RB, const int SB,
+                                               __m256i *sum32, int first, QtPrefetch *pf) {
     __m256i acc[QT_YMM_RB][QT_YMM_SB16];
     if (RB == 2 && SB == 4 && t1 - t0 == 8) {
         QT_UNROLL for (int k = 0; k < 4; k++) qt_prefetch_step(pf);
@@ -2598,27 +2889,29 @@ QT_YMM_TARGET QT_INLINE void QT_YMM(i16_block)(const uint8_t *pk, int64_t bstrid
         const uint8_t *pw = pk + 32 * t0;
         const int32_t *px = xt + t0 * sp;
         __asm__(QT_AVX2_I16_BLOCK(0, 1, 2, 3, QT_AVX2_ACC_OPERAND)
-                : [a0] "=&x"(a0), [a1] "=&x"(a1), [a2] "=&x"(a2), [a3] "=&x"(a3), [a4] "=&x"(a4), [a5] "=&x"(a5), [a6] "=&x"(a6),
-                  [a7] "=&x"(a7), [px] "+r"(px)
+                : [a0] "=&x"(a0), [a1] "=&x"(a1), [a2] "=&x"(a2), [a3] "=&x"(a3), [a4] "=&x"(a4),
+                  [a5] "=&x"(a5), [a6] "=&x"(a6), [a7] "=&x"(a7), [px] "+r"(px)
                 : [pw] "r"(pw), [bs] "r"(bstride), [spb] "r"(sp * 4)
                 : "xmm8", "xmm9", "xmm10", "xmm11", "xmm12", "xmm13", "xmm14", "xmm15", "memory");
         acc[0][0] = a0; acc[0][1] = a1; acc[0][2] = a2; acc[0][3] = a3;
         acc[1][0] = a4; acc[1][1] = a5; acc[1][2] = a6; acc[1][3] = a7;
     } else {
-    QT_UNROLL for (int rb = 0; rb < RB; rb++) QT_UNROLL for (int j = 0; j < SB; j++) acc[rb][j] = _mm256_setzero_si256();
-    for (int64_t t = t0; t < t1; t += 2) {
-        qt_prefetch_step(pf);
-        __m256i w0[QT_YMM_RB], w1[QT_YMM_RB];
-        QT_UNROLL for (int rb = 0; rb < RB; rb++) {
-            w0[rb] = _mm256_load_si256((const __m256i *)(pk + rb * bstride + 32 * t));
-            w1[rb] = _mm256_load_si256((const __m256i *)(pk + rb * bstride + 32 * t + 32));
-        }
-        QT_UNROLL for (int j = 0; j < SB; j++) {
-            const __m256i x0 = _mm256_set1_epi32(xt[t * sp + j]), x1 = _mm256_set1_epi32(xt[(t + 1) * sp + j]);
-            QT_UNROLL for (int rb = 0; rb < RB; rb++)
-                acc[rb][j] = _mm256_add_epi16(_mm256_add_epi16(acc[rb][j], _mm256_maddubs_epi16(w0[rb], x0)),
-                                              _mm256_maddubs_epi16(w1[rb], x1));
-        }
+        QT_UNROLL for (int rb = 0; rb < RB; rb++) QT_UNROLL for (int j = 0; j < SB; j++)
+            acc[rb][j] = _mm256_setzero_si256();
+        for (int64_t t = t0; t < t1; t += 2) {
+            qt_prefetch_step(pf);
+            __m256i w0[QT_YMM_RB], w1[QT_YMM_RB];
+            QT_UNROLL for (int rb = 0; rb < RB; rb++) {
+                w0[rb] = _mm256_load_si256((const __m256i *)(pk + rb * bstride + 32 * t));
+                w1[rb] = _mm256_load_si256((const __m256i *)(pk + rb * bstride + 32 * t + 32));
+            }
+            QT_UNROLL for (int j = 0; j < SB; j++) {
+                const __m256i x0 = _mm256_set1_epi32(xt[t * sp + j]),
+                              x1 = _mm256_set1_epi32(xt[(t + 1) * sp + j]);
+                QT_UNROLL for (int rb = 0; rb < RB; rb++) acc[rb][j] =
+                    _mm256_add_epi16(_mm256_add_epi16(acc[rb][j], _mm256_maddubs_epi16(w0[rb], x0)),
+                                     _mm256_maddubs_epi16(w1[rb], x1));
+            }
     }
     }
     QT_UNROLL for (int rb = 0; rb < RB; rb++) QT_UNROLL for (int j = 0; j < SB; j++) {
@@ -2631,19 +2924,24 @@ QT_YMM_TARGET QT_INLINE void QT_YMM(i16_block)(const uint8_t *pk, int64_t bstrid
    they end group g (g ≥ 0), the group's epilogue: p = ws·(xs·(isum - off)) into lane g mod 16
    (for row formats, whose one group is the whole row, into lanes[rb·SB + j]: tile_store reads
    those as the outputs). */
-QT_YMM_TARGET QT_INLINE void QT_YMM(tile_i16)(const QtActs *a, const uint8_t *pk, int64_t bstride, const float *wsT, int64_t G,
-                                              __m256 *lanes, __m256i *sum32, int s, const int RB, const int SB, int64_t t0,
-                                              int64_t t1, int first, int64_t g, QtPrefetch *pf) {
+QT_YMM_TARGET QT_INLINE void QT_YMM(tile_i16)(const QtActs *a, const uint8_t *pk, int64_t bstride,
+                                              const float *wsT, int64_t G, __m256 *lanes,
+                                              __m256i *sum32, int s, const int RB, const int SB,
+                                              int64_t t0, int64_t t1, int first, int64_t g,
+                                              QtPrefetch *pf) {
     const int64_t sp = a->spad;
     const int32_t *xq = (const int32_t *)a->q + s;
-    if (RB == 2 && SB == 4 && G > 1 && g >= 0 && first && t1 - t0 == 16) {   /* a whole 64-column group */
+    /* a whole 64-column group */
+    if (RB == 2 && SB == 4 && G > 1 && g >= 0 && first && t1 - t0 == 16) {
         QT_UNROLL for (int k = 0; k < 8; k++) qt_prefetch_step(pf);
-        QT_YMM(i16_group)(pk + 32 * t0, bstride, xq + t0 * sp, sp, a->off + s + g * sp, a->scale + s + g * sp, wsT + g * 8,
-                          wsT + (G + g) * 8, lanes + (g & 15), g < 16);
+        QT_YMM(i16_group)
+        (pk + 32 * t0, bstride, xq + t0 * sp, sp, a->off + s + g * sp, a->scale + s + g * sp,
+         wsT + g * 8, wsT + (G + g) * 8, lanes + (g & 15), g < 16);
         return;
     }
     for (int64_t t = t0; t < t1; t += 8) {
-        if (t + 8 <= t1) QT_YMM(i16_block)(pk, bstride, xq, sp, t, t + 8, RB, SB, sum32, first && t == t0, pf);
+        if (t + 8 <= t1)
+            QT_YMM(i16_block)(pk, bstride, xq, sp, t, t + 8, RB, SB, sum32, first && t == t0, pf);
         else QT_YMM(i16_block)(pk, bstride, xq, sp, t, t1, RB, SB, sum32, first && t == t0, pf);
     }
     if (g < 0) return;
@@ -2655,14 +2953,14 @@ QT_YMM_TARGET QT_INLINE void QT_YMM(tile_i16)(const QtActs *a, const uint8_t *pk
     const float *ws = wsT + g * 8;
     __m256 *lg = G == 1 ? lanes : lanes + (g & 15);
     const int stride = G == 1 ? 1 : 16;
-#define QT_I16_EPILOGUE(ADD)                                                                                           \
-    QT_UNROLL for (int rb = 0; rb < RB; rb++) {                                                                         \
-        const __m256 wsv = _mm256_load_ps(ws + rb * G * 8);                                                             \
-        QT_UNROLL for (int j = 0; j < SB; j++) {                                                                        \
-            const __m256 p = QT_YMM(group_p)(sum32[rb * SB + j], &off[j], &xs[j], wsv);                                 \
-            __m256 *l = lg + (rb * SB + j) * stride;                                                                    \
-            *l = _mm256_add_ps(ADD, p);                                                                                 \
-        }                                                                                                               \
+#define QT_I16_EPILOGUE(ADD) \
+    QT_UNROLL for (int rb = 0; rb < RB; rb++) { \
+        const __m256 wsv = _mm256_load_ps(ws + rb * G * 8); \
+        QT_UNROLL for (int j = 0; j < SB; j++) { \
+            const __m256 p = QT_YMM(group_p)(sum32[rb * SB + j], &off[j], &xs[j], wsv); \
+            __m256 *l = lg + (rb * SB + j) * stride; \
+            *l = _mm256_add_ps(ADD, p); \
+        } \
     }
     if (g < 16) { QT_I16_EPILOGUE(_mm256_setzero_ps()) }
     else { QT_I16_EPILOGUE(*l) }
@@ -2672,30 +2970,41 @@ QT_YMM_TARGET QT_INLINE void QT_YMM(tile_i16)(const QtActs *a, const uint8_t *pk
 /* A k-block of one tile, through tile_i16: groups [g0, g1), each clipped to steps [t0, t1) (a
    long group spans several k-blocks). One function per tile shape: inlined into one, the twelve
    shapes' loops shared one register allocation and spilled their accumulators. */
-QT_YMM_TARGET QT_INLINE void QT_YMM(kblock_i16)(const QtActs *a, const uint8_t *pk, int64_t bstride, const float *wsT, int64_t G,
-                                                int64_t gsteps, int64_t nsteps, __m256 *lanes, __m256i *sum32, int s, const int RB,
-                                                const int SB, int64_t g0, int64_t g1, int64_t t0, int64_t t1, QtPrefetch *pf) {
+QT_YMM_TARGET QT_INLINE void QT_YMM(kblock_i16)(const QtActs *a, const uint8_t *pk, int64_t bstride,
+                                                const float *wsT, int64_t G, int64_t gsteps,
+                                                int64_t nsteps, __m256 *lanes, __m256i *sum32,
+                                                int s, const int RB, const int SB, int64_t g0,
+                                                int64_t g1, int64_t t0, int64_t t1,
+                                                QtPrefetch *pf) {
     for (int64_t g = g0; g < g1; g++) {
         const int64_t gs = g * gsteps, ge = gs + gsteps < nsteps ? gs + gsteps : nsteps;
         const int64_t t = gs > t0 ? gs : t0, te = ge < t1 ? ge : t1;
-        QT_YMM(tile_i16)(a, pk, bstride, wsT, G, lanes, sum32, s, RB, SB, t, te, t == gs, te == ge ? g : -1, pf);
+        QT_YMM(tile_i16)
+        (a, pk, bstride, wsT, G, lanes, sum32, s, RB, SB, t, te, t == gs, te == ge ? g : -1, pf);
     }
 }
-typedef void (*QT_YMM(kblock_i16_fn))(const QtActs *, const uint8_t *, int64_t, const float *, int64_t, int64_t, int64_t, __m256 *,
-                                      __m256i *, int, int64_t, int64_t, int64_t, int64_t, QtPrefetch *);
-#define QT_I16_SHAPE(RB, SB)                                                                                               \
-    QT_YMM_TARGET __attribute__((noinline)) static void QT_YMM(kblock_i16_##RB##x##SB)(                                 \
-        const QtActs *a, const uint8_t *pk, int64_t bstride, const float *wsT, int64_t G, int64_t gsteps, int64_t nsteps,  \
-        __m256 *lanes, __m256i *sum32, int s, int64_t g0, int64_t g1, int64_t t0, int64_t t1, QtPrefetch *pf) {           \
-        QT_YMM(kblock_i16)(a, pk, bstride, wsT, G, gsteps, nsteps, lanes, sum32, s, RB, SB, g0, g1, t0, t1, pf);          \
+typedef void (*QT_YMM(kblock_i16_fn))(const QtActs *, const uint8_t *, int64_t, const float *,
+                                      int64_t, int64_t, int64_t, __m256 *, __m256i *, int, int64_t,
+                                      int64_t, int64_t, int64_t, QtPrefetch *);
+#define QT_I16_SHAPE(RB, SB) \
+    QT_YMM_TARGET __attribute__((noinline)) static void QT_YMM(kblock_i16_##RB##x##SB)( \
+        const QtActs *a, const uint8_t *pk, int64_t bstride, const float *wsT, int64_t G, \
+        int64_t gsteps, int64_t nsteps, __m256 *lanes, __m256i *sum32, int s, int64_t g0, \
+        int64_t g1, int64_t t0, int64_t t1, QtPrefetch *pf) { \
+        QT_YMM(kblock_i16) \
+        (a, pk, bstride, wsT, G, gsteps, nsteps, lanes, sum32, s, RB, SB, g0, g1, t0, t1, pf); \
     }
-QT_I16_SHAPE(1, 1) QT_I16_SHAPE(1, 2) QT_I16_SHAPE(1, 3) QT_I16_SHAPE(1, 4)
-QT_I16_SHAPE(2, 1) QT_I16_SHAPE(2, 2) QT_I16_SHAPE(2, 3) QT_I16_SHAPE(2, 4)
+QT_I16_SHAPE(1, 1)
+QT_I16_SHAPE(1, 2) QT_I16_SHAPE(1, 3) QT_I16_SHAPE(1, 4) QT_I16_SHAPE(2, 1) QT_I16_SHAPE(2, 2)
+    QT_I16_SHAPE(2, 3) QT_I16_SHAPE(2, 4)
 #undef QT_I16_SHAPE
-_Static_assert(QT_YMM_RB == 2 && QT_YMM_SB16 == 4, "the int4 AVX2 GEMM's shape table (and its asm block) is for 2 x 4 tiles");
-static const QT_YMM(kblock_i16_fn) QT_YMM(kblocks_i16)[2][4] = {
-    { QT_YMM(kblock_i16_1x1), QT_YMM(kblock_i16_1x2), QT_YMM(kblock_i16_1x3), QT_YMM(kblock_i16_1x4) },
-    { QT_YMM(kblock_i16_2x1), QT_YMM(kblock_i16_2x2), QT_YMM(kblock_i16_2x3), QT_YMM(kblock_i16_2x4) } };
+        _Static_assert(QT_YMM_RB == 2 && QT_YMM_SB16 == 4, "the int4 AVX2 GEMM's shape table (and "
+                                                           "its asm block) is for 2 x 4 tiles");
+static const QT_YMM(kblock_i16_fn)
+    QT_YMM(kblocks_i16)[2][4] = { { QT_YMM(kblock_i16_1x1), QT_YMM(kblock_i16_1x2),
+                                    QT_YMM(kblock_i16_1x3), QT_YMM(kblock_i16_1x4) },
+                                  { QT_YMM(kblock_i16_2x1), QT_YMM(kblock_i16_2x2),
+                                    QT_YMM(kblock_i16_2x3), QT_YMM(kblock_i16_2x4) } };
 
 /* The int4 GEMM of one repack block (nb blocks of 8 weight rows) against activation rows [s0, s1),
    in k-blocks of about 64 steps (whole groups, or 64 steps of a longer group or of a row format's
@@ -2704,27 +3013,31 @@ static const QT_YMM(kblock_i16_fn) QT_YMM(kblocks_i16)[2][4] = {
    tile over all the steps instead streamed the repacked block (98 KB for a 6144-wide row pair)
    from L2 for every tile. A k-block of whole groups also spreads a call's cost over several
    groups' epilogues. The tiles' int32 sums and float lanes wait in memory between k-blocks. */
-QT_YMM_TARGET static void QT_YMM(gemm_i16)(const QTensor *w, const QtActs *a, const uint8_t *pk, int64_t bstride, const float *wsT,
-                                           __m256 *lanes, __m256i *sum32, int s0, int s1, int nb, int64_t r0, int64_t n, float *y,
-                                           QtPrefetch *pf) {
+QT_YMM_TARGET static void QT_YMM(gemm_i16)(const QTensor *w, const QtActs *a, const uint8_t *pk,
+                                           int64_t bstride, const float *wsT, __m256 *lanes,
+                                           __m256i *sum32, int s0, int s1, int nb, int64_t r0,
+                                           int64_t n, float *y, QtPrefetch *pf) {
     enum { KSTEPS = 64 };
     const int64_t G = qt_groups_per_row(w), nsteps = qt_gemm_cols(w) * 2;
     const int64_t gsteps = G == 1 ? nsteps : w->group / 4;
     const int SB = QT_YMM_SB16, per_tile = QT_YMM_RB * QT_YMM_SB16;
     const int ntiles = (s1 - s0 + SB - 1) / SB;
     if (G > 1 && G < 16)
-        for (int e = 0; e < ntiles * per_tile; e++) for (int k = (int)G; k < 16; k++) lanes[e * 16 + k] = _mm256_setzero_ps();
+        for (int e = 0; e < ntiles * per_tile; e++)
+            for (int k = (int)G; k < 16; k++) lanes[e * 16 + k] = _mm256_setzero_ps();
     const int64_t tile_lanes = (int64_t)per_tile * (G == 1 ? 1 : 16);
     const int64_t kg = gsteps < KSTEPS ? KSTEPS / gsteps : 1;   /* whole groups per k-block */
     for (int64_t g0 = 0; g0 < G; g0 += kg) {
         const int64_t g1 = g0 + kg < G ? g0 + kg : G;
         const int64_t end = g1 * gsteps < nsteps ? g1 * gsteps : nsteps;
-        for (int64_t t = g0 * gsteps; t < end; t += KSTEPS) {   /* one pass when the k-block is whole groups */
+        /* one pass when the k-block is whole groups */
+        for (int64_t t = g0 * gsteps; t < end; t += KSTEPS) {
             const int64_t te = kg > 1 || t + KSTEPS > end ? end : t + KSTEPS;
             for (int tile = 0; tile < ntiles; tile++) {
                 const int s = s0 + tile * SB, sb = s1 - s < SB ? s1 - s : SB;
-                QT_YMM(kblocks_i16)[nb - 1][sb - 1](a, pk, bstride, wsT, G, gsteps, nsteps, lanes + tile * tile_lanes,
-                                                    sum32 + tile * per_tile, s, g0, g1, t, te, pf);
+                QT_YMM(kblocks_i16)
+                [nb - 1][sb - 1](a, pk, bstride, wsT, G, gsteps, nsteps, lanes + tile * tile_lanes,
+                                 sum32 + tile * per_tile, s, g0, g1, t, te, pf);
             }
             if (te == end) break;
         }
@@ -2737,16 +3050,21 @@ QT_YMM_TARGET static void QT_YMM(gemm_i16)(const QTensor *w, const QtActs *a, co
 }
 #endif
 
-QT_YMM_TARGET static void QT_YMM(gemm)(const QTensor *w, const QtActs *a, int s0, int s1, int64_t r0, int64_t r1, float *y) {
+QT_YMM_TARGET static void QT_YMM(gemm)(const QTensor *w, const QtActs *a, int s0, int s1,
+                                       int64_t r0, int64_t r1, float *y) {
     const int64_t G = qt_groups_per_row(w);
     const int i16 = QT_YMM_I16 && w->format != QT_INT8_ROW;
     const int SBMAX = i16 ? QT_YMM_SB16 : QT_YMM_SB;   /* activation rows per tile */
     const int64_t bstride = qt_gemm_cols_padded(w) * qt_gemm_steps_per_col(w->format) * 32;
-    const size_t pk_bytes = (size_t)(QT_YMM_RB * bstride), ws_bytes = (size_t)qt_round_up(QT_YMM_RB * G * 8 * 4, 64);
+    const size_t pk_bytes = (size_t)(QT_YMM_RB * bstride),
+                 ws_bytes = (size_t)qt_round_up(QT_YMM_RB * G * 8 * 4, 64);
     const int tiles = (s1 - s0 + SBMAX - 1) / SBMAX;
     const int lane_tiles = i16 ? tiles : 1;   /* the int4 path keeps every tile's lanes and sums */
     const size_t lanes_bytes = (size_t)lane_tiles * QT_YMM_RB * SBMAX * 16 * 32;
-    uint8_t *buf = qt_buf(QT_BUF_GEMM, pk_bytes + ws_bytes + lanes_bytes + (size_t)lane_tiles * QT_YMM_RB * SBMAX * 32, "GEMM scratch");
+    uint8_t *buf =
+        qt_buf(QT_BUF_GEMM,
+               pk_bytes + ws_bytes + lanes_bytes + (size_t)lane_tiles * QT_YMM_RB * SBMAX * 32,
+               "GEMM scratch");
     uint8_t *pk = buf;
     float *wsT = (float *)(buf + pk_bytes);
     __m256 *lanes = (__m256 *)(buf + pk_bytes + ws_bytes);
@@ -2756,10 +3074,13 @@ QT_YMM_TARGET static void QT_YMM(gemm)(const QTensor *w, const QtActs *a, int s0
         const int64_t n = r1 - r < 8 * QT_YMM_RB ? r1 - r : 8 * QT_YMM_RB;
         const int nb = (int)((n + 7) / 8);
         QT_YMM(gemm_pack)(w, r, n, nb, bstride, pk, wsT);
-        const int64_t next_rows = w->rows - r - n < 8 * QT_YMM_RB ? w->rows - r - n : 8 * QT_YMM_RB;   /* as above */
+        /* as above */
+        const int64_t next_rows = w->rows - r - n < 8 * QT_YMM_RB ? w->rows - r - n : 8 * QT_YMM_RB;
 #if QT_YMM_I16
-        if (i16) {   /* one pass over the steps for all the tiles: the prefetch spread over all of it */
-            QtPrefetch pf = qt_prefetch_share(w, r + n, next_rows, 1, 1, 0, qt_gemm_cols(w) * tiles);
+        /* one pass over the steps for all the tiles: the prefetch spread over all of it */
+        if (i16) {
+            QtPrefetch pf =
+                qt_prefetch_share(w, r + n, next_rows, 1, 1, 0, qt_gemm_cols(w) * tiles);
             QT_YMM(gemm_i16)(w, a, pk, bstride, wsT, lanes, sum32, s0, s1, nb, r, n, y, &pf);
             continue;
         }
@@ -2769,8 +3090,9 @@ QT_YMM_TARGET static void QT_YMM(gemm)(const QTensor *w, const QtActs *a, int s0
             /* in address order (repack blocks of one row): the repack's order cost the AVX2 kernel
                5 % on the Zen 5 (gate shape, 2 threads, DRAM, medians of 20 runs: 2.305 → 2.415 ms;
                address order 2.323) */
-            QtPrefetch pf = qt_prefetch_share(w, r + n, next_rows, 1, tiles, (s - s0) / SBMAX,
-                                              qt_gemm_cols(w) * qt_gemm_steps_per_col(w->format) / 2);
+            QtPrefetch pf =
+                qt_prefetch_share(w, r + n, next_rows, 1, tiles, (s - s0) / SBMAX,
+                                  qt_gemm_cols(w) * qt_gemm_steps_per_col(w->format) / 2);
 #define QT_TILE(RB, SB) QT_YMM(gemm_tile)(w, a, pk, bstride, wsT, lanes, s, RB, SB, r, n, y, &pf)
             if (nb == 2) switch (sb) {
                 case 1: QT_TILE(2, 1); break; case 2: QT_TILE(2, 2); break;

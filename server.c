@@ -11,23 +11,22 @@
    cores and disk are one resource, and a second generation would only slow the first down.
 
    One completion: the JSON body → ApiRequest (each known field checked for type and range and
-   refused by name; unknown fields ignored) → prompt ids (chat: chat.h renders messages and tools
-   in the model's form exactly as PROMPT mode does; completions: the raw prompt, where a written
-   template tag is its token, as in vLLM) → the Generator. generator_reuse_prefix keeps the
-   longest common prefix of the KV cache and prefills the rest, so a client that sends its
-   conversation again with one more message prefills only what is new ("prefix reuse" on stderr).
-   There is one cache: two clients taking turns evict each other's conversation. Tokens → text
-   (tok.h's stream decoder, never half a character) → stop strings (text is held back while it
-   could still begin one; the stop text is not returned) → chat.h's output parser
-   (reasoning_content, content, tool_calls) → one JSON answer or SSE chunks. A client that disconnects stops its
-   generation: between tokens (http_client_gone), and during a prefill, which writes nothing,
-   through a watcher thread that raises the Generator's interrupt. Between requests, as between
-   chat turns, the I/O thread reads the usage history's hot experts (expert_store_idle). The
-   prompt plus max_tokens must fit the cache (CTX, default 4096): otherwise 400
-   context_length_exceeded with the numbers.
-   Per request: temperature, top_p, seed (defaults TEMPERATURE, NUCLEUS, SEED; with SEED=0 and no
-   seed, a new one each time); thinking from chat_template_kwargs.enable_thinking or .thinking
-   (vLLM, SGLang) or "thinking": {"type": "enabled"|"disabled"} (Z.ai's API), default THINK;
+   refused by name; unknown fields ignored) → prompt ids (chat: chat.h renders messages and tools in
+   the model's form exactly as PROMPT mode does; completions: the raw prompt, where a written
+   template tag is its token, as in vLLM) → the Generator. generator_reuse_prefix keeps the longest
+   common prefix of the KV cache and prefills the rest, so a client that sends its conversation
+   again with one more message prefills only what is new ("prefix reuse" on stderr). There is one
+   cache: two clients taking turns evict each other's conversation. Tokens → text (tok.h's stream
+   decoder, never half a character) → stop strings (text is held back while it could still begin
+   one; the stop text is not returned) → chat.h's output parser (reasoning_content, content,
+   tool_calls) → one JSON answer or SSE chunks. A client that disconnects stops its generation:
+   between tokens (http_client_gone), and during a prefill, which writes nothing, through a watcher
+   thread that raises the Generator's interrupt. Between requests, as between chat turns, the I/O
+   thread reads the usage history's hot experts (expert_store_idle). The prompt plus max_tokens must
+   fit the cache (CTX, default 4096): otherwise 400 context_length_exceeded with the numbers. Per
+   request: temperature, top_p, seed (defaults TEMPERATURE, NUCLEUS, SEED; with SEED=0 and no seed,
+   a new one each time); thinking from chat_template_kwargs.enable_thinking or .thinking (vLLM,
+   SGLang) or "thinking": {"type": "enabled"|"disabled"} (Z.ai's API), default THINK;
    reasoning_effort max|high, default REASONING_EFFORT; chat_template_kwargs.clear_thinking=false
    keeps earlier reasoning in the prompt (GLM's preserved thinking).
    ============================================================================================= */
@@ -51,10 +50,13 @@ struct Server {
     Generator *gen;
     const char *model_name;
     int capacity;                       /* KV cache tokens: prompt + max_tokens must fit */
-    uint64_t rng;                       /* answer ids, tool call ids, per-request seeds (worker only) */
-    volatile sig_atomic_t interrupt;    /* the Generator's interrupt: the client left during a prefill */
+    /* answer ids, tool call ids, per-request seeds (worker only) */
+    uint64_t rng;
+    /* the Generator's interrupt: the client left during a prefill */
+    volatile sig_atomic_t interrupt;
     long long created;                  /* start time: the model's "created" */
-    const char *session_path;           /* SESSION: the cache is saved there after every answer; NULL: none */
+    /* SESSION: the cache is saved there after every answer; NULL: none */
+    const char *session_path;
     SessionKey session_key;             /* what a session file must match to be this server's */
 };
 
@@ -82,14 +84,16 @@ typedef struct {
     void (*error)(HttpResponse *res, const ApiError *e);                   /* the error shape */
     void (*begin)(Reply *r);                                               /* a stream's start */
     void (*event)(Reply *r, const ChatOutEvent *ev, int call_index);       /* a stream's piece */
-    void (*finish)(Reply *r, ApiFinish finish, const ApiUsage *usage);     /* its end, or the answer */
-    void (*abort)(Reply *r, const char *why);                              /* a stream stopped early */
+    /* its end, or the answer */
+    void (*finish)(Reply *r, ApiFinish finish, const ApiUsage *usage);
+    /* a stream stopped early */
+    void (*abort)(Reply *r, const char *why);
     void (*count)(HttpResponse *res, int tokens);  /* set: the answer is the prompt's size alone */
 } ApiSkin;
 
 /* The skins, defined with their wire formats (OpenAI's below, the others in api_*.c). */
-static const ApiSkin OPENAI_CHAT, OPENAI_COMPLETIONS, ANTHROPIC_MESSAGES, ANTHROPIC_COUNT, OPENAI_RESPONSES, OLLAMA_CHAT,
-    OLLAMA_GENERATE;
+static const ApiSkin OPENAI_CHAT, OPENAI_COMPLETIONS, ANTHROPIC_MESSAGES, ANTHROPIC_COUNT,
+    OPENAI_RESPONSES, OLLAMA_CHAT, OLLAMA_GENERATE;
 
 struct ApiRequest {
     const ApiSkin *skin;
@@ -108,7 +112,8 @@ struct ApiRequest {
     char *prediction;                   /* "prediction" content joined (xmalloc'd; NULL: none) */
     size_t prediction_len;
     int count_only;                     /* Anthropic's count_tokens: the prompt's size, no answer */
-    int logprobs, top_logprobs;         /* OpenAI logprobs: the chosen token's, and this many top ones */
+    /* OpenAI logprobs: the chosen token's, and this many top ones */
+    int logprobs, top_logprobs;
     char *translated;                   /* the request in OpenAI's terms (xmalloc'd; NULL: none) */
 };
 
@@ -122,7 +127,8 @@ struct ApiError {
     char message[800];
 };
 
-static int api_fail(ApiError *e, int status, const char *param, const char *code, const char *fmt, ...) {
+static int api_fail(ApiError *e, int status, const char *param, const char *code, const char *fmt,
+                    ...) {
     va_list ap;
     va_start(ap, fmt);
     vsnprintf(e->message, sizeof e->message, fmt, ap);
@@ -133,36 +139,44 @@ static int api_fail(ApiError *e, int status, const char *param, const char *code
     return -1;
 }
 
-/* ---- request fields: absent or null keeps the default; a wrong type or range is refused by name ---- */
+/* ---- request fields: absent or null keeps the default; a wrong type or range is refused by name
+   ---- */
 
 static int api_given(const JsonValue *v) { return v && json_type(v) != JSON_NULL; }
 
-static int api_number(const JsonValue *obj, const char *key, double lo, double hi, double *out, ApiError *e) {
+static int api_number(const JsonValue *obj, const char *key, double lo, double hi, double *out,
+                      ApiError *e) {
     const JsonValue *v = json_get(obj, key);
     if (!api_given(v)) return 0;
-    if (json_type(v) != JSON_NUMBER) return api_fail(e, 400, key, NULL, "\"%s\" must be a number", key);
+    if (json_type(v) != JSON_NUMBER)
+        return api_fail(e, 400, key, NULL, "\"%s\" must be a number", key);
     double d = json_num(v);
-    if (!(d >= lo && d <= hi)) return api_fail(e, 400, key, NULL, "\"%s\" is %g: it must be in [%g, %g]", key, d, lo, hi);
+    if (!(d >= lo && d <= hi))
+        return api_fail(e, 400, key, NULL, "\"%s\" is %g: it must be in [%g, %g]", key, d, lo, hi);
     *out = d;
     return 0;
 }
 
-static int api_int(const JsonValue *obj, const char *key, int64_t lo, int64_t hi, int64_t *out, ApiError *e) {
+static int api_int(const JsonValue *obj, const char *key, int64_t lo, int64_t hi, int64_t *out,
+                   ApiError *e) {
     const JsonValue *v = json_get(obj, key);
     if (!api_given(v)) return 0;
     int64_t i;
     if (!json_is_int(v, &i)) return api_fail(e, 400, key, NULL, "\"%s\" must be an integer", key);
     if (i < lo || i > hi)
-        return api_fail(e, 400, key, NULL, "\"%s\" is %lld: it must be in [%lld, %lld]", key, (long long)i, (long long)lo, (long long)hi);
+        return api_fail(e, 400, key, NULL, "\"%s\" is %lld: it must be in [%lld, %lld]", key,
+                        (long long)i, (long long)lo, (long long)hi);
     *out = i;
     return 0;
 }
 
 /* A boolean field; param names it in errors (nested fields: "stream_options.include_usage"). */
-static int api_bool(const JsonValue *obj, const char *key, const char *param, int *out, ApiError *e) {
+static int api_bool(const JsonValue *obj, const char *key, const char *param, int *out,
+                    ApiError *e) {
     const JsonValue *v = json_get(obj, key);
     if (!api_given(v)) return 0;
-    if (json_type(v) != JSON_BOOL) return api_fail(e, 400, param, NULL, "\"%s\" must be true or false", param);
+    if (json_type(v) != JSON_BOOL)
+        return api_fail(e, 400, param, NULL, "\"%s\" must be true or false", param);
     *out = json_bool(v);
     return 0;
 }
@@ -171,7 +185,8 @@ static int api_object(const JsonValue *obj, const char *key, const JsonValue **o
     const JsonValue *v = json_get(obj, key);
     *out = NULL;
     if (!api_given(v)) return 0;
-    if (json_type(v) != JSON_OBJECT) return api_fail(e, 400, key, NULL, "\"%s\" must be an object", key);
+    if (json_type(v) != JSON_OBJECT)
+        return api_fail(e, 400, key, NULL, "\"%s\" must be an object", key);
     *out = v;
     return 0;
 }
@@ -183,7 +198,8 @@ static int api_effort(const JsonValue *obj, const char *param, const char **effo
     const char *s = json_str(v, NULL);
     if (!s) return api_fail(e, 400, param, NULL, "\"%s\" must be a string", param);
     if (!chat_effort_valid(s))
-        return api_fail(e, 400, param, NULL, "\"%s\" is \"%.40s\": this model knows \"max\" and \"high\"", param, s);
+        return api_fail(e, 400, param, NULL,
+                        "\"%s\" is \"%.40s\": this model knows \"max\" and \"high\"", param, s);
     *effort = s;
     return 0;
 }
@@ -193,34 +209,45 @@ static int api_stop_strings(const JsonValue *v, const char *param, ApiRequest *r
     if (!api_given(v)) return 0;
     const int list = json_type(v) == JSON_ARRAY;
     const size_t n = list ? json_len(v) : 1;
-    if (!list && json_type(v) != JSON_STRING) return api_fail(e, 400, param, NULL, "\"%s\" must be a string or a list of strings", param);
-    if (n > API_MAX_STOP) return api_fail(e, 400, param, NULL, "\"%s\" has %zu strings: at most %d", param, n, API_MAX_STOP);
+    if (!list && json_type(v) != JSON_STRING)
+        return api_fail(e, 400, param, NULL, "\"%s\" must be a string or a list of strings", param);
+    if (n > API_MAX_STOP)
+        return api_fail(e, 400, param, NULL, "\"%s\" has %zu strings: at most %d", param, n,
+                        API_MAX_STOP);
     for (size_t i = 0; i < n; i++) {
         size_t len;
         const char *s = json_str(list ? json_at(v, i) : v, &len);
         if (!s) return api_fail(e, 400, param, NULL, "\"%s\"[%zu] must be a string", param, i);
         if (!len || len > API_STOP_MAX_BYTES)
-            return api_fail(e, 400, param, NULL, "\"%s\"[%zu] has %zu bytes: it must have 1 to %d", param, i, len, API_STOP_MAX_BYTES);
+            return api_fail(e, 400, param, NULL, "\"%s\"[%zu] has %zu bytes: it must have 1 to %d",
+                            param, i, len, API_STOP_MAX_BYTES);
         r->stop[r->n_stop] = s;
         r->stop_len[r->n_stop++] = len;
     }
     return 0;
 }
 
-static int api_stop(const JsonValue *root, ApiRequest *r, ApiError *e) { return api_stop_strings(json_get(root, "stop"), "stop", r, e); }
+static int api_stop(const JsonValue *root, ApiRequest *r, ApiError *e) {
+    return api_stop_strings(json_get(root, "stop"), "stop", r, e);
+}
 
 /* top_k, which the sampler does not have (temperature and top_p): 1 is greedy decoding, which
    temperature 0 is; at temperature 0 any top_k changes nothing (0: off, as Ollama writes it).
    Other values are refused. Read after the temperature. */
-static int api_top_k(const JsonValue *obj, const char *key, const char *param, ApiRequest *r, ApiError *e) {
+static int api_top_k(const JsonValue *obj, const char *key, const char *param, ApiRequest *r,
+                     ApiError *e) {
     const JsonValue *v = json_get(obj, key);
     int64_t k;
     if (!api_given(v)) return 0;
-    if (!json_is_int(v, &k) || k < 0) return api_fail(e, 400, param, NULL, "\"%s\" must be an integer >= 0", param);
+    if (!json_is_int(v, &k) || k < 0)
+        return api_fail(e, 400, param, NULL, "\"%s\" must be an integer >= 0", param);
     if (k == 1) r->sampling.temperature = 0;
     else if (k != 0 && r->sampling.temperature != 0)
-        return api_fail(e, 400, param, NULL, "\"%s\" %lld is not supported (the sampler has temperature and top_p; top_k 1 is greedy, "
-                        "as temperature 0 is)", param, (long long)k);
+        return api_fail(e, 400, param, NULL,
+                        "\"%s\" %lld is not supported (the sampler has temperature and top_p; "
+                        "top_k 1 is greedy, "
+                        "as temperature 0 is)",
+                        param, (long long)k);
     return 0;
 }
 
@@ -299,7 +326,10 @@ static void api_write_arguments(JsonWriter *w, const char *args, size_t len) {
 static int api_read_translated(ApiRequest *r, JsonWriter *w, const char *param, ApiError *e) {
     size_t n;
     const char *t = jw_text(w, &n);
-    if (!t) { jw_free(w); return api_fail(e, 400, param, NULL, "\"%s\" could not be read (nested too deeply)", param); }
+    if (!t) {
+        jw_free(w);
+        return api_fail(e, 400, param, NULL, "\"%s\" could not be read (nested too deeply)", param);
+    }
     r->translated = xmalloc(n + 1);
     memcpy(r->translated, t, n + 1);
     jw_free(w);
@@ -311,7 +341,8 @@ static int api_read_translated(ApiRequest *r, JsonWriter *w, const char *param, 
     return rc ? api_fail(e, 400, param, NULL, "%s: %s", param, err) : 0;
 }
 
-/* Fields that change what a completion is, which this server does not do: refused rather than ignored. */
+/* Fields that change what a completion is, which this server does not do: refused rather than
+   ignored. */
 static int api_unsupported(const JsonValue *root, int chat, ApiError *e) {
     int64_t one = 1, zero = 0;
     int flag = 0;
@@ -322,7 +353,9 @@ static int api_unsupported(const JsonValue *root, int chat, ApiError *e) {
     const char *const penalties[] = { "frequency_penalty", "presence_penalty" };
     for (int i = 0; i < 2; i++) {
         if (api_number(root, penalties[i], -2, 2, &penalty, e)) return -1;
-        if (penalty != 0) return api_fail(e, 400, penalties[i], NULL, "\"%s\" is not supported (only 0)", penalties[i]);
+        if (penalty != 0)
+            return api_fail(e, 400, penalties[i], NULL, "\"%s\" is not supported (only 0)",
+                            penalties[i]);
     }
     if (api_given(v = json_get(root, "logit_bias")) && (json_type(v) != JSON_OBJECT || json_len(v)))
         return api_fail(e, 400, "logit_bias", NULL, "\"logit_bias\" is not supported");
@@ -330,7 +363,9 @@ static int api_unsupported(const JsonValue *root, int chat, ApiError *e) {
     if (api_object(root, "response_format", &format, e)) return -1;
     const char *type = format ? json_str(json_get(format, "type"), NULL) : NULL;
     if (format && (!type || strcmp(type, "text")))
-        return api_fail(e, 400, "response_format", NULL, "\"response_format\" %s%.40s%s is not supported (no constrained decoding; only \"text\")",
+        return api_fail(e, 400, "response_format", NULL,
+                        "\"response_format\" %s%.40s%s is not supported (no constrained decoding; "
+                        "only \"text\")",
                         type ? "\"" : "", type ? type : "without a type", type ? "\"" : "");
     if (chat) return 0;
     if (api_bool(root, "echo", "echo", &flag, e)) return -1;
@@ -351,7 +386,8 @@ static int api_logprobs(const JsonValue *root, ApiRequest *r, ApiError *e) {
             api_int(root, "top_logprobs", 0, API_MAX_TOP_LOGPROBS, &top, e))
             return -1;
         if (api_given(json_get(root, "top_logprobs")) && !r->logprobs)
-            return api_fail(e, 400, "top_logprobs", NULL, "\"top_logprobs\" needs \"logprobs\": true");
+            return api_fail(e, 400, "top_logprobs", NULL,
+                            "\"top_logprobs\" needs \"logprobs\": true");
     } else {
         if (api_int(root, "logprobs", 0, 5, &top, e)) return -1;
         r->logprobs = api_given(json_get(root, "logprobs"));
@@ -368,26 +404,37 @@ static int api_chat_fields(const Server *srv, const JsonValue *root, ApiRequest 
     const JsonValue *v = json_get(root, "tool_choice");
     if (api_given(v)) {
         const char *choice = json_str(v, NULL);
-        if (!choice) return api_fail(e, 400, "tool_choice", NULL, "\"tool_choice\" naming a function is not supported (\"auto\" or \"none\")");
+        if (!choice)
+            return api_fail(e, 400, "tool_choice", NULL,
+                            "\"tool_choice\" naming a function is not supported (\"auto\" or "
+                            "\"none\")");
         if (!strcmp(choice, "none")) use_tools = 0;
         else if (strcmp(choice, "auto"))
-            return api_fail(e, 400, "tool_choice", NULL, "\"tool_choice\" \"%.40s\" is not supported (\"auto\" or \"none\")", choice);
+            return api_fail(e, 400, "tool_choice", NULL,
+                            "\"tool_choice\" \"%.40s\" is not supported (\"auto\" or \"none\")",
+                            choice);
     }
     /* thinking: {"type": "enabled" | "disabled"} (Z.ai's API) or a boolean */
     if (api_given(v = json_get(root, "thinking"))) {
         const char *type = json_str(json_get(v, "type"), NULL);
         if (json_type(v) == JSON_BOOL) o->thinking = json_bool(v);
-        else if (type && (!strcmp(type, "enabled") || !strcmp(type, "disabled"))) o->thinking = !strcmp(type, "enabled");
-        else return api_fail(e, 400, "thinking", NULL, "\"thinking\" must be {\"type\": \"enabled\"} or {\"type\": \"disabled\"}");
+        else if (type && (!strcmp(type, "enabled") || !strcmp(type, "disabled")))
+            o->thinking = !strcmp(type, "enabled");
+        else
+            return api_fail(e, 400, "thinking", NULL,
+                            "\"thinking\" must be {\"type\": \"enabled\"} or {\"type\": "
+                            "\"disabled\"}");
     }
     if (api_effort(root, "reasoning_effort", &o->reasoning_effort, e)) return -1;
     const JsonValue *kwargs;
     if (api_object(root, "chat_template_kwargs", &kwargs, e)) return -1;
     int clear = !o->keep_reasoning;
-    if (kwargs && (api_bool(kwargs, "enable_thinking", "chat_template_kwargs.enable_thinking", &o->thinking, e) ||
-                   api_bool(kwargs, "thinking", "chat_template_kwargs.thinking", &o->thinking, e) ||
-                   api_bool(kwargs, "clear_thinking", "chat_template_kwargs.clear_thinking", &clear, e) ||
-                   api_effort(kwargs, "chat_template_kwargs.reasoning_effort", &o->reasoning_effort, e)))
+    if (kwargs &&
+        (api_bool(kwargs, "enable_thinking", "chat_template_kwargs.enable_thinking", &o->thinking,
+                  e) ||
+         api_bool(kwargs, "thinking", "chat_template_kwargs.thinking", &o->thinking, e) ||
+         api_bool(kwargs, "clear_thinking", "chat_template_kwargs.clear_thinking", &clear, e) ||
+         api_effort(kwargs, "chat_template_kwargs.reasoning_effort", &o->reasoning_effort, e)))
         return -1;
     o->keep_reasoning = !clear;
     const JsonValue *messages = json_get(root, "messages");
@@ -395,7 +442,8 @@ static int api_chat_fields(const Server *srv, const JsonValue *root, ApiRequest 
         return api_fail(e, 400, "messages", NULL, "\"messages\" must be a non-empty list");
     if (use_tools && chat_conv_parse_tools(&r->conv, json_get(root, "tools"), err, sizeof err))
         return api_fail(e, 400, "tools", NULL, "%s", err);
-    if (chat_conv_parse(&r->conv, messages, err, sizeof err)) return api_fail(e, 400, "messages", NULL, "messages: %s", err);
+    if (chat_conv_parse(&r->conv, messages, err, sizeof err))
+        return api_fail(e, 400, "messages", NULL, "messages: %s", err);
     return 0;
 }
 
@@ -408,17 +456,21 @@ static int api_prediction(const JsonValue *root, ApiRequest *r, ApiError *e) {
     if (api_object(root, "prediction", &p, e) || !p) return e->status ? -1 : 0;
     const char *type = json_str(json_get(p, "type"), NULL);
     if (!type || strcmp(type, "content"))
-        return api_fail(e, 400, "prediction", NULL, "\"prediction\" must be {\"type\": \"content\", \"content\": ...}");
+        return api_fail(e, 400, "prediction", NULL,
+                        "\"prediction\" must be {\"type\": \"content\", \"content\": ...}");
     const JsonValue *content = json_get(p, "content");
     const int parts = json_type(content) == JSON_ARRAY ? (int)json_len(content) : -1;
     size_t total = 0, n;
     if (parts < 0 && !json_str(content, &total))
-        return api_fail(e, 400, "prediction", NULL, "\"prediction\".content must be a string or a list of text parts");
+        return api_fail(e, 400, "prediction", NULL,
+                        "\"prediction\".content must be a string or a list of text parts");
     for (int i = 0; i < parts; i++) {
         const JsonValue *part = json_at(content, (size_t)i);
         const char *part_type = json_str(json_get(part, "type"), NULL);
         if (!part_type || strcmp(part_type, "text") || !json_str(json_get(part, "text"), &n))
-            return api_fail(e, 400, "prediction", NULL, "\"prediction\".content part %d must be {\"type\": \"text\", \"text\": ...}", i);
+            return api_fail(
+                e, 400, "prediction", NULL,
+                "\"prediction\".content part %d must be {\"type\": \"text\", \"text\": ...}", i);
         total += n;
     }
     r->prediction = xmalloc(total + 1);
@@ -443,22 +495,25 @@ static void api_request_free(ApiRequest *r) {
 }
 
 /* The request body → ApiRequest (api_request_free frees it, whatever the outcome). */
-static int api_request_parse(const Server *srv, const JsonValue *root, int chat, ApiRequest *r, ApiError *e) {
+static int api_request_parse(const Server *srv, const JsonValue *root, int chat, ApiRequest *r,
+                             ApiError *e) {
     const Settings *set = srv->set;
     r->skin = chat ? &OPENAI_CHAT : &OPENAI_COMPLETIONS;
     r->chat = chat;
     r->max_tokens = -1;
     r->sampling = (SamplerSettings){ set->temperature, set->top_p, set->seed };
     const JsonValue *v = json_get(root, "model");
-    if (api_given(v) && json_type(v) != JSON_STRING) return api_fail(e, 400, "model", NULL, "\"model\" must be a string");
+    if (api_given(v) && json_type(v) != JSON_STRING)
+        return api_fail(e, 400, "model", NULL, "\"model\" must be a string");
     int64_t max_tokens = -1, max_completion_tokens = -1, seed = 0;
     double temperature = r->sampling.temperature, top_p = r->sampling.top_p;
     if (api_int(root, "max_tokens", 1, INT32_MAX, &max_tokens, e) ||
         api_int(root, "max_completion_tokens", 1, INT32_MAX, &max_completion_tokens, e) ||
-        api_number(root, "temperature", 0, 100, &temperature, e) || api_number(root, "top_p", 0, 1, &top_p, e) ||
+        api_number(root, "temperature", 0, 100, &temperature, e) ||
+        api_number(root, "top_p", 0, 1, &top_p, e) ||
         api_int(root, "seed", INT64_MIN, INT64_MAX, &seed, e) || api_stop(root, r, e) ||
-        api_bool(root, "stream", "stream", &r->stream, e) || api_unsupported(root, chat, e) || api_prediction(root, r, e) ||
-        api_logprobs(root, r, e))
+        api_bool(root, "stream", "stream", &r->stream, e) || api_unsupported(root, chat, e) ||
+        api_prediction(root, r, e) || api_logprobs(root, r, e))
         return -1;
     r->max_tokens = (int)(max_completion_tokens >= 0 ? max_completion_tokens : max_tokens);
     r->sampling.temperature = (float)temperature;
@@ -467,44 +522,56 @@ static int api_request_parse(const Server *srv, const JsonValue *root, int chat,
     if (r->seed_given) r->sampling.seed = (uint64_t)seed;
     const JsonValue *options;
     if (api_object(root, "stream_options", &options, e) ||
-        (options && api_bool(options, "include_usage", "stream_options.include_usage", &r->include_usage, e)))
+        (options &&
+         api_bool(options, "include_usage", "stream_options.include_usage", &r->include_usage, e)))
         return -1;
     if (chat) return api_chat_fields(srv, root, r, e);
     v = json_get(root, "prompt");
-    if (json_type(v) == JSON_ARRAY && json_len(v) == 1) v = json_at(v, 0);   /* ["text"]: one prompt */
+    /* ["text"]: one prompt */
+    if (json_type(v) == JSON_ARRAY && json_len(v) == 1) v = json_at(v, 0);
     if (!(r->prompt = json_str(v, &r->prompt_len)))
-        return api_fail(e, 400, "prompt", NULL, "\"prompt\" must be a string (one prompt per request)");
-    if (!r->prompt_len) return api_fail(e, 400, "prompt", NULL, "\"prompt\" is empty: there is no token to continue from");
+        return api_fail(e, 400, "prompt", NULL,
+                        "\"prompt\" must be a string (one prompt per request)");
+    if (!r->prompt_len)
+        return api_fail(e, 400, "prompt", NULL,
+                        "\"prompt\" is empty: there is no token to continue from");
     return 0;
 }
 
 /* The prompt's ids, then the room it leaves: 0 and *limit (max_tokens for the Generator, -1: until
    EOS or a full cache), or -1 with a 400. */
-static int api_prompt_ids(const Server *srv, ApiRequest *r, TokenList *ids, int *limit, ApiError *e) {
+static int api_prompt_ids(const Server *srv, ApiRequest *r, TokenList *ids, int *limit,
+                          ApiError *e) {
     if (r->chat) {
         char err[5000];
-        if (chat_to_ids(srv->codec, &r->conv, &r->render, ids, err, sizeof err)) return api_fail(e, 400, "messages", NULL, "%s", err);
+        if (chat_to_ids(srv->codec, &r->conv, &r->render, ids, err, sizeof err))
+            return api_fail(e, 400, "messages", NULL, "%s", err);
         if (r->count_only) return 0;   /* a count needs no room for an answer */
     } else {
-        TextCodec raw = *srv->codec;     /* a raw prompt is written in the model's own terms: tags are tags */
+        /* a raw prompt is written in the model's own terms: tags are tags */
+        TextCodec raw = *srv->codec;
         raw.text_mode = TOK_SPECIAL_ALL;
         tokens_push_text(ids, &raw, r->prompt, r->prompt_len);
     }
     const int room = srv->capacity - ids->n;
     if (room < 1)
         return api_fail(e, 400, r->chat ? "messages" : "prompt", "context_length_exceeded",
-                        "context length exceeded: the prompt has %d tokens and this server's context holds %d (CTX), "
-                        "leaving no room for an answer", ids->n, srv->capacity);
+                        "context length exceeded: the prompt has %d tokens and this server's "
+                        "context holds %d (CTX), "
+                        "leaving no room for an answer",
+                        ids->n, srv->capacity);
     if (r->max_tokens > room)
         return api_fail(e, 400, "max_tokens", "context_length_exceeded",
-                        "context length exceeded: this server's context holds %d tokens (CTX) but the request needs %lld "
-                        "(%d in the prompt, max_tokens %d); shorten the messages or lower max_tokens",
+                        "context length exceeded: this server's context holds %d tokens (CTX) but "
+                        "the request needs %lld "
+                        "(%d in the prompt, max_tokens %d); shorten the messages or lower "
+                        "max_tokens",
                         srv->capacity, (long long)ids->n + r->max_tokens, ids->n, r->max_tokens);
     *limit = r->max_tokens >= 0 ? r->max_tokens : srv->set->ngen;
     return 0;
 }
 
-/* ---- the answer: tokens → text → stop strings → reasoning / content / tool calls → JSON -------- */
+/* ---- the answer: tokens → text → stop strings → reasoning / content / tool calls → JSON ------ */
 
 struct Reply {
     Server *srv;
@@ -519,24 +586,29 @@ struct Reply {
     size_t held_len, held_cap;
     int stop_hit;                       /* a stop string ended the answer */
     ChatOutParser *parser;              /* chat: reasoning, content, tool calls */
-    ChatOutput out;                     /* everything released so far, parsed (completions: content) */
+    /* everything released so far, parsed (completions: content) */
+    ChatOutput out;
     char (*call_ids)[32];               /* the id of each tool call in out.calls */
     int stop_which;                     /* the stop string that ended it (stop_hit) */
     /* a skin's stream state */
     int seq;                            /* events sent (Responses' sequence_number) */
-    int block, block_kind;              /* the content block (item) open: its index, its ChatOutKind; -1: none */
+    /* the content block (item) open: its index, its ChatOutKind; -1: none */
+    int block, block_kind;
     int items;                          /* blocks (items) opened so far */
     char item_id[48];                   /* the open item's id (Responses) */
-    size_t item_from;                   /* where the open item's text starts in out.reasoning / out.content */
+    /* where the open item's text starts in out.reasoning / out.content */
+    size_t item_from;
     double start;                       /* now_seconds() when the request was read */
-    int prompt_tokens, cached_tokens;   /* known once the prefill is done (a stream's first event) */
+    /* known once the prefill is done (a stream's first event) */
+    int prompt_tokens, cached_tokens;
     ApiLogprob *logprobs;               /* logprobs: one per generated token */
     int n_logprobs, cap_logprobs, logprobs_sent;
 };
 
 static void server_new_id(Server *srv, const char *prefix, char *dst, size_t n) {
     const uint64_t a = splitmix64_next(&srv->rng), b = splitmix64_next(&srv->rng);
-    snprintf(dst, n, "%s%016llx%08llx", prefix, (unsigned long long)a, (unsigned long long)(b >> 32));
+    snprintf(dst, n, "%s%016llx%08llx", prefix, (unsigned long long)a,
+             (unsigned long long)(b >> 32));
 }
 
 /* The fields every answer and chunk starts with. */
@@ -575,8 +647,8 @@ static void api_write_usage(JsonWriter *w, const ApiUsage *u) {
 }
 
 /* One tool call as OpenAI writes it; index >= 0 for a streamed delta. */
-static void api_write_tool_call(JsonWriter *w, int index, const char *id, const char *name, size_t name_len,
-                                const char *arguments, size_t arguments_len) {
+static void api_write_tool_call(JsonWriter *w, int index, const char *id, const char *name,
+                                size_t name_len, const char *arguments, size_t arguments_len) {
     jw_obj(w);
     if (index >= 0) jw_kint(w, "index", index);
     jw_kstr(w, "id", id);
@@ -585,14 +657,15 @@ static void api_write_tool_call(JsonWriter *w, int index, const char *id, const 
     jw_obj(w);
     jw_key(w, "name");
     jw_strn(w, name, name_len);
-    jw_key(w, "arguments");                       /* a JSON object, sent as a string (OpenAI's form) */
+    /* a JSON object, sent as a string (OpenAI's form) */
+    jw_key(w, "arguments");
     jw_strn(w, arguments, arguments_len);
     jw_obj_end(w);
     jw_obj_end(w);
 }
 
-/* The message of a whole chat answer: content (null when there is only tool calls), reasoning_content
-   (null when there is none), tool_calls (when there are some). */
+/* The message of a whole chat answer: content (null when there is only tool calls),
+   reasoning_content (null when there is none), tool_calls (when there are some). */
 static void api_write_message(JsonWriter *w, const ChatOutput *o, char (*call_ids)[32]) {
     jw_obj(w);
     jw_kstr(w, "role", "assistant");
@@ -606,8 +679,8 @@ static void api_write_message(JsonWriter *w, const ChatOutput *o, char (*call_id
         jw_key(w, "tool_calls");
         jw_arr(w);
         for (int i = 0; i < o->n_calls; i++)
-            api_write_tool_call(w, -1, call_ids[i], o->calls[i].name, o->calls[i].name_len, o->calls[i].arguments,
-                                o->calls[i].arguments_len);
+            api_write_tool_call(w, -1, call_ids[i], o->calls[i].name, o->calls[i].name_len,
+                                o->calls[i].arguments, o->calls[i].arguments_len);
         jw_arr_end(w);
     }
     jw_obj_end(w);
@@ -631,7 +704,8 @@ static int reply_send(Reply *r, JsonWriter *w) {
 }
 
 /* logprobs: the log-softmax of the logits the sampler drew the token from (the model's own
-   distribution: before temperature and top_p), for the token and the top k (ties: lower id first). */
+   distribution: before temperature and top_p), for the token and the top k (ties: lower id first).
+   */
 static void api_logprob(const float *logits, int vocab, int id, int k, ApiLogprob *out) {
     double mx = -INFINITY, sum = 0;
     for (int i = 0; i < vocab; i++) mx = logits[i] > mx ? logits[i] : mx;
@@ -643,10 +717,14 @@ static void api_logprob(const float *logits, int vocab, int id, int k, ApiLogpro
     for (int i = 0; i < vocab && k > 0; i++) {
         if (out->n_top == k && logits[i] <= logits[out->top_id[k - 1]]) continue;
         int at = out->n_top < k ? out->n_top++ : k - 1;
-        while (at > 0 && logits[out->top_id[at - 1]] < logits[i]) { out->top_id[at] = out->top_id[at - 1]; at--; }
+        while (at > 0 && logits[out->top_id[at - 1]] < logits[i]) {
+            out->top_id[at] = out->top_id[at - 1];
+            at--;
+        }
         out->top_id[at] = i;
     }
-    for (int j = 0; j < out->n_top; j++) out->top_logprob[j] = (float)((double)logits[out->top_id[j]] - lse);
+    for (int j = 0; j < out->n_top; j++)
+        out->top_logprob[j] = (float)((double)logits[out->top_id[j]] - lse);
 }
 
 static void reply_logprob(Reply *r, int id) {
@@ -658,11 +736,13 @@ static void reply_logprob(Reply *r, int id) {
         if (!grown) die("out of memory for the logprobs");
         r->logprobs = grown;
     }
-    api_logprob(g->token_logits, g->model->c.vocab, id, r->req->top_logprobs, &r->logprobs[r->n_logprobs++]);
+    api_logprob(g->token_logits, g->model->c.vocab, id, r->req->top_logprobs,
+                &r->logprobs[r->n_logprobs++]);
 }
 
 /* A token's text (its raw bytes; jw_strn makes a broken UTF-8 piece U+FFFD, bytes keeps them). */
-static void api_write_token(JsonWriter *w, const TextCodec *codec, int id, float logprob, int with_bytes) {
+static void api_write_token(JsonWriter *w, const TextCodec *codec, int id, float logprob,
+                            int with_bytes) {
     size_t n = 0;
     const char *piece = tok_piece(codec->tok, id, &n);
     jw_key(w, "token");
@@ -723,7 +803,8 @@ static void api_write_logprobs(JsonWriter *w, const Reply *r, int from, int to) 
             for (int j = 0; j < p->n_top; j++) {
                 const char *piece = tok_piece(codec->tok, p->top_id[j], &n);
                 char key[256];
-                snprintf(key, sizeof key, "%.*s", (int)(piece ? n : 0), piece ? piece : "");   /* a NUL or a long piece is cut */
+                /* a NUL or a long piece is cut */
+                snprintf(key, sizeof key, "%.*s", (int)(piece ? n : 0), piece ? piece : "");
                 jw_knum(w, key, p->top_logprob[j]);
             }
             jw_obj_end(w);
@@ -782,7 +863,8 @@ static int reply_send_line(Reply *r, JsonWriter *w) {
 
 /* A streamed chunk: a chat delta (role first; then reasoning_content, content or one tool call;
    ev NULL and finish set: the last one) or a completion's text. */
-static void reply_send_chunk(Reply *r, const ChatOutEvent *ev, int call_index, int role, const char *finish) {
+static void reply_send_chunk(Reply *r, const ChatOutEvent *ev, int call_index, int role,
+                             const char *finish) {
     JsonWriter w;
     jw_init(&w);
     jw_obj(&w);
@@ -798,7 +880,8 @@ static void reply_send_chunk(Reply *r, const ChatOutEvent *ev, int call_index, i
         if (ev && ev->kind == CHAT_OUT_TOOL_CALL) {
             jw_key(&w, "tool_calls");
             jw_arr(&w);
-            api_write_tool_call(&w, call_index, r->call_ids[call_index], ev->name, ev->name_len, ev->arguments, ev->arguments_len);
+            api_write_tool_call(&w, call_index, r->call_ids[call_index], ev->name, ev->name_len,
+                                ev->arguments, ev->arguments_len);
             jw_arr_end(&w);
         } else if (ev) {
             jw_key(&w, ev->kind == CHAT_OUT_REASONING ? "reasoning_content" : "content");
@@ -831,7 +914,8 @@ static int reply_event(void *user, const ChatOutEvent *ev) {
         char (*grown)[32] = realloc(r->call_ids, (size_t)r->out.n_calls * sizeof *grown);
         if (!grown) die("out of memory for the answer");
         r->call_ids = grown;
-        server_new_id(r->srv, api_skin_of(r->req)->call_prefix, r->call_ids[call], sizeof r->call_ids[call]);
+        server_new_id(r->srv, api_skin_of(r->req)->call_prefix, r->call_ids[call],
+                      sizeof r->call_ids[call]);
     }
     if (r->req->stream) api_skin_of(r->req)->event(r, ev, call);
     return 0;
@@ -877,7 +961,8 @@ static void reply_text(Reply *r, const char *s, size_t n) {
     }
     size_t keep = 0;
     for (int k = 0; k < q->n_stop; k++)
-        for (size_t len = q->stop_len[k] - 1 < r->held_len ? q->stop_len[k] - 1 : r->held_len; len > keep; len--)
+        for (size_t len = q->stop_len[k] - 1 < r->held_len ? q->stop_len[k] - 1 : r->held_len;
+             len > keep; len--)
             if (!memcmp(r->held + r->held_len - len, q->stop[k], len)) { keep = len; break; }
     reply_release(r, r->held, r->held_len - keep);
     memmove(r->held, r->held + r->held_len - keep, keep);
@@ -899,7 +984,8 @@ static void reply_text_end(Reply *r) {
     reply_text(r, r->text, n < r->text_cap ? n : r->text_cap);
     if (!r->stop_hit) reply_release(r, r->held, r->held_len);
     r->held_len = 0;
-    if (r->parser && chat_out_finish(r->parser, reply_event, r)) die("out of memory parsing the answer");
+    if (r->parser && chat_out_finish(r->parser, reply_event, r))
+        die("out of memory parsing the answer");
 }
 
 static void reply_init(Reply *r, Server *srv, HttpResponse *res, const ApiRequest *q) {
@@ -940,10 +1026,13 @@ static const char *api_openai_finish(ApiFinish f) {
     return f == FINISH_LENGTH ? "length" : f == FINISH_TOOL_CALLS ? "tool_calls" : "stop";
 }
 
-__attribute__((unused)) static const char *reply_finish_reason(const Reply *r, StopReason stop) { return api_openai_finish(reply_finish(r, stop)); }
+__attribute__((unused)) static const char *reply_finish_reason(const Reply *r, StopReason stop) {
+    return api_openai_finish(reply_finish(r, stop));
+}
 
 /* The whole answer as one JSON object (stream: false). */
-static void api_write_answer(JsonWriter *w, const Reply *r, const char *finish, const ApiUsage *usage) {
+static void api_write_answer(JsonWriter *w, const Reply *r, const char *finish,
+                             const ApiUsage *usage) {
     jw_obj(w);
     api_write_head(w, r, r->req->chat ? "chat.completion" : "text_completion");
     jw_key(w, "choices");
@@ -965,7 +1054,7 @@ static void api_write_answer(JsonWriter *w, const Reply *r, const char *finish, 
     jw_obj_end(w);
 }
 
-/* ---- the OpenAI skin: chat.completion(.chunk) and text_completion ----------------------------- */
+/* ---- the OpenAI skin: chat.completion(.chunk) and text_completion ---------------------------- */
 
 static void openai_error(HttpResponse *res, const ApiError *e) {
     http_respond_error_ex(res, e->status, e->message, e->param, e->code);
@@ -976,7 +1065,9 @@ static void openai_begin(Reply *r) {
     if (r->req->chat) reply_send_chunk(r, NULL, 0, 1, NULL);
 }
 
-static void openai_event(Reply *r, const ChatOutEvent *ev, int call_index) { reply_send_chunk(r, ev, call_index, 0, NULL); }
+static void openai_event(Reply *r, const ChatOutEvent *ev, int call_index) {
+    reply_send_chunk(r, ev, call_index, 0, NULL);
+}
 
 static void openai_finish(Reply *r, ApiFinish finish, const ApiUsage *usage) {
     JsonWriter w;
@@ -1019,16 +1110,21 @@ static int openai_chat_parse(const Server *srv, const JsonValue *root, ApiReques
     return api_request_parse(srv, root, 1, r, e);
 }
 
-static int openai_completions_parse(const Server *srv, const JsonValue *root, ApiRequest *r, ApiError *e) {
+static int openai_completions_parse(const Server *srv, const JsonValue *root, ApiRequest *r,
+                                    ApiError *e) {
     return api_request_parse(srv, root, 0, r, e);
 }
 
-static const ApiSkin OPENAI_CHAT = { "openai chat", "chatcmpl-", "call_", openai_chat_parse, openai_error, openai_begin,
-                                     openai_event, openai_finish, openai_abort, NULL };
-static const ApiSkin OPENAI_COMPLETIONS = { "openai completions", "cmpl-", "call_", openai_completions_parse, openai_error,
-                                            openai_begin, openai_event, openai_finish, openai_abort, NULL };
+static const ApiSkin OPENAI_CHAT = { "openai chat", "chatcmpl-",  "call_",      openai_chat_parse,
+                                     openai_error,  openai_begin, openai_event, openai_finish,
+                                     openai_abort,  NULL };
+static const ApiSkin OPENAI_COMPLETIONS = {
+    "openai completions", "cmpl-",      "call_",      openai_completions_parse,
+    openai_error,         openai_begin, openai_event, openai_finish,
+    openai_abort,         NULL
+};
 
-/* ---- watching the client while a prefill writes nothing ---------------------------------------- */
+/* ---- watching the client while a prefill writes nothing -------------------------------------- */
 
 typedef struct {
     HttpResponse *res;
@@ -1055,13 +1151,15 @@ static void *client_watch_main(void *arg) {
     return NULL;
 }
 
-static void client_watch_start(ClientWatch *w, HttpResponse *res, volatile sig_atomic_t *interrupt) {
+static void client_watch_start(ClientWatch *w, HttpResponse *res,
+                               volatile sig_atomic_t *interrupt) {
     memset(w, 0, sizeof *w);
     w->res = res;
     w->interrupt = interrupt;
     pthread_mutex_init(&w->mu, NULL);
     pthread_cond_init(&w->cv, NULL);
-    w->running = pthread_create(&w->thread, NULL, client_watch_main, w) == 0;   /* without it: noticed after the prefill */
+    /* without it: noticed after the prefill */
+    w->running = pthread_create(&w->thread, NULL, client_watch_main, w) == 0;
 }
 
 static void client_watch_stop(ClientWatch *w) {
@@ -1074,12 +1172,13 @@ static void client_watch_stop(ClientWatch *w) {
     pthread_cond_destroy(&w->cv);
 }
 
-/* ---- the endpoints ----------------------------------------------------------------------------- */
+/* ---- the endpoints --------------------------------------------------------------------------- */
 
 /* One line per request on stderr: method, path, status, what happened, seconds. */
 /* One line on stderr for every request: method, path, status, what happened, seconds. */
 static void server_log_line(const HttpRequest *req, int status, double seconds, const char *what) {
-    fprintf(stderr, "glm: %s %s %d%s%s | %.3f s\n", req->method, req->path, status, what[0] ? " | " : "", what, seconds);
+    fprintf(stderr, "glm: %s %s %d%s%s | %.3f s\n", req->method, req->path, status,
+            what[0] ? " | " : "", what, seconds);
 }
 
 static void server_log(const HttpRequest *req, int status, double t0, const char *fmt, ...) {
@@ -1095,14 +1194,17 @@ static void server_log(const HttpRequest *req, int status, double t0, const char
 
 /* The requests http.h ends itself (its own errors, 499 for a client that left while its request
    arrived or waited) get the same line: every request leaves one. */
-static void server_http_log(const HttpRequest *req, int status, double seconds, const char *what, void *user) {
+static void server_http_log(const HttpRequest *req, int status, double seconds, const char *what,
+                            void *user) {
     (void)user;
     server_log_line(req, status, seconds, what);
 }
 
-
-/* "/v1/models" and "/models" are the same endpoint (clients differ in whether the base URL ends in /v1). */
-static const char *api_route(const char *path) { return !strncmp(path, "/v1/", 4) ? path + 3 : path; }
+/* "/v1/models" and "/models" are the same endpoint (clients differ in whether the base URL ends in
+   /v1). */
+static const char *api_route(const char *path) {
+    return !strncmp(path, "/v1/", 4) ? path + 3 : path;
+}
 
 /* The generation endpoints (POST, answered by the worker), by route. */
 typedef struct { const char *route; const ApiSkin *skin; } ApiRoute;
@@ -1125,7 +1227,8 @@ static const ApiSkin *api_skin_for_path(const char *path, int *generation) {
     return &OPENAI_CHAT;
 }
 
-static void server_respond_error(const HttpRequest *req, HttpResponse *res, const ApiError *e, double t0) {
+static void server_respond_error(const HttpRequest *req, HttpResponse *res, const ApiError *e,
+                                 double t0) {
     int generation;
     api_skin_for_path(req->path, &generation)->error(res, e);
     server_log(req, e->status, t0, "%s", e->message);
@@ -1159,19 +1262,22 @@ static void server_cors(const Server *srv, const HttpRequest *req, HttpResponse 
 }
 
 /* A preflight: 1 when it was one (answered). */
-static int server_preflight(const Server *srv, const HttpRequest *req, HttpResponse *res, double t0) {
+static int server_preflight(const Server *srv, const HttpRequest *req, HttpResponse *res,
+                            double t0) {
     if (strcmp(req->method, "OPTIONS") || !srv->set->cors || !srv->set->cors[0]) return 0;
     if (!server_cors_origin(srv, req)) {
         ApiError e = { 0 };
-        api_fail(&e, 403, NULL, NULL, "origin %.200s is not allowed (CORS=%.200s)", http_header(req, "Origin") ? http_header(req, "Origin")
-                 : "(none)", srv->set->cors);
+        api_fail(&e, 403, NULL, NULL, "origin %.200s is not allowed (CORS=%.200s)",
+                 http_header(req, "Origin") ? http_header(req, "Origin") : "(none)",
+                 srv->set->cors);
         server_respond_error(req, res, &e, t0);
         return 1;
     }
     const char *asked = http_header(req, "Access-Control-Request-Headers");
     http_add_header(res, "Access-Control-Allow-Methods", "GET, HEAD, POST, OPTIONS");
     if (!asked || http_add_header(res, "Access-Control-Allow-Headers", asked))
-        http_add_header(res, "Access-Control-Allow-Headers", "authorization, content-type, x-api-key, anthropic-version");
+        http_add_header(res, "Access-Control-Allow-Headers",
+                        "authorization, content-type, x-api-key, anthropic-version");
     http_add_header(res, "Access-Control-Max-Age", "600");
     http_respond(res, 204, NULL, NULL, 0);
     server_log(req, 204, t0, "CORS preflight");
@@ -1207,7 +1313,8 @@ static int web_quick(const Server *srv, const HttpRequest *req, HttpResponse *re
 static void web_request_begin(Server *srv, int prompt_tokens);
 static void web_request_end(Server *srv);
 
-/* The I/O thread's part: everything that needs no model. Returns 0 to hand a completion to the worker. */
+/* The I/O thread's part: everything that needs no model. Returns 0 to hand a completion to the
+   worker. */
 static int server_quick(const HttpRequest *req, HttpResponse *res, void *user) {
     const Server *srv = user;
     if (web_quick(srv, req, res)) return 1;   /* web.c: GET / (the page) and GET /stats */
@@ -1228,14 +1335,17 @@ static int server_quick(const HttpRequest *req, HttpResponse *res, void *user) {
             return 1;
         }
     } else if (!http_auth_ok(req, srv->set->api_key)) {
-        api_fail(&e, 401, NULL, "invalid_api_key", "missing or wrong API key (send Authorization: Bearer KEY or x-api-key: KEY)");
+        api_fail(&e, 401, NULL, "invalid_api_key",
+                 "missing or wrong API key (send Authorization: Bearer KEY or x-api-key: KEY)");
     } else if (completion) {
         if (!strcmp(req->method, "POST")) return 0;
         api_fail(&e, 405, NULL, NULL, "%s takes POST", req->path);
     } else if (!strcmp(route, "/models") || !strncmp(route, "/models/", 8)) {
         if (!get) api_fail(&e, 405, NULL, NULL, "%s takes GET", req->path);
         else if (route[7] == '/' && strcmp(route + 8, srv->model_name))
-            api_fail(&e, 404, "model", "model_not_found", "no model \"%.200s\" here: this server has \"%s\"", route + 8, srv->model_name);
+            api_fail(&e, 404, "model", "model_not_found",
+                     "no model \"%.200s\" here: this server has \"%s\"", route + 8,
+                     srv->model_name);
         else {
             JsonWriter w;
             jw_init(&w);
@@ -1259,16 +1369,21 @@ static int server_quick(const HttpRequest *req, HttpResponse *res, void *user) {
     } else if (!strncmp(req->path, "/api/", 5) && ollama_quick(srv, req, res, t0)) {
         return 1;
     } else {
-        api_fail(&e, 404, NULL, NULL, "no endpoint %.200s (this server has /v1/chat/completions, /v1/completions, /v1/responses, "
-                 "/v1/messages, /v1/messages/count_tokens, /v1/models, /api/chat, /api/generate, /api/tags, /api/show, /api/ps, "
-                 "/api/version and /health)", req->path);
+        api_fail(&e, 404, NULL, NULL,
+                 "no endpoint %.200s (this server has /v1/chat/completions, /v1/completions, "
+                 "/v1/responses, "
+                 "/v1/messages, /v1/messages/count_tokens, /v1/models, /api/chat, /api/generate, "
+                 "/api/tags, /api/show, /api/ps, "
+                 "/api/version and /health)",
+                 req->path);
     }
     if (e.status == 405) http_add_header(res, "Allow", completion ? "POST" : "GET, HEAD");
     server_respond_error(req, res, &e, t0);
     return 1;
 }
 
-/* One completion after its request was read: prefill (reusing the cached prefix), generate, answer. */
+/* One completion after its request was read: prefill (reusing the cached prefix), generate, answer.
+   */
 /* A request's predicted output as a drafter (Speculation's caller). The answer usually follows the
    prediction with edits: the answer's last tokens (up to NGRAM_LONGEST of them, then fewer) are
    looked up in the prediction from where the last match ended, then behind it, within
@@ -1289,8 +1404,10 @@ static int predicted_output_draft(void *user, const int *history, int n, int k, 
     const int len = n - p->answer_start;   /* answer tokens so far, the one just sampled included */
     for (int m = len < NGRAM_LONGEST ? len : NGRAM_LONGEST; m >= 1; m--) {
         const int tail = len - m;
-        const int ahead = p->cursor + PREDICTION_WINDOW < p->n - m ? p->cursor + PREDICTION_WINDOW : p->n - m;
-        const int behind = p->cursor - m - PREDICTION_WINDOW > 0 ? p->cursor - m - PREDICTION_WINDOW : 0;
+        const int ahead =
+            p->cursor + PREDICTION_WINDOW < p->n - m ? p->cursor + PREDICTION_WINDOW : p->n - m;
+        const int behind =
+            p->cursor - m - PREDICTION_WINDOW > 0 ? p->cursor - m - PREDICTION_WINDOW : 0;
         for (int pass = 0; pass < 2; pass++) {
             const int from = pass == 0 ? (p->cursor > m ? p->cursor - m : 0) : behind;
             const int to = pass == 0 ? ahead : (p->cursor - m < ahead ? p->cursor - m : ahead);
@@ -1298,7 +1415,10 @@ static int predicted_output_draft(void *user, const int *history, int n, int k, 
                 if (memcmp(p->ids + start, answer + tail, (size_t)m * sizeof(int))) continue;
                 p->cursor = start + m;
                 int count = 0;
-                while (count < k && p->cursor + count < p->n) { out[count] = p->ids[p->cursor + count]; count++; }
+                while (count < k && p->cursor + count < p->n) {
+                    out[count] = p->ids[p->cursor + count];
+                    count++;
+                }
                 return count;
             }
         }
@@ -1306,12 +1426,13 @@ static int predicted_output_draft(void *user, const int *history, int n, int k, 
     return 0;
 }
 
-static void server_answer(Server *srv, const HttpRequest *req, HttpResponse *res, const ApiRequest *q, const TokenList *ids,
-                          int limit, double t0) {
+static void server_answer(Server *srv, const HttpRequest *req, HttpResponse *res,
+                          const ApiRequest *q, const TokenList *ids, int limit, double t0) {
     Generator *g = srv->gen;
     generator_set_sampling(g, q->sampling);
     g->stop_rules.max_tokens = limit;
-    g->stop_rules.resumable = 0;   /* the last token's forward is skipped; the next request re-runs at most that one */
+    /* the last token's forward is skipped; the next request re-runs at most that one */
+    g->stop_rules.resumable = 0;
     Reply r;
     reply_init(&r, srv, res, q);
     g->on_token = reply_token;
@@ -1336,15 +1457,18 @@ static void server_answer(Server *srv, const HttpRequest *req, HttpResponse *res
     generator_begin(g);
     TokenList predicted = { 0 };
     PredictedOutput prediction = { 0 };
-    if (q->prediction && g->spec.mode != SPEC_OFF) {   /* text as in a message: a written tag is text */
+    /* text as in a message: a written tag is text */
+    if (q->prediction && g->spec.mode != SPEC_OFF) {
         tokens_push_text(&predicted, srv->codec, q->prediction, q->prediction_len);
         prediction = (PredictedOutput){ predicted.ids, predicted.n, ids->n, 0 };
         g->spec.caller = predicted_output_draft;
         g->spec.caller_user = &prediction;
-        drafter_restart(&g->spec, DRAFTER_CALLER);   /* another prediction: its acceptance is unknown again */
+        /* another prediction: its acceptance is unknown again */
+        drafter_restart(&g->spec, DRAFTER_CALLER);
     }
     const SpecCounts spec_before = spec_counts(g);
-    int run[64];   /* a step may return a run of ids (speculation); on_token has seen each of them */
+    /* a step may return a run of ids (speculation); on_token has seen each of them */
+    int run[64];
     while (!gone && !r.stop_hit && generator_step(g, run, (int)(sizeof run / sizeof run[0])) > 0)
         gone = http_client_gone(res);
     g->on_token = NULL;
@@ -1353,14 +1477,23 @@ static void server_answer(Server *srv, const HttpRequest *req, HttpResponse *res
     g->spec.caller_user = NULL;
     free(predicted.ids);
     const SpecCounts spec_after = spec_counts(g);
-    const ApiUsage usage = { ids->n, g->generated, reused, q->prediction != NULL,
-                             spec_after.accepted[DRAFTER_CALLER] - spec_before.accepted[DRAFTER_CALLER],
-                             (spec_after.drafted[DRAFTER_CALLER] - spec_before.drafted[DRAFTER_CALLER]) -
-                                 (spec_after.accepted[DRAFTER_CALLER] - spec_before.accepted[DRAFTER_CALLER]),
-                             t0, prefilled_at, now_seconds() };
+    const ApiUsage usage = {
+        ids->n,
+        g->generated,
+        reused,
+        q->prediction != NULL,
+        spec_after.accepted[DRAFTER_CALLER] - spec_before.accepted[DRAFTER_CALLER],
+        (spec_after.drafted[DRAFTER_CALLER] - spec_before.drafted[DRAFTER_CALLER]) -
+            (spec_after.accepted[DRAFTER_CALLER] - spec_before.accepted[DRAFTER_CALLER]),
+        t0,
+        prefilled_at,
+        now_seconds()
+    };
     if (gone) {
-        /* The client left, or the server is stopping: end properly in case someone still listens. */
-        static const char why[] = "the generation was stopped (the client left or the server is stopping)";
+        /* The client left, or the server is stopping: end properly in case someone still listens.
+           */
+        static const char why[] =
+            "the generation was stopped (the client left or the server is stopping)";
         int status = 200;
         if (q->stream && prefilled) {
             skin->abort(&r, why);
@@ -1370,7 +1503,8 @@ static void server_answer(Server *srv, const HttpRequest *req, HttpResponse *res
             skin->error(res, &e);
             status = 503;
         }
-        server_log(req, status, t0, "client gone or server stopping: stopped %s after %d generated tokens",
+        server_log(req, status, t0,
+                   "client gone or server stopping: stopped %s after %d generated tokens",
                    prefilled ? "generating" : "during the prefill", g->generated);
     } else {
         reply_text_end(&r);
@@ -1379,9 +1513,12 @@ static void server_answer(Server *srv, const HttpRequest *req, HttpResponse *res
         long long drafted, accepted;
         spec_totals(&spec_after, &spec_before, &drafted, &accepted);
         char spec_note[96] = "";
-        if (g->spec.mode != SPEC_OFF) snprintf(spec_note, sizeof spec_note, ", %lld of %lld drafts accepted", accepted, drafted);
-        server_log(req, 200, t0, "%d prompt tokens (%d reused), %d generated%s, finish %s%s", ids->n, reused, g->generated,
-                   spec_note, api_openai_finish(finish), q->stream ? ", streamed" : "");
+        if (g->spec.mode != SPEC_OFF)
+            snprintf(spec_note, sizeof spec_note, ", %lld of %lld drafts accepted", accepted,
+                     drafted);
+        server_log(req, 200, t0, "%d prompt tokens (%d reused), %d generated%s, finish %s%s",
+                   ids->n, reused, g->generated, spec_note, api_openai_finish(finish),
+                   q->stream ? ", streamed" : "");
     }
     web_request_end(srv);   /* web.c */
     reply_free(&r);
@@ -1397,7 +1534,8 @@ static void server_save_session(Server *srv) {
     if (generator_save(srv->gen, &srv->session_key, NULL, srv->session_path, err, sizeof err))
         fprintf(stderr, "glm: error: SESSION=%s was not saved: %s\n", srv->session_path, err);
     else if (now_seconds() - t0 > 1.0)
-        fprintf(stderr, "glm: SESSION=%s: %d tokens saved in %.1f s\n", srv->session_path, srv->gen->pos, now_seconds() - t0);
+        fprintf(stderr, "glm: SESSION=%s: %d tokens saved in %.1f s\n", srv->session_path,
+                srv->gen->pos, now_seconds() - t0);
 }
 
 /* SESSION at the start: the cache a previous server saved comes back (its conversation is then
@@ -1411,8 +1549,11 @@ static void server_resume_session(Server *srv) {
     }
     char err[8500];
     const double t0 = now_seconds();
-    if (generator_load(srv->gen, &srv->session_key, path, NULL, err, sizeof err)) die("SESSION=%s %s", path, err);
-    fprintf(stderr, "glm: SESSION=%s: %d tokens back in the KV cache (read in %.2f s); a request that starts with them reuses them\n",
+    if (generator_load(srv->gen, &srv->session_key, path, NULL, err, sizeof err))
+        die("SESSION=%s %s", path, err);
+    fprintf(stderr,
+            "glm: SESSION=%s: %d tokens back in the KV cache (read in %.2f s); a request that "
+            "starts with them reuses them\n",
             path, srv->gen->pos, now_seconds() - t0);
 }
 
@@ -1430,7 +1571,8 @@ static void server_handle(const HttpRequest *req, HttpResponse *res, void *user)
     server_cors(srv, req, res);
     JsonDoc *doc = json_parse(req->body, req->body_len, jerr, sizeof jerr);
     if (!doc) api_fail(&e, 400, NULL, NULL, "the request body is not valid JSON: %s", jerr);
-    else if (json_type(json_root(doc)) != JSON_OBJECT) api_fail(&e, 400, NULL, NULL, "the request body must be a JSON object");
+    else if (json_type(json_root(doc)) != JSON_OBJECT)
+        api_fail(&e, 400, NULL, NULL, "the request body must be a JSON object");
     else {
         int generation;
         const ApiSkin *skin = api_skin_for_path(req->path, &generation);
@@ -1446,7 +1588,8 @@ static void server_handle(const HttpRequest *req, HttpResponse *res, void *user)
         if (!q.seed_given && !srv->set->seed) q.sampling.seed = splitmix64_next(&srv->rng);
         server_answer(srv, req, res, &q, &ids, limit, t0);
         server_save_session(srv);
-        expert_store_idle(&srv->gen->model->experts);   /* the disk is free until the next request: bring in the hot experts */
+        /* the disk is free until the next request: bring in the hot experts */
+        expert_store_idle(&srv->gen->model->experts);
     }
     free(ids.ids);
     api_request_free(&q);
@@ -1491,7 +1634,8 @@ static int run_serve(const Settings *set) {
     srv.capacity = text_model_load(set, &tc, &model, 0, 1);
     RunState state;
     ForwardOptions opt = engine_start(set, &model, &state, srv.capacity);
-    srv.gen = generator_create(&model, &state, &opt, (SamplerSettings){ set->temperature, set->top_p, set->seed });
+    srv.gen = generator_create(&model, &state, &opt,
+                               (SamplerSettings){ set->temperature, set->top_p, set->seed });
     generator_set_speculation(srv.gen, set->spec_mode, set->draft);
     if (set->session_path[0]) {
         srv.session_path = set->session_path;
@@ -1505,7 +1649,8 @@ static int run_serve(const Settings *set) {
     cfg.listen = set->serve;
     cfg.queue = set->queue;
     cfg.quick = server_quick;
-    cfg.head = server_quick;   /* it never reads a body: a wrong key is answered before one is taken in */
+    /* it never reads a body: a wrong key is answered before one is taken in */
+    cfg.head = server_quick;
     cfg.log = server_http_log;
     cfg.handle = server_handle;
     cfg.user = &srv;
@@ -1514,17 +1659,22 @@ static int run_serve(const Settings *set) {
     if (!http) die("SERVE=%s: %s", set->serve, err);
     const HttpAddr *a = http_server_addr(http);
     const int v6 = strchr(a->host, ':') != NULL;
-    fprintf(stderr, "glm: serving %s at http://%s%s%s:%d/v1 (context %d tokens, one answer at a time, %d may wait; "
-                    "sampling defaults TEMPERATURE %g, NUCLEUS %g; thinking %s; %s). Ctrl-C stops.\n",
-            srv.model_name, v6 ? "[" : "", a->host, v6 ? "]" : "", http_server_port(http), srv.capacity, set->queue,
-            set->temperature, set->top_p, set->think ? "on" : "off", set->api_key[0] ? "API_KEY required" : "no API key");
+    fprintf(stderr,
+            "glm: serving %s at http://%s%s%s:%d/v1 (context %d tokens, one answer at a time, %d "
+            "may wait; "
+            "sampling defaults TEMPERATURE %g, NUCLEUS %g; thinking %s; %s). Ctrl-C stops.\n",
+            srv.model_name, v6 ? "[" : "", a->host, v6 ? "]" : "", http_server_port(http),
+            srv.capacity, set->queue, set->temperature, set->top_p, set->think ? "on" : "off",
+            set->api_key[0] ? "API_KEY required" : "no API key");
     if (set->web)
-        fprintf(stderr, "glm: chat page at http://%s%s%s:%d/\n", v6 ? "[" : "", a->host, v6 ? "]" : "", http_server_port(http));
+        fprintf(stderr, "glm: chat page at http://%s%s%s:%d/\n", v6 ? "[" : "", a->host,
+                v6 ? "]" : "", http_server_port(http));
     g_serving = 1;
     const double serving_since = now_seconds();
     const int rc = http_server_run(http);
     http_server_free(http);
-    print_expert_stats(&model.experts, now_seconds() - serving_since);   /* what GET /stats said last */
+    /* what GET /stats said last */
+    print_expert_stats(&model.experts, now_seconds() - serving_since);
     generator_free(srv.gen);
     engine_stop(set, &model, &state);
     codec_free(&tc);

@@ -73,7 +73,18 @@
 #define ST_MAX_DIMS 8
 #define ST_MAX_HEADER ((uint64_t)100 << 20)   /* same limit as the reference safetensors reader */
 
-typedef enum { ST_F32, ST_BF16, ST_F16, ST_F8_E4M3, ST_U8, ST_I8, ST_I32, ST_I64, ST_F64, ST_DTYPE_COUNT } StDtype;
+typedef enum {
+    ST_F32,
+    ST_BF16,
+    ST_F16,
+    ST_F8_E4M3,
+    ST_U8,
+    ST_I8,
+    ST_I32,
+    ST_I64,
+    ST_F64,
+    ST_DTYPE_COUNT
+} StDtype;
 
 typedef struct {
     const char *name;
@@ -144,12 +155,14 @@ struct StIndex {
     size_t nslots;              /* power of two */
 };
 
-static const char *const st__dtype_names[ST_DTYPE_COUNT] = {"F32", "BF16", "F16", "F8_E4M3", "U8", "I8",
-                                                            "I32", "I64", "F64"};
+static const char *const st__dtype_names[ST_DTYPE_COUNT] = { "F32", "BF16", "F16", "F8_E4M3", "U8",
+                                                             "I8",  "I32",  "I64", "F64" };
 static const size_t st__dtype_sizes[ST_DTYPE_COUNT] = {4, 2, 2, 1, 1, 1, 4, 8, 8};
 
 size_t st_dtype_size(StDtype d) { return (unsigned)d < ST_DTYPE_COUNT ? st__dtype_sizes[d] : 0; }
-const char *st_dtype_name(StDtype d) { return (unsigned)d < ST_DTYPE_COUNT ? st__dtype_names[d] : "?"; }
+const char *st_dtype_name(StDtype d) {
+    return (unsigned)d < ST_DTYPE_COUNT ? st__dtype_names[d] : "?";
+}
 
 /* One line always: control characters quoted from a header (a \n in a metadata key) become '?'. */
 static void st__err(char *err, size_t err_len, const char *fmt, ...) {
@@ -174,7 +187,13 @@ static uint64_t st__hash(const char *s) {
 }
 
 /* Header bookkeeping while one file is validated. */
-typedef struct { const char *name; size_t name_len; StTensor t; uint64_t begin, end; size_t order; } StEntry;
+typedef struct {
+    const char *name;
+    size_t name_len;
+    StTensor t;
+    uint64_t begin, end;
+    size_t order;
+} StEntry;
 
 static int st__cmp_entry(const void *a, const void *b) {
     const StEntry *x = a, *y = b;
@@ -213,11 +232,21 @@ static const char *st__file_kind(mode_t m) {
 static int st__load_file(StIndex *ix, int file, char *err, size_t err_len) {
     StFile *f = &ix->files[file];
     const char *path = f->path;
-    f->fd = open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK);   /* O_NONBLOCK: a FIFO must not hang the open */
-    if (f->fd < 0) { st__err(err, err_len, "%s: cannot open: %s", path, strerror(errno)); return -1; }
+    /* O_NONBLOCK: a FIFO must not hang the open */
+    f->fd = open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK);
+    if (f->fd < 0) {
+        st__err(err, err_len, "%s: cannot open: %s", path, strerror(errno));
+        return -1;
+    }
     struct stat sb;
-    if (fstat(f->fd, &sb) != 0) { st__err(err, err_len, "%s: cannot stat: %s", path, strerror(errno)); return -1; }
-    if (!S_ISREG(sb.st_mode)) { st__err(err, err_len, "%s: is %s, not a safetensors file", path, st__file_kind(sb.st_mode)); return -1; }
+    if (fstat(f->fd, &sb) != 0) {
+        st__err(err, err_len, "%s: cannot stat: %s", path, strerror(errno));
+        return -1;
+    }
+    if (!S_ISREG(sb.st_mode)) {
+        st__err(err, err_len, "%s: is %s, not a safetensors file", path, st__file_kind(sb.st_mode));
+        return -1;
+    }
     fcntl(f->fd, F_SETFL, fcntl(f->fd, F_GETFL) & ~O_NONBLOCK);
     /* the header is read without read-ahead, which would also bring the first megabytes of tensor
        data into the page cache (up to read_ahead_kb, often 8 MB, and GLM-5.2 has ~80 files)
@@ -231,14 +260,15 @@ static int st__load_file(StIndex *ix, int file, char *err, size_t err_len) {
         return -1;
     }
     if (st__pread_full(f->fd, lenbuf, 8, 0)) {
-        st__err(err, err_len, "%s: cannot read header length: %s", path, errno ? strerror(errno) : "end of file");
+        st__err(err, err_len, "%s: cannot read header length: %s", path,
+                errno ? strerror(errno) : "end of file");
         return -1;
     }
     uint64_t hlen = 0;
     for (int k = 7; k >= 0; k--) hlen = (hlen << 8) | lenbuf[k];
     if (hlen > f->size - 8) {
-        st__err(err, err_len, "%s: header length %llu runs past the end of the file (%llu bytes)", path,
-                (unsigned long long)hlen, (unsigned long long)f->size);
+        st__err(err, err_len, "%s: header length %llu runs past the end of the file (%llu bytes)",
+                path, (unsigned long long)hlen, (unsigned long long)f->size);
         return -1;
     }
     if (hlen > ST_MAX_HEADER) {
@@ -249,9 +279,14 @@ static int st__load_file(StIndex *ix, int file, char *err, size_t err_len) {
     f->data_start = 8 + hlen;
     uint64_t data_len = f->size - f->data_start;
     char *text = malloc(hlen ? hlen : 1);
-    if (!text) { st__err(err, err_len, "%s: out of memory for a %llu-byte header", path, (unsigned long long)hlen); return -1; }
+    if (!text) {
+        st__err(err, err_len, "%s: out of memory for a %llu-byte header", path,
+                (unsigned long long)hlen);
+        return -1;
+    }
     if (st__pread_full(f->fd, text, hlen, 8)) {
-        st__err(err, err_len, "%s: cannot read header: %s", path, errno ? strerror(errno) : "end of file");
+        st__err(err, err_len, "%s: cannot read header: %s", path,
+                errno ? strerror(errno) : "end of file");
         free(text);
         return -1;
     }
@@ -264,7 +299,10 @@ static int st__load_file(StIndex *ix, int file, char *err, size_t err_len) {
     int rc = -1;
     StEntry *ents = NULL;
     const JsonValue *root = json_root(doc);
-    if (json_type(root) != JSON_OBJECT) { st__err(err, err_len, "%s: header is not a JSON object", path); goto done; }
+    if (json_type(root) != JSON_OBJECT) {
+        st__err(err, err_len, "%s: header is not a JSON object", path);
+        goto done;
+    }
     size_t nmembers = json_len(root), nent = 0, pool_bytes = 0, nmeta = 0;
     ents = calloc(nmembers ? nmembers : 1, sizeof *ents);
     if (!ents) { st__err(err, err_len, "%s: out of memory", path); goto done; }
@@ -275,17 +313,22 @@ static int st__load_file(StIndex *ix, int file, char *err, size_t err_len) {
         const JsonValue *v = json_value_at(root, m);
         if (klen == 12 && memcmp(key, "__metadata__", 12) == 0) {
             if (meta) { st__err(err, err_len, "%s: __metadata__ appears twice", path); goto done; }
-            if (json_type(v) != JSON_OBJECT) { st__err(err, err_len, "%s: __metadata__ is not a map of strings", path); goto done; }
+            if (json_type(v) != JSON_OBJECT) {
+                st__err(err, err_len, "%s: __metadata__ is not a map of strings", path);
+                goto done;
+            }
             for (size_t j = 0; j < json_len(v); j++) {
                 size_t mk_len, mv_len;
                 const char *mk = json_key_at(v, j, &mk_len);
                 const char *mv = json_str(json_value_at(v, j), &mv_len);
                 if (!mv) {
-                    st__err(err, err_len, "%s: __metadata__ is not a map of strings (value of '%s')", path, mk);
+                    st__err(err, err_len,
+                            "%s: __metadata__ is not a map of strings (value of '%s')", path, mk);
                     goto done;
                 }
                 if (memchr(mk, 0, mk_len) || memchr(mv, 0, mv_len)) {
-                    st__err(err, err_len, "%s: __metadata__ entry '%s' contains a NUL character", path, mk);
+                    st__err(err, err_len, "%s: __metadata__ entry '%s' contains a NUL character",
+                            path, mk);
                     goto done;
                 }
                 pool_bytes += mk_len + mv_len + 2;
@@ -296,8 +339,11 @@ static int st__load_file(StIndex *ix, int file, char *err, size_t err_len) {
         }
         if (klen == 0) { st__err(err, err_len, "%s: tensor with an empty name", path); goto done; }
         for (size_t c = 0; c < klen; c++) {
-            if ((unsigned char)key[c] < 0x20) {   /* NUL or a newline would break names and one-line errors */
-                st__err(err, err_len, "%s: tensor name with a control character (byte %zu of a %zu-byte name)", path, c, klen);
+            /* NUL or a newline would break names and one-line errors */
+            if ((unsigned char)key[c] < 0x20) {
+                st__err(err, err_len,
+                        "%s: tensor name with a control character (byte %zu of a %zu-byte name)",
+                        path, c, klen);
                 goto done;
             }
         }
@@ -309,16 +355,25 @@ static int st__load_file(StIndex *ix, int file, char *err, size_t err_len) {
             goto done;
         }
         const char *dt = json_str(json_get(v, "dtype"), NULL);
-        if (!dt) { st__err(err, err_len, "%s: tensor '%s': missing or non-string dtype", path, key); goto done; }
+        if (!dt) {
+            st__err(err, err_len, "%s: tensor '%s': missing or non-string dtype", path, key);
+            goto done;
+        }
         int d;
         for (d = 0; d < ST_DTYPE_COUNT && strcmp(dt, st__dtype_names[d]) != 0; d++) {}
-        if (d == ST_DTYPE_COUNT) { st__err(err, err_len, "%s: tensor '%s': unknown dtype '%s'", path, key, dt); goto done; }
+        if (d == ST_DTYPE_COUNT) {
+            st__err(err, err_len, "%s: tensor '%s': unknown dtype '%s'", path, key, dt);
+            goto done;
+        }
         e->t.dtype = (StDtype)d;
         const JsonValue *shape = json_get(v, "shape");
-        if (json_type(shape) != JSON_ARRAY) { st__err(err, err_len, "%s: tensor '%s': missing or non-array shape", path, key); goto done; }
+        if (json_type(shape) != JSON_ARRAY) {
+            st__err(err, err_len, "%s: tensor '%s': missing or non-array shape", path, key);
+            goto done;
+        }
         if (json_len(shape) > ST_MAX_DIMS) {
-            st__err(err, err_len, "%s: tensor '%s': %zu dimensions (at most %d supported)", path, key,
-                    json_len(shape), ST_MAX_DIMS);
+            st__err(err, err_len, "%s: tensor '%s': %zu dimensions (at most %d supported)", path,
+                    key, json_len(shape), ST_MAX_DIMS);
             goto done;
         }
         e->t.ndim = (int)json_len(shape);
@@ -327,7 +382,8 @@ static int st__load_file(StIndex *ix, int file, char *err, size_t err_len) {
         for (int k = 0; k < e->t.ndim; k++) {
             uint64_t dim;
             if (st__get_u64(json_at(shape, (size_t)k), &dim)) {
-                st__err(err, err_len, "%s: tensor '%s': shape[%d] is not a non-negative integer", path, key, k);
+                st__err(err, err_len, "%s: tensor '%s': shape[%d] is not a non-negative integer",
+                        path, key, k);
                 goto done;
             }
             e->t.shape[k] = (int64_t)dim;
@@ -335,14 +391,17 @@ static int st__load_file(StIndex *ix, int file, char *err, size_t err_len) {
             else numel *= dim;
         }
         if (overflow || numel > (uint64_t)INT64_MAX || numel > UINT64_MAX / st__dtype_sizes[d]) {
-            st__err(err, err_len, "%s: tensor '%s': shape is too large (element count overflows)", path, key);
+            st__err(err, err_len, "%s: tensor '%s': shape is too large (element count overflows)",
+                    path, key);
             goto done;
         }
         nbytes = numel * st__dtype_sizes[d];
         const JsonValue *offs = json_get(v, "data_offsets");
-        if (json_type(offs) != JSON_ARRAY || json_len(offs) != 2 || st__get_u64(json_at(offs, 0), &e->begin) ||
-            st__get_u64(json_at(offs, 1), &e->end)) {
-            st__err(err, err_len, "%s: tensor '%s': data_offsets missing or not two non-negative integers", path, key);
+        if (json_type(offs) != JSON_ARRAY || json_len(offs) != 2 ||
+            st__get_u64(json_at(offs, 0), &e->begin) || st__get_u64(json_at(offs, 1), &e->end)) {
+            st__err(err, err_len,
+                    "%s: tensor '%s': data_offsets missing or not two non-negative integers", path,
+                    key);
             goto done;
         }
         if (e->begin > e->end) {
@@ -351,14 +410,19 @@ static int st__load_file(StIndex *ix, int file, char *err, size_t err_len) {
             goto done;
         }
         if (e->end > data_len && !ix->headers_only) {
-            st__err(err, err_len, "%s: tensor '%s': data_offsets [%llu, %llu] outside the data region (%llu bytes)",
-                    path, key, (unsigned long long)e->begin, (unsigned long long)e->end, (unsigned long long)data_len);
+            st__err(err, err_len,
+                    "%s: tensor '%s': data_offsets [%llu, %llu] outside the data region (%llu "
+                    "bytes)",
+                    path, key, (unsigned long long)e->begin, (unsigned long long)e->end,
+                    (unsigned long long)data_len);
             goto done;
         }
         if (e->end - e->begin != nbytes) {
-            st__err(err, err_len, "%s: tensor '%s': data_offsets span %llu bytes but %s x %llu elements is %llu bytes",
-                    path, key, (unsigned long long)(e->end - e->begin), dt, (unsigned long long)numel,
-                    (unsigned long long)nbytes);
+            st__err(err, err_len,
+                    "%s: tensor '%s': data_offsets span %llu bytes but %s x %llu elements is %llu "
+                    "bytes",
+                    path, key, (unsigned long long)(e->end - e->begin), dt,
+                    (unsigned long long)numel, (unsigned long long)nbytes);
             goto done;
         }
         e->t.nbytes = nbytes;
@@ -373,9 +437,11 @@ static int st__load_file(StIndex *ix, int file, char *err, size_t err_len) {
     for (size_t i = 0; i < nent; i++) {
         if (ents[i].begin == ents[i].end) continue;
         if (furthest != (size_t)-1 && ents[i].begin < ents[furthest].end) {
-            st__err(err, err_len, "%s: tensor '%s' [%llu, %llu) overlaps tensor '%s' [%llu, %llu)", path, ents[i].name,
-                    (unsigned long long)ents[i].begin, (unsigned long long)ents[i].end, ents[furthest].name,
-                    (unsigned long long)ents[furthest].begin, (unsigned long long)ents[furthest].end);
+            st__err(err, err_len, "%s: tensor '%s' [%llu, %llu) overlaps tensor '%s' [%llu, %llu)",
+                    path, ents[i].name, (unsigned long long)ents[i].begin,
+                    (unsigned long long)ents[i].end, ents[furthest].name,
+                    (unsigned long long)ents[furthest].begin,
+                    (unsigned long long)ents[furthest].end);
             goto done;
         }
         if (furthest == (size_t)-1 || ents[i].end > ents[furthest].end) furthest = i;
@@ -389,7 +455,10 @@ static int st__load_file(StIndex *ix, int file, char *err, size_t err_len) {
         StTensor *nt = realloc(ix->tensors, cap * sizeof *nt);
         if (nt) { ix->tensors = nt; ix->tcap = cap; }
     }
-    if (!f->pool || !f->meta || ix->ntensors + nent > ix->tcap) { st__err(err, err_len, "%s: out of memory", path); goto done; }
+    if (!f->pool || !f->meta || ix->ntensors + nent > ix->tcap) {
+        st__err(err, err_len, "%s: out of memory", path);
+        goto done;
+    }
     char *p = f->pool;
     for (size_t j = 0; j < nmeta; j++) {
         size_t kl, vl;
@@ -425,11 +494,11 @@ static int st__build_hash(StIndex *ix, char *err, size_t err_len) {
             const StTensor *o = &ix->tensors[ix->slots[s] - 1];
             if (strcmp(o->name, t->name) == 0) {
                 if (o->file == t->file)
-                    st__err(err, err_len, "%s: tensor '%s': duplicate tensor name in the header", ix->files[t->file].path,
-                            t->name);
+                    st__err(err, err_len, "%s: tensor '%s': duplicate tensor name in the header",
+                            ix->files[t->file].path, t->name);
                 else
-                    st__err(err, err_len, "tensor '%s' appears in both %s and %s", t->name, ix->files[o->file].path,
-                            ix->files[t->file].path);
+                    st__err(err, err_len, "tensor '%s' appears in both %s and %s", t->name,
+                            ix->files[o->file].path, ix->files[t->file].path);
                 return -1;
             }
             s = (s + 1) & (n - 1);
@@ -439,7 +508,8 @@ static int st__build_hash(StIndex *ix, char *err, size_t err_len) {
     return 0;
 }
 
-static StIndex *st__open_files(const char *const *paths, int npaths, int headers_only, char *err, size_t err_len) {
+static StIndex *st__open_files(const char *const *paths, int npaths, int headers_only, char *err,
+                               size_t err_len) {
     if (err && err_len) err[0] = 0;
     if (npaths <= 0 || !paths) { st__err(err, err_len, "no safetensors files given"); return NULL; }
     StIndex *ix = calloc(1, sizeof *ix);
@@ -452,7 +522,11 @@ static StIndex *st__open_files(const char *const *paths, int npaths, int headers
     ix->nfiles = npaths;
     ix->headers_only = headers_only;
     for (int i = 0; i < npaths; i++) {
-        if (!(ix->files[i].path = strdup(paths[i]))) { st__err(err, err_len, "out of memory"); st_close(ix); return NULL; }
+        if (!(ix->files[i].path = strdup(paths[i]))) {
+            st__err(err, err_len, "out of memory");
+            st_close(ix);
+            return NULL;
+        }
     }
     for (int i = 0; i < npaths; i++) {
         if (st__load_file(ix, i, err, err_len)) { st_close(ix); return NULL; }
@@ -465,12 +539,17 @@ StIndex *st_open_files(const char *const *paths, int npaths, char *err, size_t e
     return st__open_files(paths, npaths, 0, err, err_len);
 }
 
-static int st__cmp_str(const void *a, const void *b) { return strcmp(*(char *const *)a, *(char *const *)b); }
+static int st__cmp_str(const void *a, const void *b) {
+    return strcmp(*(char *const *)a, *(char *const *)b);
+}
 
 static StIndex *st__open_dir(const char *dir, int headers_only, char *err, size_t err_len) {
     if (err && err_len) err[0] = 0;
     DIR *d = opendir(dir);
-    if (!d) { st__err(err, err_len, "%s: cannot open directory: %s", dir, strerror(errno)); return NULL; }
+    if (!d) {
+        st__err(err, err_len, "%s: cannot open directory: %s", dir, strerror(errno));
+        return NULL;
+    }
     char **paths = NULL;
     size_t n = 0, cap = 0;
     int oom = 0, bad = 0;
@@ -491,8 +570,12 @@ static StIndex *st__open_dir(const char *dir, int headers_only, char *err, size_
         if (stat_errno || !S_ISREG(sb.st_mode)) {
             if (stat_errno)
                 st__err(err, err_len, "%s: cannot use it: %s%s", path, strerror(stat_errno),
-                        stat_errno == ENOENT || stat_errno == ELOOP ? " (a dangling or looping symbolic link?)" : "");
-            else st__err(err, err_len, "%s: is %s, not a safetensors file", path, st__file_kind(sb.st_mode));
+                        stat_errno == ENOENT || stat_errno == ELOOP
+                            ? " (a dangling or looping symbolic link?)"
+                            : "");
+            else
+                st__err(err, err_len, "%s: is %s, not a safetensors file", path,
+                        st__file_kind(sb.st_mode));
             free(path);
             bad = 1;
             break;
@@ -511,7 +594,8 @@ static StIndex *st__open_dir(const char *dir, int headers_only, char *err, size_
     else if (n == 0) st__err(err, err_len, "%s: no *.safetensors file in the directory", dir);
     else if (n > 1000000) st__err(err, err_len, "%s: too many *.safetensors files (%zu)", dir, n);
     else {
-        qsort(paths, n, sizeof *paths, st__cmp_str);   /* "dir/" prefix is common: orders by file name */
+        /* "dir/" prefix is common: orders by file name */
+        qsort(paths, n, sizeof *paths, st__cmp_str);
         ix = st__open_files((const char *const *)paths, (int)n, headers_only, err, err_len);
     }
     for (size_t i = 0; i < n; i++) free(paths[i]);
@@ -519,8 +603,12 @@ static StIndex *st__open_dir(const char *dir, int headers_only, char *err, size_
     return ix;
 }
 
-StIndex *st_open_dir(const char *dir, char *err, size_t err_len) { return st__open_dir(dir, 0, err, err_len); }
-StIndex *st_open_dir_headers(const char *dir, char *err, size_t err_len) { return st__open_dir(dir, 1, err, err_len); }
+StIndex *st_open_dir(const char *dir, char *err, size_t err_len) {
+    return st__open_dir(dir, 0, err, err_len);
+}
+StIndex *st_open_dir_headers(const char *dir, char *err, size_t err_len) {
+    return st__open_dir(dir, 1, err, err_len);
+}
 
 void st_close(StIndex *ix) {
     if (!ix) return;
@@ -549,13 +637,19 @@ const StTensor *st_find(const StIndex *ix, const char *name) {
 }
 
 size_t st_count(const StIndex *ix) { return ix ? ix->ntensors : 0; }
-const StTensor *st_tensor_at(const StIndex *ix, size_t i) { return ix && i < ix->ntensors ? &ix->tensors[i] : NULL; }
+const StTensor *st_tensor_at(const StIndex *ix, size_t i) {
+    return ix && i < ix->ntensors ? &ix->tensors[i] : NULL;
+}
 int st_file_count(const StIndex *ix) { return ix ? ix->nfiles : 0; }
 const char *st_file_path(const StIndex *ix, int file) {
     return ix && file >= 0 && file < ix->nfiles ? ix->files[file].path : NULL;
 }
-int st_file_fd(const StIndex *ix, int file) { return ix && file >= 0 && file < ix->nfiles ? ix->files[file].fd : -1; }
-uint64_t st_file_size(const StIndex *ix, int file) { return ix && file >= 0 && file < ix->nfiles ? ix->files[file].size : 0; }
+int st_file_fd(const StIndex *ix, int file) {
+    return ix && file >= 0 && file < ix->nfiles ? ix->files[file].fd : -1;
+}
+uint64_t st_file_size(const StIndex *ix, int file) {
+    return ix && file >= 0 && file < ix->nfiles ? ix->files[file].size : 0;
+}
 
 const char *st_file_metadata(const StIndex *ix, int file, const char *key) {
     if (!ix || file < 0 || file >= ix->nfiles || !key) return NULL;
@@ -566,17 +660,23 @@ const char *st_file_metadata(const StIndex *ix, int file, const char *key) {
 }
 
 /* Reads n bytes of tensor t starting at byte `skip` of its data. */
-static int st__read_bytes(const StIndex *ix, const StTensor *t, uint64_t skip, uint64_t n, void *dst, char *err,
-                          size_t err_len) {
+static int st__read_bytes(const StIndex *ix, const StTensor *t, uint64_t skip, uint64_t n,
+                          void *dst, char *err, size_t err_len) {
     if (!ix || !t || t->file < 0 || t->file >= ix->nfiles) {
-        st__err(err, err_len, "st: tensor '%s' does not belong to this index", t && t->name ? t->name : "(null)");
+        st__err(err, err_len, "st: tensor '%s' does not belong to this index",
+                t && t->name ? t->name : "(null)");
         return -1;
     }
     const StFile *f = &ix->files[t->file];
     if (st__pread_full(f->fd, dst, n, t->offset + skip)) {
-        if (errno) st__err(err, err_len, "%s: tensor '%s': read failed: %s", f->path, t->name, strerror(errno));
-        else st__err(err, err_len, "%s: tensor '%s': unexpected end of file (was the file truncated after opening?)",
-                     f->path, t->name);
+        if (errno)
+            st__err(err, err_len, "%s: tensor '%s': read failed: %s", f->path, t->name,
+                    strerror(errno));
+        else
+            st__err(err, err_len,
+                    "%s: tensor '%s': unexpected end of file (was the file truncated after "
+                    "opening?)",
+                    f->path, t->name);
         return -1;
     }
     return 0;
@@ -595,11 +695,13 @@ static float st__f16_to_f32(uint16_t h) {
         uint32_t u; memcpy(&u, &f, 4);
         return st__bits_f32(u | sign);
     }
-    if (exp == 31) return st__bits_f32(sign | 0x7f800000u | (mant << 13));   /* inf / NaN (payload kept) */
+    /* inf / NaN (payload kept) */
+    if (exp == 31) return st__bits_f32(sign | 0x7f800000u | (mant << 13));
     return st__bits_f32(sign | ((exp + 112) << 23) | (mant << 13));
 }
 
-/* e4m3fn: no infinities; exponent 15 with mantissa 7 is the only NaN, so 448 is the largest value. */
+/* e4m3fn: no infinities; exponent 15 with mantissa 7 is the only NaN, so 448 is the largest value.
+   */
 static float st__e4m3_to_f32(uint8_t b) {
     uint32_t sign = (uint32_t)(b & 0x80) << 24, exp = (b >> 3) & 15, mant = b & 7;
     if (exp == 15 && mant == 7) return st__bits_f32(sign | 0x7fc00000u);
@@ -634,15 +736,16 @@ static void st__convert_tail(StDtype dt, float *dst, size_t n) {
     }
 }
 
-int st_read_f32_rows(const StIndex *ix, const StTensor *t, int64_t row0, int64_t nrows, float *dst, char *err,
-                     size_t err_len) {
-    if (!ix || !t || t->file < 0 || t->file >= ix->nfiles) return st__read_bytes(ix, t, 0, 0, NULL, err, err_len);
+int st_read_f32_rows(const StIndex *ix, const StTensor *t, int64_t row0, int64_t nrows, float *dst,
+                     char *err, size_t err_len) {
+    if (!ix || !t || t->file < 0 || t->file >= ix->nfiles)
+        return st__read_bytes(ix, t, 0, 0, NULL, err, err_len);
     const char *path = ix->files[t->file].path;
     int64_t cols = t->ndim ? t->shape[t->ndim - 1] : 1, rows = 1;
     for (int d = 0; d + 1 < t->ndim; d++) rows *= t->shape[d];
     if (row0 < 0 || nrows < 0 || row0 > rows || nrows > rows - row0) {
-        st__err(err, err_len, "%s: tensor '%s': rows [%lld, %lld+%lld) outside its %lld rows", path, t->name,
-                (long long)row0, (long long)row0, (long long)nrows, (long long)rows);
+        st__err(err, err_len, "%s: tensor '%s': rows [%lld, %lld+%lld) outside its %lld rows", path,
+                t->name, (long long)row0, (long long)row0, (long long)nrows, (long long)rows);
         return -1;
     }
     /* F8: locate and check the block scale before touching the data. */
@@ -650,13 +753,17 @@ int st_read_f32_rows(const StIndex *ix, const StTensor *t, int64_t row0, int64_t
     int64_t O = 0, sO = 0, sI = 0;
     if (t->dtype == ST_F8_E4M3) {
         if (t->ndim != 2 && t->ndim != 3) {
-            st__err(err, err_len, "%s: tensor '%s': F8_E4M3 weight must be 2-D or 3-D, has %d dimensions", path,
+            st__err(err, err_len,
+                    "%s: tensor '%s': F8_E4M3 weight must be 2-D or 3-D, has %d dimensions", path,
                     t->name, t->ndim);
             return -1;
         }
         size_t nl = strlen(t->name);
         char *sname = malloc(nl + sizeof "_scale_inv");
-        if (!sname) { st__err(err, err_len, "%s: tensor '%s': out of memory", path, t->name); return -1; }
+        if (!sname) {
+            st__err(err, err_len, "%s: tensor '%s': out of memory", path, t->name);
+            return -1;
+        }
         memcpy(sname, t->name, nl);
         memcpy(sname + nl, "_scale_inv", sizeof "_scale_inv");
         scale = st_find(ix, sname);
@@ -665,29 +772,34 @@ int st_read_f32_rows(const StIndex *ix, const StTensor *t, int64_t row0, int64_t
         sI = (cols + 127) / 128;
         int64_t E = t->ndim == 3 ? t->shape[0] : 1;
         if (!scale) {
-            st__err(err, err_len, "%s: tensor '%s': F8_E4M3 weight without its block scale '%s'", path, t->name, sname);
+            st__err(err, err_len, "%s: tensor '%s': F8_E4M3 weight without its block scale '%s'",
+                    path, t->name, sname);
             free(sname);
             return -1;
         }
         free(sname);
-        int shape_ok = scale->ndim == t->ndim && scale->shape[scale->ndim - 2] == sO && scale->shape[scale->ndim - 1] == sI &&
+        int shape_ok = scale->ndim == t->ndim && scale->shape[scale->ndim - 2] == sO &&
+                       scale->shape[scale->ndim - 1] == sI &&
                        (t->ndim == 2 || scale->shape[0] == E);
         if (scale->dtype != ST_F32 && scale->dtype != ST_BF16 && scale->dtype != ST_F16) {
-            st__err(err, err_len, "%s: tensor '%s': block scale '%s' has dtype %s (want F32)", path, t->name,
-                    scale->name, st__dtype_names[scale->dtype]);
+            st__err(err, err_len, "%s: tensor '%s': block scale '%s' has dtype %s (want F32)", path,
+                    t->name, scale->name, st__dtype_names[scale->dtype]);
             return -1;
         }
         if (!shape_ok) {
             char want[64], got[160];
-            if (t->ndim == 3) snprintf(want, sizeof want, "[%lld, %lld, %lld]", (long long)E, (long long)sO, (long long)sI);
+            if (t->ndim == 3)
+                snprintf(want, sizeof want, "[%lld, %lld, %lld]", (long long)E, (long long)sO,
+                         (long long)sI);
             else snprintf(want, sizeof want, "[%lld, %lld]", (long long)sO, (long long)sI);
             size_t gn = 0;
             got[gn++] = '[';
             for (int d = 0; d < scale->ndim && gn < sizeof got - 24; d++)
-                gn += (size_t)snprintf(got + gn, sizeof got - gn, "%s%lld", d ? ", " : "", (long long)scale->shape[d]);
+                gn += (size_t)snprintf(got + gn, sizeof got - gn, "%s%lld", d ? ", " : "",
+                                       (long long)scale->shape[d]);
             snprintf(got + gn, sizeof got - gn, "]");
-            st__err(err, err_len, "%s: tensor '%s': block scale '%s' has shape %s, want %s", path, t->name,
-                    scale->name, got, want);
+            st__err(err, err_len, "%s: tensor '%s': block scale '%s' has shape %s, want %s", path,
+                    t->name, scale->name, got, want);
             return -1;
         }
     }
@@ -695,19 +807,34 @@ int st_read_f32_rows(const StIndex *ix, const StTensor *t, int64_t row0, int64_t
     if (n == 0) return 0;
     uint64_t skip = (uint64_t)row0 * (uint64_t)cols * es;
     if (es <= 4) {
-        if (st__read_bytes(ix, t, skip, (uint64_t)n * es, (unsigned char *)dst + n * 4 - n * es, err, err_len)) return -1;
+        if (st__read_bytes(ix, t, skip, (uint64_t)n * es, (unsigned char *)dst + n * 4 - n * es,
+                           err, err_len))
+            return -1;
         st__convert_tail(t->dtype, dst, n);
     } else {
         /* 8-byte types do not fit in place: convert through a bounded bounce buffer. */
         size_t chunk = 1 << 16;
         unsigned char *tmp = malloc(chunk * es);
-        if (!tmp) { st__err(err, err_len, "%s: tensor '%s': out of memory", path, t->name); return -1; }
+        if (!tmp) {
+            st__err(err, err_len, "%s: tensor '%s': out of memory", path, t->name);
+            return -1;
+        }
         for (size_t k = 0; k < n; k += chunk) {
             size_t m = n - k < chunk ? n - k : chunk;
-            if (st__read_bytes(ix, t, skip + k * es, m * es, tmp, err, err_len)) { free(tmp); return -1; }
+            if (st__read_bytes(ix, t, skip + k * es, m * es, tmp, err, err_len)) {
+                free(tmp);
+                return -1;
+            }
             for (size_t j = 0; j < m; j++) {
-                if (t->dtype == ST_I64) { int64_t x; memcpy(&x, tmp + j * 8, 8); dst[k + j] = (float)x; }
-                else { double x; memcpy(&x, tmp + j * 8, 8); dst[k + j] = (float)x; }
+                if (t->dtype == ST_I64) {
+                    int64_t x;
+                    memcpy(&x, tmp + j * 8, 8);
+                    dst[k + j] = (float)x;
+                } else {
+                    double x;
+                    memcpy(&x, tmp + j * 8, 8);
+                    dst[k + j] = (float)x;
+                }
             }
         }
         free(tmp);
@@ -718,7 +845,11 @@ int st_read_f32_rows(const StIndex *ix, const StTensor *t, int64_t row0, int64_t
         int64_t last = row0 + nrows - 1;
         int64_t s0 = (row0 / O) * sO + (row0 % O) / 128, s1 = (last / O) * sO + (last % O) / 128;
         float *s = malloc((size_t)((s1 - s0 + 1) * sI) * sizeof *s);
-        if (!s) { st__err(err, err_len, "%s: tensor '%s': out of memory for its block scale", path, t->name); return -1; }
+        if (!s) {
+            st__err(err, err_len, "%s: tensor '%s': out of memory for its block scale", path,
+                    t->name);
+            return -1;
+        }
         if (st_read_f32_rows(ix, scale, s0, s1 - s0 + 1, s, err, err_len)) { free(s); return -1; }
         for (int64_t r = 0; r < nrows; r++) {
             int64_t g = row0 + r;

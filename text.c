@@ -1,16 +1,15 @@
 /* =============================================================================================
-   text.c — the text front end: tokenizer glue, chat template, prompt mode, terminal chat
-   Everything a person reads or types. Text becomes ids through tok.h (SNAP/tokenizer.json).
-   Conversations are chat.h's: it reads MESSAGES (messages, tool calls, tool results, the tools
-   list) and renders the chat template of the model's version into pieces, template tags and
-   text. chat_to_ids turns the pieces into ids: a tag by its id, text encoded as text, so a message
-   cannot smuggle in a tag unless SPECIAL=1 (the ids equal HF's tokenization of the rendered string
-   whenever the contents hold no tag). The form is GLM-5.2's (docs/tokenizer.md §3.6) unless CHAT_FORMAT
-   or the template text shipped in SNAP says GLM-5.0/5.1 (§3.4); glm says which on stderr.
-   Replies come from the Generator (glm.c), which samples exactly over the whole vocabulary
-   and stops at an EOS id of generation_config.json / config.json (not printed), at NGEN, when the
-   KV cache is full, or at Ctrl-C; here they are streamed as text that never splits a UTF-8
-   character.
+   text.c — the text front end: tokenizer glue, chat template, prompt mode, terminal chat Everything
+   a person reads or types. Text becomes ids through tok.h (SNAP/tokenizer.json). Conversations are
+   chat.h's: it reads MESSAGES (messages, tool calls, tool results, the tools list) and renders the
+   chat template of the model's version into pieces, template tags and text. chat_to_ids turns the
+   pieces into ids: a tag by its id, text encoded as text, so a message cannot smuggle in a tag
+   unless SPECIAL=1 (the ids equal HF's tokenization of the rendered string whenever the contents
+   hold no tag). The form is GLM-5.2's (docs/tokenizer.md §3.6) unless CHAT_FORMAT or the template
+   text shipped in SNAP says GLM-5.0/5.1 (§3.4); glm says which on stderr. Replies come from the
+   Generator (glm.c), which samples exactly over the whole vocabulary and stops at an EOS id of
+   generation_config.json / config.json (not printed), at NGEN, when the KV cache is full, or at
+   Ctrl-C; here they are streamed as text that never splits a UTF-8 character.
 
    Chat history lives in the KV cache: the first turn prefills the rendered opening (SYSTEM,
    MESSAGES, the user line, the generation prompt); a later turn renders only its user message
@@ -35,8 +34,10 @@
 typedef struct {
     Tokenizer *tok;
     char path[4096];                /* SNAP/tokenizer.json, for messages */
-    TokSpecialMode text_mode;       /* how message text is encoded: SPECIAL=1 recognises every added token */
-    int tag[CHAT_TAG_COUNT];        /* the id of each chat template tag (chat.h's ChatTag); -1 when missing */
+    /* how message text is encoded: SPECIAL=1 recognises every added token */
+    TokSpecialMode text_mode;
+    /* the id of each chat template tag (chat.h's ChatTag); -1 when missing */
+    int tag[CHAT_TAG_COUNT];
 } TextCodec;
 
 static TextCodec codec_load(const char *model_dir, int special) {
@@ -62,9 +63,12 @@ static TextCodec codec_load(const char *model_dir, int special) {
 static void codec_check_vocab(const TextCodec *tc, int vocab) {
     const int n = tok_vocab_size(tc->tok);
     if (n > vocab)
-        die("%s has ids up to %d but the model's vocab_size is %d: tokenizer and model do not match", tc->path, n - 1, vocab);
+        die("%s has ids up to %d but the model's vocab_size is %d: tokenizer and model do not "
+            "match",
+            tc->path, n - 1, vocab);
     if (n < vocab - VOCAB_PADDING_MAX)
-        die("%s has ids up to %d but the model's vocab_size is %d (at most %d rows may be padding): tokenizer and model do not match",
+        die("%s has ids up to %d but the model's vocab_size is %d (at most %d rows may be "
+            "padding): tokenizer and model do not match",
             tc->path, n - 1, vocab, VOCAB_PADDING_MAX);
 }
 
@@ -76,24 +80,25 @@ static void codec_free(TextCodec *tc) {
 static void tokens_push_text(TokenList *l, const TextCodec *tc, const char *text, size_t len) {
     int32_t *ids;
     size_t n;
-    if (tok_encode(tc->tok, text, len, tc->text_mode, &ids, &n)) die("out of memory while tokenizing %zu bytes", len);
+    if (tok_encode(tc->tok, text, len, tc->text_mode, &ids, &n))
+        die("out of memory while tokenizing %zu bytes", len);
     for (size_t i = 0; i < n; i++) tokens_push(l, ids[i]);
     free(ids);
 }
 
-/* ---- conversations as ids (chat.h) ------------------------------------------------------------ */
+/* ---- conversations as ids (chat.h) ----------------------------------------------------------- */
 
 /* Appends the ids of `conv` rendered with `o`: each tag by its id, each run of text encoded in the
    codec's text mode. 0, or -1 with err naming the tokenizer and the tag it lacks (then nothing is
    appended). Dies only when out of memory. */
-static int chat_to_ids(const TextCodec *tc, const ChatConv *conv, const ChatOptions *o, TokenList *out, char *err,
-                       size_t err_len) {
+static int chat_to_ids(const TextCodec *tc, const ChatConv *conv, const ChatOptions *o,
+                       TokenList *out, char *err, size_t err_len) {
     ChatPieces p = { 0 };
     if (chat_render(conv, o, &p)) die("out of memory rendering the chat template");
     for (size_t i = 0; i < p.n; i++)
         if (p.v[i].tag >= 0 && tc->tag[p.v[i].tag] < 0) {
-            snprintf(err, err_len, "%s has no %s token, so the %s chat template cannot be rendered", tc->path,
-                     chat_tag_text(p.v[i].tag), chat_format_name(o->format));
+            snprintf(err, err_len, "%s has no %s token, so the %s chat template cannot be rendered",
+                     tc->path, chat_tag_text(p.v[i].tag), chat_format_name(o->format));
             chat_pieces_free(&p);
             return -1;
         }
@@ -110,7 +115,8 @@ static int chat_to_ids(const TextCodec *tc, const ChatConv *conv, const ChatOpti
 static ChatOptions chat_options_from_settings(const Settings *set) {
     ChatFormat format;
     char msg[5000];
-    if (chat_model_format(set->model_dir, set->chat_format, &format, msg, sizeof msg)) die("%s", msg);
+    if (chat_model_format(set->model_dir, set->chat_format, &format, msg, sizeof msg))
+        die("%s", msg);
     say_detail("%s", msg);
     ChatOptions o = chat_options(format);
     o.thinking = set->think;
@@ -120,23 +126,31 @@ static ChatOptions chat_options_from_settings(const Settings *set) {
 
 /* The opening of a conversation, appended to c: SYSTEM, then MESSAGES (messages and tools), then
    user_text if not NULL. */
-static void conversation_opening(const Settings *set, ChatConv *c, const char *user_text, size_t user_len) {
+static void conversation_opening(const Settings *set, ChatConv *c, const char *user_text,
+                                 size_t user_len) {
     char err[5000];
-    if (set->system_prompt[0] && chat_conv_add(c, CHAT_SYSTEM, set->system_prompt, strlen(set->system_prompt)))
+    if (set->system_prompt[0] &&
+        chat_conv_add(c, CHAT_SYSTEM, set->system_prompt, strlen(set->system_prompt)))
         die("out of memory");
-    if (set->messages_path[0] && chat_conv_load(c, set->messages_path, err, sizeof err)) die("MESSAGES: %s", err);
+    if (set->messages_path[0] && chat_conv_load(c, set->messages_path, err, sizeof err))
+        die("MESSAGES: %s", err);
     if (user_text && chat_conv_add(c, CHAT_USER, user_text, user_len)) die("out of memory");
 }
 
 /* The ids of PROMPT mode (and of TEMPLATE_ONLY): the conversation's opening rendered with `o`
    and a generation prompt, or the raw text with CHAT_TEMPLATE=0 (o unused). */
-static void build_prompt(const Settings *set, const TextCodec *tc, const ChatOptions *o, TokenList *out) {
-    if (!set->chat_template) { tokens_push_text(out, tc, set->prompt, strlen(set->prompt)); return; }
+static void build_prompt(const Settings *set, const TextCodec *tc, const ChatOptions *o,
+                         TokenList *out) {
+    if (!set->chat_template) {
+        tokens_push_text(out, tc, set->prompt, strlen(set->prompt));
+        return;
+    }
     ChatConv conv;
     chat_conv_init(&conv);
     conversation_opening(set, &conv, set->prompt_given ? set->prompt : NULL, strlen(set->prompt));
     char err[5000];
-    if (chat_to_ids(tc, &conv, o, out, err, sizeof err)) die("%s (CHAT_TEMPLATE=0 sends raw text)", err);
+    if (chat_to_ids(tc, &conv, o, out, err, sizeof err))
+        die("%s (CHAT_TEMPLATE=0 sends raw text)", err);
     chat_conv_free(&conv);
 }
 
@@ -185,7 +199,8 @@ typedef struct {
     ChatOptions chat;              /* the template form and settings (CHAT_TEMPLATE=1) */
     int can_continue;              /* the last reply was cut (NGEN, Ctrl-C): :more may go on */
     int in_thinking;               /* the reply is between <think> and </think> */
-    int out_tty;                   /* stdout is a terminal: dim the reasoning, show control bytes as ^X */
+    /* stdout is a terminal: dim the reasoning, show control bytes as ^X */
+    int out_tty;
     TokStream stream;
     char *text;                    /* [text_cap] one token's text */
     size_t text_cap;
@@ -194,10 +209,12 @@ typedef struct {
     long long total_generated, total_forwards;
     double total_decode_seconds;
     /* the conversation on disk (SESSION, :save, :load) */
-    int think;                     /* thinking mode of the next turns (THINK, :think, a resumed session) */
+    /* thinking mode of the next turns (THINK, :think, a resumed session) */
+    int think;
     const SessionKey *session_key; /* what a session file must match */
     const char *session_path;      /* SESSION, saved after every answer; NULL: none */
-    int resumed;                   /* tokens SESSION brought back, until the first turn says so; -1 */
+    /* tokens SESSION brought back, until the first turn says so; -1 */
+    int resumed;
 } Dialog;
 
 static void dialog_show_token(void *user, int id);
@@ -233,7 +250,8 @@ static void emit_text(const Dialog *d, const char *s, size_t n) {
 static void dialog_show_token(void *user, int id) {
     Dialog *d = user;
     const TextCodec *tc = d->codec;
-    if (!tok_piece(tc->tok, id, NULL)) {   /* a row without a token (vocab padding): shown, never dropped */
+    /* a row without a token (vocab padding): shown, never dropped */
+    if (!tok_piece(tc->tok, id, NULL)) {
         size_t n = tok_stream_flush(&d->stream, d->text, d->text_cap);
         emit_text(d, d->text, n < d->text_cap ? n : d->text_cap);
         char mark[32];
@@ -323,31 +341,39 @@ static void print_turn_stats(const Dialog *d, const TurnStats *ts) {
     char hit[32];
     print_hit_rate(hit, sizeof hit, store->hits - ts->hits0, store->misses - ts->misses0);
     char speed[32] = "-";
-    if (ts->generated && ts->decode_seconds > 0) snprintf(speed, sizeof speed, "%.2f", ts->generated / ts->decode_seconds);
-    const double mb = (store->bytes_read - ts->bytes0) / 1e6, rs = store->read_seconds - ts->read_seconds0;
+    if (ts->generated && ts->decode_seconds > 0)
+        snprintf(speed, sizeof speed, "%.2f", ts->generated / ts->decode_seconds);
+    const double mb = (store->bytes_read - ts->bytes0) / 1e6,
+                 rs = store->read_seconds - ts->read_seconds0;
     char in_place[48] = "";   /* INPLACE loads: not reads, so not in the MB and the rate */
-    if (store->in_place_loads > ts->in_place0) snprintf(in_place, sizeof in_place, ", %lld experts in place", store->in_place_loads - ts->in_place0);
+    if (store->in_place_loads > ts->in_place0)
+        snprintf(in_place, sizeof in_place, ", %lld experts in place",
+                 store->in_place_loads - ts->in_place0);
     char reused[48] = "";
     if (ts->reused) snprintf(reused, sizeof reused, ", %d reused", ts->reused);
-    fprintf(stderr, "glm: [%d prompt tokens%s, prefill %.3f s | %d tokens, decode %s tok/s | expert hit %s, read %.0f MB "
-                    "(%.2f GB/s)%s, waited on disk %.2f s | peak RSS %.2f GB | context %d/%d | stop: %s]\n",
-            ts->prompt_tokens, reused, ts->prefill_seconds, ts->generated, speed, hit, mb, rs > 0 ? mb / 1e3 / rs : 0.0, in_place,
-            store->wait_seconds - ts->wait_seconds0, peak_rss_gb(), d->gen->pos, d->gen->state->capacity, STOP_NAMES[ts->stop]);
+    fprintf(stderr,
+            "glm: [%d prompt tokens%s, prefill %.3f s | %d tokens, decode %s tok/s | expert hit "
+            "%s, read %.0f MB "
+            "(%.2f GB/s)%s, waited on disk %.2f s | peak RSS %.2f GB | context %d/%d | stop: %s]\n",
+            ts->prompt_tokens, reused, ts->prefill_seconds, ts->generated, speed, hit, mb,
+            rs > 0 ? mb / 1e3 / rs : 0.0, in_place, store->wait_seconds - ts->wait_seconds0,
+            peak_rss_gb(), d->gen->pos, d->gen->state->capacity, STOP_NAMES[ts->stop]);
     if (g_verbose) print_spec_stats(d->gen, &ts->spec0);
 }
 
 /* ---- the conversation on disk: SESSION, :save, :load -------------------------------------------
-   A session file (glm.c, section 8) holds the conversation's tokens and cache rows, the sampler's stream
-   and the chat's state: the thinking mode, whether the last reply was cut (so :more goes on in a
-   later process) and the unfinished UTF-8 character such a reply may end in. With SESSION, chat
-   resumes the file at start and saves after every answer and every command that changes the
+   A session file (glm.c, section 8) holds the conversation's tokens and cache rows, the sampler's
+   stream and the chat's state: the thinking mode, whether the last reply was cut (so :more goes on
+   in a later process) and the unfinished UTF-8 character such a reply may end in. With SESSION,
+   chat resumes the file at start and saves after every answer and every command that changes the
    conversation; PROMPT continues it with one user message. */
 
 /* Says once, at the first turn after SESSION brought a conversation back, what was reused. */
 static void dialog_note_resume(Dialog *d, int reused, int prefill) {
     if (d->resumed < 0) return;
     if (reused < d->resumed)
-        say("session %s: resumed %d tokens, prefilling %d new (its last %d tokens differ from this conversation and were dropped)",
+        say("session %s: resumed %d tokens, prefilling %d new (its last %d tokens differ from this "
+            "conversation and were dropped)",
             d->session_path, reused, prefill, d->resumed - reused);
     else
         say("session %s: resumed %d tokens, prefilling %d new", d->session_path, reused, prefill);
@@ -367,7 +393,8 @@ static int dialog_prefill_conversation(Dialog *d, const TokenList *conversation,
     dialog_note_resume(d, reused - ts->reused, conversation->n - reused + ts->reused);
     d->can_continue = 0;
     if (got == conversation->n) return 0;
-    fprintf(stderr, "glm: prefill interrupted (%d new tokens); the cache keeps the first %d\n", conversation->n - reused, reused);
+    fprintf(stderr, "glm: prefill interrupted (%d new tokens); the cache keeps the first %d\n",
+            conversation->n - reused, reused);
     return -1;
 }
 
@@ -375,7 +402,8 @@ static int dialog_prefill_conversation(Dialog *d, const TokenList *conversation,
    UTF-8 character. */
 static int dialog_save(const Dialog *d, const char *path, int think, char *err, size_t err_len) {
     SessionSnapshot chat = { 0 };
-    chat.chat_flags = (think ? SESSION_THINK : 0) | (d->can_continue ? SESSION_REPLY_CUT : 0) | (d->in_thinking ? SESSION_IN_REASONING : 0);
+    chat.chat_flags = (think ? SESSION_THINK : 0) | (d->can_continue ? SESSION_REPLY_CUT : 0) |
+                      (d->in_thinking ? SESSION_IN_REASONING : 0);
     chat.text_npending = d->stream.npending;
     memcpy(chat.text_pending, d->stream.pending, (size_t)d->stream.npending);
     return generator_save(d->gen, d->session_key, &chat, path, err, err_len);
@@ -423,22 +451,27 @@ static void dialog_resume(Dialog *d, const Settings *set, int seed_from_clock) {
     const double t0 = now_seconds();
     if (dialog_load(d, path, &think, err, sizeof err)) die("SESSION=%s %s", path, err);
     if (!set->think_given) d->think = think;
-    if (!seed_from_clock && seed != d->gen->sampler.seed) {   /* SEED names another stream: it starts over */
-        say("note: SEED=%llu replaces the session's sampler stream (seed %llu)", (unsigned long long)seed, (unsigned long long)d->gen->sampler.seed);
+    /* SEED names another stream: it starts over */
+    if (!seed_from_clock && seed != d->gen->sampler.seed) {
+        say("note: SEED=%llu replaces the session's sampler stream (seed %llu)",
+            (unsigned long long)seed, (unsigned long long)d->gen->sampler.seed);
         d->gen->sampler.seed = seed;
         d->gen->sampler.draws = 0;
     }
     d->resumed = d->gen->pos;
     struct stat st;
     const double mb = stat(path, &st) ? 0.0 : (double)st.st_size / 1e6;
-    say("session %s: %d tokens on disk (%.1f MB, read in %.2f s), thinking %s%s", path, d->gen->pos, mb, now_seconds() - t0,
-        d->think ? "on" : "off", d->can_continue ? ", the last reply was cut (:more goes on)" : "");
-    const int renders_opening = set->mode == MODE_PROMPT && set->messages_path[0];   /* then compared with the file's */
+    say("session %s: %d tokens on disk (%.1f MB, read in %.2f s), thinking %s%s", path, d->gen->pos,
+        mb, now_seconds() - t0, d->think ? "on" : "off",
+        d->can_continue ? ", the last reply was cut (:more goes on)" : "");
+    /* then compared with the file's */
+    const int renders_opening = set->mode == MODE_PROMPT && set->messages_path[0];
     if (d->gen->pos && !renders_opening && (set->system_prompt[0] || set->messages_path[0]))
-        say("note: SYSTEM and MESSAGES are not used: the session already holds the conversation's opening");
+        say("note: SYSTEM and MESSAGES are not used: the session already holds the conversation's "
+            "opening");
 }
 
-/* ---- terminal input: lined.h ------------------------------------------------------------------ */
+/* ---- terminal input: lined.h ----------------------------------------------------------------- */
 
 /* Chat input: the line editor when stdin is a terminal, else one plain line per message. While a
    line is edited the terminal is raw (Ctrl-C arrives as a key); while a reply is generated it
@@ -455,7 +488,8 @@ static void chat_input_open(ChatInput *in) {
     memset(in, 0, sizeof *in);
     in->tty = isatty(STDIN_FILENO);
     /* the line is drawn where the replies go, or on stderr when stdout is a file */
-    lined_init(&in->editor, STDIN_FILENO, isatty(STDOUT_FILENO) || !isatty(STDERR_FILENO) ? STDOUT_FILENO : STDERR_FILENO);
+    lined_init(&in->editor, STDIN_FILENO,
+               isatty(STDOUT_FILENO) || !isatty(STDERR_FILENO) ? STDOUT_FILENO : STDERR_FILENO);
     if (in->tty && lined_terminal_save(STDIN_FILENO) == 0) atexit(lined_terminal_restore);
 }
 
@@ -478,9 +512,10 @@ static LinedStatus chat_input_read(ChatInput *in, const char *prompt, const char
     return LINED_OK;
 }
 
-/* ---- the modes --------------------------------------------------------------------------------- */
+/* ---- the modes ------------------------------------------------------------------------------- */
 
-/* TOKENIZE=file: each line is one JSON string; prints its ids on one line. Blank lines stay blank. */
+/* TOKENIZE=file: each line is one JSON string; prints its ids on one line. Blank lines stay blank.
+   */
 static int run_tokenize(const Settings *set) {
     TextCodec tc = codec_load(set->model_dir, set->special);
     FILE *f = fopen(set->tokenize_path, "r");
@@ -499,7 +534,9 @@ static int run_tokenize(const Settings *set) {
         if (!doc) die("TOKENIZE=%s: line %d: %s", set->tokenize_path, lineno, err);
         size_t len;
         const char *text = json_str(json_root(doc), &len);
-        if (!text) die("TOKENIZE=%s: line %d is not a JSON string (write each text as \"...\")", set->tokenize_path, lineno);
+        if (!text)
+            die("TOKENIZE=%s: line %d is not a JSON string (write each text as \"...\")",
+                set->tokenize_path, lineno);
         TokenList ids = { 0 };
         tokens_push_text(&ids, &tc, text, len);
         for (int i = 0; i < ids.n; i++) printf(i ? " %d" : "%d", ids.ids[i]);
@@ -513,7 +550,8 @@ static int run_tokenize(const Settings *set) {
     return 0;
 }
 
-/* Prints s as a JSON string to f (UTF-8 kept; escaped: what JSON requires, and DEL and C1 controls). */
+/* Prints s as a JSON string to f (UTF-8 kept; escaped: what JSON requires, and DEL and C1
+   controls). */
 static void print_json_string(FILE *f, const char *s, size_t n) {
     fputc('"', f);
     for (size_t i = 0; i < n; i++) {
@@ -523,8 +561,10 @@ static void print_json_string(FILE *f, const char *s, size_t n) {
         else if (b == '\t') fputs("\\t", f);
         else if (b == '\r') fputs("\\r", f);
         else if (b < 0x20 || b == 0x7F) fprintf(f, "\\u%04x", b);
-        else if (b == 0xC2 && i + 1 < n && (unsigned char)s[i + 1] <= 0x9F && (unsigned char)s[i + 1] >= 0x80)
-            fprintf(f, "\\u%04x", (unsigned char)s[++i]);   /* C1 controls: escaped, as a terminal might obey them */
+        else if (b == 0xC2 && i + 1 < n && (unsigned char)s[i + 1] <= 0x9F &&
+                 (unsigned char)s[i + 1] >= 0x80)
+            /* C1 controls: escaped, as a terminal might obey them */
+            fprintf(f, "\\u%04x", (unsigned char)s[++i]);
         else fputc(b, f);
     }
     fputc('"', f);
@@ -539,7 +579,8 @@ static int run_template_only(const Settings *set) {
     build_prompt(set, &tc, &chat, &ids);
     char *text;
     size_t len;
-    if (tok_decode(tc.tok, ids.ids, (size_t)ids.n, 0, &text, &len)) die("out of memory decoding the prompt");
+    if (tok_decode(tc.tok, ids.ids, (size_t)ids.n, 0, &text, &len))
+        die("out of memory decoding the prompt");
     print_json_string(stdout, text, len);
     putchar('\n');
     for (int i = 0; i < ids.n; i++) printf(i ? " %d" : "%d", ids.ids[i]);
@@ -554,7 +595,8 @@ static int run_template_only(const Settings *set) {
    when the cache is empty, else the user message as a continuation; then the generation prompt
    (thinking per `think`). CHAT_TEMPLATE=0: the raw text. Chat's turns, and PROMPT continuing a
    SESSION, render through here. */
-static void build_turn(const Settings *set, const Dialog *d, const char *text, int think, TokenList *out) {
+static void build_turn(const Settings *set, const Dialog *d, const char *text, int think,
+                       TokenList *out) {
     if (!set->chat_template) { tokens_push_text(out, d->codec, text, strlen(text)); return; }
     ChatConv turn;
     chat_conv_init(&turn);
@@ -562,10 +604,12 @@ static void build_turn(const Settings *set, const Dialog *d, const char *text, i
     o.thinking = think;
     o.keep_reasoning = 1;   /* what the cache holds: see the section comment */
     o.continuation = d->gen->pos > 0;
-    if (o.continuation) { if (chat_conv_add(&turn, CHAT_USER, text, strlen(text))) die("out of memory"); }
-    else conversation_opening(set, &turn, text, strlen(text));
+    if (o.continuation) {
+        if (chat_conv_add(&turn, CHAT_USER, text, strlen(text))) die("out of memory");
+    } else conversation_opening(set, &turn, text, strlen(text));
     char err[5000];
-    if (chat_to_ids(d->codec, &turn, &o, out, err, sizeof err)) die("%s (CHAT_TEMPLATE=0 sends raw text)", err);
+    if (chat_to_ids(d->codec, &turn, &o, out, err, sizeof err))
+        die("%s (CHAT_TEMPLATE=0 sends raw text)", err);
     chat_conv_free(&turn);
 }
 
@@ -591,7 +635,8 @@ static int run_prompt(const Settings *set, Dialog *d, const TokenList *prompt) {
             for (int i = 0; i < prompt->n; i++) tokens_push(&conversation, prompt->ids[i]);
         }
         if (conversation.n >= d->gen->state->capacity)
-            die("SESSION=%s: the conversation and this prompt need %d tokens, CTX=%d leaves no room for an answer (raise CTX)",
+            die("SESSION=%s: the conversation and this prompt need %d tokens, CTX=%d leaves no "
+                "room for an answer (raise CTX)",
                 d->session_path, conversation.n, d->gen->state->capacity);
         tok_stream_init(&d->stream);   /* an unfinished character of a cut reply is dropped */
         prefilled = dialog_prefill_conversation(d, &conversation, &ts);
@@ -609,9 +654,12 @@ static int run_prompt(const Settings *set, Dialog *d, const TokenList *prompt) {
 }
 
 static void chat_print_help(void) {
-    fprintf(stderr, "glm: commands: :more (continue a reply cut by NGEN or Ctrl-C), :reset (new conversation), "
-                    ":think on|off, :save [FILE] (the conversation to FILE, or to SESSION), :load FILE (continue the "
-                    "conversation FILE holds), :stats, :quit (or Ctrl-D). A line starting with \"::\" is sent with one ':' removed.\n");
+    fprintf(stderr, "glm: commands: :more (continue a reply cut by NGEN or Ctrl-C), :reset (new "
+                    "conversation), "
+                    ":think on|off, :save [FILE] (the conversation to FILE, or to SESSION), :load "
+                    "FILE (continue the "
+                    "conversation FILE holds), :stats, :quit (or Ctrl-D). A line starting with "
+                    "\"::\" is sent with one ':' removed.\n");
 }
 
 static void chat_print_totals(const Dialog *d, const Settings *set, int think) {
@@ -619,11 +667,14 @@ static void chat_print_totals(const Dialog *d, const Settings *set, int think) {
     const ExpertStore *store = &g->model->experts;
     char hit[32];
     print_hit_rate(hit, sizeof hit, store->hits, store->misses);
-    fprintf(stderr, "glm: context %d/%d tokens | %d replies, %lld tokens, decode %.2f tok/s | expert hit %s since start | "
-                    "peak RSS %.2f GB | TEMP %g, NUCLEUS %g, SEED %llu | thinking %s\n",
+    fprintf(stderr,
+            "glm: context %d/%d tokens | %d replies, %lld tokens, decode %.2f tok/s | expert hit "
+            "%s since start | "
+            "peak RSS %.2f GB | TEMP %g, NUCLEUS %g, SEED %llu | thinking %s\n",
             g->pos, g->state->capacity, d->replies, d->total_generated,
-            d->total_decode_seconds > 0 ? d->total_generated / d->total_decode_seconds : 0.0, hit, peak_rss_gb(),
-            set->temperature, set->top_p, (unsigned long long)g->sampler.seed, think ? "on" : "off");
+            d->total_decode_seconds > 0 ? d->total_generated / d->total_decode_seconds : 0.0, hit,
+            peak_rss_gb(), set->temperature, set->top_p, (unsigned long long)g->sampler.seed,
+            think ? "on" : "off");
     if (g_verbose) print_spec_stats(g, NULL);
 }
 
@@ -636,11 +687,13 @@ static int run_chat(const Settings *set, Dialog *d) {
     install_sigint_handler();
     const char *prompt = input.tty ? "> " : "";
     int think = d->think;
-    fprintf(stderr, "glm: chat: type a message and press Enter; :help lists the commands. Ctrl-C stops a reply; "
+    fprintf(stderr, "glm: chat: type a message and press Enter; :help lists the commands. Ctrl-C "
+                    "stops a reply; "
                     "Ctrl-D (or Ctrl-C on an empty line) quits.\n");
     for (;;) {
         fflush(stdout);
-        expert_store_idle(&d->gen->model->experts);   /* the disk is free while the user types: bring in the hot experts */
+        /* the disk is free while the user types: bring in the hot experts */
+        expert_store_idle(&d->gen->model->experts);
         const char *line;
         if (chat_input_read(&input, prompt, &line) != LINED_OK) break;
         TurnStats ts;
@@ -654,8 +707,8 @@ static int run_chat(const Settings *set, Dialog *d) {
                 think = !strcmp(line, ":think on");
                 fprintf(stderr, "glm: thinking %s for the next turns\n", think ? "on" : "off");
                 dialog_autosave(d, think);
-            }
-            else if (!strcmp(line, ":think")) fprintf(stderr, "glm: thinking is %s (:think on|off)\n", think ? "on" : "off");
+            } else if (!strcmp(line, ":think"))
+                fprintf(stderr, "glm: thinking is %s (:think on|off)\n", think ? "on" : "off");
             else if (!strcmp(line, ":reset")) {
                 generator_rollback(g, 0);
                 sampler_restart(&g->sampler);
@@ -666,27 +719,38 @@ static int run_chat(const Settings *set, Dialog *d) {
                 dialog_autosave(d, think);
             } else if (!strncmp(line, ":save", 5) && (line[5] == ' ' || !line[5])) {
                 const char *path = line + 5 + strspn(line + 5, " ");
-                if (!path[0] && !d->session_path) { say(":save needs a file name (or SESSION set)"); continue; }
+                if (!path[0] && !d->session_path) {
+                    say(":save needs a file name (or SESSION set)");
+                    continue;
+                }
                 if (!path[0]) path = d->session_path;
                 char err[8500];
                 const double t0 = now_seconds();
-                if (dialog_save(d, path, think, err, sizeof err)) say("error: :save %s: %s", path, err);
+                if (dialog_save(d, path, think, err, sizeof err))
+                    say("error: :save %s: %s", path, err);
                 else say("saved %d tokens to %s in %.2f s", g->pos, path, now_seconds() - t0);
             } else if (!strncmp(line, ":load ", 6) && line[6 + strspn(line + 6, " ")]) {
                 const char *path = line + 6 + strspn(line + 6, " ");
                 char err[8500];
                 const double t0 = now_seconds();
                 const int rc = dialog_load(d, path, &think, err, sizeof err);
-                if (rc == -1) { say("error: :load %s %s; the conversation is as it was", path, err); continue; }
+                if (rc == -1) {
+                    say("error: :load %s %s; the conversation is as it was", path, err);
+                    continue;
+                }
                 if (rc) say("error: :load %s %s; the conversation is now empty", path, err);
-                else say("loaded %d tokens from %s in %.2f s, thinking %s%s", g->pos, path, now_seconds() - t0, think ? "on" : "off",
-                         d->can_continue ? ", the last reply was cut (:more goes on)" : "");
+                else
+                    say("loaded %d tokens from %s in %.2f s, thinking %s%s", g->pos, path,
+                        now_seconds() - t0, think ? "on" : "off",
+                        d->can_continue ? ", the last reply was cut (:more goes on)" : "");
                 d->resumed = -1;
                 dialog_autosave(d, think);
             } else if (!strcmp(line, ":more")) {
                 if (!d->can_continue) {
                     fprintf(stderr, "glm: nothing to continue: %s\n",
-                            g->pos ? "the last reply ended (EOS, a full context, or a cancelled turn)" : "no reply yet");
+                            g->pos
+                                ? "the last reply ended (EOS, a full context, or a cancelled turn)"
+                                : "no reply yet");
                     continue;
                 }
                 dialog_note_resume(d, g->pos, 0);
@@ -705,8 +769,11 @@ static int run_chat(const Settings *set, Dialog *d) {
         TokenList ids = { 0 };
         build_turn(set, d, line, think, &ids);
         if (g->pos + ids.n >= g->state->capacity) {
-            fprintf(stderr, "glm: context full: %d tokens used, this turn needs %d more and room to answer, CTX=%d "
-                            "(:reset starts over; a larger CTX keeps more)\n", g->pos, ids.n, g->state->capacity);
+            fprintf(stderr,
+                    "glm: context full: %d tokens used, this turn needs %d more and room to "
+                    "answer, CTX=%d "
+                    "(:reset starts over; a larger CTX keeps more)\n",
+                    g->pos, ids.n, g->state->capacity);
             putchar('\n');   /* every message gets an answer line, an empty one here */
             free(ids.ids);
             continue;
@@ -719,11 +786,14 @@ static int run_chat(const Settings *set, Dialog *d) {
             putchar('\n');
             fflush(stdout);
             print_turn_stats(d, &ts);
-            if (ts.stop == STOP_CONTEXT) fprintf(stderr, "glm: the context is full (CTX=%d): :reset to start over\n", g->state->capacity);
+            if (ts.stop == STOP_CONTEXT)
+                fprintf(stderr, "glm: the context is full (CTX=%d): :reset to start over\n",
+                        g->state->capacity);
             dialog_autosave(d, think);
         } else {
             putchar('\n');
-            fprintf(stderr, "glm: turn cancelled during prefill; the conversation is as it was before it\n");
+            fprintf(stderr, "glm: turn cancelled during prefill; the conversation is as it was "
+                            "before it\n");
         }
         free(ids.ids);
     }
@@ -736,14 +806,16 @@ static int run_chat(const Settings *set, Dialog *d) {
    tokenizer with ids the model has no rows for is another model's: said before the long load).
    The RAM plan needs the KV cache's size before the load: CTX, else `needed` tokens plus, for
    open-ended answers, chat and the server, default_context. Returns that size. */
-static int text_model_load(const Settings *set, const TextCodec *tc, Model *model, int needed, int open_ended) {
+static int text_model_load(const Settings *set, const TextCodec *tc, Model *model, int needed,
+                           int open_ended) {
     Config config = config_load(set->model_dir);
     codec_check_vocab(tc, config.vocab);
     const int capacity = run_context(set, &config, needed, open_ended);
     config_free(&config);
     model_load(model, set, capacity);
     if (!model->c.n_eos)
-        fprintf(stderr, "glm: warning: no eos_token_id in config.json or generation_config.json: answers stop only at NGEN or a full context\n");
+        fprintf(stderr, "glm: warning: no eos_token_id in config.json or generation_config.json: "
+                        "answers stop only at NGEN or a full context\n");
     return capacity;
 }
 
@@ -755,11 +827,14 @@ static int run_text(Settings set) {
     TokenList prompt = { 0 };
     if (set.mode == MODE_PROMPT) {
         build_prompt(&set, &tc, &chat, &prompt);
-        if (!prompt.n) die("PROMPT is empty and CHAT_TEMPLATE=0: there is no token to continue from");
+        if (!prompt.n)
+            die("PROMPT is empty and CHAT_TEMPLATE=0: there is no token to continue from");
     }
     const int seed_from_clock = !set.seed;
-    if (!set.seed) set.seed = clock_seed();   /* printed below, so the run can be repeated with SEED */
-    /* SESSION: the cache needs room for the tokens the file holds too (checked fully after the load) */
+    /* printed below, so the run can be repeated with SEED */
+    if (!set.seed) set.seed = clock_seed();
+    /* SESSION: the cache needs room for the tokens the file holds too (checked fully after the
+       load) */
     int session_tokens = 0;
     if (set.session_path[0] && access(set.session_path, F_OK) == 0) {
         char err[512];
@@ -768,13 +843,16 @@ static int run_text(Settings set) {
     }
     if (set.mode == MODE_PROMPT && set.ctx && prompt.n >= set.ctx)
         die("the prompt has %d tokens and CTX=%d leaves no room for an answer", prompt.n, set.ctx);
-    /* KV cache: a saved conversation, the prompt, then NGEN or a default window for open-ended answers and chat */
+    /* KV cache: a saved conversation, the prompt, then NGEN or a default window for open-ended
+       answers and chat */
     const int bounded = set.mode == MODE_PROMPT && set.ngen >= 0;
     Model model;
-    const int capacity = text_model_load(&set, &tc, &model, session_tokens + prompt.n + (bounded ? set.ngen + 1 : 0), !bounded);
+    const int capacity = text_model_load(
+        &set, &tc, &model, session_tokens + prompt.n + (bounded ? set.ngen + 1 : 0), !bounded);
     RunState state;
     ForwardOptions opt = engine_start(&set, &model, &state, capacity);
-    Generator *gen = generator_create(&model, &state, &opt, (SamplerSettings){ set.temperature, set.top_p, set.seed });
+    Generator *gen = generator_create(&model, &state, &opt,
+                                      (SamplerSettings){ set.temperature, set.top_p, set.seed });
     generator_set_speculation(gen, set.spec_mode, set.draft);
     Dialog dialog;
     dialog_init(&dialog, gen, &tc);
@@ -788,7 +866,8 @@ static int run_text(Settings set) {
     }
     if (set.temperature > 0)
         say_detail("sampling: TEMP %g, NUCLEUS %g, SEED %llu%s", set.temperature, set.top_p,
-                   (unsigned long long)gen->sampler.seed, gen->sampler.draws ? " (the session's stream goes on)" : "");
+                   (unsigned long long)gen->sampler.seed,
+                   gen->sampler.draws ? " (the session's stream goes on)" : "");
     else
         say_detail("sampling: greedy (TEMP=0)");
     int rc = set.mode == MODE_PROMPT ? run_prompt(&set, &dialog, &prompt) : run_chat(&set, &dialog);

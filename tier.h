@@ -75,7 +75,8 @@ typedef struct {
 typedef struct {
     int slots_per_layer;       /* 0 when even one slot per layer does not fit */
     double cache_bytes;        /* slots_per_layer * moe_layers * slot_bytes */
-    double free_bytes;         /* budget - fixed - reserve - cache (may be negative when it does not fit) */
+    /* budget - fixed - reserve - cache (may be negative when it does not fit) */
+    double free_bytes;
 } TierPlan;
 
 #include <stddef.h>
@@ -94,10 +95,10 @@ int tier_hottest(const uint32_t *counts, int n, int *out, int k);
 void tier_seed_requests(TierCache *c, const uint32_t *counts);
 TierPlan tier_plan(const TierBudget *b);
 size_t tier_usage_size(int n_layers, int n_experts);
-void tier_usage_encode(uint8_t *out, uint64_t fingerprint, int n_layers, int n_experts, uint64_t tokens,
-                       const uint32_t *counts);
-int tier_usage_decode(const uint8_t *buf, size_t len, uint64_t fingerprint, int n_layers, int n_experts,
-                      uint32_t *counts, uint64_t *tokens, char *why, size_t why_len);
+void tier_usage_encode(uint8_t *out, uint64_t fingerprint, int n_layers, int n_experts,
+                       uint64_t tokens, const uint32_t *counts);
+int tier_usage_decode(const uint8_t *buf, size_t len, uint64_t fingerprint, int n_layers,
+                      int n_experts, uint32_t *counts, uint64_t *tokens, char *why, size_t why_len);
 uint64_t tier_hash(uint64_t h, const void *data, size_t n);
 
 #endif /* TIER_H */
@@ -117,7 +118,10 @@ int tier_cache_init(TierCache *c, int n_slots, int n_experts) {
     c->requests = calloc((size_t)(n_experts > 0 ? n_experts : 1), sizeof(uint32_t));
     c->requests_since_decay = 0;
     c->policy = TIER_LRU;
-    if (!c->slot_expert || !c->slot_last_use || !c->expert_slot || !c->requests) { tier_cache_free(c); return -1; }
+    if (!c->slot_expert || !c->slot_last_use || !c->expert_slot || !c->requests) {
+        tier_cache_free(c);
+        return -1;
+    }
     for (int i = 0; i < n_slots; i++) c->slot_expert[i] = -1;
     for (int i = 0; i < n_experts; i++) c->expert_slot[i] = -1;
     return 0;
@@ -224,7 +228,9 @@ uint64_t tier_hash(uint64_t h, const void *data, size_t n) {
 
 #define TIER_USAGE_HEADER 40
 
-static void tier__put(uint8_t *p, uint64_t v, int bytes) { for (int i = 0; i < bytes; i++) p[i] = (uint8_t)(v >> (8 * i)); }
+static void tier__put(uint8_t *p, uint64_t v, int bytes) {
+    for (int i = 0; i < bytes; i++) p[i] = (uint8_t)(v >> (8 * i));
+}
 static uint64_t tier__get(const uint8_t *p, int bytes) {
     uint64_t v = 0;
     for (int i = bytes - 1; i >= 0; i--) v = v << 8 | p[i];
@@ -235,8 +241,8 @@ size_t tier_usage_size(int n_layers, int n_experts) {
     return TIER_USAGE_HEADER + 4 * (size_t)n_layers * (size_t)n_experts + 8;
 }
 
-void tier_usage_encode(uint8_t *out, uint64_t fingerprint, int n_layers, int n_experts, uint64_t tokens,
-                       const uint32_t *counts) {
+void tier_usage_encode(uint8_t *out, uint64_t fingerprint, int n_layers, int n_experts,
+                       uint64_t tokens, const uint32_t *counts) {
     memcpy(out, "GLMUSAGE", 8);
     tier__put(out + 8, TIER_USAGE_VERSION, 4);
     tier__put(out + 12, (uint64_t)n_layers, 4);
@@ -250,30 +256,51 @@ void tier_usage_encode(uint8_t *out, uint64_t fingerprint, int n_layers, int n_e
     tier__put(out + body, tier_hash(TIER_HASH_SEED, out, body), 8);
 }
 
-int tier_usage_decode(const uint8_t *buf, size_t len, uint64_t fingerprint, int n_layers, int n_experts,
-                      uint32_t *counts, uint64_t *tokens, char *why, size_t why_len) {
-    if (len < TIER_USAGE_HEADER + 8) { snprintf(why, why_len, "%zu bytes: too short for a usage history", len); return -1; }
-    if (memcmp(buf, "GLMUSAGE", 8)) { snprintf(why, why_len, "not a glm usage history (bad magic)"); return -1; }
-    uint64_t version = tier__get(buf + 8, 4), layers = tier__get(buf + 12, 4), experts = tier__get(buf + 16, 4);
-    if (version != TIER_USAGE_VERSION || tier__get(buf + 20, 4)) { snprintf(why, why_len, "version %llu (this glm reads %d)", (unsigned long long)version, TIER_USAGE_VERSION); return -1; }
+int tier_usage_decode(const uint8_t *buf, size_t len, uint64_t fingerprint, int n_layers,
+                      int n_experts, uint32_t *counts, uint64_t *tokens, char *why,
+                      size_t why_len) {
+    if (len < TIER_USAGE_HEADER + 8) {
+        snprintf(why, why_len, "%zu bytes: too short for a usage history", len);
+        return -1;
+    }
+    if (memcmp(buf, "GLMUSAGE", 8)) {
+        snprintf(why, why_len, "not a glm usage history (bad magic)");
+        return -1;
+    }
+    uint64_t version = tier__get(buf + 8, 4), layers = tier__get(buf + 12, 4),
+             experts = tier__get(buf + 16, 4);
+    if (version != TIER_USAGE_VERSION || tier__get(buf + 20, 4)) {
+        snprintf(why, why_len, "version %llu (this glm reads %d)", (unsigned long long)version,
+                 TIER_USAGE_VERSION);
+        return -1;
+    }
     if (layers == 0 || experts == 0 || layers * experts > TIER_USAGE_MAX_CELLS) {
-        snprintf(why, why_len, "shape %llu x %llu is out of range", (unsigned long long)layers, (unsigned long long)experts);
+        snprintf(why, why_len, "shape %llu x %llu is out of range", (unsigned long long)layers,
+                 (unsigned long long)experts);
         return -1;
     }
     if (len != tier_usage_size((int)layers, (int)experts)) {
-        snprintf(why, why_len, "%zu bytes, but a %llu x %llu history has %zu (truncated or padded)", len,
-                 (unsigned long long)layers, (unsigned long long)experts, tier_usage_size((int)layers, (int)experts));
+        snprintf(why, why_len, "%zu bytes, but a %llu x %llu history has %zu (truncated or padded)",
+                 len, (unsigned long long)layers, (unsigned long long)experts,
+                 tier_usage_size((int)layers, (int)experts));
         return -1;
     }
     size_t body = len - 8;
-    if (tier__get(buf + body, 8) != tier_hash(TIER_HASH_SEED, buf, body)) { snprintf(why, why_len, "checksum mismatch (corrupt)"); return -1; }
-    if (tier__get(buf + 24, 8) != fingerprint) { snprintf(why, why_len, "written for another model (fingerprint differs)"); return -1; }
-    if (layers != (uint64_t)n_layers || experts != (uint64_t)n_experts) {
-        snprintf(why, why_len, "shape %llu x %llu, this model has %d x %d", (unsigned long long)layers,
-                 (unsigned long long)experts, n_layers, n_experts);
+    if (tier__get(buf + body, 8) != tier_hash(TIER_HASH_SEED, buf, body)) {
+        snprintf(why, why_len, "checksum mismatch (corrupt)");
         return -1;
     }
-    for (size_t i = 0; i < layers * experts; i++) counts[i] = (uint32_t)tier__get(buf + TIER_USAGE_HEADER + 4 * i, 4);
+    if (tier__get(buf + 24, 8) != fingerprint) {
+        snprintf(why, why_len, "written for another model (fingerprint differs)");
+        return -1;
+    }
+    if (layers != (uint64_t)n_layers || experts != (uint64_t)n_experts) {
+        snprintf(why, why_len, "shape %llu x %llu, this model has %d x %d",
+                 (unsigned long long)layers, (unsigned long long)experts, n_layers, n_experts);
+        return -1;
+    }
+    for (size_t i = 0; i < layers * experts; i++)
+        counts[i] = (uint32_t)tier__get(buf + TIER_USAGE_HEADER + 4 * i, 4);
     if (tokens) *tokens = tier__get(buf + 32, 8);
     return 0;
 }

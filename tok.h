@@ -88,7 +88,14 @@ typedef struct Tokenizer Tokenizer;
 typedef enum { TOK_SPECIAL_ALL, TOK_SPECIAL_NONSPECIAL_ONLY, TOK_SPECIAL_NONE } TokSpecialMode;
 typedef struct { unsigned char pending[4]; int npending; } TokStream;
 
-enum { TOK_CAT_OTHER = 0, TOK_CAT_L = 1, TOK_CAT_N = 2, TOK_CAT_P = 3, TOK_CAT_S = 4, TOK_CAT_M = 5 };
+enum {
+    TOK_CAT_OTHER = 0,
+    TOK_CAT_L = 1,
+    TOK_CAT_N = 2,
+    TOK_CAT_P = 3,
+    TOK_CAT_S = 4,
+    TOK_CAT_M = 5
+};
 
 Tokenizer *tok_load(const char *tokenizer_json_path, char *err, size_t err_len);
 Tokenizer *tok_load_json(const char *text, size_t len, const char *name, char *err, size_t err_len);
@@ -148,7 +155,8 @@ int tok_uni_category(uint32_t cp) {
 
 int tok_uni_is_space(uint32_t cp) {
     if (cp < 256) return tok_latin1_class[cp] >> 3;
-    return tok__range_lookup(tok_space_ranges, sizeof tok_space_ranges / sizeof *tok_space_ranges, cp);
+    return tok__range_lookup(tok_space_ranges, sizeof tok_space_ranges / sizeof *tok_space_ranges,
+                             cp);
 }
 
 static int tok__ccc(uint32_t cp) {
@@ -188,7 +196,11 @@ size_t tok_utf8_next(const unsigned char *s, size_t n, uint32_t *cp, int *status
 
 static size_t tok__utf8_put(uint32_t c, char *out) {
     if (c < 0x80) { out[0] = (char)c; return 1; }
-    if (c < 0x800) { out[0] = (char)(0xC0 | (c >> 6)); out[1] = (char)(0x80 | (c & 0x3F)); return 2; }
+    if (c < 0x800) {
+        out[0] = (char)(0xC0 | (c >> 6));
+        out[1] = (char)(0x80 | (c & 0x3F));
+        return 2;
+    }
     if (c < 0x10000) {
         out[0] = (char)(0xE0 | (c >> 12)); out[1] = (char)(0x80 | ((c >> 6) & 0x3F));
         out[2] = (char)(0x80 | (c & 0x3F)); return 3;
@@ -242,7 +254,8 @@ static size_t tok__decompose(uint32_t cp, uint32_t *out) {
 }
 
 static uint32_t tok__compose(uint32_t a, uint32_t b) {
-    if (a >= TOK_LBASE && a < TOK_LBASE + TOK_LCOUNT && b >= TOK_VBASE && b < TOK_VBASE + TOK_VCOUNT)
+    if (a >= TOK_LBASE && a < TOK_LBASE + TOK_LCOUNT && b >= TOK_VBASE &&
+        b < TOK_VBASE + TOK_VCOUNT)
         return TOK_SBASE + ((a - TOK_LBASE) * TOK_VCOUNT + (b - TOK_VBASE)) * TOK_TCOUNT;
     if (a >= TOK_SBASE && a < TOK_SBASE + TOK_SCOUNT && (a - TOK_SBASE) % TOK_TCOUNT == 0 &&
         b > TOK_TBASE && b < TOK_TBASE + TOK_TCOUNT)
@@ -268,7 +281,8 @@ static uint32_t *tok__nfc(const uint32_t *cps, size_t n, size_t *out_n, int *oom
         if (c < 0x300) { last = 0; continue; }
         int cc = tok__ccc(c);
         if ((cc && cc < last) ||
-            tok__range_lookup(tok_nfc_qc_ranges, sizeof tok_nfc_qc_ranges / sizeof *tok_nfc_qc_ranges, c))
+            tok__range_lookup(tok_nfc_qc_ranges,
+                              sizeof tok_nfc_qc_ranges / sizeof *tok_nfc_qc_ranges, c))
             quick_ok = 0;
         last = cc;
     }
@@ -283,7 +297,12 @@ static uint32_t *tok__nfc(const uint32_t *cps, size_t n, size_t *out_n, int *oom
         int cc = tok__ccc(d[i]);
         if (!cc) continue;
         size_t j = i;
-        while (j > 0 && tok__ccc(d[j - 1]) > cc) { uint32_t x = d[j]; d[j] = d[j - 1]; d[j - 1] = x; j--; }
+        while (j > 0 && tok__ccc(d[j - 1]) > cc) {
+            uint32_t x = d[j];
+            d[j] = d[j - 1];
+            d[j - 1] = x;
+            j--;
+        }
     }
     /* canonical composition: c joins the last starter unless something in between blocks it
      * (after canonical ordering, the last character appended has the highest class) */
@@ -308,7 +327,8 @@ static uint32_t *tok__nfc(const uint32_t *cps, size_t n, size_t *out_n, int *oom
 /* Pre-tokenizer regexes, hand-written                                                        */
 
 typedef enum {
-    TOK_RE_LLAMA3,      /* GLM-4/5, Llama-3: contractions, letters, \p{N}{1,3}, punctuation, spaces */
+    /* GLM-4/5, Llama-3: contractions, letters, \p{N}{1,3}, punctuation, spaces */
+    TOK_RE_LLAMA3,
     TOK_RE_QWEN2,       /* the same with single \p{N} */
     TOK_RE_GPT2,        /* ByteLevel use_regex=true */
     TOK_RE_DS_DIGITS,   /* DeepSeek-V3 stage 1: \p{N}{1,3} */
@@ -336,8 +356,14 @@ static int tok__is_other(uint32_t c) {
     int k = tok_uni_category(c);
     return k != TOK_CAT_L && k != TOK_CAT_N && !tok_uni_is_space(c);
 }
-static int tok__is_ps(uint32_t c) { int k = tok_uni_category(c); return k == TOK_CAT_P || k == TOK_CAT_S; }
-static int tok__is_lm(uint32_t c) { int k = tok_uni_category(c); return k == TOK_CAT_L || k == TOK_CAT_M; }
+static int tok__is_ps(uint32_t c) {
+    int k = tok_uni_category(c);
+    return k == TOK_CAT_P || k == TOK_CAT_S;
+}
+static int tok__is_lm(uint32_t c) {
+    int k = tok_uni_category(c);
+    return k == TOK_CAT_L || k == TOK_CAT_M;
+}
 
 /* `\s*[\r\n]+|\s+(?!\S)|\s+` at p (shared tail of every pattern here). */
 static size_t tok__match_space(const uint32_t *c, size_t p, size_t n, int with_newline_rule) {
@@ -377,7 +403,9 @@ static size_t tok__match_llama3(const uint32_t *c, size_t p, size_t n, int max_d
     if ((k = tok__match_contraction(c, p, n, 1))) return k;
     /* [^\r\n\p{L}\p{N}]?\p{L}+ */
     size_t q = p;
-    if (!tok__is_nl(c[q]) && !tok__is_l(c[q]) && !tok__is_n(c[q]) && q + 1 < n && tok__is_l(c[q + 1])) q++;
+    if (!tok__is_nl(c[q]) && !tok__is_l(c[q]) && !tok__is_n(c[q]) && q + 1 < n &&
+        tok__is_l(c[q + 1]))
+        q++;
     if (tok__is_l(c[q])) {
         while (q < n && tok__is_l(c[q])) q++;
         return q - p;
@@ -415,22 +443,25 @@ static size_t tok__match_gpt2(const uint32_t *c, size_t p, size_t n) {
 }
 
 static int tok__is_ds_cjk(uint32_t c) {
-    return (c >= 0x4E00 && c <= 0x9FA5) || (c >= 0x3040 && c <= 0x309F) || (c >= 0x30A0 && c <= 0x30FF);
+    return (c >= 0x4E00 && c <= 0x9FA5) || (c >= 0x3040 && c <= 0x309F) ||
+           (c >= 0x30A0 && c <= 0x30FF);
 }
 
 static size_t tok__match_ds_main(const uint32_t *c, size_t p, size_t n) {
     /* [!"#$%&'()*+,\-./:;<=>?@\[\\\]^_`{|}~][A-Za-z]+ : ASCII punctuation glued to ASCII letters */
     #define TOK_ASCII_ALPHA(x) (((x) | 0x20) >= 'a' && ((x) | 0x20) <= 'z')
-    if (c[p] < 128 && c[p] > ' ' && c[p] < 127 && !TOK_ASCII_ALPHA(c[p]) && !(c[p] >= '0' && c[p] <= '9') &&
-        p + 1 < n && c[p + 1] < 128 && TOK_ASCII_ALPHA(c[p + 1])) {
+    if (c[p] < 128 && c[p] > ' ' && c[p] < 127 && !TOK_ASCII_ALPHA(c[p]) &&
+        !(c[p] >= '0' && c[p] <= '9') && p + 1 < n && c[p + 1] < 128 && TOK_ASCII_ALPHA(c[p + 1])) {
         size_t q = p + 1;
         while (q < n && c[q] < 128 && TOK_ASCII_ALPHA(c[q])) q++;
         return q - p;
     }
-    #undef TOK_ASCII_ALPHA
+#undef TOK_ASCII_ALPHA
     /* [^\r\n\p{L}\p{P}\p{S}]?[\p{L}\p{M}]+ */
     size_t q = p;
-    if (!tok__is_nl(c[q]) && !tok__is_l(c[q]) && !tok__is_ps(c[q]) && q + 1 < n && tok__is_lm(c[q + 1])) q++;
+    if (!tok__is_nl(c[q]) && !tok__is_l(c[q]) && !tok__is_ps(c[q]) && q + 1 < n &&
+        tok__is_lm(c[q + 1]))
+        q++;
     if (tok__is_lm(c[q])) {
         while (q < n && tok__is_lm(c[q])) q++;
         return q - p;
@@ -475,7 +506,12 @@ static size_t tok__regex_match(TokRegex re, const uint32_t *c, size_t p, size_t 
 
 typedef struct { uint32_t off, len; int32_t id; } TokVocabSlot;          /* id -1: empty */
 typedef struct { uint64_t key; int32_t rank, merged; } TokMergeSlot;      /* rank -1: empty */
-typedef struct { int32_t id; uint32_t len; unsigned char special, lstrip, rstrip, single_word; uint32_t off; } TokAdded;
+typedef struct {
+    int32_t id;
+    uint32_t len;
+    unsigned char special, lstrip, rstrip, single_word;
+    uint32_t off;
+} TokAdded;
 typedef struct {
     unsigned char key[TOK_CACHE_KEY]; unsigned char key_len, n_ids; int32_t ids[TOK_CACHE_IDS];
 } TokCacheSlot;
@@ -513,7 +549,11 @@ static uint64_t tok__hash_bytes(const void *p, size_t n) {
 }
 
 static uint64_t tok__hash_pair(uint64_t k) {
-    k ^= k >> 33; k *= 0xff51afd7ed558ccdull; k ^= k >> 33; k *= 0xc4ceb9fe1a85ec53ull; k ^= k >> 33;
+    k ^= k >> 33;
+    k *= 0xff51afd7ed558ccdull;
+    k ^= k >> 33;
+    k *= 0xc4ceb9fe1a85ec53ull;
+    k ^= k >> 33;
     return k;
 }
 
@@ -587,14 +627,17 @@ static int tok__load_pretok(Tokenizer *t, const JsonValue *pt, int *byte_level, 
     }
     if (strcmp(type, "ByteLevel") == 0) {
         if (json_bool(json_get(pt, "add_prefix_space")) == 1) {
-            tok__err(err, err_len, "%s: pre_tokenizer ByteLevel with add_prefix_space=true is not supported", path);
+            tok__err(err, err_len,
+                     "%s: pre_tokenizer ByteLevel with add_prefix_space=true is not supported",
+                     path);
             return -1;
         }
         *byte_level = 1;
         if (json_bool(json_get(pt, "use_regex")) != 0) {   /* true or absent: HF default is true */
             if (t->n_stages >= TOK_MAX_STAGES) goto too_many;
             t->stages[t->n_stages++] = TOK_RE_GPT2;
-            strncat(t->pretok_name, t->pretok_name[0] ? "+gpt2" : "gpt2", sizeof t->pretok_name - strlen(t->pretok_name) - 1);
+            strncat(t->pretok_name, t->pretok_name[0] ? "+gpt2" : "gpt2",
+                    sizeof t->pretok_name - strlen(t->pretok_name) - 1);
         }
         return 0;
     }
@@ -604,25 +647,35 @@ static int tok__load_pretok(Tokenizer *t, const JsonValue *pt, int *byte_level, 
         const char *re = json_str(json_get(pat, "Regex"), &len);
         const char *behavior = json_str(json_get(pt, "behavior"), NULL);
         if (!re) {
-            tok__err(err, err_len, "%s: pre_tokenizer Split without a Regex pattern is not supported", path);
+            tok__err(err, err_len,
+                     "%s: pre_tokenizer Split without a Regex pattern is not supported", path);
             return -1;
         }
-        if (!behavior || strcmp(behavior, "Isolated") != 0 || json_bool(json_get(pt, "invert")) == 1) {
-            tok__err(err, err_len, "%s: pre_tokenizer Split behavior \"%s\"%s is not supported (only Isolated)",
-                     path, behavior ? behavior : "?", json_bool(json_get(pt, "invert")) == 1 ? " with invert" : "");
+        if (!behavior || strcmp(behavior, "Isolated") != 0 ||
+            json_bool(json_get(pt, "invert")) == 1) {
+            tok__err(err, err_len,
+                     "%s: pre_tokenizer Split behavior \"%s\"%s is not supported (only Isolated)",
+                     path, behavior ? behavior : "?",
+                     json_bool(json_get(pt, "invert")) == 1 ? " with invert" : "");
             return -1;
         }
         for (size_t k = 0; k < sizeof tok__known_regex / sizeof *tok__known_regex; k++) {
-            if (strlen(tok__known_regex[k].pattern) == len && memcmp(tok__known_regex[k].pattern, re, len) == 0) {
+            if (strlen(tok__known_regex[k].pattern) == len &&
+                memcmp(tok__known_regex[k].pattern, re, len) == 0) {
                 if (t->n_stages >= TOK_MAX_STAGES) goto too_many;
                 t->stages[t->n_stages++] = tok__known_regex[k].kind;
-                if (t->pretok_name[0]) strncat(t->pretok_name, "+", sizeof t->pretok_name - strlen(t->pretok_name) - 1);
-                strncat(t->pretok_name, tok__known_regex[k].name, sizeof t->pretok_name - strlen(t->pretok_name) - 1);
+                if (t->pretok_name[0])
+                    strncat(t->pretok_name, "+",
+                            sizeof t->pretok_name - strlen(t->pretok_name) - 1);
+                strncat(t->pretok_name, tok__known_regex[k].name,
+                        sizeof t->pretok_name - strlen(t->pretok_name) - 1);
                 return 0;
             }
         }
-        tok__err(err, err_len, "%s: unsupported pre_tokenizer Split regex \"%.200s\" (known: GLM/Llama-3, Qwen2, "
-                 "DeepSeek-V3, GPT-2 patterns)", path, re);
+        tok__err(err, err_len,
+                 "%s: unsupported pre_tokenizer Split regex \"%.200s\" (known: GLM/Llama-3, Qwen2, "
+                 "DeepSeek-V3, GPT-2 patterns)",
+                 path, re);
         return -1;
     }
     tok__err(err, err_len, "%s: unsupported pre_tokenizer type \"%s\"", path, type);
@@ -632,7 +685,8 @@ too_many:
     return -1;
 }
 
-static int tok__load_normalizer(Tokenizer *t, const JsonValue *nm, const char *path, char *err, size_t err_len) {
+static int tok__load_normalizer(Tokenizer *t, const JsonValue *nm, const char *path, char *err,
+                                size_t err_len) {
     if (!nm || json_type(nm) == JSON_NULL) return 0;
     const char *type = tok__type_of(nm);
     if (strcmp(type, "Sequence") == 0) {
@@ -656,7 +710,8 @@ static int tok__load_decoder(const JsonValue *dc, const char *path, char *err, s
             if (tok__load_decoder(json_at(list, i), path, err, err_len)) return -1;
         return 0;
     }
-    tok__err(err, err_len, "%s: unsupported decoder type \"%s\" (byte-level BPE needs ByteLevel)", path, type);
+    tok__err(err, err_len, "%s: unsupported decoder type \"%s\" (byte-level BPE needs ByteLevel)",
+             path, type);
     return -1;
 }
 
@@ -675,7 +730,11 @@ static int tok__ensure_ids(Tokenizer *t, int64_t id, const char *path, char *err
     unsigned char *fl = (unsigned char *)realloc(t->flags, cap);
     if (fl) t->flags = fl;
     if (!po || !pl || !fl) { tok__err(err, err_len, "%s: out of memory", path); return -1; }
-    for (size_t i = old; i < cap; i++) { t->piece_len[i] = UINT32_MAX; t->piece_off[i] = 0; t->flags[i] = 0; }
+    for (size_t i = old; i < cap; i++) {
+        t->piece_len[i] = UINT32_MAX;
+        t->piece_off[i] = 0;
+        t->flags[i] = 0;
+    }
     t->ids_cap = cap;
     return 0;
 }
@@ -690,7 +749,8 @@ Tokenizer *tok_load(const char *path, char *err, size_t err_len) {
     return t;
 }
 
-Tokenizer *tok_load_json(const char *text, size_t text_len, const char *path, char *err, size_t err_len) {
+Tokenizer *tok_load_json(const char *text, size_t text_len, const char *path, char *err,
+                         size_t err_len) {
     char jerr[256];
     JsonDoc *doc = json_parse(text, text_len, jerr, sizeof jerr);
     if (!doc) { tok__err(err, err_len, "%s: invalid JSON: %s", path, jerr); return NULL; }
@@ -699,28 +759,43 @@ Tokenizer *tok_load_json(const char *text, size_t text_len, const char *path, ch
     if (!t) goto oom;
     const JsonValue *root = json_root(doc);
     const JsonValue *model = json_get(root, "model");
-    if (json_type(model) != JSON_OBJECT) { tok__err(err, err_len, "%s: no \"model\" object", path); goto fail; }
+    if (json_type(model) != JSON_OBJECT) {
+        tok__err(err, err_len, "%s: no \"model\" object", path);
+        goto fail;
+    }
     const char *mtype = json_str(json_get(model, "type"), NULL);
     if (!mtype || strcmp(mtype, "BPE") != 0) {
-        tok__err(err, err_len, "%s: model.type \"%s\" is not supported (only BPE)", path, mtype ? mtype : "(none)");
+        tok__err(err, err_len, "%s: model.type \"%s\" is not supported (only BPE)", path,
+                 mtype ? mtype : "(none)");
         goto fail;
     }
     {
         const char *s; size_t n;
         s = json_str(json_get(model, "continuing_subword_prefix"), &n);
-        if (s && n) { tok__err(err, err_len, "%s: model.continuing_subword_prefix is not supported", path); goto fail; }
+        if (s && n) {
+            tok__err(err, err_len, "%s: model.continuing_subword_prefix is not supported", path);
+            goto fail;
+        }
         s = json_str(json_get(model, "end_of_word_suffix"), &n);
-        if (s && n) { tok__err(err, err_len, "%s: model.end_of_word_suffix is not supported", path); goto fail; }
+        if (s && n) {
+            tok__err(err, err_len, "%s: model.end_of_word_suffix is not supported", path);
+            goto fail;
+        }
         double dropout = json_num(json_get(model, "dropout"));
-        if (dropout == dropout && dropout > 0) { tok__err(err, err_len, "%s: model.dropout is not supported", path); goto fail; }
+        if (dropout == dropout && dropout > 0) {
+            tok__err(err, err_len, "%s: model.dropout is not supported", path);
+            goto fail;
+        }
     }
     t->ignore_merges = json_bool(json_get(model, "ignore_merges")) == 1;
 
     /* pre_tokenizer / normalizer / decoder: refuse what we do not implement */
     int byte_level = 0;
-    if (tok__load_pretok(t, json_get(root, "pre_tokenizer"), &byte_level, path, err, err_len)) goto fail;
+    if (tok__load_pretok(t, json_get(root, "pre_tokenizer"), &byte_level, path, err, err_len))
+        goto fail;
     if (!byte_level) {
-        tok__err(err, err_len, "%s: pre_tokenizer has no ByteLevel step; only byte-level BPE is supported", path);
+        tok__err(err, err_len,
+                 "%s: pre_tokenizer has no ByteLevel step; only byte-level BPE is supported", path);
         goto fail;
     }
     if (tok__load_normalizer(t, json_get(root, "normalizer"), path, err, err_len)) goto fail;
@@ -751,19 +826,30 @@ Tokenizer *tok_load_json(const char *text, size_t text_len, const char *path, ch
         const char *key = json_key_at(vocab, i, &klen);
         int64_t id;
         if (!json_is_int(json_value_at(vocab, i), &id)) {
-            tok__err(err, err_len, "%s: model.vocab[\"%.60s\"] is not an integer id", path, key); goto fail;
+            tok__err(err, err_len, "%s: model.vocab[\"%.60s\"] is not an integer id", path, key);
+            goto fail;
         }
         if (tok__ensure_ids(t, id, path, err, err_len)) goto fail;
         if (id >= t->vocab_size) t->vocab_size = (int)id + 1;
-        if (klen > buf_cap) { free(buf); buf_cap = klen * 2; buf = (char *)malloc(buf_cap); if (!buf) goto oom; }
+        if (klen > buf_cap) {
+            free(buf);
+            buf_cap = klen * 2;
+            buf = (char *)malloc(buf_cap);
+            if (!buf) goto oom;
+        }
         size_t n = tok__symbols_to_bytes(sym_byte, key, klen, buf);
-        if (n == 0) { tok__err(err, err_len, "%s: model.vocab has an empty token (id %lld)", path, (long long)id); goto fail; }
+        if (n == 0) {
+            tok__err(err, err_len, "%s: model.vocab has an empty token (id %lld)", path,
+                     (long long)id);
+            goto fail;
+        }
         uint32_t off;
         if (tok__arena_add(t, buf, n, &off)) goto oom;
         t->piece_off[id] = off; t->piece_len[id] = (uint32_t)n;
         if (n > t->max_piece_len) t->max_piece_len = n;
         size_t h = tok__hash_bytes(buf, n) & t->vocab_mask;
-        while (t->vocab[h].id >= 0 && !(t->vocab[h].len == n && memcmp(t->arena + t->vocab[h].off, buf, n) == 0))
+        while (t->vocab[h].id >= 0 &&
+               !(t->vocab[h].len == n && memcmp(t->arena + t->vocab[h].off, buf, n) == 0))
             h = (h + 1) & t->vocab_mask;
         t->vocab[h].off = off; t->vocab[h].len = (uint32_t)n; t->vocab[h].id = (int32_t)id;
     }
@@ -771,7 +857,9 @@ Tokenizer *tok_load_json(const char *text, size_t text_len, const char *path, ch
         char c = (char)b;
         t->byte_id[b] = tok__vocab_find(t, &c, 1);
         if (t->byte_id[b] < 0) {
-            tok__err(err, err_len, "%s: model.vocab lacks the byte symbol for byte 0x%02X; not a byte-level BPE", path, b);
+            tok__err(err, err_len,
+                     "%s: model.vocab lacks the byte symbol for byte 0x%02X; not a byte-level BPE",
+                     path, b);
             goto fail;
         }
     }
@@ -779,7 +867,10 @@ Tokenizer *tok_load_json(const char *text, size_t text_len, const char *path, ch
     /* merges */
     const JsonValue *merges = json_get(model, "merges");
     size_t nm = json_len(merges);
-    if (json_type(merges) != JSON_ARRAY) { tok__err(err, err_len, "%s: model.merges missing", path); goto fail; }
+    if (json_type(merges) != JSON_ARRAY) {
+        tok__err(err, err_len, "%s: model.merges missing", path);
+        goto fail;
+    }
     size_t mcap = 1;
     while (mcap < nm * 2 + 2) mcap *= 2;
     t->merges = (TokMergeSlot *)malloc(mcap * sizeof *t->merges);
@@ -792,22 +883,35 @@ Tokenizer *tok_load_json(const char *text, size_t text_len, const char *path, ch
         if (json_type(m) == JSON_STRING) {
             size_t n; const char *s = json_str(m, &n);
             const char *sp = memchr(s, ' ', n);
-            if (!sp) { tok__err(err, err_len, "%s: model.merges[%zu] \"%.60s\" has no space", path, i, s); goto fail; }
+            if (!sp) {
+                tok__err(err, err_len, "%s: model.merges[%zu] \"%.60s\" has no space", path, i, s);
+                goto fail;
+            }
             ls = s; ll = (size_t)(sp - s); rs = sp + 1; rl = n - ll - 1;
         } else if (json_type(m) == JSON_ARRAY && json_len(m) == 2 &&
                    (ls = json_str(json_at(m, 0), &ll)) && (rs = json_str(json_at(m, 1), &rl))) {
         } else {
-            tok__err(err, err_len, "%s: model.merges[%zu] is neither \"a b\" nor [\"a\",\"b\"]", path, i); goto fail;
+            tok__err(err, err_len, "%s: model.merges[%zu] is neither \"a b\" nor [\"a\",\"b\"]",
+                     path, i);
+            goto fail;
         }
-        if (ll + rl > buf_cap) { free(buf); buf_cap = (ll + rl) * 2; buf = (char *)malloc(buf_cap); if (!buf) goto oom; }
+        if (ll + rl > buf_cap) {
+            free(buf);
+            buf_cap = (ll + rl) * 2;
+            buf = (char *)malloc(buf_cap);
+            if (!buf) goto oom;
+        }
         size_t lb = tok__symbols_to_bytes(sym_byte, ls, ll, buf);
         size_t rb = tok__symbols_to_bytes(sym_byte, rs, rl, buf + lb);
         int32_t a = tok__vocab_find(t, buf, lb), b = tok__vocab_find(t, buf + lb, rb);
         int32_t c = tok__vocab_find(t, buf, lb + rb);
         if (a < 0 || b < 0 || c < 0) {
-            tok__err(err, err_len, "%s: model.merges[%zu] \"%.*s\" + \"%.*s\": %s is not in model.vocab", path, i,
+            tok__err(err, err_len,
+                     "%s: model.merges[%zu] \"%.*s\" + \"%.*s\": %s is not in model.vocab", path, i,
                      (int)(ll > 60 ? 60 : ll), ls, (int)(rl > 60 ? 60 : rl), rs,
-                     a < 0 ? "left part" : b < 0 ? "right part" : "merged token");
+                     a < 0   ? "left part"
+                     : b < 0 ? "right part"
+                             : "merged token");
             goto fail;
         }
         uint64_t key = ((uint64_t)(uint32_t)a << 32) | (uint32_t)b;
@@ -827,7 +931,9 @@ Tokenizer *tok_load_json(const char *text, size_t text_len, const char *path, ch
         int64_t id; size_t n;
         const char *content = json_str(json_get(a, "content"), &n);
         if (!json_is_int(json_get(a, "id"), &id) || !content || n == 0) {
-            tok__err(err, err_len, "%s: added_tokens[%zu] needs an integer id and a non-empty content", path, i); goto fail;
+            tok__err(err, err_len,
+                     "%s: added_tokens[%zu] needs an integer id and a non-empty content", path, i);
+            goto fail;
         }
         if (tok__ensure_ids(t, id, path, err, err_len)) goto fail;
         if (id >= t->vocab_size) t->vocab_size = (int)id + 1;
@@ -843,7 +949,8 @@ Tokenizer *tok_load_json(const char *text, size_t text_len, const char *path, ch
         if (n > t->max_piece_len) t->max_piece_len = n;
     }
     /* index added tokens by first byte, longest first, for leftmost-longest matching */
-    for (size_t i = 0; i < t->n_added; i++) t->added_by_byte_n[(unsigned char)t->arena[t->added[i].off]]++;
+    for (size_t i = 0; i < t->n_added; i++)
+        t->added_by_byte_n[(unsigned char)t->arena[t->added[i].off]]++;
     for (int b = 0; b < 256; b++) {
         if (!t->added_by_byte_n[b]) continue;
         t->added_by_byte[b] = (uint32_t *)malloc(t->added_by_byte_n[b] * sizeof(uint32_t));
@@ -882,7 +989,10 @@ int tok_vocab_size(const Tokenizer *t) { return t->vocab_size; }
 const char *tok_pretokenizer_name(const Tokenizer *t) { return t->pretok_name; }
 
 const char *tok_piece(const Tokenizer *t, int id, size_t *len) {
-    if (id < 0 || id >= t->vocab_size || t->piece_len[id] == UINT32_MAX) { if (len) *len = 0; return NULL; }
+    if (id < 0 || id >= t->vocab_size || t->piece_len[id] == UINT32_MAX) {
+        if (len) *len = 0;
+        return NULL;
+    }
     if (len) *len = t->piece_len[id];
     return t->arena + t->piece_off[id];
 }
@@ -898,7 +1008,8 @@ int tok_is_added(const Tokenizer *t, int id) {
 int tok_id(const Tokenizer *t, const char *s) {
     size_t n = strlen(s);
     for (size_t i = 0; i < t->n_added; i++)
-        if (t->added[i].len == n && memcmp(t->arena + t->added[i].off, s, n) == 0) return t->added[i].id;
+        if (t->added[i].len == n && memcmp(t->arena + t->added[i].off, s, n) == 0)
+            return t->added[i].id;
     return n ? tok__vocab_find(t, s, n) : -1;
 }
 
@@ -937,7 +1048,10 @@ static void tok__heap_push(TokBpe *w, TokHeapItem it) {
         w->heap = h; w->heap_cap = cap;
     }
     size_t i = w->heap_n++;
-    while (i > 0 && tok__heap_less(&it, &w->heap[(i - 1) / 2])) { w->heap[i] = w->heap[(i - 1) / 2]; i = (i - 1) / 2; }
+    while (i > 0 && tok__heap_less(&it, &w->heap[(i - 1) / 2])) {
+        w->heap[i] = w->heap[(i - 1) / 2];
+        i = (i - 1) / 2;
+    }
     w->heap[i] = it;
 }
 
@@ -997,7 +1111,8 @@ static void tok__bpe_piece(const Tokenizer *t, TokBpe *w, const char *s, size_t 
         while (w->heap_n) {
             TokHeapItem it = tok__heap_pop(w);
             /* stale entries: a side was merged away or changed since the pair was queued */
-            if (w->sym[it.left] != it.left_id || w->next[it.left] != it.right || w->sym[it.right] != it.right_id)
+            if (w->sym[it.left] != it.left_id || w->next[it.left] != it.right ||
+                w->sym[it.right] != it.right_id)
                 continue;
             const TokMergeSlot *m = tok__merge_find(t, it.left_id, it.right_id);
             w->sym[it.left] = m->merged;
@@ -1050,8 +1165,8 @@ static void tok__split(TokSplit *sp, int stage, size_t lo, size_t hi) {
 }
 
 /* One stretch of ordinary text: UTF-8 clean-up, normalizer, pre-tokenizer, BPE. */
-static int tok__encode_text(const Tokenizer *t, const char *text, size_t len, TokBpe *bpe, TokIds *out,
-                            void (*fn)(void *, const char *, size_t), void *ctx) {
+static int tok__encode_text(const Tokenizer *t, const char *text, size_t len, TokBpe *bpe,
+                            TokIds *out, void (*fn)(void *, const char *, size_t), void *ctx) {
     if (len == 0) return 0;
     uint32_t *cps = (uint32_t *)malloc((len + 1) * sizeof *cps);
     uint32_t *off = (uint32_t *)malloc((len + 1) * sizeof *off);
@@ -1111,7 +1226,8 @@ static int tok__word_char_before(const char *text, size_t i) {
     return tok__word_char_at(text + back, i - back);
 }
 
-int tok_encode(const Tokenizer *t, const char *text, size_t len, TokSpecialMode mode, int32_t **ids, size_t *n) {
+int tok_encode(const Tokenizer *t, const char *text, size_t len, TokSpecialMode mode, int32_t **ids,
+               size_t *n) {
     TokIds out = { 0 };
     TokBpe bpe = { 0 };
     int rc = 0;
@@ -1124,7 +1240,8 @@ int tok_encode(const Tokenizer *t, const char *text, size_t len, TokSpecialMode 
             const TokAdded *a = &t->added[t->added_by_byte[b][k]];
             if (mode == TOK_SPECIAL_NONSPECIAL_ONLY && a->special) continue;
             if (a->len > len - i || memcmp(text + i, t->arena + a->off, a->len) != 0) continue;
-            if (a->single_word && (tok__word_char_before(text, i) || tok__word_char_at(text + i + a->len, len - i - a->len)))
+            if (a->single_word && (tok__word_char_before(text, i) ||
+                                   tok__word_char_at(text + i + a->len, len - i - a->len)))
                 continue;
             hit = a;
             break;
@@ -1140,7 +1257,10 @@ int tok_encode(const Tokenizer *t, const char *text, size_t len, TokSpecialMode 
                 if (st || !tok_uni_is_space(cp)) break;
                 end = back;
             }
-        if (tok__encode_text(t, text + span, end - span, &bpe, &out, NULL, NULL)) { rc = -1; break; }
+        if (tok__encode_text(t, text + span, end - span, &bpe, &out, NULL, NULL)) {
+            rc = -1;
+            break;
+        }
         tok__push(&out, hit->id);
         i += hit->len;
         if (hit->rstrip)
@@ -1152,7 +1272,8 @@ int tok_encode(const Tokenizer *t, const char *text, size_t len, TokSpecialMode 
             }
         span = i;
     }
-    if (rc == 0 && !out.oom && tok__encode_text(t, text + span, len - span, &bpe, &out, NULL, NULL)) rc = -1;
+    if (rc == 0 && !out.oom && tok__encode_text(t, text + span, len - span, &bpe, &out, NULL, NULL))
+        rc = -1;
     free(bpe.sym); free(bpe.prev); free(bpe.next); free(bpe.heap);
     if (rc || out.oom) { free(out.v); *ids = NULL; *n = 0; return -1; }
     *ids = out.v; *n = out.n;
@@ -1185,7 +1306,8 @@ static const char tok__fffd[3] = { (char)0xEF, (char)0xBF, (char)0xBD };
 
 /* Feeds bytes through the pending buffer, emitting every complete character, U+FFFD for
  * invalid subparts, and keeping an incomplete tail (at most 3 bytes) in s->pending. */
-static void tok__stream_bytes(TokStream *s, const unsigned char *b, size_t n, char *out, size_t cap, size_t *pos) {
+static void tok__stream_bytes(TokStream *s, const unsigned char *b, size_t n, char *out, size_t cap,
+                              size_t *pos) {
     size_t i = 0;
     while (i < n) {
         if (s->npending == 0) {
@@ -1238,7 +1360,8 @@ size_t tok_stream_feed(const Tokenizer *t, TokStream *s, int id, char *out, size
     return pos;
 }
 
-int tok_decode(const Tokenizer *t, const int32_t *ids, size_t n, int skip_special, char **out, size_t *out_len) {
+int tok_decode(const Tokenizer *t, const int32_t *ids, size_t n, int skip_special, char **out,
+               size_t *out_len) {
     size_t cap = 64, len = 0;
     for (size_t i = 0; i < n; i++) { size_t l; if (tok_piece(t, ids[i], &l)) cap += 3 * l; }
     cap += 8;

@@ -10,13 +10,16 @@
 typedef struct { TokenList prompt, full, tf_pred, mtp_pred; } Reference;
 
 /* One list of token ids from REF: 0, or -1 with err naming the file and the list. */
-static int json_id_list(const JsonValue *root, const char *key, const char *path, int required, TokenList *l,
-                        char *err, size_t err_len) {
+static int json_id_list(const JsonValue *root, const char *key, const char *path, int required,
+                        TokenList *l, char *err, size_t err_len) {
     l->ids = NULL;
     l->n = l->cap = 0;
     const JsonValue *v = json_get(root, key);
     if (!v) {
-        if (required) { snprintf(err, err_len, "%s: field \"%s\" is missing", path, key); return -1; }
+        if (required) {
+            snprintf(err, err_len, "%s: field \"%s\" is missing", path, key);
+            return -1;
+        }
         return 0;
     }
     if (json_type(v) != JSON_ARRAY || json_len(v) > INT32_MAX) {
@@ -43,7 +46,8 @@ static void reference_free(Reference *r) {
 
 /* REF's text → Reference: 0, or -1 with one line in err naming `path` (its first 200 bytes, so the
    reason always fits) (fuzzed: tests/fuzz/fuzz_ref.c). */
-static int reference_parse(const char *text, size_t len, const char *path, Reference *r, char *err, size_t err_len) {
+static int reference_parse(const char *text, size_t len, const char *path, Reference *r, char *err,
+                           size_t err_len) {
     memset(r, 0, sizeof *r);
     char jerr[256];
     JsonDoc *doc = json_parse(text, len, jerr, sizeof jerr);
@@ -55,10 +59,14 @@ static int reference_parse(const char *text, size_t len, const char *path, Refer
         json_id_list(root, "tf_pred", path, 0, &r->tf_pred, err, err_len) ||
         json_id_list(root, "mtp_pred", path, 0, &r->mtp_pred, err, err_len)) goto done;
     if (r->prompt.n < 1) { snprintf(err, err_len, "%.200s: prompt_ids is empty", path); goto done; }
-    if (r->full.n < r->prompt.n) { snprintf(err, err_len, "%.200s: full_ids is shorter than prompt_ids", path); goto done; }
+    if (r->full.n < r->prompt.n) {
+        snprintf(err, err_len, "%.200s: full_ids is shorter than prompt_ids", path);
+        goto done;
+    }
     for (int i = 0; i < r->prompt.n; i++)
         if (r->full.ids[i] != r->prompt.ids[i]) {
-            snprintf(err, err_len, "%.200s: full_ids does not start with prompt_ids (position %d)", path, i);
+            snprintf(err, err_len, "%.200s: full_ids does not start with prompt_ids (position %d)",
+                     path, i);
             goto done;
         }
     rc = 0;
@@ -90,7 +98,9 @@ static int compare_predictions(const char *what, const int *got, const int *expe
     int ok = 0;
     for (int i = 0; i < n; i++) {
         if (got[i] == expected[i]) ok++;
-        else fprintf(stderr, "%s mismatch at position %d: expected %d, got %d\n", what, i, expected[i], got[i]);
+        else
+            fprintf(stderr, "%s mismatch at position %d: expected %d, got %d\n", what, i,
+                    expected[i], got[i]);
     }
     return ok;
 }
@@ -117,7 +127,8 @@ typedef struct {
     double mtp_seconds;
 } TeacherForcing;
 
-static void teacher_forcing_chunk(void *user, int pos0, int S, const float *logits, const float *hidden) {
+static void teacher_forcing_chunk(void *user, int pos0, int S, const float *logits,
+                                  const float *hidden) {
     TeacherForcing *tf = user;
     const int V = tf->model->c.vocab, slots = tf->ref->full.n - 1;
     for (int r = 0; r < S; r++) tf->pred[pos0 + r] = argmax(logits + (size_t)r * V, V);
@@ -125,17 +136,29 @@ static void teacher_forcing_chunk(void *user, int pos0, int S, const float *logi
     const int n = slots - pos0 < S ? slots - pos0 : S;
     if (!tf->with_mtp || n <= 0) return;
     double t0 = now_seconds();
-    mtp_forward(tf->model, tf->state, tf->opt, tf->ref->full.ids + pos0 + 1, hidden, n, pos0, tf->mtp_hidden, tf->mtp_logits, 0);
+    mtp_forward(tf->model, tf->state, tf->opt, tf->ref->full.ids + pos0 + 1, hidden, n, pos0,
+                tf->mtp_hidden, tf->mtp_logits, 0);
     for (int r = 0; r < n; r++) tf->mtp_pred[pos0 + r] = argmax(tf->mtp_logits + (size_t)r * V, V);
     tf->mtp_seconds += now_seconds() - t0;
 }
 
-static int run_teacher_forcing(Model *m, RunState *s, const ForwardOptions *opt, const Reference *ref, int with_mtp) {
+static int run_teacher_forcing(Model *m, RunState *s, const ForwardOptions *opt,
+                               const Reference *ref, int with_mtp) {
     const Config *c = &m->c;
-    const int N = ref->full.n, M = N - 1, H = c->hidden, V = c->vocab, B = sink_rows(s);   /* the sink's chunks */
+    /* the sink's chunks */
+    const int N = ref->full.n, M = N - 1, H = c->hidden, V = c->vocab, B = sink_rows(s);
     if (with_mtp && !c->n_mtp) die("MTP=1 but the model has no MTP layer");
-    TeacherForcing tf = { m, s, opt, ref, xmalloc((size_t)N * sizeof(int)), xmalloc((size_t)(M > 0 ? M : 1) * sizeof(int)),
-                          0xcbf29ce484222325ull, with_mtp, NULL, NULL, 0.0 };
+    TeacherForcing tf = { m,
+                          s,
+                          opt,
+                          ref,
+                          xmalloc((size_t)N * sizeof(int)),
+                          xmalloc((size_t)(M > 0 ? M : 1) * sizeof(int)),
+                          0xcbf29ce484222325ull,
+                          with_mtp,
+                          NULL,
+                          NULL,
+                          0.0 };
     if (with_mtp) {
         tf.mtp_hidden = xmalloc((size_t)B * H * sizeof(float));
         tf.mtp_logits = xmalloc((size_t)B * V * sizeof(float));
@@ -148,7 +171,8 @@ static int run_teacher_forcing(Model *m, RunState *s, const ForwardOptions *opt,
     double dt = now_seconds() - t0 - tf.mtp_seconds;
     generator_free(g);
     print_ids(stdout, "TF pred", tf.pred, N);
-    printf("TF logits hash: %016llx\n", (unsigned long long)tf.logits_hash);   /* bitwise identity checks */
+    /* bitwise identity checks */
+    printf("TF logits hash: %016llx\n", (unsigned long long)tf.logits_hash);
     int failed = 0;
     if (ref->tf_pred.n) {
         if (ref->tf_pred.n != N) die("REF: tf_pred has %d entries, full_ids %d", ref->tf_pred.n, N);
@@ -156,11 +180,13 @@ static int run_teacher_forcing(Model *m, RunState *s, const ForwardOptions *opt,
         printf("PREFILL (teacher-forcing) C vs oracle: %d/%d positions\n", ok, N);
         failed |= ok != N;
     }
-    fprintf(stderr, "glm: teacher-forced prefill of %d tokens in %.3f s (%.1f tok/s)\n", N, dt, N / dt);
+    fprintf(stderr, "glm: teacher-forced prefill of %d tokens in %.3f s (%.1f tok/s)\n", N, dt,
+            N / dt);
     if (with_mtp) {
         print_ids(stdout, "MTP pred", tf.mtp_pred, M);
         if (ref->mtp_pred.n) {
-            if (ref->mtp_pred.n != M) die("REF: mtp_pred has %d entries, expected %d", ref->mtp_pred.n, M);
+            if (ref->mtp_pred.n != M)
+                die("REF: mtp_pred has %d entries, expected %d", ref->mtp_pred.n, M);
             int ok = compare_predictions("MTP", tf.mtp_pred, ref->mtp_pred.ids, M);
             printf("MTP C vs oracle: %d/%d\n", ok, M);
             failed |= ok != M;
@@ -176,8 +202,8 @@ static void collect_token(void *user, int id) { tokens_push(user, id); }
    stop either), compared with the reference continuation: greedy by default; TEMPERATURE > 0
    samples (the comparison is then only informative), so sampled runs can be checked against
    each other, e.g. across SPEC modes. */
-static int run_greedy(Model *m, RunState *s, const ForwardOptions *opt, const Reference *ref, int ngen, SamplerSettings sampling,
-                      SpecMode spec, int draft) {
+static int run_greedy(Model *m, RunState *s, const ForwardOptions *opt, const Reference *ref,
+                      int ngen, SamplerSettings sampling, SpecMode spec, int draft) {
     const int P = ref->prompt.n;
     Generator *g = generator_create(m, s, opt, sampling);
     generator_set_speculation(g, spec, draft);
@@ -193,9 +219,13 @@ static int run_greedy(Model *m, RunState *s, const ForwardOptions *opt, const Re
     double t2 = now_seconds();
     print_ids(stdout, "Generated", out.ids, out.n);
     int expected = ref->full.n - P < out.n ? ref->full.n - P : out.n;
-    int ok = compare_predictions(sampling.temperature > 0 ? "Sampled" : "Greedy", out.ids, ref->full.ids + P, expected);
-    printf("Matching tokens: %d/%d%s\n", ok, expected, sampling.temperature > 0 ? " (sampled: not expected to match)" : "");
-    fprintf(stderr, "glm: prefill %d tokens %.3f s | decode %d tokens %.3f s (%.2f tok/s) | peak RSS %.2f GB\n",
+    int ok = compare_predictions(sampling.temperature > 0 ? "Sampled" : "Greedy", out.ids,
+                                 ref->full.ids + P, expected);
+    printf("Matching tokens: %d/%d%s\n", ok, expected,
+           sampling.temperature > 0 ? " (sampled: not expected to match)" : "");
+    fprintf(stderr,
+            "glm: prefill %d tokens %.3f s | decode %d tokens %.3f s (%.2f tok/s) | peak RSS %.2f "
+            "GB\n",
             P, t1 - t0, out.n, t2 - t1, out.n > 1 ? (out.n - 1) / (t2 - t1) : 0.0, peak_rss_gb());
     if (g_verbose) print_spec_stats(g, NULL);
     generator_free(g);
@@ -213,7 +243,9 @@ static void run_replay(Model *m, RunState *s, const ForwardOptions *opt, const R
     Generator *g = generator_create(m, s, opt, (SamplerSettings){ 0.0f, 1.0f, 1 });
     ExpertStore *store = &m->experts;
     const double faulting = expert_store_end_populate(store, 0);
-    if (faulting > 0) fprintf(stderr, "glm: expert slots faulted in before the REPLAY timer started: %.2f s\n", faulting);
+    if (faulting > 0)
+        fprintf(stderr, "glm: expert slots faulted in before the REPLAY timer started: %.2f s\n",
+                faulting);
     long long h0 = store->hits, m0 = store->misses;
     double t0 = now_seconds();
     for (int i = 0; i < N; i++) generator_prefill(g, &ref->full.ids[i], 1);
@@ -270,19 +302,23 @@ static int run_validation(const Settings *set) {
     for (int k = 0; k < 4; k++)
         for (int i = 0; i < lists[k]->n; i++)
             if (lists[k]->ids[i] >= model.c.vocab)
-                die("%s: %s[%d] = %d is outside the model's vocabulary (%d)", set->ref_path, list_names[k], i, lists[k]->ids[i], model.c.vocab);
+                die("%s: %s[%d] = %d is outside the model's vocabulary (%d)", set->ref_path,
+                    list_names[k], i, lists[k]->ids[i], model.c.vocab);
     RunState state;
     ForwardOptions opt = engine_start(set, &model, &state, capacity);
     double t0 = now_seconds();
     int failed = 0;
     if (set->replay) run_replay(&model, &state, &opt, &ref);
-    else if (set->teacher_forcing) failed = run_teacher_forcing(&model, &state, &opt, &ref, set->mtp);
+    else if (set->teacher_forcing)
+        failed = run_teacher_forcing(&model, &state, &opt, &ref, set->mtp);
     else {
         const uint64_t seed = set->seed ? set->seed : clock_seed();
         if (set->temperature > 0)
-            say_detail("sampling: TEMPERATURE %g, NUCLEUS %g, SEED %llu", set->temperature, set->top_p, (unsigned long long)seed);
-        failed = run_greedy(&model, &state, &opt, &ref, ngen, (SamplerSettings){ set->temperature, set->top_p, seed },
-                            set->spec_mode, set->draft);
+            say_detail("sampling: TEMPERATURE %g, NUCLEUS %g, SEED %llu", set->temperature,
+                       set->top_p, (unsigned long long)seed);
+        failed = run_greedy(&model, &state, &opt, &ref, ngen,
+                            (SamplerSettings){ set->temperature, set->top_p, seed }, set->spec_mode,
+                            set->draft);
     }
     print_expert_stats(&model.experts, now_seconds() - t0);
     fprintf(stderr, "glm: peak RSS %.2f GB\n", peak_rss_gb());

@@ -32,7 +32,8 @@ static const char *const WEB_PHASE_NAMES[] = { "idle", "prefill", "decode" };
 typedef struct {
     int phase;
     long long requests;                 /* answers begun since the start */
-    int prompt_tokens, reused;          /* reused: the cached prefix (-1 until the prefill starts) */
+    /* reused: the cached prefix (-1 until the prefill starts) */
+    int prompt_tokens, reused;
     int prefilled;                      /* prompt tokens whose forward has finished */
     int chunk_pos0, chunk_tokens;       /* the forward in progress */
     int layer, n_layers;                /* its layer */
@@ -142,7 +143,8 @@ static void web_write_request(JsonWriter *jw, const WebMonitor *w) {
     const int phase = WEB_GET(w->phase);
     const double t_start = WEB_GET(w->t_start), t_first = WEB_GET(w->t_first);
     const double t_last = WEB_GET(w->t_last), t_end = WEB_GET(w->t_end), now = now_seconds();
-    const int generated = WEB_GET(w->generated), prompt = WEB_GET(w->prompt_tokens), reused = WEB_GET(w->reused);
+    const int generated = WEB_GET(w->generated), prompt = WEB_GET(w->prompt_tokens),
+              reused = WEB_GET(w->reused);
     jw_key(jw, "request");
     jw_obj(jw);
     jw_kstr(jw, "phase", WEB_PHASE_NAMES[phase]);
@@ -162,8 +164,14 @@ static void web_write_request(JsonWriter *jw, const WebMonitor *w) {
     double fraction = 1;
     if (phase == WEB_PREFILL) {
         const int n_layers = WEB_GET(w->n_layers), layer = WEB_GET(w->layer);
-        const double in_chunk = n_layers ? (double)WEB_GET(w->chunk_tokens) * (layer < n_layers ? layer : n_layers) / n_layers : 0;
-        fraction = to_do > 0 ? fmin(1.0, ((WEB_GET(w->chunk_pos0) - (reused < 0 ? 0 : reused)) + in_chunk) / to_do) : 0;
+        const double in_chunk = n_layers ? (double)WEB_GET(w->chunk_tokens) *
+                                               (layer < n_layers ? layer : n_layers) / n_layers
+                                         : 0;
+        fraction =
+            to_do > 0
+                ? fmin(1.0,
+                       ((WEB_GET(w->chunk_pos0) - (reused < 0 ? 0 : reused)) + in_chunk) / to_do)
+                : 0;
         if (reused < 0) fraction = 0;
     }
     jw_knum(jw, "fraction", fraction);
@@ -172,7 +180,8 @@ static void web_write_request(JsonWriter *jw, const WebMonitor *w) {
     jw_key(jw, "time_to_first_token_seconds");
     if (t_first > 0) jw_num(jw, t_first - t_start);
     else jw_null(jw);
-    jw_key(jw, "prefill_tokens_per_second");   /* prompt tokens run over the time to the first token */
+    /* prompt tokens run over the time to the first token */
+    jw_key(jw, "prefill_tokens_per_second");
     if (t_first > t_start && to_do > 0) jw_num(jw, to_do / (t_first - t_start));
     else jw_null(jw);
     jw_key(jw, "decode_tokens_per_second");    /* tokens after the first over the time since it */
@@ -245,7 +254,8 @@ static void web_write_experts(JsonWriter *jw, const ExpertStore *st) {
         jw_arr_end(jw);
         jw_key(jw, "routed");   /* times chosen, per expert id */
         jw_arr(jw);
-        for (int e = 0; e < st->n_experts; e++) jw_int(jw, WEB_GET(st->route_counts[(size_t)l * st->n_experts + e]));
+        for (int e = 0; e < st->n_experts; e++)
+            jw_int(jw, WEB_GET(st->route_counts[(size_t)l * st->n_experts + e]));
         jw_arr_end(jw);
         jw_obj_end(jw);
     }
@@ -270,7 +280,8 @@ static void web_respond_stats(const Server *srv, HttpResponse *res) {
     web_write_request(&jw, w);
     jw_key(&jw, "request_experts");   /* this answer's share of the counters below */
     jw_obj(&jw);
-    const long long dh = WEB_GET(st->hits) - WEB_GET(w->hits0), dm = WEB_GET(st->misses) - WEB_GET(w->misses0);
+    const long long dh = WEB_GET(st->hits) - WEB_GET(w->hits0),
+                    dm = WEB_GET(st->misses) - WEB_GET(w->misses0);
     jw_kint(&jw, "hits", dh);
     jw_kint(&jw, "misses", dm);
     jw_key(&jw, "hit_rate");
@@ -291,8 +302,9 @@ static void web_respond_stats(const Server *srv, HttpResponse *res) {
 
 /* The page's files: the only origin is this server (connect-src 'self'), no inline script, no
    frames; model text never becomes markup (app.js builds text nodes), this is the second wall. */
-static const char WEB_CSP[] = "default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self' data:; "
-                              "connect-src 'self'; form-action 'none'; frame-ancestors 'none'; base-uri 'none'";
+static const char WEB_CSP[] =
+    "default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self' data:; "
+    "connect-src 'self'; form-action 'none'; frame-ancestors 'none'; base-uri 'none'";
 
 static const WebAsset *web_asset(const char *path) {
     if (!strcmp(path, "/")) path = "/index.html";
@@ -310,7 +322,8 @@ static int web_quick(const Server *srv, const HttpRequest *req, HttpResponse *re
         ApiError e = { 0 };
         if (!get) api_fail(&e, 405, NULL, NULL, "/stats takes GET");
         else if (!http_auth_ok(req, srv->set->api_key))
-            api_fail(&e, 401, NULL, "invalid_api_key", "missing or wrong API key (send Authorization: Bearer KEY or x-api-key: KEY)");
+            api_fail(&e, 401, NULL, "invalid_api_key",
+                     "missing or wrong API key (send Authorization: Bearer KEY or x-api-key: KEY)");
         if (e.status == 405) http_add_header(res, "Allow", "GET, HEAD");
         if (e.status) server_respond_error(req, res, &e, t0);
         else web_respond_stats(srv, res);   /* polled every second: not logged */

@@ -50,7 +50,10 @@ static int cmp_double(const void *a, const void *b) {
     double x = *(const double *)a, y = *(const double *)b;
     return x < y ? -1 : x > y;
 }
-static double median(double *v, int n) { qsort(v, (size_t)n, sizeof *v, cmp_double); return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]); }
+static double median(double *v, int n) {
+    qsort(v, (size_t)n, sizeof *v, cmp_double);
+    return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
+}
 
 /* ---- The arena ----------------------------------------------------------------------------- */
 
@@ -72,8 +75,9 @@ static void arena_init(size_t bytes) {
     arena = alloc_huge(bytes);
     #pragma omp parallel
     {
-        uint64_t st = 0x9E3779B97F4A7C15ull ^ (uint64_t)(omp_get_thread_num() + 1) * 0x100000001B3ull;
-        #pragma omp for schedule(static)
+        uint64_t st =
+            0x9E3779B97F4A7C15ull ^ (uint64_t)(omp_get_thread_num() + 1) * 0x100000001B3ull;
+#pragma omp for schedule(static)
         for (size_t i = 0; i < bytes / 8; i++) {
             st ^= st << 13; st ^= st >> 7; st ^= st << 17;
             ((uint64_t *)arena)[i] = st;
@@ -117,13 +121,18 @@ static QTensor carve(QtFormat f, int64_t group, int64_t rows, int64_t cols, size
     if (*offset + bytes > arena_size) { fprintf(stderr, "kbench: arena too small\n"); exit(1); }
     *offset += (bytes + 63) / 64 * 64;
     size_t ns = (size_t)(rows * qt_groups_per_row(&t));
-    if (scale_pool_used + ns > scale_pool_n) { fprintf(stderr, "kbench: scale pool too small\n"); exit(1); }
+    if (scale_pool_used + ns > scale_pool_n) {
+        fprintf(stderr, "kbench: scale pool too small\n");
+        exit(1);
+    }
     t.scales = scale_pool + scale_pool_used;
     scale_pool_used += (ns + 15) / 16 * 16;
     return t;
 }
 
-static size_t tensor_bytes(const QTensor *t) { return (size_t)(t->rows * t->row_bytes) + (size_t)(t->rows * qt_groups_per_row(t)) * 4; }
+static size_t tensor_bytes(const QTensor *t) {
+    return (size_t)(t->rows * t->row_bytes) + (size_t)(t->rows * qt_groups_per_row(t)) * 4;
+}
 
 /* ---- Expert FFN (S = 1 decode) -------------------------------------------------------------- */
 
@@ -158,7 +167,8 @@ static int make_experts(Expert *ex, QtFormat f, int64_t group) {
 
 static void add_ranges(Range *r, int *nr, const QTensor *t) {
     r[(*nr)++] = (Range){ t->data, (size_t)(t->rows * t->row_bytes) };
-    r[(*nr)++] = (Range){ (const uint8_t *)t->scales, (size_t)(t->rows * qt_groups_per_row(t)) * 4 };
+    r[(*nr)++] =
+        (Range){ (const uint8_t *)t->scales, (size_t)(t->rows * qt_groups_per_row(t)) * 4 };
 }
 
 typedef struct { double kernel_gbs, read_gbs, ratio; } Pair;
@@ -172,8 +182,11 @@ static void ffn_setup(QtFormat f, int64_t group) {
     ffn_ne = make_experts(ffn_ex, f, group);
     ffn_nr = 0; ffn_bytes = 0;
     for (int e = 0; e < ffn_ne; e++) {
-        add_ranges(ffn_ranges, &ffn_nr, &ffn_ex[e].gate); add_ranges(ffn_ranges, &ffn_nr, &ffn_ex[e].up); add_ranges(ffn_ranges, &ffn_nr, &ffn_ex[e].down);
-        ffn_bytes += tensor_bytes(&ffn_ex[e].gate) + tensor_bytes(&ffn_ex[e].up) + tensor_bytes(&ffn_ex[e].down);
+        add_ranges(ffn_ranges, &ffn_nr, &ffn_ex[e].gate);
+        add_ranges(ffn_ranges, &ffn_nr, &ffn_ex[e].up);
+        add_ranges(ffn_ranges, &ffn_nr, &ffn_ex[e].down);
+        ffn_bytes += tensor_bytes(&ffn_ex[e].gate) + tensor_bytes(&ffn_ex[e].up) +
+                     tensor_bytes(&ffn_ex[e].down);
     }
 }
 
@@ -207,14 +220,23 @@ static Pair bench_ffn(QtFormat f, int64_t group, int threads, QtKernel k) {
 static void bench_prefetch_scan(void) {
     const int dist[] = { 0, 512, 1024, 2048, 4096, 8192 };
     const int nd = 6;
-    printf("\nprefetch distance scan, int4 expert FFN (vnni/best kernel), ratio to the plain read, median of %d:\n", REPS);
-    const struct { QtFormat f; int64_t g; const char *name; } fm[] = { { QT_INT4_ROW, 0, "int4-row" }, { QT_INT4_GROUP, 64, "int4-g64" } };
+    printf("\nprefetch distance scan, int4 expert FFN (vnni/best kernel), ratio to the plain read, "
+           "median of %d:\n",
+           REPS);
+    const struct {
+        QtFormat f;
+        int64_t g;
+        const char *name;
+    } fm[] = { { QT_INT4_ROW, 0, "int4-row" }, { QT_INT4_GROUP, 64, "int4-g64" } };
     for (int fi = 0; fi < 2; fi++) {
         ffn_setup(fm[fi].f, fm[fi].g);
         for (int th = 1; th <= 2; th++) {
             double r[8][32];
             for (int rep = 0; rep < REPS; rep++)
-                for (int d = 0; d < nd; d++) { qt_set_prefetch(dist[d]); r[d][rep] = ffn_rep(th, QT_KERNEL_AUTO).ratio; }
+                for (int d = 0; d < nd; d++) {
+                    qt_set_prefetch(dist[d]);
+                    r[d][rep] = ffn_rep(th, QT_KERNEL_AUTO).ratio;
+                }
             printf("  %-9s %dt", fm[fi].name, th);
             for (int d = 0; d < nd; d++) printf("  pf %4d: %.3f", dist[d], median(r[d], REPS));
             printf("\n");
@@ -226,14 +248,16 @@ static void bench_prefetch_scan(void) {
 
 /* ---- Dense shapes: copies of one tensor cycling through the arena --------------------------- */
 
-static Pair bench_dense(QtFormat f, int64_t group, int64_t rows, int64_t cols, int threads, QtKernel k, int *copies_out) {
+static Pair bench_dense(QtFormat f, int64_t group, int64_t rows, int64_t cols, int threads,
+                        QtKernel k, int *copies_out) {
     static QTensor copies[256];
     static Range ranges[512];
     size_t off = 0;
     scale_pool_used = 0;
     int n = 0, nr = 0;
     size_t bytes = 0;
-    while (n < 256 && off + (size_t)(rows * qt_row_bytes(f, cols)) + 64 <= arena_size && (n < 2 || bytes < (768u << 20))) {
+    while (n < 256 && off + (size_t)(rows * qt_row_bytes(f, cols)) + 64 <= arena_size &&
+           (n < 2 || bytes < (768u << 20))) {
         copies[n] = carve(f, group, rows, cols, &off);
         add_ranges(ranges, &nr, &copies[n]);
         bytes += tensor_bytes(&copies[n]);
@@ -251,7 +275,9 @@ static Pair bench_dense(QtFormat f, int64_t group, int64_t rows, int64_t cols, i
         double t1 = now();
         sink += plain_read(ranges, nr);
         double t2 = now();
-        kt[rep] = bytes / (t1 - t0) * 1e-9; rt[rep] = bytes / (t2 - t1) * 1e-9; ratio[rep] = kt[rep] / rt[rep];
+        kt[rep] = bytes / (t1 - t0) * 1e-9;
+        rt[rep] = bytes / (t2 - t1) * 1e-9;
+        ratio[rep] = kt[rep] / rt[rep];
     }
     free(x); free(y);
     return (Pair){ median(kt, REPS), median(rt, REPS), median(ratio, REPS) };
@@ -259,7 +285,8 @@ static Pair bench_dense(QtFormat f, int64_t group, int64_t rows, int64_t cols, i
 
 /* ---- Cache-resident compute rate ------------------------------------------------------------ */
 
-static double bench_l2(QtFormat f, int64_t group, int64_t rows, int64_t cols, int S, int threads, QtKernel k) {
+static double bench_l2(QtFormat f, int64_t group, int64_t rows, int64_t cols, int S, int threads,
+                       QtKernel k) {
     QTensor t;
     if (qt_alloc(&t, f, group, rows, cols)) { fprintf(stderr, "kbench: out of memory\n"); exit(1); }
     for (int64_t i = 0; i < rows * t.row_bytes; i++) t.data[i] = (uint8_t)(i * 2654435761u >> 13);
@@ -291,11 +318,14 @@ static void bench_threading(void) {
     for (int i = 0; i < 2048; i++) x[i] = sinf((float)i);
     const QtKernel k = qt_get_kernel();
     const int calls = 2000;
-    printf("\nthread wake-up, %lldx%lld int4-g64 matmul (0.5 MB, cache-resident), %s kernel, us per call (median of %d):\n",
+    printf("\nthread wake-up, %lldx%lld int4-g64 matmul (0.5 MB, cache-resident), %s kernel, us "
+           "per call (median of %d):\n",
            (long long)rows, (long long)cols, qt_kernel_name(k), REPS);
-    printf("  OMP_WAIT_POLICY=%s GOMP_SPINCOUNT=%s\n", getenv("OMP_WAIT_POLICY") ? getenv("OMP_WAIT_POLICY") : "(default)",
+    printf("  OMP_WAIT_POLICY=%s GOMP_SPINCOUNT=%s\n",
+           getenv("OMP_WAIT_POLICY") ? getenv("OMP_WAIT_POLICY") : "(default)",
            getenv("GOMP_SPINCOUNT") ? getenv("GOMP_SPINCOUNT") : "(default)");
-    printf("  thr  %-28s %-28s %s\n", "back to back: steal / static", "after 2 ms serial: steal / static", "omp persistent team + barrier");
+    printf("  thr  %-28s %-28s %s\n", "back to back: steal / static",
+           "after 2 ms serial: steal / static", "omp persistent team + barrier");
     for (int threads = 1; threads <= 2; threads++) {
         omp_set_num_threads(threads);
         double v[2][32], z[2][32], w[32];
@@ -324,12 +354,17 @@ static void bench_threading(void) {
             const int64_t G = qt_groups_per_row(&t);
             a.layout = k == QT_KERNEL_SCALAR ? QT_ACTS_NATURAL : QT_ACTS_CHUNKS;
             a.qstride = qt_acts_stride(&t, a.layout); a.gstride = qt_round_up(G, 16);
-            uint8_t *buf = aligned_alloc(64, (size_t)(cols + a.qstride + 8 * a.gstride + 64) / 64 * 64 + 64);
-            a.raw = (int8_t *)buf; a.q = (int8_t *)buf + cols; a.scale = (float *)(buf + cols + a.qstride);
+            uint8_t *buf =
+                aligned_alloc(64, (size_t)(cols + a.qstride + 8 * a.gstride + 64) / 64 * 64 + 64);
+            a.raw = (int8_t *)buf;
+            a.q = (int8_t *)buf + cols;
+            a.scale = (float *)(buf + cols + a.qstride);
             a.off = (int32_t *)(a.scale + a.gstride);
             qt_prepare_acts_row(&t, x, &a, 0);
-            QtRowsFn fn = k == QT_KERNEL_VNNI ? qt_rows_vnni : k == QT_KERNEL_AVXVNNI ? qt_avxvnni_rows
-                        : k == QT_KERNEL_AVX2 ? qt_avx2_rows : qt_rows_scalar;
+            QtRowsFn fn = k == QT_KERNEL_VNNI      ? qt_rows_vnni
+                          : k == QT_KERNEL_AVXVNNI ? qt_avxvnni_rows
+                          : k == QT_KERNEL_AVX2    ? qt_avx2_rows
+                                                   : qt_rows_scalar;
             double t0 = now();
             #pragma omp parallel
             {
@@ -342,8 +377,8 @@ static void bench_threading(void) {
             w[rep] = (now() - t0) / calls * 1e6;
             free(buf);
         }
-        printf("  %dt   %8.2f / %-17.2f %8.2f / %-17.2f %8.2f\n", threads, median(v[0], REPS), median(v[1], REPS),
-               median(z[0], REPS), median(z[1], REPS), median(w, REPS));
+        printf("  %dt   %8.2f / %-17.2f %8.2f / %-17.2f %8.2f\n", threads, median(v[0], REPS),
+               median(v[1], REPS), median(z[0], REPS), median(z[1], REPS), median(w, REPS));
     }
     qt_free(&t);
 }
@@ -352,8 +387,11 @@ static void bench_l2_table(int quick, QtKernel best) {
     /* Cache-resident compute rate: 256 x 2048 (int8 512 KB, int4 256 KB), S = 1 and S = 8. */
     printf("\ncache-resident (256x2048 weights, L2), GOP/s (2 ops per multiply-add):\n");
     printf("  %-10s %-7s %3s  %8s  %8s\n", "format", "kernel", "thr", "S=1", "S=8");
-    const struct { QtFormat f; int64_t g; const char *name; } l2_fmts[] = {
-        { QT_INT8_ROW, 0, "int8-row" }, { QT_INT4_ROW, 0, "int4-row" }, { QT_INT4_GROUP, 64, "int4-g64" }, { QT_INT2_ROW, 0, "int2-row" } };
+    const struct { QtFormat f; int64_t g; const char *name;
+    } l2_fmts[] = { { QT_INT8_ROW, 0, "int8-row" },
+                    { QT_INT4_ROW, 0, "int4-row" },
+                    { QT_INT4_GROUP, 64, "int4-g64" },
+                    { QT_INT2_ROW, 0, "int2-row" } };
     const QtKernel all[] = { QT_KERNEL_SCALAR, QT_KERNEL_AVX2, QT_KERNEL_AVXVNNI, QT_KERNEL_VNNI };
     for (size_t fi = 0; fi < 4; fi++)
         for (size_t ki = 0; ki < 4; ki++) {
@@ -361,7 +399,8 @@ static void bench_l2_table(int quick, QtKernel best) {
             for (int th = 1; th <= 2; th++) {
                 double a = bench_l2(l2_fmts[fi].f, l2_fmts[fi].g, 256, 2048, 1, th, all[ki]);
                 double b = bench_l2(l2_fmts[fi].f, l2_fmts[fi].g, 256, 2048, 8, th, all[ki]);
-                printf("  %-10s %-7s %3d  %8.1f  %8.1f\n", l2_fmts[fi].name, qt_kernel_name(all[ki]), th, a, b);
+                printf("  %-10s %-7s %3d  %8.1f  %8.1f\n", l2_fmts[fi].name,
+                       qt_kernel_name(all[ki]), th, a, b);
                 fflush(stdout);
             }
         }
@@ -378,8 +417,12 @@ static void bench_l2_table(int quick, QtKernel best) {
     "xmm23", "xmm24", "xmm25", "xmm26", "xmm27", "xmm28", "xmm29", "xmm30", "xmm31"
 __attribute__((target("avx512f,avx512vnni"))) static void peak_loop_vnni(long it) {
 #define KB_ZMM(i) "vpdpbusd %%zmm12, %%zmm13, %%zmm" #i "\n"
-    __asm__ volatile("vpternlogd $0xff, %%zmm12, %%zmm12, %%zmm12\n vpternlogd $0xff, %%zmm13, %%zmm13, %%zmm13\n"
-                     "1:\n" KB_TWELVE(KB_ZMM) "dec %0\n jnz 1b\n" : "+r"(it) : : KB_CLOBBER, "cc");
+    __asm__ volatile("vpternlogd $0xff, %%zmm12, %%zmm12, %%zmm12\n vpternlogd $0xff, %%zmm13, "
+                     "%%zmm13, %%zmm13\n"
+                     "1:\n" KB_TWELVE(KB_ZMM) "dec %0\n jnz 1b\n"
+                     : "+r"(it)
+                     :
+                     : KB_CLOBBER, "cc");
 }
 __attribute__((target("avx2,avxvnni"))) static void peak_loop_avxvnni(long it) {
 #define KB_VEX(i) "%{vex%} vpdpbusd %%ymm12, %%ymm13, %%ymm" #i "\n"
@@ -395,7 +438,9 @@ __attribute__((target("avx2"))) static void peak_loop_avx2(long it) {
 /* GOP/s (2 ops per u8 x s8 product) of the instruction of kernel k on `threads` threads: one
    timing of `it` iterations, and the median of REPS of 20 million. */
 static double bench_peak_once(QtKernel k, int threads, long it) {
-    void (*loop)(long) = k == QT_KERNEL_VNNI ? peak_loop_vnni : k == QT_KERNEL_AVXVNNI ? peak_loop_avxvnni : peak_loop_avx2;
+    void (*loop)(long) = k == QT_KERNEL_VNNI      ? peak_loop_vnni
+                         : k == QT_KERNEL_AVXVNNI ? peak_loop_avxvnni
+                                                  : peak_loop_avx2;
     const double products = k == QT_KERNEL_VNNI ? 64 : 32;   /* per instruction */
     double t0 = now();
     #pragma omp parallel num_threads(threads)
@@ -404,7 +449,9 @@ static double bench_peak_once(QtKernel k, int threads, long it) {
 }
 
 static double bench_peak(QtKernel k, int threads, const char **name) {
-    *name = k == QT_KERNEL_VNNI ? "vpdpbusd zmm" : k == QT_KERNEL_AVXVNNI ? "vpdpbusd ymm (VEX)" : "vpmaddubsw ymm";
+    *name = k == QT_KERNEL_VNNI      ? "vpdpbusd zmm"
+            : k == QT_KERNEL_AVXVNNI ? "vpdpbusd ymm (VEX)"
+                                     : "vpmaddubsw ymm";
     double v[32];
     for (int rep = 0; rep < REPS; rep++) v[rep] = bench_peak_once(k, threads, 20000000);
     return median(v, REPS);
@@ -416,26 +463,40 @@ static double bench_peak(QtKernel k, int threads, const char **name) {
    to a small static buffer; everything else stays in registers). */
 #define KB_TWENTY_FOUR(op) KB_TWELVE(op) op(12) op(13) op(14) op(15) op(16) op(17) op(18) op(19) op(20) op(21) op(22) op(23)
 #define KB_D(i) "vpdpbusd %%zmm28, %%zmm29, %%zmm" #i "\n"
-#define KB_MIX(name, extra)                                                                                   \
-    __attribute__((target("avx512f,avx512vnni"))) static void name(long it, const int *mem) {                 \
-        __asm__ volatile("vpternlogd $0xff, %%zmm28, %%zmm28, %%zmm28\n vpternlogd $0xff, %%zmm29, %%zmm29, %%zmm29\n" \
-                         "vmovdqa64 %%zmm28, %%zmm24\n vmovdqa64 %%zmm28, %%zmm31\n"                       \
-                         "1:\n" KB_TWENTY_FOUR(KB_D) extra "dec %0\n jnz 1b\n" : "+r"(it) : "r"(mem) : KB_CLOBBER_ALL, "memory", "cc");     \
+#define KB_MIX(name, extra) \
+    __attribute__((target("avx512f,avx512vnni"))) static void name(long it, const int *mem) { \
+        __asm__ volatile("vpternlogd $0xff, %%zmm28, %%zmm28, %%zmm28\n vpternlogd $0xff, " \
+                         "%%zmm29, %%zmm29, %%zmm29\n" \
+                         "vmovdqa64 %%zmm28, %%zmm24\n vmovdqa64 %%zmm28, %%zmm31\n" \
+                         "1:\n" KB_TWENTY_FOUR(KB_D) extra "dec %0\n jnz 1b\n" \
+                         : "+r"(it) \
+                         : "r"(mem) \
+                         : KB_CLOBBER_ALL, "memory", "cc"); \
     }
 KB_MIX(mix_none, "")
-KB_MIX(mix_bcast, "vpbroadcastd (%1), %%zmm25\n vpbroadcastd 4(%1), %%zmm26\n vpbroadcastd 8(%1), %%zmm27\n vpbroadcastd 12(%1), %%zmm25\n"
-                  "vpbroadcastd 16(%1), %%zmm26\n vpbroadcastd 20(%1), %%zmm27\n vpbroadcastd 24(%1), %%zmm25\n vpbroadcastd 28(%1), %%zmm26\n"
-                  "vpbroadcastd 32(%1), %%zmm27\n vpbroadcastd 36(%1), %%zmm25\n vpbroadcastd 40(%1), %%zmm26\n vpbroadcastd 44(%1), %%zmm27\n")
-KB_MIX(mix_mask, "vpandd %%zmm31, %%zmm24, %%zmm25\n vpsrlw $4, %%zmm24, %%zmm26\n vpandd %%zmm31, %%zmm26, %%zmm27\n"
-                 "vpandd %%zmm31, %%zmm24, %%zmm25\n vpsrlw $4, %%zmm24, %%zmm26\n vpandd %%zmm31, %%zmm26, %%zmm27\n")
-KB_MIX(mix_cvt, "vcvtdq2ps %%zmm24, %%zmm25\n vcvtdq2ps %%zmm24, %%zmm26\n vcvtdq2ps %%zmm24, %%zmm27\n vcvtdq2ps %%zmm24, %%zmm25\n")
-KB_MIX(mix_add, "vaddps %%zmm31, %%zmm24, %%zmm25\n vaddps %%zmm31, %%zmm24, %%zmm26\n vaddps %%zmm31, %%zmm24, %%zmm27\n vaddps %%zmm31, %%zmm24, %%zmm25\n")
-KB_MIX(mix_mul, "vmulps %%zmm31, %%zmm24, %%zmm25\n vmulps %%zmm31, %%zmm24, %%zmm26\n vmulps %%zmm31, %%zmm24, %%zmm27\n vmulps %%zmm31, %%zmm24, %%zmm25\n")
+KB_MIX(mix_bcast, "vpbroadcastd (%1), %%zmm25\n vpbroadcastd 4(%1), %%zmm26\n vpbroadcastd 8(%1), "
+                  "%%zmm27\n vpbroadcastd 12(%1), %%zmm25\n"
+                  "vpbroadcastd 16(%1), %%zmm26\n vpbroadcastd 20(%1), %%zmm27\n vpbroadcastd "
+                  "24(%1), %%zmm25\n vpbroadcastd 28(%1), %%zmm26\n"
+                  "vpbroadcastd 32(%1), %%zmm27\n vpbroadcastd 36(%1), %%zmm25\n vpbroadcastd "
+                  "40(%1), %%zmm26\n vpbroadcastd 44(%1), %%zmm27\n")
+KB_MIX(mix_mask, "vpandd %%zmm31, %%zmm24, %%zmm25\n vpsrlw $4, %%zmm24, %%zmm26\n vpandd %%zmm31, "
+                 "%%zmm26, %%zmm27\n"
+                 "vpandd %%zmm31, %%zmm24, %%zmm25\n vpsrlw $4, %%zmm24, %%zmm26\n vpandd %%zmm31, "
+                 "%%zmm26, %%zmm27\n")
+KB_MIX(mix_cvt, "vcvtdq2ps %%zmm24, %%zmm25\n vcvtdq2ps %%zmm24, %%zmm26\n vcvtdq2ps %%zmm24, "
+                "%%zmm27\n vcvtdq2ps %%zmm24, %%zmm25\n")
+KB_MIX(mix_add, "vaddps %%zmm31, %%zmm24, %%zmm25\n vaddps %%zmm31, %%zmm24, %%zmm26\n vaddps "
+                "%%zmm31, %%zmm24, %%zmm27\n vaddps %%zmm31, %%zmm24, %%zmm25\n")
+KB_MIX(mix_mul, "vmulps %%zmm31, %%zmm24, %%zmm25\n vmulps %%zmm31, %%zmm24, %%zmm26\n vmulps "
+                "%%zmm31, %%zmm24, %%zmm27\n vmulps %%zmm31, %%zmm24, %%zmm25\n")
 KB_MIX(mix_load, "vmovdqa64 (%1), %%zmm25\n vmovdqa64 64(%1), %%zmm26\n")
-KB_MIX(mix_shuffle, "vpunpckldq %%zmm31, %%zmm24, %%zmm25\n vpunpckhdq %%zmm31, %%zmm24, %%zmm26\n"
-                    "vpunpcklqdq %%zmm31, %%zmm24, %%zmm27\n vpunpckhqdq %%zmm31, %%zmm24, %%zmm25\n"
-                    "vshufi32x4 $0x44, %%zmm31, %%zmm24, %%zmm25\n vshufi32x4 $0xee, %%zmm31, %%zmm24, %%zmm26\n"
-                    "vshufi32x4 $0x88, %%zmm31, %%zmm24, %%zmm27\n vshufi32x4 $0xdd, %%zmm31, %%zmm24, %%zmm25\n")
+KB_MIX(mix_shuffle,
+       "vpunpckldq %%zmm31, %%zmm24, %%zmm25\n vpunpckhdq %%zmm31, %%zmm24, %%zmm26\n"
+       "vpunpcklqdq %%zmm31, %%zmm24, %%zmm27\n vpunpckhqdq %%zmm31, %%zmm24, %%zmm25\n"
+       "vshufi32x4 $0x44, %%zmm31, %%zmm24, %%zmm25\n vshufi32x4 $0xee, %%zmm31, %%zmm24, %%zmm26\n"
+       "vshufi32x4 $0x88, %%zmm31, %%zmm24, %%zmm27\n vshufi32x4 $0xdd, %%zmm31, %%zmm24, "
+       "%%zmm25\n")
 KB_MIX(mix_store, "vmovdqa64 %%zmm24, 64(%1)\n vmovdqa64 %%zmm24, 128(%1)\n")
 KB_MIX(mix_store_halves, "vmovdqa64 %%ymm24, 64(%1)\n vextracti64x4 $1, %%zmm24, 96(%1)\n"
                          "vmovdqa64 %%ymm24, 128(%1)\n vextracti64x4 $1, %%zmm24, 160(%1)\n")
@@ -454,39 +515,58 @@ __attribute__((target("avx512f,avx512vnni"))) static void mix_embedded(long it, 
    epilogue for the 22 tile elements, variant by variant: none (the accumulators only restart),
    the spec's p = ws·(xs·(isum - off)) added into a lane in memory, the same without the two
    multiplies, and with an fma spec (lane = fma(ws·xs, isum - off, lane)). */
-#define KB_GSTEP(X)                                                                                           \
-    "vpbroadcastd " X "0(%1), %%zmm24\n vpdpbusd %%zmm24, %%zmm22, %%zmm0\n vpdpbusd %%zmm24, %%zmm23, %%zmm1\n"    \
-    "vpbroadcastd " X "4(%1), %%zmm25\n vpdpbusd %%zmm25, %%zmm22, %%zmm2\n vpdpbusd %%zmm25, %%zmm23, %%zmm3\n"    \
-    "vpbroadcastd " X "8(%1), %%zmm24\n vpdpbusd %%zmm24, %%zmm22, %%zmm4\n vpdpbusd %%zmm24, %%zmm23, %%zmm5\n"    \
-    "vpbroadcastd " X "12(%1), %%zmm25\n vpdpbusd %%zmm25, %%zmm22, %%zmm6\n vpdpbusd %%zmm25, %%zmm23, %%zmm7\n"   \
-    "vpbroadcastd " X "16(%1), %%zmm24\n vpdpbusd %%zmm24, %%zmm22, %%zmm8\n vpdpbusd %%zmm24, %%zmm23, %%zmm9\n"   \
-    "vpbroadcastd " X "20(%1), %%zmm25\n vpdpbusd %%zmm25, %%zmm22, %%zmm10\n vpdpbusd %%zmm25, %%zmm23, %%zmm11\n" \
-    "vpbroadcastd " X "24(%1), %%zmm24\n vpdpbusd %%zmm24, %%zmm22, %%zmm12\n vpdpbusd %%zmm24, %%zmm23, %%zmm13\n" \
-    "vpbroadcastd " X "28(%1), %%zmm25\n vpdpbusd %%zmm25, %%zmm22, %%zmm14\n vpdpbusd %%zmm25, %%zmm23, %%zmm15\n" \
-    "vpbroadcastd " X "32(%1), %%zmm24\n vpdpbusd %%zmm24, %%zmm22, %%zmm16\n vpdpbusd %%zmm24, %%zmm23, %%zmm17\n" \
-    "vpbroadcastd " X "36(%1), %%zmm25\n vpdpbusd %%zmm25, %%zmm22, %%zmm18\n vpdpbusd %%zmm25, %%zmm23, %%zmm19\n" \
-    "vpbroadcastd " X "40(%1), %%zmm24\n vpdpbusd %%zmm24, %%zmm22, %%zmm20\n vpdpbusd %%zmm24, %%zmm23, %%zmm21\n"
-#define KB_GCOL(X)                                                                                            \
-    "vmovdqa64 " X "(%2), %%zmm26\n vmovdqa64 " X "+64(%2), %%zmm27\n"                                          \
-    "vpandd %%zmm31, %%zmm26, %%zmm22\n vpandd %%zmm31, %%zmm27, %%zmm23\n" KB_GSTEP("")                         \
-    "vpsrlw $4, %%zmm26, %%zmm26\n vpsrlw $4, %%zmm27, %%zmm27\n"                                                 \
-    "vpandd %%zmm31, %%zmm26, %%zmm22\n vpandd %%zmm31, %%zmm27, %%zmm23\n" KB_GSTEP("64+")
+#define KB_GSTEP(X) \
+    "vpbroadcastd " X \
+    "0(%1), %%zmm24\n vpdpbusd %%zmm24, %%zmm22, %%zmm0\n vpdpbusd %%zmm24, %%zmm23, %%zmm1\n" \
+    "vpbroadcastd " X \
+    "4(%1), %%zmm25\n vpdpbusd %%zmm25, %%zmm22, %%zmm2\n vpdpbusd %%zmm25, %%zmm23, %%zmm3\n" \
+    "vpbroadcastd " X \
+    "8(%1), %%zmm24\n vpdpbusd %%zmm24, %%zmm22, %%zmm4\n vpdpbusd %%zmm24, %%zmm23, %%zmm5\n" \
+    "vpbroadcastd " X \
+    "12(%1), %%zmm25\n vpdpbusd %%zmm25, %%zmm22, %%zmm6\n vpdpbusd %%zmm25, %%zmm23, %%zmm7\n" \
+    "vpbroadcastd " X \
+    "16(%1), %%zmm24\n vpdpbusd %%zmm24, %%zmm22, %%zmm8\n vpdpbusd %%zmm24, %%zmm23, %%zmm9\n" \
+    "vpbroadcastd " X \
+    "20(%1), %%zmm25\n vpdpbusd %%zmm25, %%zmm22, %%zmm10\n vpdpbusd %%zmm25, %%zmm23, %%zmm11\n" \
+    "vpbroadcastd " X \
+    "24(%1), %%zmm24\n vpdpbusd %%zmm24, %%zmm22, %%zmm12\n vpdpbusd %%zmm24, %%zmm23, %%zmm13\n" \
+    "vpbroadcastd " X \
+    "28(%1), %%zmm25\n vpdpbusd %%zmm25, %%zmm22, %%zmm14\n vpdpbusd %%zmm25, %%zmm23, %%zmm15\n" \
+    "vpbroadcastd " X \
+    "32(%1), %%zmm24\n vpdpbusd %%zmm24, %%zmm22, %%zmm16\n vpdpbusd %%zmm24, %%zmm23, %%zmm17\n" \
+    "vpbroadcastd " X \
+    "36(%1), %%zmm25\n vpdpbusd %%zmm25, %%zmm22, %%zmm18\n vpdpbusd %%zmm25, %%zmm23, %%zmm19\n" \
+    "vpbroadcastd " X \
+    "40(%1), %%zmm24\n vpdpbusd %%zmm24, %%zmm22, %%zmm20\n vpdpbusd %%zmm24, %%zmm23, %%zmm21\n"
+#define KB_GCOL(X) \
+    "vmovdqa64 " X "(%2), %%zmm26\n vmovdqa64 " X "+64(%2), %%zmm27\n" \
+    "vpandd %%zmm31, %%zmm26, %%zmm22\n vpandd %%zmm31, %%zmm27, %%zmm23\n" KB_GSTEP( \
+        "") "vpsrlw $4, %%zmm26, %%zmm26\n vpsrlw $4, %%zmm27, %%zmm27\n" \
+            "vpandd %%zmm31, %%zmm26, %%zmm22\n vpandd %%zmm31, %%zmm27, %%zmm23\n" KB_GSTEP("64" \
+                                                                                             "+")
 #define KB_GROUP KB_GCOL("0") KB_GCOL("128") KB_GCOL("256") KB_GCOL("384") KB_GCOL("512") KB_GCOL("640") KB_GCOL("768") KB_GCOL("896")
 #define KB_E_NONE(i) "vpxord %%zmm" #i ", %%zmm" #i ", %%zmm" #i "\n"
-#define KB_E_SPEC(i) "vpsubd " #i "*4(%1)%{1to16%}, %%zmm" #i ", %%zmm30\n vcvtdq2ps %%zmm30, %%zmm30\n"            \
-    "vmulps 128+" #i "*4(%1)%{1to16%}, %%zmm30, %%zmm30\n vmulps %%zmm29, %%zmm30, %%zmm30\n"                      \
+#define KB_E_SPEC(i) \
+    "vpsubd " #i "*4(%1)%{1to16%}, %%zmm" #i ", %%zmm30\n vcvtdq2ps %%zmm30, %%zmm30\n" \
+    "vmulps 128+" #i "*4(%1)%{1to16%}, %%zmm30, %%zmm30\n vmulps %%zmm29, %%zmm30, %%zmm30\n" \
     "vaddps " #i "*1024(%3), %%zmm30, %%zmm30\n vmovaps %%zmm30, " #i "*1024(%3)\n" KB_E_NONE(i)
 #define KB_E_NOMUL(i) "vpsubd " #i "*4(%1)%{1to16%}, %%zmm" #i ", %%zmm30\n vcvtdq2ps %%zmm30, %%zmm30\n"           \
     "vaddps " #i "*1024(%3), %%zmm30, %%zmm30\n vmovaps %%zmm30, " #i "*1024(%3)\n" KB_E_NONE(i)
-#define KB_E_FMA(i) "vpsubd " #i "*4(%1)%{1to16%}, %%zmm" #i ", %%zmm30\n vcvtdq2ps %%zmm30, %%zmm30\n"             \
-    "vmulps 128+" #i "*4(%1)%{1to16%}, %%zmm29, %%zmm26\n vfmadd213ps " #i "*1024(%3), %%zmm26, %%zmm30\n"        \
+#define KB_E_FMA(i) \
+    "vpsubd " #i "*4(%1)%{1to16%}, %%zmm" #i ", %%zmm30\n vcvtdq2ps %%zmm30, %%zmm30\n" \
+    "vmulps 128+" #i "*4(%1)%{1to16%}, %%zmm29, %%zmm26\n vfmadd213ps " #i \
+    "*1024(%3), %%zmm26, %%zmm30\n" \
     "vmovaps %%zmm30, " #i "*1024(%3)\n" KB_E_NONE(i)
 #define KB_TWENTY_TWO(op) KB_TWELVE(op) op(12) op(13) op(14) op(15) op(16) op(17) op(18) op(19) op(20) op(21)
-#define KB_GMIX(name, E)                                                                                      \
-    __attribute__((target("avx512f,avx512bw,avx512vnni"))) static void name(long it, const int *mem, const char *w, float *lanes) { \
-        __asm__ volatile("vpternlogd $0xff, %%zmm31, %%zmm31, %%zmm31\n vpabsb %%zmm31, %%zmm31\n vxorps %%zmm29, %%zmm29, %%zmm29\n" \
-                         "1:\n" KB_GROUP KB_TWENTY_TWO(E) "dec %0\n jnz 1b\n" : "+r"(it) : "r"(mem), "r"(w), "r"(lanes)              \
-                         : KB_CLOBBER_ALL, "memory", "cc");                                                   \
+#define KB_GMIX(name, E) \
+    __attribute__((target("avx512f,avx512bw,avx512vnni"))) static void name( \
+        long it, const int *mem, const char *w, float *lanes) { \
+        __asm__ volatile("vpternlogd $0xff, %%zmm31, %%zmm31, %%zmm31\n vpabsb %%zmm31, " \
+                         "%%zmm31\n vxorps %%zmm29, %%zmm29, %%zmm29\n" \
+                         "1:\n" KB_GROUP KB_TWENTY_TWO(E) "dec %0\n jnz 1b\n" \
+                         : "+r"(it) \
+                         : "r"(mem), "r"(w), "r"(lanes) \
+                         : KB_CLOBBER_ALL, "memory", "cc"); \
     }
 KB_GMIX(gmix_none, KB_E_NONE)
 KB_GMIX(gmix_spec, KB_E_SPEC)
@@ -494,31 +574,35 @@ KB_GMIX(gmix_nomul, KB_E_NOMUL)
 KB_GMIX(gmix_fma, KB_E_FMA)
 
 /* The AVX2 int4 GEMM's instruction mix: vpmaddubsw cannot accumulate, so each of its int16 results
-   costs a vpaddw on the vector pipes as well (the tile sums up to 8 steps in int16: QT_YMM(i16_block)
-   in quant.h), and each step broadcasts its activations and loads its weights. 12 independent
-   vpmaddubsw ymm per iteration, register-resident, alone and with the kernel's additions in its
-   proportions (per 16 vpmaddubsw: 16 vpaddw, 8 vpbroadcastd, 4 loads); then the tile's own 8-step
-   block (quant.h's QT_AVX2_I16_BLOCK, 64 vpmaddubsw) and a whole group-64 group with its epilogue, on
-   L1-resident data. */
+   costs a vpaddw on the vector pipes as well (the tile sums up to 8 steps in int16:
+   QT_YMM(i16_block) in quant.h), and each step broadcasts its activations and loads its weights. 12
+   independent vpmaddubsw ymm per iteration, register-resident, alone and with the kernel's
+   additions in its proportions (per 16 vpmaddubsw: 16 vpaddw, 8 vpbroadcastd, 4 loads); then the
+   tile's own 8-step block (quant.h's QT_AVX2_I16_BLOCK, 64 vpmaddubsw) and a whole group-64 group
+   with its epilogue, on L1-resident data. */
 #define KB_M(i) "vpmaddubsw %%ymm12, %%ymm13, %%ymm" #i "\n"
-#define KB_MIX2(name, extra)                                                                                  \
-    __attribute__((target("avx2"))) static void name(long it, const int *mem, const uint8_t *w) {             \
-        (void)w;                                                                                              \
-        __asm__ volatile("vpcmpeqd %%ymm12, %%ymm12, %%ymm12\n vpabsb %%ymm12, %%ymm13\n"                     \
-                         "1:\n" KB_TWELVE(KB_M) extra "dec %0\n jnz 1b\n" : "+r"(it) : "r"(mem) : KB_CLOBBER, "xmm14", "xmm15", "memory", "cc"); \
+#define KB_MIX2(name, extra) \
+    __attribute__((target("avx2"))) static void name(long it, const int *mem, const uint8_t *w) { \
+        (void)w; \
+        __asm__ volatile("vpcmpeqd %%ymm12, %%ymm12, %%ymm12\n vpabsb %%ymm12, %%ymm13\n" \
+                         "1:\n" KB_TWELVE(KB_M) extra "dec %0\n jnz 1b\n" \
+                         : "+r"(it) \
+                         : "r"(mem) \
+                         : KB_CLOBBER, "xmm14", "xmm15", "memory", "cc"); \
     }
 #define KB_ADDS2 "vpaddw %%ymm12, %%ymm13, %%ymm14\n vpaddw %%ymm13, %%ymm12, %%ymm15\n"
 #define KB_ADDS12 KB_ADDS2 KB_ADDS2 KB_ADDS2 KB_ADDS2 KB_ADDS2 KB_ADDS2
-#define KB_BCASTS6 "vpbroadcastd (%1), %%ymm14\n vpbroadcastd 4(%1), %%ymm15\n vpbroadcastd 8(%1), %%ymm14\n" \
-                   "vpbroadcastd 12(%1), %%ymm15\n vpbroadcastd 16(%1), %%ymm14\n vpbroadcastd 20(%1), %%ymm15\n"
+#define KB_BCASTS6 \
+    "vpbroadcastd (%1), %%ymm14\n vpbroadcastd 4(%1), %%ymm15\n vpbroadcastd 8(%1), %%ymm14\n" \
+    "vpbroadcastd 12(%1), %%ymm15\n vpbroadcastd 16(%1), %%ymm14\n vpbroadcastd 20(%1), %%ymm15\n"
 #define KB_LOADS3 "vmovdqa (%1), %%ymm14\n vmovdqa 32(%1), %%ymm15\n vmovdqa 64(%1), %%ymm14\n"
 KB_MIX2(mix2_none, "")
 KB_MIX2(mix2_add, KB_ADDS12)
 KB_MIX2(mix2_bcast, KB_BCASTS6)
 KB_MIX2(mix2_load, KB_LOADS3)
 KB_MIX2(mix2_all, KB_ADDS12 KB_BCASTS6 KB_LOADS3)
-/* the int4 tile's 8-step block: weights w (2 row blocks x 8 steps x 32 bytes, bs apart), 4 activation
-   rows of 8 steps (sp = 4 rows apart) */
+/* the int4 tile's 8-step block: weights w (2 row blocks x 8 steps x 32 bytes, bs apart), 4
+   activation rows of 8 steps (sp = 4 rows apart) */
 __attribute__((target("avx2"))) static void mix2_block(long it, const int *mem, const uint8_t *w) {
     const int64_t bs = 512, spb = 16;
     for (long i = 0; i < it; i++) {
@@ -540,15 +624,17 @@ __attribute__((target("avx2"))) static void mix2_group(long it, const int *mem, 
         const int32_t *px = mem;
         __asm__ volatile(QT_AVX2_I16_GROUP(QT_AVX2_LANE_OLD)
                          : [px] "+r"(px), "=m"(tmp)
-                         : [pw] "r"(w), [bs] "r"(bs), [spb] "r"(spb), [off] "r"(mem), [xs] "r"((const float *)mem + 8),
-                           [lane] "r"(lane), [tmp] "r"(tmp), [ws0] "m"(*(const __m256 *)ws), [ws1] "m"(*(const __m256 *)(ws + 8)),
+                         : [pw] "r"(w), [bs] "r"(bs), [spb] "r"(spb), [off] "r"(mem),
+                           [xs] "r"((const float *)mem + 8), [lane] "r"(lane), [tmp] "r"(tmp),
+                           [ws0] "m"(*(const __m256 *)ws), [ws1] "m"(*(const __m256 *)(ws + 8)),
                            [ones] "m"(*(const __m256i *)ones)
                          : KB_CLOBBER, "xmm14", "xmm15", "memory");
     }
 }
 
 /* TSC cycles per call of fn(it, mem, w), the best of REPS */
-static double kb_best_cycles(void (*fn)(long, const int *, const uint8_t *), long it, const int *mem, const uint8_t *w) {
+static double kb_best_cycles(void (*fn)(long, const int *, const uint8_t *), long it,
+                             const int *mem, const uint8_t *w) {
     double best = 1e30;
     for (int rep = 0; rep < REPS; rep++) {
         const uint64_t t0 = __rdtsc();
@@ -559,23 +645,33 @@ static double kb_best_cycles(void (*fn)(long, const int *, const uint8_t *), lon
     return best;
 }
 
-/* The AVX2 table: cycles per iteration, and each line's vpmaddubsw rate as a share of the rate alone
-   (the --gemm peak): the ceiling of a kernel built from that mix. */
+/* The AVX2 table: cycles per iteration, and each line's vpmaddubsw rate as a share of the rate
+   alone (the --gemm peak): the ceiling of a kernel built from that mix. */
 static void bench_mix_avx2(void) {
     static _Alignas(64) int mem[64];
     static _Alignas(64) uint8_t w[2048];
     for (int i = 0; i < 2048; i++) w[i] = (uint8_t)(i * 7 & 15);
     for (int i = 0; i < 64; i++) mem[i] = i * 0x01020304;
-    const struct { void (*fn)(long, const int *, const uint8_t *); const char *name; int mb; long it; } mixes[] = {
-        { mix2_none, "12 vpmaddubsw ymm", 12, 2000000 }, { mix2_add, "+ 12 vpaddw", 12, 2000000 },
-        { mix2_bcast, "+ 6 vpbroadcastd (memory)", 12, 2000000 }, { mix2_load, "+ 3 ymm loads", 12, 2000000 },
-        { mix2_all, "+ all three (the int4 tile's mix)", 12, 2000000 }, { mix2_block, "the int4 tile's 8-step block", 64, 400000 },
-        { mix2_group, "a group-64 group with its epilogue", 128, 200000 } };
+    const struct {
+        void (*fn)(long, const int *, const uint8_t *);
+        const char *name;
+        int mb;
+        long it;
+    } mixes[] = { { mix2_none, "12 vpmaddubsw ymm", 12, 2000000 },
+                  { mix2_add, "+ 12 vpaddw", 12, 2000000 },
+                  { mix2_bcast, "+ 6 vpbroadcastd (memory)", 12, 2000000 },
+                  { mix2_load, "+ 3 ymm loads", 12, 2000000 },
+                  { mix2_all, "+ all three (the int4 tile's mix)", 12, 2000000 },
+                  { mix2_block, "the int4 tile's 8-step block", 64, 400000 },
+                  { mix2_group, "a group-64 group with its epilogue", 128, 200000 } };
     double base = 0;
-    printf("instruction mix next to vpmaddubsw ymm, 1 thread, TSC cycles per iteration (best of %d);\n"
-           "last column: vpmaddubsw per cycle as a share of the rate alone\n", REPS);
+    printf("instruction mix next to vpmaddubsw ymm, 1 thread, TSC cycles per iteration (best of "
+           "%d);\n"
+           "last column: vpmaddubsw per cycle as a share of the rate alone\n",
+           REPS);
     for (size_t m = 0; m < sizeof mixes / sizeof mixes[0]; m++) {
-        const double c = kb_best_cycles(mixes[m].fn, mixes[m].it, mem, w) / mixes[m].mb;   /* per vpmaddubsw */
+        /* per vpmaddubsw */
+        const double c = kb_best_cycles(mixes[m].fn, mixes[m].it, mem, w) / mixes[m].mb;
         if (m == 0) base = c;
         printf("  %-36s %6.2f  (%.2f)\n", mixes[m].name, c * mixes[m].mb, base / c);
     }
@@ -588,14 +684,24 @@ static void bench_mix(void) {
         return;
     }
     static _Alignas(64) int mem[64];   /* the stores write mem[16..47] */
-    const struct { void (*fn)(long, const int *); const char *name; } mixes[] = {
-        { mix_none, "24 vpdpbusd zmm" }, { mix_bcast, "+ 12 vpbroadcastd (memory)" }, { mix_mask, "+ 6 vpandd/vpsrlw" },
-        { mix_cvt, "+ 4 vcvtdq2ps" }, { mix_add, "+ 4 vaddps" }, { mix_mul, "+ 4 vmulps" }, { mix_fma, "+ 2 vfmadd231ps" },
-        { mix_load, "+ 2 zmm loads" }, { mix_shuffle, "+ 8 shuffles (the repack's)" }, { mix_store, "+ 2 zmm stores" },
-        { mix_store_halves, "+ the same as 4 ymm stores" }, { mix_embedded, "24 with embedded broadcast" } };
+    const struct { void (*fn)(long, const int *); const char *name;
+    } mixes[] = { { mix_none, "24 vpdpbusd zmm" },
+                  { mix_bcast, "+ 12 vpbroadcastd (memory)" },
+                  { mix_mask, "+ 6 vpandd/vpsrlw" },
+                  { mix_cvt, "+ 4 vcvtdq2ps" },
+                  { mix_add, "+ 4 vaddps" },
+                  { mix_mul, "+ 4 vmulps" },
+                  { mix_fma, "+ 2 vfmadd231ps" },
+                  { mix_load, "+ 2 zmm loads" },
+                  { mix_shuffle, "+ 8 shuffles (the repack's)" },
+                  { mix_store, "+ 2 zmm stores" },
+                  { mix_store_halves, "+ the same as 4 ymm stores" },
+                  { mix_embedded, "24 with embedded broadcast" } };
     const long it = 2000000;
     double base = 0;
-    printf("instruction mix next to vpdpbusd zmm, 1 thread, TSC cycles per iteration (best of %d):\n", REPS);
+    printf("instruction mix next to vpdpbusd zmm, 1 thread, TSC cycles per iteration (best of "
+           "%d):\n",
+           REPS);
     for (size_t m = 0; m < sizeof mixes / sizeof mixes[0]; m++) {
         double best = 1e30;
         for (int rep = 0; rep < REPS; rep++) {
@@ -610,11 +716,17 @@ static void bench_mix(void) {
     static _Alignas(64) char wbuf[1024];
     static _Alignas(64) float lanes[22 * 256];
     static _Alignas(64) int steps[64];
-    const struct { void (*fn)(long, const int *, const char *, float *); const char *name; } groups[] = {
-        { gmix_none, "16 steps of 22 vpdpbusd" }, { gmix_spec, "+ the spec's epilogue" },
-        { gmix_nomul, "+ it without the 2 vmulps" }, { gmix_fma, "+ an fma spec's epilogue" } };
-    printf("one group of the group-64 GEMM tile (2 x 16 weight rows, 11 activation rows), register-resident,\n"
-           "TSC cycles per group (best of %d):\n", REPS);
+    const struct {
+        void (*fn)(long, const int *, const char *, float *);
+        const char *name;
+    } groups[] = { { gmix_none, "16 steps of 22 vpdpbusd" },
+                   { gmix_spec, "+ the spec's epilogue" },
+                   { gmix_nomul, "+ it without the 2 vmulps" },
+                   { gmix_fma, "+ an fma spec's epilogue" } };
+    printf("one group of the group-64 GEMM tile (2 x 16 weight rows, 11 activation rows), "
+           "register-resident,\n"
+           "TSC cycles per group (best of %d):\n",
+           REPS);
     for (size_t m = 0; m < sizeof groups / sizeof groups[0]; m++) {
         double best = 1e30;
         for (int rep = 0; rep < REPS; rep++) {
@@ -636,11 +748,13 @@ static void bench_mix(void) {
    session), so a peak taken once at the start compares the FFN with another phase of the host. */
 static double bench_ffn_gemm(QtFormat f, int64_t group, int S, int threads, double *paired) {
     ffn_setup(f, group);
-    float *x = malloc(sizeof(float) * HID * S), *g = malloc(sizeof(float) * FFN * S), *u = malloc(sizeof(float) * FFN * S);
+    float *x = malloc(sizeof(float) * HID * S), *g = malloc(sizeof(float) * FFN * S),
+          *u = malloc(sizeof(float) * FFN * S);
     float *y = malloc(sizeof(float) * HID * S);
     for (int64_t i = 0; i < (int64_t)HID * S; i++) x[i] = sinf((float)i * 0.37f);
     omp_set_num_threads(threads);
-    const int ne = S >= 16 ? 16 : ffn_ne;   /* enough work per repetition, still beyond the caches */
+    /* enough work per repetition, still beyond the caches */
+    const int ne = S >= 16 ? 16 : ffn_ne;
     double v[32], r[32];
     for (int rep = 0; rep < REPS; rep++) {
         const double peak = paired ? bench_peak_once(qt_get_kernel(), threads, 5000000) : 0;
@@ -658,12 +772,14 @@ static double bench_ffn_gemm(QtFormat f, int64_t group, int S, int threads, doub
 }
 
 /* One dense shape over S rows, copies cycling through the arena. */
-static double bench_dense_gemm(QtFormat f, int64_t group, int64_t rows, int64_t cols, int S, int threads, QtKernel k) {
+static double bench_dense_gemm(QtFormat f, int64_t group, int64_t rows, int64_t cols, int S,
+                               int threads, QtKernel k) {
     static QTensor copies[64];
     size_t off = 0;
     scale_pool_used = 0;
     int n = 0;
-    while (n < 64 && off + (size_t)(rows * qt_row_bytes(f, cols)) + 64 <= arena_size && (size_t)n * rows * qt_row_bytes(f, cols) < (256u << 20))
+    while (n < 64 && off + (size_t)(rows * qt_row_bytes(f, cols)) + 64 <= arena_size &&
+           (size_t)n * rows * qt_row_bytes(f, cols) < (256u << 20))
         copies[n++] = carve(f, group, rows, cols, &off);
     float *x = malloc(sizeof(float) * cols * S), *y = malloc(sizeof(float) * rows * S);
     for (int64_t i = 0; i < cols * S; i++) x[i] = cosf((float)i * 0.11f);
@@ -673,7 +789,11 @@ static double bench_dense_gemm(QtFormat f, int64_t group, int64_t rows, int64_t 
     for (int rep = 0; rep < REPS; rep++) {
         int calls = 0;
         double t0 = now(), t1;
-        do { qt_matmul_with(&copies[calls % n], x, y, S, 1, k); calls++; t1 = now(); } while (t1 - t0 < 0.05 || calls < 2);
+        do {
+            qt_matmul_with(&copies[calls % n], x, y, S, 1, k);
+            calls++;
+            t1 = now();
+        } while (t1 - t0 < 0.05 || calls < 2);
         v[rep] = 2.0 * rows * cols * S * calls / (t1 - t0) * 1e-9;
     }
     free(x); free(y);
@@ -685,16 +805,23 @@ static void bench_gemm(int quick) {
     if (k == QT_KERNEL_SCALAR) { printf("kbench: --gemm needs AVX2\n"); return; }
     const char *instr = "";
     const double peak1 = bench_peak(k, 1, &instr), peak2 = bench_peak(k, 2, &instr);
-    printf("peak of %s (the %s kernels' multiply-add), register-resident, 12 chains: %.0f GOP/s on 1 thread, %.0f on 2\n\n",
+    printf("peak of %s (the %s kernels' multiply-add), register-resident, 12 chains: %.0f GOP/s on "
+           "1 thread, %.0f on 2\n\n",
            instr, qt_kernel_name(k), peak1, peak2);
     const int all_S[] = { 1, 2, 4, 8, 16, 32, 64 }, quick_S[] = { 1, 8, 32 };
     const int *Ss = quick ? quick_S : all_S, nS = quick ? 3 : 7;
-    printf("GOP/s (2 ops per multiply-add), %s kernel, weights beyond the caches; in brackets: share of the peak\n", qt_kernel_name(k));
+    printf("GOP/s (2 ops per multiply-add), %s kernel, weights beyond the caches; in brackets: "
+           "share of the peak\n",
+           qt_kernel_name(k));
     printf("  %-28s %3s", "shape", "thr");
     for (int i = 0; i < nS; i++) printf("  %10s%-3d", "S=", Ss[i]);
     printf("\n");
     double ratio = 1e9, paired[2] = { 0, 0 };
-    const struct { QtFormat f; int64_t g; const char *name; } ffn_fmts[] = { { QT_INT4_ROW, 0, "int4-row" }, { QT_INT4_GROUP, 64, "int4-g64" } };
+    const struct {
+        QtFormat f;
+        int64_t g;
+        const char *name;
+    } ffn_fmts[] = { { QT_INT4_ROW, 0, "int4-row" }, { QT_INT4_GROUP, 64, "int4-g64" } };
     for (int fi = 0; fi < 2; fi++)
         for (int th = 1; th <= 2; th++) {
             char label[64];
@@ -703,7 +830,8 @@ static void bench_gemm(int quick) {
             for (int i = 0; i < nS; i++) {
                 const int S = Ss[i];
                 const int at_r = S == 32 && th == 2;
-                double v = bench_ffn_gemm(ffn_fmts[fi].f, ffn_fmts[fi].g, S, th, at_r ? &paired[fi] : NULL);
+                double v = bench_ffn_gemm(ffn_fmts[fi].f, ffn_fmts[fi].g, S, th,
+                                          at_r ? &paired[fi] : NULL);
                 printf("  %6.0f (%.2f)", v, v / (th == 1 ? peak1 : peak2));
                 fflush(stdout);
                 if (at_r && v / peak2 < ratio) ratio = v / peak2;
@@ -718,7 +846,8 @@ static void bench_gemm(int quick) {
         printf("  %-28s %3d", shapes[si].name, 2);
         for (int i = 0; i < nS; i++) {
             const int S = Ss[i];
-            double v = bench_dense_gemm(QT_INT4_GROUP, 64, shapes[si].rows, shapes[si].cols, S, 2, k);
+            double v =
+                bench_dense_gemm(QT_INT4_GROUP, 64, shapes[si].rows, shapes[si].cols, S, 2, k);
             printf("  %6.0f (%.2f)", v, v / peak2);
             fflush(stdout);
         }
@@ -726,14 +855,17 @@ static void bench_gemm(int quick) {
     }
     printf("  (dense shapes in int4-g64, as the GLM-5.2 bench fixture stores them)\n");
     const double r = paired[0] < paired[1] ? paired[0] : paired[1];
-    printf("\nR: expert FFN at S = 32 on 2 threads over the 2-thread peak measured just before each repetition\n"
-           "(median of %d such ratios): int4-row %.3f, int4-g64 %.3f; over the peak at the start of the run: %.3f\n",
+    printf("\nR: expert FFN at S = 32 on 2 threads over the 2-thread peak measured just before "
+           "each repetition\n"
+           "(median of %d such ratios): int4-row %.3f, int4-g64 %.3f; over the peak at the start "
+           "of the run: %.3f\n",
            REPS, paired[0], paired[1], ratio);
     printf("\nbench: int4-gemm-2t ratio=%.3f\n", r);
 }
 
 int main(int argc, char **argv) {
-    int quick = 0, threading_only = 0, ffn_only = 0, pfscan = 0, l2_only = 0, gemm = 0, prefetch = QT_PREFETCH_DEFAULT;
+    int quick = 0, threading_only = 0, ffn_only = 0, pfscan = 0, l2_only = 0, gemm = 0,
+        prefetch = QT_PREFETCH_DEFAULT;
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--quick")) quick = 1;
         else if (!strcmp(argv[i], "--threading")) threading_only = 1;
@@ -745,21 +877,32 @@ int main(int argc, char **argv) {
         else if (!strcmp(argv[i], "--prefetch") && i + 1 < argc) prefetch = atoi(argv[++i]);
         else if (!strcmp(argv[i], "--kernel") && i + 1 < argc) {
             QtKernel k;
-            if (qt_kernel_parse(argv[++i], &k) || qt_set_kernel(k)) { fprintf(stderr, "kbench: --kernel %s: unknown, or this CPU lacks it\n", argv[i]); return 2; }
+            if (qt_kernel_parse(argv[++i], &k) || qt_set_kernel(k)) {
+                fprintf(stderr, "kbench: --kernel %s: unknown, or this CPU lacks it\n", argv[i]);
+                return 2;
+            }
+        } else {
+            fprintf(stderr,
+                    "kbench: unknown argument %s (use --quick, --ffn, --l2, --pfscan, --threading, "
+                    "--gemm, --mix, --prefetch BYTES, --kernel NAME)\n",
+                    argv[i]);
+            return 2;
         }
-        else { fprintf(stderr, "kbench: unknown argument %s (use --quick, --ffn, --l2, --pfscan, --threading, --gemm, --mix, --prefetch BYTES, --kernel NAME)\n", argv[i]); return 2; }
     }
     qt_set_prefetch(prefetch);
     if (quick) REPS = 3;
     const QtKernel kernel = qt_get_kernel();   /* the best, or --kernel's */
-    printf("kbench: kernel %s (avx2 %s, avxvnni %s, vnni %s), prefetch %d bytes, up to %d threads\n", qt_kernel_name(kernel),
-           qt_kernel_supported(QT_KERNEL_AVX2) ? "yes" : "no", qt_kernel_supported(QT_KERNEL_AVXVNNI) ? "yes" : "no",
+    printf("kbench: kernel %s (avx2 %s, avxvnni %s, vnni %s), prefetch %d bytes, up to %d "
+           "threads\n",
+           qt_kernel_name(kernel), qt_kernel_supported(QT_KERNEL_AVX2) ? "yes" : "no",
+           qt_kernel_supported(QT_KERNEL_AVXVNNI) ? "yes" : "no",
            qt_kernel_supported(QT_KERNEL_VNNI) ? "yes" : "no", prefetch, omp_get_max_threads());
     if (threading_only) { REPS = 5; bench_threading(); return 0; }
     if (l2_only) { bench_l2_table(quick, kernel); return 0; }
 
     scale_pool_n = (size_t)MAXE * (2 * FFN * (HID / 32) + HID * (FFN / 32)) + 4096;
-    if (scale_pool_n < (1u << 26)) scale_pool_n = 1u << 26;   /* 256 MB of scales covers every dense case */
+    /* 256 MB of scales covers every dense case */
+    if (scale_pool_n < (1u << 26)) scale_pool_n = 1u << 26;
     /* in 2 MiB pages, as the engine keeps them: an expert's scales follow its codes in its slot
        (the converter's layout), dense scales share their codes' allocation. With the scales in
        4 KiB pages the g64 FFN at S = 32 measured 0.46-0.49 of the peak on 1 thread against
@@ -769,14 +912,16 @@ int main(int argc, char **argv) {
     const size_t ebytes = 3 * (size_t)FFN * HID / 2;   /* one int4 expert's codes */
     double t0 = now();
     arena_init((size_t)MAXE * (ebytes + 256));
-    printf("arena: %.2f GB of weight codes, filled in %.1f s; medians of %d interleaved repetitions\n\n",
+    printf("arena: %.2f GB of weight codes, filled in %.1f s; medians of %d interleaved "
+           "repetitions\n\n",
            arena_size / 1e9, now() - t0, REPS);
 
     if (pfscan) { bench_prefetch_scan(); return 0; }
     if (gemm) { bench_gemm(quick); return 0; }
     /* Expert FFN: gate/up [2048 x 6144], SwiGLU, down [6144 x 2048], S = 1, 64 experts cycling. */
     printf("expert FFN (gate+up+down, S=1, %d experts cycling, codes+scales counted):\n", MAXE);
-    printf("  %-14s %-7s %3s  %8s  %8s  %6s\n", "format", "kernel", "thr", "kern GB/s", "read GB/s", "ratio");
+    printf("  %-14s %-7s %3s  %8s  %8s  %6s\n", "format", "kernel", "thr", "kern GB/s", "read GB/s",
+           "ratio");
     double ffn_ratio_2t = 1e9;
     const struct { QtFormat f; int64_t g; const char *name; } ffn_fmts[] = {
         { QT_INT4_ROW, 0, "int4-row" }, { QT_INT4_GROUP, 64, "int4-g64" } };
@@ -789,33 +934,43 @@ int main(int argc, char **argv) {
         for (int ki = 0; ki < (quick ? 1 : nk); ki++)
             for (int th = 1; th <= 2; th++) {
                 Pair p = bench_ffn(ffn_fmts[fi].f, ffn_fmts[fi].g, th, kernels[ki]);
-                printf("  %-14s %-7s %3d  %8.1f  %8.1f  %6.3f\n", ffn_fmts[fi].name, qt_kernel_name(kernels[ki]), th, p.kernel_gbs, p.read_gbs, p.ratio);
+                printf("  %-14s %-7s %3d  %8.1f  %8.1f  %6.3f\n", ffn_fmts[fi].name,
+                       qt_kernel_name(kernels[ki]), th, p.kernel_gbs, p.read_gbs, p.ratio);
                 fflush(stdout);
                 if (th == 2 && ki == 0 && p.ratio < ffn_ratio_2t) ffn_ratio_2t = p.ratio;
                 if (ki == 0) {   /* the same with a plain static split (no work stealing) */
                     qt_set_stealing(0);
                     p = bench_ffn(ffn_fmts[fi].f, ffn_fmts[fi].g, th, kernels[ki]);
                     qt_set_stealing(1);
-                    printf("  %-14s %-7s %3d  %8.1f  %8.1f  %6.3f   (static split, no stealing)\n", ffn_fmts[fi].name, qt_kernel_name(kernels[ki]), th, p.kernel_gbs, p.read_gbs, p.ratio);
+                    printf("  %-14s %-7s %3d  %8.1f  %8.1f  %6.3f   (static split, no stealing)\n",
+                           ffn_fmts[fi].name, qt_kernel_name(kernels[ki]), th, p.kernel_gbs,
+                           p.read_gbs, p.ratio);
                     fflush(stdout);
                 }
             }
 
     if (ffn_only) { printf("\nbench: int4-ffn-2t ratio=%.3f\n", ffn_ratio_2t); return 0; }
     /* Dense shapes, the kernel, per format and thread count. */
-    printf("\ndense shapes, %s kernel, S=1, copies cycling through >= 768 MB:\n", qt_kernel_name(kernel));
-    printf("  %-22s %-10s %3s %6s  %8s  %8s  %6s\n", "shape", "format", "thr", "copies", "kern GB/s", "read GB/s", "ratio");
+    printf("\ndense shapes, %s kernel, S=1, copies cycling through >= 768 MB:\n",
+           qt_kernel_name(kernel));
+    printf("  %-22s %-10s %3s %6s  %8s  %8s  %6s\n", "shape", "format", "thr", "copies",
+           "kern GB/s", "read GB/s", "ratio");
     const struct { const char *name; int64_t rows, cols; } shapes[] = {
         { "q_b 16384x2048", 16384, 2048 }, { "o_proj 6144x16384", 6144, 16384 }, { "kv_b 28672x512", 28672, 512 } };
-    const struct { QtFormat f; int64_t g; const char *name; } dense_fmts[] = {
-        { QT_INT8_ROW, 0, "int8-row" }, { QT_INT4_ROW, 0, "int4-row" }, { QT_INT4_GROUP, 64, "int4-g64" }, { QT_INT2_ROW, 0, "int2-row" } };
+    const struct { QtFormat f; int64_t g; const char *name;
+    } dense_fmts[] = { { QT_INT8_ROW, 0, "int8-row" },
+                       { QT_INT4_ROW, 0, "int4-row" },
+                       { QT_INT4_GROUP, 64, "int4-g64" },
+                       { QT_INT2_ROW, 0, "int2-row" } };
     for (size_t si = 0; si < 3; si++)
         for (size_t fi = 0; fi < 4; fi++) {
             if (quick && fi != 2) continue;
             for (int th = 1; th <= 2; th++) {
                 int copies = 0;
-                Pair p = bench_dense(dense_fmts[fi].f, dense_fmts[fi].g, shapes[si].rows, shapes[si].cols, th, kernel, &copies);
-                printf("  %-22s %-10s %3d %6d  %8.1f  %8.1f  %6.3f\n", shapes[si].name, dense_fmts[fi].name, th, copies, p.kernel_gbs, p.read_gbs, p.ratio);
+                Pair p = bench_dense(dense_fmts[fi].f, dense_fmts[fi].g, shapes[si].rows,
+                                     shapes[si].cols, th, kernel, &copies);
+                printf("  %-22s %-10s %3d %6d  %8.1f  %8.1f  %6.3f\n", shapes[si].name,
+                       dense_fmts[fi].name, th, copies, p.kernel_gbs, p.read_gbs, p.ratio);
                 fflush(stdout);
             }
         }

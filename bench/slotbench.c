@@ -11,14 +11,15 @@
 
 enum { MAX_GENS = 4 };
 
-static double decode(Model *m, RunState *states, const ForwardOptions *opt, const Reference *ref, int n_gens, int tokens,
-                     StepBatch *batch) {
+static double decode(Model *m, RunState *states, const ForwardOptions *opt, const Reference *ref,
+                     int n_gens, int tokens, StepBatch *batch) {
     Generator *gens[MAX_GENS];
     int buf[MAX_GENS][SPEC_MAX_DRAFT + 1], *ids[MAX_GENS], max[MAX_GENS], counts[MAX_GENS];
     const int P = ref->prompt.n;
     for (int k = 0; k < n_gens; k++) {
         gens[k] = generator_create(m, &states[k], opt, (SamplerSettings){ 0.0f, 1.0f, 1 });
-        gens[k]->stop_rules = (StopRules){ NULL, 0, tokens, 0 };   /* no EOS: every run makes `tokens` */
+        /* no EOS: every run makes `tokens` */
+        gens[k]->stop_rules = (StopRules){ NULL, 0, tokens, 0 };
         int prompt[4096];
         for (int i = 0; i < P; i++) prompt[i] = ref->prompt.ids[(i + k) % P];
         generator_prefill(gens[k], prompt, P);
@@ -63,19 +64,25 @@ int main(int argc, char **argv) {
     char cpu[256] = "unknown CPU";
     FILE *f = fopen("/proc/cpuinfo", "r");
     for (char line[512]; f && fgets(line, sizeof line, f);)
-        if (!strncmp(line, "model name", 10)) { snprintf(cpu, sizeof cpu, "%s", strchr(line, ':') + 2); cpu[strcspn(cpu, "\n")] = 0; break; }
+        if (!strncmp(line, "model name", 10)) {
+            snprintf(cpu, sizeof cpu, "%s", strchr(line, ':') + 2);
+            cpu[strcspn(cpu, "\n")] = 0;
+            break;
+        }
     if (f) fclose(f);
-    printf("slotbench: %s, %d tokens per conversation, %d threads, %s kernels\n", set.model_dir, tokens, max_threads(),
-           qt_kernel_name(qt_get_kernel()));
+    printf("slotbench: %s, %d tokens per conversation, %d threads, %s kernels\n", set.model_dir,
+           tokens, max_threads(), qt_kernel_name(qt_get_kernel()));
     printf("cpu: %s\n", cpu);
-    decode(&model, states, &opt, &ref, MAX_GENS, tokens, &batch);   /* warm-up: every expert these runs touch */
+    /* warm-up: every expert these runs touch */
+    decode(&model, states, &opt, &ref, MAX_GENS, tokens, &batch);
     const ExpertStore *store = &model.experts;
     const long long misses0 = store->misses;
     double one = 0;
     for (int n = 1; n <= MAX_GENS; n *= 2) {
         const double rate = decode(&model, states, &opt, &ref, n, tokens, &batch);
         if (n == 1) one = rate;
-        printf("conversations %d: %.2f tok/s aggregate, %.2fx one conversation\n", n, rate, rate / one);
+        printf("conversations %d: %.2f tok/s aggregate, %.2fx one conversation\n", n, rate,
+               rate / one);
     }
     printf("expert misses after the warm-up: %lld\n", store->misses - misses0);
     step_batch_free(&batch);

@@ -23,8 +23,8 @@
 #include "../glm.c"
 #include "../validate.c"   /* the oracle reference files */
 
-/* Empties every layer's expert cache (between passes: no demanded load is in flight; a usage-history
-   prefetch may be: it is waited for, and the waiting ones are cancelled). */
+/* Empties every layer's expert cache (between passes: no demanded load is in flight; a
+   usage-history prefetch may be: it is waited for, and the waiting ones are cancelled). */
 static void evict_all_experts(ExpertStore *store) {
     if (!store->caches) return;
     pthread_mutex_lock(&store->lock);
@@ -35,7 +35,8 @@ static void evict_all_experts(ExpertStore *store) {
             while (lc->slots[s].loading) pthread_cond_wait(&store->done, &store->lock);
         const TierPolicy policy = lc->cache.policy;
         tier_cache_free(&lc->cache);
-        if (tier_cache_init(&lc->cache, store->slots_per_layer, store->n_experts)) die("out of memory");
+        if (tier_cache_init(&lc->cache, store->slots_per_layer, store->n_experts))
+            die("out of memory");
         lc->cache.policy = policy;
         for (int s = 0; s < store->slots_per_layer; s++) {
             ExpertSlot *sl = &lc->slots[s];
@@ -51,21 +52,30 @@ static void evict_all_experts(ExpertStore *store) {
 typedef struct { double seconds, attention, dense, moe, lm_head, mb_read; } PassTime;
 
 static PassTime pass_begin(const RunState *s, const ExpertStore *store) {
-    return (PassTime){ now_seconds(), s->profile.attention, s->profile.dense_mlp, s->profile.moe, s->profile.lm_head, store->bytes_read / 1e6 };
+    return (PassTime){ now_seconds(),  s->profile.attention, s->profile.dense_mlp,
+                       s->profile.moe, s->profile.lm_head,   store->bytes_read / 1e6 };
 }
 
 static PassTime pass_end(PassTime t0, const RunState *s, const ExpertStore *store) {
-    return (PassTime){ now_seconds() - t0.seconds, s->profile.attention - t0.attention, s->profile.dense_mlp - t0.dense,
-                       s->profile.moe - t0.moe, s->profile.lm_head - t0.lm_head, store->bytes_read / 1e6 - t0.mb_read };
+    return (PassTime){ now_seconds() - t0.seconds,      s->profile.attention - t0.attention,
+                       s->profile.dense_mlp - t0.dense, s->profile.moe - t0.moe,
+                       s->profile.lm_head - t0.lm_head, store->bytes_read / 1e6 - t0.mb_read };
 }
 
 static void print_pass(const char *what, int S, const char *phase, int trial, PassTime t) {
-    printf("%s S=%d phase=%s trial=%d seconds=%.4f attention=%.4f dense=%.4f moe=%.4f lm_head=%.4f mb_read=%.1f\n", what, S, phase,
-           trial, t.seconds, t.attention, t.dense, t.moe, t.lm_head, t.mb_read);
+    printf("%s S=%d phase=%s trial=%d seconds=%.4f attention=%.4f dense=%.4f moe=%.4f lm_head=%.4f "
+           "mb_read=%.1f\n",
+           what, S, phase, trial, t.seconds, t.attention, t.dense, t.moe, t.lm_head, t.mb_read);
     fflush(stdout);
 }
 
-typedef struct { Model model; RunState state; ForwardOptions opt; Reference ref; Settings set; } Bench;
+typedef struct {
+    Model model;
+    RunState state;
+    ForwardOptions opt;
+    Reference ref;
+    Settings set;
+} Bench;
 
 static void bench_open(Bench *b, int extra) {
     char *argv[] = { "specbench", NULL };
@@ -95,15 +105,18 @@ static int verify(int trials) {
     const int P = b.ref.prompt.n, V = m->c.vocab, H = m->c.hidden;
     Generator *g = generator_create(m, s, &b.opt, (SamplerSettings){ 0.0f, 1.0f, 1 });
     generator_prefill(g, b.ref.prompt.ids, P);
-    float *logits = xmalloc((size_t)5 * V * sizeof(float)), *hidden = xmalloc((size_t)5 * H * sizeof(float));
-    float *mtp_h = xmalloc((size_t)H * sizeof(float)), *context_h = xmalloc((size_t)H * sizeof(float));
+    float *logits = xmalloc((size_t)5 * V * sizeof(float)),
+          *hidden = xmalloc((size_t)5 * H * sizeof(float));
+    float *mtp_h = xmalloc((size_t)H * sizeof(float)),
+          *context_h = xmalloc((size_t)H * sizeof(float));
     memcpy(context_h, g->last_hidden, (size_t)H * sizeof(float));
     uint64_t rng = 12345;
     for (int trial = 0; trial < trials; trial++) {
         for (int S = 1; S <= 5; S++) {
             int tokens[5];
             for (int i = 0; i < S; i++) tokens[i] = (int)(splitmix64_next(&rng) % (uint64_t)V);
-            for (int phase = 0; phase < 3; phase++) {   /* cold, then warm twice (the second is reported) */
+            /* cold, then warm twice (the second is reported) */
+            for (int phase = 0; phase < 3; phase++) {
                 if (phase == 0) evict_all_experts(store);
                 PassTime t0 = pass_begin(s, store);
                 model_forward(m, s, &b.opt, tokens, S, P, hidden, logits, 0, NULL);
@@ -125,7 +138,8 @@ static int verify(int trials) {
     printf("SHAPE layers=%d mtp=%d dense_layers=", m->c.n_layers, m->c.n_mtp);
     int dense = 0;
     for (int l = 0; l < m->c.n_layers; l++) dense += m->c.layer_dense[l];
-    printf("%d moe_layers=%d slots_per_layer=%d\n", dense, m->c.n_layers - dense, store->slots_per_layer);
+    printf("%d moe_layers=%d slots_per_layer=%d\n", dense, m->c.n_layers - dense,
+           store->slots_per_layer);
     free(logits); free(hidden); free(mtp_h); free(context_h);
     generator_free(g);
     bench_close(&b);
@@ -144,7 +158,8 @@ static int predicted_draft(void *user, const int *history, int n, int k, int *ou
         const int p = n + i;
         uint64_t h = (uint64_t)p * 0x9E3779B97F4A7C15ull;
         const double u = (double)(splitmix64_next(&h) >> 11) * 0x1.0p-53;
-        out[count++] = u < 1.0 - pr->alpha ? (pr->ids[p - pr->pos0] + 1) % pr->vocab : pr->ids[p - pr->pos0];
+        out[count++] =
+            u < 1.0 - pr->alpha ? (pr->ids[p - pr->pos0] + 1) % pr->vocab : pr->ids[p - pr->pos0];
     }
     return count;
 }
@@ -177,11 +192,15 @@ static int decode(int ngen, int nconf, char **confs) {
         else if (!strncmp(conf, "pred", 4)) {
             alpha = atof(conf + 4);
             const char *at = strchr(conf, '@');
-            if (at) { mode = SPEC_NGRAM; draft = atoi(at + 1); }   /* forced: the caller's drafter alone */
+            /* forced: the caller's drafter alone */
+            if (at) { mode = SPEC_NGRAM; draft = atoi(at + 1); }
             else mode = SPEC_AUTO;
         } else die("unknown config %s", conf);
-        if (draft < 1 || draft > SPEC_MAX_DRAFT) die("config %s: draft length outside [1, %d]", conf, SPEC_MAX_DRAFT);
-        if (alpha >= 0 && !plain) die("config %s needs an 'off' config before it (its continuation is the prediction)", conf);
+        if (draft < 1 || draft > SPEC_MAX_DRAFT)
+            die("config %s: draft length outside [1, %d]", conf, SPEC_MAX_DRAFT);
+        if (alpha >= 0 && !plain)
+            die("config %s needs an 'off' config before it (its continuation is the prediction)",
+                conf);
         for (int phase = 0; phase < 2; phase++) {
             Generator *g = generator_create(m, s, &b.opt, (SamplerSettings){ 0.0f, 1.0f, 1 });
             generator_set_speculation(g, mode, draft);
@@ -210,11 +229,18 @@ static int decode(int ngen, int nconf, char **confs) {
             spec_totals(&c1, &c0, &drafted, &accepted);
             for (int d = 0; d < N_DRAFTERS; d++) passes += c1.passes[d] - c0.passes[d];
             const long long hits = store->hits - h0, total = hits + store->misses - m0;
-            if (!plain && mode == SPEC_OFF) { plain = xmalloc((size_t)out.n * sizeof(int)); memcpy(plain, out.ids, (size_t)out.n * sizeof(int)); }
-            if (plain && memcmp(plain, out.ids, (size_t)out.n * sizeof(int))) die("config %s: the tokens differ from SPEC=off's", conf);
-            printf("DECODE config=%s phase=%s tokens=%d seconds=%.3f tok_s=%.3f drafted=%lld accepted=%lld passes=%lld forwards=%lld "
-                   "hit=%.1f mb_read=%.0f prefill=%.3f cpu=%.3f\n", conf, phase ? "warm" : "cold", out.n, t.seconds, out.n / t.seconds, drafted,
-                   accepted, passes, g->forwards - forwards0, total ? 100.0 * hits / total : 0.0, t.mb_read, prefill_seconds, cpu);
+            if (!plain && mode == SPEC_OFF) {
+                plain = xmalloc((size_t)out.n * sizeof(int));
+                memcpy(plain, out.ids, (size_t)out.n * sizeof(int));
+            }
+            if (plain && memcmp(plain, out.ids, (size_t)out.n * sizeof(int)))
+                die("config %s: the tokens differ from SPEC=off's", conf);
+            printf("DECODE config=%s phase=%s tokens=%d seconds=%.3f tok_s=%.3f drafted=%lld "
+                   "accepted=%lld passes=%lld forwards=%lld "
+                   "hit=%.1f mb_read=%.0f prefill=%.3f cpu=%.3f\n",
+                   conf, phase ? "warm" : "cold", out.n, t.seconds, out.n / t.seconds, drafted,
+                   accepted, passes, g->forwards - forwards0, total ? 100.0 * hits / total : 0.0,
+                   t.mb_read, prefill_seconds, cpu);
             fprintf(stderr, "specbench: %s %s: ", conf, phase ? "warm" : "cold");
             print_spec_stats(g, &c0);
             fflush(stdout);
@@ -231,6 +257,7 @@ int main(int argc, char **argv) {
     openmp_passive_wait(argv);
     if (argc >= 3 && !strcmp(argv[1], "verify")) return verify(atoi(argv[2]));
     if (argc >= 4 && !strcmp(argv[1], "decode")) return decode(atoi(argv[2]), argc - 3, argv + 3);
-    fprintf(stderr, "usage: bench/specbench verify TRIALS | decode NGEN CONFIG... (see the comment at the top)\n");
+    fprintf(stderr, "usage: bench/specbench verify TRIALS | decode NGEN CONFIG... (see the comment "
+                    "at the top)\n");
     return 2;
 }

@@ -45,9 +45,12 @@ static int env_int(const char *name, int fallback) {
 }
 
 int main(int argc, char **argv) {
-    if (argc != 2 || (strcmp(argv[1], "first") && strcmp(argv[1], "again"))) die("usage: ttft_bench first|again");
-    const int prefix = env_int("PREFIX", 4000), suffix = env_int("SUFFIX", 16), ngen = env_int("NGEN_BENCH", 8);
-    setenv("PROMPT", "-", 1);   /* the prompt modes' settings (the prefix cache is theirs); the ids come from here */
+    if (argc != 2 || (strcmp(argv[1], "first") && strcmp(argv[1], "again")))
+        die("usage: ttft_bench first|again");
+    const int prefix = env_int("PREFIX", 4000), suffix = env_int("SUFFIX", 16),
+              ngen = env_int("NGEN_BENCH", 8);
+    /* the prompt modes' settings (the prefix cache is theirs); the ids come from here */
+    setenv("PROMPT", "-", 1);
     char *args[] = { argv[0], NULL };
     Settings set = settings_from_env(1, args);
     g_verbose = set.verbose;
@@ -60,7 +63,8 @@ int main(int argc, char **argv) {
     const int n = prefix + suffix;
     int *a = xmalloc((size_t)n * sizeof(int)), *b = xmalloc((size_t)n * sizeof(int));
     uint64_t rng = 12345;
-    for (int i = 0; i < prefix; i++) a[i] = b[i] = (int)(splitmix64_next(&rng) % (uint64_t)model.c.vocab);
+    for (int i = 0; i < prefix; i++)
+        a[i] = b[i] = (int)(splitmix64_next(&rng) % (uint64_t)model.c.vocab);
     for (int i = prefix; i < n; i++) {
         a[i] = (int)(splitmix64_next(&rng) % (uint64_t)model.c.vocab);
         b[i] = (int)(splitmix64_next(&rng) % (uint64_t)model.c.vocab);

@@ -9,7 +9,8 @@
 int main(void) {
     for (int k = QT_KERNEL_SCALAR; strcmp(qt_kernel_name((QtKernel)k), "?"); k++) {
         const char *needs;
-        if (test_kernel_available((QtKernel)k, &needs)) printf("%s yes\n", qt_kernel_name((QtKernel)k));
+        if (test_kernel_available((QtKernel)k, &needs))
+            printf("%s yes\n", qt_kernel_name((QtKernel)k));
         else printf("%s no %s\n", qt_kernel_name((QtKernel)k), needs);
     }
     return 0;

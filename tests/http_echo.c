@@ -40,7 +40,8 @@ static void sleep_ms(int ms) {
 static int respond_writer(HttpResponse *res, JsonWriter *w) {
     size_t n;
     const char *t = jw_text(w, &n);
-    int rc = t ? http_respond_json(res, 200, t, n) : http_respond_error(res, 500, "could not write JSON");
+    int rc = t ? http_respond_json(res, 200, t, n)
+               : http_respond_error(res, 500, "could not write JSON");
     jw_free(w);
     return rc;
 }
@@ -48,13 +49,15 @@ static int respond_writer(HttpResponse *res, JsonWriter *w) {
 static int quick(const HttpRequest *req, HttpResponse *res, void *user) {
     Echo *e = user;
     if (!strcmp(req->path, "/health")) {
-        if (strcmp(req->method, "GET") && strcmp(req->method, "HEAD")) return http_respond_error(res, 405, "use GET"), 1;
+        if (strcmp(req->method, "GET") && strcmp(req->method, "HEAD"))
+            return http_respond_error(res, 405, "use GET"), 1;
         static const char ok[] = "{\"status\":\"ok\"}";
         http_respond_json(res, 200, ok, sizeof ok - 1);
         return 1;
     }
     if (!http_auth_ok(req, e->api_key)) {
-        http_respond_error(res, 401, "missing or wrong API key (Authorization: Bearer KEY or x-api-key: KEY)");
+        http_respond_error(
+            res, 401, "missing or wrong API key (Authorization: Bearer KEY or x-api-key: KEY)");
         return 1;
     }
     if (!strcmp(req->path, "/v1/models")) {
@@ -99,8 +102,8 @@ static int work(HttpResponse *res, int ms) {
     return 0;
 }
 
-static void chunk_event(HttpResponse *res, const char *id, const char *content, size_t len, int role,
-                        const char *finish, int usage_tokens) {
+static void chunk_event(HttpResponse *res, const char *id, const char *content, size_t len,
+                        int role, const char *finish, int usage_tokens) {
     JsonWriter w;
     jw_init(&w);
     jw_obj(&w);
@@ -144,7 +147,8 @@ static void handle(const HttpRequest *req, HttpResponse *res, void *user) {
     JsonDoc *doc = json_parse(req->body, req->body_len, err, sizeof err);
     if (!doc || json_type(json_root(doc)) != JSON_OBJECT) {
         char msg[320];
-        snprintf(msg, sizeof msg, "request body is not a JSON object: %s", doc ? "other JSON value" : err);
+        snprintf(msg, sizeof msg, "request body is not a JSON object: %s",
+                 doc ? "other JSON value" : err);
         http_respond_error(res, 400, msg);
         json_free(doc);
         return;
@@ -168,7 +172,9 @@ static void handle(const HttpRequest *req, HttpResponse *res, void *user) {
         text = json_str(json_get(root, "prompt"), &text_len);
     }
     if (!text) {
-        http_respond_error(res, 400, chat ? "the last message needs string 'content'" : "'prompt' must be a string");
+        http_respond_error(res, 400,
+                           chat ? "the last message needs string 'content'"
+                                : "'prompt' must be a string");
         json_free(doc);
         return;
     }
@@ -193,7 +199,8 @@ static void handle(const HttpRequest *req, HttpResponse *res, void *user) {
         chunk_event(res, id, "", 0, 1, NULL, -1);
         int events = 0;
         for (size_t off = 0; off < reply_len;) {
-            size_t k = reply_len - off < 3 ? reply_len - off : 3;   /* 3-byte deltas: splits UTF-8 too */
+            /* 3-byte deltas: splits UTF-8 too */
+            size_t k = reply_len - off < 3 ? reply_len - off : 3;
             /* Never split a UTF-8 sequence between deltas: a delta must be valid text. */
             while (off + k < reply_len && ((unsigned char)reply[off + k] & 0xC0) == 0x80) k++;
             if (delay_ms && work(res, (int)delay_ms)) break;
@@ -250,7 +257,8 @@ static void handle(const HttpRequest *req, HttpResponse *res, void *user) {
         jw_obj_end(&w);
         respond_writer(res, &w);
     }
-    fprintf(stderr, "handled %s %s [%.*s]\n", id, stream ? "stream" : "json", (int)(text_len < 40 ? text_len : 40), text);
+    fprintf(stderr, "handled %s %s [%.*s]\n", id, stream ? "stream" : "json",
+            (int)(text_len < 40 ? text_len : 40), text);
     free(reply);
     json_free(doc);
 }
@@ -275,9 +283,13 @@ int main(void) {
     cfg.user = &e;
     HttpAddr a;
     char err[256];
-    if (http_addr_parse(cfg.listen, &a, err, sizeof err)) { fprintf(stderr, "http_echo: LISTEN %s\n", err); return 1; }
+    if (http_addr_parse(cfg.listen, &a, err, sizeof err)) {
+        fprintf(stderr, "http_echo: LISTEN %s\n", err);
+        return 1;
+    }
     if (!a.loopback && !(e.api_key && *e.api_key)) {
-        fprintf(stderr, "http_echo: LISTEN=%s is reachable from other machines: set API_KEY\n", cfg.listen);
+        fprintf(stderr, "http_echo: LISTEN=%s is reachable from other machines: set API_KEY\n",
+                cfg.listen);
         return 1;
     }
     HttpServer *s = http_server_create(&cfg, err, sizeof err);

@@ -37,23 +37,34 @@ static void test_kinds(void) {
     check("kinds_parse", doc != NULL, err);
     if (!doc) return;
     const JsonValue *r = json_root(doc);
-    check("kinds_root_object", json_type(r) == JSON_OBJECT && json_len(r) == 8, "root not an 8-member object");
+    check("kinds_root_object", json_type(r) == JSON_OBJECT && json_len(r) == 8,
+          "root not an 8-member object");
     check("kinds_null", json_type(json_get(r, "n")) == JSON_NULL && json_get(r, "n") != NULL, "n");
     check("kinds_bool", json_bool(json_get(r, "t")) == 1 && json_bool(json_get(r, "f")) == 0 &&
           json_bool(json_get(r, "n")) == -1, "bools");
     int64_t iv = 0;
-    check("kinds_int", json_is_int(json_get(r, "i"), &iv) && iv == -42 && json_num(json_get(r, "i")) == -42.0, "i");
-    check("kinds_double", json_num(json_get(r, "d")) == 2.5e-3 && !json_is_int(json_get(r, "d"), NULL), "d");
+    check("kinds_int",
+          json_is_int(json_get(r, "i"), &iv) && iv == -42 && json_num(json_get(r, "i")) == -42.0,
+          "i");
+    check("kinds_double",
+          json_num(json_get(r, "d")) == 2.5e-3 && !json_is_int(json_get(r, "d"), NULL), "d");
     check("kinds_string", str_eq(json_get(r, "s"), "hi", 2), "s");
-    check("kinds_num_of_string_is_nan", isnan(json_num(json_get(r, "s"))), "json_num(string) not NaN");
-    check("kinds_str_of_number_is_null", json_str(json_get(r, "i"), NULL) == NULL, "json_str(number) not NULL");
+    check("kinds_num_of_string_is_nan", isnan(json_num(json_get(r, "s"))),
+          "json_num(string) not NaN");
+    check("kinds_str_of_number_is_null", json_str(json_get(r, "i"), NULL) == NULL,
+          "json_str(number) not NULL");
     const JsonValue *a = json_get(r, "a");
     check("kinds_array", json_type(a) == JSON_ARRAY && json_len(a) == 3, "a");
-    check("kinds_nested_array", json_len(json_at(a, 1)) == 2 && json_type(json_at(json_at(a, 1), 1)) == JSON_ARRAY &&
-          json_len(json_at(json_at(a, 1), 1)) == 0, "a[1]");
-    check("kinds_empty_object", json_type(json_at(a, 2)) == JSON_OBJECT && json_len(json_at(a, 2)) == 0, "a[2]");
-    check("kinds_at_out_of_range", json_at(a, 3) == NULL && json_at(r, 0) == NULL, "json_at bounds/type");
-    check("kinds_nested_get", str_eq(json_get(json_get(json_get(r, "o"), "x"), "y"), "z", 1), "o.x.y");
+    check("kinds_nested_array",
+          json_len(json_at(a, 1)) == 2 && json_type(json_at(json_at(a, 1), 1)) == JSON_ARRAY &&
+              json_len(json_at(json_at(a, 1), 1)) == 0,
+          "a[1]");
+    check("kinds_empty_object",
+          json_type(json_at(a, 2)) == JSON_OBJECT && json_len(json_at(a, 2)) == 0, "a[2]");
+    check("kinds_at_out_of_range", json_at(a, 3) == NULL && json_at(r, 0) == NULL,
+          "json_at bounds/type");
+    check("kinds_nested_get", str_eq(json_get(json_get(json_get(r, "o"), "x"), "y"), "z", 1),
+          "o.x.y");
     check("kinds_get_absent", json_get(r, "zz") == NULL && json_get(a, "n") == NULL, "absent key");
     /* Members come back in document order. */
     const char *order[] = {"n", "t", "f", "i", "d", "s", "a", "o"};
@@ -61,9 +72,12 @@ static void test_kinds(void) {
     for (size_t i = 0; i < 8; i++) {
         size_t kl;
         const char *k = json_key_at(r, i, &kl);
-        if (!k || kl != strlen(order[i]) || memcmp(k, order[i], kl) || json_value_at(r, i) != json_get(r, order[i])) ok = 0;
+        if (!k || kl != strlen(order[i]) || memcmp(k, order[i], kl) ||
+            json_value_at(r, i) != json_get(r, order[i]))
+            ok = 0;
     }
-    check("kinds_member_order", ok && json_key_at(r, 8, NULL) == NULL && json_value_at(r, 8) == NULL, "iteration");
+    check("kinds_member_order",
+          ok && json_key_at(r, 8, NULL) == NULL && json_value_at(r, 8) == NULL, "iteration");
     json_free(doc);
 
     /* Scalars at the top level. */
@@ -93,29 +107,38 @@ static void test_kinds(void) {
 
 static void test_escapes(void) {
     char err[256];
-    JsonDoc *doc = parse_str("[\"a\\\"b\\\\c\\/d\\b\\f\\n\\r\\t\", \"\\u0041\\u00e9\\u20AC\\ud83d\\ude00\", "
-                             "\"x\\u0000y\", \"\xc3\xa9\xe2\x82\xac\xf0\x9f\x98\x80\", \"\"]", err, sizeof err);
+    JsonDoc *doc =
+        parse_str("[\"a\\\"b\\\\c\\/d\\b\\f\\n\\r\\t\", \"\\u0041\\u00e9\\u20AC\\ud83d\\ude00\", "
+                  "\"x\\u0000y\", \"\xc3\xa9\xe2\x82\xac\xf0\x9f\x98\x80\", \"\"]",
+                  err, sizeof err);
     check("escapes_parse", doc != NULL, err);
     if (!doc) return;
     const JsonValue *r = json_root(doc);
     check("escapes_simple", str_eq(json_at(r, 0), "a\"b\\c/d\b\f\n\r\t", 12), "simple escapes");
     check("escapes_unicode_and_surrogate_pair",
-          str_eq(json_at(r, 1), "A\xc3\xa9\xe2\x82\xac\xf0\x9f\x98\x80", 10), "\\u escapes -> UTF-8");
-    check("escapes_embedded_nul", str_eq(json_at(r, 2), "x\0y", 3), "\\u0000 kept with explicit length");
-    check("raw_utf8_passthrough", str_eq(json_at(r, 3), "\xc3\xa9\xe2\x82\xac\xf0\x9f\x98\x80", 9), "raw UTF-8");
+          str_eq(json_at(r, 1), "A\xc3\xa9\xe2\x82\xac\xf0\x9f\x98\x80", 10),
+          "\\u escapes -> UTF-8");
+    check("escapes_embedded_nul", str_eq(json_at(r, 2), "x\0y", 3),
+          "\\u0000 kept with explicit length");
+    check("raw_utf8_passthrough", str_eq(json_at(r, 3), "\xc3\xa9\xe2\x82\xac\xf0\x9f\x98\x80", 9),
+          "raw UTF-8");
     check("empty_string", str_eq(json_at(r, 4), "", 0), "empty");
     json_free(doc);
     /* Keys are decoded too, and lookup by a key with an embedded NUL works with json_getn. */
     doc = parse_str("{\"\\u00e9t\\u00e9\":1, \"a\\u0000b\":2}", err, sizeof err);
-    check("escaped_key_lookup", doc && json_num(json_get(json_root(doc), "\xc3\xa9t\xc3\xa9")) == 1.0 &&
-          json_num(json_getn(json_root(doc), "a\0b", 3)) == 2.0 && json_get(json_root(doc), "a") == NULL, err);
+    check("escaped_key_lookup",
+          doc && json_num(json_get(json_root(doc), "\xc3\xa9t\xc3\xa9")) == 1.0 &&
+              json_num(json_getn(json_root(doc), "a\0b", 3)) == 2.0 &&
+              json_get(json_root(doc), "a") == NULL,
+          err);
     json_free(doc);
 }
 
 static void test_numbers(void) {
     char err[256];
     JsonDoc *doc = parse_str("[9223372036854775807, -9223372036854775808, 9223372036854775808, "
-                             "9007199254740993, 1e3, 2.0, 1.5, -0, 1E+2, 1e-400, 123456789012345678901234567890, 0.1]",
+                             "9007199254740993, 1e3, 2.0, 1.5, -0, 1E+2, 1e-400, "
+                             "123456789012345678901234567890, 0.1]",
                              err, sizeof err);
     check("numbers_parse", doc != NULL, err);
     if (!doc) return;
@@ -123,79 +146,95 @@ static void test_numbers(void) {
     int64_t v = 0;
     check("int64_max_exact", json_is_int(json_at(r, 0), &v) && v == INT64_MAX, "INT64_MAX");
     check("int64_min_exact", json_is_int(json_at(r, 1), &v) && v == INT64_MIN, "INT64_MIN");
-    check("past_int64_not_int", !json_is_int(json_at(r, 2), &v) && json_num(json_at(r, 2)) == 9223372036854775808.0,
+    check("past_int64_not_int",
+          !json_is_int(json_at(r, 2), &v) && json_num(json_at(r, 2)) == 9223372036854775808.0,
           "2^63 is a double, not an exact int");
-    check("above_2p53_kept_exact", json_is_int(json_at(r, 3), &v) && v == 9007199254740993LL, "2^53+1 exact");
+    check("above_2p53_kept_exact", json_is_int(json_at(r, 3), &v) && v == 9007199254740993LL,
+          "2^53+1 exact");
     check("exponent_integral", json_is_int(json_at(r, 4), &v) && v == 1000, "1e3");
     check("fraction_integral", json_is_int(json_at(r, 5), &v) && v == 2, "2.0");
-    check("fraction_not_int", !json_is_int(json_at(r, 6), &v) && json_num(json_at(r, 6)) == 1.5, "1.5");
-    check("negative_zero", json_is_int(json_at(r, 7), &v) && v == 0 && json_num(json_at(r, 7)) == 0.0, "-0");
+    check("fraction_not_int", !json_is_int(json_at(r, 6), &v) && json_num(json_at(r, 6)) == 1.5,
+          "1.5");
+    check("negative_zero",
+          json_is_int(json_at(r, 7), &v) && v == 0 && json_num(json_at(r, 7)) == 0.0, "-0");
     check("upper_e_plus", json_num(json_at(r, 8)) == 100.0, "1E+2");
     check("underflow_to_zero", json_num(json_at(r, 9)) == 0.0, "1e-400");
-    check("huge_integer_literal", !json_is_int(json_at(r, 10), &v) && json_num(json_at(r, 10)) > 1.2e29 &&
-          json_num(json_at(r, 10)) < 1.3e29, "30-digit literal");
+    check("huge_integer_literal",
+          !json_is_int(json_at(r, 10), &v) && json_num(json_at(r, 10)) > 1.2e29 &&
+              json_num(json_at(r, 10)) < 1.3e29,
+          "30-digit literal");
     check("decimal_rounding", json_num(json_at(r, 11)) == 0.1, "0.1");
     /* json_int_literal: only what was written as an integer that fits int64 */
-    check("int_literal_written_integer", json_int_literal(json_at(r, 3), &v) && v == 9007199254740993LL &&
-          json_int_literal(json_at(r, 7), &v) && v == 0, "2^53+1 and -0 are integer literals");
-    check("int_literal_not_fraction_or_exponent", !json_int_literal(json_at(r, 4), NULL) &&
-          !json_int_literal(json_at(r, 5), NULL) && !json_int_literal(json_at(r, 8), NULL), "1e3, 2.0, 1E+2 are not");
-    check("int_literal_not_past_int64", !json_int_literal(json_at(r, 2), NULL) && !json_int_literal(json_at(r, 10), NULL) &&
-          !json_int_literal(r, NULL), "2^63, a 30-digit literal and an array are not");
+    check("int_literal_written_integer",
+          json_int_literal(json_at(r, 3), &v) && v == 9007199254740993LL &&
+              json_int_literal(json_at(r, 7), &v) && v == 0,
+          "2^53+1 and -0 are integer literals");
+    check("int_literal_not_fraction_or_exponent",
+          !json_int_literal(json_at(r, 4), NULL) && !json_int_literal(json_at(r, 5), NULL) &&
+              !json_int_literal(json_at(r, 8), NULL),
+          "1e3, 2.0, 1E+2 are not");
+    check("int_literal_not_past_int64",
+          !json_int_literal(json_at(r, 2), NULL) && !json_int_literal(json_at(r, 10), NULL) &&
+              !json_int_literal(r, NULL),
+          "2^63, a 30-digit literal and an array are not");
     json_free(doc);
 }
 
 /* Each malformed input must fail with the given message fragment at the given position. */
 static void test_malformed(void) {
-    static const struct { const char *name, *text, *pos, *msg; } cases[] = {
-        {"bad_empty", "", "line 1 col 1 (byte 0)", "unexpected end of input"},
-        {"bad_ws_only", "  \n ", "line 2 col 2 (byte 4)", "unexpected end of input"},
-        {"bad_trailing_comma_array", "[1,2,]", "line 1 col 6 (byte 5)", "trailing comma"},
-        {"bad_trailing_comma_object", "{\"a\":1,\n }", "line 2 col 2 (byte 9)", "trailing comma"},
-        {"bad_line_comment", "[1, // x\n2]", "line 1 col 5 (byte 4)", "unexpected '/'"},
-        {"bad_block_comment", "/* c */ 1", "line 1 col 1 (byte 0)", "unexpected '/'"},
-        {"bad_escape", "[\"a\\x\"]", "line 1 col 4 (byte 3)", "invalid escape"},
-        {"bad_u_escape_short", "\"\\u12\"", "line 1 col 2 (byte 1)", "bad \\u escape"},
-        {"bad_u_escape_hex", "\"\\u12G4\"", "line 1 col 2 (byte 1)", "bad \\u escape"},
-        {"bad_lone_high_surrogate", "\"ab\\ud83dx\"", "line 1 col 4 (byte 3)", "lone high surrogate"},
-        {"bad_high_then_high", "\"\\ud83d\\ud83d\"", "line 1 col 2 (byte 1)", "lone high surrogate"},
-        {"bad_lone_low_surrogate", "\"\\ude00\"", "line 1 col 2 (byte 1)", "lone low surrogate"},
-        {"bad_utf8_continuation", "\"a\x80\"", "line 1 col 3 (byte 2)", "invalid UTF-8"},
-        {"bad_utf8_overlong", "\"\xc0\xaf\"", "line 1 col 2 (byte 1)", "invalid UTF-8"},
-        {"bad_utf8_overlong3", "\"\xe0\x80\xaf\"", "line 1 col 2 (byte 1)", "invalid UTF-8"},
-        {"bad_utf8_surrogate", "\"\xed\xa0\x80\"", "line 1 col 2 (byte 1)", "invalid UTF-8"},
-        {"bad_utf8_above_max", "\"\xf4\x90\x80\x80\"", "line 1 col 2 (byte 1)", "invalid UTF-8"},
-        {"bad_utf8_truncated", "\"\xe2\x82\"", "line 1 col 2 (byte 1)", "invalid UTF-8"},
-        {"bad_utf8_outside_string", "[\xc3\xa9]", "line 1 col 2 (byte 1)", "byte 0xc3"},
-        {"bad_control_char", "\"a\tb\"", "line 1 col 3 (byte 2)", "control character"},
-        {"bad_unterminated_string", "[\"abc", "line 1 col 2 (byte 1)", "unterminated string"},
-        {"bad_unterminated_array", "[1,\n[2]", "line 1 col 1 (byte 0)", "unterminated array"},
-        {"bad_unterminated_object", "{\"a\":1", "line 1 col 1 (byte 0)", "unterminated object"},
-        {"bad_missing_colon", "{\"a\" 1}", "line 1 col 6 (byte 5)", "expected ':'"},
-        {"bad_nonstring_key", "{a:1}", "line 1 col 2 (byte 1)", "expected string key"},
-        {"bad_missing_comma", "[1 2]", "line 1 col 4 (byte 3)", "expected ',' or ']'"},
-        {"bad_leading_zero", "[01]", "line 1 col 2 (byte 1)", "leading zero"},
-        {"bad_leading_plus", "[+1]", "line 1 col 2 (byte 1)", "unexpected '+'"},
-        {"bad_bare_dot", "[1.]", "line 1 col 4 (byte 3)", "expected digit after decimal point"},
-        {"bad_dot_first", "[.5]", "line 1 col 2 (byte 1)", "unexpected '.'"},
-        {"bad_exponent", "[1e]", "line 1 col 4 (byte 3)", "expected digit in exponent"},
-        {"bad_minus_alone", "[-]", "line 1 col 2 (byte 1)", "invalid number"},
-        {"bad_number_overflow", "[1e400]", "line 1 col 2 (byte 1)", "number out of range"},
-        {"bad_nan", "[NaN]", "line 1 col 2 (byte 1)", "unexpected 'N'"},
-        {"bad_infinity", "[-Infinity]", "line 1 col 2 (byte 1)", "invalid number"},
-        {"bad_literal", "[tru]", "line 1 col 2 (byte 1)", "unexpected 't'"},
-        {"bad_literal_case", "[True]", "line 1 col 2 (byte 1)", "unexpected 'T'"},
-        {"bad_two_values", "{} {}", "line 1 col 4 (byte 3)", "after the JSON value"},
-        {"bad_single_quotes", "['a']", "line 1 col 2 (byte 1)", "unexpected '''"},
-        {"bad_vertical_tab_ws", "[1,\v2]", "line 1 col 4 (byte 3)", "byte 0x0b"},
-        {"bad_position_after_newlines", "{\n  \"a\": [1,\n        2,,]\n}", "line 3 col 11 (byte 23)", "unexpected ','"},
+    static const struct { const char *name, *text, *pos, *msg;
+    } cases[] = {
+        { "bad_empty", "", "line 1 col 1 (byte 0)", "unexpected end of input" },
+        { "bad_ws_only", "  \n ", "line 2 col 2 (byte 4)", "unexpected end of input" },
+        { "bad_trailing_comma_array", "[1,2,]", "line 1 col 6 (byte 5)", "trailing comma" },
+        { "bad_trailing_comma_object", "{\"a\":1,\n }", "line 2 col 2 (byte 9)", "trailing comma" },
+        { "bad_line_comment", "[1, // x\n2]", "line 1 col 5 (byte 4)", "unexpected '/'" },
+        { "bad_block_comment", "/* c */ 1", "line 1 col 1 (byte 0)", "unexpected '/'" },
+        { "bad_escape", "[\"a\\x\"]", "line 1 col 4 (byte 3)", "invalid escape" },
+        { "bad_u_escape_short", "\"\\u12\"", "line 1 col 2 (byte 1)", "bad \\u escape" },
+        { "bad_u_escape_hex", "\"\\u12G4\"", "line 1 col 2 (byte 1)", "bad \\u escape" },
+        { "bad_lone_high_surrogate", "\"ab\\ud83dx\"", "line 1 col 4 (byte 3)",
+          "lone high surrogate" },
+        { "bad_high_then_high", "\"\\ud83d\\ud83d\"", "line 1 col 2 (byte 1)",
+          "lone high surrogate" },
+        { "bad_lone_low_surrogate", "\"\\ude00\"", "line 1 col 2 (byte 1)", "lone low surrogate" },
+        { "bad_utf8_continuation", "\"a\x80\"", "line 1 col 3 (byte 2)", "invalid UTF-8" },
+        { "bad_utf8_overlong", "\"\xc0\xaf\"", "line 1 col 2 (byte 1)", "invalid UTF-8" },
+        { "bad_utf8_overlong3", "\"\xe0\x80\xaf\"", "line 1 col 2 (byte 1)", "invalid UTF-8" },
+        { "bad_utf8_surrogate", "\"\xed\xa0\x80\"", "line 1 col 2 (byte 1)", "invalid UTF-8" },
+        { "bad_utf8_above_max", "\"\xf4\x90\x80\x80\"", "line 1 col 2 (byte 1)", "invalid UTF-8" },
+        { "bad_utf8_truncated", "\"\xe2\x82\"", "line 1 col 2 (byte 1)", "invalid UTF-8" },
+        { "bad_utf8_outside_string", "[\xc3\xa9]", "line 1 col 2 (byte 1)", "byte 0xc3" },
+        { "bad_control_char", "\"a\tb\"", "line 1 col 3 (byte 2)", "control character" },
+        { "bad_unterminated_string", "[\"abc", "line 1 col 2 (byte 1)", "unterminated string" },
+        { "bad_unterminated_array", "[1,\n[2]", "line 1 col 1 (byte 0)", "unterminated array" },
+        { "bad_unterminated_object", "{\"a\":1", "line 1 col 1 (byte 0)", "unterminated object" },
+        { "bad_missing_colon", "{\"a\" 1}", "line 1 col 6 (byte 5)", "expected ':'" },
+        { "bad_nonstring_key", "{a:1}", "line 1 col 2 (byte 1)", "expected string key" },
+        { "bad_missing_comma", "[1 2]", "line 1 col 4 (byte 3)", "expected ',' or ']'" },
+        { "bad_leading_zero", "[01]", "line 1 col 2 (byte 1)", "leading zero" },
+        { "bad_leading_plus", "[+1]", "line 1 col 2 (byte 1)", "unexpected '+'" },
+        { "bad_bare_dot", "[1.]", "line 1 col 4 (byte 3)", "expected digit after decimal point" },
+        { "bad_dot_first", "[.5]", "line 1 col 2 (byte 1)", "unexpected '.'" },
+        { "bad_exponent", "[1e]", "line 1 col 4 (byte 3)", "expected digit in exponent" },
+        { "bad_minus_alone", "[-]", "line 1 col 2 (byte 1)", "invalid number" },
+        { "bad_number_overflow", "[1e400]", "line 1 col 2 (byte 1)", "number out of range" },
+        { "bad_nan", "[NaN]", "line 1 col 2 (byte 1)", "unexpected 'N'" },
+        { "bad_infinity", "[-Infinity]", "line 1 col 2 (byte 1)", "invalid number" },
+        { "bad_literal", "[tru]", "line 1 col 2 (byte 1)", "unexpected 't'" },
+        { "bad_literal_case", "[True]", "line 1 col 2 (byte 1)", "unexpected 'T'" },
+        { "bad_two_values", "{} {}", "line 1 col 4 (byte 3)", "after the JSON value" },
+        { "bad_single_quotes", "['a']", "line 1 col 2 (byte 1)", "unexpected '''" },
+        { "bad_vertical_tab_ws", "[1,\v2]", "line 1 col 4 (byte 3)", "byte 0x0b" },
+        { "bad_position_after_newlines", "{\n  \"a\": [1,\n        2,,]\n}",
+          "line 3 col 11 (byte 23)", "unexpected ','" },
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
         char err[256] = "";
         JsonDoc *doc = parse_str(cases[i].text, err, sizeof err);
         char why[400];
-        snprintf(why, sizeof why, "got %s \"%s\", want \"%s: ...%s...\"", doc ? "success" : "error", err,
-                 cases[i].pos, cases[i].msg);
+        snprintf(why, sizeof why, "got %s \"%s\", want \"%s: ...%s...\"", doc ? "success" : "error",
+                 err, cases[i].pos, cases[i].msg);
         check(cases[i].name, !doc && strncmp(err, cases[i].pos, strlen(cases[i].pos)) == 0 &&
               strstr(err, cases[i].msg) != NULL && !strchr(err, '\n'), why);
         json_free(doc);
@@ -256,12 +295,14 @@ static void test_big(void) {
     char *s = malloc(cap);
     n += (size_t)sprintf(s + n, "{\"model\": {\"type\": \"BPE\", \"vocab\": {");
     for (int i = 0; i < nvocab; i++)
-        n += (size_t)sprintf(s + n, "%s\"tok\\u0120%d\\u00e9\xe4\xb8\xad_padding_padding\": %d", i ? ", " : "", i, i);
+        n += (size_t)sprintf(s + n, "%s\"tok\\u0120%d\\u00e9\xe4\xb8\xad_padding_padding\": %d",
+                             i ? ", " : "", i, i);
     n += (size_t)sprintf(s + n, "}, \"merges\": [");
     for (int i = 0; i < nmerges; i++)
         n += (size_t)sprintf(s + n, "%s[\"a%d\", \"b\\n%d\"]", i ? ",\n" : "", i, i);
     n += (size_t)sprintf(s + n, "], \"scores\": [");
-    for (int i = 0; i < 50000; i++) n += (size_t)sprintf(s + n, "%s%.17g", i ? "," : "", -i * 0.001);
+    for (int i = 0; i < 50000; i++)
+        n += (size_t)sprintf(s + n, "%s%.17g", i ? "," : "", -i * 0.001);
     n += (size_t)sprintf(s + n, "]}}");
     char err[256];
     struct timespec t0, t1;
@@ -283,7 +324,9 @@ static void test_big(void) {
             size_t kl;
             const char *k = json_key_at(vocab, (size_t)i, &kl);
             int64_t id = -1;
-            if (!k || kl != (size_t)wl || memcmp(k, want, kl) || !json_is_int(json_value_at(vocab, (size_t)i), &id) || id != i) ok = 0;
+            if (!k || kl != (size_t)wl || memcmp(k, want, kl) ||
+                !json_is_int(json_value_at(vocab, (size_t)i), &id) || id != i)
+                ok = 0;
         }
         check("big_vocab_content", ok, "vocab entries differ");
         ok = json_len(merges) == (size_t)nmerges;
@@ -291,10 +334,13 @@ static void test_big(void) {
             char a[32], b[32];
             int al = sprintf(a, "a%d", i), bl = sprintf(b, "b\n%d", i);
             const JsonValue *m = json_at(merges, (size_t)i);
-            if (json_len(m) != 2 || !str_eq(json_at(m, 0), a, (size_t)al) || !str_eq(json_at(m, 1), b, (size_t)bl)) ok = 0;
+            if (json_len(m) != 2 || !str_eq(json_at(m, 0), a, (size_t)al) ||
+                !str_eq(json_at(m, 1), b, (size_t)bl))
+                ok = 0;
         }
         check("big_merges_content", ok, "merges entries differ");
-        check("big_scores_content", json_len(scores) == 50000 && json_num(json_at(scores, 12345)) == -12345 * 0.001,
+        check("big_scores_content",
+              json_len(scores) == 50000 && json_num(json_at(scores, 12345)) == -12345 * 0.001,
               "scores differ");
     }
     json_free(doc);
@@ -311,7 +357,8 @@ static void test_read_file(void) {
     fclose(f);
     size_t len = 0;
     char *text = json_read_file(path, &len, err, sizeof err);
-    check("read_file_ok", text && len == sizeof body - 1 && memcmp(text, body, len) == 0 && text[len] == 0, err);
+    check("read_file_ok",
+          text && len == sizeof body - 1 && memcmp(text, body, len) == 0 && text[len] == 0, err);
     JsonDoc *doc = text ? json_parse(text, len, err, sizeof err) : NULL;
     check("read_file_parse", doc && str_eq(json_get(json_root(doc), "a"), "x\0", 2), err);
     json_free(doc);
@@ -341,11 +388,13 @@ static void test_read_file(void) {
     check("read_file_max_exact_size_accepted", text && len == 100 && text[100] == 0, err);
     free(text);
     text = json_read_file_max(path, 99, &len, err, sizeof err);
-    check("read_file_max_one_byte_over_refused", !text && strstr(err, path) && strstr(err, "100 bytes") && strstr(err, "99"), err);
+    check("read_file_max_one_byte_over_refused",
+          !text && strstr(err, path) && strstr(err, "100 bytes") && strstr(err, "99"), err);
     remove(path);
     /* Endless or special files: refused by kind at once, never read until memory runs out. */
     text = json_read_file("/dev/zero", &len, err, sizeof err);
-    check("read_file_dev_zero_refused", !text && strstr(err, "/dev/zero") && strstr(err, "character device"), err);
+    check("read_file_dev_zero_refused",
+          !text && strstr(err, "/dev/zero") && strstr(err, "character device"), err);
     /* A FIFO without a writer must not block the open: it reads as empty. */
     snprintf(path, sizeof path, "%s/fifo.json", dir);
     if (mkfifo(path, 0600) == 0) {
@@ -356,19 +405,23 @@ static void test_read_file(void) {
         free(text);
         remove(path);
     } else check("read_file_fifo_made", 0, strerror(errno));
-    /* A pipe longer than the cap is cut off after max + 1 bytes and refused; within it, read whole. */
+    /* A pipe longer than the cap is cut off after max + 1 bytes and refused; within it, read whole.
+       */
     int p[2];
     if (pipe(p) == 0) {
         char fdpath[64], block[300];
         memset(block, ' ', sizeof block);
-        if (write(p[1], block, sizeof block) != (ssize_t)sizeof block) check("read_file_pipe_write", 0, "short write");
+        if (write(p[1], block, sizeof block) != (ssize_t)sizeof block)
+            check("read_file_pipe_write", 0, "short write");
         close(p[1]);
         snprintf(fdpath, sizeof fdpath, "/proc/self/fd/%d", p[0]);
         text = json_read_file_max(fdpath, 299, &len, err, sizeof err);
-        check("read_file_max_pipe_over_cap_refused", !text && strstr(err, "longer than 299 bytes"), err);
+        check("read_file_max_pipe_over_cap_refused", !text && strstr(err, "longer than 299 bytes"),
+              err);
         close(p[0]);
         if (pipe(p) == 0) {
-            if (write(p[1], block, sizeof block) != (ssize_t)sizeof block) check("read_file_pipe_write", 0, "short write");
+            if (write(p[1], block, sizeof block) != (ssize_t)sizeof block)
+                check("read_file_pipe_write", 0, "short write");
             close(p[1]);
             snprintf(fdpath, sizeof fdpath, "/proc/self/fd/%d", p[0]);
             text = json_read_file_max(fdpath, 300, &len, err, sizeof err);
@@ -410,9 +463,12 @@ static void test_writer_shapes(void) {
     jw_key(&w, "args"); jw_raw(&w, "{\"a\":[1,2]}", 11);
     jw_kstr(&w, "nothing", NULL);
     jw_obj_end(&w);
-    check("writer_nested", text_is(&w, "{\"id\":\"chatcmpl-1\",\"created\":1700000000,\"choices\":[{\"index\":0,"
-          "\"delta\":{},\"finish_reason\":null,\"ok\":true,\"no\":false,\"t\":0.7},-5,[]],"
-          "\"args\":{\"a\":[1,2]},\"nothing\":null}"), w.buf ? w.buf : "(null)");
+    check("writer_nested",
+          text_is(&w, "{\"id\":\"chatcmpl-1\",\"created\":1700000000,\"choices\":[{\"index\":0,"
+                      "\"delta\":{},\"finish_reason\":null,\"ok\":true,\"no\":false,\"t\":0.7},-5,["
+                      "]],"
+                      "\"args\":{\"a\":[1,2]},\"nothing\":null}"),
+          w.buf ? w.buf : "(null)");
     char err[256];
     size_t n;
     const char *t = jw_text(&w, &n);
@@ -471,15 +527,18 @@ static int writes_as(const char *s, size_t len, const char *want) {
     jw_strn(&w, s, len);
     size_t n;
     const char *t = jw_text(&w, &n);
-    int ok = t && n == strlen(want) + 2 && t[0] == '"' && t[n - 1] == '"' && memcmp(t + 1, want, n - 2) == 0;
+    int ok = t && n == strlen(want) + 2 && t[0] == '"' && t[n - 1] == '"' &&
+             memcmp(t + 1, want, n - 2) == 0;
     if (!ok) printf("info: wrote [%s], want [\"%s\"]\n", t ? t : "(null)", want);
     jw_free(&w);
     return ok;
 }
 
 static void test_writer_strings(void) {
-    check("writer_escapes", writes_as("a\"b\\c/\n\r\t\b\f", 11, "a\\\"b\\\\c/\\n\\r\\t\\b\\f"), "short escapes");
-    check("writer_control_u00xx", writes_as("\x01\x1f\x00x\x7f", 5, "\\u0001\\u001f\\u0000x\x7f"), "controls");
+    check("writer_escapes", writes_as("a\"b\\c/\n\r\t\b\f", 11, "a\\\"b\\\\c/\\n\\r\\t\\b\\f"),
+          "short escapes");
+    check("writer_control_u00xx", writes_as("\x01\x1f\x00x\x7f", 5, "\\u0001\\u001f\\u0000x\x7f"),
+          "controls");
     check("writer_utf8_passthrough", writes_as("h\xc3\xa9 \xe4\xb8\xad \xf0\x9f\x98\x80", 12,
           "h\xc3\xa9 \xe4\xb8\xad \xf0\x9f\x98\x80"), "valid UTF-8 changed");
     /* Invalid UTF-8: one U+FFFD per maximal subpart, as Python's bytes.decode(errors="replace"). */
@@ -513,7 +572,9 @@ static void test_writer_strings(void) {
             seed = seed * 1103515245u + 12345u;
             unsigned r = seed >> 16;
             /* Mostly ASCII and controls, some UTF-8 lead/continuation bytes. */
-            in[k] = iter % 3 == 0 ? (char)(r & 0xff) : iter % 3 == 1 ? (char)(r & 0x7f) : "a\xc3\xa9\xe4\xb8\xad\"\\\n\x01"[r % 11];
+            in[k] = iter % 3 == 0   ? (char)(r & 0xff)
+                    : iter % 3 == 1 ? (char)(r & 0x7f)
+                                    : "a\xc3\xa9\xe4\xb8\xad\"\\\n\x01"[r % 11];
         }
         JsonWriter w;
         jw_init(&w);
@@ -521,25 +582,42 @@ static void test_writer_strings(void) {
         size_t n;
         const char *t = jw_text(&w, &n);
         JsonDoc *doc = t ? json_parse(t, n, err, sizeof err) : NULL;
-        if (!doc) { parsed = 0; printf("info: unparsable output for iteration %d: %s\n", iter, err); }
+        if (!doc) {
+            parsed = 0;
+            printf("info: unparsable output for iteration %d: %s\n", iter, err);
+        }
         int valid = 1;
         for (size_t k = 0; k < len;) {
             int ul = json__utf8_len((const unsigned char *)in + k, (const unsigned char *)in + len);
             if (!ul) { valid = 0; break; }
             k += (size_t)ul;
         }
-        if (doc && valid) { valid_seen++; if (!str_eq(json_at(json_root(doc), 0), in, len)) same = 0; }
+        if (doc && valid) {
+            valid_seen++;
+            if (!str_eq(json_at(json_root(doc), 0), in, len)) same = 0;
+        }
         json_free(doc);
         jw_free(&w);
     }
     check("writer_random_bytes_always_parse", parsed, "writer produced invalid JSON");
-    check("writer_random_valid_utf8_roundtrip", same && valid_seen > 1000, "valid UTF-8 did not round-trip");
+    check("writer_random_valid_utf8_roundtrip", same && valid_seen > 1000,
+          "valid UTF-8 did not round-trip");
 }
 
 static void test_writer_numbers(void) {
-    struct { double v; const char *want; } cases[] = {
-        {0.1, "0.1"}, {0.7, "0.7"}, {1.0, "1"}, {-0.0, "-0"}, {1e300, "1e+300"}, {5e-324, "4.94065645841247e-324"},
-        {1.0 / 3.0, "0.3333333333333333"}, {123456.789, "123456.789"}, {NAN, "null"}, {INFINITY, "null"}, {-INFINITY, "null"},
+    struct { double v; const char *want;
+    } cases[] = {
+        { 0.1, "0.1" },
+        { 0.7, "0.7" },
+        { 1.0, "1" },
+        { -0.0, "-0" },
+        { 1e300, "1e+300" },
+        { 5e-324, "4.94065645841247e-324" },
+        { 1.0 / 3.0, "0.3333333333333333" },
+        { 123456.789, "123456.789" },
+        { NAN, "null" },
+        { INFINITY, "null" },
+        { -INFINITY, "null" },
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
         JsonWriter w;
@@ -565,7 +643,10 @@ static void test_writer_numbers(void) {
         size_t n;
         const char *t = jw_text(&w, &n);
         JsonDoc *doc = t ? json_parse(t, n, err, sizeof err) : NULL;
-        if (!doc || json_num(json_root(doc)) != d) { ok = 0; printf("info: %s did not round-trip\n", t ? t : "(null)"); }
+        if (!doc || json_num(json_root(doc)) != d) {
+            ok = 0;
+            printf("info: %s did not round-trip\n", t ? t : "(null)");
+        }
         json_free(doc);
         jw_free(&w);
     }
@@ -573,7 +654,8 @@ static void test_writer_numbers(void) {
     JsonWriter w;
     jw_init(&w);
     jw_arr(&w); jw_int(&w, INT64_MIN); jw_int(&w, INT64_MAX); jw_int(&w, 0); jw_arr_end(&w);
-    check("writer_int64_extremes", text_is(&w, "[-9223372036854775808,9223372036854775807,0]"), w.buf ? w.buf : "(null)");
+    check("writer_int64_extremes", text_is(&w, "[-9223372036854775808,9223372036854775807,0]"),
+          w.buf ? w.buf : "(null)");
     jw_free(&w);
 }
 

@@ -6,8 +6,7 @@
 #pragma GCC diagnostic ignored "-Wunused-function"
 #include "../main.c"   /* the engine and its front ends, without main() */
 
-static int failures;
-#define CHECK(name, cond) do { if (cond) printf("PASS %s\n", name); else { printf("FAIL %s: %s\n", name, #cond); failures++; } } while (0)
+#include "check.h"
 
 int main(void) {
     enum { N = 3000000 };   /* about 12 MB of text */
@@ -17,11 +16,13 @@ int main(void) {
     PredictedOutput p = { ids, N, 0, 0 };
     /* the answer so far: 3 tokens that occur nowhere in the prediction */
     history[0] = 5; history[1] = 6; history[2] = 7;
-    CHECK("a prediction that never matches drafts nothing", predicted_output_draft(&p, history, 3, 4, out) == 0);
+    CHECK("a prediction that never matches drafts nothing",
+          predicted_output_draft(&p, history, 3, 4, out) == 0);
     /* a match right after the cursor is drafted from */
     ids[10] = 6; ids[11] = 7; ids[12] = 42; ids[13] = 43;
     int n = predicted_output_draft(&p, history, 3, 2, out);
-    CHECK("a match near the cursor drafts what follows it", n == 2 && out[0] == 42 && out[1] == 43 && p.cursor == 12);
+    CHECK("a match near the cursor drafts what follows it",
+          n == 2 && out[0] == 42 && out[1] == 43 && p.cursor == 12);
     /* the same tail far beyond the window is out of reach: a step's cost does not grow with N */
     ids[10] = ids[11] = 1000;
     const int far = 12 + PREDICTION_WINDOW + 100;
@@ -32,7 +33,8 @@ int main(void) {
     const int near = 12 + PREDICTION_WINDOW - 100;
     ids[near] = 6; ids[near + 1] = 7; ids[near + 2] = 45;
     n = predicted_output_draft(&p, history, 3, 1, out);
-    CHECK("a match within the window ahead is found", n == 1 && out[0] == 45 && p.cursor == near + 2);
+    CHECK("a match within the window ahead is found",
+          n == 1 && out[0] == 45 && p.cursor == near + 2);
     /* and behind the cursor, within the window */
     ids[near] = ids[near + 1] = ids[far] = ids[far + 1] = 1000;
     ids[near - 50] = 6; ids[near - 49] = 7; ids[near - 48] = 46;

@@ -28,7 +28,9 @@ static uint64_t rng_next(void) {
     rng_state ^= rng_state << 13; rng_state ^= rng_state >> 7; rng_state ^= rng_state << 17;
     return rng_state;
 }
-static float rng_float(void) { return (float)((rng_next() >> 40) / (double)(1ull << 24)) * 2.0f - 1.0f; }
+static float rng_float(void) {
+    return (float)((rng_next() >> 40) / (double)(1ull << 24)) * 2.0f - 1.0f;
+}
 
 /* First index where two float arrays differ bitwise, or -1. */
 static long first_diff(const float *a, const float *b, size_t n) {
@@ -46,11 +48,21 @@ static void expect_codes(const char *name, QtFormat f, int64_t group, const floa
     qt_quantize_row(f, group, w, cols, codes, scales);
     char why[200] = "";
     int ok = 1;
-    if (qt_row_bytes(f, cols) != nbytes) { ok = 0; snprintf(why, sizeof why, "row bytes %lld, want %d", (long long)qt_row_bytes(f, cols), nbytes); }
+    if (qt_row_bytes(f, cols) != nbytes) {
+        ok = 0;
+        snprintf(why, sizeof why, "row bytes %lld, want %d", (long long)qt_row_bytes(f, cols),
+                 nbytes);
+    }
     for (int i = 0; ok && i < nbytes; i++)
-        if (codes[i] != want[i]) { ok = 0; snprintf(why, sizeof why, "byte %d is 0x%02X, want 0x%02X", i, codes[i], want[i]); }
+        if (codes[i] != want[i]) {
+            ok = 0;
+            snprintf(why, sizeof why, "byte %d is 0x%02X, want 0x%02X", i, codes[i], want[i]);
+        }
     for (int i = 0; ok && i < nscales; i++)
-        if (scales[i] != want_scales[i]) { ok = 0; snprintf(why, sizeof why, "scale %d is %.9g, want %.9g", i, scales[i], want_scales[i]); }
+        if (scales[i] != want_scales[i]) {
+            ok = 0;
+            snprintf(why, sizeof why, "scale %d is %.9g, want %.9g", i, scales[i], want_scales[i]);
+        }
     report(ok, name, why);
 }
 
@@ -78,13 +90,15 @@ static void test_quantizer_examples(void) {
         const float w[] = { 7, -3.5f, 14, -7, 0.25f };
         const uint8_t want[] = { 0x4F, 0x4F, 0x8F };
         const float ws[] = { 1.0f, 2.0f, 0.25f / 7.0f };
-        expect_codes("quantize int4-group codes, scales, partial group", QT_INT4_GROUP, 2, w, 5, want, 3, ws, 3);
+        expect_codes("quantize int4-group codes, scales, partial group", QT_INT4_GROUP, 2, w, 5,
+                     want, 3, ws, 3);
     }
     {   /* int2: 1, -1, 0.5→0, -0.5→0, 1 | pad 0,0,0 (stored q+2, element 4j+k at bits 2k) */
         const float w[] = { 1, -1, 0.5f, -0.5f, 1 };
         const uint8_t want[] = { 0xA7, 0xAB };
         const float ws[] = { 1.0f };
-        expect_codes("quantize int2-row codes, ties and padding", QT_INT2_ROW, 0, w, 5, want, 2, ws, 1);
+        expect_codes("quantize int2-row codes, ties and padding", QT_INT2_ROW, 0, w, 5, want, 2, ws,
+                     1);
     }
     {   /* all-zero row: scale floor 1e-8, every code q = 0 */
         const float w[] = { 0, 0, 0 };
@@ -95,7 +109,8 @@ static void test_quantizer_examples(void) {
 }
 
 static void test_round_trip(void) {
-    const QtFormat fmts[] = { QT_INT8_ROW, QT_INT4_ROW, QT_INT4_GROUP, QT_INT4_GROUP, QT_INT4_GROUP, QT_INT2_ROW };
+    const QtFormat fmts[] = { QT_INT8_ROW,   QT_INT4_ROW,   QT_INT4_GROUP,
+                              QT_INT4_GROUP, QT_INT4_GROUP, QT_INT2_ROW };
     const int64_t groups[] = { 0, 0, 32, 64, 128, 0 };
     const int64_t R = 7, C = 301;
     float *w = malloc(sizeof(float) * R * C), *row = malloc(sizeof(float) * C);
@@ -112,11 +127,15 @@ static void test_round_trip(void) {
                 float s = t.scales[r * qt_groups_per_row(&t) + i / t.group];
                 double err = fabs((double)w[r * C + i] - (double)row[i]);
                 /* ≤ s/2, plus the float rounding of w/s and of q·s. */
-                if (err > 0.5 * s * (1 + 1e-5) + 1e-7 * fabs(w[r * C + i]))
-                    { ok = 0; snprintf(why, sizeof why, "row %lld col %lld: |w - deq| = %g > s/2 = %g", (long long)r, (long long)i, err, s / 2); }
+                if (err > 0.5 * s * (1 + 1e-5) + 1e-7 * fabs(w[r * C + i])) {
+                    ok = 0;
+                    snprintf(why, sizeof why, "row %lld col %lld: |w - deq| = %g > s/2 = %g",
+                             (long long)r, (long long)i, err, s / 2);
+                }
             }
         }
-        snprintf(name, sizeof name, "round trip %s group %lld error <= s/2", qt_format_name(fmts[k]), (long long)t.group);
+        snprintf(name, sizeof name, "round trip %s group %lld error <= s/2",
+                 qt_format_name(fmts[k]), (long long)t.group);
         report(ok, name, why);
         /* several rows at once equal the rows one by one, bit for bit */
         float *rows = malloc(sizeof(float) * (R - 2) * C);
@@ -126,7 +145,8 @@ static void test_round_trip(void) {
             qt_dequant_row(&t, r, row);
             diff = first_diff(row, rows + (r - 2) * C, (size_t)C);
         }
-        snprintf(name, sizeof name, "qt_dequant_rows %s group %lld equals qt_dequant_row", qt_format_name(fmts[k]), (long long)t.group);
+        snprintf(name, sizeof name, "qt_dequant_rows %s group %lld equals qt_dequant_row",
+                 qt_format_name(fmts[k]), (long long)t.group);
         report(diff < 0, name, "a value differs");
         free(rows);
         qt_free(&t);
@@ -136,13 +156,15 @@ static void test_round_trip(void) {
 
 /* ---- Format inference ---------------------------------------------------------------------- */
 
-static void expect_infer(const char *name, int64_t rows, int64_t cols, int64_t bytes, int64_t nscales,
-                         int want_ok, QtFormat want_f, int64_t want_g) {
+static void expect_infer(const char *name, int64_t rows, int64_t cols, int64_t bytes,
+                         int64_t nscales, int want_ok, QtFormat want_f, int64_t want_g) {
     QtFormat f = QT_F32; int64_t g = -1;
     int rc = qt_infer_format(rows, cols, bytes, nscales, &f, &g);
     char why[160] = "";
     int ok = want_ok ? rc == 0 && f == want_f && g == want_g : rc != 0;
-    if (!ok) snprintf(why, sizeof why, "rc %d format %s group %lld", rc, rc ? "-" : qt_format_name(f), (long long)g);
+    if (!ok)
+        snprintf(why, sizeof why, "rc %d format %s group %lld", rc, rc ? "-" : qt_format_name(f),
+                 (long long)g);
     report(ok, name, why);
 }
 
@@ -156,10 +178,12 @@ static void test_infer(void) {
     expect_infer("infer int4-group 128", R, C, R * C / 2, R * (C / 128), 1, QT_INT4_GROUP, 128);
     expect_infer("infer int4-row odd cols", R, 301, R * 151, R, 1, QT_INT4_ROW, 301);
     expect_infer("infer int2-row odd cols", R, 301, R * 76, R, 1, QT_INT2_ROW, 301);
-    expect_infer("infer int4-group 64 partial last group", R, 200, R * 100, R * 4, 1, QT_INT4_GROUP, 64);
+    expect_infer("infer int4-group 64 partial last group", R, 200, R * 100, R * 4, 1, QT_INT4_GROUP,
+                 64);
     expect_infer("refuse bytes fitting no format", R, C, R * C / 2 + 1, R, 0, QT_F32, 0);
     expect_infer("refuse bytes of 3 bits per value", R, C, R * C * 3 / 8, R, 0, QT_F32, 0);
-    expect_infer("refuse scale count not a multiple of rows", R, C, R * C / 2, R * 8 + 1, 0, QT_F32, 0);
+    expect_infer("refuse scale count not a multiple of rows", R, C, R * C / 2, R * 8 + 1, 0, QT_F32,
+                 0);
     expect_infer("refuse group count matching no group size", R, C, R * C / 2, R * 3, 0, QT_F32, 0);
     expect_infer("refuse int8 bytes with grouped scales", R, C, R * C, R * 8, 0, QT_F32, 0);
     expect_infer("refuse zero rows", 0, C, 0, 0, 0, QT_F32, 0);
@@ -173,22 +197,27 @@ static int n_simd;
 
 static void fill_weights(QTensor *t, int mode) {
     /* mode 0: quantized random floats; 1: raw random bytes (every code, incl. int8 -128, int4 -8,
-       int2 -2); 2: every code the most negative one; 3: every code the most positive one; 4: zero rows mixed in. */
+       int2 -2); 2: every code the most negative one; 3: every code the most positive one; 4: zero
+       rows mixed in. */
     const int64_t R = t->rows, C = t->cols, G = qt_groups_per_row(t);
     if (mode == 0 || mode == 4) {
         float *w = malloc(sizeof(float) * C);
         for (int64_t r = 0; r < R; r++) {
-            for (int64_t i = 0; i < C; i++) w[i] = (mode == 4 && r % 3 == 1) ? 0.0f : rng_float() * (1 + (i % 7));
-            qt_quantize_row(t->format, t->group, w, C, t->data + r * t->row_bytes, t->scales + r * G);
+            for (int64_t i = 0; i < C; i++)
+                w[i] = (mode == 4 && r % 3 == 1) ? 0.0f : rng_float() * (1 + (i % 7));
+            qt_quantize_row(t->format, t->group, w, C, t->data + r * t->row_bytes,
+                            t->scales + r * G);
         }
         free(w);
         return;
     }
     const int i8 = t->format == QT_INT8_ROW;
-    const uint8_t lowest = i8 ? 0x80 : 0x00, highest = i8 ? 0x7F : 0xFF;   /* int8 -128 / 127; int4 -8 / 7; int2 -2 / 1 */
+    /* int8 -128 / 127; int4 -8 / 7; int2 -2 / 1 */
+    const uint8_t lowest = i8 ? 0x80 : 0x00, highest = i8 ? 0x7F : 0xFF;
     for (int64_t i = 0; i < R * t->row_bytes; i++)
         t->data[i] = mode == 1 ? (uint8_t)rng_next() : mode == 2 ? lowest : highest;
-    for (int64_t i = 0; i < R * G; i++) t->scales[i] = 0.001f + 0.01f * (float)(rng_next() % 1000) / 1000.0f;
+    for (int64_t i = 0; i < R * G; i++)
+        t->scales[i] = 0.001f + 0.01f * (float)(rng_next() % 1000) / 1000.0f;
 }
 
 static void fill_acts(float *x, int S, int64_t C, int mode) {
@@ -216,15 +245,19 @@ static void set_threads(int n) {
 #endif
 }
 
-/* One shape: all kernels against the scalar reference, and the invariances. Returns 0 on failure. */
-static int check_shape(QtFormat f, int64_t group, int64_t R, int64_t C, int wmode, int xmode, const char *label) {
-    const int S = 3 + (int)(C % 4);   /* 3..6: every mix of the kernels' 4-row and 2-row batches and a remainder */
+/* One shape: all kernels against the scalar reference, and the invariances. Returns 0 on failure.
+   */
+static int check_shape(QtFormat f, int64_t group, int64_t R, int64_t C, int wmode, int xmode,
+                       const char *label) {
+    /* 3..6: every mix of the kernels' 4-row and 2-row batches and a remainder */
+    const int S = 3 + (int)(C % 4);
     QTensor t;
     if (qt_alloc(&t, f, group, R, C)) { report(0, label, "qt_alloc failed"); return 0; }
     fill_weights(&t, wmode);
     float *x = malloc(sizeof(float) * S * C);
     fill_acts(x, S, C, xmode);
-    float *ref = malloc(sizeof(float) * S * R), *got = malloc(sizeof(float) * S * R), *one = malloc(sizeof(float) * R);
+    float *ref = malloc(sizeof(float) * S * R), *got = malloc(sizeof(float) * S * R),
+          *one = malloc(sizeof(float) * R);
     int ok = 1;
     char why[240] = "";
     set_threads(2);
@@ -233,13 +266,21 @@ static int check_shape(QtFormat f, int64_t group, int64_t R, int64_t C, int wmod
         memset(got, 0xFF, sizeof(float) * S * R);
         qt_matmul_with(&t, x, got, S, 1, simd_kernels[k]);
         long d = first_diff(ref, got, (size_t)(S * R));
-        if (d >= 0) { ok = 0; snprintf(why, sizeof why, "%s differs from scalar at s=%ld r=%ld: %.9g vs %.9g", qt_kernel_name(simd_kernels[k]), d / R, d % R, ref[d], got[d]); }
+        if (d >= 0) {
+            ok = 0;
+            snprintf(why, sizeof why, "%s differs from scalar at s=%ld r=%ld: %.9g vs %.9g",
+                     qt_kernel_name(simd_kernels[k]), d / R, d % R, ref[d], got[d]);
+        }
         /* each activation row alone, on one thread, must give the batched result */
         set_threads(1);
         for (int s = 0; s < S && ok; s++) {
             qt_matmul_with(&t, x + (int64_t)s * C, one, 1, 1, simd_kernels[k]);
             d = first_diff(ref + (int64_t)s * R, one, (size_t)R);
-            if (d >= 0) { ok = 0; snprintf(why, sizeof why, "%s S=1 on 1 thread differs from batch at s=%d r=%ld", qt_kernel_name(simd_kernels[k]), s, d); }
+            if (d >= 0) {
+                ok = 0;
+                snprintf(why, sizeof why, "%s S=1 on 1 thread differs from batch at s=%d r=%ld",
+                         qt_kernel_name(simd_kernels[k]), s, d);
+            }
         }
         set_threads(2);
     }
@@ -248,11 +289,17 @@ static int check_shape(QtFormat f, int64_t group, int64_t R, int64_t C, int wmod
     for (int s = 0; s < S && ok; s++) {
         qt_matmul_with(&t, x + (int64_t)s * C, one, 1, 1, QT_KERNEL_SCALAR);
         long d = first_diff(ref + (int64_t)s * R, one, (size_t)R);
-        if (d >= 0) { ok = 0; snprintf(why, sizeof why, "scalar S=1 on 1 thread differs from batch at s=%d r=%ld", s, d); }
+        if (d >= 0) {
+            ok = 0;
+            snprintf(why, sizeof why, "scalar S=1 on 1 thread differs from batch at s=%d r=%ld", s,
+                     d);
+        }
     }
     set_threads(2);
     char name[200];
-    snprintf(name, sizeof name, "int kernels == scalar, batch == single, 1t == 2t: %s %s group %lld, %lldx%lld, S=%d", label, qt_format_name(f), (long long)t.group, (long long)R, (long long)C, S);
+    snprintf(name, sizeof name,
+             "int kernels == scalar, batch == single, 1t == 2t: %s %s group %lld, %lldx%lld, S=%d",
+             label, qt_format_name(f), (long long)t.group, (long long)R, (long long)C, S);
     report(ok, name, why);
     free(x); free(ref); free(got); free(one);
     qt_free(&t);
@@ -261,21 +308,25 @@ static int check_shape(QtFormat f, int64_t group, int64_t R, int64_t C, int wmod
 
 static void test_kernels_exact(void) {
     const QtFormat row_fmts[] = { QT_INT8_ROW, QT_INT4_ROW, QT_INT2_ROW };
-    const int64_t cols[] = { 1, 2, 3, 5, 7, 31, 63, 64, 65, 100, 127, 128, 129, 255, 256, 257, 300, 511, 1000, 2053, 6144 };
+    const int64_t cols[] = { 1,   2,   3,   5,   7,   31,  63,  64,   65,   100, 127,
+                             128, 129, 255, 256, 257, 300, 511, 1000, 2053, 6144 };
     const int64_t groups[] = { 8, 16, 24, 32, 64, 128, 256, 384 };
     int all = 1;
     for (size_t c = 0; c < sizeof cols / sizeof cols[0]; c++) {
-        for (size_t k = 0; k < 3; k++) all &= check_shape(row_fmts[k], 0, 9, cols[c], 0, 0, "random");
+        for (size_t k = 0; k < 3; k++)
+            all &= check_shape(row_fmts[k], 0, 9, cols[c], 0, 0, "random");
         for (size_t g = 0; g < sizeof groups / sizeof groups[0]; g++)
             all &= check_shape(QT_INT4_GROUP, groups[g], 9, cols[c], 0, 0, "random");
     }
     (void)all;
     /* Extremes: raw bytes with every code, the most negative and most positive codes against
        activation codes of all +127, all -127 and alternating; zero weight and activation rows. */
-    const QtFormat fmts[] = { QT_INT8_ROW, QT_INT4_ROW, QT_INT4_GROUP, QT_INT4_GROUP, QT_INT4_GROUP, QT_INT2_ROW };
+    const QtFormat fmts[] = { QT_INT8_ROW,   QT_INT4_ROW,   QT_INT4_GROUP,
+                              QT_INT4_GROUP, QT_INT4_GROUP, QT_INT2_ROW };
     const int64_t fg[] = { 0, 0, 32, 64, 128, 0 };
     const char *wname[] = { "quantized", "raw bytes", "min codes", "max codes", "zero rows" };
-    const char *xname[] = { "random x", "x codes +127", "x codes -127", "zero x rows", "x codes +-127" };
+    const char *xname[] = { "random x", "x codes +127", "x codes -127", "zero x rows",
+                            "x codes +-127" };
     for (size_t k = 0; k < sizeof fmts / sizeof fmts[0]; k++)
         for (int wm = 1; wm <= 4; wm++)
             for (int xm = 0; xm <= 4; xm++) {
@@ -292,9 +343,9 @@ static void test_kernels_exact(void) {
    x86. With the default threshold only S below it (at most 5) take another path than with
    threshold 1, so that pass stops at S = 15. */
 static void test_gemm_exact(void) {
-    const struct { QtFormat f; int64_t g; } fm[] = {
-        { QT_INT8_ROW, 0 }, { QT_INT4_ROW, 0 }, { QT_INT4_GROUP, 32 }, { QT_INT4_GROUP, 64 }, { QT_INT4_GROUP, 128 },
-        { QT_INT2_ROW, 0 } };
+    const struct { QtFormat f; int64_t g;
+    } fm[] = { { QT_INT8_ROW, 0 },    { QT_INT4_ROW, 0 },     { QT_INT4_GROUP, 32 },
+               { QT_INT4_GROUP, 64 }, { QT_INT4_GROUP, 128 }, { QT_INT2_ROW, 0 } };
     const struct { int64_t R, C; int wmode, xmode; } sh[] = {
         { 37, 1029, 0, 0 },   /* 2 full row blocks + 5 rows; partial last group and last byte */
         { 16, 264, 1, 4 },    /* one block, every code, activation codes +-127 */
@@ -311,13 +362,19 @@ static void test_gemm_exact(void) {
             for (size_t si = 0; si < sizeof sh / sizeof sh[0] && ok; si++) {
                 const int64_t R = sh[si].R, C = sh[si].C;
                 QTensor t;
-                if (qt_alloc(&t, fm[fi].f, fm[fi].g, R, C)) { report(0, "gemm alloc", "qt_alloc failed"); return; }
+                if (qt_alloc(&t, fm[fi].f, fm[fi].g, R, C)) {
+                    report(0, "gemm alloc", "qt_alloc failed");
+                    return;
+                }
                 fill_weights(&t, sh[si].wmode);
-                float *x = malloc(sizeof(float) * SMAX * C), *ref = malloc(sizeof(float) * SMAX * R), *got = malloc(sizeof(float) * SMAX * R);
+                float *x = malloc(sizeof(float) * SMAX * C),
+                      *ref = malloc(sizeof(float) * SMAX * R),
+                      *got = malloc(sizeof(float) * SMAX * R);
                 fill_acts(x, SMAX, C, sh[si].xmode);
                 set_threads(2);
                 qt_matmul_with(&t, x, ref, SMAX, 1, QT_KERNEL_SCALAR);
-                for (int gemm_from = 1; gemm_from >= 0 && ok; gemm_from--) {   /* GEMM for every S, then the default */
+                /* GEMM for every S, then the default */
+                for (int gemm_from = 1; gemm_from >= 0 && ok; gemm_from--) {
                     qt_set_gemm_min_rows(gemm_from);
                     for (int S = 1; S <= (gemm_from ? SMAX : 15) && ok; S++) {
                         set_threads(S % 2 ? 1 : 2);
@@ -326,12 +383,18 @@ static void test_gemm_exact(void) {
                         long d = first_diff(ref, got, (size_t)(S * R));
                         if (d >= 0) {
                             ok = 0;
-                            snprintf(why, sizeof why, "%lldx%lld (weights %d, x %d), S=%d%s: s=%ld r=%ld: %.9g vs scalar %.9g",
-                                     (long long)R, (long long)C, sh[si].wmode, sh[si].xmode, S, gemm_from == 1 ? " all GEMM" : "",
-                                     d / R, d % R, got[d], ref[d]);
+                            snprintf(why, sizeof why,
+                                     "%lldx%lld (weights %d, x %d), S=%d%s: s=%ld r=%ld: %.9g vs "
+                                     "scalar %.9g",
+                                     (long long)R, (long long)C, sh[si].wmode, sh[si].xmode, S,
+                                     gemm_from == 1 ? " all GEMM" : "", d / R, d % R, got[d],
+                                     ref[d]);
                         }
                         for (int64_t i = (int64_t)S * R; i < (int64_t)SMAX * R && ok; i++)
-                            if (((uint32_t *)got)[i] != 0xFFFFFFFFu) { ok = 0; snprintf(why, sizeof why, "S=%d wrote past its rows", S); }
+                            if (((uint32_t *)got)[i] != 0xFFFFFFFFu) {
+                                ok = 0;
+                                snprintf(why, sizeof why, "S=%d wrote past its rows", S);
+                            }
                     }
                 }
                 qt_set_gemm_min_rows(0);
@@ -340,8 +403,10 @@ static void test_gemm_exact(void) {
                 qt_free(&t);
             }
             char name[160];
-            snprintf(name, sizeof name, "%s kernel == scalar for S = 1..%d, row and GEMM paths: %s group %lld",
-                     qt_kernel_name(simd_kernels[k]), SMAX, qt_format_name(fm[fi].f), (long long)(fm[fi].g ? fm[fi].g : 0));
+            snprintf(name, sizeof name,
+                     "%s kernel == scalar for S = 1..%d, row and GEMM paths: %s group %lld",
+                     qt_kernel_name(simd_kernels[k]), SMAX, qt_format_name(fm[fi].f),
+                     (long long)(fm[fi].g ? fm[fi].g : 0));
             report(ok, name, why);
         }
 }
@@ -349,11 +414,15 @@ static void test_gemm_exact(void) {
 /* The activation quantizer (vectorized) equals the plain scalar formulas of its spec, codes and
    scales, bit for bit: random rows, exact ties (x = k + 1/2 with s = 1), ±0, NaN, ±inf, values
    so small that s = 1e-8, huge values, for groups that are and are not multiples of 16. */
-static void ref_quantize_activation(const float *x, int64_t n, int64_t group, int8_t *q, float *scales) {
+static void ref_quantize_activation(const float *x, int64_t n, int64_t group, int8_t *q,
+                                    float *scales) {
     for (int64_t g0 = 0, gi = 0; g0 < n; g0 += group, gi++) {
         const int64_t g1 = g0 + group < n ? g0 + group : n;
         float absmax = 0.0f;
-        for (int64_t i = g0; i < g1; i++) { const float a = fabsf(x[i]); if (a > absmax) absmax = a; }
+        for (int64_t i = g0; i < g1; i++) {
+            const float a = fabsf(x[i]);
+            if (a > absmax) absmax = a;
+        }
         float s = absmax / 127.0f;
         if (!(s >= 1e-8f)) s = 1e-8f;
         scales[gi] = s;
@@ -380,12 +449,21 @@ static void test_quantize_activation(void) {
                 for (int64_t i = 0; i < n; i++) {
                     float v = rng_float() * 8.0f;
                     switch (mode) {
-                    case 1: v = (float)((int)(rng_next() % 254) - 127) + 0.5f; if (i % 16 == 3) v = 127.0f; break;   /* ties, s = 1 */
-                    case 2: v = (i % 5 == 0) ? NAN : (i % 7 == 0) ? INFINITY : (i % 11 == 0) ? -INFINITY : v; break;
+                    case 1:
+                        v = (float)((int)(rng_next() % 254) - 127) + 0.5f;
+                        if (i % 16 == 3) v = 127.0f;
+                        break; /* ties, s = 1 */
+                    case 2:
+                        v = (i % 5 == 0)    ? NAN
+                            : (i % 7 == 0)  ? INFINITY
+                            : (i % 11 == 0) ? -INFINITY
+                                            : v;
+                        break;
                     case 3: v *= 1e-8f; if (i % 9 == 0) v = -0.0f; break;   /* s = 1e-8 */
                     case 4: v *= 1e37f; break;
                     case 5: v = (i % 3 == 0) ? 0.0f : (float)(i % 255) * 0.5f - 63.5f; break;
-                    case 6: if (rng_next() % 4 == 0) v = NAN; break;   /* NaN in any lane of a piece, last ones included */
+                    /* NaN in any lane of a piece, last ones included */
+                    case 6: if (rng_next() % 4 == 0) v = NAN; break;
                     }
                     x[i] = v;
                 }
@@ -393,11 +471,21 @@ static void test_quantize_activation(void) {
                 qt_quantize_activation(x, n, g, q, sc);
                 ref_quantize_activation(x, n, g, qr, scr);
                 for (int64_t i = 0; i < n && ok; i++)
-                    if (q[i] != qr[i]) { ok = 0; snprintf(why, sizeof why, "mode %d group %lld n %lld: code %lld is %d, spec %d (x = %.9g)", mode, (long long)g, (long long)n, (long long)i, q[i], qr[i], x[i]); }
+                    if (q[i] != qr[i]) {
+                        ok = 0;
+                        snprintf(why, sizeof why,
+                                 "mode %d group %lld n %lld: code %lld is %d, spec %d (x = %.9g)",
+                                 mode, (long long)g, (long long)n, (long long)i, q[i], qr[i], x[i]);
+                    }
                 for (int64_t k = 0; k < (n + g - 1) / g && ok; k++)
-                    if (memcmp(&sc[k], &scr[k], sizeof(float))) { ok = 0; snprintf(why, sizeof why, "mode %d group %lld: scale %lld %.9g vs %.9g", mode, (long long)g, (long long)k, sc[k], scr[k]); }
+                    if (memcmp(&sc[k], &scr[k], sizeof(float))) {
+                        ok = 0;
+                        snprintf(why, sizeof why, "mode %d group %lld: scale %lld %.9g vs %.9g",
+                                 mode, (long long)g, (long long)k, sc[k], scr[k]);
+                    }
             }
-    report(ok, "activation quantizer == its scalar formulas (random, ties, NaN, inf, tiny, huge)", why);
+    report(ok, "activation quantizer == its scalar formulas (random, ties, NaN, inf, tiny, huge)",
+           why);
     free(x); free(q); free(qr); free(sc); free(scr);
 }
 
@@ -406,12 +494,33 @@ static void test_quantize_activation(void) {
    panel (S > 128), 1 and 2 threads; and where the weights cannot share the quantized activations
    (different formats, groups, widths; the float path) it falls back to one call each. */
 static void test_matmul_multi(void) {
-    const struct { QtFormat f[3]; int64_t g[3], R[3], C[3]; int n; const char *what; } cs[] = {
-        { { QT_INT4_GROUP, QT_INT4_GROUP }, { 64, 64 }, { 70, 37 }, { 1029, 1029 }, 2, "int4 group 64 pair" },
-        { { QT_INT4_ROW, QT_INT4_ROW, QT_INT4_ROW }, { 0, 0, 0 }, { 33, 16, 5 }, { 264, 264, 264 }, 3, "int4-row triple" },
+    const struct { QtFormat f[3]; int64_t g[3], R[3], C[3]; int n; const char *what;
+    } cs[] = {
+        { { QT_INT4_GROUP, QT_INT4_GROUP },
+          { 64, 64 },
+          { 70, 37 },
+          { 1029, 1029 },
+          2,
+          "int4 group 64 pair" },
+        { { QT_INT4_ROW, QT_INT4_ROW, QT_INT4_ROW },
+          { 0, 0, 0 },
+          { 33, 16, 5 },
+          { 264, 264, 264 },
+          3,
+          "int4-row triple" },
         { { QT_INT8_ROW, QT_INT8_ROW }, { 0, 0 }, { 48, 48 }, { 200, 200 }, 2, "int8-row pair" },
-        { { QT_INT4_GROUP, QT_INT4_GROUP }, { 32, 128 }, { 40, 40 }, { 512, 512 }, 2, "different groups (fallback)" },
-        { { QT_INT4_GROUP, QT_INT8_ROW }, { 64, 0 }, { 40, 24 }, { 256, 256 }, 2, "different formats (fallback)" },
+        { { QT_INT4_GROUP, QT_INT4_GROUP },
+          { 32, 128 },
+          { 40, 40 },
+          { 512, 512 },
+          2,
+          "different groups (fallback)" },
+        { { QT_INT4_GROUP, QT_INT8_ROW },
+          { 64, 0 },
+          { 40, 24 },
+          { 256, 256 },
+          2,
+          "different formats (fallback)" },
         { { QT_INT4_ROW, QT_F32 }, { 0, 0 }, { 9, 12 }, { 128, 128 }, 2, "with f32 (fallback)" },
     };
     const int Ss[] = { 1, 3, 4, 5, 8, 13, 32, 67, 130 };
@@ -425,9 +534,13 @@ static void test_matmul_multi(void) {
             QTensor t[3];
             float *y[3], *ref[3];
             for (int k = 0; k < n; k++) {
-                if (qt_alloc(&t[k], cs[ci].f[k], cs[ci].g[k], cs[ci].R[k], cs[ci].C[k])) { report(0, "multi alloc", "qt_alloc failed"); return; }
+                if (qt_alloc(&t[k], cs[ci].f[k], cs[ci].g[k], cs[ci].R[k], cs[ci].C[k])) {
+                    report(0, "multi alloc", "qt_alloc failed");
+                    return;
+                }
                 if (cs[ci].f[k] == QT_F32)
-                    for (int64_t i = 0; i < t[k].rows * t[k].cols; i++) ((float *)t[k].data)[i] = rng_float();
+                    for (int64_t i = 0; i < t[k].rows * t[k].cols; i++)
+                        ((float *)t[k].data)[i] = rng_float();
                 else fill_weights(&t[k], 0);
                 y[k] = malloc(sizeof(float) * SMAX * t[k].rows);
                 ref[k] = malloc(sizeof(float) * SMAX * t[k].rows);
@@ -450,10 +563,18 @@ static void test_matmul_multi(void) {
                     qt_matmul_multi(w, n, x, y, S, idot);
                     for (int k = 0; k < n && ok; k++) {
                         long d = first_diff(ref[k], y[k], (size_t)(S * t[k].rows));
-                        if (d >= 0) snprintf(why, sizeof why, "%s S=%d weight %d: s=%ld r=%ld: %.9g vs %.9g", qt_kernel_name(ks[ki]), S, k,
-                                             d / t[k].rows, d % t[k].rows, y[k][d], ref[k][d]);
-                        for (int64_t i = (int64_t)S * t[k].rows; i < (int64_t)SMAX * t[k].rows && d < 0; i++)
-                            if (((uint32_t *)y[k])[i] != 0xFFFFFFFFu) { d = 0; snprintf(why, sizeof why, "%s S=%d weight %d wrote past its rows", qt_kernel_name(ks[ki]), S, k); }
+                        if (d >= 0)
+                            snprintf(why, sizeof why,
+                                     "%s S=%d weight %d: s=%ld r=%ld: %.9g vs %.9g",
+                                     qt_kernel_name(ks[ki]), S, k, d / t[k].rows, d % t[k].rows,
+                                     y[k][d], ref[k][d]);
+                        for (int64_t i = (int64_t)S * t[k].rows;
+                             i < (int64_t)SMAX * t[k].rows && d < 0; i++)
+                            if (((uint32_t *)y[k])[i] != 0xFFFFFFFFu) {
+                                d = 0;
+                                snprintf(why, sizeof why, "%s S=%d weight %d wrote past its rows",
+                                         qt_kernel_name(ks[ki]), S, k);
+                            }
                         ok = d < 0;
                     }
                 }
@@ -461,7 +582,9 @@ static void test_matmul_multi(void) {
             qt_set_kernel(QT_KERNEL_AUTO);
             set_threads(2);
             char name[200];
-            snprintf(name, sizeof name, "qt_matmul_multi == qt_matmul on each, every kernel, S = 1..130, idot %d: %s", idot, cs[ci].what);
+            snprintf(name, sizeof name,
+                     "qt_matmul_multi == qt_matmul on each, every kernel, S = 1..130, idot %d: %s",
+                     idot, cs[ci].what);
             report(ok, name, why);
             for (int k = 0; k < n; k++) { free(y[k]); free(ref[k]); qt_free(&t[k]); }
             free(x);
@@ -497,7 +620,8 @@ static void test_int_close_to_float(void) {
         QTensor t;
         qt_alloc(&t, fmts[k], 64, R, C);
         fill_weights(&t, 1);
-        float *x = malloc(sizeof(float) * C), *yi = malloc(sizeof(float) * R), *yf = malloc(sizeof(float) * R);
+        float *x = malloc(sizeof(float) * C), *yi = malloc(sizeof(float) * R),
+              *yf = malloc(sizeof(float) * R);
         float *row = malloc(sizeof(float) * C);
         fill_acts(x, 1, C, 0);
         qt_matmul(&t, x, yi, 1, 1);
@@ -506,9 +630,16 @@ static void test_int_close_to_float(void) {
         for (int64_t r = 0; r < R && ok; r++) {
             qt_dequant_row(&t, r, row);
             double exact = 0, mag = 0;
-            for (int64_t i = 0; i < C; i++) { exact += (double)row[i] * x[i]; mag += fabs((double)row[i] * x[i]); }
+            for (int64_t i = 0; i < C; i++) {
+                exact += (double)row[i] * x[i];
+                mag += fabs((double)row[i] * x[i]);
+            }
             /* activation rounding: at most half a step (absmax/254) per element */
-            if (fabs(yi[r] - exact) > 0.01 * mag + 1e-6) { ok = 0; snprintf(why, sizeof why, "row %lld: int %g vs exact %g (magnitude %g)", (long long)r, yi[r], exact, mag); }
+            if (fabs(yi[r] - exact) > 0.01 * mag + 1e-6) {
+                ok = 0;
+                snprintf(why, sizeof why, "row %lld: int %g vs exact %g (magnitude %g)",
+                         (long long)r, yi[r], exact, mag);
+            }
         }
         char name[96];
         snprintf(name, sizeof name, "int path close to exact product: %s", qt_format_name(fmts[k]));
@@ -521,11 +652,16 @@ static void test_int_close_to_float(void) {
 
 /* The float path: equals dequant + qt_dot_f32 exactly, independent of S and thread count. The
    shapes reach every part of qt_float_chunk: 4-row tiles and the rows left over, a short weight
-   block, several activation panels (f32, C = 2053: 28 rows a panel with AVX-512) and several row chunks. */
+   block, several activation panels (f32, C = 2053: 28 rows a panel with AVX-512) and several row
+   chunks. */
 static void test_float_path(void) {
-    const QtFormat fmts[] = { QT_F32, QT_INT8_ROW, QT_INT4_ROW, QT_INT4_GROUP, QT_INT4_GROUP, QT_INT2_ROW };
+    const QtFormat fmts[] = { QT_F32,        QT_INT8_ROW,   QT_INT4_ROW,
+                              QT_INT4_GROUP, QT_INT4_GROUP, QT_INT2_ROW };
     const int64_t fgroups[] = { 0, 0, 0, 32, 7, 0 };   /* group 7: groups starting on odd inputs */
-    const struct { int64_t R, C; int S; } shapes[] = { { 11, 301, 4 }, { 11, 301, 7 }, { 70, 2053, 37 } };
+    const struct {
+        int64_t R, C;
+        int S;
+    } shapes[] = { { 11, 301, 4 }, { 11, 301, 7 }, { 70, 2053, 37 } };
     for (size_t k = 0; k < sizeof fmts / sizeof fmts[0]; k++)
     for (size_t sh = 0; sh < sizeof shapes / sizeof shapes[0]; sh++) {
         const int64_t R = shapes[sh].R, C = shapes[sh].C;
@@ -535,7 +671,8 @@ static void test_float_path(void) {
         float *w = malloc(sizeof(float) * R * C);
         for (int64_t i = 0; i < R * C; i++) w[i] = rng_float();
         qt_quantize_rows(&t, 0, R, w);
-        float *x = malloc(sizeof(float) * S * C), *y = malloc(sizeof(float) * S * R), *y1 = malloc(sizeof(float) * R);
+        float *x = malloc(sizeof(float) * S * C), *y = malloc(sizeof(float) * S * R),
+              *y1 = malloc(sizeof(float) * R);
         float *want = malloc(sizeof(float) * S * R), *row = malloc(sizeof(float) * C);
         fill_acts(x, S, C, 0);
         for (int64_t r = 0; r < R; r++) {
@@ -546,11 +683,19 @@ static void test_float_path(void) {
         qt_matmul(&t, x, y, S, 0);
         int ok = first_diff(want, y, (size_t)(S * R)) < 0;
         set_threads(1);
-        for (int s = 0; s < S; s++) { qt_matmul(&t, x + s * C, y1, 1, 0); ok &= first_diff(want + s * R, y1, (size_t)R) < 0; }
+        for (int s = 0; s < S; s++) {
+            qt_matmul(&t, x + s * C, y1, 1, 0);
+            ok &= first_diff(want + s * R, y1, (size_t)R) < 0;
+        }
         set_threads(2);
-        if (fmts[k] == QT_F32) { qt_matmul(&t, x, y, S, 1); ok &= first_diff(want, y, (size_t)(S * R)) < 0; }
+        if (fmts[k] == QT_F32) {
+            qt_matmul(&t, x, y, S, 1);
+            ok &= first_diff(want, y, (size_t)(S * R)) < 0;
+        }
         char name[96];
-        snprintf(name, sizeof name, "float path == dequant + qt_dot_f32, batch and threads: %s group %lld, %lldx%lld S=%d",
+        snprintf(name, sizeof name,
+                 "float path == dequant + qt_dot_f32, batch and threads: %s group %lld, %lldx%lld "
+                 "S=%d",
                  qt_format_name(fmts[k]), (long long)t.group, (long long)R, (long long)C, S);
         report(ok, name, "differs");
         free(w); free(x); free(y); free(y1); free(want); free(row);
@@ -570,7 +715,10 @@ static void test_dot_block(void) {
         for (int na = 1; na <= 4; na++)
             for (int nb = 1; nb <= 4; nb++) {
                 const float *a[4], *b[4];
-                for (int k = 0; k < 4; k++) { a[k] = rows + k * N; b[k] = rows + (4 + k) * N + (k & 1); }
+                for (int k = 0; k < 4; k++) {
+                    a[k] = rows + k * N;
+                    b[k] = rows + (4 + k) * N + (k & 1);
+                }
                 float out[16];
                 qt_dot_f32_block(a, na, b, nb, lens[li] - (nb > 1), out);
                 for (int x = 0; x < na; x++)
@@ -578,7 +726,8 @@ static void test_dot_block(void) {
                         float want = qt_dot_f32(a[x], b[y], lens[li] - (nb > 1));
                         if (memcmp(&want, &out[x * nb + y], 4) && ok) {
                             ok = 0;
-                            snprintf(why, sizeof why, "n=%lld tile %dx%d at (%d,%d): %.9g vs %.9g", (long long)lens[li], na, nb, x, y, out[x * nb + y], want);
+                            snprintf(why, sizeof why, "n=%lld tile %dx%d at (%d,%d): %.9g vs %.9g",
+                                     (long long)lens[li], na, nb, x, y, out[x * nb + y], want);
                         }
                     }
             }
@@ -598,11 +747,14 @@ static void test_kernel_api(void) {
              qt_kernel_parse("auto", &k) == 0 && k == QT_KERNEL_AUTO;
     report(ok, "kernel names parse", "a known name was refused");
     k = QT_KERNEL_SCALAR;
-    report(qt_kernel_parse("avx512", &k) == -1 && qt_kernel_parse("", &k) == -1 && qt_kernel_parse(NULL, &k) == -1 && k == QT_KERNEL_SCALAR,
+    report(qt_kernel_parse("avx512", &k) == -1 && qt_kernel_parse("", &k) == -1 &&
+               qt_kernel_parse(NULL, &k) == -1 && k == QT_KERNEL_SCALAR,
            "unknown kernel names refused", "accepted");
     QtKernel best = qt_get_kernel();
-    report(best != QT_KERNEL_AUTO && qt_kernel_supported(best), "default kernel is a supported one", qt_kernel_name(best));
-    /* qt_set_kernel changes what qt_matmul uses: the scalar choice must reproduce the scalar result */
+    report(best != QT_KERNEL_AUTO && qt_kernel_supported(best), "default kernel is a supported one",
+           qt_kernel_name(best));
+    /* qt_set_kernel changes what qt_matmul uses: the scalar choice must reproduce the scalar result
+       */
     ok = qt_set_kernel(QT_KERNEL_SCALAR) == 0 && qt_get_kernel() == QT_KERNEL_SCALAR;
     QTensor t;
     qt_alloc(&t, QT_INT4_GROUP, 64, 8, 200);
@@ -617,7 +769,8 @@ static void test_kernel_api(void) {
     for (int kk = QT_KERNEL_SCALAR + 1; strcmp(qt_kernel_name((QtKernel)kk), "?"); kk++)
         if (!qt_kernel_supported((QtKernel)kk)) {
             char name[80];
-            snprintf(name, sizeof name, "qt_set_kernel refuses unsupported %s", qt_kernel_name((QtKernel)kk));
+            snprintf(name, sizeof name, "qt_set_kernel refuses unsupported %s",
+                     qt_kernel_name((QtKernel)kk));
             report(qt_set_kernel((QtKernel)kk) == -1 && qt_get_kernel() == best, name, "accepted");
         }
     /* S = 0 writes nothing */
@@ -665,7 +818,8 @@ static void test_pool_concurrency(void) {
         thrd_create(&th[i], caller_thread, &args[i]);
     }
     for (int i = 0; i < 2; i++) thrd_join(th[i], NULL);
-    report(args[0].ok && args[1].ok, "two threads calling qt_matmul at once get the single-thread results", "differs");
+    report(args[0].ok && args[1].ok,
+           "two threads calling qt_matmul at once get the single-thread results", "differs");
     int ok = 1;
     #pragma omp parallel num_threads(2) reduction(&& : ok)
     {
@@ -676,7 +830,8 @@ static void test_pool_concurrency(void) {
         }
         free(y);
     }
-    report(ok, "qt_matmul inside an OpenMP parallel region gets the single-thread results", "differs");
+    report(ok, "qt_matmul inside an OpenMP parallel region gets the single-thread results",
+           "differs");
     /* many back-to-back small calls through the pool (job hand-over races) */
     ok = 1;
     float y[2 * 1000];
@@ -690,7 +845,8 @@ static void test_pool_concurrency(void) {
 
 int main(void) {
     /* every SIMD kernel this CPU has is cross-checked against the scalar reference */
-    for (int k = QT_KERNEL_SCALAR + 1; strcmp(qt_kernel_name((QtKernel)k), "?") && n_simd < 8; k++) {
+    for (int k = QT_KERNEL_SCALAR + 1; strcmp(qt_kernel_name((QtKernel)k), "?") && n_simd < 8;
+         k++) {
         const char *needs;
         if (test_kernel_available((QtKernel)k, &needs)) simd_kernels[n_simd++] = (QtKernel)k;
         else printf("SKIP %s: this CPU has no %s\n", qt_kernel_name((QtKernel)k), needs);

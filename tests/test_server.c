@@ -2,9 +2,10 @@
    ranges, unsupported values refused by name, thinking and effort forms), the context bound, stop
    strings matched across text pieces, and the answer built from the model's text: reasoning,
    content and tool calls (chat.h's parser) mapped to OpenAI's JSON and to SSE chunks, with unique
-   call ids. A random-weight model almost never writes a well-formed tool call, so this is where
-   the tool_calls mapping is checked; tests/t_server.sh drives the whole server with real clients.
-   main.c (the engine and its front ends) is included with GLM_NO_MAIN; the tokenizer is tests/fixtures/tiny_tokenizer. */
+   call ids. A random-weight model almost never writes a well-formed tool call, so this is where the
+   tool_calls mapping is checked; tests/t_server.sh drives the whole server with real clients.
+   main.c (the engine and its front ends) is included with GLM_NO_MAIN; the tokenizer is
+   tests/fixtures/tiny_tokenizer. */
 #define GLM_NO_MAIN
 #pragma GCC diagnostic ignored "-Wunused-function"   /* the modes main() would call */
 #include "../main.c"   /* the engine and its front ends, without main() */
@@ -52,15 +53,20 @@ static int parse(const char *body, int chat, ApiRequest *q, ApiError *e, JsonDoc
 }
 
 /* The request must be refused with 400 and param `param`, and the message must contain `words`. */
-static void refused(const char *name, const char *body, int chat, const char *param, const char *words) {
+static void refused(const char *name, const char *body, int chat, const char *param,
+                    const char *words) {
     ApiRequest q;
     ApiError e;
     JsonDoc *doc;
     int rc = parse(body, chat, &q, &e, &doc);
     char detail[1200];
-    snprintf(detail, sizeof detail, "rc %d status %d param %s message '%s'", rc, e.status, e.param ? e.param : "null", e.message);
-    check(name, rc == -1 && e.status == 400 && ((!param && !e.param) || (param && e.param && !strcmp(param, e.param))) &&
-          strstr(e.message, words), detail);
+    snprintf(detail, sizeof detail, "rc %d status %d param %s message '%s'", rc, e.status,
+             e.param ? e.param : "null", e.message);
+    check(name,
+          rc == -1 && e.status == 400 &&
+              ((!param && !e.param) || (param && e.param && !strcmp(param, e.param))) &&
+              strstr(e.message, words),
+          detail);
     api_request_free(&q);
     json_free(doc);
 }
@@ -75,34 +81,52 @@ static void test_fields(void) {
     snprintf(body, sizeof body, "{%s}", msg);
     int rc = parse(body, 1, &q, &e, &doc);
     check("defaults: settings' sampling, thinking, no limit, not streamed",
-          rc == 0 && q.sampling.temperature == 0.7f && q.sampling.top_p == 0.9f && !q.seed_given && q.max_tokens == -1 &&
-          q.render.thinking == 1 && !q.stream && !q.n_stop && q.conv.n_msgs == 1, e.message);
+          rc == 0 && q.sampling.temperature == 0.7f && q.sampling.top_p == 0.9f && !q.seed_given &&
+              q.max_tokens == -1 && q.render.thinking == 1 && !q.stream && !q.n_stop &&
+              q.conv.n_msgs == 1,
+          e.message);
     api_request_free(&q);
     json_free(doc);
 
-    snprintf(body, sizeof body, "{%s, \"model\": \"x\", \"max_tokens\": 5, \"max_completion_tokens\": 7, \"temperature\": 0, "
-             "\"top_p\": 1, \"seed\": -3, \"stop\": [\"a\", \"bc\"], \"stream\": true, \"stream_options\": {\"include_usage\": true}, "
-             "\"n\": 1, \"logprobs\": false, \"frequency_penalty\": 0, \"presence_penalty\": 0, \"logit_bias\": {}, "
-             "\"response_format\": {\"type\": \"text\"}, \"tool_choice\": \"auto\", \"user\": \"u\", \"unknown_field\": [1, {}], "
-             "\"chat_template_kwargs\": {\"enable_thinking\": false, \"other\": 1}, \"reasoning_effort\": \"high\"}", msg);
+    snprintf(body, sizeof body,
+             "{%s, \"model\": \"x\", \"max_tokens\": 5, \"max_completion_tokens\": 7, "
+             "\"temperature\": 0, "
+             "\"top_p\": 1, \"seed\": -3, \"stop\": [\"a\", \"bc\"], \"stream\": true, "
+             "\"stream_options\": {\"include_usage\": true}, "
+             "\"n\": 1, \"logprobs\": false, \"frequency_penalty\": 0, \"presence_penalty\": 0, "
+             "\"logit_bias\": {}, "
+             "\"response_format\": {\"type\": \"text\"}, \"tool_choice\": \"auto\", \"user\": "
+             "\"u\", \"unknown_field\": [1, {}], "
+             "\"chat_template_kwargs\": {\"enable_thinking\": false, \"other\": 1}, "
+             "\"reasoning_effort\": \"high\"}",
+             msg);
     rc = parse(body, 1, &q, &e, &doc);
     check("every supported field is read; unknown fields are ignored",
-          rc == 0 && q.max_tokens == 7 && q.sampling.temperature == 0 && q.sampling.top_p == 1 && q.seed_given &&
-          q.sampling.seed == (uint64_t)-3 && q.n_stop == 2 && q.stop_len[1] == 2 && !memcmp(q.stop[1], "bc", 2) && q.stream &&
-          q.include_usage && q.render.thinking == 0 && !strcmp(q.render.reasoning_effort, "high"), e.message);
+          rc == 0 && q.max_tokens == 7 && q.sampling.temperature == 0 && q.sampling.top_p == 1 &&
+              q.seed_given && q.sampling.seed == (uint64_t)-3 && q.n_stop == 2 &&
+              q.stop_len[1] == 2 && !memcmp(q.stop[1], "bc", 2) && q.stream && q.include_usage &&
+              q.render.thinking == 0 && !strcmp(q.render.reasoning_effort, "high"),
+          e.message);
     api_request_free(&q);
     json_free(doc);
 
     snprintf(body, sizeof body, "{%s, \"thinking\": {\"type\": \"disabled\"}}", msg);
     rc = parse(body, 1, &q, &e, &doc);
-    check("thinking {type: disabled} (Z.ai's form) turns thinking off", rc == 0 && q.render.thinking == 0, e.message);
+    check("thinking {type: disabled} (Z.ai's form) turns thinking off",
+          rc == 0 && q.render.thinking == 0, e.message);
     api_request_free(&q);
     json_free(doc);
-    snprintf(body, sizeof body, "{%s, \"thinking\": {\"type\": \"disabled\"}, \"chat_template_kwargs\": {\"thinking\": true, "
-             "\"clear_thinking\": false, \"reasoning_effort\": \"max\"}}", msg);
+    snprintf(body, sizeof body,
+             "{%s, \"thinking\": {\"type\": \"disabled\"}, \"chat_template_kwargs\": "
+             "{\"thinking\": true, "
+             "\"clear_thinking\": false, \"reasoning_effort\": \"max\"}}",
+             msg);
     rc = parse(body, 1, &q, &e, &doc);
-    check("chat_template_kwargs.thinking (vLLM's GLM form) wins over top-level thinking; clear_thinking=false keeps reasoning",
-          rc == 0 && q.render.thinking == 1 && q.render.keep_reasoning == 1 && !strcmp(q.render.reasoning_effort, "max"), e.message);
+    check("chat_template_kwargs.thinking (vLLM's GLM form) wins over top-level thinking; "
+          "clear_thinking=false keeps reasoning",
+          rc == 0 && q.render.thinking == 1 && q.render.keep_reasoning == 1 &&
+              !strcmp(q.render.reasoning_effort, "max"),
+          e.message);
     api_request_free(&q);
     json_free(doc);
 
@@ -113,7 +137,8 @@ static void test_fields(void) {
     json_free(doc);
 
     rc = parse("{\"prompt\": [\"abc\"], \"max_tokens\": 3}", 0, &q, &e, &doc);
-    check("completions: prompt as a string or a list of one", rc == 0 && q.prompt_len == 3 && !q.chat && q.max_tokens == 3, e.message);
+    check("completions: prompt as a string or a list of one",
+          rc == 0 && q.prompt_len == 3 && !q.chat && q.max_tokens == 3, e.message);
     api_request_free(&q);
     json_free(doc);
 
@@ -163,7 +188,8 @@ static void test_fields(void) {
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
         char name[200];
         snprintf(name, sizeof name, "refused by name: %s", bad[i].name);
-        if (bad[i].chat && !strstr(bad[i].body, "messages") && strcmp(bad[i].param, "messages")) {   /* a valid conversation around it */
+        /* a valid conversation around it */
+        if (bad[i].chat && !strstr(bad[i].body, "messages") && strcmp(bad[i].param, "messages")) {
             snprintf(body, sizeof body, "{%s, %s", msg, bad[i].body + 1);
             refused(name, body, 1, bad[i].param, bad[i].words);
         } else {
@@ -172,8 +198,10 @@ static void test_fields(void) {
     }
 
     /* tool_choice none: the tools are left out of the prompt */
-    const char *tools = "\"tools\": [{\"type\": \"function\", \"function\": {\"name\": \"get_weather\", \"parameters\": "
-                        "{\"type\": \"object\", \"properties\": {\"city\": {\"type\": \"string\"}}}}}]";
+    const char *tools =
+        "\"tools\": [{\"type\": \"function\", \"function\": {\"name\": \"get_weather\", "
+        "\"parameters\": "
+        "{\"type\": \"object\", \"properties\": {\"city\": {\"type\": \"string\"}}}}}]";
     snprintf(body, sizeof body, "{%s, %s}", msg, tools);
     rc = parse(body, 1, &q, &e, &doc);
     check("tools are read", rc == 0 && q.conv.n_tools == 1, e.message);
@@ -193,13 +221,17 @@ static void test_context(void) {
     TokenList ids = { 0 };
     int limit = 0;
     /* the prompt: [gMASK]<sop><|user|>Hi<|assistant|><think></think> with thinking off */
-    parse("{\"messages\": [{\"role\": \"user\", \"content\": \"Hi\"}], \"chat_template_kwargs\": {\"enable_thinking\": false}}", 1, &q, &e, &doc);
+    parse("{\"messages\": [{\"role\": \"user\", \"content\": \"Hi\"}], \"chat_template_kwargs\": "
+          "{\"enable_thinking\": false}}",
+          1, &q, &e, &doc);
     int rc = api_prompt_ids(&srv, &q, &ids, &limit, &e);
     char *text = NULL;
     size_t len = 0;
     tok_decode(codec.tok, ids.ids, (size_t)ids.n, 0, &text, &len);
-    check("chat prompt ids are the GLM-5.2 rendering", rc == 0 && text && !strcmp(text, "[gMASK]<sop><|user|>Hi<|assistant|><think></think>") &&
-          limit == -1, text);
+    check("chat prompt ids are the GLM-5.2 rendering",
+          rc == 0 && text && !strcmp(text, "[gMASK]<sop><|user|>Hi<|assistant|><think></think>") &&
+              limit == -1,
+          text);
     free(text);
     const int n = ids.n;
     free(ids.ids);
@@ -208,24 +240,33 @@ static void test_context(void) {
     json_free(doc);
 
     char body[256], want[300];
-    snprintf(body, sizeof body, "{\"messages\": [{\"role\": \"user\", \"content\": \"Hi\"}], \"chat_template_kwargs\": {\"enable_thinking\": false}, "
-             "\"max_tokens\": %d}", srv.capacity - n);
+    snprintf(body, sizeof body,
+             "{\"messages\": [{\"role\": \"user\", \"content\": \"Hi\"}], "
+             "\"chat_template_kwargs\": {\"enable_thinking\": false}, "
+             "\"max_tokens\": %d}",
+             srv.capacity - n);
     parse(body, 1, &q, &e, &doc);
     rc = api_prompt_ids(&srv, &q, &ids, &limit, &e);
-    check("max_tokens that exactly fills the context is accepted", rc == 0 && limit == srv.capacity - n, e.message);
+    check("max_tokens that exactly fills the context is accepted",
+          rc == 0 && limit == srv.capacity - n, e.message);
     free(ids.ids);
     ids = (TokenList){ 0 };
     api_request_free(&q);
     json_free(doc);
-    snprintf(body, sizeof body, "{\"messages\": [{\"role\": \"user\", \"content\": \"Hi\"}], \"chat_template_kwargs\": {\"enable_thinking\": false}, "
-             "\"max_tokens\": %d}", srv.capacity - n + 1);
+    snprintf(body, sizeof body,
+             "{\"messages\": [{\"role\": \"user\", \"content\": \"Hi\"}], "
+             "\"chat_template_kwargs\": {\"enable_thinking\": false}, "
+             "\"max_tokens\": %d}",
+             srv.capacity - n + 1);
     parse(body, 1, &q, &e, &doc);
     rc = api_prompt_ids(&srv, &q, &ids, &limit, &e);
-    snprintf(want, sizeof want, "holds %d tokens (CTX) but the request needs %d (%d in the prompt, max_tokens %d)", srv.capacity,
-             srv.capacity + 1, n, srv.capacity - n + 1);
+    snprintf(want, sizeof want,
+             "holds %d tokens (CTX) but the request needs %d (%d in the prompt, max_tokens %d)",
+             srv.capacity, srv.capacity + 1, n, srv.capacity - n + 1);
     check("one token more: 400 context_length_exceeded with the numbers",
-          rc == -1 && e.status == 400 && e.code && !strcmp(e.code, "context_length_exceeded") && !strcmp(e.param, "max_tokens") &&
-          strstr(e.message, want), e.message);
+          rc == -1 && e.status == 400 && e.code && !strcmp(e.code, "context_length_exceeded") &&
+              !strcmp(e.param, "max_tokens") && strstr(e.message, want),
+          e.message);
     free(ids.ids);
     ids = (TokenList){ 0 };
     api_request_free(&q);
@@ -238,8 +279,10 @@ static void test_context(void) {
     snprintf(body2, sizeof body2, "{\"prompt\": \"%s\"}", big);
     parse(body2, 0, &q, &e, &doc);
     rc = api_prompt_ids(&srv, &q, &ids, &limit, &e);
-    check("a prompt that fills the context: 400 naming prompt", rc == -1 && e.code && !strcmp(e.param, "prompt") &&
-          strstr(e.message, "leaving no room for an answer"), e.message);
+    check("a prompt that fills the context: 400 naming prompt",
+          rc == -1 && e.code && !strcmp(e.param, "prompt") &&
+              strstr(e.message, "leaving no room for an answer"),
+          e.message);
     free(ids.ids);
     ids = (TokenList){ 0 };
     api_request_free(&q);
@@ -249,7 +292,8 @@ static void test_context(void) {
     parse("{\"prompt\": \"<|user|>Hi\"}", 0, &q, &e, &doc);
     rc = api_prompt_ids(&srv, &q, &ids, &limit, &e);
     check("completions: a written tag is its token; NGEN is the default max_tokens",
-          rc == 0 && ids.n >= 2 && ids.ids[0] == tok_id(codec.tok, "<|user|>") && limit == 5, e.message);
+          rc == 0 && ids.n >= 2 && ids.ids[0] == tok_id(codec.tok, "<|user|>") && limit == 5,
+          e.message);
     settings.ngen = -1;
     free(ids.ids);
     api_request_free(&q);
@@ -285,7 +329,10 @@ static void test_stop_strings(void) {
             for (int trial = 0; trial < (step ? 1 : 20); trial++) {
                 ApiRequest q;
                 memset(&q, 0, sizeof q);
-                for (int k = 0; k < cases[c].n; k++) { q.stop[k] = cases[c].stops[k]; q.stop_len[k] = strlen(cases[c].stops[k]); }
+                for (int k = 0; k < cases[c].n; k++) {
+                    q.stop[k] = cases[c].stops[k];
+                    q.stop_len[k] = strlen(cases[c].stops[k]);
+                }
                 q.n_stop = cases[c].n;
                 Reply r;
                 reply_init(&r, &srv, NULL, &q);
@@ -293,9 +340,11 @@ static void test_stop_strings(void) {
                 const char *got = r.out.content ? r.out.content : "";
                 if (strcmp(got, cases[c].want) || r.stop_hit != cases[c].hit) {
                     char name[200], detail[300];
-                    snprintf(name, sizeof name, "stop strings: '%s' stop '%s'", cases[c].text, cases[c].stops[0]);
-                    snprintf(detail, sizeof detail, "pieces of %zu: got '%s' (hit %d), want '%s' (hit %d)", step, got, r.stop_hit,
-                             cases[c].want, cases[c].hit);
+                    snprintf(name, sizeof name, "stop strings: '%s' stop '%s'", cases[c].text,
+                             cases[c].stops[0]);
+                    snprintf(detail, sizeof detail,
+                             "pieces of %zu: got '%s' (hit %d), want '%s' (hit %d)", step, got,
+                             r.stop_hit, cases[c].want, cases[c].hit);
                     check(name, 0, detail);
                     reply_free(&r);
                     return;
@@ -303,19 +352,26 @@ static void test_stop_strings(void) {
                 reply_free(&r);
             }
         }
-    check("stop strings: matched across piece boundaries (pieces of 1, 2, 3 and random), the earliest wins, "
-          "the stop text and what follows are dropped, a partial match is released at the end", 1, NULL);
+    check("stop strings: matched across piece boundaries (pieces of 1, 2, 3 and random), the "
+          "earliest wins, "
+          "the stop text and what follows are dropped, a partial match is released at the end",
+          1, NULL);
 }
 
 /* The model's text for a tool round: reasoning, content, two calls (one string-typed argument,
    one number, one object), fed in random pieces. */
-static const char *TOOL_TEXT = "I should look it up.</think>Let me check.<tool_call>get_weather<arg_key>city</arg_key>"
-                               "<arg_value>Paris</arg_value><arg_key>days</arg_key><arg_value>2</arg_value></tool_call>"
-                               "<tool_call>get_time\n<arg_key>where</arg_key><arg_value>{\"tz\": \"UTC\"}</arg_value></tool_call>";
-static const char *TOOL_REQUEST = "{\"messages\": [{\"role\": \"user\", \"content\": \"Weather in Paris?\"}], \"tools\": ["
-    "{\"type\": \"function\", \"function\": {\"name\": \"get_weather\", \"parameters\": {\"type\": \"object\", \"properties\": "
+static const char *TOOL_TEXT =
+    "I should look it up.</think>Let me check.<tool_call>get_weather<arg_key>city</arg_key>"
+    "<arg_value>Paris</arg_value><arg_key>days</arg_key><arg_value>2</arg_value></tool_call>"
+    "<tool_call>get_time\n<arg_key>where</arg_key><arg_value>{\"tz\": "
+    "\"UTC\"}</arg_value></tool_call>";
+static const char *TOOL_REQUEST =
+    "{\"messages\": [{\"role\": \"user\", \"content\": \"Weather in Paris?\"}], \"tools\": ["
+    "{\"type\": \"function\", \"function\": {\"name\": \"get_weather\", \"parameters\": {\"type\": "
+    "\"object\", \"properties\": "
     "{\"city\": {\"type\": \"string\"}, \"days\": {\"type\": \"integer\"}}}}},"
-    "{\"type\": \"function\", \"function\": {\"name\": \"get_time\", \"parameters\": {\"type\": \"object\", \"properties\": "
+    "{\"type\": \"function\", \"function\": {\"name\": \"get_time\", \"parameters\": {\"type\": "
+    "\"object\", \"properties\": "
     "{\"where\": {\"type\": \"object\"}}}}}]%s}";
 
 static int json_eq_str(const JsonValue *v, const char *want) {
@@ -328,20 +384,29 @@ static int json_eq_str(const JsonValue *v, const char *want) {
 static int tool_calls_ok(const JsonValue *calls, char *why, size_t why_len) {
     if (json_len(calls) != 2) { snprintf(why, why_len, "%zu calls", json_len(calls)); return 0; }
     const char *names[2] = { "get_weather", "get_time" };
-    const char *args[2] = { "{\"city\": \"Paris\", \"days\": 2}", "{\"where\": {\"tz\": \"UTC\"}}" };
+    const char *args[2] = { "{\"city\": \"Paris\", \"days\": 2}", "{\"where\": {\"tz\": "
+                                                                  "\"UTC\"}}" };
     const char *ids[2];
     for (int i = 0; i < 2; i++) {
         const JsonValue *c = json_at(calls, (size_t)i), *fn = json_get(c, "function");
         ids[i] = json_str(json_get(c, "id"), NULL);
-        if (!ids[i] || strncmp(ids[i], "call_", 5) || strlen(ids[i]) != 29 || !json_eq_str(json_get(c, "type"), "function") ||
-            !json_eq_str(json_get(fn, "name"), names[i]) || !json_eq_str(json_get(fn, "arguments"), args[i])) {
+        if (!ids[i] || strncmp(ids[i], "call_", 5) || strlen(ids[i]) != 29 ||
+            !json_eq_str(json_get(c, "type"), "function") ||
+            !json_eq_str(json_get(fn, "name"), names[i]) ||
+            !json_eq_str(json_get(fn, "arguments"), args[i])) {
             snprintf(why, why_len, "call %d: id %s name %s arguments %s", i, ids[i] ? ids[i] : "-",
-                     json_str(json_get(fn, "name"), NULL) ? json_str(json_get(fn, "name"), NULL) : "-",
-                     json_str(json_get(fn, "arguments"), NULL) ? json_str(json_get(fn, "arguments"), NULL) : "-");
+                     json_str(json_get(fn, "name"), NULL) ? json_str(json_get(fn, "name"), NULL)
+                                                          : "-",
+                     json_str(json_get(fn, "arguments"), NULL)
+                         ? json_str(json_get(fn, "arguments"), NULL)
+                         : "-");
             return 0;
         }
     }
-    if (!strcmp(ids[0], ids[1])) { snprintf(why, why_len, "the two calls share the id %s", ids[0]); return 0; }
+    if (!strcmp(ids[0], ids[1])) {
+        snprintf(why, why_len, "the two calls share the id %s", ids[0]);
+        return 0;
+    }
     return 1;
 }
 
@@ -358,23 +423,36 @@ static void test_tool_answer(void) {
     feed(&r, TOOL_TEXT, 0, &rng);
     JsonWriter w;
     jw_init(&w);
-    api_write_answer(&w, &r, reply_finish_reason(&r, STOP_EOS), &(ApiUsage){ 30, 40, 12, 0, 0, 0, 0, 0, 0 });
+    api_write_answer(&w, &r, reply_finish_reason(&r, STOP_EOS),
+                     &(ApiUsage){ 30, 40, 12, 0, 0, 0, 0, 0, 0 });
     size_t n;
     const char *t = jw_text(&w, &n);
     char err[200];
     JsonDoc *answer = t ? json_parse(t, n, err, sizeof err) : NULL;
-    const JsonValue *a = json_root(answer), *choice = json_at(json_get(a, "choices"), 0), *m = json_get(choice, "message");
+    const JsonValue *a = json_root(answer), *choice = json_at(json_get(a, "choices"), 0),
+                    *m = json_get(choice, "message");
     int64_t pt = 0, ct = 0, tt = 0, cached = 0;
-    check("tool answer: OpenAI's chat.completion shape (id, object, model, usage with cached_tokens)",
-          answer && !strncmp(json_str(json_get(a, "id"), NULL), "chatcmpl-", 9) && json_eq_str(json_get(a, "object"), "chat.completion") &&
-          json_eq_str(json_get(a, "model"), "test-model") && json_is_int(json_get(json_get(a, "usage"), "prompt_tokens"), &pt) && pt == 30 &&
-          json_is_int(json_get(json_get(a, "usage"), "completion_tokens"), &ct) && ct == 40 &&
-          json_is_int(json_get(json_get(a, "usage"), "total_tokens"), &tt) && tt == 70 &&
-          json_is_int(json_get(json_get(json_get(a, "usage"), "prompt_tokens_details"), "cached_tokens"), &cached) && cached == 12, t);
+    check(
+        "tool answer: OpenAI's chat.completion shape (id, object, model, usage with cached_tokens)",
+        answer && !strncmp(json_str(json_get(a, "id"), NULL), "chatcmpl-", 9) &&
+            json_eq_str(json_get(a, "object"), "chat.completion") &&
+            json_eq_str(json_get(a, "model"), "test-model") &&
+            json_is_int(json_get(json_get(a, "usage"), "prompt_tokens"), &pt) && pt == 30 &&
+            json_is_int(json_get(json_get(a, "usage"), "completion_tokens"), &ct) && ct == 40 &&
+            json_is_int(json_get(json_get(a, "usage"), "total_tokens"), &tt) && tt == 70 &&
+            json_is_int(json_get(json_get(json_get(a, "usage"), "prompt_tokens_details"), "cached_"
+                                                                                          "tokens"),
+                        &cached) &&
+            cached == 12,
+        t);
     check("tool answer: reasoning_content, content and finish_reason tool_calls",
-          json_eq_str(json_get(m, "role"), "assistant") && json_eq_str(json_get(m, "reasoning_content"), "I should look it up.") &&
-          json_eq_str(json_get(m, "content"), "Let me check.") && json_eq_str(json_get(choice, "finish_reason"), "tool_calls"), t);
-    check("tool answer: both calls parsed: names, arguments as JSON strings (a string-typed parameter stays a string), unique call_ ids",
+          json_eq_str(json_get(m, "role"), "assistant") &&
+              json_eq_str(json_get(m, "reasoning_content"), "I should look it up.") &&
+              json_eq_str(json_get(m, "content"), "Let me check.") &&
+              json_eq_str(json_get(choice, "finish_reason"), "tool_calls"),
+          t);
+    check("tool answer: both calls parsed: names, arguments as JSON strings (a string-typed "
+          "parameter stays a string), unique call_ ids",
           tool_calls_ok(json_get(m, "tool_calls"), why, sizeof why), why);
     json_free(answer);
     jw_free(&w);
@@ -382,29 +460,40 @@ static void test_tool_answer(void) {
 
     /* only tool calls: content is null; with a length stop the reason is length */
     reply_init(&r, &srv, NULL, &q);
-    feed(&r, "x</think><tool_call>get_time<arg_key>where</arg_key><arg_value>{}</arg_value></tool_call>", 0, &rng);
+    feed(&r,
+         "x</think><tool_call>get_time<arg_key>where</arg_key><arg_value>{}</arg_value></"
+         "tool_call>",
+         0, &rng);
     jw_init(&w);
     api_write_message(&w, &r.out, r.call_ids);
     t = jw_text(&w, &n);
     answer = t ? json_parse(t, n, err, sizeof err) : NULL;
-    check("a message of only tool calls has content null", answer && json_type(json_get(json_root(answer), "content")) == JSON_NULL &&
-          json_len(json_get(json_root(answer), "tool_calls")) == 1, t);
+    check("a message of only tool calls has content null",
+          answer && json_type(json_get(json_root(answer), "content")) == JSON_NULL &&
+              json_len(json_get(json_root(answer), "tool_calls")) == 1,
+          t);
     check("finish_reason: length beats tool_calls; EOS or a stop string give stop without calls",
-          !strcmp(reply_finish_reason(&r, STOP_LIMIT), "length") && !strcmp(reply_finish_reason(&r, STOP_CONTEXT), "length"), NULL);
+          !strcmp(reply_finish_reason(&r, STOP_LIMIT), "length") &&
+              !strcmp(reply_finish_reason(&r, STOP_CONTEXT), "length"),
+          NULL);
     json_free(answer);
     jw_free(&w);
     reply_free(&r);
     reply_init(&r, &srv, NULL, &q);
     feed(&r, "thinking</think>plain answer", 0, &rng);
     check("...and plain text gives stop, content without tool_calls",
-          !strcmp(reply_finish_reason(&r, STOP_EOS), "stop") && !r.out.n_calls && !strcmp(r.out.content, "plain answer"), NULL);
+          !strcmp(reply_finish_reason(&r, STOP_EOS), "stop") && !r.out.n_calls &&
+              !strcmp(r.out.content, "plain answer"),
+          NULL);
     reply_free(&r);
 
     /* a call cut off by the end of the text is content, verbatim */
     reply_init(&r, &srv, NULL, &q);
     feed(&r, "a</think>b<tool_call>get_time<arg_key>wh", 0, &rng);
-    check("a tool call cut off by max_tokens comes out as content", !r.out.n_calls && r.out.content &&
-          !strcmp(r.out.content, "b<tool_call>get_time<arg_key>wh"), r.out.content);
+    check("a tool call cut off by max_tokens comes out as content",
+          !r.out.n_calls && r.out.content &&
+              !strcmp(r.out.content, "b<tool_call>get_time<arg_key>wh"),
+          r.out.content);
     reply_free(&r);
     api_request_free(&q);
     json_free(doc);
@@ -432,7 +521,10 @@ static void test_tool_stream(void) {
     JsonDoc *doc;
     parse(body, 1, &q, &e, &doc);
     int sv[2];
-    if (socketpair(AF_UNIX, SOCK_STREAM, 0, sv)) { check("socketpair", 0, strerror(errno)); return; }
+    if (socketpair(AF_UNIX, SOCK_STREAM, 0, sv)) {
+        check("socketpair", 0, strerror(errno));
+        return;
+    }
     HttpResponse res;
     memset(&res, 0, sizeof res);
     res.fd = sv[0];
@@ -464,30 +556,44 @@ static void test_tool_stream(void) {
         char err[200];
         JsonDoc *d = json_parse(p, strlen(p), err, sizeof err);
         if (!d) { bad++; p = end + 2; continue; }
-        const JsonValue *c = json_root(d), *ch = json_at(json_get(c, "choices"), 0), *delta = json_get(ch, "delta");
+        const JsonValue *c = json_root(d), *ch = json_at(json_get(c, "choices"), 0),
+                        *delta = json_get(ch, "delta");
         const char *cid = json_str(json_get(c, "id"), NULL);
         if (!id0) { snprintf(id0buf, sizeof id0buf, "%s", cid ? cid : ""); id0 = id0buf; }
         else if (!cid || strcmp(cid, id0)) same_id = 0;
         if (!json_eq_str(json_get(c, "object"), "chat.completion.chunk")) bad++;
         if (!events && json_eq_str(json_get(delta, "role"), "assistant")) first_role = 1;
         const char *s;
-        if ((s = json_str(json_get(delta, "reasoning_content"), NULL))) strncat(reasoning, s, sizeof reasoning - strlen(reasoning) - 1);
-        if ((s = json_str(json_get(delta, "content"), NULL))) strncat(content, s, sizeof content - strlen(content) - 1);
-        if ((s = json_str(json_get(ch, "finish_reason"), NULL))) snprintf(finish, sizeof finish, "%s", s);
+        if ((s = json_str(json_get(delta, "reasoning_content"), NULL)))
+            strncat(reasoning, s, sizeof reasoning - strlen(reasoning) - 1);
+        if ((s = json_str(json_get(delta, "content"), NULL)))
+            strncat(content, s, sizeof content - strlen(content) - 1);
+        if ((s = json_str(json_get(ch, "finish_reason"), NULL)))
+            snprintf(finish, sizeof finish, "%s", s);
         const JsonValue *tc = json_get(delta, "tool_calls");
         for (size_t i = 0; i < json_len(tc); i++) {
             const JsonValue *call = json_at(tc, i), *fn = json_get(call, "function");
             int64_t index = -1;
             json_is_int(json_get(call, "index"), &index);
             if (index < 0 || index > 1) { bad++; continue; }
-            snprintf(ids[index], sizeof ids[index], "%s", json_str(json_get(call, "id"), NULL) ? json_str(json_get(call, "id"), NULL) : "");
-            jw_obj(&calls);   /* rebuilt as a message's tool_calls, checked like the JSON answer's */
+            snprintf(ids[index], sizeof ids[index], "%s",
+                     json_str(json_get(call, "id"), NULL) ? json_str(json_get(call, "id"), NULL)
+                                                          : "");
+            /* rebuilt as a message's tool_calls, checked like the JSON answer's */
+            jw_obj(&calls);
             jw_kstr(&calls, "id", ids[index]);
-            jw_kstr(&calls, "type", json_str(json_get(call, "type"), NULL) ? json_str(json_get(call, "type"), NULL) : "");
+            jw_kstr(&calls, "type",
+                    json_str(json_get(call, "type"), NULL) ? json_str(json_get(call, "type"), NULL)
+                                                           : "");
             jw_key(&calls, "function");
             jw_obj(&calls);
-            jw_kstr(&calls, "name", json_str(json_get(fn, "name"), NULL) ? json_str(json_get(fn, "name"), NULL) : "");
-            jw_kstr(&calls, "arguments", json_str(json_get(fn, "arguments"), NULL) ? json_str(json_get(fn, "arguments"), NULL) : "");
+            jw_kstr(&calls, "name",
+                    json_str(json_get(fn, "name"), NULL) ? json_str(json_get(fn, "name"), NULL)
+                                                         : "");
+            jw_kstr(&calls, "arguments",
+                    json_str(json_get(fn, "arguments"), NULL)
+                        ? json_str(json_get(fn, "arguments"), NULL)
+                        : "");
             jw_obj_end(&calls);
             jw_obj_end(&calls);
         }
@@ -503,8 +609,11 @@ static void test_tool_stream(void) {
     check("streamed tool answer: every event is a chunk of one id, role first, [DONE] last",
           !bad && events >= 5 && first_role && done && same_id, got);
     check("streamed tool answer: the deltas add up to the reasoning and the content",
-          !strcmp(reasoning, "I should look it up.") && !strcmp(content, "Let me check.") && !strcmp(finish, "tool_calls"), got);
-    check("streamed tool answer: delta.tool_calls with index 0 and 1, names, arguments and unique ids",
+          !strcmp(reasoning, "I should look it up.") && !strcmp(content, "Let me check.") &&
+              !strcmp(finish, "tool_calls"),
+          got);
+    check("streamed tool answer: delta.tool_calls with index 0 and 1, names, arguments and unique "
+          "ids",
           cd && tool_calls_ok(json_root(cd), why, sizeof why), why);
     json_free(cd);
     jw_free(&calls);
@@ -521,23 +630,38 @@ static void test_prediction(void) {
     ApiRequest q;
     ApiError e;
     JsonDoc *doc;
-    int rc = parse("{\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"prediction\":{\"type\":\"content\",\"content\":\"a\\u0000b\"}}", 1, &q, &e, &doc);
+    int rc = parse("{\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"prediction\":{\"type\":"
+                   "\"content\",\"content\":\"a\\u0000b\"}}",
+                   1, &q, &e, &doc);
     check("prediction: a string content is kept whole (an escaped NUL included)",
-          rc == 0 && q.prediction && q.prediction_len == 3 && !memcmp(q.prediction, "a\0b", 3), e.message);
+          rc == 0 && q.prediction && q.prediction_len == 3 && !memcmp(q.prediction, "a\0b", 3),
+          e.message);
     api_request_free(&q);
     json_free(doc);
-    rc = parse("{\"prompt\":\"x\",\"prediction\":{\"type\":\"content\",\"content\":[{\"type\":\"text\",\"text\":\"ab\"},{\"type\":\"text\",\"text\":\"cd\"}]}}", 0, &q, &e, &doc);
-    check("prediction: text parts are joined", rc == 0 && q.prediction && q.prediction_len == 4 && !strcmp(q.prediction, "abcd"), e.message);
+    rc = parse("{\"prompt\":\"x\",\"prediction\":{\"type\":\"content\",\"content\":[{\"type\":"
+               "\"text\",\"text\":\"ab\"},{\"type\":\"text\",\"text\":\"cd\"}]}}",
+               0, &q, &e, &doc);
+    check("prediction: text parts are joined",
+          rc == 0 && q.prediction && q.prediction_len == 4 && !strcmp(q.prediction, "abcd"),
+          e.message);
     api_request_free(&q);
     json_free(doc);
     rc = parse("{\"prompt\":\"x\",\"prediction\":null}", 0, &q, &e, &doc);
     check("prediction: null means none", rc == 0 && !q.prediction, e.message);
     api_request_free(&q);
     json_free(doc);
-    refused("prediction: not an object", "{\"prompt\":\"x\",\"prediction\":\"text\"}", 0, "prediction", "must be an object");
-    refused("prediction: another type", "{\"prompt\":\"x\",\"prediction\":{\"type\":\"text\",\"content\":\"a\"}}", 0, "prediction", "\"type\": \"content\"");
-    refused("prediction: content of another kind", "{\"prompt\":\"x\",\"prediction\":{\"type\":\"content\",\"content\":5}}", 0, "prediction", "string or a list of text parts");
-    refused("prediction: a part that is not text", "{\"prompt\":\"x\",\"prediction\":{\"type\":\"content\",\"content\":[{\"type\":\"image_url\"}]}}", 0, "prediction", "part 0");
+    refused("prediction: not an object", "{\"prompt\":\"x\",\"prediction\":\"text\"}", 0,
+            "prediction", "must be an object");
+    refused("prediction: another type",
+            "{\"prompt\":\"x\",\"prediction\":{\"type\":\"text\",\"content\":\"a\"}}", 0,
+            "prediction", "\"type\": \"content\"");
+    refused("prediction: content of another kind",
+            "{\"prompt\":\"x\",\"prediction\":{\"type\":\"content\",\"content\":5}}", 0,
+            "prediction", "string or a list of text parts");
+    refused("prediction: a part that is not text",
+            "{\"prompt\":\"x\",\"prediction\":{\"type\":\"content\",\"content\":[{\"type\":\"image_"
+            "url\"}]}}",
+            0, "prediction", "part 0");
 
     /* the drafter: prompt 1 2 3, prediction 10 11 12 13 14 10 11 15 */
     const int predicted[] = { 10, 11, 12, 13, 14, 10, 11, 15 };
@@ -545,17 +669,20 @@ static void test_prediction(void) {
     int history[32] = { 1, 2, 3 }, out[8], n;
     history[3] = 10;
     n = predicted_output_draft(&p, history, 4, 3, out);
-    check("prediction drafter: the answer's first token found, the next three drafted", n == 3 && out[0] == 11 && out[1] == 12 && out[2] == 13, "");
+    check("prediction drafter: the answer's first token found, the next three drafted",
+          n == 3 && out[0] == 11 && out[1] == 12 && out[2] == 13, "");
     const int edited[] = { 11, 12, 99 };
     memcpy(history + 4, edited, sizeof edited);
     n = predicted_output_draft(&p, history, 7, 3, out);
     check("prediction drafter: after a token the prediction lacks, no draft", n == 0, "");
     history[7] = 14;
     n = predicted_output_draft(&p, history, 8, 3, out);
-    check("prediction drafter: back on the prediction after an edit (14 → 10 11 15)", n == 3 && out[0] == 10 && out[1] == 11 && out[2] == 15, "");
+    check("prediction drafter: back on the prediction after an edit (14 → 10 11 15)",
+          n == 3 && out[0] == 10 && out[1] == 11 && out[2] == 15, "");
     history[8] = 10;
     n = predicted_output_draft(&p, history, 9, 4, out);
-    check("prediction drafter: a repeated token is looked up from where the last match ended, drafts stop at the end",
+    check("prediction drafter: a repeated token is looked up from where the last match ended, "
+          "drafts stop at the end",
           n == 2 && out[0] == 11 && out[1] == 15, "");
     history[9] = 77;
     n = predicted_output_draft(&p, history, 10, 2, out);
@@ -570,11 +697,14 @@ static void test_prediction(void) {
     size_t len;
     const char *t = jw_text(&w, &len);
     JsonDoc *u = t ? json_parse(t, len, NULL, 0) : NULL;
-    const JsonValue *details = json_get(json_get(json_root(u), "usage"), "completion_tokens_details");
+    const JsonValue *details =
+        json_get(json_get(json_root(u), "usage"), "completion_tokens_details");
     int64_t acc = -1, rej = -1;
-    check("prediction: usage.completion_tokens_details has accepted_prediction_tokens and rejected_prediction_tokens",
+    check("prediction: usage.completion_tokens_details has accepted_prediction_tokens and "
+          "rejected_prediction_tokens",
           json_is_int(json_get(details, "accepted_prediction_tokens"), &acc) && acc == 6 &&
-          json_is_int(json_get(details, "rejected_prediction_tokens"), &rej) && rej == 2, t);
+              json_is_int(json_get(details, "rejected_prediction_tokens"), &rej) && rej == 2,
+          t);
     json_free(u);
     jw_free(&w);
 }

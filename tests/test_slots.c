@@ -3,17 +3,22 @@
    whatever the others do beside it: greedy and sampled, with and without speculation (MTP,
    n-gram, auto), f32 and integer kernels, generators that stop early, and a batch whose members
    are at different positions. On the oracle fixtures; the engine (glm.c) is included whole. */
-#pragma GCC diagnostic ignored "-Wunused-function"   /* the engine's functions this test does not call */
+/* the engine's functions this test does not call */
+#pragma GCC diagnostic ignored "-Wunused-function"
 #include "../glm.c"
 #include "../validate.c"   /* the oracle reference files */
 #include "glm_fixture.h"
 
-static int failures;
-#define CHECK(name, cond) do { if (cond) printf("PASS %s\n", name); else { printf("FAIL %s: %s\n", name, #cond); failures++; } } while (0)
+#include "check.h"
 
 enum { GENS = 3, STEPS_MAX = 64 };
 
-typedef struct { int ids[STEPS_MAX + SPEC_MAX_DRAFT + 1]; int n; float *logits; StopReason stop; } Run;
+typedef struct {
+    int ids[STEPS_MAX + SPEC_MAX_DRAFT + 1];
+    int n;
+    float *logits;
+    StopReason stop;
+} Run;
 
 /* Conversation k's prompt: the reference prompt, shortened by k tokens and with its first token
    changed for k > 0, so the members of a batch differ in length and content. */
@@ -24,8 +29,8 @@ static int prompt_of(const Reference *ref, int k, int *out) {
     return n;
 }
 
-static Generator *start(Model *m, RunState *s, const ForwardOptions *opt, const Reference *ref, int k, SpecMode spec,
-                        SamplerSettings sampling, int limit) {
+static Generator *start(Model *m, RunState *s, const ForwardOptions *opt, const Reference *ref,
+                        int k, SpecMode spec, SamplerSettings sampling, int limit) {
     Generator *g = generator_create(m, s, opt, sampling);
     generator_set_speculation(g, spec, 4);
     g->stop_rules.max_tokens = limit;
@@ -37,7 +42,8 @@ static Generator *start(Model *m, RunState *s, const ForwardOptions *opt, const 
 }
 
 static void record(Run *r, const Generator *g, const int *ids, int n) {
-    for (int i = 0; i < n && r->n < (int)(sizeof r->ids / sizeof r->ids[0]); i++) r->ids[r->n++] = ids[i];
+    for (int i = 0; i < n && r->n < (int)(sizeof r->ids / sizeof r->ids[0]); i++)
+        r->ids[r->n++] = ids[i];
     (void)g;
 }
 
@@ -48,7 +54,8 @@ static void finish(Run *r, const Generator *g) {
     r->stop = g->stop;
 }
 
-static void run_case(const char *dir, int bits, SpecMode spec, SamplerSettings sampling, const char *label) {
+static void run_case(const char *dir, int bits, SpecMode spec, SamplerSettings sampling,
+                     const char *label) {
     char ref_path[512], name[256];
     snprintf(ref_path, sizeof ref_path, "%s/reference.json", dir);
     Reference ref = reference_load(ref_path);
@@ -83,12 +90,17 @@ static void run_case(const char *dir, int bits, SpecMode spec, SamplerSettings s
     }
     StepBatch batch;
     step_batch_init(&batch, &model, GENS);
-    int buf[GENS][SPEC_MAX_DRAFT + 1], *ids[GENS], max[GENS], counts[GENS], steps = 0, batched_rows = 0;
+    int buf[GENS][SPEC_MAX_DRAFT + 1], *ids[GENS], max[GENS], counts[GENS], steps = 0,
+                                                                            batched_rows = 0;
     for (int k = 0; k < GENS; k++) { ids[k] = buf[k]; max[k] = SPEC_MAX_DRAFT + 1; }
     for (;;) {
         generator_step_batch(gens, GENS, &batch, ids, max, counts);
         int live = 0;
-        for (int k = 0; k < GENS; k++) if (counts[k] > 0) { record(&together[k], gens[k], ids[k], counts[k]); live++; }
+        for (int k = 0; k < GENS; k++)
+            if (counts[k] > 0) {
+                record(&together[k], gens[k], ids[k], counts[k]);
+                live++;
+            }
         if (!live) break;
         if (live > 1) batched_rows++;
         if (++steps > 4 * STEPS_MAX) break;
@@ -97,13 +109,19 @@ static void run_case(const char *dir, int bits, SpecMode spec, SamplerSettings s
     step_batch_free(&batch);
 
     for (int k = 0; k < GENS; k++) {
-        snprintf(name, sizeof name, "%s: conversation %d in a batch emits its %d ids alone", label, k, alone[k].n);
-        CHECK(name, alone[k].n == together[k].n && alone[k].n > 0 && !memcmp(alone[k].ids, together[k].ids, (size_t)alone[k].n * sizeof(int)));
-        snprintf(name, sizeof name, "%s: conversation %d ends with the same logits, bit for bit, and the same stop", label, k);
-        CHECK(name, !memcmp(alone[k].logits, together[k].logits, (size_t)V * sizeof(float)) && alone[k].stop == together[k].stop);
+        snprintf(name, sizeof name, "%s: conversation %d in a batch emits its %d ids alone", label,
+                 k, alone[k].n);
+        CHECK(name, alone[k].n == together[k].n && alone[k].n > 0 &&
+                        !memcmp(alone[k].ids, together[k].ids, (size_t)alone[k].n * sizeof(int)));
+        snprintf(name, sizeof name,
+                 "%s: conversation %d ends with the same logits, bit for bit, and the same stop",
+                 label, k);
+        CHECK(name, !memcmp(alone[k].logits, together[k].logits, (size_t)V * sizeof(float)) &&
+                        alone[k].stop == together[k].stop);
         free(alone[k].logits); free(together[k].logits);
     }
-    snprintf(name, sizeof name, "%s: the batch ran several conversations in one forward (%d steps)", label, batched_rows);
+    snprintf(name, sizeof name, "%s: the batch ran several conversations in one forward (%d steps)",
+             label, batched_rows);
     CHECK(name, batched_rows >= 8);
     for (int k = 1; k < GENS; k++) run_state_free(&states[k]);
     engine_stop(&set, &model, &states[0]);
@@ -116,10 +134,15 @@ int main(void) {
 #endif
     const SamplerSettings greedy = { 0.0f, 1.0f, 1 }, sampled = { 0.8f, 0.9f, 11 };
     run_case("tests/fixtures/oracle_sparse", 16, SPEC_OFF, greedy, "sparse f32, greedy, SPEC off");
-    run_case("tests/fixtures/oracle_sparse", 16, SPEC_OFF, sampled, "sparse f32, sampled, SPEC off");
-    run_case("tests/fixtures/oracle_sparse", 4, SPEC_MTP, sampled, "sparse int4, sampled, SPEC mtp");
-    run_case("tests/fixtures/oracle_sparse", 8, SPEC_AUTO, greedy, "sparse int8, greedy, SPEC auto");
-    run_case("tests/fixtures/oracle_dense", 4, SPEC_NGRAM, greedy, "dense int4, greedy, SPEC ngram");
-    run_case("tests/fixtures/oracle_fused_bf16", 4, SPEC_MTP, greedy, "fused bf16 int4, greedy, SPEC mtp");
+    run_case("tests/fixtures/oracle_sparse", 16, SPEC_OFF, sampled,
+             "sparse f32, sampled, SPEC off");
+    run_case("tests/fixtures/oracle_sparse", 4, SPEC_MTP, sampled,
+             "sparse int4, sampled, SPEC mtp");
+    run_case("tests/fixtures/oracle_sparse", 8, SPEC_AUTO, greedy,
+             "sparse int8, greedy, SPEC auto");
+    run_case("tests/fixtures/oracle_dense", 4, SPEC_NGRAM, greedy,
+             "dense int4, greedy, SPEC ngram");
+    run_case("tests/fixtures/oracle_fused_bf16", 4, SPEC_MTP, greedy,
+             "fused bf16 int4, greedy, SPEC mtp");
     return failures ? 1 : 0;
 }

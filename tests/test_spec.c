@@ -21,8 +21,7 @@
 #include "../validate.c"   /* the oracle reference files */
 #include "glm_fixture.h"
 
-static int failures;
-#define CHECK(name, cond) do { if (cond) printf("PASS %s\n", name); else { printf("FAIL %s: %s\n", name, #cond); failures++; } } while (0)
+#include "check.h"
 
 typedef struct {
     Reference ref;
@@ -47,7 +46,8 @@ static void fixture_close(Fixture *f) {
     reference_free(&f->ref);
 }
 
-static Generator *new_generator(Fixture *f, RunState *s, SpecMode mode, int draft, SamplerSettings sampling) {
+static Generator *new_generator(Fixture *f, RunState *s, SpecMode mode, int draft,
+                                SamplerSettings sampling) {
     Generator *g = generator_create(&f->model, s, &f->opt, sampling);
     generator_set_speculation(g, mode, draft);
     g->stop_rules = (StopRules){ NULL, 0, -1, 1 };
@@ -56,7 +56,7 @@ static Generator *new_generator(Fixture *f, RunState *s, SpecMode mode, int draf
 
 static const SamplerSettings GREEDY = { 0.0f, 1.0f, 1 };
 
-/* ---- the MTP drafter against the oracle and against a batched recomputation ------------------- */
+/* ---- the MTP drafter against the oracle and against a batched recomputation ------------------ */
 
 static void test_mtp_drafter(const char *dir) {
     Fixture f;
@@ -77,10 +77,13 @@ static void test_mtp_drafter(const char *dir) {
         checked++;
         generator_prefill(g, &ref->full.ids[pos], 1);   /* commit the token (keeps the MTP cache) */
     }
-    snprintf(name, sizeof name, "%s: the MTP drafter's first draft == the oracle's mtp_pred at %d steps", dir, checked);
+    snprintf(name, sizeof name,
+             "%s: the MTP drafter's first draft == the oracle's mtp_pred at %d steps", dir,
+             checked);
     CHECK(name, ok && checked == N - 1 - P);
 
-    /* recursive drafts == one batched MTP pass over the whole history, then the recursion by hand */
+    /* recursive drafts == one batched MTP pass over the whole history, then the recursion by hand
+       */
     const int pos = P + 3, t = ref->full.ids[pos];
     generator_rollback(g, pos);
     generator_refresh_logits(g);
@@ -88,7 +91,8 @@ static void test_mtp_drafter(const char *dir) {
     const int n = spec_draft_mtp(g, t, 3, drafts);
     RunState fresh;
     run_state_init(&fresh, &f.model, f.cap, 64, 0);
-    float *hs = xmalloc((size_t)pos * H * sizeof(float)), *out = xmalloc((size_t)pos * H * sizeof(float));
+    float *hs = xmalloc((size_t)pos * H * sizeof(float)),
+          *out = xmalloc((size_t)pos * H * sizeof(float));
     float *logits = xmalloc((size_t)pos * V * sizeof(float));
     model_forward(&f.model, &fresh, &f.opt, ref->full.ids, pos, 0, hs, NULL, 0, NULL);
     int next[64];
@@ -103,7 +107,9 @@ static void test_mtp_drafter(const char *dir) {
         mtp_forward(&f.model, &fresh, &f.opt, &want[i - 1], h, 1, pos + i - 1, h, logits, 1);
         want[i] = argmax(logits, V);
     }
-    snprintf(name, sizeof name, "%s: 3 recursive MTP drafts == a batched MTP pass + the recursion by hand (%d %d %d)", dir, want[0], want[1], want[2]);
+    snprintf(name, sizeof name,
+             "%s: 3 recursive MTP drafts == a batched MTP pass + the recursion by hand (%d %d %d)",
+             dir, want[0], want[1], want[2]);
     CHECK(name, n == 3 && !memcmp(drafts, want, sizeof want));
     free(hs); free(out); free(logits);
     run_state_free(&fresh);
@@ -111,12 +117,16 @@ static void test_mtp_drafter(const char *dir) {
     fixture_close(&f);
 }
 
-/* ---- the MTP head's cache after speculation and rollbacks -------------------------------------- */
+/* ---- the MTP head's cache after speculation and rollbacks ------------------------------------ */
 
 static int same_rows(const RunState *a, const RunState *b, int layer, const Config *c, int rows) {
-    if (memcmp(a->latent[layer], b->latent[layer], (size_t)rows * c->kv_lora * sizeof(float))) return 0;
-    if (memcmp(a->rope_key[layer], b->rope_key[layer], (size_t)rows * c->qk_rope * sizeof(float))) return 0;
-    if (a->index_key[layer] && memcmp(a->index_key[layer], b->index_key[layer], (size_t)rows * c->index_dim * sizeof(float))) return 0;
+    if (memcmp(a->latent[layer], b->latent[layer], (size_t)rows * c->kv_lora * sizeof(float)))
+        return 0;
+    if (memcmp(a->rope_key[layer], b->rope_key[layer], (size_t)rows * c->qk_rope * sizeof(float)))
+        return 0;
+    if (a->index_key[layer] && memcmp(a->index_key[layer], b->index_key[layer],
+                                      (size_t)rows * c->index_dim * sizeof(float)))
+        return 0;
     return 1;
 }
 
@@ -166,15 +176,18 @@ static void test_mtp_cache_and_verify(void) {
     g->stop_rules.max_tokens = N - P;
     generator_begin(g);
     while (generator_step(g, run, SPEC_MAX_DRAFT + 1) > 0) {}
-    CHECK("SPEC=mtp DRAFT=4 greedy == the oracle's continuation", g->pos == N && !memcmp(g->history, ref->full.ids, (size_t)N * sizeof(int)));
+    CHECK("SPEC=mtp DRAFT=4 greedy == the oracle's continuation",
+          g->pos == N && !memcmp(g->history, ref->full.ids, (size_t)N * sizeof(int)));
     CHECK("... with drafts verified and rejected", g->spec.drafter[DRAFTER_MTP].drafted > 50);
-    CHECK("MTP rows after speculation == a fresh prefill's, bit for bit", mtp_rows_match_fresh(&f, g));
+    CHECK("MTP rows after speculation == a fresh prefill's, bit for bit",
+          mtp_rows_match_fresh(&f, g));
     generator_rollback(g, P + 5);
     CHECK("a rollback lowers the MTP cache with pos", g->spec.mtp_pos <= P + 4);
     g->stop_rules.max_tokens = 9;
     generator_begin(g);
     while (generator_step(g, run, SPEC_MAX_DRAFT + 1) > 0) {}
-    CHECK("after rollback + 9 more speculative tokens: history == the oracle's", g->pos == P + 14 && !memcmp(g->history, ref->full.ids, (size_t)g->pos * sizeof(int)));
+    CHECK("after rollback + 9 more speculative tokens: history == the oracle's",
+          g->pos == P + 14 && !memcmp(g->history, ref->full.ids, (size_t)g->pos * sizeof(int)));
     CHECK("... and the MTP rows == a fresh prefill's", mtp_rows_match_fresh(&f, g));
     generator_free(g);
 
@@ -190,21 +203,28 @@ static void test_mtp_cache_and_verify(void) {
     generator_begin(g);
     int steps = 0, lengths_ok = 1;
     long long f0 = g->forwards;
-    for (int n; (n = generator_step(g, run, SPEC_MAX_DRAFT + 1)) > 0; steps++) lengths_ok &= n == 5 || g->generated == N - P;
-    CHECK("oracle drafts: all accepted, 5 tokens per verify pass", g->spec.drafter[DRAFTER_CALLER].accepted == g->spec.drafter[DRAFTER_CALLER].drafted && lengths_ok);
-    CHECK("... the continuation in ceil(24/5) forwards", g->pos == N && steps == (N - P + 4) / 5 && g->forwards - f0 == steps &&
-          !memcmp(g->history, ref->full.ids, (size_t)g->pos * sizeof(int)));
+    for (int n; (n = generator_step(g, run, SPEC_MAX_DRAFT + 1)) > 0; steps++)
+        lengths_ok &= n == 5 || g->generated == N - P;
+    CHECK("oracle drafts: all accepted, 5 tokens per verify pass",
+          g->spec.drafter[DRAFTER_CALLER].accepted == g->spec.drafter[DRAFTER_CALLER].drafted &&
+              lengths_ok);
+    CHECK("... the continuation in ceil(24/5) forwards",
+          g->pos == N && steps == (N - P + 4) / 5 && g->forwards - f0 == steps &&
+              !memcmp(g->history, ref->full.ids, (size_t)g->pos * sizeof(int)));
 
-    /* a corrupted draft: the pass keeps the drafts before it; the next step emits the right token */
+    /* a corrupted draft: the pass keeps the drafts before it; the next step emits the right token
+       */
     generator_rollback(g, P);
     od.corrupt = P + 3;   /* the third draft of the first pass (t = full[P], drafts full[P+1..]) */
     g->spec.drafter[DRAFTER_CALLER] = (Drafter){ 0 };
     g->stop_rules.max_tokens = 12;
     generator_begin(g);
     int first = generator_step(g, run, SPEC_MAX_DRAFT + 1);
-    CHECK("corrupted 3rd draft: the pass returns t + 2 drafts", first == 3 && g->spec.drafter[DRAFTER_CALLER].accepted == 2 && g->pos == P + 3);
+    CHECK("corrupted 3rd draft: the pass returns t + 2 drafts",
+          first == 3 && g->spec.drafter[DRAFTER_CALLER].accepted == 2 && g->pos == P + 3);
     while (generator_step(g, run, SPEC_MAX_DRAFT + 1) > 0) {}
-    CHECK("... and decoding goes on with the oracle's tokens", g->pos == P + 12 && !memcmp(g->history, ref->full.ids, (size_t)g->pos * sizeof(int)));
+    CHECK("... and decoding goes on with the oracle's tokens",
+          g->pos == P + 12 && !memcmp(g->history, ref->full.ids, (size_t)g->pos * sizeof(int)));
 
     /* EOS and max_tokens inside an accepted run: the state equals plain decoding's */
     RunState s3;
@@ -226,14 +246,19 @@ static void test_mtp_cache_and_verify(void) {
             both[k]->stop_rules = cases[c].rules;
             both[k]->sampler.draws = 0;
             generator_begin(both[k]);
-            for (int n; (n = generator_step(both[k], run, SPEC_MAX_DRAFT + 1)) > 0; count[k] += n) memcpy(ids[k] + count[k], run, (size_t)n * sizeof(int));
+            for (int n; (n = generator_step(both[k], run, SPEC_MAX_DRAFT + 1)) > 0; count[k] += n)
+                memcpy(ids[k] + count[k], run, (size_t)n * sizeof(int));
         }
         char name[256];
-        snprintf(name, sizeof name, "%s: same tokens, stop, pos, logits and draws as plain decoding", cases[c].what);
-        CHECK(name, count[0] == count[1] && count[0] > 0 && !memcmp(ids[0], ids[1], (size_t)count[0] * sizeof(int)) &&
-                    plain->stop == g->stop && plain->pos == g->pos && plain->logits_pos == g->logits_pos &&
-                    (plain->logits_pos != plain->pos || !memcmp(plain->logits, g->logits, (size_t)V * sizeof(float))) &&
-                    plain->sampler.draws == g->sampler.draws);
+        snprintf(name, sizeof name,
+                 "%s: same tokens, stop, pos, logits and draws as plain decoding", cases[c].what);
+        CHECK(name, count[0] == count[1] && count[0] > 0 &&
+                        !memcmp(ids[0], ids[1], (size_t)count[0] * sizeof(int)) &&
+                        plain->stop == g->stop && plain->pos == g->pos &&
+                        plain->logits_pos == g->logits_pos &&
+                        (plain->logits_pos != plain->pos ||
+                         !memcmp(plain->logits, g->logits, (size_t)V * sizeof(float))) &&
+                        plain->sampler.draws == g->sampler.draws);
     }
     generator_free(plain);
     generator_free(g);
@@ -242,7 +267,7 @@ static void test_mtp_cache_and_verify(void) {
     fixture_close(&f);
 }
 
-/* ---- sampling ------------------------------------------------------------------------------------ */
+/* ---- sampling -------------------------------------------------------------------------------- */
 
 /* Chi-square critical value at p = 0.001 for df degrees of freedom (Wilson-Hilferty). */
 static double chi2_critical(int df) {
@@ -289,10 +314,12 @@ static void test_sampling(void) {
         Generator *spec[3] = { new_generator(&f, &s2, SPEC_MTP, 3, sampling), NULL, NULL };
         generator_prefill(plain, ref->prompt.ids, P);
         generator_prefill(spec[0], ref->prompt.ids, P);
-        int *hist_plain = xcalloc((size_t)TOKENS * V, sizeof(int)), *hist_spec = xcalloc((size_t)TOKENS * V, sizeof(int));
+        int *hist_plain = xcalloc((size_t)TOKENS * V, sizeof(int)),
+            *hist_spec = xcalloc((size_t)TOKENS * V, sizeof(int));
         int *hist_draft = xcalloc((size_t)V, sizeof(int));
         int identical = 1;
-        long long drafted0 = spec[0]->spec.drafter[DRAFTER_MTP].drafted, accepted0 = spec[0]->spec.drafter[DRAFTER_MTP].accepted;
+        long long drafted0 = spec[0]->spec.drafter[DRAFTER_MTP].drafted,
+                  accepted0 = spec[0]->spec.drafter[DRAFTER_MTP].accepted;
         for (int seed = 1; seed <= SEEDS; seed++) {
             Drawn got[2] = { { 0 }, { 0 } };
             Generator *both[2] = { plain, spec[0] };
@@ -306,9 +333,14 @@ static void test_sampling(void) {
                 generator_begin(g);
                 while (generator_step(g, run, SPEC_MAX_DRAFT + 1) > 0) {}
             }
-            identical &= got[0].n == TOKENS && got[1].n == TOKENS && !memcmp(got[0].ids, got[1].ids, sizeof got[0].ids);
-            for (int i = 0; i < TOKENS; i++) { hist_plain[i * V + got[0].ids[i]]++; hist_spec[i * V + got[1].ids[i]]++; }
-            /* what "accept every draft" would emit as the second token: the MTP head's first draft */
+            identical &= got[0].n == TOKENS && got[1].n == TOKENS &&
+                         !memcmp(got[0].ids, got[1].ids, sizeof got[0].ids);
+            for (int i = 0; i < TOKENS; i++) {
+                hist_plain[i * V + got[0].ids[i]]++;
+                hist_spec[i * V + got[1].ids[i]]++;
+            }
+            /* what "accept every draft" would emit as the second token: the MTP head's first draft
+               */
             Generator *g = spec[0];
             generator_rollback(g, P);
             generator_set_sampling(g, (SamplerSettings){ 0.6f, top_ps[tp], (uint64_t)seed });
@@ -319,8 +351,11 @@ static void test_sampling(void) {
             hist_draft[d]++;
         }
         char name[256];
-        const long long drafted = spec[0]->spec.drafter[DRAFTER_MTP].drafted - drafted0, accepted = spec[0]->spec.drafter[DRAFTER_MTP].accepted - accepted0;
-        snprintf(name, sizeof name, "T 0.6 top-p %.1f: SPEC=mtp DRAFT=3 draws the same %d tokens as SPEC=off for each of %d seeds (%lld drafted, %lld accepted)",
+        const long long drafted = spec[0]->spec.drafter[DRAFTER_MTP].drafted - drafted0,
+                        accepted = spec[0]->spec.drafter[DRAFTER_MTP].accepted - accepted0;
+        snprintf(name, sizeof name,
+                 "T 0.6 top-p %.1f: SPEC=mtp DRAFT=3 draws the same %d tokens as SPEC=off for each "
+                 "of %d seeds (%lld drafted, %lld accepted)",
                  top_ps[tp], TOKENS, SEEDS, drafted, accepted);
         CHECK(name, identical && drafted > 0);
         int worst_df = 0;
@@ -328,14 +363,21 @@ static void test_sampling(void) {
         for (int i = 0; i < TOKENS; i++) {
             int df;
             const double stat = chi2_two_sample(hist_plain + i * V, hist_spec + i * V, V, &df);
-            if (stat / chi2_critical(df) >= worst / (worst_df ? chi2_critical(worst_df) : 1)) { worst = stat; worst_df = df; }
+            if (stat / chi2_critical(df) >= worst / (worst_df ? chi2_critical(worst_df) : 1)) {
+                worst = stat;
+                worst_df = df;
+            }
         }
-        snprintf(name, sizeof name, "T 0.6 top-p %.1f: chi-square of each token's histogram, drafts vs none, below the p=0.001 bound (worst %.2f, df %d, bound %.1f)",
+        snprintf(name, sizeof name,
+                 "T 0.6 top-p %.1f: chi-square of each token's histogram, drafts vs none, below "
+                 "the p=0.001 bound (worst %.2f, df %d, bound %.1f)",
                  top_ps[tp], worst, worst_df, chi2_critical(worst_df));
         CHECK(name, worst < chi2_critical(worst_df));
         int df;
         const double broken = chi2_two_sample(hist_plain + 1 * V, hist_draft, V, &df);
-        snprintf(name, sizeof name, "T 0.6 top-p %.1f: ... and the statistic rejects an accept-every-draft rule (%.1f, df %d, bound %.1f)",
+        snprintf(name, sizeof name,
+                 "T 0.6 top-p %.1f: ... and the statistic rejects an accept-every-draft rule "
+                 "(%.1f, df %d, bound %.1f)",
                  top_ps[tp], broken, df, chi2_critical(df));
         CHECK(name, broken > chi2_critical(df));
         free(hist_plain); free(hist_spec); free(hist_draft);
@@ -368,14 +410,22 @@ static void test_sampling(void) {
             stat += (count[i] - e) * (count[i] - e) / e;
             bins++;
         }
-        if (pooled_e > 0) { stat += (pooled_n - pooled_e) * (pooled_n - pooled_e) / pooled_e; bins++; }
+        if (pooled_e > 0) {
+            stat += (pooled_n - pooled_e) * (pooled_n - pooled_e) / pooled_e;
+            bins++;
+        }
         char name[256];
         if (!wrong) {
-            snprintf(name, sizeof name, "sampler: %d draws fit the exact nucleus distribution (chi-square %.1f, df %d, bound %.1f; %d outside the nucleus)",
+            snprintf(name, sizeof name,
+                     "sampler: %d draws fit the exact nucleus distribution (chi-square %.1f, df "
+                     "%d, bound %.1f; %d outside the nucleus)",
                      DRAWS, stat, bins - 1, chi2_critical(bins - 1), outside);
             CHECK(name, stat < chi2_critical(bins - 1) && outside == 0);
         } else {
-            snprintf(name, sizeof name, "sampler: draws at temperature 0.75 fail the T=0.6 fit (chi-square %.1f, bound %.1f)", stat, chi2_critical(bins - 1));
+            snprintf(name, sizeof name,
+                     "sampler: draws at temperature 0.75 fail the T=0.6 fit (chi-square %.1f, "
+                     "bound %.1f)",
+                     stat, chi2_critical(bins - 1));
             CHECK(name, stat > chi2_critical(bins - 1));
         }
         free(expect);
@@ -386,7 +436,7 @@ static void test_sampling(void) {
     fixture_close(&f);
 }
 
-/* ---- SPEC=auto's policy on set costs ------------------------------------------------------------- */
+/* ---- SPEC=auto's policy on set costs --------------------------------------------------------- */
 
 static void test_auto_policy(void) {
     Fixture f;
@@ -401,27 +451,35 @@ static void test_auto_policy(void) {
     const int t = hist[15], wrong = (hist[8] + 1) % f.model.c.vocab;
     int out[SPEC_MAX_DRAFT], which = -1;
     sp->drafter[DRAFTER_MTP].resume_at = 1 << 30;      /* the MTP drafter sits this test out */
-    CHECK("auto: no draft before a plain step was measured", spec_auto_draft(g, t, 4, out, &which) == 0 && sp->shadow_pos < 0);
+    CHECK("auto: no draft before a plain step was measured",
+          spec_auto_draft(g, t, 4, out, &which) == 0 && sp->shadow_pos < 0);
     sp->cost[1] = 1.0;
     int n = spec_auto_draft(g, t, 4, out, &which);
-    CHECK("auto: a drafter's first draft is a probe: a plain step, its draft kept for the next position",
-          n == 0 && sp->shadow_pos == g->pos + 1 && sp->shadow_drafter == DRAFTER_NGRAM && sp->shadow_token == hist[8]);
+    CHECK("auto: a drafter's first draft is a probe: a plain step, its draft kept for the next "
+          "position",
+          n == 0 && sp->shadow_pos == g->pos + 1 && sp->shadow_drafter == DRAFTER_NGRAM &&
+              sp->shadow_token == hist[8]);
     spec_shadow_check(sp, wrong);
-    CHECK("auto: ... checked against the token sampled there (disagreed)", sp->drafter[DRAFTER_NGRAM].probes == 1 &&
-          sp->drafter[DRAFTER_NGRAM].probe_hits == 0 && sp->shadow_pos < 0 && !sp->drafter[DRAFTER_NGRAM].probe);
+    CHECK("auto: ... checked against the token sampled there (disagreed)",
+          sp->drafter[DRAFTER_NGRAM].probes == 1 && sp->drafter[DRAFTER_NGRAM].probe_hits == 0 &&
+              sp->shadow_pos < 0 && !sp->drafter[DRAFTER_NGRAM].probe);
     n = spec_auto_draft(g, t, 4, out, &which);
-    CHECK("auto: a 2-row verify not measured yet is priced as a plain step: one real pass of 1 draft", n == 1 && which == DRAFTER_NGRAM);
+    CHECK("auto: a 2-row verify not measured yet is priced as a plain step: one real pass of 1 "
+          "draft",
+          n == 1 && which == DRAFTER_NGRAM);
     spec_account(sp, DRAFTER_NGRAM, 1, 0, 2.0, 0.0);   /* rejected, and 2 rows cost 2 plain steps */
     n = spec_auto_draft(g, t, 4, out, &which);
     CHECK("auto: verify costing as much as its rows: no draft, the drafter sits out 64 tokens",
-          n == 0 && drafter_paused(sp, DRAFTER_NGRAM) && sp->drafter[DRAFTER_NGRAM].resume_at == sp->tokens + 64 &&
-          sp->drafter[DRAFTER_NGRAM].pauses == 1);
+          n == 0 && drafter_paused(sp, DRAFTER_NGRAM) &&
+              sp->drafter[DRAFTER_NGRAM].resume_at == sp->tokens + 64 &&
+              sp->drafter[DRAFTER_NGRAM].pauses == 1);
     sp->tokens += 64;
     n = spec_auto_draft(g, t, 4, out, &which);
     CHECK("auto: after the sit-out, a probe again", n == 0 && sp->shadow_pos == g->pos + 1);
     spec_shadow_check(sp, wrong);
     spec_auto_draft(g, t, 4, out, &which);
-    CHECK("auto: losing again doubles the sit-out (128)", sp->drafter[DRAFTER_NGRAM].resume_at == sp->tokens + 128);
+    CHECK("auto: losing again doubles the sit-out (128)",
+          sp->drafter[DRAFTER_NGRAM].resume_at == sp->tokens + 128);
     sp->tokens += 128;
     spec_auto_draft(g, t, 4, out, &which);
     spec_shadow_check(sp, hist[8]);
@@ -430,13 +488,17 @@ static void test_auto_policy(void) {
     sp->cost[5] = 1.2;
     n = spec_auto_draft(g, t, 4, out, &which);
     CHECK("auto: cheap verification and accepted drafts: drafts DRAFT=4 tokens, backoff reset",
-          n == 4 && which == DRAFTER_NGRAM && sp->drafter[DRAFTER_NGRAM].backoff == SPEC_BACKOFF_MIN && !memcmp(out, hist + 8, 4 * sizeof(int)));
+          n == 4 && which == DRAFTER_NGRAM &&
+              sp->drafter[DRAFTER_NGRAM].backoff == SPEC_BACKOFF_MIN &&
+              !memcmp(out, hist + 8, 4 * sizeof(int)));
     /* the same acceptance with verification at 3 plain steps for 5 rows: fewer drafts, or none */
     sp->cost[2] = 1.9; sp->cost[3] = 2.4; sp->cost[4] = 2.8; sp->cost[5] = 3.0;
-    for (int i = 0; i < 40; i++) spec_account(sp, DRAFTER_NGRAM, 2, 1, 2.4, 0.0);   /* acceptance ~ 1/2 */
+    /* acceptance ~ 1/2 */
+    for (int i = 0; i < 40; i++) spec_account(sp, DRAFTER_NGRAM, 2, 1, 2.4, 0.0);
     sp->cost[2] = 1.05;   /* (cheap again: only the plain step below can stop it) */
     n = spec_auto_draft(g, t, 4, out, &which);
-    CHECK("auto: after 16 verify passes, a plain step re-measures cost[1]", n == 0 && !drafter_paused(sp, DRAFTER_NGRAM));
+    CHECK("auto: after 16 verify passes, a plain step re-measures cost[1]",
+          n == 0 && !drafter_paused(sp, DRAFTER_NGRAM));
     sp->passes_since_plain = 0;   /* as the plain step does */
     sp->cost[2] = 1.9;
     n = spec_auto_draft(g, t, 4, out, &which);
@@ -448,21 +510,24 @@ static void test_auto_policy(void) {
     sp->drafter[DRAFTER_NGRAM].resume_at = 1 << 30;
     sp->passes_since_plain = 0;
     n = spec_auto_draft(g, t, 4, out, &which);
-    CHECK("auto: a caller's drafter is probed", n == 0 && sp->shadow_drafter == DRAFTER_CALLER && od.calls == 1);
+    CHECK("auto: a caller's drafter is probed",
+          n == 0 && sp->shadow_drafter == DRAFTER_CALLER && od.calls == 1);
     spec_shadow_check(sp, ref->full.ids[g->pos + 1]);
     sp->cost[2] = 1.05; sp->cost[5] = 1.2;
     for (int i = 0; i < 7; i++) spec_account(sp, DRAFTER_CALLER, 1, 1, 1.05, 0.0);
     sp->passes_since_plain = 0;
     n = spec_auto_draft(g, t, 4, out, &which);
     CHECK("auto: ... and drafts 4 with it when verification is cheap and its drafts are accepted",
-          n == 4 && which == DRAFTER_CALLER && !memcmp(out, ref->full.ids + g->pos + 1, 4 * sizeof(int)));
+          n == 4 && which == DRAFTER_CALLER &&
+              !memcmp(out, ref->full.ids + g->pos + 1, 4 * sizeof(int)));
     /* the MTP drafter's probe: one MTP step, its draft checked by the next plain step */
     sp->drafter[DRAFTER_MTP].resume_at = 0;
     sp->drafter[DRAFTER_CALLER].resume_at = 1 << 30;
     sp->drafter[DRAFTER_MTP].probe = 1;
     n = spec_auto_draft(g, t, 4, out, &which);
     CHECK("auto: the MTP drafter's probe drafts one token with the head, unverified",
-          n == 0 && sp->shadow_drafter == DRAFTER_MTP && sp->shadow_pos == g->pos + 1 && sp->mtp_step_cost > 0);
+          n == 0 && sp->shadow_drafter == DRAFTER_MTP && sp->shadow_pos == g->pos + 1 &&
+              sp->mtp_step_cost > 0);
     generator_free(g);
     fixture_close(&f);
 }
@@ -485,8 +550,8 @@ static void test_auto_end_to_end(void) {
     while (generator_step(g, run, SPEC_MAX_DRAFT + 1) > 0) {}
     const Drafter *c = &g->spec.drafter[DRAFTER_CALLER];
     CHECK("auto with an always-right caller's drafter: the oracle's tokens, its probe agreed",
-          g->pos == N && !memcmp(g->history, ref->full.ids, (size_t)N * sizeof(int)) && c->probes >= 1 && c->probe_hits == c->probes &&
-          c->accepted == c->drafted);
+          g->pos == N && !memcmp(g->history, ref->full.ids, (size_t)N * sizeof(int)) &&
+              c->probes >= 1 && c->probe_hits == c->probes && c->accepted == c->drafted);
     generator_free(g);
     fixture_close(&f);
 }

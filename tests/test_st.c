@@ -21,7 +21,8 @@ static void check(const char *name, int ok, const char *why) {
 }
 
 /* Writes a safetensors file: header length (hlen_override if non-zero), header, data. */
-static void write_st_raw(const char *path, const char *header, uint64_t hlen_override, const void *data, size_t dlen) {
+static void write_st_raw(const char *path, const char *header, uint64_t hlen_override,
+                         const void *data, size_t dlen) {
     FILE *f = fopen(path, "wb");
     if (!f) { printf("FAIL setup: cannot write %s\n", path); exit(1); }
     uint64_t hlen = hlen_override ? hlen_override : strlen(header);
@@ -74,7 +75,8 @@ static void build_valid(const char *dir) {
     memcpy(d1 + n1, f32v, 24); n1 += 24;
     uint16_t bf[4] = {0x3F80, 0xC040, 0x7F80, 0x0001};
     memcpy(d1 + n1, bf, 8); n1 += 8;
-    uint16_t hf[10] = {0x3C00, 0xC000, 0x0001, 0x03FF, 0x0400, 0x7BFF, 0x7C00, 0xFC00, 0x7E00, 0x8000};
+    uint16_t hf[10] = { 0x3C00, 0xC000, 0x0001, 0x03FF, 0x0400,
+                        0x7BFF, 0x7C00, 0xFC00, 0x7E00, 0x8000 };
     memcpy(d1 + n1, hf, 20); n1 += 20;
     unsigned char u8[3] = {0, 200, 255};
     memcpy(d1 + n1, u8, 3); n1 += 3;
@@ -87,14 +89,17 @@ static void build_valid(const char *dir) {
              " \"bf16\": {\"dtype\": \"BF16\", \"shape\": [2, 2], \"data_offsets\": [24, 32]},"
              " \"u8\": {\"dtype\": \"U8\", \"shape\": [3], \"data_offsets\": [52, 55]},"
              " \"i8\": {\"dtype\": \"I8\", \"shape\": [3], \"data_offsets\": [55, 58]},"
-             " \"empty\": {\"dtype\": \"F32\", \"shape\": [0, 4], \"data_offsets\": [58, 58]}}      ");
+             " \"empty\": {\"dtype\": \"F32\", \"shape\": [0, 4], \"data_offsets\": [58, 58]}}     "
+             " ");
     snprintf(path, sizeof path, "%s/model-00001-of-00002.safetensors", dir);
     write_st_raw(path, hdr, 0, d1, n1);
 
     /* Shard 2: F8 2-D and 3-D with scales, I32, I64, F64. */
-    static const unsigned char edge[] = {0x7E, 0xFE, 0x7F, 0xFF, 0x01, 0x81, 0x08, 0x07, 0x00, 0x80, 0x38, 0x3C, 0x77, 0x0F};
+    static const unsigned char edge[] = { 0x7E, 0xFE, 0x7F, 0xFF, 0x01, 0x81, 0x08,
+                                          0x07, 0x00, 0x80, 0x38, 0x3C, 0x77, 0x0F };
     for (int o = 0; o < W_O; o++)
-        for (int i = 0; i < W_I; i++) w_bytes[o * W_I + i] = (unsigned char)((o * 7 + i * 13 + 1) & 0xFF);
+        for (int i = 0; i < W_I; i++)
+            w_bytes[o * W_I + i] = (unsigned char)((o * 7 + i * 13 + 1) & 0xFF);
     for (size_t k = 0; k < sizeof edge; k++) {
         w_bytes[k] = edge[k];                           /* block (0,0) */
         if (k < 4) w_bytes[129 * W_I + 256 + k] = edge[k];   /* partial corner block (1,2) */
@@ -117,14 +122,19 @@ static void build_valid(const char *dir) {
     size_t oi64 = o2; memcpy(d2 + o2, i64, 16); o2 += 16;
     size_t of64 = o2; memcpy(d2 + o2, f64, 16); o2 += 16;
     snprintf(hdr, sizeof hdr,
-             "{\"w.weight\": {\"dtype\": \"F8_E4M3\", \"shape\": [%d, %d], \"data_offsets\": [%zu, %zu]},"
-             " \"w.weight_scale_inv\": {\"dtype\": \"F32\", \"shape\": [2, 3], \"data_offsets\": [%zu, %zu]},"
-             " \"mlp.experts.gate_up_proj\": {\"dtype\": \"F8_E4M3\", \"shape\": [%d, %d, %d], \"data_offsets\": [%zu, %zu]},"
-             " \"mlp.experts.gate_up_proj_scale_inv\": {\"dtype\": \"F32\", \"shape\": [2, 2, 1], \"data_offsets\": [%zu, %zu]},"
+             "{\"w.weight\": {\"dtype\": \"F8_E4M3\", \"shape\": [%d, %d], \"data_offsets\": [%zu, "
+             "%zu]},"
+             " \"w.weight_scale_inv\": {\"dtype\": \"F32\", \"shape\": [2, 3], \"data_offsets\": "
+             "[%zu, %zu]},"
+             " \"mlp.experts.gate_up_proj\": {\"dtype\": \"F8_E4M3\", \"shape\": [%d, %d, %d], "
+             "\"data_offsets\": [%zu, %zu]},"
+             " \"mlp.experts.gate_up_proj_scale_inv\": {\"dtype\": \"F32\", \"shape\": [2, 2, 1], "
+             "\"data_offsets\": [%zu, %zu]},"
              " \"i32\": {\"dtype\": \"I32\", \"shape\": [2], \"data_offsets\": [%zu, %zu]},"
              " \"i64\": {\"dtype\": \"I64\", \"shape\": [2], \"data_offsets\": [%zu, %zu]},"
              " \"f64\": {\"dtype\": \"F64\", \"shape\": [2], \"data_offsets\": [%zu, %zu]}}",
-             W_O, W_I, ow, ows, ows, ox, X_E, X_O, X_I, ox, oxs, oxs, oi32, oi32, oi64, oi64, of64, of64, o2);
+             W_O, W_I, ow, ows, ows, ox, X_E, X_O, X_I, ox, oxs, oxs, oi32, oi32, oi64, oi64, of64,
+             of64, o2);
     snprintf(path, sizeof path, "%s/model-00002-of-00002.safetensors", dir);
     write_st_raw(path, hdr, 0, d2, n2);
     free(d2);
@@ -142,21 +152,29 @@ static void test_valid(void) {
     check("valid_open", ix != NULL, err);
     if (!ix) return;
     check("valid_counts", st_count(ix) == 13 && st_file_count(ix) == 2, "wrong tensor/file count");
-    check("valid_file_order", strstr(st_file_path(ix, 0), "model-00001") && strstr(st_file_path(ix, 1), "model-00002") &&
-          st_file_path(ix, 2) == NULL && st_file_fd(ix, 0) >= 0 && st_file_fd(ix, 5) == -1, "files not sorted by name");
-    check("valid_metadata", st_file_metadata(ix, 0, "format") && !strcmp(st_file_metadata(ix, 0, "format"), "pt") &&
-          !strcmp(st_file_metadata(ix, 0, "note"), "caf\xc3\xa9") && st_file_metadata(ix, 0, "zz") == NULL &&
-          st_file_metadata(ix, 1, "format") == NULL, "metadata lookup");
+    check("valid_file_order",
+          strstr(st_file_path(ix, 0), "model-00001") &&
+              strstr(st_file_path(ix, 1), "model-00002") && st_file_path(ix, 2) == NULL &&
+              st_file_fd(ix, 0) >= 0 && st_file_fd(ix, 5) == -1,
+          "files not sorted by name");
+    check("valid_metadata",
+          st_file_metadata(ix, 0, "format") && !strcmp(st_file_metadata(ix, 0, "format"), "pt") &&
+              !strcmp(st_file_metadata(ix, 0, "note"), "caf\xc3\xa9") &&
+              st_file_metadata(ix, 0, "zz") == NULL && st_file_metadata(ix, 1, "format") == NULL,
+          "metadata lookup");
     /* Tensors are listed by file, then by data offset. */
     const char *order0[] = {"a.f32", "bf16", "f16", "u8", "i8", "empty"};
     int ok = 1;
     for (int k = 0; k < 6; k++) ok &= strcmp(st_tensor_at(ix, (size_t)k)->name, order0[k]) == 0;
     check("valid_tensor_order", ok && st_tensor_at(ix, 13) == NULL, "order of st_tensor_at");
-    check("valid_find_absent", st_find(ix, "nope") == NULL && st_find(ix, "a.f3") == NULL, "st_find absent");
+    check("valid_find_absent", st_find(ix, "nope") == NULL && st_find(ix, "a.f3") == NULL,
+          "st_find absent");
 
     const StTensor *t = st_find(ix, "a.f32");
-    check("f32_fields", t && t->dtype == ST_F32 && t->ndim == 2 && t->shape[0] == 2 && t->shape[1] == 3 &&
-          t->file == 0 && t->nbytes == 24 && st_numel(t) == 6, "fields");
+    check("f32_fields",
+          t && t->dtype == ST_F32 && t->ndim == 2 && t->shape[0] == 2 && t->shape[1] == 3 &&
+              t->file == 0 && t->nbytes == 24 && st_numel(t) == 6,
+          "fields");
     float buf[W_O * W_I];
     float want_f32[6] = {1.5f, -2.25f, 0.0f, 3e38f, -1e-40f, 7.0f};
     ok = t && st_read_f32(ix, t, buf, err, sizeof err) == 0;
@@ -164,10 +182,11 @@ static void test_valid(void) {
     check("f32_read", ok, err);
     /* Absolute offset: header length + 8 + begin. */
     unsigned char raw[64];
-    ok = t && pread(st_file_fd(ix, t->file), raw, 4, (off_t)t->offset) == 4 && memcmp(raw, &want_f32[0], 4) == 0;
+    ok = t && pread(st_file_fd(ix, t->file), raw, 4, (off_t)t->offset) == 4 &&
+         memcmp(raw, &want_f32[0], 4) == 0;
     check("f32_absolute_offset", ok, "offset does not point at the data");
-    ok = t && st_read_f32_rows(ix, t, 1, 1, buf, err, sizeof err) == 0 && same_float(buf[0], 3e38f) &&
-         same_float(buf[2], 7.0f);
+    ok = t && st_read_f32_rows(ix, t, 1, 1, buf, err, sizeof err) == 0 &&
+         same_float(buf[0], 3e38f) && same_float(buf[2], 7.0f);
     check("f32_rows", ok, err);
 
     t = st_find(ix, "bf16");
@@ -175,29 +194,35 @@ static void test_valid(void) {
     ok = t && st_read_f32(ix, t, buf, err, sizeof err) == 0;
     for (int k = 0; ok && k < 4; k++) ok = same_float(buf[k], want_bf[k]);
     check("bf16_read", ok, err);
-    ok = t && st_read_raw(ix, t, raw, err, sizeof err) == 0 && raw[0] == 0x80 && raw[1] == 0x3F && raw[7] == 0x00;
+    ok = t && st_read_raw(ix, t, raw, err, sizeof err) == 0 && raw[0] == 0x80 && raw[1] == 0x3F &&
+         raw[7] == 0x00;
     check("bf16_read_raw", ok, err);
 
     t = st_find(ix, "f16");
-    float want_hf[10] = {1.0f, -2.0f, 0x1p-24f, 1023 * 0x1p-24f, 0x1p-14f, 65504.0f, INFINITY, -INFINITY, NAN, -0.0f};
+    float want_hf[10] = { 1.0f,      -2.0f, 0x1p-24f, 1023 * 0x1p-24f, 0x1p-14f, 65504.0f, INFINITY,
+                          -INFINITY, NAN,   -0.0f };
     ok = t && st_read_f32(ix, t, buf, err, sizeof err) == 0;
     for (int k = 0; ok && k < 10; k++) ok = same_float(buf[k], want_hf[k]);
     check("f16_read_subnormal_inf_nan", ok, err);
 
     t = st_find(ix, "u8");
-    ok = t && st_read_f32(ix, t, buf, err, sizeof err) == 0 && buf[0] == 0 && buf[1] == 200 && buf[2] == 255;
+    ok = t && st_read_f32(ix, t, buf, err, sizeof err) == 0 && buf[0] == 0 && buf[1] == 200 &&
+         buf[2] == 255;
     check("u8_read", ok, err);
     t = st_find(ix, "i8");
-    ok = t && st_read_f32(ix, t, buf, err, sizeof err) == 0 && buf[0] == -128 && buf[1] == -1 && buf[2] == 127;
+    ok = t && st_read_f32(ix, t, buf, err, sizeof err) == 0 && buf[0] == -128 && buf[1] == -1 &&
+         buf[2] == 127;
     check("i8_read", ok, err);
     t = st_find(ix, "i32");
-    ok = t && st_read_f32(ix, t, buf, err, sizeof err) == 0 && buf[0] == -2000000000.0f && buf[1] == 123;
+    ok = t && st_read_f32(ix, t, buf, err, sizeof err) == 0 && buf[0] == -2000000000.0f &&
+         buf[1] == 123;
     check("i32_read", ok, err);
     t = st_find(ix, "i64");
     ok = t && st_read_f32(ix, t, buf, err, sizeof err) == 0 && buf[0] == -5 && buf[1] == 0x1p40f;
     check("i64_read", ok, err);
     t = st_find(ix, "f64");
-    ok = t && st_read_f32(ix, t, buf, err, sizeof err) == 0 && buf[0] == 0.1f && buf[1] == -INFINITY;
+    ok =
+        t && st_read_f32(ix, t, buf, err, sizeof err) == 0 && buf[0] == 0.1f && buf[1] == -INFINITY;
     check("f64_read", ok, err);
     t = st_find(ix, "empty");
     ok = t && st_numel(t) == 0 && t->nbytes == 0 && st_read_f32(ix, t, buf, err, sizeof err) == 0 &&
@@ -205,11 +230,13 @@ static void test_valid(void) {
     check("empty_tensor", ok, err);
 
     /* F8 edge values decoded by hand (before scaling by 0.5, the scale of block (0,0)). */
-    static const struct { unsigned char b; float v; } hand[] = {
-        {0x7E, 448.0f}, {0xFE, -448.0f}, {0x01, 0x1p-9f}, {0x81, -0x1p-9f}, {0x08, 0x1p-6f},
-        {0x07, 7 * 0x1p-9f}, {0x00, 0.0f}, {0x80, -0.0f}, {0x38, 1.0f}, {0x3C, 1.5f}, {0x77, 240.0f}, {0x0F, 0x1.ep-6f}};
+    static const struct { unsigned char b; float v;
+    } hand[] = { { 0x7E, 448.0f },  { 0xFE, -448.0f },     { 0x01, 0x1p-9f }, { 0x81, -0x1p-9f },
+                 { 0x08, 0x1p-6f }, { 0x07, 7 * 0x1p-9f }, { 0x00, 0.0f },    { 0x80, -0.0f },
+                 { 0x38, 1.0f },    { 0x3C, 1.5f },        { 0x77, 240.0f },  { 0x0F, 0x1.ep-6f } };
     ok = 1;
-    for (size_t k = 0; k < sizeof hand / sizeof hand[0]; k++) ok &= same_float(ref_e4m3(hand[k].b), hand[k].v);
+    for (size_t k = 0; k < sizeof hand / sizeof hand[0]; k++)
+        ok &= same_float(ref_e4m3(hand[k].b), hand[k].v);
     check("f8_reference_decoder_sane", ok, "test's reference decoder disagrees with hand values");
     t = st_find(ix, "w.weight");
     ok = t && t->dtype == ST_F8_E4M3 && st_read_f32(ix, t, buf, err, sizeof err) == 0;
@@ -218,7 +245,8 @@ static void test_valid(void) {
         int edges_ok = 1;
         for (size_t k = 0; k < sizeof hand / sizeof hand[0]; k++) {
             size_t pos = 0;
-            while (w_bytes[pos] != hand[k].b) pos++;   /* first 14 bytes of row 0 hold the edge list */
+            /* first 14 bytes of row 0 hold the edge list */
+            while (w_bytes[pos] != hand[k].b) pos++;
             edges_ok &= same_float(buf[pos], hand[k].v * 0.5f);
         }
         edges_ok &= isnan(buf[2]) && isnan(buf[3]);   /* 0x7F and 0xFF are NaN in e4m3fn */
@@ -233,9 +261,11 @@ static void test_valid(void) {
         snprintf(why, sizeof why, "element %d: got %g", bad, bad >= 0 ? buf[bad] : 0.0);
         check("f8_all_elements_with_partial_blocks", all_ok, why);
         /* Corner of the partial block (1,2): scale 1/3, row 129, column 256+. */
-        check("f8_partial_corner_block", same_float(buf[129 * W_I + 256], 448.0f * (1.0f / 3.0f)) &&
-              same_float(buf[129 * W_I + 257], -448.0f * (1.0f / 3.0f)) && isnan(buf[129 * W_I + 258]) &&
-              isnan(buf[129 * W_I + 259]), "corner block");
+        check("f8_partial_corner_block",
+              same_float(buf[129 * W_I + 256], 448.0f * (1.0f / 3.0f)) &&
+                  same_float(buf[129 * W_I + 257], -448.0f * (1.0f / 3.0f)) &&
+                  isnan(buf[129 * W_I + 258]) && isnan(buf[129 * W_I + 259]),
+              "corner block");
         /* A row range crossing the 128-row block boundary equals the same rows of the full read. */
         static float rows[40 * W_I];
         ok = st_read_f32_rows(ix, t, 100, 30, rows, err, sizeof err) == 0;
@@ -249,34 +279,44 @@ static void test_valid(void) {
         for (int o = 0; o < X_O && all_ok; o++)
             for (int i = 0; i < X_I; i++) {
                 size_t k = ((size_t)e * X_O + o) * X_I + i;
-                if (!same_float(buf[k], ref_e4m3(x_bytes[k]) * x_scale[e * 2 + o / 128])) { all_ok = 0; break; }
+                if (!same_float(buf[k], ref_e4m3(x_bytes[k]) * x_scale[e * 2 + o / 128])) {
+                    all_ok = 0;
+                    break;
+                }
             }
     check("f8_3d_fused_with_scale", all_ok, ok ? "value mismatch" : err);
     if (all_ok) {
         static float rows[20 * X_I];
-        ok = st_read_f32_rows(ix, t, 125, 10, rows, err, sizeof err) == 0;   /* crosses expert 0 -> 1 */
+        /* crosses expert 0 -> 1 */
+        ok = st_read_f32_rows(ix, t, 125, 10, rows, err, sizeof err) == 0;
         for (int k = 0; ok && k < 10 * X_I; k++) ok = same_float(rows[k], buf[125 * X_I + k]);
         check("f8_3d_rows_cross_expert", ok, err);
-        ok = st_read_f32_rows(ix, t, 258, 2, rows, err, sizeof err) == 0;    /* last rows of expert 1 */
+        /* last rows of expert 1 */
+        ok = st_read_f32_rows(ix, t, 258, 2, rows, err, sizeof err) == 0;
         for (int k = 0; ok && k < 2 * X_I; k++) ok = same_float(rows[k], buf[258 * X_I + k]);
         check("f8_3d_rows_tail", ok, err);
     }
     t = st_find(ix, "a.f32");
-    ok = st_read_f32_rows(ix, t, 1, 2, buf, err, sizeof err) != 0 && strstr(err, "a.f32") && strstr(err, "model-00001");
+    ok = st_read_f32_rows(ix, t, 1, 2, buf, err, sizeof err) != 0 && strstr(err, "a.f32") &&
+         strstr(err, "model-00001");
     check("rows_out_of_range", ok, err);
     ok = st_read_f32_rows(ix, t, -1, 1, buf, err, sizeof err) != 0;
     check("rows_negative", ok, err);
     ok = st_read_f32_rows(ix, t, 2, 0, buf, err, sizeof err) == 0;
     check("rows_empty_range_at_end", ok, err);
-    check("dtype_helpers", st_dtype_size(ST_BF16) == 2 && st_dtype_size(ST_F64) == 8 &&
-          !strcmp(st_dtype_name(ST_F8_E4M3), "F8_E4M3") && st_dtype_size((StDtype)99) == 0, "dtype tables");
+    check("dtype_helpers",
+          st_dtype_size(ST_BF16) == 2 && st_dtype_size(ST_F64) == 8 &&
+              !strcmp(st_dtype_name(ST_F8_E4M3), "F8_E4M3") && st_dtype_size((StDtype)99) == 0,
+          "dtype tables");
 
-    /* Truncating a shard after it was opened: the read fails by name instead of returning garbage. */
+    /* Truncating a shard after it was opened: the read fails by name instead of returning garbage.
+       */
     char path[256];
     snprintf(path, sizeof path, "%s/model-00002-of-00002.safetensors", dir);
     t = st_find(ix, "f64");
-    ok = truncate(path, (off_t)t->offset + 4) == 0 && st_read_f32(ix, t, buf, err, sizeof err) != 0 &&
-         strstr(err, path) && strstr(err, "'f64'") && strstr(err, "end of file");
+    ok = truncate(path, (off_t)t->offset + 4) == 0 &&
+         st_read_f32(ix, t, buf, err, sizeof err) != 0 && strstr(err, path) &&
+         strstr(err, "'f64'") && strstr(err, "end of file");
     check("read_after_truncate", ok, err);
     st_close(ix);
 
@@ -291,8 +331,8 @@ static void test_valid(void) {
 /* ---- malformed inputs ---- */
 
 /* Opens dir, which must fail with a message containing every non-NULL fragment. */
-static void expect_open_fail(const char *name, const char *dir, const char *frag1, const char *frag2,
-                             const char *frag3) {
+static void expect_open_fail(const char *name, const char *dir, const char *frag1,
+                             const char *frag2, const char *frag3) {
     char err[1024] = "";
     StIndex *ix = st_open_dir(dir, err, sizeof err);
     int ok = ix == NULL && (!frag1 || strstr(err, frag1)) && (!frag2 || strstr(err, frag2)) &&
@@ -305,7 +345,8 @@ static void expect_open_fail(const char *name, const char *dir, const char *frag
 }
 
 /* One-file directory with the given header and `dlen` data bytes. Returns the file path. */
-static const char *one_file(const char *tag, const char *header, uint64_t hlen_override, size_t dlen) {
+static const char *one_file(const char *tag, const char *header, uint64_t hlen_override,
+                            size_t dlen) {
     static char path[256];
     char dir[128];
     snprintf(dir, sizeof dir, "%s/%s", root, tag);
@@ -324,7 +365,8 @@ static void dir_of(char *dir, size_t n, const char *path) {
 
 #define T1(name, dt, shape, b, e) "\"" name "\": {\"dtype\": \"" dt "\", \"shape\": " shape ", \"data_offsets\": [" #b ", " #e "]}"
 
-static void bad_case(const char *tag, const char *header, size_t dlen, const char *tensor, const char *msg) {
+static void bad_case(const char *tag, const char *header, size_t dlen, const char *tensor,
+                     const char *msg) {
     const char *path = one_file(tag, header, 0, dlen);
     char dir[256];
     dir_of(dir, sizeof dir, path);
@@ -333,36 +375,60 @@ static void bad_case(const char *tag, const char *header, size_t dlen, const cha
 
 static void test_malformed(void) {
     char dir[256], path[512];
-    bad_case("bad_offsets_past_end", "{" T1("a", "F32", "[2]", 0, 8) ", " T1("big.w", "F32", "[4]", 8, 24) "}", 16,
+    bad_case("bad_offsets_past_end",
+             "{" T1("a", "F32", "[2]", 0, 8) ", " T1("big.w", "F32", "[4]", 8, 24) "}", 16,
              "'big.w'", "outside the data region");
-    bad_case("bad_truncated_file", "{" T1("t.w", "BF16", "[3, 4]", 0, 24) "}", 10, "'t.w'", "outside the data region");
-    bad_case("bad_overlap", "{" T1("x", "F32", "[4]", 0, 16) ", " T1("y", "F32", "[2]", 8, 16) "}", 16, "'y'", "'x'");
-    bad_case("bad_overlap_nested", "{" T1("p", "U8", "[10]", 0, 10) ", " T1("q", "U8", "[2]", 2, 4) ", "
-             T1("r", "U8", "[2]", 11, 13) "}", 16, "'q'", "overlaps");
-    bad_case("bad_byte_mismatch", "{" T1("m.w", "F16", "[3, 3]", 0, 16) "}", 16, "'m.w'", "18 bytes");
-    bad_case("bad_unknown_dtype", "{" T1("u.w", "F8_E5M2", "[4]", 0, 4) "}", 4, "'u.w'", "unknown dtype 'F8_E5M2'");
-    bad_case("bad_begin_gt_end", "{" T1("be", "U8", "[0]", 8, 4) "}", 16, "'be'", "begin 8 > end 4");
-    bad_case("bad_missing_dtype", "{\"nd\": {\"shape\": [1], \"data_offsets\": [0, 4]}}", 4, "'nd'", "dtype");
-    bad_case("bad_dtype_not_string", "{\"nd\": {\"dtype\": 5, \"shape\": [1], \"data_offsets\": [0, 4]}}", 4, "'nd'", "dtype");
-    bad_case("bad_shape_not_array", "{\"sh\": {\"dtype\": \"F32\", \"shape\": 4, \"data_offsets\": [0, 16]}}", 16, "'sh'", "shape");
+    bad_case("bad_truncated_file", "{" T1("t.w", "BF16", "[3, 4]", 0, 24) "}", 10, "'t.w'",
+             "outside the data region");
+    bad_case("bad_overlap", "{" T1("x", "F32", "[4]", 0, 16) ", " T1("y", "F32", "[2]", 8, 16) "}",
+             16, "'y'", "'x'");
+    bad_case("bad_overlap_nested",
+             "{" T1("p", "U8", "[10]", 0, 10) ", " T1("q", "U8", "[2]", 2,
+                                                      4) ", " T1("r", "U8", "[2]", 11, 13) "}",
+             16, "'q'", "overlaps");
+    bad_case("bad_byte_mismatch", "{" T1("m.w", "F16", "[3, 3]", 0, 16) "}", 16, "'m.w'",
+             "18 bytes");
+    bad_case("bad_unknown_dtype", "{" T1("u.w", "F8_E5M2", "[4]", 0, 4) "}", 4, "'u.w'",
+             "unknown dtype 'F8_E5M2'");
+    bad_case("bad_begin_gt_end", "{" T1("be", "U8", "[0]", 8, 4) "}", 16, "'be'",
+             "begin 8 > end 4");
+    bad_case("bad_missing_dtype", "{\"nd\": {\"shape\": [1], \"data_offsets\": [0, 4]}}", 4, "'nd'",
+             "dtype");
+    bad_case("bad_dtype_not_string",
+             "{\"nd\": {\"dtype\": 5, \"shape\": [1], \"data_offsets\": [0, 4]}}", 4, "'nd'",
+             "dtype");
+    bad_case("bad_shape_not_array",
+             "{\"sh\": {\"dtype\": \"F32\", \"shape\": 4, \"data_offsets\": [0, 16]}}", 16, "'sh'",
+             "shape");
     bad_case("bad_shape_negative", "{" T1("neg", "F32", "[-1]", 0, 0) "}", 16, "'neg'", "shape[0]");
     bad_case("bad_shape_fraction", "{" T1("fr", "F32", "[1.5]", 0, 4) "}", 16, "'fr'", "shape[0]");
-    bad_case("bad_shape_overflow", "{" T1("ov", "F32", "[4294967296, 4294967296, 16]", 0, 0) "}", 16, "'ov'", "overflow");
-    bad_case("bad_shape_overflow_bytes", "{" T1("ob", "F32", "[4611686018427387904, 2]", 0, 0) "}", 16, "'ob'", "overflow");
-    bad_case("bad_too_many_dims", "{" T1("nine", "U8", "[1,1,1,1,1,1,1,1,1]", 0, 1) "}", 1, "'nine'", "dimensions");
-    bad_case("bad_offsets_three", "{\"o3\": {\"dtype\": \"U8\", \"shape\": [1], \"data_offsets\": [0, 1, 2]}}", 4, "'o3'", "data_offsets");
-    bad_case("bad_offsets_missing", "{\"om\": {\"dtype\": \"U8\", \"shape\": [1]}}", 4, "'om'", "data_offsets");
+    bad_case("bad_shape_overflow", "{" T1("ov", "F32", "[4294967296, 4294967296, 16]", 0, 0) "}",
+             16, "'ov'", "overflow");
+    bad_case("bad_shape_overflow_bytes", "{" T1("ob", "F32", "[4611686018427387904, 2]", 0, 0) "}",
+             16, "'ob'", "overflow");
+    bad_case("bad_too_many_dims", "{" T1("nine", "U8", "[1,1,1,1,1,1,1,1,1]", 0, 1) "}", 1,
+             "'nine'", "dimensions");
+    bad_case("bad_offsets_three",
+             "{\"o3\": {\"dtype\": \"U8\", \"shape\": [1], \"data_offsets\": [0, 1, 2]}}", 4,
+             "'o3'", "data_offsets");
+    bad_case("bad_offsets_missing", "{\"om\": {\"dtype\": \"U8\", \"shape\": [1]}}", 4, "'om'",
+             "data_offsets");
     bad_case("bad_entry_not_object", "{\"eo\": [1, 2]}", 4, "'eo'", "not an object");
-    bad_case("bad_duplicate_in_file", "{" T1("dup", "U8", "[1]", 0, 1) ", " T1("dup", "U8", "[1]", 1, 2) "}", 4, "'dup'",
+    bad_case("bad_duplicate_in_file",
+             "{" T1("dup", "U8", "[1]", 0, 1) ", " T1("dup", "U8", "[1]", 1, 2) "}", 4, "'dup'",
              "duplicate");
-    bad_case("bad_metadata_not_strings", "{\"__metadata__\": {\"n\": 1}, " T1("mt", "U8", "[1]", 0, 1) "}", 4, NULL,
+    bad_case("bad_metadata_not_strings",
+             "{\"__metadata__\": {\"n\": 1}, " T1("mt", "U8", "[1]", 0, 1) "}", 4, NULL,
              "__metadata__ is not a map of strings");
     bad_case("bad_metadata_not_object", "{\"__metadata__\": \"x\"}", 4, NULL, "__metadata__");
-    bad_case("bad_json_trailing_comma", "{" T1("tc", "U8", "[1]", 0, 1) ",}", 4, NULL, "malformed header JSON");
-    bad_case("bad_json_not_utf8", "{\"caf\xe9\": {\"dtype\": \"U8\", \"shape\": [1], \"data_offsets\": [0, 1]}}", 4, NULL,
-             "invalid UTF-8");
+    bad_case("bad_json_trailing_comma", "{" T1("tc", "U8", "[1]", 0, 1) ",}", 4, NULL,
+             "malformed header JSON");
+    bad_case("bad_json_not_utf8",
+             "{\"caf\xe9\": {\"dtype\": \"U8\", \"shape\": [1], \"data_offsets\": [0, 1]}}", 4,
+             NULL, "invalid UTF-8");
     bad_case("bad_header_not_object", "[1, 2]", 4, NULL, "not a JSON object");
-    bad_case("bad_control_char_name", "{" T1("a\\nb", "U8", "[1]", 0, 1) "}", 4, NULL, "control character");
+    bad_case("bad_control_char_name", "{" T1("a\\nb", "U8", "[1]", 0, 1) "}", 4, NULL,
+             "control character");
     bad_case("bad_empty_name", "{" T1("", "U8", "[1]", 0, 1) "}", 4, NULL, "empty name");
 
     /* Header length past the end of the file. */
@@ -390,7 +456,10 @@ static void test_malformed(void) {
     char pa[512], pb[512];
     snprintf(pa, sizeof pa, "%s/a.safetensors", dir);
     snprintf(pb, sizeof pb, "%s/b.safetensors", dir);
-    write_st_raw(pa, "{" T1("only.a", "U8", "[1]", 0, 1) ", " T1("model.shared.weight", "U8", "[2]", 1, 3) "}", 0, z, 8);
+    write_st_raw(
+        pa,
+        "{" T1("only.a", "U8", "[1]", 0, 1) ", " T1("model.shared.weight", "U8", "[2]", 1, 3) "}",
+        0, z, 8);
     write_st_raw(pb, "{" T1("model.shared.weight", "U8", "[2]", 0, 2) "}", 0, z, 8);
     expect_open_fail("bad_duplicate_across_files", dir, pa, pb, "'model.shared.weight'");
 
@@ -418,20 +487,29 @@ static void test_f8_scale_errors(void) {
     clear_dir(dir);
     snprintf(path, sizeof path, "%s/s.safetensors", dir);
     unsigned char data[4096] = {0};
-    write_st_raw(path,
-                 "{" T1("nos.weight", "F8_E4M3", "[2, 2]", 0, 4) ", "
-                 T1("bad.weight", "F8_E4M3", "[200, 3]", 4, 604) ", " T1("bad.weight_scale_inv", "F32", "[1, 1]", 604, 608) ", "
-                 T1("bt.weight", "F8_E4M3", "[1, 1]", 608, 609) ", " T1("bt.weight_scale_inv", "U8", "[1, 1]", 609, 610) ", "
-                 T1("e3.w", "F8_E4M3", "[2, 1, 1]", 610, 612) ", " T1("e3.w_scale_inv", "F32", "[1, 1]", 612, 616) ", "
-                 T1("one.d", "F8_E4M3", "[4]", 616, 620) "}",
-                 0, data, sizeof data);
+    write_st_raw(
+        path,
+        "{" T1("nos.weight", "F8_E4M3", "[2, 2]", 0, 4) ", " T1(
+            "bad.weight", "F8_E4M3", "[200, 3]", 4,
+            604) ", " T1("bad.weight_scale_inv", "F32", "[1, 1]", 604,
+                         608) ", " T1("bt.weight", "F8_E4M3", "[1, 1]", 608,
+                                      609) ", " T1("bt.weight_scale_inv", "U8", "[1, 1]", 609,
+                                                   610) ", " T1("e3.w", "F8_E4M3", "[2, 1, 1]", 610,
+                                                                612) ", " T1("e3.w_scale_inv",
+                                                                             "F32", "[1, 1]", 612,
+                                                                             616) ", " T1("one.d",
+                                                                                          "F8_E4M3",
+                                                                                          "[4]",
+                                                                                          616,
+                                                                                          620) "}",
+        0, data, sizeof data);
     StIndex *ix = st_open_dir(dir, err, sizeof err);
     check("f8_scale_open", ix != NULL, err);
     if (!ix) return;
     float out[1024];
     const StTensor *t = st_find(ix, "nos.weight");
-    int ok = st_read_f32(ix, t, out, err, sizeof err) != 0 && strstr(err, path) && strstr(err, "'nos.weight'") &&
-             strstr(err, "'nos.weight_scale_inv'");
+    int ok = st_read_f32(ix, t, out, err, sizeof err) != 0 && strstr(err, path) &&
+             strstr(err, "'nos.weight'") && strstr(err, "'nos.weight_scale_inv'");
     check("f8_missing_scale", ok, err);
     unsigned char raw[8];
     check("f8_missing_scale_raw_ok", st_read_raw(ix, t, raw, err, sizeof err) == 0, err);
@@ -439,38 +517,47 @@ static void test_f8_scale_errors(void) {
     ok = st_read_f32(ix, t, out, err, sizeof err) != 0 && strstr(err, "'bad.weight'") &&
          strstr(err, "'bad.weight_scale_inv'") && strstr(err, "want [2, 1]");
     check("f8_wrong_scale_shape", ok, err);
-    ok = st_read_f32_rows(ix, t, 0, 1, out, err, sizeof err) != 0 && strstr(err, "'bad.weight_scale_inv'");
+    ok = st_read_f32_rows(ix, t, 0, 1, out, err, sizeof err) != 0 &&
+         strstr(err, "'bad.weight_scale_inv'");
     check("f8_wrong_scale_shape_rows", ok, err);
     t = st_find(ix, "bt.weight");
-    ok = st_read_f32(ix, t, out, err, sizeof err) != 0 && strstr(err, "'bt.weight_scale_inv'") && strstr(err, "U8");
+    ok = st_read_f32(ix, t, out, err, sizeof err) != 0 && strstr(err, "'bt.weight_scale_inv'") &&
+         strstr(err, "U8");
     check("f8_wrong_scale_dtype", ok, err);
     t = st_find(ix, "e3.w");
-    ok = st_read_f32(ix, t, out, err, sizeof err) != 0 && strstr(err, "'e3.w_scale_inv'") && strstr(err, "want [2, 1, 1]");
+    ok = st_read_f32(ix, t, out, err, sizeof err) != 0 && strstr(err, "'e3.w_scale_inv'") &&
+         strstr(err, "want [2, 1, 1]");
     check("f8_3d_scale_needs_3d", ok, err);
     t = st_find(ix, "one.d");
-    ok = st_read_f32(ix, t, out, err, sizeof err) != 0 && strstr(err, "'one.d'") && strstr(err, "2-D or 3-D");
+    ok = st_read_f32(ix, t, out, err, sizeof err) != 0 && strstr(err, "'one.d'") &&
+         strstr(err, "2-D or 3-D");
     check("f8_1d_refused", ok, err);
     st_close(ix);
 }
 
 /* A file cut right after its header: refused by st_open_dir (naming the data region), indexed by
-   st_open_dir_headers with the same tensors, every other check still made, and a read fails by name. */
+   st_open_dir_headers with the same tensors, every other check still made, and a read fails by
+   name. */
 static void test_headers_only(void) {
     const char *hdr = "{\"a\":{\"dtype\":\"F32\",\"shape\":[2,3],\"data_offsets\":[0,24]},"
                       "\"b\":{\"dtype\":\"U8\",\"shape\":[5],\"data_offsets\":[24,29]}}";
     const char *path = one_file("headers_only", hdr, 0, 0);
     char dir[128], err[1024] = "";
     snprintf(dir, sizeof dir, "%s/headers_only", root);
-    expect_open_fail("headers_only_refused_by_st_open_dir", dir, path, "outside the data region", NULL);
+    expect_open_fail("headers_only_refused_by_st_open_dir", dir, path, "outside the data region",
+                     NULL);
     StIndex *ix = st_open_dir_headers(dir, err, sizeof err);
     const StTensor *b = ix ? st_find(ix, "b") : NULL;
-    check("headers_only_indexed", ix && st_count(ix) == 2 && b && b->nbytes == 5 && b->offset == 8 + strlen(hdr) + 24, err);
+    check("headers_only_indexed",
+          ix && st_count(ix) == 2 && b && b->nbytes == 5 && b->offset == 8 + strlen(hdr) + 24, err);
     float v[6];
     int rc = ix ? st_read_f32(ix, st_find(ix, "a"), v, err, sizeof err) : 0;
-    check("headers_only_read_fails_by_name", rc == -1 && strstr(err, path) && strstr(err, "'a'"), err);
+    check("headers_only_read_fails_by_name", rc == -1 && strstr(err, path) && strstr(err, "'a'"),
+          err);
     st_close(ix);
     /* the other checks still hold: a byte count that does not match the shape */
-    one_file("headers_only_bad", "{\"a\":{\"dtype\":\"F32\",\"shape\":[2,3],\"data_offsets\":[0,20]}}", 0, 0);
+    one_file("headers_only_bad",
+             "{\"a\":{\"dtype\":\"F32\",\"shape\":[2,3],\"data_offsets\":[0,20]}}", 0, 0);
     snprintf(dir, sizeof dir, "%s/headers_only_bad", root);
     ix = st_open_dir_headers(dir, err, sizeof err);
     check("headers_only_still_checks_sizes", !ix && strstr(err, "span 20 bytes"), err);
@@ -491,10 +578,13 @@ static void test_not_regular_files(void) {
         snprintf(dir, sizeof dir, "%s/%s", root, cases[c].name);
         clear_dir(dir);
         snprintf(good, sizeof good, "%s/model-00001.safetensors", dir);
-        write_st_raw(good, "{" T1("a", "F32", "[1]", 0, 4) "}", 0, (const unsigned char *)"\0\0\0\0", 4);
+        write_st_raw(good, "{" T1("a", "F32", "[1]", 0, 4) "}", 0,
+                     (const unsigned char *)"\0\0\0\0", 4);
         snprintf(path, sizeof path, "%s/model-00002.safetensors", dir);
-        int made = c == 0 ? mkdir(path, 0755) : c == 1 ? mkfifo(path, 0600)
-                 : c == 2 ? symlink("nowhere.safetensors", path) : symlink("model-00002.safetensors", path);
+        int made = c == 0   ? mkdir(path, 0755)
+                   : c == 1 ? mkfifo(path, 0600)
+                   : c == 2 ? symlink("nowhere.safetensors", path)
+                            : symlink("model-00002.safetensors", path);
         if (made != 0) { check(cases[c].name, 0, "could not create the entry"); continue; }
         alarm(20);   /* a hang would be the bug: end this test rather than the suite */
         expect_open_fail(cases[c].name, dir, "model-00002.safetensors", cases[c].frag, NULL);
@@ -513,7 +603,8 @@ static void test_not_regular_files(void) {
     snprintf(dir, sizeof dir, "%s/link_to_file", root);
     clear_dir(dir);
     snprintf(good, sizeof good, "%s/blob", dir);
-    write_st_raw(good, "{" T1("a", "F32", "[1]", 0, 4) "}", 0, (const unsigned char *)"\0\0\0\0", 4);
+    write_st_raw(good, "{" T1("a", "F32", "[1]", 0, 4) "}", 0, (const unsigned char *)"\0\0\0\0",
+                 4);
     snprintf(path, sizeof path, "%s/model.safetensors", dir);
     ix = symlink("blob", path) == 0 ? st_open_dir(dir, err, sizeof err) : NULL;
     check("link_to_regular_file_followed", ix && st_find(ix, "a"), err);

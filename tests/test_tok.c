@@ -38,7 +38,8 @@ static char *make_json(const char *extra[], int n_extra, const char *merges, con
                        int ignore_merges, const char *normalizer, const char *pretok) {
     size_t cap = 1 << 16, n = 0;
     char *s = malloc(cap);
-    n += (size_t)snprintf(s + n, cap - n, "{\"model\":{\"type\":\"BPE\",\"ignore_merges\":%s,\"vocab\":{",
+    n += (size_t)snprintf(s + n, cap - n,
+                          "{\"model\":{\"type\":\"BPE\",\"ignore_merges\":%s,\"vocab\":{",
                           ignore_merges ? "true" : "false");
     for (int b = 0; b < 256; b++) {
         char sym[8]; size_t k = tok__utf8_put(tok_byte_symbol((unsigned char)b), sym);
@@ -46,12 +47,16 @@ static char *make_json(const char *extra[], int n_extra, const char *merges, con
         if (b == '"' || b == '\\') n += (size_t)snprintf(s + n, cap - n, "\"\\%s\":%d,", sym, b);
         else n += (size_t)snprintf(s + n, cap - n, "\"%s\":%d,", sym, b);
     }
-    for (int i = 0; i < n_extra; i++) n += (size_t)snprintf(s + n, cap - n, "\"%s\":%d,", extra[i], 256 + i);
+    for (int i = 0; i < n_extra; i++)
+        n += (size_t)snprintf(s + n, cap - n, "\"%s\":%d,", extra[i], 256 + i);
     s[n - 1] = '}';
-    n += (size_t)snprintf(s + n, cap - n, ",\"merges\":[%s]},\"added_tokens\":[%s],\"normalizer\":%s,"
+    n += (size_t)snprintf(s + n, cap - n,
+                          ",\"merges\":[%s]},\"added_tokens\":[%s],\"normalizer\":%s,"
                           "\"pre_tokenizer\":%s,\"decoder\":{\"type\":\"ByteLevel\"}}",
                           merges, added, normalizer ? normalizer : "null",
-                          pretok ? pretok : "{\"type\":\"ByteLevel\",\"add_prefix_space\":false,\"use_regex\":false}");
+                          pretok ? pretok
+                                 : "{\"type\":\"ByteLevel\",\"add_prefix_space\":false,\"use_"
+                                   "regex\":false}");
     return s;
 }
 
@@ -65,7 +70,8 @@ static const char *enc(const Tokenizer *t, const char *text, TokSpecialMode mode
     int32_t *ids; size_t n;
     if (tok_encode(t, text, strlen(text), mode, &ids, &n)) return "(oom)";
     size_t k = 0; out[0] = 0;
-    for (size_t i = 0; i < n && k < sizeof out - 16; i++) k += (size_t)snprintf(out + k, sizeof out - k, i ? " %d" : "%d", ids[i]);
+    for (size_t i = 0; i < n && k < sizeof out - 16; i++)
+        k += (size_t)snprintf(out + k, sizeof out - k, i ? " %d" : "%d", ids[i]);
     free(ids);
     return out;
 }
@@ -80,32 +86,40 @@ static void add_piece(void *ctx, const char *p, size_t n) {
 /* ---- tests ---- */
 
 static void test_unicode(void) {
-    struct { uint32_t cp; int cat; int space; } cases[] = {
-        { 'A', TOK_CAT_L, 0 }, { 0xE9, TOK_CAT_L, 0 }, { 0x4E16, TOK_CAT_L, 0 }, { 0x20000, TOK_CAT_L, 0 },
-        { 0xAC00, TOK_CAT_L, 0 }, { 0x05D0, TOK_CAT_L, 0 }, { '7', TOK_CAT_N, 0 }, { 0x0663, TOK_CAT_N, 0 },
-        { 0x216B, TOK_CAT_N, 0 }, { 0xBD, TOK_CAT_N, 0 }, { 0x2460, TOK_CAT_N, 0 }, { '!', TOK_CAT_P, 0 },
-        { 0x3001, TOK_CAT_P, 0 }, { '+', TOK_CAT_S, 0 }, { 0x20AC, TOK_CAT_S, 0 }, { 0x1F600, TOK_CAT_S, 0 },
-        { 0x0301, TOK_CAT_M, 0 }, { 0x094D, TOK_CAT_M, 0 }, { ' ', TOK_CAT_OTHER, 1 }, { '\t', TOK_CAT_OTHER, 1 },
-        { '\r', TOK_CAT_OTHER, 1 }, { 0x0B, TOK_CAT_OTHER, 1 }, { 0x85, TOK_CAT_OTHER, 1 }, { 0xA0, TOK_CAT_OTHER, 1 },
-        { 0x1680, TOK_CAT_OTHER, 1 }, { 0x200A, TOK_CAT_OTHER, 1 }, { 0x2028, TOK_CAT_OTHER, 1 },
-        { 0x202F, TOK_CAT_OTHER, 1 }, { 0x3000, TOK_CAT_OTHER, 1 }, { 0x200B, TOK_CAT_OTHER, 0 },
-        { 0xFEFF, TOK_CAT_OTHER, 0 }, { 0x0000, TOK_CAT_OTHER, 0 }, { 0xE000, TOK_CAT_OTHER, 0 },
+    struct { uint32_t cp; int cat; int space;
+    } cases[] = {
+        { 'A', TOK_CAT_L, 0 },          { 0xE9, TOK_CAT_L, 0 },       { 0x4E16, TOK_CAT_L, 0 },
+        { 0x20000, TOK_CAT_L, 0 },      { 0xAC00, TOK_CAT_L, 0 },     { 0x05D0, TOK_CAT_L, 0 },
+        { '7', TOK_CAT_N, 0 },          { 0x0663, TOK_CAT_N, 0 },     { 0x216B, TOK_CAT_N, 0 },
+        { 0xBD, TOK_CAT_N, 0 },         { 0x2460, TOK_CAT_N, 0 },     { '!', TOK_CAT_P, 0 },
+        { 0x3001, TOK_CAT_P, 0 },       { '+', TOK_CAT_S, 0 },        { 0x20AC, TOK_CAT_S, 0 },
+        { 0x1F600, TOK_CAT_S, 0 },      { 0x0301, TOK_CAT_M, 0 },     { 0x094D, TOK_CAT_M, 0 },
+        { ' ', TOK_CAT_OTHER, 1 },      { '\t', TOK_CAT_OTHER, 1 },   { '\r', TOK_CAT_OTHER, 1 },
+        { 0x0B, TOK_CAT_OTHER, 1 },     { 0x85, TOK_CAT_OTHER, 1 },   { 0xA0, TOK_CAT_OTHER, 1 },
+        { 0x1680, TOK_CAT_OTHER, 1 },   { 0x200A, TOK_CAT_OTHER, 1 }, { 0x2028, TOK_CAT_OTHER, 1 },
+        { 0x202F, TOK_CAT_OTHER, 1 },   { 0x3000, TOK_CAT_OTHER, 1 }, { 0x200B, TOK_CAT_OTHER, 0 },
+        { 0xFEFF, TOK_CAT_OTHER, 0 },   { 0x0000, TOK_CAT_OTHER, 0 }, { 0xE000, TOK_CAT_OTHER, 0 },
         { 0x10FFFF, TOK_CAT_OTHER, 0 }, { 0x0378, TOK_CAT_OTHER, 0 },
     };
     int bad = 0;
     for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
-        if (tok_uni_category(cases[i].cp) != cases[i].cat || tok_uni_is_space(cases[i].cp) != cases[i].space) {
-            if (!bad) printf("  U+%04X: category %d space %d, want %d %d\n", cases[i].cp, tok_uni_category(cases[i].cp),
-                             tok_uni_is_space(cases[i].cp), cases[i].cat, cases[i].space);
+        if (tok_uni_category(cases[i].cp) != cases[i].cat ||
+            tok_uni_is_space(cases[i].cp) != cases[i].space) {
+            if (!bad)
+                printf("  U+%04X: category %d space %d, want %d %d\n", cases[i].cp,
+                       tok_uni_category(cases[i].cp), tok_uni_is_space(cases[i].cp), cases[i].cat,
+                       cases[i].space);
             bad++;
         }
     }
-    CHECK("unicode_classes", bad == 0, "%d of %zu code points misclassified", bad, sizeof cases / sizeof *cases);
+    CHECK("unicode_classes", bad == 0, "%d of %zu code points misclassified", bad,
+          sizeof cases / sizeof *cases);
     int spaces = 0;
     for (uint32_t c = 0; c <= 0x10FFFF; c++) spaces += tok_uni_is_space(c);
     CHECK("unicode_white_space_count", spaces == 25, "%d White_Space code points, want 25", spaces);
-    CHECK("unicode_version", strcmp(TOK_UNICODE_VERSION, "15.0.0") == 0 || TOK_UNICODE_VERSION[0] >= '1',
-          "version %s", TOK_UNICODE_VERSION);
+    CHECK("unicode_version",
+          strcmp(TOK_UNICODE_VERSION, "15.0.0") == 0 || TOK_UNICODE_VERSION[0] >= '1', "version %s",
+          TOK_UNICODE_VERSION);
 }
 
 static void test_byte_symbols(void) {
@@ -116,12 +130,14 @@ static void test_byte_symbols(void) {
     }
     CHECK("byte_symbols_bijective", ok, "two bytes share a symbol or a symbol is out of range");
     CHECK("byte_symbols_values",
-          tok_byte_symbol(' ') == 0x120 && tok_byte_symbol('\n') == 0x10A && tok_byte_symbol('\t') == 0x109 &&
-          tok_byte_symbol(0) == 0x100 && tok_byte_symbol('!') == '!' && tok_byte_symbol(0x7F) == 0x121 &&
-          tok_byte_symbol(0xA0) == 0x142 && tok_byte_symbol(0xAD) == 0x143 && tok_byte_symbol(0xFF) == 0xFF &&
-          tok_byte_symbol(0xAE) == 0xAE,
-          "space %X LF %X TAB %X DEL %X NBSP %X SHY %X", tok_byte_symbol(' '), tok_byte_symbol('\n'),
-          tok_byte_symbol('\t'), tok_byte_symbol(0x7F), tok_byte_symbol(0xA0), tok_byte_symbol(0xAD));
+          tok_byte_symbol(' ') == 0x120 && tok_byte_symbol('\n') == 0x10A &&
+              tok_byte_symbol('\t') == 0x109 && tok_byte_symbol(0) == 0x100 &&
+              tok_byte_symbol('!') == '!' && tok_byte_symbol(0x7F) == 0x121 &&
+              tok_byte_symbol(0xA0) == 0x142 && tok_byte_symbol(0xAD) == 0x143 &&
+              tok_byte_symbol(0xFF) == 0xFF && tok_byte_symbol(0xAE) == 0xAE,
+          "space %X LF %X TAB %X DEL %X NBSP %X SHY %X", tok_byte_symbol(' '),
+          tok_byte_symbol('\n'), tok_byte_symbol('\t'), tok_byte_symbol(0x7F),
+          tok_byte_symbol(0xA0), tok_byte_symbol(0xAD));
 }
 
 static void test_utf8(void) {
@@ -157,7 +173,8 @@ static void test_pretokenizer(const Tokenizer *t) {
         { "Hello\xe4\xb8\x96\xe7\x95\x8c" "123abc!!!", "Hello\xe4\xb8\x96\xe7\x95\x8c|123|abc|!!!" },
         { "\xe4\xbd\xa0\xe5\xa5\xbd\xef\xbc\x8c\xe4\xb8\x96\xe7\x95\x8c\xef\xbc\x81",
           "\xe4\xbd\xa0\xe5\xa5\xbd|\xef\xbc\x8c\xe4\xb8\x96\xe7\x95\x8c|\xef\xbc\x81" },
-        /* more rules: ' + letter glues only for the listed contractions; trailing spaces; newline runs */
+        /* more rules: ' + letter glues only for the listed contractions; trailing spaces; newline
+           runs */
         { "it's 'x", "it|'s| '|x" },
         { "ab  ", "ab|  " },
         { "x\n\n  y", "x|\n\n| |" " y" },
@@ -175,8 +192,9 @@ static void test_pretokenizer(const Tokenizer *t) {
             bad++;
         }
     }
-    CHECK("pretokenizer_glm_examples", bad == 0, "%d of %zu inputs split wrongly", bad, sizeof cases / sizeof *cases);
-    /* "x\n\n  y": \s*[\r\n]+ takes "\n\n", then "  y" -> " " + " y" (the space glues to the word) */
+    CHECK("pretokenizer_glm_examples", bad == 0, "%d of %zu inputs split wrongly", bad,
+          sizeof cases / sizeof *cases);
+    /* "x\n\n y": \s*[\r\n]+ takes "\n\n", then " y" -> " " + " y" (the space glues to the word) */
 }
 
 static void test_tiny_fixture(const Tokenizer *t) {
@@ -188,9 +206,10 @@ static void test_tiny_fixture(const Tokenizer *t) {
     };
     int bad = 0;
     for (size_t i = 0; i < sizeof want / sizeof *want; i++)
-        if (tok_id(t, want[i].s) != want[i].id || tok_is_special(t, want[i].id) != want[i].special ||
-            !tok_is_added(t, want[i].id)) {
-            printf("  %s: id %d special %d\n", want[i].s, tok_id(t, want[i].s), tok_is_special(t, tok_id(t, want[i].s)));
+        if (tok_id(t, want[i].s) != want[i].id ||
+            tok_is_special(t, want[i].id) != want[i].special || !tok_is_added(t, want[i].id)) {
+            printf("  %s: id %d special %d\n", want[i].s, tok_id(t, want[i].s),
+                   tok_is_special(t, tok_id(t, want[i].s)));
             bad++;
         }
     CHECK("tiny_added_token_ids", bad == 0, "%d added tokens have the wrong id or flag", bad);
@@ -202,21 +221,25 @@ static void test_tiny_fixture(const Tokenizer *t) {
     }
     size_t n0; const char *p0 = tok_piece(t, 0, &n0);
     size_t n188; const char *p188 = tok_piece(t, 188, &n188);
-    CHECK("tiny_byte_tokens_gpt2_order", byte_order_ok && p0[0] == '!' && (unsigned char)p188[0] == 0 &&
-          tok_id(t, " ") == 188 + ' ', "id 0 = %02X, id 188 = %02X", (unsigned char)p0[0], (unsigned char)p188[0]);
+    CHECK("tiny_byte_tokens_gpt2_order",
+          byte_order_ok && p0[0] == '!' && (unsigned char)p188[0] == 0 &&
+              tok_id(t, " ") == 188 + ' ',
+          "id 0 = %02X, id 188 = %02X", (unsigned char)p0[0], (unsigned char)p188[0]);
     /* the GLM-5 prompt of docs/tokenizer.md section 3.4: ids 478 480 483 BPE(Hello) 484 497 */
     char want_ids[256];
-    snprintf(want_ids, sizeof want_ids, "478 480 483 %s 484 497", enc(t, "Hello", TOK_SPECIAL_NONE));
+    snprintf(want_ids, sizeof want_ids, "478 480 483 %s 484 497",
+             enc(t, "Hello", TOK_SPECIAL_NONE));
     const char *got = enc(t, "[gMASK]<sop><|user|>Hello<|assistant|><think>", TOK_SPECIAL_ALL);
     CHECK("tiny_chat_prompt_special", strcmp(got, want_ids) == 0, "got %s want %s", got, want_ids);
     /* split_special keeps <think> (special:false) but not the role tokens */
     got = enc(t, "<|user|><think>", TOK_SPECIAL_NONSPECIAL_ONLY);
     const char *last = strrchr(got, ' ');
-    CHECK("tiny_split_special_mode", last && strcmp(last, " 497") == 0 && strstr(got, "483") == NULL,
-          "got %s", got);
+    CHECK("tiny_split_special_mode",
+          last && strcmp(last, " 497") == 0 && strstr(got, "483") == NULL, "got %s", got);
     got = enc(t, "<think>", TOK_SPECIAL_NONE);
     CHECK("tiny_plain_mode", strstr(got, "497") == NULL && strchr(got, ' ') != NULL, "got %s", got);
-    CHECK("tiny_empty_input", strcmp(enc(t, "", TOK_SPECIAL_ALL), "") == 0, "got %s", enc(t, "", TOK_SPECIAL_ALL));
+    CHECK("tiny_empty_input", strcmp(enc(t, "", TOK_SPECIAL_ALL), "") == 0, "got %s",
+          enc(t, "", TOK_SPECIAL_ALL));
     /* invalid UTF-8 input is replaced by U+FFFD (policy documented in tok.h) */
     char a[64], b[64];
     snprintf(a, sizeof a, "%s", enc(t, "x\xff" "y", TOK_SPECIAL_NONE));
@@ -228,16 +251,21 @@ static void test_bpe_rules(void) {
     char err[512];
     /* ids: 256 "bc", 257 "abc", 258 "ab", 259 "aa", 260 "xyz" */
     const char *extra[] = { "bc", "abc", "ab", "aa", "xyz" };
-    char *js = make_json(extra, 5, "[\"b\",\"c\"],\"a bc\",[\"a\",\"b\"],[\"a\",\"a\"]", "", 0, NULL, NULL);
+    char *js = make_json(extra, 5, "[\"b\",\"c\"],\"a bc\",[\"a\",\"b\"],[\"a\",\"a\"]", "", 0,
+                         NULL, NULL);
     Tokenizer *t = load_json("bpe.json", js, err, sizeof err);
     CHECK("bpe_load_small", t != NULL, "%s", err);
     if (t) {
         /* lowest rank first: b+c (rank 0) before a+b (rank 2), then a+bc (rank 1) */
-        CHECK("bpe_rank_order", strcmp(enc(t, "abc", TOK_SPECIAL_NONE), "257") == 0, "abc -> %s", enc(t, "abc", TOK_SPECIAL_NONE));
-        CHECK("bpe_repeated_pair", strcmp(enc(t, "abab", TOK_SPECIAL_NONE), "258 258") == 0, "abab -> %s", enc(t, "abab", TOK_SPECIAL_NONE));
+        CHECK("bpe_rank_order", strcmp(enc(t, "abc", TOK_SPECIAL_NONE), "257") == 0, "abc -> %s",
+              enc(t, "abc", TOK_SPECIAL_NONE));
+        CHECK("bpe_repeated_pair", strcmp(enc(t, "abab", TOK_SPECIAL_NONE), "258 258") == 0,
+              "abab -> %s", enc(t, "abab", TOK_SPECIAL_NONE));
         /* equal rank: leftmost pair wins */
-        CHECK("bpe_tie_leftmost", strcmp(enc(t, "aaa", TOK_SPECIAL_NONE), "259 97") == 0, "aaa -> %s", enc(t, "aaa", TOK_SPECIAL_NONE));
-        CHECK("bpe_no_ignore_merges", strcmp(enc(t, "xyz", TOK_SPECIAL_NONE), "120 121 122") == 0, "xyz -> %s", enc(t, "xyz", TOK_SPECIAL_NONE));
+        CHECK("bpe_tie_leftmost", strcmp(enc(t, "aaa", TOK_SPECIAL_NONE), "259 97") == 0,
+              "aaa -> %s", enc(t, "aaa", TOK_SPECIAL_NONE));
+        CHECK("bpe_no_ignore_merges", strcmp(enc(t, "xyz", TOK_SPECIAL_NONE), "120 121 122") == 0,
+              "xyz -> %s", enc(t, "xyz", TOK_SPECIAL_NONE));
         /* a long run goes through the heap path: 1001 a's = 500 "aa" + "a" */
         char run[1002]; memset(run, 'a', 1001); run[1001] = 0;
         int32_t *ids; size_t n;
@@ -249,24 +277,31 @@ static void test_bpe_rules(void) {
         tok_free(t);
     }
     free(js);
-    js = make_json(extra, 5, "[\"b\",\"c\"],\"a bc\",[\"a\",\"b\"],[\"a\",\"a\"]", "", 1, NULL, NULL);
+    js = make_json(extra, 5, "[\"b\",\"c\"],\"a bc\",[\"a\",\"b\"],[\"a\",\"a\"]", "", 1, NULL,
+                   NULL);
     t = load_json("bpe_ignore.json", js, err, sizeof err);
-    CHECK("bpe_ignore_merges", t && strcmp(enc(t, "xyz", TOK_SPECIAL_NONE), "260") == 0, "xyz -> %s", t ? enc(t, "xyz", TOK_SPECIAL_NONE) : err);
+    CHECK("bpe_ignore_merges", t && strcmp(enc(t, "xyz", TOK_SPECIAL_NONE), "260") == 0,
+          "xyz -> %s", t ? enc(t, "xyz", TOK_SPECIAL_NONE) : err);
     tok_free(t); free(js);
 
     /* added-token flags: rstrip eats the whitespace after, lstrip the whitespace before */
     const char *added = "{\"id\":300,\"content\":\"<R>\",\"special\":true,\"rstrip\":true},"
                         "{\"id\":301,\"content\":\"<L>\",\"special\":true,\"lstrip\":true},"
-                        "{\"id\":302,\"content\":\"<LONG>\",\"special\":false},{\"id\":303,\"content\":\"<LO\",\"special\":true}";
+                        "{\"id\":302,\"content\":\"<LONG>\",\"special\":false},{\"id\":303,"
+                        "\"content\":\"<LO\",\"special\":true}";
     js = make_json(extra, 5, "", added, 0, NULL, NULL);
     t = load_json("added.json", js, err, sizeof err);
     CHECK("added_load", t != NULL, "%s", err);
     if (t) {
-        CHECK("added_rstrip", strcmp(enc(t, "<R>  x", TOK_SPECIAL_ALL), "300 120") == 0, "got %s", enc(t, "<R>  x", TOK_SPECIAL_ALL));
-        CHECK("added_lstrip", strcmp(enc(t, "x \t<L>", TOK_SPECIAL_ALL), "120 301") == 0, "got %s", enc(t, "x \t<L>", TOK_SPECIAL_ALL));
-        CHECK("added_longest_match", strcmp(enc(t, "<LONG><LO", TOK_SPECIAL_ALL), "302 303") == 0, "got %s", enc(t, "<LONG><LO", TOK_SPECIAL_ALL));
+        CHECK("added_rstrip", strcmp(enc(t, "<R>  x", TOK_SPECIAL_ALL), "300 120") == 0, "got %s",
+              enc(t, "<R>  x", TOK_SPECIAL_ALL));
+        CHECK("added_lstrip", strcmp(enc(t, "x \t<L>", TOK_SPECIAL_ALL), "120 301") == 0, "got %s",
+              enc(t, "x \t<L>", TOK_SPECIAL_ALL));
+        CHECK("added_longest_match", strcmp(enc(t, "<LONG><LO", TOK_SPECIAL_ALL), "302 303") == 0,
+              "got %s", enc(t, "<LONG><LO", TOK_SPECIAL_ALL));
         CHECK("vocab_size_max_id_plus_1", tok_vocab_size(t) == 304, "%d", tok_vocab_size(t));
-        size_t n; CHECK("piece_of_gap_id", tok_piece(t, 280, &n) == NULL && n == 0, "id 280 has a piece");
+        size_t n;
+        CHECK("piece_of_gap_id", tok_piece(t, 280, &n) == NULL && n == 0, "id 280 has a piece");
         tok_free(t);
     }
     free(js);
@@ -288,7 +323,8 @@ static void test_nfc(void) {
         { { 'e', 0x301 }, 2, { 0xE9 }, 1 },
         { { 'a', 0x302, 0x323 }, 3, { 0x1EAD }, 1 },          /* reordered, then composed twice */
         { { 'q', 0x307, 0x323 }, 3, { 'q', 0x323, 0x307 }, 3 }, /* reordered only */
-        { { 0x212B }, 1, { 0xC5 }, 1 },                       /* singleton: ANGSTROM SIGN -> A ring */
+        /* singleton: ANGSTROM SIGN -> A ring */
+        { { 0x212B }, 1, { 0xC5 }, 1 },
         { { 0x1100, 0x1161, 0x11A8 }, 3, { 0xAC01 }, 1 },      /* Hangul L V T */
         { { 0x0344 }, 1, { 0x308, 0x301 }, 2 },               /* excluded from composition */
         { { 'a', 0x301, 0x301 }, 3, { 0xE1, 0x301 }, 2 },     /* second acute is blocked */
@@ -308,7 +344,8 @@ static void test_nfc(void) {
     }
     size_t m; int oom;
     uint32_t ascii[3] = { 'a', 'b', 0xE9 };
-    CHECK("nfc_quick_check_passes_nfc_text", tok__nfc(ascii, 3, &m, &oom) == NULL && !oom, "copied NFC text");
+    CHECK("nfc_quick_check_passes_nfc_text", tok__nfc(ascii, 3, &m, &oom) == NULL && !oom,
+          "copied NFC text");
     CHECK("nfc_cases", bad == 0, "%d cases wrong", bad);
 }
 
@@ -327,15 +364,25 @@ static void test_nfc_conformance(void) {
         uint32_t in[64], want[64];
         size_t ni = 0, nw = 0;
         char *p = line;
-        while (*p && *p != ';' && ni < 64) { while (*p == ' ') p++; if (*p == ';') break; in[ni++] = (uint32_t)strtoul(p, &p, 16); }
+        while (*p && *p != ';' && ni < 64) {
+            while (*p == ' ') p++;
+            if (*p == ';') break;
+            in[ni++] = (uint32_t)strtoul(p, &p, 16);
+        }
         if (*p == ';') p++;
-        while (*p && *p != ';' && nw < 64) { while (*p == ' ') p++; if (*p == ';') break; want[nw++] = (uint32_t)strtoul(p, &p, 16); }
+        while (*p && *p != ';' && nw < 64) {
+            while (*p == ' ') p++;
+            if (*p == ';') break;
+            want[nw++] = (uint32_t)strtoul(p, &p, 16);
+        }
         size_t m; int oom;
         uint32_t *r = tok__nfc(in, ni, &m, &oom);
         const uint32_t *got = r ? r : in;
         if (!r) m = ni;
         n++;
-        if (m != nw || memcmp(got, want, m * sizeof *got) != 0) { if (bad++ < 3) printf("  NFC differs: %s", line); }
+        if (m != nw || memcmp(got, want, m * sizeof *got) != 0) {
+            if (bad++ < 3) printf("  NFC differs: %s", line);
+        }
         free(r);
     }
     pclose(f);
@@ -351,9 +398,12 @@ static void test_stream(const Tokenizer *t) {
     tok_encode(t, "\xf0\x9f\x91\xa8", 4, TOK_SPECIAL_NONE, &ids, &n);
     tok_stream_init(&s);
     size_t lens[4] = { 0 };
-    for (size_t i = 0; i < n && i < 4; i++) lens[i] = tok_stream_feed(t, &s, ids[i], out, sizeof out);
-    CHECK("stream_split_4byte_char", n == 4 && lens[0] == 0 && lens[1] == 0 && lens[2] == 0 && lens[3] == 4 &&
-          memcmp(out, "\xf0\x9f\x91\xa8", 4) == 0, "%zu ids, chunk lengths %zu %zu %zu %zu", n, lens[0], lens[1], lens[2], lens[3]);
+    for (size_t i = 0; i < n && i < 4; i++)
+        lens[i] = tok_stream_feed(t, &s, ids[i], out, sizeof out);
+    CHECK("stream_split_4byte_char",
+          n == 4 && lens[0] == 0 && lens[1] == 0 && lens[2] == 0 && lens[3] == 4 &&
+              memcmp(out, "\xf0\x9f\x91\xa8", 4) == 0,
+          "%zu ids, chunk lengths %zu %zu %zu %zu", n, lens[0], lens[1], lens[2], lens[3]);
     /* incomplete tail flushed as U+FFFD at the end */
     tok_stream_init(&s);
     size_t k = tok_stream_feed(t, &s, ids[0], out, sizeof out);
@@ -364,19 +414,27 @@ static void test_stream(const Tokenizer *t) {
     tok_stream_init(&s);
     k = tok_stream_feed(t, &s, ids[0], out, sizeof out);
     k += tok_stream_feed(t, &s, tok_id(t, "<think>"), out + k, sizeof out - k);
-    CHECK("stream_tail_before_added_token", k == 10 && memcmp(out, "\xef\xbf\xbd<think>", 10) == 0, "%zu bytes", k);
+    CHECK("stream_tail_before_added_token", k == 10 && memcmp(out, "\xef\xbf\xbd<think>", 10) == 0,
+          "%zu bytes", k);
     free(ids);
     /* invalid bytes: 0xFF then 'a'; E0 80 is two maximal subparts -> two U+FFFD */
     int ff = tok_id(t, "\xff"), e0 = tok_id(t, "\xe0"), x80 = tok_id(t, "\x80");
     tok_stream_init(&s);
     k = tok_stream_feed(t, &s, ff, out, sizeof out);
-    k += tok_stream_feed(t, &s, 'a' - 0x21, out + k, sizeof out - k);   /* 'a' has id 'a'-0x21 in GPT-2 order */
-    CHECK("stream_invalid_byte_fffd", k == 4 && memcmp(out, "\xef\xbf\xbd" "a", 4) == 0, "%zu bytes", k);
+    /* 'a' has id 'a'-0x21 in GPT-2 order */
+    k += tok_stream_feed(t, &s, 'a' - 0x21, out + k, sizeof out - k);
+    CHECK("stream_invalid_byte_fffd",
+          k == 4 && memcmp(out,
+                           "\xef\xbf\xbd"
+                           "a",
+                           4) == 0,
+          "%zu bytes", k);
     tok_stream_init(&s);
     k = tok_stream_feed(t, &s, e0, out, sizeof out);
     k += tok_stream_feed(t, &s, x80, out + k, sizeof out - k);
     k += tok_stream_flush(&s, out + k, sizeof out - k);
-    CHECK("stream_bad_continuation", k == 6 && memcmp(out, "\xef\xbf\xbd\xef\xbf\xbd", 6) == 0, "%zu bytes", k);
+    CHECK("stream_bad_continuation", k == 6 && memcmp(out, "\xef\xbf\xbd\xef\xbf\xbd", 6) == 0,
+          "%zu bytes", k);
     /* too small a buffer: nothing overflows, the needed length comes back */
     tok_stream_init(&s);
     char small[2] = { 'Z', 'Z' };
@@ -391,8 +449,10 @@ static void test_stream(const Tokenizer *t) {
     tok_decode(t, seq, 3, 0, &d, &dl);
     CHECK("decode_keep_special", strcmp(d, "<|user|><think>a") == 0, "got %s", d);
     free(d);
-    CHECK("stream_unknown_id", tok_stream_feed(t, &s, 100000, out, sizeof out) == 0 &&
-          tok_stream_feed(t, &s, -1, out, sizeof out) == 0, "an id without a token produced output");
+    CHECK("stream_unknown_id",
+          tok_stream_feed(t, &s, 100000, out, sizeof out) == 0 &&
+              tok_stream_feed(t, &s, -1, out, sizeof out) == 0,
+          "an id without a token produced output");
 }
 
 static void test_load_errors(void) {
@@ -408,23 +468,29 @@ static void test_load_errors(void) {
     };
     char *owned[6] = { 0 };
     owned[0] = make_json(extra, 1, "", "", 0, NULL,
-        "{\"type\":\"Sequence\",\"pretokenizers\":[{\"type\":\"Split\",\"pattern\":{\"Regex\":\"\\\\d+\"},\"behavior\":\"Isolated\","
-        "\"invert\":false},{\"type\":\"ByteLevel\",\"use_regex\":false}]}");
+                         "{\"type\":\"Sequence\",\"pretokenizers\":[{\"type\":\"Split\","
+                         "\"pattern\":{\"Regex\":\"\\\\d+\"},\"behavior\":\"Isolated\","
+                         "\"invert\":false},{\"type\":\"ByteLevel\",\"use_regex\":false}]}");
     owned[1] = make_json(extra, 1, "", "", 0, "{\"type\":\"Lowercase\"}", NULL);
     owned[2] = make_json(extra, 1, "[\"a\",\"q\"]", "", 0, NULL, NULL);
     owned[4] = make_json(extra, 1, "", "", 0, NULL, "null");
-    cases[0].json = owned[0]; cases[1].json = owned[1]; cases[2].json = owned[2]; cases[4].json = owned[4];
+    cases[0].json = owned[0];
+    cases[1].json = owned[1];
+    cases[2].json = owned[2];
+    cases[4].json = owned[4];
     for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
         char name[64];
         snprintf(name, sizeof name, "load_error_%s", cases[i].name);
         err[0] = 0;
         Tokenizer *t = load_json("err.json", cases[i].json, err, sizeof err);
-        CHECK(name, !t && strstr(err, cases[i].want) && strstr(err, "err.json"), "got \"%s\"", t ? "(loaded)" : err);
+        CHECK(name, !t && strstr(err, cases[i].want) && strstr(err, "err.json"), "got \"%s\"",
+              t ? "(loaded)" : err);
         tok_free(t);
     }
     for (int i = 0; i < 6; i++) free(owned[i]);
     Tokenizer *t = tok_load("/nonexistent/tokenizer.json", err, sizeof err);
-    CHECK("load_error_missing_file", !t && strstr(err, "/nonexistent/tokenizer.json"), "got \"%s\"", err);
+    CHECK("load_error_missing_file", !t && strstr(err, "/nonexistent/tokenizer.json"), "got \"%s\"",
+          err);
 }
 
 int main(void) {

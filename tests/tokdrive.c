@@ -50,7 +50,10 @@ static size_t split_lines(char *text, char ***lines) {
     for (char *p = text; *p;) {
         char *e = strchr(p, '\n');
         if (e) *e = 0;
-        if (*p) { if (n == cap) *lines = realloc(*lines, (cap *= 2) * sizeof **lines); (*lines)[n++] = p; }
+        if (*p) {
+            if (n == cap) *lines = realloc(*lines, (cap *= 2) * sizeof **lines);
+            (*lines)[n++] = p;
+        }
         if (!e) break;
         p = e + 1;
     }
@@ -70,7 +73,8 @@ static void show_text(const char *s, size_t n) {
     fputs(n > 120 ? "...\"" : "\"", stdout);
 }
 
-static int cmd_check(const char *tok_path, const char *corpus_path, const char *ref_path, const char *label) {
+static int cmd_check(const char *tok_path, const char *corpus_path, const char *ref_path,
+                     const char *label) {
     Tokenizer *t = load_or_die(tok_path);
     char err[512];
     size_t clen, rlen;
@@ -79,7 +83,11 @@ static int cmd_check(const char *tok_path, const char *corpus_path, const char *
     if (!corpus || !ref) { printf("FAIL %s: %s\n", label, err); return 1; }
     char **cl, **rl;
     size_t nc = split_lines(corpus, &cl), nr = split_lines(ref, &rl);
-    if (nc != nr || nc == 0) { printf("FAIL %s: corpus has %zu lines, reference %zu (regenerate with make_ref.mjs)\n", label, nc, nr); return 1; }
+    if (nc != nr || nc == 0) {
+        printf("FAIL %s: corpus has %zu lines, reference %zu (regenerate with make_ref.mjs)\n",
+               label, nc, nr);
+        return 1;
+    }
     const char *modes[3] = { "special", "split_special", "plain" };
     TokSpecialMode tmodes[3] = { TOK_SPECIAL_ALL, TOK_SPECIAL_NONSPECIAL_ONLY, TOK_SPECIAL_NONE };
     int failed = 0;
@@ -91,16 +99,25 @@ static int cmd_check(const char *tok_path, const char *corpus_path, const char *
         for (size_t i = 0; i < nc; i++) {
             JsonDoc *cd = json_parse(cl[i], strlen(cl[i]), err, sizeof err);
             JsonDoc *rd = cd ? json_parse(rl[i], strlen(rl[i]), err, sizeof err) : NULL;
-            if (!cd || !rd) { printf("FAIL %s %s: line %zu: %s\n", label, modes[m], i + 1, err); return 1; }
+            if (!cd || !rd) {
+                printf("FAIL %s %s: line %zu: %s\n", label, modes[m], i + 1, err);
+                return 1;
+            }
             size_t tlen, nlen, dlen;
             const char *text = json_str(json_get(json_root(cd), "text"), &tlen);
             const char *name = json_str(json_get(json_root(cd), "name"), &nlen);
             const JsonValue *mode = json_get(json_root(rd), modes[m]);
             const JsonValue *want = json_get(mode, "ids");
             const char *want_dec = json_str(json_get(mode, "decoded"), &dlen);
-            if (!text || !want || !want_dec) { printf("FAIL %s %s: line %zu malformed\n", label, modes[m], i + 1); return 1; }
+            if (!text || !want || !want_dec) {
+                printf("FAIL %s %s: line %zu malformed\n", label, modes[m], i + 1);
+                return 1;
+            }
             int32_t *ids; size_t n;
-            if (tok_encode(t, text, tlen, tmodes[m], &ids, &n)) { printf("FAIL %s %s: out of memory\n", label, modes[m]); return 1; }
+            if (tok_encode(t, text, tlen, tmodes[m], &ids, &n)) {
+                printf("FAIL %s %s: out of memory\n", label, modes[m]);
+                return 1;
+            }
             total_ids += n;
             size_t diff = 0, nw = json_len(want);
             while (diff < n && diff < nw) {
@@ -114,19 +131,26 @@ static int cmd_check(const char *tok_path, const char *corpus_path, const char *
                     if (diff < nw) json_is_int(json_at(want, diff), &w);
                     printf("  %s %s line %zu (%s) ", label, modes[m], i + 1, name);
                     show_text(text, tlen);
-                    printf(": %zu ids, want %zu; first difference at #%zu: got %d, want %lld\n", n, nw, diff,
-                           diff < n ? ids[diff] : -1, (long long)w);
+                    printf(": %zu ids, want %zu; first difference at #%zu: got %d, want %lld\n", n,
+                           nw, diff, diff < n ? ids[diff] : -1, (long long)w);
                 }
             }
             /* whole decode of the reference ids */
             int32_t *rids = malloc((nw + 1) * sizeof *rids);
-            for (size_t k = 0; k < nw; k++) { int64_t w = -1; json_is_int(json_at(want, k), &w); rids[k] = (int32_t)w; }
+            for (size_t k = 0; k < nw; k++) {
+                int64_t w = -1;
+                json_is_int(json_at(want, k), &w);
+                rids[k] = (int32_t)w;
+            }
             char *dec; size_t declen;
             tok_decode(t, rids, nw, 0, &dec, &declen);
             if (declen != dlen || memcmp(dec, want_dec, dlen) != 0) {
                 if (bad_dec++ < 3) {
                     printf("  %s %s line %zu (%s) decode: got ", label, modes[m], i + 1, name);
-                    show_text(dec, declen); printf(" want "); show_text(want_dec, dlen); printf("\n");
+                    show_text(dec, declen);
+                    printf(" want ");
+                    show_text(want_dec, dlen);
+                    printf("\n");
                 }
             }
             /* streaming decode, one id at a time */
@@ -134,7 +158,8 @@ static int cmd_check(const char *tok_path, const char *corpus_path, const char *
             char *acc = malloc(declen * 2 + cap + 16);
             size_t alen = 0; int stream_ok = 1;
             for (size_t k = 0; k <= nw; k++) {
-                size_t got = k < nw ? tok_stream_feed(t, &s, rids[k], chunk, cap) : tok_stream_flush(&s, chunk, cap);
+                size_t got = k < nw ? tok_stream_feed(t, &s, rids[k], chunk, cap)
+                                    : tok_stream_flush(&s, chunk, cap);
                 if (got > cap || !valid_utf8(chunk, got)) stream_ok = 0;
                 if (stream_ok) { memcpy(acc + alen, chunk, got); alen += got; }
             }
@@ -153,8 +178,12 @@ static int cmd_check(const char *tok_path, const char *corpus_path, const char *
                 tok_decode(t, rids + k, 1, 0, &pd, &pdl);
                 if (!want_piece || pdl != plen || memcmp(pd, want_piece, plen) != 0) {
                     if (bad_pieces++ < 3) {
-                        printf("  %s line %zu (%s) piece #%zu id %d: got ", label, i + 1, name, k, rids[k]);
-                        show_text(pd, pdl); printf(" want "); show_text(want_piece ? want_piece : "", plen); printf("\n");
+                        printf("  %s line %zu (%s) piece #%zu id %d: got ", label, i + 1, name, k,
+                               rids[k]);
+                        show_text(pd, pdl);
+                        printf(" want ");
+                        show_text(want_piece ? want_piece : "", plen);
+                        printf("\n");
                     }
                 }
                 free(pd);
@@ -166,8 +195,10 @@ static int cmd_check(const char *tok_path, const char *corpus_path, const char *
         snprintf(nm, sizeof nm, "%s_%s", label, modes[m]);
         if (bad_ids) printf("FAIL %s_encode: %d of %zu lines differ\n", nm, bad_ids, nc);
         else printf("PASS %s_encode (%zu lines, %zu ids)\n", nm, nc, total_ids);
-        if (bad_dec) printf("FAIL %s_decode: %d lines differ\n", nm, bad_dec); else printf("PASS %s_decode\n", nm);
-        if (bad_stream) printf("FAIL %s_stream: %d lines differ\n", nm, bad_stream); else printf("PASS %s_stream\n", nm);
+        if (bad_dec) printf("FAIL %s_decode: %d lines differ\n", nm, bad_dec);
+        else printf("PASS %s_decode\n", nm);
+        if (bad_stream) printf("FAIL %s_stream: %d lines differ\n", nm, bad_stream);
+        else printf("PASS %s_stream\n", nm);
         if (m == 0) {
             if (bad_pieces) printf("FAIL %s_single_id_decode: %d ids differ\n", nm, bad_pieces);
             else printf("PASS %s_single_id_decode\n", nm);
@@ -183,11 +214,18 @@ static int cmd_encode(const char *tok_path, const char *mode) {
     Tokenizer *t = load_or_die(tok_path);
     size_t cap = 1 << 16, n = 0, r;
     char *buf = malloc(cap);
-    while ((r = fread(buf + n, 1, cap - n, stdin)) > 0) { n += r; if (n == cap) buf = realloc(buf, cap *= 2); }
-    TokSpecialMode m = strcmp(mode, "plain") == 0 ? TOK_SPECIAL_NONE
-                     : strcmp(mode, "split_special") == 0 ? TOK_SPECIAL_NONSPECIAL_ONLY : TOK_SPECIAL_ALL;
+    while ((r = fread(buf + n, 1, cap - n, stdin)) > 0) {
+        n += r;
+        if (n == cap) buf = realloc(buf, cap *= 2);
+    }
+    TokSpecialMode m = strcmp(mode, "plain") == 0           ? TOK_SPECIAL_NONE
+                       : strcmp(mode, "split_special") == 0 ? TOK_SPECIAL_NONSPECIAL_ONLY
+                                                            : TOK_SPECIAL_ALL;
     int32_t *ids; size_t k;
-    if (tok_encode(t, buf, n, m, &ids, &k)) { fprintf(stderr, "tokdrive: out of memory\n"); return 1; }
+    if (tok_encode(t, buf, n, m, &ids, &k)) {
+        fprintf(stderr, "tokdrive: out of memory\n");
+        return 1;
+    }
     for (size_t i = 0; i < k; i++) printf(i ? " %d" : "%d", ids[i]);
     printf("\n");
     free(ids); free(buf); tok_free(t);
@@ -223,18 +261,21 @@ static int cmd_bench(const char *tok_path, const char *text_path) {
         if (b - a < best) best = b - a;
         free(ids);
     }
-    printf("load %s: %.1f ms (vocab %d, pre-tokenizer %s)\n", tok_path, t1 - t0, tok_vocab_size(t), tok_pretokenizer_name(t));
+    printf("load %s: %.1f ms (vocab %d, pre-tokenizer %s)\n", tok_path, t1 - t0, tok_vocab_size(t),
+           tok_pretokenizer_name(t));
     printf("encode best of 5: %.2f ms (%.1f MB/s)\n", best, n / best / 1e3);
     free(text); tok_free(t);
     return 0;
 }
 
 int main(int argc, char **argv) {
-    if (argc >= 6 && strcmp(argv[1], "check") == 0) return cmd_check(argv[2], argv[3], argv[4], argv[5]);
+    if (argc >= 6 && strcmp(argv[1], "check") == 0)
+        return cmd_check(argv[2], argv[3], argv[4], argv[5]);
     if (argc == 4 && strcmp(argv[1], "encode") == 0) return cmd_encode(argv[2], argv[3]);
     if (argc >= 3 && strcmp(argv[1], "decode") == 0) return cmd_decode(argv[2], argc - 3, argv + 3);
     if (argc == 4 && strcmp(argv[1], "bench") == 0) return cmd_bench(argv[2], argv[3]);
-    fprintf(stderr, "usage: tokdrive check TOKENIZER_JSON CORPUS REF LABEL | encode TOKENIZER_JSON MODE | "
-                    "decode TOKENIZER_JSON ID... | bench TOKENIZER_JSON TEXT_FILE\n");
+    fprintf(stderr,
+            "usage: tokdrive check TOKENIZER_JSON CORPUS REF LABEL | encode TOKENIZER_JSON MODE | "
+            "decode TOKENIZER_JSON ID... | bench TOKENIZER_JSON TEXT_FILE\n");
     return 2;
 }

@@ -1,8 +1,8 @@
 /* iobench: random expert-sized reads from model files, the access pattern of expert streaming.
    Not part of glm; build with  make tools/iobench
 
-   usage: tools/iobench [--size BYTES] [--seconds S | --count N] [--threads 1,2]
-                        [--modes direct4k,directhuge,buffered,buffered-cold,evict] [--seed N] FILE...
+   usage: tools/iobench [--size BYTES] [--seconds S | --count N] [--threads 1,2] [--modes
+                        direct4k,directhuge,buffered,buffered-cold,evict] [--seed N] FILE...
 
    Each read fetches --size bytes (default 18874368: the three int4 payloads of one GLM-5.2 expert,
    gate + up + down = 3 x 2048 x 6144 / 2) starting at a random expert: where a FILE is a safetensors
@@ -91,7 +91,8 @@ static uint64_t xorshift(uint64_t *s) {
    this only chooses where to read, and a file without such names falls back to fixed slots. */
 static void find_experts(File *f, int fd) {
     uint64_t n = 0;
-    if (f->size < 8 || pread(fd, &n, 8, 0) != 8 || n == 0 || n > f->size - 8 || n > (256u << 20)) return;
+    if (f->size < 8 || pread(fd, &n, 8, 0) != 8 || n == 0 || n > f->size - 8 || n > (256u << 20))
+        return;
     char *hdr = malloc(n + 1);
     if (!hdr) return;
     if (pread(fd, hdr, n, 8) != (ssize_t)n) { free(hdr); return; }
@@ -129,7 +130,8 @@ static void pick(Job *job, uint64_t *rng, int *file, uint64_t *offset) {
         off = slots ? (xorshift(rng) % slots) * job->read_size : 0;
     }
     off &= ~(PAGE - 1);
-    if (off + job->read_size > f->size) off = f->size > job->read_size ? (f->size - job->read_size) & ~(PAGE - 1) : 0;
+    if (off + job->read_size > f->size)
+        off = f->size > job->read_size ? (f->size - job->read_size) & ~(PAGE - 1) : 0;
     *offset = off;
 }
 
@@ -160,14 +162,20 @@ static void *worker_main(void *arg) {
     uint64_t len = (job->read_size + PAGE - 1) & ~(PAGE - 1);
     size_t alloc = job->huge ? (size_t)((len + HUGE_PAGE - 1) & ~(HUGE_PAGE - 1)) : (size_t)len;
     void *buf = NULL;
-    if (posix_memalign(&buf, job->huge ? HUGE_PAGE : PAGE, alloc)) { w->error = "out of memory"; return NULL; }
+    if (posix_memalign(&buf, job->huge ? HUGE_PAGE : PAGE, alloc)) {
+        w->error = "out of memory";
+        return NULL;
+    }
     madvise(buf, alloc, job->huge ? MADV_HUGEPAGE : MADV_NOHUGEPAGE);
     memset(buf, 1, alloc);               /* fault the pages in before timing */
     if (job->huge) w->thp_ok = buffer_is_huge(buf, alloc);
     int *fds = calloc((size_t)job->nfiles, sizeof *fds);
     for (int i = 0; i < job->nfiles; i++) {
         fds[i] = open(job->files[i].path, O_RDONLY | (job->direct ? O_DIRECT : 0));
-        if (fds[i] < 0) { w->error = job->direct ? "open with O_DIRECT failed" : "open failed"; goto out; }
+        if (fds[i] < 0) {
+            w->error = job->direct ? "open with O_DIRECT failed" : "open failed";
+            goto out;
+        }
     }
     uint64_t rng = job->seed * 0x9E3779B97F4A7C15ULL + (uint64_t)w->id * 7919 + 1;
     double end = now_s() + job->seconds;
@@ -183,7 +191,9 @@ static void *worker_main(void *arg) {
             off = job->order_off[k];
         } else pick(job, &rng, &f, &off);
         uint64_t want = job->direct ? len : job->read_size;
-        if (off + want > job->files[f].size) want = job->direct ? ((job->files[f].size - off) & ~(PAGE - 1)) : job->files[f].size - off;
+        if (off + want > job->files[f].size)
+            want =
+                job->direct ? ((job->files[f].size - off) & ~(PAGE - 1)) : job->files[f].size - off;
         uint64_t got = 0;
         while (got < want) {
             ssize_t r = pread(fds[f], (char *)buf + got, want - got, (off_t)(off + got));
@@ -230,7 +240,8 @@ static double evict(Job *job) {
 static void run_mode(Job *job, const char *mode, int threads) {
     if (!strcmp(mode, "evict")) {   /* only evict (for benchmarks of other programs) and report */
         double left = evict(job);
-        printf("iobench: mode=evict resident_after=%.4f%s\n", left, left > 0.01 ? " (eviction incomplete)" : "");
+        printf("iobench: mode=evict resident_after=%.4f%s\n", left,
+               left > 0.01 ? " (eviction incomplete)" : "");
         fflush(stdout);
         return;
     }
@@ -238,10 +249,12 @@ static void run_mode(Job *job, const char *mode, int threads) {
     job->huge = !strcmp(mode, "directhuge");
     char extra[96] = "";
     job->unique = !strcmp(mode, "buffered-cold");
-    if (job->unique) {   /* a shuffled list of distinct offsets (expert starts, or read-size slots) */
+    /* a shuffled list of distinct offsets (expert starts, or read-size slots) */
+    if (job->unique) {
         long n = 0;
         for (int i = 0; i < job->nfiles; i++)
-            n += job->files[i].nstarts ? (long)job->files[i].nstarts : (long)(job->files[i].size / job->read_size);
+            n += job->files[i].nstarts ? (long)job->files[i].nstarts
+                                       : (long)(job->files[i].size / job->read_size);
         free(job->order_file); free(job->order_off);
         job->order_file = calloc((size_t)n + 1, sizeof(int));
         job->order_off = calloc((size_t)n + 1, sizeof(uint64_t));
@@ -252,22 +265,28 @@ static void run_mode(Job *job, const char *mode, int threads) {
             long m = f->nstarts ? (long)f->nstarts : (long)(f->size / job->read_size);
             for (long j = 0; j < m; j++, k++) {
                 job->order_file[k] = i;
-                job->order_off[k] = f->nstarts ? f->starts[j] & ~(PAGE - 1) : (uint64_t)j * job->read_size;
+                job->order_off[k] =
+                    f->nstarts ? f->starts[j] & ~(PAGE - 1) : (uint64_t)j * job->read_size;
                 if (job->order_off[k] + job->read_size > f->size) { k--; continue; }
             }
         }
         uint64_t rng = job->seed * 0x9E3779B97F4A7C15ULL + 12345;
         for (long i = k - 1; i > 0; i--) {
             long j = (long)(xorshift(&rng) % (uint64_t)(i + 1));
-            int tf = job->order_file[i]; job->order_file[i] = job->order_file[j]; job->order_file[j] = tf;
-            uint64_t to = job->order_off[i]; job->order_off[i] = job->order_off[j]; job->order_off[j] = to;
+            int tf = job->order_file[i];
+            job->order_file[i] = job->order_file[j];
+            job->order_file[j] = tf;
+            uint64_t to = job->order_off[i];
+            job->order_off[i] = job->order_off[j];
+            job->order_off[j] = to;
         }
         job->norder = k;
         atomic_store(&job->next, 0);
     }
     if (!strcmp(mode, "buffered-cold")) {
         double left = evict(job);
-        snprintf(extra, sizeof extra, " resident_before=%.4f%s", left, left > 0.01 ? " (eviction incomplete)" : "");
+        snprintf(extra, sizeof extra, " resident_before=%.4f%s", left,
+                 left > 0.01 ? " (eviction incomplete)" : "");
     }
     _Atomic long issued = 0;
     Worker w[64];
@@ -282,15 +301,21 @@ static void run_mode(Job *job, const char *mode, int threads) {
     int thp = 1;
     for (int i = 0; i < threads; i++) {
         pthread_join(th[i], NULL);
-        if (w[i].error) { fprintf(stderr, "iobench: error: mode %s: %s\n", mode, w[i].error); exit(1); }
+        if (w[i].error) {
+            fprintf(stderr, "iobench: error: mode %s: %s\n", mode, w[i].error);
+            exit(1);
+        }
         reads += w[i].reads;
         bytes += w[i].bytes;
         if (job->huge && w[i].thp_ok != 1) thp = 0;
     }
     double dt = now_s() - t0;
-    if (job->huge) snprintf(extra + strlen(extra), sizeof extra - strlen(extra), " thp=%s", thp ? "yes" : "NO");
-    printf("iobench: mode=%s threads=%d size=%llu GB/s=%.2f reads=%ld seconds=%.1f%s\n", mode, threads,
-           (unsigned long long)job->read_size, dt > 0 ? (double)bytes / dt / 1e9 : 0.0, reads, dt, extra);
+    if (job->huge)
+        snprintf(extra + strlen(extra), sizeof extra - strlen(extra), " thp=%s",
+                 thp ? "yes" : "NO");
+    printf("iobench: mode=%s threads=%d size=%llu GB/s=%.2f reads=%ld seconds=%.1f%s\n", mode,
+           threads, (unsigned long long)job->read_size, dt > 0 ? (double)bytes / dt / 1e9 : 0.0,
+           reads, dt, extra);
     fflush(stdout);
 }
 
@@ -306,8 +331,9 @@ int main(int argc, char **argv) {
         else if (!strcmp(a, "--count") && v) { job.count = atol(v); i++; }
         else if (!strcmp(a, "--threads") && v) { threads = v; i++; }
         else if (!strcmp(a, "--modes") && v) { modes = v; i++; }
-        else if (!strcmp(a, "--seed") && v) { job.seed = strtoull(v, NULL, 10); i++; }
-        else if (a[0] == '-') die("unknown option %s (see the comment at the top of tools/iobench.c)", a);
+        else if (!strcmp(a, "--seed") && v) { job.seed = strtoull(v, NULL, 10); i++;
+        } else if (a[0] == '-')
+            die("unknown option %s (see the comment at the top of tools/iobench.c)", a);
         else {
             if (job.nfiles == 256) die("more than 256 files%s", "");
             File *f = &files[job.nfiles];
@@ -328,13 +354,14 @@ int main(int argc, char **argv) {
     uint64_t total = 0;
     for (int i = 0; i < job.nfiles; i++) { experts += files[i].nstarts; total += files[i].size; }
     job.files = files;
-    printf("iobench: %d file(s), %.2f GB, %zu expert offsets%s, read size %llu\n", job.nfiles, (double)total / 1e9,
-           experts, experts ? "" : " (none found: fixed slots)", (unsigned long long)job.read_size);
+    printf("iobench: %d file(s), %.2f GB, %zu expert offsets%s, read size %llu\n", job.nfiles,
+           (double)total / 1e9, experts, experts ? "" : " (none found: fixed slots)",
+           (unsigned long long)job.read_size);
     char mbuf[256];
     snprintf(mbuf, sizeof mbuf, "%s", modes);
     for (char *save = NULL, *m = strtok_r(mbuf, ",", &save); m; m = strtok_r(NULL, ",", &save)) {
-        if (strcmp(m, "direct4k") && strcmp(m, "directhuge") && strcmp(m, "buffered") && strcmp(m, "buffered-cold") &&
-            strcmp(m, "evict"))
+        if (strcmp(m, "direct4k") && strcmp(m, "directhuge") && strcmp(m, "buffered") &&
+            strcmp(m, "buffered-cold") && strcmp(m, "evict"))
             die("unknown mode %s", m);
         char tbuf[64];
         snprintf(tbuf, sizeof tbuf, "%s", threads);

@@ -38,7 +38,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     JsonDoc *doc = json_parse(text, size, NULL, 0);
     if (doc) {
         char err[256];
-        chat_conv_parse(&conv, json_root(doc), err, sizeof err);   /* a partial conversation renders too */
+        /* a partial conversation renders too */
+        chat_conv_parse(&conv, json_root(doc), err, sizeof err);
         json_free(doc);
         for (int f = 0; f < 2; f++) {
             ChatOptions o = chat_options(f ? CHAT_GLM52 : CHAT_GLM50);

@@ -19,7 +19,12 @@
 
 #define MAX_REQUESTS 64
 
-typedef struct { int rc; size_t consumed, body_len; char method[32], path[64]; uint64_t body_hash; } Outcome;
+typedef struct {
+    int rc;
+    size_t consumed, body_len;
+    char method[32], path[64];
+    uint64_t body_hash;
+} Outcome;
 
 static uint64_t hash(const char *p, size_t n) {
     uint64_t h = 1469598103934665603ull;
@@ -32,12 +37,13 @@ static int inside(const char *s, const char *buf, size_t len) {
     return memchr(s, 0, (size_t)(buf + len - s)) != NULL;   /* terminated within the buffer */
 }
 
-static void record(Outcome *o, int rc, size_t consumed, const HttpRequest *req, const char *buf, size_t len,
-                   const HttpLimits *lim) {
+static void record(Outcome *o, int rc, size_t consumed, const HttpRequest *req, const char *buf,
+                   size_t len, const HttpLimits *lim) {
     memset(o, 0, sizeof *o);
     o->rc = rc;
     if (rc != 1) {
-        if (rc != 0 && rc != 400 && rc != 413 && rc != 417 && rc != 431 && rc != 501 && rc != 505) abort();
+        if (rc != 0 && rc != 400 && rc != 413 && rc != 417 && rc != 431 && rc != 501 && rc != 505)
+            abort();
         return;
     }
     if (consumed == 0 || consumed > len) abort();
@@ -47,7 +53,9 @@ static void record(Outcome *o, int rc, size_t consumed, const HttpRequest *req, 
     if (strcmp(req->path, "/") != 0 && !inside(req->path, buf, consumed)) abort();
     if (req->nheaders < 0 || req->nheaders > HTTP_MAX_HEADERS) abort();
     for (int i = 0; i < req->nheaders; i++)
-        if (!inside(req->headers[i].name, buf, consumed) || !inside(req->headers[i].value, buf, consumed)) abort();
+        if (!inside(req->headers[i].name, buf, consumed) ||
+            !inside(req->headers[i].value, buf, consumed))
+            abort();
     o->consumed = consumed;
     o->body_len = req->body_len;
     o->body_hash = hash(req->body, req->body_len);
@@ -70,12 +78,14 @@ static void check_head(const HttpParser *p, char *buf, size_t len, int rc, const
     for (int i = 0; i < h.nheaders; i++)
         if (!inside(h.headers[i].name, buf, len) || !inside(h.headers[i].value, buf, len)) abort();
     (void)http_auth_ok(&h, "key");
-    if (rc == 1 && (h.method != req->method || h.path != req->path || h.nheaders != req->nheaders)) abort();
+    if (rc == 1 && (h.method != req->method || h.path != req->path || h.nheaders != req->nheaders))
+        abort();
 }
 
 /* Parses data as pipelined requests; step() gives the size of the next piece that "arrives".
  * Returns the number of outcomes written. */
-static int run(const uint8_t *data, size_t size, const HttpLimits *lim, uint32_t seed, int whole, Outcome *out) {
+static int run(const uint8_t *data, size_t size, const HttpLimits *lim, uint32_t seed, int whole,
+               Outcome *out) {
     char *buf = malloc(size ? size : 1);
     size_t have = 0, off = 0;
     int n = 0;
@@ -115,7 +125,10 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     if (size < 3) return 0;
     /* Byte 0: limits (small ones reach the 413/431 paths); bytes 1-2: how the input is split. */
     HttpLimits lim = {0, 0};
-    if (data[0] & 1) { lim.max_header_bytes = 32 + (size_t)(data[0] >> 1) * 8; lim.max_body_bytes = (size_t)(data[0] >> 3) * 5; }
+    if (data[0] & 1) {
+        lim.max_header_bytes = 32 + (size_t)(data[0] >> 1) * 8;
+        lim.max_body_bytes = (size_t)(data[0] >> 3) * 5;
+    }
     HttpParser defaults;
     http_parser_init(&defaults, &lim);                   /* zero fields become the defaults */
     lim = defaults.lim;
@@ -137,12 +150,15 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     spec[sl] = 0;
     HttpAddr addr;
     char err[160];
-    if (http_addr_parse(spec, &addr, err, sizeof err) == 0 && (addr.port < 0 || addr.port > 65535)) abort();
+    if (http_addr_parse(spec, &addr, err, sizeof err) == 0 && (addr.port < 0 || addr.port > 65535))
+        abort();
     size_t lines = http__sse_lines(NULL, (const char *)data, size);
     char *sse = malloc(lines + 1);
     if (http__sse_lines(sse, (const char *)data, size) != lines) abort();
     for (size_t i = 0; i + 1 < lines; i++)
-        if (sse[i] == '\r' || (sse[i] == '\n' && i + 7 < lines && memcmp(sse + i + 1, "data: ", 6) && sse[i + 1] != '\n')) abort();
+        if (sse[i] == '\r' || (sse[i] == '\n' && i + 7 < lines &&
+                               memcmp(sse + i + 1, "data: ", 6) && sse[i + 1] != '\n'))
+            abort();
     free(sse);
     return 0;
 }

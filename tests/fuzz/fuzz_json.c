@@ -34,7 +34,8 @@ static void walk(const JsonValue *v, int depth) {
             size_t klen;
             const char *key = json_key_at(v, k, &klen);
             REQUIRE(key && key[klen] == 0);
-            if (json_len(v) <= 256) {   /* json_getn finds the LAST member with a key (as Python does) */
+            /* json_getn finds the LAST member with a key (as Python does) */
+            if (json_len(v) <= 256) {
                 size_t last = k;
                 for (size_t j = k + 1; j < json_len(v); j++) {
                     size_t jl;
@@ -56,7 +57,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     err[0] = 0;
     JsonDoc *doc = json_parse((const char *)data, size, err, sizeof err);
     if (!doc) {
-        REQUIRE(err[0] && memchr(err, 0, sizeof err) && !strchr(err, '\n'));   /* one line, says why */
+        /* one line, says why */
+        REQUIRE(err[0] && memchr(err, 0, sizeof err) && !strchr(err, '\n'));
         return 0;
     }
     walk(json_root(doc), 0);

@@ -60,7 +60,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     memcpy(buf, data + 1, size - 1 < n ? size - 1 : n);
     if ((mode & 2) && n >= sizeof header) memcpy(buf, header, sizeof header);
     if ((mode & 4) && n >= sizeof header + 4 * KVCACHE_BLOCK)
-        for (int i = 0; i < KVCACHE_BLOCK; i++) put_u32(buf + sizeof header + 4 * i, (uint32_t)tokens[i]);
+        for (int i = 0; i < KVCACHE_BLOCK; i++)
+            put_u32(buf + sizeof header + 4 * i, (uint32_t)tokens[i]);
     if ((mode & 8) && n >= 8) {
         Hash64 h;
         hash64_init(&h);
@@ -75,10 +76,12 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     memcpy(rows_copy, state.latent[0], kept * sizeof(float));
     SessionSource src = { .fd = -1, .mem = buf, .size = n };
     char err[8500] = "";
-    const int rc = kvcache_read(&src, &state, &key, tokens, START, parent, chain, load_from, err, sizeof err);
+    const int rc =
+        kvcache_read(&src, &state, &key, tokens, START, parent, chain, load_from, err, sizeof err);
     if (rc != 0 && rc != -1) abort();
     if (rc == -1 && !err[0]) abort();   /* a refusal always says why */
-    if (memcmp(rows_copy, state.latent[0], kept * sizeof(float))) abort();   /* the conversation's rows changed */
+    /* the conversation's rows changed */
+    if (memcmp(rows_copy, state.latent[0], kept * sizeof(float))) abort();
     if (rc == 0 && n != entry_bytes) abort();
     free(buf);
     return 0;

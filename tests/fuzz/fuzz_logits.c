@@ -4,7 +4,8 @@
    byte picks a repair so the fuzzer gets past the checksum random bytes never match:
      bit 0  the trailer is set to the right checksum of the rest
    Every input must end in 0 (a file whose promises hold) or -1 with one line saying why. */
-#pragma GCC diagnostic ignored "-Wunused-function"   /* most of the program is not called from here */
+/* most of the program is not called from here */
+#pragma GCC diagnostic ignored "-Wunused-function"
 #define GLM_NO_MAIN
 #include "main.c"
 
@@ -28,13 +29,16 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     if (lf_check(&src, &h, &tokens, err, sizeof err)) {
         REQUIRE(err[0] && !strchr(err, '\n') && !tokens);
     } else {
-        REQUIRE(tokens && h.n_tokens >= 1 && h.n_positions >= 1 && h.n_positions <= h.n_tokens && h.top_k < h.vocab);
-        for (uint64_t i = 0; i < h.n_tokens; i++) REQUIRE(tokens[i] >= 0 && (uint32_t)tokens[i] < h.vocab);
+        REQUIRE(tokens && h.n_tokens >= 1 && h.n_positions >= 1 && h.n_positions <= h.n_tokens &&
+                h.top_k < h.vocab);
+        for (uint64_t i = 0; i < h.n_tokens; i++)
+            REQUIRE(tokens[i] >= 0 && (uint32_t)tokens[i] < h.vocab);
         REQUIRE(src.off == LF_HEADER_BYTES + 4 * h.n_tokens);   /* left at the first record */
         LogitsHeader run = h;
         run.model_weights ^= 1;
         REQUIRE(lf_match(&h, tokens, &h, tokens, err, sizeof err) == 0);
-        REQUIRE(lf_match(&h, tokens, &run, tokens, err, sizeof err) == -1 && strstr(err, "another model"));
+        REQUIRE(lf_match(&h, tokens, &run, tokens, err, sizeof err) == -1 && strstr(err, "another "
+                                                                                         "model"));
         free(tokens);
     }
     free(buf);

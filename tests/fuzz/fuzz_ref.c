@@ -1,7 +1,7 @@
-/* Fuzz target: the REF loader of validate.c (reference_parse: the oracle reference JSON with prompt_ids,
-   full_ids, tf_pred, mtp_pred). glm.c and validate.c are included whole; reference_parse returns
-   an error instead of exiting, so every input must end in a Reference that keeps its promises or
-   in one error line. */
+/* Fuzz target: the REF loader of validate.c (reference_parse: the oracle reference JSON with
+   prompt_ids, full_ids, tf_pred, mtp_pred). glm.c and validate.c are included whole;
+   reference_parse returns an error instead of exiting, so every input must end in a Reference that
+   keeps its promises or in one error line. */
 #pragma GCC diagnostic ignored "-Wunused-function"   /* most of glm.c is not called from here */
 #include "glm.c"
 #include "validate.c"   /* reference_parse */

@@ -47,8 +47,10 @@ static void fz_feed(Reply *r, const char *text, size_t n, const uint8_t *sizes, 
     reply_text_end(r);
 }
 
-static const ApiSkin *const fz_skins[] = { &OPENAI_COMPLETIONS, &OPENAI_CHAT, &ANTHROPIC_MESSAGES, &ANTHROPIC_COUNT, &OPENAI_RESPONSES,
-                                            &OLLAMA_CHAT, &OLLAMA_GENERATE };
+static const ApiSkin *const fz_skins[] = { &OPENAI_COMPLETIONS, &OPENAI_CHAT,
+                                           &ANTHROPIC_MESSAGES, &ANTHROPIC_COUNT,
+                                           &OPENAI_RESPONSES,   &OLLAMA_CHAT,
+                                           &OLLAMA_GENERATE };
 
 /* The answer in each API's shape (the whole-answer writers), which must be valid JSON. */
 static void fz_shapes(const Reply *r, ApiFinish finish) {
@@ -59,9 +61,12 @@ static void fz_shapes(const Reply *r, ApiFinish finish) {
         jw_init(&w);
         if (shape == 0) {
             jw_arr(&w);
-            anthropic_write_block(&w, r, CHAT_OUT_REASONING, o->reasoning ? o->reasoning : "", o->reasoning_len, 0, 1);
-            anthropic_write_block(&w, r, CHAT_OUT_CONTENT, o->content ? o->content : "", o->content_len, 0, 1);
-            for (int i = 0; i < o->n_calls; i++) anthropic_write_block(&w, r, CHAT_OUT_TOOL_CALL, NULL, 0, i, 1);
+            anthropic_write_block(&w, r, CHAT_OUT_REASONING, o->reasoning ? o->reasoning : "",
+                                  o->reasoning_len, 0, 1);
+            anthropic_write_block(&w, r, CHAT_OUT_CONTENT, o->content ? o->content : "",
+                                  o->content_len, 0, 1);
+            for (int i = 0; i < o->n_calls; i++)
+                anthropic_write_block(&w, r, CHAT_OUT_TOOL_CALL, NULL, 0, i, 1);
             jw_obj(&w);
             anthropic_write_stop(&w, r, finish);
             jw_obj_end(&w);
@@ -70,7 +75,8 @@ static void fz_shapes(const Reply *r, ApiFinish finish) {
             responses_write_response(&w, r, finish, &u, 1);
         } else {
             jw_obj(&w);
-            ollama_write_body(&w, r, o->content, o->content_len, o->reasoning, o->reasoning_len, 0, o->n_calls);
+            ollama_write_body(&w, r, o->content, o->content_len, o->reasoning, o->reasoning_len, 0,
+                              o->n_calls);
             jw_obj_end(&w);
         }
         size_t n;
@@ -101,9 +107,12 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     JsonDoc *doc = json_parse((const char *)data, body_len, NULL, 0);
     if (doc && json_type(json_root(doc)) == JSON_OBJECT) {
         q.skin = skin;
-        if (!skin->parse(&fz_srv, json_root(doc), &q, &e) && !api_prompt_ids(&fz_srv, &q, &ids, &limit, &e)) {
+        if (!skin->parse(&fz_srv, json_root(doc), &q, &e) &&
+            !api_prompt_ids(&fz_srv, &q, &ids, &limit, &e)) {
             accepted = 1;
-            if (ids.n < 1 || (!q.count_only && (ids.n >= fz_srv.capacity || (q.max_tokens >= 0 && ids.n + q.max_tokens > fz_srv.capacity))))
+            if (ids.n < 1 ||
+                (!q.count_only && (ids.n >= fz_srv.capacity ||
+                                   (q.max_tokens >= 0 && ids.n + q.max_tokens > fz_srv.capacity))))
                 abort();
         } else if (e.status < 400 || e.status > 499 || !e.message[0]) {
             abort();
@@ -132,10 +141,12 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     for (int a = 0; a < q.n_stop; a++)
         for (int b = 0; b < q.n_stop; b++)
             if (a != b && memmem(q.stop[a], q.stop_len[a], q.stop[b], q.stop_len[b])) nested = 1;
-    if (!nested && (whole.stop_hit != split.stop_hit || !chat_output_equal(&whole.out, &split.out))) abort();
+    if (!nested && (whole.stop_hit != split.stop_hit || !chat_output_equal(&whole.out, &split.out)))
+        abort();
     JsonWriter w;
     jw_init(&w);
-    api_write_answer(&w, &whole, reply_finish_reason(&whole, STOP_EOS), &(ApiUsage){ ids.n, 1, 0, 0, 0, 0, 0, 0, 0 });
+    api_write_answer(&w, &whole, reply_finish_reason(&whole, STOP_EOS),
+                     &(ApiUsage){ ids.n, 1, 0, 0, 0, 0, 0, 0, 0 });
     fz_shapes(&whole, reply_finish(&whole, STOP_EOS));
     size_t n;
     const char *t = jw_text(&w, &n);

@@ -64,24 +64,30 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     }
     /* something to lose: the cache and history hold a known pattern before each load */
     for (int i = 0; i < session.capacity; i++) gen->history[i] = i % model.c.vocab;
-    for (size_t i = 0; i < (size_t)session.capacity * model.c.kv_lora; i++) session.latent[0][i] = (float)i;
-    memcpy(latent0_copy, session.latent[0], (size_t)session.capacity * model.c.kv_lora * sizeof(float));
+    for (size_t i = 0; i < (size_t)session.capacity * model.c.kv_lora; i++)
+        session.latent[0][i] = (float)i;
+    memcpy(latent0_copy, session.latent[0],
+           (size_t)session.capacity * model.c.kv_lora * sizeof(float));
     memcpy(history_copy, gen->history, (size_t)session.capacity * sizeof(int));
     SessionSource src = { .fd = -1, .mem = buf, .size = n };
     SessionSnapshot snap = { .tokens = gen->history, .logits = gen->logits, .hidden = gen->hidden };
     char err[8500] = "";
     const int rc = session_load(&session, &key, &src, &snap, err, sizeof err);
     if (rc == 0) {
-        if (snap.n_tokens < 0 || snap.n_tokens >= session.capacity || snap.text_npending < 0 || snap.text_npending > 3) abort();
+        if (snap.n_tokens < 0 || snap.n_tokens >= session.capacity || snap.text_npending < 0 ||
+            snap.text_npending > 3)
+            abort();
         for (int i = 0; i < snap.n_tokens; i++)
             if (gen->history[i] < 0 || gen->history[i] >= model.c.vocab) abort();
     } else if (rc == -1) {
         if (!err[0]) abort();   /* a refusal always says why */
-        if (memcmp(latent0_copy, session.latent[0], (size_t)session.capacity * model.c.kv_lora * sizeof(float)) ||
+        if (memcmp(latent0_copy, session.latent[0],
+                   (size_t)session.capacity * model.c.kv_lora * sizeof(float)) ||
             memcmp(history_copy, gen->history, (size_t)session.capacity * sizeof(int)))
             abort();            /* a refused file changed the conversation */
     } else {
-        abort();                /* -2 needs the bytes to change between the passes: memory does not */
+        /* -2 needs the bytes to change between the passes: memory does not */
+        abort();
     }
     free(buf);
     return 0;

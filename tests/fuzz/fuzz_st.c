@@ -63,7 +63,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
             for (int d = 0; d + 1 < t->ndim; d++) rows *= t->shape[d];
             if (rows > 1 && st_read_f32_rows(ix, t, rows / 2, rows - rows / 2, v, err, sizeof err))
                 REQUIRE(err[0] && !strchr(err, '\n'));
-            REQUIRE(st_read_f32_rows(ix, t, rows, 1, v, err, sizeof err) != 0);   /* past the end: refused */
+            /* past the end: refused */
+            REQUIRE(st_read_f32_rows(ix, t, rows, 1, v, err, sizeof err) != 0);
             free(v);
         }
         st_close(ix);

@@ -39,9 +39,11 @@ static void append_json_string(char **buf, size_t *len, const char *s) {
     append(buf, len, "\"", 1);
     for (; *s; s++) {
         char esc[8];
-        if (*s == '"' || *s == '\\') { esc[0] = '\\'; esc[1] = *s; append(buf, len, esc, 2); }
-        else if ((unsigned char)*s < 0x20) { snprintf(esc, sizeof esc, "\\u%04x", (unsigned char)*s); append(buf, len, esc, 6); }
-        else append(buf, len, s, 1);
+        if (*s == '"' || *s == '\\') { esc[0] = '\\'; esc[1] = *s; append(buf, len, esc, 2);
+        } else if ((unsigned char)*s < 0x20) {
+            snprintf(esc, sizeof esc, "\\u%04x", (unsigned char)*s);
+            append(buf, len, esc, 6);
+        } else append(buf, len, s, 1);
     }
     append(buf, len, "\"", 1);
 }
@@ -105,7 +107,8 @@ static char *sequence(TokRegex a, TokRegex b, TokRegex c, int stages) {
         append(&s, &n, ", ", 2);
         free(st);
     }
-    const char *tail = "{\"type\": \"ByteLevel\", \"add_prefix_space\": false, \"trim_offsets\": true, \"use_regex\": false}]}";
+    const char *tail = "{\"type\": \"ByteLevel\", \"add_prefix_space\": false, \"trim_offsets\": "
+                       "true, \"use_regex\": false}]}";
     append(&s, &n, tail, strlen(tail));
     return s;
 }
@@ -120,26 +123,33 @@ int LLVMFuzzerInitialize(int *argc, char ***argv) {
     ssize_t n = readlink("/proc/self/exe", exe, sizeof exe - 1);
     if (access(path, R_OK) != 0 && n > 0) {
         exe[n] = 0;
-        for (int up = 0; up < 2 && strrchr(exe, '/'); up++) *strrchr(exe, '/') = 0;   /* .../tests/bin/x -> .../tests */
+        /* .../tests/bin/x -> .../tests */
+        for (int up = 0; up < 2 && strrchr(exe, '/'); up++) *strrchr(exe, '/') = 0;
         snprintf(path, sizeof path, "%s/fixtures/tiny_tokenizer/tokenizer.json", exe);
     }
     size_t len;
     char err[512];
     char *text = json_read_file(path, &len, err, sizeof err);
     if (!text) { fprintf(stderr, "fuzz_tok: %s\n", err); abort(); }
-    char *qwen = sequence(TOK_RE_QWEN2, 0, 0, 1), *ds = sequence(TOK_RE_DS_DIGITS, TOK_RE_DS_CJK, TOK_RE_DS_MAIN, 3);
+    char *qwen = sequence(TOK_RE_QWEN2, 0, 0, 1),
+         *ds = sequence(TOK_RE_DS_DIGITS, TOK_RE_DS_CJK, TOK_RE_DS_MAIN, 3);
     char *texts[N_VARIANTS] = {
         strdup(text),
         replace_member(text, "pre_tokenizer", qwen),
         replace_member(text, "pre_tokenizer", ds),
-        replace_member(text, "pre_tokenizer", "{\"type\": \"ByteLevel\", \"add_prefix_space\": false, \"trim_offsets\": true, \"use_regex\": true}"),
+        replace_member(text, "pre_tokenizer",
+                       "{\"type\": \"ByteLevel\", \"add_prefix_space\": false, \"trim_offsets\": "
+                       "true, \"use_regex\": true}"),
         replace_member(text, "normalizer", "{\"type\": \"NFC\"}"),
     };
-    const char *want[N_VARIANTS] = { "glm/llama3", "qwen2", "deepseek-v3 digits+deepseek-v3 cjk+deepseek-v3 main", "gpt2", "glm/llama3" };
+    const char *want[N_VARIANTS] = { "glm/llama3", "qwen2",
+                                     "deepseek-v3 digits+deepseek-v3 cjk+deepseek-v3 main", "gpt2",
+                                     "glm/llama3" };
     for (int v = 0; v < N_VARIANTS; v++) {
         variants[v] = tok_load_json(texts[v], strlen(texts[v]), "variant", err, sizeof err);
         if (!variants[v] || strcmp(tok_pretokenizer_name(variants[v]), want[v])) {
-            fprintf(stderr, "fuzz_tok: variant %d: %s\n", v, variants[v] ? tok_pretokenizer_name(variants[v]) : err);
+            fprintf(stderr, "fuzz_tok: variant %d: %s\n", v,
+                    variants[v] ? tok_pretokenizer_name(variants[v]) : err);
             abort();
         }
         free(texts[v]);
@@ -163,7 +173,8 @@ static int valid_utf8(const char *s, size_t n) {
 }
 
 /* Whole decode == streamed decode (one id at a time, then flush); both valid UTF-8. */
-static void check_decode(const Tokenizer *t, const int32_t *ids, size_t n, const char *want, size_t want_len) {
+static void check_decode(const Tokenizer *t, const int32_t *ids, size_t n, const char *want,
+                         size_t want_len) {
     char *whole;
     size_t whole_len;
     REQUIRE(tok_decode(t, ids, n, 0, &whole, &whole_len) == 0);
@@ -174,7 +185,8 @@ static void check_decode(const Tokenizer *t, const int32_t *ids, size_t n, const
     TokStream s;
     tok_stream_init(&s);
     for (size_t i = 0; i <= n; i++) {
-        size_t k = i < n ? tok_stream_feed(t, &s, ids[i], chunk, cap) : tok_stream_flush(&s, chunk, cap);
+        size_t k =
+            i < n ? tok_stream_feed(t, &s, ids[i], chunk, cap) : tok_stream_flush(&s, chunk, cap);
         REQUIRE(k <= cap && valid_utf8(chunk, k) && got + k <= whole_len);
         memcpy(streamed + got, chunk, k);
         got += k;
@@ -190,14 +202,16 @@ static void check_decode(const Tokenizer *t, const int32_t *ids, size_t n, const
 
 /* Encodes text in special-token mode `only` (0-2), or in all three (-1), and checks the ids. */
 static void check_text(const Tokenizer *t, const char *text, size_t len, int normalizer, int only) {
-    const TokSpecialMode modes[3] = { TOK_SPECIAL_ALL, TOK_SPECIAL_NONSPECIAL_ONLY, TOK_SPECIAL_NONE };
+    const TokSpecialMode modes[3] = { TOK_SPECIAL_ALL, TOK_SPECIAL_NONSPECIAL_ONLY,
+                                      TOK_SPECIAL_NONE };
     int utf8 = valid_utf8(text, len);
     for (int m = 0; m < 3; m++) {
         if (only >= 0 && m != only) continue;
         int32_t *ids;
         size_t n;
         REQUIRE(tok_encode(t, text, len, modes[m], &ids, &n) == 0 && ids);
-        for (size_t i = 0; i < n; i++) REQUIRE(ids[i] >= 0 && ids[i] < tok_vocab_size(t) && tok_piece(t, ids[i], NULL));
+        for (size_t i = 0; i < n; i++)
+            REQUIRE(ids[i] >= 0 && ids[i] < tok_vocab_size(t) && tok_piece(t, ids[i], NULL));
         /* plain text round-trips exactly (no normalizer, valid UTF-8) */
         int exact = modes[m] == TOK_SPECIAL_NONE && utf8 && !normalizer;
         check_decode(t, ids, n, exact ? text : NULL, len);
@@ -210,9 +224,11 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     char err[512] = "";
     Tokenizer *t = tok_load_json((const char *)data, size, "input", err, sizeof err);
     if (!t) { REQUIRE(err[0] && !strchr(err, '\n')); return 0; }
-    static const char *const probes[] = { "Hello world", "<|user|>hi<think>x</think>", "  12345 \r\n\t",
+    static const char *const probes[] = { "Hello world", "<|user|>hi<think>x</think>",
+                                          "  12345 \r\n\t",
                                           "caf\xc3\xa9 \xe4\xb8\x80\xf0\x9f\x98\x80", "\xff\xfe" };
-    for (size_t p = 0; p < sizeof probes / sizeof *probes; p++) check_text(t, probes[p], strlen(probes[p]), 1, -1);
+    for (size_t p = 0; p < sizeof probes / sizeof *probes; p++)
+        check_text(t, probes[p], strlen(probes[p]), 1, -1);
     int vocab = tok_vocab_size(t);
     REQUIRE(vocab >= 0 && vocab <= TOK_MAX_ID);
     int32_t *ids = malloc(((size_t)vocab + 2) * sizeof *ids);
@@ -234,7 +250,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
         const Tokenizer *t = variants[(data[0] / 7) % N_VARIANTS];
         size_t count = n / 2;
         int32_t *ids = malloc((count ? count : 1) * sizeof *ids);
-        for (size_t i = 0; i < count; i++) ids[i] = (int16_t)(data[1 + 2 * i] | data[2 + 2 * i] << 8);
+        for (size_t i = 0; i < count; i++)
+            ids[i] = (int16_t)(data[1 + 2 * i] | data[2 + 2 * i] << 8);
         check_decode(t, ids, count, NULL, 0);
         free(ids);
     }
