@@ -1,4 +1,4 @@
-/* Unit tests of glm.c's server section (section 11) that need no model: request fields (types,
+/* Unit tests of server.c that need no model: request fields (types,
    ranges, unsupported values refused by name, thinking and effort forms), the context bound, stop
    strings matched across text pieces, and the answer built from the model's text: reasoning,
    content and tool calls (chat.h's parser) mapped to OpenAI's JSON and to SSE chunks, with unique
@@ -6,41 +6,7 @@
    tool_calls mapping is checked; tests/t_server.sh drives the whole server with real clients.
    main.c (the engine and its front ends) is included with GLM_NO_MAIN; the tokenizer is
    tests/fixtures/tiny_tokenizer. */
-#define GLM_NO_MAIN
-#pragma GCC diagnostic ignored "-Wunused-function"   /* the modes main() would call */
-#include "../main.c"   /* the engine and its front ends, without main() */
-
-#include <sys/socket.h>
-#include <poll.h>
-
-static int failures;
-static void check(const char *name, int ok, const char *detail) {
-    if (ok) printf("PASS %s\n", name);
-    else { printf("FAIL %s: %s\n", name, detail ? detail : ""); failures++; }
-}
-
-static Settings settings;
-static TextCodec codec;
-static Server srv;
-
-static void server_setup(void) {
-    memset(&settings, 0, sizeof settings);
-    settings.temperature = 0.7f;
-    settings.top_p = 0.9f;
-    settings.ngen = -1;
-    settings.api_key = "";
-    codec = codec_load("tests/fixtures/tiny_tokenizer", 0);
-    memset(&srv, 0, sizeof srv);
-    srv.set = &settings;
-    srv.codec = &codec;
-    srv.chat = chat_options(CHAT_GLM52);
-    srv.chat.thinking = 1;
-    srv.chat.reasoning_effort = "max";
-    srv.model_name = "test-model";
-    srv.capacity = 64;
-    srv.rng = 12345;
-}
-
+#include "server_fixture.h"
 /* Parses body as a request to the chat (chat=1) or completions endpoint; *e gets the error. */
 static int parse(const char *body, int chat, ApiRequest *q, ApiError *e, JsonDoc **doc) {
     memset(q, 0, sizeof *q);

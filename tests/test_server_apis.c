@@ -6,41 +6,7 @@
    Responses API's named SSE events, Ollama's NDJSON); logprobs against a direct computation.
    tests/t_server.sh drives the whole server with the official clients. main.c is included with
    GLM_NO_MAIN; the tokenizer is tests/fixtures/tiny_tokenizer. */
-#define GLM_NO_MAIN
-#pragma GCC diagnostic ignored "-Wunused-function"   /* the modes main() would call */
-#include "../main.c"   /* the engine and its front ends, without main() */
-
-#include <sys/socket.h>
-#include <poll.h>
-
-static int failures;
-static void check(const char *name, int ok, const char *detail) {
-    if (ok) printf("PASS %s\n", name);
-    else { printf("FAIL %s: %s\n", name, detail ? detail : ""); failures++; }
-}
-
-static Settings settings;
-static TextCodec codec;
-static Server srv;
-
-static void server_setup(void) {
-    memset(&settings, 0, sizeof settings);
-    settings.temperature = 0.7f;
-    settings.top_p = 0.9f;
-    settings.ngen = -1;
-    settings.api_key = "";
-    codec = codec_load("tests/fixtures/tiny_tokenizer", 0);
-    memset(&srv, 0, sizeof srv);
-    srv.set = &settings;
-    srv.codec = &codec;
-    srv.chat = chat_options(CHAT_GLM52);
-    srv.chat.thinking = 1;
-    srv.chat.reasoning_effort = "max";
-    srv.model_name = "test-model";
-    srv.capacity = 64;
-    srv.rng = 12345;
-}
-
+#include "server_fixture.h"
 static int text_is(ChatText t, const char *want) {
     return t.n == strlen(want) && !memcmp(t.s, want, t.n);
 }
