@@ -6028,7 +6028,8 @@ static RamPlan ram_plan(Model *m, Loader *ld, const Settings *set, int capacity)
         RunState batch;
         const int rows = slots * (SPEC_MAX_DRAFT + 1);
         run_state_init(&batch, m, 1, rows, 1);
-        shared = batch.bytes + (double)rows * (sizeof(int) + (c->hidden + c->vocab) * sizeof(float));
+        shared = batch.bytes +
+                 (double)rows * (sizeof(int) + (c->hidden + c->vocab) * sizeof(float));
     }
     p.run_state = sized.bytes * slots + shared + (p.moe_layers && !store->prequantized
                                      ? (double)c->moe_inter * c->hidden * sizeof(float)

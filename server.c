@@ -8,7 +8,10 @@
    endpoints to the Generator. The I/O thread answers what is cheap (GET /health, GET /v1/models,
    Ollama's model list, a missing key with 401, unknown paths with 404, CORS preflights);
    generations go to the worker, this thread, one at a time:
-   cores and disk are one resource, and a second generation would only slow the first down.
+   cores and disk are one resource, and a second generation would only slow the first down. With
+   SLOTS=n there are n workers, each answering with a slot of its own (a Generator and its KV
+   cache); their decode steps run together in one forward, which costs little more than one
+   alone (see Scheduler).
 
    One completion: the JSON body → ApiRequest (each known field checked for type and range and
    refused by name; unknown fields ignored) → prompt ids (chat: chat.h renders messages and tools in
@@ -16,8 +19,9 @@
    template tag is its token, as in vLLM) → the Generator. generator_reuse_prefix keeps the longest
    common prefix of the KV cache and prefills the rest, so a client that sends its conversation
    again with one more message prefills only what is new ("prefix reuse" on stderr). There is one
-   cache: two clients taking turns evict each other's conversation. Tokens → text (tok.h's stream
-   decoder, never half a character) → stop strings (text is held back while it could still begin
+   cache per slot: a request takes the free slot whose conversation shares the longest beginning
+   with it, and two clients taking turns on one slot evict each other's conversation. Tokens →
+   text (tok.h's stream decoder, never half a character) → stop strings (text is held back while it could still begin
    one; the stop text is not returned) → chat.h's output parser (reasoning_content, content,
    tool_calls) → one JSON answer or SSE chunks. A client that disconnects stops its generation:
    between tokens (http_client_gone), and during a prefill, which writes nothing, through a watcher
@@ -1872,7 +1876,8 @@ static int run_serve(const Settings *set) {
             "may wait; "
             "sampling defaults TEMPERATURE %g, NUCLEUS %g; thinking %s; %s). Ctrl-C stops.\n",
             srv.model_name, v6 ? "[" : "", a->host, v6 ? "]" : "", http_server_port(http),
-            srv.capacity, at_once, set->queue, set->temperature, set->top_p, set->think ? "on" : "off",
+            srv.capacity, at_once, set->queue, set->temperature, set->top_p,
+            set->think ? "on" : "off",
             set->api_key[0] ? "API_KEY required" : "no API key");
     if (set->web)
         fprintf(stderr, "glm: chat page at http://%s%s%s:%d/\n", v6 ? "[" : "", a->host,
