@@ -6086,14 +6086,17 @@ static void ram_plan_print(FILE *out, const RamPlan *p, const Settings *set) {
                 G);
         return;
     }
+    char slots_note[48] = "";   /* a server's SLOTS: one KV cache each */
+    if ((set->mode == MODE_SERVE || set->mode == MODE_PLAN) && set->slots > 1)
+        snprintf(slots_note, sizeof slots_note, " (%d KV caches: SLOTS)", set->slots);
     fprintf(out,
-            "glm: RAM budget %.2f GB%s: dense weights %.2f GB + KV cache and scratch %.2f GB + "
+            "glm: RAM budget %.2f GB%s: dense weights %.2f GB + KV cache and scratch %.2f GB%s + "
             "overhead %.2f GB + "
             "page-cache reserve %.2f GB + expert cache %.2f GB (%d slots x %d MoE layers x %.3g "
             "MB) + unused %.2f GB\n",
             p->budget / G, p->from_ram_gb ? " (RAM_GB)" : " (MemAvailable minus reserve)",
-            p->dense / G, p->run_state / G, p->overhead / G, p->reserve / G, p->cache / G, p->slots,
-            p->moe_layers, p->slot_bytes / 1e6, p->unused / G);
+            p->dense / G, p->run_state / G, slots_note, p->overhead / G, p->reserve / G,
+            p->cache / G, p->slots, p->moe_layers, p->slot_bytes / 1e6, p->unused / G);
     if (!p->moe_layers) return;
     if (set->cache_slots_given && p->slots < set->cache_slots)
         fprintf(out, "glm: expert cache lowered from the requested %d to %d slots per layer (%s)\n",

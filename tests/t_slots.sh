@@ -102,6 +102,8 @@ kv1=$(env SNAP="$M" PLAN=json "$GLM" 2>/dev/null | $PY -c 'import json,sys; prin
 kv4=$(env SNAP="$M" PLAN=json SLOTS=4 "$GLM" 2>/dev/null | $PY -c 'import json,sys; print(json.load(sys.stdin)["kv_scratch_bytes"])')
 $PY -c "import sys; sys.exit(not (int('$kv1') > 0 and int('$kv4') >= 3.9 * int('$kv1')))" 2>/dev/null \
   && echo "PASS PLAN with SLOTS=4 counts four KV caches ($kv4 bytes against $kv1 for one)" || echo "FAIL PLAN SLOTS=4: $kv4 against $kv1"
+env SNAP="$M" PLAN=1 SLOTS=4 "$GLM" 2>/dev/null | grep -q "KV cache and scratch [0-9.]* GB (4 KV caches: SLOTS)" \
+  && echo "PASS PLAN's RAM line says SLOTS=4 holds 4 KV caches" || echo "FAIL PLAN SLOTS=4 RAM line"
 
 out=$(env SNAP="$M" SERVE=127.0.0.1:0 SLOTS=2 SESSION="$T/s.session" timeout 60 "$GLM" 2>&1 </dev/null); rc=$?
 [ $rc -ne 0 ] && grep -q "SESSION=.*SLOTS=1" <<<"$out" && echo "PASS SESSION with SLOTS=2 is refused by name" \
