@@ -6030,6 +6030,12 @@ static RamPlan ram_plan(Model *m, Loader *ld, const Settings *set, int capacity)
         run_state_init(&batch, m, 1, rows, 1);
         shared = batch.bytes +
                  (double)rows * (sizeof(int) + (c->hidden + c->vocab) * sizeof(float));
+        /* each further slot's Generator (the first one's is in the overhead): its history, its
+           logits and verify rows, its hidden rows and the MTP head's */
+        const double generator = (double)capacity * sizeof(int) +
+                                 (double)(SPEC_MAX_DRAFT + 3) * c->vocab * sizeof(float) +
+                                 2.0 * set->batch * c->hidden * sizeof(float);
+        shared += (slots - 1) * generator;
     }
     p.run_state = sized.bytes * slots + shared + (p.moe_layers && !store->prequantized
                                      ? (double)c->moe_inter * c->hidden * sizeof(float)
