@@ -7390,8 +7390,9 @@ static int generator_step(Generator *g, int *ids, int max) {
    generators (each with its own KV cache) cost little more in one forward than one alone. Each
    step is begun alone (sampling, drafting), the rows of all of them run as row groups of one
    forward (model_forward_groups), and each ends alone. Since a row's logits do not depend on the
-   rows beside it, every generator emits exactly what it would alone. The server still answers
-   one request at a time; tests/test_slots.c and bench/slotbench.c drive this. */
+   rows beside it, every generator emits exactly what it would alone. A server's SLOTS run their
+   decode steps this way (server.c's Scheduler); tests/test_slots.c and bench/slotbench.c drive it
+   directly. */
 typedef struct {
     /* scratch for all the rows of one batched forward (no KV rows used) */
     RunState work;
