@@ -460,6 +460,7 @@ static const SettingSpec SETTINGS[] = {
     { "VERBOSE",  SET_BOOL,  "0",    0, 1, "1: also print how the run was set up (template, RAM plan, expert I/O, model, settings, sampling, speculation); 0: warnings and one stats line" },
     { "API_KEY",  SET_STR,   "",     0, 0, "with SERVE: the key every request must carry (Authorization: Bearer KEY or x-api-key: KEY); required to listen on an address other machines can reach" },
     { "QUEUE",    SET_INT,   "8",    0, 4096, "with SERVE: requests that may wait while one is answered (one generates at a time); more get 429 with Retry-After" },
+    { "SLOTS",    SET_INT,   "1",    1, 64, "with SERVE: conversations answered at once, each with its own KV cache of CTX tokens (the RAM plan counts them all); their decode steps share one forward" },
     { "MODEL_NAME", SET_STR, "",     0, 0, "with SERVE: the model id /v1/models lists and answers carry (default: SNAP's folder name)" },
     { "CORS",     SET_STR,   "",     0, 0, "with SERVE: origins a browser page may call the server from (origin,origin,... or *); empty: none (no CORS headers)" },
     { "WEB",      SET_BOOL,  "1",    0, 1, "with SERVE: GET / serves the chat page (built into glm; it works offline); 0: no page (GET /stats, the engine's figures as JSON, stays)" },
@@ -495,6 +496,7 @@ static const struct { const char *first, *heading; } SETTING_GROUPS[] = {
 };
 
 /* SPEC: which drafters speculative decoding uses (section 9). */
+#define SPEC_MAX_DRAFT 16       /* DRAFT's upper bound */
 typedef enum { SPEC_OFF, SPEC_MTP, SPEC_NGRAM, SPEC_AUTO } SpecMode;
 static const char *const SPEC_MODE_NAMES[] = { "off", "mtp", "ngram", "auto" };
 
@@ -545,6 +547,7 @@ typedef struct {
     /* the server: SERVE (its address, checked), API_KEY, QUEUE, MODEL_NAME, CORS, WEB */
     const char *serve, *api_key, *model_name, *cors;
     int queue, web;
+    int slots;                  /* SLOTS: a server's conversations at once */
     /* quality measurement (quality.c): PPL, PPL_JSON, LOGITS_SAVE, KLD, SCORE, SCORE_JSON */
     const char *ppl_path, *ppl_json, *logits_save, *kld_path, *score_path, *score_json;
     int ppl_stride, bos, logits_top;
@@ -911,6 +914,7 @@ static Settings settings_from_env(int argc, char **argv) {
     s.serve = setting_value("SERVE");
     s.api_key = setting_value("API_KEY");
     s.queue = (int)setting_number("QUEUE");
+    s.slots = (int)setting_number("SLOTS");
     s.model_name = setting_value("MODEL_NAME");
     s.cors = setting_value("CORS");
     s.web = (int)setting_number("WEB");
@@ -6016,7 +6020,24 @@ static RamPlan ram_plan(Model *m, Loader *ld, const Settings *set, int capacity)
     p.batch = set->batch;
     for (int l = 0; l < store->n_layers; l++) p.moe_layers += !c->layer_dense[l];
     /* float experts are read through an f32 staging buffer of one matrix */
-    p.run_state = sized.bytes + (p.moe_layers && !store->prequantized
+    /* a server's SLOTS: a run state each, and the scratch of their shared decode forward */
+    const int slots =
+        (set->mode == MODE_SERVE || set->mode == MODE_PLAN) && set->slots > 1 ? set->slots : 1;
+    double shared = 0;
+    if (slots > 1) {
+        RunState batch;
+        const int rows = slots * (SPEC_MAX_DRAFT + 1);
+        run_state_init(&batch, m, 1, rows, 1);
+        shared = batch.bytes +
+                 (double)rows * (sizeof(int) + (c->hidden + c->vocab) * sizeof(float));
+        /* each further slot's Generator (the first one's is in the overhead): its history, its
+           logits and verify rows, its hidden rows and the MTP head's */
+        const double generator = (double)capacity * sizeof(int) +
+                                 (double)(SPEC_MAX_DRAFT + 3) * c->vocab * sizeof(float) +
+                                 2.0 * set->batch * c->hidden * sizeof(float);
+        shared += (slots - 1) * generator;
+    }
+    p.run_state = sized.bytes * slots + shared + (p.moe_layers && !store->prequantized
                                      ? (double)c->moe_inter * c->hidden * sizeof(float)
                                      : 0.0);
     p.overhead = ram_overhead_estimate(m);
@@ -6071,14 +6092,17 @@ static void ram_plan_print(FILE *out, const RamPlan *p, const Settings *set) {
                 G);
         return;
     }
+    char slots_note[48] = "";   /* a server's SLOTS: one KV cache each */
+    if ((set->mode == MODE_SERVE || set->mode == MODE_PLAN) && set->slots > 1)
+        snprintf(slots_note, sizeof slots_note, " (%d KV caches: SLOTS)", set->slots);
     fprintf(out,
-            "glm: RAM budget %.2f GB%s: dense weights %.2f GB + KV cache and scratch %.2f GB + "
+            "glm: RAM budget %.2f GB%s: dense weights %.2f GB + KV cache and scratch %.2f GB%s + "
             "overhead %.2f GB + "
             "page-cache reserve %.2f GB + expert cache %.2f GB (%d slots x %d MoE layers x %.3g "
             "MB) + unused %.2f GB\n",
             p->budget / G, p->from_ram_gb ? " (RAM_GB)" : " (MemAvailable minus reserve)",
-            p->dense / G, p->run_state / G, p->overhead / G, p->reserve / G, p->cache / G, p->slots,
-            p->moe_layers, p->slot_bytes / 1e6, p->unused / G);
+            p->dense / G, p->run_state / G, slots_note, p->overhead / G, p->reserve / G,
+            p->cache / G, p->slots, p->moe_layers, p->slot_bytes / 1e6, p->unused / G);
     if (!p->moe_layers) return;
     if (set->cache_slots_given && p->slots < set->cache_slots)
         fprintf(out, "glm: expert cache lowered from the requested %d to %d slots per layer (%s)\n",
@@ -6541,7 +6565,6 @@ typedef void (*LogitsSink)(void *user, int pos0, int S, const float *logits, con
 enum { DRAFTER_MTP, DRAFTER_NGRAM, DRAFTER_CALLER, N_DRAFTERS };
 static const char *const DRAFTER_NAMES[] = { "mtp", "ngram", "caller" };
 
-#define SPEC_MAX_DRAFT 16       /* DRAFT's upper bound */
 _Static_assert(SPEC_MAX_DRAFT + 1 == FEW_ROWS, "FEW_ROWS is a verification pass's rows");
 /* main hidden states kept for the MTP cache's lazy update (> SPEC_MAX_DRAFT) */
 #define MTP_RING 32
@@ -6629,6 +6652,9 @@ typedef struct {
     /* the state's prefix cache (KV_CACHE; NULL: none) */
     struct KvCache *prefix_cache;
     int restored;                               /* tokens the last prefill restored from it */
+    /* between two chunks of a prefill (may be NULL): a server runs other conversations' steps */
+    void (*on_chunk)(void *user);
+    void *on_chunk_user;
 } Generator;
 
 static Generator *generator_create(Model *m, RunState *s, const ForwardOptions *opt,
@@ -7144,6 +7170,7 @@ static int generator_prefill(Generator *g, const int *tokens, int n) {
         if (spec_keeps_mtp(g)) spec_mtp_fill(g, g->pos - 1, -1, 0, INT32_MAX);
         done += S;
         generator_store_prefix(g, &stored);
+        if (done < n && g->on_chunk) g->on_chunk(g->on_chunk_user);
     }
     if (stored.wrote) kvcache_evict(g->prefix_cache);
     if (done < n) {
@@ -7363,8 +7390,9 @@ static int generator_step(Generator *g, int *ids, int max) {
    generators (each with its own KV cache) cost little more in one forward than one alone. Each
    step is begun alone (sampling, drafting), the rows of all of them run as row groups of one
    forward (model_forward_groups), and each ends alone. Since a row's logits do not depend on the
-   rows beside it, every generator emits exactly what it would alone. The server still answers
-   one request at a time; tests/test_slots.c and bench/slotbench.c drive this. */
+   rows beside it, every generator emits exactly what it would alone. A server's SLOTS run their
+   decode steps this way (server.c's Scheduler); tests/test_slots.c and bench/slotbench.c drive it
+   directly. */
 typedef struct {
     /* scratch for all the rows of one batched forward (no KV rows used) */
     RunState work;

@@ -73,7 +73,8 @@
  *     const char *http_status_text(int status);
  *
  * Threads and scheduling. http_server_run starts one I/O thread that accepts connections, reads
- * and parses requests, and writes small responses; the caller's thread is the one worker.
+ * and parses requests, and writes small responses; the caller's thread is the worker (with
+ * cfg->workers > 1, it and workers - 1 more threads: each takes the next queued request).
  *   - When the head of a request with a body is in and the body is not, the I/O thread calls
  *     cfg->head (if set) with that head (empty body). It must not block; it returns 1 after
  *     answering (the body is then never read and the connection closes), or 0 to read the body.
@@ -84,7 +85,7 @@
  *     returns 0 to hand the request to the worker.
  *   - Handed-over requests wait in a FIFO of at most cfg->queue entries (not counting the one
  *     being handled); beyond that the I/O thread answers 429 with Retry-After. A waiting client
- *     that disconnects leaves the queue. The worker calls cfg->handle for one request at a time;
+ *     that disconnects leaves the queue. A worker calls cfg->handle for one request at a time;
  *     it may take minutes and stream (SSE), checking http_client_gone between steps.
  *   - Requests on one connection are answered in order (pipelining): the next request on a
  *     connection is parsed only after the previous response is out.
@@ -173,7 +174,8 @@ typedef struct HttpResponse HttpResponse;
 
 typedef struct {
     const char *listen;          /* "[host:]port" */
-    int queue;                   /* requests that may wait for the worker (0: none); more get 429 */
+    int queue;                   /* requests that may wait for a worker (0: none); more get 429 */
+    int workers;                 /* threads that call handle, each one request at a time. 0: 1 */
     int max_conns;               /* open connections. 0: max(64, queue + 16) */
     int max_conns_per_addr;      /* open connections from one client address. 0: max_conns on a
                                     loopback listener (all clients are 127.0.0.1), else half */
@@ -750,7 +752,8 @@ struct HttpServer {
     HttpConn *queue_head, *queue_tail;
     int nqueued;
     HttpConn *returned;                    /* handled by the worker, back to the I/O thread */
-    int stopping, worker_exited;
+    int stopping;
+    int workers_running;                   /* workers not yet exited (0: all have) */
     /* I/O thread only */
     HttpConn **conns;
     int nconns;
@@ -789,6 +792,7 @@ HttpServer *http_server_create(const HttpServerConfig *cfg, char *err, size_t er
     s->cfg = *cfg;
     HttpServerConfig *c = &s->cfg;
     if (c->queue < 0) c->queue = 0;
+    if (c->workers < 1) c->workers = 1;
     if (c->max_conns <= 0) c->max_conns = c->queue + 16 > 64 ? c->queue + 16 : 64;
     if (c->timeout_ms <= 0) c->timeout_ms = 30000;
     if (c->head_timeout_ms <= 0) c->head_timeout_ms = 10000;
@@ -1536,7 +1540,7 @@ static void *http__io_main(void *arg) {
         int64_t next_deadline = now + 1000;
         int pending = 0;                               /* output not yet sent */
         pthread_mutex_lock(&s->mu);
-        int worker_exited = s->worker_exited;
+        int worker_exited = s->workers_running == 0;
         for (int i = 0; i < s->nconns; i++) {
             HttpConn *c = s->conns[i];
             short ev = 0;
@@ -1663,6 +1667,8 @@ static void http__on_signal(int sig) {
     if (s) http_server_stop(s);
 }
 
+static void *http__worker_main(void *arg);
+
 int http_server_run(HttpServer *s) {
     struct sigaction sa, old_int, old_term;
     memset(&sa, 0, sizeof sa);
@@ -1676,18 +1682,46 @@ int http_server_run(HttpServer *s) {
     sa.sa_flags = SA_RESTART | SA_RESETHAND;
     sigaction(SIGINT, &sa, &old_int);
     pthread_t io;
+    s->workers_running = 1;                     /* the caller's thread */
     if (pthread_create(&io, NULL, http__io_main, s)) {
         sigaction(SIGINT, &old_int, NULL);
         sigaction(SIGTERM, &old_term, NULL);
         http__signal_server = NULL;
         return -1;
     }
+    int extra = 0;
+    pthread_t *more = s->cfg.workers > 1 ? calloc((size_t)s->cfg.workers - 1, sizeof *more) : NULL;
+    for (int i = 0; more && i < s->cfg.workers - 1; i++) {
+        pthread_mutex_lock(&s->mu);
+        s->workers_running++;
+        pthread_mutex_unlock(&s->mu);
+        if (pthread_create(&more[extra], NULL, http__worker_main, s)) {
+            pthread_mutex_lock(&s->mu);
+            s->workers_running--;
+            pthread_mutex_unlock(&s->mu);
+            break;
+        }
+        extra++;
+    }
+    http__worker_main(s);
+    for (int i = 0; i < extra; i++) pthread_join(more[i], NULL);
+    free(more);
+    pthread_join(io, NULL);
+    sigaction(SIGINT, &old_int, NULL);
+    sigaction(SIGTERM, &old_term, NULL);
+    http__signal_server = NULL;
+    return 0;
+}
+
+/* One worker: queued requests, one at a time, until the server stops. */
+static void *http__worker_main(void *arg) {
+    HttpServer *s = arg;
     for (;;) {
         pthread_mutex_lock(&s->mu);
         while (!s->queue_head && !s->stopping) pthread_cond_wait(&s->cv, &s->mu);
         HttpConn *c = s->queue_head;
         if (!c) {
-            s->worker_exited = 1;
+            s->workers_running--;
             pthread_mutex_unlock(&s->mu);
             http__wake(s);
             break;
@@ -1721,11 +1755,7 @@ int http_server_run(HttpServer *s) {
         pthread_mutex_unlock(&s->mu);
         http__wake(s);
     }
-    pthread_join(io, NULL);
-    sigaction(SIGINT, &old_int, NULL);
-    sigaction(SIGTERM, &old_term, NULL);
-    http__signal_server = NULL;
-    return 0;
+    return NULL;
 }
 
 #endif /* HTTP_IMPLEMENTATION_DONE */

@@ -8,7 +8,10 @@
    endpoints to the Generator. The I/O thread answers what is cheap (GET /health, GET /v1/models,
    Ollama's model list, a missing key with 401, unknown paths with 404, CORS preflights);
    generations go to the worker, this thread, one at a time:
-   cores and disk are one resource, and a second generation would only slow the first down.
+   cores and disk are one resource, and a second generation would only slow the first down. With
+   SLOTS=n there are n workers, each answering with a slot of its own (a Generator and its KV
+   cache); their decode steps run together in one forward, which costs little more than one
+   alone (see Scheduler).
 
    One completion: the JSON body → ApiRequest (each known field checked for type and range and
    refused by name; unknown fields ignored) → prompt ids (chat: chat.h renders messages and tools in
@@ -16,8 +19,9 @@
    template tag is its token, as in vLLM) → the Generator. generator_reuse_prefix keeps the longest
    common prefix of the KV cache and prefills the rest, so a client that sends its conversation
    again with one more message prefills only what is new ("prefix reuse" on stderr). There is one
-   cache: two clients taking turns evict each other's conversation. Tokens → text (tok.h's stream
-   decoder, never half a character) → stop strings (text is held back while it could still begin
+   cache per slot: a request takes the free slot whose conversation shares the longest beginning
+   with it, and two clients taking turns on one slot evict each other's conversation. Tokens →
+   text (tok.h's stream decoder, never half a character) → stop strings (text is held back while it could still begin
    one; the stop text is not returned) → chat.h's output parser (reasoning_content, content,
    tool_calls) → one JSON answer or SSE chunks. A client that disconnects stops its generation:
    between tokens (http_client_gone), and during a prefill, which writes nothing, through a watcher
@@ -43,17 +47,49 @@ typedef struct {
     float top_logprob[API_MAX_TOP_LOGPROBS];
 } ApiLogprob;
 
+/* SLOTS: a conversation the server can answer at the same time as the others, with its own KV
+   cache. Its fields below `busy` belong to the scheduler (under Scheduler.mu). */
+typedef struct {
+    Generator *gen;
+    RunState state;
+    /* the Generator's interrupt: the client left during a prefill */
+    volatile sig_atomic_t interrupt;
+    int busy;                           /* a request holds it */
+    int *ids, max, count, stepped;      /* the decode step it waits for, and its result */
+    long long shared_steps;             /* steps of its answer that ran beside another slot's */
+} Slot;
+
+/* SLOTS > 1: the engine runs one thing at a time (one OpenMP team; the expert store and the
+   scratch are not reentrant). A prefill chunk, or anything else one slot computes alone, holds
+   `engine_busy`; a decode step waits until every decoding slot has asked for one (slots that
+   prefill or are idle do not hold it up), and the last to ask runs them all in one forward
+   (generator_step_batch, which emits exactly what each would alone). Between two chunks a prefill
+   lets a complete batch of decode steps go first, so a long prompt does not stop the others. */
+typedef struct {
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+    int engine_busy;
+    int decoding;                       /* slots between their prefill and their last step */
+    Slot **ready;                       /* [slots]: decoding slots waiting for their step */
+    int n_ready;
+    StepBatch batch;
+    long long forwards, shared_forwards;  /* decode forwards; those for several slots */
+} Scheduler;
+
 struct Server {
     const Settings *set;
     const TextCodec *codec;
     ChatOptions chat;                   /* the form (CHAT_FORMAT), thinking and effort defaults */
-    Generator *gen;
+    Generator *gen;                     /* slot 0's (SESSION, GET /stats) */
+    Slot *slots;
+    int n_slots;
+    Scheduler sched;
+    pthread_mutex_t rng_mu;             /* rng, with several workers */
+    int omp_threads;                    /* THREADS as the main thread has it */
     const char *model_name;
     int capacity;                       /* KV cache tokens: prompt + max_tokens must fit */
-    /* answer ids, tool call ids, per-request seeds (worker only) */
+    /* answer ids, tool call ids, per-request seeds (under rng_mu) */
     uint64_t rng;
-    /* the Generator's interrupt: the client left during a prefill */
-    volatile sig_atomic_t interrupt;
     long long created;                  /* start time: the model's "created" */
     /* SESSION: the cache is saved there after every answer; NULL: none */
     const char *session_path;
@@ -575,6 +611,7 @@ static int api_prompt_ids(const Server *srv, ApiRequest *r, TokenList *ids, int 
 
 struct Reply {
     Server *srv;
+    const Generator *gen;               /* its slot's */
     HttpResponse *res;
     const ApiRequest *req;
     char id[48];
@@ -605,8 +642,15 @@ struct Reply {
     int n_logprobs, cap_logprobs, logprobs_sent;
 };
 
+static uint64_t server_random(Server *srv) {
+    pthread_mutex_lock(&srv->rng_mu);
+    const uint64_t x = splitmix64_next(&srv->rng);
+    pthread_mutex_unlock(&srv->rng_mu);
+    return x;
+}
+
 static void server_new_id(Server *srv, const char *prefix, char *dst, size_t n) {
-    const uint64_t a = splitmix64_next(&srv->rng), b = splitmix64_next(&srv->rng);
+    const uint64_t a = server_random(srv), b = server_random(srv);
     snprintf(dst, n, "%s%016llx%08llx", prefix, (unsigned long long)a,
              (unsigned long long)(b >> 32));
 }
@@ -728,7 +772,7 @@ static void api_logprob(const float *logits, int vocab, int id, int k, ApiLogpro
 }
 
 static void reply_logprob(Reply *r, int id) {
-    const Generator *g = r->srv->gen;
+    const Generator *g = r->gen;
     if (!r->req->logprobs || !g || !g->token_logits) return;
     if (r->n_logprobs == r->cap_logprobs) {
         r->cap_logprobs = r->cap_logprobs ? 2 * r->cap_logprobs : 64;
@@ -1426,25 +1470,159 @@ static int predicted_output_draft(void *user, const int *history, int n, int k, 
     return 0;
 }
 
-static void server_answer(Server *srv, const HttpRequest *req, HttpResponse *res,
+/* ---- slots: several answers at once (SLOTS > 1; see Scheduler) ------------------------------- */
+
+static void engine_acquire(Scheduler *s) {
+    pthread_mutex_lock(&s->mu);
+    while (s->engine_busy || (s->n_ready && s->n_ready == s->decoding))
+        pthread_cond_wait(&s->cv, &s->mu);
+    s->engine_busy = 1;
+    pthread_mutex_unlock(&s->mu);
+}
+
+static void engine_release(Scheduler *s) {
+    pthread_mutex_lock(&s->mu);
+    s->engine_busy = 0;
+    pthread_cond_broadcast(&s->cv);
+    pthread_mutex_unlock(&s->mu);
+}
+
+/* The Generator's on_chunk during a prefill: the decode steps waiting go first. */
+static void engine_yield(void *user) {
+    engine_release(user);
+    engine_acquire(user);
+}
+
+/* A slot starts (+1) or ends (-1) its decode steps. */
+static void slot_decoding(Server *srv, int delta) {
+    if (srv->n_slots == 1) return;
+    Scheduler *s = &srv->sched;
+    pthread_mutex_lock(&s->mu);
+    s->decoding += delta;
+    pthread_cond_broadcast(&s->cv);
+    pthread_mutex_unlock(&s->mu);
+}
+
+/* As generator_step(slot->gen, ids, max); with several slots, in one forward with the steps of
+   the others that decode. The on_token callbacks of all of them run on the thread that runs the
+   forward, while their own threads wait here. */
+static int slot_step(Server *srv, Slot *slot, int *ids, int max) {
+    if (srv->n_slots == 1) return generator_step(slot->gen, ids, max);
+    Scheduler *s = &srv->sched;
+    pthread_mutex_lock(&s->mu);
+    slot->ids = ids;
+    slot->max = max;
+    slot->stepped = 0;
+    s->ready[s->n_ready++] = slot;
+    pthread_cond_broadcast(&s->cv);
+    while (!slot->stepped) {
+        if (s->engine_busy || s->n_ready < s->decoding) {
+            pthread_cond_wait(&s->cv, &s->mu);
+            continue;
+        }
+        const int n = s->n_ready;
+        Slot *batch[n];
+        Generator *gens[n];
+        int *step_ids[n], step_max[n], counts[n];
+        for (int k = 0; k < n; k++) {
+            batch[k] = s->ready[k];
+            gens[k] = batch[k]->gen;
+            step_ids[k] = batch[k]->ids;
+            step_max[k] = batch[k]->max;
+        }
+        s->n_ready = 0;
+        s->engine_busy = 1;
+        pthread_mutex_unlock(&s->mu);
+        generator_step_batch(gens, n, &s->batch, step_ids, step_max, counts);
+        pthread_mutex_lock(&s->mu);
+        for (int k = 0; k < n; k++) {
+            batch[k]->count = counts[k];
+            batch[k]->stepped = 1;
+            batch[k]->shared_steps += n > 1;
+        }
+        s->forwards++;
+        s->shared_forwards += n > 1;
+        s->engine_busy = 0;
+        pthread_cond_broadcast(&s->cv);
+    }
+    pthread_mutex_unlock(&s->mu);
+    return slot->count;
+}
+
+/* A free slot for a request (there is one: a worker per slot), the one whose conversation shares
+   the longest beginning with ids, so its prefix reuse works. */
+static Slot *slot_take(Server *srv, const TokenList *ids) {
+    if (srv->n_slots == 1) return srv->slots;
+    Scheduler *s = &srv->sched;
+    pthread_mutex_lock(&s->mu);
+    Slot *best = NULL;
+    int best_len = -1;
+    for (int i = 0; i < srv->n_slots; i++) {
+        Slot *slot = &srv->slots[i];
+        if (slot->busy) continue;
+        const Generator *g = slot->gen;
+        int len = 0;
+        while (len < g->pos && len < ids->n && g->history[len] == ids->ids[len]) len++;
+        if (len > best_len) { best = slot; best_len = len; }
+    }
+    if (!best) die("internal: no free slot for a request");
+    best->busy = 1;
+    best->shared_steps = 0;
+    pthread_mutex_unlock(&s->mu);
+    return best;
+}
+
+static void slot_give_back(Server *srv, Slot *slot) {
+    if (srv->n_slots == 1) return;
+    pthread_mutex_lock(&srv->sched.mu);
+    slot->busy = 0;
+    pthread_mutex_unlock(&srv->sched.mu);
+}
+
+/* The disk is free until the next request (no slot answering): bring in the hot experts. */
+static void server_idle(Server *srv, Slot *slot) {
+    if (srv->n_slots == 1) { expert_store_idle(&slot->gen->model->experts); return; }
+    Scheduler *s = &srv->sched;
+    engine_acquire(s);
+    pthread_mutex_lock(&s->mu);
+    int busy = 0;
+    for (int i = 0; i < srv->n_slots; i++) busy += srv->slots[i].busy;
+    pthread_mutex_unlock(&s->mu);
+    if (!busy) expert_store_idle(&slot->gen->model->experts);
+    engine_release(s);
+}
+
+static void server_answer(Server *srv, Slot *slot, const HttpRequest *req, HttpResponse *res,
                           const ApiRequest *q, const TokenList *ids, int limit, double t0) {
-    Generator *g = srv->gen;
+    Generator *g = slot->gen;
     generator_set_sampling(g, q->sampling);
     g->stop_rules.max_tokens = limit;
     /* the last token's forward is skipped; the next request re-runs at most that one */
     g->stop_rules.resumable = 0;
     Reply r;
     reply_init(&r, srv, res, q);
+    r.gen = g;
     g->on_token = reply_token;
     g->on_token_user = &r;
-    web_request_begin(srv, ids->n);   /* web.c: /stats follows this answer (wraps on_token) */
-    srv->interrupt = 0;
-    g->interrupt = &srv->interrupt;
+    /* web.c: /stats follows this answer (wraps on_token); with several slots, slot 0's */
+    const int watched = slot == srv->slots;
+    if (watched) web_request_begin(srv, ids->n);
+    slot->interrupt = 0;
+    g->interrupt = &slot->interrupt;
 
     ClientWatch watch;
-    client_watch_start(&watch, res, &srv->interrupt);
+    client_watch_start(&watch, res, &slot->interrupt);
     int reused = 0;
+    if (srv->n_slots > 1) {
+        g->on_chunk = engine_yield;
+        g->on_chunk_user = &srv->sched;
+        engine_acquire(&srv->sched);
+    }
     const int prefilled = generator_reuse_prefix(g, ids->ids, ids->n, &reused) == ids->n;
+    if (srv->n_slots > 1) {
+        engine_release(&srv->sched);
+        g->on_chunk = NULL;
+    }
     client_watch_stop(&watch);
     fprintf(stderr, "glm: prefix reuse: %d of %d prompt tokens\n", reused, ids->n);
     const double prefilled_at = now_seconds();
@@ -1469,8 +1647,10 @@ static void server_answer(Server *srv, const HttpRequest *req, HttpResponse *res
     const SpecCounts spec_before = spec_counts(g);
     /* a step may return a run of ids (speculation); on_token has seen each of them */
     int run[64];
-    while (!gone && !r.stop_hit && generator_step(g, run, (int)(sizeof run / sizeof run[0])) > 0)
+    slot_decoding(srv, 1);
+    while (!gone && !r.stop_hit && slot_step(srv, slot, run, (int)(sizeof run / sizeof run[0])) > 0)
         gone = http_client_gone(res);
+    slot_decoding(srv, -1);
     g->on_token = NULL;
     g->interrupt = NULL;
     g->spec.caller = NULL;
@@ -1512,15 +1692,18 @@ static void server_answer(Server *srv, const HttpRequest *req, HttpResponse *res
         skin->finish(&r, finish, &usage);
         long long drafted, accepted;
         spec_totals(&spec_after, &spec_before, &drafted, &accepted);
-        char spec_note[96] = "";
+        char spec_note[160] = "";
         if (g->spec.mode != SPEC_OFF)
             snprintf(spec_note, sizeof spec_note, ", %lld of %lld drafts accepted", accepted,
                      drafted);
+        if (srv->n_slots > 1)
+            snprintf(spec_note + strlen(spec_note), sizeof spec_note - strlen(spec_note),
+                     ", %lld steps shared a forward with other slots", slot->shared_steps);
         server_log(req, 200, t0, "%d prompt tokens (%d reused), %d generated%s, finish %s%s",
                    ids->n, reused, g->generated, spec_note, api_openai_finish(finish),
                    q->stream ? ", streamed" : "");
     }
-    web_request_end(srv);   /* web.c */
+    if (watched) web_request_end(srv);   /* web.c */
     reply_free(&r);
 }
 
@@ -1560,6 +1743,11 @@ static void server_resume_session(Server *srv) {
 /* The worker's part: a completion request, from its body to the last byte of the answer. */
 static void server_handle(const HttpRequest *req, HttpResponse *res, void *user) {
     Server *srv = user;
+#ifdef _OPENMP
+    /* with several workers, each thread's forwards get the team THREADS asked for (the scratch is
+       sized for it), not OpenMP's default */
+    if (srv->n_slots > 1) omp_set_num_threads(srv->omp_threads);
+#endif
     const double t0 = now_seconds();
     ApiRequest q;
     memset(&q, 0, sizeof q);
@@ -1585,11 +1773,12 @@ static void server_handle(const HttpRequest *req, HttpResponse *res, void *user)
         api_skin_of(&q)->count(res, ids.n);
         server_log(req, 200, t0, "%d prompt tokens counted", ids.n);
     } else {
-        if (!q.seed_given && !srv->set->seed) q.sampling.seed = splitmix64_next(&srv->rng);
-        server_answer(srv, req, res, &q, &ids, limit, t0);
+        if (!q.seed_given && !srv->set->seed) q.sampling.seed = server_random(srv);
+        Slot *slot = slot_take(srv, &ids);
+        server_answer(srv, slot, req, res, &q, &ids, limit, t0);
         server_save_session(srv);
-        /* the disk is free until the next request: bring in the hot experts */
-        expert_store_idle(&srv->gen->model->experts);
+        slot_give_back(srv, slot);
+        server_idle(srv, slot);
     }
     free(ids.ids);
     api_request_free(&q);
@@ -1630,13 +1819,33 @@ static int run_serve(const Settings *set) {
         while (n > 1 && folder[n - 1] == '/') folder[--n] = 0;
         srv.model_name = strrchr(folder, '/') && folder[1] ? strrchr(folder, '/') + 1 : folder;
     }
+    srv.n_slots = set->slots > 1 ? set->slots : 1;
+    if (srv.n_slots > 1 && set->session_path[0])
+        die("SESSION=%s keeps one conversation: it works with SLOTS=1, not SLOTS=%d",
+            set->session_path, srv.n_slots);
     Model model;
     srv.capacity = text_model_load(set, &tc, &model, 0, 1);
-    RunState state;
-    ForwardOptions opt = engine_start(set, &model, &state, srv.capacity);
-    srv.gen = generator_create(&model, &state, &opt,
-                               (SamplerSettings){ set->temperature, set->top_p, set->seed });
-    generator_set_speculation(srv.gen, set->spec_mode, set->draft);
+    srv.slots = xcalloc((size_t)srv.n_slots, sizeof *srv.slots);
+    ForwardOptions opt = engine_start(set, &model, &srv.slots[0].state, srv.capacity);
+    for (int i = 0; i < srv.n_slots; i++) {
+        Slot *slot = &srv.slots[i];
+        if (i > 0) {
+            run_state_init(&slot->state, &model, srv.capacity, set->batch, 0);
+            slot->state.prefix_cache = srv.slots[0].state.prefix_cache;
+        }
+        slot->gen = generator_create(&model, &slot->state, &opt,
+                                     (SamplerSettings){ set->temperature, set->top_p, set->seed });
+        generator_set_speculation(slot->gen, set->spec_mode, set->draft);
+    }
+    srv.gen = srv.slots[0].gen;
+    srv.omp_threads = max_threads();
+    pthread_mutex_init(&srv.rng_mu, NULL);
+    pthread_mutex_init(&srv.sched.mu, NULL);
+    pthread_cond_init(&srv.sched.cv, NULL);
+    if (srv.n_slots > 1) {
+        srv.sched.ready = xcalloc((size_t)srv.n_slots, sizeof *srv.sched.ready);
+        step_batch_init(&srv.sched.batch, &model, srv.n_slots);
+    }
     if (set->session_path[0]) {
         srv.session_path = set->session_path;
         srv.session_key = session_key(&model, set, &opt);
@@ -1648,6 +1857,7 @@ static int run_serve(const Settings *set) {
     memset(&cfg, 0, sizeof cfg);
     cfg.listen = set->serve;
     cfg.queue = set->queue;
+    cfg.workers = srv.n_slots;
     cfg.quick = server_quick;
     /* it never reads a body: a wrong key is answered before one is taken in */
     cfg.head = server_quick;
@@ -1659,12 +1869,15 @@ static int run_serve(const Settings *set) {
     if (!http) die("SERVE=%s: %s", set->serve, err);
     const HttpAddr *a = http_server_addr(http);
     const int v6 = strchr(a->host, ':') != NULL;
+    char at_once[48] = "one answer at a time";
+    if (srv.n_slots > 1) snprintf(at_once, sizeof at_once, "%d answers at a time", srv.n_slots);
     fprintf(stderr,
-            "glm: serving %s at http://%s%s%s:%d/v1 (context %d tokens, one answer at a time, %d "
+            "glm: serving %s at http://%s%s%s:%d/v1 (context %d tokens, %s, %d "
             "may wait; "
             "sampling defaults TEMPERATURE %g, NUCLEUS %g; thinking %s; %s). Ctrl-C stops.\n",
             srv.model_name, v6 ? "[" : "", a->host, v6 ? "]" : "", http_server_port(http),
-            srv.capacity, set->queue, set->temperature, set->top_p, set->think ? "on" : "off",
+            srv.capacity, at_once, set->queue, set->temperature, set->top_p,
+            set->think ? "on" : "off",
             set->api_key[0] ? "API_KEY required" : "no API key");
     if (set->web)
         fprintf(stderr, "glm: chat page at http://%s%s%s:%d/\n", v6 ? "[" : "", a->host,
@@ -1675,8 +1888,24 @@ static int run_serve(const Settings *set) {
     http_server_free(http);
     /* what GET /stats said last */
     print_expert_stats(&model.experts, now_seconds() - serving_since);
-    generator_free(srv.gen);
-    engine_stop(set, &model, &state);
+    if (srv.n_slots > 1) {
+        fprintf(stderr, "glm: slots: %lld decode forwards, %lld of them for several answers\n",
+                srv.sched.forwards, srv.sched.shared_forwards);
+        step_batch_free(&srv.sched.batch);
+        free(srv.sched.ready);
+    }
+    for (int i = 0; i < srv.n_slots; i++) {
+        generator_free(srv.slots[i].gen);
+        if (i > 0) {
+            srv.slots[i].state.prefix_cache = NULL;
+            run_state_free(&srv.slots[i].state);
+        }
+    }
+    pthread_cond_destroy(&srv.sched.cv);
+    pthread_mutex_destroy(&srv.sched.mu);
+    pthread_mutex_destroy(&srv.rng_mu);
+    engine_stop(set, &model, &srv.slots[0].state);
+    free(srv.slots);
     codec_free(&tc);
     if (rc) fprintf(stderr, "glm: the server's I/O thread could not start\n");
     else fprintf(stderr, "glm: server stopped cleanly\n");
