@@ -7402,7 +7402,7 @@ typedef struct {
 } StepBatch;
 
 /* A batch for up to n_gens generators' steps (each up to DRAFT + 1 rows). */
-__attribute__((unused)) static void step_batch_init(StepBatch *b, Model *m, int n_gens) {
+static void step_batch_init(StepBatch *b, Model *m, int n_gens) {
     memset(b, 0, sizeof *b);
     b->max_rows = n_gens * (SPEC_MAX_DRAFT + 1);
     run_state_init(&b->work, m, 1, b->max_rows, 0);
@@ -7411,7 +7411,7 @@ __attribute__((unused)) static void step_batch_init(StepBatch *b, Model *m, int 
     b->logits = xcalloc((size_t)b->max_rows * m->c.vocab, sizeof(float));
 }
 
-__attribute__((unused)) static void step_batch_free(StepBatch *b) {
+static void step_batch_free(StepBatch *b) {
     run_state_free(&b->work);
     free(b->tokens); free(b->hidden); free(b->logits);
     memset(b, 0, sizeof *b);
@@ -7420,8 +7420,8 @@ __attribute__((unused)) static void step_batch_free(StepBatch *b) {
 /* One step of each of gens[0, n) (one model, one ForwardOptions), as generator_step(gens[k],
    ids[k], max[k]) would take it alone: the ids into ids[k], their count (0: that generator's run
    has stopped) into counts[k]. */
-__attribute__((unused)) static void generator_step_batch(Generator **gens, int n, StepBatch *b,
-                                                          int **ids, const int *max, int *counts) {
+static void generator_step_batch(Generator **gens, int n, StepBatch *b, int **ids, const int *max,
+                                 int *counts) {
     StepRows plan[n];
     RowGroup groups[n];
     int member[n], n_groups = 0, rows = 0;
