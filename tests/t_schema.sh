@@ -9,7 +9,8 @@
 # grammar's answers match it; a keyword the grammar cannot enforce, a bad grammar, a missing file,
 # both settings at once and SCHEMA outside PROMPT are errors naming the cause. SERVE: OpenAI chat's
 # response_format json_schema answers as PROMPT with SCHEMA (finish_reason stop), json_object gives
-# a JSON object, an unenforced keyword is a 400 naming it, and the next request is free again.
+# a JSON object, an unenforced keyword is a 400 naming it, and the next request is free again;
+# Ollama's format (a schema: the same answer; "json": a JSON object).
 source "$(dirname "$0")/lib.sh"
 cd "$ROOT" || exit 2
 unset_settings
@@ -231,3 +232,28 @@ run free1 TEMP=1 SEED=1 SPEC=off NGEN=400
 if $PY -c 'import sys; a, p = (open(f, "rb").read() for f in sys.argv[1:]); sys.exit(not (len(a) > 20 and p.startswith(a)))' "$T/free_api.out" "$T/free1.out"
 then echo "PASS after a constrained request the next one is free (the same as PROMPT without SCHEMA)"
 else echo "FAIL the constraint outlived its request"; head -c 200 "$T/free_api.out"; fi
+
+# ---- SERVE: Ollama's format (a schema, or "json") ---------------------------------------------
+ok=1 outs=()
+for seed in 1 2 3; do
+  $PY - "$seed" "$T/schema.json" >"$T/ollama$seed.body" <<'EOF'
+import json, sys
+print(json.dumps({"model": "m", "messages": [{"role": "user", "content": "Describe a thing as JSON."}],
+                  "stream": False, "think": False, "format": json.load(open(sys.argv[2])),
+                  "options": {"temperature": 1, "seed": int(sys.argv[1]), "num_predict": 400}}))
+EOF
+  curl -sS --max-time 120 "http://127.0.0.1:$PORT/api/chat" -d @"$T/ollama$seed.body" >"$T/ollama$seed.json"
+  $PY -c 'import json,sys; d=json.load(open(sys.argv[1])); sys.stdout.write(d["message"]["content"]); sys.stderr.write(d["done_reason"])' \
+    "$T/ollama$seed.json" >"$T/ollama$seed.out" 2>"$T/ollama$seed.reason"
+  outs+=("$T/ollama$seed.out")
+  [ "$(cat "$T/ollama$seed.reason")" = stop ] || ok=0
+  cmp -s "$T/ollama$seed.out" "$T/s$seed.off.out" || { ok=0; echo "  seed $seed: differs from PROMPT with SCHEMA"; }
+done
+if $PY "$T/validate.py" "$T/schema.json" "${outs[@]}" && [ $ok = 1 ]
+then echo "PASS Ollama format (a schema): 3 seeds valid, done_reason stop, the same as PROMPT with SCHEMA"
+else echo "FAIL Ollama format (a schema)"; fi
+printf '{"model": "m", "prompt": "Hi", "stream": false, "think": false, "format": "json", "options": {"temperature": 1, "seed": 4}}' >"$T/ogen.body"
+curl -sS --max-time 120 "http://127.0.0.1:$PORT/api/generate" -d @"$T/ogen.body" >"$T/ogen.json"
+$PY -c 'import json,sys; sys.stdout.write(json.load(open(sys.argv[1]))["response"])' "$T/ogen.json" >"$T/ogen.out"
+if $PY "$T/validate.py" "$T/object.json" "$T/ogen.out"; then echo "PASS Ollama format json (/api/generate): a JSON object"
+else echo "FAIL Ollama format json: $(head -c 200 "$T/ogen.json")"; fi

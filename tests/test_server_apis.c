@@ -291,8 +291,25 @@ static void test_ollama_request(void) {
     refused(o, "options.num_predict 0", b, "options.num_predict", "num_predict");
     snprintf(b, sizeof b, "{%s, \"options\": {\"temperature\": \"hot\"}}", msg);
     refused(o, "options.temperature of the wrong type", b, "options", "options: \"temperature\"");
-    snprintf(b, sizeof b, "{%s, \"format\": \"json\"}", msg);
-    refused(o, "format", b, "format", "not supported");
+    snprintf(b, sizeof b, "{%s, \"format\": \"yaml\"}", msg);
+    refused(o, "format yaml", b, "format", "\"json\" or a JSON schema");
+    snprintf(b, sizeof b, "{%s, \"format\": {\"type\": \"string\", \"pattern\": \"a\"}}", msg);
+    refused(o, "format with an unenforced keyword", b, "format", "keyword 'pattern' is not enforced");
+    {
+        ApiRequest q;
+        ApiError e;
+        JsonDoc *doc;
+        snprintf(b, sizeof b, "{%s, \"format\": \"json\"}", msg);
+        int rc = parse(o, b, &q, &e, &doc);
+        check("ollama format json: any JSON object", rc == 0 && q.grammar, e.message);
+        api_request_free(&q);
+        json_free(doc);
+        snprintf(b, sizeof b, "{%s, \"format\": {\"type\": \"array\", \"maxItems\": 2}}", msg);
+        rc = parse(o, b, &q, &e, &doc);
+        check("ollama format with a schema: compiled", rc == 0 && q.grammar, e.message);
+        api_request_free(&q);
+        json_free(doc);
+    }
     refused(o, "images",
             "{\"messages\": [{\"role\": \"user\", \"content\": \"x\", \"images\": [\"aGk=\"]}]}",
             "messages", "images");
