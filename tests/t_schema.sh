@@ -98,6 +98,8 @@ for seed in $(seq 1 20); do
 done
 if $PY "$T/validate.py" "$T/schema.json" "${outs[@]}"; then echo "PASS SCHEMA, TEMP=1, 20 seeds: every answer parses and validates"
 else echo "FAIL SCHEMA, TEMP=1: answers above break the schema"; fi
+if [ -z "$(grep -Lx 0 "$T"/s*.rc)" ]; then echo "PASS SCHEMA: all 60 runs exit 0"
+else echo "FAIL SCHEMA: runs exited non-zero: $(grep -Lx 0 "$T"/s*.rc | head -3)"; fi
 if [ "$eos" = 20 ]; then echo "PASS SCHEMA: every answer ends at EOS once complete (stop: eos)"
 else echo "FAIL SCHEMA: $eos of 20 answers stopped at EOS"; tail -1 "$T/s1.off.err"; fi
 if [ "$fails" = 0 ]; then echo "PASS SCHEMA, TEMP=1, 20 seeds: SPEC=mtp and SPEC=ngram answer as SPEC=off"
