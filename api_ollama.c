@@ -110,10 +110,7 @@ static int ollama_format(const JsonValue *v, ApiRequest *r, ApiError *e) {
     }
     if (json_type(v) != JSON_OBJECT)
         return api_fail(e, 400, "format", NULL, "\"format\" must be \"json\" or a JSON schema");
-    char err[512];
-    if (!(r->grammar = grammar_from_schema(v, NULL, err, sizeof err)))
-        return api_fail(e, 400, "format", NULL, "\"format\": %s", err);
-    return 0;
+    return api_schema_grammar(v, "format", "format", r, e);
 }
 
 /* The fields /api/chat and /api/generate share. */

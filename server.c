@@ -481,6 +481,16 @@ static int api_prediction(const JsonValue *root, ApiRequest *r, ApiError *e) {
     return 0;
 }
 
+/* The grammar of a request's JSON schema (response_format, text.format, Ollama's format) into
+   r->grammar: 0, or a 400 on `param` naming the keyword that is not enforced. */
+static int api_schema_grammar(const JsonValue *schema, const char *param, const char *where,
+                              ApiRequest *r, ApiError *e) {
+    char err[512];
+    if (!(r->grammar = grammar_from_schema(schema, NULL, err, sizeof err)))
+        return api_fail(e, 400, param, NULL, "\"%s\": %s", where, err);
+    return 0;
+}
+
 /* response_format: text (free), json_object (any JSON object) or json_schema ({name, schema,
    strict}: the answer follows the schema, whatever strict says). A schema keyword that the grammar
    cannot enforce is a 400 naming it. With thinking on the reasoning stays free (server_answer). */
@@ -514,11 +524,8 @@ static int api_response_format(const JsonValue *root, ApiRequest *r, ApiError *e
     if (!schema)
         return api_fail(e, 400, "response_format", NULL,
                         "\"response_format.json_schema\" needs a \"schema\" object");
-    char err[512];
-    if (!(r->grammar = grammar_from_schema(schema, NULL, err, sizeof err)))
-        return api_fail(e, 400, "response_format", NULL,
-                        "\"response_format.json_schema.schema\": %s", err);
-    return 0;
+    return api_schema_grammar(schema, "response_format", "response_format.json_schema.schema", r,
+                              e);
 }
 
 static void api_request_free(ApiRequest *r) {

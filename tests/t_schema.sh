@@ -10,7 +10,8 @@
 # both settings at once and SCHEMA outside PROMPT are errors naming the cause. SERVE: OpenAI chat's
 # response_format json_schema answers as PROMPT with SCHEMA (finish_reason stop), json_object gives
 # a JSON object, an unenforced keyword is a 400 naming it, and the next request is free again;
-# Ollama's format (a schema: the same answer; "json": a JSON object).
+# Ollama's format (a schema: the same answer; "json": a JSON object); the Responses API's
+# text.format json_schema (greedy: the same answer).
 source "$(dirname "$0")/lib.sh"
 cd "$ROOT" || exit 2
 unset_settings
@@ -259,3 +260,21 @@ curl -sS --max-time 120 "http://127.0.0.1:$PORT/api/generate" -d @"$T/ogen.body"
 $PY -c 'import json,sys; sys.stdout.write(json.load(open(sys.argv[1]))["response"])' "$T/ogen.json" >"$T/ogen.out"
 if $PY "$T/validate.py" "$T/object.json" "$T/ogen.out"; then echo "PASS Ollama format json (/api/generate): a JSON object"
 else echo "FAIL Ollama format json: $(head -c 200 "$T/ogen.json")"; fi
+
+# ---- SERVE: the Responses API's text.format (greedy: the same as PROMPT's greedy answer) --------
+$PY - "$T/schema.json" >"$T/resp.body" <<'EOF'
+import json, sys
+print(json.dumps({"model": "m", "input": "Describe a thing as JSON.", "temperature": 0,
+                  "max_output_tokens": 400, "reasoning": {"effort": "none"},
+                  "text": {"format": {"type": "json_schema", "name": "thing", "strict": True,
+                                      "schema": json.load(open(sys.argv[1]))}}}))
+EOF
+curl -sS --max-time 120 "http://127.0.0.1:$PORT/v1/responses" -H 'Content-Type: application/json' -d @"$T/resp.body" >"$T/resp.json"
+$PY -c '
+import json, sys
+d = json.load(open(sys.argv[1]))
+sys.stdout.write("".join(p["text"] for o in d["output"] if o["type"] == "message" for p in o["content"]))
+sys.stderr.write(d["status"])' "$T/resp.json" >"$T/resp.out" 2>"$T/resp.status"
+if [ "$(cat "$T/resp.status")" = completed ] && cmp -s "$T/resp.out" "$T/g.off.out" && $PY "$T/validate.py" "$T/schema.json" "$T/resp.out"
+then echo "PASS Responses text.format json_schema: completed, valid, the same as PROMPT with SCHEMA (greedy)"
+else echo "FAIL Responses text.format json_schema: $(cat "$T/resp.status") $(head -c 300 "$T/resp.json")"; fi
