@@ -6935,21 +6935,30 @@ static const float *spec_mtp_fill(Generator *g, int q_end, int next_token, int w
 }
 
 /* MTP drafts: slot pos-1 (with the sampled token t) after the pending slots, then recursively,
-   each draft drawn with the draw that would emit it (sampler_pick), stopping after an EOS. */
+   each draft drawn with the draw that would emit it (sampler_pick), stopping after an EOS. Under
+   a constraint each draft is drawn from the head's logits masked by the state the drafts before
+   it lead to (a clone of the matcher), so that drafts stay inside the grammar. */
 static int spec_draft_mtp(Generator *g, int t, int k, int *out) {
     Speculation *sp = &g->spec;
+    Constraint *c = &g->constraint;
     const int H = g->model->c.hidden;
     const float *h = spec_mtp_fill(g, g->pos, t, 1, sp->max_draft + 1);
-    int n = 0;
+    GrammarMatcher *cm = c->matcher ? grammar_matcher_clone(c->matcher) : NULL;
+    if (c->matcher && !cm) die("out of memory");
+    int n = 0, active = c->active;
     for (;;) {
+        if (cm && active && constraint_mask(c, cm, sp->mtp_logits, g->model->c.vocab)) break;
         const int d = sampler_pick(&g->sampler, sp->mtp_logits, g->sampler.draws + (uint64_t)n);
         out[n++] = d;
-        if (n == k || generator_is_eos(g, d)) return n;
+        if (n == k || generator_is_eos(g, d)) break;
+        if (cm) constraint_advance(c, cm, &active, d);
         if (h != sp->mtp_rows) memmove(sp->mtp_rows, h, (size_t)H * sizeof(float));
         mtp_forward(g->model, g->state, g->opt, &d, sp->mtp_rows, 1, g->pos + n - 1, sp->mtp_rows,
                     sp->mtp_logits, 1);
         h = sp->mtp_rows;
     }
+    grammar_matcher_free(cm);
+    return n;
 }
 
 /* n-gram drafts (prompt lookup) over history[0, pos) followed by t: the continuation of the latest
@@ -7071,12 +7080,12 @@ static int spec_auto_draft(Generator *g, int t, int room, int *out, int *which) 
         }
     if (can_mtp && sp->drafter[DRAFTER_MTP].probe) {
         const double t0 = now_seconds();
-        spec_draft_mtp(g, t, 1, out);
+        const int got = spec_draft_mtp(g, t, 1, out);   /* 0 only at a constraint's dead end */
         const double step = now_seconds() - t0;
         sp->mtp_step_cost = sp->mtp_step_cost > 0
                                 ? (1 - SPEC_COST_NEW) * sp->mtp_step_cost + SPEC_COST_NEW * step
                                 : step;
-        spec_shadow(sp, DRAFTER_MTP, out[0], g->pos + 1);
+        if (got) spec_shadow(sp, DRAFTER_MTP, out[0], g->pos + 1);
         return 0;
     }
     double best = 1.0 / sp->cost[1], rate_of[N_DRAFTERS] = { 0 };
