@@ -128,7 +128,8 @@ static int ollama_common(const Server *srv, const JsonValue *root, ApiRequest *r
             return api_fail(e, 400, refused[i], NULL, "\"%s\" is not supported", refused[i]);
     }
     if (api_bool(root, "stream", "stream", &r->stream, e) ||
-        api_object(root, "options", &options, e) || (options && ollama_options(srv, options, r, e)) ||
+        api_object(root, "options", &options, e) ||
+        (options && ollama_options(srv, options, r, e)) ||
         ollama_format(json_get(root, "format"), r, e))
         return -1;
     if (api_given(v = json_get(root, "think"))) {

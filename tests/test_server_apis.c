@@ -312,7 +312,8 @@ static void test_ollama_request(void) {
     snprintf(b, sizeof b, "{%s, \"format\": \"yaml\"}", msg);
     refused(o, "format yaml", b, "format", "\"json\" or a JSON schema");
     snprintf(b, sizeof b, "{%s, \"format\": {\"type\": \"string\", \"pattern\": \"a\"}}", msg);
-    refused(o, "format with an unenforced keyword", b, "format", "keyword 'pattern' is not enforced");
+    refused(o, "format with an unenforced keyword", b, "format",
+            "keyword 'pattern' is not enforced");
     {
         ApiRequest q;
         ApiError e;
