@@ -13,7 +13,9 @@
    runtime options (num_thread, num_gpu, num_batch, use_mmap, ...) are accepted and ignored; the
    sampling options glm does not have (repeat_penalty, min_p, mirostat, ...) are refused by name
    unless they hold the value that turns them off. keep_alive is accepted (the model stays
-   loaded). format, images, template, context, suffix are refused by name. /api/generate with
+   loaded). format "json" makes the answer a JSON object, a format that is a JSON schema makes it
+   follow the schema (as OpenAI's response_format; an unenforced keyword is refused by name).
+   images, template, context, suffix are refused by name. /api/generate with
    raw: true continues the prompt as written (as /v1/completions); otherwise system and prompt
    go through the template. Errors: {"error": "..."}.
    ============================================================================================= */
@@ -97,6 +99,20 @@ static int ollama_options(const Server *srv, const JsonValue *o, ApiRequest *r, 
     return 0;
 }
 
+/* format: "" (none), "json" (any JSON object) or a JSON schema. */
+static int ollama_format(const JsonValue *v, ApiRequest *r, ApiError *e) {
+    size_t n = 0;
+    const char *s = json_str(v, &n);
+    if (!api_given(v) || (s && !n)) return 0;
+    if (s && !strcmp(s, "json")) {
+        if (!(r->grammar = grammar_json_object(NULL))) die("out of memory");
+        return 0;
+    }
+    if (json_type(v) != JSON_OBJECT)
+        return api_fail(e, 400, "format", NULL, "\"format\" must be \"json\" or a JSON schema");
+    return api_schema_grammar(v, "format", "format", r, e);
+}
+
 /* The fields /api/chat and /api/generate share. */
 static int ollama_common(const Server *srv, const JsonValue *root, ApiRequest *r, ApiError *e) {
     api_request_defaults(srv, r);
@@ -104,7 +120,7 @@ static int ollama_common(const Server *srv, const JsonValue *root, ApiRequest *r
     const JsonValue *v = json_get(root, "model"), *options;
     if (api_given(v) && json_type(v) != JSON_STRING)
         return api_fail(e, 400, "model", NULL, "\"model\" must be a string");
-    static const char *const refused[] = { "format", "template", "context", "suffix", "images" };
+    static const char *const refused[] = { "template", "context", "suffix", "images" };
     for (size_t i = 0; i < sizeof refused / sizeof refused[0]; i++) {
         size_t n = 1;
         if (api_given(v = json_get(root, refused[i])) && !(json_str(v, &n) && !n) &&
@@ -112,7 +128,9 @@ static int ollama_common(const Server *srv, const JsonValue *root, ApiRequest *r
             return api_fail(e, 400, refused[i], NULL, "\"%s\" is not supported", refused[i]);
     }
     if (api_bool(root, "stream", "stream", &r->stream, e) ||
-        api_object(root, "options", &options, e) || (options && ollama_options(srv, options, r, e)))
+        api_object(root, "options", &options, e) ||
+        (options && ollama_options(srv, options, r, e)) ||
+        ollama_format(json_get(root, "format"), r, e))
         return -1;
     if (api_given(v = json_get(root, "think"))) {
         const char *level = json_str(v, NULL);

@@ -10,8 +10,8 @@
    message and function_call items form one assistant turn. instructions is the system message.
    tools: function tools (other tool types refused by name); tool_choice auto or none.
    max_output_tokens, temperature, top_p; reasoning.effort as api_effort_level maps it (none:
-   thinking off; absent: the server's THINK and REASONING_EFFORT). text.format other than text is
-   refused (no constrained decoding).
+   thinking off; absent: the server's THINK and REASONING_EFFORT). text.format json_object or
+   json_schema ({name, schema, strict}) constrains the answer as chat's response_format does.
    Output items: reasoning (content [reasoning_text], summary []), message (one output_text part),
    function_call (call_id, name, arguments as a JSON string). status "completed", or "incomplete"
    with incomplete_details.reason "max_output_tokens". Streams: response.created,
@@ -270,13 +270,22 @@ static int responses_parse(const Server *srv, const JsonValue *root, ApiRequest 
     const JsonValue *text, *reasoning;
     if (api_object(root, "text", &text, e) || api_object(root, "reasoning", &reasoning, e))
         return -1;
-    const JsonValue *format = json_get(text, "format");
+    const JsonValue *format = json_get(text, "format"), *schema;
     const char *ft = json_str(json_get(format, "type"), NULL);
-    if (api_given(format) && (!ft || strcmp(ft, "text")))
+    if (api_given(format) && ft && !strcmp(ft, "json_object")) {
+        if (!(r->grammar = grammar_json_object(NULL))) die("out of memory");
+    } else if (api_given(format) && ft && !strcmp(ft, "json_schema")) {
+        if (api_object(format, "schema", &schema, e)) return -1;
+        if (!schema)
+            return api_fail(e, 400, "text.format", NULL,
+                            "\"text.format\" of type json_schema needs a \"schema\" object");
+        if (api_schema_grammar(schema, "text.format", "text.format.schema", r, e)) return -1;
+    } else if (api_given(format) && (!ft || strcmp(ft, "text"))) {
         return api_fail(e, 400, "text.format", NULL,
-                        "\"text.format\" %.40s is not supported (no constrained decoding; only "
-                        "\"text\")",
+                        "\"text.format\" %.40s is not supported (text, json_object or "
+                        "json_schema)",
                         ft ? ft : "without a type");
+    }
     const char *effort = json_str(json_get(reasoning, "effort"), NULL);
     if (api_given(json_get(reasoning, "effort")) &&
         (!effort || api_effort_level(effort, &r->render)))

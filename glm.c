@@ -97,6 +97,8 @@ static void openmp_passive_wait(char **argv) {
 #include "tier.h"
 #define TOK_IMPLEMENTATION
 #include "tok.h"
+#define GRAMMAR_IMPLEMENTATION
+#include "grammar.h"
 #define LINED_IMPLEMENTATION
 #include "lined.h"
 #define CHAT_IMPLEMENTATION
@@ -439,6 +441,8 @@ static const SettingSpec SETTINGS[] = {
     { "REASONING_EFFORT", SET_STR, "max", 0, 0, "GLM-5.2 with thinking on: max or high (the prompt's <|system|>Reasoning Effort line)" },
     { "SPEC",     SET_STR,   "auto", 0, 0, "speculative decoding, never changes the output: auto (MTP head and n-gram drafts where they pay, measured as it runs), mtp, ngram (prompt lookup) or off" },
     { "DRAFT",    SET_INT,   "4",    1, 16, "most tokens drafted per verify pass (SPEC=auto may draft fewer)" },
+    { "SCHEMA",   SET_STR,   "",     0, 0, "PROMPT: JSON schema file the answer must follow (after the reasoning with thinking on); a keyword it cannot enforce is an error naming it" },
+    { "GRAMMAR",  SET_STR,   "",     0, 0, "PROMPT: GBNF grammar file (llama.cpp's syntax, start rule root) the answer must follow, as SCHEMA" },
     { "CHAT_TEMPLATE", SET_BOOL, "1", 0, 1, "apply the GLM-5 chat template (0: send PROMPT / each chat line as raw text)" },
     { "CHAT_FORMAT", SET_STR, "auto", 0, 0, "chat template form: auto (from SNAP's chat_template.jinja or tokenizer_config.json; none there: glm-5.2), glm-5.2, or glm-5.0 (also GLM-5.1)" },
     { "SPECIAL",  SET_BOOL,  "0",    0, 1, "recognise special tokens such as <|user|> written in the text (0: text is only text)" },
@@ -540,6 +544,7 @@ typedef struct {
     int prompt_given, chat_template, think, special;
     int think_given;         /* THINK is set: it overrides a resumed session's thinking mode */
     const char *session_path;   /* SESSION, "" when unset */
+    const char *schema_path, *grammar_path;   /* SCHEMA, GRAMMAR: "" when unset */
     int prompt_from_stdin;   /* PROMPT=-, or no mode with stdin not a terminal: read_stdin_prompt */
     char *stdin_prompt;      /* what it read (owned) */
     float temperature, top_p;
@@ -903,6 +908,8 @@ static Settings settings_from_env(int argc, char **argv) {
     s.think = (int)setting_number("THINK");
     s.think_given = getenv("THINK") != NULL;
     s.session_path = setting_value("SESSION");
+    s.schema_path = setting_value("SCHEMA");
+    s.grammar_path = setting_value("GRAMMAR");
     s.chat_format = setting_value("CHAT_FORMAT");
     s.reasoning_effort = setting_value("REASONING_EFFORT");
     if (!chat_effort_valid(s.reasoning_effort))
@@ -1006,6 +1013,11 @@ static Settings settings_from_env(int argc, char **argv) {
         die("nothing to do: set PROMPT=\"...\", CHAT=1, TOKENIZE=file or REF=file (see --help)");
     }
     if (s.prompt_given && !strcmp(s.prompt, "-")) s.prompt_from_stdin = 1;
+    if (s.schema_path[0] && s.grammar_path[0])
+        die("SCHEMA=%s and GRAMMAR=%s: set one", s.schema_path, s.grammar_path);
+    if ((s.schema_path[0] || s.grammar_path[0]) && s.mode != MODE_PROMPT)
+        die("%s constrains PROMPT's answer; SERVE takes a schema per request (response_format)",
+            s.schema_path[0] ? "SCHEMA" : "GRAMMAR");
     if (s.session_path[0] && s.mode != MODE_PROMPT && s.mode != MODE_CHAT && s.mode != MODE_SERVE)
         die("SESSION=%s holds a conversation: it works with PROMPT, CHAT and SERVE, not with %s",
             s.session_path,
@@ -6540,7 +6552,15 @@ static void sampler_free(Sampler *sp) {
    the probability that the two races agree, Σ_x 1 / Σ_y max(p_y/p_x, q_y/q_x), a little below
    the residual rule's Σ min(p, q) (equal when p = q). The residual rule would draw different
    tokens depending on which steps drafted, and SPEC=auto decides that from timings: a seed
-   would no longer fix the output. */
+   would no longer fix the output.
+
+   Constraint (generator_set_constraint: SCHEMA, GRAMMAR, a request's response_format). Before each
+   draw the logits of the tokens that the grammar matcher does not allow next become -inf, and
+   each emitted token advances it; EOS is allowed exactly when the answer is complete, so a
+   complete answer ends with STOP_EOS. Drafts are cut where the matcher stops accepting them, and
+   verification masks row i by a clone of the matcher advanced along drafts 0..i-1: the same mask
+   plain decoding applies at that position, so speculation stays exact under a constraint. A
+   mask that allows nothing (a vocabulary without every single byte) ends the run as STOP_LIMIT. */
 
 typedef enum { STOP_NONE, STOP_EOS, STOP_LIMIT, STOP_INTERRUPT, STOP_CONTEXT } StopReason;
 static const char *const STOP_NAMES[] = { "-", "eos", "NGEN", "interrupted (Ctrl-C)",
@@ -6621,6 +6641,16 @@ typedef struct {
     void *caller_user;
 } Speculation;
 
+/* An allowed-token constraint (grammar.h): before each draw the logits of the tokens the matcher
+   does not allow become -inf, and each emitted token advances it. With start_after >= 0 it waits
+   for that token (</think>: the reasoning is free, the answer constrained). */
+typedef struct {
+    GrammarMatcher *matcher;    /* NULL: no constraint; the caller owns it */
+    uint64_t *mask;             /* [grammar_mask_words] */
+    int start_after;            /* -1: from the first token */
+    int active;                 /* the matcher is being followed */
+} Constraint;
+
 typedef struct {
     Model *model;
     RunState *state;
@@ -6649,6 +6679,7 @@ typedef struct {
     StopReason stop;                            /* why the run ended; STOP_NONE while it goes on */
     long long forwards;                         /* forward passes run, all kinds */
     Speculation spec;                           /* generator_set_speculation; off by default */
+    Constraint constraint;                      /* generator_set_constraint; none by default */
     /* the state's prefix cache (KV_CACHE; NULL: none) */
     struct KvCache *prefix_cache;
     int restored;                               /* tokens the last prefill restored from it */
@@ -6686,6 +6717,7 @@ static void generator_free(Generator *g) {
     void *spec_buffers[] = { sp->ring,       sp->ring_pos,   sp->mtp_rows,
                              sp->mtp_tokens, sp->mtp_logits, sp->verify_logits };
     for (size_t i = 0; i < sizeof spec_buffers / sizeof spec_buffers[0]; i++) free(spec_buffers[i]);
+    free(g->constraint.mask);
     free(g);
 }
 
@@ -6736,6 +6768,63 @@ static void generator_set_speculation(Generator *g, SpecMode mode, int max_draft
 static int generator_is_eos(const Generator *g, int id) {
     for (int i = 0; i < g->stop_rules.n_eos; i++) if (g->stop_rules.eos[i] == id) return 1;
     return 0;
+}
+
+/* The grammar vocabulary of a tokenizer: each id's raw bytes, added tokens none (never allowed),
+   the given stop ids as eos (allowed once the answer is complete). NULL with err on failure. */
+static GrammarVocab *grammar_vocab_of(const Tokenizer *t, int vocab, const int *eos, int n_eos,
+                                      char *err, size_t err_len) {
+    const char **piece = xcalloc((size_t)vocab, sizeof *piece);
+    size_t *len = xcalloc((size_t)vocab, sizeof *len);
+    for (int id = 0; id < vocab && id < tok_vocab_size(t); id++)
+        if (!tok_is_added(t, id)) piece[id] = tok_piece(t, id, &len[id]);
+    GrammarVocab *v = grammar_vocab_new(vocab, piece, len, eos, n_eos, err, err_len);
+    free(piece);
+    free(len);
+    return v;
+}
+
+/* Follows matcher m (NULL: no constraint) from the next token on, or from the token after
+   start_after (>= 0) once that is emitted. Set it before a run of steps; m stays the caller's. */
+static void generator_set_constraint(Generator *g, GrammarMatcher *m, const GrammarVocab *v,
+                                     int start_after) {
+    Constraint *c = &g->constraint;
+    free(c->mask);
+    memset(c, 0, sizeof *c);
+    c->start_after = -1;
+    if (!m) return;
+    c->matcher = m;
+    c->mask = xmalloc(grammar_mask_words(v) * sizeof(uint64_t));
+    c->start_after = start_after;
+    c->active = start_after < 0;
+}
+
+/* Sets the logits of the tokens that matcher m does not allow next to -inf. -1 when it allows
+   none (a dead end) or fails. */
+static int constraint_mask(Constraint *c, GrammarMatcher *m, float *logits, int V) {
+    if (grammar_matcher_mask(m, c->mask) <= 0) return -1;
+    grammar_apply_mask(logits, c->mask, V);
+    return 0;
+}
+
+/* Advances matcher m (in state *active) past an emitted token. */
+static void constraint_advance(Constraint *c, GrammarMatcher *m, int *active, int id) {
+    if (!*active) { *active = id == c->start_after; return; }
+    if (grammar_matcher_accept(m, id) != 1)
+        die("internal: the grammar refused token %d that its own mask allowed", id);
+}
+
+/* How many leading drafts[0, n) the constraint allows after the sampled token. */
+static int constraint_trim(Constraint *c, const int *drafts, int n) {
+    if (!c->matcher) return n;
+    int j = 0;
+    if (!c->active) {
+        while (j < n && drafts[j] != c->start_after) j++;
+        if (j == n) return n;
+        j++;
+    }
+    const int k = grammar_matcher_check(c->matcher, drafts + j, n - j);
+    return j + (k > 0 ? k : 0);
 }
 
 /* Makes tokens[0, n) part of the history at pos: the last forward ran them (its hidden rows
@@ -6872,21 +6961,30 @@ static const float *spec_mtp_fill(Generator *g, int q_end, int next_token, int w
 }
 
 /* MTP drafts: slot pos-1 (with the sampled token t) after the pending slots, then recursively,
-   each draft drawn with the draw that would emit it (sampler_pick), stopping after an EOS. */
+   each draft drawn with the draw that would emit it (sampler_pick), stopping after an EOS. Under
+   a constraint each draft is drawn from the head's logits masked by the state the drafts before
+   it lead to (a clone of the matcher), so that drafts stay inside the grammar. */
 static int spec_draft_mtp(Generator *g, int t, int k, int *out) {
     Speculation *sp = &g->spec;
+    Constraint *c = &g->constraint;
     const int H = g->model->c.hidden;
     const float *h = spec_mtp_fill(g, g->pos, t, 1, sp->max_draft + 1);
-    int n = 0;
+    GrammarMatcher *cm = c->matcher ? grammar_matcher_clone(c->matcher) : NULL;
+    if (c->matcher && !cm) die("out of memory");
+    int n = 0, active = c->active;
     for (;;) {
+        if (cm && active && constraint_mask(c, cm, sp->mtp_logits, g->model->c.vocab)) break;
         const int d = sampler_pick(&g->sampler, sp->mtp_logits, g->sampler.draws + (uint64_t)n);
         out[n++] = d;
-        if (n == k || generator_is_eos(g, d)) return n;
+        if (n == k || generator_is_eos(g, d)) break;
+        if (cm) constraint_advance(c, cm, &active, d);
         if (h != sp->mtp_rows) memmove(sp->mtp_rows, h, (size_t)H * sizeof(float));
         mtp_forward(g->model, g->state, g->opt, &d, sp->mtp_rows, 1, g->pos + n - 1, sp->mtp_rows,
                     sp->mtp_logits, 1);
         h = sp->mtp_rows;
     }
+    grammar_matcher_free(cm);
+    return n;
 }
 
 /* n-gram drafts (prompt lookup) over history[0, pos) followed by t: the continuation of the latest
@@ -7008,12 +7106,12 @@ static int spec_auto_draft(Generator *g, int t, int room, int *out, int *which) 
         }
     if (can_mtp && sp->drafter[DRAFTER_MTP].probe) {
         const double t0 = now_seconds();
-        spec_draft_mtp(g, t, 1, out);
+        const int got = spec_draft_mtp(g, t, 1, out);   /* 0 only at a constraint's dead end */
         const double step = now_seconds() - t0;
         sp->mtp_step_cost = sp->mtp_step_cost > 0
                                 ? (1 - SPEC_COST_NEW) * sp->mtp_step_cost + SPEC_COST_NEW * step
                                 : step;
-        spec_shadow(sp, DRAFTER_MTP, out[0], g->pos + 1);
+        if (got) spec_shadow(sp, DRAFTER_MTP, out[0], g->pos + 1);
         return 0;
     }
     double best = 1.0 / sp->cost[1], rate_of[N_DRAFTERS] = { 0 };
@@ -7289,10 +7387,21 @@ static int generator_verify_end(Generator *g, const StepRows *p, double forward_
     const int *tokens = p->tokens, *drafts = p->tokens + 1;
     const double draft_seconds = p->draft_seconds;
     generator_forward_done(g, n + 1);
-    int accepted = 0;
-    while (accepted < n && sampler_pick(&g->sampler, sp->verify_logits + (size_t)accepted * V,
-                                        g->sampler.draws + (uint64_t)accepted) == drafts[accepted])
+    /* under a constraint each row is masked by the state the drafts before it lead to */
+    Constraint *c = &g->constraint;
+    GrammarMatcher *cm = c->matcher ? grammar_matcher_clone(c->matcher) : NULL;
+    if (c->matcher && !cm) die("out of memory");
+    int accepted = 0, active = c->active;
+    while (accepted < n) {
+        float *row = sp->verify_logits + (size_t)accepted * V;
+        if (cm && active && constraint_mask(c, cm, row, V)) break;
+        if (sampler_pick(&g->sampler, row, g->sampler.draws + (uint64_t)accepted) !=
+            drafts[accepted])
+            break;
+        if (cm) constraint_advance(c, cm, &active, drafts[accepted]);
         accepted++;
+    }
+    grammar_matcher_free(cm);
     spec_account(sp, which, n, accepted, forward_seconds, draft_seconds);
     /* report id and the kept drafts in order; the room given to the drafter keeps the run within
        max_tokens, so the limit can only fall on its last token */
@@ -7302,6 +7411,7 @@ static int generator_verify_end(Generator *g, const StepRows *p, double forward_
             g->sampler.draws++;   /* the draw that verified tokens[i] */
             if (generator_is_eos(g, tokens[i])) { g->stop = STOP_EOS; break; }
         }
+        if (i > 0 && c->matcher) constraint_advance(c, c->matcher, &c->active, tokens[i]);
         ids[count++] = tokens[i];
         generator_report(g, tokens[i], i ? sp->verify_logits + (size_t)(i - 1) * V : g->logits);
         if (r->max_tokens >= 0 && g->generated >= r->max_tokens) {
@@ -7327,10 +7437,17 @@ static int generator_step_begin(Generator *g, int *ids, int max, StepRows *p) {
     if (g->interrupt && *g->interrupt) { g->stop = STOP_INTERRUPT; return 0; }
     if (r->max_tokens >= 0 && g->generated >= r->max_tokens) { g->stop = STOP_LIMIT; return 0; }
     generator_refresh_logits(g);
+    Constraint *c = &g->constraint;
+    /* a dead end (a vocabulary without every single byte) ends the run as a limit would */
+    if (c->matcher && c->active && constraint_mask(c, c->matcher, g->logits, g->model->c.vocab)) {
+        g->stop = STOP_LIMIT;
+        return 0;
+    }
     const int id = sampler_sample(&g->sampler, g->logits);
     if (g->spec.shadow_pos == g->pos) spec_shadow_check(&g->spec, id);
     if (generator_is_eos(g, id)) { g->stop = STOP_EOS; return 0; }
     if (g->pos >= g->state->capacity) { g->stop = STOP_CONTEXT; return 0; }
+    if (c->matcher) constraint_advance(c, c->matcher, &c->active, id);
     /* room for drafts after id: the caller's buffer, the cache, one forward's rows, the limit */
     int room = max - 1;
     if (room > g->state->capacity - g->pos - 1) room = g->state->capacity - g->pos - 1;
@@ -7339,7 +7456,8 @@ static int generator_step_begin(Generator *g, int *ids, int max, StepRows *p) {
         room = r->max_tokens - g->generated - 1;
     p->which = 0;
     const double t0 = now_seconds();
-    const int n = room > 0 ? spec_draft(g, id, room, p->tokens + 1, &p->which) : 0;
+    int n = room > 0 ? spec_draft(g, id, room, p->tokens + 1, &p->which) : 0;
+    n = constraint_trim(c, p->tokens + 1, n);
     p->draft_seconds = now_seconds() - t0;
     p->tokens[0] = id;
     if (n > 0) { p->rows = n + 1; return -1; }

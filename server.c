@@ -94,6 +94,9 @@ struct Server {
     /* SESSION: the cache is saved there after every answer; NULL: none */
     const char *session_path;
     SessionKey session_key;             /* what a session file must match to be this server's */
+    /* the tokenizer's vocabulary for constrained answers, built at the first (NULL: not yet) */
+    GrammarVocab *grammar_vocab;
+    pthread_mutex_t grammar_mu;         /* grammar_vocab's first build, with several workers */
 };
 
 /* One core, several skins. Every API (a "skin": OpenAI chat and completions here, Anthropic
@@ -151,6 +154,7 @@ struct ApiRequest {
     /* OpenAI logprobs: the chosen token's, and this many top ones */
     int logprobs, top_logprobs;
     char *translated;                   /* the request in OpenAI's terms (xmalloc'd; NULL: none) */
+    Grammar *grammar;                   /* response_format json_object / json_schema (NULL: none) */
 };
 
 static const ApiSkin *api_skin_of(const ApiRequest *q) {
@@ -395,14 +399,6 @@ static int api_unsupported(const JsonValue *root, int chat, ApiError *e) {
     }
     if (api_given(v = json_get(root, "logit_bias")) && (json_type(v) != JSON_OBJECT || json_len(v)))
         return api_fail(e, 400, "logit_bias", NULL, "\"logit_bias\" is not supported");
-    const JsonValue *format;
-    if (api_object(root, "response_format", &format, e)) return -1;
-    const char *type = format ? json_str(json_get(format, "type"), NULL) : NULL;
-    if (format && (!type || strcmp(type, "text")))
-        return api_fail(e, 400, "response_format", NULL,
-                        "\"response_format\" %s%.40s%s is not supported (no constrained decoding; "
-                        "only \"text\")",
-                        type ? "\"" : "", type ? type : "without a type", type ? "\"" : "");
     if (chat) return 0;
     if (api_bool(root, "echo", "echo", &flag, e)) return -1;
     if (flag) return api_fail(e, 400, "echo", NULL, "\"echo\" is not supported");
@@ -522,7 +518,56 @@ static int api_prediction(const JsonValue *root, ApiRequest *r, ApiError *e) {
     return 0;
 }
 
+/* The grammar of a request's JSON schema (response_format, text.format, Ollama's format) into
+   r->grammar: 0, or a 400 on `param` naming the keyword that is not enforced. */
+static int api_schema_grammar(const JsonValue *schema, const char *param, const char *where,
+                              ApiRequest *r, ApiError *e) {
+    char err[512];
+    if (!(r->grammar = grammar_from_schema(schema, NULL, err, sizeof err)))
+        return api_fail(e, 400, param, NULL, "\"%s\": %s", where, err);
+    return 0;
+}
+
+/* response_format: text (free), json_object (any JSON object) or json_schema ({name, schema,
+   strict}: the answer follows the schema, whatever strict says). A schema keyword that the grammar
+   cannot enforce is a 400 naming it. With thinking on the reasoning stays free (server_answer). */
+static int api_response_format(const JsonValue *root, ApiRequest *r, ApiError *e) {
+    const JsonValue *format, *spec, *schema;
+    if (api_object(root, "response_format", &format, e)) return -1;
+    if (!format) return 0;
+    const char *type = json_str(json_get(format, "type"), NULL);
+    if (!type)
+        return api_fail(e, 400, "response_format", NULL,
+                        "\"response_format\" needs a \"type\": text, json_object or json_schema");
+    if (!strcmp(type, "text")) return 0;
+    if (!strcmp(type, "json_object")) {
+        if (!(r->grammar = grammar_json_object(NULL))) die("out of memory");
+        return 0;
+    }
+    if (strcmp(type, "json_schema"))
+        return api_fail(e, 400, "response_format", NULL,
+                        "\"response_format\" type \"%.40s\" is not supported (text, json_object "
+                        "or json_schema)",
+                        type);
+    int strict = 0;
+    if (api_object(format, "json_schema", &spec, e)) return -1;
+    if (!spec)
+        return api_fail(e, 400, "response_format", NULL,
+                        "\"response_format\" of type json_schema needs \"json_schema\": {\"name\", "
+                        "\"schema\"}");
+    if (api_bool(spec, "strict", "response_format.json_schema.strict", &strict, e) ||
+        api_object(spec, "schema", &schema, e))
+        return -1;
+    if (!schema)
+        return api_fail(e, 400, "response_format", NULL,
+                        "\"response_format.json_schema\" needs a \"schema\" object");
+    return api_schema_grammar(schema, "response_format", "response_format.json_schema.schema", r,
+                              e);
+}
+
 static void api_request_free(ApiRequest *r) {
+    grammar_free(r->grammar);
+    r->grammar = NULL;
     chat_conv_free(&r->conv);
     free(r->prediction);
     r->prediction = NULL;
@@ -549,7 +594,7 @@ static int api_request_parse(const Server *srv, const JsonValue *root, int chat,
         api_number(root, "top_p", 0, 1, &top_p, e) ||
         api_int(root, "seed", INT64_MIN, INT64_MAX, &seed, e) || api_stop(root, r, e) ||
         api_bool(root, "stream", "stream", &r->stream, e) || api_unsupported(root, chat, e) ||
-        api_prediction(root, r, e) || api_logprobs(root, r, e))
+        api_prediction(root, r, e) || api_logprobs(root, r, e) || api_response_format(root, r, e))
         return -1;
     r->max_tokens = (int)(max_completion_tokens >= 0 ? max_completion_tokens : max_tokens);
     r->sampling.temperature = (float)temperature;
@@ -1596,6 +1641,24 @@ static void server_answer(Server *srv, Slot *slot, const HttpRequest *req, HttpR
                           const ApiRequest *q, const TokenList *ids, int limit, double t0) {
     Generator *g = slot->gen;
     generator_set_sampling(g, q->sampling);
+    /* response_format: after </think> when the prompt opens the reasoning */
+    GrammarMatcher *constraint = NULL;
+    if (q->grammar) {
+        char err[512];
+        pthread_mutex_lock(&srv->grammar_mu);
+        if (!srv->grammar_vocab &&
+            !(srv->grammar_vocab = grammar_vocab_of(srv->codec->tok, g->model->c.vocab,
+                                                    g->model->c.eos, g->model->c.n_eos, err,
+                                                    sizeof err)))
+            die("%s: %s", srv->codec->path, err);
+        pthread_mutex_unlock(&srv->grammar_mu);
+        if (!(constraint = grammar_matcher_new(q->grammar, srv->grammar_vocab)))
+            die("out of memory");
+        generator_set_constraint(g, constraint, srv->grammar_vocab,
+                                 q->chat && q->render.thinking
+                                     ? srv->codec->tag[CHAT_TAG_END_THINK]
+                                     : -1);
+    }
     g->stop_rules.max_tokens = limit;
     /* the last token's forward is skipped; the next request re-runs at most that one */
     g->stop_rules.resumable = 0;
@@ -1655,6 +1718,8 @@ static void server_answer(Server *srv, Slot *slot, const HttpRequest *req, HttpR
     g->interrupt = NULL;
     g->spec.caller = NULL;
     g->spec.caller_user = NULL;
+    generator_set_constraint(g, NULL, NULL, -1);
+    grammar_matcher_free(constraint);
     free(predicted.ids);
     const SpecCounts spec_after = spec_counts(g);
     const ApiUsage usage = {
@@ -1840,6 +1905,7 @@ static int run_serve(const Settings *set) {
     srv.gen = srv.slots[0].gen;
     srv.omp_threads = max_threads();
     pthread_mutex_init(&srv.rng_mu, NULL);
+    pthread_mutex_init(&srv.grammar_mu, NULL);
     pthread_mutex_init(&srv.sched.mu, NULL);
     pthread_cond_init(&srv.sched.cv, NULL);
     if (srv.n_slots > 1) {
@@ -1904,6 +1970,8 @@ static int run_serve(const Settings *set) {
     pthread_cond_destroy(&srv.sched.cv);
     pthread_mutex_destroy(&srv.sched.mu);
     pthread_mutex_destroy(&srv.rng_mu);
+    pthread_mutex_destroy(&srv.grammar_mu);
+    grammar_vocab_free(srv.grammar_vocab);
     engine_stop(set, &model, &srv.slots[0].state);
     free(srv.slots);
     codec_free(&tc);

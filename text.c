@@ -199,6 +199,8 @@ typedef struct {
     ChatOptions chat;              /* the template form and settings (CHAT_TEMPLATE=1) */
     int can_continue;              /* the last reply was cut (NGEN, Ctrl-C): :more may go on */
     int in_thinking;               /* the reply is between <think> and </think> */
+    GrammarMatcher *constraint;    /* SCHEMA / GRAMMAR for PROMPT's answer (NULL: none) */
+    const GrammarVocab *constraint_vocab;
     /* stdout is a terminal: dim the reasoning, show control bytes as ^X */
     int out_tty;
     TokStream stream;
@@ -622,6 +624,10 @@ static int run_prompt(const Settings *set, Dialog *d, const TokenList *prompt) {
     turn_begin(d, &ts);
     const int think = d->session_path && !set->messages_path[0] ? d->think : set->think;
     d->in_thinking = set->chat_template && think;
+    /* with thinking on the schema binds the answer, after </think> */
+    if (d->constraint)
+        generator_set_constraint(d->gen, d->constraint, d->constraint_vocab,
+                                 d->in_thinking ? d->codec->tag[CHAT_TAG_END_THINK] : -1);
     install_sigint_handler();
     int prefilled;
     if (!d->session_path) {
@@ -820,7 +826,24 @@ static int text_model_load(const Settings *set, const TextCodec *tc, Model *mode
 }
 
 /* PROMPT and CHAT: the tokenizer first (a missing tokenizer.json fails before a long load). */
+/* SCHEMA or GRAMMAR compiled (NULL when neither is set); dies naming the file and the problem. */
+static Grammar *answer_grammar(const Settings *set) {
+    const char *path = set->schema_path[0] ? set->schema_path : set->grammar_path;
+    const char *name = set->schema_path[0] ? "SCHEMA" : "GRAMMAR";
+    if (!path[0]) return NULL;
+    char err[512];
+    size_t len;
+    char *text = json_read_file(path, &len, err, sizeof err);
+    if (!text) die("%s=%s: %s", name, path, err);
+    Grammar *g = set->schema_path[0] ? grammar_from_schema_text(text, len, NULL, err, sizeof err)
+                                     : grammar_from_gbnf(text, len, err, sizeof err);
+    free(text);
+    if (!g) die("%s=%s: %s", name, path, err);
+    return g;
+}
+
 static int run_text(Settings set) {
+    Grammar *grammar = set.mode == MODE_PROMPT ? answer_grammar(&set) : NULL;
     TextCodec tc = codec_load(set.model_dir, set.special);
     ChatOptions chat = { 0 };
     if (set.chat_template) chat = chat_options_from_settings(&set);
@@ -864,6 +887,16 @@ static int run_text(Settings set) {
         dialog.session_path = set.session_path;
         dialog_resume(&dialog, &set, seed_from_clock);
     }
+    GrammarVocab *gvocab = NULL;
+    if (grammar) {
+        char err[512];
+        gvocab = grammar_vocab_of(tc.tok, model.c.vocab, model.c.eos, model.c.n_eos, err,
+                                  sizeof err);
+        if (!gvocab) die("%s: %s", tc.path, err);
+        dialog.constraint = grammar_matcher_new(grammar, gvocab);
+        if (!dialog.constraint) die("out of memory");
+        dialog.constraint_vocab = gvocab;
+    }
     if (set.temperature > 0)
         say_detail("sampling: TEMP %g, NUCLEUS %g, SEED %llu%s", set.temperature, set.top_p,
                    (unsigned long long)gen->sampler.seed,
@@ -873,6 +906,9 @@ static int run_text(Settings set) {
     int rc = set.mode == MODE_PROMPT ? run_prompt(&set, &dialog, &prompt) : run_chat(&set, &dialog);
     dialog_free(&dialog);
     generator_free(gen);
+    grammar_matcher_free(dialog.constraint);
+    grammar_vocab_free(gvocab);
+    grammar_free(grammar);
     engine_stop(&set, &model, &state);
     free(prompt.ids);
     codec_free(&tc);

@@ -221,8 +221,10 @@ await attempt("ollama_tool_round_trip", async () => {
 
 await attempt("ollama_errors", async () => {
   let err = null;
-  try { await ollama.chat({ ...oBase, messages: hello, stream: false, format: "json" }); } catch (e) { err = e; }
-  check("ollama format is refused by name (400, {\"error\": ...})", err && err.status_code === 400 && /format/.test(err.error),
+  const format = { type: "string", pattern: "a+" };
+  try { await ollama.chat({ ...oBase, messages: hello, stream: false, format }); } catch (e) { err = e; }
+  check("ollama format with an unenforced keyword is refused by name (400, {\"error\": ...})",
+        err && err.status_code === 400 && /format.*'pattern' is not enforced/.test(err.error),
         `${err && err.status_code} ${err && err.error}`);
 });
 

@@ -133,7 +133,11 @@ static void test_fields(void) {
         { "top_logprobs without logprobs", "{\"top_logprobs\": 3}", 1, "top_logprobs", "needs \"logprobs\": true" },
         { "presence_penalty", "{\"presence_penalty\": 0.5}", 1, "presence_penalty", "not supported" },
         { "logit_bias", "{\"logit_bias\": {\"5\": 10}}", 1, "logit_bias", "not supported" },
-        { "json_schema", "{\"response_format\": {\"type\": \"json_schema\"}}", 1, "response_format", "\"json_schema\" is not supported" },
+        { "json_schema without its object", "{\"response_format\": {\"type\": \"json_schema\"}}", 1, "response_format", "needs \"json_schema\"" },
+        { "json_schema without a schema", "{\"response_format\": {\"type\": \"json_schema\", \"json_schema\": {\"name\": \"x\"}}}", 1, "response_format", "needs a \"schema\"" },
+        { "json_schema pattern", "{\"response_format\": {\"type\": \"json_schema\", \"json_schema\": {\"name\": \"x\", \"schema\": {\"type\": \"string\", \"pattern\": \"a+\"}}}}", 1, "response_format", "keyword 'pattern' is not enforced" },
+        { "json_schema strict string", "{\"response_format\": {\"type\": \"json_schema\", \"json_schema\": {\"schema\": {}, \"strict\": \"yes\"}}}", 1, "response_format.json_schema.strict", "true or false" },
+        { "response_format grammar", "{\"response_format\": {\"type\": \"grammar\"}}", 1, "response_format", "\"grammar\" is not supported" },
         { "tool_choice required", "{\"tool_choice\": \"required\"}", 1, "tool_choice", "\"required\" is not supported" },
         { "tool_choice a function", "{\"tool_choice\": {\"type\": \"function\", \"function\": {\"name\": \"f\"}}}", 1, "tool_choice", "naming a function" },
         { "reasoning_effort low", "{\"reasoning_effort\": \"low\"}", 1, "reasoning_effort", "\"max\" and \"high\"" },
@@ -162,6 +166,27 @@ static void test_fields(void) {
             refused(name, bad[i].body, bad[i].chat, bad[i].param, bad[i].words);
         }
     }
+
+    /* response_format: a schema or any JSON object becomes the request's grammar */
+    snprintf(body, sizeof body,
+             "{%s, \"response_format\": {\"type\": \"json_schema\", \"json_schema\": {\"name\": "
+             "\"n\", \"strict\": true, \"schema\": {\"type\": \"object\", \"properties\": "
+             "{\"a\": {\"type\": \"integer\"}}, \"required\": [\"a\"]}}}}",
+             msg);
+    rc = parse(body, 1, &q, &e, &doc);
+    check("response_format json_schema: the schema is compiled", rc == 0 && q.grammar, e.message);
+    api_request_free(&q);
+    json_free(doc);
+    snprintf(body, sizeof body, "{%s, \"response_format\": {\"type\": \"json_object\"}}", msg);
+    rc = parse(body, 1, &q, &e, &doc);
+    check("response_format json_object: any JSON object", rc == 0 && q.grammar, e.message);
+    api_request_free(&q);
+    json_free(doc);
+    snprintf(body, sizeof body, "{%s, \"response_format\": {\"type\": \"text\"}}", msg);
+    rc = parse(body, 1, &q, &e, &doc);
+    check("response_format text: no grammar", rc == 0 && !q.grammar, e.message);
+    api_request_free(&q);
+    json_free(doc);
 
     /* tool_choice none: the tools are left out of the prompt */
     const char *tools =

@@ -209,9 +209,27 @@ static void test_responses_request(void) {
     const ApiSkin *s = &OPENAI_RESPONSES;
     refused(s, "previous_response_id", "{\"input\": \"x\", \"previous_response_id\": \"resp_1\"}",
             "previous_response_id", "stores no");
-    refused(s, "text.format json_schema",
+    refused(s, "text.format json_schema without a schema",
             "{\"input\": \"x\", \"text\": {\"format\": {\"type\": \"json_schema\"}}}",
-            "text.format", "json_schema");
+            "text.format", "needs a \"schema\"");
+    refused(s, "text.format json_schema with an unenforced keyword",
+            "{\"input\": \"x\", \"text\": {\"format\": {\"type\": \"json_schema\", \"name\": "
+            "\"n\", \"schema\": {\"type\": \"string\", \"format\": \"email\"}}}}",
+            "text.format", "keyword 'format' is not enforced");
+    refused(s, "text.format grammar",
+            "{\"input\": \"x\", \"text\": {\"format\": {\"type\": \"grammar\"}}}",
+            "text.format", "\"text.format\" grammar is not supported");
+    {
+        ApiRequest q;
+        ApiError e;
+        JsonDoc *doc;
+        int rc = parse(s, "{\"input\": \"x\", \"text\": {\"format\": {\"type\": \"json_schema\", "
+                          "\"name\": \"n\", \"schema\": {\"type\": \"array\"}}}}",
+                       &q, &e, &doc);
+        check("responses text.format json_schema: compiled", rc == 0 && q.grammar, e.message);
+        api_request_free(&q);
+        json_free(doc);
+    }
     refused(s, "a web_search tool", "{\"input\": \"x\", \"tools\": [{\"type\": \"web_search\"}]}",
             "tools", "web_search");
     refused(s, "tool_choice required", "{\"input\": \"x\", \"tool_choice\": \"required\"}",
@@ -291,8 +309,26 @@ static void test_ollama_request(void) {
     refused(o, "options.num_predict 0", b, "options.num_predict", "num_predict");
     snprintf(b, sizeof b, "{%s, \"options\": {\"temperature\": \"hot\"}}", msg);
     refused(o, "options.temperature of the wrong type", b, "options", "options: \"temperature\"");
-    snprintf(b, sizeof b, "{%s, \"format\": \"json\"}", msg);
-    refused(o, "format", b, "format", "not supported");
+    snprintf(b, sizeof b, "{%s, \"format\": \"yaml\"}", msg);
+    refused(o, "format yaml", b, "format", "\"json\" or a JSON schema");
+    snprintf(b, sizeof b, "{%s, \"format\": {\"type\": \"string\", \"pattern\": \"a\"}}", msg);
+    refused(o, "format with an unenforced keyword", b, "format",
+            "keyword 'pattern' is not enforced");
+    {
+        ApiRequest q;
+        ApiError e;
+        JsonDoc *doc;
+        snprintf(b, sizeof b, "{%s, \"format\": \"json\"}", msg);
+        int rc = parse(o, b, &q, &e, &doc);
+        check("ollama format json: any JSON object", rc == 0 && q.grammar, e.message);
+        api_request_free(&q);
+        json_free(doc);
+        snprintf(b, sizeof b, "{%s, \"format\": {\"type\": \"array\", \"maxItems\": 2}}", msg);
+        rc = parse(o, b, &q, &e, &doc);
+        check("ollama format with a schema: compiled", rc == 0 && q.grammar, e.message);
+        api_request_free(&q);
+        json_free(doc);
+    }
     refused(o, "images",
             "{\"messages\": [{\"role\": \"user\", \"content\": \"x\", \"images\": [\"aGk=\"]}]}",
             "messages", "images");

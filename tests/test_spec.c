@@ -14,7 +14,9 @@
      temperature fails it;
    - SPEC=auto's policy on set costs: probes checked against the next token, no drafting when a
      verify pass costs as much as its rows, sit-out, doubling backoff, a plain step every 16
-     passes, drafting at DRAFT when verification is cheap; a caller's drafter as a candidate.
+     passes, drafting at DRAFT when verification is cheap; a caller's drafter as a candidate;
+   - a grammar constraint: plain, drafted (every draft right, or refused by the grammar) and MTP
+     decoding emit the same constrained answer, greedy and sampled.
    The engine (glm.c) is included whole. Deterministic: fixed seeds, fixed thresholds. */
 #pragma GCC diagnostic ignored "-Wunused-function"
 #include "../glm.c"
@@ -556,6 +558,96 @@ static void test_auto_end_to_end(void) {
     fixture_close(&f);
 }
 
+/* ---- a constraint (grammar.h) under speculation ------------------------------------------------
+
+   A vocabulary where token t is the one byte "abcdefghij0123456789"[t % 20] (bytes only, so no
+   dead end) and the grammar ([a-j] [0-9])+: letters and digits alternate. Plain constrained
+   decoding follows it; a caller's drafter that proposes exactly that answer has every draft
+   accepted (each verified row masked by the state its drafts lead to) and emits it again; one
+   that proposes a token the grammar refuses gets its drafts cut before verification; SPEC=mtp
+   emits the same. Sampled over seeds (top-p 0.9 and 1), and greedy. */
+static const char CONSTRAINT_BYTES[] = "abcdefghij0123456789";
+
+typedef struct { const int *ids; int n0, n, bad; } AnswerDrafter;
+
+static int answer_draft(void *user, const int *history, int n, int k, int *out) {
+    AnswerDrafter *a = user;
+    int count = 0;
+    /* bad: a token of the same class as the one just sampled ("a" after a letter, "0" after a
+       digit), which the grammar refuses */
+    const int same_class = CONSTRAINT_BYTES[history[n - 1] % 20] >= 'a' ? 0 : 10;
+    for (int i = 0; i < k && n - a->n0 + i < a->n; i++, count++)
+        out[i] = a->bad ? same_class : a->ids[n - a->n0 + i];
+    return count;
+}
+
+static void test_constraint(void) {
+    Fixture f;
+    fixture_open(&f, "tests/fixtures/oracle_dense", 64);
+    const Reference *ref = &f.ref;
+    const int P = ref->prompt.n, V = f.model.c.vocab, N = 24;
+    char err[256];
+    const char **piece = calloc((size_t)V, sizeof *piece);
+    size_t *len = calloc((size_t)V, sizeof *len);
+    for (int t = 0; t < V; t++) { piece[t] = &CONSTRAINT_BYTES[t % 20]; len[t] = 1; }
+    GrammarVocab *vocab = grammar_vocab_new(V, piece, len, NULL, 0, err, sizeof err);
+    const char gbnf[] = "root ::= ([a-j] [0-9])+\n";
+    Grammar *gram = grammar_from_gbnf(gbnf, strlen(gbnf), err, sizeof err);
+    CHECK("the test's vocabulary and grammar compile", vocab && gram);
+    if (!vocab || !gram) return;
+    int run[SPEC_MAX_DRAFT + 1], follows = 1, same = 1, accepted_all = 1, cut = 1,
+        mtp_masked = 1;
+    for (int seed = 0; seed <= 6; seed++) {
+        SamplerSettings sampling = { seed ? 1.0f : 0.0f, seed % 2 ? 0.9f : 1.0f, (uint64_t)seed };
+        int answer[N];
+        for (int variant = 0; variant < 4; variant++) {
+            RunState s;
+            run_state_init(&s, &f.model, f.cap, 64, 0);
+            const SpecMode mode = variant == 0 ? SPEC_OFF : variant == 3 ? SPEC_MTP : SPEC_NGRAM;
+            Generator *g = new_generator(&f, &s, mode, 4, sampling);
+            AnswerDrafter ad = { answer, P, N, variant == 2 };
+            if (variant == 1 || variant == 2) {
+                g->spec.caller = answer_draft;
+                g->spec.caller_user = &ad;
+            }
+            GrammarMatcher *m = grammar_matcher_new(gram, vocab);
+            generator_set_constraint(g, m, vocab, -1);
+            generator_prefill(g, ref->prompt.ids, P);
+            g->stop_rules.max_tokens = N;
+            generator_begin(g);
+            while (generator_step(g, run, SPEC_MAX_DRAFT + 1) > 0) {}
+            if (variant == 0) {
+                memcpy(answer, g->history + P, sizeof answer);
+                for (int i = 0; i < N; i++)
+                    follows &= (CONSTRAINT_BYTES[answer[i] % 20] >= 'a') == (i % 2 == 0);
+            } else {
+                same &= g->pos == P + N && !memcmp(g->history + P, answer, sizeof answer);
+            }
+            const Drafter *d = &g->spec.drafter[DRAFTER_CALLER];
+            if (variant == 1) accepted_all &= d->drafted > 0 && d->accepted == d->drafted;
+            if (variant == 2) cut &= d->drafted == 0;
+            /* MTP drafts come from the masked head: the grammar never cuts them, so a pass drafts
+               DRAFT=4 but for the last ones, whose room the limit bounds (3 + 2 + 1) */
+            const Drafter *mtp = &g->spec.drafter[DRAFTER_MTP];
+            if (variant == 3) mtp_masked &= mtp->passes > 3 && mtp->drafted >= 4 * mtp->passes - 6;
+            grammar_matcher_free(m);
+            generator_free(g);
+            run_state_free(&s);
+        }
+    }
+    CHECK("constraint: letters and digits alternate, greedy and 6 sampled seeds", follows);
+    CHECK("constraint: SPEC=mtp and a caller's drafter (right or refused drafts) == SPEC=off",
+          same);
+    CHECK("constraint: the drafts of the constrained answer are all accepted", accepted_all);
+    CHECK("constraint: drafts the grammar refuses are cut before verification", cut);
+    CHECK("constraint: MTP drafts follow the grammar (DRAFT a pass, none cut)", mtp_masked);
+    grammar_free(gram);
+    grammar_vocab_free(vocab);
+    free(piece);
+    free(len);
+    fixture_close(&f);
+}
+
 int main(void) {
     test_mtp_drafter("tests/fixtures/oracle_sparse");
     test_mtp_drafter("tests/fixtures/oracle_dense");
@@ -564,6 +656,7 @@ int main(void) {
     test_sampling();
     test_auto_policy();
     test_auto_end_to_end();
+    test_constraint();
     printf("%s\n", failures ? "some speculation tests failed" : "all speculation tests passed");
     return failures != 0;
 }

@@ -184,6 +184,13 @@ def server_seeds():
         "completion": ({"prompt": "<|user|>Hello", "max_tokens": 150, "stop": "aa", "temperature": 0, "logprobs": 0},
                        "baaab", 0),
         "refused": ({"messages": [], "n": 2, "response_format": {"type": "json_object"}}, "x", 1),
+        "chat_json_schema": ({"messages": [{"role": "user", "content": "Hi"}], "response_format": {
+            "type": "json_schema", "json_schema": {"name": "t", "strict": True, "schema": {
+                "type": "object", "properties": {"a": {"enum": ["x", "y"]}, "b": {"$ref": "#/$defs/n"}},
+                "required": ["a"], "$defs": {"n": {"type": "integer", "minimum": 0, "maximum": 9}}}}}},
+            "{\"a\": \"x\", \"b\": 3}", 1),
+        "ollama_format": ({"format": {"type": "array", "items": {"type": "boolean"}, "maxItems": 2},
+                           "messages": [{"role": "user", "content": "Hi"}]}, "[true]", 5),
         "too_long": ({"prompt": "word " * 300, "max_tokens": 10}, "", 0),
         "anthropic_tools": ({"max_tokens": 20, "system": [{"type": "text", "text": "s"}], "stop_sequences": ["zz"],
                              "thinking": {"type": "enabled", "budget_tokens": 1024},
