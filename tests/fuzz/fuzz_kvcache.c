@@ -16,6 +16,7 @@
  * Run:   ./fuzz_kvcache -max_total_time=300 tests/fuzz/corpus/kvcache   (from the repository root) */
 #pragma GCC diagnostic ignored "-Wunused-function"
 #include "../../glm.c"
+#include "../glm_fixture.h"   /* the oracle fixture's settings */
 
 enum { START = 64, CAPACITY = 192 };
 static Model model;
@@ -28,18 +29,7 @@ static unsigned char header[SESSION_HEADER_BYTES];
 static float *rows_copy;
 
 static void setup(void) {
-    Settings set;
-    memset(&set, 0, sizeof set);
-    set.model_dir = "tests/fixtures/oracle_sparse";
-    set.indexer_mode = "auto";
-    set.expert_bits = set.dense_bits = 16;
-    set.cache_slots = 64;
-    set.absorb = set.idot = 1;
-    set.batch = 8;
-    set.latent_eps = 1e-6f;
-    set.mtp_zero_pos0 = 1;
-    set.usage = "off";   /* no routing history from or into the user's cache directory */
-    set.cache_dir = "";
+    Settings set = fixture_settings("tests/fixtures/oracle_sparse", 8);
     model_load(&model, &set, CAPACITY);
     run_state_init(&state, &model, CAPACITY, 8, 0);
     const ForwardOptions opt = { 1, INDEXER_AUTO, 1e-6f, 1 };

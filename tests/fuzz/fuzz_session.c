@@ -12,6 +12,7 @@
  * Run:   ./fuzz_session -max_total_time=300 tests/fuzz/corpus/session   (from the repository root) */
 #pragma GCC diagnostic ignored "-Wunused-function"
 #include "../../glm.c"
+#include "../glm_fixture.h"   /* the oracle fixture's settings */
 
 static Model model;
 static RunState session;
@@ -23,18 +24,7 @@ static float *latent0_copy;
 static int *history_copy;
 
 static void setup(void) {
-    Settings set;
-    memset(&set, 0, sizeof set);
-    set.model_dir = "tests/fixtures/oracle_sparse";
-    set.indexer_mode = "auto";
-    set.expert_bits = set.dense_bits = 16;
-    set.cache_slots = 64;
-    set.absorb = set.idot = 1;
-    set.batch = 8;
-    set.latent_eps = 1e-6f;
-    set.mtp_zero_pos0 = 1;
-    set.usage = "off";   /* no routing history from or into the user's cache directory */
-    set.cache_dir = "";
+    Settings set = fixture_settings("tests/fixtures/oracle_sparse", 8);
     model_load(&model, &set, 64);
     run_state_init(&session, &model, 64, 8, 0);
     opt = (ForwardOptions){ 1, INDEXER_AUTO, 1e-6f, 1 };
