@@ -9,8 +9,8 @@ CFLAGS  ?= -O3 -march=$(ARCH) -fopenmp -std=gnu11 -Wall -Wextra -ffp-contract=of
 LDLIBS  = -lm
 HEADERS = $(wildcard *.h)
 # The engine (glm.c) and its front ends: main.c includes them all, one translation unit.
-FRONT_ENDS = main.c validate.c text.c quality.c server.c api_anthropic.c api_responses.c \
-             api_ollama.c web.c plan.c
+FRONT_ENDS = main.c cli.c validate.c text.c quality.c server.c api_anthropic.c \
+             api_responses.c api_ollama.c web.c plan.c
 # The browser page (web/): its files are embedded into the binary as web_assets.h, generated here.
 WEB_FILES = web/index.html web/style.css web/app.js
 SOURCES = glm.c $(FRONT_ENDS) $(filter-out web_assets.h,$(HEADERS)) web_assets.h

@@ -18,8 +18,8 @@
      9. Generation   sampling, the Generator (the one decode loop every front end drives;
                     speculative decoding: MTP and n-gram drafts, batched verification), sessions
     10. Runs         starting and ending a run: the configuration line, statistics, profile
-   The front ends (validate.c, text.c, server.c, plan.c) sit beside it and main.c joins them into
-   one program; nothing here names a front-end symbol.
+   The front ends (cli.c, validate.c, text.c, server.c, plan.c) sit beside it and main.c joins
+   them into one program; nothing here names a front-end symbol.
 
    Build: `make` (see Makefile). Run: `./glm --help`. */
 
@@ -105,8 +105,8 @@ static void openmp_passive_wait(char **argv) {
 #include "chat.h"
 #define HTTP_IMPLEMENTATION
 #include "http.h"
-
-extern char **environ;
+#define SETTINGS_IMPLEMENTATION
+#include "settings.h"
 
 /* ---------------------------------------------------------------------------------------------
    Small utilities: fatal errors, timing, allocation that cannot silently fail.
@@ -407,20 +407,11 @@ static double current_rss_bytes(void) { return proc_kb_field("/proc/self/status"
    1. Settings
    Every knob is an environment variable (plus three optional positional arguments). One table
    holds name, default and meaning, in the order --help lists them (what a user sets first, the
-   validation and debugging knobs last); it drives --help, parsing and validation, and a variable
-   a typo or two away from a known name, or another program's name for one, gets a warning, so a
-   mistake never silently does nothing.
+   validation and debugging knobs last); through settings.h it drives --help, parsing and
+   validation, and a variable a typo or two away from a known name, or another program's name for
+   one, gets a warning, so a mistake never silently does nothing. Here each value is read into
+   Settings; the front end (cli.c) reads the command line and chooses the mode.
    ============================================================================================= */
-
-typedef enum { SET_STR, SET_INT, SET_FLOAT, SET_BOOL } SettingKind;
-
-typedef struct {
-    const char *name;
-    SettingKind kind;
-    const char *default_value;
-    double min, max;   /* for SET_INT / SET_FLOAT; SET_BOOL: min -1 allows -1 ("decide for me") */
-    const char *help;
-} SettingSpec;
 
 static const SettingSpec SETTINGS[] = {
     { "SNAP",     SET_STR,   "",     0, 0, "model directory (config.json + *.safetensors); required" },
@@ -490,13 +481,29 @@ static const SettingSpec SETTINGS[] = {
     { "LATENT_EPS", SET_FLOAT, "1e-6", 0, 1, "eps of q_a_layernorm / kv_a_layernorm (HF: 1e-6; vLLM uses rms_norm_eps)" },
     { "MTP_ZERO_POS0", SET_BOOL, "1", 0, 1, "MTP: zero the token embedding at position 0 (vLLM rule)" },
 };
-#define N_SETTINGS (sizeof SETTINGS / sizeof SETTINGS[0])
 
 /* --help's groups: the heading printed before each group's first setting. */
-static const struct { const char *first, *heading; } SETTING_GROUPS[] = {
+static const SettingGroup SETTING_GROUPS[] = {
     { "SNAP", "model and mode" }, { "NGEN", "generation" }, { "RAM_GB", "memory and performance" },
     { "API_KEY", "the server (with SERVE)" }, { "PPL", "quality measurement (PPL, SCORE)" },
     { "REF", "validation and debugging" },
+};
+
+/* Names other programs use for one of our settings. */
+static const char *const SETTING_SYNONYMS[][2] = {
+    { "TOP_P", "NUCLEUS" }, { "TOPP", "NUCLEUS" }, { "MAX_TOKENS", "NGEN" },
+    { "MAX_NEW_TOKENS", "NGEN" }, { "N_PREDICT", "NGEN" }, { "SYSTEM_PROMPT", "SYSTEM" },
+    { "MODEL", "SNAP" }, { "MODEL_DIR", "SNAP" }, { "MODEL_PATH", "SNAP" }, { "CONTEXT", "CTX" },
+    { "N_CTX", "CTX" }, { "CTX_SIZE", "CTX" }, { "CONTEXT_SIZE", "CTX" },
+    { "CONTEXT_LENGTH", "CTX" },
+    { "THREAD", "THREADS" }, { "N_THREADS", "THREADS" }, { "THINKING", "THINK" },
+    { "ENABLE_THINKING", "THINK" }, { "PORT", "SERVE" }, { "OPENAI_API_KEY", "API_KEY" },
+};
+
+static const SettingTable GLM_SETTINGS = {
+    "glm", SETTINGS, sizeof SETTINGS / sizeof SETTINGS[0],
+    SETTING_GROUPS, sizeof SETTING_GROUPS / sizeof SETTING_GROUPS[0],
+    SETTING_SYNONYMS, sizeof SETTING_SYNONYMS / sizeof SETTING_SYNONYMS[0],
 };
 
 /* SPEC: which drafters speculative decoding uses (section 9). */
@@ -535,13 +542,15 @@ typedef struct {
     /* KV_CACHE: a directory, "off", or "" for the default under cache_dir */
     const char *kv_cache;
     double kv_cache_gb;      /* KV_CACHE_GB */
-    int plan_json;           /* PLAN=json */
+    int plan, plan_json;     /* PLAN=1 or json; PLAN=json */
+    int doctor;              /* DOCTOR */
     /* text modes */
     RunMode mode;
     const char *prompt, *system_prompt, *messages_path, *tokenize_path;
     /* CHAT_FORMAT (checked by chat.h when used), REASONING_EFFORT */
     const char *chat_format, *reasoning_effort;
     int prompt_given, chat_template, think, special;
+    int chat, template_only; /* CHAT (1, 0 or -1), TEMPLATE_ONLY */
     int think_given;         /* THINK is set: it overrides a resumed session's thinking mode */
     const char *session_path;   /* SESSION, "" when unset */
     const char *schema_path, *grammar_path;   /* SCHEMA, GRAMMAR: "" when unset */
@@ -558,231 +567,26 @@ typedef struct {
     int ppl_stride, bos, logits_top;
 } Settings;
 
-static const char *setting_value(const char *name) {
-    const char *v = getenv(name);
-    if (v) return v;
-    for (size_t i = 0; i < N_SETTINGS; i++)
-        if (!strcmp(SETTINGS[i].name, name)) return SETTINGS[i].default_value;
-    die("internal: unknown setting %s", name);
-    return NULL;
-}
-
+/* A setting of the table: a name that is not one is a bug here, not the user's. */
 static const SettingSpec *setting_spec(const char *name) {
-    for (size_t i = 0; i < N_SETTINGS; i++)
-        if (!strcmp(SETTINGS[i].name, name)) return &SETTINGS[i];
-    die("internal: unknown setting %s", name);
-    return NULL;
+    const SettingSpec *spec = settings_find(&GLM_SETTINGS, name);
+    if (!spec) die("internal: unknown setting %s", name);
+    return spec;
 }
 
-static int parses_as_number(const char *v) {
-    char *end;
-    errno = 0;
-    strtod(v, &end);
-    return end != v && !*end && !errno;
-}
+static const char *setting_value(const char *name) { return settings_value(setting_spec(name)); }
 
-/* The words a boolean setting takes for 1 and for 0, in any case. */
-static const char *const BOOL_WORDS[][2] = {
-    { "1", "0" }, { "yes", "no" }, { "true", "false" }, { "on", "off" },
-};
-
-/* `value` checked against the kind and range of setting `spec`; errors name `name=value`. */
+/* Variable `name`'s value v read as setting spec; a bad one ends the run with settings.h's
+   message naming name=v. */
 static double setting_number_of(const SettingSpec *spec, const char *name, const char *v) {
-    if (spec->kind == SET_BOOL) {
-        for (size_t i = 0; i < sizeof BOOL_WORDS / sizeof BOOL_WORDS[0]; i++)
-            for (int w = 0; w < 2; w++)
-                if (!strcasecmp(v, BOOL_WORDS[i][w])) return w ? 0 : 1;
-        if (spec->min < 0 && !strcmp(v, "-1")) return -1;
-        die("%s=%s: expected 1 or 0 (yes/no, true/false and on/off also do)%s", name, v,
-            spec->min < 0 ? ", or -1 to let glm decide (see --help)" : "");
-    }
-    if (!parses_as_number(v)) die("%s=%s is not a number", name, v);
-    double d = strtod(v, NULL);
-    if (spec->kind != SET_FLOAT && d != floor(d)) die("%s=%s must be a whole number", name, v);
-    if (!(d >= spec->min && d <= spec->max))
-        die("%s=%s is out of range [%g, %g]", name, v, spec->min, spec->max);
+    char err[8192];
+    double d = 0;
+    if (settings_number(&GLM_SETTINGS, spec, name, v, &d, err, sizeof err)) die("%s", err);
     return d;
 }
 
 static double setting_number(const char *name) {
     return setting_number_of(setting_spec(name), name, setting_value(name));
-}
-
-/* TEMPERATURE, or TEMP when it is a number. Many systems export TEMP as the temp directory
-   (TEMP=/tmp), so a TEMP that is not a number is that variable and is left alone. */
-static double temperature_from_env(void) {
-    const char *temp = getenv("TEMP");
-    if (getenv("TEMPERATURE")) {
-        if (temp && parses_as_number(temp) && strcmp(temp, getenv("TEMPERATURE")))
-            say("note: TEMP=%s is ignored: TEMPERATURE=%s is set", temp, getenv("TEMPERATURE"));
-        return setting_number("TEMPERATURE");
-    }
-    if (temp && parses_as_number(temp))
-        return setting_number_of(setting_spec("TEMPERATURE"), "TEMP", temp);
-    if (temp)
-        say("note: TEMP=%s is not a number, so it is taken as the temp-directory variable and "
-            "ignored; set TEMPERATURE",
-            temp);
-    return setting_number("TEMPERATURE");
-}
-
-/* Levenshtein distance between two names, counted up to 3 (3 means "3 or more"). */
-static int edit_distance(const char *a, const char *b) {
-    enum { MAX = 48 };
-    const size_t la = strlen(a), lb = strlen(b);
-    if (la >= MAX || lb >= MAX) return 3;
-    if ((la > lb ? la - lb : lb - la) >= 3) return 3;
-    int prev[MAX], cur[MAX];
-    for (size_t j = 0; j <= lb; j++) prev[j] = (int)j;
-    for (size_t i = 1; i <= la; i++) {
-        cur[0] = (int)i;
-        for (size_t j = 1; j <= lb; j++) {
-            const int sub = prev[j - 1] + (a[i - 1] != b[j - 1]);
-            const int del = prev[j] + 1, ins = cur[j - 1] + 1;
-            cur[j] = sub < del ? (sub < ins ? sub : ins) : (del < ins ? del : ins);
-        }
-        memcpy(prev, cur, (lb + 1) * sizeof(int));
-    }
-    return prev[lb] < 3 ? prev[lb] : 3;
-}
-
-/* Names other programs use for one of our settings. */
-static const char *const SETTING_SYNONYMS[][2] = {
-    { "TOP_P", "NUCLEUS" }, { "TOPP", "NUCLEUS" }, { "MAX_TOKENS", "NGEN" },
-    { "MAX_NEW_TOKENS", "NGEN" }, { "N_PREDICT", "NGEN" }, { "SYSTEM_PROMPT", "SYSTEM" },
-    { "MODEL", "SNAP" }, { "MODEL_DIR", "SNAP" }, { "MODEL_PATH", "SNAP" }, { "CONTEXT", "CTX" },
-    { "N_CTX", "CTX" }, { "CTX_SIZE", "CTX" }, { "CONTEXT_SIZE", "CTX" },
-    { "CONTEXT_LENGTH", "CTX" },
-    { "THREAD", "THREADS" }, { "N_THREADS", "THREADS" }, { "THINKING", "THINK" },
-    { "ENABLE_THINKING", "THINK" }, { "PORT", "SERVE" }, { "OPENAI_API_KEY", "API_KEY" },
-};
-
-/* Variables a shell, a desktop or a build usually exports: a few are two letters away from a
-   setting (TERM from TEMP, USER from USAGE), so the two-letter check leaves them alone. */
-static const char *const SYSTEM_VARIABLES[] = {
-    "HOME", "PATH", "TERM", "LANG", "LANGUAGE", "SHELL", "USER", "LOGNAME", "PWD", "OLDPWD", "MAIL",
-    "HOSTNAME", "HOST", "EDITOR", "VISUAL", "PAGER", "LESS", "DISPLAY", "COLUMNS", "LINES", "SHLVL",
-    "TMP", "TMPDIR", "TEMPDIR", "TZ", "COLORTERM", "LS_COLORS", "MANPATH", "INFOPATH", "HISTFILE",
-    "HISTSIZE", "MAKEFLAGS", "MAKELEVEL", "MFLAGS", "CFLAGS", "CPPFLAGS", "LDFLAGS", "CC", "CXX",
-    "GOPATH", "PYTHONPATH", "VIRTUAL_ENV", "SSH_TTY", "SUDO_USER", "SUDO_UID", "SUDO_GID",
-    "SUDO_COMMAND", "TERM_PROGRAM", "XAUTHORITY", "DBUS_SESSION_BUS_ADDRESS", "DESKTOP_SESSION",
-    "WAYLAND_DISPLAY", "MOTD_SHOWN", "CI", "CPATH", "ROOT", "TIME",
-};
-
-/* The setting an unknown environment variable was probably meant to be, or NULL: another
-   program's name for it, the name in lower case, or (for an upper-case name) one typo away, or
-   two for a name of 4 letters or more that is not a well-known system variable. */
-static const char *near_miss_setting(const char *name) {
-    for (size_t i = 0; i < N_SETTINGS; i++) if (!strcmp(SETTINGS[i].name, name)) return NULL;
-    for (size_t i = 0; i < sizeof SETTING_SYNONYMS / sizeof SETTING_SYNONYMS[0]; i++)
-        if (!strcasecmp(SETTING_SYNONYMS[i][0], name)) return SETTING_SYNONYMS[i][1];
-    for (size_t i = 0; i < N_SETTINGS; i++)   /* prompt=..., Snap=...: settings are upper case */
-        if (!strcasecmp(SETTINGS[i].name, name)) return SETTINGS[i].name;
-    for (const char *p = name; *p; p++)   /* settings look like THIS_NAME: others are left alone */
-        if (!isupper((unsigned char)*p) && !isdigit((unsigned char)*p) && *p != '_')
-            return NULL;
-    for (size_t i = 0; i < sizeof SYSTEM_VARIABLES / sizeof SYSTEM_VARIABLES[0]; i++)
-        if (!strcmp(SYSTEM_VARIABLES[i], name)) return NULL;
-    const char *two = NULL;
-    for (size_t i = 0; i < N_SETTINGS; i++) {
-        if (strlen(SETTINGS[i].name) < 3) continue;   /* TF: any two letters are one edit away */
-        const int d = edit_distance(SETTINGS[i].name, name);
-        if (d == 1) return SETTINGS[i].name;
-        if (d == 2 && !two && strlen(name) >= 4 && strlen(SETTINGS[i].name) >= 4)
-            two = SETTINGS[i].name;
-    }
-    return two;
-}
-
-static void warn_near_miss_variables(void) {
-    for (char **e = environ; *e; e++) {
-        const char *eq = strchr(*e, '=');
-        if (!eq || eq - *e > 40) continue;
-        char name[48];
-        memcpy(name, *e, (size_t)(eq - *e));
-        name[eq - *e] = 0;
-        const char *hint = near_miss_setting(name);
-        if (hint)
-            say("warning: environment variable %s is not a setting; did you mean %s?", name, hint);
-    }
-}
-
-static void print_help(void) {
-    printf(
-        "usage: [VAR=value ...] ./glm [cache_slots] [expert_bits] [dense_bits]    (or --help, "
-        "--version)\n\n"
-        "modes:\n"
-        "  PROMPT=\"text\" ./glm   one answer, streamed to stdout (CHAT_TEMPLATE=0: raw text, no "
-        "template)\n"
-        "  echo text | ./glm     the same with the prompt from stdin (no mode set, stdin not a "
-        "terminal; or PROMPT=-)\n"
-        "  CHAT=1 ./glm          terminal chat (the default when stdin is a terminal); :help lists "
-        "its commands\n"
-        "  SESSION=file          with PROMPT or CHAT: continue the conversation the file holds; "
-        "saved after every answer\n"
-        "                        (with SERVE: the server's KV cache, back at start and saved after "
-        "every answer)\n"
-        "  TOKENIZE=file ./glm   token ids of each JSON-string line of file (only tokenizer.json "
-        "is read)\n"
-        "  REF=file ./glm        validation against an oracle reference: greedy, TF=1 [MTP=1] or "
-        "REPLAY=1\n"
-        "                        (the oracle is f32: `./glm 64 16 16` must match it exactly; int4 "
-        "drifts;\n"
-        "                        exit 3: the predictions differ)\n"
-        "  SERVE=8080 ./glm      HTTP APIs (OpenAI, Anthropic, Ollama) on 127.0.0.1:8080 (OpenAI "
-        "base URL http://127.0.0.1:8080/v1)\n"
-        "  PPL=file ./glm        perplexity of a text file (KLD=file: against a LOGITS_SAVE run; "
-        "docs/quality.md)\n"
-        "  SCORE=file ./glm      multiple-choice accuracy from a JSONL file (HellaSwag, ARC, "
-        "MMLU)\n"
-        "  PLAN=1 ./glm          RAM plan, disk and projected speed from the headers alone "
-        "(PLAN=json for scripts)\n"
-        "  DOCTOR=1 ./glm        is this machine ready for SNAP? one line per finding, exit "
-        "0/1/2\n\n"
-        "  cache_slots   routed-expert cache slots per layer (default: as many as RAM_GB allows)\n"
-        "  expert_bits   load-time precision of routed experts: 16 (f32), 8, 4 or 2 (default 4)\n"
-        "  dense_bits    load-time precision of every other matrix (default 4)\n"
-        "  Pre-quantized tensors (NAME + NAME.qs) are used as they are.\n\n"
-        "  Sampling temperature: TEMPERATURE=0.7 (0: greedy). TEMP is accepted too when it is a "
-        "number;\n"
-        "  a TEMP that is not one (TEMP=/tmp, the temp directory) is ignored.\n\n"
-        "environment variables (booleans take 1/0, yes/no, true/false or on/off):\n");
-    for (size_t i = 0; i < N_SETTINGS; i++) {
-        for (size_t g = 0; g < sizeof SETTING_GROUPS / sizeof SETTING_GROUPS[0]; g++)
-            if (!strcmp(SETTING_GROUPS[g].first, SETTINGS[i].name))
-                printf("\n%s:\n", SETTING_GROUPS[g].heading);
-        printf("  %-14s default %-6s %s\n", SETTINGS[i].name,
-               SETTINGS[i].default_value[0] ? SETTINGS[i].default_value : "-", SETTINGS[i].help);
-    }
-    printf("\nOpenMP: unless OMP_WAIT_POLICY or GOMP_SPINCOUNT is set, glm re-executes itself once "
-           "with\n"
-           "OMP_WAIT_POLICY=passive (spinning workers starve the expert I/O thread); either one "
-           "set keeps\n"
-           "libgomp's own waiting.\n");
-}
-
-#ifndef GLM_COMMIT
-#define GLM_COMMIT "unknown"   /* the Makefile passes the git commit */
-#endif
-#define GLM_VERSION "0.2"
-
-/* --version: what was built, and which integer kernels this CPU can run. */
-static void print_version(void) {
-    printf("glm.c %s (commit %s)\nkernels this CPU runs:", GLM_VERSION, GLM_COMMIT);
-    static const QtKernel kernels[] = { QT_KERNEL_VNNI,  QT_KERNEL_AVXVNNI, QT_KERNEL_AVX2,
-                                        QT_KERNEL_I8MM,  QT_KERNEL_DOTPROD, QT_KERNEL_NEON,
-                                        QT_KERNEL_SCALAR };
-    for (size_t i = 0; i < sizeof kernels / sizeof kernels[0]; i++)
-        if (qt_kernel_supported(kernels[i])) printf(" %s", qt_kernel_name(kernels[i]));
-    printf(" (KERNEL=auto picks %s)\n", qt_kernel_name(qt_get_kernel()));
-}
-
-static int parse_bits(const char *arg, const char *what) {
-    char *end;
-    long v = strtol(arg, &end, 10);
-    if (*end || (v != 16 && v != 8 && v != 4 && v != 2))
-        die("%s '%s' must be 16, 8, 4 or 2", what, arg);
-    return (int)v;
 }
 
 /* The CPUs this process may run on (its affinity mask; the online count where that is unknown). */
@@ -793,47 +597,15 @@ static int usable_cpus(void) {
     return n > 0 ? (int)n : 1;
 }
 
-/* SNAP must name a folder: 0, or -1 with `why` saying what it is instead (before any mode looks
-   for a file in it and blames the file). */
-static int model_dir_check(const char *dir, char *why, size_t n) {
-    static const char what[] = "SNAP is the model's folder, with config.json, *.safetensors and "
-                               "tokenizer.json";
-    struct stat sb;
-    const int err = stat(dir, &sb) ? errno : 0;
-    if (err == ENOENT) snprintf(why, n, "SNAP=%s: no such folder (%s)", dir, what);
-    else if (err == ENOTDIR || (!err && !S_ISDIR(sb.st_mode)))
-        snprintf(why, n, "SNAP=%s is not a folder (%s)", dir, what);
-    else if (err) snprintf(why, n, "SNAP=%s: %s", dir, strerror(err));
-    else return 0;
-    return -1;
-}
-
-static Settings settings_from_env(int argc, char **argv) {
+/* Every setting from the environment into Settings, each value checked (its kind and range, the
+   words a string setting takes), in the table's reading order so the first bad one is the one
+   named. The positional arguments keep their defaults, and the mode and the temperature (which
+   only the sampling modes read) are left to the front end: cli.c's cli_settings calls this
+   between reading argv and choosing the mode. */
+static Settings settings_from_env(void) {
     Settings s;
     memset(&s, 0, sizeof s);
     s.cache_slots = 64; s.expert_bits = 4; s.dense_bits = 4;
-    int npos = 0, given = 0;
-    for (int i = 1; i < argc; i++) {
-        if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) { print_help(); exit(0); }
-        if (!strcmp(argv[i], "--version")) { print_version(); exit(0); }
-        if (argv[i][0] == '-') die("unknown option %s (see --help)", argv[i]);
-        given++;
-    }
-    if (given > 3)
-        die("too many arguments: %d given, at most 3 (cache_slots expert_bits dense_bits)", given);
-    for (int i = 1; i < argc; i++) {
-        if (npos == 0) {
-            char *end;
-            long v = strtol(argv[i], &end, 10);
-            if (*end || v < 1 || v > 65536)
-                die("cache_slots '%s' must be a whole number in [1, 65536]", argv[i]);
-            s.cache_slots = (int)v;
-            s.cache_slots_given = 1;
-        } else if (npos == 1) s.expert_bits = parse_bits(argv[i], "expert_bits");
-        else s.dense_bits = parse_bits(argv[i], "dense_bits");
-        npos++;
-    }
-    warn_near_miss_variables();
     s.model_dir = setting_value("SNAP");
     s.ref_path = setting_value("REF");
     s.indexer_mode = setting_value("INDEXER");
@@ -894,8 +666,9 @@ static Settings settings_from_env(int argc, char **argv) {
     const char *plan = setting_value("PLAN");
     if (strcmp(plan, "0") && strcmp(plan, "1") && strcmp(plan, "json"))
         die("PLAN=%s: expected 1, json or 0", plan);
+    s.plan = strcmp(plan, "0") != 0;
     s.plan_json = !strcmp(plan, "json");
-    const int doctor = (int)setting_number("DOCTOR");
+    s.doctor = (int)setting_number("DOCTOR");
     s.prompt_given = getenv("PROMPT") != NULL;
     s.prompt = setting_value("PROMPT");
     if (s.prompt_given && !s.prompt[0])
@@ -917,7 +690,8 @@ static Settings settings_from_env(int argc, char **argv) {
     s.top_p = (float)setting_number("NUCLEUS");
     s.seed = (uint64_t)setting_number("SEED");
     s.special = (int)setting_number("SPECIAL");
-    int chat = (int)setting_number("CHAT"), template_only = (int)setting_number("TEMPLATE_ONLY");
+    s.chat = (int)setting_number("CHAT");
+    s.template_only = (int)setting_number("TEMPLATE_ONLY");
     s.serve = setting_value("SERVE");
     s.api_key = setting_value("API_KEY");
     s.queue = (int)setting_number("QUEUE");
@@ -936,147 +710,7 @@ static Settings settings_from_env(int argc, char **argv) {
     s.score_json = setting_value("SCORE_JSON");
     if (s.replay && s.teacher_forcing) die("REPLAY=1 and TF=1 are different modes: set one");
     if (s.group && s.group < 2) die("GROUP=%d: a group needs at least 2 inputs", s.group);
-    /* PLAN and DOCTOR describe a run instead of doing one: the other modes' settings are theirs to
-       read */
-    if (doctor && strcmp(plan, "0")) die("PLAN and DOCTOR are different modes: set one");
-    if (doctor) { s.mode = MODE_DOCTOR; return s; }
-    if (!s.model_dir[0]) die("SNAP is not set: point it at a model directory (see --help)");
-    char why[4400];
-    if (model_dir_check(s.model_dir, why, sizeof why)) die("%s", why);
-    if (strcmp(plan, "0")) { s.mode = MODE_PLAN; return s; }
-    if (s.mtp && !s.teacher_forcing)
-        die("MTP=1 needs TF=1 (the MTP head is validated in teacher forcing)");
-
-    /* Which mode: the settings that name one must not contradict each other. */
-    const int has_ref = s.ref_path[0] != 0, has_tokenize = s.tokenize_path[0] != 0,
-              has_messages = s.messages_path[0] != 0;
-    if ((s.teacher_forcing || s.replay) && !has_ref)
-        die("%s=1 needs REF, an oracle reference JSON (see --help)",
-            s.teacher_forcing ? "TF" : "REPLAY");
-    if (s.ppl_path[0] || s.score_path[0]) {   /* quality.c checks the rest of its settings */
-        if (s.serve[0] || has_ref || has_tokenize || s.prompt_given || chat == 1 || template_only ||
-            has_messages)
-            die("%s=%s is a mode of its own: unset SERVE, REF, TOKENIZE, PROMPT, CHAT, "
-                "TEMPLATE_ONLY and MESSAGES",
-                s.ppl_path[0] ? "PPL" : "SCORE", s.ppl_path[0] ? s.ppl_path : s.score_path);
-        s.mode = MODE_QUALITY;
-    } else if (s.ppl_json[0] || s.logits_save[0] || s.kld_path[0] || s.score_json[0]) {
-        die("%s is set without its mode: set %s=file",
-            s.score_json[0]    ? "SCORE_JSON"
-            : s.ppl_json[0]    ? "PPL_JSON"
-            : s.logits_save[0] ? "LOGITS_SAVE"
-                               : "KLD",
-            s.score_json[0] ? "SCORE" : "PPL");
-    } else if (s.serve[0]) {
-        if (has_ref || has_tokenize || s.prompt_given || chat == 1 || template_only ||
-            has_messages || s.system_prompt[0])
-            die("SERVE=%s is a mode of its own (conversations come from the requests): unset "
-                "PROMPT, CHAT, REF, TOKENIZE, "
-                "TEMPLATE_ONLY, MESSAGES and SYSTEM",
-                s.serve);
-        if (!s.chat_template)
-            die("SERVE and CHAT_TEMPLATE=0: /v1/chat/completions always applies the template, "
-                "/v1/completions takes raw text; unset CHAT_TEMPLATE");
-        HttpAddr addr;
-        char err[256];
-        if (http_addr_parse(s.serve, &addr, err, sizeof err)) die("SERVE=%s: %s", s.serve, err);
-        if (!addr.loopback && !s.api_key[0])
-            die("SERVE=%s can be reached from other machines: set API_KEY (clients send it as "
-                "Authorization: Bearer KEY), "
-                "or serve on 127.0.0.1",
-                s.serve);
-        s.mode = MODE_SERVE;
-    } else if (has_tokenize) {
-        if (has_ref || s.prompt_given || chat == 1 || template_only)
-            die("TOKENIZE=%s is a mode of its own: unset REF, PROMPT, CHAT and TEMPLATE_ONLY",
-                s.tokenize_path);
-        s.mode = MODE_TOKENIZE;
-    } else if (has_ref) {
-        if (s.prompt_given || chat == 1 || has_messages || template_only)
-            die("REF=%s selects validation against an oracle: unset PROMPT, CHAT, MESSAGES and "
-                "TEMPLATE_ONLY",
-                s.ref_path);
-        s.mode = MODE_VALIDATE;
-    } else if (template_only) {
-        if (!s.prompt_given && !has_messages)
-            die("TEMPLATE_ONLY=1 needs PROMPT or MESSAGES to render");
-        s.mode = MODE_TEMPLATE;
-    } else if (chat == 1 || (chat == -1 && !s.prompt_given && isatty(0))) {
-        if (s.prompt_given) die("PROMPT and CHAT=1 are different modes: set one");
-        s.mode = MODE_CHAT;
-    } else if (s.prompt_given || has_messages) {
-        s.mode = MODE_PROMPT;
-    } else if (!isatty(0)) {   /* echo "question" | ./glm */
-        s.mode = MODE_PROMPT;
-        s.prompt_given = s.prompt_from_stdin = 1;
-    } else {
-        die("nothing to do: set PROMPT=\"...\", CHAT=1, TOKENIZE=file or REF=file (see --help)");
-    }
-    if (s.prompt_given && !strcmp(s.prompt, "-")) s.prompt_from_stdin = 1;
-    if (s.schema_path[0] && s.grammar_path[0])
-        die("SCHEMA=%s and GRAMMAR=%s: set one", s.schema_path, s.grammar_path);
-    if ((s.schema_path[0] || s.grammar_path[0]) && s.mode != MODE_PROMPT)
-        die("%s constrains PROMPT's answer; SERVE takes a schema per request (response_format)",
-            s.schema_path[0] ? "SCHEMA" : "GRAMMAR");
-    if (s.session_path[0] && s.mode != MODE_PROMPT && s.mode != MODE_CHAT && s.mode != MODE_SERVE)
-        die("SESSION=%s holds a conversation: it works with PROMPT, CHAT and SERVE, not with %s",
-            s.session_path,
-            s.mode == MODE_TOKENIZE   ? "TOKENIZE"
-            : s.mode == MODE_TEMPLATE ? "TEMPLATE_ONLY"
-            : s.mode == MODE_QUALITY  ? "PPL or SCORE"
-                                      : "REF");
-    /* only the modes that sample read the temperature (and may note an unrelated TEMP); REF decodes
-       greedily unless TEMPERATURE (or a numeric TEMP) is given */
-    const int temperature_given =
-        getenv("TEMPERATURE") || (getenv("TEMP") && parses_as_number(getenv("TEMP")));
-    s.temperature = s.mode == MODE_PROMPT || s.mode == MODE_CHAT || s.mode == MODE_SERVE ||
-                            (s.mode == MODE_VALIDATE && temperature_given)
-                        ? (float)temperature_from_env()
-                        : 0.0f;
-    if (!s.chat_template && (has_messages || s.system_prompt[0]))
-        die("%s needs the chat template: unset CHAT_TEMPLATE=0",
-            has_messages ? "MESSAGES" : "SYSTEM");
     return s;
-}
-
-/* The prompt from stdin (PROMPT=-, or piped in with no mode set), read whole, at most 16 MB.
-   Trailing newlines are dropped, so `echo hi | ./glm` asks what PROMPT=hi asks. */
-#define STDIN_PROMPT_MAX (16u << 20)
-
-static void read_stdin_prompt(Settings *s) {
-    size_t cap = 1 << 16, n = 0;
-    char *buf = xmalloc(cap + 1);
-    for (;;) {
-        if (n == cap) {
-            if (cap >= STDIN_PROMPT_MAX) {
-                free(buf);
-                die("the prompt on stdin is longer than %u MB (the limit)", STDIN_PROMPT_MAX >> 20);
-            }
-            cap *= 2;
-            char *grown = realloc(buf, cap + 1);
-            if (!grown) die("out of memory reading the prompt from stdin");
-            buf = grown;
-        }
-        ssize_t k = read(STDIN_FILENO, buf + n, cap - n);
-        if (k < 0 && errno == EINTR) continue;
-        if (k < 0) die("reading the prompt from stdin: %s", strerror(errno));
-        if (k == 0) break;
-        n += (size_t)k;
-    }
-    if (memchr(buf, 0, n))
-        die("the prompt on stdin contains a NUL byte at offset %zu",
-            (size_t)((char *)memchr(buf, 0, n) - buf));
-    while (n > 0 && (buf[n - 1] == '\n' || buf[n - 1] == '\r')) n--;
-    buf[n] = 0;
-    if (!n) {
-        const int explicit_dash = getenv("PROMPT") != NULL;
-        free(buf);
-        if (explicit_dash) die("PROMPT=-: stdin is empty");
-        die("nothing to do: set PROMPT=\"...\", CHAT=1, TOKENIZE=file or REF=file, or pipe a "
-            "prompt in (see --help); "
-            "stdin is not a terminal and was empty");
-    }
-    s->prompt = s->stdin_prompt = buf;
 }
 
 /* =============================================================================================

@@ -4,6 +4,7 @@
    RunState and the Generator. One translation unit keeps every function static and visible to the
    compiler at once (inlining across the seam), and keeps the build one command:
      glm.c        the engine: settings, model, kernels, attention, experts, MoE, forward, Generator
+     cli.c        the command line: --help, --version, positional arguments, choosing the mode
      validate.c   REF=file: teacher forcing, greedy decoding and replay against the oracle
      text.c       tokenizer glue, TOKENIZE, TEMPLATE, PROMPT and the terminal chat
      quality.c    PPL, KLD and SCORE: perplexity, divergence from a saved run, multiple choice
@@ -15,6 +16,7 @@
    (GLM_NO_MAIN leaves main() out). */
 
 #include "glm.c"
+#include "cli.c"     /* before plan.c: model_dir_check */
 #include "validate.c"
 #include "text.c"
 #include "quality.c"   /* after text.c: its tokenizer glue */
@@ -28,7 +30,7 @@
 #ifndef GLM_NO_MAIN   /* tests and fuzz targets that include main.c leave main() out */
 int main(int argc, char **argv) {
     openmp_passive_wait(argv);
-    Settings set = settings_from_env(argc, argv);
+    Settings set = cli_settings(argc, argv);
 #ifdef _OPENMP
     if (set.threads) omp_set_num_threads(set.threads);
 #endif

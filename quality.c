@@ -1228,7 +1228,7 @@ static int run_score(const Settings *set) {
     return 0;
 }
 
-/* PPL=file or SCORE=file (settings_from_env chose MODE_QUALITY). */
+/* PPL=file or SCORE=file (cli_settings chose MODE_QUALITY). */
 static int run_quality(const Settings *set) {
     if (set->ppl_path[0] && set->score_path[0]) die("PPL and SCORE are different modes: set one");
     return set->ppl_path[0] ? run_ppl(set) : run_score(set);

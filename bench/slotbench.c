@@ -7,6 +7,7 @@
      SNAP=/work/glm_bench REF=/work/glm_bench/reference.json RAM_GB=20 bench/slotbench [TOKENS] */
 #pragma GCC diagnostic ignored "-Wunused-function"
 #include "../glm.c"
+#include "../cli.c"   /* the settings as ./glm reads them */
 #include "../validate.c"
 
 enum { MAX_GENS = 4 };
@@ -44,7 +45,7 @@ int main(int argc, char **argv) {
     openmp_passive_wait(argv);
     const int tokens = argc > 1 ? atoi(argv[1]) : 24;
     char *args[] = { "slotbench", NULL };
-    Settings set = settings_from_env(1, args);
+    Settings set = cli_settings(1, args);
     g_integer_dot = set.idot;
     g_verbose = set.verbose;
     if (set.kernel != QT_KERNEL_AUTO) qt_set_kernel(set.kernel);

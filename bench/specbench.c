@@ -21,6 +21,7 @@
    Output lines start with VERIFY, MTPSTEP or DECODE, KEY=VALUE pairs; bench/spec.sh summarizes. */
 #pragma GCC diagnostic ignored "-Wunused-function"
 #include "../glm.c"
+#include "../cli.c"   /* the settings as ./glm reads them */
 #include "../validate.c"   /* the oracle reference files */
 
 /* Empties every layer's expert cache (between passes: no demanded load is in flight; a
@@ -79,7 +80,7 @@ typedef struct {
 
 static void bench_open(Bench *b, int extra) {
     char *argv[] = { "specbench", NULL };
-    b->set = settings_from_env(1, argv);
+    b->set = cli_settings(1, argv);
     g_integer_dot = b->set.idot;
     if (b->set.kernel != QT_KERNEL_AUTO) qt_set_kernel(b->set.kernel);
 #ifdef _OPENMP

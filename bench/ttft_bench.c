@@ -12,6 +12,7 @@
    prefix gives the same answer. bench/ttft.sh runs it. */
 #pragma GCC diagnostic ignored "-Wunused-function"
 #include "../glm.c"
+#include "../cli.c"   /* the settings as ./glm reads them */
 
 typedef struct { double t0, first; TokenList ids; } Timing;
 
@@ -52,7 +53,7 @@ int main(int argc, char **argv) {
     /* the prompt modes' settings (the prefix cache is theirs); the ids come from here */
     setenv("PROMPT", "-", 1);
     char *args[] = { argv[0], NULL };
-    Settings set = settings_from_env(1, args);
+    Settings set = cli_settings(1, args);
     g_verbose = set.verbose;
     const int capacity = prefix + suffix + ngen + 1;
     Model model;

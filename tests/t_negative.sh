@@ -324,7 +324,7 @@ expect_error "set: BATCH=0" 'BATCH=0' good BATCH=0 64 16 16
 expect_error "set: CTX too small for the run" 'CTX=5' good CTX=5 64 16 16
 expect_error "set: MTP=1 without TF=1" 'MTP=1.*TF' good TF=0 MTP=1 64 16 16
 # Regression guard (a glm.c bug this test found, fixed since):
-# setting_number's range test (d < min || d > max) is false for NaN, so LATENT_EPS=nan
+# the setting range test (d < min || d > max) is false for NaN, so LATENT_EPS=nan
 # is accepted and every prediction becomes token 0 (exit 3, no error naming LATENT_EPS).
 expect_error "set: LATENT_EPS=nan is refused" 'LATENT_EPS' good LATENT_EPS=nan 64 16 16
 expect_error "set: SNAP not set" 'SNAP' env REF="$DREF" TF=1 "$GLM" 64 16 16
