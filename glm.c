@@ -598,10 +598,10 @@ static int usable_cpus(void) {
 }
 
 /* Every setting from the environment into Settings, each value checked (its kind and range, the
-   words a string setting takes), in the table's reading order so the first bad one is the one
-   named. The positional arguments keep their defaults, and the mode and the temperature (which
-   only the sampling modes read) are left to the front end: cli.c's cli_settings calls this
-   between reading argv and choosing the mode. */
+   words a string setting takes) in one fixed order, so a run with two bad values always names
+   the same one. The positional arguments keep their defaults; the mode and the temperature
+   (which only the sampling modes read) are the front end's, which calls this between reading
+   argv and choosing the mode (cli.c). */
 static Settings settings_from_env(void) {
     Settings s;
     memset(&s, 0, sizeof s);
