@@ -12,8 +12,15 @@
  *                                     char *err, size_t err_len);
  *   Grammar *grammar_json_object(const GrammarOptions *opt);      any JSON object (json_object)
  *   Grammar *grammar_from_gbnf(const char *text, size_t len, char *err, size_t err_len);
+ *   Grammar *grammar_tool_calls(const GrammarTool *tools, int n_tools, int min_calls,
+ *                               int max_calls, const GrammarOptions *opt, char *err,
+ *                               size_t err_len);
+ *       GLM tool calls (see "Tool calls"): min_calls..max_calls (-1: no limit) calls, each of one
+ *       of the tools (name, parameters schema; where names the schema in errors).
  *       NULL on error with one line in err: for a schema "#/json/pointer: why", naming the keyword
- *       it does not enforce; for a grammar "line L: why". opt may be NULL (defaults below).
+ *       it does not enforce (a tool's: where + pointer, "tools[0].function.parameters/properties/x:
+ *       keyword 'pattern' is not enforced"); for a grammar "line L: why". opt may be NULL
+ *       (defaults below).
  *   void grammar_free(Grammar *g);              after every matcher made from it is freed
  *
  *   GrammarVocab *grammar_vocab_new(int n, const char *const *piece, const size_t *len,
@@ -22,6 +29,11 @@
  *       piece NULL: give special tokens so) is never allowed. The eos ids are allowed exactly when
  *       the answer is complete. The model's byte-level BPE vocabulary holds a token for every
  *       single byte; with such a vocabulary every step allows a token (see "No dead ends").
+ *       A token holding a byte from 0xF8 up (never in valid UTF-8) is never allowed.
+ *   GrammarVocab *grammar_vocab_new_tags(..., const int tag[GRAMMAR_N_TAGS], char *err, ...);
+ *       The same, with the token ids of the six tool-call tags (GRAMMAR_TAG_*, -1: absent): tag k
+ *       stands for the byte 0xF8 + k, whatever its piece says.
+ *   extern const char *const grammar_tag_text[GRAMMAR_N_TAGS];     "<tool_call>", ...
  *   void grammar_vocab_free(GrammarVocab *v);   after every matcher using it is freed
  *   size_t grammar_mask_words(const GrammarVocab *v);    uint64_t words of a mask: (n + 63) / 64
  *
@@ -87,6 +99,34 @@
  *   . (any character); ( groups ); postfix * + ? {m} {m,} {m,n}. Text is UTF-8, matched as
  *   UTF-8 bytes. The start rule is "root". Refused: an undefined rule, left recursion, a
  *   repetition of something that can match nothing, a rule that can never complete.
+ *
+ * Tool calls (grammar_tool_calls): the answer is calls written as GLM's template writes them,
+ *     <tool_call>NAME<arg_key>K</arg_key><arg_value>V</arg_value>...</tool_call>
+ *   one after the other with nothing between, then eos. The six tags are added tokens of their own.
+ *   Each must come only from its token, never spelled in ordinary text, and no other grammar may
+ *   allow one: so in the grammar's alphabet tag k is the byte 0xF8 + k, a byte that no valid UTF-8
+ *   holds. grammar_vocab_new_tags gives the tag tokens those bytes and never allows an ordinary
+ *   token that holds one (the byte-level BPE's tokens for raw bytes 0xF8-0xFF); schemas and GBNF
+ *   grammars match valid UTF-8 only, so they never allow a tag and allow what they did before. The
+ *   grammar is built directly, not through GBNF text: the tags are literal bytes, and each
+ *   argument's value is compiled by the schema compiler. Masks cost what the schema's do, the tags
+ *   being one-byte tokens (bench/grammarbench, forced_tool_call).
+ *   What is generated reads back through chat.h's reply parser into arguments that validate:
+ *   - NAME is the tool's name; it must be non-empty text without whitespace at its ends (the parser
+ *     strips it) and without the text of <arg_key> or </tool_call>, else the tool is refused.
+ *   - Arguments follow parameters, an object schema (type, properties, required,
+ *     additionalProperties; another keyword at its top is refused): properties in the schema's
+ *     order, required ones always, optional ones maybe, no other key; then the names that are only
+ *     in required (values of additionalProperties' schema, else any JSON). A key must read back the
+ *     same way (no whitespace at its ends, no </arg_key> or </tool_call> text).
+ *   - V of a property whose schema says "type": "string" is written raw, as the template writes a
+ *     string (and as the parser keeps it): valid UTF-8 text of the schema's length, no whitespace
+ *     at either end (str.isspace: the parser strips it), never the text of </arg_value> or
+ *     </tool_call> (where the parser would end it); enum / const: those strings, each of which must
+ *     read back so. Other keywords next to it are refused.
+ *   - Any other V is JSON of its schema (as above); its strings and literals never hold the text
+ *     of </arg_value> or </tool_call> either (a literal that does is refused).
+ *   Whitespace between the elements, which the parser would skip, is not generated.
  *
  * No dead ends: every rule alternative that can never complete is removed at compile time, so
  * every prefix the matcher accepts can be completed; with a token for every single byte, each
@@ -2760,7 +2800,8 @@ static int tc_args(GmSC *c, GmSeq *s, const JsonValue *params) {
                     "invalid UTF-8 or a tag's text)");
             return -1;
         }
-        const char *st = json_type(sub) == JSON_OBJECT ? json_str(json_get(sub, "type"), NULL) : NULL;
+        const char *st =
+            json_type(sub) == JSON_OBJECT ? json_str(json_get(sub, "type"), NULL) : NULL;
         /* chat.h's reply parser keeps a value raw exactly when properties.K.type is "string" */
         int v = st && !strcmp(st, "string") ? tc_raw_value(c, sub) : sc_schema(c, sub);
         sc_pop(c, old2);

@@ -284,7 +284,8 @@ static const Scenario scenarios[] = {
      "\"type\":\"object\",\"properties\":{\"query\":{\"type\":\"string\"}},"
      "\"required\":[\"query\"]}}}]",
      "\xF8get_weather\xFAlocation\xFB\xFCSan Francisco, California, United States\xFD"
-     "\xFAunit\xFB\xFC" "celsius\xFD\xFA" "days\xFB\xFC" "7\xFD\xFAhours\xFB\xFC[6, 9, 12, 15, 18, 21]"
+     "\xFAunit\xFB\xFC" "celsius\xFD\xFA" "days\xFB\xFC" "7\xFD\xFAhours\xFB\xFC"
+     "[6, 9, 12, 15, 18, 21]"
      "\xFD\xFAnotes\xFB\xFCPrefer the hourly forecast; the user mentioned a trip to the coast on "
      "the weekend and wants to know whether to bring a jacket.\xFD\xFA" "filters\xFB\xFC"
      "[{\"field\": \"precipitation\", \"op\": \"lt\", \"value\": 0.25}]\xFD\xF9"

@@ -1079,7 +1079,8 @@ typedef struct {
 } ToolVocab;
 
 static void tool_vocab(ToolVocab *tv) {
-    int nm = (int)(sizeof multi / sizeof *multi), nt = (int)(sizeof tool_multi / sizeof *tool_multi);
+    int nm = (int)(sizeof multi / sizeof *multi);
+    int nt = (int)(sizeof tool_multi / sizeof *tool_multi);
     tv->n = 256 + nm + nt + GRAMMAR_N_TAGS + 1;
     tv->piece = calloc((size_t)tv->n, sizeof *tv->piece);
     tv->len = calloc((size_t)tv->n, sizeof *tv->len);
@@ -1159,7 +1160,11 @@ static void test_tool_calls(void) {
             rng_state = seed * 0x9E3779B97F4A7C15ull + 7;
             size_t n = 0;
             for (int step = 0;; step++) {
-                if (step > 4000) { snprintf(why, sizeof why, "no eos: %.200s", text); bad = 1; break; }
+                if (step > 4000) {
+                    snprintf(why, sizeof why, "no eos: %.200s", text);
+                    bad = 1;
+                    break;
+                }
                 int cnt = grammar_matcher_mask(m, mask), na = 0;
                 for (int t = 0; t < tv.n; t++)
                     if (bit(mask, t)) allowed[na++] = t;
@@ -1197,7 +1202,11 @@ static void test_tool_calls(void) {
                 const char *p = pick >= tv.tag0 && pick < tv.tag0 + GRAMMAR_N_TAGS
                                     ? grammar_tag_text[pick - tv.tag0] : tv.piece[pick];
                 size_t pl = p == tv.piece[pick] ? tv.len[pick] : strlen(p);
-                if (n + pl >= (1 << 16) - 1) { snprintf(why, sizeof why, "too long"); bad = 1; break; }
+                if (n + pl >= (1 << 16) - 1) {
+                    snprintf(why, sizeof why, "too long");
+                    bad = 1;
+                    break;
+                }
                 memcpy(text + n, p, pl);
                 n += pl;
                 text[n] = 0;
