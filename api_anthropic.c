@@ -289,20 +289,31 @@ static int anthropic_parse_common(const Server *srv, const JsonValue *root, ApiR
                             "\"thinking.budget_tokens\" must be an integer >= 1024");
     }
     /* tools and tool_choice */
-    int use_tools = 1;
+    /* any / tool force a call (api_forced_tools); disable_parallel_tool_use: exactly one */
+    int use_tools = 1, forcing = 0, one = 0;
+    const char *forced = NULL;
     if (api_given(v = json_get(root, "tool_choice"))) {
         const char *type = json_str(json_get(v, "type"), NULL);
-        if (!type)
+        if (type && !strcmp(type, "tool") && !(forced = json_str(json_get(v, "name"), NULL)))
             return api_fail(e, 400, "tool_choice", NULL,
-                            "\"tool_choice\" must be {\"type\": \"auto\"} or {\"type\": \"none\"}");
-        if (!strcmp(type, "none")) use_tools = 0;
-        else if (strcmp(type, "auto"))
+                            "\"tool_choice\" {\"type\": \"tool\"} needs a \"name\" string");
+        if (type && !strcmp(type, "none")) use_tools = 0;
+        else if (type && (!strcmp(type, "any") || !strcmp(type, "tool"))) forcing = 1;
+        else if (!type || strcmp(type, "auto"))
             return api_fail(e, 400, "tool_choice", NULL,
-                            "\"tool_choice\" {\"type\": \"%.40s\"} is not supported (\"auto\" or "
-                            "\"none\": "
-                            "forcing a tool call needs constrained decoding)",
-                            type);
+                            "\"tool_choice\" must be {\"type\": \"auto\"}, {\"type\": \"any\"}, "
+                            "{\"type\": \"tool\", \"name\": ...} or {\"type\": \"none\"}");
+        if (api_bool(v, "disable_parallel_tool_use", "tool_choice.disable_parallel_tool_use", &one,
+                     e))
+            return -1;
+        if (one && !forcing && use_tools && api_given(json_get(root, "tools")))
+            return api_fail(e, 400, "tool_choice", NULL,
+                            "\"disable_parallel_tool_use\" is enforced only with {\"type\": "
+                            "\"any\"} or {\"type\": \"tool\"}");
     }
+    if (forcing && api_forced_tools(r, json_get(root, "tools"), forced, forced || one,
+                                    "input_schema", e))
+        return -1;
     JsonWriter w;
     jw_init(&w);
     jw_obj(&w);

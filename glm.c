@@ -6404,15 +6404,21 @@ static int generator_is_eos(const Generator *g, int id) {
     return 0;
 }
 
-/* The grammar vocabulary of a tokenizer: each id's raw bytes, added tokens none (never allowed),
-   the given stop ids as eos (allowed once the answer is complete). NULL with err on failure. */
+/* The grammar vocabulary of a tokenizer: each id's raw bytes, added tokens none (never allowed)
+   but the six tool-call tags (grammar.h's marker bytes: only a tool-call grammar allows them), the
+   given stop ids as eos (allowed once the answer is complete). NULL with err on failure. */
 static GrammarVocab *grammar_vocab_of(const Tokenizer *t, int vocab, const int *eos, int n_eos,
                                       char *err, size_t err_len) {
     const char **piece = xcalloc((size_t)vocab, sizeof *piece);
     size_t *len = xcalloc((size_t)vocab, sizeof *len);
     for (int id = 0; id < vocab && id < tok_vocab_size(t); id++)
         if (!tok_is_added(t, id)) piece[id] = tok_piece(t, id, &len[id]);
-    GrammarVocab *v = grammar_vocab_new(vocab, piece, len, eos, n_eos, err, err_len);
+    int tag[GRAMMAR_N_TAGS];
+    for (int k = 0; k < GRAMMAR_N_TAGS; k++) {
+        tag[k] = tok_id(t, grammar_tag_text[k]);
+        if (tag[k] >= vocab || (tag[k] >= 0 && !tok_is_added(t, tag[k]))) tag[k] = -1;
+    }
+    GrammarVocab *v = grammar_vocab_new_tags(vocab, piece, len, eos, n_eos, tag, err, err_len);
     free(piece);
     free(len);
     return v;

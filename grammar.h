@@ -12,8 +12,15 @@
  *                                     char *err, size_t err_len);
  *   Grammar *grammar_json_object(const GrammarOptions *opt);      any JSON object (json_object)
  *   Grammar *grammar_from_gbnf(const char *text, size_t len, char *err, size_t err_len);
+ *   Grammar *grammar_tool_calls(const GrammarTool *tools, int n_tools, int min_calls,
+ *                               int max_calls, const GrammarOptions *opt, char *err,
+ *                               size_t err_len);
+ *       GLM tool calls (see "Tool calls"): min_calls..max_calls (-1: no limit) calls, each of one
+ *       of the tools (name, parameters schema; where names the schema in errors).
  *       NULL on error with one line in err: for a schema "#/json/pointer: why", naming the keyword
- *       it does not enforce; for a grammar "line L: why". opt may be NULL (defaults below).
+ *       it does not enforce (a tool's: where + pointer, "tools[0].function.parameters/properties/x:
+ *       keyword 'pattern' is not enforced"); for a grammar "line L: why". opt may be NULL
+ *       (defaults below).
  *   void grammar_free(Grammar *g);              after every matcher made from it is freed
  *
  *   GrammarVocab *grammar_vocab_new(int n, const char *const *piece, const size_t *len,
@@ -22,6 +29,11 @@
  *       piece NULL: give special tokens so) is never allowed. The eos ids are allowed exactly when
  *       the answer is complete. The model's byte-level BPE vocabulary holds a token for every
  *       single byte; with such a vocabulary every step allows a token (see "No dead ends").
+ *       A token holding a byte from 0xF8 up (never in valid UTF-8) is never allowed.
+ *   GrammarVocab *grammar_vocab_new_tags(..., const int tag[GRAMMAR_N_TAGS], char *err, ...);
+ *       The same, with the token ids of the six tool-call tags (GRAMMAR_TAG_*, -1: absent): tag k
+ *       stands for the byte 0xF8 + k, whatever its piece says.
+ *   extern const char *const grammar_tag_text[GRAMMAR_N_TAGS];     "<tool_call>", ...
  *   void grammar_vocab_free(GrammarVocab *v);   after every matcher using it is freed
  *   size_t grammar_mask_words(const GrammarVocab *v);    uint64_t words of a mask: (n + 63) / 64
  *
@@ -88,6 +100,34 @@
  *   UTF-8 bytes. The start rule is "root". Refused: an undefined rule, left recursion, a
  *   repetition of something that can match nothing, a rule that can never complete.
  *
+ * Tool calls (grammar_tool_calls): the answer is calls written as GLM's template writes them,
+ *     <tool_call>NAME<arg_key>K</arg_key><arg_value>V</arg_value>...</tool_call>
+ *   one after the other with nothing between, then eos. The six tags are added tokens of their own.
+ *   Each must come only from its token, never spelled in ordinary text, and no other grammar may
+ *   allow one: so in the grammar's alphabet tag k is the byte 0xF8 + k, a byte that no valid UTF-8
+ *   holds. grammar_vocab_new_tags gives the tag tokens those bytes and never allows an ordinary
+ *   token that holds one (the byte-level BPE's tokens for raw bytes 0xF8-0xFF); schemas and GBNF
+ *   grammars match valid UTF-8 only, so they never allow a tag and allow what they did before. The
+ *   grammar is built directly, not through GBNF text: the tags are literal bytes, and each
+ *   argument's value is compiled by the schema compiler. Masks cost what the schema's do, the tags
+ *   being one-byte tokens (bench/grammarbench, forced_tool_call).
+ *   What is generated reads back through chat.h's reply parser into arguments that validate:
+ *   - NAME is the tool's name; it must be non-empty text without whitespace at its ends (the parser
+ *     strips it) and without the text of <arg_key> or </tool_call>, else the tool is refused.
+ *   - Arguments follow parameters, an object schema (type, properties, required,
+ *     additionalProperties; another keyword at its top is refused): properties in the schema's
+ *     order, required ones always, optional ones maybe, no other key; then the names that are only
+ *     in required (values of additionalProperties' schema, else any JSON). A key must read back the
+ *     same way (no whitespace at its ends, no </arg_key> or </tool_call> text).
+ *   - V of a property whose schema says "type": "string" is written raw, as the template writes a
+ *     string (and as the parser keeps it): valid UTF-8 text of the schema's length, no whitespace
+ *     at either end (str.isspace: the parser strips it), never the text of </arg_value> or
+ *     </tool_call> (where the parser would end it); enum / const: those strings, each of which must
+ *     read back so. Other keywords next to it are refused.
+ *   - Any other V is JSON of its schema (as above); its strings and literals never hold the text
+ *     of </arg_value> or </tool_call> either (a literal that does is refused).
+ *   Whitespace between the elements, which the parser would skip, is not generated.
+ *
  * No dead ends: every rule alternative that can never complete is removed at compile time, so
  * every prefix the matcher accepts can be completed; with a token for every single byte, each
  * step allows some token or the answer is complete. Frames deeper than GRAMMAR_MAX_DEPTH are not
@@ -130,6 +170,28 @@ typedef struct {
     int ws_max;          /* whitespace bytes allowed between two JSON tokens; -1: the default 20 */
 } GrammarOptions;
 
+/* The six tags of a GLM tool call, each an added token of its own (see grammar_tool_calls). */
+enum {
+    GRAMMAR_TAG_TOOL_CALL,        /* <tool_call> */
+    GRAMMAR_TAG_TOOL_CALL_END,    /* </tool_call> */
+    GRAMMAR_TAG_ARG_KEY,          /* <arg_key> */
+    GRAMMAR_TAG_ARG_KEY_END,      /* </arg_key> */
+    GRAMMAR_TAG_ARG_VALUE,        /* <arg_value> */
+    GRAMMAR_TAG_ARG_VALUE_END,    /* </arg_value> */
+    GRAMMAR_N_TAGS
+};
+extern const char *const grammar_tag_text[GRAMMAR_N_TAGS];
+
+typedef struct {
+    const char *name;              /* the function's name, as the model writes it */
+    size_t name_len;
+    const JsonValue *parameters;   /* its JSON schema; NULL or null: no arguments */
+    const char *where;             /* how errors name the schema ("tools[0].function.parameters") */
+} GrammarTool;
+
+Grammar *grammar_tool_calls(const GrammarTool *tools, int n_tools, int min_calls, int max_calls,
+                            const GrammarOptions *opt, char *err, size_t err_len);
+
 Grammar *grammar_from_schema(const JsonValue *schema, const GrammarOptions *opt, char *err,
                              size_t err_len);
 Grammar *grammar_from_schema_text(const char *json, size_t len, const GrammarOptions *opt,
@@ -140,6 +202,9 @@ void grammar_free(Grammar *g);
 
 GrammarVocab *grammar_vocab_new(int n, const char *const *piece, const size_t *len,
                                 const int *eos, int n_eos, char *err, size_t err_len);
+GrammarVocab *grammar_vocab_new_tags(int n, const char *const *piece, const size_t *len,
+                                     const int *eos, int n_eos, const int tag[GRAMMAR_N_TAGS],
+                                     char *err, size_t err_len);
 void grammar_vocab_free(GrammarVocab *v);
 size_t grammar_mask_words(const GrammarVocab *v);
 
@@ -174,13 +239,21 @@ void grammar_apply_mask(float *logits, const uint64_t *mask, int n);
    A position is an index into the element array. */
 enum { GM_END, GM_BYTES, GM_RULE, GM_STR, GM_REP };
 #define GM_INF 0xFFFFFFFFu
-#define GM_STR_MAXCOUNT ((1u << 27) - 1)   /* a string count shares 32 bits with 5 of sub-state */
+/* A string's frame keeps its count and its sub-state in 32 bits: 27 + 5 for a JSON string, 20 + 12
+   for the flagged ones (GM_STR_RAW, GM_STR_TAGSAFE), whose sub-state also follows the tags' text
+   and whitespace. */
+#define GM_STR_MAXCOUNT ((1u << 27) - 1)
+#define GM_STR_MAXCOUNT_FLAGGED ((1u << 20) - 1)
+#define GM_STR_TAGSAFE 1u   /* never contains the text of </arg_value> or </tool_call> */
+#define GM_STR_RAW 2u       /* raw text (no quotes, no escapes), no whitespace at either end */
 
 typedef struct {
     uint8_t kind;
-    uint32_t arg;        /* BYTES: class index; RULE, REP: rule */
+    uint32_t arg;        /* BYTES: class index; RULE, REP: rule; STR: GM_STR_* flags */
     uint32_t min, max;   /* STR: code points; REP: repetitions (max GM_INF: unbounded) */
 } GmElem;
+
+static uint32_t gm_str_shift(const GmElem *e) { return e->arg ? 12 : 5; }
 
 typedef struct { uint64_t h; uint32_t *key; uint32_t klen; uint64_t *mask; int count; } GmCacheEnt;
 
@@ -471,6 +544,12 @@ done:
 
 /* ==== vocabulary ============================================================================= */
 
+/* Tag k is the byte 0xF8 + k in the grammar's alphabet; no valid UTF-8 holds a byte from 0xF8 up,
+   and grammars accept only valid UTF-8, so an ordinary token holding one is never allowed. */
+#define GM_TAG_BYTE0 0xF8u
+const char *const grammar_tag_text[GRAMMAR_N_TAGS] = {
+    "<tool_call>", "</tool_call>", "<arg_key>", "</arg_key>", "<arg_value>", "</arg_value>"};
+
 /* Byte trie of token strings: node i's edges are [first, first + n) in eb / en, the tokens that end
    at node i are tok[tfirst, tfirst + ntok). */
 typedef struct { uint32_t first, n, tfirst, ntok; } GmTNode;
@@ -506,7 +585,16 @@ enum {
     GS_L0,
     GS_L1,
     GS_L2,
-    GS_L3 /* the low surrogate's \uDC00-DFFF */
+    GS_L3, /* the low surrogate's \uDC00-DFFF */
+    /* raw text (GM_STR_RAW): UTF-8 lead bytes that may begin a whitespace character */
+    GR_C2,
+    GR_E1,
+    GR_E1_9A,
+    GR_E2,
+    GR_E2_80,
+    GR_E2_81,
+    GR_E3,
+    GR_E3_80
 };
 
 enum { GP_REJECT, GP_WITHIN, GP_EXIT };
@@ -529,6 +617,7 @@ struct GrammarVocab {
     uint32_t *long_tok, *long_d, n_long;   /* WITHIN tokens with d >= GM_WLE */
     uint32_t *exit_tok, *exit_d, n_exit;
     GmTrie exit_trie;         /* suffixes after the quote; trie token j is exit entry j */
+    uint64_t *tagtext;        /* tokens that spell </arg_value> or </tool_call> in text */
 };
 
 /* One byte of string content from sub-state sub: the new sub-state, or -1. *start is set when the
@@ -576,6 +665,87 @@ static int gm_str_sub(int sub, unsigned c, int *start) {
     case GS_L3: return hex ? GS_IDLE : -1;
     }
     return -1;
+}
+
+/* One byte of raw text from UTF-8 state sub: the new state or -1. *start: the byte begins a
+   character; *done: it ends one, *ws then says whether that character is whitespace (Python's
+   str.isspace, which the reply parser strips). */
+static int gm_raw_sub(int sub, unsigned c, int *start, int *done, int *ws) {
+    int cont = c >= 0x80 && c <= 0xBF;
+    *start = *done = *ws = 0;
+    switch (sub) {
+    case GS_IDLE:
+        *start = 1;
+        if (c < 0x80) {
+            *done = 1;
+            *ws = (c >= 0x09 && c <= 0x0D) || (c >= 0x1C && c <= 0x20);
+            return GS_IDLE;
+        }
+        if (c == 0xC2) return GR_C2;
+        if (c >= 0xC3 && c <= 0xDF) return GS_C1;
+        if (c == 0xE0) return GS_E0;
+        if (c == 0xE1) return GR_E1;
+        if (c == 0xE2) return GR_E2;
+        if (c == 0xE3) return GR_E3;
+        if (c == 0xED) return GS_ED;
+        if (c >= 0xE4 && c <= 0xEF) return GS_C2;
+        if (c == 0xF0) return GS_F0;
+        if (c >= 0xF1 && c <= 0xF3) return GS_C3;
+        if (c == 0xF4) return GS_F4;
+        return -1;
+    case GR_C2: *done = cont; *ws = c == 0x85 || c == 0xA0; return cont ? GS_IDLE : -1;
+    case GS_C1: *done = cont; return cont ? GS_IDLE : -1;
+    case GR_E1: return c == 0x9A ? GR_E1_9A : cont ? GS_C1 : -1;
+    case GR_E2: return c == 0x80 ? GR_E2_80 : c == 0x81 ? GR_E2_81 : cont ? GS_C1 : -1;
+    case GR_E3: return c == 0x80 ? GR_E3_80 : cont ? GS_C1 : -1;
+    case GR_E1_9A: *done = cont; *ws = c == 0x80; return cont ? GS_IDLE : -1;
+    case GR_E2_80:
+        *done = cont;
+        *ws = c <= 0x8A || c == 0xA8 || c == 0xA9 || c == 0xAF;
+        return cont ? GS_IDLE : -1;
+    case GR_E2_81: *done = cont; *ws = c == 0x9F; return cont ? GS_IDLE : -1;
+    case GR_E3_80: *done = cont; *ws = c == 0x80; return cont ? GS_IDLE : -1;
+    case GS_C2: case GS_C3: case GS_E0: case GS_ED: case GS_F0: case GS_F4: {
+        int s2 = gm_str_sub(sub, c, start);
+        *start = 0;
+        return s2;
+    }
+    }
+    return -1;
+}
+
+/* How much of "</arg_value>" or "</tool_call>" the text ends with, after one more byte: 0 none,
+   1 "<", 2 "</", 3..11 that many bytes of </arg_value>, 12..20 of </tool_call> (9 + length); -1
+   when the byte completes one. Neither text holds '<' past its start, so a miss falls back to 0,
+   or to 1 on '<'. */
+static int gm_tag_progress(int p, unsigned c) {
+    static const char A[] = "</arg_value>", T[] = "</tool_call>";
+    if (p == 1 && c == '/') return 2;
+    if (p == 2 && c == 'a') return 3;
+    if (p == 2 && c == 't') return 12;
+    if (p >= 3 && p <= 11 && c == (unsigned char)A[p]) return p + 1 == 12 ? -1 : p + 1;
+    if (p >= 12 && c == (unsigned char)T[p - 9]) return p - 9 + 1 == 12 ? -1 : p + 1;
+    return c == '<';
+}
+
+/* One byte of a flagged string (see GmElem) from sub-state sub: the new sub-state or -1; *start:
+   the byte begins a character. Sub-state bits: 0-4 the UTF-8 / escape state, 5-9 the tag progress,
+   10 the last character was whitespace, 11 a character was written (raw text). */
+static int gm_flagged_sub(uint32_t flags, uint32_t sub, unsigned c, int *start) {
+    int u = (int)(sub & 31), p = (int)(sub >> 5 & 31), wsl = (int)(sub >> 10 & 1);
+    int st = (int)(sub >> 11 & 1);
+    if (flags & GM_STR_RAW) {
+        int done, ws;
+        u = gm_raw_sub(u, c, start, &done, &ws);
+        if (u < 0) return -1;
+        if (done) {
+            if (!st && ws) return -1;   /* the parser would strip it */
+            st = 1;
+            wsl = ws;
+        }
+    } else if ((u = gm_str_sub(u, c, start)) < 0) return -1;
+    if ((p = gm_tag_progress(p, c)) < 0) return -1;
+    return u | p << 5 | wsl << 10 | st << 11;
 }
 
 static int gm_trie_node(GmTrie *t) {
@@ -657,6 +827,7 @@ void grammar_vocab_free(GrammarVocab *v) {
     free(v->exit_tok);
     free(v->exit_d);
     gm_trie_free(&v->exit_trie);
+    free(v->tagtext);
     free(v);
 }
 
@@ -664,6 +835,28 @@ size_t grammar_mask_words(const GrammarVocab *v) { return v ? v->words : 0; }
 
 GrammarVocab *grammar_vocab_new(int n, const char *const *piece, const size_t *len,
                                 const int *eos, int n_eos, char *err, size_t err_len) {
+    return grammar_vocab_new_tags(n, piece, len, eos, n_eos, NULL, err, err_len);
+}
+
+static int gm_find(const char *s, size_t n, const char *t) {
+    size_t k = strlen(t);
+    for (size_t i = 0; i + k <= n; i++)
+        if (!memcmp(s + i, t, k)) return 1;
+    return 0;
+}
+
+static int gm_has_marker(const char *p, size_t n) {
+    for (size_t i = 0; i < n; i++)
+        if ((unsigned char)p[i] >= GM_TAG_BYTE0) return 1;
+    return 0;
+}
+
+GrammarVocab *grammar_vocab_new_tags(int n, const char *const *piece, const size_t *len,
+                                     const int *eos, int n_eos, const int tag[GRAMMAR_N_TAGS],
+                                     char *err, size_t err_len) {
+    static const unsigned char tag_byte[GRAMMAR_N_TAGS] = {
+        GM_TAG_BYTE0, GM_TAG_BYTE0 + 1, GM_TAG_BYTE0 + 2,
+        GM_TAG_BYTE0 + 3, GM_TAG_BYTE0 + 4, GM_TAG_BYTE0 + 5};
     if (err && err_len) err[0] = 0;
     if (n <= 0 || !piece || !len) {
         if (err && err_len) snprintf(err, err_len, "vocabulary: no tokens");
@@ -685,24 +878,33 @@ GrammarVocab *grammar_vocab_new(int n, const char *const *piece, const size_t *l
         }
         total += l;
     }
-    v->bytes = malloc(total + 1);
+    v->bytes = malloc(total + 1 + GRAMMAR_N_TAGS);   /* tags get one byte each */
     v->off = malloc((size_t)n * sizeof *v->off);
     v->len = malloc((size_t)n * sizeof *v->len);
     v->is_eos = calloc((size_t)n, 1);
     it = malloc((size_t)n * sizeof *it);
     v->wle = calloc((size_t)GM_WLE * v->words, 8);
     v->within_all = calloc(v->words, 8);
-    if (!v->bytes || !v->off || !v->len || !v->is_eos || !it || !v->wle || !v->within_all) goto oom;
+    v->tagtext = calloc(v->words, 8);
+    if (!v->bytes || !v->off || !v->len || !v->is_eos || !it || !v->wle || !v->within_all ||
+        !v->tagtext)
+        goto oom;
     for (int i = 0; i < n_eos; i++)
         if (eos && eos[i] >= 0 && eos[i] < n) v->is_eos[eos[i]] = 1;
     size_t pos = 0;
     uint32_t m = 0;
     for (int i = 0; i < n; i++) {
-        size_t l = piece[i] ? len[i] : 0;
+        const char *pc = piece[i];
+        size_t l = pc ? len[i] : 0;
+        if (gm_has_marker(pc, l)) l = 0;   /* an ordinary token with a tag's byte: never */
+        for (int k = 0; tag && k < GRAMMAR_N_TAGS; k++)
+            if (tag[k] == i) { pc = (const char *)&tag_byte[k]; l = 1; }
         v->off[i] = pos;
         v->len[i] = (uint32_t)l;
-        if (l) memcpy(v->bytes + pos, piece[i], l);
+        if (l) memcpy(v->bytes + pos, pc, l);
         pos += l;
+        if (l > 1 && (gm_find(pc, l, "</arg_value>") || gm_find(pc, l, "</tool_call>")))
+            v->tagtext[i >> 6] |= 1ull << (i & 63);
         if (l && !v->is_eos[i])
             it[m++] =
                 (GmItem){(const unsigned char *)v->bytes + v->off[i], (uint32_t)l, (uint32_t)i};
@@ -868,9 +1070,12 @@ static void gm_close(GrammarMatcher *m, int32_t n0, uint32_t out) {
             gm_work_rule(m, e->arg, g->el[d.pos + 1].kind == GM_END ? d.parent : n);
             break;
         case GM_STR: {
-            uint32_t sub = d.aux & 31, c = d.aux >> 5;
-            if (sub == GS_IDLE && c >= e->min) gm_work(m, gm_new(m, d.pos + 1, 0, d.parent));
-            if (sub != GS_IDLE || e->max == GM_INF || c < e->max) gm_add(m, out, n);
+            uint32_t sh = gm_str_shift(e), sub = d.aux & ((1u << sh) - 1), c = d.aux >> sh;
+            int idle = (sub & 31) == GS_IDLE;
+            /* raw text ends after a character that is not whitespace (or none) */
+            if (idle && c >= e->min && !((e->arg & GM_STR_RAW) && (sub >> 10 & 1)))
+                gm_work(m, gm_new(m, d.pos + 1, 0, d.parent));
+            if (!idle || e->max == GM_INF || c < e->max) gm_add(m, out, n);
             break;
         }
         case GM_REP: {
@@ -902,15 +1107,16 @@ static uint32_t gm_step(GrammarMatcher *m, uint32_t xo, uint32_t nx, unsigned b)
             if (g->cls[e->arg][b >> 6] >> (b & 63) & 1)
                 gm_close(m, gm_new(m, d.pos + 1, 0, d.parent), out);
         } else if (e->kind == GM_STR) {
-            int start, sub = gm_str_sub((int)(d.aux & 31), b, &start);
-            uint32_t c = d.aux >> 5;
+            uint32_t sh = gm_str_shift(e), c = d.aux >> sh, old = d.aux & ((1u << sh) - 1);
+            int start, sub = e->arg ? gm_flagged_sub(e->arg, old, b, &start)
+                                    : gm_str_sub((int)old, b, &start);
             if (sub < 0) continue;
             if (start) {
                 if (e->max != GM_INF && c >= e->max) continue;
                 c++;
                 if (e->max == GM_INF && c > e->min) c = e->min;
             }
-            gm_close(m, gm_new(m, d.pos, c << 5 | (uint32_t)sub, d.parent), out);
+            gm_close(m, gm_new(m, d.pos, c << sh | (uint32_t)sub, d.parent), out);
         }
     }
     return m->ns - out;
@@ -1080,16 +1286,21 @@ static void gm_str_mask(GrammarMatcher *m, int32_t n, uint64_t *mask) {
     const GrammarVocab *v = m->v;
     GmNode d = m->nd[n];
     const GmElem *e = &m->g->el[d.pos];
-    uint32_t c = d.aux >> 5;
+    uint32_t c = d.aux >> gm_str_shift(e);
     uint32_t rem = e->max == GM_INF ? GM_INF : e->max - c;
     size_t W = v->words;
+    /* a tag-safe string drops the tokens that spell a tag (from no partial tag: see the caller) */
+    const uint64_t keepall = ~0ull, *drop = e->arg & GM_STR_TAGSAFE ? v->tagtext : NULL;
     if (rem >= v->dmax) {
-        for (size_t w = 0; w < W; w++) mask[w] |= v->within_all[w];
+        for (size_t w = 0; w < W; w++) mask[w] |= v->within_all[w] & (drop ? ~drop[w] : keepall);
     } else {
         const uint64_t *s = v->wle + (size_t)(rem < GM_WLE ? rem : GM_WLE - 1) * W;
-        for (size_t w = 0; w < W; w++) mask[w] |= s[w];
-        for (uint32_t i = 0; i < v->n_long; i++)
-            if (v->long_d[i] <= rem) mask[v->long_tok[i] >> 6] |= 1ull << (v->long_tok[i] & 63);
+        for (size_t w = 0; w < W; w++) mask[w] |= s[w] & (drop ? ~drop[w] : keepall);
+        for (uint32_t i = 0; i < v->n_long; i++) {
+            uint32_t t = v->long_tok[i];
+            if (v->long_d[i] <= rem && !(drop && (drop[t >> 6] >> (t & 63) & 1)))
+                mask[t >> 6] |= 1ull << (t & 63);
+        }
     }
     if (!v->n_exit) return;
     uint32_t dlo = e->min > c ? e->min - c : 0;
@@ -1106,9 +1317,12 @@ static void gm_str_mask(GrammarMatcher *m, int32_t n, uint64_t *mask) {
             m->hit[j >> 6] |= 1ull << (j & 63);
         }
         if (gm_has_consumer(m, yo, ny)) gm_walk(m, &v->exit_trie, yo, ny, m->hit);
-        for (uint32_t j = 0; j < v->n_exit; j++)
-            if ((m->hit[j >> 6] >> (j & 63) & 1) && v->exit_d[j] >= dlo && v->exit_d[j] <= rem)
-                mask[v->exit_tok[j] >> 6] |= 1ull << (v->exit_tok[j] & 63);
+        for (uint32_t j = 0; j < v->n_exit; j++) {
+            uint32_t t = v->exit_tok[j];
+            if ((m->hit[j >> 6] >> (j & 63) & 1) && v->exit_d[j] >= dlo && v->exit_d[j] <= rem &&
+                !(drop && (drop[t >> 6] >> (t & 63) & 1)))
+                mask[t >> 6] |= 1ull << (t & 63);
+        }
     }
     m->nn = mk;
     m->ns = so;
@@ -1352,6 +1566,14 @@ static void gm_cache_put(Grammar *g, const GrammarVocab *v, uint64_t h, const ui
     g->cache_bytes += bytes;
 }
 
+/* A stack whose mask the string profiles give (gm_str_mask): inside a JSON string, between
+   characters, with no partial tag text behind (tag-safe). Raw text is walked. */
+static int gm_str_fast(const Grammar *g, const GmNode *d) {
+    const GmElem *e = &g->el[d->pos];
+    if (e->kind != GM_STR || (e->arg & GM_STR_RAW)) return 0;
+    return (d->aux & ((1u << gm_str_shift(e)) - 1)) == GS_IDLE;
+}
+
 int grammar_matcher_mask(GrammarMatcher *m, uint64_t *mask) {
     if (!m || !mask) return -1;
     const GrammarVocab *v = m->v;
@@ -1370,14 +1592,12 @@ int grammar_matcher_mask(GrammarMatcher *m, uint64_t *mask) {
     uint32_t go = m->ns;
     for (uint32_t i = 0; i < m->nx; i++) {
         int32_t n = m->ss[i];
-        if (n >= 0 && !(g->el[m->nd[n].pos].kind == GM_STR && (m->nd[n].aux & 31) == GS_IDLE))
-            gm_add(m, go, n);
+        if (n >= 0 && !gm_str_fast(g, &m->nd[n])) gm_add(m, go, n);
     }
     uint32_t gn = m->ns - go;
     for (uint32_t i = 0; i < m->nx; i++) {
         int32_t n = m->ss[i];
-        if (n >= 0 && g->el[m->nd[n].pos].kind == GM_STR && (m->nd[n].aux & 31) == GS_IDLE)
-            gm_str_mask(m, n, mask);
+        if (n >= 0 && gm_str_fast(g, &m->nd[n])) gm_str_mask(m, n, mask);
     }
     if (gn) gm_walk(m, &v->trie, go, gn, mask);
     int oom = m->oom;
@@ -1431,6 +1651,8 @@ typedef struct {
     uint32_t n_memo, cap_memo, cap_memo_r;
     int r_wsb, r_value, r_object, r_digit;
     int depth;                 /* schema nesting, $ref included */
+    int tool;                  /* a tool call's argument: strings and literals are tag-safe */
+    const char *where;         /* errors name the schema so instead of "#" (NULL: "#") */
 } GmSC;
 
 static const char *const gm_annotations[] = {
@@ -1471,7 +1693,10 @@ static int sc_fail(GmSC *c, const char *fmt, ...) {
         va_start(ap, fmt);
         vsnprintf(msg, sizeof msg, fmt, ap);
         va_end(ap);
-        snprintf(c->b.err, c->b.err_len, "%s: %s", c->plen ? c->path : "#", msg);
+        const char *path = c->plen ? c->path : "#";
+        if (c->where && path[0] == '#') snprintf(c->b.err, c->b.err_len, "%s%s: %s", c->where,
+                                                 path + 1, msg);
+        else snprintf(c->b.err, c->b.err_len, "%s: %s", path, msg);
         gm_one_line(c->b.err);
     }
     c->b.failed = 1;
@@ -1614,7 +1839,7 @@ static int sc_literals(GmB *b, char **lits, size_t *lens, uint32_t n) {
 static int sc_string_rule(GmSC *c, uint32_t min, uint32_t max) {
     GmSeq s = {0};
     gm_seq_lit(&c->b, &s, "\"", 1);
-    gm_seq_push(&c->b, &s, GM_STR, 0, min, max);
+    gm_seq_push(&c->b, &s, GM_STR, c->tool ? GM_STR_TAGSAFE : 0, min, max);
     gm_seq_lit(&c->b, &s, "\"", 1);
     return gm_rule_seq(&c->b, "string", &s);
 }
@@ -1971,6 +2196,13 @@ static int sc_memo(GmSC *c, const JsonValue *s) {
     return -1;
 }
 
+/* In a tool call's argument a literal must not spell the tag that would end it early. */
+static int sc_tagsafe_lit(GmSC *c, const char *p, size_t n) {
+    if (c->tool && (gm_find(p, n, "</arg_value>") || gm_find(p, n, "</tool_call>")))
+        return sc_fail(c, "a value or name holds the text of a tool-call tag");
+    return 0;
+}
+
 static int sc_object(GmSC *c, const JsonValue *s) {
     GmB *b = &c->b;
     const JsonValue *props = json_get(s, "properties"), *req = json_get(s, "required");
@@ -2056,6 +2288,7 @@ static int sc_object(GmSC *c, const JsonValue *s) {
         jw_strn(&w, key[i], kl[i]);
         size_t ql;
         const char *qt = jw_text(&w, &ql);
+        if (qt && sc_tagsafe_lit(c, qt, ql)) { jw_free(&w); break; }
         gm_seq_lit(b, &q, qt ? qt : "\"\"", qt ? ql : 2);
         jw_free(&w);
         int kr = gm_rule_seq(b, "key", &q);
@@ -2171,8 +2404,8 @@ static int sc_typed(GmSC *c, const JsonValue *s, int kinds) {
     }
     if (kinds & JK_STR) {
         uint32_t mn = 0, mx = GM_INF;
-        if (sc_get_count(c, s, "minLength", GM_STR_MAXCOUNT, &mn) ||
-            sc_get_count(c, s, "maxLength", GM_STR_MAXCOUNT, &mx))
+        uint32_t lim = c->tool ? GM_STR_MAXCOUNT_FLAGGED : GM_STR_MAXCOUNT;
+        if (sc_get_count(c, s, "minLength", lim, &mn) || sc_get_count(c, s, "maxLength", lim, &mx))
             return -1;
         if (mn > mx) return sc_fail(c, "minLength %u > maxLength %u", mn, mx);
         gm_seq_push(b, &q, GM_RULE, (uint32_t)sc_string_rule(c, mn, mx), 0, 0);
@@ -2328,7 +2561,8 @@ static int sc_schema_body(GmSC *c, const JsonValue *s) {
                 if (!same) continue;
             }
             lits[nl] = sc_literal(x, &lens[nl]);
-            if (lits[nl]) nl++;
+            if (lits[nl] && sc_tagsafe_lit(c, lits[nl], lens[nl])) free(lits[nl]);
+            else if (lits[nl]) nl++;
         }
         int r = nl ? sc_literals(b, lits, lens, nl)
                    : sc_fail(c, "%s: no value matches the schema", en ? "enum" : "const");
@@ -2424,6 +2658,223 @@ Grammar *grammar_json_object(const GrammarOptions *opt) {
     sc_init(&c, opt, NULL, 0);
     sc_free_value(&c);
     return sc_done(&c, c.r_object);
+}
+
+/* ==== tool calls ============================================================================= */
+
+static int gm_is_space(uint32_t c) {   /* Python's str.isspace, which the reply parser strips */
+    return (c >= 0x09 && c <= 0x0D) || (c >= 0x1C && c <= 0x20) || c == 0x85 || c == 0xA0 ||
+           c == 0x1680 || (c >= 0x2000 && c <= 0x200A) || c == 0x2028 || c == 0x2029 ||
+           c == 0x202F || c == 0x205F || c == 0x3000;
+}
+
+/* Text the reply parser reads back unchanged between two tags: valid UTF-8, no whitespace at
+   either end, not the text of the tags that would end it (stop, or NULL). */
+static int tc_reads_back(const char *s, size_t n, const char *const *stop) {
+    size_t i = 0;
+    uint32_t first = 0, last = 0;
+    while (i < n) {
+        const unsigned char *p = (const unsigned char *)s + i;
+        int k = p[0] < 0x80 ? 1 : p[0] >= 0xC2 && p[0] <= 0xDF ? 2
+              : p[0] >= 0xE0 && p[0] <= 0xEF ? 3 : p[0] >= 0xF0 && p[0] <= 0xF4 ? 4 : 0;
+        if (!k || i + (size_t)k > n) return 0;
+        uint32_t cp = k == 1 ? p[0] : p[0] & (0x7F >> k);
+        for (int j = 1; j < k; j++) {
+            if ((p[j] & 0xC0) != 0x80) return 0;
+            cp = cp << 6 | (p[j] & 0x3F);
+        }
+        if ((k == 3 && cp < 0x800) || (k == 4 && (cp < 0x10000 || cp > 0x10FFFF)) ||
+            (cp >= 0xD800 && cp <= 0xDFFF))
+            return 0;
+        if (!i) first = cp;
+        last = cp;
+        i += (size_t)k;
+    }
+    if (n && (gm_is_space(first) || gm_is_space(last))) return 0;
+    for (int k = 0; stop && stop[k]; k++)
+        if (gm_find(s, n, stop[k])) return 0;
+    return 1;
+}
+
+static void tc_tag(GmB *b, GmSeq *s, int tag) {
+    gm_seq_range(b, s, GM_TAG_BYTE0 + (unsigned)tag, GM_TAG_BYTE0 + (unsigned)tag);
+}
+
+/* The value of a string-typed argument: the template writes it raw (chat.h), so raw text that reads
+   back (tc_reads_back), of the schema's length, or one of its enum / const strings. */
+static int tc_raw_value(GmSC *c, const JsonValue *s) {
+    static const char *const ok[] = {"type", "minLength", "maxLength", "enum", "const", NULL};
+    static const char *const stop[] = {"</arg_value>", "</tool_call>", NULL};
+    for (size_t i = 0; i < json_len(s); i++) {
+        size_t kl;
+        const char *k = json_key_at(s, i, &kl);
+        if (!gm_in(k, kl, gm_annotations) && !gm_in(k, kl, ok))
+            return sc_fail(c, "keyword '%.*s' is not enforced", (int)kl, k);
+    }
+    const JsonValue *en = json_get(s, "enum"), *cn = json_get(s, "const");
+    if (en || cn) {
+        static const char *const type_ok[] = {"type", "enum", "const", NULL};
+        if (sc_alone(c, s, en ? "enum" : "const", type_ok)) return -1;
+        if (en && json_type(en) != JSON_ARRAY) return sc_fail(c, "enum must be an array");
+        size_t m = en ? json_len(en) : 1;
+        char **lits = calloc(m + 1, sizeof *lits);
+        size_t *lens = calloc(m + 1, sizeof *lens);
+        uint32_t nl = 0;
+        if (!lits || !lens) { free(lits); free(lens); return gm_fail(&c->b, "out of memory"); }
+        for (size_t i = 0; i < m; i++) {
+            const JsonValue *x = en ? json_at(en, i) : cn;
+            size_t n, kn;
+            const char *xs = json_str(x, &n), *ks = cn ? json_str(cn, &kn) : NULL;
+            if (!xs || (en && cn && (!ks || kn != n || memcmp(ks, xs, n)))) continue;
+            if (!tc_reads_back(xs, n, stop)) {
+                sc_lits_free(lits, lens, nl);
+                return sc_fail(c, "enum value '%.*s' cannot be written as a raw argument (the "
+                               "reply parser strips whitespace at its ends and stops at tags)",
+                               (int)(n < 60 ? n : 60), xs);
+            }
+            if (!(lits[nl] = malloc(n + 1))) break;
+            memcpy(lits[nl], xs, n);
+            lens[nl++] = n;
+        }
+        int r = nl ? sc_literals(&c->b, lits, lens, nl)
+                   : sc_fail(c, "%s: no string value matches the schema", en ? "enum" : "const");
+        sc_lits_free(lits, lens, nl);
+        return r;
+    }
+    uint32_t mn = 0, mx = GM_INF;
+    if (sc_get_count(c, s, "minLength", GM_STR_MAXCOUNT_FLAGGED, &mn) ||
+        sc_get_count(c, s, "maxLength", GM_STR_MAXCOUNT_FLAGGED, &mx))
+        return -1;
+    if (mn > mx) return sc_fail(c, "minLength %u > maxLength %u", mn, mx);
+    GmSeq q = {0};
+    gm_seq_push(&c->b, &q, GM_STR, GM_STR_RAW | GM_STR_TAGSAFE, mn, mx);
+    return gm_rule_seq(&c->b, "raw string", &q);
+}
+
+/* <arg_key>key</arg_key><arg_value>value</arg_value>, appended to s: once, or at most once. */
+static void tc_arg(GmSC *c, GmSeq *s, const char *key, size_t kl, int value, int required) {
+    GmB *b = &c->b;
+    GmSeq q = {0};
+    tc_tag(b, &q, GRAMMAR_TAG_ARG_KEY);
+    gm_seq_lit(b, &q, key, kl);
+    tc_tag(b, &q, GRAMMAR_TAG_ARG_KEY_END);
+    tc_tag(b, &q, GRAMMAR_TAG_ARG_VALUE);
+    gm_seq_push(b, &q, GM_RULE, (uint32_t)value, 0, 0);
+    tc_tag(b, &q, GRAMMAR_TAG_ARG_VALUE_END);
+    int r = gm_rule_seq(b, "argument", &q);
+    gm_seq_push(b, s, required ? GM_RULE : GM_REP, (uint32_t)r, 0, required ? 0 : 1);
+}
+
+/* The arguments of one tool, appended to s: its parameters' properties in order (required ones
+   always, optional ones maybe), then names that are only in required. */
+static int tc_args(GmSC *c, GmSeq *s, const JsonValue *params) {
+    static const char *const top_ok[] = {"type", "properties", "required",
+                                         "additionalProperties", NULL};
+    static const char *const key_stop[] = {"</arg_key>", "</tool_call>", NULL};
+    if (!params || json_type(params) == JSON_NULL) return 0;
+    if (json_type(params) != JSON_OBJECT) return sc_fail(c, "parameters must be a JSON schema");
+    for (size_t i = 0; i < json_len(params); i++) {
+        size_t kl;
+        const char *k = json_key_at(params, i, &kl);
+        if (!gm_in(k, kl, gm_annotations) && !gm_in(k, kl, top_ok))
+            return sc_fail(c, "keyword '%.*s' is not enforced for tool parameters (an object "
+                           "schema with properties)", (int)kl, k);
+    }
+    const JsonValue *t = json_get(params, "type"), *props = json_get(params, "properties");
+    const JsonValue *req = json_get(params, "required");
+    const JsonValue *addl = json_get(params, "additionalProperties");
+    const char *ts = json_str(t, NULL);
+    if (t && (!ts || strcmp(ts, "object")))
+        return sc_fail(c, "tool parameters must have type \"object\"");
+    if (props && json_type(props) != JSON_OBJECT) return sc_fail(c, "properties must be an object");
+    if (req && json_type(req) != JSON_ARRAY) return sc_fail(c, "required must be an array");
+    if (addl && json_type(addl) != JSON_OBJECT && json_type(addl) != JSON_BOOL)
+        return sc_fail(c, "additionalProperties must be a schema");
+    for (size_t i = 0; i < json_len(props); i++) {
+        size_t kl;
+        const char *k = json_key_at(props, i, &kl);
+        const JsonValue *sub = json_value_at(props, i);
+        size_t old = sc_push(c, "properties", 10), old2 = sc_push(c, k, kl);
+        if (!tc_reads_back(k, kl, key_stop)) {
+            sc_fail(c, "this name cannot be written as an argument key (whitespace at an end, "
+                    "invalid UTF-8 or a tag's text)");
+            return -1;
+        }
+        const char *st =
+            json_type(sub) == JSON_OBJECT ? json_str(json_get(sub, "type"), NULL) : NULL;
+        /* chat.h's reply parser keeps a value raw exactly when properties.K.type is "string" */
+        int v = st && !strcmp(st, "string") ? tc_raw_value(c, sub) : sc_schema(c, sub);
+        sc_pop(c, old2);
+        sc_pop(c, old);
+        if (v < 0 || c->b.failed) return -1;
+        tc_arg(c, s, k, kl, v, sc_required(params, k, kl));
+    }
+    for (size_t i = 0; i < json_len(req); i++) {
+        size_t l;
+        const char *k = json_str(json_at(req, i), &l);
+        if (!k) return sc_fail(c, "required must list strings");
+        if (props && json_getn(props, k, l)) continue;
+        int dup = 0;
+        for (size_t j = 0; j < i; j++) {
+            size_t jl;
+            const char *kj = json_str(json_at(req, j), &jl);
+            dup |= kj && jl == l && !memcmp(kj, k, l);
+        }
+        if (dup) continue;
+        if (json_bool(addl) == 0)
+            return sc_fail(c, "required '%.*s' is not in properties and additionalProperties is "
+                           "false", (int)l, k);
+        if (!tc_reads_back(k, l, key_stop))
+            return sc_fail(c, "required '%.*s' cannot be written as an argument key", (int)l, k);
+        size_t old = sc_push(c, "additionalProperties", 20);
+        int v = json_type(addl) == JSON_OBJECT ? sc_schema(c, addl) : sc_free_value(c);
+        sc_pop(c, old);
+        if (v < 0 || c->b.failed) return -1;
+        tc_arg(c, s, k, l, v, 1);
+    }
+    return 0;
+}
+
+Grammar *grammar_tool_calls(const GrammarTool *tools, int n_tools, int min_calls, int max_calls,
+                            const GrammarOptions *opt, char *err, size_t err_len) {
+    static const char *const name_stop[] = {"<arg_key>", "</tool_call>", NULL};
+    if (err && err_len) err[0] = 0;
+    GmSC c;
+    sc_init(&c, opt, err, err_len);
+    c.tool = 1;
+    int one = gm_rule(&c.b, "tool call"), root = -1;
+    if (n_tools < 1 || !tools) sc_fail(&c, "no tools to call");
+    else if (min_calls < 1 || (max_calls >= 0 && max_calls < min_calls))
+        sc_fail(&c, "calls: between %d and %d is not a range", min_calls, max_calls);
+    for (int i = 0; i < n_tools && !c.b.failed; i++) {
+        const GrammarTool *t = &tools[i];
+        c.root = t->parameters;
+        c.where = t->where ? t->where : "parameters";
+        c.plen = 0;
+        if (!t->name || !t->name_len || !tc_reads_back(t->name, t->name_len, name_stop)) {
+            sc_fail(&c, "the tool's name '%.*s' cannot be written in a tool call (empty, "
+                    "whitespace at an end, invalid UTF-8 or a tag's text)",
+                    t->name ? (int)(t->name_len < 60 ? t->name_len : 60) : 0,
+                    t->name ? t->name : "");
+            break;
+        }
+        GmSeq s = {0};
+        tc_tag(&c.b, &s, GRAMMAR_TAG_TOOL_CALL);
+        gm_seq_lit(&c.b, &s, t->name, t->name_len);
+        if (tc_args(&c, &s, t->parameters)) { gm_seq_free(&s); break; }
+        tc_tag(&c.b, &s, GRAMMAR_TAG_TOOL_CALL_END);
+        gm_alt(&c.b, one, &s);
+    }
+    if (!c.b.failed) {
+        GmSeq q = {0};
+        gm_seq_push(&c.b, &q, GM_RULE, (uint32_t)one, 0, 0);
+        if (max_calls != 1)
+            gm_seq_push(&c.b, &q, GM_REP, (uint32_t)one, (uint32_t)min_calls - 1,
+                        max_calls < 0 ? GM_INF : (uint32_t)max_calls - 1);
+        root = gm_rule_seq(&c.b, "tool calls", &q);
+    }
+    c.where = NULL;
+    return sc_done(&c, root);
 }
 
 /* ==== GBNF ================================================================================== */

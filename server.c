@@ -428,24 +428,38 @@ static int api_logprobs(const JsonValue *root, ApiRequest *r, ApiError *e) {
     return 0;
 }
 
+static int api_forced_tools(ApiRequest *r, const JsonValue *tools, const char *forced,
+                            int one_call, const char *schema_key, ApiError *e);
+
 static int api_chat_fields(const Server *srv, const JsonValue *root, ApiRequest *r, ApiError *e) {
     char err[600];
     ChatOptions *o = &r->render;
     *o = srv->chat;
-    int use_tools = 1;
+    int use_tools = 1, forcing = 0, parallel = 1;
+    const char *forced = NULL;
     const JsonValue *v = json_get(root, "tool_choice");
     if (api_given(v)) {
         const char *choice = json_str(v, NULL);
-        if (!choice)
+        const JsonValue *fn = json_get(v, "function");
+        const char *type = json_str(json_get(v, "type"), NULL);
+        if (choice && !strcmp(choice, "none")) use_tools = 0;
+        else if (choice && !strcmp(choice, "required")) forcing = 1;
+        else if (!choice && type && !strcmp(type, "function") &&
+                 (forced = json_str(json_get(fn, "name"), NULL)))
+            forcing = 1;
+        else if (!choice || strcmp(choice, "auto"))
             return api_fail(e, 400, "tool_choice", NULL,
-                            "\"tool_choice\" naming a function is not supported (\"auto\" or "
-                            "\"none\")");
-        if (!strcmp(choice, "none")) use_tools = 0;
-        else if (strcmp(choice, "auto"))
-            return api_fail(e, 400, "tool_choice", NULL,
-                            "\"tool_choice\" \"%.40s\" is not supported (\"auto\" or \"none\")",
-                            choice);
+                            "\"tool_choice\" must be \"auto\", \"none\", \"required\" or "
+                            "{\"type\": \"function\", \"function\": {\"name\": ...}}");
     }
+    if (api_bool(root, "parallel_tool_calls", "parallel_tool_calls", &parallel, e)) return -1;
+    const JsonValue *tools = json_get(root, "tools");
+    if (forcing && api_forced_tools(r, tools, forced, forced || !parallel, "parameters", e))
+        return -1;
+    if (!parallel && !forcing && use_tools && api_given(tools) && json_len(tools))
+        return api_fail(e, 400, "parallel_tool_calls", NULL,
+                        "\"parallel_tool_calls\": false is enforced only with a forced "
+                        "\"tool_choice\" (\"required\" or a named function)");
     /* thinking: {"type": "enabled" | "disabled"} (Z.ai's API) or a boolean */
     if (api_given(v = json_get(root, "thinking"))) {
         const char *type = json_str(json_get(v, "type"), NULL);
@@ -563,6 +577,49 @@ static int api_response_format(const JsonValue *root, ApiRequest *r, ApiError *e
                         "\"response_format.json_schema\" needs a \"schema\" object");
     return api_schema_grammar(schema, "response_format", "response_format.json_schema.schema", r,
                               e);
+}
+
+/* A forced tool call (tool_choice "required" / a named function, Anthropic's any / tool, with
+   parallel_tool_calls false: exactly one): the answer becomes GLM tool calls of the given tools,
+   their arguments following each tool's schema (grammar_tool_calls), into r->grammar. tools is
+   the request's list as the client sent it: each tool's name and schema are read from the tool,
+   or from its "function" object when it has one; schema_key names the schema ("parameters",
+   Anthropic's "input_schema"). forced: the one tool allowed (NULL: any of them). 0, or a 400 on
+   tool_choice naming an unknown tool, on tools for a schema keyword that is not enforced. */
+static int api_forced_tools(ApiRequest *r, const JsonValue *tools, const char *forced,
+                            int one_call, const char *schema_key, ApiError *e) {
+    if (r->grammar)
+        return api_fail(e, 400, "tool_choice", NULL,
+                        "a forced tool call and a structured output format cannot both shape the "
+                        "answer");
+    const size_t n = json_type(tools) == JSON_ARRAY ? json_len(tools) : 0;
+    if (!n)
+        return api_fail(e, 400, "tool_choice", NULL, "forcing a tool call needs \"tools\"");
+    GrammarTool *t = xcalloc(n, sizeof *t);
+    char(*where)[64] = xcalloc(n, sizeof *where);
+    int k = 0;
+    for (size_t i = 0; i < n; i++) {
+        const JsonValue *tool = json_at(tools, i), *fn = json_get(tool, "function");
+        const JsonValue *holder = json_type(fn) == JSON_OBJECT ? fn : tool;
+        size_t nl;
+        const char *name = json_str(json_get(holder, "name"), &nl);
+        if (!name || (forced && strcmp(forced, name))) continue;
+        snprintf(where[k], sizeof where[k], "tools[%zu].%s%s", i, holder == fn ? "function." : "",
+                 schema_key);
+        t[k] = (GrammarTool){ name, nl, json_get(holder, schema_key), where[k] };
+        k++;
+    }
+    char err[600];
+    int rc = 0;
+    if (!k)
+        rc = api_fail(e, 400, "tool_choice", NULL,
+                      "\"tool_choice\" names the function \"%.80s\", which is not in \"tools\"",
+                      forced ? forced : "");
+    else if (!(r->grammar = grammar_tool_calls(t, k, 1, one_call ? 1 : -1, NULL, err, sizeof err)))
+        rc = api_fail(e, 400, "tools", NULL, "%s", err);
+    free(t);
+    free(where);
+    return rc;
 }
 
 static void api_request_free(ApiRequest *r) {

@@ -8,7 +8,7 @@
    pieces with and without a leading space (most of the vocabulary), CJK characters and pairs,
    Cyrillic / Greek / accented words, emoji, whitespace and indentation runs, punctuation clusters
    (quotes, brackets, "\":", "\"},", ...), partial UTF-8 sequences, and 20 special tokens without
-   bytes (the last one stands for eos).
+   bytes (the last one stands for eos, the first six for the tool-call tags).
 
    Each scenario is a grammar and a valid answer. The answer is cut into tokens by longest match
    (as a model's own tokens would be) and decoded step by step: mask, then accept the token. A
@@ -191,10 +191,29 @@ static int tokenize(const char *text, int *out) {
             int t = find(text + i, l);
             if (t >= 0) { best = l; id = t; break; }
         }
+        /* a tool-call tag, written in an answer as its marker byte (0xF8 + k) */
+        if ((unsigned char)text[i] >= 0xF8) { id = n_tok - N_SPECIAL + (text[i] & 7); best = 1; }
         out[k++] = id;
         i += best;
     }
     return k;
+}
+
+/* kind "tools": a JSON list of OpenAI function tools, any number of calls */
+static Grammar *tools_grammar(const char *text, char *err, size_t el) {
+    JsonDoc *d = json_parse(text, strlen(text), err, el);
+    if (!d) return NULL;
+    GrammarTool t[8];
+    int n = 0;
+    for (size_t i = 0; i < json_len(json_root(d)) && n < 8; i++) {
+        const JsonValue *fn = json_get(json_at(json_root(d), i), "function");
+        size_t nl;
+        const char *name = json_str(json_get(fn, "name"), &nl);
+        t[n++] = (GrammarTool){name, nl, json_get(fn, "parameters"), "tools"};
+    }
+    Grammar *g = grammar_tool_calls(t, n, 1, -1, NULL, err, el);
+    json_free(d);
+    return g;
 }
 
 typedef struct { const char *name, *kind, *grammar, *answer; } Scenario;
@@ -247,6 +266,30 @@ static const Scenario scenarios[] = {
      "The answer, in plain text: the grammar only limits lines.\nEach line may hold any character "
      "except "
      "a newline.\nA new state per line: one full walk of the trie each, then the cache.\n"},
+    /* forced tool calls (grammar_tool_calls): string arguments are raw text, walked; \xF8.. are
+       the tags <tool_call>, </tool_call>, <arg_key>, </arg_key>, <arg_value>, </arg_value> */
+    {"forced_tool_call", "tools",
+     "[{\"type\":\"function\",\"function\":{\"name\":\"get_weather\",\"parameters\":{"
+     "\"type\":\"object\",\"properties\":{\"location\":{\"type\":\"string\"},"
+     "\"unit\":{\"type\":\"string\",\"enum\":[\"celsius\",\"fahrenheit\"]},"
+     "\"days\":{\"type\":\"integer\",\"minimum\":1,\"maximum\":14},"
+     "\"hours\":{\"type\":\"array\",\"items\":{\"type\":\"integer\",\"minimum\":0,"
+     "\"maximum\":23},\"maxItems\":24},\"notes\":{\"type\":\"string\"},"
+     "\"filters\":{\"type\":\"array\",\"items\":{\"$ref\":\"#/$defs/filter\"}}},"
+     "\"required\":[\"location\",\"unit\",\"days\"],\"additionalProperties\":false,"
+     "\"$defs\":{\"filter\":{\"type\":\"object\",\"properties\":{\"field\":{\"type\":"
+     "\"string\"},\"op\":{\"enum\":[\"eq\",\"lt\",\"gt\"]},\"value\":{\"type\":"
+     "\"number\"}},\"required\":[\"field\",\"op\",\"value\"]}}}}},"
+     "{\"type\":\"function\",\"function\":{\"name\":\"search\",\"parameters\":{"
+     "\"type\":\"object\",\"properties\":{\"query\":{\"type\":\"string\"}},"
+     "\"required\":[\"query\"]}}}]",
+     "\xF8get_weather\xFAlocation\xFB\xFCSan Francisco, California, United States\xFD"
+     "\xFAunit\xFB\xFC" "celsius\xFD\xFA" "days\xFB\xFC" "7\xFD\xFAhours\xFB\xFC"
+     "[6, 9, 12, 15, 18, 21]"
+     "\xFD\xFAnotes\xFB\xFCPrefer the hourly forecast; the user mentioned a trip to the coast on "
+     "the weekend and wants to know whether to bring a jacket.\xFD\xFA" "filters\xFB\xFC"
+     "[{\"field\": \"precipitation\", \"op\": \"lt\", \"value\": 0.25}]\xFD\xF9"
+     "\xF8search\xFAquery\xFB\xFCweather warnings for the Pacific coast this weekend\xFD\xF9"},
     /* the slow path: a counted repetition of a wide class makes every step a new state */
     {"gbnf_counted_text", "gbnf", "root ::= line{1,6}\nline ::= [^\\n]{1,200} \"\\n\"\n",
      "The answer, in plain text: the grammar only limits lines.\nEach line may hold any character "
@@ -268,8 +311,10 @@ int main(int argc, char **argv) {
     char err[256];
     int eos = N_VOCAB - 1;
     t0 = now();
-    GrammarVocab *v =
-        grammar_vocab_new(n_tok, (const char *const *)piece, plen, &eos, 1, err, sizeof err);
+    int tag[GRAMMAR_N_TAGS];
+    for (int k = 0; k < GRAMMAR_N_TAGS; k++) tag[k] = n_tok - N_SPECIAL + k;
+    GrammarVocab *v = grammar_vocab_new_tags(n_tok, (const char *const *)piece, plen, &eos, 1, tag,
+                                             err, sizeof err);
     double t_vocab = now() - t0;
     if (!v) { fprintf(stderr, "grammarbench: %s\n", err); return 1; }
     size_t W = grammar_mask_words(v);
@@ -299,6 +344,8 @@ int main(int argc, char **argv) {
                     if (!strcmp(sc->kind, "schema"))
                         g = grammar_from_schema_text(sc->grammar, strlen(sc->grammar), NULL, err,
                                                      sizeof err);
+                    else if (!strcmp(sc->kind, "tools")) g = tools_grammar(sc->grammar, err,
+                                                                          sizeof err);
                     else if (!strcmp(sc->kind, "gbnf"))
                         g = grammar_from_gbnf(sc->grammar, strlen(sc->grammar), err, sizeof err);
                     else g = grammar_json_object(NULL);

@@ -11,6 +11,8 @@
 #define GRAMMAR_WALK_SETS 12
 #define GRAMMAR_IMPLEMENTATION
 #include "grammar.h"
+#define CHAT_IMPLEMENTATION
+#include "chat.h"
 
 #include <math.h>
 #include <stdio.h>
@@ -1041,6 +1043,299 @@ static void test_limits_and_literals(void) {
     grammar_vocab_free(v);
 }
 
+/* ---- forced tool calls ---- */
+
+static const char *const tool_json =
+    "[{\"type\":\"function\",\"function\":{\"name\":\"get_weather\",\"parameters\":{"
+    "\"type\":\"object\",\"properties\":{"
+    "\"city\":{\"type\":\"string\",\"minLength\":1,\"maxLength\":12},"
+    "\"unit\":{\"type\":\"string\",\"enum\":[\"c\",\"f\"]},"
+    "\"days\":{\"type\":\"integer\",\"minimum\":1,\"maximum\":14},"
+    "\"note\":{\"type\":\"string\"}},"
+    "\"required\":[\"city\",\"days\"],\"additionalProperties\":false}}},"
+    "{\"type\":\"function\",\"function\":{\"name\":\"plan\",\"parameters\":{\"type\":\"object\","
+    "\"$defs\":{\"step\":{\"type\":\"object\",\"properties\":{"
+    "\"id\":{\"type\":\"integer\",\"minimum\":0,\"maximum\":99},"
+    "\"what\":{\"type\":\"string\",\"maxLength\":8}},\"required\":[\"id\"]}},"
+    "\"properties\":{\"steps\":{\"type\":\"array\",\"items\":{\"$ref\":\"#/$defs/step\"},"
+    "\"minItems\":1,\"maxItems\":3},"
+    "\"mode\":{\"anyOf\":[{\"type\":\"integer\",\"minimum\":-5,\"maximum\":5},{\"type\":\"null\"},"
+    "{\"enum\":[\"x\",\"y\"]}]},"
+    "\"flag\":{\"type\":\"boolean\"}},\"required\":[\"steps\",\"mode\"]}}},"
+    "{\"type\":\"function\",\"function\":{\"name\":\"ping\"}}]";
+
+/* Extra tokens for the tool vocabulary: tag texts spelled in ordinary text, pieces of them,
+   Unicode whitespace, names. */
+static const char *const tool_multi[] = {
+    "</arg_value>", "</tool_call>", "ab</arg_value>", "</arg", "_value>", "</tool", "_call>", "<",
+    "</", " ", "\xC2\xA0", "\xE3\x80\x80", "city", "days", "get_weather", "\xF8", "a\xFD",
+};
+
+typedef struct {
+    GrammarVocab *v;
+    const char **piece;
+    size_t *len;
+    int n, eos, tag0, bad0;   /* tag k is token tag0 + k; bad0, bad0 + 1: tokens with a tag byte */
+} ToolVocab;
+
+static void tool_vocab(ToolVocab *tv) {
+    int nm = (int)(sizeof multi / sizeof *multi);
+    int nt = (int)(sizeof tool_multi / sizeof *tool_multi);
+    tv->n = 256 + nm + nt + GRAMMAR_N_TAGS + 1;
+    tv->piece = calloc((size_t)tv->n, sizeof *tv->piece);
+    tv->len = calloc((size_t)tv->n, sizeof *tv->len);
+    static char bytes[256];
+    int k = 0;
+    for (int i = 0; i < 256; i++, k++) {
+        bytes[i] = (char)i;
+        tv->piece[k] = &bytes[i];
+        tv->len[k] = 1;
+    }
+    for (int i = 0; i < nm; i++, k++) { tv->piece[k] = multi[i]; tv->len[k] = strlen(multi[i]); }
+    for (int i = 0; i < nt; i++, k++) {
+        tv->piece[k] = tool_multi[i];
+        tv->len[k] = strlen(tool_multi[i]);
+        if (i == nt - 2) tv->bad0 = k;
+    }
+    int tag[GRAMMAR_N_TAGS];
+    tv->tag0 = k;
+    for (int i = 0; i < GRAMMAR_N_TAGS; i++, k++) {
+        tag[i] = k;
+        tv->piece[k] = grammar_tag_text[i];   /* as the tokenizer spells it; the vocab overrides */
+        tv->len[k] = strlen(grammar_tag_text[i]);
+    }
+    tv->eos = k;
+    tv->piece[k] = "<|observation|>";
+    tv->len[k] = strlen(tv->piece[k]);
+    char err[200];
+    tv->v = grammar_vocab_new_tags(tv->n, tv->piece, tv->len, &tv->eos, 1, tag, err, sizeof err);
+    if (!tv->v) { printf("FAIL tool_vocab: %s\n", err); exit(1); }
+}
+
+static Grammar *tools_grammar(const JsonValue *tools, const char *only, int min, int max,
+                              char *err, size_t el) {
+    GrammarTool t[8];
+    char where[8][64];
+    int n = 0;
+    for (size_t i = 0; i < json_len(tools) && n < 8; i++) {
+        const JsonValue *fn = json_get(json_at(tools, i), "function");
+        const char *name = json_str(json_get(fn, "name"), NULL);
+        if (only && strcmp(only, name)) continue;
+        snprintf(where[n], sizeof where[n], "tools[%zu].function.parameters", i);
+        t[n] = (GrammarTool){name, strlen(name), json_get(fn, "parameters"), where[n]};
+        n++;
+    }
+    return grammar_tool_calls(t, n, min, max, NULL, err, el);
+}
+
+/* Random answers under the tool grammar, spelled as the model's text (tags as their text), read
+   back by chat.h's parser: each call names a tool (the forced one when given) and its arguments
+   validate against the tool's parameters. Masks equal token-by-token checks at every step. */
+static void test_tool_calls(void) {
+    ToolVocab tv;
+    tool_vocab(&tv);
+    JsonDoc *d = json_parse(tool_json, strlen(tool_json), NULL, 0);
+    const JsonValue *tools = json_root(d);
+    ChatConv conv;
+    chat_conv_init(&conv);
+    char err[512] = "";
+    int ok = !chat_conv_parse_tools(&conv, tools, err, sizeof err);
+    check("tool_conv", ok, err);
+    struct { const char *only; int min, max; } modes[] = {
+        {NULL, 1, -1}, {"plan", 1, 1}, {"get_weather", 1, 1}, {NULL, 1, 1}, {"ping", 1, 1}};
+    size_t W = grammar_mask_words(tv.v);
+    uint64_t *mask = malloc(W * 8);
+    int *allowed = malloc((size_t)tv.n * sizeof *allowed);
+    char *text = malloc(1 << 16);
+    for (size_t mi = 0; mi < sizeof modes / sizeof *modes; mi++) {
+        Grammar *g = tools_grammar(tools, modes[mi].only, modes[mi].min, modes[mi].max, err,
+                                   sizeof err);
+        char name[64], why[1200] = "";
+        snprintf(name, sizeof name, "tool_grammar_%zu", mi);
+        check(name, g != NULL, err);
+        if (!g) continue;
+        int bad = 0, calls_seen = 0;
+        for (uint64_t seed = 1; seed <= 40 && !bad; seed++) {
+            GrammarMatcher *m = grammar_matcher_new(g, tv.v);
+            rng_state = seed * 0x9E3779B97F4A7C15ull + 7;
+            size_t n = 0;
+            for (int step = 0;; step++) {
+                if (step > 4000) {
+                    snprintf(why, sizeof why, "no eos: %.200s", text);
+                    bad = 1;
+                    break;
+                }
+                int cnt = grammar_matcher_mask(m, mask), na = 0;
+                for (int t = 0; t < tv.n; t++)
+                    if (bit(mask, t)) allowed[na++] = t;
+                if (cnt != na || !na) {
+                    snprintf(why, sizeof why, "mask count %d, bits %d after %.*s", cnt, na,
+                             (int)n, text);
+                    bad = 1;
+                    break;
+                }
+                for (int t = 0; t < tv.n; t++)
+                    if (grammar_matcher_check(m, &t, 1) != bit(mask, t)) {
+                        snprintf(why, sizeof why, "token %d: mask %d, check differs after %.*s",
+                                 t, bit(mask, t), (int)n, text);
+                        bad = 1;
+                    }
+                if (bad) break;
+                if (bit(mask, tv.bad0) || bit(mask, tv.bad0 + 1) || bit(mask, 0xF8)) {
+                    snprintf(why, sizeof why, "a token with a tag byte is allowed");
+                    bad = 1;
+                    break;
+                }
+                int pick = allowed[rnd() % (uint32_t)na];
+                if (step > 40) {   /* then prefer what ends things */
+                    const int pref[] = {tv.eos, tv.tag0 + GRAMMAR_TAG_TOOL_CALL_END,
+                                        tv.tag0 + GRAMMAR_TAG_ARG_VALUE_END, '"', ']', '}'};
+                    for (int i = 0; i < 6; i++)
+                        if (bit(mask, pref[i])) { pick = pref[i]; break; }
+                }
+                if (grammar_matcher_accept(m, pick) != 1) {
+                    snprintf(why, sizeof why, "allowed token %d refused", pick);
+                    bad = 1;
+                    break;
+                }
+                if (pick == tv.eos) break;
+                const char *p = pick >= tv.tag0 && pick < tv.tag0 + GRAMMAR_N_TAGS
+                                    ? grammar_tag_text[pick - tv.tag0] : tv.piece[pick];
+                size_t pl = p == tv.piece[pick] ? tv.len[pick] : strlen(p);
+                if (n + pl >= (1 << 16) - 1) {
+                    snprintf(why, sizeof why, "too long");
+                    bad = 1;
+                    break;
+                }
+                memcpy(text + n, p, pl);
+                n += pl;
+                text[n] = 0;
+            }
+            grammar_matcher_free(m);
+            if (bad) break;
+            ChatOutput o;
+            memset(&o, 0, sizeof o);
+            chat_out_parse(text, n, 0, &conv, &o);
+            int want_max = modes[mi].max < 0 ? 1 << 30 : modes[mi].max;
+            if (o.content_len || o.n_calls < modes[mi].min || o.n_calls > want_max) {
+                snprintf(why, sizeof why, "%d calls, content \"%.100s\" from %.300s", o.n_calls,
+                         o.content ? o.content : "", text);
+                bad = 1;
+            }
+            for (int c = 0; c < o.n_calls && !bad; c++) {
+                const JsonValue *fn = NULL;
+                for (size_t i = 0; i < json_len(tools); i++) {
+                    const JsonValue *f = json_get(json_at(tools, i), "function");
+                    size_t nl;
+                    const char *nm = json_str(json_get(f, "name"), &nl);
+                    if (nl == o.calls[c].name_len && !memcmp(nm, o.calls[c].name, nl)) fn = f;
+                }
+                const JsonValue *params = json_get(fn, "parameters");
+                JsonDoc *a = json_parse(o.calls[c].arguments, o.calls[c].arguments_len, NULL, 0);
+                int valid = fn && a && (!modes[mi].only ||
+                                        !strncmp(modes[mi].only, o.calls[c].name,
+                                                 o.calls[c].name_len)) &&
+                            json_type(json_root(a)) == JSON_OBJECT &&
+                            (!params || validate(json_root(a), params, params));
+                /* no other keys than the schema's */
+                const JsonValue *props = json_get(params, "properties");
+                for (size_t i = 0; valid && a && i < json_len(json_root(a)); i++) {
+                    size_t kl;
+                    const char *k = json_key_at(json_root(a), i, &kl);
+                    valid = json_getn(props, k, kl) != NULL;
+                }
+                if (!valid)
+                    snprintf(why, sizeof why, "call %.*s(%.*s) does not validate; text %.300s",
+                             (int)o.calls[c].name_len, o.calls[c].name,
+                             (int)o.calls[c].arguments_len, o.calls[c].arguments, text);
+                bad |= !valid;
+                json_free(a);
+            }
+            calls_seen += o.n_calls;
+            chat_output_free(&o);
+        }
+        snprintf(name, sizeof name, "tool_calls_parse_and_validate_%zu", mi);
+        check(name, !bad && calls_seen > 0, why);
+        grammar_free(g);
+    }
+    /* raw strings: no whitespace at the ends, no tag text, the tags only from their tokens */
+    Grammar *g = tools_grammar(tools, "get_weather", 1, 1, err, sizeof err);
+    struct { const char *text; int ok; } raw[] = {
+        {"\xF8get_weather\xFA" "city\xFB\xFC" "a</arg_valu", 1},
+        {"\xF8get_weather\xFA" "city\xFB\xFC" "a</arg_value>", 0},
+        {"\xF8get_weather\xFA" "city\xFB\xFC" "a</tool_call>", 0},
+        {"\xF8get_weather\xFA" "city\xFB\xFC" " a", 0},
+        {"\xF8get_weather\xFA" "city\xFB\xFC" "\xE3\x80\x80", 0},
+        {"\xF8get_weather\xFA" "city\xFB\xFC" "a b\xFD\xFA" "days\xFB\xFC" "14\xFD\xF9", 1},
+        {"\xF8get_weather\xFA" "city\xFB\xFC" "a \xFD", 0},
+        {"\xF8get_weather\xFA" "city\xFB\xFC" "a\xC2\xA0\xFD", 0},
+        {"\xF8get_weather\xFA" "city\xFB\xFC" "a\xFD\xFA" "days\xFB\xFC" "15", 0},
+        {"\xF8get_weather\xFA" "city\xFB\xFC" "a\xFD\xFA" "note\xFB", 0},   /* days comes first */
+        {"\xF8get_weather\xFA" "city\xFB\xFC" "a\xFD\xFA" "days\xFB\xFC" "3\xFD\xFA" "note\xFB\xFC"
+         "<b>x</b>\nok\xFD\xF9", 1},
+    };
+    int rb = g != NULL;
+    char rwhy[200] = "";
+    for (size_t i = 0; g && i < sizeof raw / sizeof *raw; i++) {
+        GrammarMatcher *m = grammar_matcher_new(g, tv.v);
+        int r = grammar_matcher_accept_bytes(m, raw[i].text, strlen(raw[i].text));
+        if ((r == 1) != raw[i].ok) {
+            rb = 0;
+            snprintf(rwhy, sizeof rwhy, "case %zu: accept %d", i, r);
+        }
+        grammar_matcher_free(m);
+    }
+    check("tool_raw_strings", rb, rwhy);
+    grammar_free(g);
+    /* refusals name the tool's schema and the keyword */
+    struct { const char *tools, *needle; } bad[] = {
+        {"[{\"function\":{\"name\":\"f\",\"parameters\":{\"type\":\"object\",\"properties\":{\"x\":"
+         "{\"type\":\"string\",\"pattern\":\"a\"}}}}}]",
+         "tools[0].function.parameters/properties/x: keyword 'pattern' is not enforced"},
+        {"[{\"function\":{\"name\":\"f\",\"parameters\":{\"type\":\"object\",\"properties\":{\"x\":"
+         "{\"type\":\"integer\",\"multipleOf\":2}}}}}]",
+         "tools[0].function.parameters/properties/x: keyword 'multipleOf'"},
+        {"[{\"function\":{\"name\":\"f\",\"parameters\":{\"anyOf\":[{}]}}}]",
+         "tools[0].function.parameters: keyword 'anyOf'"},
+        {"[{\"function\":{\"name\":\"f\",\"parameters\":{\"type\":\"object\",\"properties\":{"
+         "\" x\":{}}}}}]", "cannot be written as an argument key"},
+        {"[{\"function\":{\"name\":\"f\",\"parameters\":{\"type\":\"object\",\"properties\":{\"x\":"
+         "{\"type\":\"string\",\"enum\":[\" a\"]}}}}}]", "enum value ' a'"},
+        {"[{\"function\":{\"name\":\"f\",\"parameters\":{\"type\":\"object\",\"properties\":{\"x\":"
+         "{\"enum\":[\"</tool_call>\"]}}}}}]", "tool-call tag"},
+        {"[{\"function\":{\"name\":\"f g \",\"parameters\":{}}}]", "name 'f g '"},
+    };
+    for (size_t i = 0; i < sizeof bad / sizeof *bad; i++) {
+        JsonDoc *bd = json_parse(bad[i].tools, strlen(bad[i].tools), NULL, 0);
+        char e2[512] = "", name[64], why[800];
+        Grammar *bg = bd ? tools_grammar(json_root(bd), NULL, 1, -1, e2, sizeof e2) : NULL;
+        snprintf(name, sizeof name, "tool_refusal_%zu", i);
+        snprintf(why, sizeof why, "got \"%s\", want \"%s\"", bg ? "compiled" : e2, bad[i].needle);
+        check(name, !bg && strstr(e2, bad[i].needle) != NULL, why);
+        grammar_free(bg);
+        json_free(bd);
+    }
+    /* schema grammars never allow a tag or a token holding a tag byte */
+    Grammar *jo = grammar_json_object(NULL);
+    GrammarMatcher *m = grammar_matcher_new(jo, tv.v);
+    grammar_matcher_accept_bytes(m, "{\"a\":\"", 6);
+    grammar_matcher_mask(m, mask);
+    int none = 1;
+    for (int k = 0; k < GRAMMAR_N_TAGS; k++) none &= !bit(mask, tv.tag0 + k);
+    none &= !bit(mask, tv.bad0) && !bit(mask, tv.bad0 + 1) && !bit(mask, 0xF8) && bit(mask, 'a');
+    check("schema_never_allows_tags", none, "a tag or a tag byte is allowed inside a string");
+    grammar_matcher_free(m);
+    grammar_free(jo);
+    free(mask);
+    free(allowed);
+    free(text);
+    chat_conv_free(&conv);
+    json_free(d);
+    grammar_vocab_free(tv.v);
+    free(tv.piece);
+    free(tv.len);
+}
+
 int main(void) {
     make_vocab();
     test_strings();
@@ -1051,6 +1346,7 @@ int main(void) {
     test_gbnf();
     test_limits_and_literals();
     test_generation();
+    test_tool_calls();
     printf("%d failures\n", failures);
     return failures != 0;
 }

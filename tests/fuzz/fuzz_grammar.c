@@ -1,6 +1,8 @@
 /* Fuzz target: grammar.h's two compilers and its matcher. Byte 0 picks what the rest is
    (m = byte0 % 3):
-     m 0  a JSON schema (grammar_from_schema_text);
+     m 0  a JSON schema (grammar_from_schema_text); a JSON list is a list of tools
+          ({"function": {"name", "parameters"}}) for grammar_tool_calls, at most one call when
+          byte 0 is even;
      m 1  a GBNF grammar (grammar_from_gbnf);
      m 2  bytes fed one chunk at a time (chunk sizes from byte0 / 3) to the matcher of one of a few
           fixed schemas and grammars (byte 1 picks it).
@@ -27,7 +29,12 @@ static const char *const multi[] = {
     "\xe4\xb8", "\xad",    "\xe4\xb8\xad", "\xc3\xa9", "\xf0\x9f", "\x98\x80", "abc",     " world",
     "x\"}",     "\"},{\"", "\"\"",         "42",       "9]",       "1}",
 };
-enum { N_MULTI = sizeof multi / sizeof *multi, N_VOCAB = 256 + N_MULTI + 1, EOS = N_VOCAB - 1 };
+enum {
+    N_MULTI = sizeof multi / sizeof *multi,
+    TAG0 = 256 + N_MULTI,                     /* the six tool-call tags */
+    N_VOCAB = TAG0 + GRAMMAR_N_TAGS + 1,
+    EOS = N_VOCAB - 1
+};
 static const char *pieces[N_VOCAB];
 static size_t lens[N_VOCAB];
 static GrammarVocab *vocab;
@@ -41,10 +48,16 @@ int LLVMFuzzerInitialize(int *argc, char ***argv) {
         pieces[256 + i] = multi[i];
         lens[256 + i] = strlen(multi[i]);
     }
+    int tag[GRAMMAR_N_TAGS];
+    for (int k = 0; k < GRAMMAR_N_TAGS; k++) {
+        tag[k] = TAG0 + k;
+        pieces[TAG0 + k] = grammar_tag_text[k];
+        lens[TAG0 + k] = strlen(grammar_tag_text[k]);
+    }
     pieces[EOS] = NULL;
     int eos = EOS;
     char err[128];
-    vocab = grammar_vocab_new(N_VOCAB, pieces, lens, &eos, 1, err, sizeof err);
+    vocab = grammar_vocab_new_tags(N_VOCAB, pieces, lens, &eos, 1, tag, err, sizeof err);
     REQUIRE(vocab);
     return 0;
 }
@@ -83,8 +96,9 @@ static void decode(GrammarMatcher *m, int is_json, char *text, size_t n, size_t 
         }
         int pick = allowed[rnd() % (uint32_t)na];
         if (step > 60) {
-            static const int pref[] = {EOS, '"', ']', '}', ')'};
-            for (int i = 0; i < 5; i++)
+            static const int pref[] = {EOS, TAG0 + GRAMMAR_TAG_TOOL_CALL_END,
+                                       TAG0 + GRAMMAR_TAG_ARG_VALUE_END, '"', ']', '}', ')'};
+            for (int i = 0; i < 7; i++)
                 if (bit(mask, pref[i])) { pick = pref[i]; break; }
         }
         int r = grammar_matcher_accept(m, pick);
@@ -116,6 +130,24 @@ static const char *const fixed[] = {
 };
 static const char *const fixed_gbnf = "root ::= \"(\" ([a-z\xce\xb1-\xcf\x89]+ | root)* \")\"\n";
 
+/* A JSON list of tools: grammar_tool_calls over the ones with a name. */
+static Grammar *tools_grammar(const char *text, size_t len, int one, char *err, size_t el) {
+    JsonDoc *d = json_parse(text, len, NULL, 0);
+    const JsonValue *list = d ? json_root(d) : NULL;
+    if (json_type(list) != JSON_ARRAY) { json_free(d); return NULL; }
+    GrammarTool t[16];
+    int n = 0;
+    for (size_t i = 0; i < json_len(list) && n < 16; i++) {
+        const JsonValue *fn = json_get(json_at(list, i), "function");
+        size_t nl;
+        const char *name = json_str(json_get(fn, "name"), &nl);
+        if (name) t[n++] = (GrammarTool){name, nl, json_get(fn, "parameters"), "tool"};
+    }
+    Grammar *g = grammar_tool_calls(t, n, 1, one ? 1 : -1, NULL, err, el);
+    json_free(d);
+    return g;
+}
+
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     if (size < 1) return 0;
     char err[256];
@@ -126,15 +158,20 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     const char *text = (const char *)data + 1;
     size_t len = size - 1;
     if (mode == 0 || mode == 1) {
-        Grammar *g = mode == 0 ? grammar_from_schema_text(text, len, NULL, err, sizeof err)
-                               : grammar_from_gbnf(text, len, err, sizeof err);
+        size_t lead = 0;
+        while (lead < len && (text[lead] == ' ' || text[lead] == '\n')) lead++;
+        int tools = mode == 0 && lead < len && text[lead] == '[';
+        Grammar *g = tools       ? tools_grammar(text, len, data[0] % 2 == 0, err, sizeof err)
+                     : mode == 0 ? grammar_from_schema_text(text, len, NULL, err, sizeof err)
+                                 : grammar_from_gbnf(text, len, err, sizeof err);
+        if (tools && !g && !err[0]) return 0;   /* not JSON */
         if (!g) {
             REQUIRE(err[0] && memchr(err, 0, sizeof err) && !strchr(err, '\n'));
             return 0;
         }
         GrammarMatcher *m = grammar_matcher_new(g, vocab);
         char out[4096];
-        if (m) decode(m, mode == 0, out, 0, sizeof out);
+        if (m) decode(m, mode == 0 && !tools, out, 0, sizeof out);
         grammar_matcher_free(m);
         grammar_free(g);
         return 0;

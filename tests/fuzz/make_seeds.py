@@ -221,8 +221,8 @@ def server_seeds():
 
 
 def grammar_seeds():
-    """fuzz_grammar: byte 0 % 3 picks a JSON schema (0), a GBNF grammar (1) or bytes fed to a fixed
-    grammar (2, byte 1 picks it: 0-2 schemas, 3 the GBNF one)."""
+    """fuzz_grammar: byte 0 % 3 picks a JSON schema (0; a JSON list: tools), a GBNF grammar (1) or
+    bytes fed to a fixed grammar (2, byte 1 picks it: 0-2 schemas, 3 the GBNF one)."""
     schemas = {
         "schema_tool": {"type": "object", "properties": {
             "city": {"type": "string", "minLength": 1, "maxLength": 20},
@@ -257,6 +257,15 @@ def grammar_seeds():
     write("grammar", "feed_array", b"\x05\x01" + b'["xy", null, 1.5]')
     write("grammar", "feed_free", b"\x08\x02" + b'{"k": [true, {"x": "\\ud83d\\ude00"}]}')
     write("grammar", "feed_gbnf", b"\x0b\x03" + "(ab(\u03b1\u03b2)(c".encode())
+    tools = [{"function": {"name": "get", "parameters": {"type": "object", "properties": {
+        "city": {"type": "string", "maxLength": 5}, "unit": {"type": "string", "enum": ["c", "f"]},
+        "n": {"type": "integer", "minimum": 0, "maximum": 9},
+        "xs": {"type": "array", "items": {"anyOf": [{"type": "null"}, {"type": "string"}]}}},
+        "required": ["city"]}}}, {"function": {"name": "ping"}}]
+    # a list of tools (grammar_tool_calls): byte 0 even, one call; odd, one or more
+    write("grammar", "tools_one", b"\x00" + json.dumps(tools).encode())
+    write("grammar", "tools_many", b"\x03" + json.dumps(tools).encode())
+
 
 
 def kvcache_seeds():
