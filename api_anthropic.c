@@ -289,7 +289,7 @@ static int anthropic_parse_common(const Server *srv, const JsonValue *root, ApiR
                             "\"thinking.budget_tokens\" must be an integer >= 1024");
     }
     /* tools and tool_choice */
-    /* any / tool force a call (api_forced_tools); disable_parallel_tool_use: exactly one */
+    /* any / tool force a call (api_forced_tools); disable_parallel_tool_use: at most one */
     int use_tools = 1, forcing = 0, one = 0;
     const char *forced = NULL;
     if (api_given(v = json_get(root, "tool_choice"))) {
@@ -306,11 +306,8 @@ static int anthropic_parse_common(const Server *srv, const JsonValue *root, ApiR
         if (api_bool(v, "disable_parallel_tool_use", "tool_choice.disable_parallel_tool_use", &one,
                      e))
             return -1;
-        if (one && !forcing && use_tools && api_given(json_get(root, "tools")))
-            return api_fail(e, 400, "tool_choice", NULL,
-                            "\"disable_parallel_tool_use\" is enforced only with {\"type\": "
-                            "\"any\"} or {\"type\": \"tool\"}");
     }
+    r->one_call = one;
     if (forcing && api_forced_tools(r, json_get(root, "tools"), forced, forced || one,
                                     "input_schema", e))
         return -1;

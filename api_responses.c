@@ -307,10 +307,7 @@ static int responses_parse(const Server *srv, const JsonValue *root, ApiRequest 
                             "{\"type\": \"function\", \"name\": ...}");
     }
     if (api_bool(root, "parallel_tool_calls", "parallel_tool_calls", &parallel, e)) return -1;
-    if (!parallel && !forcing && use_tools && api_given(json_get(root, "tools")))
-        return api_fail(e, 400, "parallel_tool_calls", NULL,
-                        "\"parallel_tool_calls\": false is enforced only with a forced "
-                        "\"tool_choice\" (\"required\" or a named function)");
+    r->one_call = !parallel;
     if (forcing && api_forced_tools(r, json_get(root, "tools"), forced, forced || !parallel,
                                     "parameters", e))
         return -1;

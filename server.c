@@ -155,6 +155,9 @@ struct ApiRequest {
     int logprobs, top_logprobs;
     char *translated;                   /* the request in OpenAI's terms (xmalloc'd; NULL: none) */
     Grammar *grammar;                   /* response_format json_object / json_schema (NULL: none) */
+    /* parallel_tool_calls false (Anthropic: disable_parallel_tool_use) with tools the model may
+       call: the answer ends after its first tool call (a forced call's grammar allows one) */
+    int one_call;
 };
 
 static const ApiSkin *api_skin_of(const ApiRequest *q) {
@@ -456,10 +459,7 @@ static int api_chat_fields(const Server *srv, const JsonValue *root, ApiRequest 
     const JsonValue *tools = json_get(root, "tools");
     if (forcing && api_forced_tools(r, tools, forced, forced || !parallel, "parameters", e))
         return -1;
-    if (!parallel && !forcing && use_tools && api_given(tools) && json_len(tools))
-        return api_fail(e, 400, "parallel_tool_calls", NULL,
-                        "\"parallel_tool_calls\": false is enforced only with a forced "
-                        "\"tool_choice\" (\"required\" or a named function)");
+    r->one_call = !parallel;
     /* thinking: {"type": "enabled" | "disabled"} (Z.ai's API) or a boolean */
     if (api_given(v = json_get(root, "thinking"))) {
         const char *type = json_str(json_get(v, "type"), NULL);
@@ -729,6 +729,7 @@ struct Reply {
     ChatOutput out;
     char (*call_ids)[32];               /* the id of each tool call in out.calls */
     int stop_which;                     /* the stop string that ended it (stop_hit) */
+    int one_call_done;                  /* req->one_call and the first tool call is complete */
     /* a skin's stream state */
     int seq;                            /* events sent (Responses' sequence_number) */
     /* the content block (item) open: its index, its ChatOutKind; -1: none */
@@ -1054,8 +1055,10 @@ static void reply_send_chunk(Reply *r, const ChatOutEvent *ev, int call_index, i
 /* Each piece of the answer, in order: kept for the whole answer (and the log), streamed at once. */
 static int reply_event(void *user, const ChatOutEvent *ev) {
     Reply *r = user;
+    if (r->one_call_done) return 0;   /* one_call: nothing after the first tool call */
     if (chat_output_add(&r->out, ev)) die("out of memory for the answer");
     const int call = r->out.n_calls - 1;
+    if (ev->kind == CHAT_OUT_TOOL_CALL && r->req->one_call) r->one_call_done = 1;
     if (ev->kind == CHAT_OUT_TOOL_CALL) {
         char (*grown)[32] = realloc(r->call_ids, (size_t)r->out.n_calls * sizeof *grown);
         if (!grown) die("out of memory for the answer");
@@ -1768,7 +1771,8 @@ static void server_answer(Server *srv, Slot *slot, const HttpRequest *req, HttpR
     /* a step may return a run of ids (speculation); on_token has seen each of them */
     int run[64];
     slot_decoding(srv, 1);
-    while (!gone && !r.stop_hit && slot_step(srv, slot, run, (int)(sizeof run / sizeof run[0])) > 0)
+    while (!gone && !r.stop_hit && !r.one_call_done &&
+           slot_step(srv, slot, run, (int)(sizeof run / sizeof run[0])) > 0)
         gone = http_client_gone(res);
     slot_decoding(srv, -1);
     g->on_token = NULL;

@@ -117,14 +117,15 @@ static void test_anthropic_request(void) {
             "{\"max_tokens\": 5, \"messages\": [{\"role\": \"user\", \"content\": [{\"type\": "
             "\"image\"}]}]}",
             "messages", "\"image\"");
-    refused(a, "tool_choice any",
+    refused(a, "tool_choice any without tools",
             "{\"max_tokens\": 5, \"tool_choice\": {\"type\": \"any\"}, \"messages\": [{\"role\": "
             "\"user\", \"content\": \"x\"}]}",
-            "tool_choice", "\"any\"");
-    refused(a, "tool_choice tool",
+            "tool_choice", "needs \"tools\"");
+    refused(a, "tool_choice tool naming no tool",
             "{\"max_tokens\": 5, \"tool_choice\": {\"type\": \"tool\", \"name\": \"f\"}, "
+            "\"tools\": [{\"name\": \"g\", \"input_schema\": {\"type\": \"object\"}}], "
             "\"messages\": []}",
-            "tool_choice", "\"tool\"");
+            "tool_choice", "\"f\"");
     refused(a, "a server tool",
             "{\"max_tokens\": 5, \"tools\": [{\"type\": \"web_search_20250305\", \"name\": "
             "\"w\"}], \"messages\": []}",
@@ -232,8 +233,9 @@ static void test_responses_request(void) {
     }
     refused(s, "a web_search tool", "{\"input\": \"x\", \"tools\": [{\"type\": \"web_search\"}]}",
             "tools", "web_search");
-    refused(s, "tool_choice required", "{\"input\": \"x\", \"tool_choice\": \"required\"}",
-            "tool_choice", "\"required\"");
+    refused(s, "tool_choice required without tools",
+            "{\"input\": \"x\", \"tool_choice\": \"required\"}", "tool_choice",
+            "needs \"tools\"");
     refused(s, "an input_image part",
             "{\"input\": [{\"role\": \"user\", \"content\": [{\"type\": \"input_image\"}]}]}",
             "input", "input_image");
@@ -735,6 +737,41 @@ static void test_cors(void) {
           ok, NULL);
 }
 
+/* parallel_tool_calls false (Anthropic: disable_parallel_tool_use) with tool_choice auto: nothing
+   forces a call, so the answer is not shaped by a grammar, but it ends after its first call. */
+static void test_one_call(void) {
+    char body[2000];
+    snprintf(body, sizeof body,
+             "{\"messages\": [{\"role\": \"user\", \"content\": \"Weather?\"}], "
+             "\"parallel_tool_calls\": false, \"tools\": %s}", TOOLS_JSON);
+    char *got = run_answer(&OPENAI_CHAT, body);
+    JsonDoc *d = json_parse(got, strlen(got), NULL, 0);
+    const JsonValue *choice = json_at(json_get(json_root(d), "choices"), 0),
+                    *calls = json_get(json_get(choice, "message"), "tool_calls");
+    check("chat, parallel_tool_calls false under auto: the first call only, finish tool_calls",
+          d && json_len(calls) == 1 &&
+              json_eq_str(json_get(json_get(json_at(calls, 0), "function"), "name"),
+                          "get_weather") &&
+              json_eq_str(json_get(choice, "finish_reason"), "tool_calls"),
+          got);
+    json_free(d);
+    snprintf(body, sizeof body,
+             "{\"max_tokens\": 100, \"tool_choice\": {\"type\": \"auto\", "
+             "\"disable_parallel_tool_use\": true}, \"tools\": [{\"name\": \"get_weather\", "
+             "\"input_schema\": {\"type\": \"object\"}}, {\"name\": \"get_time\", "
+             "\"input_schema\": {\"type\": \"object\"}}], "
+             "\"messages\": [{\"role\": \"user\", \"content\": \"Weather?\"}]}");
+    got = run_answer(&ANTHROPIC_MESSAGES, body);
+    d = json_parse(got, strlen(got), NULL, 0);
+    const JsonValue *content = json_get(json_root(d), "content");
+    check("anthropic, disable_parallel_tool_use under auto: thinking, text and one tool_use",
+          d && json_len(content) == 3 &&
+              json_eq_str(json_get(json_at(content, 2), "name"), "get_weather") &&
+              json_eq_str(json_get(json_root(d), "stop_reason"), "tool_use"),
+          got);
+    json_free(d);
+}
+
 int main(void) {
     server_setup();
     test_anthropic_request();
@@ -742,6 +779,7 @@ int main(void) {
     test_ollama_request();
     test_anthropic_answer();
     test_responses_answer();
+    test_one_call();
     test_ollama_answer();
     test_logprob();
     test_arguments();
