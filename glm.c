@@ -6191,7 +6191,8 @@ static void sampler_free(Sampler *sp) {
    Constraint (generator_set_constraint: SCHEMA, GRAMMAR, a request's response_format). Before each
    draw the logits of the tokens that the grammar matcher does not allow next become -inf, and
    each emitted token advances it; EOS is allowed exactly when the answer is complete, so a
-   complete answer ends with STOP_EOS. Drafts are cut where the matcher stops accepting them, and
+   complete answer ends with STOP_EOS (and not before: while the constraint waits for </think>,
+   EOS is masked too). Drafts are cut where the matcher stops accepting them, and
    verification masks row i by a clone of the matcher advanced along drafts 0..i-1: the same mask
    plain decoding applies at that position, so speculation stays exact under a constraint. A
    mask that allows nothing (a vocabulary without every single byte) ends the run as STOP_LIMIT. */
@@ -6439,11 +6440,17 @@ static void generator_set_constraint(Generator *g, GrammarMatcher *m, const Gram
     c->active = start_after < 0;
 }
 
-/* Sets the logits of the tokens that matcher m does not allow next to -inf. -1 when it allows
-   none (a dead end) or fails. */
-static int constraint_mask(Constraint *c, GrammarMatcher *m, float *logits, int V) {
-    if (grammar_matcher_mask(m, c->mask) <= 0) return -1;
-    grammar_apply_mask(logits, c->mask, V);
+/* Masks the logits of a draw under matcher m in state `active`: the tokens m does not allow next
+   become -inf; while the constraint waits for start_after the EOS ids do, so the answer cannot end
+   in its reasoning before the part the grammar shapes (a forced tool call, a schema's value).
+   -1 when m allows nothing (a dead end) or fails. */
+static int constraint_mask(const Generator *g, GrammarMatcher *m, int active, float *logits) {
+    if (!active) {
+        for (int i = 0; i < g->stop_rules.n_eos; i++) logits[g->stop_rules.eos[i]] = -INFINITY;
+        return 0;
+    }
+    if (grammar_matcher_mask(m, g->constraint.mask) <= 0) return -1;
+    grammar_apply_mask(logits, g->constraint.mask, g->model->c.vocab);
     return 0;
 }
 
@@ -6613,7 +6620,7 @@ static int spec_draft_mtp(Generator *g, int t, int k, int *out) {
     if (c->matcher && !cm) die("out of memory");
     int n = 0, active = c->active;
     for (;;) {
-        if (cm && active && constraint_mask(c, cm, sp->mtp_logits, g->model->c.vocab)) break;
+        if (cm && constraint_mask(g, cm, active, sp->mtp_logits)) break;
         const int d = sampler_pick(&g->sampler, sp->mtp_logits, g->sampler.draws + (uint64_t)n);
         out[n++] = d;
         if (n == k || generator_is_eos(g, d)) break;
@@ -7034,7 +7041,7 @@ static int generator_verify_end(Generator *g, const StepRows *p, double forward_
     int accepted = 0, active = c->active;
     while (accepted < n) {
         float *row = sp->verify_logits + (size_t)accepted * V;
-        if (cm && active && constraint_mask(c, cm, row, V)) break;
+        if (cm && constraint_mask(g, cm, active, row)) break;
         if (sampler_pick(&g->sampler, row, g->sampler.draws + (uint64_t)accepted) !=
             drafts[accepted])
             break;
@@ -7079,7 +7086,7 @@ static int generator_step_begin(Generator *g, int *ids, int max, StepRows *p) {
     generator_refresh_logits(g);
     Constraint *c = &g->constraint;
     /* a dead end (a vocabulary without every single byte) ends the run as a limit would */
-    if (c->matcher && c->active && constraint_mask(c, c->matcher, g->logits, g->model->c.vocab)) {
+    if (c->matcher && constraint_mask(g, c->matcher, c->active, g->logits)) {
         g->stop = STOP_LIMIT;
         return 0;
     }
