@@ -5930,7 +5930,7 @@ __attribute__((unused)) static int generator_reuse_prefix(Generator *g, const in
     return done == n - keep ? n : keep;
 }
 
-/* Saves the conversation to a session file (section 8): history[0, pos), the cache rows, the
+/* Saves the conversation to a session file (kvfile.h): history[0, pos), the cache rows, the
    logits while they are fresh, the sampler's stream, and the caller's chat state from *chat (its
    chat_flags and text_pending; may be NULL). 0, or -1 with err filled (the file is untouched). */
 static int generator_save(const Generator *g, const SessionKey *k, const SessionSnapshot *chat,
