@@ -97,6 +97,10 @@ static void openmp_passive_wait(char **argv) {
 #include "tier.h"
 #define TOK_IMPLEMENTATION
 #include "tok.h"
+#define DURABLE_IMPLEMENTATION
+#include "durable.h"
+#define KVFILE_IMPLEMENTATION
+#include "kvfile.h"
 #define GRAMMAR_IMPLEMENTATION
 #include "grammar.h"
 #define LINED_IMPLEMENTATION
@@ -199,24 +203,6 @@ static void *xcalloc(size_t count, size_t size) {
     return p;
 }
 
-/* Little-endian fields of the files glm writes (sessions, the usage history's header). */
-static void put_u32(unsigned char *p, uint32_t v) {
-    for (int i = 0; i < 4; i++) p[i] = (unsigned char)(v >> 8 * i);
-}
-static void put_u64(unsigned char *p, uint64_t v) {
-    for (int i = 0; i < 8; i++) p[i] = (unsigned char)(v >> 8 * i);
-}
-static uint32_t get_u32(const unsigned char *p) {
-    uint32_t v = 0;
-    for (int i = 3; i >= 0; i--) v = v << 8 | p[i];
-    return v;
-}
-static uint64_t get_u64(const unsigned char *p) {
-    uint64_t v = 0;
-    for (int i = 7; i >= 0; i--) v = v << 8 | p[i];
-    return v;
-}
-
 /* The size of a transparent huge page: 2 MiB on x86-64 and on arm64 with 4 KiB pages, 32 MiB or
    512 MiB on arm64 kernels with 16 or 64 KiB pages. Read once from the kernel; 2 MiB where it does
    not say (huge pages are advice: a wrong size costs speed, never correctness). */
@@ -259,124 +245,6 @@ static void *xcalloc_huge(size_t count, size_t size) {
     void *p = xcalloc(count, size);
     advise_huge_pages(p, count * size);
     return p;
-}
-
-/* Every file glm writes (STATS, usage history, sessions) goes through these three calls, so a
-   kill -9 at any moment leaves either the old file or the new one, never a torn one, and no
-   litter: the data is written to an unnamed file (O_TMPFILE) in the target's directory, fsync'd,
-   given a temporary name and renamed over the target in one step; the directory is fsync'd too.
-   Where O_TMPFILE is unsupported, a named temporary file "PATH.tmp.PID" is used instead.
-     AtomicFile af; FILE *f = atomic_begin(&af, path, err, n); ...fprintf(f...);
-     atomic_commit(&af, err, n) → 0, or -1 with err filled (the target is then untouched). */
-typedef struct {
-    FILE *f;
-    char path[4096], tmp[4200];
-    int anonymous;              /* O_TMPFILE: the data has no name until commit */
-} AtomicFile;
-
-static void atomic_dir_of(const char *path, char *dir, size_t n) {
-    const char *slash = strrchr(path, '/');
-    if (!slash) snprintf(dir, n, ".");
-    else if (slash == path) snprintf(dir, n, "/");
-    else snprintf(dir, n, "%.*s", (int)(slash - path), path);
-}
-
-/* A kill -9 between giving the data its temporary name and the rename (two system calls) leaves
-   PATH.tmp.PID behind: the next write of PATH removes those of processes that no longer exist. */
-static void atomic_sweep(const char *path) {
-    char dir[4096];
-    atomic_dir_of(path, dir, sizeof dir);
-    const char *base = strrchr(path, '/');
-    base = base ? base + 1 : path;
-    const size_t base_len = strlen(base);
-    DIR *d = opendir(dir);
-    if (!d) return;
-    for (struct dirent *e; (e = readdir(d));) {
-        if (strncmp(e->d_name, base, base_len) || strncmp(e->d_name + base_len, ".tmp.", 5))
-            continue;
-        char *end;
-        long pid = strtol(e->d_name + base_len + 5, &end, 10);
-        if (*end || pid <= 0 || kill((pid_t)pid, 0) == 0 || errno != ESRCH) continue;
-        char stale[8300];
-        snprintf(stale, sizeof stale, "%s/%s", dir, e->d_name);
-        unlink(stale);
-    }
-    closedir(d);
-}
-
-static FILE *atomic_begin(AtomicFile *af, const char *path, char *err, size_t err_len) {
-    memset(af, 0, sizeof *af);
-    atomic_sweep(path);
-    if (strlen(path) >= sizeof af->path) {
-        snprintf(err, err_len, "%s: path too long", path);
-        return NULL;
-    }
-    snprintf(af->path, sizeof af->path, "%s", path);
-    char dir[4096];
-    atomic_dir_of(path, dir, sizeof dir);
-    int fd = open(dir, O_TMPFILE | O_WRONLY | O_CLOEXEC, 0644);
-    if (fd >= 0) af->anonymous = 1;
-    else {
-        snprintf(af->tmp, sizeof af->tmp, "%s.tmp.%d", path, (int)getpid());
-        fd = open(af->tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-        if (fd < 0) {
-            snprintf(err, err_len, "cannot write %s: %s", af->tmp, strerror(errno));
-            return NULL;
-        }
-    }
-    af->f = fdopen(fd, "w");
-    if (!af->f) {
-        close(fd);
-        snprintf(err, err_len, "cannot write %s: %s", path, strerror(errno));
-        return NULL;
-    }
-    return af->f;
-}
-
-static void atomic_abort(AtomicFile *af) {
-    if (af->f) fclose(af->f);
-    af->f = NULL;
-    if (!af->anonymous && af->tmp[0]) unlink(af->tmp);
-}
-
-static int atomic_commit(AtomicFile *af, char *err, size_t err_len) {
-    int fd = fileno(af->f);
-    if (fflush(af->f) || fsync(fd)) {
-        snprintf(err, err_len, "writing %s failed: %s", af->path, strerror(errno));
-        atomic_abort(af);
-        return -1;
-    }
-    if (af->anonymous) {   /* give the data a name next to the target, then rename it over */
-        char proc[64];
-        snprintf(proc, sizeof proc, "/proc/self/fd/%d", fd);
-        snprintf(af->tmp, sizeof af->tmp, "%s.tmp.%d", af->path, (int)getpid());
-        unlink(af->tmp);
-        if (linkat(AT_FDCWD, proc, AT_FDCWD, af->tmp, AT_SYMLINK_FOLLOW)) {
-            snprintf(err, err_len, "writing %s failed: cannot link its data: %s", af->path,
-                     strerror(errno));
-            af->tmp[0] = 0;
-            atomic_abort(af);
-            return -1;
-        }
-        af->anonymous = 0;
-    }
-    if (fclose(af->f)) {
-        af->f = NULL;
-        snprintf(err, err_len, "writing %s failed: %s", af->path, strerror(errno));
-        atomic_abort(af);
-        return -1;
-    }
-    af->f = NULL;
-    if (rename(af->tmp, af->path)) {
-        snprintf(err, err_len, "cannot rename %s to %s: %s", af->tmp, af->path, strerror(errno));
-        atomic_abort(af);
-        return -1;
-    }
-    char dir[4096];
-    atomic_dir_of(af->path, dir, sizeof dir);
-    int dfd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-    if (dfd >= 0) { fsync(dfd); close(dfd); }   /* the rename itself survives a power cut */
-    return 0;
 }
 
 static double peak_rss_gb(void) {
@@ -4652,112 +4520,11 @@ static void run_state_free(RunState *s) {
     memset(s, 0, sizeof *s);
 }
 
-/* ---- session files: one conversation's cache on disk ------------------------------------------
-   SESSION=file, chat's :save / :load (text.c) and a server keep a conversation across
-   processes: the token history, the K/V rows of every decoder layer for those tokens (latent,
-   rope key, the indexer key on full-indexer layers; not the MTP head's, which only ever shape
-   drafts and are recomputed as drafting needs them), and the small state the
-   continuation depends on (the last logits, the sampler's stream, the chat's flags). A resumed
-   conversation goes on bit for bit as if the process had never stopped, and nothing the file
-   holds is prefilled again. Rows are stored as the f32 the cache holds, so a resume is exact.
-
-   The file (integers little-endian, floats as this machine holds them; version 1):
-     header  144 bytes: magic "GLMSESS\n", version, header size; the model's fingerprint (64-bit
-             hashes of the parsed config, of the tensor table, of a weight sample (every norm vector
-             and router bias) and of every matrix's quantized format); the settings that change the
-             arithmetic (IDOT, ABSORB, INDEXER, LATENT_EPS, MTP_ZERO_POS0; expert_bits, dense_bits
-             and GROUP act through the formats and are kept for messages); the cache shapes; the
-             conversation: token count, flags, the sampler's seed and stream state, the chat's
-             flags and an unfinished UTF-8 character of a cut reply
-     payload the token ids; the logits predicting the next position and the last position's final
-             hidden state (when they are fresh); then per layer the latent rows, the rope-key rows
-             and (full-indexer layers) the indexer-key rows of tokens 0..n-1
-     trailer a 64-bit hash of every byte before it
-   Not in the fingerprint, by design: KERNEL, THREADS, BATCH and CTX, which never change a result.
-   A file is written whole through atomic_begin/atomic_commit: a kill -9 leaves the old file or the
-   new one. The reader trusts nothing: the header is checked field by field against the model and
-   the settings (a mismatch is refused by name), the file size must be exactly what the header
-   implies, then the whole payload is read into scratch and checked (hash, ids inside the
-   vocabulary, every float finite) before a second pass reads it into the cache, so a refused file
-   leaves the caller's conversation as it was. Errors are returned, never fatal, so the reader can
-   be fuzzed (tests/fuzz/fuzz_session.c). */
-
-/* A streaming 64-bit hash (xxHash64's round function over four lanes of 8-byte words): fast
-   enough for hundreds of MB, so it checks a session's payload; not a cryptographic hash. */
-typedef struct { uint64_t lane[4], total; unsigned char tail[32]; size_t tail_len; } Hash64;
-
-#define HASH64_P1 0x9E3779B185EBCA87ull
-#define HASH64_P2 0xC2B2AE3D27D4EB4Full
-#define HASH64_P3 0x165667B19E3779F9ull
-#define HASH64_P4 0x85EBCA77C2B2AE63ull
-#define HASH64_P5 0x27D4EB2F165667C5ull
-
-static uint64_t rotl64(uint64_t x, int r) { return (x << r) | (x >> (64 - r)); }
-static uint64_t hash64_round(uint64_t acc, uint64_t word) {
-    return rotl64(acc + word * HASH64_P2, 31) * HASH64_P1;
-}
-
-static void hash64_init(Hash64 *h) {
-    memset(h, 0, sizeof *h);
-    h->lane[0] = HASH64_P1 + HASH64_P2;
-    h->lane[1] = HASH64_P2;
-    h->lane[3] = 0 - HASH64_P1;
-}
-
-static void hash64_blocks(Hash64 *h, const unsigned char *p, size_t blocks) {
-    for (size_t b = 0; b < blocks; b++, p += 32)
-        for (int k = 0; k < 4; k++) {
-            uint64_t w;
-            memcpy(&w, p + 8 * k, 8);
-            h->lane[k] = hash64_round(h->lane[k], w);
-        }
-}
-
-static void hash64_update(Hash64 *h, const void *data, size_t n) {
-    const unsigned char *p = data;
-    h->total += n;
-    if (h->tail_len) {
-        size_t take = 32 - h->tail_len < n ? 32 - h->tail_len : n;
-        memcpy(h->tail + h->tail_len, p, take);
-        h->tail_len += take;
-        p += take;
-        n -= take;
-        if (h->tail_len < 32) return;
-        hash64_blocks(h, h->tail, 1);
-        h->tail_len = 0;
-    }
-    hash64_blocks(h, p, n / 32);
-    memcpy(h->tail, p + n / 32 * 32, n % 32);
-    h->tail_len = n % 32;
-}
-
-static uint64_t hash64_final(const Hash64 *h) {
-    uint64_t acc = rotl64(h->lane[0], 1) + rotl64(h->lane[1], 7) + rotl64(h->lane[2], 12) +
-                   rotl64(h->lane[3], 18);
-    for (int k = 0; k < 4; k++) acc = (acc ^ hash64_round(0, h->lane[k])) * HASH64_P1 + HASH64_P4;
-    acc += h->total;
-    size_t i = 0;
-    for (; i + 8 <= h->tail_len; i += 8) {
-        uint64_t w;
-        memcpy(&w, h->tail + i, 8);
-        acc = rotl64(acc ^ hash64_round(0, w), 27) * HASH64_P1 + HASH64_P4;
-    }
-    for (; i < h->tail_len; i++) acc = rotl64(acc ^ h->tail[i] * HASH64_P5, 11) * HASH64_P1;
-    acc ^= acc >> 33; acc *= HASH64_P2;
-    acc ^= acc >> 29; acc *= HASH64_P3;
-    return acc ^ (acc >> 32);
-}
-
-/* What a session file must match: the model (as the loader saw it), the settings that change the
-   arithmetic, and the cache's shapes. One per loaded model and settings (session_key). */
-typedef struct {
-    uint64_t config, tensors, weights, formats;   /* the model's fingerprint */
-    int idot, absorb, indexer_mode, mtp_zero_pos0;
-    float latent_eps;
-    int expert_bits, dense_bits, group;           /* act through `formats`; named in messages */
-    int layers, kv_lora, qk_rope, index_dim, vocab, hidden;
-    const unsigned char *layer_indexer;           /* [layers]: which layers cache indexer keys */
-} SessionKey;
+/* ---- session files and the prefix cache: the model's side ---------------------------------------
+   kvfile.h holds both formats (SESSION, chat's :save / :load and a server's conversation;
+   KV_CACHE's entries of prompts' rows, shared by every process) and checks every byte it reads.
+   Here is what needs the Model: the key a file must match (session_key) and the view of a
+   RunState's rows. */
 
 static void hash64_i64(Hash64 *h, int64_t v) { hash64_update(h, &v, sizeof v); }
 static void hash64_f32(Hash64 *h, float v) { hash64_update(h, &v, sizeof v); }
@@ -4769,6 +4536,8 @@ static void hash64_format(Hash64 *h, const QTensor *t) {
     hash64_i64(h, t->data ? t->group : -1);
 }
 
+/* What a session file or prefix cache entry of this model and these settings must match: the
+   fingerprint hashes, the settings that change the arithmetic, the cache's shapes. */
 static SessionKey session_key(const Model *m, const Settings *set, const ForwardOptions *opt) {
     const Config *c = &m->c;
     const int nl = c->n_layers + c->n_mtp;
@@ -4858,770 +4627,30 @@ static SessionKey session_key(const Model *m, const Settings *set, const Forward
     return k;
 }
 
-/* The conversation a session file holds besides the cache rows. */
-enum { SESSION_THINK = 1, SESSION_REPLY_CUT = 2, SESSION_IN_REASONING = 4 };   /* chat flags */
-
-typedef struct {
-    int n_tokens;
-    int *tokens;                    /* [n_tokens]; load: a buffer of the cache's capacity */
-    /* the next two are fresh (else the next step recomputes them) */
-    int has_logits;
-    float *logits;                  /* [vocab] predicting position n_tokens */
-    float *hidden;                  /* [hidden] final-normed state of position n_tokens - 1 */
-    uint64_t seed, rng_state;       /* the sampler's stream */
-    uint32_t chat_flags;            /* SESSION_THINK | SESSION_REPLY_CUT | SESSION_IN_REASONING */
-    unsigned char text_pending[4];  /* the start of a UTF-8 character a cut reply left unfinished */
-    int text_npending;
-} SessionSnapshot;
-
-#define SESSION_MAGIC "GLMSESS\n"
-#define SESSION_VERSION 1
-#define SESSION_HEADER_BYTES 144
-
-/* Bytes of the payload for n tokens (no header, no trailer). */
-static uint64_t session_payload_bytes(const SessionKey *k, uint64_t n, int has_logits) {
-    uint64_t row = 0;
-    for (int l = 0; l < k->layers; l++)
-        row += (uint64_t)k->kv_lora + k->qk_rope + (k->layer_indexer[l] ? k->index_dim : 0);
-    return n * sizeof(int32_t) +
-           (has_logits ? ((uint64_t)k->vocab + k->hidden) * sizeof(float) : 0) +
-           n * row * sizeof(float);
-}
-
-static void session_header(const SessionKey *k, const SessionSnapshot *snap, unsigned char *h) {
-    memset(h, 0, SESSION_HEADER_BYTES);
-    memcpy(h, SESSION_MAGIC, 8);
-    put_u32(h + 8, SESSION_VERSION);
-    put_u32(h + 12, SESSION_HEADER_BYTES);
-    put_u64(h + 16, k->config);
-    put_u64(h + 24, k->tensors);
-    put_u64(h + 32, k->weights);
-    put_u64(h + 40, k->formats);
-    uint32_t eps;
-    memcpy(&eps, &k->latent_eps, 4);
-    const uint32_t fields[] = { (uint32_t)k->idot,
-                                (uint32_t)k->absorb,
-                                (uint32_t)k->indexer_mode,
-                                (uint32_t)k->mtp_zero_pos0,
-                                eps,
-                                (uint32_t)k->expert_bits,
-                                (uint32_t)k->dense_bits,
-                                (uint32_t)k->group,
-                                (uint32_t)k->layers,
-                                (uint32_t)k->kv_lora,
-                                (uint32_t)k->qk_rope,
-                                (uint32_t)k->index_dim,
-                                (uint32_t)k->vocab,
-                                (uint32_t)k->hidden,
-                                (uint32_t)snap->n_tokens,
-                                (uint32_t)(snap->has_logits ? 1 : 0) };
-    for (size_t i = 0; i < sizeof fields / sizeof fields[0]; i++)
-        put_u32(h + 48 + 4 * i, fields[i]);
-    put_u64(h + 112, snap->seed);
-    put_u64(h + 120, snap->rng_state);
-    put_u32(h + 128, snap->chat_flags);
-    put_u32(h + 132, (uint32_t)snap->text_npending);
-    memcpy(h + 136, snap->text_pending, 4);
-}
-
-/* Writes buf and feeds it to the hash; 0, or -1 once a write failed. */
-static int session_put(FILE *f, Hash64 *h, const void *buf, size_t n) {
-    hash64_update(h, buf, n);
-    return fwrite(buf, 1, n, f) == n ? 0 : -1;
-}
-
-/* Writes the cache rows of positions [first, first + n): per layer the latent rows, the rope-key
-   rows and (full-indexer layers) the indexer-key rows. 0, or -1 once a write failed. */
-static int session_put_rows(FILE *f, Hash64 *h, const RunState *s, const SessionKey *k,
-                            size_t first, size_t n) {
-    int bad = 0;
-    for (int l = 0; l < k->layers && !bad; l++) {
-        bad |= session_put(f, h, s->latent[l] + first * k->kv_lora, n * k->kv_lora * sizeof(float));
-        bad |=
-            session_put(f, h, s->rope_key[l] + first * k->qk_rope, n * k->qk_rope * sizeof(float));
-        if (k->layer_indexer[l])
-            bad |= session_put(f, h, s->index_key[l] + first * k->index_dim,
-                               n * k->index_dim * sizeof(float));
-    }
-    return bad;
-}
-
-/* Writes the conversation (snap + the cache rows of its tokens) to path, atomically. 0, or -1
-   with err filled (the file at path is then untouched). */
-static int session_save(const RunState *s, const SessionKey *k, const SessionSnapshot *snap,
-                        const char *path, char *err, size_t err_len) {
-    if (snap->n_tokens < 0 || snap->n_tokens > s->capacity) {
-        snprintf(err, err_len, "internal: %d tokens to save", snap->n_tokens);
-        return -1;
-    }
-    AtomicFile af;
-    FILE *f = atomic_begin(&af, path, err, err_len);
-    if (!f) return -1;
-    const size_t n = (size_t)snap->n_tokens;
-    unsigned char header[SESSION_HEADER_BYTES];
-    session_header(k, snap, header);
-    Hash64 h;
-    hash64_init(&h);
-    int bad = session_put(f, &h, header, sizeof header);
-    for (size_t i = 0; i < n && !bad; i++) {
-        unsigned char id[4];
-        put_u32(id, (uint32_t)snap->tokens[i]);
-        bad |= session_put(f, &h, id, 4);
-    }
-    if (snap->has_logits && !bad) {
-        bad |= session_put(f, &h, snap->logits, (size_t)k->vocab * sizeof(float));
-        bad |= session_put(f, &h, snap->hidden, (size_t)k->hidden * sizeof(float));
-    }
-    if (!bad) bad = session_put_rows(f, &h, s, k, 0, n);
-    unsigned char trailer[8];
-    put_u64(trailer, hash64_final(&h));
-    if (bad || fwrite(trailer, 1, 8, f) != 8) {
-        snprintf(err, err_len, "writing %s failed: %s", path, strerror(errno));
-        atomic_abort(&af);
-        return -1;
-    }
-    return atomic_commit(&af, err, err_len);
-}
-
-/* Where a session file's bytes come from: a file (pread) or memory (the fuzz target). Reads are
-   bounded by `size` and hashed as they go. */
-typedef struct {
-    int fd;                    /* -1: mem */
-    const unsigned char *mem;
-    uint64_t size, off;
-    Hash64 hash;
-} SessionSource;
-
-static int session_source_open(SessionSource *src, const char *path, char *err, size_t err_len) {
-    memset(src, 0, sizeof *src);
-    src->fd = open(path, O_RDONLY | O_CLOEXEC);
-    if (src->fd < 0) { snprintf(err, err_len, "cannot open it: %s", strerror(errno)); return -1; }
-    struct stat st;
-    if (fstat(src->fd, &st) || !S_ISREG(st.st_mode)) {
-        snprintf(err, err_len, "is not a regular file");
-        close(src->fd);
-        src->fd = -1;
-        return -1;
-    }
-    src->size = (uint64_t)st.st_size;
-    return 0;
-}
-
-static void session_source_close(SessionSource *src) {
-    if (src->fd >= 0) close(src->fd);
-    src->fd = -1;
-}
-
-static int session_source_read(SessionSource *src, void *dst, uint64_t n, char *err,
-                               size_t err_len) {
-    if (n > src->size - src->off) {
-        snprintf(err, err_len, "is truncated (%llu bytes)", (unsigned long long)src->size);
-        return -1;
-    }
-    if (src->fd < 0) memcpy(dst, src->mem + src->off, n);
-    else {
-        for (uint64_t done = 0; done < n;) {
-            ssize_t got = pread(src->fd, (char *)dst + done, n - done, (off_t)(src->off + done));
-            if (got < 0 && errno == EINTR) continue;
-            if (got <= 0) {
-                snprintf(err, err_len,
-                         got < 0 ? "cannot be read: %s" : "shrank while it was read%s",
-                         got < 0 ? strerror(errno) : "");
-                return -1;
-            }
-            done += (uint64_t)got;
-        }
-    }
-    hash64_update(&src->hash, dst, n);
-    src->off += n;
-    return 0;
-}
-
-/* Checks a header's fingerprint, settings and shapes (bytes 16..103, as session_header writes
-   them) against k: 0, or -1 with err naming what differs. Session files and the prefix cache's
-   entries share this part of the header. */
-static int session_check_key(const unsigned char *h, const SessionKey *k, char *err,
-                             size_t err_len) {
-    uint32_t f[14];
-    for (int i = 0; i < 14; i++) f[i] = get_u32(h + 48 + 4 * i);
-    /* the model first: a file of another model is refused as such, whatever else differs */
-    const uint32_t shapes_here[] = { (uint32_t)k->layers,  (uint32_t)k->kv_lora,
-                                     (uint32_t)k->qk_rope, (uint32_t)k->index_dim,
-                                     (uint32_t)k->vocab,   (uint32_t)k->hidden };
-    static const char *const shape_names[] = { "cached layers",  "kv_lora_rank", "qk_rope_head_dim",
-                                               "index_head_dim", "vocab_size",   "hidden_size" };
-    for (int i = 0; i < 6; i++)
-        if (f[8 + i] != shapes_here[i]) {
-            snprintf(err, err_len, "was written for another model (%s %u there, %u here)",
-                     shape_names[i], f[8 + i], shapes_here[i]);
-            return -1;
-        }
-    if (get_u64(h + 16) != k->config) {
-        snprintf(err, err_len, "was written for another model (its config differs)");
-        return -1;
-    }
-    if (get_u64(h + 24) != k->tensors) {
-        snprintf(err, err_len,
-                 "was written for another model (its tensor names, shapes or dtypes differ)");
-        return -1;
-    }
-    if (get_u64(h + 32) != k->weights) {
-        snprintf(err, err_len,
-                 "was written for another model (its weights differ: norm vectors and router "
-                 "biases)");
-        return -1;
-    }
-    if (get_u64(h + 40) != k->formats) {
-        snprintf(err, err_len,
-                 "was written for other weight formats (quantization differs: it was written with "
-                 "expert_bits %u, "
-                 "dense_bits %u, GROUP %u; this run has %d, %d, %d)",
-                 f[5], f[6], f[7], k->expert_bits, k->dense_bits, k->group);
-        return -1;
-    }
-    static const char *const indexer_names[] = { "auto", "always", "off" };
-    float eps;
-    memcpy(&eps, &f[4], 4);
-    if (f[0] != (uint32_t)k->idot) {
-        snprintf(err, err_len, "was written with other settings (IDOT=%u there, %d here)", f[0],
-                 k->idot);
-        return -1;
-    }
-    if (f[1] != (uint32_t)k->absorb) {
-        snprintf(err, err_len, "was written with other settings (ABSORB=%u there, %d here)", f[1],
-                 k->absorb);
-        return -1;
-    }
-    if (f[2] != (uint32_t)k->indexer_mode) {
-        snprintf(err, err_len, "was written with other settings (INDEXER=%s there, %s here)",
-                 f[2] < 3 ? indexer_names[f[2]] : "?", indexer_names[k->indexer_mode]);
-        return -1;
-    }
-    if (f[3] != (uint32_t)k->mtp_zero_pos0) {
-        snprintf(err, err_len, "was written with other settings (MTP_ZERO_POS0=%u there, %d here)",
-                 f[3], k->mtp_zero_pos0);
-        return -1;
-    }
-    if (memcmp(&eps, &k->latent_eps, 4)) {
-        snprintf(err, err_len, "was written with other settings (LATENT_EPS=%g there, %g here)",
-                 eps, k->latent_eps);
-        return -1;
-    }
-    return 0;
-}
-
-/* Reads the header and checks it against k: 0 with the conversation's scalars in *snap, or -1
-   with err saying why the file cannot be used here. */
-static int session_read_header(SessionSource *src, const SessionKey *k, int capacity,
-                               SessionSnapshot *snap, char *err, size_t err_len) {
-    unsigned char h[SESSION_HEADER_BYTES];
-    src->off = 0;
-    hash64_init(&src->hash);
-    if (src->size < 16 || session_source_read(src, h, 16, err, err_len) ||
-        memcmp(h, SESSION_MAGIC, 8)) {
-        snprintf(err, err_len, "is not a glm session file");
-        return -1;
-    }
-    if (get_u32(h + 8) != SESSION_VERSION || get_u32(h + 12) != SESSION_HEADER_BYTES) {
-        snprintf(err, err_len, "has session format version %u (this glm reads version %d)",
-                 get_u32(h + 8), SESSION_VERSION);
-        return -1;
-    }
-    if (session_source_read(src, h + 16, SESSION_HEADER_BYTES - 16, err, err_len) ||
-        session_check_key(h, k, err, err_len))
-        return -1;
-    uint32_t f[16];
-    for (int i = 0; i < 16; i++) f[i] = get_u32(h + 48 + 4 * i);
-    /* the conversation */
-    const uint32_t n = f[14], flags = f[15], npending = get_u32(h + 132);
-    if (flags > 1 || get_u32(h + 128) > 7 || npending > 3 || get_u32(h + 140) != 0) {
-        snprintf(err, err_len, "has a corrupt header");
-        return -1;
-    }
-    /* must be what a text stream keeps: the start of one UTF-8 character, zero-padded */
-    if (npending) {
-        uint32_t cp;
-        int status;
-        if (tok_utf8_next(h + 136, npending, &cp, &status) != npending || status != 2) {
-            snprintf(err, err_len, "has a corrupt header (pending text)");
-            return -1;
-        }
-    }
-    for (uint32_t i = npending; i < 4; i++)
-        if (h[136 + i]) {
-            snprintf(err, err_len, "has a corrupt header (pending text)");
-            return -1;
-        }
-    if (n >= (uint32_t)capacity) {
-        snprintf(err, err_len,
-                 "holds %u tokens and the KV cache %d: no room to continue (raise CTX)", n,
-                 capacity);
-        return -1;
-    }
-    if (flags && n == 0) {
-        snprintf(err, err_len, "has a corrupt header (logits of an empty conversation)");
-        return -1;
-    }
-    const uint64_t want = SESSION_HEADER_BYTES + session_payload_bytes(k, n, (int)flags) + 8;
-    if (src->size != want) {
-        snprintf(err, err_len, "%s (%llu bytes; its header says %llu)",
-                 src->size < want ? "is truncated" : "has trailing bytes",
-                 (unsigned long long)src->size, (unsigned long long)want);
-        return -1;
-    }
-    snap->n_tokens = (int)n;
-    snap->has_logits = (int)flags;
-    snap->seed = get_u64(h + 112);
-    snap->rng_state = get_u64(h + 120);
-    snap->chat_flags = get_u32(h + 128);
-    snap->text_npending = (int)npending;
-    memcpy(snap->text_pending, h + 136, 4);
-    return 0;
-}
-
-/* Reads n floats into dst (or, when dst is NULL, through scratch) and checks they are finite. */
-static int session_read_floats(SessionSource *src, float *dst, uint64_t n, float *scratch,
-                               size_t scratch_n, const char *what, char *err, size_t err_len) {
-    for (uint64_t done = 0; done < n;) {
-        const uint64_t k = dst ? n - done : (n - done < scratch_n ? n - done : scratch_n);
-        float *p = dst ? dst + done : scratch;
-        if (session_source_read(src, p, k * sizeof(float), err, err_len)) return -1;
-        int64_t bad = first_nonfinite(p, (int64_t)k);
-        if (bad >= 0) {
-            snprintf(err, err_len, "is corrupt (%s: value %llu is not finite)", what,
-                     (unsigned long long)(done + (uint64_t)bad));
-            return -1;
-        }
-        done += k;
-    }
-    return 0;
-}
-
-/* Reads the rows session_put_rows wrote for positions [first, first + n): those from position
-   first + load_from on into the cache, the earlier ones (all of them when load_from == n) only
-   through scratch, to be checked. */
-static int session_read_rows(SessionSource *src, RunState *s, const SessionKey *k, uint64_t first,
-                             uint64_t n, uint64_t load_from, float *scratch, size_t scratch_n,
-                             char *err, size_t err_len) {
-    char what[96];
-    for (int l = 0; l < k->layers; l++) {
-        float *const dst[3] = { s->latent[l], s->rope_key[l],
-                                k->layer_indexer[l] ? s->index_key[l] : NULL };
-        const uint64_t dim[3] = { (uint64_t)k->kv_lora, (uint64_t)k->qk_rope,
-                                  (uint64_t)k->index_dim };
-        static const char *const names[3] = { "latent", "rope key", "indexer key" };
-        for (int j = 0; j < 3; j++) {
-            if (j == 2 && !k->layer_indexer[l]) continue;
-            snprintf(what, sizeof what, "layer %d %s", l, names[j]);
-            if (session_read_floats(src, NULL, load_from * dim[j], scratch, scratch_n, what, err,
-                                    err_len) ||
-                session_read_floats(src, dst[j] + (first + load_from) * dim[j],
-                                    (n - load_from) * dim[j], scratch, scratch_n, what, err,
-                                    err_len))
-                return -1;
-        }
-    }
-    return 0;
-}
-
-/* One pass over the payload after the header. into_cache 0: through scratch (checks only);
-   1: into the cache rows and snap's buffers. Ends with the hash check. */
-static int session_read_payload(SessionSource *src, RunState *s, const SessionKey *k,
-                                SessionSnapshot *snap, int into_cache, char *err, size_t err_len) {
-    enum { SCRATCH = 1 << 16 };
-    float *scratch = xmalloc(SCRATCH * sizeof(float));
-    const uint64_t n = (uint64_t)snap->n_tokens;
-    int rc = -1;
-    for (uint64_t i = 0; i < n; i++) {
-        unsigned char id[4];
-        if (session_source_read(src, id, 4, err, err_len)) goto done;
-        const uint32_t v = get_u32(id);
-        if (v >= (uint32_t)k->vocab) {
-            snprintf(err, err_len, "is corrupt (token %llu is id %u, outside the vocabulary of %d)",
-                     (unsigned long long)i, v, k->vocab);
-            goto done;
-        }
-        if (into_cache) snap->tokens[i] = (int)v;
-    }
-    if (snap->has_logits) {
-        if (session_read_floats(src, into_cache ? snap->logits : NULL, (uint64_t)k->vocab, scratch,
-                                SCRATCH, "logits", err, err_len) ||
-            session_read_floats(src, into_cache ? snap->hidden : NULL, (uint64_t)k->hidden, scratch,
-                                SCRATCH, "hidden state", err, err_len))
-            goto done;
-    }
-    if (session_read_rows(src, s, k, 0, n, into_cache ? 0 : n, scratch, SCRATCH, err, err_len))
-        goto done;
-    const uint64_t computed = hash64_final(&src->hash);
-    unsigned char trailer[8];
-    if (session_source_read(src, trailer, 8, err, err_len)) goto done;
-    if (get_u64(trailer) != computed) {
-        snprintf(err, err_len, "is corrupt (its checksum does not match its contents)");
-        goto done;
-    }
-    rc = 0;
-done:
-    free(scratch);
-    return rc;
-}
-
-/* Loads a session into s and snap (snap->tokens: room for the cache's capacity; logits [vocab];
-   hidden [hidden]). 0 when loaded; -1 when refused, with s and snap's buffers untouched; -2 when
-   the file changed between the check and the load (only a writer that ignores atomic replacement
-   can do that): then the rows and buffers hold garbage and the caller must start over. */
-static int session_load(RunState *s, const SessionKey *k, SessionSource *src, SessionSnapshot *snap,
-                        char *err, size_t err_len) {
-    SessionSnapshot head = *snap;
-    if (session_read_header(src, k, s->capacity, &head, err, err_len) ||
-        session_read_payload(src, s, k, &head, 0, err, err_len))
-        return -1;
-    if (session_read_header(src, k, s->capacity, &head, err, err_len) ||
-        session_read_payload(src, s, k, &head, 1, err, err_len))
-        return -2;
-    *snap = head;
-    return 0;
-}
-
-/* Just the token count of a session file (to size the KV cache before the model is loaded);
-   -1 when it is not a session file of this format. */
-static int session_file_tokens(const char *path, char *err, size_t err_len) {
-    SessionSource src;
-    if (session_source_open(&src, path, err, err_len)) return -1;
-    unsigned char h[SESSION_HEADER_BYTES];
-    int n = -1;
-    if (src.size < SESSION_HEADER_BYTES ||
-        session_source_read(&src, h, SESSION_HEADER_BYTES, err, err_len) ||
-        memcmp(h, SESSION_MAGIC, 8))
-        snprintf(err, err_len, "is not a glm session file");
-    else if (get_u32(h + 8) != SESSION_VERSION)
-        snprintf(err, err_len, "has session format version %u (this glm reads version %d)",
-                 get_u32(h + 8), SESSION_VERSION);
-    else if (get_u32(h + 104) > (1u << 30))
-        snprintf(err, err_len, "has a corrupt header (%u tokens)", get_u32(h + 104));
-    else
-        n = (int)get_u32(h + 104);
-    session_source_close(&src);
-    return n;
-}
-
-/* ---- the prefix cache: prompts' KV rows on disk, shared by every process -----------------------
-   KV_CACHE (PROMPT, CHAT, SERVE): a prompt that begins like one seen before, in this process or
-   any other, restores the cache rows of that beginning from disk and prefills only the rest.
-   The rows of every prefill are kept in entries of KVCACHE_BLOCK positions: entry b holds the
-   rows of positions [bG, (b+1)G) of a history, named by a chain hash of the history's tokens
-   [0, (b+1)G) seeded with everything the rows depend on (the model's fingerprint and the
-   settings a session file checks, SessionKey). A lookup hashes the prompt's block-aligned
-   prefixes and opens entries in order until one is missing, so no index is kept anywhere and
-   processes share a directory without talking to each other; two histories that share a
-   beginning share its entries. The rows of a position depend only on the tokens up to it and
-   the forward pass is batch-invariant, so restored rows are exactly those a prefill writes and
-   the answer is bit for bit the uncached one. At least the prompt's last token is always
-   prefilled, so the logits are fresh and nothing else needs restoring. The MTP head's rows are
-   not kept (as in session files): its slots for restored positions are stale, which can only
-   lower draft acceptance.
-   An entry file is a session file's header (magic "GLMKVBLK", the same fingerprint, settings and
-   shapes at bytes 16..103, then the entry's first position, its size, the chain hashes before
-   and after it), its token ids, the rows of its positions as session_put_rows writes them, and a
-   checksum: written through atomic_begin/atomic_commit (a kill -9 loses at most the entry being
-   written), and checked like a session file before any row is used (header against this run,
-   exact size, ids equal to the prompt's, finite floats, checksum). An entry that fails is
-   skipped with a warning naming the file, and removed: the prefill that follows writes it
-   anew. Rows land in the cache beyond the conversation's end, which is advanced only once an
-   entry is whole, so a bad entry never changes what the cache holds.
-   Least recently used out first: a prefill sets the modification time of every entry of its
-   history to one instant, and after writing, the oldest entries are removed until the directory
-   is under KV_CACHE_GB (at one instant, the later positions first, so a chain is shortened from
-   its end). The RAM side is the conversation's own KV cache, which the RAM plan counts; the
-   prefix cache reads straight into it and allocates nothing that grows. */
-
-#define KVCACHE_MAGIC "GLMKVBLK"
-#define KVCACHE_VERSION 1
-/* positions per entry: a prompt reuses all but at most 63 of its cached tokens */
-#define KVCACHE_BLOCK 64
-
-typedef struct KvCache {
-    char dir[4096];
-    double budget;          /* bytes on disk (KV_CACHE_GB) */
-    SessionKey key;
-    uint64_t seed;          /* the chain hash of the empty history: everything the rows depend on */
-    long long restored, stored, rejected;   /* tokens restored, entries written, entries refused */
-} KvCache;
-
-/* The chain hash of history[0, start + n) from that of history[0, start). */
-static uint64_t kvcache_chain(uint64_t parent, const int *tokens, int n) {
-    Hash64 h;
-    hash64_init(&h);
-    hash64_update(&h, &parent, sizeof parent);
-    for (int i = 0; i < n; i++) {
-        unsigned char id[4];
-        put_u32(id, (uint32_t)tokens[i]);
-        hash64_update(&h, id, 4);
-    }
-    return hash64_final(&h);
-}
-
-static void kvcache_seed(KvCache *kv) {
-    const SessionKey *k = &kv->key;
-    Hash64 h;
-    hash64_init(&h);
-    hash64_update(&h, KVCACHE_MAGIC, 8);
-    const uint64_t words[] = { k->config,
-                               k->tensors,
-                               k->weights,
-                               k->formats,
-                               (uint64_t)k->idot,
-                               (uint64_t)k->absorb,
-                               (uint64_t)k->indexer_mode,
-                               (uint64_t)k->mtp_zero_pos0,
-                               KVCACHE_BLOCK,
-                               KVCACHE_VERSION };
-    hash64_update(&h, words, sizeof words);
-    hash64_f32(&h, k->latent_eps);
-    kv->seed = hash64_final(&h);
-}
-
-static void kvcache_path(const KvCache *kv, int start, uint64_t chain, char *path, size_t n) {
-    snprintf(path, n, "%s/%07d-%016llx.kv", kv->dir, start, (unsigned long long)chain);
+/* A RunState's cache rows as kvfile.h sees them. */
+static KvRows run_state_rows(const RunState *s) {
+    return (KvRows){ s->capacity, s->latent, s->rope_key, s->index_key };
 }
 
 /* The prefix cache of a run, or NULL: KV_CACHE=off, or no directory to keep it in (said once). */
-static KvCache *kvcache_open(const char *setting, double gb, const char *cache_dir,
-                             const SessionKey *key) {
+static KvCache *prefix_cache_open(const char *setting, double gb, const char *cache_dir,
+                                  const SessionKey *key) {
     if (!strcmp(setting, "off")) return NULL;
-    KvCache *kv = xcalloc(1, sizeof *kv);
-    kv->key = *key;
-    kv->budget = gb * 1e9;
-    kvcache_seed(kv);
-    if (setting[0]) snprintf(kv->dir, sizeof kv->dir, "%s", setting);
-    else if (cache_dir[0]) {
-        const uint64_t model[] = { key->config, key->tensors, key->weights };
-        Hash64 h;
-        hash64_init(&h);
-        hash64_update(&h, model, sizeof model);
-        snprintf(kv->dir, sizeof kv->dir, "%s/glm", cache_dir);
-        mkdir(cache_dir, 0700);
-        mkdir(kv->dir, 0700);
-        snprintf(kv->dir, sizeof kv->dir, "%s/glm/kv-%016llx", cache_dir,
-                 (unsigned long long)hash64_final(&h));
-    } else {
+    char dir[4096], err[256];
+    if (setting[0]) snprintf(dir, sizeof dir, "%s", setting);
+    else if (cache_dir[0]) kvcache_default_dir(key, cache_dir, dir, sizeof dir);
+    else {
         say("note: no HOME or XDG_CACHE_HOME: no prefix cache this run (KV_CACHE=DIR names one; "
             "KV_CACHE=off hides this)");
-        free(kv);
         return NULL;
     }
-    if ((mkdir(kv->dir, 0700) && errno != EEXIST) || access(kv->dir, R_OK | W_OK | X_OK)) {
-        say("warning: KV_CACHE=%s cannot be used (%s): no prefix cache this run", kv->dir,
-            strerror(errno));
+    KvCache *kv = xcalloc(1, sizeof *kv);
+    if (kvcache_open(kv, dir, gb * 1e9, key, err, sizeof err)) {
+        say("warning: KV_CACHE=%s cannot be used (%s): no prefix cache this run", kv->dir, err);
         free(kv);
         return NULL;
     }
     return kv;
-}
-
-static void kvcache_close(KvCache *kv) { free(kv); }
-
-/* An entry's header: a session header's first 104 bytes under another magic, then the entry's
-   size (as a session's token count), first position and chain hashes before and after it. */
-static void kvcache_header(const SessionKey *k, int start, uint64_t parent, uint64_t chain,
-                           unsigned char *h) {
-    SessionSnapshot snap = { .n_tokens = KVCACHE_BLOCK };
-    session_header(k, &snap, h);
-    memset(h + 104, 0, SESSION_HEADER_BYTES - 104);
-    memcpy(h, KVCACHE_MAGIC, 8);
-    put_u32(h + 8, KVCACHE_VERSION);
-    put_u32(h + 104, KVCACHE_BLOCK);
-    put_u32(h + 112, (uint32_t)start);
-    put_u64(h + 120, parent);
-    put_u64(h + 128, chain);
-}
-
-/* Writes the entry of positions [start, start + KVCACHE_BLOCK) of `history`, whose chain hashes
-   before and after it are parent and chain. 0, or -1 with err filled. */
-static int kvcache_save(const KvCache *kv, const RunState *s, const int *history, int start,
-                        uint64_t parent, uint64_t chain, const char *path, char *err,
-                        size_t err_len) {
-    const int G = KVCACHE_BLOCK;
-    if (start < 0 || start + G > s->capacity) {
-        snprintf(err, err_len, "internal: entry at %d", start);
-        return -1;
-    }
-    AtomicFile af;
-    FILE *f = atomic_begin(&af, path, err, err_len);
-    if (!f) return -1;
-    unsigned char header[SESSION_HEADER_BYTES];
-    kvcache_header(&kv->key, start, parent, chain, header);
-    Hash64 h;
-    hash64_init(&h);
-    int bad = session_put(f, &h, header, sizeof header);
-    for (int i = 0; i < G && !bad; i++) {
-        unsigned char id[4];
-        put_u32(id, (uint32_t)history[start + i]);
-        bad |= session_put(f, &h, id, 4);
-    }
-    if (!bad) bad = session_put_rows(f, &h, s, &kv->key, (size_t)start, (size_t)G);
-    unsigned char trailer[8];
-    put_u64(trailer, hash64_final(&h));
-    if (bad || fwrite(trailer, 1, 8, f) != 8) {
-        snprintf(err, err_len, "writing %s failed: %s", path, strerror(errno));
-        atomic_abort(&af);
-        return -1;
-    }
-    return atomic_commit(&af, err, err_len);
-}
-
-/* Reads the entry of positions [start, start + KVCACHE_BLOCK) from src, which must be the one of
-   `tokens` (the history's ids at those positions) after chain hash `parent`: rows of positions
-   from `load_from` on go into the cache (rows past the conversation's end: the caller advances it
-   only on success), earlier ones are only checked. 0, or -1 with err saying why it was refused. */
-static int kvcache_read(SessionSource *src, RunState *s, const SessionKey *k, const int *tokens,
-                        int start, uint64_t parent, uint64_t chain, int load_from, char *err,
-                        size_t err_len) {
-    const int G = KVCACHE_BLOCK;
-    unsigned char h[SESSION_HEADER_BYTES];
-    src->off = 0;
-    hash64_init(&src->hash);
-    if (src->size < SESSION_HEADER_BYTES ||
-        session_source_read(src, h, SESSION_HEADER_BYTES, err, err_len) ||
-        memcmp(h, KVCACHE_MAGIC, 8)) {
-        snprintf(err, err_len, "is not a glm prefix cache entry");
-        return -1;
-    }
-    if (get_u32(h + 8) != KVCACHE_VERSION) {
-        snprintf(err, err_len, "has prefix cache format version %u (this glm reads version %d)",
-                 get_u32(h + 8), KVCACHE_VERSION);
-        return -1;
-    }
-    if (get_u32(h + 12) != SESSION_HEADER_BYTES) {
-        snprintf(err, err_len, "has a corrupt header (its size)");
-        return -1;
-    }
-    if (session_check_key(h, k, err, err_len)) return -1;
-    if (get_u32(h + 104) != (uint32_t)G || get_u32(h + 108) != 0 ||
-        get_u32(h + 112) != (uint32_t)start || get_u32(h + 116) != 0 ||
-        get_u64(h + 120) != parent || get_u64(h + 128) != chain || get_u64(h + 136) != 0) {
-        snprintf(err, err_len,
-                 "is not the entry its name promises (its header holds another position or "
-                 "prefix)");
-        return -1;
-    }
-    if (start < 0 || load_from < 0 || load_from > G || start + G > s->capacity) {
-        snprintf(err, err_len, "internal: entry at %d", start);
-        return -1;
-    }
-    const uint64_t want = SESSION_HEADER_BYTES + session_payload_bytes(k, (uint64_t)G, 0) + 8;
-    if (src->size != want) {
-        snprintf(err, err_len, "%s (%llu bytes; its header says %llu)",
-                 src->size < want ? "is truncated" : "has trailing bytes",
-                 (unsigned long long)src->size, (unsigned long long)want);
-        return -1;
-    }
-    for (int i = 0; i < G; i++) {
-        unsigned char id[4];
-        if (session_source_read(src, id, 4, err, err_len)) return -1;
-        if (get_u32(id) != (uint32_t)tokens[i]) {
-            snprintf(err, err_len, "holds other tokens than its name promises (position %d)",
-                     start + i);
-            return -1;
-        }
-    }
-    enum { SCRATCH = 1 << 14 };
-    float *scratch = xmalloc(SCRATCH * sizeof(float));
-    int rc = session_read_rows(src, s, k, (uint64_t)start, (uint64_t)G, (uint64_t)load_from,
-                               scratch, SCRATCH, err, err_len);
-    free(scratch);
-    if (rc) return -1;
-    const uint64_t computed = hash64_final(&src->hash);
-    unsigned char trailer[8];
-    if (session_source_read(src, trailer, 8, err, err_len)) return -1;
-    if (get_u64(trailer) != computed) {
-        snprintf(err, err_len, "is corrupt (its checksum does not match its contents)");
-        return -1;
-    }
-    return 0;
-}
-
-/* Opens and reads one entry (see kvcache_read). 1 when its rows are in the cache; 0 when there is
-   none; a refused one is said, counted and removed, and is 0 too. */
-static int kvcache_load(KvCache *kv, RunState *s, const int *history, int start, uint64_t parent,
-                        uint64_t chain, int load_from) {
-    char path[4200], err[8500];
-    kvcache_path(kv, start, chain, path, sizeof path);
-    SessionSource src;
-    if (session_source_open(&src, path, err, sizeof err)) {
-        if (errno != ENOENT) say("warning: prefix cache entry %s %s; skipped", path, err);
-        return 0;
-    }
-    const int rc = kvcache_read(&src, s, &kv->key, history + start, start, parent, chain, load_from,
-                                err, sizeof err);
-    session_source_close(&src);
-    if (rc) {
-        say("warning: prefix cache entry %s %s; skipped and removed", path, err);
-        kv->rejected++;
-        unlink(path);
-        return 0;
-    }
-    return 1;
-}
-
-typedef struct { char name[28]; long long size; struct timespec mtime; int start; } KvEntryFile;
-
-static int kvcache_entry_older(const void *a, const void *b) {
-    const KvEntryFile *x = a, *y = b;
-    if (x->mtime.tv_sec != y->mtime.tv_sec) return x->mtime.tv_sec < y->mtime.tv_sec ? -1 : 1;
-    if (x->mtime.tv_nsec != y->mtime.tv_nsec) return x->mtime.tv_nsec < y->mtime.tv_nsec ? -1 : 1;
-    /* at one instant, later positions first */
-    return (x->start < y->start) - (x->start > y->start);
-}
-
-/* Removes the least recently used entries until the directory is under the budget, and the
-   temporary files of writers that were killed (atomic_sweep's rule). */
-static void kvcache_evict(const KvCache *kv) {
-    DIR *d = opendir(kv->dir);
-    if (!d) return;
-    KvEntryFile *files = NULL;
-    size_t n = 0, cap = 0;
-    double total = 0;
-    char path[8400];
-    for (struct dirent *e; (e = readdir(d));) {
-        int start, len = 0;
-        unsigned long long chain;
-        const char *tmp = strstr(e->d_name, ".kv.tmp.");
-        if (tmp) {
-            char *end;
-            const long pid = strtol(tmp + 8, &end, 10);
-            if (!*end && pid > 0 && kill((pid_t)pid, 0) && errno == ESRCH) {
-                snprintf(path, sizeof path, "%s/%s", kv->dir, e->d_name);
-                unlink(path);
-            }
-            continue;
-        }
-        if (sscanf(e->d_name, "%7d-%16llx.kv%n", &start, &chain, &len) != 2 || len != 27 ||
-            e->d_name[27])
-            continue;
-        struct stat st;
-        snprintf(path, sizeof path, "%s/%s", kv->dir, e->d_name);
-        if (stat(path, &st) || !S_ISREG(st.st_mode)) continue;
-        if (n == cap) {
-            KvEntryFile *grown = realloc(files, (cap = cap ? 2 * cap : 256) * sizeof *files);
-            if (!grown) break;   /* the entries counted so far are evicted from */
-            files = grown;
-        }
-        memcpy(files[n].name, e->d_name, 28);   /* 27 characters, checked above */
-        files[n].size = (long long)st.st_size;
-        files[n].mtime = st.st_mtim;
-        files[n].start = start;
-        total += (double)st.st_size;
-        n++;
-    }
-    closedir(d);
-    if (total > kv->budget) {
-        qsort(files, n, sizeof *files, kvcache_entry_older);
-        for (size_t i = 0; i < n && total > kv->budget; i++) {
-            snprintf(path, sizeof path, "%s/%s", kv->dir, files[i].name);
-            if (!unlink(path) || errno == ENOENT) total -= (double)files[i].size;
-        }
-    }
-    free(files);
 }
 
 /* ---------------------------------------------------------------------------------------------
@@ -6819,7 +5848,14 @@ static void spec_account(Speculation *sp, int which, int drafted, int accepted,
     }
 }
 
-/* ---- the prefix cache (section 8) ------------------------------------------------------------ */
+/* ---- the prefix cache ------------------------------------------------------------------------
+   KV_CACHE (PROMPT, CHAT, SERVE): a prompt that begins like one seen before, in this process or any
+   other, restores the cache rows of that beginning from kvfile.h's entries and prefills only the
+   rest. The forward pass is batch-invariant, so restored rows are exactly those a prefill writes
+   and the answer is bit for bit the uncached one. At least the prompt's last token is always
+   prefilled, so the logits are fresh and nothing else needs restoring. The MTP head's rows are not
+   kept: its slots for restored positions are stale, which can only lower draft acceptance. Rows
+   are read straight into the conversation's own KV cache, which the RAM plan counts. */
 
 /* Restores from the prefix cache the rows of the longest cached block-aligned prefix of
    history[0, pos) + tokens[0, n) that reaches past pos, and appends its tokens to the history.
@@ -6827,70 +5863,30 @@ static void spec_account(Speculation *sp, int which, int drafted, int accepted,
    recent main hidden states are gone (its slots for these positions stay stale): the caller
    prefills at least one more token. */
 static int generator_restore_prefix(Generator *g, const int *tokens, int n) {
-    KvCache *kv = g->prefix_cache;
-    const int G = KVCACHE_BLOCK, pos0 = g->pos;
-    if (n > g->state->capacity - pos0) n = g->state->capacity - pos0;
-    /* no entry ends in (pos0, pos0 + n] */
-    if (!kv || n < 1 || (pos0 + n) / G <= pos0 / G) return 0;
-    /* past pos: scratch until committed */
-    memmove(g->history + pos0, tokens, (size_t)n * sizeof(int));
-    uint64_t chain = kv->seed;
-    int b = 0;
-    for (; (b + 1) * G <= pos0; b++) chain = kvcache_chain(chain, g->history + b * G, G);
-    int end = pos0;
-    for (; (b + 1) * G <= pos0 + n; b++) {
-        const uint64_t next = kvcache_chain(chain, g->history + b * G, G);
-        if (!kvcache_load(kv, g->state, g->history, b * G, chain, next, end - b * G)) break;
-        chain = next;
-        end = (b + 1) * G;
-    }
-    if (end == pos0) return 0;
-    g->pos = end;
+    if (!g->prefix_cache) return 0;
+    const KvRows rows = run_state_rows(g->state);
+    char warn[12800];
+    const int got =
+        kvcache_restore(g->prefix_cache, &rows, g->history, g->pos, tokens, n, warn, sizeof warn);
+    if (warn[0]) say("warning: %s", warn);
+    if (!got) return 0;
+    g->pos += got;
     g->logits_pos = -1;
     g->last_hidden = NULL;
     g->hidden_rows = 0;
     if (g->spec.ring) for (int i = 0; i < MTP_RING; i++) g->spec.ring_pos[i] = -1;
-    kv->restored += end - pos0;
-    return end - pos0;
+    return got;
 }
 
-/* Where a prefill's writing of prefix cache entries stands: entries before `block` are done and
-   `chain` is the chain hash of history[0, block * KVCACHE_BLOCK). */
-typedef struct { int block, wrote; uint64_t chain; struct timespec now[2]; } KvStoreCursor;
-
-static void kvcache_cursor(const Generator *g, KvStoreCursor *c) {
-    memset(c, 0, sizeof *c);
-    if (!g->prefix_cache) return;
-    c->chain = g->prefix_cache->seed;
-    clock_gettime(CLOCK_REALTIME, &c->now[0]);
-    c->now[1] = c->now[0];
-}
-
-/* Writes the entries of history[0, pos) past the cursor that the prefix cache lacks and marks
-   every one as used at the cursor's instant (after each prefill chunk, so that a prefill killed
-   midway keeps what it computed). A write that fails is said; the run goes on without the rest. */
+/* Writes the prefix cache entries of the history the prefill has reached (after each chunk, so
+   that a prefill killed midway keeps what it computed). A write that fails is said; the run goes
+   on without the rest. */
 static void generator_store_prefix(Generator *g, KvStoreCursor *c) {
-    KvCache *kv = g->prefix_cache;
-    const int G = KVCACHE_BLOCK, blocks = g->pos / G;
-    if (!kv) return;
-    for (; c->block < blocks; c->block++) {
-        const int start = c->block * G;
-        const uint64_t next = kvcache_chain(c->chain, g->history + start, G);
-        char path[4200], err[8500];
-        kvcache_path(kv, start, next, path, sizeof path);
-        if (utimensat(AT_FDCWD, path, c->now, 0)) {   /* not there: write it */
-            if (kvcache_save(kv, g->state, g->history, start, c->chain, next, path, err,
-                             sizeof err)) {
-                say("warning: prefix cache: %s", err);
-                c->block = INT32_MAX;
-                return;
-            }
-            utimensat(AT_FDCWD, path, c->now, 0);
-            c->wrote++;
-            kv->stored++;
-        }
-        c->chain = next;
-    }
+    if (!g->prefix_cache) return;
+    const KvRows rows = run_state_rows(g->state);
+    char err[8500];
+    if (kvcache_store(g->prefix_cache, c, &rows, g->history, g->pos, err, sizeof err))
+        say("warning: prefix cache: %s", err);
 }
 
 /* ---- prefill, steps -------------------------------------------------------------------------- */
@@ -6907,7 +5903,7 @@ static int generator_prefill(Generator *g, const int *tokens, int n) {
     g->restored = g->on_logits ? 0 : generator_restore_prefix(g, tokens, n - 1);
     int done = g->restored;
     KvStoreCursor stored;
-    kvcache_cursor(g, &stored);
+    kvcache_cursor(g->prefix_cache, &stored);
     while (done < n) {
         if (g->interrupt && *g->interrupt) break;
         const int S = n - done < B ? n - done : B;
@@ -6941,7 +5937,7 @@ __attribute__((unused)) static int generator_reuse_prefix(Generator *g, const in
     return done == n - keep ? n : keep;
 }
 
-/* Saves the conversation to a session file (section 8): history[0, pos), the cache rows, the
+/* Saves the conversation to a session file (kvfile.h): history[0, pos), the cache rows, the
    logits while they are fresh, the sampler's stream, and the caller's chat state from *chat (its
    chat_flags and text_pending; may be NULL). 0, or -1 with err filled (the file is untouched). */
 static int generator_save(const Generator *g, const SessionKey *k, const SessionSnapshot *chat,
@@ -6954,7 +5950,8 @@ static int generator_save(const Generator *g, const SessionKey *k, const Session
     snap.hidden = (float *)g->last_hidden;
     snap.seed = g->sampler.seed;
     snap.rng_state = g->sampler.draws;
-    return session_save(g->state, k, &snap, path, err, err_len);
+    const KvRows rows = run_state_rows(g->state);
+    return session_save(&rows, k, &snap, path, err, err_len);
 }
 
 /* Replaces the conversation with a saved one: history, pos, the cache rows, the logits (stale if
@@ -6966,7 +5963,8 @@ static int generator_load(Generator *g, const SessionKey *k, const char *path,
     SessionSource src;
     if (session_source_open(&src, path, err, err_len)) return -1;
     SessionSnapshot snap = { .tokens = g->history, .logits = g->logits, .hidden = g->hidden };
-    const int rc = session_load(g->state, k, &src, &snap, err, err_len);
+    const KvRows rows = run_state_rows(g->state);
+    const int rc = session_load(&rows, k, &src, &snap, err, err_len);
     session_source_close(&src);
     if (rc == -2) {
         g->pos = 0;
@@ -7426,7 +6424,8 @@ static ForwardOptions engine_start(const Settings *set, Model *model, RunState *
                            set->latent_eps, set->mtp_zero_pos0 };
     if (set->mode == MODE_PROMPT || set->mode == MODE_CHAT || set->mode == MODE_SERVE) {
         const SessionKey key = session_key(model, set, &opt);
-        state->prefix_cache = kvcache_open(set->kv_cache, set->kv_cache_gb, set->cache_dir, &key);
+        state->prefix_cache =
+            prefix_cache_open(set->kv_cache, set->kv_cache_gb, set->cache_dir, &key);
         if (state->prefix_cache)
             say_detail("prefix cache: %s (at most %g GB, entries of %d tokens)",
                        state->prefix_cache->dir, set->kv_cache_gb, KVCACHE_BLOCK);
@@ -7442,7 +6441,7 @@ static void engine_stop(const Settings *set, Model *model, RunState *state) {
     if (kv && (kv->restored || kv->stored || kv->rejected))
         say_detail("prefix cache: %lld tokens restored, %lld entries written, %lld refused",
                    kv->restored, kv->stored, kv->rejected);
-    kvcache_close(state->prefix_cache);
+    free(state->prefix_cache);
     state->prefix_cache = NULL;
     run_state_free(state);
     model_free(model);

@@ -30,7 +30,7 @@
              (f64), the mass of the tokens not stored (f64; 0 for full rows), then top-k pairs
              (id u32, logit f32) in descending logit order (ties: smaller id first), or the full
              row of vocab f32 logits: 24 + 8k bytes, or 24 + 4 * vocab bytes, per position
-     trailer a 64-bit hash (glm.c's Hash64) of every byte before it
+     trailer a 64-bit hash (durable.h's Hash64) of every byte before it
    With top-k the divergence is that of the two distributions coarsened to the k reference tokens
    plus one "rest" bucket: a lower bound of the full KL divergence, exact with full rows. A run
    against its own file gives exactly 0: both sides compute every term from the same floats in

@@ -1,5 +1,5 @@
 /* Session files at GLM-5.2 shapes: what SESSION writes and reads for a conversation of N tokens
-   (default 2000), through glm.c's own session_save / session_load (the engine, glm.c,
+   (default 2000), through kvfile.h's session_save / session_load (the engine, glm.c,
    included whole). The cache is GLM-5.2's (78 layers + the MTP layer, kv_lora 512, rope 64, indexer
    keys of 128 on the 21 full-indexer layers + MTP, vocab 154880, hidden 6144), filled with
    pseudo-random finite floats: no model is needed, the bytes are the same. Prints the file size,
@@ -82,12 +82,13 @@ int main(int argc, char **argv) {
                              .hidden = hidden,
                              .seed = 7,
                              .rng_state = 7 };
+    const KvRows rows[2] = { run_state_rows(&s[0]), run_state_rows(&s[1]) };
     char path[4096], err[8500];
     snprintf(path, sizeof path, "%s/session_bench.%d", dir, (int)getpid());
     double save[3], load[3], cold[3];
     for (int r = 0; r < 3; r++) {
         double t0 = now_seconds();
-        if (session_save(&s[0], &key, &snap, path, err, sizeof err)) die("%s", err);
+        if (session_save(&rows[0], &key, &snap, path, err, sizeof err)) die("%s", err);
         save[r] = now_seconds() - t0;
         /* pass 0: the file in the page cache (just written); 1: evicted first */
         for (int pass = 0; pass < 2; pass++) {
@@ -97,7 +98,7 @@ int main(int argc, char **argv) {
             /* clean pages (fsync'd): dropped */
             if (pass) posix_fadvise(src.fd, 0, 0, POSIX_FADV_DONTNEED);
             t0 = now_seconds();
-            if (session_load(&s[1], &key, &src, &in, err, sizeof err)) die("%s: %s", path, err);
+            if (session_load(&rows[1], &key, &src, &in, err, sizeof err)) die("%s: %s", path, err);
             session_source_close(&src);
             *(pass ? &cold[r] : &load[r]) = now_seconds() - t0;
             if (in.n_tokens != n || memcmp(tokens, tokens_in, (size_t)n * sizeof(int)))

@@ -1,9 +1,10 @@
-/* Unit tests of glm.c's session files (section 8) and generator_save / generator_load (section 9)
-   on the sparse oracle fixture (shared-indexer layers, an MTP layer): a saved conversation loads
-   into a fresh session bit for bit (history, every decoder layer's rows, logits, hidden state,
-   sampler stream) and continues exactly as the original does; a file of another model or other
-   settings is refused by name; a truncated or corrupted file is refused and leaves the conversation
-   it was loaded over untouched. The engine (glm.c) is included whole. */
+/* Session files through the engine: glm.c's session_key and generator_save / generator_load over
+   kvfile.h, on the sparse oracle fixture (shared-indexer layers, an MTP layer): a saved
+   conversation loads into a fresh session bit for bit (history, every decoder layer's rows,
+   logits, hidden state, sampler stream) and continues exactly as the original does; a file of
+   another model or other settings is refused by name; a truncated or corrupted file is refused and
+   leaves the conversation it was loaded over untouched. The engine (glm.c) is included whole;
+   tests/test_kvfile.c tests the format itself on synthetic rows. */
 #pragma GCC diagnostic ignored "-Wunused-function"   /* the modes main() would call */
 #include "../glm.c"
 #include "../validate.c"   /* the oracle reference files */
@@ -44,7 +45,8 @@ static int load_bytes(Generator *g, const SessionKey *k, const unsigned char *by
                       char *err, size_t err_len) {
     SessionSource src = { .fd = -1, .mem = bytes, .size = n };
     SessionSnapshot snap = { .tokens = g->history, .logits = g->logits, .hidden = g->hidden };
-    return session_load(g->state, k, &src, &snap, err, err_len);
+    const KvRows rows = run_state_rows(g->state);
+    return session_load(&rows, k, &src, &snap, err, err_len);
 }
 
 static int refused_with(Generator *g, const SessionKey *k, const char *path, const char *words) {
@@ -76,30 +78,6 @@ int main(void) {
     char path[256], other[256], err[8500];
     snprintf(path, sizeof path, "/tmp/test_session.%d", (int)getpid());
     snprintf(other, sizeof other, "/tmp/test_session.%d.bad", (int)getpid());
-
-    /* the streaming hash: any split equals the whole */
-    {
-        unsigned char data[1000];
-        for (int i = 0; i < 1000; i++) data[i] = (unsigned char)(i * 37 + 11);
-        Hash64 whole, parts;
-        hash64_init(&whole);
-        hash64_update(&whole, data, sizeof data);
-        int ok = 1;
-        for (int split = 1; split < 70; split += 3) {
-            hash64_init(&parts);
-            for (size_t off = 0; off < sizeof data; off += (size_t)split)
-                hash64_update(&parts, data + off,
-                              sizeof data - off < (size_t)split ? sizeof data - off
-                                                                : (size_t)split);
-            ok &= hash64_final(&parts) == hash64_final(&whole);
-        }
-        data[500] ^= 1;
-        Hash64 flipped;
-        hash64_init(&flipped);
-        hash64_update(&flipped, data, sizeof data);
-        CHECK("hash64: fed in pieces of any size == fed whole; one flipped bit changes it",
-              ok && hash64_final(&flipped) != hash64_final(&whole));
-    }
 
     /* a conversation: the prompt, some sampled steps: the MTP layer's rows are written too, but are
        not the file's to keep */

@@ -268,6 +268,33 @@ def grammar_seeds():
 
 
 
+def session_seeds():
+    """fuzz_session: the first byte picks repairs (see the target); 0x03 repairs the key part of
+    the header and the trailer. Shapes of tests/kv_fixture.h: 4 layers, indexer keys on 0 and 2,
+    kv_lora 32, rope 8, index_dim 16, vocab 512, hidden 64."""
+    row = 4 * (32 + 8) + 2 * 16
+
+    def session(n, has_logits, chat_flags=0, pending=b"", rows=None, tokens=None):
+        head = b"GLMSESS\n" + struct.pack("<II", 1, 144) + bytes(32)
+        head += struct.pack("<14I", 1, 1, 0, 1, struct.unpack("<I", struct.pack("<f", 1e-6))[0],
+                            16, 16, 0, 4, 32, 8, 16, 512, 64)
+        head += struct.pack("<IIQQII", n, has_logits, 7, 3, chat_flags, len(pending))
+        head += pending.ljust(4, b"\0") + bytes(4)
+        body = struct.pack("<%dI" % n, *(tokens or [(5 + 97 * i) % 512 for i in range(n)]))
+        if has_logits:
+            body += struct.pack("<576f", *[((i * 37) % 101 - 50) / 8.0 for i in range(576)])
+        body += rows if rows is not None else struct.pack(
+            "<%df" % (n * row), *[((i * 13) % 29 - 14) / 4.0 for i in range(n * row)])
+        return b"\x03" + head + body + bytes(8)
+
+    write("session", "empty", session(0, 0))
+    write("session", "three_tokens_logits", session(3, 1, 3, b"\xe2\x82"))
+    write("session", "two_tokens_stale", session(2, 0, 4))
+    write("session", "nan_row", session(1, 0, rows=struct.pack("<f", float("nan")) + bytes(4 * row - 4)))
+    write("session", "bad_pending", session(1, 0, 1, b"A"))
+    write("session", "token_outside_vocabulary", session(1, 0, tokens=[512]))
+
+
 def kvcache_seeds():
     """fuzz_kvcache: the first byte picks repairs (see the target); 0x0f + nothing is a valid
     all-zero entry."""
@@ -289,6 +316,7 @@ def main():
     usage_seeds()
     server_seeds()
     grammar_seeds()
+    session_seeds()
     kvcache_seeds()
     return 0
 
