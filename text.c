@@ -364,7 +364,7 @@ static void print_turn_stats(const Dialog *d, const TurnStats *ts) {
 }
 
 /* ---- the conversation on disk: SESSION, :save, :load -------------------------------------------
-   A session file (glm.c, section 8) holds the conversation's tokens and cache rows, the sampler's
+   A session file (kvfile.h) holds the conversation's tokens and cache rows, the sampler's
    stream and the chat's state: the thinking mode, whether the last reply was cut (so :more goes on
    in a later process) and the unfinished UTF-8 character such a reply may end in. With SESSION,
    chat resumes the file at start and saves after every answer and every command that changes the
