@@ -49,7 +49,15 @@ AARCH64_CFLAGS ?= -O3 -march=armv8-a -fopenmp -std=gnu11 -Wall -Wextra -ffp-cont
 HAVE_AARCH64   := $(shell command -v $(AARCH64_CC) 2>/dev/null)
 AARCH64_BINS    = glm-aarch64 tests/bin/aarch64/test_quant tests/bin/aarch64/cpu_kernels
 
-.PHONY: all demo test test-bins test-aarch64 asan bench clean clean-bins fuzz fuzz-bins
+# An AVX2-only x86 CPU by emulation (qemu-x86_64 offers AVX2 and no AVX-512 or AVX-VNNI): the
+# portable build (ARCH=x86-64-v3) of glm and of the kernel and generator tests, run by
+# tests/t_avx2.sh (`make test-avx2`) under qemu-x86_64 on any x86-64 host.
+X86_V3_CFLAGS ?= -O3 -march=x86-64-v3 -fopenmp -std=gnu11 -Wall -Wextra -ffp-contract=off
+HAVE_QEMU_X86 := $(shell command -v qemu-x86_64 2>/dev/null)
+X86_V3_BINS    = glm-x86-64-v3 tests/bin/x86-64-v3/test_quant tests/bin/x86-64-v3/cpu_kernels \
+                 tests/bin/x86-64-v3/test_generator
+
+.PHONY: all demo test test-bins test-aarch64 test-avx2 asan bench clean clean-bins fuzz fuzz-bins
 all: glm
 
 glm: $(SOURCES) $(COMMIT_STAMP)
@@ -67,6 +75,16 @@ tests/bin/aarch64/%: tests/%.c $(HEADERS) $(wildcard tests/*.h)
 
 test-aarch64: glm $(AARCH64_BINS)
 	bash tests/t_aarch64.sh
+
+glm-x86-64-v3: $(SOURCES) $(COMMIT_STAMP)
+	$(CC) $(X86_V3_CFLAGS) -DGLM_COMMIT='"$(GLM_COMMIT)"' -o $@ main.c $(LDLIBS)
+
+tests/bin/x86-64-v3/%: tests/%.c $(HEADERS) $(wildcard tests/*.h)
+	@mkdir -p tests/bin/x86-64-v3
+	$(CC) $(X86_V3_CFLAGS) -I. -o $@ $< $(LDLIBS)
+
+test-avx2: glm $(X86_V3_BINS)
+	bash tests/t_avx2.sh
 
 tests/bin/%: tests/%.c $(HEADERS) $(wildcard tests/*.h)
 	@mkdir -p tests/bin
@@ -103,7 +121,7 @@ test:
 	$(MAKE) -j$(NPROC) test-bins
 	bash tests/run.sh
 test-bins: glm $(TEST_BINS) $(TOOL_BINS) $(FUZZ_REPLAYS) $(if $(HAVE_CLANG),$(FUZZ_BINS)) \
-           $(if $(HAVE_AARCH64),$(AARCH64_BINS))
+           $(if $(HAVE_AARCH64),$(AARCH64_BINS)) $(if $(HAVE_QEMU_X86),$(X86_V3_BINS))
 
 # The whole suite once more under AddressSanitizer + UBSan with leak detection (a separate build).
 # Every sanitizer report goes to a log file, so one found in a test that does not look at exit
@@ -149,7 +167,7 @@ bench/grammarbench: bench/grammarbench.c $(HEADERS)
 	$(CC) $(CFLAGS) -I. -o $@ $< $(LDLIBS)
 
 clean-bins:
-	rm -f glm $(AARCH64_BINS) $(TEST_BINS) $(TOOL_BINS) $(FUZZ_REPLAYS) bench/kbench bench/session_bench bench/specbench \
+	rm -f glm $(AARCH64_BINS) $(X86_V3_BINS) $(TEST_BINS) $(TOOL_BINS) $(FUZZ_REPLAYS) bench/kbench bench/session_bench bench/specbench \
 	      bench/attnbench bench/grammarbench bench/slotbench bench/ttft_bench
 
 clean: clean-bins
