@@ -2135,24 +2135,28 @@ static void attention_core(AttentionCall *ac, int S, int pos0, float scale) {
         attention_absorbed_rows(ac, r0, S - r0 < ATT_ROWS ? S - r0 : ATT_ROWS, pos0, scale);
 }
 
-/* The queries, the indexer's selection, the attention and o_proj of one piece of S ≤ ATT_PIECE
-   rows at positions pos0.. (rows ac->row0.. of the forward), whose keys are in the caches
-   already; writes [S][hidden]. */
-static void attention_piece(AttentionCall *ac, const float *xn, int S, int pos0, float *out) {
+/* The queries of S rows before RoPE: q_a → q_a_layernorm (s->qr) → q_b (s->q). */
+static void attention_queries(AttentionCall *ac, const float *xn, int S) {
     const Config *c = ac->c;
     const Layer *L = ac->L;
     RunState *s = ac->s;
-    const int nh = c->n_heads, dn = c->qk_nope, dr = c->qk_rope, dqk = c->qk_head, dv = c->v_head;
-    const int half = dr / 2;
-    const float *latent = s->latent[ac->layer_index], *rope_key = s->rope_key[ac->layer_index];
-
-    /* queries: q_a → q_a_layernorm → q_b; rotate each head's last dr dims */
     matmul(s->cq, &L->q_a, xn, S);
     #pragma omp parallel for schedule(static) if (S >= ROWS_PARALLEL)
     for (int r = 0; r < S; r++)
         rmsnorm(s->qr + (size_t)r * c->q_lora, s->cq + (size_t)r * c->q_lora, L->q_a_norm,
                 c->q_lora, ac->opt->latent_eps);
     matmul(s->q, &L->q_b, s->qr, S);
+}
+
+/* The rest of a piece once its queries are in s->qr and s->q: each head's last dr dims rotated,
+   the indexer's selection, the attention (s->attn). Without o_proj. */
+static void attention_piece_core(AttentionCall *ac, const float *xn, int S, int pos0) {
+    const Config *c = ac->c;
+    const Layer *L = ac->L;
+    RunState *s = ac->s;
+    const int nh = c->n_heads, dn = c->qk_nope, dr = c->qk_rope, dqk = c->qk_head, dv = c->v_head;
+    const int half = dr / 2;
+    const float *latent = s->latent[ac->layer_index], *rope_key = s->rope_key[ac->layer_index];
     #pragma omp parallel for schedule(static) if (S >= ROWS_PARALLEL)
     for (int r = 0; r < S; r++) {
         RopeRow rr;
@@ -2172,7 +2176,6 @@ static void attention_piece(AttentionCall *ac, const float *xn, int S, int pos0,
         double t0 = now_seconds();
         attention_core(ac, S, pos0, scale);
         s->profile.attention_core += now_seconds() - t0;
-        matmul(out, &L->o, s->attn, S);
         return;
     }
     /* explicit form: expand K_nope and V for every key once, shared by all S queries */
@@ -2215,22 +2218,25 @@ static void attention_piece(AttentionCall *ac, const float *xn, int S, int pos0,
             }
         }
     }
-    matmul(out, &L->o, s->attn, S);
 }
 
-/* MLA over S new positions (rows of xn) starting at pos0; writes [S][hidden] into out. The keys
-   of all S positions go into the caches first (the KV latent and rope key, the indexer's key);
-   then queries, attention and o_proj run in pieces of ATT_PIECE rows, so their scratch does not
-   grow with BATCH. A row sees the keys up to its own position whichever piece it is in, and every
-   kernel computes a row alone, so the pieces change no result. */
-static void attention(AttentionCall *ac, const float *xn, int S, int pos0, float *out) {
+/* The queries, the indexer's selection, the attention and o_proj of one piece of S ≤ ATT_PIECE
+   rows at positions pos0.. (rows ac->row0.. of the forward), whose keys are in the caches
+   already; writes [S][hidden]. */
+static void attention_piece(AttentionCall *ac, const float *xn, int S, int pos0, float *out) {
+    attention_queries(ac, xn, S);
+    attention_piece_core(ac, xn, S, pos0);
+    matmul(out, &ac->L->o, ac->s->attn, S);
+}
+
+/* The compressed KV rows of S new positions (s->kv, from kv_a) into the cache: the latent normed,
+   the rope key rotated; and the indexer's keys of those positions. */
+static void attention_store_kv(AttentionCall *ac, const float *xn, int S, int pos0) {
     const Config *c = ac->c;
     const Layer *L = ac->L;
     RunState *s = ac->s;
-    const int dr = c->qk_rope, kvl = c->kv_lora, half = dr / 2, H = c->hidden;
+    const int dr = c->qk_rope, kvl = c->kv_lora, half = dr / 2;
     float *latent = s->latent[ac->layer_index], *rope_key = s->rope_key[ac->layer_index];
-    /* compressed KV of the new positions → cache */
-    matmul(s->kv, &L->kv_a, xn, S);
     #pragma omp parallel for schedule(static) if (S >= ROWS_PARALLEL)
     for (int r = 0; r < S; r++) {
         const int pos = pos0 + r;
@@ -2246,12 +2252,63 @@ static void attention(AttentionCall *ac, const float *xn, int S, int pos0, float
         indexer_keys(ac, xn, S, pos0);
         s->profile.indexer += now_seconds() - t0;
     }
+}
+
+/* MLA over S new positions (rows of xn) starting at pos0; writes [S][hidden] into out. The keys
+   of all S positions go into the caches first (the KV latent and rope key, the indexer's key);
+   then queries, attention and o_proj run in pieces of ATT_PIECE rows, so their scratch does not
+   grow with BATCH. A row sees the keys up to its own position whichever piece it is in, and every
+   kernel computes a row alone, so the pieces change no result. */
+static void attention(AttentionCall *ac, const float *xn, int S, int pos0, float *out) {
+    const int H = ac->c->hidden;
+    /* compressed KV of the new positions → cache */
+    matmul(ac->s->kv, &ac->L->kv_a, xn, S);
+    attention_store_kv(ac, xn, S, pos0);
     for (int p = 0; p < S; p += ATT_PIECE) {
         ac->row0 = p;
         attention_piece(ac, xn + (size_t)p * H, S - p < ATT_PIECE ? S - p : ATT_PIECE, pos0 + p,
                         out + (size_t)p * H);
     }
     ac->row0 = 0;
+}
+
+/* Rows of one forward that belong to one conversation: rows [row0, row0 + S) of the forward are
+   its positions pos0.. in its KV cache (state). A forward over several groups (the decode steps of
+   several conversations at once) runs each group's attention over its own cache and everything
+   else over all rows: the weights are read once for all of them, and a row's result never
+   depends on its batch. */
+typedef struct { RunState *state; int row0, S, pos0; } RowGroup;
+
+/* Attention over the rows of several conversations at once (one decode step of each): the
+   projections (kv_a, q_a, q_b, o_proj) run over all rows in work's scratch, so their weights are
+   read once for every conversation, and each conversation's part in between (its cache rows, its
+   indexer selection, the attention over its own keys) runs on its own RunState. Every row gets
+   what attention() gives it alone: a matmul's row does not depend on the rows beside it. */
+static void attention_groups(AttentionCall *ac, const RowGroup *groups, int n_groups,
+                             const float *xn, int S, float *out) {
+    const Config *c = ac->c;
+    RunState *w = ac->s;
+    const int H = c->hidden, kv_width = c->kv_lora + c->qk_rope, q_width = c->n_heads * c->qk_head;
+    const int attn_width = c->n_heads * c->v_head;
+    matmul(w->kv, &ac->L->kv_a, xn, S);
+    attention_queries(ac, xn, S);
+    for (int k = 0; k < n_groups; k++) {
+        const RowGroup *gr = &groups[k];
+        RunState *g = gr->state;
+        AttentionCall one = *ac;
+        one.s = g;
+        one.row0 = 0;
+        const float *gx = xn + (size_t)gr->row0 * H;
+        memcpy(g->kv, w->kv + (size_t)gr->row0 * kv_width, (size_t)gr->S * kv_width * sizeof(float));
+        memcpy(g->qr, w->qr + (size_t)gr->row0 * c->q_lora,
+               (size_t)gr->S * c->q_lora * sizeof(float));
+        memcpy(g->q, w->q + (size_t)gr->row0 * q_width, (size_t)gr->S * q_width * sizeof(float));
+        attention_store_kv(&one, gx, gr->S, gr->pos0);
+        attention_piece_core(&one, gx, gr->S, gr->pos0);
+        memcpy(w->attn + (size_t)gr->row0 * attn_width, g->attn,
+               (size_t)gr->S * attn_width * sizeof(float));
+    }
+    matmul(out, &ac->L->o, w->attn, S);
 }
 
 /* =============================================================================================
@@ -4849,11 +4906,6 @@ static void model_load(Model *m, const Settings *set, int capacity) {
                 overhead / 1e9, m->ram.overhead / 1e9);
 }
 
-/* Rows of one forward that belong to one conversation: rows [row0, row0 + S) of the forward are
-   its positions pos0.. in its KV cache (state). A forward over several groups (the decode steps of
-   several conversations at once) runs attention per group and everything else over all rows:
-   the weights are read once for all of them, and a row's result never depends on its batch. */
-typedef struct { RunState *state; int row0, S, pos0; } RowGroup;
 
 /* One decoder layer over the S rows of work->x (attention + FFN, residuals): attention per group
    in the group's own KV cache and scratch, the rest in work's scratch. */
@@ -4870,11 +4922,18 @@ static void layer_forward(Model *m, RunState *work, const RowGroup *groups, int 
        share the forward (decode, any prefill chunk). The explicit form was no faster for prefill
        here (bench model, 256-token chunk: attention 2.31 s explicit vs 2.44 s absorbed). */
     double t0 = now_seconds();
-    for (int k = 0; k < n_groups; k++) {
-        const RowGroup *gr = &groups[k];
-        AttentionCall ac = { c, L, gr->state, l, m->inv_freq, opt, 0 };
-        attention(&ac, s->xn + (size_t)gr->row0 * H, gr->S, gr->pos0,
-                  s->attn_out + (size_t)gr->row0 * H);
+    int grouped = n_groups > 1 && S <= ATT_PIECE;
+    for (int k = 0; k < n_groups; k++) grouped &= groups[k].state != s;
+    if (grouped) {
+        AttentionCall ac = { c, L, s, l, m->inv_freq, opt, 0 };
+        attention_groups(&ac, groups, n_groups, s->xn, S, s->attn_out);
+    } else {
+        for (int k = 0; k < n_groups; k++) {
+            const RowGroup *gr = &groups[k];
+            AttentionCall ac = { c, L, gr->state, l, m->inv_freq, opt, 0 };
+            attention(&ac, s->xn + (size_t)gr->row0 * H, gr->S, gr->pos0,
+                      s->attn_out + (size_t)gr->row0 * H);
+        }
     }
     double t1 = now_seconds();
     s->profile.attention += t1 - t0;

@@ -41,6 +41,27 @@ static double decode(Model *m, RunState *states, const ForwardOptions *opt, cons
     return made / seconds;
 }
 
+/* Where a decode step's time goes, summed over every state that ran forwards (the batch's scratch
+   for several conversations, a conversation's own state when it runs alone). */
+enum { T_ATTENTION, T_DENSE, T_MOE_SHARED, T_ROUTED, T_WAIT, T_LM_HEAD, N_SPLIT };
+static void time_split(const RunState *states, int n, const StepBatch *batch,
+                       const ExpertStore *store, double out[N_SPLIT]) {
+    double moe = batch->work.profile.moe;
+    out[T_ATTENTION] = batch->work.profile.attention;
+    out[T_DENSE] = batch->work.profile.dense_mlp;
+    out[T_LM_HEAD] = batch->work.profile.lm_head;
+    for (int k = 0; k < n; k++) {
+        moe += states[k].profile.moe;
+        out[T_ATTENTION] += states[k].profile.attention;
+        out[T_DENSE] += states[k].profile.dense_mlp;
+        out[T_LM_HEAD] += states[k].profile.lm_head;
+    }
+    out[T_ROUTED] = store->compute_seconds;
+    out[T_WAIT] = store->wait_seconds;
+    /* the router, the shared expert, the batch union */
+    out[T_MOE_SHARED] = moe - store->compute_seconds - store->wait_seconds;
+}
+
 int main(int argc, char **argv) {
     openmp_passive_wait(argv);
     const int tokens = argc > 1 ? atoi(argv[1]) : 24;
@@ -80,10 +101,19 @@ int main(int argc, char **argv) {
     const long long misses0 = store->misses;
     double one = 0;
     for (int n = 1; n <= MAX_GENS; n *= 2) {
+        double before[N_SPLIT], after[N_SPLIT], ms[N_SPLIT];
+        time_split(states, MAX_GENS, &batch, store, before);
         const double rate = decode(&model, states, &opt, &ref, n, tokens, &batch);
+        time_split(states, MAX_GENS, &batch, store, after);
+        for (int i = 0; i < N_SPLIT; i++) ms[i] = 1e3 * (after[i] - before[i]) / tokens;
         if (n == 1) one = rate;
         printf("conversations %d: %.2f tok/s aggregate, %.2fx one conversation\n", n, rate,
                rate / one);
+        /* the rows share the weights of all but the routed experts, each row brings its own */
+        printf("  per step, ms: attention %.1f, dense layers %.1f, router + shared expert %.1f, "
+               "lm_head %.1f | routed experts %.1f | expert reads waited for %.1f\n",
+               ms[T_ATTENTION], ms[T_DENSE], ms[T_MOE_SHARED], ms[T_LM_HEAD], ms[T_ROUTED],
+               ms[T_WAIT]);
     }
     printf("expert misses after the warm-up: %lld\n", store->misses - misses0);
     step_batch_free(&batch);
