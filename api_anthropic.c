@@ -288,29 +288,15 @@ static int anthropic_parse_common(const Server *srv, const JsonValue *root, ApiR
             return api_fail(e, 400, "thinking.budget_tokens", NULL,
                             "\"thinking.budget_tokens\" must be an integer >= 1024");
     }
-    /* tools and tool_choice */
-    /* any / tool force a call (api_forced_tools); disable_parallel_tool_use: at most one */
-    int use_tools = 1, forcing = 0, one = 0;
-    const char *forced = NULL;
-    if (api_given(v = json_get(root, "tool_choice"))) {
-        const char *type = json_str(json_get(v, "type"), NULL);
-        if (type && !strcmp(type, "tool") && !(forced = json_str(json_get(v, "name"), NULL)))
-            return api_fail(e, 400, "tool_choice", NULL,
-                            "\"tool_choice\" {\"type\": \"tool\"} needs a \"name\" string");
-        if (type && !strcmp(type, "none")) use_tools = 0;
-        else if (type && (!strcmp(type, "any") || !strcmp(type, "tool"))) forcing = 1;
-        else if (!type || strcmp(type, "auto"))
-            return api_fail(e, 400, "tool_choice", NULL,
-                            "\"tool_choice\" must be {\"type\": \"auto\"}, {\"type\": \"any\"}, "
-                            "{\"type\": \"tool\", \"name\": ...} or {\"type\": \"none\"}");
-        if (api_bool(v, "disable_parallel_tool_use", "tool_choice.disable_parallel_tool_use", &one,
-                     e))
-            return -1;
-    }
-    r->one_call = one;
-    if (forcing && api_forced_tools(r, json_get(root, "tools"), forced, forced || one,
-                                    "input_schema", e))
-        return -1;
+    /* tools and tool_choice: any / tool force a call; disable_parallel_tool_use: at most one */
+    static const ApiToolChoice tool_choice = {
+        1, "any", "tool", NULL, "\"tool_choice\" {\"type\": \"tool\"} needs a \"name\" string",
+        "\"tool_choice\" must be {\"type\": \"auto\"}, {\"type\": \"any\"}, "
+        "{\"type\": \"tool\", \"name\": ...} or {\"type\": \"none\"}",
+        1, "disable_parallel_tool_use", "tool_choice.disable_parallel_tool_use", "input_schema"
+    };
+    int use_tools;
+    if (api_tool_choice(root, &tool_choice, r, &use_tools, e)) return -1;
     JsonWriter w;
     jw_init(&w);
     jw_obj(&w);

@@ -291,26 +291,15 @@ static int responses_parse(const Server *srv, const JsonValue *root, ApiRequest 
         (!effort || api_effort_level(effort, &r->render)))
         return api_fail(e, 400, "reasoning.effort", NULL,
                         "\"reasoning.effort\" must be none, minimal, low, medium, high or xhigh");
-    /* "required" / a named function force a call (api_forced_tools) */
-    int use_tools = 1, forcing = 0, parallel = 1;
-    const char *forced = NULL;
-    if (api_given(v = json_get(root, "tool_choice"))) {
-        const char *choice = json_str(v, NULL), *type = json_str(json_get(v, "type"), NULL);
-        if (choice && !strcmp(choice, "none")) use_tools = 0;
-        else if (choice && !strcmp(choice, "required")) forcing = 1;
-        else if (!choice && type && !strcmp(type, "function") &&
-                 (forced = json_str(json_get(v, "name"), NULL)))
-            forcing = 1;
-        else if (!choice || strcmp(choice, "auto"))
-            return api_fail(e, 400, "tool_choice", NULL,
-                            "\"tool_choice\" must be \"auto\", \"none\", \"required\" or "
-                            "{\"type\": \"function\", \"name\": ...}");
-    }
-    if (api_bool(root, "parallel_tool_calls", "parallel_tool_calls", &parallel, e)) return -1;
-    r->one_call = !parallel;
-    if (forcing && api_forced_tools(r, json_get(root, "tools"), forced, forced || !parallel,
-                                    "parameters", e))
-        return -1;
+    /* "required" / a named function force a call */
+    static const ApiToolChoice tool_choice = {
+        0, "required", "function", NULL, NULL,
+        "\"tool_choice\" must be \"auto\", \"none\", \"required\" or "
+        "{\"type\": \"function\", \"name\": ...}",
+        0, "parallel_tool_calls", "parallel_tool_calls", "parameters"
+    };
+    int use_tools;
+    if (api_tool_choice(root, &tool_choice, r, &use_tools, e)) return -1;
     JsonWriter w;
     jw_init(&w);
     jw_obj(&w);
