@@ -17,12 +17,8 @@ cd "$ROOT" || exit 2
 unset_settings
 export THREADS=2
 PY=/usr/bin/python3
-F=tests/fixtures
 T=$(mktemp -d /tmp/t_schema.XXXXXX); trap 'rm -rf "$T"' EXIT
-M=$T/model
-mkdir -p "$M"
-for f in config.json generation_config.json model.safetensors; do ln -s "$ROOT/$F/oracle_dense/$f" "$M/$f"; done
-ln -s "$ROOT/$F/tiny_tokenizer/tokenizer.json" "$M/tokenizer.json"
+M=$T/model; tiny_model "$M" oracle_dense
 
 cat >"$T/schema.json" <<'EOF'
 {"type": "object",
@@ -180,13 +176,7 @@ trap 'for p in "${PIDS[@]}"; do kill "$p" 2>/dev/null; done; rm -rf "$T"' EXIT
 LOG=$T/serve.err
 env SNAP="$M" SERVE=127.0.0.1:0 timeout 300 "$GLM" >"$T/serve.out" 2>"$LOG" </dev/null &
 PIDS+=($!)
-PORT=
-for _ in $(seq 300); do
-  PORT=$(sed -nE 's|^glm: serving .* at http://127\.0\.0\.1:([0-9]+)/v1 .*|\1|p' "$LOG" 2>/dev/null)
-  [ -n "$PORT" ] && break
-  sleep 0.05
-done
-[ -n "$PORT" ] || { echo "FAIL SERVE did not start"; tail -5 "$LOG"; exit 1; }
+PORT=$(serving_port "$LOG" "$!") || { echo "FAIL SERVE did not start"; tail -5 "$LOG"; exit 1; }
 URL=http://127.0.0.1:$PORT/v1/chat/completions
 # body SEED FORMAT_JSON: a chat request at temperature 1 with thinking off
 body() {

@@ -15,14 +15,10 @@ cd "$ROOT" || exit 2
 unset_settings
 export THREADS=1
 PY=/usr/bin/python3
-F=tests/fixtures
 T=$(mktemp -d /tmp/t_toolchoice.XXXXXX)
 PIDS=()
 trap 'for p in "${PIDS[@]}"; do kill "$p" 2>/dev/null; done; [ -n "$KEEP" ] || rm -rf "$T"' EXIT
-M=$T/model
-mkdir -p "$M"
-for f in config.json generation_config.json model.safetensors; do ln -s "$ROOT/$F/oracle_dense/$f" "$M/$f"; done
-ln -s "$ROOT/$F/tiny_tokenizer/tokenizer.json" "$M/tokenizer.json"
+M=$T/model; tiny_model "$M" oracle_dense
 
 cat >"$T/tools.json" <<'EOF'
 [{"type": "function", "function": {"name": "get_weather", "description": "Weather",
@@ -153,17 +149,9 @@ start() {  # start NAME SETTINGS...: a server, its port in $T/NAME.port
   env SNAP="$M" SERVE=127.0.0.1:0 "$@" timeout 600 "$GLM" >"$T/$name.out" 2>"$T/$name.log" </dev/null &
   PIDS+=($!)
 }
-port_of() {
-  local p=
-  for _ in $(seq 400); do
-    p=$(sed -nE 's|^glm: serving .* at http://127\.0\.0\.1:([0-9]+)/v1 .*|\1|p' "$T/$1.log" 2>/dev/null)
-    [ -n "$p" ] && { echo "$p"; return; }
-    sleep 0.05
-  done
-}
 start off SPEC=off SEED=7
 start mtp SPEC=mtp SEED=7
-P_OFF=$(port_of off) P_MTP=$(port_of mtp)
+P_OFF=$(serving_port "$T/off.log") P_MTP=$(serving_port "$T/mtp.log")
 [ -n "$P_OFF" ] && [ -n "$P_MTP" ] || { echo "FAIL SERVE did not start"; tail -3 "$T"/*.log; exit 1; }
 path_of() { case $1 in chat) echo /v1/chat/completions ;; anthropic) echo /v1/messages ;; *) echo /v1/responses ;; esac; }
 ask() {  # ask PORT API SEED CHOICE OUT [MAX]
