@@ -352,6 +352,23 @@ static void responses_item_id(const Reply *r, ChatOutKind kind, int index, char 
     snprintf(dst, n, "%s%s_%d", prefix, r->id + 5, index);   /* after "resp_" */
 }
 
+/* A content part: reasoning_text, or output_text with its (empty) annotations and logprobs. */
+static void responses_write_part(JsonWriter *w, int reasoning, const char *text, size_t len) {
+    jw_obj(w);
+    jw_kstr(w, "type", reasoning ? "reasoning_text" : "output_text");
+    jw_key(w, "text");
+    jw_strn(w, text, len);
+    if (!reasoning) {
+        jw_key(w, "annotations");
+        jw_arr(w);
+        jw_arr_end(w);
+        jw_key(w, "logprobs");
+        jw_arr(w);
+        jw_arr_end(w);
+    }
+    jw_obj_end(w);
+}
+
 /* An output item: in_progress with no text (a stream's added event) or whole. */
 static void responses_write_item(JsonWriter *w, const Reply *r, ChatOutKind kind, int index,
                                  int call, const char *text, size_t len, int whole) {
@@ -375,13 +392,7 @@ static void responses_write_item(JsonWriter *w, const Reply *r, ChatOutKind kind
         jw_arr_end(w);
         jw_key(w, "content");
         jw_arr(w);
-        if (whole) {
-            jw_obj(w);
-            jw_kstr(w, "type", "reasoning_text");
-            jw_key(w, "text");
-            jw_strn(w, text, len);
-            jw_obj_end(w);
-        }
+        if (whole) responses_write_part(w, 1, text, len);
         jw_arr_end(w);
     } else {
         jw_kstr(w, "type", "message");
@@ -389,19 +400,7 @@ static void responses_write_item(JsonWriter *w, const Reply *r, ChatOutKind kind
         jw_kstr(w, "role", "assistant");
         jw_key(w, "content");
         jw_arr(w);
-        if (whole) {
-            jw_obj(w);
-            jw_kstr(w, "type", "output_text");
-            jw_key(w, "text");
-            jw_strn(w, text, len);
-            jw_key(w, "annotations");
-            jw_arr(w);
-            jw_arr_end(w);
-            jw_key(w, "logprobs");
-            jw_arr(w);
-            jw_arr_end(w);
-            jw_obj_end(w);
-        }
+        if (whole) responses_write_part(w, 0, text, len);
         jw_arr_end(w);
     }
     jw_obj_end(w);
@@ -561,19 +560,7 @@ static void responses_item_done(Reply *r) {
         responses_open(r, &w, "response.content_part.done");
         responses_where(&w, r, 1);
         jw_key(&w, "part");
-        jw_obj(&w);
-        jw_kstr(&w, "type", reasoning ? "reasoning_text" : "output_text");
-        jw_key(&w, "text");
-        jw_strn(&w, text, len);
-        if (!reasoning) {
-            jw_key(&w, "annotations");
-            jw_arr(&w);
-            jw_arr_end(&w);
-            jw_key(&w, "logprobs");
-            jw_arr(&w);
-            jw_arr_end(&w);
-        }
-        jw_obj_end(&w);
+        responses_write_part(&w, reasoning, text, len);
         responses_send(r, "response.content_part.done", &w);
     }
     responses_open(r, &w, "response.output_item.done");
@@ -602,18 +589,7 @@ static void responses_item_add(Reply *r, ChatOutKind kind, int call) {
     responses_open(r, &w, "response.content_part.added");
     responses_where(&w, r, 1);
     jw_key(&w, "part");
-    jw_obj(&w);
-    jw_kstr(&w, "type", kind == CHAT_OUT_REASONING ? "reasoning_text" : "output_text");
-    jw_kstr(&w, "text", "");
-    if (kind == CHAT_OUT_CONTENT) {
-        jw_key(&w, "annotations");
-        jw_arr(&w);
-        jw_arr_end(&w);
-        jw_key(&w, "logprobs");
-        jw_arr(&w);
-        jw_arr_end(&w);
-    }
-    jw_obj_end(&w);
+    responses_write_part(&w, kind == CHAT_OUT_REASONING, "", 0);
     responses_send(r, "response.content_part.added", &w);
 }
 
