@@ -288,29 +288,15 @@ static int anthropic_parse_common(const Server *srv, const JsonValue *root, ApiR
             return api_fail(e, 400, "thinking.budget_tokens", NULL,
                             "\"thinking.budget_tokens\" must be an integer >= 1024");
     }
-    /* tools and tool_choice */
-    /* any / tool force a call (api_forced_tools); disable_parallel_tool_use: at most one */
-    int use_tools = 1, forcing = 0, one = 0;
-    const char *forced = NULL;
-    if (api_given(v = json_get(root, "tool_choice"))) {
-        const char *type = json_str(json_get(v, "type"), NULL);
-        if (type && !strcmp(type, "tool") && !(forced = json_str(json_get(v, "name"), NULL)))
-            return api_fail(e, 400, "tool_choice", NULL,
-                            "\"tool_choice\" {\"type\": \"tool\"} needs a \"name\" string");
-        if (type && !strcmp(type, "none")) use_tools = 0;
-        else if (type && (!strcmp(type, "any") || !strcmp(type, "tool"))) forcing = 1;
-        else if (!type || strcmp(type, "auto"))
-            return api_fail(e, 400, "tool_choice", NULL,
-                            "\"tool_choice\" must be {\"type\": \"auto\"}, {\"type\": \"any\"}, "
-                            "{\"type\": \"tool\", \"name\": ...} or {\"type\": \"none\"}");
-        if (api_bool(v, "disable_parallel_tool_use", "tool_choice.disable_parallel_tool_use", &one,
-                     e))
-            return -1;
-    }
-    r->one_call = one;
-    if (forcing && api_forced_tools(r, json_get(root, "tools"), forced, forced || one,
-                                    "input_schema", e))
-        return -1;
+    /* tools and tool_choice: any / tool force a call; disable_parallel_tool_use: at most one */
+    static const ApiToolChoice tool_choice = {
+        1, "any", "tool", NULL, "\"tool_choice\" {\"type\": \"tool\"} needs a \"name\" string",
+        "\"tool_choice\" must be {\"type\": \"auto\"}, {\"type\": \"any\"}, "
+        "{\"type\": \"tool\", \"name\": ...} or {\"type\": \"none\"}",
+        1, "disable_parallel_tool_use", "tool_choice.disable_parallel_tool_use", "input_schema"
+    };
+    int use_tools;
+    if (api_tool_choice(root, &tool_choice, r, &use_tools, e)) return -1;
     JsonWriter w;
     jw_init(&w);
     jw_obj(&w);
@@ -436,6 +422,38 @@ static void anthropic_write_block(JsonWriter *w, const Reply *r, ChatOutKind kin
     jw_obj_end(w);
 }
 
+/* The message object: whole, or a stream's start (usage NULL: no content, stop or output yet). */
+static void anthropic_write_message(JsonWriter *w, const Reply *r, ApiFinish finish,
+                                    const ApiUsage *usage) {
+    const ChatOutput *o = &r->out;
+    jw_obj(w);
+    jw_kstr(w, "id", r->id);
+    jw_kstr(w, "type", "message");
+    jw_kstr(w, "role", "assistant");
+    jw_kstr(w, "model", r->srv->model_name);
+    jw_key(w, "content");
+    jw_arr(w);
+    if (usage) {
+        if (o->reasoning_len)
+            anthropic_write_block(w, r, CHAT_OUT_REASONING, o->reasoning, o->reasoning_len, 0, 1);
+        if (o->content_len || (!o->reasoning_len && !o->n_calls))
+            anthropic_write_block(w, r, CHAT_OUT_CONTENT, o->content ? o->content : "",
+                                  o->content_len, 0, 1);
+        for (int i = 0; i < o->n_calls; i++)
+            anthropic_write_block(w, r, CHAT_OUT_TOOL_CALL, NULL, 0, i, 1);
+    }
+    jw_arr_end(w);
+    if (usage) anthropic_write_stop(w, r, finish);
+    else {
+        jw_key(w, "stop_reason");
+        jw_null(w);
+        jw_key(w, "stop_sequence");
+        jw_null(w);
+    }
+    anthropic_write_usage(w, r, usage ? usage->completion : 0);
+    jw_obj_end(w);
+}
+
 static void anthropic_begin(Reply *r) {
     http_stream_begin(r->res, "text/event-stream");
     JsonWriter w;
@@ -443,20 +461,7 @@ static void anthropic_begin(Reply *r) {
     jw_obj(&w);
     jw_kstr(&w, "type", "message_start");
     jw_key(&w, "message");
-    jw_obj(&w);
-    jw_kstr(&w, "id", r->id);
-    jw_kstr(&w, "type", "message");
-    jw_kstr(&w, "role", "assistant");
-    jw_kstr(&w, "model", r->srv->model_name);
-    jw_key(&w, "content");
-    jw_arr(&w);
-    jw_arr_end(&w);
-    jw_key(&w, "stop_reason");
-    jw_null(&w);
-    jw_key(&w, "stop_sequence");
-    jw_null(&w);
-    anthropic_write_usage(&w, r, 0);
-    jw_obj_end(&w);
+    anthropic_write_message(&w, r, FINISH_EOS, NULL);
     jw_obj_end(&w);
     reply_send_event(r, "message_start", &w);
     jw_init(&w);
@@ -523,25 +528,7 @@ static void anthropic_finish(Reply *r, ApiFinish finish, const ApiUsage *usage) 
     JsonWriter w;
     jw_init(&w);
     if (!r->req->stream) {
-        const ChatOutput *o = &r->out;
-        jw_obj(&w);
-        jw_kstr(&w, "id", r->id);
-        jw_kstr(&w, "type", "message");
-        jw_kstr(&w, "role", "assistant");
-        jw_kstr(&w, "model", r->srv->model_name);
-        jw_key(&w, "content");
-        jw_arr(&w);
-        if (o->reasoning_len)
-            anthropic_write_block(&w, r, CHAT_OUT_REASONING, o->reasoning, o->reasoning_len, 0, 1);
-        if (o->content_len || (!o->reasoning_len && !o->n_calls))
-            anthropic_write_block(&w, r, CHAT_OUT_CONTENT, o->content ? o->content : "",
-                                  o->content_len, 0, 1);
-        for (int i = 0; i < o->n_calls; i++)
-            anthropic_write_block(&w, r, CHAT_OUT_TOOL_CALL, NULL, 0, i, 1);
-        jw_arr_end(&w);
-        anthropic_write_stop(&w, r, finish);
-        anthropic_write_usage(&w, r, usage->completion);
-        jw_obj_end(&w);
+        anthropic_write_message(&w, r, finish, usage);
         server_respond_writer(r->res, &w);
         return;
     }

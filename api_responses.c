@@ -291,26 +291,15 @@ static int responses_parse(const Server *srv, const JsonValue *root, ApiRequest 
         (!effort || api_effort_level(effort, &r->render)))
         return api_fail(e, 400, "reasoning.effort", NULL,
                         "\"reasoning.effort\" must be none, minimal, low, medium, high or xhigh");
-    /* "required" / a named function force a call (api_forced_tools) */
-    int use_tools = 1, forcing = 0, parallel = 1;
-    const char *forced = NULL;
-    if (api_given(v = json_get(root, "tool_choice"))) {
-        const char *choice = json_str(v, NULL), *type = json_str(json_get(v, "type"), NULL);
-        if (choice && !strcmp(choice, "none")) use_tools = 0;
-        else if (choice && !strcmp(choice, "required")) forcing = 1;
-        else if (!choice && type && !strcmp(type, "function") &&
-                 (forced = json_str(json_get(v, "name"), NULL)))
-            forcing = 1;
-        else if (!choice || strcmp(choice, "auto"))
-            return api_fail(e, 400, "tool_choice", NULL,
-                            "\"tool_choice\" must be \"auto\", \"none\", \"required\" or "
-                            "{\"type\": \"function\", \"name\": ...}");
-    }
-    if (api_bool(root, "parallel_tool_calls", "parallel_tool_calls", &parallel, e)) return -1;
-    r->one_call = !parallel;
-    if (forcing && api_forced_tools(r, json_get(root, "tools"), forced, forced || !parallel,
-                                    "parameters", e))
-        return -1;
+    /* "required" / a named function force a call */
+    static const ApiToolChoice tool_choice = {
+        0, "required", "function", NULL, NULL,
+        "\"tool_choice\" must be \"auto\", \"none\", \"required\" or "
+        "{\"type\": \"function\", \"name\": ...}",
+        0, "parallel_tool_calls", "parallel_tool_calls", "parameters"
+    };
+    int use_tools;
+    if (api_tool_choice(root, &tool_choice, r, &use_tools, e)) return -1;
     JsonWriter w;
     jw_init(&w);
     jw_obj(&w);
@@ -363,6 +352,23 @@ static void responses_item_id(const Reply *r, ChatOutKind kind, int index, char 
     snprintf(dst, n, "%s%s_%d", prefix, r->id + 5, index);   /* after "resp_" */
 }
 
+/* A content part: reasoning_text, or output_text with its (empty) annotations and logprobs. */
+static void responses_write_part(JsonWriter *w, int reasoning, const char *text, size_t len) {
+    jw_obj(w);
+    jw_kstr(w, "type", reasoning ? "reasoning_text" : "output_text");
+    jw_key(w, "text");
+    jw_strn(w, text, len);
+    if (!reasoning) {
+        jw_key(w, "annotations");
+        jw_arr(w);
+        jw_arr_end(w);
+        jw_key(w, "logprobs");
+        jw_arr(w);
+        jw_arr_end(w);
+    }
+    jw_obj_end(w);
+}
+
 /* An output item: in_progress with no text (a stream's added event) or whole. */
 static void responses_write_item(JsonWriter *w, const Reply *r, ChatOutKind kind, int index,
                                  int call, const char *text, size_t len, int whole) {
@@ -386,13 +392,7 @@ static void responses_write_item(JsonWriter *w, const Reply *r, ChatOutKind kind
         jw_arr_end(w);
         jw_key(w, "content");
         jw_arr(w);
-        if (whole) {
-            jw_obj(w);
-            jw_kstr(w, "type", "reasoning_text");
-            jw_key(w, "text");
-            jw_strn(w, text, len);
-            jw_obj_end(w);
-        }
+        if (whole) responses_write_part(w, 1, text, len);
         jw_arr_end(w);
     } else {
         jw_kstr(w, "type", "message");
@@ -400,19 +400,7 @@ static void responses_write_item(JsonWriter *w, const Reply *r, ChatOutKind kind
         jw_kstr(w, "role", "assistant");
         jw_key(w, "content");
         jw_arr(w);
-        if (whole) {
-            jw_obj(w);
-            jw_kstr(w, "type", "output_text");
-            jw_key(w, "text");
-            jw_strn(w, text, len);
-            jw_key(w, "annotations");
-            jw_arr(w);
-            jw_arr_end(w);
-            jw_key(w, "logprobs");
-            jw_arr(w);
-            jw_arr_end(w);
-            jw_obj_end(w);
-        }
+        if (whole) responses_write_part(w, 0, text, len);
         jw_arr_end(w);
     }
     jw_obj_end(w);
@@ -572,19 +560,7 @@ static void responses_item_done(Reply *r) {
         responses_open(r, &w, "response.content_part.done");
         responses_where(&w, r, 1);
         jw_key(&w, "part");
-        jw_obj(&w);
-        jw_kstr(&w, "type", reasoning ? "reasoning_text" : "output_text");
-        jw_key(&w, "text");
-        jw_strn(&w, text, len);
-        if (!reasoning) {
-            jw_key(&w, "annotations");
-            jw_arr(&w);
-            jw_arr_end(&w);
-            jw_key(&w, "logprobs");
-            jw_arr(&w);
-            jw_arr_end(&w);
-        }
-        jw_obj_end(&w);
+        responses_write_part(&w, reasoning, text, len);
         responses_send(r, "response.content_part.done", &w);
     }
     responses_open(r, &w, "response.output_item.done");
@@ -613,18 +589,7 @@ static void responses_item_add(Reply *r, ChatOutKind kind, int call) {
     responses_open(r, &w, "response.content_part.added");
     responses_where(&w, r, 1);
     jw_key(&w, "part");
-    jw_obj(&w);
-    jw_kstr(&w, "type", kind == CHAT_OUT_REASONING ? "reasoning_text" : "output_text");
-    jw_kstr(&w, "text", "");
-    if (kind == CHAT_OUT_CONTENT) {
-        jw_key(&w, "annotations");
-        jw_arr(&w);
-        jw_arr_end(&w);
-        jw_key(&w, "logprobs");
-        jw_arr(&w);
-        jw_arr_end(&w);
-    }
-    jw_obj_end(&w);
+    responses_write_part(&w, kind == CHAT_OUT_REASONING, "", 0);
     responses_send(r, "response.content_part.added", &w);
 }
 

@@ -434,32 +434,70 @@ static int api_logprobs(const JsonValue *root, ApiRequest *r, ApiError *e) {
 static int api_forced_tools(ApiRequest *r, const JsonValue *tools, const char *forced,
                             int one_call, const char *schema_key, ApiError *e);
 
+/* tool_choice and the switch for one tool call at most, as an API spells them:
+     OpenAI chat  "auto" | "none" | "required" | {"type": "function", "function": {"name": N}},
+                  with "parallel_tool_calls": false at the top for one call;
+     Responses    the same, but {"type": "function", "name": N};
+     Anthropic    {"type": "auto" | "none" | "any" | "tool", "name": N,
+                   "disable_parallel_tool_use": true}.
+   The meanings are the same everywhere, so one reader (api_tool_choice) serves them all. */
+typedef struct {
+    int typed;              /* 1: every choice is {"type": WORD}; 0: WORD is a string, and only
+                               the form naming a tool is an object */
+    const char *any;        /* the word that forces a call to any tool */
+    const char *named;      /* the type of the object that names the one tool to call */
+    const char *name_in;    /* that object's member holding "name" (NULL: the object itself) */
+    const char *needs_name; /* the 400 for that type without a name (NULL: usage) */
+    const char *usage;      /* the 400 for any other tool_choice */
+    int one_in_choice;      /* 1: one_key is in tool_choice, true for one call; 0: at the top,
+                               false for one call */
+    const char *one_key, *one_param; /* the boolean, and its name in errors */
+    const char *schema_key; /* a tool's schema ("parameters", Anthropic's "input_schema") */
+} ApiToolChoice;
+
+/* The request's tool_choice in spelling tc: a forced call (any tool, or the named one) sets
+   r->grammar (api_forced_tools), one call at most sets r->one_call, and *use_tools is 0 where the
+   choice is none (the tools are not shown to the model). 0, or -1 with a 400 in e. */
+static int api_tool_choice(const JsonValue *root, const ApiToolChoice *tc, ApiRequest *r,
+                           int *use_tools, ApiError *e) {
+    const JsonValue *v = json_get(root, "tool_choice");
+    const char *forced = NULL;
+    int forcing = 0;
+    *use_tools = 1;
+    if (api_given(v)) {
+        const char *type = json_str(json_get(v, "type"), NULL);
+        const char *word = tc->typed ? type : json_str(v, NULL);
+        const int named = (tc->typed || !word) && type && !strcmp(type, tc->named);
+        if (named) forced = json_str(json_get(tc->name_in ? json_get(v, tc->name_in) : v, "name"),
+                                     NULL);
+        if (named && !forced && tc->needs_name)
+            return api_fail(e, 400, "tool_choice", NULL, "%s", tc->needs_name);
+        if (word && !strcmp(word, "none")) *use_tools = 0;
+        else if ((word && !strcmp(word, tc->any)) || forced) forcing = 1;
+        else if (!word || strcmp(word, "auto"))
+            return api_fail(e, 400, "tool_choice", NULL, "%s", tc->usage);
+    }
+    int flag = !tc->one_in_choice;
+    if (api_bool(tc->one_in_choice ? v : root, tc->one_key, tc->one_param, &flag, e)) return -1;
+    r->one_call = tc->one_in_choice ? flag : !flag;
+    return forcing ? api_forced_tools(r, json_get(root, "tools"), forced, forced || r->one_call,
+                                      tc->schema_key, e)
+                   : 0;
+}
+
 static int api_chat_fields(const Server *srv, const JsonValue *root, ApiRequest *r, ApiError *e) {
     char err[600];
     ChatOptions *o = &r->render;
     *o = srv->chat;
-    int use_tools = 1, forcing = 0, parallel = 1;
-    const char *forced = NULL;
-    const JsonValue *v = json_get(root, "tool_choice");
-    if (api_given(v)) {
-        const char *choice = json_str(v, NULL);
-        const JsonValue *fn = json_get(v, "function");
-        const char *type = json_str(json_get(v, "type"), NULL);
-        if (choice && !strcmp(choice, "none")) use_tools = 0;
-        else if (choice && !strcmp(choice, "required")) forcing = 1;
-        else if (!choice && type && !strcmp(type, "function") &&
-                 (forced = json_str(json_get(fn, "name"), NULL)))
-            forcing = 1;
-        else if (!choice || strcmp(choice, "auto"))
-            return api_fail(e, 400, "tool_choice", NULL,
-                            "\"tool_choice\" must be \"auto\", \"none\", \"required\" or "
-                            "{\"type\": \"function\", \"function\": {\"name\": ...}}");
-    }
-    if (api_bool(root, "parallel_tool_calls", "parallel_tool_calls", &parallel, e)) return -1;
-    const JsonValue *tools = json_get(root, "tools");
-    if (forcing && api_forced_tools(r, tools, forced, forced || !parallel, "parameters", e))
-        return -1;
-    r->one_call = !parallel;
+    static const ApiToolChoice tool_choice = {
+        0, "required", "function", "function", NULL,
+        "\"tool_choice\" must be \"auto\", \"none\", \"required\" or "
+        "{\"type\": \"function\", \"function\": {\"name\": ...}}",
+        0, "parallel_tool_calls", "parallel_tool_calls", "parameters"
+    };
+    int use_tools;
+    if (api_tool_choice(root, &tool_choice, r, &use_tools, e)) return -1;
+    const JsonValue *v;
     /* thinking: {"type": "enabled" | "disabled"} (Z.ai's API) or a boolean */
     if (api_given(v = json_get(root, "thinking"))) {
         const char *type = json_str(json_get(v, "type"), NULL);

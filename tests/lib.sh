@@ -16,6 +16,29 @@ unset_settings() {
   for v in $("$GLM" --help | awk '$2 == "default" { print $1 }'); do unset "$v"; done
   export USAGE=off KV_CACHE=off VERBOSE=1
 }
+# tiny_model DIR FIXTURE [FILE...]: DIR becomes a model folder of links to tests/fixtures/FIXTURE's
+# FILEs (default: config.json, generation_config.json and its *.safetensors; reference.json is
+# for the tests, not the model) and the tiny tokenizer's tokenizer.json.
+tiny_model() {
+  local dir=$1 src=$ROOT/tests/fixtures/$2 f; shift 2
+  [ $# -gt 0 ] || set -- config.json generation_config.json $(cd "$src" && echo *.safetensors)
+  mkdir -p "$dir" || return 1
+  for f in "$@"; do ln -s "$src/$f" "$dir/$f" || return 1; done
+  ln -s "$ROOT/tests/fixtures/tiny_tokenizer/tokenizer.json" "$dir/tokenizer.json"
+}
+# serving_port LOG [PID]: waits (at most 20 s; less once process PID has exited) for the line
+# "glm: serving ... at http://127.0.0.1:PORT/v1 ..." in the server's stderr LOG and prints PORT;
+# prints nothing and returns 1 when it does not come.
+serving_port() {
+  local port
+  for _ in $(seq 400); do
+    port=$(sed -nE 's|^glm: serving .* at http://127\.0\.0\.1:([0-9]+)/v1 .*|\1|p' "$1" 2>/dev/null)
+    [ -n "$port" ] && { echo "$port"; return 0; }
+    [ -z "$2" ] || kill -0 "$2" 2>/dev/null || break
+    sleep 0.05
+  done
+  return 1
+}
 check() {
   local name=$1; shift
   local out; out=$("$@" 2>&1)

@@ -20,6 +20,21 @@ static Settings settings;
 static TextCodec codec;
 static Server srv;
 
+/* What a reply wrote to its end of a socket pair (fd: the other end), until 200 ms pass without
+   more; NUL-terminated in buf. */
+static size_t read_all(int fd, char *buf, size_t cap) {
+    size_t n = 0;
+    for (;;) {
+        struct pollfd pf = { fd, POLLIN, 0 };
+        if (poll(&pf, 1, 200) <= 0) break;
+        ssize_t k = read(fd, buf + n, cap - 1 - n);
+        if (k <= 0) break;
+        n += (size_t)k;
+    }
+    buf[n] = 0;
+    return n;
+}
+
 static void server_setup(void) {
     memset(&settings, 0, sizeof settings);
     settings.temperature = 0.7f;
@@ -37,6 +52,5 @@ static void server_setup(void) {
     srv.capacity = 64;
     srv.rng = 12345;
 }
-
 
 #endif

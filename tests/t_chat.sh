@@ -9,11 +9,9 @@ unset_settings
 export THREADS=2
 PY=python3
 if ! command -v $PY >/dev/null; then echo "FAIL t_chat needs python3 (stdlib only) for the pty driver"; exit 1; fi
-F=tests/fixtures
 T=$(mktemp -d /tmp/t_chat.XXXXXX); trap 'rm -rf "$T"' EXIT
-mkdir -p "$T/model" "$T/no_eos"
-for f in config.json generation_config.json model.safetensors; do ln -s "$ROOT/$F/oracle_dense/$f" "$T/model/$f"; done
-ln -s "$ROOT/$F/tiny_tokenizer/tokenizer.json" "$T/model/tokenizer.json"
+tiny_model "$T/model" oracle_dense
+mkdir -p "$T/no_eos"
 for f in config.json model.safetensors tokenizer.json; do ln -s "$T/model/$f" "$T/no_eos/$f"; done
 printf '{"eos_token_id": []}\n' > "$T/no_eos/generation_config.json"   # only NGEN, CTX or Ctrl-C end a reply
 

@@ -7,10 +7,7 @@ unset_settings
 export THREADS=2
 F=tests/fixtures
 T=$(mktemp -d /tmp/t_cli.XXXXXX); trap 'rm -rf "$T"' EXIT
-M=$T/model
-mkdir -p "$M"
-for f in config.json generation_config.json model.safetensors; do ln -s "$ROOT/$F/oracle_dense/$f" "$M/$f"; done
-ln -s "$ROOT/$F/tiny_tokenizer/tokenizer.json" "$M/tokenizer.json"
+M=$T/model; tiny_model "$M" oracle_dense
 same() { if [ "$2" = "$3" ]; then echo "PASS $1"; else echo "FAIL $1"; echo "  want: $2"; echo "  got:  $3"; fi; }
 has() { local name=$1 pat=$2 text=$3; if grep -qE -- "$pat" <<<"$text"; then echo "PASS $name"; else echo "FAIL $name: no /$pat/ in:"; echo "$text" | tail -5; fi; }
 answer() { env SNAP=$M PROMPT=Hello NGEN=12 SEED=5 "$@" "$GLM" 64 16 16 2>"$T/err" </dev/null | od -An -c; }

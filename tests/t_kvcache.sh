@@ -20,18 +20,12 @@ unset_settings
 unset KV_CACHE
 export THREADS=2 NGEN=24
 PY=/usr/bin/python3
-F=tests/fixtures
 T=$(mktemp -d /tmp/t_kvcache.XXXXXX)
 PIDS=()
 cleanup() { for p in "${PIDS[@]}"; do kill -9 "$p" 2>/dev/null; done; rm -rf "$T"; }
 trap cleanup EXIT
-mkmodel() {   # mkmodel DIR FIXTURE: the fixture's weights with the tiny tokenizer
-  mkdir -p "$1"
-  for f in "$ROOT/$F/$2"/*; do ln -s "$f" "$1/"; done
-  ln -s "$ROOT/$F/tiny_tokenizer/tokenizer.json" "$1/tokenizer.json"
-}
-M=$T/model; mkmodel "$M" oracle_dense
-M2=$T/sparse; mkmodel "$M2" oracle_sparse
+M=$T/model; tiny_model "$M" oracle_dense
+M2=$T/sparse; tiny_model "$M2" oracle_sparse
 export SNAP=$M XDG_CACHE_HOME=$T/xdg
 SYS=$($PY -c "print(' '.join('rule %d: answer briefly and kindly.' % i for i in range(140)))")
 export SYSTEM=$SYS
@@ -159,12 +153,8 @@ else echo "FAIL CHAT: reused '$(reused chat)'"; tail -3 "$T/chat.err"; fi
 serve() {
   LOG=$T/serve$1.err
   env -u SYSTEM -u NGEN SERVE=127.0.0.1:0 KV_CACHE=$KV timeout 120 "$GLM" >/dev/null 2>"$LOG" </dev/null &
-  PID=$!; PIDS+=("$PID"); PORT=
-  for _ in $(seq 300); do
-    PORT=$(sed -nE 's|^glm: serving .* at http://127\.0\.0\.1:([0-9]+)/v1 .*|\1|p' "$LOG" 2>/dev/null)
-    [ -n "$PORT" ] && return 0
-    sleep 0.05
-  done
+  PID=$!; PIDS+=("$PID")
+  PORT=$(serving_port "$LOG" "$PID") && return 0
   echo "FAIL server start"; tail -3 "$LOG"; exit 1
 }
 ask() {   # ask MESSAGE: prints "cached_tokens<TAB>content"

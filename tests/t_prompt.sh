@@ -13,10 +13,7 @@ export THREADS=2
 PY=/usr/bin/python3
 F=tests/fixtures
 T=$(mktemp -d /tmp/t_prompt.XXXXXX); trap 'rm -rf "$T"' EXIT
-M=$T/model                                    # the oracle model with the tiny tokenizer
-mkdir -p "$M"
-for f in config.json generation_config.json model.safetensors; do ln -s "$ROOT/$F/oracle_dense/$f" "$M/$f"; done
-ln -s "$ROOT/$F/tiny_tokenizer/tokenizer.json" "$M/tokenizer.json"
+M=$T/model; tiny_model "$M" oracle_dense   # the oracle model with the tiny tokenizer
 same() { if [ "$2" = "$3" ]; then echo "PASS $1"; else echo "FAIL $1"; echo "  want: $2"; echo "  got:  $3"; fi; }
 
 # ---- TOKENIZE --------------------------------------------------------------------------------

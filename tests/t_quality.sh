@@ -13,13 +13,8 @@ export THREADS=2
 PY=/usr/bin/python3
 F=tests/fixtures
 T=$(mktemp -d /tmp/t_quality.XXXXXX); trap 'rm -rf "$T"' EXIT
-model_dir() {   # model_dir DIR FIXTURE: the fixture with the tiny tokenizer
-  mkdir -p "$1"
-  for f in "$ROOT/$F/$2"/*.json "$ROOT/$F/$2"/*.safetensors; do ln -s "$f" "$1/"; done
-  ln -s "$ROOT/$F/tiny_tokenizer/tokenizer.json" "$1/tokenizer.json"
-}
-M=$T/dense; model_dir "$M" oracle_dense
-S=$T/sparse; model_dir "$S" oracle_sparse
+M=$T/dense; tiny_model "$M" oracle_dense
+S=$T/sparse; tiny_model "$S" oracle_sparse
 same() { if [ "$2" = "$3" ]; then echo "PASS $1"; else echo "FAIL $1"; echo "  want: $2"; echo "  got:  $3"; fi; }
 ref() { local out; out=$($PY tests/quality_ref.py "$@" 2>&1); echo "$out" | sed "s/^\(PASS\|FAIL\) /\1 [$tag] /"; }
 head -c 3000 LICENSE > "$T/text.txt"                  # ~1000 tokens of the tiny tokenizer

@@ -5,11 +5,8 @@ source "$(dirname "$0")/lib.sh"
 cd "$ROOT" || exit 2
 unset_settings
 unset VERBOSE
-F=tests/fixtures
 T=$(mktemp -d /tmp/t_quiet.XXXXXX); trap 'rm -rf "$T"' EXIT
-M=$T/model; mkdir -p "$M"
-for f in config.json generation_config.json model.safetensors; do ln -s "$ROOT/$F/oracle_dense/$f" "$M/$f"; done
-ln -s "$ROOT/$F/tiny_tokenizer/tokenizer.json" "$M/tokenizer.json"
+M=$T/model; tiny_model "$M" oracle_dense
 quiet=$(SNAP=$M PROMPT=Hello NGEN=8 SEED=1 "$GLM" 2>&1 >"$T/quiet.out")
 if [ "$(wc -l <<<"$quiet")" = 1 ] && grep -qE '^glm: \[[0-9]+ prompt tokens, prefill .* \| stop: [a-zA-Z]+\]$' <<<"$quiet"; then
   echo "PASS a one-line prompt prints one stats line on stderr by default"

@@ -17,12 +17,8 @@ cd "$ROOT" || exit 2
 unset_settings
 export THREADS=2
 PY=/usr/bin/python3
-F=tests/fixtures
 T=$(mktemp -d /tmp/t_schema.XXXXXX); trap 'rm -rf "$T"' EXIT
-M=$T/model
-mkdir -p "$M"
-for f in config.json generation_config.json model.safetensors; do ln -s "$ROOT/$F/oracle_dense/$f" "$M/$f"; done
-ln -s "$ROOT/$F/tiny_tokenizer/tokenizer.json" "$M/tokenizer.json"
+M=$T/model; tiny_model "$M" oracle_dense
 
 cat >"$T/schema.json" <<'EOF'
 {"type": "object",
@@ -44,39 +40,15 @@ EOF
 # A validator for the keywords above (the same checks as grammar.h's own tests).
 cat >"$T/validate.py" <<'EOF'
 import json, sys
+sys.path.insert(0, "tests")   # run from the repository root
+from schema_subset import valid
 schema = json.load(open(sys.argv[1]))
-def ref(r):
-    node = schema
-    for part in r.split("/")[1:]: node = node[part]
-    return node
-def ok(v, s):
-    if "$ref" in s: return ok(v, ref(s["$ref"]))
-    if "anyOf" in s: return any(ok(v, b) for b in s["anyOf"])
-    if "enum" in s and v not in s["enum"]: return False
-    t = s.get("type")
-    if t == "object":
-        if not isinstance(v, dict): return False
-        props = s.get("properties", {})
-        if any(k not in v for k in s.get("required", [])): return False
-        if s.get("additionalProperties") is False and any(k not in props for k in v): return False
-        return all(ok(v[k], props[k]) for k in v if k in props)
-    if t == "array":
-        if not isinstance(v, list): return False
-        if not s.get("minItems", 0) <= len(v) <= s.get("maxItems", 1 << 30): return False
-        return all(ok(x, s.get("items", {})) for x in v)
-    if t == "string":
-        return isinstance(v, str) and s.get("minLength", 0) <= len(v) <= s.get("maxLength", 1 << 30)
-    if t == "integer":
-        return (isinstance(v, int) and not isinstance(v, bool)
-                and s.get("minimum", -1e300) <= v <= s.get("maximum", 1e300))
-    if t == "boolean": return isinstance(v, bool)
-    return t is None
 bad = 0
 for path in sys.argv[2:]:
     text = open(path, encoding="utf-8").read()
     try: v = json.loads(text)
     except Exception as e: print(f"  {path}: does not parse ({e}): {text!r}"); bad += 1; continue
-    if not ok(v, schema): print(f"  {path}: does not validate: {text!r}"); bad += 1
+    if not valid(v, schema): print(f"  {path}: does not validate: {text!r}"); bad += 1
 sys.exit(1 if bad else 0)
 EOF
 
@@ -180,13 +152,7 @@ trap 'for p in "${PIDS[@]}"; do kill "$p" 2>/dev/null; done; rm -rf "$T"' EXIT
 LOG=$T/serve.err
 env SNAP="$M" SERVE=127.0.0.1:0 timeout 300 "$GLM" >"$T/serve.out" 2>"$LOG" </dev/null &
 PIDS+=($!)
-PORT=
-for _ in $(seq 300); do
-  PORT=$(sed -nE 's|^glm: serving .* at http://127\.0\.0\.1:([0-9]+)/v1 .*|\1|p' "$LOG" 2>/dev/null)
-  [ -n "$PORT" ] && break
-  sleep 0.05
-done
-[ -n "$PORT" ] || { echo "FAIL SERVE did not start"; tail -5 "$LOG"; exit 1; }
+PORT=$(serving_port "$LOG" "$!") || { echo "FAIL SERVE did not start"; tail -5 "$LOG"; exit 1; }
 URL=http://127.0.0.1:$PORT/v1/chat/completions
 # body SEED FORMAT_JSON: a chat request at temperature 1 with thinking off
 body() {

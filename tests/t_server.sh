@@ -32,16 +32,13 @@ NPM_DIR=${OPENAI_NPM_DIR:-/tmp/glm_openai_npm}
 OPENAI_VERSION=6.49.0
 API_NPM_DIR=${API_NPM_DIR:-/tmp/glm_api_npm}
 API_PACKAGES=("@anthropic-ai/sdk@1.17.0" "ollama@0.6.4" "openai@$OPENAI_VERSION")
-F=tests/fixtures
 T=$(mktemp -d /tmp/t_server.XXXXXX)
 PIDS=()
 cleanup() { for p in "${PIDS[@]}"; do kill "$p" 2>/dev/null; done; rm -rf "$T"; }
 trap cleanup EXIT
 for tool in curl node; do command -v $tool >/dev/null || { echo "FAIL server_tools: $tool is not installed"; exit 1; }; done
-M=$T/model                                   # the oracle model with the tiny tokenizer
-mkdir -p "$M" "$T/noeos"
-for f in config.json generation_config.json model.safetensors; do ln -s "$ROOT/$F/oracle_dense/$f" "$M/$f"; done
-ln -s "$ROOT/$F/tiny_tokenizer/tokenizer.json" "$M/tokenizer.json"
+M=$T/model; tiny_model "$M" oracle_dense   # the oracle model with the tiny tokenizer
+mkdir -p "$T/noeos"
 for f in config.json model.safetensors tokenizer.json; do ln -s "$M/$f" "$T/noeos/$f"; done
 printf '{"eos_token_id": []}' > "$T/noeos/generation_config.json"   # answers run to max_tokens: slow ones
 same() { if [ "$2" = "$3" ]; then echo "PASS $1"; else echo "FAIL $1"; echo "  want: $2"; echo "  got:  $3"; fi; }
@@ -53,13 +50,7 @@ serve() {
   LOG=$T/$name.err
   env SNAP="$M" SERVE=127.0.0.1:0 "$@" timeout 300 "$GLM" >"$T/$name.out" 2>"$LOG" </dev/null &
   PID=$!; PIDS+=("$PID")
-  PORT=
-  for _ in $(seq 300); do
-    PORT=$(sed -nE 's|^glm: serving .* at http://127\.0\.0\.1:([0-9]+)/v1 .*|\1|p' "$LOG" 2>/dev/null)
-    [ -n "$PORT" ] && { URL=http://127.0.0.1:$PORT; return 0; }
-    kill -0 "$PID" 2>/dev/null || break
-    sleep 0.05
-  done
+  PORT=$(serving_port "$LOG" "$PID") && { URL=http://127.0.0.1:$PORT; return 0; }
   echo "FAIL server_start_$name: no 'glm: serving ... at http://127.0.0.1:PORT/v1' line"; tail -5 "$LOG"; exit 1
 }
 # stop NAME: SIGTERM; the server must exit 0 within 10 s and say it stopped cleanly.
@@ -387,10 +378,7 @@ stop sess2
 printf 'not a session' > "$T/junk.session"
 expect_fail "SESSION with SERVE: a file that is not a session is refused by name" "SESSION=$T/junk.session .*session" \
   env SNAP="$M" SERVE=127.0.0.1:0 SESSION="$T/junk.session" timeout 60 "$GLM"
-mkdir -p "$T/sparse"
-for f in "$ROOT/$F"/oracle_sparse/*.json "$ROOT/$F"/oracle_sparse/*.safetensors; do ln -s "$f" "$T/sparse/"; done
-rm -f "$T/sparse/reference.json"
-ln -s "$ROOT/$F/tiny_tokenizer/tokenizer.json" "$T/sparse/tokenizer.json"
+tiny_model "$T/sparse" oracle_sparse
 expect_fail "SESSION with SERVE: another model's session is refused, not overwritten" "SESSION=$S .*(model|weights|config)" \
   env SNAP="$T/sparse" SERVE=127.0.0.1:0 SESSION="$S" timeout 60 "$GLM"
 

@@ -10,12 +10,9 @@ source "$(dirname "$0")/lib.sh"
 cd "$ROOT" || exit 2
 unset_settings
 export THREADS=2
-F=tests/fixtures
 T=$(mktemp -d /tmp/t_session.XXXXXX); trap 'rm -rf "$T"' EXIT
-M=$T/model
-mkdir -p "$M" "$T/other"
-for f in config.json generation_config.json model.safetensors; do ln -s "$ROOT/$F/oracle_dense/$f" "$M/$f"; done
-ln -s "$ROOT/$F/tiny_tokenizer/tokenizer.json" "$M/tokenizer.json"
+M=$T/model; tiny_model "$M" oracle_dense
+mkdir -p "$T/other"
 # the same shapes and weights, another config (rope theta): another model
 for f in generation_config.json model.safetensors tokenizer.json; do ln -s "$M/$f" "$T/other/$f"; done
 sed 's/"rope_theta": 8000000.0/"rope_theta": 9000000.0/' "$M/config.json" > "$T/other/config.json"

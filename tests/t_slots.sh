@@ -14,16 +14,13 @@ cd "$ROOT" || exit 2
 unset_settings
 export THREADS=1
 PY=/usr/bin/python3
-F=tests/fixtures
 T=$(mktemp -d /tmp/t_slots.XXXXXX)
 PIDS=()
 cleanup() { for p in "${PIDS[@]}"; do kill "$p" 2>/dev/null; done; rm -rf "$T"; }
 trap cleanup EXIT
 command -v curl >/dev/null || { echo "FAIL slots_tools: curl is not installed"; exit 1; }
 M=$T/model
-mkdir -p "$M"
-for f in config.json model-00001-of-00001.safetensors out-mtp-00000.safetensors; do ln -s "$ROOT/$F/oracle_sparse/$f" "$M/$f"; done
-ln -s "$ROOT/$F/tiny_tokenizer/tokenizer.json" "$M/tokenizer.json"
+tiny_model "$M" oracle_sparse config.json model-00001-of-00001.safetensors out-mtp-00000.safetensors
 printf '{"eos_token_id": []}' > "$M/generation_config.json"
 client() { timeout 300 $PY tests/slots_client.py "$@"; }
 
@@ -33,13 +30,7 @@ serve() {
   LOG=$T/$name.err
   env SNAP="$M" SERVE=127.0.0.1:0 "$@" timeout 300 "$GLM" >"$T/$name.out" 2>"$LOG" </dev/null &
   PID=$!; PIDS+=("$PID")
-  PORT=
-  for _ in $(seq 300); do
-    PORT=$(sed -nE 's|^glm: serving .* at http://127\.0\.0\.1:([0-9]+)/v1 .*|\1|p' "$LOG" 2>/dev/null)
-    [ -n "$PORT" ] && return 0
-    kill -0 "$PID" 2>/dev/null || break
-    sleep 0.05
-  done
+  PORT=$(serving_port "$LOG" "$PID") && return 0
   echo "FAIL server_start_$name: no serving line"; tail -5 "$LOG"; exit 1
 }
 stop() {

@@ -57,9 +57,7 @@ if [ $rc = 0 ] && grep -q 'sampled: not expected to match' <<<"$out" && grep -q 
 else echo "FAIL REF with TEMPERATURE: rc $rc"; echo "$out" | tail -3; fi
 
 # PROMPT mode on the oracle model with the tiny tokenizer: the same text, and the stats line.
-M=$T/model; mkdir -p $M
-for f in config.json generation_config.json model.safetensors; do ln -s "$ROOT/$F/oracle_dense/$f" "$M/$f"; done
-ln -s "$ROOT/$F/tiny_tokenizer/tokenizer.json" "$M/tokenizer.json"
+M=$T/model; tiny_model "$M" oracle_dense
 for temp in 0 0.6; do
   want=$(SNAP=$M PROMPT="Hello there" NGEN=48 TEMPERATURE=$temp SEED=4 SPEC=off "$GLM" 2>/dev/null </dev/null)
   bad=""

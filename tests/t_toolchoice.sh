@@ -15,14 +15,10 @@ cd "$ROOT" || exit 2
 unset_settings
 export THREADS=1
 PY=/usr/bin/python3
-F=tests/fixtures
 T=$(mktemp -d /tmp/t_toolchoice.XXXXXX)
 PIDS=()
 trap 'for p in "${PIDS[@]}"; do kill "$p" 2>/dev/null; done; [ -n "$KEEP" ] || rm -rf "$T"' EXIT
-M=$T/model
-mkdir -p "$M"
-for f in config.json generation_config.json model.safetensors; do ln -s "$ROOT/$F/oracle_dense/$f" "$M/$f"; done
-ln -s "$ROOT/$F/tiny_tokenizer/tokenizer.json" "$M/tokenizer.json"
+M=$T/model; tiny_model "$M" oracle_dense
 
 cat >"$T/tools.json" <<'EOF'
 [{"type": "function", "function": {"name": "get_weather", "description": "Weather",
@@ -51,35 +47,11 @@ EOF
 # prints the answer's calls as JSON lines {name, arguments, finish} and checks them.
 cat >"$T/tc.py" <<'EOF'
 import json, sys
+sys.path.insert(0, "tests")   # run from the repository root
+from schema_subset import valid
 tools = json.load(open(sys.argv[2]))
 def schema_of(name):
     return next(t["function"]["parameters"] for t in tools if t["function"]["name"] == name)
-def ok(v, s, root):
-    if "$ref" in s:
-        node = root
-        for part in s["$ref"].split("/")[1:]: node = node[part]
-        return ok(v, node, root)
-    if "anyOf" in s: return any(ok(v, b, root) for b in s["anyOf"])
-    if "enum" in s and v not in s["enum"]: return False
-    t = s.get("type")
-    if t == "object":
-        if not isinstance(v, dict): return False
-        props = s.get("properties", {})
-        if any(k not in v for k in s.get("required", [])): return False
-        if any(k not in props for k in v): return False   # the grammar writes no other key
-        return all(ok(v[k], props[k], root) for k in v)
-    if t == "array":
-        if not isinstance(v, list): return False
-        if not s.get("minItems", 0) <= len(v) <= s.get("maxItems", 1 << 30): return False
-        return all(ok(x, s.get("items", {}), root) for x in v)
-    if t == "string":
-        return isinstance(v, str) and s.get("minLength", 0) <= len(v) <= s.get("maxLength", 1 << 30)
-    if t == "integer":
-        return (isinstance(v, int) and not isinstance(v, bool)
-                and s.get("minimum", -1e300) <= v <= s.get("maximum", 1e300))
-    if t == "boolean": return isinstance(v, bool)
-    if t == "null": return v is None
-    return t is None
 mode = sys.argv[1]
 if mode == "body":
     api, seed, choice = sys.argv[3], int(sys.argv[4]), sys.argv[5]
@@ -142,7 +114,7 @@ else:
     if choice != "required" and len(calls) != 1: bad.append(f"{len(calls)} calls")
     for name, args in calls:
         if choice not in ("required", "one") and name != choice: bad.append(f"called {name}")
-        elif not ok(args, schema_of(name), schema_of(name)): bad.append(f"{name}({args}) invalid")
+        elif not valid(args, schema_of(name), closed=True): bad.append(f"{name}({args}) invalid")
 if bad:
     sys.stderr.write(f"  {path}: {'; '.join(bad)}\n")
     sys.exit(1)
@@ -153,17 +125,9 @@ start() {  # start NAME SETTINGS...: a server, its port in $T/NAME.port
   env SNAP="$M" SERVE=127.0.0.1:0 "$@" timeout 600 "$GLM" >"$T/$name.out" 2>"$T/$name.log" </dev/null &
   PIDS+=($!)
 }
-port_of() {
-  local p=
-  for _ in $(seq 400); do
-    p=$(sed -nE 's|^glm: serving .* at http://127\.0\.0\.1:([0-9]+)/v1 .*|\1|p' "$T/$1.log" 2>/dev/null)
-    [ -n "$p" ] && { echo "$p"; return; }
-    sleep 0.05
-  done
-}
 start off SPEC=off SEED=7
 start mtp SPEC=mtp SEED=7
-P_OFF=$(port_of off) P_MTP=$(port_of mtp)
+P_OFF=$(serving_port "$T/off.log") P_MTP=$(serving_port "$T/mtp.log")
 [ -n "$P_OFF" ] && [ -n "$P_MTP" ] || { echo "FAIL SERVE did not start"; tail -3 "$T"/*.log; exit 1; }
 path_of() { case $1 in chat) echo /v1/chat/completions ;; anthropic) echo /v1/messages ;; *) echo /v1/responses ;; esac; }
 ask() {  # ask PORT API SEED CHOICE OUT [MAX]

@@ -11,10 +11,7 @@ export THREADS=1
 PY=python3
 F=tests/fixtures
 T=$(mktemp -d /tmp/t_tty.XXXXXX); trap 'rm -rf "$T"' EXIT
-C=$T/ctl
-mkdir -p "$C"
-for f in config.json generation_config.json; do ln -s "$ROOT/$F/oracle_dense/$f" "$C/$f"; done
-ln -s "$ROOT/$F/tiny_tokenizer/tokenizer.json" "$C/tokenizer.json"
+C=$T/ctl; tiny_model "$C" oracle_dense config.json generation_config.json
 $PY - "$F/oracle_dense/model.safetensors" "$C/model.safetensors" "$F/tiny_tokenizer/tokenizer.json" <<'EOF'
 import array, json, struct, sys
 src, dst, tok = sys.argv[1:4]

@@ -22,16 +22,13 @@ export THREADS=1
 PY=/usr/bin/python3
 NPM_DIR=${PUPPETEER_NPM_DIR:-/tmp/glm_puppeteer_npm}
 PUPPETEER_VERSION=24.43.1   # the last line that runs on Debian 12's node 18 (25 wants node 22)
-F=tests/fixtures
 T=$(mktemp -d /tmp/t_web.XXXXXX)
 PIDS=()
 cleanup() { for p in "${PIDS[@]}"; do kill "$p" 2>/dev/null; done; rm -rf "$T"; }
 trap cleanup EXIT
 for tool in curl node; do command -v $tool >/dev/null || { echo "FAIL web_tools: $tool is not installed"; exit 1; }; done
-M=$T/model
-mkdir -p "$M" "$T/noeos"
-for f in config.json generation_config.json model.safetensors; do ln -s "$ROOT/$F/oracle_dense/$f" "$M/$f"; done
-ln -s "$ROOT/$F/tiny_tokenizer/tokenizer.json" "$M/tokenizer.json"
+M=$T/model; tiny_model "$M" oracle_dense
+mkdir -p "$T/noeos"
 for f in config.json model.safetensors tokenizer.json; do ln -s "$M/$f" "$T/noeos/$f"; done
 printf '{"eos_token_id": []}' > "$T/noeos/generation_config.json"   # answers run to max_tokens
 
@@ -42,12 +39,7 @@ serve() {
   LOG=$T/$name.err
   env SNAP="$M" SERVE=127.0.0.1:0 "$@" timeout 600 "$GLM" $ARGS >"$T/$name.out" 2>"$LOG" </dev/null &
   PID=$!; PIDS+=("$PID")
-  for _ in $(seq 300); do
-    port=$(sed -nE 's|^glm: serving .* at http://127\.0\.0\.1:([0-9]+)/v1 .*|\1|p' "$LOG" 2>/dev/null)
-    [ -n "$port" ] && { URL=http://127.0.0.1:$port; return 0; }
-    kill -0 "$PID" 2>/dev/null || break
-    sleep 0.05
-  done
+  port=$(serving_port "$LOG" "$PID") && { URL=http://127.0.0.1:$port; return 0; }
   echo "FAIL web_server_start_$name: no 'glm: serving ... at http://127.0.0.1:PORT/v1' line"; tail -5 "$LOG"; exit 1
 }
 # stop: SIGTERM and wait (the server prints its stats lines as it stops)

@@ -7,17 +7,13 @@
 #include "durable.h"
 
 #include <dirent.h>
-#include <errno.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
-#include <spawn.h>
-#include <sys/wait.h>
 #include <unistd.h>
 
-extern char **environ;
-
 #include "check.h"
+#include "scratch.h"
 
 static char dir[256];
 
@@ -53,16 +49,6 @@ static int write_atomic(const char *path, const char *text, int commit, char *er
         return 0;
     }
     return atomic_commit(&af, err, n);
-}
-
-/* A pid that belonged to a process that has exited (`true`, reaped). Spawned, not forked: a forked
-   copy of a sanitized test would run the leak check on its way out. */
-static pid_t dead_pid(void) {
-    pid_t pid = 0;
-    char *argv[] = { "true", NULL };
-    if (posix_spawnp(&pid, "true", NULL, NULL, argv, environ)) return 0;
-    waitpid(pid, NULL, 0);
-    return pid;
 }
 
 static void test_atomic(void) {
@@ -212,11 +198,7 @@ static void test_fields(void) {
 }
 
 int main(void) {
-    snprintf(dir, sizeof dir, "/tmp/test_durable.%d", (int)getpid());
-    if (mkdir(dir, 0700)) {
-        printf("FAIL setup: cannot create %s: %s\n", dir, strerror(errno));
-        return 1;
-    }
+    if (scratch_dir(dir, sizeof dir, "test_durable")) return 1;
     test_atomic();
     test_hash();
     test_fields();

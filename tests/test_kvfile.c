@@ -6,16 +6,12 @@
 #include "kv_fixture.h"
 
 #include <dirent.h>
-#include <errno.h>
 #include <math.h>
 #include <sys/stat.h>
-#include <spawn.h>
-#include <sys/wait.h>
 #include <unistd.h>
 
-extern char **environ;
-
 #include "check.h"
+#include "scratch.h"
 
 enum { CAP = 256 };
 static char dir[256];
@@ -38,16 +34,6 @@ static void write_all(const char *path, const unsigned char *b, size_t n) {
         fwrite(b, 1, n, f);
         fclose(f);
     }
-}
-
-/* A pid that belonged to a process that has exited (`true`, reaped). Spawned, not forked: a forked
-   copy of a sanitized test would run the leak check on its way out. */
-static pid_t dead_pid(void) {
-    pid_t pid = 0;
-    char *argv[] = { "true", NULL };
-    if (posix_spawnp(&pid, "true", NULL, NULL, argv, environ)) return 0;
-    waitpid(pid, NULL, 0);
-    return pid;
 }
 
 /* The trailer made right again after a deliberate change. */
@@ -490,11 +476,7 @@ static void test_prefix_cache(void) {
 }
 
 int main(void) {
-    snprintf(dir, sizeof dir, "/tmp/test_kvfile.%d", (int)getpid());
-    if (mkdir(dir, 0700)) {
-        printf("FAIL setup: cannot create %s: %s\n", dir, strerror(errno));
-        return 1;
-    }
+    if (scratch_dir(dir, sizeof dir, "test_kvfile")) return 1;
     test_session();
     test_prefix_cache();
     rmdir(dir);

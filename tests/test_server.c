@@ -490,19 +490,6 @@ static void test_tool_answer(void) {
     json_free(doc);
 }
 
-static size_t read_all(int fd, char *buf, size_t cap) {
-    size_t n = 0;
-    for (;;) {
-        struct pollfd pf = { fd, POLLIN, 0 };
-        if (poll(&pf, 1, 200) <= 0) break;
-        ssize_t k = read(fd, buf + n, cap - 1 - n);
-        if (k <= 0) break;
-        n += (size_t)k;
-    }
-    buf[n] = 0;
-    return n;
-}
-
 /* The same answer streamed: SSE chunks over a socket pair (HTTP/1.0, so no chunked framing). */
 static void test_tool_stream(void) {
     char body[2000], why[400] = "";

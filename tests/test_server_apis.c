@@ -355,19 +355,6 @@ static const char *TOOLS_JSON =
     "{\"name\": \"get_time\", \"parameters\": {\"type\": \"object\", \"properties\": {\"where\": "
     "{\"type\": \"object\"}}}}}]";
 
-static size_t read_all(int fd, char *buf, size_t cap) {
-    size_t n = 0;
-    for (;;) {
-        struct pollfd pf = { fd, POLLIN, 0 };
-        if (poll(&pf, 1, 200) <= 0) break;
-        ssize_t k = read(fd, buf + n, cap - 1 - n);
-        if (k <= 0) break;
-        n += (size_t)k;
-    }
-    buf[n] = 0;
-    return n;
-}
-
 /* Runs TOOL_TEXT through a skin's answer (fed in random pieces) and returns what went out, from the
    body on (an HTTP/1.0 response: no chunked framing). */
 static char *run_answer(const ApiSkin *skin, const char *body) {
