@@ -5,8 +5,8 @@
 # weights: the prompts are a few of its ids, and the answers are text nobody reads (the token
 # counts come from usage). Each client
 # streams one greedy answer of TOKENS tokens; the figure is all clients' tokens over the seconds
-# from the first request to the last answer. Prints the CPU, the settings and one line per client
-# count.
+# from the first request to the last answer, after a warm-up (warm experts). Prints the CPU, the
+# settings and one line per client count.
 #   bench/slots.sh [MODEL_DIR]      default $BENCH_MODEL or /work/glm_bench128
 #   env: TOKENS (default 32), CLIENTS (default "1 2 4"), SLOTS (default 4), RAM_GB (default 20),
 #        THREADS (default 0: all cores), SPEC (default off)
@@ -43,7 +43,10 @@ for _ in $(seq 1200); do
   sleep 0.1
 done
 [ -n "$PORT" ] || { echo "the server did not start:"; tail -5 "$T/log"; exit 1; }
-python3 tests/slots_client.py bench "$PORT" 1 4 >/dev/null   # warm-up: the first experts read
+# warm-up: the largest client count's answers, twice, so every expert the measured runs route to is
+# in the cache (the answers are greedy: the same prompts route the same way again)
+max=$(tr ' ' '\n' <<<"$CLIENTS" | sort -n | tail -1)
+for _ in 1 2; do python3 tests/slots_client.py bench "$PORT" "$max" "$TOKENS" >/dev/null; done
 for n in $CLIENTS; do python3 tests/slots_client.py bench "$PORT" "$n" "$TOKENS"; done
 kill -TERM "$PID"; wait "$PID"; PID=
 grep -E '^glm: slots:' "$T/log"
