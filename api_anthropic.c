@@ -296,7 +296,7 @@ static int anthropic_parse_common(const Server *srv, const JsonValue *root, ApiR
         1, "disable_parallel_tool_use", "tool_choice.disable_parallel_tool_use", "input_schema"
     };
     int use_tools;
-    if (api_tool_choice(root, &tool_choice, r, &use_tools, e)) return -1;
+    if (api_tool_choice(srv, root, &tool_choice, r, &use_tools, e)) return -1;
     JsonWriter w;
     jw_init(&w);
     jw_obj(&w);

@@ -299,7 +299,7 @@ static int responses_parse(const Server *srv, const JsonValue *root, ApiRequest 
         0, "parallel_tool_calls", "parallel_tool_calls", "parameters"
     };
     int use_tools;
-    if (api_tool_choice(root, &tool_choice, r, &use_tools, e)) return -1;
+    if (api_tool_choice(srv, root, &tool_choice, r, &use_tools, e)) return -1;
     JsonWriter w;
     jw_init(&w);
     jw_obj(&w);

@@ -458,8 +458,8 @@ typedef struct {
 /* The request's tool_choice in spelling tc: a forced call (any tool, or the named one) sets
    r->grammar (api_forced_tools), one call at most sets r->one_call, and *use_tools is 0 where the
    choice is none (the tools are not shown to the model). 0, or -1 with a 400 in e. */
-static int api_tool_choice(const JsonValue *root, const ApiToolChoice *tc, ApiRequest *r,
-                           int *use_tools, ApiError *e) {
+static int api_tool_choice(const Server *srv, const JsonValue *root, const ApiToolChoice *tc,
+                           ApiRequest *r, int *use_tools, ApiError *e) {
     const JsonValue *v = json_get(root, "tool_choice");
     const char *forced = NULL;
     int forcing = 0;
@@ -480,9 +480,16 @@ static int api_tool_choice(const JsonValue *root, const ApiToolChoice *tc, ApiRe
     int flag = !tc->one_in_choice;
     if (api_bool(tc->one_in_choice ? v : root, tc->one_key, tc->one_param, &flag, e)) return -1;
     r->one_call = tc->one_in_choice ? flag : !flag;
-    return forcing ? api_forced_tools(r, json_get(root, "tools"), forced, forced || r->one_call,
-                                      tc->schema_key, e)
-                   : 0;
+    if (!forcing) return 0;
+    /* a forced call is written in the tool-call tags: a tokenizer without them cannot */
+    for (int t = CHAT_TAG_TOOL_CALL; t <= CHAT_TAG_END_ARG_VALUE; t++)
+        if (srv->codec->tag[t] < 0)
+            return api_fail(e, 400, "tool_choice", NULL,
+                            "this model's tokenizer has no %s token, so a tool call cannot be "
+                            "forced (tool_choice auto or none work)",
+                            chat_tag_text(t));
+    return api_forced_tools(r, json_get(root, "tools"), forced, forced || r->one_call,
+                            tc->schema_key, e);
 }
 
 static int api_chat_fields(const Server *srv, const JsonValue *root, ApiRequest *r, ApiError *e) {
@@ -496,7 +503,7 @@ static int api_chat_fields(const Server *srv, const JsonValue *root, ApiRequest 
         0, "parallel_tool_calls", "parallel_tool_calls", "parameters"
     };
     int use_tools;
-    if (api_tool_choice(root, &tool_choice, r, &use_tools, e)) return -1;
+    if (api_tool_choice(srv, root, &tool_choice, r, &use_tools, e)) return -1;
     const JsonValue *v;
     /* thinking: {"type": "enabled" | "disabled"} (Z.ai's API) or a boolean */
     if (api_given(v = json_get(root, "thinking"))) {

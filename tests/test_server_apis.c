@@ -759,6 +759,19 @@ static void test_one_call(void) {
     json_free(d);
 }
 
+/* A tokenizer without the tool-call tags cannot write a forced call: a 400 naming the tag. */
+static void test_forced_without_tags(void) {
+    char body[2000];
+    snprintf(body, sizeof body,
+             "{\"messages\": [{\"role\": \"user\", \"content\": \"x\"}], "
+             "\"tool_choice\": \"required\", \"tools\": %s}", TOOLS_JSON);
+    const int kept = codec.tag[CHAT_TAG_ARG_KEY];
+    codec.tag[CHAT_TAG_ARG_KEY] = -1;
+    refused(&OPENAI_CHAT, "a forced call with a tokenizer lacking <arg_key>", body, "tool_choice",
+            "no <arg_key> token");
+    codec.tag[CHAT_TAG_ARG_KEY] = kept;
+}
+
 int main(void) {
     server_setup();
     test_anthropic_request();
@@ -767,6 +780,7 @@ int main(void) {
     test_anthropic_answer();
     test_responses_answer();
     test_one_call();
+    test_forced_without_tags();
     test_ollama_answer();
     test_logprob();
     test_arguments();
