@@ -322,7 +322,7 @@ static const SettingSpec SETTINGS[] = {
     { "PROFILE",  SET_BOOL,  "0",    0, 1, "print where the time went (attention, experts, disk wait, lm_head)" },
     { "VERBOSE",  SET_BOOL,  "0",    0, 1, "1: also print how the run was set up (template, RAM plan, expert I/O, model, settings, sampling, speculation); 0: warnings and one stats line" },
     { "API_KEY",  SET_STR,   "",     0, 0, "with SERVE: the key every request must carry (Authorization: Bearer KEY or x-api-key: KEY); required to listen on an address other machines can reach" },
-    { "QUEUE",    SET_INT,   "8",    0, 4096, "with SERVE: requests that may wait while one is answered (one generates at a time); more get 429 with Retry-After" },
+    { "QUEUE",    SET_INT,   "8",    0, 4096, "with SERVE: requests that may wait while every slot is answering one (0: none wait); more get 429 with Retry-After" },
     { "SLOTS",    SET_INT,   "1",    1, 64, "with SERVE: conversations answered at once, each with its own KV cache of CTX tokens (the RAM plan counts them all); their decode steps share one forward" },
     { "MODEL_NAME", SET_STR, "",     0, 0, "with SERVE: the model id /v1/models lists and answers carry (default: SNAP's folder name)" },
     { "CORS",     SET_STR,   "",     0, 0, "with SERVE: origins a browser page may call the server from (origin,origin,... or *); empty: none (no CORS headers)" },

@@ -754,6 +754,7 @@ struct HttpServer {
     HttpConn *returned;                    /* handled by the worker, back to the I/O thread */
     int stopping;
     int workers_running;                   /* workers not yet exited (0: all have) */
+    int workers_idle;                      /* workers waiting for a request */
     /* I/O thread only */
     HttpConn **conns;
     int nconns;
@@ -1303,7 +1304,8 @@ static int http__advance(HttpServer *s, HttpConn *c) {
             c->out_len = 0;
         }
         pthread_mutex_lock(&s->mu);
-        int full = s->nqueued >= s->cfg.queue;
+        /* an idle worker takes a request at once: it does not wait (QUEUE=0 still serves) */
+        int full = s->nqueued >= s->cfg.queue + s->workers_idle;
         if (!full) {
             c->state = HC_QUEUED;
             c->next = NULL;
@@ -1718,7 +1720,9 @@ static void *http__worker_main(void *arg) {
     HttpServer *s = arg;
     for (;;) {
         pthread_mutex_lock(&s->mu);
+        s->workers_idle++;
         while (!s->queue_head && !s->stopping) pthread_cond_wait(&s->cv, &s->mu);
+        s->workers_idle--;
         HttpConn *c = s->queue_head;
         if (!c) {
             s->workers_running--;

@@ -140,6 +140,19 @@ wait $p1 $p2
 [ "$(cat "$T/wait.code")" = 503 ] && grep -q 'shutting down' "$T/wait.json" && [ "$(cat "$T/run.code")" = 503 ] \
   && echo "PASS stop_answers_waiting_and_running" || echo "FAIL stop_answers_waiting_and_running: waiting $(cat "$T/wait.code"), running $(cat "$T/run.code")"
 
+# ---- QUEUE=0: nothing waits, but an idle worker still answers; a request while it works gets 429.
+start queue0 QUEUE=0
+$C -o "$T/q0a.json" -w '%{http_code}' "http://127.0.0.1:$PORT/v1/chat/completions" -d '{"x_work_ms":1500,"messages":[{"role":"user","content":"a"}]}' >"$T/q0a.code" &
+p1=$!
+sleep 0.4
+q0b=$($C -o "$T/q0b.json" -w '%{http_code}' "http://127.0.0.1:$PORT/v1/chat/completions" -d '{"messages":[{"role":"user","content":"b"}]}')
+wait $p1
+q0c=$($C -o "$T/q0c.json" -w '%{http_code}' "http://127.0.0.1:$PORT/v1/chat/completions" -d '{"messages":[{"role":"user","content":"c"}]}')
+stop queue0
+[ "$(cat "$T/q0a.code")" = 200 ] && [ "$q0b" = 429 ] && [ "$q0c" = 200 ] \
+  && echo "PASS queue0_serves_when_idle_429_when_busy" \
+  || echo "FAIL queue0_serves_when_idle_429_when_busy: first $(cat "$T/q0a.code"), while busy $q0b, after $q0c"
+
 # Requests that http.h ends itself are logged like the others (stderr).
 LOGGED='^http_echo: POST /v1/chat/completions'
 grep -q "$LOGGED 429 | " "$T/queue1.err" && echo "PASS queue_full_429_logged" \
