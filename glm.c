@@ -2299,7 +2299,8 @@ static void attention_groups(AttentionCall *ac, const RowGroup *groups, int n_gr
         one.s = g;
         one.row0 = 0;
         const float *gx = xn + (size_t)gr->row0 * H;
-        memcpy(g->kv, w->kv + (size_t)gr->row0 * kv_width, (size_t)gr->S * kv_width * sizeof(float));
+        memcpy(g->kv, w->kv + (size_t)gr->row0 * kv_width,
+               (size_t)gr->S * kv_width * sizeof(float));
         memcpy(g->qr, w->qr + (size_t)gr->row0 * c->q_lora,
                (size_t)gr->S * c->q_lora * sizeof(float));
         memcpy(g->q, w->q + (size_t)gr->row0 * q_width, (size_t)gr->S * q_width * sizeof(float));
