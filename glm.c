@@ -2313,37 +2313,16 @@ static void attention_groups(AttentionCall *ac, const RowGroup *groups, int n_gr
 }
 
 /* =============================================================================================
-   6. Experts: streamed from disk through a per-layer cache (LFU by default, CACHE_POLICY) Routed
-   experts are never loaded at start. Each MoE layer owns `slots` expert slots in one
-   huge-page-backed arena. Nothing waits for empty slots: a helper thread at idle priority faults
-   the arena in while a CPU is free, and until it is done the cache grows into faulted-in slots
-   (expert_pick_slot). A usage history (USAGE) seeds the LFU counts with what earlier runs routed,
-   and the I/O thread reads the historically hottest experts into the slots while the engine is idle
-   (as the dense weights load, between chat turns), never ahead of a demanded read (history
-   prefetch: lower priority, cancelled or promoted by a demand for its slot). A miss reads the
-   expert with ONE read into its slot's slab (docs/format.md §4 keeps the three weight payloads and
-   then their scales adjacent; other layouts take up to six reads); the QTensors are views into the
-   slab, no copy. Which expert a miss evicts is tier.h's decision. A background I/O thread loads the
-   misses of a layer in ascending expert order while the compute threads work through the experts
-   that are already in RAM, so disk and CPU overlap. A prefill batch that will route to nearly every
-   expert also reads the next MoE layer's experts into its empty slots before its router runs
-   (expert_read_ahead, O_DIRECT), so the disk works through the attention too. Float experts
-   (unconverted checkpoints) are read and quantized into the slot on each miss — correct, but slow:
-   convert big models first.
-
-   I/O modes: O_DIRECT into 2 MiB huge-page-backed slabs, bypassing the page cache (the default
-   for pre-quantized experts where the filesystem allows it; DIRECT=1 insists), buffered pread
-   (DIRECT=0; the default for float experts: the OS page cache is a second level), DROP=1
-   (pread, then evict the pages read), MMAP=1 (the views point into a read-only file mapping;
-   evicting an expert drops its pages from this process; scales at an odd file offset are copied
-   to an aligned buffer; a file cut short while mapped is reported by name, not by SIGBUS).
-   INPLACE (default on, pread and O_DIRECT with pre-quantized experts): a load first asks mincore
-   whether the page cache holds the expert already (all but at most an eighth of its pages: mapping
-   reads the rest); if so it is used where it lies, as MMAP=1 would, instead of being copied into
-   its slot (a warm 255-token prefill copied 5.4 GB on the cores its matmuls needed), and the
-   slot's own memory is released meanwhile.
+   6. Experts: streamed from disk through a per-layer cache (docs/design.md, "Experts")
+   Routed experts are never loaded at start. Each MoE layer owns `slots` expert slots in one
+   huge-page-backed arena, faulted in by an idle-priority helper while the cache grows into what
+   is ready. A miss reads the expert with ONE read into its slot (docs/format.md §4 keeps its
+   payloads adjacent) and its QTensors are views into the slot; tier.h decides which expert a miss
+   evicts. An I/O thread reads a layer's misses while the compute threads work through its hits,
+   so disk and CPU overlap; a big prefill also reads the next MoE layer's experts before its router
+   runs (read-ahead), and while the engine is idle the usage history's hottest experts are read
+   in, never ahead of a demanded read. Float experts are quantized into the slot on each miss.
    ============================================================================================= */
-
 
 /* ---- 6.1 The store: sources on disk, slots in RAM, one cache per layer ----------------------- */
 
@@ -2619,7 +2598,16 @@ static void expert_slot_sizes(ExpertStore *store, size_t *slab, size_t *scales) 
     *scales = max_scales;
 }
 
-/* ---- 6.2 Reading an expert: the I/O modes and the page cache --------------------------------- */
+/* ---- 6.2 Reading an expert: the I/O modes and the page cache ---------------------------------
+
+   O_DIRECT into the huge-page slots, bypassing the page cache (the default for pre-quantized
+   experts where the filesystem allows it; DIRECT=1 insists); buffered pread (DIRECT=0; the default
+   for float experts: the page cache is a second level); DROP=1 (pread, then evict the pages read);
+   MMAP=1 (the views point into a read-only mapping; a file cut short while mapped is reported by
+   name, not by SIGBUS). INPLACE: a load first asks mincore whether the page cache holds the expert
+   (all but at most an eighth of its pages); if so it is used where it lies instead of copied (a
+   warm 255-token prefill copied 5.4 GB on the cores its matmuls needed), and the slot's own
+   memory is released meanwhile. */
 
 static int pread_all(int fd, void *dst, size_t n, uint64_t off, size_t *got) {
     size_t done = 0;
@@ -3224,7 +3212,6 @@ static void expert_store_open_files(ExpertStore *store) {
         sigaction(SIGBUS, &sa, NULL);
     }
 }
-
 
 /* Faults the slot arena in, 2 MiB at a time, in the order the cache fills it (slot 0 of every
    layer first), at SCHED_IDLE priority: it runs only on a CPU nothing else wants, so the first
@@ -3903,7 +3890,6 @@ static void expert_release(ExpertStore *store, int layer, int expert) {
     int slot = lc->cache.expert_slot[expert];
     if (slot >= 0) lc->busy[slot] = 0;
 }
-
 
 /* =============================================================================================
    7. MoE: router, batch union of chosen experts, SwiGLU, shared expert (§5)
@@ -4906,7 +4892,6 @@ static void model_load(Model *m, const Settings *set, int capacity) {
                 "%.2f GB: the budget may be exceeded by the difference\n",
                 overhead / 1e9, m->ram.overhead / 1e9);
 }
-
 
 /* One decoder layer over the S rows of work->x (attention + FFN, residuals): attention per group
    in the group's own KV cache and scratch, the rest in work's scratch. */
@@ -6383,15 +6368,14 @@ static void print_configuration(const Settings *set, const Model *m, int capacit
             c->experts_per_tok, c->topk_group, c->n_group, c->index_topk, full, c->rope_theta,
             m->experts.fused_layers ? ", fused experts" : "");
     fprintf(stderr,
-            "glm: settings: expert_bits %d, dense_bits %d, GROUP %d, IDOT %d (%s kernels), ABSORB "
-            "%s, INDEXER %s, "
-            "BATCH %d, context %d, SPEC %s, DRAFT %d, threads %d (OMP_WAIT_POLICY %s)\n",
+            "glm: settings: expert_bits %d, dense_bits %d, GROUP %d, IDOT %d (%s kernels), "
+            "ABSORB %s, INDEXER %s, BATCH %d, context %d, SPEC %s, DRAFT %d, threads %d "
+            "(OMP_WAIT_POLICY %s)\n",
             set->expert_bits, set->dense_bits, set->group, set->idot,
             qt_kernel_name(qt_get_kernel()), set->absorb ? "1 (absorbed)" : "0 (explicit K/V)",
             set->indexer_mode, set->batch, capacity, SPEC_MODE_NAMES[set->spec_mode], set->draft,
             max_threads(), getenv("OMP_WAIT_POLICY") ? getenv("OMP_WAIT_POLICY") : "default");
 }
-
 
 /* PROFILE=1: where the time of the forward passes went. */
 static void print_profile(const RunState *s, const ExpertStore *store) {
@@ -6406,35 +6390,31 @@ static void print_profile(const RunState *s, const ExpertStore *store) {
             store->wait_seconds, moe_other, s->profile.lm_head);
 }
 
-/* Expert-streaming statistics: one line, and one more for each kind of load besides demanded reads.
-   */
+/* Expert-streaming statistics: one line, and one more for each kind of load besides demanded
+   reads. */
 static void print_expert_stats(const ExpertStore *store, double seconds) {
     long long total = store->hits + store->misses;
     fprintf(stderr,
-            "glm: experts: %lld hits, %lld misses (hit %.1f%%), read %.1f MB in %.3f s (%.2f GB/s "
-            "while reading), "
-            "waited on disk %.3f s, expert compute %.3f s, run %.3f s, mode %s\n",
+            "glm: experts: %lld hits, %lld misses (hit %.1f%%), read %.1f MB in %.3f s "
+            "(%.2f GB/s while reading), waited on disk %.3f s, expert compute %.3f s, "
+            "run %.3f s, mode %s\n",
             store->hits, store->misses, total ? 100.0 * store->hits / total : 0.0,
             store->bytes_read / 1e6, store->read_seconds,
             store->read_seconds > 0 ? store->bytes_read / store->read_seconds / 1e9 : 0.0,
             store->wait_seconds, store->compute_seconds, seconds, IO_MODE_NAMES[store->io_mode]);
     if (store->in_place_loads)
-        fprintf(stderr,
-                "glm: page cache: %lld expert loads found the expert there and used it in place "
-                "(%.1f MB not copied, "
-                "%.1f MB of them missing pages that mapping read, %.3f s mapping it)\n",
+        fprintf(stderr, "glm: page cache: %lld expert loads found the expert there and used it "
+                        "in place (%.1f MB not copied, %.1f MB of them missing pages that mapping "
+                        "read, %.3f s mapping it)\n",
                 store->in_place_loads, store->in_place_bytes / 1e6,
                 store->in_place_missing_bytes / 1e6, store->in_place_seconds);
     if (store->prefetched || store->prefetch_skipped)
-        fprintf(stderr,
-                "glm: usage history: %lld hot experts read ahead while the disk was idle, %lld of "
-                "them hit; "
-                "%lld left to the page cache, which held them\n",
+        fprintf(stderr, "glm: usage history: %lld hot experts read ahead while the disk was idle, "
+                        "%lld of them hit; %lld left to the page cache, which held them\n",
                 store->prefetched, store->prefetch_used, store->prefetch_skipped);
     if (store->read_ahead)
-        fprintf(stderr,
-                "glm: prefill read-ahead: %lld experts read before their layer's router ran, %lld "
-                "of them hit\n",
+        fprintf(stderr, "glm: prefill read-ahead: %lld experts read before their layer's router "
+                        "ran, %lld of them hit\n",
                 store->read_ahead, store->read_ahead_used);
 }
 
