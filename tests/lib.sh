@@ -60,3 +60,17 @@ test_kernels() { "$CPU_KERNELS" | awk '$2 == "yes" { printf "%s ", $1 }'; }
 skip_missing_kernels() {
   "$CPU_KERNELS" | awk '$2 == "no" { k = $1; $1 = ""; $2 = ""; sub(/^ +/, ""); print "SKIP " k ": this CPU has no " $0 }'
 }
+# oracle_exact TAG COMMAND...: the three oracle fixtures through COMMAND (how glm runs: an emulator
+# and a build), f32 path: teacher forcing, MTP and greedy decoding must match the oracle exactly.
+oracle_exact() {
+  local tag=$1; shift
+  local fx tf gen F=$ROOT/tests/fixtures
+  for fx in oracle_dense oracle_sparse oracle_fused_bf16; do
+    tf=$(SNAP=$F/$fx REF=$F/$fx/reference.json TF=1 MTP=1 "$@" 64 16 16 2>/dev/null | grep -E 'C vs oracle' | sed 's/ positions$//')
+    gen=$(SNAP=$F/$fx REF=$F/$fx/reference.json "$@" 64 16 16 2>/dev/null | grep '^Matching tokens')
+    if [ "$(wc -l <<<"$tf")" -ge 2 ] && [ -n "$gen" ] && \
+       awk '{ split($NF, a, "/"); if (a[1] != a[2] || a[2] == 0) bad = 1 } END { exit bad }' <<<"$tf
+$gen"; then echo "PASS $tag $fx: teacher forcing, MTP and greedy match the oracle"
+    else echo "FAIL $tag $fx: $(tr '\n' ' ' <<<"$tf $gen")"; fi
+  done
+}
