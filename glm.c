@@ -323,7 +323,7 @@ static const SettingSpec SETTINGS[] = {
     { "VERBOSE",  SET_BOOL,  "0",    0, 1, "1: also print how the run was set up (template, RAM plan, expert I/O, model, settings, sampling, speculation); 0: warnings and one stats line" },
     { "API_KEY",  SET_STR,   "",     0, 0, "with SERVE: the key every request must carry (Authorization: Bearer KEY or x-api-key: KEY); required to listen on an address other machines can reach" },
     { "QUEUE",    SET_INT,   "8",    0, 4096, "with SERVE: requests that may wait while every slot is answering one (0: none wait); more get 429 with Retry-After" },
-    { "SLOTS",    SET_INT,   "1",    1, 64, "with SERVE: conversations answered at once, each with its own KV cache of CTX tokens (the RAM plan counts them all); their decode steps share one forward" },
+    { "SLOTS",    SET_INT,   "0",    0, 64, "with SERVE: conversations answered at once, each with its own KV cache of CTX tokens (the RAM plan counts them all); their decode steps share one forward. 0: as many as fit in an eighth of the RAM budget, at most 4 (1 with SESSION)" },
     { "MODEL_NAME", SET_STR, "",     0, 0, "with SERVE: the model id /v1/models lists and answers carry (default: SNAP's folder name)" },
     { "CORS",     SET_STR,   "",     0, 0, "with SERVE: origins a browser page may call the server from (origin,origin,... or *); empty: none (no CORS headers)" },
     { "WEB",      SET_BOOL,  "1",    0, 1, "with SERVE: GET / serves the chat page (built into glm; it works offline); 0: no page (GET /stats, the engine's figures as JSON, stays)" },
@@ -4207,6 +4207,7 @@ typedef struct {
     /* slots per layer; allowed: what the budget holds */
     int moe_layers, n_experts, slots, slots_allowed;
     int capacity, batch;             /* the context and batch the session was sized for */
+    int kv_slots;                    /* a server's conversations at once (SLOTS, or chosen) */
 } RamPlan;
 
 typedef struct {
@@ -4722,6 +4723,28 @@ static double ram_overhead_estimate(const Model *m) {
 }
 
 /* The plan for a session of `capacity` tokens. Runs the dry loader over `ld` (model_open's). */
+/* SLOTS=0: a server answers at most this many conversations at once by default (decode gains
+   little beyond: bench/RESULTS.md, "Several conversations in one forward"). */
+enum { SLOTS_AUTO_MAX = 4 };
+
+/* The bytes of `slots` run states like `one` and what they share: the scratch of their shared
+   decode forward, and each further slot's Generator (the first one's is in the overhead): its
+   history, its logits and verify rows, its hidden rows and the MTP head's. */
+static double slots_bytes(Model *m, const RunState *one, const Settings *set, int capacity,
+                          int slots) {
+    const Config *c = &m->c;
+    if (slots <= 1) return one->bytes;
+    RunState batch;
+    const int rows = slots * (SPEC_MAX_DRAFT + 1);
+    run_state_init(&batch, m, 1, rows, 1);
+    const double generator = (double)capacity * sizeof(int) +
+                             (double)(SPEC_MAX_DRAFT + 3) * c->vocab * sizeof(float) +
+                             2.0 * set->batch * c->hidden * sizeof(float);
+    return one->bytes * slots + batch.bytes +
+           (double)rows * (sizeof(int) + (c->hidden + c->vocab) * sizeof(float)) +
+           (slots - 1) * generator;
+}
+
 static RamPlan ram_plan(Model *m, Loader *ld, const Settings *set, int capacity) {
     const Config *c = &m->c;
     const ExpertStore *store = &m->experts;
@@ -4738,33 +4761,26 @@ static RamPlan ram_plan(Model *m, Loader *ld, const Settings *set, int capacity)
     p.capacity = capacity;
     p.batch = set->batch;
     for (int l = 0; l < store->n_layers; l++) p.moe_layers += !c->layer_dense[l];
-    /* float experts are read through an f32 staging buffer of one matrix */
-    /* a server's SLOTS: a run state each, and the scratch of their shared decode forward */
-    const int slots =
-        (set->mode == MODE_SERVE || set->mode == MODE_PLAN) && set->slots > 1 ? set->slots : 1;
-    double shared = 0;
-    if (slots > 1) {
-        RunState batch;
-        const int rows = slots * (SPEC_MAX_DRAFT + 1);
-        run_state_init(&batch, m, 1, rows, 1);
-        shared = batch.bytes +
-                 (double)rows * (sizeof(int) + (c->hidden + c->vocab) * sizeof(float));
-        /* each further slot's Generator (the first one's is in the overhead): its history, its
-           logits and verify rows, its hidden rows and the MTP head's */
-        const double generator = (double)capacity * sizeof(int) +
-                                 (double)(SPEC_MAX_DRAFT + 3) * c->vocab * sizeof(float) +
-                                 2.0 * set->batch * c->hidden * sizeof(float);
-        shared += (slots - 1) * generator;
-    }
-    p.run_state = sized.bytes * slots + shared + (p.moe_layers && !store->prequantized
-                                     ? (double)c->moe_inter * c->hidden * sizeof(float)
-                                     : 0.0);
-    p.overhead = ram_overhead_estimate(m);
     p.avail = mem_available_bytes();
     p.from_ram_gb = set->ram_gb > 0;
     if (!p.from_ram_gb && p.avail <= 0)
         die("cannot read MemAvailable from /proc/meminfo: set RAM_GB");
     p.budget = p.from_ram_gb ? set->ram_gb * 1e9 : p.avail - fmax(1e9, 0.1 * p.avail);
+    /* a server's SLOTS (PLAN: with SERVE set, or SLOTS given): a run state each, and the scratch
+       of their shared decode forward; SLOTS=0 takes as many as fit in an eighth of the budget, at
+       most SLOTS_AUTO_MAX (one with SESSION, which keeps one conversation) */
+    const int serving = set->mode == MODE_SERVE || (set->mode == MODE_PLAN && set->serve[0]);
+    int slots = (serving || set->mode == MODE_PLAN) && set->slots > 1 ? set->slots : 1;
+    if (serving && !set->slots && !set->session_path[0])
+        for (slots = SLOTS_AUTO_MAX; slots > 1; slots--)
+            if (slots_bytes(m, &sized, set, capacity, slots) <= p.budget / 8) break;
+    p.kv_slots = slots;
+    /* float experts are read through an f32 staging buffer of one matrix */
+    p.run_state = slots_bytes(m, &sized, set, capacity, slots) +
+                  (p.moe_layers && !store->prequantized
+                       ? (double)c->moe_inter * c->hidden * sizeof(float)
+                       : 0.0);
+    p.overhead = ram_overhead_estimate(m);
     p.reserve = fmin(fmax(0.02e9, 0.05 * p.budget), 2e9);
     p.slot_bytes = store->io_mode == IO_MMAP
                        ? (double)store->mapped_expert_bytes
@@ -4811,9 +4827,10 @@ static void ram_plan_print(FILE *out, const RamPlan *p, const Settings *set) {
                 G);
         return;
     }
-    char slots_note[48] = "";   /* a server's SLOTS: one KV cache each */
-    if ((set->mode == MODE_SERVE || set->mode == MODE_PLAN) && set->slots > 1)
-        snprintf(slots_note, sizeof slots_note, " (%d KV caches: SLOTS)", set->slots);
+    char slots_note[64] = "";   /* a server's SLOTS: one KV cache each */
+    if (p->kv_slots > 1)
+        snprintf(slots_note, sizeof slots_note, " (%d KV caches: SLOTS%s)", p->kv_slots,
+                 set->slots ? "" : "=0, from the budget");
     fprintf(out,
             "glm: RAM budget %.2f GB%s: dense weights %.2f GB + KV cache and scratch %.2f GB%s + "
             "overhead %.2f GB + "

@@ -1990,12 +1990,12 @@ static int run_serve(const Settings *set) {
         while (n > 1 && folder[n - 1] == '/') folder[--n] = 0;
         srv.model_name = strrchr(folder, '/') && folder[1] ? strrchr(folder, '/') + 1 : folder;
     }
-    srv.n_slots = set->slots > 1 ? set->slots : 1;
-    if (srv.n_slots > 1 && set->session_path[0])
+    if (set->slots > 1 && set->session_path[0])
         die("SESSION=%s keeps one conversation: it works with SLOTS=1, not SLOTS=%d",
-            set->session_path, srv.n_slots);
+            set->session_path, set->slots);
     Model model;
     srv.capacity = text_model_load(set, &tc, &model, 0, 1);
+    srv.n_slots = model.ram.kv_slots;   /* SLOTS, or what the RAM plan chose for SLOTS=0 */
     srv.slots = xcalloc((size_t)srv.n_slots, sizeof *srv.slots);
     ForwardOptions opt = engine_start(set, &model, &srv.slots[0].state, srv.capacity);
     for (int i = 0; i < srv.n_slots; i++) {

@@ -291,7 +291,7 @@ code=$(curl -sS --max-time 10 -o /dev/null -w '%{http_code}' "$URL/v1/chat/compl
 same "an unknown field is ignored: 200" 200 "$code"
 code=$(curl -sS --max-time 10 -o /dev/null -w '%{http_code}' "$URL/chat/completions" -d '{"messages":[{"role":"user","content":"x"}],"max_tokens":2}')
 same "the path without /v1 works too" 200 "$code"
-grep -qE '^glm: POST /v1/chat/completions 200 \| [0-9]+ prompt tokens \([0-9]+ reused\), [0-9]+ generated(, [0-9]+ of [0-9]+ drafts accepted)?, finish length \| [0-9.]+ s$' "$LOG" &&
+grep -qE '^glm: POST /v1/chat/completions 200 \| [0-9]+ prompt tokens \([0-9]+ reused\), [0-9]+ generated(, [0-9]+ of [0-9]+ drafts accepted)?(, [0-9]+ steps shared a forward with other slots)?, finish length \| [0-9.]+ s$' "$LOG" &&
   grep -qE '^glm: POST /v1/chat/completions 400 \| .* \| [0-9.]+ s$' "$LOG" && grep -qE '^glm: GET /v1/models 200 \| [0-9.]+ s$' "$LOG" \
   && echo "PASS one log line per request: method path status tokens seconds" || { echo "FAIL log lines"; tail -5 "$LOG"; }
 

@@ -8,7 +8,8 @@
 #   - a client that disconnects mid-stream frees its slot (SLOTS=2: two requests after it run
 #     together);
 #   - a long prompt's prefill lets another slot's stream go on between its chunks;
-#   - PLAN counts a KV cache per slot; SESSION with SLOTS>1 is refused by name.
+#   - PLAN counts a KV cache per slot; SLOTS=0 picks as many as an eighth of the budget holds (at
+#     most 4; one with SESSION); SESSION with SLOTS>1 is refused by name.
 source "$(dirname "$0")/lib.sh"
 cd "$ROOT" || exit 2
 unset_settings
@@ -95,6 +96,15 @@ $PY -c "import sys; sys.exit(not (int('$kv1') > 0 and int('$kv4') >= 3.9 * int('
   && echo "PASS PLAN with SLOTS=4 counts four KV caches ($kv4 bytes against $kv1 for one)" || echo "FAIL PLAN SLOTS=4: $kv4 against $kv1"
 env SNAP="$M" PLAN=1 SLOTS=4 "$GLM" 2>/dev/null | grep -q "KV cache and scratch [0-9.]* GB (4 KV caches: SLOTS)" \
   && echo "PASS PLAN's RAM line says SLOTS=4 holds 4 KV caches" || echo "FAIL PLAN SLOTS=4 RAM line"
+# SLOTS=0 (the default) for a server: as many KV caches as an eighth of the budget holds, at most
+# 4; one with SESSION; a plan without SERVE counts one
+one=$(env SNAP="$M" PLAN=json SLOTS=1 SERVE=127.0.0.1:0 "$GLM" 2>/dev/null | $PY -c 'import json,sys; print(json.load(sys.stdin)["kv_scratch_bytes"])')
+auto_for() { env SNAP="$M" PLAN=1 SERVE=127.0.0.1:0 "$@" "$GLM" 2>&1 | grep -o '([0-9]* KV caches: SLOTS=0, from the budget)' | grep -o '^([0-9]*' | tr -d '('; }
+big=$(auto_for RAM_GB=20); small=$(auto_for RAM_GB=$($PY -c "print($one * 8 * 1.5 / 1e9 + 0.2)")); sess=$(auto_for RAM_GB=20 SESSION=$T/s.bin)
+plain=$(env SNAP="$M" PLAN=1 RAM_GB=20 "$GLM" 2>&1 | grep -c 'KV caches')
+[ "$big" = 4 ] && [ -n "$small" ] && [ "$small" -ge 2 ] && [ "$small" -lt 4 ] && [ -z "$sess" ] && [ "$plain" = 0 ] \
+  && echo "PASS SLOTS=0: 4 KV caches in a large budget, $small when an eighth holds fewer, 1 with SESSION or without SERVE" \
+  || echo "FAIL SLOTS=0 choice: large '$big', small '$small', SESSION '$sess', without SERVE $plain lines"
 
 out=$(env SNAP="$M" SERVE=127.0.0.1:0 SLOTS=2 SESSION="$T/s.session" timeout 60 "$GLM" 2>&1 </dev/null); rc=$?
 [ $rc -ne 0 ] && grep -q "SESSION=.*SLOTS=1" <<<"$out" && echo "PASS SESSION with SLOTS=2 is refused by name" \
