@@ -2554,8 +2554,7 @@ static void expert_sources_init(ExpertStore *store, Loader *ld) {
         store->io_mode = IO_PREAD;
     if (!store->prequantized && (store->io_mode == IO_DIRECT || store->io_mode == IO_MMAP))
         die("%s=1 needs pre-quantized experts (NAME + NAME.qs); this model's experts are float: "
-            "convert it with "
-            "tools/convert_fp8_to_int4.py",
+            "convert it with tools/convert_fp8_to_int4.py",
             store->io_mode == IO_DIRECT ? "DIRECT" : "MMAP");
 }
 
@@ -4817,8 +4816,7 @@ static void ram_plan_print(FILE *out, const RamPlan *p, const Settings *set) {
         const double one_slot = p->slot_bytes * p->moe_layers;
         fprintf(out,
                 "glm: error: RAM budget %.2f GB is too small: dense weights %.2f GB + KV cache and "
-                "scratch %.2f GB + "
-                "overhead %.2f GB + page-cache reserve %.2f GB",
+                "scratch %.2f GB + overhead %.2f GB + page-cache reserve %.2f GB",
                 p->budget / G, p->dense / G, p->run_state / G, p->overhead / G, p->reserve / G);
         if (p->moe_layers) fprintf(out, " + one expert slot per MoE layer %.2f GB", one_slot / G);
         fprintf(
@@ -4850,8 +4848,7 @@ static void ram_plan_print(FILE *out, const RamPlan *p, const Settings *set) {
     else if (p->slots_allowed > p->slots)
         fprintf(out,
                 "glm: expert cache: %d slots per layer as requested (the budget would allow %d; "
-                "omit "
-                "cache_slots to use them)\n",
+                "omit cache_slots to use them)\n",
                 p->slots, p->slots_allowed);
 }
 
@@ -4905,8 +4902,7 @@ static void model_load(Model *m, const Settings *set, int capacity) {
     if (overhead > m->ram.overhead)
         fprintf(stderr,
                 "glm: warning: the process holds %.2f GB besides its weights, above the plan's "
-                "overhead estimate "
-                "%.2f GB: the budget may be exceeded by the difference\n",
+                "overhead estimate %.2f GB: the budget may be exceeded by the difference\n",
                 overhead / 1e9, m->ram.overhead / 1e9);
 }
 
@@ -5246,9 +5242,8 @@ static void sampler_free(Sampler *sp) {
      prefill chunks and between the layers of a chunk. Nothing here reads a global or prints.
    A run of steps (generator_begin) ends at an EOS id (neither reported nor cached), after
    max_tokens, when the cache is full, or at the interrupt; the reason is in `stop`. Stop strings
-   need the text, so they will come as a matcher the caller hands in next to on_token. Sessions
-   save history[0, pos) with the KV rows; a server keeps one Generator per conversation and sets
-   its sampler, stop rules, callback and interrupt per request.
+   are the front end's (they need the text). Sessions save history[0, pos) with the KV rows; a
+   server keeps a Generator per slot and sets its sampler, stop rules and callbacks per request.
 
    Speculation (SPEC, DRAFT). A drafter proposes the tokens that follow the sampled one:
    - mtp: the MTP head (§6), recursively: slot pos-1 takes (the sampled token, the main hidden
