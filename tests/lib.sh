@@ -74,3 +74,25 @@ $gen"; then echo "PASS $tag $fx: teacher forcing, MTP and greedy match the oracl
     else echo "FAIL $tag $fx: $(tr '\n' ' ' <<<"$tf $gen")"; fi
   done
 }
+# logits_as_native TAG "KERNELS" COMMAND...: the integer path (IDOT=1) through COMMAND (an emulator
+# and a build) gives the native build's ($GLM) logits bit for bit, for each of KERNELS (KERNEL=auto
+# lets the emulated CPU choose) in decode (BATCH=1) and batched (BATCH=5), over four precisions.
+logits_as_native() {
+  local tag=$1 kernels=$2; shift 2
+  local cfg bits group native h k bt ok runs F=$ROOT/tests/fixtures
+  for cfg in "8 8 0" "4 4 32" "4 4 0" "2 4 0"; do
+    bits=${cfg% *}; group=${cfg##* }
+    local env_=(SNAP=$F/oracle_sparse REF=$F/oracle_sparse/reference.json TF=1 IDOT=1 GROUP=$group)
+    native=$(env "${env_[@]}" BATCH=5 "$GLM" 64 $bits 2>/dev/null | grep '^TF logits hash')
+    ok=1; runs=0
+    for k in $kernels; do
+      for bt in "1 1" "5 2"; do
+        h=$(env "${env_[@]}" KERNEL=$k BATCH=${bt% *} THREADS=${bt#* } "$@" 64 $bits 2>/dev/null | grep '^TF logits hash')
+        runs=$((runs + 1))
+        if [ -z "$native" ] || [ "$h" != "$native" ]; then ok=0; echo "  KERNEL=$k BATCH=${bt% *}: '$h' vs native '$native'"; fi
+      done
+    done
+    [ $ok = 1 ] && echo "PASS $tag IDOT=1 bits $bits GROUP=$group: logits bit-identical to the native build over $runs runs ($kernels, BATCH 1 and 5)" \
+      || echo "FAIL $tag IDOT=1 bits $bits GROUP=$group: logits differ from the native build's"
+  done
+}

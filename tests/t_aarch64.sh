@@ -48,18 +48,4 @@ done
 oracle_exact aarch64 qemu-aarch64 -cpu max ./glm-aarch64
 
 # Integer path (IDOT=1): the same logits as the x86 build, bit for bit, for every kernel
-for cfg in "8 8 0" "4 4 32" "4 4 0" "2 4 0"; do
-  set -- $cfg; bits="$1 $2"; group=$3
-  env_=(SNAP=$F/oracle_sparse REF=$F/oracle_sparse/reference.json TF=1 IDOT=1 GROUP=$group)
-  x86=$(env "${env_[@]}" BATCH=5 "$GLM" 64 $bits 2>/dev/null | grep '^TF logits hash')
-  ok=1; runs=0
-  for k in scalar neon dotprod i8mm; do
-    for bt in "1 1" "5 2"; do
-      h=$(env "${env_[@]}" KERNEL=$k BATCH=${bt% *} THREADS=${bt#* } qemu-aarch64 -cpu max ./glm-aarch64 64 $bits 2>/dev/null | grep '^TF logits hash')
-      runs=$((runs + 1))
-      if [ -z "$x86" ] || [ "$h" != "$x86" ]; then ok=0; echo "  KERNEL=$k BATCH=${bt% *}: '$h' vs x86 '$x86'"; fi
-    done
-  done
-  [ $ok = 1 ] && echo "PASS aarch64 IDOT=1 bits $bits GROUP=$group: logits bit-identical to x86 over $runs runs (scalar neon dotprod i8mm, BATCH 1 and 5)" \
-    || echo "FAIL aarch64 IDOT=1 bits $bits GROUP=$group: logits differ from the x86 build's"
-done
+logits_as_native aarch64 "scalar neon dotprod i8mm" qemu-aarch64 -cpu max ./glm-aarch64

@@ -46,15 +46,4 @@ out=$(emu $V3/test_generator 2>&1); rc=$?
 oracle_exact avx2 qemu-x86_64 -cpu max ./glm-x86-64-v3
 
 # Integer path (IDOT=1): the same logits as the native build, bit for bit, decode and batched
-for cfg in "8 8 0" "4 4 32" "4 4 0" "2 4 0"; do
-  set -- $cfg; bits="$1 $2"; group=$3
-  env_=(SNAP=$F/oracle_sparse REF=$F/oracle_sparse/reference.json TF=1 IDOT=1 GROUP=$group)
-  native=$(env "${env_[@]}" BATCH=5 "$GLM" 64 $bits 2>/dev/null | grep '^TF logits hash')
-  ok=1
-  for bt in "1 1" "5 2"; do
-    h=$(env "${env_[@]}" BATCH=${bt% *} THREADS=${bt#* } qemu-x86_64 -cpu max ./glm-x86-64-v3 64 $bits 2>/dev/null | grep '^TF logits hash')
-    if [ -z "$native" ] || [ "$h" != "$native" ]; then ok=0; echo "  BATCH=${bt% *}: '$h' vs native '$native'"; fi
-  done
-  [ $ok = 1 ] && echo "PASS avx2 IDOT=1 bits $bits GROUP=$group: logits bit-identical to the native build (BATCH 1 and 5)" \
-    || echo "FAIL avx2 IDOT=1 bits $bits GROUP=$group: logits differ from the native build's"
-done
+logits_as_native avx2 "auto" qemu-x86_64 -cpu max ./glm-x86-64-v3
